@@ -1,0 +1,99 @@
+#include "checkpoint/commit.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "format/manifest.h"
+
+namespace stint {
+
+std::string StepDirName(uint64_t step) {
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "step-%08llu", static_cast<unsigned long long>(step));
+  return buf;
+}
+
+std::optional<uint64_t> ParseStepDirName(const std::string& name) {
+  if (name.size() < 6 || name.compare(0, 5, "step-") != 0 || name.size() > 5 + 20) return std::nullopt;
+  uint64_t v = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return std::nullopt;
+    uint64_t next = v * 10 + uint64_t(name[i] - '0');
+    if (next / 10 != v) return std::nullopt;  // overflow
+    v = next;
+  }
+  return v;
+}
+
+std::string RankFileName(int rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "rank-%05d.stint", rank);
+  return buf;
+}
+
+std::string TmpDirName(uint64_t step, uint64_t nonce) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%s%llu-%016llx", kTmpPrefix, static_cast<unsigned long long>(step),
+                static_cast<unsigned long long>(nonce));
+  return buf;
+}
+
+Status CleanLeftovers(Env* env, const std::string& root) {
+  STINT_ASSIGN_OR_RETURN(auto children, env->GetChildren(root));
+  for (const auto& name : children) {
+    if (name.compare(0, sizeof(kTmpPrefix) - 1, kTmpPrefix) == 0 ||
+        name == std::string(kLatestName) + ".tmp") {
+      STINT_RETURN_IF_ERROR(RemoveRecursively(env, root + "/" + name).WithContext("cleaning leftovers"));
+    }
+  }
+  return Status::OK();
+}
+
+Status CommitCheckpoint(Env* env, const std::string& root, const std::string& tmp_dir,
+                        uint64_t step, const std::string& manifest_bytes) {
+  STINT_RETURN_IF_ERROR(WriteStringToFileSync(env, tmp_dir + "/" + kManifestName, manifest_bytes));
+  // The data files' and manifest's entries must be durable before the rename
+  // makes the directory visible as committed.
+  STINT_RETURN_IF_ERROR(env->SyncDir(tmp_dir));
+  std::string final_dir = root + "/" + StepDirName(step);
+  if (env->FileExists(final_dir)) {
+    return Status::AlreadyExists(final_dir + " is already committed; refusing to overwrite it");
+  }
+  STINT_RETURN_IF_ERROR(env->RenameFile(tmp_dir, final_dir));
+  STINT_RETURN_IF_ERROR(env->SyncDir(root));
+  return WriteLatest(env, root, StepDirName(step));
+}
+
+Status WriteLatest(Env* env, const std::string& root, const std::string& dir_name) {
+  std::string tmp = root + "/" + kLatestName + ".tmp";
+  STINT_RETURN_IF_ERROR(WriteStringToFileSync(env, tmp, dir_name + "\n"));
+  STINT_RETURN_IF_ERROR(env->RenameFile(tmp, root + "/" + kLatestName));
+  return env->SyncDir(root);
+}
+
+Result<std::optional<std::string>> ReadLatest(Env* env, const std::string& root) {
+  auto data = ReadFileToString(env, root + "/" + kLatestName);
+  if (!data.ok()) {
+    if (data.status().code() == Code::kNotFound) return std::optional<std::string>();
+    return data.status();
+  }
+  std::string name = *data;
+  while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
+  if (!ParseStepDirName(name)) {
+    return Status::DataLoss(root + "/LATEST holds '" + name.substr(0, 64) + "', not a step-* name");
+  }
+  return std::optional<std::string>(name);
+}
+
+Result<std::vector<uint64_t>> ListCheckpointSteps(Env* env, const std::string& root) {
+  STINT_ASSIGN_OR_RETURN(auto children, env->GetChildren(root));
+  std::vector<uint64_t> steps;
+  for (const auto& name : children) {
+    auto step = ParseStepDirName(name);
+    if (step && env->FileExists(root + "/" + name + "/" + kManifestName)) steps.push_back(*step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+}  // namespace stint

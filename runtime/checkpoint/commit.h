@@ -1,0 +1,50 @@
+// The commit protocol and the names in a checkpoint root. Written once, here;
+// every step goes through the Env so fault tests can cut it anywhere:
+//
+//   <root>/.tmp-<step>-<nonce>/rank-*.stint   data, fdatasync'ed by persist
+//   <root>/.tmp-<step>-<nonce>/MANIFEST.json  written, fsync'ed; tmp dir fsync'ed
+//   rename .tmp-<step>-<nonce> -> step-<step>; fsync root   <- the commit point
+//   LATEST.tmp written, fsync'ed; rename -> LATEST; fsync root
+//
+// A directory named step-* without a valid MANIFEST.json is never committed
+// (can only appear by outside tampering) and is not loaded.
+#ifndef STINT_RUNTIME_CHECKPOINT_COMMIT_H_
+#define STINT_RUNTIME_CHECKPOINT_COMMIT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "stint/env.h"
+
+namespace stint {
+
+constexpr char kLatestName[] = "LATEST";
+constexpr char kTmpPrefix[] = ".tmp-";
+
+std::string StepDirName(uint64_t step);  // "step-00001200"
+std::optional<uint64_t> ParseStepDirName(const std::string& name);
+std::string RankFileName(int rank);      // "rank-00000.stint"
+std::string TmpDirName(uint64_t step, uint64_t nonce);
+
+// Removes .tmp-* entries (interrupted saves and deletions) and LATEST.tmp.
+Status CleanLeftovers(Env* env, const std::string& root);
+
+// Writes the manifest into tmp_dir and makes it step-<step> (see above).
+// kAlreadyExists if that step is already committed: committed data is never
+// overwritten.
+Status CommitCheckpoint(Env* env, const std::string& root, const std::string& tmp_dir,
+                        uint64_t step, const std::string& manifest_bytes);
+
+// Atomically points LATEST at `dir_name`.
+Status WriteLatest(Env* env, const std::string& root, const std::string& dir_name);
+// The name LATEST holds; nullopt when there is no LATEST.
+Result<std::optional<std::string>> ReadLatest(Env* env, const std::string& root);
+
+// Steps with a step-* directory holding a MANIFEST.json, ascending.
+Result<std::vector<uint64_t>> ListCheckpointSteps(Env* env, const std::string& root);
+
+}  // namespace stint
+
+#endif  // STINT_RUNTIME_CHECKPOINT_COMMIT_H_

@@ -1,0 +1,38 @@
+// Persist: writes a Snapshot as one data file (rank-<r>.stint) through an
+// IoEngine, checksumming (and optionally compressing) chunks on a thread
+// pool, then fdatasyncs and closes it. Returns the chunk records for the
+// manifest and the file's record (size and digest).
+#ifndef STINT_RUNTIME_CHECKPOINT_PERSIST_H_
+#define STINT_RUNTIME_CHECKPOINT_PERSIST_H_
+
+#include <string>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "checkpoint/snapshot.h"
+#include "format/manifest.h"
+#include "io/io_engine.h"
+#include "stint/env.h"
+
+namespace stint {
+
+struct PersistOptions {
+  bool compress = false;
+  int zstd_level = 1;
+  bool direct_io = true;
+  uint64_t io_size = 4u << 20;  // bytes per write request (multiple of 4 KiB)
+};
+
+struct PersistedFile {
+  FileRecord file;
+  std::vector<std::vector<ChunkRecord>> entry_chunks;  // parallel to layout.entries
+  uint64_t stored_bytes = 0;
+};
+
+Result<PersistedFile> PersistSnapshot(Env* env, IoEngine* engine, ThreadPool* pool,
+                                      const Snapshot& snapshot, const std::string& path,
+                                      const PersistOptions& options);
+
+}  // namespace stint
+
+#endif  // STINT_RUNTIME_CHECKPOINT_PERSIST_H_

@@ -1,0 +1,115 @@
+#include "checkpoint/snapshot.h"
+
+#include <cstring>
+#include <map>
+
+#include "format/chunk.h"
+
+namespace stint {
+namespace {
+
+Status CheckShard(const TensorShard& t, std::vector<int64_t>* offsets, std::vector<int64_t>* extents) {
+  std::string ctx = "tensor '" + t.name + "'";
+  if (DTypeSize(t.dtype) == 0) return Status::InvalidArgument(ctx + ": unknown dtype");
+  size_t rank = t.global_shape.size();
+  *offsets = t.offsets.empty() ? std::vector<int64_t>(rank, 0) : t.offsets;
+  *extents = t.extents.empty() ? t.global_shape : t.extents;
+  if (offsets->size() != rank || extents->size() != rank) {
+    return Status::InvalidArgument(ctx + ": offsets/extents must have one entry per dimension (" +
+                                   std::to_string(rank) + ")");
+  }
+  for (size_t d = 0; d < rank; ++d) {
+    if (t.global_shape[d] < 0 || (*offsets)[d] < 0 || (*extents)[d] < 0 ||
+        (*offsets)[d] + (*extents)[d] > t.global_shape[d]) {
+      return Status::InvalidArgument(ctx + ": shard lies outside the global shape in dim " +
+                                     std::to_string(d));
+    }
+  }
+  if (NumElements(*extents) > 0 && t.data == nullptr) {
+    return Status::InvalidArgument(ctx + ": data is null");
+  }
+  return Status::OK();
+}
+
+void AddChunks(SnapshotEntry* e, uint64_t chunk_size, uint64_t* cursor) {
+  for (uint64_t len : SplitIntoChunks(e->raw_bytes, chunk_size)) {
+    e->chunk_offset.push_back(*cursor);
+    e->chunk_len.push_back(len);
+    *cursor += AlignUp(len == 0 ? 1 : len);  // an empty chunk still owns a (zero) block
+  }
+}
+
+}  // namespace
+
+Result<SnapshotLayout> PlanSnapshot(const State& state, uint64_t chunk_size) {
+  if (chunk_size == 0 || chunk_size % kChunkAlignment != 0) {
+    return Status::InvalidArgument("chunk_size must be a positive multiple of 4096, got " +
+                                   std::to_string(chunk_size));
+  }
+  SnapshotLayout layout;
+  // Several shards of one tensor may be saved together; they must agree.
+  std::map<std::string, const TensorShard*> first_shard;
+  uint64_t cursor = 0;
+  for (const auto& t : state.tensors) {
+    if (t.name.empty()) return Status::InvalidArgument("a tensor has an empty name");
+    SnapshotEntry e;
+    e.name = t.name;
+    e.dtype = t.dtype;
+    e.global_shape = t.global_shape;
+    STINT_RETURN_IF_ERROR(CheckShard(t, &e.offsets, &e.extents));
+    e.raw_bytes = uint64_t(NumElements(e.extents)) * DTypeSize(t.dtype);
+    AddChunks(&e, chunk_size, &cursor);
+    layout.raw_bytes += e.raw_bytes;
+    auto [it, fresh] = first_shard.emplace(t.name, &t);
+    if (!fresh && (it->second->dtype != t.dtype || it->second->global_shape != t.global_shape)) {
+      return Status::InvalidArgument("tensor '" + t.name +
+                                     "': shards disagree on dtype or global shape");
+    }
+    layout.entries.push_back(std::move(e));
+  }
+  for (const auto& [name, bytes] : state.blobs) {
+    if (name.empty()) return Status::InvalidArgument("a blob has an empty name");
+    SnapshotEntry e;
+    e.name = name;
+    e.is_blob = true;
+    e.raw_bytes = bytes.size();
+    AddChunks(&e, chunk_size, &cursor);
+    layout.raw_bytes += e.raw_bytes;
+    layout.entries.push_back(std::move(e));
+  }
+  layout.image_bytes = cursor;
+  return layout;
+}
+
+void CopyIntoStaging(const State& state, const SnapshotLayout& layout, char* buffer, ThreadPool* pool) {
+  struct Piece {
+    const char* src;
+    uint64_t dst;
+    uint64_t len;
+    uint64_t padded;
+  };
+  std::vector<Piece> pieces;
+  size_t tensor_index = 0;
+  auto blob = state.blobs.begin();
+  for (const auto& e : layout.entries) {
+    const char* src;
+    if (e.is_blob) {
+      src = (blob++)->second.data();
+    } else {
+      src = static_cast<const char*>(state.tensors[tensor_index++].data);
+    }
+    uint64_t done = 0;
+    for (size_t c = 0; c < e.chunk_len.size(); ++c) {
+      uint64_t len = e.chunk_len[c];
+      pieces.push_back(Piece{src + done, e.chunk_offset[c], len, AlignUp(len == 0 ? 1 : len)});
+      done += len;
+    }
+  }
+  pool->ParallelFor(pieces.size(), [&](size_t i) {
+    const Piece& p = pieces[i];
+    if (p.len > 0) std::memcpy(buffer + p.dst, p.src, p.len);
+    std::memset(buffer + p.dst + p.len, 0, p.padded - p.len);
+  });
+}
+
+}  // namespace stint

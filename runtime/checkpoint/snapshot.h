@@ -1,0 +1,51 @@
+// Snapshot: a State copied into one staging buffer laid out exactly like an
+// uncompressed data file: each entry (tensor shard or blob) split into chunks,
+// each chunk at a 4 KiB-aligned offset, padding zeroed. With compression off
+// the buffer is written to disk as it is, with O_DIRECT and no further copy.
+#ifndef STINT_RUNTIME_CHECKPOINT_SNAPSHOT_H_
+#define STINT_RUNTIME_CHECKPOINT_SNAPSHOT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "checkpoint/staging_pool.h"
+#include "stint/state.h"
+
+namespace stint {
+
+struct SnapshotEntry {
+  std::string name;
+  bool is_blob = false;
+  DType dtype = DType::kUInt8;
+  std::vector<int64_t> global_shape, offsets, extents;  // tensors only
+  uint64_t raw_bytes = 0;
+  std::vector<uint64_t> chunk_offset;  // in the staging buffer
+  std::vector<uint64_t> chunk_len;     // raw bytes
+};
+
+struct SnapshotLayout {
+  std::vector<SnapshotEntry> entries;  // tensors first, then blobs, in State order
+  uint64_t image_bytes = 0;            // staging buffer size, a multiple of 4 KiB
+  uint64_t raw_bytes = 0;
+};
+
+// Validates the state (unique non-empty names, shards inside their global
+// shapes, data present) and plans the staging layout.
+Result<SnapshotLayout> PlanSnapshot(const State& state, uint64_t chunk_size);
+
+// Copies every tensor and blob into `buffer` (REQUIRES: size >= image_bytes)
+// with the pool's threads, and zeroes the padding.
+void CopyIntoStaging(const State& state, const SnapshotLayout& layout, char* buffer, ThreadPool* pool);
+
+struct Snapshot {
+  uint64_t step = 0;
+  SnapshotLayout layout;
+  std::unique_ptr<StagingBuffer> buffer;
+};
+
+}  // namespace stint
+
+#endif  // STINT_RUNTIME_CHECKPOINT_SNAPSHOT_H_

@@ -1,0 +1,84 @@
+#include "checkpoint/staging_pool.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "format/chunk.h"
+
+namespace stint {
+
+StagingBuffer::~StagingBuffer() { pool_->Release(data_, size_); }
+
+StagingPool::StagingPool(size_t capacity_bytes) : capacity_(capacity_bytes) {}
+
+StagingPool::~StagingPool() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& c : cached_) std::free(c.data);
+}
+
+size_t StagingPool::capacity() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return capacity_;
+}
+
+size_t StagingPool::bytes_in_use() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return in_use_;
+}
+
+void StagingPool::EvictFor(size_t need) {
+  while (!cached_.empty() && allocated_ + need > capacity_) {
+    std::free(cached_.back().data);
+    allocated_ -= cached_.back().size;
+    cached_.pop_back();
+  }
+}
+
+Result<std::unique_ptr<StagingBuffer>> StagingPool::Acquire(size_t size,
+                                                            std::chrono::milliseconds wait) {
+  size = AlignUp(size == 0 ? 1 : size);
+  std::unique_lock<std::mutex> lock(mu_);
+  if (capacity_ == 0) capacity_ = 2 * size;
+  if (size > capacity_) {
+    return Status::ResourceExhausted("staging pool: snapshot needs " + std::to_string(size) +
+                                     " bytes, capacity is " + std::to_string(capacity_));
+  }
+  auto deadline = std::chrono::steady_clock::now() + wait;
+  for (;;) {
+    for (size_t i = 0; i < cached_.size(); ++i) {
+      if (cached_[i].size == size) {  // exact-size reuse
+        char* data = cached_[i].data;
+        cached_.erase(cached_.begin() + long(i));
+        in_use_ += size;
+        return std::unique_ptr<StagingBuffer>(new StagingBuffer(this, data, size));
+      }
+    }
+    if (in_use_ + size <= capacity_) {
+      EvictFor(size);
+      void* p = nullptr;
+      if (posix_memalign(&p, kChunkAlignment, size) != 0) {
+        return Status::ResourceExhausted("staging pool: cannot allocate " + std::to_string(size) +
+                                         " bytes");
+      }
+      allocated_ += size;
+      in_use_ += size;
+      return std::unique_ptr<StagingBuffer>(new StagingBuffer(this, static_cast<char*>(p), size));
+    }
+    if (released_.wait_until(lock, deadline) == std::cv_status::timeout &&
+        in_use_ + size > capacity_) {
+      return Status::Unavailable("staging pool busy: " + std::to_string(in_use_) + " of " +
+                                 std::to_string(capacity_) + " bytes held by checkpoints still persisting");
+    }
+  }
+}
+
+void StagingPool::Release(char* data, size_t size) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_use_ -= size;
+    cached_.push_back(Cached{data, size});
+  }
+  released_.notify_all();
+}
+
+}  // namespace stint

@@ -1,0 +1,83 @@
+// StagingPool: bounded host memory that snapshots are copied into.
+//
+// Each buffer has exactly the size asked for (rounded up to 4 KiB for
+// O_DIRECT), never a power-of-two bucket: a 1.1 GiB state takes 1.1 GiB.
+// Freed buffers are kept for reuse by the next save of the same size and
+// released to the OS only when a different size needs the room. When the
+// capacity is used up, Acquire either waits for a persist to finish or
+// reports that the pool is busy, as the caller's policy says.
+//
+// Thread-safe. Buffers may be returned from any thread; the pool must
+// outlive its buffers.
+#ifndef STINT_RUNTIME_CHECKPOINT_STAGING_POOL_H_
+#define STINT_RUNTIME_CHECKPOINT_STAGING_POOL_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "stint/status.h"
+
+namespace stint {
+
+class StagingPool;
+
+// An aligned buffer lent by a StagingPool; returns itself on destruction.
+class StagingBuffer {
+ public:
+  ~StagingBuffer();
+  StagingBuffer(const StagingBuffer&) = delete;
+  StagingBuffer& operator=(const StagingBuffer&) = delete;
+
+  char* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  friend class StagingPool;
+  StagingBuffer(StagingPool* pool, char* data, size_t size) : pool_(pool), data_(data), size_(size) {}
+  StagingPool* pool_;
+  char* data_;
+  size_t size_;
+};
+
+class StagingPool {
+ public:
+  // capacity_bytes == 0 means: fixed on first Acquire at twice its size, so
+  // one checkpoint can be persisting while the next is staged.
+  explicit StagingPool(size_t capacity_bytes);
+  ~StagingPool();
+  StagingPool(const StagingPool&) = delete;
+  StagingPool& operator=(const StagingPool&) = delete;
+
+  // Waits up to `wait` for room (zero: do not wait). kResourceExhausted if
+  // the size exceeds the capacity, kUnavailable if the pool stayed busy.
+  Result<std::unique_ptr<StagingBuffer>> Acquire(size_t size, std::chrono::milliseconds wait);
+
+  size_t capacity() const;
+  size_t bytes_in_use() const;
+
+ private:
+  friend class StagingBuffer;
+  void Release(char* data, size_t size);
+  // REQUIRES: mu_ held. Frees cached buffers until `need` more bytes fit.
+  void EvictFor(size_t need);
+
+  mutable std::mutex mu_;
+  std::condition_variable released_;
+  // Guarded by mu_.
+  size_t capacity_;
+  size_t allocated_ = 0;  // in use + cached
+  size_t in_use_ = 0;
+  struct Cached {
+    char* data;
+    size_t size;
+  };
+  std::vector<Cached> cached_;
+};
+
+}  // namespace stint
+
+#endif  // STINT_RUNTIME_CHECKPOINT_STAGING_POOL_H_

@@ -1,0 +1,341 @@
+#include "format/manifest.h"
+
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace stint {
+namespace {
+
+using json = nlohmann::json;
+
+json EncodeChunk(const ChunkRecord& c) {
+  return json{{"offset", c.file_offset}, {"stored", c.stored_len}, {"raw", c.raw_len},
+              {"codec", CodecName(c.codec)}, {"xxh3", HashToHex(c.xxh3)}};
+}
+
+json EncodeChunks(const std::vector<ChunkRecord>& chunks) {
+  json a = json::array();
+  for (const auto& c : chunks) a.push_back(EncodeChunk(c));
+  return a;
+}
+
+// Non-throwing field readers: nlohmann's at()/get() throw on a wrong type,
+// and a manifest is untrusted input.
+class Fields {
+ public:
+  Fields(const json& obj, std::string ctx) : obj_(obj), ctx_(std::move(ctx)) {}
+  const std::string& ctx() const { return ctx_; }
+
+  Status Object() const {
+    if (!obj_.is_object()) return Err("", "is not a JSON object");
+    return Status::OK();
+  }
+  Result<const json*> Get(const char* key, json::value_t type) const {
+    auto it = obj_.find(key);
+    if (it == obj_.end()) return Err(key, "is missing");
+    bool ok = it->type() == type ||
+              (type == json::value_t::number_unsigned && it->is_number_unsigned()) ||
+              (type == json::value_t::number_integer && it->is_number_integer());
+    if (!ok) return Err(key, std::string("has type ") + it->type_name());
+    return &*it;
+  }
+  Result<uint64_t> U64(const char* key) const {
+    STINT_ASSIGN_OR_RETURN(const json* v, Get(key, json::value_t::number_unsigned));
+    return v->get<uint64_t>();
+  }
+  Result<int64_t> I64(const char* key) const {
+    STINT_ASSIGN_OR_RETURN(const json* v, Get(key, json::value_t::number_integer));
+    return v->get<int64_t>();
+  }
+  Result<std::string> Str(const char* key) const {
+    STINT_ASSIGN_OR_RETURN(const json* v, Get(key, json::value_t::string));
+    return v->get<std::string>();
+  }
+  Result<const json*> Array(const char* key) const { return Get(key, json::value_t::array); }
+  Result<std::vector<int64_t>> Dims(const char* key) const {
+    STINT_ASSIGN_OR_RETURN(const json* a, Array(key));
+    std::vector<int64_t> dims;
+    for (const auto& d : *a) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0) {
+        return Err(key, "holds a value that is not a non-negative integer");
+      }
+      dims.push_back(d.get<int64_t>());
+    }
+    return dims;
+  }
+  Status Err(std::string_view key, std::string_view what) const {
+    std::string field = key.empty() ? ctx_ : ctx_ + "." + std::string(key);
+    return Status::DataLoss(field + " " + std::string(what));
+  }
+
+ private:
+  const json& obj_;
+  std::string ctx_;
+};
+
+Result<ChunkRecord> DecodeChunkRecord(const json& j, const std::string& ctx) {
+  Fields f(j, ctx);
+  STINT_RETURN_IF_ERROR(f.Object());
+  ChunkRecord c;
+  STINT_ASSIGN_OR_RETURN(c.file_offset, f.U64("offset"));
+  STINT_ASSIGN_OR_RETURN(c.stored_len, f.U64("stored"));
+  STINT_ASSIGN_OR_RETURN(c.raw_len, f.U64("raw"));
+  STINT_ASSIGN_OR_RETURN(std::string codec, f.Str("codec"));
+  STINT_ASSIGN_OR_RETURN(c.codec, ParseCodec(codec));
+  STINT_ASSIGN_OR_RETURN(std::string hex, f.Str("xxh3"));
+  auto h = HexToHash(hex);
+  if (!h.ok()) return f.Err("xxh3", h.status().message());
+  c.xxh3 = *h;
+  return c;
+}
+
+Result<std::vector<ChunkRecord>> DecodeChunkList(const Fields& f) {
+  STINT_ASSIGN_OR_RETURN(const json* a, f.Array("chunks"));
+  std::vector<ChunkRecord> chunks;
+  for (size_t i = 0; i < a->size(); ++i) {
+    STINT_ASSIGN_OR_RETURN(ChunkRecord c,
+                           DecodeChunkRecord((*a)[i], f.ctx() + ".chunks[" + std::to_string(i) + "]"));
+    chunks.push_back(c);
+  }
+  return chunks;
+}
+
+Result<Manifest> DecodeBody(const json& body, const std::string& origin) {
+  Fields f(body, origin + ": manifest");
+  STINT_RETURN_IF_ERROR(f.Object());
+  Manifest m;
+  STINT_ASSIGN_OR_RETURN(const json* version, f.Array("version"));
+  if (version->size() != 2 || !(*version)[0].is_number_unsigned() ||
+      !(*version)[1].is_number_unsigned()) {
+    return f.Err("version", "is not [major, minor]");
+  }
+  uint64_t major = (*version)[0].get<uint64_t>(), minor = (*version)[1].get<uint64_t>();
+  if (major != uint64_t(kFormatMajor)) {
+    return Status::Unimplemented(origin + ": unknown checkpoint format version " +
+                                 std::to_string(major) + "." + std::to_string(minor) +
+                                 " (this reader supports " + std::to_string(kFormatMajor) + ".x)");
+  }
+  m.version_major = int(major);
+  m.version_minor = int(minor > 1000000 ? 1000000 : minor);
+  STINT_ASSIGN_OR_RETURN(m.job_id, f.Str("job_id"));
+  STINT_ASSIGN_OR_RETURN(m.step, f.U64("step"));
+  STINT_ASSIGN_OR_RETURN(m.fencing_token, f.U64("fencing_token"));
+  STINT_ASSIGN_OR_RETURN(uint64_t world, f.U64("world_size"));
+  if (world == 0 || world > 1000000) return f.Err("world_size", "is out of range");
+  m.world_size = int(world);
+  STINT_ASSIGN_OR_RETURN(m.chunk_size, f.U64("chunk_size"));
+  STINT_ASSIGN_OR_RETURN(m.created_unix_ms, f.I64("created_unix_ms"));
+
+  STINT_ASSIGN_OR_RETURN(const json* files, f.Array("files"));
+  for (size_t i = 0; i < files->size(); ++i) {
+    Fields ff((*files)[i], f.ctx() + ".files[" + std::to_string(i) + "]");
+    STINT_RETURN_IF_ERROR(ff.Object());
+    FileRecord fr;
+    STINT_ASSIGN_OR_RETURN(fr.name, ff.Str("name"));
+    STINT_ASSIGN_OR_RETURN(fr.size, ff.U64("size"));
+    STINT_ASSIGN_OR_RETURN(std::string hex, ff.Str("digest"));
+    auto h = HexToHash(hex);
+    if (!h.ok()) return ff.Err("digest", h.status().message());
+    fr.digest = *h;
+    m.files.push_back(std::move(fr));
+  }
+
+  STINT_ASSIGN_OR_RETURN(const json* tensors, f.Array("tensors"));
+  for (size_t i = 0; i < tensors->size(); ++i) {
+    Fields tf((*tensors)[i], f.ctx() + ".tensors[" + std::to_string(i) + "]");
+    STINT_RETURN_IF_ERROR(tf.Object());
+    TensorRecord t;
+    STINT_ASSIGN_OR_RETURN(t.name, tf.Str("name"));
+    STINT_ASSIGN_OR_RETURN(std::string dtype, tf.Str("dtype"));
+    auto dt = ParseDType(dtype);
+    if (!dt.ok()) return tf.Err("dtype", dt.status().message());
+    t.dtype = *dt;
+    STINT_ASSIGN_OR_RETURN(t.global_shape, tf.Dims("shape"));
+    STINT_ASSIGN_OR_RETURN(const json* shards, tf.Array("shards"));
+    for (size_t k = 0; k < shards->size(); ++k) {
+      Fields sf((*shards)[k], tf.ctx() + ".shards[" + std::to_string(k) + "]");
+      STINT_RETURN_IF_ERROR(sf.Object());
+      ShardRecord s;
+      STINT_ASSIGN_OR_RETURN(s.offsets, sf.Dims("offsets"));
+      STINT_ASSIGN_OR_RETURN(s.extents, sf.Dims("extents"));
+      STINT_ASSIGN_OR_RETURN(s.file, sf.Str("file"));
+      STINT_ASSIGN_OR_RETURN(s.chunks, DecodeChunkList(sf));
+      t.shards.push_back(std::move(s));
+    }
+    m.tensors.push_back(std::move(t));
+  }
+
+  STINT_ASSIGN_OR_RETURN(const json* blobs, f.Array("blobs"));
+  for (size_t i = 0; i < blobs->size(); ++i) {
+    Fields bf((*blobs)[i], f.ctx() + ".blobs[" + std::to_string(i) + "]");
+    STINT_RETURN_IF_ERROR(bf.Object());
+    BlobRecord b;
+    STINT_ASSIGN_OR_RETURN(b.name, bf.Str("name"));
+    STINT_ASSIGN_OR_RETURN(b.file, bf.Str("file"));
+    STINT_ASSIGN_OR_RETURN(b.chunks, DecodeChunkList(bf));
+    m.blobs.push_back(std::move(b));
+  }
+  STINT_RETURN_IF_ERROR(ValidateManifest(m, origin));
+  return m;
+}
+
+json EncodeBody(const Manifest& m) {
+  json files = json::array();
+  for (const auto& f : m.files) {
+    files.push_back({{"name", f.name}, {"size", f.size}, {"digest", HashToHex(f.digest)}});
+  }
+  json tensors = json::array();
+  for (const auto& t : m.tensors) {
+    json shards = json::array();
+    for (const auto& s : t.shards) {
+      shards.push_back({{"offsets", s.offsets}, {"extents", s.extents}, {"file", s.file},
+                        {"chunks", EncodeChunks(s.chunks)}});
+    }
+    tensors.push_back({{"name", t.name}, {"dtype", DTypeName(t.dtype)}, {"shape", t.global_shape},
+                       {"shards", std::move(shards)}});
+  }
+  json blobs = json::array();
+  for (const auto& b : m.blobs) {
+    blobs.push_back({{"name", b.name}, {"file", b.file}, {"chunks", EncodeChunks(b.chunks)}});
+  }
+  return json{{"version", {m.version_major, m.version_minor}},
+              {"job_id", m.job_id},
+              {"step", m.step},
+              {"fencing_token", m.fencing_token},
+              {"world_size", m.world_size},
+              {"chunk_size", m.chunk_size},
+              {"created_unix_ms", m.created_unix_ms},
+              {"files", std::move(files)},
+              {"tensors", std::move(tensors)},
+              {"blobs", std::move(blobs)}};
+}
+
+// Checks chunks of one entry: aligned, inside the file, raw lengths add up.
+Status ValidateChunks(const std::vector<ChunkRecord>& chunks, uint64_t raw_bytes,
+                      const FileRecord* file, const std::string& ctx) {
+  if (file == nullptr) return Status::DataLoss(ctx + " refers to a data file not in the manifest");
+  if (chunks.empty()) return Status::DataLoss(ctx + " has no chunks");
+  uint64_t sum = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const ChunkRecord& c = chunks[i];
+    std::string cctx = ctx + " chunk " + std::to_string(i);
+    if (c.file_offset % kChunkAlignment != 0) return Status::DataLoss(cctx + ": offset not 4 KiB aligned");
+    if (c.stored_len > file->size || c.file_offset > file->size - c.stored_len ||
+        AlignUp(c.file_offset + c.stored_len) > file->size) {
+      return Status::DataLoss(cctx + ": extends past the end of " + file->name + " (" +
+                              std::to_string(file->size) + " bytes)");
+    }
+    if (c.raw_len > (uint64_t{1} << 40)) return Status::DataLoss(cctx + ": raw length too large");
+    sum += c.raw_len;
+  }
+  if (sum != raw_bytes) {
+    return Status::DataLoss(ctx + ": chunks hold " + std::to_string(sum) + " bytes, expected " +
+                            std::to_string(raw_bytes));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+const TensorRecord* Manifest::FindTensor(std::string_view name) const {
+  for (const auto& t : tensors) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+const BlobRecord* Manifest::FindBlob(std::string_view name) const {
+  for (const auto& b : blobs) {
+    if (b.name == name) return &b;
+  }
+  return nullptr;
+}
+const FileRecord* Manifest::FindFile(std::string_view name) const {
+  for (const auto& f : files) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+std::string EncodeManifest(const Manifest& m) {
+  json body = EncodeBody(m);
+  std::string canonical = body.dump();
+  json top = {{"manifest", std::move(body)}, {"manifest_xxh3", HashToHex(Xxh3(canonical.data(), canonical.size()))}};
+  return top.dump(1) + "\n";
+}
+
+Result<Manifest> DecodeManifest(std::string_view bytes, std::string_view origin_view) {
+  std::string origin(origin_view);
+  json top = json::parse(bytes.begin(), bytes.end(), nullptr, /*allow_exceptions=*/false);
+  if (top.is_discarded()) return Status::DataLoss(origin + ": manifest is not valid JSON");
+  try {
+    Fields f(top, origin);
+    STINT_RETURN_IF_ERROR(f.Object());
+    STINT_ASSIGN_OR_RETURN(std::string hex, f.Str("manifest_xxh3"));
+    STINT_ASSIGN_OR_RETURN(const json* body, f.Get("manifest", json::value_t::object));
+    std::string canonical = body->dump();
+    auto want = HexToHash(hex);
+    if (!want.ok()) return f.Err("manifest_xxh3", want.status().message());
+    // Version first: a future format must say "unknown version", not "bad checksum".
+    auto version = body->find("version");
+    if (version != body->end() && version->is_array() && version->size() == 2 &&
+        (*version)[0].is_number_unsigned() && (*version)[0].get<uint64_t>() != uint64_t(kFormatMajor)) {
+      return DecodeBody(*body, origin);
+    }
+    if (Xxh3(canonical.data(), canonical.size()) != *want) {
+      return Status::DataLoss(origin + ": manifest checksum mismatch");
+    }
+    return DecodeBody(*body, origin);
+  } catch (const std::exception& e) {  // nlohmann on pathological input; never escapes
+    return Status::DataLoss(origin + ": malformed manifest: " + e.what());
+  }
+}
+
+Status ValidateManifest(const Manifest& m, std::string_view origin_view) {
+  std::string origin(origin_view);
+  std::set<std::string> names;
+  for (const auto& f : m.files) {
+    if (f.name.empty() || f.name.find('/') != std::string::npos || f.name[0] == '.') {
+      return Status::DataLoss(origin + ": bad data file name '" + f.name + "'");
+    }
+    if (!names.insert(f.name).second) return Status::DataLoss(origin + ": duplicate file " + f.name);
+  }
+  names.clear();
+  for (const auto& t : m.tensors) {
+    std::string ctx = origin + ": tensor '" + t.name + "'";
+    if (!names.insert(t.name).second) return Status::DataLoss(ctx + " appears twice");
+    for (int64_t d : t.global_shape) {
+      if (d > (int64_t{1} << 40)) return Status::DataLoss(ctx + ": dimension too large");
+    }
+    for (size_t k = 0; k < t.shards.size(); ++k) {
+      const ShardRecord& s = t.shards[k];
+      std::string sctx = ctx + " shard " + std::to_string(k);
+      if (s.offsets.size() != t.global_shape.size() || s.extents.size() != t.global_shape.size()) {
+        return Status::DataLoss(sctx + ": rank of offsets/extents differs from the shape");
+      }
+      uint64_t elems = 1;
+      for (size_t d = 0; d < t.global_shape.size(); ++d) {
+        if (s.offsets[d] + s.extents[d] > t.global_shape[d]) {
+          return Status::DataLoss(sctx + ": lies outside the global shape in dim " + std::to_string(d));
+        }
+        if (s.extents[d] != 0 && elems > (uint64_t{1} << 40) / uint64_t(s.extents[d])) {
+          return Status::DataLoss(sctx + ": too many elements");
+        }
+        elems *= uint64_t(s.extents[d]);
+      }
+      STINT_RETURN_IF_ERROR(
+          ValidateChunks(s.chunks, elems * DTypeSize(t.dtype), m.FindFile(s.file), sctx));
+    }
+  }
+  names.clear();
+  for (const auto& b : m.blobs) {
+    std::string ctx = origin + ": blob '" + b.name + "'";
+    if (!names.insert(b.name).second) return Status::DataLoss(ctx + " appears twice");
+    uint64_t sum = 0;
+    for (const auto& c : b.chunks) sum += c.raw_len;
+    STINT_RETURN_IF_ERROR(ValidateChunks(b.chunks, sum, m.FindFile(b.file), ctx));
+  }
+  return Status::OK();
+}
+
+}  // namespace stint

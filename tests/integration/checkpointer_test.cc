@@ -1,0 +1,237 @@
+// Checkpointer round trips with real files, on both I/O engines.
+#include "stint/checkpointer.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "checkpoint/commit.h"
+#include "util/temp_dir.h"
+
+namespace stint {
+namespace {
+
+std::vector<float> RandomFloats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+struct Model {
+  std::vector<float> w, b;
+  std::vector<int64_t> counters;
+  State AsState() const {
+    State s;
+    s.tensors.push_back({"layer.w", DType::kFloat32, {int64_t(w.size() / 100), 100}, {}, {}, w.data()});
+    s.tensors.push_back({"layer.b", DType::kFloat32, {int64_t(b.size())}, {}, {}, b.data()});
+    s.tensors.push_back({"counters", DType::kInt64, {int64_t(counters.size())}, {}, {}, counters.data()});
+    s.blobs["rng"] = "mt19937-state-bytes";
+    s.blobs["user.json"] = R"({"lr": 0.001})";
+    return s;
+  }
+  std::vector<TensorDest> Dests() {
+    return {{"layer.w", DType::kFloat32, {int64_t(w.size() / 100), 100}, {}, {}, w.data()},
+            {"layer.b", DType::kFloat32, {int64_t(b.size())}, {}, {}, b.data()},
+            {"counters", DType::kInt64, {int64_t(counters.size())}, {}, {}, counters.data()}};
+  }
+};
+
+Model MakeModel(uint32_t seed, size_t rows = 300) {
+  Model m;
+  m.w = RandomFloats(rows * 100, seed);
+  m.b = RandomFloats(100, seed + 1);
+  m.counters = {int64_t(seed), 2, 3};
+  return m;
+}
+
+class CheckpointerTest : public ::testing::TestWithParam<std::tuple<const char*, bool>> {
+ protected:
+  CheckpointOptions Options() {
+    CheckpointOptions o;
+    o.root = dir_.Sub("ckpt");
+    o.io_engine = std::get<0>(GetParam());
+    o.compress = std::get<1>(GetParam());
+    o.chunk_size = 16 * 1024;  // many chunks per tensor
+    o.job_id = "job-1";
+    return o;
+  }
+  TempDir dir_;
+};
+
+TEST_P(CheckpointerTest, SaveLoadRoundTrip) {
+  auto ckpt = Checkpointer::Open(Options());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  Model m = MakeModel(7);
+  auto h = (*ckpt)->Save(10, m.AsState());
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_TRUE(h->staged.get().ok());
+  ASSERT_TRUE(h->durable.get().ok()) << h->durable.get().ToString();
+
+  Model out = MakeModel(99);
+  auto r = (*ckpt)->Load(out.Dests());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->step, 10u);
+  EXPECT_EQ(out.w, m.w);
+  EXPECT_EQ(out.b, m.b);
+  EXPECT_EQ(out.counters, m.counters);
+  EXPECT_EQ(r->blobs.at("rng"), "mt19937-state-bytes");
+  EXPECT_EQ(r->blobs.at("user.json"), R"({"lr": 0.001})");
+  EXPECT_TRUE(r->skipped.empty());
+}
+
+TEST_P(CheckpointerTest, LatestAndRetention) {
+  CheckpointOptions o = Options();
+  o.keep_last = 2;
+  o.keep_every = 4;
+  auto ckpt = Checkpointer::Open(o);
+  ASSERT_TRUE(ckpt.ok());
+  for (uint64_t step = 1; step <= 6; ++step) {
+    Model m = MakeModel(uint32_t(step), 10);
+    auto h = (*ckpt)->Save(step, m.AsState());
+    ASSERT_TRUE(h.ok());
+    ASSERT_TRUE(h->durable.get().ok());
+  }
+  auto steps = (*ckpt)->ListCommitted();
+  ASSERT_TRUE(steps.ok());
+  EXPECT_EQ(*steps, (std::vector<uint64_t>{4, 5, 6}));
+  auto latest = ReadLatest(Env::Default(), o.root);
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(latest->value(), "step-00000006");
+  Model out = MakeModel(0, 10);
+  auto r = (*ckpt)->Load(out.Dests());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(out.counters[0], 6);
+  LoadOptions old;
+  old.step = 4;
+  r = (*ckpt)->Load(out.Dests(), old);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(out.counters[0], 4);
+}
+
+TEST_P(CheckpointerTest, EmptyAndScalarTensors) {
+  auto ckpt = Checkpointer::Open(Options());
+  ASSERT_TRUE(ckpt.ok());
+  double scalar = 3.5;
+  State s;
+  s.tensors.push_back({"empty", DType::kFloat32, {0, 4}, {}, {}, nullptr});
+  s.tensors.push_back({"scalar", DType::kFloat64, {}, {}, {}, &scalar});
+  s.blobs["empty_blob"] = "";
+  auto h = (*ckpt)->Save(1, s);
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(h->durable.get().ok()) << h->durable.get().ToString();
+  double out = 0;
+  auto r = (*ckpt)->Load({{"empty", DType::kFloat32, {0, 4}, {}, {}, nullptr},
+                          {"scalar", DType::kFloat64, {}, {}, {}, &out}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(out, 3.5);
+  EXPECT_EQ(r->blobs.at("empty_blob"), "");
+}
+
+TEST_P(CheckpointerTest, ReshardDim0) {
+  // Saved as 3 uneven row shards (as 3 ranks would), loaded as 2 and as 1.
+  auto ckpt = Checkpointer::Open(Options());
+  ASSERT_TRUE(ckpt.ok());
+  const int64_t rows = 1001, cols = 37;
+  std::vector<float> full = RandomFloats(size_t(rows * cols), 5);
+  State s;
+  int64_t cut[] = {0, 400, 401, rows};
+  for (int k = 0; k < 3; ++k) {
+    s.tensors.push_back({"emb", DType::kFloat32, {rows, cols}, {cut[k], 0}, {cut[k + 1] - cut[k], cols},
+                         full.data() + cut[k] * cols});
+  }
+  auto h = (*ckpt)->Save(3, s);
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(h->durable.get().ok());
+
+  std::vector<float> a(size_t(500 * cols)), b(size_t(501 * cols)), whole(full.size());
+  auto r = (*ckpt)->Load({{"emb", DType::kFloat32, {rows, cols}, {0, 0}, {500, cols}, a.data()},
+                          {"emb", DType::kFloat32, {rows, cols}, {500, 0}, {501, cols}, b.data()}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(0, std::memcmp(a.data(), full.data(), a.size() * 4));
+  EXPECT_EQ(0, std::memcmp(b.data(), full.data() + 500 * cols, b.size() * 4));
+  r = (*ckpt)->Load({{"emb", DType::kFloat32, {rows, cols}, {}, {}, whole.data()}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(whole, full);
+}
+
+TEST_P(CheckpointerTest, WrongDtypeOrShapeIsAClearError) {
+  auto ckpt = Checkpointer::Open(Options());
+  ASSERT_TRUE(ckpt.ok());
+  Model m = MakeModel(1, 10);
+  auto h = (*ckpt)->Save(1, m.AsState());
+  ASSERT_TRUE(h.ok() && h->durable.get().ok());
+  std::vector<double> wrong(m.b.size());
+  auto r = (*ckpt)->Load({{"layer.b", DType::kFloat64, {100}, {}, {}, wrong.data()}});
+  ASSERT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("layer.b' is float32, destination is float64"), std::string::npos)
+      << r.status().message();
+  r = (*ckpt)->Load({{"layer.b", DType::kFloat32, {99}, {}, {}, wrong.data()}});
+  ASSERT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("[100]"), std::string::npos);
+  r = (*ckpt)->Load({{"nope", DType::kFloat32, {1}, {}, {}, wrong.data()}});
+  EXPECT_EQ(r.status().code(), Code::kNotFound);
+}
+
+TEST_P(CheckpointerTest, RefusesToOverwriteCommittedStep) {
+  auto ckpt = Checkpointer::Open(Options());
+  ASSERT_TRUE(ckpt.ok());
+  Model m = MakeModel(1, 10);
+  auto h = (*ckpt)->Save(5, m.AsState());
+  ASSERT_TRUE(h.ok() && h->durable.get().ok());
+  Model other = MakeModel(2, 10);
+  auto again = (*ckpt)->Save(5, other.AsState());
+  EXPECT_EQ(again.status().code(), Code::kAlreadyExists);
+  Model out = MakeModel(3, 10);
+  ASSERT_TRUE((*ckpt)->Load(out.Dests()).ok());
+  EXPECT_EQ(out.w, m.w);
+}
+
+TEST_P(CheckpointerTest, SkipPolicyReportsBusyPool) {
+  CheckpointOptions o = Options();
+  o.busy_policy = BusyPolicy::kSkip;
+  Model m = MakeModel(1, 2000);
+  o.staging_bytes = m.w.size() * 4 + (1 << 20);  // room for one snapshot only
+  auto ckpt = Checkpointer::Open(o);
+  ASSERT_TRUE(ckpt.ok());
+  int skipped = 0, saved = 0;
+  std::vector<std::shared_future<Status>> durables;
+  for (uint64_t step = 1; step <= 20; ++step) {
+    auto h = (*ckpt)->Save(step, m.AsState());
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    if (h->skipped) {
+      ++skipped;
+      EXPECT_EQ(h->durable.get().code(), Code::kUnavailable);
+    } else {
+      ++saved;
+      durables.push_back(h->durable);
+    }
+  }
+  for (auto& d : durables) EXPECT_TRUE(d.get().ok());
+  EXPECT_GE(saved, 1);
+  EXPECT_EQ((*ckpt)->stats().skipped, uint64_t(skipped));
+  EXPECT_TRUE((*ckpt)->Flush().ok());
+}
+
+TEST_P(CheckpointerTest, LeftoverTmpDirsAreCleanedOnOpen) {
+  CheckpointOptions o = Options();
+  ASSERT_TRUE(Env::Default()->CreateDir(o.root).ok());
+  ASSERT_TRUE(Env::Default()->CreateDir(o.root + "/.tmp-7-abc").ok());
+  ASSERT_TRUE(WriteStringToFileSync(Env::Default(), o.root + "/.tmp-7-abc/rank-00000.stint", "junk").ok());
+  auto ckpt = Checkpointer::Open(o);
+  ASSERT_TRUE(ckpt.ok());
+  EXPECT_FALSE(Env::Default()->FileExists(o.root + "/.tmp-7-abc"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, CheckpointerTest,
+                         ::testing::Combine(::testing::Values("uring", "posix"), ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) ? "_zstd" : "_raw");
+                         });
+
+}  // namespace
+}  // namespace stint

@@ -1,0 +1,25 @@
+// TempDir: a fresh directory under $TMPDIR (or /tmp), removed with its
+// contents on destruction. Set STINT_TEST_DIR to test on another file system.
+#ifndef STINT_TESTS_UTIL_TEMP_DIR_H_
+#define STINT_TESTS_UTIL_TEMP_DIR_H_
+
+#include <string>
+
+namespace stint {
+
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace stint
+
+#endif  // STINT_TESTS_UTIL_TEMP_DIR_H_
