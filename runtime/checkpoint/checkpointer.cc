@@ -132,15 +132,14 @@ class CheckpointerImpl final : public Checkpointer {
     if (options.step) {
       candidates.push_back(StepDirName(*options.step));
     } else {
+      // Newest committed first. The rename is the commit point; LATEST may lag
+      // it by one crash, so it names a candidate but does not outrank a newer one.
       STINT_ASSIGN_OR_RETURN(auto steps, ListCheckpointSteps(env_, options_.root));
+      for (auto it = steps.rbegin(); it != steps.rend(); ++it) candidates.push_back(StepDirName(*it));
       auto latest = ReadLatest(env_, options_.root);
-      // LATEST first (it is the commit record), then every other step, newest first.
-      if (latest.ok() && latest->has_value()) candidates.push_back(**latest);
-      for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-        std::string name = StepDirName(*it);
-        if (std::find(candidates.begin(), candidates.end(), name) == candidates.end()) {
-          candidates.push_back(name);
-        }
+      if (latest.ok() && latest->has_value() &&
+          std::find(candidates.begin(), candidates.end(), **latest) == candidates.end()) {
+        candidates.insert(candidates.begin(), **latest);  // vanished: reported as skipped
       }
       if (candidates.empty()) {
         return Status::NotFound(options_.root + ": no committed checkpoint to load");
@@ -336,7 +335,14 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Open(const CheckpointOptions
   }
   Env* env = options.env != nullptr ? options.env : Env::Default();
   Status made = env->CreateDir(options.root);
-  if (!made.ok() && made.code() != Code::kAlreadyExists) return made;
+  if (made.ok()) {
+    // The root's own entry must survive a power cut, or every checkpoint in it goes too.
+    size_t slash = options.root.find_last_of('/');
+    std::string parent = slash == std::string::npos ? "." : slash == 0 ? "/" : options.root.substr(0, slash);
+    STINT_RETURN_IF_ERROR(env->SyncDir(parent));
+  } else if (made.code() != Code::kAlreadyExists) {
+    return made;
+  }
   if (!env->IsDirectory(options.root)) {
     return Status::InvalidArgument(options.root + " exists and is not a directory");
   }

@@ -1,0 +1,2 @@
+stint_test(integration checkpointer_test)
+stint_test(integration fault_test)
