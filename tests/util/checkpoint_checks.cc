@@ -1,0 +1,45 @@
+#include "util/checkpoint_checks.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "checkpoint/commit.h"
+#include "stint/checkpoint_reader.h"
+#include "stint/checkpointer.h"
+#include "util/step_state.h"
+
+namespace stint {
+
+// Loads the newest checkpoint with the real Env and checks it is exactly
+// one of the steps that may legitimately be there.
+void ExpectNewestLoadsOneOf(const std::string& root, const std::vector<uint64_t>& allowed, const char* engine,
+                            uint64_t* loaded, int64_t rows) {
+  CheckpointOptions o;
+  o.root = root;
+  o.io_engine = engine;
+  auto ckpt = Checkpointer::Open(o);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  StepState out(999, rows);
+  auto r = (*ckpt)->Load(out.Dests());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->skipped.empty()) << r->skipped[0];
+  ASSERT_NE(std::find(allowed.begin(), allowed.end(), r->step), allowed.end()) << "loaded step " << r->step;
+  EXPECT_TRUE(out.SameData(StepState(r->step, rows)));
+  if (loaded != nullptr) *loaded = r->step;
+  EXPECT_EQ(r->blobs.at("step"), std::to_string(r->step));
+  // Every committed checkpoint left behind verifies in full.
+  auto steps = (*ckpt)->ListCommitted();
+  ASSERT_TRUE(steps.ok());
+  for (uint64_t s : *steps) {
+    auto reader = CheckpointReader::Open(root + "/" + StepDirName(s));
+    ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+    EXPECT_TRUE((*reader)->Verify().ok());
+  }
+  // Open cleaned every leftover.
+  auto children = Env::Default()->GetChildren(root);
+  ASSERT_TRUE(children.ok());
+  for (const auto& c : *children) EXPECT_NE(c.rfind(".tmp-", 0), 0u) << c;
+}
+
+}  // namespace stint
