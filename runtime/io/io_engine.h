@@ -41,8 +41,8 @@ struct IoEngineOptions {
   unsigned posix_threads = 4;
 };
 
-// Status of the request and bytes transferred (for reads: fewer than asked
-// only at end of file).
+// Status of the request and bytes transferred: 0 on error; for reads fewer
+// than asked only at end of file.
 using IoDone = std::function<void(const Status&, size_t bytes)>;
 
 class IoEngine {

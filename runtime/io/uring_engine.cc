@@ -214,7 +214,7 @@ class UringEngine final : public IoEngine {
     }  // res == 0 on a read: end of file, complete with what we have
     if (!complete) return Push(slot);
     IoDone done = std::move(r.on_done);
-    size_t bytes = r.done;
+    size_t bytes = s.ok() ? r.done : 0;
     r = Request{};
     free_slots_.push_back(slot);
     --in_flight_;

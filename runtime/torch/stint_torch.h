@@ -1,0 +1,180 @@
+// LibTorch adapter: module parameters, buffers and optimizer state to and from
+// a stint checkpoint.
+//
+// Saving:
+//   stint::TorchStateBuilder b;
+//   STINT_RETURN_IF_ERROR(b.AddModule("model", *model));
+//   STINT_RETURN_IF_ERROR(b.AddOptimizer("optim", optimizer));
+//   auto handle = ckpt->Save(step, b.state());  // `b` must outlive Save()
+//
+// Loading (one Checkpointer::Load() restores everything registered):
+//   stint::TorchStateLoader l;
+//   STINT_RETURN_IF_ERROR(l.AddModule("model", *model));
+//   STINT_RETURN_IF_ERROR(l.AddOptimizer("optim", optimizer));
+//   STINT_ASSIGN_OR_RETURN(stint::LoadResult r, l.Load(*ckpt));
+//
+// Names in the checkpoint:
+//   <prefix>.<module path>                    parameters and buffers ("model.0.weight")
+//   <prefix>.state.<group>.<param>.<field>    optimizer state tensors ("optim.state.0.3.exp_avg")
+//   <prefix>.param_groups.json                blob: optimizer type and hyper-parameters
+// Optimizer state is keyed by (param group index, index in the group), so it
+// reloads into any optimizer built over the same parameters in the same order.
+//
+// Only this directory of stint includes LibTorch headers. No exception leaves
+// these functions: c10::Error (and anything else LibTorch throws) becomes a
+// Status here, at the edge.
+//
+// Thread-compatible. Nothing here synchronizes with other threads that use
+// the same module or optimizer.
+#ifndef STINT_TORCH_STINT_TORCH_H_
+#define STINT_TORCH_STINT_TORCH_H_
+
+#include <c10/core/ScalarType.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "stint/checkpoint_reader.h"
+#include "stint/checkpointer.h"
+#include "stint/state.h"
+#include "stint/status.h"
+
+namespace stint {
+
+// torch dtype <-> stint dtype. kInvalidArgument for a dtype stint cannot store
+// (quantized types, float8, unsigned >8 bit, ...).
+Result<DType> DTypeFromTorch(c10::ScalarType type);
+c10::ScalarType TorchScalarType(DType dtype);
+
+// Collects a State that borrows from torch tensors.
+//
+// A CPU tensor that is contiguous (and has no lazy conj/neg bit) is borrowed
+// as is: it must not be modified until the Save() it is passed to returns.
+// Any other tensor (a transposed view, a CUDA tensor) is copied into a
+// contiguous CPU tensor that this builder keeps alive. CUDA tensors are copied
+// synchronously for now; the pinned-memory, stream-ordered path comes later.
+//
+// The State returned by state() is valid as long as the builder is.
+class TorchStateBuilder {
+ public:
+  TorchStateBuilder() = default;
+  TorchStateBuilder(const TorchStateBuilder&) = delete;
+  TorchStateBuilder& operator=(const TorchStateBuilder&) = delete;
+
+  // One tensor under `name`. An undefined tensor is skipped.
+  // kInvalidArgument for an unsupported dtype or layout (naming the tensor),
+  // kAlreadyExists for a name added before.
+  Status AddTensor(const std::string& name, const torch::Tensor& tensor);
+
+  // Every parameter and buffer of `module` and its submodules, as
+  // "<prefix>.<name>" ("model.fc1.weight"); `prefix` may be empty.
+  Status AddModule(const std::string& prefix, const torch::nn::Module& module);
+
+  // Per-parameter state and the param groups' hyper-parameters of an Adam,
+  // AdamW or SGD optimizer; kUnimplemented for other optimizers.
+  Status AddOptimizer(const std::string& prefix, const torch::optim::Optimizer& optimizer);
+
+  // A byte blob, copied into the checkpoint at Save().
+  Status AddBlob(const std::string& name, std::string bytes);
+
+  const State& state() const { return state_; }
+
+ private:
+  State state_;
+  std::set<std::string> names_;
+  // Contiguous CPU copies (and scalars such as Adam's step) that state_ points into.
+  std::vector<torch::Tensor> keep_alive_;
+};
+
+struct TorchLoadOptions {
+  // Also fail when the checkpoint holds tensors under a registered, non-empty
+  // prefix that nothing registered here claims (a module with a layer removed).
+  // Default: true.
+  bool strict = true;
+};
+
+// Restores modules, optimizers and single tensors from one checkpoint.
+//
+// Register everything first, then call Load() (or pass Planner() to
+// Checkpointer::Load yourself and call Finish() after it succeeds). The
+// planner checks every registered tensor against the checkpoint before any
+// byte is read: kNotFound for a tensor the checkpoint lacks and
+// kInvalidArgument for a wrong shape, dtype or optimizer layout, each naming
+// the tensor.
+//
+// Bytes are read straight into the storage of contiguous CPU parameters and
+// buffers; other tensors are read into a CPU staging copy and copied in under
+// torch::NoGradGuard by Finish(). Optimizer state is read into new tensors of
+// the stored shape and dtype and installed by Finish() (moved to the
+// parameter's device), replacing whatever state the optimizer had; a parameter
+// without saved state ends up without state. Param group hyper-parameters
+// (lr, betas, momentum, ...) and the optimizer's defaults are restored too.
+//
+// If the read fails, module tensors may hold a partially loaded mix; the
+// optimizer is untouched.
+//
+// Registered modules, optimizers and tensors must outlive the loader.
+class TorchStateLoader {
+ public:
+  explicit TorchStateLoader(TorchLoadOptions options = {}) : options_(options) {}
+  TorchStateLoader(const TorchStateLoader&) = delete;
+  TorchStateLoader& operator=(const TorchStateLoader&) = delete;
+
+  // Loads into `tensor` in place (its shape and dtype must match).
+  Status AddTensor(const std::string& name, torch::Tensor tensor);
+  Status AddModule(const std::string& prefix, torch::nn::Module& module);
+  // Adam, AdamW or SGD; kUnimplemented for other optimizers.
+  Status AddOptimizer(const std::string& prefix, torch::optim::Optimizer& optimizer);
+
+  // Checks the checkpoint and returns the destinations to read. May be called
+  // more than once (Checkpointer::Load falls back to older checkpoints); each
+  // call starts over.
+  DestPlanner Planner();
+  // Completes a load whose destinations came from the last Planner() call.
+  Status Finish();
+
+  // Planner() + Checkpointer::Load + Finish().
+  Result<LoadResult> Load(Checkpointer& checkpointer, const LoadOptions& options = {});
+  // The same from an open reader.
+  Status LoadFrom(const CheckpointReader& reader);
+
+ private:
+  struct TensorTarget {
+    std::string name;
+    torch::Tensor tensor;
+  };
+  struct OptimizerTarget {
+    std::string prefix;
+    torch::optim::Optimizer* optimizer;
+  };
+  struct Pending;  // what the last Planner() call prepared
+
+  Result<std::vector<TensorDest>> Plan(const CheckpointReader& reader);
+
+  TorchLoadOptions options_;
+  std::vector<TensorTarget> tensors_;
+  std::vector<OptimizerTarget> optimizers_;
+  std::set<std::string> strict_prefixes_;
+  std::shared_ptr<Pending> pending_;
+};
+
+// One-call forms of TorchStateLoader for a single module or optimizer.
+Result<LoadResult> LoadModule(Checkpointer& checkpointer, const std::string& prefix,
+                              torch::nn::Module& module, const LoadOptions& options = {});
+Result<LoadResult> LoadOptimizer(Checkpointer& checkpointer, const std::string& prefix,
+                                 torch::optim::Optimizer& optimizer,
+                                 const LoadOptions& options = {});
+
+// The default CPU generator's state (what torch::manual_seed sets; dropout and
+// torch::randn draw from it) as an opaque blob, and back.
+Result<std::string> GetTorchCpuRngState();
+// kInvalidArgument when `blob` is not a state GetTorchCpuRngState() returned.
+Status SetTorchCpuRngState(const std::string& blob);
+
+}  // namespace stint
+
+#endif  // STINT_TORCH_STINT_TORCH_H_

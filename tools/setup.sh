@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what is missing (Debian packages, the project venv with PyTorch),
+# then configures and builds stint into build/. Safe to run again: it only
+# installs what is absent and rebuilds incrementally (ccache).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(build-essential cmake ninja-build pkg-config ccache git
+  liburing-dev libzstd-dev libxxhash-dev libsqlite3-dev nlohmann-json3-dev
+  libcpp-httplib-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
+  fio python3 python3-venv python3-dev clang)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# LibTorch comes from PyTorch 2.x on PyPI in the project venv.
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  python3 -m venv .venv
+fi
+if ! .venv/bin/python -c "import torch, numpy" 2>/dev/null; then
+  echo "setup: installing torch and numpy into .venv (large download, once)"
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q "torch>=2.0" numpy pybind11
+fi
+
+BUILD_DIR=${STINT_BUILD_DIR:-build}
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+ninja -C "$BUILD_DIR" -j"$(nproc)"
+echo "setup: built into $BUILD_DIR"
