@@ -1,0 +1,1 @@
+stint_test(unit staging_pool_test)

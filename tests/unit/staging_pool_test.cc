@@ -1,0 +1,83 @@
+#include "checkpoint/staging_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "base/thread_pool.h"
+
+namespace stint {
+namespace {
+
+using std::chrono::milliseconds;
+
+TEST(StagingPool, ExactSizeRoundedToBlocks) {
+  StagingPool pool(1 << 20);
+  auto b = pool.Acquire(5000, milliseconds(0));
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ((*b)->size(), 8192u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>((*b)->data()) % 4096, 0u);
+  EXPECT_EQ(pool.bytes_in_use(), 8192u);
+  b->reset();
+  EXPECT_EQ(pool.bytes_in_use(), 0u);
+}
+
+TEST(StagingPool, ReusesSameSizeBuffer) {
+  StagingPool pool(1 << 20);
+  char* first;
+  {
+    auto b = pool.Acquire(100000, milliseconds(0));
+    ASSERT_TRUE(b.ok());
+    first = (*b)->data();
+  }
+  auto again = pool.Acquire(100000, milliseconds(0));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)->data(), first);
+}
+
+TEST(StagingPool, BusyWhenFullAndNoWait) {
+  StagingPool pool(64 * 1024);
+  auto a = pool.Acquire(40 * 1024, milliseconds(0));
+  ASSERT_TRUE(a.ok());
+  auto b = pool.Acquire(40 * 1024, milliseconds(0));
+  EXPECT_EQ(b.status().code(), Code::kUnavailable);
+  auto huge = pool.Acquire(1 << 20, milliseconds(0));
+  EXPECT_EQ(huge.status().code(), Code::kResourceExhausted);
+}
+
+TEST(StagingPool, BlockedAcquireWakesOnRelease) {
+  StagingPool pool(64 * 1024);
+  auto a = pool.Acquire(40 * 1024, milliseconds(0));
+  ASSERT_TRUE(a.ok());
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    a->reset();
+  });
+  auto b = pool.Acquire(48 * 1024, milliseconds(10000));  // a different size: evicts the cached one
+  releaser.join();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_LE(pool.bytes_in_use(), pool.capacity());
+}
+
+TEST(StagingPool, CapacityFromFirstSnapshot) {
+  StagingPool pool(0);
+  auto a = pool.Acquire(4096 * 10, milliseconds(0));
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(pool.capacity(), 4096u * 20);
+}
+
+TEST(ThreadPool, ParallelForRunsEveryIndexOnce) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> hits(1000);
+  pool.ParallelFor(hits.size(), [&](size_t i) { hits[i]++; });
+  for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+  pool.ParallelFor(0, [&](size_t) { FAIL(); });
+  ThreadPool none(0);  // the caller alone
+  int n = 0;
+  none.ParallelFor(10, [&](size_t) { ++n; });
+  EXPECT_EQ(n, 10);
+}
+
+}  // namespace
+}  // namespace stint
