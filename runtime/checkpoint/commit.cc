@@ -22,6 +22,7 @@ std::optional<uint64_t> ParseStepDirName(const std::string& name) {
     if (next / 10 != v) return std::nullopt;  // overflow
     v = next;
   }
+  if (StepDirName(v) != name) return std::nullopt;  // only the canonical spelling names a step
   return v;
 }
 
@@ -36,6 +37,24 @@ std::string TmpDirName(uint64_t step, uint64_t nonce) {
   std::snprintf(buf, sizeof(buf), "%s%llu-%016llx", kTmpPrefix, static_cast<unsigned long long>(step),
                 static_cast<unsigned long long>(nonce));
   return buf;
+}
+
+std::optional<uint64_t> ParseTmpDirStep(const std::string& name) {
+  const std::string prefix = kTmpPrefix;
+  if (name.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+  std::string rest = name.substr(prefix.size());
+  const std::string deleting = "deleting-";
+  if (rest.compare(0, deleting.size(), deleting) == 0) return ParseStepDirName(rest.substr(deleting.size()));
+  size_t dash = rest.find('-');
+  if (dash == 0 || dash == std::string::npos || dash > 20) return std::nullopt;
+  uint64_t v = 0;
+  for (size_t i = 0; i < dash; ++i) {
+    if (rest[i] < '0' || rest[i] > '9') return std::nullopt;
+    uint64_t next = v * 10 + uint64_t(rest[i] - '0');
+    if (next / 10 != v) return std::nullopt;
+    v = next;
+  }
+  return v;
 }
 
 Status CleanLeftovers(Env* env, const std::string& root) {

@@ -39,12 +39,15 @@ Result<uint64_t> HexToHash(std::string_view hex) {
 
 std::vector<uint64_t> SplitIntoChunks(uint64_t len, uint64_t chunk_size) {
   std::vector<uint64_t> out;
+  if (chunk_size == 0) chunk_size = len;  // one chunk: never loop forever
   if (len == 0) {
     out.push_back(0);
     return out;
   }
-  for (uint64_t done = 0; done < len; done += chunk_size) {
-    out.push_back(len - done < chunk_size ? len - done : chunk_size);
+  for (uint64_t done = 0; done < len;) {
+    uint64_t n = len - done < chunk_size ? len - done : chunk_size;
+    out.push_back(n);
+    done += n;  // cannot wrap: done + n <= len
   }
   return out;
 }

@@ -1,5 +1,6 @@
 #include "format/manifest.h"
 
+#include <algorithm>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -82,7 +83,9 @@ Result<ChunkRecord> DecodeChunkRecord(const json& j, const std::string& ctx) {
   STINT_ASSIGN_OR_RETURN(c.stored_len, f.U64("stored"));
   STINT_ASSIGN_OR_RETURN(c.raw_len, f.U64("raw"));
   STINT_ASSIGN_OR_RETURN(std::string codec, f.Str("codec"));
-  STINT_ASSIGN_OR_RETURN(c.codec, ParseCodec(codec));
+  auto parsed_codec = ParseCodec(codec);
+  if (!parsed_codec.ok()) return f.Err("codec", parsed_codec.status().message());
+  c.codec = *parsed_codec;
   STINT_ASSIGN_OR_RETURN(std::string hex, f.Str("xxh3"));
   auto h = HexToHash(hex);
   if (!h.ok()) return f.Err("xxh3", h.status().message());
@@ -264,8 +267,39 @@ std::string EncodeManifest(const Manifest& m) {
   return top.dump(1) + "\n";
 }
 
+namespace {
+
+// Deepest nesting of arrays/objects in `bytes`, stopping once past `limit`.
+// Serialising JSON recurses per level, so hostile nesting must be refused first.
+int JsonDepthUpTo(std::string_view bytes, int limit) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < bytes.size() && deepest <= limit; ++i) {
+    char c = bytes[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+constexpr int kMaxManifestDepth = 16;  // a valid manifest needs 7
+
+}  // namespace
+
 Result<Manifest> DecodeManifest(std::string_view bytes, std::string_view origin_view) {
   std::string origin(origin_view);
+  if (JsonDepthUpTo(bytes, kMaxManifestDepth) > kMaxManifestDepth) {
+    return Status::DataLoss(origin + ": manifest nests deeper than " + std::to_string(kMaxManifestDepth) +
+                            " levels");
+  }
   json top = json::parse(bytes.begin(), bytes.end(), nullptr, /*allow_exceptions=*/false);
   if (top.is_discarded()) return Status::DataLoss(origin + ": manifest is not valid JSON");
   try {
@@ -315,7 +349,7 @@ Status ValidateManifest(const Manifest& m, std::string_view origin_view) {
       }
       uint64_t elems = 1;
       for (size_t d = 0; d < t.global_shape.size(); ++d) {
-        if (s.offsets[d] + s.extents[d] > t.global_shape[d]) {
+        if (s.offsets[d] > t.global_shape[d] || s.extents[d] > t.global_shape[d] - s.offsets[d]) {
           return Status::DataLoss(sctx + ": lies outside the global shape in dim " + std::to_string(d));
         }
         if (s.extents[d] != 0 && elems > (uint64_t{1} << 40) / uint64_t(s.extents[d])) {

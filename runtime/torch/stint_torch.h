@@ -157,6 +157,7 @@ class TorchStateLoader {
 
   TorchLoadOptions options_;
   std::vector<TensorTarget> tensors_;
+  std::set<std::string> names_;  // of tensors_
   std::vector<OptimizerTarget> optimizers_;
   std::set<std::string> strict_prefixes_;
   std::shared_ptr<Pending> pending_;

@@ -1,0 +1,328 @@
+// The real `stint` binary against real checkpoints: ls, inspect, verify, and
+// verify after a flipped byte. Runs the binary as a child process because the
+// exit code and the printed text are the interface under test.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "checkpoint/commit.h"
+#include "format/manifest.h"
+#include "stint/checkpointer.h"
+#include "util/temp_dir.h"
+
+#ifndef STINT_CLI_PATH
+#error "STINT_CLI_PATH must name the stint binary (see cli_tests.cmake)"
+#endif
+
+namespace stint {
+namespace {
+
+using json = nlohmann::json;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+std::string Quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+RunResult RunCli(const std::vector<std::string>& args, bool with_stderr = true) {
+  std::string cmd = Quote(STINT_CLI_PATH);
+  for (const auto& a : args) cmd += " " + Quote(a);
+  cmd += with_stderr ? " 2>&1" : " 2>/dev/null";
+  RunResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
+  int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+json ParseJson(const std::string& text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  EXPECT_FALSE(j.is_discarded()) << "not JSON:\n" << text;
+  return j;
+}
+
+bool Contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// The line of `text` that contains `needle`, or "".
+std::string LineWith(const std::string& text, const std::string& needle) {
+  size_t pos = text.find(needle);
+  if (pos == std::string::npos) return "";
+  size_t begin = text.rfind('\n', pos);
+  begin = begin == std::string::npos ? 0 : begin + 1;
+  size_t end = text.find('\n', pos);
+  return text.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = dir_.Sub("ckpt");
+    CheckpointOptions o;
+    o.root = root_;
+    o.job_id = "job-cli";
+    o.fencing_token = 5;
+    o.chunk_size = 16 * 1024;  // several chunks per tensor
+    o.compress = true;
+    std::mt19937 rng(1);
+    std::normal_distribution<float> normal;
+    weights_.resize(300 * 100);
+    for (auto& x : weights_) x = normal(rng);
+    zeros_.assign(64 * 1024, 0.0f);  // compresses well: a ratio to look for
+    counters_ = {1, 2, 3};
+    auto ckpt = Checkpointer::Open(o);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+    for (uint64_t step : {1, 2}) {
+      State s;
+      s.tensors.push_back({"layer.w", DType::kFloat32, {300, 100}, {}, {}, weights_.data()});
+      s.tensors.push_back({"zeros", DType::kFloat32, {64, 1024}, {}, {}, zeros_.data()});
+      s.tensors.push_back({"counters", DType::kInt64, {3}, {}, {}, counters_.data()});
+      s.blobs["rng"] = "mt19937-state";
+      auto h = (*ckpt)->Save(step, s);
+      ASSERT_TRUE(h.ok()) << h.status().ToString();
+      ASSERT_TRUE(h->durable.get().ok()) << h->durable.get().ToString();
+    }
+    step2_ = root_ + "/" + StepDirName(2);
+  }
+
+  Manifest ReadManifest(const std::string& dir) {
+    auto bytes = ReadFileToString(Env::Default(), dir + "/" + kManifestName);
+    EXPECT_TRUE(bytes.ok());
+    auto m = DecodeManifest(bytes.ok() ? *bytes : "", dir);
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    return m.ok() ? *m : Manifest{};
+  }
+
+  static void FlipByte(const std::string& path, uint64_t offset) {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good()) << path;
+    f.seekg(std::streamoff(offset));
+    char c = 0;
+    f.read(&c, 1);
+    c = char(c ^ 0x01);
+    f.seekp(std::streamoff(offset));
+    f.write(&c, 1);
+    ASSERT_TRUE(f.good());
+  }
+
+  TempDir dir_;
+  std::string root_, step2_;
+  std::vector<float> weights_, zeros_;
+  std::vector<int64_t> counters_;
+};
+
+TEST_F(CliTest, LsListsCommittedAndUncommitted) {
+  // A save interrupted by a crash leaves one of these behind.
+  ASSERT_TRUE(Env::Default()->CreateDir(root_ + "/" + TmpDirName(3, 0xabc)).ok());
+  ASSERT_TRUE(WriteStringToFileSync(Env::Default(), root_ + "/" + TmpDirName(3, 0xabc) + "/rank-00000.stint",
+                                    std::string(5000, 'x'))
+                  .ok());
+  RunResult r = RunCli({"ls", root_});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::string l1 = LineWith(r.output, "step-00000001"), l2 = LineWith(r.output, "step-00000002");
+  std::string lt = LineWith(r.output, TmpDirName(3, 0xabc));
+  EXPECT_TRUE(Contains(l1, "committed")) << r.output;
+  EXPECT_TRUE(Contains(l2, "committed")) << r.output;
+  EXPECT_EQ(l2.rfind("*", 0), 0u) << "LATEST mark missing:\n" << r.output;
+  EXPECT_NE(l1.rfind("*", 0), 0u) << r.output;
+  EXPECT_TRUE(Contains(lt, "uncommitted")) << r.output;
+  EXPECT_TRUE(Contains(lt, "4.88 KiB")) << r.output;
+  EXPECT_TRUE(Contains(r.output, "2 committed, 1 other")) << r.output;
+
+  r = RunCli({"ls", root_ + "/", "--json"}, /*with_stderr=*/false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  json j = ParseJson(r.output);
+  EXPECT_EQ(j["latest"], "step-00000002");
+  ASSERT_EQ(j["checkpoints"].size(), 3u) << j.dump(2);
+  const json& c1 = j["checkpoints"][0];
+  const json& c2 = j["checkpoints"][1];
+  const json& tmp = j["checkpoints"][2];
+  EXPECT_EQ(c1["dir"], "step-00000001");
+  EXPECT_EQ(c1["step"], 1);
+  EXPECT_EQ(c1["state"], "committed");
+  EXPECT_EQ(c1["latest"], false);
+  EXPECT_EQ(c1["tensors"], 3);
+  EXPECT_EQ(c2["dir"], "step-00000002");
+  EXPECT_EQ(c2["latest"], true);
+  EXPECT_GT(c2["created_unix_ms"].get<int64_t>(), 1600000000000);
+  // Size on disk: the data file plus the manifest.
+  Manifest m = ReadManifest(step2_);
+  auto manifest_bytes = ReadFileToString(Env::Default(), step2_ + "/" + kManifestName);
+  ASSERT_TRUE(manifest_bytes.ok());
+  EXPECT_EQ(c2["size_bytes"].get<uint64_t>(), m.files[0].size + manifest_bytes->size());
+  EXPECT_EQ(tmp["dir"], TmpDirName(3, 0xabc));
+  EXPECT_EQ(tmp["step"], 3);
+  EXPECT_EQ(tmp["state"], "uncommitted");
+  EXPECT_EQ(tmp["size_bytes"], 5000);
+  EXPECT_TRUE(tmp["tensors"].is_null());
+}
+
+TEST_F(CliTest, LsEmptyAndMissingRoot) {
+  RunResult r = RunCli({"ls", dir_.path()});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "no checkpoints")) << r.output;
+  r = RunCli({"ls", dir_.Sub("nope")});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(Contains(r.output, "not a directory")) << r.output;
+}
+
+TEST_F(CliTest, InspectJson) {
+  Manifest m = ReadManifest(step2_);
+  // A root means the checkpoint LATEST names.
+  RunResult r = RunCli({"inspect", root_, "--json"}, /*with_stderr=*/false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  json j = ParseJson(r.output);
+  EXPECT_EQ(j["dir"], step2_);
+  EXPECT_EQ(j["job_id"], "job-cli");
+  EXPECT_EQ(j["step"], 2);
+  EXPECT_EQ(j["fencing_token"], 5);
+  EXPECT_EQ(j["world_size"], 1);
+  EXPECT_EQ(j["format_version"], "1.0");
+  EXPECT_EQ(j["chunk_size"], 16 * 1024);
+  ASSERT_EQ(j["files"].size(), 1u);
+  EXPECT_EQ(j["files"][0]["name"], "rank-00000.stint");
+  EXPECT_EQ(j["files"][0]["size_bytes"].get<uint64_t>(), m.files[0].size);
+  EXPECT_EQ(j["files"][0]["digest"], HashToHex(m.files[0].digest));
+
+  ASSERT_EQ(j["tensors"].size(), 3u);
+  std::map<std::string, json> tensors;
+  for (const auto& t : j["tensors"]) tensors[t["name"]] = t;
+  const json& w = tensors["layer.w"];
+  EXPECT_EQ(w["dtype"], "float32");
+  EXPECT_EQ(w["shape"], json::array({300, 100}));
+  EXPECT_EQ(w["shards"], 1);
+  EXPECT_EQ(w["raw_bytes"], 300 * 100 * 4);
+  EXPECT_EQ(w["chunks"], 8);  // 120000 B in 16 KiB chunks
+  const json& z = tensors["zeros"];
+  EXPECT_EQ(z["raw_bytes"], 64 * 1024 * 4);
+  EXPECT_EQ(z["codecs"]["zstd"], 16);
+  EXPECT_GT(z["compression_ratio"].get<double>(), 50.0);
+  EXPECT_EQ(tensors["counters"]["dtype"], "int64");
+  EXPECT_EQ(tensors["counters"]["shape"], json::array({3}));
+  ASSERT_EQ(j["blobs"].size(), 1u);
+  EXPECT_EQ(j["blobs"][0]["name"], "rng");
+  EXPECT_EQ(j["blobs"][0]["raw_bytes"], 13);
+
+  // A step directory directly gives the same answer.
+  RunResult direct = RunCli({"inspect", step2_, "--json"}, /*with_stderr=*/false);
+  ASSERT_EQ(direct.exit_code, 0);
+  EXPECT_EQ(ParseJson(direct.output), j);
+}
+
+TEST_F(CliTest, InspectText) {
+  RunResult r = RunCli({"inspect", root_ + "/" + StepDirName(1)});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* want : {"job-cli", "fencing token", "format version", "1.0", "rank-00000.stint",
+                           "layer.w", "float32", "[300, 100]", "[64, 1024]", "zstd 16", "rng", "13 B"}) {
+    EXPECT_TRUE(Contains(r.output, want)) << want << " missing from:\n" << r.output;
+  }
+  EXPECT_TRUE(Contains(LineWith(r.output, "step  "), "1")) << r.output;
+}
+
+TEST_F(CliTest, VerifyPasses) {
+  Manifest m = ReadManifest(step2_);
+  size_t chunks = 0;
+  for (const auto& t : m.tensors) {
+    for (const auto& s : t.shards) chunks += s.chunks.size();
+  }
+  for (const auto& b : m.blobs) chunks += b.chunks.size();
+  RunResult r = RunCli({"verify", root_});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "verified step-00000002: 1 files, " + std::to_string(chunks) + " chunks, "))
+      << r.output;
+
+  r = RunCli({"verify", root_, "--all"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "verified step-00000001: ")) << r.output;
+  EXPECT_TRUE(Contains(r.output, "verified step-00000002: ")) << r.output;
+  EXPECT_TRUE(Contains(r.output, "2 of 2 checkpoints verified")) << r.output;
+}
+
+TEST_F(CliTest, VerifyFindsFlippedByte) {
+  Manifest m = ReadManifest(step2_);
+  const TensorRecord* w = m.FindTensor("layer.w");
+  ASSERT_NE(w, nullptr);
+  ASSERT_GE(w->shards[0].chunks.size(), 3u);
+  const ChunkRecord& c = w->shards[0].chunks[2];
+  FlipByte(step2_ + "/rank-00000.stint", c.file_offset + c.stored_len / 2);
+
+  RunResult r = RunCli({"verify", step2_});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(Contains(r.output, "FAILED step-00000002")) << r.output;
+  EXPECT_TRUE(Contains(r.output, "rank-00000.stint chunk 2 (tensor layer.w shard 0)")) << r.output;
+  EXPECT_TRUE(Contains(r.output, "checksum mismatch")) << r.output;
+  EXPECT_TRUE(Contains(r.output, "DATA_LOSS")) << r.output;
+
+  // --all still checks the others and says how many failed.
+  r = RunCli({"verify", root_, "--all"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(Contains(r.output, "verified step-00000001")) << r.output;
+  EXPECT_TRUE(Contains(r.output, "FAILED step-00000002")) << r.output;
+  EXPECT_TRUE(Contains(r.output, "1 of 2 checkpoints verified, 1 failed")) << r.output;
+}
+
+TEST_F(CliTest, DamagedManifest) {
+  std::string dir = root_ + "/" + StepDirName(1);
+  auto bytes = ReadFileToString(Env::Default(), dir + "/" + kManifestName);
+  ASSERT_TRUE(bytes.ok());
+  std::string bad = *bytes;
+  size_t pos = bad.find("\"step\": 1");
+  ASSERT_NE(pos, std::string::npos) << bad;
+  bad[pos + 8] = '7';
+  ASSERT_TRUE(WriteStringToFileSync(Env::Default(), dir + "/" + kManifestName, bad).ok());
+
+  RunResult r = RunCli({"verify", dir});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(Contains(r.output, "manifest checksum mismatch")) << r.output;
+  r = RunCli({"inspect", dir});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(Contains(r.output, "manifest checksum mismatch")) << r.output;
+  r = RunCli({"ls", root_, "--json"}, /*with_stderr=*/false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  json j = ParseJson(r.output);
+  EXPECT_EQ(j["checkpoints"][0]["state"], "corrupt");
+  EXPECT_TRUE(Contains(j["checkpoints"][0]["error"].get<std::string>(), "checksum mismatch"));
+}
+
+TEST_F(CliTest, UsageErrorsExitTwo) {
+  EXPECT_EQ(RunCli({}).exit_code, 2);
+  EXPECT_EQ(RunCli({"bogus"}).exit_code, 2);
+  EXPECT_EQ(RunCli({"verify"}).exit_code, 2);
+  EXPECT_EQ(RunCli({"verify", root_, "--nope"}).exit_code, 2);
+  EXPECT_EQ(RunCli({"verify", dir_.Sub("nope")}).exit_code, 2);
+  RunResult r = RunCli({"verify", step2_, "--all"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(Contains(r.output, "--all takes a root")) << r.output;
+  r = RunCli({"--help"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "verify")) << r.output;
+}
+
+TEST_F(CliTest, RootWithoutCheckpoints) {
+  RunResult r = RunCli({"verify", dir_.path(), "--all"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(Contains(r.output, "no committed checkpoint")) << r.output;
+  r = RunCli({"inspect", dir_.path()});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+}
+
+}  // namespace
+}  // namespace stint

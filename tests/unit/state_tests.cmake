@@ -1,0 +1,1 @@
+stint_test(unit sampler_test)

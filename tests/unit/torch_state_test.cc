@@ -1,0 +1,571 @@
+// LibTorch adapter: modules, optimizers and odd tensors through a real
+// Checkpointer and back, bit for bit.
+#include "stint_torch.h"
+
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/rmsprop.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
+
+#include <memory>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "stint/checkpoint_reader.h"
+#include "stint/checkpointer.h"
+#include "util/temp_dir.h"
+
+namespace stint {
+namespace {
+
+namespace nn = torch::nn;
+namespace optim = torch::optim;
+
+constexpr int64_t kIn = 8, kHidden = 16, kOut = 4, kBatch = 32;
+
+// Linear + BatchNorm1d (buffers, including the int64 num_batches_tracked) +
+// LayerNorm + Dropout (draws from the default CPU generator).
+nn::Sequential MakeMlp(uint64_t seed, int64_t hidden = kHidden, bool with_head = true) {
+  torch::manual_seed(seed);
+  nn::Sequential mlp(nn::Linear(kIn, hidden), nn::BatchNorm1d(hidden), nn::ReLU(),
+                     nn::Dropout(0.25), nn::Linear(hidden, hidden),
+                     nn::LayerNorm(nn::LayerNormOptions({hidden})), nn::ReLU());
+  if (with_head) mlp->push_back(nn::Linear(hidden, kOut));
+  return mlp;
+}
+
+struct Data {
+  torch::Tensor x, y;
+};
+
+Data MakeData() {
+  torch::manual_seed(1234);
+  Data d;
+  d.x = torch::randn({kBatch, kIn});
+  d.y = torch::randn({kBatch, kOut});
+  return d;
+}
+
+void Train(nn::Sequential& model, optim::Optimizer& opt, const Data& d, int steps) {
+  model->train();
+  for (int i = 0; i < steps; ++i) {
+    opt.zero_grad();
+    torch::Tensor loss = torch::mse_loss(model->forward(d.x), d.y);
+    loss.backward();
+    opt.step();
+  }
+}
+
+// Two groups: no weight decay for biases and norm parameters.
+std::vector<optim::OptimizerParamGroup> Groups(nn::Sequential& model) {
+  std::vector<torch::Tensor> decay, no_decay;
+  for (const auto& p : model->named_parameters()) {
+    (p.key().find("weight") != std::string::npos && p.value().dim() == 2 ? decay : no_decay)
+        .push_back(p.value());
+  }
+  std::vector<optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay);
+  groups.emplace_back(
+      no_decay, std::make_unique<optim::AdamWOptions>(optim::AdamWOptions(2e-3).weight_decay(0)));
+  return groups;
+}
+
+void ExpectSameTensors(const torch::OrderedDict<std::string, torch::Tensor>& a,
+                       const torch::OrderedDict<std::string, torch::Tensor>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& item : a) {
+    const torch::Tensor* other = b.find(item.key());
+    ASSERT_NE(other, nullptr) << item.key();
+    EXPECT_EQ(item.value().scalar_type(), other->scalar_type()) << item.key();
+    EXPECT_TRUE(torch::equal(item.value(), *other)) << item.key();
+  }
+}
+
+void ExpectSameModule(nn::Sequential& a, nn::Sequential& b) {
+  ExpectSameTensors(a->named_parameters(), b->named_parameters());
+  ExpectSameTensors(a->named_buffers(), b->named_buffers());
+}
+
+// The optimizer's state key type differs between LibTorch versions (see
+// torch_state.cc); look states up the same way the optimizer does.
+template <typename Map>
+const torch::optim::OptimizerParamState* FindState(const Map& state, const torch::Tensor& p) {
+  using K = typename Map::key_type;
+  if constexpr (std::is_same_v<K, std::string>) {
+    std::ostringstream os;
+    os << p.unsafeGetTensorImpl();
+    auto it = state.find(os.str());
+    return it == state.end() ? nullptr : it->second.get();
+  } else {
+    auto it = state.find(static_cast<K>(p.unsafeGetTensorImpl()));
+    return it == state.end() ? nullptr : it->second.get();
+  }
+}
+
+void ExpectEqualOrBothUndefined(const torch::Tensor& a, const torch::Tensor& b,
+                                const std::string& what) {
+  ASSERT_EQ(a.defined(), b.defined()) << what;
+  if (a.defined()) {
+    EXPECT_TRUE(torch::equal(a, b)) << what;
+  }
+}
+
+template <typename ParamState>
+void ExpectSameAdamState(optim::Optimizer& a, optim::Optimizer& b) {
+  ASSERT_EQ(a.param_groups().size(), b.param_groups().size());
+  size_t with_state = 0;
+  for (size_t g = 0; g < a.param_groups().size(); ++g) {
+    const auto& pa = a.param_groups()[g].params();
+    const auto& pb = b.param_groups()[g].params();
+    ASSERT_EQ(pa.size(), pb.size());
+    for (size_t i = 0; i < pa.size(); ++i) {
+      auto* sa = dynamic_cast<const ParamState*>(FindState(a.state(), pa[i]));
+      auto* sb = dynamic_cast<const ParamState*>(FindState(b.state(), pb[i]));
+      ASSERT_EQ(sa == nullptr, sb == nullptr) << g << "." << i;
+      if (sa == nullptr) continue;
+      ++with_state;
+      std::string what = std::to_string(g) + "." + std::to_string(i);
+      EXPECT_EQ(sa->step(), sb->step()) << what;
+      ExpectEqualOrBothUndefined(sa->exp_avg(), sb->exp_avg(), what + " exp_avg");
+      ExpectEqualOrBothUndefined(sa->exp_avg_sq(), sb->exp_avg_sq(), what + " exp_avg_sq");
+      ExpectEqualOrBothUndefined(sa->max_exp_avg_sq(), sb->max_exp_avg_sq(),
+                                 what + " max_exp_avg_sq");
+    }
+  }
+  EXPECT_GT(with_state, 0u);
+}
+
+class TorchStateTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Checkpointer> Open() {
+    CheckpointOptions o;
+    o.root = dir_.Sub("ckpt");
+    o.chunk_size = 4096;  // several chunks even for this small model
+    auto ckpt = Checkpointer::Open(o);
+    EXPECT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+    return ckpt.ok() ? std::move(*ckpt) : nullptr;
+  }
+
+  // Saves `b` as `step` and waits until it is durable.
+  void SaveDurable(Checkpointer& ckpt, uint64_t step, const TorchStateBuilder& b) {
+    auto h = ckpt.Save(step, b.state());
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    Status durable = h->durable.get();
+    ASSERT_TRUE(durable.ok()) << durable.ToString();
+  }
+
+  TempDir dir_;
+};
+
+TEST_F(TorchStateTest, DTypeMapping) {
+  for (DType d : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt8,
+                  DType::kUInt8, DType::kInt16, DType::kInt32, DType::kInt64, DType::kBool,
+                  DType::kComplex64, DType::kComplex128}) {
+    auto back = DTypeFromTorch(TorchScalarType(d));
+    ASSERT_TRUE(back.ok()) << DTypeName(d);
+    EXPECT_EQ(*back, d);
+    EXPECT_EQ(c10::elementSize(TorchScalarType(d)), DTypeSize(d)) << DTypeName(d);
+  }
+  EXPECT_EQ(DTypeFromTorch(c10::ScalarType::QInt8).status().code(), Code::kInvalidArgument);
+}
+
+TEST_F(TorchStateTest, AdamWModuleAndOptimizerRoundTripAndContinue) {
+  Data data = MakeData();
+  nn::Sequential model = MakeMlp(1);
+  optim::AdamW opt(Groups(model), optim::AdamWOptions(1e-2).weight_decay(0.05));
+  Train(model, opt, data, 5);
+  // Hyper-parameters changed after construction (an LR schedule) must come back.
+  static_cast<optim::AdamWOptions&>(opt.param_groups()[0].options()).lr(3.5e-3);
+
+  auto ckpt = Open();
+  ASSERT_NE(ckpt, nullptr);
+  {
+    TorchStateBuilder b;
+    ASSERT_TRUE(b.AddModule("model", *model).ok());
+    ASSERT_TRUE(b.AddOptimizer("optim", opt).ok());
+    SaveDurable(*ckpt, 5, b);
+  }
+  auto rng = GetTorchCpuRngState();
+  ASSERT_TRUE(rng.ok()) << rng.status().ToString();
+
+  // A fresh model (other initial weights) and optimizer without state.
+  nn::Sequential fresh = MakeMlp(2);
+  optim::AdamW fresh_opt(Groups(fresh), optim::AdamWOptions(1e-2).weight_decay(0.05));
+  std::vector<void*> storage;
+  for (const auto& p : fresh->parameters()) storage.push_back(p.data_ptr());
+  TorchStateLoader loader;
+  ASSERT_TRUE(loader.AddModule("model", *fresh).ok());
+  ASSERT_TRUE(loader.AddOptimizer("optim", fresh_opt).ok());
+  auto r = loader.Load(*ckpt);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->step, 5u);
+  // Read in place: the parameters the optimizer holds are still the module's.
+  for (size_t i = 0; i < storage.size(); ++i)
+    EXPECT_EQ(fresh->parameters()[i].data_ptr(), storage[i]);
+
+  ExpectSameModule(model, fresh);
+  ExpectSameAdamState<optim::AdamWParamState>(opt, fresh_opt);
+  for (size_t g = 0; g < 2; ++g) {
+    auto& a = static_cast<optim::AdamWOptions&>(opt.param_groups()[g].options());
+    auto& b = static_cast<optim::AdamWOptions&>(fresh_opt.param_groups()[g].options());
+    EXPECT_TRUE(a == b) << "group " << g;
+  }
+  EXPECT_EQ(static_cast<optim::AdamWOptions&>(fresh_opt.param_groups()[0].options()).lr(), 3.5e-3);
+  EXPECT_EQ(static_cast<optim::AdamWOptions&>(fresh_opt.param_groups()[1].options()).weight_decay(),
+            0.0);
+
+  // Same RNG stream for dropout: three more steps stay bit-identical.
+  ASSERT_TRUE(SetTorchCpuRngState(*rng).ok());
+  Train(model, opt, data, 3);
+  ASSERT_TRUE(SetTorchCpuRngState(*rng).ok());
+  Train(fresh, fresh_opt, data, 3);
+  ExpectSameModule(model, fresh);
+  ExpectSameAdamState<optim::AdamWParamState>(opt, fresh_opt);
+}
+
+TEST_F(TorchStateTest, AdamAmsgradRoundTrip) {
+  Data data = MakeData();
+  nn::Sequential model = MakeMlp(3);
+  optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2).amsgrad(true).betas({0.8, 0.95}));
+  Train(model, opt, data, 4);
+  auto ckpt = Open();
+  ASSERT_NE(ckpt, nullptr);
+  TorchStateBuilder b;
+  ASSERT_TRUE(b.AddModule("m", *model).ok());
+  ASSERT_TRUE(b.AddOptimizer("o", opt).ok());
+  SaveDurable(*ckpt, 4, b);
+
+  nn::Sequential fresh = MakeMlp(4);
+  optim::Adam fresh_opt(fresh->parameters(), optim::AdamOptions(1e-3));  // other hyper-parameters
+  TorchStateLoader loader;
+  ASSERT_TRUE(loader.AddModule("m", *fresh).ok());
+  ASSERT_TRUE(loader.AddOptimizer("o", fresh_opt).ok());
+  auto r = loader.Load(*ckpt);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ExpectSameModule(model, fresh);
+  ExpectSameAdamState<optim::AdamParamState>(opt, fresh_opt);
+  auto& o = static_cast<optim::AdamOptions&>(fresh_opt.param_groups()[0].options());
+  EXPECT_TRUE(o.amsgrad());
+  EXPECT_EQ(std::get<0>(o.betas()), 0.8);
+  EXPECT_EQ(o.lr(), 1e-2);
+  EXPECT_TRUE(static_cast<optim::AdamOptions&>(fresh_opt.defaults()).amsgrad());
+}
+
+TEST_F(TorchStateTest, SgdMomentumRoundTripAndContinue) {
+  Data data = MakeData();
+  nn::Sequential model = MakeMlp(5);
+  optim::SGD opt(model->parameters(),
+                 optim::SGDOptions(0.05).momentum(0.9).nesterov(true).weight_decay(1e-4));
+  Train(model, opt, data, 4);
+  auto ckpt = Open();
+  ASSERT_NE(ckpt, nullptr);
+  {
+    TorchStateBuilder b;
+    ASSERT_TRUE(b.AddModule("model", *model).ok());
+    ASSERT_TRUE(b.AddOptimizer("sgd", opt).ok());
+    SaveDurable(*ckpt, 4, b);
+  }
+  auto rng = GetTorchCpuRngState();
+  ASSERT_TRUE(rng.ok());
+
+  nn::Sequential fresh = MakeMlp(6);
+  optim::SGD fresh_opt(fresh->parameters(), optim::SGDOptions(0.5));
+  // The module and the optimizer separately, each with its own Load().
+  ASSERT_TRUE(LoadModule(*ckpt, "model", *fresh).ok());
+  auto r = LoadOptimizer(*ckpt, "sgd", fresh_opt);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+
+  ExpectSameModule(model, fresh);
+  const auto& params = opt.param_groups()[0].params();
+  const auto& fresh_params = fresh_opt.param_groups()[0].params();
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto* a = dynamic_cast<const optim::SGDParamState*>(FindState(opt.state(), params[i]));
+    auto* b =
+        dynamic_cast<const optim::SGDParamState*>(FindState(fresh_opt.state(), fresh_params[i]));
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    EXPECT_TRUE(torch::equal(a->momentum_buffer(), b->momentum_buffer())) << i;
+  }
+  EXPECT_TRUE(static_cast<optim::SGDOptions&>(fresh_opt.param_groups()[0].options()) ==
+              static_cast<optim::SGDOptions&>(opt.param_groups()[0].options()));
+
+  ASSERT_TRUE(SetTorchCpuRngState(*rng).ok());
+  Train(model, opt, data, 3);
+  ASSERT_TRUE(SetTorchCpuRngState(*rng).ok());
+  Train(fresh, fresh_opt, data, 3);
+  ExpectSameModule(model, fresh);
+}
+
+TEST_F(TorchStateTest, ParameterWithoutStateLoadsWithoutState) {
+  Data data = MakeData();
+  nn::Sequential model = MakeMlp(7);
+  // The last layer is frozen: AdamW never creates state for it.
+  auto last = model->ptr<nn::LinearImpl>(7);
+  for (auto& p : last->parameters()) p.set_requires_grad(false);
+  optim::AdamW opt(model->parameters());
+  Train(model, opt, data, 2);
+  auto ckpt = Open();
+  ASSERT_NE(ckpt, nullptr);
+  TorchStateBuilder b;
+  ASSERT_TRUE(b.AddModule("model", *model).ok());
+  ASSERT_TRUE(b.AddOptimizer("optim", opt).ok());
+  SaveDurable(*ckpt, 2, b);
+
+  // The target has (stale) state for every parameter; loading removes the frozen layer's.
+  nn::Sequential fresh = MakeMlp(8);
+  optim::AdamW fresh_opt(fresh->parameters());
+  Train(fresh, fresh_opt, data, 1);
+  TorchStateLoader loader;
+  ASSERT_TRUE(loader.AddModule("model", *fresh).ok());
+  ASSERT_TRUE(loader.AddOptimizer("optim", fresh_opt).ok());
+  ASSERT_TRUE(loader.Load(*ckpt).ok());
+  ExpectSameModule(model, fresh);
+  ExpectSameAdamState<optim::AdamWParamState>(opt, fresh_opt);
+  EXPECT_EQ(FindState(fresh_opt.state(), fresh->ptr<nn::LinearImpl>(7)->weight), nullptr);
+}
+
+TEST_F(TorchStateTest, NonContiguousTensorsRoundTrip) {
+  torch::manual_seed(9);
+  torch::Tensor base = torch::randn({5, 7});
+  torch::Tensor transposed = base.t();                             // strides (1, 7)
+  torch::Tensor sliced = torch::randn({6, 10}).slice(1, 2, 8, 2);  // every other column
+  auto complex = torch::randn({3, 4}, torch::kComplexFloat);
+  torch::Tensor conj = complex.conj();  // lazy conj bit on most versions
+  ASSERT_FALSE(transposed.is_contiguous());
+  ASSERT_FALSE(sliced.is_contiguous());
+
+  auto ckpt = Open();
+  ASSERT_NE(ckpt, nullptr);
+  {
+    TorchStateBuilder b;
+    ASSERT_TRUE(b.AddTensor("t", transposed).ok());
+    ASSERT_TRUE(b.AddTensor("s", sliced).ok());
+    ASSERT_TRUE(b.AddTensor("c", conj).ok());
+    SaveDurable(*ckpt, 1, b);
+  }
+  auto reader = CheckpointReader::Open(dir_.Sub("ckpt") + "/step-00000001");
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  for (const auto& info : (*reader)->tensors()) {
+    if (info.name == "t") {
+      EXPECT_EQ(info.shape, (std::vector<int64_t>{7, 5}));
+    }
+  }
+
+  // Into contiguous tensors, and into non-contiguous views of another buffer.
+  torch::Tensor t_out = torch::zeros({7, 5});
+  torch::Tensor backing = torch::zeros({5, 7});
+  torch::Tensor t_view = backing.t();
+  torch::Tensor s_out = torch::zeros({6, 3});
+  torch::Tensor c_out = torch::zeros({3, 4}, torch::kComplexFloat);
+  TorchStateLoader loader;
+  ASSERT_TRUE(loader.AddTensor("t", t_out).ok());
+  ASSERT_TRUE(loader.AddTensor("s", s_out).ok());
+  ASSERT_TRUE(loader.AddTensor("c", c_out).ok());
+  ASSERT_TRUE(loader.LoadFrom(**reader).ok());
+  EXPECT_TRUE(torch::equal(t_out, transposed));
+  EXPECT_TRUE(torch::equal(s_out, sliced));
+  EXPECT_TRUE(torch::equal(c_out, conj.resolve_conj()));
+
+  TorchStateLoader view_loader;
+  ASSERT_TRUE(view_loader.AddTensor("t", t_view).ok());
+  auto r = view_loader.Load(*ckpt);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(torch::equal(backing, base));
+}
+
+TEST_F(TorchStateTest, EveryDTypeRoundTrips) {
+  torch::manual_seed(10);
+  torch::Tensor f = torch::randn({4, 3});
+  std::vector<std::pair<std::string, torch::Tensor>> tensors = {
+      {"f32", f},
+      {"f64", f.to(torch::kDouble)},
+      {"f16", f.to(torch::kHalf)},
+      {"bf16", f.to(torch::kBFloat16)},
+      {"i8", (f * 50).clamp(-128, 127).to(torch::kChar)},
+      {"u8", (f.abs() * 50).clamp(0, 255).to(torch::kByte)},
+      {"i16", (f * 1000).to(torch::kShort)},
+      {"i32", (f * 1e6).to(torch::kInt)},
+      {"i64", (f * 1e9).to(torch::kLong)},
+      {"bool", f > 0},
+      {"c64", torch::randn({2, 2}, torch::kComplexFloat)},
+      {"c128", torch::randn({2, 2}, torch::kComplexDouble)},
+      {"scalar", torch::scalar_tensor(7, torch::kLong)},
+      {"empty", torch::zeros({0, 3})},
+  };
+  auto ckpt = Open();
+  ASSERT_NE(ckpt, nullptr);
+  {
+    TorchStateBuilder b;
+    for (auto& [name, t] : tensors) ASSERT_TRUE(b.AddTensor(name, t).ok()) << name;
+    EXPECT_EQ(b.AddTensor("f32", f).code(), Code::kAlreadyExists);
+    SaveDurable(*ckpt, 1, b);
+  }
+  TorchStateLoader loader;
+  std::vector<torch::Tensor> outs;
+  for (auto& [name, t] : tensors) {
+    outs.push_back(torch::zeros_like(t));
+    ASSERT_TRUE(loader.AddTensor(name, outs.back()).ok()) << name;
+  }
+  auto r = loader.Load(*ckpt);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    EXPECT_EQ(outs[i].scalar_type(), tensors[i].second.scalar_type()) << tensors[i].first;
+    EXPECT_TRUE(torch::equal(outs[i], tensors[i].second)) << tensors[i].first;
+  }
+}
+
+TEST_F(TorchStateTest, UnsupportedDTypeNamesTheTensor) {
+  // complex32 exists in LibTorch (1.13 and 2.x) but not in stint's format.
+  torch::Tensor half_complex = torch::empty({4}, torch::kComplexHalf);
+  TorchStateBuilder b;
+  Status s = b.AddTensor("model.q", half_complex);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("model.q"), std::string::npos) << s.ToString();
+  TorchStateLoader l;
+  s = l.AddTensor("model.q", half_complex);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("model.q"), std::string::npos) << s.ToString();
+}
+
+TEST_F(TorchStateTest, MismatchedModuleIsAClearError) {
+  nn::Sequential model = MakeMlp(11);
+  optim::AdamW opt(model->parameters());
+  Train(model, opt, MakeData(), 1);
+  auto ckpt = Open();
+  ASSERT_NE(ckpt, nullptr);
+  {
+    TorchStateBuilder b;
+    ASSERT_TRUE(b.AddModule("model", *model).ok());
+    ASSERT_TRUE(b.AddOptimizer("optim", opt).ok());
+    SaveDurable(*ckpt, 1, b);
+  }
+
+  // Wrong shape: a wider hidden layer.
+  nn::Sequential wide = MakeMlp(12, kHidden + 1);
+  torch::Tensor before = wide->named_parameters()["0.weight"].clone();
+  auto r = LoadModule(*ckpt, "model", *wide);
+  ASSERT_EQ(r.status().code(), Code::kInvalidArgument) << r.status().ToString();
+  EXPECT_NE(r.status().message().find(
+                "'model.0.weight' has shape [16, 8] in the checkpoint, [17, 8] here"),
+            std::string::npos)
+      << r.status().ToString();
+  EXPECT_TRUE(torch::equal(before, wide->named_parameters()["0.weight"]));  // nothing was read
+
+  // Wrong dtype.
+  nn::Sequential dbl = MakeMlp(13);
+  dbl->to(torch::kDouble);
+  r = LoadModule(*ckpt, "model", *dbl);
+  ASSERT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(
+      r.status().message().find("'model.0.weight' is float32 in the checkpoint, float64 here"),
+      std::string::npos)
+      << r.status().ToString();
+
+  // Missing tensor: a module with one more layer.
+  nn::Sequential longer = MakeMlp(14);
+  longer->push_back(nn::Linear(kOut, kOut));
+  r = LoadModule(*ckpt, "model", *longer);
+  ASSERT_EQ(r.status().code(), Code::kNotFound);
+  EXPECT_NE(r.status().message().find("'model.8.weight' is not in the checkpoint"),
+            std::string::npos)
+      << r.status().ToString();
+
+  // Unexpected tensor: a module with the last layer missing (strict by default).
+  nn::Sequential trimmed = MakeMlp(15, kHidden, /*with_head=*/false);
+  r = LoadModule(*ckpt, "model", *trimmed);
+  ASSERT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("'model.7."), std::string::npos) << r.status().ToString();
+  TorchLoadOptions lenient;
+  lenient.strict = false;
+  TorchStateLoader lenient_loader(lenient);
+  ASSERT_TRUE(lenient_loader.AddModule("model", *trimmed).ok());
+  EXPECT_TRUE(lenient_loader.Load(*ckpt).ok());
+
+  // Wrong prefix.
+  r = LoadModule(*ckpt, "net", *MakeMlp(16));
+  EXPECT_EQ(r.status().code(), Code::kNotFound);
+
+  // Wrong optimizer type, and an optimizer over other parameters.
+  nn::Sequential same = MakeMlp(17);
+  optim::SGD sgd(same->parameters(), optim::SGDOptions(0.1));
+  r = LoadOptimizer(*ckpt, "optim", sgd);
+  ASSERT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("holds AdamW state, the optimizer is SGD"), std::string::npos)
+      << r.status().ToString();
+  optim::AdamW wide_opt(wide->parameters());
+  r = LoadOptimizer(*ckpt, "optim", wide_opt);
+  ASSERT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("optim.state.0.0.exp_avg"), std::string::npos)
+      << r.status().ToString();
+  optim::AdamW fewer(same->ptr<nn::LinearImpl>(0)->parameters());
+  r = LoadOptimizer(*ckpt, "optim", fewer);
+  ASSERT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("parameters in the checkpoint"), std::string::npos)
+      << r.status().ToString();
+  r = LoadOptimizer(*ckpt, "adam", wide_opt);
+  EXPECT_EQ(r.status().code(), Code::kNotFound);
+}
+
+TEST_F(TorchStateTest, UnsupportedOptimizerIsUnimplemented) {
+  nn::Linear lin(2, 2);
+  optim::RMSprop rms(lin->parameters());
+  TorchStateBuilder b;
+  EXPECT_EQ(b.AddOptimizer("o", rms).code(), Code::kUnimplemented);
+  TorchStateLoader l;
+  EXPECT_EQ(l.AddOptimizer("o", rms).code(), Code::kUnimplemented);
+}
+
+TEST_F(TorchStateTest, CpuRngStateRoundTrip) {
+  torch::manual_seed(42);
+  auto state = GetTorchCpuRngState();
+  ASSERT_TRUE(state.ok()) << state.status().ToString();
+  torch::Tensor a = torch::randn({16});
+  torch::Tensor noise = torch::randn({100});  // move the generator on
+  ASSERT_TRUE(SetTorchCpuRngState(*state).ok());
+  EXPECT_TRUE(torch::equal(a, torch::randn({16})));
+  EXPECT_EQ(SetTorchCpuRngState("not a generator state").code(), Code::kInvalidArgument);
+}
+
+TEST_F(TorchStateTest, CudaTensorsAreCopiedToHost) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  nn::Sequential model = MakeMlp(18);
+  model->to(torch::kCUDA);
+  optim::AdamW opt(model->parameters());
+  Data d = MakeData();
+  d.x = d.x.cuda();
+  d.y = d.y.cuda();
+  Train(model, opt, d, 2);
+  auto ckpt = Open();
+  ASSERT_NE(ckpt, nullptr);
+  TorchStateBuilder b;
+  ASSERT_TRUE(b.AddModule("model", *model).ok());
+  ASSERT_TRUE(b.AddOptimizer("optim", opt).ok());
+  SaveDurable(*ckpt, 2, b);
+  nn::Sequential fresh = MakeMlp(19);
+  fresh->to(torch::kCUDA);
+  optim::AdamW fresh_opt(fresh->parameters());
+  TorchStateLoader loader;
+  ASSERT_TRUE(loader.AddModule("model", *fresh).ok());
+  ASSERT_TRUE(loader.AddOptimizer("optim", fresh_opt).ok());
+  ASSERT_TRUE(loader.Load(*ckpt).ok());
+  ExpectSameModule(model, fresh);
+  ExpectSameAdamState<optim::AdamWParamState>(opt, fresh_opt);
+  auto* s = dynamic_cast<const optim::AdamWParamState*>(
+      FindState(fresh_opt.state(), fresh_opt.param_groups()[0].params()[0]));
+  ASSERT_NE(s, nullptr);
+  EXPECT_TRUE(s->exp_avg().is_cuda());
+}
+
+}  // namespace
+}  // namespace stint
