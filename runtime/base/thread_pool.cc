@@ -31,6 +31,18 @@ void ThreadPool::WorkerLoop() {
   }
 }
 
+void ThreadPool::Schedule(std::function<void()> task) {
+  if (workers_.empty()) {
+    task();
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tasks_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+}
+
 void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
   if (n == 0) return;
   // Work is claimed from a shared counter, so uneven items balance out.

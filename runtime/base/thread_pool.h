@@ -27,6 +27,9 @@ class ThreadPool {
   unsigned size() const { return unsigned(workers_.size()); }
   // Runs fn(i) for i in [0, n) and returns when all have finished.
   void ParallelFor(size_t n, const std::function<void(size_t)>& fn);
+  // Runs `task` on a worker (on the caller when the pool has no threads).
+  // The caller tracks completion; the destructor runs what is still queued.
+  void Schedule(std::function<void()> task);
 
  private:
   void WorkerLoop();

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <cstdio>
 #include <random>
 #include <thread>
 
@@ -151,6 +152,7 @@ class CheckpointerImpl final : public Checkpointer {
       if (loaded.ok()) return result;
       if (options.step || !IsCheckpointDamage(loaded)) return loaded;
       result.skipped.push_back(name + ": " + loaded.ToString());  // reported, never silent
+      if (auto step = ParseStepDirName(name)) result.skipped_steps.push_back(*step);
     }
     std::string why;
     for (const auto& s : result.skipped) why += "\n  " + s;
@@ -159,6 +161,14 @@ class CheckpointerImpl final : public Checkpointer {
 
   Result<std::vector<uint64_t>> ListCommitted() override {
     return ListCheckpointSteps(env_, options_.root);
+  }
+
+  Status Quarantine(uint64_t step) override {
+    char suffix[24];
+    std::snprintf(suffix, sizeof(suffix), "-%016llx", static_cast<unsigned long long>(RandomNonce()));
+    STINT_RETURN_IF_ERROR(env_->RenameFile(options_.root + "/" + StepDirName(step),
+                                           options_.root + "/quarantine-" + StepDirName(step) + suffix));
+    return env_->SyncDir(options_.root);
   }
 
   CheckpointerStats stats() const override {
@@ -181,6 +191,7 @@ class CheckpointerImpl final : public Checkpointer {
     ro.env = env_;
     ro.io_engine = options_.io_engine;
     ro.direct_io = options_.direct_io;
+    ro.queue_depth = options_.io_queue_depth;
     auto opened = CheckpointReader::Open(dir, ro);
     if (!opened.ok()) {
       // LATEST naming a vanished directory is damage too.
@@ -211,13 +222,12 @@ class CheckpointerImpl final : public Checkpointer {
       lock.unlock();
 
       Status s = PersistAndCommit(job.get());
-      uint64_t step = job->stats.step;
+      const uint64_t step = job->stats.step;
+      std::promise<Status> durable = std::move(job->durable);
       SaveStats stats = job->stats;
-      job->durable.set_value(s);
-      job.reset();  // returns the staging buffer
+      job.reset();  // returns the staging buffer before anyone learns the save is done
 
       lock.lock();
-      busy_ = false;
       if (s.ok()) {
         ++stats_.committed;
         stats_.last = stats;
@@ -227,6 +237,16 @@ class CheckpointerImpl final : public Checkpointer {
           background_error_ = s.WithContext("background save of step " + std::to_string(step));
         }
       }
+      lock.unlock();
+      // Stats and the buffer are settled first, so a caller woken here sees both.
+      durable.set_value(s);
+      if (s.ok()) {
+        // Retention runs after the commit is reported: it is not part of time-to-durable.
+        Status r = ApplyRetention();
+        if (!r.ok()) RecordBackgroundError(r.WithContext("retention after step " + std::to_string(step)));
+      }
+      lock.lock();
+      busy_ = false;
       idle_cv_.notify_all();
     }
   }
@@ -257,9 +277,13 @@ class CheckpointerImpl final : public Checkpointer {
     if (!s.ok()) {
       // Best effort: a crash here leaves a .tmp- dir that the next Open removes.
       RemoveRecursively(env_, tmp).IgnoreError();
-      return s;
     }
-    return ApplyRetention();
+    return s;
+  }
+
+  void RecordBackgroundError(const Status& s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (background_error_.ok()) background_error_ = s;
   }
 
   Manifest BuildManifest(const PersistJob& job, const PersistedFile& file) const {

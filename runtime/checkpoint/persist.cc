@@ -7,6 +7,11 @@
 namespace stint {
 namespace {
 
+// Chunks are checksummed (and compressed) a window at a time on the pool
+// while the previous window's writes are in flight, so hashing and zstd
+// overlap the I/O instead of preceding it.
+constexpr uint64_t kWindowBytes = 64u << 20;
+
 struct FreeDeleter {
   void operator()(char* p) const { std::free(p); }
 };
@@ -18,15 +23,22 @@ AlignedBytes AllocAligned(size_t n) {
   return AlignedBytes(static_cast<char*>(p));
 }
 
-// Writes [buf, buf+len) at `offset` in io_size pieces.
+// Writes [buf, buf+len) at `offset` in io_size pieces; `keep` (may be null)
+// is released when the last piece completes.
 Status SubmitRange(IoEngine* engine, WritableFile* file, const char* buf, uint64_t len,
-                   uint64_t offset, uint64_t io_size) {
+                   uint64_t offset, uint64_t io_size, std::shared_ptr<AlignedBytes> keep = nullptr) {
   for (uint64_t done = 0; done < len; done += io_size) {
     uint64_t n = len - done < io_size ? len - done : io_size;
-    STINT_RETURN_IF_ERROR(engine->SubmitWrite(file, buf + done, n, offset + done));
+    IoDone on_done;
+    if (keep) on_done = [keep](const Status&, size_t) {};
+    STINT_RETURN_IF_ERROR(engine->SubmitWrite(file, buf + done, n, offset + done, std::move(on_done)));
   }
   return Status::OK();
 }
+
+struct ChunkRef {
+  size_t entry, index;
+};
 
 }  // namespace
 
@@ -35,12 +47,9 @@ Result<PersistedFile> PersistSnapshot(Env* env, IoEngine* engine, ThreadPool* po
                                       const PersistOptions& options) {
   const SnapshotLayout& layout = snapshot.layout;
   const char* image = snapshot.buffer->data();
-  uint64_t io_size = options.io_size < kChunkAlignment ? kChunkAlignment : AlignUp(options.io_size);
+  const uint64_t io_size = options.io_size < kChunkAlignment ? kChunkAlignment : AlignUp(options.io_size);
 
-  // Flat list of chunks so the pool can work on them in any order.
-  struct ChunkRef {
-    size_t entry, index;
-  };
+  // Chunks in staging (= raw file) order.
   std::vector<ChunkRef> refs;
   PersistedFile out;
   out.entry_chunks.resize(layout.entries.size());
@@ -48,72 +57,91 @@ Result<PersistedFile> PersistSnapshot(Env* env, IoEngine* engine, ThreadPool* po
     out.entry_chunks[e].resize(layout.entries[e].chunk_len.size());
     for (size_t c = 0; c < layout.entries[e].chunk_len.size(); ++c) refs.push_back({e, c});
   }
+  auto staging_offset = [&](size_t i) { return layout.entries[refs[i].entry].chunk_offset[refs[i].index]; };
+  auto record = [&](size_t i) -> ChunkRecord& { return out.entry_chunks[refs[i].entry][refs[i].index]; };
 
   STINT_ASSIGN_OR_RETURN(auto file, env->NewWritableFile(path, FileOptions{options.direct_io}));
-  std::vector<AlignedBytes> compressed(options.compress ? refs.size() : 0);
-  std::vector<Status> errors(refs.size());
-
-  pool->ParallelFor(refs.size(), [&](size_t i) {
-    const SnapshotEntry& e = layout.entries[refs[i].entry];
-    ChunkRecord& rec = out.entry_chunks[refs[i].entry][refs[i].index];
-    const char* raw = image + e.chunk_offset[refs[i].index];
-    rec.raw_len = e.chunk_len[refs[i].index];
-    rec.codec = Codec::kNone;
-    rec.stored_len = rec.raw_len;
-    rec.file_offset = e.chunk_offset[refs[i].index];
-    if (options.compress && rec.raw_len > 0) {
-      size_t cap = AlignUp(ZstdBound(rec.raw_len));
-      AlignedBytes buf = AllocAligned(cap);
-      if (buf == nullptr) {
-        errors[i] = Status::ResourceExhausted("zstd: cannot allocate " + std::to_string(cap) + " bytes");
-        return;
-      }
-      auto n = ZstdCompress(raw, rec.raw_len, buf.get(), cap, options.zstd_level);
-      if (!n.ok()) {
-        errors[i] = n.status();
-        return;
-      }
-      if (*n < rec.raw_len) {  // keep raw when zstd does not help
-        std::memset(buf.get() + *n, 0, AlignUp(*n) - *n);
-        rec.codec = Codec::kZstd;
-        rec.stored_len = *n;
-        rec.xxh3 = Xxh3(buf.get(), *n);
-        compressed[i] = std::move(buf);
-        return;
-      }
-    }
-    rec.xxh3 = Xxh3(raw, rec.raw_len);
-  });
-  for (const Status& s : errors) STINT_RETURN_IF_ERROR(s);
+  Status status;
+  // Raw: the staging image is the file, so its size is known; preallocate it.
+  if (!options.compress) status = file->Allocate(layout.image_bytes);
 
   uint64_t file_size = 0;
-  Status submit;
-  if (!options.compress) {
-    // The staging image is the file: one pass of large aligned writes.
-    file_size = layout.image_bytes;
-    submit = SubmitRange(engine, file.get(), image, file_size, 0, io_size);
-  } else {
-    for (size_t i = 0; i < refs.size() && submit.ok(); ++i) {
-      ChunkRecord& rec = out.entry_chunks[refs[i].entry][refs[i].index];
-      const char* src = compressed[i] ? compressed[i].get()
-                                      : image + layout.entries[refs[i].entry].chunk_offset[refs[i].index];
-      rec.file_offset = file_size;
-      uint64_t padded = AlignUp(rec.stored_len == 0 ? 1 : rec.stored_len);
-      submit = SubmitRange(engine, file.get(), src, padded, file_size, io_size);
-      file_size += padded;
+  std::vector<std::shared_ptr<AlignedBytes>> compressed;
+  std::vector<Status> errors;
+  for (size_t begin = 0; begin < refs.size() && status.ok();) {
+    size_t end = begin;
+    while (end < refs.size() && staging_offset(end) < staging_offset(begin) + kWindowBytes) ++end;
+    compressed.assign(end - begin, nullptr);
+    errors.assign(end - begin, Status::OK());
+
+    pool->ParallelFor(end - begin, [&](size_t k) {
+      const size_t i = begin + k;
+      ChunkRecord& rec = record(i);
+      const char* raw = image + staging_offset(i);
+      rec.raw_len = layout.entries[refs[i].entry].chunk_len[refs[i].index];
+      rec.codec = Codec::kNone;
+      rec.stored_len = rec.raw_len;
+      if (options.compress && rec.raw_len > 0) {
+        size_t cap = AlignUp(ZstdBound(rec.raw_len));
+        AlignedBytes buf = AllocAligned(cap);
+        if (buf == nullptr) {
+          errors[k] = Status::ResourceExhausted("zstd: cannot allocate " + std::to_string(cap) + " bytes");
+          return;
+        }
+        auto n = ZstdCompress(raw, rec.raw_len, buf.get(), cap, options.zstd_level);
+        if (!n.ok()) {
+          errors[k] = n.status();
+          return;
+        }
+        if (*n < rec.raw_len) {  // keep raw when zstd does not help
+          std::memset(buf.get() + *n, 0, AlignUp(*n) - *n);
+          rec.codec = Codec::kZstd;
+          rec.stored_len = *n;
+          rec.xxh3 = Xxh3(buf.get(), *n);
+          compressed[k] = std::make_shared<AlignedBytes>(std::move(buf));
+          return;
+        }
+      }
+      rec.xxh3 = Xxh3(raw, rec.raw_len);
+    });
+    for (const Status& s : errors) {
+      if (status.ok() && !s.ok()) status = s;
     }
+    if (!status.ok()) break;
+
+    if (!options.compress) {
+      // One run of large aligned writes straight from the staging image.
+      uint64_t from = staging_offset(begin);
+      uint64_t to = end < refs.size() ? staging_offset(end) : layout.image_bytes;
+      for (size_t i = begin; i < end; ++i) record(i).file_offset = staging_offset(i);
+      status = SubmitRange(engine, file.get(), image + from, to - from, from, io_size);
+      file_size = to;
+    } else {
+      for (size_t i = begin; i < end && status.ok(); ++i) {
+        ChunkRecord& rec = record(i);
+        const auto& buf = compressed[i - begin];
+        const char* src = buf ? buf->get() : image + staging_offset(i);
+        rec.file_offset = file_size;
+        uint64_t padded = AlignUp(rec.stored_len == 0 ? 1 : rec.stored_len);
+        // A compressed buffer lives until its last write completes.
+        status = SubmitRange(engine, file.get(), src, padded, file_size, io_size, buf);
+        file_size += padded;
+      }
+    }
+    begin = end;
   }
+  compressed.clear();
   Status drained = engine->Drain();  // always: buffers must not be freed under the kernel
-  STINT_RETURN_IF_ERROR(submit.WithContext("write " + path));
+  STINT_RETURN_IF_ERROR(status.WithContext("write " + path));
   STINT_RETURN_IF_ERROR(drained.WithContext("write " + path));
   STINT_RETURN_IF_ERROR(file->Sync());
   STINT_RETURN_IF_ERROR(file->Close());
 
   std::vector<ChunkRecord> in_file_order;
+  in_file_order.reserve(refs.size());
   for (size_t i = 0; i < refs.size(); ++i) {
-    const ChunkRecord& rec = out.entry_chunks[refs[i].entry][refs[i].index];
-    in_file_order.push_back(rec);
-    out.stored_bytes += rec.stored_len;
+    in_file_order.push_back(record(i));
+    out.stored_bytes += record(i).stored_len;
   }
   out.file.size = file_size;
   out.file.digest = FileDigest(in_file_order, file_size);

@@ -4,8 +4,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <condition_variable>
 #include <mutex>
+#include <thread>
 
+#include "base/thread_pool.h"
 #include "format/manifest.h"
 #include "io/io_engine.h"
 #include "stint/checkpoint_reader.h"
@@ -34,7 +37,9 @@ class CheckpointReaderImpl final : public CheckpointReader {
   CheckpointReaderImpl(std::string dir, Manifest m, Env* env, std::unique_ptr<IoEngine> engine,
                        const ReaderOptions& options)
       : dir_(std::move(dir)), m_(std::move(m)), env_(env), engine_(std::move(engine)),
-        options_(options) {}
+        options_(options),
+        decode_pool_(options.threads != 0 ? options.threads
+                                          : std::max(1u, std::thread::hardware_concurrency()) - 1) {}
 
   Status OpenFiles() {
     for (const auto& f : m_.files) {
@@ -242,22 +247,33 @@ class CheckpointReaderImpl final : public CheckpointReader {
     return Status::OK();
   }
 
-  // Reads, verifies and decodes every chunk, `queue_depth` in flight.
+  // Reads every chunk, `queue_depth` in flight; the decode pool verifies and
+  // decodes each as it arrives, so checksums and zstd overlap the reads.
   Status Execute(const std::vector<ChunkRead>& reads) const {
     std::mutex mu;
+    std::condition_variable slot_freed;
     Status first;
     auto fail = [&](const Status& s) {
       std::lock_guard<std::mutex> l(mu);
       if (first.ok()) first = s;
     };
-    // One more buffer than requests in flight, so one is always free (see io_engine.h).
-    const size_t nbuf = std::max<size_t>(options_.queue_depth, 1) + 1;
+    // More buffers than requests in flight: a full set of busy buffers then
+    // always includes some being decoded, which free themselves, so waiting
+    // for one cannot deadlock on completions only Submit/Drain would reap.
+    const size_t depth = std::max<size_t>(options_.queue_depth, 1);
+    const size_t nbuf = depth + 2 * decode_pool_.size() + 1;
     struct Slot {
       std::unique_ptr<char, FreeDeleter> buf;
       size_t cap = 0;
       bool busy = false;
     };
     std::vector<Slot> slots(nbuf);
+    size_t decoding = 0;  // guarded by mu
+    auto release = [&](Slot* slot) {
+      std::lock_guard<std::mutex> l(mu);
+      slot->busy = false;
+      slot_freed.notify_all();
+    };
     for (const ChunkRead& r : reads) {
       {
         std::lock_guard<std::mutex> l(mu);
@@ -268,12 +284,16 @@ class CheckpointReaderImpl final : public CheckpointReader {
       const uint64_t want = AlignUp(r.rec->stored_len == 0 ? 1 : r.rec->stored_len);
       Slot* slot = nullptr;
       {
-        std::lock_guard<std::mutex> l(mu);
-        for (auto& s : slots) {
-          if (!s.busy) {
-            slot = &s;
-            break;
+        std::unique_lock<std::mutex> l(mu);
+        for (;;) {
+          for (auto& s : slots) {
+            if (!s.busy) {
+              slot = &s;
+              break;
+            }
           }
+          if (slot != nullptr) break;
+          slot_freed.wait(l);
         }
         slot->busy = true;
       }
@@ -294,14 +314,34 @@ class CheckpointReaderImpl final : public CheckpointReader {
               st = Status::DataLoss(rp->where + ": file ends after " + std::to_string(bytes) +
                                     " of the chunk's " + std::to_string(rp->rec->stored_len) + " bytes");
             }
-            if (st.ok()) st = DecodeInto(*rp, slot->buf.get());
-            if (!st.ok()) fail(st);
-            std::lock_guard<std::mutex> l(mu);
-            slot->busy = false;
+            if (!st.ok()) {
+              fail(st);
+              release(slot);
+              return;
+            }
+            {
+              std::lock_guard<std::mutex> l(mu);
+              ++decoding;
+            }
+            decode_pool_.Schedule([&, rp, slot] {
+              Status d = DecodeInto(*rp, slot->buf.get());
+              if (!d.ok()) fail(d);
+              std::lock_guard<std::mutex> l(mu);
+              slot->busy = false;
+              --decoding;
+              slot_freed.notify_all();
+            });
           });
-      if (!s.ok()) fail(s);
+      if (!s.ok()) {
+        fail(s);
+        release(slot);
+      }
     }
     Status drained = engine_->Drain();
+    {
+      std::unique_lock<std::mutex> l(mu);
+      slot_freed.wait(l, [&] { return decoding == 0; });
+    }
     if (!first.ok()) return first;
     return drained;
   }
@@ -329,6 +369,7 @@ class CheckpointReaderImpl final : public CheckpointReader {
   std::unique_ptr<IoEngine> engine_;
   const ReaderOptions options_;
   std::map<std::string, std::unique_ptr<RandomAccessFile>> files_;
+  mutable ThreadPool decode_pool_;  // Execute() is logically const
 };
 
 }  // namespace

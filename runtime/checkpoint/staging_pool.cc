@@ -1,11 +1,32 @@
 #include "checkpoint/staging_pool.h"
 
-#include <cstdlib>
+#include <sys/mman.h>
+
+#include <cerrno>
 #include <string>
 
 #include "format/chunk.h"
 
 namespace stint {
+
+namespace {
+
+// Staging memory comes straight from mmap: page-aligned for O_DIRECT,
+// transparent huge pages where enabled (a cold 1 GiB buffer then takes ~512
+// faults, not 262144), and MADV_DONTFORK so a fork (a DataLoader worker, a
+// subprocess) does not turn every later snapshot write into a
+// copy-on-write fault.
+char* MapBuffer(size_t size) {
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  madvise(p, size, MADV_HUGEPAGE);  // advisory: EINVAL without THP support is fine
+  madvise(p, size, MADV_DONTFORK);
+  return static_cast<char*>(p);
+}
+
+void UnmapBuffer(char* p, size_t size) { munmap(p, size); }
+
+}  // namespace
 
 StagingBuffer::~StagingBuffer() { pool_->Release(data_, size_); }
 
@@ -13,7 +34,7 @@ StagingPool::StagingPool(size_t capacity_bytes) : capacity_(capacity_bytes) {}
 
 StagingPool::~StagingPool() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& c : cached_) std::free(c.data);
+  for (auto& c : cached_) UnmapBuffer(c.data, c.size);
 }
 
 size_t StagingPool::capacity() const {
@@ -28,7 +49,7 @@ size_t StagingPool::bytes_in_use() const {
 
 void StagingPool::EvictFor(size_t need) {
   while (!cached_.empty() && allocated_ + need > capacity_) {
-    std::free(cached_.back().data);
+    UnmapBuffer(cached_.back().data, cached_.back().size);
     allocated_ -= cached_.back().size;
     cached_.pop_back();
   }
@@ -55,14 +76,13 @@ Result<std::unique_ptr<StagingBuffer>> StagingPool::Acquire(size_t size,
     }
     if (in_use_ + size <= capacity_) {
       EvictFor(size);
-      void* p = nullptr;
-      if (posix_memalign(&p, kChunkAlignment, size) != 0) {
-        return Status::ResourceExhausted("staging pool: cannot allocate " + std::to_string(size) +
-                                         " bytes");
+      char* p = MapBuffer(size);
+      if (p == nullptr) {
+        return StatusFromErrno("staging pool: mmap of " + std::to_string(size) + " bytes", errno);
       }
       allocated_ += size;
       in_use_ += size;
-      return std::unique_ptr<StagingBuffer>(new StagingBuffer(this, static_cast<char*>(p), size));
+      return std::unique_ptr<StagingBuffer>(new StagingBuffer(this, p, size));
     }
     if (released_.wait_until(lock, deadline) == std::cv_status::timeout &&
         in_use_ + size > capacity_) {

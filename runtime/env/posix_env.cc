@@ -59,6 +59,17 @@ class PosixWritableFile final : public WritableFile {
     }
     return Status::OK();
   }
+  Status Allocate(uint64_t size) override {
+    if (fd_ < 0) return Status::FailedPrecondition(path_ + ": allocate after close");
+    int rc;
+    do {
+      rc = ::fallocate(fd_, 0, 0, static_cast<off_t>(size));
+    } while (rc != 0 && errno == EINTR);
+    if (rc != 0 && errno != EOPNOTSUPP && errno != ENOSYS) {
+      return StatusFromErrno("fallocate " + path_ + " to " + std::to_string(size) + " bytes", errno);
+    }
+    return Status::OK();
+  }
   Status Sync() override {
     if (fd_ < 0) return Status::FailedPrecondition(path_ + ": sync after close");
     if (::fdatasync(fd_) != 0) return StatusFromErrno("fdatasync " + path_, errno);

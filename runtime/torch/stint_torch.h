@@ -173,8 +173,13 @@ Result<LoadResult> LoadOptimizer(Checkpointer& checkpointer, const std::string& 
 // The default CPU generator's state (what torch::manual_seed sets; dropout and
 // torch::randn draw from it) as an opaque blob, and back.
 Result<std::string> GetTorchCpuRngState();
-// kInvalidArgument when `blob` is not a state GetTorchCpuRngState() returned.
 Status SetTorchCpuRngState(const std::string& blob);
+
+// Every default LibTorch generator of this process: "cpu", and "cuda:<i>"
+// for each visible CUDA device (seed and Philox offset).
+Result<std::map<std::string, std::string>> CaptureTorchRng();
+// kInvalidArgument for a malformed state or a device this process lacks.
+Status RestoreTorchRng(const std::map<std::string, std::string>& states);
 
 }  // namespace stint
 

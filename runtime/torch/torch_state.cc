@@ -4,9 +4,8 @@
 // throwing c10::Error, and stint's runtime never lets an exception escape, so
 // this is where they become a Status, once.
 #include "stint_torch.h"
+#include "torch_guard.h"
 
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/core/Generator.h>
 #include <c10/core/TensorImpl.h>
 #include <c10/util/Exception.h>
 #include <torch/optim/adam.h>
@@ -27,21 +26,6 @@ namespace stint {
 namespace {
 
 using nlohmann::json;
-
-// Runs `body` and turns anything LibTorch (or the standard library under it)
-// throws into a Status naming `what`.
-template <typename F>
-auto Guard(const std::string& what, F&& body) -> decltype(body()) {
-  try {
-    return body();
-  } catch (const c10::Error& e) {
-    return Status::Internal(what + ": LibTorch: " + e.what_without_backtrace());
-  } catch (const std::bad_alloc&) {
-    return Status::ResourceExhausted(what + ": out of memory");
-  } catch (const std::exception& e) {
-    return Status::Internal(what + ": " + e.what());
-  }
-}
 
 std::string Join(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
@@ -758,38 +742,6 @@ Result<LoadResult> LoadOptimizer(Checkpointer& checkpointer, const std::string& 
   TorchStateLoader loader;
   STINT_RETURN_IF_ERROR(loader.AddOptimizer(prefix, optimizer));
   return loader.Load(checkpointer, options);
-}
-
-// ---- RNG --------------------------------------------------------------------
-
-Result<std::string> GetTorchCpuRngState() {
-  return Guard("reading the CPU generator state", [&]() -> Result<std::string> {
-    at::Generator gen = at::detail::getDefaultCPUGenerator();
-    torch::Tensor state;
-    {
-      std::lock_guard<std::mutex> lock(gen.mutex());  // as torch.get_rng_state() does
-      state = gen.get_state();
-    }
-    state = state.contiguous();
-    // The same bytes torch.get_rng_state() returns in Python.
-    return std::string(static_cast<const char*>(state.data_ptr()),
-                       state.numel() * state.element_size());
-  });
-}
-
-Status SetTorchCpuRngState(const std::string& blob) {
-  Status s = Guard("restoring the CPU generator state", [&]() -> Status {
-    torch::Tensor state =
-        torch::empty({static_cast<int64_t>(blob.size())}, at::TensorOptions().dtype(c10::kByte));
-    if (!blob.empty()) std::memcpy(state.data_ptr(), blob.data(), blob.size());
-    at::Generator gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(state);  // throws on a state of the wrong size
-    return Status::OK();
-  });
-  // LibTorch refuses only malformed states: that is the caller's argument.
-  if (s.code() == Code::kInternal) return Status::InvalidArgument(s.message());
-  return s;
 }
 
 }  // namespace stint

@@ -33,6 +33,10 @@ class FaultWritableFile final : public WritableFile {
     }
     return fault;
   }
+  Status Allocate(uint64_t size) override {
+    STINT_RETURN_IF_ERROR(env_->Op("fallocate", path()));
+    return base_->Allocate(size);
+  }
   Status Sync() override {
     STINT_RETURN_IF_ERROR(env_->SyncBudget(path()));
     STINT_RETURN_IF_ERROR(base_->Sync());

@@ -735,17 +735,23 @@ struct FioReference {
   std::string version;
   std::string unavailable;  // why, when fio could not run
   std::vector<double> write_bw, read_bw;  // bytes/s per run
+  // --fallocate=none: fio then extends the file with every write, as stint's
+  // persist does (it writes a fresh, empty file). ext4 runs extending O_DIRECT
+  // writes synchronously under the inode lock, so this is the ceiling for a
+  // writer that does not preallocate.
+  std::vector<double> write_extending_bw;
   std::string note;
 };
 
 Result<double> RunFioOnce(const std::string& dir, uint64_t size, const std::string& rw,
-                          const std::string& engine) {
+                          const std::string& engine, bool preallocate = true) {
   uint64_t bs = std::min<uint64_t>(4u << 20, size);
   std::vector<std::string> argv = {"fio", "--name=w", "--directory=" + dir, "--rw=" + rw,
                                    "--bs=" + std::to_string(bs), "--direct=1",
                                    "--ioengine=" + engine, "--iodepth=16",
                                    "--size=" + std::to_string(size / bs * bs), "--output-format=json"};
   if (rw == "write") argv.push_back("--end_fsync=1");
+  if (!preallocate) argv.push_back("--fallocate=none");
   STINT_ASSIGN_OR_RETURN(ProcessResult p, RunProcess(argv, 600));
   if (p.exit_code != 0) {
     std::string why = LastLine(p.err.empty() ? p.out : p.err);
@@ -784,6 +790,12 @@ Status RunFioRound(const std::string& dir, uint64_t size, bool drop, FioReferenc
     result = r.status();
   }
   Env::Default()->RemoveFile(dir + "/w.0.0").IgnoreError();
+  if (result.ok()) {
+    auto x = RunFioOnce(dir, size, "write", ref->engine, /*preallocate=*/false);
+    if (x.ok()) ref->write_extending_bw.push_back(*x);
+    result = x.status();
+    Env::Default()->RemoveFile(dir + "/w.0.0").IgnoreError();
+  }
   return result;
 }
 
@@ -812,7 +824,7 @@ TorchReference RunTorchReference(const Flags& flags, const BenchState& bs, const
   std::string python = flags.python;
   if (python.empty()) {
     for (const std::string& c : {std::string(STINT_SOURCE_ROOT) + "/.venv/bin/python",
-                                 ExeDir() + "/../../.venv/bin/python"}) {
+                                 ExeDir() + "/../../../.venv/bin/python"}) {
       if (IsExecutable(c)) {
         python = c;
         break;
@@ -932,9 +944,11 @@ Result<SaveSample> SaveOnce(Variant* v, const BenchState& bs, uint64_t step) {
   s.durable_s = SecondsSince(t0);
   s.persist_faults = MinorFaults() - f1;
   STINT_RETURN_IF_ERROR(durable.WithContext("persist step " + std::to_string(step)));
-  // The persist thread fulfils `durable` before it records stats().last, so
-  // right after durable.get() the stats may still describe the previous save.
-  // Wait (briefly) for them to catch up.
+  // The persist thread fulfils `durable` before it returns the staging buffer
+  // and records stats().last, so right after durable.get() the stats may
+  // still describe the previous save. Wait (briefly) for them: that also
+  // waits for the buffer, so the next save reuses it instead of allocating
+  // a second, cold one.
   auto deadline = Clock::now() + std::chrono::seconds(5);
   for (;;) {
     CheckpointerStats st = v->ckpt->stats();
@@ -1193,6 +1207,7 @@ int Run(const Flags& flags) {
   }
   const double fio_w = fio.unavailable.empty() ? Median(fio.write_bw) : std::nan("");
   const double fio_r = fio.unavailable.empty() ? Median(fio.read_bw) : std::nan("");
+  const double fio_x = fio.unavailable.empty() ? Median(fio.write_extending_bw) : std::nan("");
 
   // --- torch.save reference, last: it needs the memory the variants held ---
   TorchReference torch;
@@ -1221,8 +1236,9 @@ int Run(const Flags& flags) {
       return Printf("%.0f-%.0f MiB/s", *std::min_element(v.begin(), v.end()) / kMiB,
                     *std::max_element(v.begin(), v.end()) / kMiB);
     };
-    std::printf("             spread over runs: write %s, read %s\n", mm(fio.write_bw).c_str(),
-                fio.read_bw.empty() ? "n/a" : mm(fio.read_bw).c_str());
+    std::printf("             spread over runs: write %s, read %s, extending write %s\n", mm(fio.write_bw).c_str(),
+                fio.read_bw.empty() ? "n/a" : mm(fio.read_bw).c_str(),
+                fio.write_extending_bw.empty() ? "n/a" : mm(fio.write_extending_bw).c_str());
   }
   if (torch.unavailable.empty()) {
     std::printf("  torch.save reference: torch %s, %d tensors, same shapes; median of %d\n",
@@ -1243,6 +1259,10 @@ int Run(const Flags& flags) {
                             fio_label + " O_DIRECT write", Rate(fio_w), Ratio(Div(v.persist_bw, fio_w))});
     persist_rows.push_back({"  Save() call -> durable, " + v.label, Rate(v.durable_bw), fio_label + " O_DIRECT write",
                             Rate(fio_w), Ratio(Div(v.durable_bw, fio_w))});
+    if (!v.compress) {
+      persist_rows.push_back({"  same persist, " + v.label, Rate(v.persist_bw), fio_label + " --fallocate=none",
+                              Rate(fio_x), Ratio(Div(v.persist_bw, fio_x))});
+    }
     restore_rows.push_back({"restore " + v.label + " (Checkpointer::Load)", Rate(v.restore_bw),
                             fio_label + " O_DIRECT read", Rate(fio_r), Ratio(Div(v.restore_bw, fio_r))});
     stall_rows.push_back({"stall " + v.label + " (Save() returns)", Secs(v.stall_s), "torch.save + fsync",
@@ -1257,6 +1277,10 @@ int Run(const Flags& flags) {
       stall_rows.push_back({"  first save's stall (cold staging)", Secs(v.cold->call_s), "torch.save + fsync",
                             Secs(torch.fsync_s), Ratio(Div(v.cold->call_s, torch.fsync_s))});
     }
+  }
+  if (fio.unavailable.empty()) {
+    cmp_rows.push_back({"fio write: extending / preallocated file", Rate(fio_x), "fio default (fallocate)",
+                        Rate(fio_w), Ratio(Div(fio_x, fio_w))});
   }
   for (bool c : {false, true}) {
     const Variant* u = find("uring", c);
@@ -1338,7 +1362,8 @@ int Run(const Flags& flags) {
     if (fio.unavailable.empty()) {
       j["fio"] = {{"engine", fio.engine},          {"version", fio.version},     {"size", fio_size},
                   {"write_bw_bytes", fio.write_bw}, {"read_bw_bytes", fio.read_bw},
-                  {"write_bw_median", Num(fio_w)},   {"read_bw_median", Num(fio_r)}, {"note", fio.note}};
+                  {"write_bw_median", Num(fio_w)},   {"read_bw_median", Num(fio_r)}, {"note", fio.note},
+                  {"write_extending_bw_bytes", fio.write_extending_bw}, {"write_extending_bw_median", Num(fio_x)}};
     } else {
       j["fio"] = {{"unavailable", fio.unavailable}};
     }
@@ -1367,6 +1392,7 @@ int Run(const Flags& flags) {
                      {"commit_seconds", Num(v.commit_s)},
                      {"compression_ratio", Num(v.compression)}};
       o["ratio"] = {{"persist_vs_fio_write", Num(Div(v.persist_bw, fio_w))},
+                    {"persist_vs_fio_write_extending", Num(Div(v.persist_bw, fio_x))},
                     {"save_to_durable_vs_fio_write", Num(Div(v.durable_bw, fio_w))},
                     {"restore_vs_fio_read", Num(Div(v.restore_bw, fio_r))},
                     {"stall_vs_torch_save_fsync", Num(Div(v.stall_s, torch.fsync_s))},

@@ -97,6 +97,7 @@ struct LoadResult {
   std::map<std::string, std::string> blobs;
   // Newer checkpoints passed over, each "step-... : <error>": never silent.
   std::vector<std::string> skipped;
+  std::vector<uint64_t> skipped_steps;  // the same, as steps (see Quarantine)
 };
 
 // Chooses destinations once the checkpoint to load is known (e.g. allocate
@@ -122,6 +123,10 @@ class Checkpointer {
 
   // Committed steps, oldest first.
   virtual Result<std::vector<uint64_t>> ListCommitted() = 0;
+  // Moves a checkpoint that failed to load out of the way, to
+  // "quarantine-step-<step>-<nonce>" (kept for inspection, never loaded or
+  // deleted by retention), so a resumed run can save that step again.
+  virtual Status Quarantine(uint64_t step) = 0;
   virtual CheckpointerStats stats() const = 0;
   virtual const CheckpointOptions& options() const = 0;
 };

@@ -1,0 +1,170 @@
+#include "resumable_training.h"
+
+#include <chrono>
+
+#include "stint_torch.h"
+#include "torch_guard.h"
+
+namespace stint {
+namespace {
+
+constexpr char kModelPrefix[] = "model";
+constexpr char kOptimizerPrefix[] = "optim";
+constexpr char kStepBlob[] = "stint.step";
+constexpr char kSamplerBlob[] = "stint.sampler";
+constexpr char kRngPrefix[] = "stint.rng.";
+constexpr char kUserPrefix[] = "user.";
+
+bool StartsWith(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+}  // namespace
+
+ResumableTraining::ResumableTraining(const ResumableTrainingOptions& options, torch::nn::Module& model,
+                                     torch::optim::Optimizer& optimizer, ResumableSampler* sampler)
+    : options_(options), model_(model), optimizer_(optimizer), sampler_(sampler) {}
+
+ResumableTraining::~ResumableTraining() {
+  // The Checkpointer's destructor finishes queued saves; nothing is dropped.
+}
+
+Result<std::unique_ptr<ResumableTraining>> ResumableTraining::Create(
+    const ResumableTrainingOptions& options, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+    ResumableSampler* sampler) {
+  std::unique_ptr<ResumableTraining> run(new ResumableTraining(options, model, optimizer, sampler));
+  STINT_ASSIGN_OR_RETURN(run->checkpointer_, Checkpointer::Open(options.checkpoint));
+  if (options.watch_signals) {
+    STINT_ASSIGN_OR_RETURN(run->watcher_, PreemptionWatcher::Install(options.preemption));
+  }
+  return run;
+}
+
+Result<uint64_t> ResumableTraining::Resume() {
+  STINT_ASSIGN_OR_RETURN(auto committed, checkpointer_->ListCommitted());
+  if (committed.empty()) return uint64_t{0};  // a fresh start
+  TorchStateLoader loader;
+  STINT_RETURN_IF_ERROR(loader.AddModule(kModelPrefix, model_));
+  STINT_RETURN_IF_ERROR(loader.AddOptimizer(kOptimizerPrefix, optimizer_));
+  STINT_ASSIGN_OR_RETURN(LoadResult loaded_value, loader.Load(*checkpointer_));
+  const LoadResult* loaded = &loaded_value;
+  resume_skipped_ = loaded->skipped;
+  for (uint64_t damaged : loaded->skipped_steps) STINT_RETURN_IF_ERROR(checkpointer_->Quarantine(damaged));
+  const auto& blobs = loaded->blobs;
+  auto step_blob = blobs.find(kStepBlob);
+  if (step_blob == blobs.end()) {
+    return Status::DataLoss(loaded->dir + ": no '" + kStepBlob + "' blob: not written by ResumableTraining");
+  }
+  uint64_t step = std::strtoull(step_blob->second.c_str(), nullptr, 10);
+  if (sampler_ != nullptr) {
+    auto sampler_blob = blobs.find(kSamplerBlob);
+    if (sampler_blob == blobs.end()) {
+      return Status::FailedPrecondition(loaded->dir + ": checkpoint holds no sampler state");
+    }
+    STINT_RETURN_IF_ERROR(sampler_->LoadState(sampler_blob->second).WithContext(loaded->dir));
+  }
+  std::map<std::string, std::string> rng;
+  user_state_.clear();
+  for (const auto& [name, bytes] : blobs) {
+    if (StartsWith(name, kRngPrefix)) rng[name.substr(sizeof(kRngPrefix) - 1)] = bytes;
+    if (StartsWith(name, kUserPrefix)) user_state_[name.substr(sizeof(kUserPrefix) - 1)] = bytes;
+  }
+  STINT_RETURN_IF_ERROR(RestoreTorchRng(rng).WithContext(loaded->dir));
+  last_durable_step_ = last_saved_step_ = step;
+  saved_any_ = true;
+  return step;
+}
+
+void ResumableTraining::SetUserState(const std::string& name, std::string bytes) {
+  user_state_[name] = std::move(bytes);
+}
+
+std::optional<std::string> ResumableTraining::UserState(const std::string& name) const {
+  auto it = user_state_.find(name);
+  if (it == user_state_.end()) return std::nullopt;
+  return it->second;
+}
+
+void ResumableTraining::ReapDurable() {
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->durable.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      ++it;
+      continue;
+    }
+    if (it->durable.get().ok() && it->step > last_durable_step_) last_durable_step_ = it->step;
+    it = pending_.erase(it);  // a failure also comes back from the next Save()/Flush()
+  }
+}
+
+CheckpointCost ResumableTraining::Cost(uint64_t step) const {
+  CheckpointCost cost;
+  cost.steps_since_durable = step - last_durable_step_;
+  auto stats = checkpointer_->stats();
+  if (stats.last) {
+    const SaveStats& last = *stats.last;
+    cost.state_bytes = last.raw_bytes;
+    double seconds = last.persist_seconds + last.commit_seconds;
+    if (seconds > 0) cost.bytes_per_second = double(last.stored_bytes) / seconds;
+    cost.fixed_seconds = last.snapshot_seconds + last.commit_seconds;
+  }
+  return cost;
+}
+
+Status ResumableTraining::SaveNow(uint64_t step, bool wait_durable) {
+  if (!(saved_any_ && step == last_saved_step_)) {
+    TorchStateBuilder state;
+    STINT_RETURN_IF_ERROR(state.AddModule(kModelPrefix, model_));
+    STINT_RETURN_IF_ERROR(state.AddOptimizer(kOptimizerPrefix, optimizer_));
+    STINT_RETURN_IF_ERROR(state.AddBlob(kStepBlob, std::to_string(step)));
+    if (sampler_ != nullptr) STINT_RETURN_IF_ERROR(state.AddBlob(kSamplerBlob, sampler_->SaveState()));
+    STINT_ASSIGN_OR_RETURN(auto rng, CaptureTorchRng());
+    for (auto& [name, bytes] : rng) STINT_RETURN_IF_ERROR(state.AddBlob(kRngPrefix + name, std::move(bytes)));
+    for (const auto& [name, bytes] : user_state_) STINT_RETURN_IF_ERROR(state.AddBlob(kUserPrefix + name, bytes));
+    // Save() returns after the snapshot: `state` may go out of scope then.
+    STINT_ASSIGN_OR_RETURN(SaveHandle handle, checkpointer_->Save(step, state.state()));
+    if (handle.skipped) return handle.durable.get();
+    pending_.push_back(Pending{step, handle.durable});
+    last_saved_step_ = step;
+    saved_any_ = true;
+  }
+  if (!wait_durable) return Status::OK();
+  for (const auto& p : pending_) {
+    if (p.step != step) continue;
+    STINT_RETURN_IF_ERROR(p.durable.get());
+    last_durable_step_ = step;
+  }
+  ReapDurable();
+  return Status::OK();
+}
+
+Result<StepAction> ResumableTraining::StepBoundary(uint64_t step) {
+  if (sampler_ != nullptr) sampler_->CommitStep();
+  ReapDurable();
+  StepAction action;
+  if (watcher_ != nullptr && watcher_->requested()) {
+    action.exit = true;
+    action.exit_code = kExitRequeue;
+    action.plan = watcher_->PlanAt(Cost(step));
+    if (action.plan.save) {
+      Status s = SaveNow(step, /*wait_durable=*/true);
+      action.saved = s.ok();
+      if (!s.ok()) action.plan.reason += "; emergency checkpoint failed: " + s.ToString();
+    } else {
+      // No time for a new one; let a save already in flight finish if it can.
+      auto left = std::chrono::milliseconds(int64_t(action.plan.remaining_seconds * 1000));
+      if (left.count() > 0) checkpointer_->Flush(left).IgnoreError();
+      ReapDurable();
+    }
+    return action;
+  }
+  if (options_.save_every != 0 && step % options_.save_every == 0) {
+    STINT_RETURN_IF_ERROR(SaveNow(step, /*wait_durable=*/false));
+    action.saved = true;
+  }
+  return action;
+}
+
+Status ResumableTraining::Finish(uint64_t step) {
+  STINT_RETURN_IF_ERROR(SaveNow(step, /*wait_durable=*/true));
+  return checkpointer_->Flush();
+}
+
+}  // namespace stint

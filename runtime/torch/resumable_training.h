@@ -1,0 +1,121 @@
+// ResumableTraining: the few lines a LibTorch training loop adds to become
+// preemption-safe and exactly resumable.
+//
+//   stint::ResumableSampler sampler = stint::ResumableSampler::Create(data_config).value();
+//   auto run = stint::ResumableTraining::Create(options, model, optimizer, &sampler).value();
+//   uint64_t step = run->Resume().value();             // 0 on a fresh start
+//   while (step < total_steps) {
+//     auto ids = sampler.RankIndices(rank, world).value();
+//     ...forward, backward, optimizer.step()...
+//     auto action = run->StepBoundary(++step).value(); // commits the data cursor, saves, preemption
+//     if (action.exit) return action.exit_code;        // kExitRequeue: run me again
+//   }
+//   run->Finish(step);                                 // final checkpoint, durable
+//
+// A checkpoint holds the module's parameters and buffers, the optimizer's
+// state and hyper-parameters, the sampler's cursor and data fingerprint,
+// every LibTorch generator (CPU and each CUDA device), the step, and named
+// user state (an LR scheduler's JSON, counters). Resume() restores all of
+// it from the newest checkpoint that verifies.
+//
+// On a preemption notice (signal or Notify()), StepBoundary() takes an
+// emergency checkpoint when it fits in the remaining grace, otherwise reports
+// how many steps will be lost, and asks the loop to exit with kExitRequeue.
+//
+// Thread-compatible: the training thread owns it.
+#ifndef STINT_TORCH_RESUMABLE_TRAINING_H_
+#define STINT_TORCH_RESUMABLE_TRAINING_H_
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "stint/checkpointer.h"
+#include "stint/preemption.h"
+#include "stint/resumable_sampler.h"
+#include "stint/status.h"
+
+namespace stint {
+
+struct ResumableTrainingOptions {
+  CheckpointOptions checkpoint;  // REQUIRES: checkpoint.root set
+  // Asynchronous checkpoint every N committed steps; 0 = only on preemption
+  // and Finish(). Default: 100.
+  uint64_t save_every = 100;
+  // Install a PreemptionWatcher for signals (else only Notify() sources
+  // through watcher(), if one is passed in). Default: true.
+  bool watch_signals = true;
+  PreemptionOptions preemption;
+};
+
+struct StepAction {
+  bool saved = false;      // a checkpoint of this step was started (durable later) or taken
+  bool exit = false;       // preempted: stop training and exit with exit_code
+  int exit_code = 0;
+  PreemptionPlan plan;     // when preempted
+};
+
+class ResumableTraining {
+ public:
+  // `model`, `optimizer` and `sampler` (may be null) must outlive this object.
+  static Result<std::unique_ptr<ResumableTraining>> Create(const ResumableTrainingOptions& options,
+                                                           torch::nn::Module& model,
+                                                           torch::optim::Optimizer& optimizer,
+                                                           ResumableSampler* sampler);
+  ~ResumableTraining();
+
+  // Loads the newest checkpoint; returns its step, or 0 when there is none.
+  // kFailedPrecondition when the data configuration changed.
+  Result<uint64_t> Resume();
+
+  // Named user state, saved with every checkpoint and restored by Resume().
+  void SetUserState(const std::string& name, std::string bytes);
+  std::optional<std::string> UserState(const std::string& name) const;
+
+  // Call once per step, after the optimizer step; `step` counts committed steps.
+  Result<StepAction> StepBoundary(uint64_t step);
+  // Checkpoints now; with wait_durable, returns once it is committed.
+  Status SaveNow(uint64_t step, bool wait_durable);
+  // Final checkpoint (unless this step is already durable), then waits for all.
+  Status Finish(uint64_t step);
+
+  Checkpointer& checkpointer() { return *checkpointer_; }
+  PreemptionWatcher* watcher() { return watcher_.get(); }
+  // Newest step known durable in this process (or resumed from).
+  uint64_t last_durable_step() const { return last_durable_step_; }
+  // Newer checkpoints Resume() could not load ("step-...: error"); each was
+  // quarantined so this run can write that step again.
+  const std::vector<std::string>& resume_skipped() const { return resume_skipped_; }
+
+ private:
+  ResumableTraining(const ResumableTrainingOptions& options, torch::nn::Module& model,
+                    torch::optim::Optimizer& optimizer, ResumableSampler* sampler);
+  CheckpointCost Cost(uint64_t step) const;
+  // Reaps finished background saves into last_durable_step_.
+  void ReapDurable();
+
+  ResumableTrainingOptions options_;
+  torch::nn::Module& model_;
+  torch::optim::Optimizer& optimizer_;
+  ResumableSampler* sampler_;
+  std::unique_ptr<Checkpointer> checkpointer_;
+  std::unique_ptr<PreemptionWatcher> watcher_;
+  std::map<std::string, std::string> user_state_;
+  std::vector<std::string> resume_skipped_;
+  struct Pending {
+    uint64_t step;
+    std::shared_future<Status> durable;
+  };
+  std::vector<Pending> pending_;
+  uint64_t last_durable_step_ = 0;
+  uint64_t last_saved_step_ = 0;
+  bool saved_any_ = false;
+};
+
+}  // namespace stint
+
+#endif  // STINT_TORCH_RESUMABLE_TRAINING_H_

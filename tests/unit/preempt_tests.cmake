@@ -1,0 +1,1 @@
+stint_test(unit preemption_plan_test)

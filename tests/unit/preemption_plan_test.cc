@@ -1,0 +1,309 @@
+// PlanPreemption (pure: no clock, no signals) and LaunchEnvFromEnvironment.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "stint/preemption.h"
+
+namespace stint {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+const SteadyTime kNow = SteadyTime() + std::chrono::hours(1000);
+
+PreemptionNotice NoticeWithDeadline(SteadyTime deadline) {
+  return PreemptionNotice{"signal SIGTERM", kNow, deadline};
+}
+
+TEST(PlanPreemption, NoNoticeIsNotPreempted) {
+  const PreemptionPlan plan = PlanPreemption(std::nullopt, kNow, seconds(2), CheckpointCost{});
+  EXPECT_FALSE(plan.preempted);
+  EXPECT_FALSE(plan.save);
+  EXPECT_EQ(plan.steps_lost, 0u);
+}
+
+TEST(PlanPreemption, CheckpointThatFitsIsSaved) {
+  CheckpointCost cost;
+  cost.state_bytes = 1000000000;  // 1 GB at 1 GB/s + 0.05 s: 1.05 s
+  cost.bytes_per_second = 1e9;
+  cost.steps_since_durable = 37;
+  const PreemptionPlan plan =
+      PlanPreemption(NoticeWithDeadline(kNow + seconds(30)), kNow, seconds(2), cost);
+  EXPECT_TRUE(plan.preempted);
+  EXPECT_TRUE(plan.save);
+  EXPECT_DOUBLE_EQ(plan.remaining_seconds, 28.0);
+  EXPECT_DOUBLE_EQ(plan.estimated_seconds, 1.05);
+  EXPECT_EQ(plan.steps_lost, 0u);
+  EXPECT_EQ(plan.reason, "emergency checkpoint needs 1.1 s, 28.0 s left: saving");
+}
+
+TEST(PlanPreemption, CheckpointExactlyFillingTheTimeLeftIsSaved) {
+  CheckpointCost cost;
+  cost.state_bytes = 2000;
+  cost.bytes_per_second = 1000;
+  cost.fixed_seconds = 0;
+  const PreemptionPlan plan =
+      PlanPreemption(NoticeWithDeadline(kNow + seconds(3)), kNow, seconds(1), cost);
+  EXPECT_TRUE(plan.save);
+}
+
+TEST(PlanPreemption, CheckpointThatDoesNotFitReportsTheStepsLost) {
+  CheckpointCost cost;
+  cost.state_bytes = 12250000000ull;  // 12.25 s at 1 GB/s, + 0.05 s
+  cost.bytes_per_second = 1e9;
+  cost.steps_since_durable = 37;
+  const PreemptionPlan plan =
+      PlanPreemption(NoticeWithDeadline(kNow + milliseconds(6100)), kNow, seconds(2), cost);
+  EXPECT_TRUE(plan.preempted);
+  EXPECT_FALSE(plan.save);
+  EXPECT_NEAR(plan.remaining_seconds, 4.1, 1e-9);
+  EXPECT_NEAR(plan.estimated_seconds, 12.3, 1e-9);
+  EXPECT_EQ(plan.steps_lost, 37u);
+  EXPECT_EQ(plan.reason,
+            "emergency checkpoint needs 12.3 s, 4.1 s left: 37 steps since the last durable "
+            "checkpoint will be lost");
+}
+
+TEST(PlanPreemption, OneStepLostIsSingular) {
+  CheckpointCost cost;
+  cost.state_bytes = 100;
+  cost.bytes_per_second = 1;
+  cost.steps_since_durable = 1;
+  const PreemptionPlan plan =
+      PlanPreemption(NoticeWithDeadline(kNow + seconds(10)), kNow, seconds(0), cost);
+  EXPECT_FALSE(plan.save);
+  EXPECT_NE(plan.reason.find(": 1 step since the last durable checkpoint will be lost"),
+            std::string::npos)
+      << plan.reason;
+}
+
+TEST(PlanPreemption, NothingLostWhenTheLastCheckpointIsCurrent) {
+  CheckpointCost cost;
+  cost.state_bytes = 100;
+  cost.bytes_per_second = 1;
+  cost.steps_since_durable = 0;
+  const PreemptionPlan plan =
+      PlanPreemption(NoticeWithDeadline(kNow + seconds(10)), kNow, seconds(0), cost);
+  EXPECT_FALSE(plan.save);
+  EXPECT_EQ(plan.steps_lost, 0u);
+  EXPECT_NE(plan.reason.find("nothing is lost"), std::string::npos) << plan.reason;
+}
+
+TEST(PlanPreemption, UnknownThroughputTries) {
+  CheckpointCost cost;
+  cost.state_bytes = 1ull << 40;
+  cost.bytes_per_second = 0;
+  cost.steps_since_durable = 5;
+  const PreemptionPlan plan =
+      PlanPreemption(NoticeWithDeadline(kNow + seconds(30)), kNow, seconds(2), cost);
+  EXPECT_TRUE(plan.preempted);
+  EXPECT_TRUE(plan.save);
+  EXPECT_EQ(plan.estimated_seconds, 0);
+  EXPECT_EQ(plan.steps_lost, 0u);
+  EXPECT_EQ(plan.reason.rfind("throughput unknown: trying", 0), 0u) << plan.reason;
+}
+
+TEST(PlanPreemption, DeadlineAlreadyPassedLosesTheSteps) {
+  CheckpointCost cost;
+  cost.state_bytes = 1000;
+  cost.bytes_per_second = 1e9;
+  cost.fixed_seconds = 0.05;
+  cost.steps_since_durable = 12;
+  // The deadline was 1 s ago; with the 2 s margin that is 3 s too late.
+  const PreemptionPlan plan =
+      PlanPreemption(NoticeWithDeadline(kNow - seconds(1)), kNow, seconds(2), cost);
+  EXPECT_TRUE(plan.preempted);
+  EXPECT_FALSE(plan.save);
+  EXPECT_DOUBLE_EQ(plan.remaining_seconds, -3.0);
+  EXPECT_EQ(plan.steps_lost, 12u);
+  EXPECT_NE(plan.reason.find("the deadline has passed"), std::string::npos) << plan.reason;
+  EXPECT_NE(plan.reason.find("12 steps since the last durable checkpoint will be lost"),
+            std::string::npos)
+      << plan.reason;
+}
+
+TEST(PlanPreemption, SafetyMarginEatsIntoTheTimeLeft) {
+  CheckpointCost cost;
+  cost.state_bytes = 3000;
+  cost.bytes_per_second = 1000;  // 3.05 s
+  const auto notice = NoticeWithDeadline(kNow + seconds(5));
+  EXPECT_TRUE(PlanPreemption(notice, kNow, seconds(1), cost).save);
+  EXPECT_FALSE(PlanPreemption(notice, kNow, seconds(2), cost).save);
+}
+
+// Sets the launcher variables for one test and puts back what was there.
+class LaunchEnvTest : public ::testing::Test {
+ protected:
+  static constexpr const char* kNames[] = {"RANK",         "WORLD_SIZE",   "LOCAL_RANK",
+                                           "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"};
+
+  void SetUp() override {
+    for (const char* name : kNames) {
+      if (const char* value = getenv(name)) saved_[name] = value;
+      unsetenv(name);
+    }
+  }
+  void TearDown() override {
+    for (const char* name : kNames) {
+      auto it = saved_.find(name);
+      if (it == saved_.end()) {
+        unsetenv(name);
+      } else {
+        setenv(name, it->second.c_str(), 1);
+      }
+    }
+  }
+  static void Set(const char* name, const char* value) { setenv(name, value, 1); }
+
+  // The error for the current environment; fails the test when it parses.
+  static Status ErrorOf() {
+    Result<LaunchEnv> env = LaunchEnvFromEnvironment();
+    EXPECT_FALSE(env.ok());
+    return env.status();
+  }
+
+ private:
+  std::map<std::string, std::string> saved_;
+};
+
+TEST_F(LaunchEnvTest, NoLauncherIsRankZeroOfOne) {
+  Result<LaunchEnv> env = LaunchEnvFromEnvironment();
+  ASSERT_TRUE(env.ok()) << env.status().ToString();
+  EXPECT_EQ(env->rank, 0);
+  EXPECT_EQ(env->world_size, 1);
+  EXPECT_EQ(env->local_rank, 0);
+  EXPECT_EQ(env->launcher, "none");
+}
+
+TEST_F(LaunchEnvTest, TorchrunVariables) {
+  Set("RANK", "5");
+  Set("WORLD_SIZE", "8");
+  Set("LOCAL_RANK", "1");
+  Result<LaunchEnv> env = LaunchEnvFromEnvironment();
+  ASSERT_TRUE(env.ok()) << env.status().ToString();
+  EXPECT_EQ(env->rank, 5);
+  EXPECT_EQ(env->world_size, 8);
+  EXPECT_EQ(env->local_rank, 1);
+  EXPECT_EQ(env->launcher, "torchrun");
+}
+
+TEST_F(LaunchEnvTest, TorchrunWinsOverSlurm) {
+  // torchrun started inside an srun step: torchrun's ranks are the real ones.
+  Set("RANK", "3");
+  Set("WORLD_SIZE", "4");
+  Set("LOCAL_RANK", "3");
+  Set("SLURM_PROCID", "0");
+  Set("SLURM_NTASKS", "1");
+  Set("SLURM_LOCALID", "0");
+  Result<LaunchEnv> env = LaunchEnvFromEnvironment();
+  ASSERT_TRUE(env.ok()) << env.status().ToString();
+  EXPECT_EQ(env->launcher, "torchrun");
+  EXPECT_EQ(env->rank, 3);
+}
+
+TEST_F(LaunchEnvTest, SlurmVariables) {
+  Set("SLURM_PROCID", "6");
+  Set("SLURM_NTASKS", "16");
+  Set("SLURM_LOCALID", "2");
+  Result<LaunchEnv> env = LaunchEnvFromEnvironment();
+  ASSERT_TRUE(env.ok()) << env.status().ToString();
+  EXPECT_EQ(env->rank, 6);
+  EXPECT_EQ(env->world_size, 16);
+  EXPECT_EQ(env->local_rank, 2);
+  EXPECT_EQ(env->launcher, "slurm");
+}
+
+TEST_F(LaunchEnvTest, SlurmBatchScriptWithoutNtasksIsOneTask) {
+  Set("SLURM_PROCID", "0");
+  Result<LaunchEnv> env = LaunchEnvFromEnvironment();
+  ASSERT_TRUE(env.ok()) << env.status().ToString();
+  EXPECT_EQ(env->world_size, 1);
+  EXPECT_EQ(env->local_rank, 0);
+  EXPECT_EQ(env->launcher, "slurm");
+}
+
+TEST_F(LaunchEnvTest, SlurmNtasksAloneIsNotATask) {
+  Set("SLURM_NTASKS", "4");  // an salloc shell
+  Result<LaunchEnv> env = LaunchEnvFromEnvironment();
+  ASSERT_TRUE(env.ok()) << env.status().ToString();
+  EXPECT_EQ(env->launcher, "none");
+}
+
+TEST_F(LaunchEnvTest, NonNumericValueNamesTheVariableAndValue) {
+  Set("RANK", "zero");
+  Set("WORLD_SIZE", "2");
+  Set("LOCAL_RANK", "0");
+  const Status s = ErrorOf();
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("RANK='zero'"), std::string::npos) << s.ToString();
+}
+
+TEST_F(LaunchEnvTest, NegativeValueIsInvalid) {
+  Set("SLURM_PROCID", "-1");
+  Set("SLURM_NTASKS", "2");
+  const Status s = ErrorOf();
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("SLURM_PROCID='-1'"), std::string::npos) << s.ToString();
+}
+
+TEST_F(LaunchEnvTest, TrailingGarbageIsInvalid) {
+  Set("RANK", "1");
+  Set("WORLD_SIZE", "2x");
+  Set("LOCAL_RANK", "0");
+  const Status s = ErrorOf();
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("WORLD_SIZE='2x'"), std::string::npos) << s.ToString();
+}
+
+TEST_F(LaunchEnvTest, HugeValueIsInvalid) {
+  Set("SLURM_PROCID", "0");
+  Set("SLURM_NTASKS", "99999999999999999999");
+  const Status s = ErrorOf();
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("SLURM_NTASKS"), std::string::npos) << s.ToString();
+}
+
+TEST_F(LaunchEnvTest, RankNotBelowWorldSizeIsInvalid) {
+  Set("RANK", "4");
+  Set("WORLD_SIZE", "4");
+  Set("LOCAL_RANK", "0");
+  const Status s = ErrorOf();
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("RANK='4'"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("WORLD_SIZE='4'"), std::string::npos) << s.ToString();
+}
+
+TEST_F(LaunchEnvTest, LocalRankNotBelowWorldSizeIsInvalid) {
+  Set("SLURM_PROCID", "0");
+  Set("SLURM_NTASKS", "2");
+  Set("SLURM_LOCALID", "2");
+  const Status s = ErrorOf();
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("SLURM_LOCALID='2'"), std::string::npos) << s.ToString();
+}
+
+TEST_F(LaunchEnvTest, ZeroWorldSizeIsInvalid) {
+  Set("RANK", "0");
+  Set("WORLD_SIZE", "0");
+  Set("LOCAL_RANK", "0");
+  const Status s = ErrorOf();
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("WORLD_SIZE='0'"), std::string::npos) << s.ToString();
+}
+
+TEST_F(LaunchEnvTest, PartialTorchrunSetNamesTheMissingVariable) {
+  Set("RANK", "0");
+  Set("WORLD_SIZE", "1");
+  const Status s = ErrorOf();
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("LOCAL_RANK is not set"), std::string::npos) << s.ToString();
+}
+
+}  // namespace
+}  // namespace stint
