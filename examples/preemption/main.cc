@@ -5,7 +5,8 @@
 //
 //   preemption_example &              # prints "running pid N", then a line every 10 steps
 //   kill -TERM %1                     # notice: signal SIGTERM ... / plan: ... / exit 75
-//   STINT_GRACE_SECONDS=1 preemption_example --state-mb 4096 --mbps 1000   # too big: steps lost
+//   STINT_GRACE_SECONDS=5 preemption_example --state-mb 4000 --mbps 1000 --every 1000
+//                                     # too big for the time left: "50 steps ... will be lost"
 #include <unistd.h>
 
 #include <chrono>
@@ -21,11 +22,11 @@
 namespace {
 
 struct Flags {
-  int64_t steps = 1000000;   // stop after this many steps when nothing arrives
-  int64_t step_ms = 20;      // duration of one fake step
-  int64_t every = 50;        // a fake durable checkpoint every N steps
-  double state_mb = 256;     // size of the emergency checkpoint
-  double mbps = 2000;        // measured persist throughput; 0 = unknown
+  int64_t steps = 1000000;  // stop after this many steps when nothing arrives
+  int64_t step_ms = 20;     // duration of one fake step
+  int64_t every = 50;       // a fake durable checkpoint every N steps
+  double state_mb = 256;    // size of the emergency checkpoint
+  double mbps = 2000;       // measured persist throughput; 0 = unknown
 };
 
 void Usage(const char* argv0) {
@@ -85,7 +86,7 @@ int main(int argc, char** argv) {
   uint64_t last_durable = 0;
   for (int64_t step = 1; step <= flags.steps; ++step) {
     std::this_thread::sleep_for(std::chrono::milliseconds(flags.step_ms));  // the "step"
-    if (step % flags.every == 0) last_durable = uint64_t(step);              // the "checkpoint"
+    if (step % flags.every == 0) last_durable = uint64_t(step);             // the "checkpoint"
     if (step % 10 == 0) {
       std::printf("step %lld\n", static_cast<long long>(step));
       std::fflush(stdout);

@@ -48,8 +48,8 @@ Result<int> Optional(const char* name, int fallback) {
 Status Check(const LaunchEnv& env, const char* rank_name, const char* world_name,
              const char* local_name) {
   if (env.world_size < 1) {
-    return Status::InvalidArgument(std::string(world_name) + "='" +
-                                   std::to_string(env.world_size) + "': must be at least 1");
+    return Status::InvalidArgument(std::string(world_name) + "='" + std::to_string(env.world_size) +
+                                   "': must be at least 1");
   }
   if (env.rank >= env.world_size) {
     return Status::InvalidArgument(std::string(rank_name) + "='" + std::to_string(env.rank) +
@@ -57,9 +57,9 @@ Status Check(const LaunchEnv& env, const char* rank_name, const char* world_name
                                    std::to_string(env.world_size) + "'");
   }
   if (env.local_rank >= env.world_size) {
-    return Status::InvalidArgument(std::string(local_name) + "='" +
-                                   std::to_string(env.local_rank) + "' is not below " +
-                                   world_name + "='" + std::to_string(env.world_size) + "'");
+    return Status::InvalidArgument(std::string(local_name) + "='" + std::to_string(env.local_rank) +
+                                   "' is not below " + world_name + "='" +
+                                   std::to_string(env.world_size) + "'");
   }
   return Status::OK();
 }

@@ -16,8 +16,9 @@ std::string Seconds(double s) {
 std::string StepsLost(uint64_t steps) {
   if (steps == 0) return "no steps since the last durable checkpoint, nothing is lost";
   char buf[96];
-  std::snprintf(buf, sizeof(buf), "%" PRIu64 " step%s since the last durable checkpoint will be lost",
-                steps, steps == 1 ? "" : "s");
+  std::snprintf(buf, sizeof(buf),
+                "%" PRIu64 " step%s since the last durable checkpoint will be lost", steps,
+                steps == 1 ? "" : "s");
   return buf;
 }
 
@@ -31,8 +32,7 @@ PreemptionPlan PlanPreemption(const std::optional<PreemptionNotice>& notice, Ste
     return plan;
   }
   plan.preempted = true;
-  plan.remaining_seconds =
-      std::chrono::duration<double>(notice->deadline - safety - now).count();
+  plan.remaining_seconds = std::chrono::duration<double>(notice->deadline - safety - now).count();
   const std::string left = plan.remaining_seconds > 0 ? Seconds(plan.remaining_seconds) + " left"
                                                       : "the deadline has passed";
   if (cost.bytes_per_second <= 0) {

@@ -117,8 +117,7 @@ Result<std::unique_ptr<SignalPipe>> SignalPipe::Install(const std::vector<int>& 
                                      " is not a signal number");
     }
     if (sig == SIGKILL || sig == SIGSTOP) {
-      return Status::InvalidArgument("preemption signal " + SignalName(sig) +
-                                     " cannot be caught");
+      return Status::InvalidArgument("preemption signal " + SignalName(sig) + " cannot be caught");
     }
     // Installing twice would save our own handler as "previous" and chain it
     // to itself forever.

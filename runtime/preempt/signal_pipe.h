@@ -79,7 +79,9 @@ class SignalPipe {
 
  private:
   SignalPipe(std::vector<int> signals, UniqueFd read_fd, UniqueFd write_fd)
-      : signals_(std::move(signals)), read_fd_(std::move(read_fd)), write_fd_(std::move(write_fd)) {}
+      : signals_(std::move(signals)),
+        read_fd_(std::move(read_fd)),
+        write_fd_(std::move(write_fd)) {}
 
   const std::vector<int> signals_;  // installed, in installation order
   UniqueFd read_fd_;

@@ -79,14 +79,32 @@ uint64_t ResumableSampler::steps_per_epoch() const {
   return (epoch_length_ + config_.global_batch - 1) / config_.global_batch;
 }
 
+uint64_t ResumableSampler::EpochKey(uint64_t epoch) const { return Mix64(config_.seed) ^ Mix64(epoch + 1); }
+
 uint64_t ResumableSampler::GlobalIndex(uint64_t epoch, uint64_t pos) const {
   if (!config_.shuffle) return pos;
-  return IndexPermutation(config_.dataset_size, Mix64(config_.seed) ^ Mix64(epoch + 1))(pos);
+  return IndexPermutation(config_.dataset_size, EpochKey(epoch))(pos);
 }
 
-uint64_t ResumableSampler::NextBatchSize() const {
-  uint64_t left = epoch_length_ - cursor_.consumed;
+uint64_t ResumableSampler::BatchSizeAt(const DataCursor& at) const {
+  uint64_t left = epoch_length_ - at.consumed;
   return left < config_.global_batch ? left : config_.global_batch;
+}
+
+uint64_t ResumableSampler::NextBatchSize() const { return BatchSizeAt(cursor_); }
+
+uint64_t ResumableSampler::committed_steps() const {
+  return cursor_.epoch * steps_per_epoch() + cursor_.consumed / config_.global_batch;
+}
+
+DataCursor ResumableSampler::CursorAtStep(uint64_t global_step) const {
+  const uint64_t spe = steps_per_epoch();
+  return DataCursor{global_step / spe, global_step % spe * config_.global_batch};
+}
+
+Result<std::vector<uint64_t>> ResumableSampler::RankIndicesAtStep(uint64_t global_step, int rank,
+                                                                  int world) const {
+  return Indices(CursorAtStep(global_step), rank, world, 0, 1);
 }
 
 void ResumableSampler::Split(uint64_t begin, uint64_t count, uint64_t part, uint64_t parts, uint64_t* b,
@@ -102,6 +120,11 @@ Result<std::vector<uint64_t>> ResumableSampler::RankIndices(int rank, int world)
 
 Result<std::vector<uint64_t>> ResumableSampler::WorkerIndices(int rank, int world, int worker,
                                                               int num_workers) const {
+  return Indices(cursor_, rank, world, worker, num_workers);
+}
+
+Result<std::vector<uint64_t>> ResumableSampler::Indices(const DataCursor& at, int rank, int world,
+                                                        int worker, int num_workers) const {
   if (world <= 0 || rank < 0 || rank >= world) {
     return Status::InvalidArgument("sampler: rank " + std::to_string(rank) + " not in world of " +
                                    std::to_string(world));
@@ -115,12 +138,12 @@ Result<std::vector<uint64_t>> ResumableSampler::WorkerIndices(int rank, int worl
                                    " is not divisible by world size " + std::to_string(world));
   }
   uint64_t rank_begin, rank_count, begin, count;
-  Split(cursor_.consumed, NextBatchSize(), uint64_t(rank), uint64_t(world), &rank_begin, &rank_count);
+  Split(at.consumed, BatchSizeAt(at), uint64_t(rank), uint64_t(world), &rank_begin, &rank_count);
   Split(rank_begin, rank_count, uint64_t(worker), uint64_t(num_workers), &begin, &count);
   std::vector<uint64_t> out;
   out.reserve(count);
   if (config_.shuffle) {
-    IndexPermutation perm(config_.dataset_size, Mix64(config_.seed) ^ Mix64(cursor_.epoch + 1));
+    IndexPermutation perm(config_.dataset_size, EpochKey(at.epoch));
     for (uint64_t p = begin; p < begin + count; ++p) out.push_back(perm(p));
   } else {
     for (uint64_t p = begin; p < begin + count; ++p) out.push_back(p);

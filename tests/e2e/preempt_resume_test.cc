@@ -189,5 +189,35 @@ TEST_F(PreemptResume, SigkillResumesFromLastCommitAndLosesAtMostAnInterval) {
   EXPECT_EQ(segments_log, want_log) << "after dropping replayed steps, every sample once, in order";
 }
 
+TEST_F(PreemptResume, NoTimeForAnEmergencyCheckpointReportsTheLoss) {
+  // A grace period shorter than the safety margin: nothing fits.
+  std::vector<std::string> args = Args("no_grace");
+  args.insert(args.end(), {"--grace", "0.5"});
+  Child c = Start(args);
+  std::string out;
+  ASSERT_TRUE(WaitForLine(c.out, "ready", &out)) << out;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  kill(c.pid, SIGTERM);
+  int status = Finish(c, &out);
+  ASSERT_TRUE(WIFEXITED(status)) << out;
+  ASSERT_EQ(WEXITSTATUS(status), kExitRequeue) << out;
+  size_t at = out.find("preempted at step ");
+  ASSERT_NE(at, std::string::npos) << out;
+  uint64_t preempted = std::strtoull(out.c_str() + at + 18, nullptr, 10);
+  // Landing right on a checkpointed step loses nothing; otherwise the loss is stated.
+  EXPECT_TRUE(out.find("will be lost") != std::string::npos || out.find("nothing is lost") != std::string::npos)
+      << out;
+
+  Child again = Start(Args("no_grace"));
+  std::string out2;
+  ASSERT_TRUE(WaitForLine(again.out, "ready", &out2)) << out2;
+  kill(again.pid, SIGKILL);
+  Finish(again, &out2);
+  uint64_t resumed = std::strtoull(out2.c_str() + out2.find("step ") + 5, nullptr, 10);
+  EXPECT_LE(resumed, preempted);
+  EXPECT_EQ(resumed % 25, 0u) << "resumed from a periodic checkpoint";
+  EXPECT_LE(preempted - resumed, 2 * 25u);
+}
+
 }  // namespace
 }  // namespace stint

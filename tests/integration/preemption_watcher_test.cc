@@ -176,8 +176,8 @@ TEST_F(PreemptionWatcherTest, EmptyGraceSecondsCountsAsUnset) {
 
 TEST_F(PreemptionWatcherTest, MalformedGraceSecondsIsInvalidArgumentNamingTheVariable) {
   const struct sigaction before = Query(SIGTERM);
-  for (const char* bad : {"abc", "-1", "0", "0.0000", "1e3", "inf", "nan", " 5", "5 ", "1.2.3",
-                          ".", "0x10", "99999999999"}) {
+  for (const char* bad : {"abc", "-1", "0", "0.0000", "1e3", "inf", "nan", " 5", "5 ", "1.2.3", ".",
+                          "0x10", "99999999999"}) {
     SCOPED_TRACE(bad);
     setenv("STINT_GRACE_SECONDS", bad, 1);
     auto watcher = PreemptionWatcher::Install();

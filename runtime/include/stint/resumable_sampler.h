@@ -85,6 +85,13 @@ class ResumableSampler {
   // The part of RankIndices that DataLoader worker `worker` of `num_workers` loads.
   Result<std::vector<uint64_t>> WorkerIndices(int rank, int world, int worker, int num_workers) const;
 
+  // Steps are also numbered globally across epochs: step s is the
+  // (s % steps_per_epoch())-th batch of epoch s / steps_per_epoch(). A data
+  // loader that prefetches asks for steps ahead of the committed cursor.
+  uint64_t committed_steps() const;  // global number of the step at the cursor
+  DataCursor CursorAtStep(uint64_t global_step) const;
+  Result<std::vector<uint64_t>> RankIndicesAtStep(uint64_t global_step, int rank, int world) const;
+
   // Marks the batch at the cursor as trained on: call after the optimizer step.
   void CommitStep();
 
@@ -98,6 +105,11 @@ class ResumableSampler {
 
  private:
   explicit ResumableSampler(const SamplerConfig& config);
+  // Indices of worker `worker` of rank `rank` for the batch at `at`.
+  Result<std::vector<uint64_t>> Indices(const DataCursor& at, int rank, int world, int worker,
+                                        int num_workers) const;
+  uint64_t BatchSizeAt(const DataCursor& at) const;
+  uint64_t EpochKey(uint64_t epoch) const;  // the permutation key of an epoch
   // The [begin, end) of the global batch at the cursor assigned to `part` of `parts`.
   static void Split(uint64_t begin, uint64_t count, uint64_t part, uint64_t parts, uint64_t* b, uint64_t* n);
 
