@@ -16,60 +16,11 @@
 #include <thread>
 
 #include "stint/preemption.h"
+#include "util/subprocess.h"
 #include "util/temp_dir.h"
 
 namespace stint {
 namespace {
-
-struct Child {
-  pid_t pid = -1;
-  int out = -1;  // its stdout
-};
-
-Child Start(const std::vector<std::string>& args) {
-  int p[2];
-  if (pipe(p) != 0) return {};
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(p[1], 1);
-    close(p[0]);
-    close(p[1]);
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(STINT_TRAIN_BINARY));
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(STINT_TRAIN_BINARY, argv.data());
-    _exit(127);
-  }
-  close(p[1]);
-  return Child{pid, p[0]};
-}
-
-// Reads the child's stdout until a line starting with `prefix` (or EOF).
-bool WaitForLine(int fd, const std::string& prefix, std::string* all) {
-  char c;
-  std::string line;
-  while (read(fd, &c, 1) == 1) {
-    *all += c;
-    if (c != '\n') {
-      line += c;
-      continue;
-    }
-    if (line.rfind(prefix, 0) == 0) return true;
-    line.clear();
-  }
-  return false;
-}
-
-int Finish(Child& c, std::string* all) {
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(c.out, buf, sizeof(buf))) > 0) all->append(buf, size_t(n));
-  close(c.out);
-  int status = 0;
-  waitpid(c.pid, &status, 0);
-  return status;
-}
 
 std::string Checksum(const std::string& out) {
   size_t pos = out.find("checksum ");
@@ -93,12 +44,10 @@ class PreemptResume : public ::testing::Test {
   }
   // The uninterrupted run.
   void Reference(std::string* checksum, std::vector<std::string>* log) {
-    Child c = Start(Args("reference"));
-    std::string out;
-    int status = Finish(c, &out);
-    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
-    *checksum = Checksum(out);
-    ASSERT_EQ(checksum->size(), 16u) << out;
+    RunResult r = RunProgram(STINT_TRAIN_BINARY, Args("reference"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    *checksum = Checksum(r.output);
+    ASSERT_EQ(checksum->size(), 16u) << r.output;
     *log = ReadLines(dir_.Sub("reference.log"));
     ASSERT_EQ(log->size(), size_t(kSteps));
   }
@@ -118,15 +67,16 @@ TEST_F(PreemptResume, SigtermAtRandomStepsIsExactlyOnceAndBitIdentical) {
   int preemptions = 0;
   std::string got;
   for (int attempt = 0; attempt < 200; ++attempt) {
-    Child c = Start(Args("preempted"));
-    std::string out;
-    ASSERT_TRUE(WaitForLine(c.out, "ready", &out)) << out;
+    ChildProcess c(STINT_TRAIN_BINARY, Args("preempted"));
+    ASSERT_TRUE(c.WaitForLine("ready")) << c.output();
+    std::string out = c.output();
     bool send = preemptions < 25;
     if (send) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5 + rng() % 60));
-      kill(c.pid, SIGTERM);
+      kill(c.pid(), SIGTERM);
     }
-    int status = Finish(c, &out);
+    int status = c.Wait();
+    out = c.output();
     ASSERT_TRUE(WIFEXITED(status)) << "died by a signal: the watcher did not take SIGTERM\n" << out;
     if (WEXITSTATUS(status) == kExitRequeue) {
       ASSERT_NE(out.find("preempted at step"), std::string::npos) << out;
@@ -159,9 +109,9 @@ TEST_F(PreemptResume, SigkillResumesFromLastCommitAndLosesAtMostAnInterval) {
   const std::string log_path = dir_.Sub("killed.log");
   for (int attempt = 0; attempt < 50; ++attempt) {
     size_t before = ReadLines(log_path).size();
-    Child c = Start(Args("killed"));
-    std::string out;
-    ASSERT_TRUE(WaitForLine(c.out, "ready", &out)) << out;
+    ChildProcess c(STINT_TRAIN_BINARY, Args("killed"));
+    ASSERT_TRUE(c.WaitForLine("ready")) << c.output();
+    std::string out = c.output();
     uint64_t resumed = std::strtoull(out.c_str() + out.find("step ") + 5, nullptr, 10);
     // Steps logged after `resumed` by the previous, killed segment were lost and are replayed.
     std::vector<std::string> lines = ReadLines(log_path);
@@ -171,9 +121,10 @@ TEST_F(PreemptResume, SigkillResumesFromLastCommitAndLosesAtMostAnInterval) {
     bool kill_it = kills < 6;
     if (kill_it) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100 + rng() % 300));
-      kill(c.pid, SIGKILL);
+      kill(c.pid(), SIGKILL);
     }
-    int status = Finish(c, &out);
+    int status = c.Wait();
+    out = c.output();
     lines = ReadLines(log_path);
     segments_log.insert(segments_log.end(), lines.begin() + long(before), lines.end());
     if (WIFSIGNALED(status)) {
@@ -193,12 +144,13 @@ TEST_F(PreemptResume, NoTimeForAnEmergencyCheckpointReportsTheLoss) {
   // A grace period shorter than the safety margin: nothing fits.
   std::vector<std::string> args = Args("no_grace");
   args.insert(args.end(), {"--grace", "0.5"});
-  Child c = Start(args);
-  std::string out;
-  ASSERT_TRUE(WaitForLine(c.out, "ready", &out)) << out;
+  ChildProcess c(STINT_TRAIN_BINARY, args);
+  ASSERT_TRUE(c.WaitForLine("ready")) << c.output();
+  std::string out = c.output();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  kill(c.pid, SIGTERM);
-  int status = Finish(c, &out);
+  kill(c.pid(), SIGTERM);
+  int status = c.Wait();
+    out = c.output();
   ASSERT_TRUE(WIFEXITED(status)) << out;
   ASSERT_EQ(WEXITSTATUS(status), kExitRequeue) << out;
   size_t at = out.find("preempted at step ");
@@ -208,11 +160,11 @@ TEST_F(PreemptResume, NoTimeForAnEmergencyCheckpointReportsTheLoss) {
   EXPECT_TRUE(out.find("will be lost") != std::string::npos || out.find("nothing is lost") != std::string::npos)
       << out;
 
-  Child again = Start(Args("no_grace"));
-  std::string out2;
-  ASSERT_TRUE(WaitForLine(again.out, "ready", &out2)) << out2;
-  kill(again.pid, SIGKILL);
-  Finish(again, &out2);
+  ChildProcess again(STINT_TRAIN_BINARY, Args("no_grace"));
+  ASSERT_TRUE(again.WaitForLine("ready")) << again.output();
+  std::string out2 = again.output();
+  kill(again.pid(), SIGKILL);
+  again.Wait();
   uint64_t resumed = std::strtoull(out2.c_str() + out2.find("step ") + 5, nullptr, 10);
   EXPECT_LE(resumed, preempted);
   EXPECT_EQ(resumed % 25, 0u) << "resumed from a periodic checkpoint";

@@ -15,6 +15,7 @@
 #include "checkpoint/commit.h"
 #include "format/manifest.h"
 #include "stint/checkpointer.h"
+#include "util/subprocess.h"
 #include "util/temp_dir.h"
 
 #ifndef STINT_CLI_PATH
@@ -26,30 +27,8 @@ namespace {
 
 using json = nlohmann::json;
 
-struct RunResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-std::string Quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 RunResult RunCli(const std::vector<std::string>& args, bool with_stderr = true) {
-  std::string cmd = Quote(STINT_CLI_PATH);
-  for (const auto& a : args) cmd += " " + Quote(a);
-  cmd += with_stderr ? " 2>&1" : " 2>/dev/null";
-  RunResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return RunProgram(STINT_CLI_PATH, args, with_stderr);
 }
 
 json ParseJson(const std::string& text) {

@@ -14,39 +14,18 @@
 
 #include "util/checkpoint_checks.h"
 #include "util/step_state.h"
+#include "util/subprocess.h"
 #include "util/temp_dir.h"
 
 namespace stint {
 namespace {
 
-// Starts crash_writer with stdout on a pipe.
-pid_t Spawn(const std::string& root, const char* engine, int* out_fd) {
-  int p[2];
-  if (pipe(p) != 0) return -1;
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(p[1], 1);
-    close(p[0]);
-    close(p[1]);
-    execl(STINT_CRASH_WRITER, STINT_CRASH_WRITER, root.c_str(), engine, (char*)nullptr);
-    _exit(127);
-  }
-  close(p[1]);
-  *out_fd = p[0];
-  return pid;
-}
-
 // The last "durable N" the writer printed.
-uint64_t LastDurable(int fd, uint64_t previous) {
-  std::string all;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) all.append(buf, size_t(n));
-  close(fd);
+uint64_t LastDurable(const std::string& out, uint64_t previous) {
   uint64_t last = previous;
   size_t pos = 0;
-  while ((pos = all.find("durable ", pos)) != std::string::npos) {
-    last = std::strtoull(all.c_str() + pos + 8, nullptr, 10);
+  while ((pos = out.find("durable ", pos)) != std::string::npos) {
+    last = std::strtoull(out.c_str() + pos + 8, nullptr, 10);
     pos += 8;
   }
   return last;
@@ -67,16 +46,14 @@ TEST_P(KillTest, SigkillAtRandomPoints) {
   uint64_t durable = 0;
   int loaded_nonzero = 0;
   for (int i = 0; i < kills; ++i) {
-    int fd = -1;
-    pid_t pid = Spawn(root, engine, &fd);
-    ASSERT_GT(pid, 0);
+    ChildProcess writer(STINT_CRASH_WRITER, {root, engine}, /*merge_stderr=*/false);
+    ASSERT_TRUE(writer.started());
     std::this_thread::sleep_for(std::chrono::microseconds(2000 + rng() % 120000));
-    ASSERT_EQ(kill(pid, SIGKILL), 0);
-    int wstatus = 0;
-    ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
+    ASSERT_EQ(kill(writer.pid(), SIGKILL), 0);
+    int wstatus = writer.Wait();
     ASSERT_TRUE(WIFSIGNALED(wstatus)) << "writer exited by itself (status " << wstatus
                                       << "): it failed; seed " << seed;
-    durable = LastDurable(fd, durable);
+    durable = LastDurable(writer.output(), durable);
     if (durable == 0) continue;  // killed before its first commit
     // Anything from the last reported commit on (a later one may have committed
     // just before the kill) is acceptable; nothing older, nothing half-written.

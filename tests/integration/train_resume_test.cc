@@ -5,29 +5,21 @@
 
 #include <cstdio>
 #include <regex>
+#include <sstream>
 #include <string>
 
+#include "util/subprocess.h"
 #include "util/temp_dir.h"
 
 namespace stint {
 namespace {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
+// `args` is split at spaces (no argument here contains one).
 RunResult RunTrainMlp(const std::string& args) {
-  RunResult r;
-  std::string cmd = std::string(STINT_TRAIN_MLP) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  std::vector<std::string> argv;
+  std::istringstream in(args);
+  for (std::string a; in >> a;) argv.push_back(a);
+  return RunProgram(STINT_TRAIN_MLP, argv);
 }
 
 // "final step 200 eval_loss 0.012345 checksum 0123456789abcdef" -> step, checksum.

@@ -1,0 +1,99 @@
+#include "util/subprocess.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace stint {
+
+ChildProcess::ChildProcess(const std::string& program, const std::vector<std::string>& args,
+                           bool merge_stderr) {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) return;
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(program.c_str()));
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(p[1], 1);
+    if (merge_stderr) {
+      dup2(p[1], 2);
+    } else {
+      int null = open("/dev/null", O_WRONLY);
+      if (null >= 0) dup2(null, 2);
+    }
+    execv(program.c_str(), argv.data());
+    _exit(127);
+  }
+  close(p[1]);
+  if (pid < 0) {
+    close(p[0]);
+    return;
+  }
+  pid_ = pid;
+  out_ = p[0];
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ > 0 && !reaped_) {
+    kill(pid_, SIGKILL);
+    Wait();
+  }
+  if (out_ >= 0) close(out_);
+}
+
+bool ChildProcess::WaitForLine(const std::string& prefix) {
+  for (;;) {
+    // Complete lines not yet searched.
+    size_t nl;
+    while ((nl = output_.find('\n', scanned_)) != std::string::npos) {
+      bool hit = output_.compare(scanned_, prefix.size(), prefix) == 0;
+      scanned_ = nl + 1;
+      if (hit) return true;
+    }
+    if (out_ < 0) return false;
+    char buf[4096];
+    ssize_t n = read(out_, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    output_.append(buf, size_t(n));
+  }
+}
+
+int ChildProcess::Wait() {
+  if (reaped_) return status_;
+  if (out_ >= 0) {
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(out_, buf, sizeof(buf))) != 0) {
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) break;
+      output_.append(buf, size_t(n));
+    }
+    close(out_);
+    out_ = -1;
+  }
+  if (pid_ > 0) {
+    while (waitpid(pid_, &status_, 0) < 0 && errno == EINTR) {
+    }
+  }
+  reaped_ = true;
+  return status_;
+}
+
+RunResult RunProgram(const std::string& program, const std::vector<std::string>& args,
+                     bool merge_stderr) {
+  ChildProcess child(program, args, merge_stderr);
+  RunResult r;
+  if (!child.started()) return r;
+  int status = child.Wait();
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.output = child.output();
+  return r;
+}
+
+}  // namespace stint
