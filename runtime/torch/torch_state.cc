@@ -27,6 +27,18 @@ namespace {
 
 using nlohmann::json;
 
+// The checks shared by saving and loading a named tensor; returns its dtype.
+Result<DType> CheckNewTensor(const std::string& name, const torch::Tensor& tensor,
+                             const std::set<std::string>& taken) {
+  if (taken.count(name) != 0) return Status::AlreadyExists("tensor '" + name + "' was added twice");
+  if (tensor.layout() != c10::kStrided) {
+    return Status::InvalidArgument("tensor '" + name + "': only dense (strided) tensors are supported");
+  }
+  Result<DType> dtype = DTypeFromTorch(tensor.scalar_type());
+  if (!dtype.ok()) return dtype.status().WithContext("tensor '" + name + "'");
+  return *dtype;
+}
+
 std::string Join(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
 }
@@ -284,15 +296,7 @@ c10::ScalarType TorchScalarType(DType dtype) {
 Status TorchStateBuilder::AddTensor(const std::string& name, const torch::Tensor& tensor) {
   return Guard("tensor '" + name + "'", [&]() -> Status {
     if (!tensor.defined()) return Status::OK();
-    if (names_.count(name) != 0) {
-      return Status::AlreadyExists("tensor '" + name + "' was added twice");
-    }
-    if (tensor.layout() != c10::kStrided) {
-      return Status::InvalidArgument("tensor '" + name +
-                                     "': only dense (strided) tensors are supported");
-    }
-    Result<DType> dtype = DTypeFromTorch(tensor.scalar_type());
-    if (!dtype.ok()) return dtype.status().WithContext("tensor '" + name + "'");
+    STINT_ASSIGN_OR_RETURN(DType dtype, CheckNewTensor(name, tensor, names_));
 
     torch::Tensor data = tensor;
     if (!IsDirectTarget(tensor)) {
@@ -304,7 +308,7 @@ Status TorchStateBuilder::AddTensor(const std::string& name, const torch::Tensor
     }
     TensorShard shard;
     shard.name = name;
-    shard.dtype = *dtype;
+    shard.dtype = dtype;
     shard.global_shape = data.sizes().vec();
     shard.data = data.numel() > 0 ? data.data_ptr() : nullptr;
     state_.tensors.push_back(std::move(shard));
@@ -416,14 +420,7 @@ struct TorchStateLoader::Pending {
 Status TorchStateLoader::AddTensor(const std::string& name, torch::Tensor tensor) {
   return Guard("tensor '" + name + "'", [&]() -> Status {
     if (!tensor.defined()) return Status::OK();
-    if (names_.count(name) != 0)
-      return Status::AlreadyExists("tensor '" + name + "' was added twice");
-    if (tensor.layout() != c10::kStrided) {
-      return Status::InvalidArgument("tensor '" + name +
-                                     "': only dense (strided) tensors are supported");
-    }
-    Result<DType> dtype = DTypeFromTorch(tensor.scalar_type());
-    if (!dtype.ok()) return dtype.status().WithContext("tensor '" + name + "'");
+    STINT_RETURN_IF_ERROR(CheckNewTensor(name, tensor, names_).status());
     tensors_.push_back({name, std::move(tensor)});
     names_.insert(name);
     return Status::OK();

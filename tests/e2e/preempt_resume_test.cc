@@ -34,6 +34,9 @@ std::vector<std::string> ReadLines(const std::string& path) {
   return lines;
 }
 
+// Random kill points differ per run; the seed is in every failure message.
+uint32_t TimeSeed() { return uint32_t(std::chrono::steady_clock::now().time_since_epoch().count()); }
+
 uint64_t StepOf(const std::string& line) { return std::strtoull(line.c_str() + 5, nullptr, 10); }
 
 class PreemptResume : public ::testing::Test {
@@ -61,7 +64,7 @@ TEST_F(PreemptResume, SigtermAtRandomStepsIsExactlyOnceAndBitIdentical) {
   Reference(&want, &want_log);
   if (HasFatalFailure()) return;
 
-  uint32_t seed = uint32_t(std::chrono::steady_clock::now().time_since_epoch().count());
+  const uint32_t seed = TimeSeed();
   std::mt19937 rng(seed);
   SCOPED_TRACE("seed " + std::to_string(seed));
   int preemptions = 0;
@@ -100,7 +103,7 @@ TEST_F(PreemptResume, SigkillResumesFromLastCommitAndLosesAtMostAnInterval) {
   Reference(&want, &want_log);
   if (HasFatalFailure()) return;
 
-  uint32_t seed = uint32_t(std::chrono::steady_clock::now().time_since_epoch().count());
+  const uint32_t seed = TimeSeed();
   std::mt19937 rng(seed);
   SCOPED_TRACE("seed " + std::to_string(seed));
   int kills = 0;
