@@ -1,58 +1,68 @@
 #!/usr/bin/env bash
-# The main demo: a real LibTorch training run (examples/train_mlp) is
-# SIGKILLed at random moments and restarted each time; it resumes from its
-# newest committed checkpoint, and its final parameters are compared bit for
-# bit with an uninterrupted run. Then the checkpoints are listed, inspected
+# The main demo: a real LibTorch training run (examples/resumable_training)
+# is preempted at random moments, alternately with SIGTERM (it takes an
+# emergency checkpoint and exits 75, "requeue me") and SIGKILL (no grace: it
+# loses the steps since its last checkpoint), and restarted each time; its
+# final parameters and optimizer state are compared bit for bit with an
+# uninterrupted run. Then the checkpoints are listed, inspected
 # and verified with the `stint` CLI, and stint-bench measures persist,
 # restore and stall against fio and torch.save on this machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
 BUILD_DIR=${STINT_BUILD_DIR:-build}
-TRAIN="$BUILD_DIR/examples/train_mlp"
+TRAIN="$BUILD_DIR/examples/resumable_training"
 STINT="$BUILD_DIR/tools/stint/stint"
 BENCH="$BUILD_DIR/tools/stint-bench/stint-bench"
 WORK=$(mktemp -d /var/tmp/stint-demo-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-STEPS=${STINT_DEMO_STEPS:-400}
-ARGS=(--steps "$STEPS" --every 25 --hidden 128 --seed 3)
+STEPS=${STINT_DEMO_STEPS:-600}
+ARGS=(--steps "$STEPS" --every 50 --seed 3 --step-ms 4)
 
 echo "== 1. uninterrupted reference run ($STEPS steps)"
 "$TRAIN" --ckpt-dir "$WORK/reference" "${ARGS[@]}" > "$WORK/reference.log"
 want=$(awk '/^final step/ {print $NF}' "$WORK/reference.log")
 echo "   reference checksum $want"
 
-echo "== 2. the same run, SIGKILLed at random moments and restarted"
+echo "== 2. the same run, preempted again and again: SIGTERM (graceful) and SIGKILL (no grace)"
 kills=0
-for attempt in $(seq 1 20); do
-  "$TRAIN" --ckpt-dir "$WORK/killed" "${ARGS[@]}" > "$WORK/attempt-$attempt.log" 2>&1 &
+got=""
+for attempt in $(seq 1 40); do
+  out="$WORK/attempt-$attempt.log"
+  "$TRAIN" --ckpt-dir "$WORK/preempted" "${ARGS[@]}" > "$out" 2>&1 &
   pid=$!
-  if [ "$kills" -lt 4 ]; then
-    sleep "0.$((RANDOM % 9 + 1))"
-    if kill -KILL "$pid" 2>/dev/null; then
-      wait "$pid" 2>/dev/null || true
-      kills=$((kills + 1))
-      resumed=$(grep -o 'resumed from step [0-9]*' "$WORK/attempt-$attempt.log" | awk '{print $4}' || true)
-      echo "   attempt $attempt: SIGKILL (it had resumed from step ${resumed:-0})"
-      continue
-    fi
+  while ! grep -q '^ready' "$out" 2>/dev/null && kill -0 "$pid" 2>/dev/null; do sleep 0.02; done
+  resumed=$(grep -o 'resumed from step [0-9]*' "$out" | awk '{print $4}')
+  if [ "$kills" -lt 8 ]; then
+    sleep "0.$((RANDOM % 5 + 2))"
+    if [ $((kills % 2)) = 0 ]; then sig=TERM; else sig=KILL; fi
+    kill -"$sig" "$pid" 2>/dev/null || true
+    set +e; wait "$pid" 2>/dev/null; rc=$?; set -e
+    kills=$((kills + 1))
+    case "$rc" in
+      75) echo "   attempt $attempt: resumed at step $resumed, SIGTERM -> $(grep -o 'preempted at step [0-9]*: .*' "$out"), exit 75 (requeue)";;
+      137) echo "   attempt $attempt: resumed at step $resumed, SIGKILL -> died; the steps since its last checkpoint are lost";;
+      0) got=$(awk '/^final step/ {print $NF}' "$out"); echo "   attempt $attempt: finished before the signal"; break;;
+      *) echo "   attempt $attempt: unexpected exit $rc"; cat "$out"; exit 1;;
+    esac
+    continue
   fi
   wait "$pid"
-  got=$(awk '/^final step/ {print $NF}' "$WORK/attempt-$attempt.log")
-  resumed=$(grep -o 'resumed from step [0-9]*' "$WORK/attempt-$attempt.log" | awk '{print $4}' || true)
-  echo "   attempt $attempt: ran to the end (resumed from step ${resumed:-0}), checksum $got"
+  got=$(awk '/^final step/ {print $NF}' "$out")
+  echo "   attempt $attempt: resumed at step $resumed and ran to the end, checksum $got"
   break
 done
 if [ "$got" = "$want" ]; then
-  echo "   OK: after $kills kills the final parameters are bit-identical to the uninterrupted run"
+  echo "   OK: after $kills preemptions the final parameters and optimizer state are bit-identical to the uninterrupted run"
 else
   echo "   MISMATCH: $got != $want"; exit 1
 fi
 
 echo "== 3. the checkpoints, through the stint CLI"
-"$STINT" ls "$WORK/killed"
-"$STINT" inspect "$WORK/killed" | head -30
-"$STINT" verify "$WORK/killed" --all
+"$STINT" ls "$WORK/preempted"
+"$STINT" inspect "$WORK/preempted" | head -24
+"$STINT" verify "$WORK/preempted" --all
 
 echo "== 4. stint-bench --quick (ratios against fio and torch.save, same run)"
+mkdir -p "$WORK/bench"
 "$BENCH" --quick --dir "$WORK/bench" || echo "   (benchmark failed; see above)"
