@@ -353,6 +353,14 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Open(const CheckpointOptions
     return Status::InvalidArgument("chunk_size must be a positive multiple of 4096, got " +
                                    std::to_string(options.chunk_size));
   }
+  if (options.world_size > 1) {
+    // Each rank would commit its own step directory; the cross-rank commit
+    // (rank 0 commits after every rank reported its file digest) needs the
+    // job's store, which comes with the coordinator and elastic groups.
+    return Status::Unimplemented("world_size " + std::to_string(options.world_size) +
+                                 ": multi-process commit is not available yet; save every shard "
+                                 "from one process (State may hold several shards of a tensor)");
+  }
   if (options.rank < 0 || options.world_size < 1 || options.rank >= options.world_size) {
     return Status::InvalidArgument("rank " + std::to_string(options.rank) + " is not in world of " +
                                    std::to_string(options.world_size));

@@ -54,7 +54,7 @@ class PreemptResume : public ::testing::Test {
     *log = ReadLines(dir_.Sub("reference.log"));
     ASSERT_EQ(log->size(), size_t(kSteps));
   }
-  static constexpr int kSteps = 300;
+  static constexpr int kSteps = 400;  // enough for 20+ preemptions at ~10 steps each
   TempDir dir_;
 };
 

@@ -266,6 +266,27 @@ TEST_P(CheckpointerTest, DamagedNewestIsSkippedReportedAndQuarantined) {
   EXPECT_EQ(out.w, m2.w);
 }
 
+TEST(CheckpointerOptions, BadOptionsAreRefusedClearly) {
+  TempDir dir;
+  CheckpointOptions o;
+  EXPECT_EQ(Checkpointer::Open(o).status().code(), Code::kInvalidArgument);  // no root
+  o.root = dir.Sub("c");
+  o.chunk_size = 1000;
+  EXPECT_EQ(Checkpointer::Open(o).status().code(), Code::kInvalidArgument);
+  o.chunk_size = 4096;
+  o.io_engine = "spdk";
+  EXPECT_EQ(Checkpointer::Open(o).status().code(), Code::kInvalidArgument);
+  o.io_engine = "auto";
+  o.world_size = 2;
+  auto multi = Checkpointer::Open(o);
+  EXPECT_EQ(multi.status().code(), Code::kUnimplemented);
+  EXPECT_NE(multi.status().message().find("multi-process commit"), std::string::npos);
+  ASSERT_TRUE(WriteStringToFileSync(Env::Default(), dir.Sub("file"), "x").ok());
+  o.world_size = 1;
+  o.root = dir.Sub("file");
+  EXPECT_FALSE(Checkpointer::Open(o).ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(Engines, CheckpointerTest,
                          ::testing::Combine(::testing::Values("uring", "posix"), ::testing::Bool()),
                          [](const auto& info) {
