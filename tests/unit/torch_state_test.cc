@@ -569,3 +569,33 @@ TEST_F(TorchStateTest, CudaTensorsAreCopiedToHost) {
 
 }  // namespace
 }  // namespace stint
+
+namespace stint {
+namespace {
+
+TEST(TorchRng, CaptureRestoreEveryGenerator) {
+  torch::manual_seed(5);
+  torch::randn({3});  // leaves a cached normal sample in the generator state
+  auto states = CaptureTorchRng();
+  ASSERT_TRUE(states.ok()) << states.status().ToString();
+  ASSERT_EQ(states->count("cpu"), 1u);
+  const size_t cuda = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
+  EXPECT_EQ(states->size(), 1 + cuda);
+  torch::Tensor first = torch::randn({16});
+  ASSERT_TRUE(RestoreTorchRng(*states).ok());
+  EXPECT_TRUE(torch::equal(first, torch::randn({16})));
+
+  auto bad = *states;
+  bad["cuda:" + std::to_string(cuda)] = "x";  // a device this process does not have
+  EXPECT_EQ(RestoreTorchRng(bad).code(), Code::kInvalidArgument);
+  bad = *states;
+  bad["tpu:0"] = "x";
+  EXPECT_EQ(RestoreTorchRng(bad).code(), Code::kInvalidArgument);
+  bad = *states;
+  bad["cpu"] = "too short";
+  EXPECT_EQ(RestoreTorchRng(bad).code(), Code::kInvalidArgument);
+  EXPECT_EQ(RestoreTorchRng({}).code(), Code::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace stint
