@@ -158,6 +158,19 @@ class TorchStateTest : public ::testing::Test {
   }
 
   // Saves `b` as `step` and waits until it is durable.
+  // Opens a checkpointer and saves `model` and `opt` (as "model", "optim") durably.
+  std::unique_ptr<Checkpointer> SaveModelAndOptimizer(const torch::nn::Module& model,
+                                                      const torch::optim::Optimizer& opt, uint64_t step) {
+    auto ckpt = Open();
+    TorchStateBuilder b;
+    if (ckpt == nullptr || !b.AddModule("model", model).ok() || !b.AddOptimizer("optim", opt).ok()) {
+      ADD_FAILURE() << "cannot build the state to save";
+      return nullptr;
+    }
+    SaveDurable(*ckpt, step, b);
+    return HasFailure() ? nullptr : std::move(ckpt);
+  }
+
   void SaveDurable(Checkpointer& ckpt, uint64_t step, const TorchStateBuilder& b) {
     auto h = ckpt.Save(step, b.state());
     ASSERT_TRUE(h.ok()) << h.status().ToString();
@@ -315,12 +328,8 @@ TEST_F(TorchStateTest, ParameterWithoutStateLoadsWithoutState) {
   for (auto& p : last->parameters()) p.set_requires_grad(false);
   optim::AdamW opt(model->parameters());
   Train(model, opt, data, 2);
-  auto ckpt = Open();
+  auto ckpt = SaveModelAndOptimizer(*model, opt, 2);
   ASSERT_NE(ckpt, nullptr);
-  TorchStateBuilder b;
-  ASSERT_TRUE(b.AddModule("model", *model).ok());
-  ASSERT_TRUE(b.AddOptimizer("optim", opt).ok());
-  SaveDurable(*ckpt, 2, b);
 
   // The target has (stale) state for every parameter; loading removes the frozen layer's.
   nn::Sequential fresh = MakeMlp(8);
@@ -546,12 +555,8 @@ TEST_F(TorchStateTest, CudaTensorsAreCopiedToHost) {
   d.x = d.x.cuda();
   d.y = d.y.cuda();
   Train(model, opt, d, 2);
-  auto ckpt = Open();
+  auto ckpt = SaveModelAndOptimizer(*model, opt, 2);
   ASSERT_NE(ckpt, nullptr);
-  TorchStateBuilder b;
-  ASSERT_TRUE(b.AddModule("model", *model).ok());
-  ASSERT_TRUE(b.AddOptimizer("optim", opt).ok());
-  SaveDurable(*ckpt, 2, b);
   nn::Sequential fresh = MakeMlp(19);
   fresh->to(torch::kCUDA);
   optim::AdamW fresh_opt(fresh->parameters());
