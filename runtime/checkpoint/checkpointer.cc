@@ -61,7 +61,7 @@ class CheckpointerImpl final : public Checkpointer {
         engine_(std::move(engine)),
         pool_(options.threads != 0 ? options.threads
                                    : std::max(1u, std::thread::hardware_concurrency()) - 1),
-        staging_(options.staging_bytes) {
+        staging_(options.staging_bytes, [this](char* base) { engine_->UnregisterBuffer(base); }) {
     options_.env = env;
     persist_thread_ = std::thread([this] { PersistLoop(); });
   }
@@ -258,11 +258,12 @@ class CheckpointerImpl final : public Checkpointer {
     Status s = env_->CreateDir(tmp);
     PersistedFile file;
     if (s.ok()) {
+      // Registered once for the buffer's life (the pool unregisters it before
+      // unmapping): pinning 1 GiB on every save costs more than it saves.
       engine_->RegisterBuffer(job->snapshot.buffer->data(), job->snapshot.buffer->size());
       PersistOptions po{options_.compress, options_.zstd_level, options_.direct_io, options_.io_size};
       auto persisted = PersistSnapshot(env_, engine_.get(), &pool_, job->snapshot,
                                        tmp + "/" + RankFileName(options_.rank), po);
-      engine_->UnregisterBuffer(job->snapshot.buffer->data());
       if (persisted.ok()) file = std::move(*persisted);
       s = persisted.status();
     }
@@ -329,7 +330,7 @@ class CheckpointerImpl final : public Checkpointer {
 
   CheckpointOptions options_;
   Env* const env_;
-  std::unique_ptr<IoEngine> engine_;  // used by the persist thread only
+  std::unique_ptr<IoEngine> engine_;  // the persist thread's; the pool only unregisters buffers
   ThreadPool pool_;
   StagingPool staging_;
 

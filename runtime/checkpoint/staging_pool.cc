@@ -29,11 +29,17 @@ void UnmapBuffer(char* p, size_t size) { munmap(p, size); }
 
 StagingBuffer::~StagingBuffer() { pool_->Release(data_, size_); }
 
-StagingPool::StagingPool(size_t capacity_bytes) : capacity_(capacity_bytes) {}
+StagingPool::StagingPool(size_t capacity_bytes, std::function<void(char*)> before_unmap)
+    : before_unmap_(std::move(before_unmap)), capacity_(capacity_bytes) {}
+
+void StagingPool::Unmap(char* data, size_t size) {
+  if (before_unmap_) before_unmap_(data);
+  UnmapBuffer(data, size);
+}
 
 StagingPool::~StagingPool() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& c : cached_) UnmapBuffer(c.data, c.size);
+  for (auto& c : cached_) Unmap(c.data, c.size);
 }
 
 size_t StagingPool::capacity() const {
@@ -48,7 +54,7 @@ size_t StagingPool::bytes_in_use() const {
 
 void StagingPool::EvictFor(size_t need) {
   while (!cached_.empty() && allocated_ + need > capacity_) {
-    UnmapBuffer(cached_.back().data, cached_.back().size);
+    Unmap(cached_.back().data, cached_.back().size);
     allocated_ -= cached_.back().size;
     cached_.pop_back();
   }

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -47,7 +48,11 @@ class StagingPool {
  public:
   // capacity_bytes == 0 means: fixed on first Acquire at twice its size, so
   // one checkpoint can be persisting while the next is staged.
-  explicit StagingPool(size_t capacity_bytes);
+  // `before_unmap` (may be empty) runs, under the pool's lock, before a
+  // buffer's memory goes back to the OS: the I/O engine forgets its
+  // registration there, so a later mapping at the same address is never
+  // served from stale pinned pages.
+  explicit StagingPool(size_t capacity_bytes, std::function<void(char*)> before_unmap = nullptr);
   ~StagingPool();
   StagingPool(const StagingPool&) = delete;
   StagingPool& operator=(const StagingPool&) = delete;
@@ -65,6 +70,9 @@ class StagingPool {
   // REQUIRES: mu_ held. Frees cached buffers until `need` more bytes fit.
   void EvictFor(size_t need);
 
+  void Unmap(char* data, size_t size);
+
+  const std::function<void(char*)> before_unmap_;
   mutable std::mutex mu_;
   std::condition_variable released_;
   // Guarded by mu_.

@@ -62,9 +62,12 @@ class IoEngine {
 
   // Pins a long-lived buffer for zero-copy fixed I/O (io_uring); a no-op where
   // not supported. Registration failure is not an error: I/O then uses plain
-  // requests. `base` must stay valid until UnregisterBuffer(base) or the
-  // engine's destruction.
+  // requests. Registering an already registered buffer does nothing.
+  // `base` must stay mapped until UnregisterBuffer(base) or the engine's
+  // destruction.
   virtual void RegisterBuffer(void* base, size_t len) {}
+  // REQUIRES: no request on this buffer in flight. Unlike everything else,
+  // callable from any thread (a pool releasing its memory).
   virtual void UnregisterBuffer(void* base) {}
   // Bytes written/read through registered (fixed) buffers; for benchmarks.
   virtual uint64_t fixed_bytes() const { return 0; }

@@ -5,6 +5,7 @@
 #include <sys/uio.h>
 
 #include <cerrno>
+#include <mutex>
 #include <vector>
 
 #include "io/io_engine.h"
@@ -78,6 +79,10 @@ class UringEngine final : public IoEngine {
 
   void RegisterBuffer(void* base, size_t len) override {
     if (!registered_) return;
+    std::lock_guard<std::mutex> lock(pieces_mu_);
+    for (const Piece& pc : pieces_) {
+      if (pc.owner == base) return;  // already registered
+    }
     char* p = static_cast<char*>(base);
     std::vector<unsigned> taken;
     while (len > 0) {
@@ -99,7 +104,9 @@ class UringEngine final : public IoEngine {
 
   void UnregisterBuffer(void* base) override {
     if (!registered_) return;
-    Drain().IgnoreError();  // the kernel may still read from it; errors stay with their futures
+    // The kernel serialises buffer updates with submissions (its ring lock);
+    // pieces_mu_ does the same for our table.
+    std::lock_guard<std::mutex> lock(pieces_mu_);
     for (unsigned i = 0; i < kRegisteredSlots; ++i) {
       if (pieces_[i].owner == base) ClearPiece(i);
     }
@@ -138,6 +145,7 @@ class UringEngine final : public IoEngine {
   }
   // Index of the registered piece holding [p, p+n), or -1.
   int FixedIndex(const void* p, size_t n) const {
+    std::lock_guard<std::mutex> lock(pieces_mu_);
     const char* c = static_cast<const char*>(p);
     for (unsigned i = 0; i < pieces_.size(); ++i) {
       const Piece& pc = pieces_[i];
@@ -226,7 +234,8 @@ class UringEngine final : public IoEngine {
   io_uring ring_{};
   bool initialized_ = false;
   bool registered_ = false;
-  std::vector<Piece> pieces_;
+  mutable std::mutex pieces_mu_;
+  std::vector<Piece> pieces_;  // guarded by pieces_mu_
   std::vector<Request> slots_;
   std::vector<unsigned> free_slots_;
   unsigned in_flight_ = 0;

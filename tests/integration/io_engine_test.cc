@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "util/fault_env.h"
 #include "util/temp_dir.h"
@@ -106,6 +107,30 @@ TEST_P(IoEngineTest, RegisteredBuffersWork) {
   auto back = ReadFileToString(Env::Default(), dir_.Sub("fixed"));
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(*back, std::string(src.size, 7));
+}
+
+TEST_P(IoEngineTest, BuffersStayRegisteredAndCanBeForgottenFromAnotherThread) {
+  auto engine = Engine();
+  Aligned a(1 << 20), b(1 << 20);
+  std::memset(a.data, 1, a.size);
+  std::memset(b.data, 2, b.size);
+  engine->RegisterBuffer(a.data, a.size);
+  engine->RegisterBuffer(a.data, a.size);  // again: no second registration
+  engine->RegisterBuffer(b.data, b.size);
+  auto file = Env::Default()->NewWritableFile(dir_.Sub("two"), FileOptions{true});
+  ASSERT_TRUE(file.ok());
+  // While `b` is written, another thread forgets `a` (as the staging pool does).
+  std::thread forget([&] { engine->UnregisterBuffer(a.data); });
+  for (size_t off = 0; off < b.size; off += 128 * 1024) {
+    ASSERT_TRUE(engine->SubmitWrite(file->get(), b.data + off, 128 * 1024, off).ok());
+  }
+  forget.join();
+  ASSERT_TRUE(engine->SubmitWrite(file->get(), a.data, a.size, b.size).ok());  // now a plain write
+  ASSERT_TRUE(engine->Drain().ok());
+  if (GetParam() == IoEngineKind::kUring) EXPECT_EQ(engine->fixed_bytes(), b.size);
+  auto back = ReadFileToString(Env::Default(), dir_.Sub("two"));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, std::string(b.size, 2) + std::string(a.size, 1));
 }
 
 TEST_P(IoEngineTest, ShortWriteIsResubmittedAndItsErrorReported) {
