@@ -119,7 +119,9 @@ TEST_F(PreemptResume, SigkillResumesFromLastCommitAndLosesAtMostAnInterval) {
     // Steps logged after `resumed` by the previous, killed segment were lost and are replayed.
     std::vector<std::string> lines = ReadLines(log_path);
     uint64_t last_logged = before == 0 ? 0 : StepOf(lines[before - 1]);
-    if (kills > 0) EXPECT_LE(last_logged - resumed, 2 * 25u) << "lost more than the checkpoint interval allows";
+    if (kills > 0) {
+      EXPECT_LE(last_logged - resumed, 2 * 25u) << "lost more than the checkpoint interval allows";
+    }
     while (!segments_log.empty() && StepOf(segments_log.back()) > resumed) segments_log.pop_back();
     bool kill_it = kills < 6;
     if (kill_it) {

@@ -57,7 +57,9 @@ TEST_P(CrashTest, CrashAtEveryOpOfASave) {
         EXPECT_FALSE(d.ok()) << "a save that crashed at op " << k << " reported success";
       }
     }
-    if (power_cut) ASSERT_TRUE(env.DropUnsyncedData().ok());
+    if (power_cut) {
+      ASSERT_TRUE(env.DropUnsyncedData().ok());
+    }
     // Step 2 may have reached its commit point before the crash; nothing else may load.
     ExpectNewestLoadsOneOf(root, completed ? std::vector<uint64_t>{2} : std::vector<uint64_t>{1, 2}, engine);
     if (HasFatalFailure()) {

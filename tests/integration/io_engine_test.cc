@@ -103,7 +103,9 @@ TEST_P(IoEngineTest, RegisteredBuffersWork) {
   }
   ASSERT_TRUE(engine->Drain().ok());
   engine->UnregisterBuffer(src.data);
-  if (GetParam() == IoEngineKind::kUring) EXPECT_EQ(engine->fixed_bytes(), src.size);
+  if (GetParam() == IoEngineKind::kUring) {
+    EXPECT_EQ(engine->fixed_bytes(), src.size);
+  }
   auto back = ReadFileToString(Env::Default(), dir_.Sub("fixed"));
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(*back, std::string(src.size, 7));
@@ -127,7 +129,9 @@ TEST_P(IoEngineTest, BuffersStayRegisteredAndCanBeForgottenFromAnotherThread) {
   forget.join();
   ASSERT_TRUE(engine->SubmitWrite(file->get(), a.data, a.size, b.size).ok());  // now a plain write
   ASSERT_TRUE(engine->Drain().ok());
-  if (GetParam() == IoEngineKind::kUring) EXPECT_EQ(engine->fixed_bytes(), b.size);
+  if (GetParam() == IoEngineKind::kUring) {
+    EXPECT_EQ(engine->fixed_bytes(), b.size);
+  }
   auto back = ReadFileToString(Env::Default(), dir_.Sub("two"));
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(*back, std::string(b.size, 2) + std::string(a.size, 1));
