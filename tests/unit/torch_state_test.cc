@@ -158,12 +158,14 @@ class TorchStateTest : public ::testing::Test {
   }
 
   // Saves `b` as `step` and waits until it is durable.
-  // Opens a checkpointer and saves `model` and `opt` (as "model", "optim") durably.
+  // Opens a checkpointer and saves `model` (as "model") and `opt` durably.
   std::unique_ptr<Checkpointer> SaveModelAndOptimizer(const torch::nn::Module& model,
-                                                      const torch::optim::Optimizer& opt, uint64_t step) {
+                                                      const torch::optim::Optimizer& opt, uint64_t step,
+                                                      const std::string& optimizer_prefix = "optim") {
     auto ckpt = Open();
     TorchStateBuilder b;
-    if (ckpt == nullptr || !b.AddModule("model", model).ok() || !b.AddOptimizer("optim", opt).ok()) {
+    if (ckpt == nullptr || !b.AddModule("model", model).ok() ||
+        !b.AddOptimizer(optimizer_prefix, opt).ok()) {
       ADD_FAILURE() << "cannot build the state to save";
       return nullptr;
     }
@@ -201,14 +203,9 @@ TEST_F(TorchStateTest, AdamWModuleAndOptimizerRoundTripAndContinue) {
   // Hyper-parameters changed after construction (an LR schedule) must come back.
   static_cast<optim::AdamWOptions&>(opt.param_groups()[0].options()).lr(3.5e-3);
 
-  auto ckpt = Open();
+  auto ckpt = SaveModelAndOptimizer(*model, opt, 5);
+
   ASSERT_NE(ckpt, nullptr);
-  {
-    TorchStateBuilder b;
-    ASSERT_TRUE(b.AddModule("model", *model).ok());
-    ASSERT_TRUE(b.AddOptimizer("optim", opt).ok());
-    SaveDurable(*ckpt, 5, b);
-  }
   auto rng = GetTorchCpuRngState();
   ASSERT_TRUE(rng.ok()) << rng.status().ToString();
 
@@ -281,14 +278,8 @@ TEST_F(TorchStateTest, SgdMomentumRoundTripAndContinue) {
   optim::SGD opt(model->parameters(),
                  optim::SGDOptions(0.05).momentum(0.9).nesterov(true).weight_decay(1e-4));
   Train(model, opt, data, 4);
-  auto ckpt = Open();
+  auto ckpt = SaveModelAndOptimizer(*model, opt, 4, "sgd");
   ASSERT_NE(ckpt, nullptr);
-  {
-    TorchStateBuilder b;
-    ASSERT_TRUE(b.AddModule("model", *model).ok());
-    ASSERT_TRUE(b.AddOptimizer("sgd", opt).ok());
-    SaveDurable(*ckpt, 4, b);
-  }
   auto rng = GetTorchCpuRngState();
   ASSERT_TRUE(rng.ok());
 
@@ -451,14 +442,8 @@ TEST_F(TorchStateTest, MismatchedModuleIsAClearError) {
   nn::Sequential model = MakeMlp(11);
   optim::AdamW opt(model->parameters());
   Train(model, opt, MakeData(), 1);
-  auto ckpt = Open();
+  auto ckpt = SaveModelAndOptimizer(*model, opt, 1);
   ASSERT_NE(ckpt, nullptr);
-  {
-    TorchStateBuilder b;
-    ASSERT_TRUE(b.AddModule("model", *model).ok());
-    ASSERT_TRUE(b.AddOptimizer("optim", opt).ok());
-    SaveDurable(*ckpt, 1, b);
-  }
 
   // Wrong shape: a wider hidden layer.
   nn::Sequential wide = MakeMlp(12, kHidden + 1);
