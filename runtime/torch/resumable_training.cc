@@ -102,7 +102,8 @@ CheckpointCost ResumableTraining::Cost(uint64_t step) const {
     const SaveStats& last = *stats.last;
     cost.state_bytes = last.raw_bytes;
     double seconds = last.persist_seconds + last.commit_seconds;
-    if (seconds > 0) cost.bytes_per_second = double(last.stored_bytes) / seconds;
+    // Raw bytes over time, like state_bytes: with zstd the rate already includes compression.
+    if (seconds > 0) cost.bytes_per_second = double(last.raw_bytes) / seconds;
     cost.fixed_seconds = last.snapshot_seconds + last.commit_seconds;
   }
   return cost;
