@@ -21,6 +21,8 @@ const char* CodeName(Code code) {
     case Code::kIoError: return "IO_ERROR";
     case Code::kInternal: return "INTERNAL";
     case Code::kUnimplemented: return "UNIMPLEMENTED";
+    case Code::kUnauthenticated: return "UNAUTHENTICATED";
+    case Code::kPermissionDenied: return "PERMISSION_DENIED";
   }
   return "UNKNOWN";
 }

@@ -34,6 +34,8 @@ enum class Code : uint8_t {
   kIoError,
   kInternal,
   kUnimplemented,
+  kUnauthenticated,   // no or an unknown credential (HTTP 401)
+  kPermissionDenied,  // a credential without the right (HTTP 403)
 };
 
 // "OK", "INVALID_ARGUMENT", ... (stable: used in logs, JSON and Python).
@@ -63,6 +65,10 @@ class [[nodiscard]] Status {
   static Status IoError(std::string msg) { return {Code::kIoError, std::move(msg)}; }
   static Status Internal(std::string msg) { return {Code::kInternal, std::move(msg)}; }
   static Status Unimplemented(std::string msg) { return {Code::kUnimplemented, std::move(msg)}; }
+  static Status Unauthenticated(std::string msg) { return {Code::kUnauthenticated, std::move(msg)}; }
+  static Status PermissionDenied(std::string msg) {
+    return {Code::kPermissionDenied, std::move(msg)};
+  }
   static Status Cancelled(std::string msg) { return {Code::kCancelled, std::move(msg)}; }
 
   bool ok() const { return rep_ == nullptr; }

@@ -1,0 +1,208 @@
+// The coordinator's objects: pools, windows, teams, jobs, segments, workers.
+//
+// Plain data, no I/O. The policy (policy.h) reads a ClusterState and the
+// transitions (transitions.h) change it; stintd persists it (store/) and
+// stint-sim replays traces through the very same code. Times are
+// milliseconds since the Unix epoch (TimeMs) so windows an admin registers
+// with wall-clock times need no conversion; kNever means "no known end".
+#ifndef STINT_TOOLS_STINTD_CORE_MODEL_H_
+#define STINT_TOOLS_STINTD_CORE_MODEL_H_
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "stint/status.h"
+
+namespace stint::coord {
+
+using TimeMs = int64_t;
+constexpr TimeMs kNever = std::numeric_limits<TimeMs>::max();
+
+inline TimeMs SecondsToMs(double s) { return static_cast<TimeMs>(s * 1000.0 + (s >= 0 ? 0.5 : -0.5)); }
+
+// Ordered: a level preempts only strictly lower levels; kCritical is never preempted.
+enum class Priority : int { kLow = 0, kMedium = 1, kHigh = 2, kCritical = 3 };
+const char* PriorityName(Priority p);  // "LOW", "MEDIUM", "HIGH", "CRITICAL"
+Result<Priority> ParsePriority(std::string_view s);  // case-insensitive
+
+struct Pool {
+  std::string name;  // [A-Za-z0-9._-]{1,64}
+  std::string description;
+};
+
+// Capacity lent to us for a time. Hard windows have a known close; spot
+// windows may be revoked early (Revoke: end = now + notice_lead) and their
+// end_ms is only a forecast (kNever when unknown).
+enum class WindowKind : int { kHard = 0, kSpot = 1 };
+const char* WindowKindName(WindowKind k);  // "hard", "spot"
+Result<WindowKind> ParseWindowKind(std::string_view s);
+
+struct Window {
+  int64_t id = 0;
+  std::string pool;
+  int gpus = 0;  // > 0
+  TimeMs start_ms = 0;
+  TimeMs end_ms = kNever;     // hard: required and > start_ms
+  WindowKind kind = WindowKind::kHard;
+  TimeMs notice_lead_ms = 0;  // spot: warning the provider gives before revoking
+  bool closed_early = false;  // an admin closed or the provider revoked it
+  bool open_at(TimeMs t) const { return start_ms <= t && t < end_ms; }
+};
+
+// Guaranteed GPUs (its jobs are ordered first while it is below them) and a
+// borrowing limit above the guarantee (-1: unlimited). Usage is GPU-seconds
+// decayed with a half-life (Slurm PriorityDecayHalfLife); it orders teams
+// at equal priority so a heavy user yields to a light one.
+struct Team {
+  std::string name;
+  int guaranteed_gpus = 0;
+  int borrow_limit_gpus = -1;
+  double usage_gpu_seconds = 0;
+  TimeMs usage_at_ms = 0;  // when usage_gpu_seconds was last decayed
+};
+
+enum class JobState : int { kPending = 0, kRunning = 1, kDone = 2, kCancelled = 3, kFailed = 4 };
+const char* JobStateName(JobState s);  // "PENDING", "RUNNING", "DONE", "CANCELLED", "FAILED"
+
+struct Job {
+  int64_t id = 0;
+  std::string name;
+  std::string team;
+  std::string pool;  // "" = any pool
+  Priority priority = Priority::kMedium;
+  int min_gpus = 1;  // never started with fewer (no partial gangs)
+  int max_gpus = 1;  // >= min_gpus
+  // true: all GPUs of a segment come from one window (one fabric, one
+  // gang). false: the allocation may be assembled from several windows of
+  // one pool.
+  bool gang = true;
+  bool preemptible = true;  // false: only a closing window ends its segments
+  // Cost estimates in seconds; the library reports measured checkpoint
+  // costs (ReportCheckpoint), which replace the submitted estimate.
+  double checkpoint_seconds = 30;
+  double restart_seconds = 60;
+  double checkpoint_interval_seconds = 600;
+  // Work left at max_gpus in seconds; 0 = unknown (a segment then runs
+  // until its window or reservation ends).
+  double remaining_seconds = 0;
+
+  TimeMs submit_ms = 0;
+  TimeMs eligible_ms = 0;  // when it last became pending: aging counts from here
+  JobState state = JobState::kPending;
+  int64_t segment_id = 0;      // the running segment, 0 when none
+  uint64_t fencing_token = 0;  // of the newest incarnation; 0 before the first
+  int64_t last_step = 0;
+  int64_t checkpoint_step = -1;       // newest durable checkpoint reported, -1 none
+  TimeMs checkpoint_ms = 0;           // when it was reported durable
+  int segments = 0;                   // started so far
+  int preemptions = 0;                // segments ended by a priority preemption
+  double lost_gpu_seconds = 0;        // work lost by segments that did not checkpoint in time
+  std::string message;                // last failure or cancel reason, for visibility
+};
+
+struct Allocation {
+  int64_t window_id = 0;
+  int gpus = 0;
+};
+
+enum class SegmentState : int {
+  kRunning = 0,    // no notice yet
+  kNotified = 1,   // notice sent; waiting for the ack until deadline_ms
+  kEnded = 2,      // acked: checkpoint durable, GPUs released early
+  kCompleted = 3,  // the job finished in this segment
+  kLost = 4,       // no ack by the deadline, or every worker's lease expired
+  kCancelled = 5,  // the job was cancelled
+};
+const char* SegmentStateName(SegmentState s);
+inline bool SegmentActive(SegmentState s) {
+  return s == SegmentState::kRunning || s == SegmentState::kNotified;
+}
+
+enum class NoticeReason : int {
+  kNone = 0,
+  kWindowClose = 1,  // the window (or the planned segment end) is reached
+  kRevoked = 2,      // spot revocation or an admin closing the window early
+  kPreempted = 3,    // a higher-priority job needs the GPUs
+  kCancelled = 4,    // the job was cancelled: checkpoint and stop
+};
+const char* NoticeReasonName(NoticeReason r);
+
+// One run of a job in one allocation, from start to its planned end.
+struct Segment {
+  int64_t id = 0;
+  int64_t job_id = 0;
+  std::vector<Allocation> allocs;
+  uint64_t fencing_token = 0;
+  TimeMs start_ms = 0;
+  TimeMs planned_end_ms = kNever;  // window end, a reservation, or the job's estimated finish
+  SegmentState state = SegmentState::kRunning;
+  NoticeReason notice_reason = NoticeReason::kNone;
+  TimeMs notice_ms = 0;    // when the notice was sent (0: not yet)
+  TimeMs deadline_ms = 0;  // GPUs are gone at this time; ack before it
+  int64_t preempted_for = 0;  // job that caused a kPreempted notice
+  TimeMs ended_ms = 0;
+  TimeMs last_heartbeat_ms = 0;  // newest heartbeat of any of its workers (soft state)
+  int gpus() const {
+    int n = 0;
+    for (const Allocation& a : allocs) n += a.gpus;
+    return n;
+  }
+};
+
+// A worker process of a running segment. Its lease lasts lease_ttl from the
+// last heartbeat; its fencing token is the segment's.
+struct Worker {
+  int64_t id = 0;
+  int64_t job_id = 0;
+  int64_t segment_id = 0;
+  std::string name;  // host:pid or what the worker calls itself
+  uint64_t fencing_token = 0;
+  TimeMs registered_ms = 0;
+  TimeMs last_heartbeat_ms = 0;  // soft state: not persisted per heartbeat
+  bool released = false;         // its segment ended or it left
+};
+
+// Totals since the coordinator's state was created, for /metrics and
+// stint-sim reports. Persisted with the objects, so a restart keeps them.
+struct Counters {
+  int64_t segments_started = 0;
+  int64_t notices_sent = 0;
+  int64_t preemptions = 0;         // notices with reason kPreempted
+  int64_t revocations = 0;         // notices with reason kRevoked
+  int64_t acks = 0;                // segments ended by a "checkpoint durable" ack
+  int64_t segments_lost = 0;
+  double lost_gpu_seconds = 0;     // work since the last durable checkpoint of lost segments
+  double window_gpu_seconds = 0;   // offered by open windows (advanced by AccountTime)
+  double used_gpu_seconds = 0;     // held by active segments (advanced by AccountTime)
+  double wait_seconds_sum = 0;     // eligible -> start, over started segments
+  // Cumulative counts of waits <= bound, bounds in kWaitBucketsSeconds.
+  std::vector<int64_t> wait_buckets;
+  TimeMs accounted_ms = 0;         // AccountTime has integrated up to here
+};
+inline const std::vector<double>& WaitBucketsSeconds() {
+  static const std::vector<double> kBounds = {1, 10, 60, 300, 900, 3600, 4 * 3600.0, 24 * 3600.0};
+  return kBounds;
+}
+
+// Everything the policy sees. Ordered maps keep iteration (and therefore
+// every decision) deterministic.
+struct ClusterState {
+  std::map<std::string, Pool> pools;
+  std::map<int64_t, Window> windows;
+  std::map<std::string, Team> teams;
+  std::map<int64_t, Job> jobs;
+  std::map<int64_t, Segment> segments;
+  std::map<int64_t, Worker> workers;
+  Counters counters;
+  // Counters for ids and fencing tokens; persisted with the objects.
+  int64_t next_id = 1;
+  uint64_t next_fencing_token = 1;
+};
+
+}  // namespace stint::coord
+
+#endif  // STINT_TOOLS_STINTD_CORE_MODEL_H_

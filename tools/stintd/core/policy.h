@@ -1,0 +1,124 @@
+// The scheduling policy: a pure function of (ClusterState, now, config).
+//
+// MakePlan() decides, for one instant:
+//   * which pending jobs start now, on which windows, until when (segment
+//     fitting: restart + one checkpoint interval + checkpoint + safety must
+//     fit before the window closes or the GPUs are reserved for another job);
+//   * which running segments get a notice now: at planned_end - (checkpoint
+//     estimate + safety) for a closing window or reservation, immediately for
+//     a revoked window, and for priority preemption (victims chosen
+//     checkpoint-aware, gang-aware and minimal, never CRITICAL, never an
+//     equal or higher level, never a segment younger than min_run);
+//   * which notified segments are lost (no ack by the deadline) and which
+//     segments are lost because every worker's lease expired;
+//   * for each pending job its position, blocking reason and planned start,
+//     taken from the same backfill plan that makes the decisions.
+//
+// Ordering: base level (1000 points per priority level) + aging (points per
+// hour of waiting since the job became eligible, capped) + a bonus while the
+// job's team is below its guarantee - a fair-share penalty from the team's
+// decayed usage. Planning is conservative backfill over a per-window
+// free-GPU profile: every job within plan_depth gets the earliest start that
+// delays no job ahead of it, so backfill never delays the head reservation.
+// Gangs are admitted atomically: a job gets >= min_gpus at once or nothing,
+// and nothing is held for a partial gang.
+//
+// No I/O, no clock, no randomness: the same inputs give the same plan, which
+// is what lets stint-sim replay traces through this exact code.
+#ifndef STINT_TOOLS_STINTD_CORE_POLICY_H_
+#define STINT_TOOLS_STINTD_CORE_POLICY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/model.h"
+
+namespace stint::coord {
+
+struct PolicyConfig {
+  double level_points = 1000;          // per priority level
+  double aging_points_per_hour = 100;  // a LOW job overtakes fresh MEDIUM ones after 10 h
+  double aging_cap_points = 1500;      // aging lifts at most 1.5 levels (never above CRITICAL)
+  double guarantee_bonus_points = 500; // while the team is below its guarantee
+  double fair_share_points = 200;      // x the team's share of all decayed usage
+  double usage_half_life_seconds = 7 * 24 * 3600.0;
+  double safety_seconds = 10;          // margin added to the checkpoint estimate for notices
+  double max_grace_seconds = 600;      // bound on a preemption notice's grace
+  double min_run_seconds = 600;        // a segment younger than this is not preempted for priority
+  double lease_ttl_seconds = 30;       // a worker not heard from for this long has left
+  double start_grace_seconds = 120;    // a new segment's workers have this long to register
+  int plan_depth = 256;                // pending jobs planned (and given a planned start) per pass
+};
+
+// Why a pending job does not start now.
+enum class BlockReason : int {
+  kNone = 0,        // starts now
+  kQuota = 1,       // its team is at guarantee + borrowing limit
+  kWindow = 2,      // no open window can fit a minimum segment (none open, or closes too soon)
+  kGang = 3,        // enough free GPUs in total, but not min_gpus in one window
+  kPriority = 4,    // the GPUs are used by, or reserved for, jobs ordered ahead
+  kPreempting = 5,  // victims were notified; it starts when they release
+  kDepth = 6,       // beyond plan_depth: not planned this pass
+};
+const char* BlockReasonName(BlockReason r);  // "none", "quota", "window", "gang", "priority", "preempting", "depth"
+
+struct PendingInfo {
+  int64_t job_id = 0;
+  int position = 0;  // 1-based, in scheduling order
+  double score = 0;  // the ordering score (sprio-style breakdown below)
+  double score_level = 0, score_aging = 0, score_guarantee = 0, score_fair_share = 0;
+  BlockReason reason = BlockReason::kNone;
+  std::string detail;                 // one line, e.g. "window 3 closes in 120 s; needs 700 s"
+  TimeMs planned_start_ms = kNever;   // from the backfill plan; kNever: not within the plan
+  int planned_gpus = 0;
+};
+
+struct StartDecision {
+  int64_t job_id = 0;
+  std::vector<Allocation> allocs;
+  TimeMs planned_end_ms = kNever;
+};
+
+struct NoticeDecision {
+  int64_t segment_id = 0;
+  TimeMs deadline_ms = 0;
+  NoticeReason reason = NoticeReason::kNone;
+  int64_t for_job_id = 0;  // kPreempted: the job the GPUs go to
+};
+
+struct LostDecision {
+  int64_t segment_id = 0;
+  std::string reason;  // "no ack by the deadline", "all worker leases expired"
+};
+
+struct PlanStats {
+  int open_window_gpus = 0;  // capacity of the windows open now
+  int allocated_gpus = 0;    // held by active segments
+  int free_gpus = 0;
+  int fragmented_gpus = 0;   // free, but in windows where the head pending job cannot start
+  int pending_jobs = 0;
+  int running_jobs = 0;
+};
+
+struct Plan {
+  std::vector<StartDecision> starts;
+  std::vector<NoticeDecision> notices;
+  std::vector<LostDecision> lost;
+  std::vector<PendingInfo> pending;  // every pending job, by position
+  PlanStats stats;
+};
+
+// The ordering score of a pending job at `now` (fills the breakdown fields
+// of `info`, which may be null).
+double JobScore(const ClusterState& state, const Job& job, TimeMs now, const PolicyConfig& config,
+                PendingInfo* info);
+
+// Minimum useful segment of a job: restart + one interval + checkpoint + safety.
+TimeMs MinSegmentMs(const Job& job, const PolicyConfig& config);
+
+Plan MakePlan(const ClusterState& state, TimeMs now, const PolicyConfig& config);
+
+}  // namespace stint::coord
+
+#endif  // STINT_TOOLS_STINTD_CORE_POLICY_H_

@@ -1,0 +1,116 @@
+// Every change to a ClusterState: admin requests, worker reports, and the
+// application of a Plan. Pure (no I/O, time passed in), shared by stintd
+// and stint-sim. Each validates its input first and changes nothing when it
+// returns an error (kInvalidArgument naming the field, kNotFound naming the
+// object, kFailedPrecondition for a request the object's state refuses).
+// Each records what it touched in `changes` so stintd writes exactly those
+// rows in the same SQLite transaction before it answers.
+#ifndef STINT_TOOLS_STINTD_CORE_TRANSITIONS_H_
+#define STINT_TOOLS_STINTD_CORE_TRANSITIONS_H_
+
+#include <cstdint>
+#include <set>
+#include <string>
+
+#include "core/model.h"
+#include "core/policy.h"
+
+namespace stint::coord {
+
+struct Changes {
+  std::set<std::string> pools;
+  std::set<int64_t> windows;
+  std::set<std::string> teams;
+  std::set<int64_t> jobs;
+  std::set<int64_t> segments;
+  std::set<int64_t> workers;
+  bool counters = false;  // next_id / next_fencing_token / Counters
+  bool empty() const {
+    return pools.empty() && windows.empty() && teams.empty() && jobs.empty() && segments.empty() &&
+           workers.empty() && !counters;
+  }
+  void Merge(const Changes& other);
+};
+
+// The team a job without one belongs to; created on first use.
+constexpr const char* kDefaultTeam = "default";
+
+Status AddPool(ClusterState& s, const Pool& pool, Changes* changes);
+
+// Returns the new window's id. Validates pool, gpus > 0, start < end, a
+// hard window's finite end, notice lead >= 0.
+Result<int64_t> AddWindow(ClusterState& s, Window window, TimeMs now, Changes* changes);
+
+// Ends a window early: end = max(now, min(end, now + lead_ms)). Its
+// segments get their notices from the next plan (deadline = the new end).
+Status CloseWindow(ClusterState& s, int64_t window_id, TimeMs lead_ms, TimeMs now, Changes* changes);
+
+// Creates or updates a team's guarantee and borrowing limit (usage kept).
+Status PutTeam(ClusterState& s, const Team& team, Changes* changes);
+
+// Returns the new job's id. `spec` gives name, team, pool, priority, GPU
+// range, gang, preemptible, cost estimates; the rest is set here.
+Result<int64_t> SubmitJob(ClusterState& s, Job spec, TimeMs now, Changes* changes);
+
+// Pending: cancelled at once. Running: its segment ends (kCancelled) and its
+// workers are released; they learn it from their next heartbeat.
+Status CancelJob(ClusterState& s, int64_t job_id, const std::string& reason, TimeMs now,
+                 Changes* changes);
+
+Status SetPriority(ClusterState& s, int64_t job_id, Priority priority, Changes* changes);
+
+// Starts, notices and losses of `plan` (made from this same state at `now`).
+void ApplyPlan(ClusterState& s, const Plan& plan, TimeMs now, Changes* changes);
+
+// A worker joins the job's running segment and gets its fencing token.
+// kFailedPrecondition when the job has no active segment.
+Result<Worker> RegisterWorker(ClusterState& s, int64_t job_id, const std::string& name,
+                              TimeMs now, Changes* changes);
+
+// What a worker learns from a heartbeat.
+struct WorkerView {
+  bool active = false;  // false: its segment ended or it was fenced: stop
+  uint64_t fencing_token = 0;
+  int64_t segment_id = 0;
+  SegmentState segment_state = SegmentState::kRunning;
+  NoticeReason notice_reason = NoticeReason::kNone;
+  TimeMs deadline_ms = 0;  // set once a notice was sent
+};
+Result<WorkerView> ViewWorker(const ClusterState& s, int64_t worker_id);
+
+// Renews the lease (soft state: changes nothing persisted) and records the
+// step. kNotFound for an unknown worker.
+Result<WorkerView> Heartbeat(ClusterState& s, int64_t worker_id, int64_t step, TimeMs now);
+
+// A checkpoint of `step` is durable; it took `seconds` (replaces the job's
+// estimate by a moving average) and holds `bytes`.
+Status ReportCheckpoint(ClusterState& s, int64_t worker_id, int64_t step, double seconds,
+                        uint64_t bytes, TimeMs now, Changes* changes);
+
+// Remaining work estimate (seconds at max_gpus) and the step reached.
+Status ReportProgress(ClusterState& s, int64_t worker_id, int64_t step, double remaining_seconds,
+                      TimeMs now, Changes* changes);
+
+// "Checkpoint durable, releasing the GPUs": the segment ends now (kEnded),
+// the job is pending again. Accepted from a worker of the active segment.
+Status AckSegment(ClusterState& s, int64_t worker_id, int64_t step, TimeMs now, Changes* changes);
+
+// The job is complete: segment kCompleted, job kDone.
+Status FinishJob(ClusterState& s, int64_t worker_id, TimeMs now, Changes* changes);
+
+// A worker leaves its segment (its lease is released); the segment goes on.
+Status ReleaseWorker(ClusterState& s, int64_t worker_id, TimeMs now, Changes* changes);
+
+// True iff `token` is the job's newest fencing token, its segment is active
+// and its deadline (if noticed) has not passed: a commit may proceed.
+// `valid_until_ms` gets the segment's deadline or kNever.
+bool FencingValid(const ClusterState& s, int64_t job_id, uint64_t token, TimeMs now,
+                  TimeMs* valid_until_ms);
+
+// Integrates team usage (with half-life decay) and the window/used GPU-second
+// counters from counters.accounted_ms up to `now`.
+void AccountTime(ClusterState& s, TimeMs now, const PolicyConfig& config, Changes* changes);
+
+}  // namespace stint::coord
+
+#endif  // STINT_TOOLS_STINTD_CORE_TRANSITIONS_H_

@@ -1,0 +1,54 @@
+// Durable state of stintd in one SQLite file.
+//
+// WAL journal with synchronous=FULL: Save() returns only after the
+// transaction is on disk, so every change stintd acknowledges survives a
+// kill -9 or a power cut. Soft state (heartbeat times) is not written per
+// heartbeat; after a restart every lease starts a fresh TTL.
+#ifndef STINT_TOOLS_STINTD_STORE_STORE_H_
+#define STINT_TOOLS_STINTD_STORE_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/model.h"
+#include "core/transitions.h"
+#include "stint/status.h"
+
+namespace stint::coord {
+
+// The job-scoped key-value store used for rendezvous.
+struct KvEntry {
+  int64_t job_id = 0;
+  std::string key;
+  std::string value;
+  int64_t version = 0;  // 1 for the first write, +1 per write
+  TimeMs updated_ms = 0;
+};
+
+class Store {
+ public:
+  // Opens or creates the database at `path`. kFailedPrecondition for a file
+  // written by a newer schema; kDataLoss for a file that is not an SQLite
+  // database or fails its integrity check (the message names the path);
+  // kIoError for anything else SQLite refuses.
+  static Result<std::unique_ptr<Store>> Open(const std::string& path);
+  virtual ~Store() = default;
+
+  // Everything saved so far (an empty state for a new file).
+  virtual Result<ClusterState> Load() = 0;
+  // Writes the rows named by `changes` as they are in `s` (a named object
+  // missing from `s` is deleted), in one durable transaction.
+  virtual Status Save(const ClusterState& s, const Changes& changes) = 0;
+
+  virtual Result<std::vector<KvEntry>> LoadKv() = 0;
+  virtual Status PutKv(const KvEntry& entry) = 0;
+  virtual Status DeleteKv(int64_t job_id, const std::string& key) = 0;
+
+  virtual const std::string& path() const = 0;
+};
+
+}  // namespace stint::coord
+
+#endif  // STINT_TOOLS_STINTD_STORE_STORE_H_
