@@ -1,0 +1,449 @@
+#include "core/transitions.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace stint::coord {
+namespace {
+
+// [A-Za-z0-9._-]{1,64}: safe in URLs, file names and metric labels.
+bool ValidName(const std::string& s) {
+  if (s.empty() || s.size() > 64) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
+  });
+}
+
+Status CheckFinite(const char* field, double v, double min) {
+  if (!std::isfinite(v) || v < min) {
+    return Status::InvalidArgument(std::string(field) + " must be a number >= " +
+                                   std::to_string(static_cast<int64_t>(min)) + " (got " +
+                                   std::to_string(v) + ")");
+  }
+  return Status::OK();
+}
+
+Result<Job*> FindJob(ClusterState& s, int64_t job_id) {
+  auto it = s.jobs.find(job_id);
+  if (it == s.jobs.end()) return Status::NotFound("job " + std::to_string(job_id) + " does not exist");
+  return &it->second;
+}
+
+// The worker and its active segment, or why the worker may not act.
+struct WorkerContext {
+  Worker* worker;
+  Segment* segment;
+  Job* job;
+};
+Result<WorkerContext> FindActiveWorker(ClusterState& s, int64_t worker_id) {
+  auto w = s.workers.find(worker_id);
+  if (w == s.workers.end()) {
+    return Status::NotFound("worker " + std::to_string(worker_id) + " is not registered");
+  }
+  auto seg = s.segments.find(w->second.segment_id);
+  auto job = s.jobs.find(w->second.job_id);
+  if (w->second.released || seg == s.segments.end() || job == s.jobs.end() ||
+      !SegmentActive(seg->second.state) || job->second.fencing_token != w->second.fencing_token) {
+    return Status::Aborted("worker " + std::to_string(worker_id) + " is fenced: segment " +
+                           std::to_string(w->second.segment_id) + " of job " +
+                           std::to_string(w->second.job_id) + " is no longer active");
+  }
+  return WorkerContext{&w->second, &seg->second, &job->second};
+}
+
+void ReleaseSegmentWorkers(ClusterState& s, int64_t segment_id, Changes* changes) {
+  for (auto& [id, w] : s.workers) {
+    if (w.segment_id == segment_id && !w.released) {
+      w.released = true;
+      changes->workers.insert(id);
+    }
+  }
+}
+
+// Ends an active segment; the job becomes pending again unless `job_state`
+// says otherwise.
+void EndSegment(ClusterState& s, Segment& seg, SegmentState end_state, JobState job_state,
+                TimeMs now, Changes* changes) {
+  seg.state = end_state;
+  seg.ended_ms = now;
+  changes->segments.insert(seg.id);
+  ReleaseSegmentWorkers(s, seg.id, changes);
+  auto job = s.jobs.find(seg.job_id);
+  if (job == s.jobs.end()) return;
+  Job& j = job->second;
+  if (j.segment_id == seg.id) j.segment_id = 0;
+  j.state = job_state;
+  if (job_state == JobState::kPending) j.eligible_ms = now;
+  changes->jobs.insert(j.id);
+}
+
+}  // namespace
+
+void Changes::Merge(const Changes& o) {
+  pools.insert(o.pools.begin(), o.pools.end());
+  windows.insert(o.windows.begin(), o.windows.end());
+  teams.insert(o.teams.begin(), o.teams.end());
+  jobs.insert(o.jobs.begin(), o.jobs.end());
+  segments.insert(o.segments.begin(), o.segments.end());
+  workers.insert(o.workers.begin(), o.workers.end());
+  counters = counters || o.counters;
+}
+
+Status AddPool(ClusterState& s, const Pool& pool, Changes* changes) {
+  if (!ValidName(pool.name)) {
+    return Status::InvalidArgument("pool name must match [A-Za-z0-9._-]{1,64} (got \"" + pool.name + "\")");
+  }
+  if (s.pools.count(pool.name)) return Status::AlreadyExists("pool " + pool.name + " already exists");
+  s.pools[pool.name] = pool;
+  changes->pools.insert(pool.name);
+  return Status::OK();
+}
+
+Result<int64_t> AddWindow(ClusterState& s, Window w, TimeMs now, Changes* changes) {
+  if (!s.pools.count(w.pool)) return Status::NotFound("pool \"" + w.pool + "\" does not exist");
+  if (w.gpus <= 0) return Status::InvalidArgument("gpus must be >= 1 (got " + std::to_string(w.gpus) + ")");
+  if (w.kind == WindowKind::kHard && w.end_ms == kNever) {
+    return Status::InvalidArgument("end_ms is required for a hard window");
+  }
+  if (w.end_ms <= w.start_ms) return Status::InvalidArgument("end_ms must be after start_ms");
+  if (w.end_ms <= now) return Status::InvalidArgument("end_ms is in the past");
+  if (w.notice_lead_ms < 0) return Status::InvalidArgument("notice_lead_seconds must be >= 0");
+  w.id = s.next_id++;
+  w.closed_early = false;
+  s.windows[w.id] = w;
+  changes->windows.insert(w.id);
+  changes->counters = true;
+  return w.id;
+}
+
+Status CloseWindow(ClusterState& s, int64_t window_id, TimeMs lead_ms, TimeMs now, Changes* changes) {
+  auto it = s.windows.find(window_id);
+  if (it == s.windows.end()) return Status::NotFound("window " + std::to_string(window_id) + " does not exist");
+  if (lead_ms < 0) return Status::InvalidArgument("lead_seconds must be >= 0");
+  Window& w = it->second;
+  if (w.end_ms <= now) return Status::FailedPrecondition("window " + std::to_string(window_id) + " is already closed");
+  // A future window closed before it opens becomes empty (end = start).
+  w.end_ms = std::max(w.start_ms, std::max(now, std::min(w.end_ms, now + lead_ms)));
+  w.closed_early = true;
+  changes->windows.insert(window_id);
+  return Status::OK();
+}
+
+Status PutTeam(ClusterState& s, const Team& team, Changes* changes) {
+  if (!ValidName(team.name)) {
+    return Status::InvalidArgument("team name must match [A-Za-z0-9._-]{1,64} (got \"" + team.name + "\")");
+  }
+  if (team.guaranteed_gpus < 0) return Status::InvalidArgument("guaranteed_gpus must be >= 0");
+  if (team.borrow_limit_gpus < -1) return Status::InvalidArgument("borrow_limit_gpus must be >= -1 (-1: unlimited)");
+  Team& t = s.teams[team.name];
+  t.name = team.name;
+  t.guaranteed_gpus = team.guaranteed_gpus;
+  t.borrow_limit_gpus = team.borrow_limit_gpus;
+  changes->teams.insert(team.name);
+  return Status::OK();
+}
+
+Result<int64_t> SubmitJob(ClusterState& s, Job j, TimeMs now, Changes* changes) {
+  if (j.name.empty() || j.name.size() > 128) return Status::InvalidArgument("name must be 1 to 128 characters");
+  if (j.team.empty()) j.team = kDefaultTeam;
+  if (!ValidName(j.team)) return Status::InvalidArgument("team name must match [A-Za-z0-9._-]{1,64}");
+  if (j.team != kDefaultTeam && !s.teams.count(j.team)) {
+    return Status::NotFound("team \"" + j.team + "\" does not exist (create it with PUT /v1/teams/" + j.team + ")");
+  }
+  if (!j.pool.empty() && !s.pools.count(j.pool)) return Status::NotFound("pool \"" + j.pool + "\" does not exist");
+  if (j.min_gpus < 1) return Status::InvalidArgument("min_gpus must be >= 1 (got " + std::to_string(j.min_gpus) + ")");
+  if (j.max_gpus < j.min_gpus) {
+    return Status::InvalidArgument("max_gpus must be >= min_gpus (got " + std::to_string(j.max_gpus) + " < " +
+                                   std::to_string(j.min_gpus) + ")");
+  }
+  STINT_RETURN_IF_ERROR(CheckFinite("checkpoint_seconds", j.checkpoint_seconds, 0));
+  STINT_RETURN_IF_ERROR(CheckFinite("restart_seconds", j.restart_seconds, 0));
+  STINT_RETURN_IF_ERROR(CheckFinite("checkpoint_interval_seconds", j.checkpoint_interval_seconds, 0));
+  STINT_RETURN_IF_ERROR(CheckFinite("remaining_seconds", j.remaining_seconds, 0));
+  if (j.team == kDefaultTeam && !s.teams.count(kDefaultTeam)) {
+    s.teams[kDefaultTeam] = Team{kDefaultTeam, 0, -1, 0, now};
+    changes->teams.insert(kDefaultTeam);
+  }
+  j.id = s.next_id++;
+  j.submit_ms = now;
+  j.eligible_ms = now;
+  j.state = JobState::kPending;
+  j.segment_id = 0;
+  j.fencing_token = 0;
+  j.last_step = 0;
+  j.checkpoint_step = -1;
+  j.checkpoint_ms = 0;
+  j.segments = 0;
+  j.preemptions = 0;
+  j.lost_gpu_seconds = 0;
+  j.message.clear();
+  s.jobs[j.id] = j;
+  changes->jobs.insert(j.id);
+  changes->counters = true;
+  return j.id;
+}
+
+Status CancelJob(ClusterState& s, int64_t job_id, const std::string& reason, TimeMs now, Changes* changes) {
+  STINT_ASSIGN_OR_RETURN(Job * j, FindJob(s, job_id));
+  if (j->state != JobState::kPending && j->state != JobState::kRunning) {
+    return Status::FailedPrecondition("job " + std::to_string(job_id) + " is already " + JobStateName(j->state));
+  }
+  if (j->segment_id != 0) {
+    auto seg = s.segments.find(j->segment_id);
+    if (seg != s.segments.end() && SegmentActive(seg->second.state)) {
+      EndSegment(s, seg->second, SegmentState::kCancelled, JobState::kCancelled, now, changes);
+    }
+  }
+  j->state = JobState::kCancelled;
+  j->segment_id = 0;
+  j->message = reason.empty() ? "cancelled" : "cancelled: " + reason;
+  changes->jobs.insert(job_id);
+  return Status::OK();
+}
+
+Status SetPriority(ClusterState& s, int64_t job_id, Priority priority, Changes* changes) {
+  STINT_ASSIGN_OR_RETURN(Job * j, FindJob(s, job_id));
+  if (j->state != JobState::kPending && j->state != JobState::kRunning) {
+    return Status::FailedPrecondition("job " + std::to_string(job_id) + " is already " + JobStateName(j->state));
+  }
+  j->priority = priority;
+  changes->jobs.insert(job_id);
+  return Status::OK();
+}
+
+void ApplyPlan(ClusterState& s, const Plan& plan, TimeMs now, Changes* changes) {
+  Counters& c = s.counters;
+  if (c.wait_buckets.size() != WaitBucketsSeconds().size()) c.wait_buckets.assign(WaitBucketsSeconds().size(), 0);
+  // Losses and notices first: they are decisions about the present segments.
+  for (const LostDecision& d : plan.lost) {
+    auto seg = s.segments.find(d.segment_id);
+    if (seg == s.segments.end() || !SegmentActive(seg->second.state)) continue;
+    Segment& sg = seg->second;
+    auto job = s.jobs.find(sg.job_id);
+    if (job != s.jobs.end()) {
+      // Everything since the newest durable checkpoint of this segment is lost.
+      const TimeMs since = std::max(sg.start_ms, job->second.checkpoint_ms);
+      const double lost = sg.gpus() * std::max<TimeMs>(0, now - since) / 1000.0;
+      job->second.lost_gpu_seconds += lost;
+      job->second.message = "segment " + std::to_string(sg.id) + " lost: " + d.reason;
+      c.lost_gpu_seconds += lost;
+    }
+    c.segments_lost++;
+    EndSegment(s, sg, SegmentState::kLost, JobState::kPending, now, changes);
+    changes->counters = true;
+  }
+  for (const NoticeDecision& d : plan.notices) {
+    auto seg = s.segments.find(d.segment_id);
+    if (seg == s.segments.end() || seg->second.state != SegmentState::kRunning) continue;
+    Segment& sg = seg->second;
+    sg.state = SegmentState::kNotified;
+    sg.notice_reason = d.reason;
+    sg.notice_ms = now;
+    sg.deadline_ms = d.deadline_ms;
+    sg.preempted_for = d.for_job_id;
+    changes->segments.insert(sg.id);
+    c.notices_sent++;
+    if (d.reason == NoticeReason::kPreempted) c.preemptions++;
+    if (d.reason == NoticeReason::kRevoked) c.revocations++;
+    changes->counters = true;
+  }
+  for (const StartDecision& d : plan.starts) {
+    auto job = s.jobs.find(d.job_id);
+    if (job == s.jobs.end() || job->second.state != JobState::kPending) continue;
+    Job& j = job->second;
+    Segment sg;
+    sg.id = s.next_id++;
+    sg.job_id = j.id;
+    sg.allocs = d.allocs;
+    sg.fencing_token = s.next_fencing_token++;
+    sg.start_ms = now;
+    sg.planned_end_ms = d.planned_end_ms;
+    sg.state = SegmentState::kRunning;
+    s.segments[sg.id] = sg;
+    const double wait = std::max<TimeMs>(0, now - j.eligible_ms) / 1000.0;
+    c.wait_seconds_sum += wait;
+    for (size_t i = 0; i < WaitBucketsSeconds().size(); i++) {
+      if (wait <= WaitBucketsSeconds()[i]) c.wait_buckets[i]++;
+    }
+    c.segments_started++;
+    j.state = JobState::kRunning;
+    j.segment_id = sg.id;
+    j.fencing_token = sg.fencing_token;
+    j.segments++;
+    j.message.clear();
+    changes->jobs.insert(j.id);
+    changes->segments.insert(sg.id);
+    changes->counters = true;
+  }
+}
+
+Result<Worker> RegisterWorker(ClusterState& s, int64_t job_id, const std::string& name, TimeMs now,
+                              Changes* changes) {
+  STINT_ASSIGN_OR_RETURN(Job * j, FindJob(s, job_id));
+  if (name.empty() || name.size() > 256) return Status::InvalidArgument("worker name must be 1 to 256 characters");
+  auto seg = s.segments.find(j->segment_id);
+  if (j->state != JobState::kRunning || seg == s.segments.end() || !SegmentActive(seg->second.state)) {
+    return Status::FailedPrecondition("job " + std::to_string(job_id) + " has no running segment (state " +
+                                      JobStateName(j->state) + ")");
+  }
+  Worker w;
+  w.id = s.next_id++;
+  w.job_id = job_id;
+  w.segment_id = seg->second.id;
+  w.name = name;
+  w.fencing_token = seg->second.fencing_token;
+  w.registered_ms = now;
+  w.last_heartbeat_ms = now;
+  seg->second.last_heartbeat_ms = std::max(seg->second.last_heartbeat_ms, now);
+  s.workers[w.id] = w;
+  changes->workers.insert(w.id);
+  changes->counters = true;
+  return w;
+}
+
+Result<WorkerView> ViewWorker(const ClusterState& s, int64_t worker_id) {
+  auto w = s.workers.find(worker_id);
+  if (w == s.workers.end()) return Status::NotFound("worker " + std::to_string(worker_id) + " is not registered");
+  WorkerView v;
+  v.segment_id = w->second.segment_id;
+  v.fencing_token = w->second.fencing_token;
+  auto seg = s.segments.find(w->second.segment_id);
+  auto job = s.jobs.find(w->second.job_id);
+  if (seg != s.segments.end()) {
+    v.segment_state = seg->second.state;
+    v.notice_reason = seg->second.notice_reason;
+    v.deadline_ms = seg->second.deadline_ms;
+  }
+  v.active = !w->second.released && seg != s.segments.end() && SegmentActive(seg->second.state) &&
+             job != s.jobs.end() && job->second.fencing_token == w->second.fencing_token;
+  return v;
+}
+
+Result<WorkerView> Heartbeat(ClusterState& s, int64_t worker_id, int64_t step, TimeMs now) {
+  STINT_ASSIGN_OR_RETURN(WorkerView v, ViewWorker(s, worker_id));
+  if (!v.active) return v;
+  Worker& w = s.workers[worker_id];
+  w.last_heartbeat_ms = now;
+  Segment& seg = s.segments[w.segment_id];
+  seg.last_heartbeat_ms = std::max(seg.last_heartbeat_ms, now);
+  Job& j = s.jobs[w.job_id];
+  if (step > j.last_step) j.last_step = step;
+  return v;
+}
+
+Status ReportCheckpoint(ClusterState& s, int64_t worker_id, int64_t step, double seconds, uint64_t bytes,
+                        TimeMs now, Changes* changes) {
+  STINT_RETURN_IF_ERROR(CheckFinite("seconds", seconds, 0));
+  if (step < 0) return Status::InvalidArgument("step must be >= 0");
+  STINT_ASSIGN_OR_RETURN(WorkerContext ctx, FindActiveWorker(s, worker_id));
+  Job& j = *ctx.job;
+  if (step >= j.checkpoint_step) {
+    j.checkpoint_step = step;
+    j.checkpoint_ms = now;
+  }
+  if (step > j.last_step) j.last_step = step;
+  // A moving average that leans on the newest measurement: a checkpoint
+  // that grew slower must shift notices earlier quickly.
+  j.checkpoint_seconds = 0.3 * j.checkpoint_seconds + 0.7 * seconds;
+  changes->jobs.insert(j.id);
+  return Status::OK();
+}
+
+Status ReportProgress(ClusterState& s, int64_t worker_id, int64_t step, double remaining_seconds, TimeMs now,
+                      Changes* changes) {
+  STINT_RETURN_IF_ERROR(CheckFinite("remaining_seconds", remaining_seconds, 0));
+  STINT_ASSIGN_OR_RETURN(WorkerContext ctx, FindActiveWorker(s, worker_id));
+  Job& j = *ctx.job;
+  if (step > j.last_step) j.last_step = step;
+  j.remaining_seconds = remaining_seconds;
+  changes->jobs.insert(j.id);
+  return Status::OK();
+}
+
+Status AckSegment(ClusterState& s, int64_t worker_id, int64_t step, TimeMs now, Changes* changes) {
+  STINT_ASSIGN_OR_RETURN(WorkerContext ctx, FindActiveWorker(s, worker_id));
+  Job& j = *ctx.job;
+  if (step > j.last_step) j.last_step = step;
+  if (step >= 0 && step >= j.checkpoint_step) {
+    j.checkpoint_step = step;
+    j.checkpoint_ms = now;
+  }
+  if (ctx.segment->notice_reason == NoticeReason::kPreempted) j.preemptions++;
+  s.counters.acks++;
+  changes->counters = true;
+  EndSegment(s, *ctx.segment, SegmentState::kEnded, JobState::kPending, now, changes);
+  return Status::OK();
+}
+
+Status FinishJob(ClusterState& s, int64_t worker_id, TimeMs now, Changes* changes) {
+  STINT_ASSIGN_OR_RETURN(WorkerContext ctx, FindActiveWorker(s, worker_id));
+  ctx.job->remaining_seconds = 0;
+  EndSegment(s, *ctx.segment, SegmentState::kCompleted, JobState::kDone, now, changes);
+  return Status::OK();
+}
+
+Status ReleaseWorker(ClusterState& s, int64_t worker_id, TimeMs now, Changes* changes) {
+  auto w = s.workers.find(worker_id);
+  if (w == s.workers.end()) return Status::NotFound("worker " + std::to_string(worker_id) + " is not registered");
+  if (!w->second.released) {
+    w->second.released = true;
+    changes->workers.insert(worker_id);
+  }
+  return Status::OK();
+}
+
+bool FencingValid(const ClusterState& s, int64_t job_id, uint64_t token, TimeMs now, TimeMs* valid_until_ms) {
+  *valid_until_ms = kNever;
+  auto job = s.jobs.find(job_id);
+  if (job == s.jobs.end() || token == 0 || job->second.fencing_token != token) return false;
+  auto seg = s.segments.find(job->second.segment_id);
+  if (seg == s.segments.end() || !SegmentActive(seg->second.state)) return false;
+  if (seg->second.state == SegmentState::kNotified) {
+    if (now >= seg->second.deadline_ms) return false;
+    *valid_until_ms = seg->second.deadline_ms;
+  }
+  return true;
+}
+
+void AccountTime(ClusterState& s, TimeMs now, const PolicyConfig& config, Changes* changes) {
+  Counters& c = s.counters;
+  if (c.accounted_ms == 0 || now <= c.accounted_ms) {
+    if (c.accounted_ms == 0) {
+      c.accounted_ms = now;
+      changes->counters = true;
+    }
+    return;
+  }
+  const double dt = (now - c.accounted_ms) / 1000.0;
+  // Capacity offered and held over [accounted, now): windows and segments
+  // are taken as they are now, which is exact when called every tick.
+  int64_t offered = 0;
+  for (const auto& [id, w] : s.windows) {
+    if (w.open_at(c.accounted_ms)) offered += w.gpus;
+  }
+  std::map<std::string, int64_t> team_gpus;
+  int64_t used = 0;
+  for (const auto& [id, seg] : s.segments) {
+    if (!SegmentActive(seg.state)) continue;
+    used += seg.gpus();
+    auto job = s.jobs.find(seg.job_id);
+    if (job != s.jobs.end()) team_gpus[job->second.team] += seg.gpus();
+  }
+  c.window_gpu_seconds += offered * dt;
+  c.used_gpu_seconds += used * dt;
+  c.accounted_ms = now;
+  changes->counters = true;
+  const double half_life = std::max(1.0, config.usage_half_life_seconds);
+  for (auto& [name, t] : s.teams) {
+    const double t_dt = t.usage_at_ms == 0 ? 0 : std::max<TimeMs>(0, now - t.usage_at_ms) / 1000.0;
+    const auto g = team_gpus.find(name);
+    const double gpus = g == team_gpus.end() ? 0.0 : static_cast<double>(g->second);
+    t.usage_gpu_seconds = t.usage_gpu_seconds * std::exp2(-t_dt / half_life) + gpus * t_dt;
+    t.usage_at_ms = now;
+  }
+  // Team usage is soft between ticks; it is written with the teams when
+  // they change, and the server flushes it periodically.
+}
+
+}  // namespace stint::coord
