@@ -1,0 +1,112 @@
+// HttpJsonClient: JSON requests to stintd with its error model and the retry
+// policy, shared by CoordinatorClient and stintctl. Keeps cpp-httplib out of
+// every header: only http_json.cc includes it.
+//
+// Thread-safe. Each call borrows a keep-alive connection from a small pool
+// (creating one when all are busy), so concurrent calls never queue behind a
+// long-poll.
+#ifndef STINT_RUNTIME_COORD_HTTP_JSON_H_
+#define STINT_RUNTIME_COORD_HTTP_JSON_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "stint/coordinator_client.h"
+#include "stint/status.h"
+
+namespace httplib {
+class Client;
+}
+
+namespace stint {
+namespace internal {
+
+using Json = nlohmann::json;
+
+// "http://host:port[/]" split; kInvalidArgument for anything else.
+struct ParsedUrl {
+  std::string scheme;  // "http" or "https"
+  std::string host;    // without brackets for IPv6
+  int port = 0;
+  std::string ToString() const;  // scheme://host:port, what httplib takes
+};
+Result<ParsedUrl> ParseCoordinatorUrl(const std::string& url);
+
+// The Status for a non-2xx answer (the mapping in coordinator_client.h).
+// `what` names the request ("POST /v1/pools") and ends the message.
+Status StatusFromHttp(int http_status, const std::string& body, const std::string& what);
+
+// Whether an answer `http_status` (0: no answer; `sent` says whether the
+// request may have reached the server) deserves another attempt.
+bool ShouldRetry(int http_status, bool connection_failed, bool idempotent);
+
+// Percent-encodes a path segment or query value (RFC 3986 unreserved kept).
+std::string UrlEncode(const std::string& s);
+
+struct HttpJsonOptions {
+  std::string url;
+  std::string token;  // empty: no Authorization header
+  std::chrono::milliseconds connect_timeout{std::chrono::seconds(2)};
+  std::chrono::milliseconds request_timeout{std::chrono::seconds(10)};
+  RetryPolicy retry;
+};
+
+struct HttpRequest {
+  std::string method;  // GET, POST, PUT, DELETE
+  std::string path;    // with the query string, already encoded
+  std::optional<Json> body;
+  // Safe to repeat when the answer was lost after sending.
+  bool idempotent = true;
+  // Added to request_timeout for the read: the server's long-poll wait.
+  std::chrono::milliseconds server_wait{0};
+};
+
+struct HttpReply {
+  int status = 0;
+  Json body;  // null for an empty body
+};
+
+class HttpJsonClient {
+ public:
+  static Result<std::unique_ptr<HttpJsonClient>> Create(const HttpJsonOptions& options);
+  ~HttpJsonClient();  // REQUIRES: no call in progress
+  HttpJsonClient(const HttpJsonClient&) = delete;
+  HttpJsonClient& operator=(const HttpJsonClient&) = delete;
+
+  // A 2xx answer, or the error (see coordinator_client.h), after retries.
+  Result<HttpReply> Call(const HttpRequest& request);
+  // See CoordinatorClient::Shutdown.
+  void Shutdown();
+  const std::string& url() const { return url_; }
+
+ private:
+  struct Attempt;
+  HttpJsonClient(const HttpJsonOptions& options, ParsedUrl url);
+  Result<httplib::Client*> Acquire();
+  void Release(httplib::Client* client);
+  Attempt Once(const HttpRequest& request, const std::string& body);
+
+  const HttpJsonOptions options_;
+  const ParsedUrl parsed_;
+  const std::string url_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;  // shutdown_ set, or a connection released
+  // Guarded by mu_.
+  bool shutdown_ = false;
+  std::vector<std::unique_ptr<httplib::Client>> idle_;
+  std::set<std::unique_ptr<httplib::Client>*> unused_;  // placeholder, see .cc
+  std::vector<std::unique_ptr<httplib::Client>> busy_;
+};
+
+}  // namespace internal
+}  // namespace stint
+
+#endif  // STINT_RUNTIME_COORD_HTTP_JSON_H_

@@ -1,0 +1,274 @@
+// The worker's side of the coordinator, stintd (HTTP/JSON API v1, described
+// in tools/stintd/API.md).
+//
+//   auto options = stint::CoordinatorOptionsFromEnvironment();  // STINT_COORD_*
+//   auto session = stint::CoordinatorSession::Start(*options, watcher.get());
+//   ckpt_options.fencing_token = (*session)->fencing_token();
+//   ckpt_options.commit_guard = (*session)->client()->CommitGuard();
+//   ... every step: (*session)->SetStep(step); if (watcher->requested()) ...
+//   ... after the emergency checkpoint is durable: (*session)->Ack(step), exit kExitRequeue
+//
+// CoordinatorClient is one blocking call per worker endpoint, plus the job's
+// KV store. CoordinatorSession registers a worker and then owns two threads:
+// one heartbeats, one long-polls for notices; a notice ("the window closes at
+// T") reaches the PreemptionWatcher like a signal does, so the training loop
+// has a single place to look.
+//
+// Errors. Every call returns the server's refusal as a Status whose message
+// starts with the server's own message:
+//   400 kInvalidArgument  401 kUnauthenticated  403 kPermissionDenied
+//   404 kNotFound         409 kAlreadyExists, kFailedPrecondition or kAborted
+//                             (the server's code says which; kAborted: a KV
+//                             compare-and-set lost)
+//   410 kAborted, message starting "fenced: ": this worker's segment ended or
+//       its fencing token is stale; it must stop working. Test with IsFenced().
+//   500 kInternal or kIoError (after the retries)
+//   kUnavailable: stintd could not be reached (or answered 502/503/504) within
+//       the retry deadline.  kCancelled: the client was shut down.
+// Connection failures and 5xx answers are retried with capped, jittered
+// exponential backoff until RetryPolicy::deadline (stintd may be restarting:
+// its state is in SQLite, so it comes back knowing everything). A call whose
+// answer was lost after it was sent is retried only where repeating it is
+// harmless (everything except Register and a KV Put with if_version).
+// 4xx answers are never retried.
+#ifndef STINT_INCLUDE_STINT_COORDINATOR_CLIENT_H_
+#define STINT_INCLUDE_STINT_COORDINATOR_CLIENT_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "stint/preemption.h"
+#include "stint/status.h"
+
+namespace stint {
+
+namespace internal {
+class HttpJsonClient;
+}
+
+struct RetryPolicy {
+  // Total time one call may spend retrying; zero means one attempt.
+  // Default: 60 s (a restarting stintd is back well within that).
+  std::chrono::milliseconds deadline{std::chrono::seconds(60)};
+  // First pause; doubled after each attempt up to max_backoff; each pause is
+  // drawn uniformly from [pause/2, pause] so many workers do not hammer a
+  // restarting stintd in lockstep. Default: 100 ms, 5 s.
+  std::chrono::milliseconds initial_backoff{100};
+  std::chrono::milliseconds max_backoff{std::chrono::seconds(5)};
+  // Called before each pause with the failed attempt's number (1-based) and
+  // error, e.g. to log "stintd unreachable, retrying". Runs on the calling
+  // thread; must not call back into the client. Default: none.
+  std::function<void(int attempt, const Status& error)> on_retry;
+};
+
+struct CoordinatorOptions {
+  // "http://host:port" (a trailing "/" is allowed, no other path).
+  // Default: http://127.0.0.1:7077, stintd's default.
+  std::string url = "http://127.0.0.1:7077";
+  // Sent as "Authorization: Bearer <token>". A worker token suffices for every
+  // call here. Default: "" (the server then answers 401).
+  std::string token;
+  // The stintd job this process works for. REQUIRES: non-zero for every call
+  // except CheckFencing with an explicit job.
+  uint64_t job_id = 0;
+  // Shown by stintctl and in the server's logs. Default: "<hostname>:<pid>".
+  std::string worker_name;
+  // Time to establish a TCP connection. Default: 2 s.
+  std::chrono::milliseconds connect_timeout{std::chrono::seconds(2)};
+  // Time to wait for an answer, on top of a long-poll's own wait. Default: 10 s.
+  std::chrono::milliseconds request_timeout{std::chrono::seconds(10)};
+  RetryPolicy retry;
+  // CommitGuard() refuses a commit when the coordinator says the fencing token
+  // expires sooner than this (it also absorbs clock skew between this host
+  // and stintd's). Default: 1 s.
+  std::chrono::milliseconds fencing_margin{std::chrono::seconds(1)};
+};
+
+// Options from the environment a launcher sets for a worker:
+//   STINT_COORD_URL    (optional; default http://127.0.0.1:7077)
+//   STINT_COORD_TOKEN  (required)
+//   STINT_JOB_ID       (required; a positive integer)
+//   STINT_WORKER_NAME  (optional; default <hostname>:<pid>)
+// Empty counts as unset. kInvalidArgument naming the variable when a
+// required one is missing or a value is malformed.
+Result<CoordinatorOptions> CoordinatorOptionsFromEnvironment();
+
+// True for the error of a call (or a commit refused by CommitGuard) that
+// means "this worker is fenced: stop, do not commit, do not retry".
+bool IsFenced(const Status& status);
+
+struct WorkerRegistration {
+  uint64_t worker_id = 0;
+  uint64_t job_id = 0;
+  uint64_t segment_id = 0;
+  uint64_t fencing_token = 0;  // what checkpoints of this segment carry
+  std::chrono::milliseconds lease_ttl{0};           // heartbeat within this or be fenced
+  std::chrono::milliseconds heartbeat_interval{0};  // the server's advice
+};
+
+struct CoordinatorNotice {
+  std::string reason;      // "window_close", "revoked", "preempted", "cancelled"
+  int64_t deadline_ms = 0; // wall clock (ms since the Unix epoch): the GPUs go away
+  int64_t notice_ms = 0;   // wall clock: when the server sent it
+};
+
+// The server's view of this worker (heartbeat and notice answers).
+struct WorkerView {
+  bool active = false;
+  uint64_t fencing_token = 0;
+  uint64_t segment_id = 0;
+  std::string segment_state;  // "running", "notified", "ended", ...
+  std::optional<CoordinatorNotice> notice;
+};
+
+struct FencingCheck {
+  bool valid = false;
+  std::optional<int64_t> valid_until_ms;  // wall clock; nullopt: no known end
+};
+
+struct KvEntry {
+  std::string key;
+  std::string value;
+  uint64_t version = 0;
+  int64_t updated_ms = 0;
+};
+
+// Thread-safe: calls may run concurrently (each uses its own keep-alive
+// connection from a small pool, so a long-poll never delays a heartbeat).
+class CoordinatorClient {
+ public:
+  // Checks the options (kInvalidArgument for a malformed url); connects lazily.
+  static Result<std::unique_ptr<CoordinatorClient>> Create(const CoordinatorOptions& options);
+  ~CoordinatorClient();  // REQUIRES: no call in progress (Shutdown() ends them)
+  CoordinatorClient(const CoordinatorClient&) = delete;
+  CoordinatorClient& operator=(const CoordinatorClient&) = delete;
+
+  const CoordinatorOptions& options() const { return options_; }
+
+  // Joins options().job_id as a new worker. On success the client remembers
+  // the registration: the worker calls below use it. kFailedPrecondition when
+  // the job has no running segment (it is pending: try again later).
+  Result<WorkerRegistration> Register();
+  // The last successful Register(); nullopt before.
+  std::optional<WorkerRegistration> registration() const;
+
+  // The worker calls. REQUIRES: Register() succeeded (else kFailedPrecondition).
+  // Heartbeat renews the lease; `step` (optional) is the newest finished step.
+  Result<WorkerView> Heartbeat(std::optional<uint64_t> step = std::nullopt);
+  // Long-poll: returns at once when a notice is pending or the segment ended,
+  // else when one is sent, else after `wait` (at most 60 s; whole seconds)
+  // with view.notice empty.
+  Result<WorkerView> WaitNotice(std::chrono::seconds wait = std::chrono::seconds(30));
+  Status ReportProgress(uint64_t step, std::optional<double> remaining_seconds = std::nullopt);
+  // A checkpoint of `step` is durable; it took `seconds` (the server's
+  // checkpoint estimate for preemption notices is learnt from these).
+  Status ReportCheckpoint(uint64_t step, double seconds, std::optional<uint64_t> bytes = std::nullopt);
+  // After a notice: the checkpoint of `step` is durable and this worker is
+  // done with its GPUs; the job goes back to the queue.
+  Status Ack(uint64_t step);
+  // The job is complete.
+  Status Finished();
+  // This worker leaves (e.g. a failed rank) without ending the job.
+  Status Leave();
+
+  // Asks whether `fencing_token` is still the job's current one. The first
+  // form checks this worker's registration (kFailedPrecondition before
+  // Register()).
+  Result<FencingCheck> CheckFencing();
+  Result<FencingCheck> CheckFencing(uint64_t job_id, uint64_t fencing_token);
+
+  // For CheckpointOptions::commit_guard. OK only when the coordinator
+  // confirms this worker's token is current and valid for at least
+  // options().fencing_margin more; otherwise kAborted "fenced: ..." (or the
+  // error of the check itself: a token that cannot be confirmed is refused,
+  // because a zombie that cannot reach stintd must not commit either).
+  Status GuardCommit(uint64_t step);
+  // GuardCommit bound to this client. REQUIRES: the client outlives every
+  // Checkpointer holding the function.
+  std::function<Status(uint64_t step)> CommitGuard();
+
+  // The job's KV store (options().job_id), e.g. for rendezvous.
+  // Put: if_version 0 means "only if absent"; nullopt means unconditional.
+  // Returns the new version; kAborted when if_version does not match.
+  Result<uint64_t> Put(const std::string& key, const std::string& value,
+                       std::optional<uint64_t> if_version = std::nullopt);
+  // Get: waits up to `wait` (whole seconds) for the key to exist with
+  // version >= min_version; kNotFound if it does not by then.
+  Result<KvEntry> Get(const std::string& key, std::chrono::seconds wait = std::chrono::seconds(0),
+                      uint64_t min_version = 0);
+  Status Delete(const std::string& key);
+
+  // Ends every call in progress (they return kCancelled) and refuses all
+  // later ones, promptly: for shutting down threads blocked in a long-poll.
+  // Irreversible. Thread-safe.
+  void Shutdown();
+
+ private:
+  CoordinatorClient(const CoordinatorOptions& options, std::unique_ptr<internal::HttpJsonClient> http);
+  Result<WorkerRegistration> RequireRegistration() const;
+  Status WorkerPost(const char* what, const std::string& body_json);
+
+  const CoordinatorOptions options_;
+  const std::unique_ptr<internal::HttpJsonClient> http_;
+  mutable std::mutex mu_;
+  std::optional<WorkerRegistration> registration_;  // guarded by mu_
+};
+
+// A registered worker kept alive: a heartbeat every interval and a standing
+// long-poll for notices, on two threads the session owns. A notice becomes
+// watcher->Notify("coordinator <reason>", deadline) with the wall-clock
+// deadline converted to steady_clock; a fenced worker (410, or a view that is
+// no longer active or carries another token) becomes
+// Notify("coordinator fenced", now) and fenced() turns true.
+//
+// Thread-safe. The destructor stops and joins both threads promptly (it
+// cancels a long-poll in progress); it does not Leave(): call Ack(),
+// Finished() or Leave() first, or let the lease expire.
+class CoordinatorSession {
+ public:
+  // Creates a client, registers (retrying kFailedPrecondition "no active
+  // segment" is the caller's business), and starts the threads.
+  // REQUIRES: `watcher` is null or outlives the session.
+  static Result<std::unique_ptr<CoordinatorSession>> Start(const CoordinatorOptions& options,
+                                                           PreemptionWatcher* watcher);
+  ~CoordinatorSession();
+  CoordinatorSession(const CoordinatorSession&) = delete;
+  CoordinatorSession& operator=(const CoordinatorSession&) = delete;
+
+  const WorkerRegistration& registration() const { return registration_; }
+  uint64_t fencing_token() const { return registration_.fencing_token; }
+  bool fenced() const;
+  // The newest notice (nullopt before the first).
+  std::optional<CoordinatorNotice> notice() const;
+  // The last error of a background call (OK once a later call succeeded).
+  Status last_error() const;
+
+  // The step sent with the next heartbeat. Cheap; call it every step.
+  void SetStep(uint64_t step);
+  Status ReportCheckpoint(uint64_t step, double seconds, std::optional<uint64_t> bytes = std::nullopt) {
+    return client_->ReportCheckpoint(step, seconds, bytes);
+  }
+  Status Ack(uint64_t step) { return client_->Ack(step); }
+  Status Finished() { return client_->Finished(); }
+  Status Leave() { return client_->Leave(); }
+  // For everything else (KV, progress, CommitGuard). Lives as long as the session.
+  CoordinatorClient* client() { return client_.get(); }
+
+ private:
+  class Impl;
+  CoordinatorSession(std::unique_ptr<CoordinatorClient> client, WorkerRegistration registration,
+                     PreemptionWatcher* watcher);
+
+  std::unique_ptr<CoordinatorClient> client_;
+  const WorkerRegistration registration_;
+  std::unique_ptr<Impl> impl_;  // the threads; destroyed (joined) first
+};
+
+}  // namespace stint
+
+#endif  // STINT_INCLUDE_STINT_COORDINATOR_CLIENT_H_

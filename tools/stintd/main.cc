@@ -1,0 +1,126 @@
+// stintd: the queue coordinator daemon. See API.md for the HTTP API.
+//
+//   STINTD_ADMIN_TOKEN=... STINTD_WORKER_TOKEN=... stintd --db /var/lib/stintd/stintd.db
+//
+// Prints "stintd: listening on HOST:PORT" once it serves. SIGTERM or SIGINT
+// stop it cleanly; kill -9 loses nothing that was acknowledged.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <thread>
+
+#include "server/auth.h"
+#include "server/coordinator.h"
+#include "server/http_api.h"
+
+using namespace stint;
+using namespace stint::coord;
+
+int main(int argc, char** argv) {
+  CLI::App app{"stintd: queue coordinator for stint training jobs (fragment/spot windows, priorities, notices)"};
+  std::string listen = "127.0.0.1:7077";
+  std::string db = "stintd.db";
+  std::string admin_file, worker_file;
+  CoordinatorOptions options;
+  HttpOptions http;
+  PolicyConfig& p = options.policy;
+  app.add_option("--listen", listen, "host:port to serve on (port 0: any free port)")->capture_default_str();
+  app.add_option("--db", db, "SQLite state file (created if missing)")->capture_default_str();
+  app.add_option("--admin-token-file", admin_file, "admin bearer tokens, one per line (or $STINTD_ADMIN_TOKEN)");
+  app.add_option("--worker-token-file", worker_file, "worker bearer tokens, one per line (or $STINTD_WORKER_TOKEN)");
+  app.add_option("--http-threads", http.threads, "HTTP threads: one per open connection or long-poll")
+      ->capture_default_str()->check(CLI::Range(4, 4096));
+  app.add_option("--tick-seconds", options.tick_seconds, "policy pass period")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--heartbeat-interval-seconds", options.heartbeat_interval_seconds, "suggested to workers")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--lease-ttl-seconds", p.lease_ttl_seconds, "a worker silent this long has left")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--start-grace-seconds", p.start_grace_seconds, "time a new segment's workers have to register")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--safety-seconds", p.safety_seconds, "margin added to checkpoint estimates for notices")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--max-grace-seconds", p.max_grace_seconds, "bound on a preemption notice's grace")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--min-run-seconds", p.min_run_seconds, "a segment younger than this is not preempted for priority")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--aging-points-per-hour", p.aging_points_per_hour, "priority aging (1000 points = one level)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--aging-cap-points", p.aging_cap_points, "most aging can add")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--usage-half-life-seconds", p.usage_half_life_seconds, "team usage decay")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--plan-depth", p.plan_depth, "pending jobs planned per pass")->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  CLI11_PARSE(app, argc, argv);
+
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) {
+    std::fprintf(stderr, "stintd: --listen must be host:port (got \"%s\")\n", listen.c_str());
+    return 2;
+  }
+  http.host = listen.substr(0, colon);
+  try {
+    http.port = std::stoi(listen.substr(colon + 1));
+  } catch (const std::exception&) {
+    http.port = -1;
+  }
+  if (http.port < 0 || http.port > 65535) {
+    std::fprintf(stderr, "stintd: --listen port must be 0..65535 (got \"%s\")\n", listen.c_str());
+    return 2;
+  }
+  options.db_path = db;
+
+  auto fail = [](const Status& s) {
+    std::fprintf(stderr, "stintd: %s\n", s.ToString().c_str());
+    return 1;
+  };
+  Result<std::vector<std::string>> admin = TokenAuth::Load(admin_file, "STINTD_ADMIN_TOKEN");
+  if (!admin.ok()) return fail(admin.status());
+  Result<std::vector<std::string>> worker = TokenAuth::Load(worker_file, "STINTD_WORKER_TOKEN");
+  if (!worker.ok()) return fail(worker.status());
+  Result<TokenAuth> auth = TokenAuth::Create(std::move(*admin), std::move(*worker));
+  if (!auth.ok()) return fail(auth.status());
+
+  // Every thread started from here on inherits the blocked set, so only
+  // the sigwait below sees SIGTERM/SIGINT.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  if (int err = pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr); err != 0) {
+    return fail(StatusFromErrno("pthread_sigmask", err));
+  }
+  // A client that disconnects mid-answer must not kill the server.
+  signal(SIGPIPE, SIG_IGN);
+
+  Result<std::unique_ptr<Coordinator>> coordinator = Coordinator::Open(options);
+  if (!coordinator.ok()) return fail(coordinator.status());
+  Result<std::unique_ptr<HttpApi>> api = HttpApi::Bind(coordinator->get(), std::move(*auth), http);
+  if (!api.ok()) return fail(api.status());
+
+  Status served;
+  std::thread server([&] {
+    served = (*api)->Serve();
+    if (!served.ok()) kill(getpid(), SIGTERM);  // wakes the sigwait below
+  });
+  std::printf("stintd: listening on %s:%d\n", http.host.c_str(), (*api)->port());
+  std::fflush(stdout);
+
+  int sig = 0;
+  if (int err = sigwait(&stop_signals, &sig); err != 0) {
+    (*api)->Stop();
+    server.join();
+    return fail(StatusFromErrno("sigwait", err));
+  }
+  std::fprintf(stderr, "stintd: %s received, stopping\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  (*api)->Stop();
+  server.join();
+  api->reset();
+  coordinator->reset();
+  if (!served.ok()) return fail(served);
+  return 0;
+}

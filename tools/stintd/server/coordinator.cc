@@ -1,0 +1,385 @@
+#include "server/coordinator.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace stint::coord {
+namespace {
+
+TimeMs SystemNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Keys: [A-Za-z0-9._/-]{1,200}; values up to 1 MiB (API.md).
+Status CheckKv(const std::string& key, const std::string* value) {
+  if (key.empty() || key.size() > 200) return Status::InvalidArgument("kv key must be 1 to 200 characters");
+  for (char c : key) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '_' || c == '/' || c == '-';
+    if (!ok) return Status::InvalidArgument("kv key \"" + key + "\" may only hold [A-Za-z0-9._/-]");
+  }
+  if (value != nullptr && value->size() > (1u << 20)) {
+    return Status::InvalidArgument("kv value is " + std::to_string(value->size()) + " bytes; the limit is 1 MiB");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions options) {
+  if (!options.clock) options.clock = SystemNowMs;
+  if (!(options.tick_seconds > 0)) return Status::InvalidArgument("tick_seconds must be > 0");
+  STINT_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(options.db_path));
+  STINT_ASSIGN_OR_RETURN(ClusterState state, store->Load());
+  STINT_ASSIGN_OR_RETURN(std::vector<KvEntry> entries, store->LoadKv());
+  std::map<std::pair<int64_t, std::string>, KvEntry> kv;
+  for (KvEntry& e : entries) kv[{e.job_id, e.key}] = std::move(e);
+  // Heartbeats are soft state: after a restart every lease gets a full TTL
+  // (the workers were heartbeating to a dead server, not dead themselves).
+  const TimeMs now = options.clock();
+  for (auto& [id, w] : state.workers) w.last_heartbeat_ms = now;
+  for (auto& [id, seg] : state.segments) {
+    if (SegmentActive(seg.state)) seg.last_heartbeat_ms = now;
+  }
+  return std::unique_ptr<Coordinator>(
+      new Coordinator(std::move(options), std::move(store), std::move(state), std::move(kv)));
+}
+
+Coordinator::Coordinator(CoordinatorOptions options, std::unique_ptr<Store> store, ClusterState state,
+                         std::map<std::pair<int64_t, std::string>, KvEntry> kv)
+    : options_(std::move(options)), store_(std::move(store)), state_(std::move(state)), kv_(std::move(kv)) {
+  usage_flushed_ms_ = options_.clock();
+  Tick();  // a plan exists before the first request is served
+  tick_thread_ = std::thread([this] { TickLoop(); });
+}
+
+Coordinator::~Coordinator() {
+  {
+    std::lock_guard<std::mutex> lock(tick_mu_);
+    stopping_ = true;
+  }
+  stop_ = true;
+  tick_cv_.notify_all();
+  NotifyEvent();
+  tick_thread_.join();
+}
+
+void Coordinator::Read(const std::function<void(const ClusterState&, const Plan&, TimeMs)>& fn) const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  fn(state_, last_plan_, options_.clock());
+}
+
+Status Coordinator::SaveOrRollback(const Changes& changes) {
+  if (changes.empty()) return Status::OK();
+  Status saved = store_->Save(state_, changes);
+  if (saved.ok()) return saved;
+  {
+    std::lock_guard<std::mutex> lock(counters_mu_);
+    counters_.store_errors++;
+  }
+  // Memory must not hold what the disk refused: reload the last durable state.
+  Result<ClusterState> reloaded = store_->Load();
+  if (!reloaded.ok()) {
+    // Neither the change nor the old state can be trusted in memory; a
+    // restart reloads the file (crash-only: the file is the truth).
+    std::fprintf(stderr, "stintd: store write failed (%s) and reload failed (%s); exiting\n",
+                 saved.ToString().c_str(), reloaded.status().ToString().c_str());
+    std::_Exit(70);
+  }
+  const TimeMs now = options_.clock();
+  state_ = std::move(*reloaded);
+  for (auto& [id, w] : state_.workers) w.last_heartbeat_ms = now;
+  for (auto& [id, seg] : state_.segments) {
+    if (SegmentActive(seg.state)) seg.last_heartbeat_ms = now;
+  }
+  return saved.WithContext("stintd could not make the change durable; nothing was changed");
+}
+
+Status Coordinator::Mutate(const std::function<Status(ClusterState&, TimeMs, Changes*)>& fn) {
+  {
+    std::unique_lock<std::shared_mutex> lock(mu_);
+    Changes changes;
+    // Transitions validate before they change anything, so an error leaves
+    // the state as it was.
+    STINT_RETURN_IF_ERROR(fn(state_, options_.clock(), &changes));
+    STINT_RETURN_IF_ERROR(SaveOrRollback(changes));
+  }
+  WakeTick();
+  NotifyEvent();
+  return Status::OK();
+}
+
+Result<Pool> Coordinator::AddPool(const Pool& pool) {
+  STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs, Changes* c) { return coord::AddPool(s, pool, c); }));
+  return pool;
+}
+
+Result<Window> Coordinator::AddWindow(const Window& window) {
+  int64_t id = 0;
+  STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs now, Changes* c) -> Status {
+    STINT_ASSIGN_OR_RETURN(id, coord::AddWindow(s, window, now, c));
+    return Status::OK();
+  }));
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  return state_.windows.at(id);
+}
+
+Result<Window> Coordinator::CloseWindow(int64_t window_id, std::optional<TimeMs> lead_ms) {
+  STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs now, Changes* c) -> Status {
+    auto it = s.windows.find(window_id);
+    const TimeMs lead = lead_ms ? *lead_ms : (it == s.windows.end() ? 0 : it->second.notice_lead_ms);
+    return coord::CloseWindow(s, window_id, lead, now, c);
+  }));
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  return state_.windows.at(window_id);
+}
+
+Result<Team> Coordinator::PutTeam(const Team& team) {
+  STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs, Changes* c) { return coord::PutTeam(s, team, c); }));
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  return state_.teams.at(team.name);
+}
+
+Result<Job> Coordinator::SubmitJob(const Job& spec) {
+  int64_t id = 0;
+  STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs now, Changes* c) -> Status {
+    STINT_ASSIGN_OR_RETURN(id, coord::SubmitJob(s, spec, now, c));
+    return Status::OK();
+  }));
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  return state_.jobs.at(id);
+}
+
+Result<Job> Coordinator::CancelJob(int64_t job_id, const std::string& reason) {
+  STINT_RETURN_IF_ERROR(Mutate(
+      [&](ClusterState& s, TimeMs now, Changes* c) { return coord::CancelJob(s, job_id, reason, now, c); }));
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  return state_.jobs.at(job_id);
+}
+
+Result<Job> Coordinator::SetPriority(int64_t job_id, Priority priority) {
+  STINT_RETURN_IF_ERROR(
+      Mutate([&](ClusterState& s, TimeMs, Changes* c) { return coord::SetPriority(s, job_id, priority, c); }));
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  return state_.jobs.at(job_id);
+}
+
+Result<Worker> Coordinator::RegisterWorker(int64_t job_id, const std::string& name) {
+  Worker worker;
+  STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs now, Changes* c) -> Status {
+    STINT_ASSIGN_OR_RETURN(worker, coord::RegisterWorker(s, job_id, name, now, c));
+    return Status::OK();
+  }));
+  return worker;
+}
+
+Result<WorkerView> Coordinator::Heartbeat(int64_t worker_id, int64_t step) {
+  Result<WorkerView> view = [&] {
+    std::shared_lock<std::shared_mutex> lock(mu_);
+    return ViewWorker(state_, worker_id);
+  }();
+  if (!view.ok()) return view;
+  if (view->active) {
+    std::lock_guard<std::mutex> lock(beats_mu_);
+    Beat& b = beats_[worker_id];
+    b.at = options_.clock();
+    if (step > b.step) b.step = step;
+  }
+  std::lock_guard<std::mutex> lock(counters_mu_);
+  counters_.heartbeats++;
+  return view;
+}
+
+Result<WorkerView> Coordinator::WaitNotice(int64_t worker_id, std::chrono::milliseconds wait) {
+  const auto until = std::chrono::steady_clock::now() + wait;
+  for (;;) {
+    uint64_t seen;
+    {
+      std::lock_guard<std::mutex> lock(event_mu_);
+      seen = event_seq_;
+    }
+    Result<WorkerView> view = [&] {
+      std::shared_lock<std::shared_mutex> lock(mu_);
+      return ViewWorker(state_, worker_id);
+    }();
+    if (!view.ok() || !view->active || view->notice_reason != NoticeReason::kNone || stop_) return view;
+    std::unique_lock<std::mutex> lock(event_mu_);
+    if (!event_cv_.wait_until(lock, until, [&] { return event_seq_ != seen || stop_.load(); })) return view;
+  }
+}
+
+Status Coordinator::ReportProgress(int64_t worker_id, int64_t step, double remaining_seconds) {
+  return Mutate([&](ClusterState& s, TimeMs now, Changes* c) {
+    return coord::ReportProgress(s, worker_id, step, remaining_seconds, now, c);
+  });
+}
+
+Status Coordinator::ReportCheckpoint(int64_t worker_id, int64_t step, double seconds, uint64_t bytes) {
+  return Mutate([&](ClusterState& s, TimeMs now, Changes* c) {
+    return coord::ReportCheckpoint(s, worker_id, step, seconds, bytes, now, c);
+  });
+}
+
+Status Coordinator::Ack(int64_t worker_id, int64_t step) {
+  return Mutate(
+      [&](ClusterState& s, TimeMs now, Changes* c) { return coord::AckSegment(s, worker_id, step, now, c); });
+}
+
+Status Coordinator::Finish(int64_t worker_id) {
+  return Mutate([&](ClusterState& s, TimeMs now, Changes* c) { return coord::FinishJob(s, worker_id, now, c); });
+}
+
+Status Coordinator::Leave(int64_t worker_id) {
+  return Mutate(
+      [&](ClusterState& s, TimeMs now, Changes* c) { return coord::ReleaseWorker(s, worker_id, now, c); });
+}
+
+bool Coordinator::CheckFencing(int64_t job_id, uint64_t token, TimeMs* valid_until_ms) const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  return FencingValid(state_, job_id, token, options_.clock(), valid_until_ms);
+}
+
+Result<int64_t> Coordinator::PutKv(int64_t job_id, const std::string& key, const std::string& value,
+                                   std::optional<int64_t> if_version) {
+  STINT_RETURN_IF_ERROR(CheckKv(key, &value));
+  int64_t version = 0;
+  {
+    std::unique_lock<std::shared_mutex> lock(mu_);
+    if (!state_.jobs.count(job_id)) return Status::NotFound("job " + std::to_string(job_id) + " does not exist");
+    auto it = kv_.find({job_id, key});
+    const int64_t current = it == kv_.end() ? 0 : it->second.version;
+    if (if_version && *if_version != current) {
+      return Status::Aborted("kv " + key + " of job " + std::to_string(job_id) + " is at version " +
+                             std::to_string(current) + ", not " + std::to_string(*if_version));
+    }
+    KvEntry e{job_id, key, value, current + 1, options_.clock()};
+    STINT_RETURN_IF_ERROR(store_->PutKv(e));
+    version = e.version;
+    kv_[{job_id, key}] = std::move(e);
+  }
+  NotifyEvent();
+  return version;
+}
+
+Result<KvEntry> Coordinator::GetKv(int64_t job_id, const std::string& key, int64_t min_version,
+                                   std::chrono::milliseconds wait) {
+  STINT_RETURN_IF_ERROR(CheckKv(key, nullptr));
+  const auto until = std::chrono::steady_clock::now() + wait;
+  for (;;) {
+    uint64_t seen;
+    {
+      std::lock_guard<std::mutex> lock(event_mu_);
+      seen = event_seq_;
+    }
+    {
+      std::shared_lock<std::shared_mutex> lock(mu_);
+      auto it = kv_.find({job_id, key});
+      if (it != kv_.end() && it->second.version >= min_version) return it->second;
+    }
+    std::unique_lock<std::mutex> lock(event_mu_);
+    if (stop_ || !event_cv_.wait_until(lock, until, [&] { return event_seq_ != seen || stop_.load(); })) {
+      return Status::NotFound("kv " + key + " of job " + std::to_string(job_id) +
+                              (min_version > 1 ? " has no version >= " + std::to_string(min_version)
+                                               : std::string(" does not exist")));
+    }
+  }
+}
+
+Status Coordinator::DeleteKv(int64_t job_id, const std::string& key) {
+  STINT_RETURN_IF_ERROR(CheckKv(key, nullptr));
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  auto it = kv_.find({job_id, key});
+  if (it == kv_.end()) return Status::NotFound("kv " + key + " of job " + std::to_string(job_id) + " does not exist");
+  STINT_RETURN_IF_ERROR(store_->DeleteKv(job_id, key));
+  kv_.erase(it);
+  return Status::OK();
+}
+
+ServerCounters Coordinator::server_counters() const {
+  std::lock_guard<std::mutex> lock(counters_mu_);
+  return counters_;
+}
+
+void Coordinator::MergeHeartbeats() {
+  std::unordered_map<int64_t, Beat> beats;
+  {
+    std::lock_guard<std::mutex> lock(beats_mu_);
+    beats.swap(beats_);
+  }
+  for (const auto& [id, b] : beats) {
+    auto w = state_.workers.find(id);
+    if (w == state_.workers.end()) continue;
+    w->second.last_heartbeat_ms = std::max(w->second.last_heartbeat_ms, b.at);
+    auto seg = state_.segments.find(w->second.segment_id);
+    if (seg != state_.segments.end()) seg->second.last_heartbeat_ms = std::max(seg->second.last_heartbeat_ms, b.at);
+    auto job = state_.jobs.find(w->second.job_id);
+    if (job != state_.jobs.end() && b.step > job->second.last_step) job->second.last_step = b.step;
+  }
+}
+
+void Coordinator::Tick() {
+  const auto t0 = std::chrono::steady_clock::now();
+  bool events = false;
+  {
+    std::unique_lock<std::shared_mutex> lock(mu_);
+    MergeHeartbeats();
+    const TimeMs now = options_.clock();
+    Changes changes;
+    AccountTime(state_, now, options_.policy, &changes);
+    if (now - usage_flushed_ms_ >= SecondsToMs(options_.usage_flush_seconds)) {
+      for (const auto& [name, t] : state_.teams) changes.teams.insert(name);
+      usage_flushed_ms_ = now;
+    }
+    Plan plan = MakePlan(state_, now, options_.policy);
+    ApplyPlan(state_, plan, now, &changes);
+    events = !plan.starts.empty() || !plan.notices.empty() || !plan.lost.empty();
+    Status saved = SaveOrRollback(changes);
+    if (!saved.ok()) {
+      std::fprintf(stderr, "stintd: tick not applied: %s\n", saved.ToString().c_str());
+      events = false;
+    }
+    last_plan_ = std::move(plan);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  {
+    std::lock_guard<std::mutex> lock(counters_mu_);
+    counters_.plans++;
+    counters_.last_plan_seconds = seconds;
+    counters_.max_plan_seconds = std::max(counters_.max_plan_seconds, seconds);
+  }
+  if (events) NotifyEvent();
+}
+
+void Coordinator::WakeTick() {
+  {
+    std::lock_guard<std::mutex> lock(tick_mu_);
+    tick_requested_ = true;
+  }
+  tick_cv_.notify_one();
+}
+
+void Coordinator::NotifyEvent() {
+  {
+    std::lock_guard<std::mutex> lock(event_mu_);
+    event_seq_++;
+  }
+  event_cv_.notify_all();
+}
+
+void Coordinator::TickLoop() {
+  const auto period = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(options_.tick_seconds));
+  std::unique_lock<std::mutex> lock(tick_mu_);
+  while (!stopping_) {
+    tick_cv_.wait_for(lock, period, [&] { return tick_requested_ || stopping_; });
+    if (stopping_) break;
+    tick_requested_ = false;
+    lock.unlock();
+    Tick();
+    lock.lock();
+  }
+}
+
+}  // namespace stint::coord

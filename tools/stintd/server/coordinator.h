@@ -1,0 +1,154 @@
+// The coordinator: one ClusterState in memory, written through to the
+// Store before any change is acknowledged, and a tick thread that runs the
+// policy (MakePlan + ApplyPlan) every tick_seconds or as soon as a request
+// changed something.
+//
+// Locking: state_ is guarded by a shared mutex. Requests that change state
+// take it exclusively for the transition and the SQLite write; reads (the
+// queue, job views) and heartbeats take it shared, so a long plan never
+// blocks heartbeats. Heartbeat times are soft state kept in their own table
+// and merged into the state by the tick; a restart gives every lease a
+// fresh TTL instead of persisting thousands of heartbeats per second.
+#ifndef STINT_TOOLS_STINTD_SERVER_COORDINATOR_H_
+#define STINT_TOOLS_STINTD_SERVER_COORDINATOR_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "core/model.h"
+#include "core/policy.h"
+#include "core/transitions.h"
+#include "store/store.h"
+
+namespace stint::coord {
+
+struct CoordinatorOptions {
+  std::string db_path;
+  PolicyConfig policy;
+  double tick_seconds = 0.5;
+  double heartbeat_interval_seconds = 5;  // suggested to workers
+  double usage_flush_seconds = 60;        // team usage written this often
+  // Milliseconds since the epoch; the system clock unless a test replaces it.
+  std::function<TimeMs()> clock;
+};
+
+// Server-side counters that are not part of the persisted state.
+struct ServerCounters {
+  int64_t heartbeats = 0;
+  int64_t plans = 0;
+  double last_plan_seconds = 0;
+  double max_plan_seconds = 0;
+  int64_t store_errors = 0;
+};
+
+class Coordinator {
+ public:
+  // Opens the store, loads the state, resets soft state, starts the tick
+  // thread.
+  static Result<std::unique_ptr<Coordinator>> Open(CoordinatorOptions options);
+  ~Coordinator();  // stops and joins the tick thread; wakes every long-poll
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // Reads under the shared lock: `fn(state, last_plan, now)`.
+  void Read(const std::function<void(const ClusterState&, const Plan&, TimeMs)>& fn) const;
+
+  // Admin requests. Each answers the object as it is after the change.
+  Result<Pool> AddPool(const Pool& pool);
+  Result<Window> AddWindow(const Window& window);
+  Result<Window> CloseWindow(int64_t window_id, std::optional<TimeMs> lead_ms);
+  Result<Team> PutTeam(const Team& team);
+  Result<Job> SubmitJob(const Job& spec);
+  Result<Job> CancelJob(int64_t job_id, const std::string& reason);
+  Result<Job> SetPriority(int64_t job_id, Priority priority);
+
+  // Worker requests.
+  Result<Worker> RegisterWorker(int64_t job_id, const std::string& name);
+  Result<WorkerView> Heartbeat(int64_t worker_id, int64_t step);
+  // Answers when the worker has a notice or is no longer active, or after
+  // `wait` with the current view.
+  Result<WorkerView> WaitNotice(int64_t worker_id, std::chrono::milliseconds wait);
+  Status ReportProgress(int64_t worker_id, int64_t step, double remaining_seconds);
+  Status ReportCheckpoint(int64_t worker_id, int64_t step, double seconds, uint64_t bytes);
+  Status Ack(int64_t worker_id, int64_t step);
+  Status Finish(int64_t worker_id);
+  Status Leave(int64_t worker_id);
+  bool CheckFencing(int64_t job_id, uint64_t token, TimeMs* valid_until_ms) const;
+
+  // Job-scoped KV. if_version: nullopt = unconditional, 0 = only if absent,
+  // n = only if the current version is n (else kAborted).
+  Result<int64_t> PutKv(int64_t job_id, const std::string& key, const std::string& value,
+                        std::optional<int64_t> if_version);
+  // Waits up to `wait` for the entry to exist with version >= min_version.
+  Result<KvEntry> GetKv(int64_t job_id, const std::string& key, int64_t min_version,
+                        std::chrono::milliseconds wait);
+  Status DeleteKv(int64_t job_id, const std::string& key);
+
+  ServerCounters server_counters() const;
+  const CoordinatorOptions& options() const { return options_; }
+  TimeMs now() const { return options_.clock(); }
+
+  // Runs one policy pass now (the tick thread calls this; tests may too).
+  void Tick();
+
+ private:
+  Coordinator(CoordinatorOptions options, std::unique_ptr<Store> store, ClusterState state,
+              std::map<std::pair<int64_t, std::string>, KvEntry> kv);
+
+  // Runs `fn` on the state under the exclusive lock, then writes what it
+  // changed. On a store error the in-memory state is reloaded from the file,
+  // so memory never holds a change the disk does not.
+  Status Mutate(const std::function<Status(ClusterState&, TimeMs, Changes*)>& fn);
+  Status SaveOrRollback(const Changes& changes);  // REQUIRES: mu_ held exclusively
+  void MergeHeartbeats();                          // REQUIRES: mu_ held exclusively
+  void WakeTick();
+  void NotifyEvent();
+  void TickLoop();
+
+  const CoordinatorOptions options_;
+  std::unique_ptr<Store> store_;
+
+  mutable std::shared_mutex mu_;
+  ClusterState state_;
+  Plan last_plan_;
+  std::map<std::pair<int64_t, std::string>, KvEntry> kv_;
+  TimeMs usage_flushed_ms_ = 0;
+
+  // Soft heartbeat state: worker id -> (time, step).
+  struct Beat {
+    TimeMs at = 0;
+    int64_t step = 0;
+  };
+  mutable std::mutex beats_mu_;
+  std::unordered_map<int64_t, Beat> beats_;
+
+  // Long-polls wait for event_seq_ to move.
+  mutable std::mutex event_mu_;
+  std::condition_variable event_cv_;
+  uint64_t event_seq_ = 0;
+
+  std::mutex tick_mu_;
+  std::condition_variable tick_cv_;
+  bool tick_requested_ = false;
+  bool stopping_ = false;  // guarded by tick_mu_; mirrored in stop_
+  std::atomic<bool> stop_{false};
+
+  mutable std::mutex counters_mu_;
+  ServerCounters counters_;
+
+  std::thread tick_thread_;  // last: started after everything above exists
+};
+
+}  // namespace stint::coord
+
+#endif  // STINT_TOOLS_STINTD_SERVER_COORDINATOR_H_

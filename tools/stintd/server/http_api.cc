@@ -1,0 +1,545 @@
+#include "server/http_api.h"
+
+#include <httplib.h>
+
+#include <charconv>
+#include <cstdio>
+
+#include "server/json_model.h"
+#include "server/metrics.h"
+
+namespace stint::coord {
+namespace {
+
+struct Reply {
+  int status = 200;
+  json body;                 // sent as JSON unless `text` is set
+  std::string text;
+  std::string content_type;  // for `text`
+};
+
+int HttpStatus(Code code) {
+  switch (code) {
+    case Code::kOk: return 200;
+    case Code::kInvalidArgument: return 400;
+    case Code::kUnauthenticated: return 401;
+    case Code::kPermissionDenied: return 403;
+    case Code::kNotFound: return 404;
+    case Code::kAlreadyExists:
+    case Code::kFailedPrecondition:
+    case Code::kAborted: return 409;
+    case Code::kResourceExhausted: return 429;
+    case Code::kUnavailable: return 503;
+    case Code::kDeadlineExceeded: return 504;
+    default: return 500;
+  }
+}
+
+json ErrorBody(const char* code, const std::string& message) {
+  return {{"error", {{"code", code}, {"message", message}}}};
+}
+
+Reply ErrorReply(const Status& s) { return {HttpStatus(s.code()), ErrorBody(CodeName(s.code()), s.message()), {}, {}}; }
+
+// A worker whose segment ended or whose incarnation is stale must stop:
+// 410 Gone, distinct from every retryable or caller error.
+Reply GoneReply(const std::string& message) { return {410, ErrorBody("GONE", message), {}, {}}; }
+
+Reply WorkerErrorReply(const Status& s) {
+  return s.code() == Code::kAborted ? GoneReply(s.message()) : ErrorReply(s);
+}
+
+Result<int64_t> PathId(const httplib::Request& req, size_t i, const char* what) {
+  const std::string& m = req.matches[i];
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(m.data(), m.data() + m.size(), v);
+  if (ec != std::errc() || p != m.data() + m.size() || v <= 0) {
+    return Status::InvalidArgument(std::string(what) + " id \"" + m + "\" is not a valid id");
+  }
+  return v;
+}
+
+Result<double> QuerySeconds(const httplib::Request& req, const char* name, double dflt, double max) {
+  if (!req.has_param(name)) return dflt;
+  const std::string v = req.get_param_value(name);
+  char* end = nullptr;
+  const double d = std::strtod(v.c_str(), &end);
+  if (v.empty() || end != v.c_str() + v.size() || !(d >= 0)) {
+    return Status::InvalidArgument(std::string(name) + " must be a number of seconds >= 0 (got \"" + v + "\")");
+  }
+  return std::min(d, max);
+}
+
+std::chrono::milliseconds Millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+Result<Job> ParseJobSpec(const RequestBody& b) {
+  Job j;
+  STINT_ASSIGN_OR_RETURN(j.name, b.RequiredString("name"));
+  STINT_ASSIGN_OR_RETURN(std::optional<std::string> team, b.String("team"));
+  STINT_ASSIGN_OR_RETURN(std::optional<std::string> pool, b.String("pool"));
+  STINT_ASSIGN_OR_RETURN(std::optional<std::string> prio, b.String("priority"));
+  STINT_ASSIGN_OR_RETURN(int64_t min_gpus, b.RequiredInt("min_gpus"));
+  STINT_ASSIGN_OR_RETURN(std::optional<int64_t> max_gpus, b.Int("max_gpus"));
+  STINT_ASSIGN_OR_RETURN(std::optional<bool> gang, b.Bool("gang"));
+  STINT_ASSIGN_OR_RETURN(std::optional<bool> preemptible, b.Bool("preemptible"));
+  STINT_ASSIGN_OR_RETURN(std::optional<double> ckpt, b.Number("checkpoint_seconds"));
+  STINT_ASSIGN_OR_RETURN(std::optional<double> restart, b.Number("restart_seconds"));
+  STINT_ASSIGN_OR_RETURN(std::optional<double> interval, b.Number("checkpoint_interval_seconds"));
+  STINT_ASSIGN_OR_RETURN(std::optional<double> remaining, b.Number("remaining_seconds"));
+  if (min_gpus < 1 || min_gpus > 1000000) {
+    return Status::InvalidArgument("min_gpus must be between 1 and 1000000 (got " + std::to_string(min_gpus) + ")");
+  }
+  if (max_gpus && (*max_gpus < 1 || *max_gpus > 1000000)) {
+    return Status::InvalidArgument("max_gpus must be between 1 and 1000000 (got " + std::to_string(*max_gpus) + ")");
+  }
+  j.team = team.value_or("");
+  j.pool = pool.value_or("");
+  if (prio) {
+    STINT_ASSIGN_OR_RETURN(j.priority, ParsePriority(*prio));
+  }
+  j.min_gpus = static_cast<int>(min_gpus);
+  j.max_gpus = static_cast<int>(max_gpus.value_or(min_gpus));
+  j.gang = gang.value_or(true);
+  j.preemptible = preemptible.value_or(true);
+  if (ckpt) j.checkpoint_seconds = *ckpt;
+  if (restart) j.restart_seconds = *restart;
+  if (interval) j.checkpoint_interval_seconds = *interval;
+  if (remaining) j.remaining_seconds = *remaining;
+  return j;
+}
+
+Result<Window> ParseWindowSpec(const RequestBody& b, TimeMs now) {
+  Window w;
+  STINT_ASSIGN_OR_RETURN(w.pool, b.RequiredString("pool"));
+  STINT_ASSIGN_OR_RETURN(int64_t gpus, b.RequiredInt("gpus"));
+  STINT_ASSIGN_OR_RETURN(std::optional<int64_t> start, b.Int("start_ms"));
+  STINT_ASSIGN_OR_RETURN(std::optional<int64_t> end, b.Int("end_ms"));
+  STINT_ASSIGN_OR_RETURN(std::optional<std::string> kind, b.String("kind"));
+  STINT_ASSIGN_OR_RETURN(std::optional<double> lead, b.Number("notice_lead_seconds"));
+  if (gpus < 1 || gpus > 1000000) {
+    return Status::InvalidArgument("gpus must be between 1 and 1000000 (got " + std::to_string(gpus) + ")");
+  }
+  w.gpus = static_cast<int>(gpus);
+  w.start_ms = start.value_or(now);
+  w.end_ms = end.value_or(kNever);
+  if (kind) {
+    STINT_ASSIGN_OR_RETURN(w.kind, ParseWindowKind(*kind));
+  }
+  if (lead && !(*lead >= 0 && *lead < 1e9)) return Status::InvalidArgument("notice_lead_seconds must be >= 0");
+  w.notice_lead_ms = lead ? SecondsToMs(*lead) : 0;
+  return w;
+}
+
+}  // namespace
+
+HttpApi::HttpApi(Coordinator* coordinator, TokenAuth auth, HttpOptions options)
+    : coordinator_(coordinator), auth_(std::move(auth)), options_(std::move(options)),
+      server_(std::make_unique<httplib::Server>()) {}
+
+HttpApi::~HttpApi() = default;
+
+Result<std::unique_ptr<HttpApi>> HttpApi::Bind(Coordinator* coordinator, TokenAuth auth, HttpOptions options) {
+  if (options.threads < 4) return Status::InvalidArgument("threads must be >= 4");
+  std::unique_ptr<HttpApi> api(new HttpApi(coordinator, std::move(auth), options));
+  const int threads = options.threads;
+  api->server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  api->server_->set_keep_alive_max_count(1000000);
+  api->server_->set_keep_alive_timeout(30);
+  api->server_->set_read_timeout(std::chrono::seconds(30));
+  api->server_->set_write_timeout(std::chrono::seconds(30));
+  api->server_->set_payload_max_length(2u << 20);
+  api->server_->set_tcp_nodelay(true);
+  api->InstallRoutes();
+  if (options.port == 0) {
+    api->port_ = api->server_->bind_to_any_port(options.host);
+    if (api->port_ <= 0) return Status::IoError("cannot listen on " + options.host + " (any port)");
+  } else {
+    if (!api->server_->bind_to_port(options.host, options.port)) {
+      return Status::IoError("cannot listen on " + options.host + ":" + std::to_string(options.port) +
+                             " (address in use or not local?)");
+    }
+    api->port_ = options.port;
+  }
+  return api;
+}
+
+Status HttpApi::Serve() {
+  if (!server_->listen_after_bind()) return Status::IoError("the HTTP server stopped with an error");
+  return Status::OK();
+}
+
+void HttpApi::Stop() { server_->stop(); }
+
+void HttpApi::InstallRoutes() {
+  using Handler = std::function<Reply(const httplib::Request&)>;
+  enum Method { kGet, kPost, kPut, kDelete };
+  // One wrapper: authentication, exceptions (never expected: every parse is
+  // checked, but a throw must not take the server down), the JSON answer.
+  auto route = [this](Method method, const char* pattern, Right need, Handler handler) {
+    auto wrapped = [this, need, handler](const httplib::Request& req, httplib::Response& res) {
+      Reply reply;
+      const Right have = need == Right::kNone ? Right::kNone : auth_.Check(req.get_header_value("Authorization"));
+      if (need != Right::kNone && have == Right::kNone) {
+        reply = ErrorReply(Status::Unauthenticated("missing or unknown bearer token"));
+      } else if (static_cast<int>(have) < static_cast<int>(need)) {
+        reply = ErrorReply(Status::PermissionDenied("this endpoint needs an admin token"));
+      } else {
+        try {
+          reply = handler(req);
+        } catch (const std::exception& e) {
+          reply = ErrorReply(Status::Internal(std::string("unexpected error: ") + e.what()));
+        }
+      }
+      res.status = reply.status;
+      if (!reply.text.empty() || !reply.content_type.empty()) {
+        res.set_content(reply.text, reply.content_type.c_str());
+      } else {
+        res.set_content(reply.body.dump(), "application/json");
+      }
+    };
+    switch (method) {
+      case kGet: server_->Get(pattern, wrapped); break;
+      case kPost: server_->Post(pattern, wrapped); break;
+      case kPut: server_->Put(pattern, wrapped); break;
+      case kDelete: server_->Delete(pattern, wrapped); break;
+    }
+  };
+  Coordinator* c = coordinator_;
+  const double max_wait = options_.max_wait_seconds;
+#define STINT_HTTP_TRY(expr)              \
+  ({                                      \
+    auto _r = (expr);                     \
+    if (!_r.ok()) return ErrorReply(_r.status()); \
+    std::move(_r).value();                \
+  })
+
+  route(kGet, "/healthz", Right::kNone, [](const httplib::Request&) { return Reply{200, {{"ok", true}}, {}, {}}; });
+
+  route(kGet, "/metrics", Right::kWorker, [c](const httplib::Request&) {
+    Reply r;
+    const ServerCounters sc = c->server_counters();
+    c->Read([&](const ClusterState& s, const Plan& plan, TimeMs now) { r.text = RenderMetrics(s, plan, now, sc); });
+    r.content_type = "text/plain; version=0.0.4";
+    return r;
+  });
+
+  // --- pools, windows, teams ---
+  route(kPost, "/v1/pools", Right::kAdmin, [c](const httplib::Request& req) {
+    RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"name", "description"}));
+    Pool p;
+    p.name = STINT_HTTP_TRY(b.RequiredString("name"));
+    p.description = STINT_HTTP_TRY(b.String("description")).value_or("");
+    Pool out = STINT_HTTP_TRY(c->AddPool(p));
+    return Reply{201, ToJson(out), {}, {}};
+  });
+  route(kGet, "/v1/pools", Right::kWorker, [c](const httplib::Request&) {
+    json pools = json::array();
+    c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+      for (const auto& [name, p] : s.pools) pools.push_back(ToJson(p));
+    });
+    return Reply{200, {{"pools", pools}}, {}, {}};
+  });
+  route(kPost, "/v1/windows", Right::kAdmin, [c](const httplib::Request& req) {
+    RequestBody b = STINT_HTTP_TRY(
+        RequestBody::Parse(req.body, {"pool", "gpus", "start_ms", "end_ms", "kind", "notice_lead_seconds"}));
+    Window spec = STINT_HTTP_TRY(ParseWindowSpec(b, c->now()));
+    Window w = STINT_HTTP_TRY(c->AddWindow(spec));
+    Reply r{201, {}, {}, {}};
+    c->Read([&](const ClusterState& s, const Plan&, TimeMs now) { r.body = ToJson(s, w, now); });
+    return r;
+  });
+  route(kGet, "/v1/windows", Right::kWorker, [c](const httplib::Request&) {
+    json windows = json::array();
+    c->Read([&](const ClusterState& s, const Plan&, TimeMs now) {
+      for (const auto& [id, w] : s.windows) windows.push_back(ToJson(s, w, now));
+    });
+    return Reply{200, {{"windows", windows}}, {}, {}};
+  });
+  route(kPost, R"(/v1/windows/(\d+)/close)", Right::kAdmin, [c](const httplib::Request& req) {
+    const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "window"));
+    RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"lead_seconds"}));
+    std::optional<double> lead = STINT_HTTP_TRY(b.Number("lead_seconds"));
+    if (lead && !(*lead >= 0 && *lead < 1e9)) {
+      return ErrorReply(Status::InvalidArgument("lead_seconds must be >= 0"));
+    }
+    std::optional<TimeMs> lead_ms;
+    if (lead) lead_ms = SecondsToMs(*lead);
+    Window w = STINT_HTTP_TRY(c->CloseWindow(id, lead_ms));
+    Reply r;
+    c->Read([&](const ClusterState& s, const Plan&, TimeMs now) { r.body = ToJson(s, w, now); });
+    return r;
+  });
+  route(kPut, R"(/v1/teams/([^/]+))", Right::kAdmin, [c](const httplib::Request& req) {
+    RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"guaranteed_gpus", "borrow_limit_gpus"}));
+    Team t;
+    t.name = req.matches[1];
+    std::optional<int64_t> g = STINT_HTTP_TRY(b.Int("guaranteed_gpus"));
+    std::optional<int64_t> bl = STINT_HTTP_TRY(b.Int("borrow_limit_gpus"));
+    if ((g && (*g < 0 || *g > 1000000)) || (bl && (*bl < -1 || *bl > 1000000))) {
+      return ErrorReply(Status::InvalidArgument("guaranteed_gpus must be 0..1000000 and borrow_limit_gpus -1..1000000"));
+    }
+    // An update keeps the fields it does not name.
+    c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+      auto it = s.teams.find(t.name);
+      if (it != s.teams.end()) t = it->second;
+    });
+    if (g) t.guaranteed_gpus = static_cast<int>(*g);
+    if (bl) t.borrow_limit_gpus = static_cast<int>(*bl);
+    Team out = STINT_HTTP_TRY(c->PutTeam(t));
+    Reply r;
+    c->Read([&](const ClusterState& s, const Plan&, TimeMs) { r.body = ToJson(s, out); });
+    return r;
+  });
+  route(kGet, "/v1/teams", Right::kWorker, [c](const httplib::Request&) {
+    json teams = json::array();
+    c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+      for (const auto& [name, t] : s.teams) teams.push_back(ToJson(s, t));
+    });
+    return Reply{200, {{"teams", teams}}, {}, {}};
+  });
+
+  // --- jobs, queue, segments ---
+  route(kPost, "/v1/jobs", Right::kAdmin, [c](const httplib::Request& req) {
+    RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(
+        req.body, {"name", "team", "pool", "priority", "min_gpus", "max_gpus", "gang", "preemptible",
+                   "checkpoint_seconds", "restart_seconds", "checkpoint_interval_seconds", "remaining_seconds"}));
+    Job spec = STINT_HTTP_TRY(ParseJobSpec(b));
+    Job j = STINT_HTTP_TRY(c->SubmitJob(spec));
+    return Reply{201, ToJson(j), {}, {}};
+  });
+  route(kGet, "/v1/jobs", Right::kWorker, [c](const httplib::Request& req) {
+    std::optional<JobState> filter;
+    if (req.has_param("state")) {
+      const std::string want = req.get_param_value("state");
+      for (JobState st : {JobState::kPending, JobState::kRunning, JobState::kDone, JobState::kCancelled,
+                          JobState::kFailed}) {
+        if (want == JobStateName(st)) filter = st;
+      }
+      if (!filter) {
+        return ErrorReply(Status::InvalidArgument("state must be PENDING, RUNNING, DONE, CANCELLED or FAILED"));
+      }
+    }
+    json jobs = json::array();
+    c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+      for (const auto& [id, j] : s.jobs) {
+        if (!filter || j.state == *filter) jobs.push_back(ToJson(j));
+      }
+    });
+    return Reply{200, {{"jobs", jobs}}, {}, {}};
+  });
+  route(kGet, R"(/v1/jobs/(\d+))", Right::kWorker, [c](const httplib::Request& req) {
+    const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "job"));
+    Reply r;
+    c->Read([&](const ClusterState& s, const Plan& plan, TimeMs now) {
+      auto it = s.jobs.find(id);
+      if (it == s.jobs.end()) {
+        r = ErrorReply(Status::NotFound("job " + std::to_string(id) + " does not exist"));
+        return;
+      }
+      r.body = ToJson(it->second);
+      json segments = json::array();
+      for (const auto& [sid, seg] : s.segments) {
+        if (seg.job_id == id) segments.push_back(ToJson(seg));
+      }
+      r.body["segments"] = segments;
+      for (const PendingInfo& p : plan.pending) {
+        if (p.job_id == id) r.body["pending"] = ToJson(s, p, now);
+      }
+    });
+    return r;
+  });
+  route(kPost, R"(/v1/jobs/(\d+)/cancel)", Right::kAdmin, [c](const httplib::Request& req) {
+    const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "job"));
+    RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"reason"}));
+    const std::string reason = STINT_HTTP_TRY(b.String("reason")).value_or("");
+    Job j = STINT_HTTP_TRY(c->CancelJob(id, reason));
+    return Reply{200, ToJson(j), {}, {}};
+  });
+  route(kPost, R"(/v1/jobs/(\d+)/priority)", Right::kAdmin, [c](const httplib::Request& req) {
+    const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "job"));
+    RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"priority"}));
+    const Priority p = STINT_HTTP_TRY(ParsePriority(STINT_HTTP_TRY(b.RequiredString("priority"))));
+    Job j = STINT_HTTP_TRY(c->SetPriority(id, p));
+    return Reply{200, ToJson(j), {}, {}};
+  });
+  route(kGet, "/v1/queue", Right::kWorker, [c](const httplib::Request&) {
+    Reply r;
+    c->Read([&](const ClusterState& s, const Plan& plan, TimeMs now) {
+      json pending = json::array();
+      for (const PendingInfo& p : plan.pending) {
+        auto job = s.jobs.find(p.job_id);
+        // A job cancelled or started since the plan is no longer pending.
+        if (job != s.jobs.end() && job->second.state == JobState::kPending) pending.push_back(ToJson(s, p, now));
+      }
+      json running = json::array();
+      for (const auto& [id, j] : s.jobs) {
+        if (j.state != JobState::kRunning) continue;
+        auto seg = s.segments.find(j.segment_id);
+        running.push_back({{"job_id", id},
+                           {"name", j.name},
+                           {"team", j.team},
+                           {"priority", PriorityName(j.priority)},
+                           {"segment", seg == s.segments.end() ? json(nullptr) : ToJson(seg->second)}});
+      }
+      r.body = {{"now_ms", now}, {"pending", pending}, {"running", running}, {"stats", ToJson(plan.stats)}};
+    });
+    return r;
+  });
+  route(kGet, "/v1/segments", Right::kWorker, [c](const httplib::Request& req) {
+    int64_t job_filter = 0;
+    if (req.has_param("job_id")) {
+      const std::string v = req.get_param_value("job_id");
+      auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), job_filter);
+      if (ec != std::errc() || p != v.data() + v.size() || job_filter <= 0) {
+        return ErrorReply(Status::InvalidArgument("job_id must be a positive integer"));
+      }
+    }
+    json segments = json::array();
+    c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+      for (const auto& [id, seg] : s.segments) {
+        if (job_filter == 0 || seg.job_id == job_filter) segments.push_back(ToJson(seg));
+      }
+    });
+    return Reply{200, {{"segments", segments}}, {}, {}};
+  });
+
+  // --- workers ---
+  const double hb_interval = coordinator_->options().heartbeat_interval_seconds;
+  const double ttl = coordinator_->options().policy.lease_ttl_seconds;
+  route(kPost, R"(/v1/jobs/(\d+)/workers)", Right::kWorker, [c, hb_interval, ttl](const httplib::Request& req) {
+    const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "job"));
+    RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"name"}));
+    const std::string name = STINT_HTTP_TRY(b.RequiredString("name"));
+    Worker w = STINT_HTTP_TRY(c->RegisterWorker(id, name));
+    return Reply{201,
+                 {{"worker_id", w.id},
+                  {"job_id", w.job_id},
+                  {"segment_id", w.segment_id},
+                  {"fencing_token", w.fencing_token},
+                  {"lease_ttl_seconds", ttl},
+                  {"heartbeat_interval_seconds", hb_interval}},
+                 {},
+                 {}};
+  });
+  auto view_reply = [](const Result<WorkerView>& v) {
+    if (!v.ok()) return WorkerErrorReply(v.status());
+    if (!v->active) {
+      Reply r = GoneReply("segment " + std::to_string(v->segment_id) + " is " + SegmentStateName(v->segment_state) +
+                          ": this worker is fenced");
+      r.body["view"] = ToJson(*v);
+      return r;
+    }
+    return Reply{200, ToJson(*v), {}, {}};
+  };
+  route(kPost, R"(/v1/workers/(\d+)/heartbeat)", Right::kWorker, [c, view_reply](const httplib::Request& req) {
+    const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
+    RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"step"}));
+    const int64_t step = STINT_HTTP_TRY(b.Int("step")).value_or(0);
+    return view_reply(c->Heartbeat(id, step));
+  });
+  route(kGet, R"(/v1/workers/(\d+)/notice)", Right::kWorker,
+        [c, view_reply, max_wait](const httplib::Request& req) {
+          const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
+          const double wait = STINT_HTTP_TRY(QuerySeconds(req, "wait_seconds", 30, max_wait));
+          return view_reply(c->WaitNotice(id, Millis(wait)));
+        });
+  auto worker_status = [](const Status& s) {
+    return s.ok() ? Reply{200, {{"ok", true}}, {}, {}} : WorkerErrorReply(s);
+  };
+  route(kPost, R"(/v1/workers/(\d+)/progress)", Right::kWorker, [c, worker_status](const httplib::Request& req) {
+    const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
+    RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"step", "remaining_seconds"}));
+    const int64_t step = STINT_HTTP_TRY(b.RequiredInt("step"));
+    std::optional<double> remaining = STINT_HTTP_TRY(b.Number("remaining_seconds"));
+    double keep = 0;
+    if (!remaining) {
+      c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+        auto w = s.workers.find(id);
+        if (w == s.workers.end()) return;
+        auto j = s.jobs.find(w->second.job_id);
+        if (j != s.jobs.end()) keep = j->second.remaining_seconds;
+      });
+    }
+    return worker_status(c->ReportProgress(id, step, remaining.value_or(keep)));
+  });
+  route(kPost, R"(/v1/workers/(\d+)/checkpoint)", Right::kWorker, [c, worker_status](const httplib::Request& req) {
+    const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
+    RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"step", "seconds", "bytes"}));
+    const int64_t step = STINT_HTTP_TRY(b.RequiredInt("step"));
+    std::optional<double> seconds = STINT_HTTP_TRY(b.Number("seconds"));
+    std::optional<int64_t> bytes = STINT_HTTP_TRY(b.Int("bytes"));
+    if (!seconds) return ErrorReply(Status::InvalidArgument("seconds is required"));
+    if (bytes && *bytes < 0) return ErrorReply(Status::InvalidArgument("bytes must be >= 0"));
+    return worker_status(c->ReportCheckpoint(id, step, *seconds, static_cast<uint64_t>(bytes.value_or(0))));
+  });
+  route(kPost, R"(/v1/workers/(\d+)/ack)", Right::kWorker, [c, worker_status](const httplib::Request& req) {
+    const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
+    RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"step"}));
+    const int64_t step = STINT_HTTP_TRY(b.Int("step")).value_or(-1);
+    return worker_status(c->Ack(id, step));
+  });
+  route(kPost, R"(/v1/workers/(\d+)/finished)", Right::kWorker, [c, worker_status](const httplib::Request& req) {
+    const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
+    STINT_HTTP_TRY(RequestBody::Parse(req.body, {}));
+    return worker_status(c->Finish(id));
+  });
+  route(kPost, R"(/v1/workers/(\d+)/leave)", Right::kWorker, [c, worker_status](const httplib::Request& req) {
+    const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
+    STINT_HTTP_TRY(RequestBody::Parse(req.body, {}));
+    return worker_status(c->Leave(id));
+  });
+  route(kPost, "/v1/fencing/check", Right::kWorker, [c](const httplib::Request& req) {
+    RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"job_id", "fencing_token"}));
+    const int64_t job = STINT_HTTP_TRY(b.RequiredInt("job_id"));
+    const int64_t token = STINT_HTTP_TRY(b.RequiredInt("fencing_token"));
+    if (token < 0) return ErrorReply(Status::InvalidArgument("fencing_token must be >= 0"));
+    TimeMs until = kNever;
+    const bool valid = c->CheckFencing(job, static_cast<uint64_t>(token), &until);
+    return Reply{200, {{"valid", valid}, {"valid_until_ms", valid ? TimeJson(until) : json(nullptr)}}, {}, {}};
+  });
+
+  // --- KV ---
+  route(kPut, R"(/v1/jobs/(\d+)/kv/([A-Za-z0-9._/-]+))", Right::kWorker, [c](const httplib::Request& req) {
+    const int64_t job = STINT_HTTP_TRY(PathId(req, 1, "job"));
+    RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"value", "if_version"}));
+    const std::string value = STINT_HTTP_TRY(b.RequiredString("value"));
+    std::optional<int64_t> if_version = STINT_HTTP_TRY(b.Int("if_version"));
+    const int64_t version = STINT_HTTP_TRY(c->PutKv(job, req.matches[2], value, if_version));
+    return Reply{200, {{"version", version}}, {}, {}};
+  });
+  route(kGet, R"(/v1/jobs/(\d+)/kv/([A-Za-z0-9._/-]+))", Right::kWorker,
+        [c, max_wait](const httplib::Request& req) {
+          const int64_t job = STINT_HTTP_TRY(PathId(req, 1, "job"));
+          const double wait = STINT_HTTP_TRY(QuerySeconds(req, "wait_seconds", 0, max_wait));
+          int64_t min_version = 1;
+          if (req.has_param("min_version")) {
+            const std::string v = req.get_param_value("min_version");
+            auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), min_version);
+            if (ec != std::errc() || p != v.data() + v.size() || min_version < 1) {
+              return ErrorReply(Status::InvalidArgument("min_version must be an integer >= 1"));
+            }
+          }
+          KvEntry e = STINT_HTTP_TRY(c->GetKv(job, req.matches[2], min_version, Millis(wait)));
+          return Reply{200, ToJson(e), {}, {}};
+        });
+  route(kDelete, R"(/v1/jobs/(\d+)/kv/([A-Za-z0-9._/-]+))", Right::kWorker, [c](const httplib::Request& req) {
+    const int64_t job = STINT_HTTP_TRY(PathId(req, 1, "job"));
+    Status s = c->DeleteKv(job, req.matches[2]);
+    return s.ok() ? Reply{200, {{"ok", true}}, {}, {}} : ErrorReply(s);
+  });
+#undef STINT_HTTP_TRY
+
+  server_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;  // a handler already answered
+    if (res.status == 404) {
+      res.set_content(ErrorBody("NOT_FOUND", "no route " + req.method + " " + req.path).dump(), "application/json");
+    } else if (res.status == 413) {
+      res.set_content(ErrorBody("INVALID_ARGUMENT", "request body too large (limit 2 MiB)").dump(),
+                      "application/json");
+    }
+  });
+}
+
+}  // namespace stint::coord

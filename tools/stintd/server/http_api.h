@@ -1,0 +1,50 @@
+// The HTTP/JSON front of the Coordinator (routes in API.md). Every handler
+// checks the bearer token's right, parses its body strictly, calls one
+// Coordinator method and maps the Status to an HTTP status once, here.
+#ifndef STINT_TOOLS_STINTD_SERVER_HTTP_API_H_
+#define STINT_TOOLS_STINTD_SERVER_HTTP_API_H_
+
+#include <memory>
+#include <string>
+
+#include "server/auth.h"
+#include "server/coordinator.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace stint::coord {
+
+struct HttpOptions {
+  std::string host = "127.0.0.1";
+  int port = 7077;         // 0: any free port (see port())
+  int threads = 128;       // one per open connection (keep-alive) or long-poll
+  double max_wait_seconds = 60;  // cap on long-poll waits
+};
+
+class HttpApi {
+ public:
+  // Binds the socket (so a bad address fails here, before serving).
+  static Result<std::unique_ptr<HttpApi>> Bind(Coordinator* coordinator, TokenAuth auth, HttpOptions options);
+  ~HttpApi();
+
+  int port() const { return port_; }
+  // Serves until Stop(); returns an error if the server failed.
+  Status Serve();
+  void Stop();  // thread-safe, also from another thread than Serve()'s
+
+ private:
+  HttpApi(Coordinator* coordinator, TokenAuth auth, HttpOptions options);
+  void InstallRoutes();
+
+  Coordinator* const coordinator_;
+  const TokenAuth auth_;
+  const HttpOptions options_;
+  std::unique_ptr<httplib::Server> server_;
+  int port_ = 0;
+};
+
+}  // namespace stint::coord
+
+#endif  // STINT_TOOLS_STINTD_SERVER_HTTP_API_H_

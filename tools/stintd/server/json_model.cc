@@ -1,0 +1,205 @@
+#include "server/json_model.h"
+
+#include <cmath>
+
+namespace stint::coord {
+
+json TimeJson(TimeMs t) { return t == kNever ? json(nullptr) : json(t); }
+
+json ToJson(const Pool& p) { return {{"name", p.name}, {"description", p.description}}; }
+
+json ToJson(const ClusterState& s, const Window& w, TimeMs now) {
+  int allocated = 0;
+  for (const auto& [id, seg] : s.segments) {
+    if (!SegmentActive(seg.state)) continue;
+    for (const Allocation& a : seg.allocs) {
+      if (a.window_id == w.id) allocated += a.gpus;
+    }
+  }
+  return {{"id", w.id},
+          {"pool", w.pool},
+          {"gpus", w.gpus},
+          {"start_ms", w.start_ms},
+          {"end_ms", TimeJson(w.end_ms)},
+          {"kind", WindowKindName(w.kind)},
+          {"notice_lead_seconds", w.notice_lead_ms / 1000.0},
+          {"closed_early", w.closed_early},
+          {"open", w.open_at(now)},
+          {"allocated_gpus", allocated}};
+}
+
+json ToJson(const ClusterState& s, const Team& t) {
+  int allocated = 0;
+  for (const auto& [id, seg] : s.segments) {
+    if (!SegmentActive(seg.state)) continue;
+    auto job = s.jobs.find(seg.job_id);
+    if (job != s.jobs.end() && job->second.team == t.name) allocated += seg.gpus();
+  }
+  return {{"name", t.name},
+          {"guaranteed_gpus", t.guaranteed_gpus},
+          {"borrow_limit_gpus", t.borrow_limit_gpus},
+          {"usage_gpu_seconds", t.usage_gpu_seconds},
+          {"allocated_gpus", allocated}};
+}
+
+json ToJson(const Job& j) {
+  return {{"id", j.id},
+          {"name", j.name},
+          {"team", j.team},
+          {"pool", j.pool},
+          {"priority", PriorityName(j.priority)},
+          {"min_gpus", j.min_gpus},
+          {"max_gpus", j.max_gpus},
+          {"gang", j.gang},
+          {"preemptible", j.preemptible},
+          {"checkpoint_seconds", j.checkpoint_seconds},
+          {"restart_seconds", j.restart_seconds},
+          {"checkpoint_interval_seconds", j.checkpoint_interval_seconds},
+          {"remaining_seconds", j.remaining_seconds},
+          {"submit_ms", j.submit_ms},
+          {"eligible_ms", j.eligible_ms},
+          {"state", JobStateName(j.state)},
+          {"segment_id", j.segment_id},
+          {"fencing_token", j.fencing_token},
+          {"last_step", j.last_step},
+          {"checkpoint_step", j.checkpoint_step},
+          {"checkpoint_ms", j.checkpoint_ms},
+          {"segments", j.segments},
+          {"preemptions", j.preemptions},
+          {"lost_gpu_seconds", j.lost_gpu_seconds},
+          {"message", j.message}};
+}
+
+json ToJson(const Segment& seg) {
+  json allocs = json::array();
+  for (const Allocation& a : seg.allocs) allocs.push_back({{"window_id", a.window_id}, {"gpus", a.gpus}});
+  return {{"id", seg.id},
+          {"job_id", seg.job_id},
+          {"allocs", allocs},
+          {"gpus", seg.gpus()},
+          {"fencing_token", seg.fencing_token},
+          {"start_ms", seg.start_ms},
+          {"planned_end_ms", TimeJson(seg.planned_end_ms)},
+          {"state", SegmentStateName(seg.state)},
+          {"notice_reason", NoticeReasonName(seg.notice_reason)},
+          {"notice_ms", seg.notice_ms},
+          {"deadline_ms", seg.deadline_ms},
+          {"preempted_for", seg.preempted_for},
+          {"ended_ms", seg.ended_ms}};
+}
+
+json ToJson(const WorkerView& v) {
+  json notice = nullptr;
+  if (v.notice_reason != NoticeReason::kNone) {
+    notice = {{"reason", NoticeReasonName(v.notice_reason)}, {"deadline_ms", v.deadline_ms}};
+  }
+  return {{"active", v.active},
+          {"fencing_token", v.fencing_token},
+          {"segment_id", v.segment_id},
+          {"segment_state", SegmentStateName(v.segment_state)},
+          {"notice", notice}};
+}
+
+json ToJson(const KvEntry& e) {
+  return {{"key", e.key}, {"value", e.value}, {"version", e.version}, {"updated_ms", e.updated_ms}};
+}
+
+json ToJson(const ClusterState& s, const PendingInfo& p, TimeMs now) {
+  json out = {{"position", p.position},
+              {"job_id", p.job_id},
+              {"reason", BlockReasonName(p.reason)},
+              {"detail", p.detail},
+              {"planned_start_ms", TimeJson(p.planned_start_ms)},
+              {"planned_gpus", p.planned_gpus},
+              {"score", p.score},
+              {"score_level", p.score_level},
+              {"score_aging", p.score_aging},
+              {"score_guarantee", p.score_guarantee},
+              {"score_fair_share", p.score_fair_share}};
+  auto job = s.jobs.find(p.job_id);
+  if (job != s.jobs.end()) {
+    const Job& j = job->second;
+    out["name"] = j.name;
+    out["team"] = j.team;
+    out["priority"] = PriorityName(j.priority);
+    out["min_gpus"] = j.min_gpus;
+    out["max_gpus"] = j.max_gpus;
+    out["wait_seconds"] = std::max<TimeMs>(0, now - j.eligible_ms) / 1000.0;
+  }
+  return out;
+}
+
+json ToJson(const PlanStats& st) {
+  return {{"open_window_gpus", st.open_window_gpus}, {"allocated_gpus", st.allocated_gpus},
+          {"free_gpus", st.free_gpus},               {"fragmented_gpus", st.fragmented_gpus},
+          {"pending_jobs", st.pending_jobs},         {"running_jobs", st.running_jobs}};
+}
+
+Result<RequestBody> RequestBody::Parse(const std::string& body, std::initializer_list<const char*> allowed) {
+  json j;
+  if (body.empty()) {
+    j = json::object();
+  } else {
+    j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return Status::InvalidArgument("request body is not valid JSON");
+  }
+  if (!j.is_object()) return Status::InvalidArgument("request body must be a JSON object");
+  for (const auto& item : j.items()) {
+    bool known = false;
+    for (const char* a : allowed) known = known || item.key() == a;
+    if (!known) {
+      std::string list;
+      for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
+      return Status::InvalidArgument("unknown field \"" + item.key() + "\" (allowed: " + list + ")");
+    }
+  }
+  return RequestBody(std::move(j));
+}
+
+Result<std::optional<std::string>> RequestBody::String(const char* field) const {
+  auto it = j_.find(field);
+  if (it == j_.end() || it->is_null()) return std::optional<std::string>();
+  if (!it->is_string()) return Status::InvalidArgument(std::string(field) + " must be a string");
+  return std::optional<std::string>(it->get<std::string>());
+}
+
+Result<std::optional<int64_t>> RequestBody::Int(const char* field) const {
+  auto it = j_.find(field);
+  if (it == j_.end() || it->is_null()) return std::optional<int64_t>();
+  if (it->is_number_integer()) return std::optional<int64_t>(it->get<int64_t>());
+  if (it->is_number_float()) {
+    const double d = it->get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15) {
+      return std::optional<int64_t>(static_cast<int64_t>(d));
+    }
+  }
+  return Status::InvalidArgument(std::string(field) + " must be an integer");
+}
+
+Result<std::optional<double>> RequestBody::Number(const char* field) const {
+  auto it = j_.find(field);
+  if (it == j_.end() || it->is_null()) return std::optional<double>();
+  if (!it->is_number()) return Status::InvalidArgument(std::string(field) + " must be a number");
+  return std::optional<double>(it->get<double>());
+}
+
+Result<std::optional<bool>> RequestBody::Bool(const char* field) const {
+  auto it = j_.find(field);
+  if (it == j_.end() || it->is_null()) return std::optional<bool>();
+  if (!it->is_boolean()) return Status::InvalidArgument(std::string(field) + " must be true or false");
+  return std::optional<bool>(it->get<bool>());
+}
+
+Result<std::string> RequestBody::RequiredString(const char* field) const {
+  STINT_ASSIGN_OR_RETURN(std::optional<std::string> v, String(field));
+  if (!v) return Status::InvalidArgument(std::string(field) + " is required");
+  return *v;
+}
+
+Result<int64_t> RequestBody::RequiredInt(const char* field) const {
+  STINT_ASSIGN_OR_RETURN(std::optional<int64_t> v, Int(field));
+  if (!v) return Status::InvalidArgument(std::string(field) + " is required");
+  return *v;
+}
+
+}  // namespace stint::coord
