@@ -1,0 +1,449 @@
+// stintd end to end: a real daemon on loopback with a real SQLite file.
+// Token rights, strict request validation, the segment lifecycle (start,
+// notice, ack, fencing), preemption, lost segments, visibility, metrics,
+// and kill -9 under load with nothing acknowledged lost.
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <set>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "util/stintd_process.h"
+#include "util/temp_dir.h"
+
+namespace stint {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Fast ticks and short leases so lifecycles take seconds, not minutes.
+const std::vector<std::string> kFastArgs = {"--tick-seconds", "0.05", "--safety-seconds", "1",
+                                            "--min-run-seconds", "0", "--lease-ttl-seconds", "3",
+                                            "--start-grace-seconds", "3"};
+
+class StintdTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    daemon_ = std::make_unique<StintdProcess>(STINTD_PATH, dir_.path(), kFastArgs);
+    ASSERT_TRUE(daemon_->Start()) << daemon_->output();
+    Connect();
+  }
+  void Connect() {
+    admin_ = std::make_unique<HttpJson>(daemon_->port(), StintdProcess::kAdminToken);
+    worker_ = std::make_unique<HttpJson>(daemon_->port(), StintdProcess::kWorkerToken);
+  }
+  void Restart(int sig) {
+    daemon_->Kill(sig);
+    ASSERT_TRUE(daemon_->Start()) << daemon_->output();
+    Connect();
+  }
+
+  // Polls `fn` until it returns true or `seconds` pass.
+  template <typename Fn>
+  bool Eventually(Fn fn, double seconds = 10) {
+    const auto until = Clock::now() + std::chrono::duration<double>(seconds);
+    while (Clock::now() < until) {
+      if (fn()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return fn();
+  }
+
+  json Job(int64_t id) { return admin_->Get("/v1/jobs/" + std::to_string(id)).body; }
+  bool JobIn(int64_t id, const std::string& state) { return Job(id).value("state", "") == state; }
+
+  int64_t AddWindow(const std::string& pool, int gpus, int64_t end_ms, const std::string& kind = "hard") {
+    json w = {{"pool", pool}, {"gpus", gpus}, {"end_ms", end_ms}, {"kind", kind}};
+    auto r = admin_->Post("/v1/windows", w);
+    EXPECT_EQ(r.status, 201) << r.text;
+    return r.body.value("id", int64_t{0});
+  }
+  int64_t Submit(json spec) {
+    auto r = admin_->Post("/v1/jobs", spec);
+    EXPECT_EQ(r.status, 201) << r.text;
+    return r.body.value("id", int64_t{0});
+  }
+  json Register(int64_t job) {
+    auto r = worker_->Post("/v1/jobs/" + std::to_string(job) + "/workers", {{"name", "w0"}});
+    EXPECT_EQ(r.status, 201) << r.text;
+    return r.body;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<StintdProcess> daemon_;
+  std::unique_ptr<HttpJson> admin_, worker_;
+};
+
+TEST_F(StintdTest, TokensSeparateAdminAndWorkerRights) {
+  HttpJson anonymous(daemon_->port(), "");
+  HttpJson wrong(daemon_->port(), "not-a-token-of-this-server");
+  EXPECT_EQ(anonymous.Get("/healthz").status, 200);
+  EXPECT_EQ(anonymous.Get("/v1/jobs").status, 401);
+  EXPECT_EQ(wrong.Get("/v1/jobs").status, 401);
+  EXPECT_EQ(wrong.Get("/metrics").status, 401);
+  auto denied = worker_->Post("/v1/pools", {{"name", "p"}});
+  EXPECT_EQ(denied.status, 403);
+  EXPECT_EQ(denied.body["error"]["code"], "PERMISSION_DENIED");
+  EXPECT_EQ(worker_->Post("/v1/jobs", {{"name", "j"}, {"min_gpus", 1}}).status, 403);
+  EXPECT_EQ(worker_->Get("/v1/queue").status, 200);
+  EXPECT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
+  // The refused attempt created nothing.
+  EXPECT_EQ(admin_->Get("/v1/pools").body["pools"].size(), 1u);
+  EXPECT_EQ(admin_->Get("/v1/jobs").body["jobs"].size(), 0u);
+}
+
+TEST_F(StintdTest, MalformedRequestsAreRefusedAndChangeNothing) {
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
+  struct Case {
+    std::string path, body, expect;
+  } cases[] = {
+      {"/v1/jobs", "{not json", "not valid JSON"},
+      {"/v1/jobs", "[1,2]", "must be a JSON object"},
+      {"/v1/jobs", R"({"name":"j","min_gpus":1,"min_gpu":2})", "unknown field \"min_gpu\""},
+      {"/v1/jobs", R"({"name":"j","min_gpus":"two"})", "min_gpus must be an integer"},
+      {"/v1/jobs", R"({"name":"j","min_gpus":0})", "min_gpus must be"},
+      {"/v1/jobs", R"({"name":"j","min_gpus":4,"max_gpus":2})", "max_gpus must be >= min_gpus"},
+      {"/v1/jobs", R"({"name":"j","min_gpus":1,"priority":"URGENT"})", "priority must be"},
+      {"/v1/jobs", R"({"name":"j","min_gpus":1,"pool":"nope"})", "pool \"nope\" does not exist"},
+      {"/v1/jobs", R"({"name":"j","min_gpus":1,"checkpoint_seconds":-1})", "checkpoint_seconds"},
+      {"/v1/jobs", R"({"min_gpus":1})", "name is required"},
+      {"/v1/windows", R"({"pool":"p","gpus":4})", "end_ms is required for a hard window"},
+      {"/v1/windows", R"({"pool":"p","gpus":4,"end_ms":1000})", "end_ms"},
+      {"/v1/windows", R"({"pool":"p","gpus":-4,"end_ms":99999999999999})", "gpus must be"},
+      {"/v1/windows", R"({"pool":"p","gpus":4,"kind":"weird","end_ms":99999999999999})", "window kind"},
+      {"/v1/pools", R"({"name":"bad name!"})", "pool name must match"},
+      {"/v1/pools", R"({"name":"p"})", "already exists"},
+  };
+  for (const Case& c : cases) {
+    auto r = admin_->PostRaw(c.path, c.body);
+    EXPECT_GE(r.status, 400) << c.body;
+    EXPECT_LT(r.status, 500) << c.body;
+    ASSERT_TRUE(r.body.is_object()) << r.text;
+    const std::string message = r.body["error"].value("message", "");
+    EXPECT_NE(message.find(c.expect), std::string::npos) << c.body << " -> " << message;
+  }
+  EXPECT_EQ(admin_->Get("/v1/jobs").body["jobs"].size(), 0u);
+  EXPECT_EQ(admin_->Get("/v1/windows").body["windows"].size(), 0u);
+  EXPECT_EQ(admin_->Get("/v1/jobs/12345").status, 404);
+  EXPECT_EQ(admin_->Get("/v1/jobs/abc").status, 404);  // no route matches
+  EXPECT_EQ(admin_->Post("/v1/jobs/999/cancel", json::object()).status, 404);
+  EXPECT_EQ(worker_->Post("/v1/workers/999/heartbeat", json::object()).status, 404);
+}
+
+TEST_F(StintdTest, SegmentLifecycleNoticeAckAndFencing) {
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
+  const int64_t end = NowMs() + 6000;
+  const int64_t window = AddWindow("p", 8, end);
+  const int64_t job = Submit({{"name", "train"}, {"pool", "p"}, {"min_gpus", 4}, {"max_gpus", 8},
+                              {"checkpoint_seconds", 1}, {"restart_seconds", 0},
+                              {"checkpoint_interval_seconds", 1}});
+  ASSERT_TRUE(Eventually([&] { return JobIn(job, "RUNNING"); })) << Job(job).dump();
+  json j = Job(job);
+  ASSERT_EQ(j["segments"].size(), 1u);
+  EXPECT_EQ(j["segments"][0]["gpus"], 8);
+  EXPECT_EQ(j["segments"][0]["allocs"][0]["window_id"], window);
+  EXPECT_EQ(j["segments"][0]["planned_end_ms"], end);
+
+  json reg = Register(job);
+  const int64_t wid = reg["worker_id"];
+  const uint64_t token = reg["fencing_token"];
+  EXPECT_EQ(token, j["fencing_token"].get<uint64_t>());
+  auto hb = worker_->Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", {{"step", 10}});
+  ASSERT_EQ(hb.status, 200) << hb.text;
+  EXPECT_TRUE(hb.body["active"].get<bool>());
+  EXPECT_TRUE(hb.body["notice"].is_null());
+  auto check = worker_->Post("/v1/fencing/check", {{"job_id", job}, {"fencing_token", token}});
+  EXPECT_TRUE(check.body["valid"].get<bool>()) << check.text;
+  EXPECT_FALSE(worker_->Post("/v1/fencing/check", {{"job_id", job}, {"fencing_token", token + 1}})
+                   .body["valid"]
+                   .get<bool>());
+
+  // The long-poll answers with the notice at close - (checkpoint + safety).
+  HttpJson poller(daemon_->port(), StintdProcess::kWorkerToken, 30);
+  json notice;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto r = poller.Get("/v1/workers/" + std::to_string(wid) + "/notice?wait_seconds=5");
+        if (r.status != 200 || r.body["notice"].is_null()) return false;
+        notice = r.body["notice"];
+        return true;
+      },
+      15));
+  EXPECT_EQ(notice["reason"], "window_close");
+  EXPECT_EQ(notice["deadline_ms"], end);
+  json seg = Job(job)["segments"][0];
+  EXPECT_EQ(seg["state"], "notified");
+  EXPECT_GE(seg["notice_ms"].get<int64_t>(), end - 2000) << "notice sent before close - (checkpoint + safety)";
+
+  ASSERT_EQ(worker_->Post("/v1/workers/" + std::to_string(wid) + "/checkpoint",
+                          {{"step", 42}, {"seconds", 0.5}, {"bytes", 1 << 20}})
+                .status,
+            200);
+  ASSERT_EQ(worker_->Post("/v1/workers/" + std::to_string(wid) + "/ack", {{"step", 42}}).status, 200);
+  j = Job(job);
+  EXPECT_EQ(j["state"], "PENDING");
+  EXPECT_EQ(j["checkpoint_step"], 42);
+  EXPECT_EQ(j["segments"][0]["state"], "ended");
+  // The old incarnation is fenced: its commit check and its heartbeats fail.
+  EXPECT_FALSE(worker_->Post("/v1/fencing/check", {{"job_id", job}, {"fencing_token", token}})
+                   .body["valid"]
+                   .get<bool>());
+  auto gone = worker_->Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", json::object());
+  EXPECT_EQ(gone.status, 410) << gone.text;
+  EXPECT_EQ(worker_->Post("/v1/workers/" + std::to_string(wid) + "/ack", {{"step", 43}}).status, 410);
+  // The window ends in < 2 s: a minimum segment (3 s) no longer fits.
+  auto queue = admin_->Get("/v1/queue").body;
+  ASSERT_TRUE(Eventually([&] {
+    queue = admin_->Get("/v1/queue").body;
+    return queue["pending"].size() == 1 && queue["pending"][0]["reason"] == "window";
+  })) << queue.dump();
+}
+
+TEST_F(StintdTest, NoAckByTheDeadlineMarksTheSegmentLost) {
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
+  const int64_t window = AddWindow("p", 4, NowMs() + 60000);
+  const int64_t job = Submit({{"name", "zombie"}, {"min_gpus", 4}, {"checkpoint_seconds", 1},
+                              {"restart_seconds", 0}, {"checkpoint_interval_seconds", 1}});
+  ASSERT_TRUE(Eventually([&] { return JobIn(job, "RUNNING"); }));
+  json reg = Register(job);
+  const int64_t wid = reg["worker_id"];
+  // Revoke with a 2 s lead; the worker heartbeats but never acks.
+  auto closed = admin_->Post("/v1/windows/" + std::to_string(window) + "/close", {{"lead_seconds", 2}});
+  ASSERT_EQ(closed.status, 200) << closed.text;
+  EXPECT_TRUE(closed.body["closed_early"].get<bool>());
+  std::string reason;
+  ASSERT_TRUE(Eventually([&] {
+    auto hb = worker_->Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", json::object());
+    if (hb.status == 200 && !hb.body["notice"].is_null()) reason = hb.body["notice"]["reason"];
+    return hb.status == 410;
+  }));
+  EXPECT_EQ(reason, "revoked");
+  json j = Job(job);
+  EXPECT_EQ(j["state"], "PENDING");
+  EXPECT_EQ(j["segments"][0]["state"], "lost");
+  EXPECT_GT(j["lost_gpu_seconds"].get<double>(), 0);
+  const std::string metrics = admin_->Get("/metrics").text;
+  EXPECT_NE(metrics.find("stintd_segments_lost_total 1\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("stintd_revocations_total 1\n"), std::string::npos);
+}
+
+TEST_F(StintdTest, SilentWorkersLoseTheirSegment) {
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
+  AddWindow("p", 4, NowMs() + 120000);
+  const int64_t job = Submit({{"name", "crashy"}, {"min_gpus", 2}, {"checkpoint_seconds", 1},
+                              {"restart_seconds", 0}, {"checkpoint_interval_seconds", 1}});
+  ASSERT_TRUE(Eventually([&] { return JobIn(job, "RUNNING"); }));
+  Register(job);  // and never heartbeats again
+  ASSERT_TRUE(Eventually([&] { return Job(job)["segments"][0]["state"] == "lost"; }, 15)) << Job(job).dump();
+  EXPECT_NE(Job(job)["message"].get<std::string>().find("lease"), std::string::npos);
+  // It is pending again and gets a new segment with a new fencing token.
+  ASSERT_TRUE(Eventually([&] { return JobIn(job, "RUNNING"); }));
+  json j = Job(job);
+  EXPECT_EQ(j["segments"].size(), 2u);
+  EXPECT_NE(j["segments"][0]["fencing_token"], j["segments"][1]["fencing_token"]);
+}
+
+TEST_F(StintdTest, HigherPriorityPreemptsWithNoticeAndStartsOnAck) {
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
+  AddWindow("p", 8, NowMs() + 600000);
+  const int64_t low = Submit({{"name", "low"}, {"priority", "LOW"}, {"min_gpus", 8},
+                              {"checkpoint_seconds", 2}, {"restart_seconds", 0}, {"checkpoint_interval_seconds", 1}});
+  ASSERT_TRUE(Eventually([&] { return JobIn(low, "RUNNING"); }));
+  const int64_t wid = Register(low)["worker_id"];
+  const int64_t high = Submit({{"name", "high"}, {"priority", "HIGH"}, {"min_gpus", 8},
+                               {"checkpoint_seconds", 1}, {"restart_seconds", 0}, {"checkpoint_interval_seconds", 1}});
+  json notice;
+  ASSERT_TRUE(Eventually([&] {
+    auto hb = worker_->Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", json::object());
+    notice = hb.body["notice"];
+    return !notice.is_null();
+  }));
+  EXPECT_EQ(notice["reason"], "preempted");
+  json queue = admin_->Get("/v1/queue").body;
+  ASSERT_EQ(queue["pending"].size(), 1u) << queue.dump();
+  EXPECT_EQ(queue["pending"][0]["job_id"], high);
+  EXPECT_EQ(queue["pending"][0]["reason"], "preempting");
+  EXPECT_EQ(queue["pending"][0]["planned_start_ms"], notice["deadline_ms"]);
+  ASSERT_EQ(worker_->Post("/v1/workers/" + std::to_string(wid) + "/ack", {{"step", 7}}).status, 200);
+  // The ack releases the GPUs before the deadline.
+  ASSERT_TRUE(Eventually([&] { return JobIn(high, "RUNNING"); }));
+  EXPECT_LT(NowMs(), notice["deadline_ms"].get<int64_t>() + 1000);
+  json l = Job(low);
+  EXPECT_EQ(l["state"], "PENDING");
+  EXPECT_EQ(l["preemptions"], 1);
+  EXPECT_EQ(l["segments"][0]["preempted_for"], high);
+}
+
+TEST_F(StintdTest, QueueShowsPositionReasonAndPlannedStart) {
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
+  const int64_t now = NowMs();
+  AddWindow("p", 4, now + 600000);
+  AddWindow("p", 4, now + 600000);
+  const int64_t gang = Submit({{"name", "gang8"}, {"min_gpus", 8}, {"checkpoint_seconds", 1}});
+  const int64_t small = Submit({{"name", "small"}, {"min_gpus", 2}, {"checkpoint_seconds", 1}});
+  ASSERT_TRUE(Eventually([&] { return JobIn(small, "RUNNING"); }));
+  json queue;
+  ASSERT_TRUE(Eventually([&] {
+    queue = admin_->Get("/v1/queue").body;
+    return queue["pending"].size() == 1 && queue["pending"][0]["job_id"] == gang;
+  })) << queue.dump();
+  EXPECT_EQ(queue["pending"][0]["position"], 1);
+  EXPECT_EQ(queue["pending"][0]["reason"], "gang");
+  EXPECT_FALSE(queue["pending"][0]["detail"].get<std::string>().empty());
+  EXPECT_TRUE(queue["pending"][0]["planned_start_ms"].is_null()) << "no single window ever holds 8 GPUs";
+  EXPECT_EQ(queue["running"].size(), 1u);
+  EXPECT_EQ(queue["stats"]["open_window_gpus"], 8);
+  // Cancel works for pending and running jobs.
+  EXPECT_EQ(admin_->Post("/v1/jobs/" + std::to_string(gang) + "/cancel", {{"reason", "test"}}).body["state"],
+            "CANCELLED");
+  EXPECT_EQ(admin_->Post("/v1/jobs/" + std::to_string(small) + "/cancel", json::object()).body["state"],
+            "CANCELLED");
+  EXPECT_EQ(Job(small)["segments"][0]["state"], "cancelled");
+  EXPECT_EQ(admin_->Post("/v1/jobs/" + std::to_string(small) + "/cancel", json::object()).status, 409);
+}
+
+TEST_F(StintdTest, MetricsAreValidPrometheusText) {
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
+  AddWindow("p", 4, NowMs() + 600000);
+  Submit({{"name", "a"}, {"min_gpus", 2}});
+  auto r = worker_->Get("/metrics");
+  ASSERT_EQ(r.status, 200);
+  std::set<std::string> families;
+  size_t samples = 0;
+  std::istringstream in(r.text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("# TYPE ", 0) == 0) {
+      families.insert(line.substr(7, line.find(' ', 7) - 7));
+      continue;
+    }
+    if (line.empty() || line[0] == '#') continue;
+    // name{labels} value: the value parses as a number.
+    const size_t sp = line.rfind(' ');
+    ASSERT_NE(sp, std::string::npos) << line;
+    size_t used = 0;
+    std::stod(line.substr(sp + 1), &used);
+    EXPECT_EQ(used, line.size() - sp - 1) << line;
+    samples++;
+  }
+  EXPECT_GT(samples, 20u);
+  for (const char* f : {"stintd_queue_length", "stintd_wait_seconds", "stintd_gpus", "stintd_window_utilization",
+                        "stintd_preemptions_total", "stintd_lost_work_gpu_seconds_total", "stintd_heartbeats_total"}) {
+    EXPECT_TRUE(families.count(f)) << f;
+  }
+}
+
+TEST_F(StintdTest, KvCompareAndSetAndLongPoll) {
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
+  const int64_t job = Submit({{"name", "kv"}, {"min_gpus", 1}});
+  const std::string key = "/v1/jobs/" + std::to_string(job) + "/kv/rdzv/gen";
+  EXPECT_EQ(worker_->Get(key).status, 404);
+  EXPECT_EQ(worker_->Put(key, {{"value", "1"}, {"if_version", 0}}).body["version"], 1);
+  auto lost = worker_->Put(key, {{"value", "x"}, {"if_version", 0}});
+  EXPECT_EQ(lost.status, 409);
+  EXPECT_EQ(lost.body["error"]["code"], "ABORTED");
+  // A long-poll for version 2 is answered by the write that makes it.
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    HttpJson w(daemon_->port(), StintdProcess::kWorkerToken);
+    w.Put(key, {{"value", "2"}, {"if_version", 1}});
+  });
+  auto got = worker_->Get(key + "?wait_seconds=10&min_version=2");
+  writer.join();
+  EXPECT_EQ(got.status, 200) << got.text;
+  EXPECT_EQ(got.body["value"], "2");
+  Restart(SIGKILL);
+  EXPECT_EQ(worker_->Get(key).body["version"], 2);
+  EXPECT_EQ(worker_->Delete(key).status, 200);
+  EXPECT_EQ(worker_->Get(key).status, 404);
+}
+
+// Clients submit jobs and heartbeat while stintd is SIGKILLed; after the
+// restart every job whose submission was acknowledged is there, the running
+// segment still holds its fencing token, and the counters went on.
+TEST_F(StintdTest, KillNineUnderLoadLosesNothingAcknowledged) {
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
+  AddWindow("p", 2, NowMs() + 600000);
+  const int64_t runner = Submit({{"name", "runner"}, {"min_gpus", 2}, {"checkpoint_seconds", 1}});
+  ASSERT_TRUE(Eventually([&] { return JobIn(runner, "RUNNING"); }));
+  json reg = Register(runner);
+  const int64_t wid = reg["worker_id"];
+  const uint64_t token = reg["fencing_token"];
+
+  for (int round = 0; round < 3; round++) {
+    std::atomic<bool> stop{false};
+    std::vector<int64_t> acknowledged[2];
+    std::vector<std::thread> clients;
+    for (int c = 0; c < 2; c++) {
+      clients.emplace_back([&, c] {
+        HttpJson client(daemon_->port(), StintdProcess::kAdminToken, 2);
+        for (int i = 0; !stop; i++) {
+          auto r = client.Post("/v1/jobs", {{"name", "load-" + std::to_string(c) + "-" + std::to_string(i)},
+                                            {"min_gpus", 4}});
+          if (r.status == 201) acknowledged[c].push_back(r.body["id"].get<int64_t>());
+          if (r.status == 0) break;  // the daemon is gone
+        }
+      });
+    }
+    std::thread heartbeats([&] {
+      HttpJson client(daemon_->port(), StintdProcess::kWorkerToken, 2);
+      while (!stop) {
+        if (client.Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", json::object()).status == 0) break;
+      }
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300 + 200 * round));
+    daemon_->Kill(SIGKILL);
+    stop = true;
+    for (auto& t : clients) t.join();
+    heartbeats.join();
+    ASSERT_TRUE(daemon_->Start()) << daemon_->output();
+    Connect();
+
+    std::set<int64_t> present;
+    for (const json& j : admin_->Get("/v1/jobs").body["jobs"]) present.insert(j["id"].get<int64_t>());
+    size_t total = 0;
+    for (const auto& ids : acknowledged) {
+      total += ids.size();
+      for (int64_t id : ids) EXPECT_TRUE(present.count(id)) << "acknowledged job " << id << " lost";
+    }
+    EXPECT_GT(total, 0u) << "the load never got an answer";
+    // The running segment survived with its token; its worker's lease got a
+    // fresh TTL instead of expiring across the restart.
+    auto check = worker_->Post("/v1/fencing/check", {{"job_id", runner}, {"fencing_token", token}});
+    EXPECT_TRUE(check.body["valid"].get<bool>()) << check.text;
+    EXPECT_EQ(worker_->Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", json::object()).status, 200);
+  }
+  // Ids are never reused across restarts.
+  std::set<int64_t> ids;
+  for (const json& j : admin_->Get("/v1/jobs").body["jobs"]) EXPECT_TRUE(ids.insert(j["id"].get<int64_t>()).second);
+}
+
+TEST_F(StintdTest, SecondDaemonOnTheSameDatabaseIsRefused) {
+  StintdProcess second(STINTD_PATH, dir_.path(), kFastArgs);
+  EXPECT_FALSE(second.Start());
+  EXPECT_NE(second.output().find("in use"), std::string::npos) << second.output();
+}
+
+TEST_F(StintdTest, CorruptDatabaseIsRefusedWithItsPath) {
+  daemon_->Kill(SIGTERM);
+  {
+    std::ofstream f(daemon_->db_path(), std::ios::trunc | std::ios::binary);
+    f << "this is not an sqlite database, just bytes that used to be one";
+  }
+  // Also remove the WAL so only the damaged main file remains.
+  std::remove((daemon_->db_path() + "-wal").c_str());
+  EXPECT_FALSE(daemon_->Start());
+  EXPECT_NE(daemon_->output().find(daemon_->db_path()), std::string::npos) << daemon_->output();
+}
+
+}  // namespace
+}  // namespace stint

@@ -1,0 +1,101 @@
+#include "util/stintd_process.h"
+
+#include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <fstream>
+
+namespace stint {
+
+StintdProcess::StintdProcess(std::string binary, std::string dir, std::vector<std::string> extra_args)
+    : binary_(std::move(binary)), dir_(std::move(dir)), extra_args_(std::move(extra_args)) {
+  std::ofstream(dir_ + "/admin.tokens") << "# test admin token\n" << kAdminToken << "\n";
+  std::ofstream(dir_ + "/worker.tokens") << kWorkerToken << "\n";
+}
+
+StintdProcess::~StintdProcess() {
+  if (child_) Kill(SIGKILL);
+}
+
+bool StintdProcess::Start() {
+  if (child_) return false;
+  std::vector<std::string> args = {"--db", db_path(), "--listen", "127.0.0.1:" + std::to_string(port_),
+                                   "--admin-token-file", dir_ + "/admin.tokens", "--worker-token-file",
+                                   dir_ + "/worker.tokens"};
+  args.insert(args.end(), extra_args_.begin(), extra_args_.end());
+  child_ = std::make_unique<ChildProcess>(binary_, args);
+  if (!child_->started() || !child_->WaitForLine("stintd: listening on ")) {
+    last_output_ = child_->output();
+    child_->Wait();
+    child_.reset();
+    return false;
+  }
+  const std::string& out = child_->output();
+  const size_t at = out.rfind("stintd: listening on ");
+  const size_t colon = out.find(':', at + 21);
+  port_ = std::stoi(out.substr(colon + 1));
+  return true;
+}
+
+void StintdProcess::Kill(int sig) {
+  if (!child_) return;
+  ::kill(child_->pid(), sig);
+  child_->Wait();
+  last_output_ = child_->output();
+  child_.reset();
+}
+
+const std::string& StintdProcess::output() const { return child_ ? child_->output() : last_output_; }
+
+HttpJson::HttpJson(int port, std::string token, int timeout_seconds)
+    : client_(std::make_unique<httplib::Client>("127.0.0.1", port)), token_(std::move(token)) {
+  client_->set_read_timeout(timeout_seconds, 0);
+  client_->set_connection_timeout(timeout_seconds, 0);
+  client_->set_keep_alive(true);
+}
+
+HttpJson::~HttpJson() = default;
+
+namespace {
+
+HttpJson::Response Convert(const httplib::Result& r) {
+  HttpJson::Response out;
+  if (!r) return out;
+  out.status = r->status;
+  out.text = r->body;
+  out.body = nlohmann::json::parse(r->body, nullptr, /*allow_exceptions=*/false);
+  return out;
+}
+
+}  // namespace
+
+HttpJson::Response HttpJson::Get(const std::string& path) {
+  httplib::Headers h;
+  if (!token_.empty()) h.emplace("Authorization", "Bearer " + token_);
+  return Convert(client_->Get(path.c_str(), h));
+}
+
+HttpJson::Response HttpJson::Post(const std::string& path, const nlohmann::json& body) {
+  return PostRaw(path, body.dump());
+}
+
+HttpJson::Response HttpJson::PostRaw(const std::string& path, const std::string& body) {
+  httplib::Headers h;
+  if (!token_.empty()) h.emplace("Authorization", "Bearer " + token_);
+  return Convert(client_->Post(path.c_str(), h, body, "application/json"));
+}
+
+HttpJson::Response HttpJson::Put(const std::string& path, const nlohmann::json& body) {
+  httplib::Headers h;
+  if (!token_.empty()) h.emplace("Authorization", "Bearer " + token_);
+  return Convert(client_->Put(path.c_str(), h, body.dump(), "application/json"));
+}
+
+HttpJson::Response HttpJson::Delete(const std::string& path) {
+  httplib::Headers h;
+  if (!token_.empty()) h.emplace("Authorization", "Bearer " + token_);
+  return Convert(client_->Delete(path.c_str(), h));
+}
+
+}  // namespace stint

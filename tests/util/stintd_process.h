@@ -1,0 +1,72 @@
+// StintdProcess: a real stintd on a free loopback port with its own SQLite
+// file and token files, for integration tests; HttpJson: a small JSON client
+// for it. The process is SIGKILLed on destruction if still running.
+#ifndef STINT_TESTS_UTIL_STINTD_PROCESS_H_
+#define STINT_TESTS_UTIL_STINTD_PROCESS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "util/subprocess.h"
+
+namespace httplib {
+class Client;
+}
+
+namespace stint {
+
+class StintdProcess {
+ public:
+  static constexpr const char* kAdminToken = "admin-token-0123456789abcdef";
+  static constexpr const char* kWorkerToken = "worker-token-0123456789abcdef";
+
+  // `dir` holds the database (dir/stintd.db) and the token files; it
+  // outlives restarts, which is the point.
+  StintdProcess(std::string binary, std::string dir, std::vector<std::string> extra_args = {});
+  ~StintdProcess();
+
+  // Starts stintd (again, after Kill) and waits for "listening on". Port 0
+  // means a fresh free port; a restart asks for the previous port so that
+  // clients reconnect to the same address.
+  bool Start();
+  void Kill(int sig);  // and reap
+  bool running() const { return child_ != nullptr; }
+  int port() const { return port_; }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string db_path() const { return dir_ + "/stintd.db"; }
+  const std::string& output() const;  // of the current or last process
+
+ private:
+  std::string binary_, dir_;
+  std::vector<std::string> extra_args_;
+  std::unique_ptr<ChildProcess> child_;
+  std::string last_output_;
+  int port_ = 0;
+};
+
+class HttpJson {
+ public:
+  struct Response {
+    int status = 0;  // 0: no answer (connection refused, timeout)
+    nlohmann::json body;
+    std::string text;
+  };
+  HttpJson(int port, std::string token, int timeout_seconds = 10);
+  ~HttpJson();
+  Response Get(const std::string& path);
+  Response Post(const std::string& path, const nlohmann::json& body);
+  Response PostRaw(const std::string& path, const std::string& body);
+  Response Put(const std::string& path, const nlohmann::json& body);
+  Response Delete(const std::string& path);
+
+ private:
+  std::unique_ptr<httplib::Client> client_;
+  std::string token_;
+};
+
+}  // namespace stint
+
+#endif  // STINT_TESTS_UTIL_STINTD_PROCESS_H_
