@@ -1,0 +1,215 @@
+// stintd-heartbeat-bench: heartbeats/s and latency percentiles against a
+// real stintd on loopback. It starts its own stintd (--stintd PATH) on a
+// temporary database, registers --workers workers on running jobs, then
+// --connections client threads send heartbeats in a closed loop for
+// --seconds, --runs times. Prints each run and the medians, with the
+// targets (>= 5,000 heartbeats/s, p99 < 10 ms) beside them. Benchmark only:
+// nothing here is a test. Client and server share this machine's cores.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+const char* kAdmin = "bench-admin-token-0123456789";
+const char* kWorker = "bench-worker-token-0123456789";
+
+// The stintd child: started with a pipe on stdout to learn its port.
+struct Daemon {
+  pid_t pid = -1;
+  int port = 0;
+  ~Daemon() {
+    if (pid > 0) {
+      kill(pid, SIGTERM);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+bool StartDaemon(const std::string& binary, const std::string& dir, Daemon* d) {
+  std::ofstream(dir + "/admin") << kAdmin << "\n";
+  std::ofstream(dir + "/worker") << kWorker << "\n";
+  int fds[2];
+  if (pipe(fds) != 0) return false;
+  d->pid = fork();
+  if (d->pid < 0) return false;
+  if (d->pid == 0) {
+    dup2(fds[1], 1);
+    close(fds[0]);
+    close(fds[1]);
+    const std::string db = dir + "/stintd.db", admin = dir + "/admin", worker = dir + "/worker";
+    execl(binary.c_str(), binary.c_str(), "--db", db.c_str(), "--listen", "127.0.0.1:0", "--admin-token-file",
+          admin.c_str(), "--worker-token-file", worker.c_str(), "--http-threads", "256", nullptr);
+    _exit(127);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[256];
+  for (;;) {
+    ssize_t n = read(fds[0], buf, sizeof(buf));
+    if (n <= 0) break;
+    out.append(buf, size_t(n));
+    const size_t at = out.find("stintd: listening on ");
+    if (at != std::string::npos && out.find('\n', at) != std::string::npos) {
+      d->port = std::stoi(out.substr(out.find(':', at + 21) + 1));
+      break;
+    }
+  }
+  close(fds[0]);
+  return d->port > 0;
+}
+
+httplib::Headers Auth(const char* token) { return {{"Authorization", std::string("Bearer ") + token}}; }
+
+json PostJson(httplib::Client& c, const std::string& path, const json& body, const char* token) {
+  auto r = c.Post(path.c_str(), Auth(token), body.dump(), "application/json");
+  if (!r || r->status >= 300) {
+    std::fprintf(stderr, "stintd-heartbeat-bench: POST %s failed: %s\n", path.c_str(),
+                 r ? r->body.c_str() : httplib::to_string(r.error()).c_str());
+    std::exit(1);
+  }
+  return json::parse(r->body);
+}
+
+struct RunResult {
+  double per_second = 0, p50_ms = 0, p99_ms = 0, max_ms = 0;
+  int64_t errors = 0;
+};
+
+RunResult RunOnce(int port, const std::vector<int64_t>& workers, int connections, double seconds) {
+  std::vector<std::vector<double>> latencies(connections);
+  std::atomic<int64_t> errors{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  const auto end_after = std::chrono::duration<double>(seconds);
+  for (int t = 0; t < connections; t++) {
+    threads.emplace_back([&, t] {
+      httplib::Client c("127.0.0.1", port);
+      c.set_keep_alive(true);
+      const httplib::Headers h = Auth(kWorker);
+      while (!go) std::this_thread::yield();
+      const auto until = Clock::now() + end_after;
+      for (size_t i = t; Clock::now() < until; i += connections) {
+        const std::string path = "/v1/workers/" + std::to_string(workers[i % workers.size()]) + "/heartbeat";
+        const auto t0 = Clock::now();
+        auto r = c.Post(path.c_str(), h, "{\"step\":1}", "application/json");
+        const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        if (!r || r->status != 200) errors++;
+        latencies[t].push_back(ms);
+      }
+    });
+  }
+  const auto t0 = Clock::now();
+  go = true;
+  for (auto& th : threads) th.join();
+  const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::vector<double> all;
+  for (auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
+  std::sort(all.begin(), all.end());
+  RunResult r;
+  if (all.empty()) return r;
+  r.per_second = all.size() / elapsed;
+  r.p50_ms = all[all.size() / 2];
+  r.p99_ms = all[std::min(all.size() - 1, all.size() * 99 / 100)];
+  r.max_ms = all.back();
+  r.errors = errors;
+  return r;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"stintd-heartbeat-bench: heartbeats/s and latency against a real stintd on loopback"};
+  std::string stintd;
+  int workers = 256, connections = 16, runs = 5;
+  double seconds = 3;
+  app.add_option("--stintd", stintd, "path of the stintd binary")->required();
+  app.add_option("--workers", workers, "registered workers (spread over 64 jobs)")->capture_default_str();
+  app.add_option("--connections", connections, "client threads, one keep-alive connection each")
+      ->capture_default_str();
+  app.add_option("--seconds", seconds, "duration of one run")->capture_default_str();
+  app.add_option("--runs", runs, "runs; medians are reported")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  char tmpl[] = "/tmp/stintd-bench-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) {
+    std::perror("mkdtemp");
+    return 1;
+  }
+  const std::string dir = tmpl;
+  int rc = 0;
+  {
+    Daemon daemon;
+    if (!StartDaemon(stintd, dir, &daemon)) {
+      std::fprintf(stderr, "stintd-heartbeat-bench: could not start %s\n", stintd.c_str());
+      return 1;
+    }
+    httplib::Client admin("127.0.0.1", daemon.port);
+    PostJson(admin, "/v1/pools", {{"name", "bench"}}, kAdmin);
+    const int64_t far = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch()).count() + 3600 * 1000;
+    PostJson(admin, "/v1/windows", {{"pool", "bench"}, {"gpus", 64}, {"end_ms", far}}, kAdmin);
+    std::vector<int64_t> jobs;
+    for (int j = 0; j < 64; j++) {
+      jobs.push_back(PostJson(admin, "/v1/jobs", {{"name", "job" + std::to_string(j)}, {"min_gpus", 1}}, kAdmin)["id"]);
+    }
+    // Wait for the tick to start every job, then register the workers.
+    std::vector<int64_t> worker_ids;
+    for (int attempt = 0; attempt < 100 && worker_ids.size() < size_t(workers); attempt++) {
+      worker_ids.clear();
+      for (int w = 0; w < workers; w++) {
+        const std::string path = "/v1/jobs/" + std::to_string(jobs[w % jobs.size()]) + "/workers";
+        auto r = admin.Post(path.c_str(), Auth(kWorker), json{{"name", "w" + std::to_string(w)}}.dump(),
+                            "application/json");
+        if (!r || r->status != 201) break;
+        worker_ids.push_back(json::parse(r->body)["worker_id"]);
+      }
+      if (worker_ids.size() < size_t(workers)) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (worker_ids.size() < size_t(workers)) {
+      std::fprintf(stderr, "stintd-heartbeat-bench: jobs did not start\n");
+      return 1;
+    }
+    std::printf("stintd-heartbeat-bench: %d workers, %d connections, %d runs of %.1f s (client and server on "
+                "the same %u cores)\n",
+                workers, connections, runs, seconds, std::thread::hardware_concurrency());
+    std::vector<double> rates, p50s, p99s;
+    for (int i = 0; i < runs; i++) {
+      RunResult r = RunOnce(daemon.port, worker_ids, connections, seconds);
+      std::printf("  run %d: %8.0f heartbeats/s  p50 %.2f ms  p99 %.2f ms  max %.2f ms  errors %lld\n", i + 1,
+                  r.per_second, r.p50_ms, r.p99_ms, r.max_ms, static_cast<long long>(r.errors));
+      rates.push_back(r.per_second);
+      p50s.push_back(r.p50_ms);
+      p99s.push_back(r.p99_ms);
+      if (r.errors > 0) rc = 1;
+    }
+    std::printf("median: %.0f heartbeats/s (target >= 5000: %s)  p50 %.2f ms  p99 %.2f ms (target < 10 ms: %s)\n",
+                Median(rates), Median(rates) >= 5000 ? "met" : "NOT met", Median(p50s), Median(p99s),
+                Median(p99s) < 10 ? "met" : "NOT met");
+  }
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+  return rc;
+}
