@@ -436,10 +436,10 @@ void AccountTime(ClusterState& s, TimeMs now, const PolicyConfig& config, Change
   changes->counters = true;
   const double half_life = std::max(1.0, config.usage_half_life_seconds);
   for (auto& [name, t] : s.teams) {
-    const double t_dt = t.usage_at_ms == 0 ? 0 : std::max<TimeMs>(0, now - t.usage_at_ms) / 1000.0;
+    // Over the same interval as the counters, so usage and used_gpu_seconds agree.
     const auto g = team_gpus.find(name);
     const double gpus = g == team_gpus.end() ? 0.0 : static_cast<double>(g->second);
-    t.usage_gpu_seconds = t.usage_gpu_seconds * std::exp2(-t_dt / half_life) + gpus * t_dt;
+    t.usage_gpu_seconds = t.usage_gpu_seconds * std::exp2(-dt / half_life) + gpus * dt;
     t.usage_at_ms = now;
   }
   // Team usage is soft between ticks; it is written with the teams when

@@ -1,0 +1,251 @@
+// The coordinator's state transitions: validation that changes nothing on
+// error, the segment lifecycle, fencing, and time accounting.
+#include "core/transitions.h"
+
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+namespace stint::coord {
+namespace {
+
+constexpr TimeMs kT0 = 1'800'000'000'000;  // an arbitrary wall-clock origin
+
+class TransitionsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(AddPool(s_, Pool{"p", ""}, &c_).ok());
+    Window w;
+    w.pool = "p";
+    w.gpus = 8;
+    w.start_ms = kT0;
+    w.end_ms = kT0 + 3'600'000;
+    window_ = AddWindow(s_, w, kT0, &c_).value();
+    ASSERT_TRUE(PutTeam(s_, Team{"ml", 4, 2, 0, 0}, &c_).ok());
+  }
+
+  int64_t Submit(int min_gpus, const std::string& team = "ml") {
+    Job j;
+    j.name = "job";
+    j.team = team;
+    j.min_gpus = min_gpus;
+    j.max_gpus = min_gpus;
+    return SubmitJob(s_, j, kT0, &c_).value();
+  }
+
+  // Starts `job` on `gpus` GPUs of the window, as a plan would.
+  int64_t Start(int64_t job, int gpus, TimeMs now = kT0) {
+    Plan plan;
+    plan.starts.push_back(StartDecision{job, {Allocation{window_, gpus}}, kT0 + 3'600'000});
+    Changes ch;
+    ApplyPlan(s_, plan, now, &ch);
+    EXPECT_TRUE(ch.jobs.count(job));
+    return s_.jobs.at(job).segment_id;
+  }
+
+  ClusterState s_;
+  Changes c_;
+  int64_t window_ = 0;
+};
+
+TEST_F(TransitionsTest, InvalidRequestsChangeNothing) {
+  const ClusterState before = s_;
+  Changes ch;
+  Job j;
+  j.name = "j";
+  j.min_gpus = 0;
+  EXPECT_EQ(SubmitJob(s_, j, kT0, &ch).status().code(), Code::kInvalidArgument);
+  j.min_gpus = 4;
+  j.max_gpus = 2;
+  EXPECT_EQ(SubmitJob(s_, j, kT0, &ch).status().code(), Code::kInvalidArgument);
+  j.max_gpus = 4;
+  j.team = "nobody";
+  EXPECT_EQ(SubmitJob(s_, j, kT0, &ch).status().code(), Code::kNotFound);
+  j.team = "ml";
+  j.checkpoint_seconds = NAN;
+  EXPECT_EQ(SubmitJob(s_, j, kT0, &ch).status().code(), Code::kInvalidArgument);
+  Window w;
+  w.pool = "nowhere";
+  w.gpus = 1;
+  w.end_ms = kT0 + 1000;
+  EXPECT_EQ(AddWindow(s_, w, kT0, &ch).status().code(), Code::kNotFound);
+  w.pool = "p";
+  w.end_ms = kNever;  // a hard window needs an end
+  EXPECT_EQ(AddWindow(s_, w, kT0, &ch).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(AddPool(s_, Pool{"p", ""}, &ch).code(), Code::kAlreadyExists);
+  EXPECT_EQ(AddPool(s_, Pool{"has space", ""}, &ch).code(), Code::kInvalidArgument);
+  EXPECT_EQ(PutTeam(s_, Team{"t", -1, -1, 0, 0}, &ch).code(), Code::kInvalidArgument);
+  EXPECT_EQ(CancelJob(s_, 999, "", kT0, &ch).code(), Code::kNotFound);
+  EXPECT_TRUE(ch.empty());
+  EXPECT_EQ(s_.jobs.size(), before.jobs.size());
+  EXPECT_EQ(s_.windows.size(), before.windows.size());
+  EXPECT_EQ(s_.next_id, before.next_id);
+}
+
+TEST_F(TransitionsTest, JobsWithoutATeamGoToTheDefaultTeam) {
+  Job j;
+  j.name = "anonymous";
+  j.min_gpus = 1;
+  j.max_gpus = 1;
+  Changes ch;
+  const int64_t id = SubmitJob(s_, j, kT0, &ch).value();
+  EXPECT_EQ(s_.jobs.at(id).team, kDefaultTeam);
+  EXPECT_TRUE(s_.teams.count(kDefaultTeam));
+  EXPECT_TRUE(ch.teams.count(kDefaultTeam));
+}
+
+TEST_F(TransitionsTest, EachSegmentGetsANewFencingToken) {
+  const int64_t job = Submit(4);
+  const int64_t seg1 = Start(job, 4);
+  const uint64_t token1 = s_.jobs.at(job).fencing_token;
+  EXPECT_EQ(s_.segments.at(seg1).fencing_token, token1);
+  TimeMs until = 0;
+  EXPECT_TRUE(FencingValid(s_, job, token1, kT0, &until));
+  EXPECT_EQ(until, kNever);
+
+  Worker w = RegisterWorker(s_, job, "host:1", kT0, &c_).value();
+  EXPECT_EQ(w.fencing_token, token1);
+  Changes ch;
+  ASSERT_TRUE(AckSegment(s_, w.id, 100, kT0 + 1000, &ch).ok());
+  EXPECT_EQ(s_.segments.at(seg1).state, SegmentState::kEnded);
+  EXPECT_EQ(s_.jobs.at(job).state, JobState::kPending);
+  EXPECT_EQ(s_.jobs.at(job).checkpoint_step, 100);
+  EXPECT_EQ(s_.jobs.at(job).eligible_ms, kT0 + 1000);
+  EXPECT_TRUE(s_.workers.at(w.id).released);
+  EXPECT_FALSE(FencingValid(s_, job, token1, kT0 + 1000, &until));
+
+  const int64_t seg2 = Start(job, 4, kT0 + 2000);
+  const uint64_t token2 = s_.jobs.at(job).fencing_token;
+  EXPECT_GT(token2, token1);
+  EXPECT_NE(seg2, seg1);
+  // The old worker stays fenced: it cannot act for the new incarnation.
+  EXPECT_EQ(AckSegment(s_, w.id, 200, kT0 + 3000, &ch).code(), Code::kAborted);
+  EXPECT_FALSE(ViewWorker(s_, w.id)->active);
+  EXPECT_FALSE(FencingValid(s_, job, token1, kT0 + 3000, &until));
+  EXPECT_TRUE(FencingValid(s_, job, token2, kT0 + 3000, &until));
+}
+
+TEST_F(TransitionsTest, ANoticedSegmentIsFencedAtItsDeadline) {
+  const int64_t job = Submit(4);
+  const int64_t seg = Start(job, 4);
+  Plan plan;
+  plan.notices.push_back(NoticeDecision{seg, kT0 + 30'000, NoticeReason::kPreempted, 77});
+  Changes ch;
+  ApplyPlan(s_, plan, kT0 + 10'000, &ch);
+  const Segment& sg = s_.segments.at(seg);
+  EXPECT_EQ(sg.state, SegmentState::kNotified);
+  EXPECT_EQ(sg.notice_ms, kT0 + 10'000);
+  EXPECT_EQ(sg.preempted_for, 77);
+  EXPECT_EQ(s_.counters.preemptions, 1);
+  TimeMs until = 0;
+  const uint64_t token = s_.jobs.at(job).fencing_token;
+  EXPECT_TRUE(FencingValid(s_, job, token, kT0 + 29'999, &until));
+  EXPECT_EQ(until, kT0 + 30'000);
+  EXPECT_FALSE(FencingValid(s_, job, token, kT0 + 30'000, &until));
+  // A second notice for the same segment is ignored.
+  plan.notices[0].deadline_ms = kT0 + 99'000;
+  ApplyPlan(s_, plan, kT0 + 11'000, &ch);
+  EXPECT_EQ(s_.segments.at(seg).deadline_ms, kT0 + 30'000);
+  EXPECT_EQ(s_.counters.notices_sent, 1);
+}
+
+TEST_F(TransitionsTest, LostSegmentsChargeTheWorkSinceTheLastCheckpoint) {
+  const int64_t job = Submit(4);
+  const int64_t seg = Start(job, 4);
+  Worker w = RegisterWorker(s_, job, "host:1", kT0, &c_).value();
+  Changes ch;
+  ASSERT_TRUE(ReportCheckpoint(s_, w.id, 50, 20.0, 1 << 30, kT0 + 60'000, &ch).ok());
+  EXPECT_DOUBLE_EQ(s_.jobs.at(job).checkpoint_seconds, 0.3 * 30 + 0.7 * 20);
+  Plan plan;
+  plan.lost.push_back(LostDecision{seg, "no ack by the deadline"});
+  ApplyPlan(s_, plan, kT0 + 100'000, &ch);
+  EXPECT_EQ(s_.segments.at(seg).state, SegmentState::kLost);
+  EXPECT_EQ(s_.jobs.at(job).state, JobState::kPending);
+  EXPECT_DOUBLE_EQ(s_.jobs.at(job).lost_gpu_seconds, 4 * 40.0);  // 4 GPUs x 40 s since the checkpoint
+  EXPECT_DOUBLE_EQ(s_.counters.lost_gpu_seconds, 160.0);
+  EXPECT_EQ(s_.counters.segments_lost, 1);
+  EXPECT_NE(s_.jobs.at(job).message.find("no ack"), std::string::npos);
+}
+
+TEST_F(TransitionsTest, WorkersOnlyJoinARunningSegment) {
+  const int64_t job = Submit(4);
+  Changes ch;
+  EXPECT_EQ(RegisterWorker(s_, job, "w", kT0, &ch).status().code(), Code::kFailedPrecondition);
+  Start(job, 4);
+  EXPECT_EQ(RegisterWorker(s_, job, "", kT0, &ch).status().code(), Code::kInvalidArgument);
+  Worker w = RegisterWorker(s_, job, "w", kT0, &ch).value();
+  ASSERT_TRUE(FinishJob(s_, w.id, kT0 + 5000, &ch).ok());
+  EXPECT_EQ(s_.jobs.at(job).state, JobState::kDone);
+  EXPECT_EQ(RegisterWorker(s_, job, "w2", kT0, &ch).status().code(), Code::kFailedPrecondition);
+  EXPECT_EQ(Heartbeat(s_, w.id, 1, kT0 + 6000)->active, false);
+  EXPECT_EQ(Heartbeat(s_, 12345, 1, kT0).status().code(), Code::kNotFound);
+}
+
+TEST_F(TransitionsTest, CancelEndsARunningSegment) {
+  const int64_t job = Submit(4);
+  const int64_t seg = Start(job, 4);
+  Changes ch;
+  ASSERT_TRUE(CancelJob(s_, job, "user asked", kT0 + 1, &ch).ok());
+  EXPECT_EQ(s_.jobs.at(job).state, JobState::kCancelled);
+  EXPECT_EQ(s_.segments.at(seg).state, SegmentState::kCancelled);
+  EXPECT_EQ(s_.jobs.at(job).message, "cancelled: user asked");
+  EXPECT_EQ(CancelJob(s_, job, "", kT0 + 2, &ch).code(), Code::kFailedPrecondition);
+  EXPECT_EQ(SetPriority(s_, job, Priority::kHigh, &ch).code(), Code::kFailedPrecondition);
+}
+
+TEST_F(TransitionsTest, ClosingAWindowMovesItsEndNeverLater) {
+  Changes ch;
+  ASSERT_TRUE(CloseWindow(s_, window_, 60'000, kT0 + 1000, &ch).ok());
+  EXPECT_EQ(s_.windows.at(window_).end_ms, kT0 + 61'000);
+  EXPECT_TRUE(s_.windows.at(window_).closed_early);
+  // A longer lead cannot extend it again.
+  ASSERT_TRUE(CloseWindow(s_, window_, 600'000, kT0 + 2000, &ch).ok());
+  EXPECT_EQ(s_.windows.at(window_).end_ms, kT0 + 61'000);
+  ASSERT_TRUE(CloseWindow(s_, window_, 0, kT0 + 3000, &ch).ok());
+  EXPECT_EQ(s_.windows.at(window_).end_ms, kT0 + 3000);
+  EXPECT_EQ(CloseWindow(s_, window_, 0, kT0 + 4000, &ch).code(), Code::kFailedPrecondition);
+  // A future window closed before it opens becomes empty.
+  Window future;
+  future.pool = "p";
+  future.gpus = 2;
+  future.start_ms = kT0 + 100'000;
+  future.end_ms = kT0 + 200'000;
+  const int64_t id = AddWindow(s_, future, kT0, &ch).value();
+  ASSERT_TRUE(CloseWindow(s_, id, 0, kT0 + 5000, &ch).ok());
+  EXPECT_EQ(s_.windows.at(id).end_ms, s_.windows.at(id).start_ms);
+  EXPECT_FALSE(s_.windows.at(id).open_at(kT0 + 100'000));
+}
+
+TEST_F(TransitionsTest, AccountTimeIntegratesUsageWithHalfLifeDecay) {
+  const int64_t job = Submit(4);
+  Start(job, 4);
+  PolicyConfig config;
+  config.usage_half_life_seconds = 100;
+  Changes ch;
+  AccountTime(s_, kT0, config, &ch);  // starts the clock
+  AccountTime(s_, kT0 + 10'000, config, &ch);
+  EXPECT_DOUBLE_EQ(s_.counters.window_gpu_seconds, 8 * 10.0);
+  EXPECT_DOUBLE_EQ(s_.counters.used_gpu_seconds, 4 * 10.0);
+  const double after_10s = s_.teams.at("ml").usage_gpu_seconds;
+  EXPECT_GT(after_10s, 0);
+  // With nothing running, usage halves every half-life.
+  Changes end;
+  ASSERT_TRUE(CancelJob(s_, job, "", kT0 + 10'000, &end).ok());
+  AccountTime(s_, kT0 + 110'000, config, &ch);
+  EXPECT_NEAR(s_.teams.at("ml").usage_gpu_seconds, after_10s / 2, 1e-9);
+}
+
+TEST_F(TransitionsTest, StartsRecordTheirWaitInTheHistogram) {
+  const int64_t job = Submit(2);
+  Start(job, 2, kT0 + 30'000);  // waited 30 s
+  const auto& bounds = WaitBucketsSeconds();
+  ASSERT_EQ(s_.counters.wait_buckets.size(), bounds.size());
+  for (size_t i = 0; i < bounds.size(); i++) {
+    EXPECT_EQ(s_.counters.wait_buckets[i], bounds[i] >= 30 ? 1 : 0) << bounds[i];
+  }
+  EXPECT_DOUBLE_EQ(s_.counters.wait_seconds_sum, 30.0);
+  EXPECT_EQ(s_.counters.segments_started, 1);
+}
+
+}  // namespace
+}  // namespace stint::coord

@@ -1,0 +1,5 @@
+# The coordinator's pure state transitions.
+if(TARGET stintd_core)
+  stint_test(unit transitions_test)
+  target_link_libraries(transitions_test PRIVATE stintd_core)
+endif()
