@@ -313,6 +313,7 @@ Result<WorkerView> ViewWorker(const ClusterState& s, int64_t worker_id) {
   if (seg != s.segments.end()) {
     v.segment_state = seg->second.state;
     v.notice_reason = seg->second.notice_reason;
+    v.notice_ms = seg->second.notice_ms;
     v.deadline_ms = seg->second.deadline_ms;
   }
   v.active = !w->second.released && seg != s.segments.end() && SegmentActive(seg->second.state) &&

@@ -74,6 +74,7 @@ struct WorkerView {
   int64_t segment_id = 0;
   SegmentState segment_state = SegmentState::kRunning;
   NoticeReason notice_reason = NoticeReason::kNone;
+  TimeMs notice_ms = 0;    // when the notice was sent
   TimeMs deadline_ms = 0;  // set once a notice was sent
 };
 Result<WorkerView> ViewWorker(const ClusterState& s, int64_t worker_id);

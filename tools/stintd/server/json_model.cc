@@ -91,7 +91,9 @@ json ToJson(const Segment& seg) {
 json ToJson(const WorkerView& v) {
   json notice = nullptr;
   if (v.notice_reason != NoticeReason::kNone) {
-    notice = {{"reason", NoticeReasonName(v.notice_reason)}, {"deadline_ms", v.deadline_ms}};
+    notice = {{"reason", NoticeReasonName(v.notice_reason)},
+              {"deadline_ms", v.deadline_ms},
+              {"notice_ms", v.notice_ms}};
   }
   return {{"active", v.active},
           {"fencing_token", v.fencing_token},
