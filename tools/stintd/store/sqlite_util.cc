@@ -130,8 +130,9 @@ void Binder::Blob(std::string_view v) {
 
 Status Binder::Finish(std::string_view context) {
   if (rc_ != SQLITE_OK) {
-    return StatusFromSqlite(sqlite3_db_handle(stmt_), rc_,
-                            std::string(context) + ": bind parameter " + std::to_string(failed_at_));
+    return StatusFromSqlite(
+        sqlite3_db_handle(stmt_), rc_,
+        std::string(context) + ": bind parameter " + std::to_string(failed_at_));
   }
   const int want = sqlite3_bind_parameter_count(stmt_);
   if (next_ - 1 != want) {
