@@ -5,6 +5,9 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <chrono>
 #include <set>
 #include <thread>
@@ -287,8 +290,8 @@ TEST_F(StintdTest, HigherPriorityPreemptsWithNoticeAndStartsOnAck) {
 TEST_F(StintdTest, QueueShowsPositionReasonAndPlannedStart) {
   ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
   const int64_t now = NowMs();
-  AddWindow("p", 4, now + 600000);
-  AddWindow("p", 4, now + 600000);
+  AddWindow("p", 4, now + 3600000);
+  AddWindow("p", 4, now + 3600000);
   const int64_t gang = Submit({{"name", "gang8"}, {"min_gpus", 8}, {"checkpoint_seconds", 1}});
   const int64_t small = Submit({{"name", "small"}, {"min_gpus", 2}, {"checkpoint_seconds", 1}});
   ASSERT_TRUE(Eventually([&] { return JobIn(small, "RUNNING"); }));
@@ -372,7 +375,7 @@ TEST_F(StintdTest, KvCompareAndSetAndLongPoll) {
 // segment still holds its fencing token, and the counters went on.
 TEST_F(StintdTest, KillNineUnderLoadLosesNothingAcknowledged) {
   ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
-  AddWindow("p", 2, NowMs() + 600000);
+  AddWindow("p", 2, NowMs() + 3600000);
   const int64_t runner = Submit({{"name", "runner"}, {"min_gpus", 2}, {"checkpoint_seconds", 1}});
   ASSERT_TRUE(Eventually([&] { return JobIn(runner, "RUNNING"); }));
   json reg = Register(runner);
@@ -409,7 +412,9 @@ TEST_F(StintdTest, KillNineUnderLoadLosesNothingAcknowledged) {
     Connect();
 
     std::set<int64_t> present;
-    for (const json& j : admin_->Get("/v1/jobs").body["jobs"]) present.insert(j["id"].get<int64_t>());
+    auto listed = admin_->Get("/v1/jobs");
+    ASSERT_EQ(listed.status, 200) << listed.text;
+    for (const json& j : listed.body["jobs"]) present.insert(j["id"].get<int64_t>());
     size_t total = 0;
     for (const auto& ids : acknowledged) {
       total += ids.size();

@@ -193,7 +193,12 @@ Result<WorkerView> Coordinator::Heartbeat(int64_t worker_id, int64_t step) {
 }
 
 Result<WorkerView> Coordinator::WaitNotice(int64_t worker_id, std::chrono::milliseconds wait) {
+  // A worker waiting here is alive: the poll renews its lease on entry and
+  // on return, and never waits longer than half a lease.
+  wait = std::min(wait, std::chrono::milliseconds(SecondsToMs(options_.policy.lease_ttl_seconds / 2)));
   const auto until = std::chrono::steady_clock::now() + wait;
+  Result<WorkerView> first = Heartbeat(worker_id, 0);
+  if (!first.ok() || !first->active || first->notice_reason != NoticeReason::kNone) return first;
   for (;;) {
     uint64_t seen;
     {
@@ -206,7 +211,10 @@ Result<WorkerView> Coordinator::WaitNotice(int64_t worker_id, std::chrono::milli
     }();
     if (!view.ok() || !view->active || view->notice_reason != NoticeReason::kNone || stop_) return view;
     std::unique_lock<std::mutex> lock(event_mu_);
-    if (!event_cv_.wait_until(lock, until, [&] { return event_seq_ != seen || stop_.load(); })) return view;
+    if (!event_cv_.wait_until(lock, until, [&] { return event_seq_ != seen || stop_.load(); })) {
+      lock.unlock();
+      return Heartbeat(worker_id, 0);
+    }
   }
 }
 
