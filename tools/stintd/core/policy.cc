@@ -1,0 +1,805 @@
+#include "core/policy.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/free_profile.h"
+
+namespace stint::coord {
+namespace {
+
+// Pending jobs (by position) for which a priority preemption is looked for.
+// A preemption search walks every window's victims, so it is kept to the
+// head of the queue, where a preemption matters; plan_depth bounds the rest.
+constexpr int kPreemptScanJobs = 32;
+
+std::string Secs(TimeMs ms) { return std::to_string(std::llround(ms / 1000.0)) + " s"; }
+
+std::string PoolPhrase(const Job& job) { return job.pool.empty() ? "any pool" : "pool " + job.pool; }
+
+double ScoreParts(const Job& job, TimeMs now, const PolicyConfig& c, int team_held, const Team* team, double usage_sum,
+                  PendingInfo* info) {
+  const double level = c.level_points * static_cast<int>(job.priority);
+  const double hours = std::max<TimeMs>(0, now - job.eligible_ms) / 3.6e6;
+  const double aging = std::max(0.0, std::min(c.aging_points_per_hour * hours, c.aging_cap_points));
+  const double guarantee = team != nullptr && team_held < team->guaranteed_gpus ? c.guarantee_bonus_points : 0.0;
+  const double share = team != nullptr && usage_sum > 0 ? team->usage_gpu_seconds / usage_sum : 0.0;
+  const double fair_share = -c.fair_share_points * share;
+  const double score = level + aging + guarantee + fair_share;
+  if (info != nullptr) {
+    info->score = score;
+    info->score_level = level;
+    info->score_aging = aging;
+    info->score_guarantee = guarantee;
+    info->score_fair_share = fair_share;
+  }
+  return score;
+}
+
+double UsageSum(const ClusterState& s) {
+  double sum = 0;
+  for (const auto& [name, t] : s.teams) sum += std::max(0.0, t.usage_gpu_seconds);
+  return sum;
+}
+
+// The time an active segment gives its GPUs back.
+TimeMs ReleaseMs(const ClusterState& s, const Segment& seg) {
+  if (seg.state == SegmentState::kNotified) return seg.deadline_ms;
+  TimeMs release = seg.planned_end_ms;
+  for (const Allocation& a : seg.allocs) {
+    auto w = s.windows.find(a.window_id);
+    if (w != s.windows.end()) release = std::min(release, w->second.end_ms);
+  }
+  return release;
+}
+
+// One pass of the policy. Holds the per-window free profiles while the
+// queue is walked in order; everything it decides goes into plan_.
+class Planner {
+ public:
+  Planner(const ClusterState& s, TimeMs now, const PolicyConfig& c) : s_(s), now_(now), c_(c) {}
+
+  Plan Run() {
+    BuildWindows();
+    ScanSegments();
+    OrderPending();
+    base_ = profiles_;
+    Backfill();
+    ComputeStats();
+    return std::move(plan_);
+  }
+
+ private:
+  struct Slot {
+    const Window* w;
+    int group;  // index into groups_ (the window's pool)
+  };
+  struct TeamState {
+    const Team* team = nullptr;  // null: not registered (no guarantee, no limit)
+    int held_all = 0;            // active segments, for the guarantee bonus (as JobScore sees it)
+    int profile = -1;            // index into Profiles::teams; -1: unlimited
+    int limit = INT_MAX;         // guarantee + borrowing limit
+  };
+  // Free GPUs per window and quota room per limited team, both over time.
+  // The quota is a profile too, not a count at `now`: otherwise a team's
+  // small jobs could start now on the room its big job is reserved to get
+  // later, and push that job back on every pass.
+  struct Profiles {
+    std::vector<FreeProfile> windows;  // per slot
+    std::vector<FreeProfile> teams;    // per TeamState::profile
+  };
+  struct VictimPart {
+    int slot;
+    int gpus;
+    TimeMs hold_end;  // when the segment would have released it
+  };
+  struct Victim {
+    const Segment* seg;
+    const Job* job;
+    TimeMs deadline;  // if preempted now
+    TimeMs release;   // when it would have ended
+    int team;         // its TeamState::profile
+    double cost;      // GPU-seconds lost + spent restarting
+    std::vector<VictimPart> parts;
+    bool taken = false;
+  };
+  struct Part {
+    int slot;
+    int gpus;
+  };
+  struct Fit {
+    TimeMs start = kNever;  // kNever: does not fit
+    TimeMs end = kNever;
+    int gpus = 0;
+    std::vector<Part> parts;
+  };
+  struct JobCtx {
+    const Job* job;
+    PendingInfo* info;
+    TeamState* team;
+    int position;
+    TimeMs len;  // what must fit: the minimum segment (or the rest of the work if shorter)
+    TimeMs run;  // the whole segment it wants: restart + remaining + checkpoint + safety; kNever if unknown
+    std::vector<int> groups;
+  };
+
+  void BuildWindows() {
+    std::map<std::string, int> group_of;
+    for (const auto& [id, w] : s_.windows) {
+      if (w.end_ms <= now_ || w.gpus <= 0) continue;  // closed: no capacity, nothing to plan in it
+      auto g = group_of.find(w.pool);
+      if (g == group_of.end()) {
+        g = group_of.emplace(w.pool, static_cast<int>(groups_.size())).first;
+        groups_.emplace_back();
+      }
+      const int slot = static_cast<int>(slots_.size());
+      slots_.push_back(Slot{&w, g->second});
+      groups_[g->second].push_back(slot);
+      slot_of_[id] = slot;
+      profiles_.windows.emplace_back(now_, w.start_ms, w.end_ms, w.gpus);
+    }
+    for (auto& [pool, g] : group_of) group_by_pool_[pool] = g;
+    for (size_t g = 0; g < groups_.size(); g++) all_groups_.push_back(static_cast<int>(g));
+  }
+
+  int SlotOf(int64_t window_id) const {
+    auto it = slot_of_.find(window_id);
+    return it == slot_of_.end() ? -1 : it->second;
+  }
+
+  TeamState& TeamOf(const std::string& name) {
+    auto it = teams_.find(name);
+    if (it != teams_.end()) return it->second;
+    TeamState& t = teams_[name];
+    auto team = s_.teams.find(name);
+    if (team == s_.teams.end()) return t;
+    t.team = &team->second;
+    if (t.team->borrow_limit_gpus >= 0) {
+      t.limit = static_cast<int>(
+          std::min<int64_t>(INT_MAX, static_cast<int64_t>(t.team->guaranteed_gpus) + t.team->borrow_limit_gpus));
+      t.profile = static_cast<int>(profiles_.teams.size());
+      profiles_.teams.emplace_back(now_, now_, kNever, t.limit);
+    }
+    return t;
+  }
+
+  // Losses, notices, holds, and the segments a preemption may take.
+  void ScanSegments() {
+    const TimeMs lease_ttl = SecondsToMs(c_.lease_ttl_seconds);
+    const TimeMs start_grace = SecondsToMs(c_.start_grace_seconds);
+    const TimeMs min_run = SecondsToMs(c_.min_run_seconds);
+    for (const auto& [id, seg] : s_.segments) {
+      if (!SegmentActive(seg.state)) continue;
+      auto job_it = s_.jobs.find(seg.job_id);
+      const Job* job = job_it == s_.jobs.end() ? nullptr : &job_it->second;
+      const TimeMs release = ReleaseMs(s_, seg);
+      if (job != nullptr) TeamOf(job->team).held_all += seg.gpus();
+
+      bool lost = false;
+      if (seg.state == SegmentState::kNotified && now_ >= seg.deadline_ms) {
+        plan_.lost.push_back(LostDecision{id, "no ack by the deadline"});
+        lost = true;
+      } else if (now_ - seg.start_ms > start_grace &&
+                 (seg.last_heartbeat_ms == 0 || now_ - seg.last_heartbeat_ms > lease_ttl)) {
+        plan_.lost.push_back(LostDecision{id, "all worker leases expired"});
+        lost = true;
+      }
+      if (lost) continue;  // its GPUs are free for this very plan
+
+      const int team = job != nullptr ? TeamOf(job->team).profile : -1;
+      if (team >= 0) profiles_.teams[team].Add(now_, release, -seg.gpus());
+      bool noticed = false;
+      if (seg.state == SegmentState::kRunning && release != kNever) {
+        const double lead_s = (job != nullptr ? job->checkpoint_seconds : 0) + c_.safety_seconds;
+        if (now_ >= release - SecondsToMs(lead_s)) {
+          plan_.notices.push_back(NoticeDecision{id, release, NoticeReasonFor(seg, release), 0});
+          noticed = true;
+        }
+      }
+      if (seg.state == SegmentState::kNotified && seg.preempted_for != 0) {
+        TimeMs& d = preempting_[seg.preempted_for];
+        d = std::max(d, seg.deadline_ms);
+      }
+
+      Victim v{&seg, job, 0, release, team, 0, {}, false};
+      for (const Allocation& a : seg.allocs) {
+        const int slot = SlotOf(a.window_id);
+        if (slot < 0) continue;
+        const TimeMs hold_end = std::min(release, slots_[slot].w->end_ms);
+        profiles_.windows[slot].Add(now_, hold_end, -a.gpus);
+        allocated_now_ += slots_[slot].w->open_at(now_) ? a.gpus : 0;
+        v.parts.push_back(VictimPart{slot, a.gpus, hold_end});
+      }
+      if (seg.state == SegmentState::kRunning && !noticed && job != nullptr && job->preemptible &&
+          job->priority != Priority::kCritical && now_ - seg.start_ms >= min_run && !v.parts.empty()) {
+        // Checkpoint-aware cost: the work since its last durable checkpoint
+        // (at most the segment's age) is redone, and it pays a checkpoint
+        // now and a restart later; all of it on every GPU it holds.
+        const double age_s = (now_ - seg.start_ms) / 1000.0;
+        const double since_ckpt_s =
+            job->checkpoint_ms > 0 ? std::max(0.0, (now_ - job->checkpoint_ms) / 1000.0) : age_s;
+        v.cost = seg.gpus() * (std::min(since_ckpt_s, age_s) + job->restart_seconds + job->checkpoint_seconds);
+        v.deadline = std::min(
+            release, now_ + SecondsToMs(std::min(job->checkpoint_seconds + c_.safety_seconds, c_.max_grace_seconds)));
+        victims_.push_back(std::move(v));
+      }
+    }
+  }
+
+  NoticeReason NoticeReasonFor(const Segment& seg, TimeMs release) const {
+    for (const Allocation& a : seg.allocs) {
+      auto w = s_.windows.find(a.window_id);
+      if (w != s_.windows.end() && w->second.closed_early && w->second.end_ms == release) {
+        return NoticeReason::kRevoked;
+      }
+    }
+    return NoticeReason::kWindowClose;
+  }
+
+  void OrderPending() {
+    const double usage_sum = UsageSum(s_);
+    // Scores into the infos first, then sort compact keys: with 10,000
+    // pending jobs this is most of a plan's time.
+    struct Key {
+      double score;
+      TimeMs submit_ms;
+      int64_t id;
+      size_t index;
+    };
+    std::vector<PendingInfo> infos;
+    std::vector<const Job*> jobs;
+    std::vector<Key> keys;
+    infos.reserve(s_.jobs.size());
+    jobs.reserve(s_.jobs.size());
+    keys.reserve(s_.jobs.size());
+    for (const auto& [id, job] : s_.jobs) {
+      if (job.state != JobState::kPending) continue;
+      const TeamState& t = TeamOf(job.team);
+      PendingInfo info;
+      info.job_id = id;
+      ScoreParts(job, now_, c_, t.held_all, t.team, usage_sum, &info);
+      keys.push_back(Key{info.score, job.submit_ms, id, infos.size()});
+      infos.push_back(std::move(info));
+      jobs.push_back(&job);
+    }
+    std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
+      if (a.score != b.score) return a.score > b.score;
+      if (a.submit_ms != b.submit_ms) return a.submit_ms < b.submit_ms;
+      return a.id < b.id;
+    });
+    plan_.pending.reserve(keys.size());
+    order_.reserve(keys.size());
+    for (const Key& k : keys) {
+      plan_.pending.push_back(std::move(infos[k.index]));
+      plan_.pending.back().position = static_cast<int>(plan_.pending.size());
+      order_.push_back(jobs[k.index]);
+    }
+  }
+
+  JobCtx MakeCtx(size_t index) {
+    const Job& job = *order_[index];
+    JobCtx j{&job, &plan_.pending[index], &TeamOf(job.team), static_cast<int>(index) + 1, 0, kNever, {}};
+    if (job.remaining_seconds > 0) {
+      j.run = SecondsToMs(job.restart_seconds + job.remaining_seconds + job.checkpoint_seconds + c_.safety_seconds);
+    }
+    // A job about to finish need not fit a whole checkpoint interval: it
+    // only has to fit the rest of its work.
+    j.len = std::max<TimeMs>(1, std::min(MinSegmentMs(job, c_), j.run));
+    if (job.pool.empty()) {
+      j.groups = all_groups_;
+    } else {
+      auto g = group_by_pool_.find(job.pool);
+      if (g != group_by_pool_.end()) j.groups.push_back(g->second);
+    }
+    return j;
+  }
+
+  // ---- Fitting ----
+
+  // The best allocation starting exactly at t on profiles `p`, or none.
+  // only_slot >= 0 restricts a gang to that window and a non-gang job to
+  // that window's pool.
+  Fit FitAt(const JobCtx& j, TimeMs t, const Profiles& profiles, int only_slot = -1) const {
+    Fit best;
+    if (t == kNever) return best;
+    const Job& job = *j.job;
+    const std::vector<FreeProfile>& p = profiles.windows;
+    const FreeProfile* team = j.team->profile >= 0 ? &profiles.teams[j.team->profile] : nullptr;
+    const TimeMs t_end = AddMs(t, j.len);
+    int want = job.max_gpus;
+    if (team != nullptr) {
+      const int room = team->Min(t, t_end);
+      if (room < job.min_gpus) return best;
+      want = std::min(want, room);
+    }
+    if (want < job.min_gpus) return best;  // max_gpus < min_gpus: never started short
+    // The segment also ends where the team's room drops below what it holds.
+    auto team_end = [team, t](int g) { return team == nullptr ? kNever : team->FirstBelow(t, g); };
+    auto better = [&best](int gpus, TimeMs end) {
+      return best.start == kNever || gpus > best.gpus || (gpus == best.gpus && end > best.end);
+    };
+    if (job.gang) {
+      int best_free = 0;
+      auto consider = [&](int slot) {
+        const int free = p[slot].Min(t, t_end);
+        if (free < job.min_gpus) return;
+        const int g = std::min(want, free);
+        const TimeMs end = std::min({p[slot].FirstBelow(t, g), AddMs(t, j.run), team_end(g)});
+        // More GPUs, then a longer segment, then the tightest window (keeps
+        // big holes for big gangs), then the lower window id.
+        if (better(g, end) || (g == best.gpus && end == best.end && free < best_free)) {
+          best = Fit{t, end, g, {Part{slot, g}}};
+          best_free = free;
+        }
+      };
+      if (only_slot >= 0) {
+        consider(only_slot);
+      } else {
+        for (int g : j.groups) {
+          for (int slot : groups_[g]) consider(slot);
+        }
+      }
+      return best;
+    }
+    std::vector<std::pair<int, int>> avail;  // (free, slot)
+    for (int g : j.groups) {
+      if (only_slot >= 0 && g != slots_[only_slot].group) continue;
+      avail.clear();
+      int sum = 0;
+      for (int slot : groups_[g]) {
+        const int free = p[slot].Min(t, t_end);
+        if (free <= 0) continue;
+        avail.emplace_back(free, slot);
+        sum += free;
+      }
+      if (sum < job.min_gpus) continue;
+      // Fewest windows: the biggest holes first.
+      std::sort(avail.begin(), avail.end(), [](const auto& a, const auto& b) {
+        return a.first != b.first ? a.first > b.first : a.second < b.second;
+      });
+      const int g_total = std::min(want, sum);
+      Fit fit{t, std::min(AddMs(t, j.run), team_end(g_total)), g_total, {}};
+      int left = g_total;
+      for (const auto& [free, slot] : avail) {
+        if (left == 0) break;
+        const int take = std::min(free, left);
+        fit.parts.push_back(Part{slot, take});
+        fit.end = std::min(fit.end, p[slot].FirstBelow(t, take));
+        left -= take;
+      }
+      if (better(fit.gpus, fit.end)) best = std::move(fit);
+    }
+    return best;
+  }
+
+  // The earliest fit at or after `from` on the current profiles.
+  Fit EarliestFit(const JobCtx& j, TimeMs from) const {
+    const Job& job = *j.job;
+    const std::vector<FreeProfile>& p = profiles_.windows;
+    const FreeProfile* team = j.team->profile >= 0 ? &profiles_.teams[j.team->profile] : nullptr;
+    if (team != nullptr) {
+      from = team->EarliestFit(from, j.len, job.min_gpus);
+      if (from == kNever) return Fit();
+    }
+    TimeMs t_best = kNever;
+    if (job.gang) {
+      for (int g : j.groups) {
+        for (int slot : groups_[g]) {
+          // Leapfrog the window's and the team's earliest fits until they agree.
+          TimeMs t = from;
+          while (t < t_best) {
+            t = p[slot].EarliestFit(t, j.len, job.min_gpus);
+            if (t == kNever || team == nullptr) break;
+            const TimeMs t_team = team->EarliestFit(t, j.len, job.min_gpus);
+            if (t_team == t) break;
+            t = t_team;
+          }
+          t_best = std::min(t_best, t);
+        }
+      }
+      return FitAt(j, t_best, profiles_);
+    }
+    // Combined windows: the sum of what each window keeps free over the
+    // whole minimum segment only grows when some window's free count
+    // rises, so those are the only candidate starts.
+    std::vector<TimeMs> candidates;
+    for (int g : j.groups) {
+      int capacity = 0;
+      for (int slot : groups_[g]) capacity += slots_[slot].w->gpus;
+      if (capacity < job.min_gpus) continue;
+      candidates.assign(1, from);
+      for (int slot : groups_[g]) p[slot].AppendRises(from, &candidates);
+      if (team != nullptr) team->AppendRises(from, &candidates);
+      std::sort(candidates.begin(), candidates.end());
+      candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+      for (TimeMs t : candidates) {
+        if (t >= t_best) break;
+        const TimeMs t_end = AddMs(t, j.len);
+        if (team != nullptr && team->Min(t, t_end) < job.min_gpus) continue;
+        int sum = 0;
+        for (int slot : groups_[g]) sum += std::max(0, p[slot].Min(t, t_end));
+        if (sum >= job.min_gpus) {
+          t_best = t;
+          break;
+        }
+      }
+    }
+    return FitAt(j, t_best, profiles_);
+  }
+
+  void Reserve(const JobCtx& j, const Fit& fit) {
+    for (const Part& part : fit.parts) profiles_.windows[part.slot].Add(fit.start, fit.end, -part.gpus);
+    if (j.team->profile >= 0) profiles_.teams[j.team->profile].Add(fit.start, fit.end, -fit.gpus);
+  }
+
+  // ---- Preemption ----
+
+  // Victims `chosen` released at their deadlines; does the job then fit in
+  // `slot` (gang) or its pool at the latest deadline? Leaves profiles_ as
+  // it found them.
+  bool FitsAfterPreempting(const JobCtx& j, const std::vector<int>& chosen, int slot, Fit* fit) {
+    TimeMs start = now_;
+    std::vector<std::pair<int, FreeProfile>> saved_windows, saved_teams;
+    auto save = [](std::vector<std::pair<int, FreeProfile>>& saved, std::vector<FreeProfile>& from, int i) {
+      if (i < 0) return;
+      const bool have = std::any_of(saved.begin(), saved.end(), [i](const auto& s) { return s.first == i; });
+      if (!have) saved.emplace_back(i, from[i]);
+    };
+    for (int v : chosen) {
+      start = std::max(start, victims_[v].deadline);
+      for (const VictimPart& part : victims_[v].parts) save(saved_windows, profiles_.windows, part.slot);
+      save(saved_teams, profiles_.teams, victims_[v].team);
+    }
+    ReleaseVictims(chosen);
+    *fit = FitAt(j, start, profiles_, slot);
+    for (auto& [i, profile] : saved_windows) profiles_.windows[i] = std::move(profile);
+    for (auto& [i, profile] : saved_teams) profiles_.teams[i] = std::move(profile);
+    return fit->start == start;
+  }
+
+  void ReleaseVictims(const std::vector<int>& chosen) {
+    for (int v : chosen) {
+      const Victim& victim = victims_[v];
+      for (const VictimPart& part : victim.parts) {
+        profiles_.windows[part.slot].Add(victim.deadline, part.hold_end, part.gpus);
+      }
+      if (victim.team >= 0) profiles_.teams[victim.team].Add(victim.deadline, victim.release, victim.seg->gpus());
+    }
+  }
+
+  // Looks for the cheapest minimal set of victims, all in one window, whose
+  // release lets the job start before `unassisted` (its start without a
+  // preemption). On success notifies them and returns the job's fit.
+  bool TryPreempt(const JobCtx& j, TimeMs unassisted, Fit* out) {
+    const Job& job = *j.job;
+    if (job.priority == Priority::kLow || victims_.empty()) return false;
+    std::vector<int> best;
+    double best_cost = 0;
+    int best_slot = -1;
+    std::vector<int> cands, chosen, trial;
+    for (int g : j.groups) {
+      for (int slot : groups_[g]) {
+        const Window& w = *slots_[slot].w;
+        if (!w.open_at(now_) || w.end_ms - now_ < j.len || (job.gang && w.gpus < job.min_gpus)) continue;
+        cands.clear();
+        for (size_t v = 0; v < victims_.size(); v++) {
+          const Victim& victim = victims_[v];
+          // Strictly lower base level: aging orders the queue but never
+          // gives the right to take GPUs from a running job.
+          if (victim.taken || victim.job->priority >= job.priority) continue;
+          if (std::any_of(victim.parts.begin(), victim.parts.end(),
+                          [slot](const VictimPart& p) { return p.slot == slot; })) {
+            cands.push_back(static_cast<int>(v));
+          }
+        }
+        if (cands.empty()) continue;
+        // Lowest level first, then the cheapest, then the youngest segment.
+        std::sort(cands.begin(), cands.end(), [this](int a, int b) {
+          const Victim& x = victims_[a];
+          const Victim& y = victims_[b];
+          if (x.job->priority != y.job->priority) return x.job->priority < y.job->priority;
+          if (x.cost != y.cost) return x.cost < y.cost;
+          if (x.seg->start_ms != y.seg->start_ms) return x.seg->start_ms > y.seg->start_ms;
+          return x.seg->id < y.seg->id;
+        });
+        chosen.clear();
+        Fit fit;
+        bool fits = false;
+        for (int v : cands) {
+          chosen.push_back(v);
+          if (FitsAfterPreempting(j, chosen, slot, &fit)) {
+            fits = true;
+            break;
+          }
+        }
+        if (!fits) continue;
+        // Reverse pass: drop every victim the others make unnecessary.
+        for (size_t i = chosen.size(); i-- > 0;) {
+          trial = chosen;
+          trial.erase(trial.begin() + static_cast<std::ptrdiff_t>(i));
+          if (!trial.empty() && FitsAfterPreempting(j, trial, slot, &fit)) chosen = trial;
+        }
+        FitsAfterPreempting(j, chosen, slot, &fit);
+        if (fit.start >= unassisted) continue;  // it would start as early without taking anything
+        double cost = 0;
+        for (int v : chosen) cost += victims_[v].cost;
+        if (best_slot < 0 || cost < best_cost || (cost == best_cost && chosen.size() < best.size())) {
+          best = chosen;
+          best_cost = cost;
+          best_slot = slot;
+        }
+      }
+    }
+    if (best_slot < 0) return false;
+    TimeMs start = now_;
+    for (int v : best) {
+      Victim& victim = victims_[v];
+      victim.taken = true;
+      start = std::max(start, victim.deadline);
+      plan_.notices.push_back(NoticeDecision{victim.seg->id, victim.deadline, NoticeReason::kPreempted, job.id});
+    }
+    ReleaseVictims(best);
+    preempting_[job.id] = start;
+    *out = FitAt(j, start, profiles_, best_slot);
+    return out->start == start;
+  }
+
+  // ---- The walk over the queue ----
+
+  void Backfill() {
+    const size_t n = order_.size();
+    const size_t depth = static_cast<size_t>(std::max(0, c_.plan_depth));
+    // Jobs whose victims are already checkpointing go first: the GPUs were
+    // taken for them, and letting a job ahead backfill into the hole would
+    // make the preemption a loss for everyone.
+    std::vector<size_t> walk;
+    for (size_t i = 0; i < n; i++) {
+      if (preempting_.count(order_[i]->id)) walk.push_back(i);
+    }
+    for (size_t i = 0; i < std::min(n, depth); i++) {
+      if (!preempting_.count(order_[i]->id)) walk.push_back(i);
+    }
+    std::vector<bool> planned(n, false);
+    for (size_t i : walk) {
+      planned[i] = true;
+      PlanJob(i);
+    }
+    const std::string beyond = "beyond plan depth " + std::to_string(depth) + ": not planned this pass";
+    for (size_t i = 0; i < n; i++) {
+      if (planned[i]) continue;
+      plan_.pending[i].reason = BlockReason::kDepth;
+      plan_.pending[i].detail = beyond;
+      plan_.pending[i].planned_start_ms = kNever;
+    }
+  }
+
+  void PlanJob(size_t index) {
+    JobCtx j = MakeCtx(index);
+    const Job& job = *j.job;
+    PendingInfo& info = *j.info;
+    Fit fit = EarliestFit(j, now_);
+    const int room_now = j.team->profile >= 0 ? profiles_.teams[j.team->profile].At(now_) : INT_MAX;
+    if (room_now < job.min_gpus) {
+      // Blocked by its quota now; it keeps its place for when the team's
+      // own segments end (never a preemption: that would not help).
+      if (fit.start != kNever) Reserve(j, fit);
+      const Team& t = *j.team->team;
+      info.reason = BlockReason::kQuota;
+      info.detail = "team " + job.team + " is at " + std::to_string(j.team->limit - room_now) + " of its " +
+                    std::to_string(j.team->limit) + " GPUs (guarantee " + std::to_string(t.guaranteed_gpus) +
+                    " + borrow " + std::to_string(t.borrow_limit_gpus) + "); needs " + std::to_string(job.min_gpus) +
+                    "; " + StartPhrase(fit);
+      info.planned_start_ms = fit.start;
+      info.planned_gpus = fit.start == kNever ? 0 : fit.gpus;
+      return;
+    }
+    if (fit.start == now_) {
+      Reserve(j, fit);
+      StartDecision d{job.id, {}, fit.end};
+      for (const Part& part : fit.parts) d.allocs.push_back(Allocation{slots_[part.slot].w->id, part.gpus});
+      std::sort(d.allocs.begin(), d.allocs.end(),
+                [](const Allocation& a, const Allocation& b) { return a.window_id < b.window_id; });
+      plan_.starts.push_back(std::move(d));
+      info.reason = BlockReason::kNone;
+      info.planned_start_ms = now_;
+      info.planned_gpus = fit.gpus;
+      return;
+    }
+    bool preempting = preempting_.count(job.id) > 0;
+    if (!preempting && !preempted_ && j.position <= kPreemptScanJobs) {
+      Fit assisted;
+      if (TryPreempt(j, fit.start, &assisted)) {
+        preempted_ = true;
+        preempting = true;
+        fit = std::move(assisted);
+      }
+    }
+    if (fit.start != kNever) Reserve(j, fit);
+    info.planned_start_ms = fit.start;
+    info.planned_gpus = fit.start == kNever ? 0 : fit.gpus;
+    Classify(j, preempting, fit);
+  }
+
+  std::string StartPhrase(const Fit& fit) const {
+    return fit.start == kNever ? "no planned start within the plan" : "planned start in " + Secs(fit.start - now_);
+  }
+
+  bool FitsOnEmptyWindows(const JobCtx& j) const {
+    const Job& job = *j.job;
+    for (int g : j.groups) {
+      int sum = 0;
+      for (int slot : groups_[g]) {
+        const Window& w = *slots_[slot].w;
+        if (!w.open_at(now_) || w.end_ms - now_ < j.len) continue;
+        if (job.gang && w.gpus >= job.min_gpus) return true;
+        sum += w.gpus;
+      }
+      if (!job.gang && sum >= job.min_gpus) return true;
+    }
+    return false;
+  }
+
+  void Classify(const JobCtx& j, bool preempting, const Fit& fit) {
+    const Job& job = *j.job;
+    PendingInfo& info = *j.info;
+    if (preempting) {
+      info.reason = BlockReason::kPreempting;
+      info.detail = "lower-priority segments were notified to make room; " + StartPhrase(fit);
+      return;
+    }
+    if (FitAt(j, now_, base_).start == now_) {
+      info.reason = BlockReason::kPriority;
+      info.detail = "fits now, but the GPUs are reserved for jobs ahead; " + StartPhrase(fit);
+      return;
+    }
+    if (FitsOnEmptyWindows(j)) {
+      info.reason = BlockReason::kPriority;
+      info.detail =
+          "the " + std::to_string(job.min_gpus) + " GPUs it needs are held by running segments; " + StartPhrase(fit);
+      return;
+    }
+    // What is free now in open windows that last a minimum segment.
+    int free_sum = 0, free_max = 0, open_windows = 0;
+    int longest_slot = -1;  // the open window (big enough for a gang) that closes last
+    for (int g : j.groups) {
+      for (int slot : groups_[g]) {
+        const Window& w = *slots_[slot].w;
+        if (!w.open_at(now_)) continue;
+        open_windows++;
+        if ((!job.gang || w.gpus >= job.min_gpus) && (longest_slot < 0 || w.end_ms > slots_[longest_slot].w->end_ms)) {
+          longest_slot = slot;
+        }
+        if (w.end_ms - now_ < j.len) continue;
+        const int free = std::max(0, base_.windows[slot].At(now_));
+        free_sum += free;
+        free_max = std::max(free_max, free);
+      }
+    }
+    if (job.gang && free_sum >= job.min_gpus) {
+      info.reason = BlockReason::kGang;
+      info.detail = "gang of " + std::to_string(job.min_gpus) + " GPUs: " + std::to_string(free_sum) +
+                    " free in total, at most " + std::to_string(free_max) + " in one window; " + StartPhrase(fit);
+      return;
+    }
+    info.reason = BlockReason::kWindow;
+    std::string detail;
+    if (open_windows == 0) {
+      detail = "no open window in " + PoolPhrase(job);
+      if (fit.start != kNever && !fit.parts.empty()) {
+        detail += "; window " + std::to_string(slots_[fit.parts[0].slot].w->id) + " opens in " +
+                  Secs(slots_[fit.parts[0].slot].w->start_ms - now_);
+      }
+    } else if (longest_slot >= 0 && slots_[longest_slot].w->end_ms - now_ < j.len) {
+      const Window& w = *slots_[longest_slot].w;
+      detail = "window " + std::to_string(w.id) + " closes in " + Secs(w.end_ms - now_) + "; needs " + Secs(j.len);
+    } else {
+      detail = job.gang ? "needs " + std::to_string(job.min_gpus) + " GPUs in one window; the largest open window in " +
+                              PoolPhrase(job) + " has fewer"
+                        : "needs " + std::to_string(job.min_gpus) + " GPUs; the open windows in " + PoolPhrase(job) +
+                              " have fewer in total";
+    }
+    if (fit.start != kNever) detail += "; " + StartPhrase(fit);
+    info.detail = std::move(detail);
+  }
+
+  // ---- Stats ----
+
+  void ComputeStats() {
+    PlanStats& st = plan_.stats;
+    for (const Slot& slot : slots_) {
+      if (slot.w->open_at(now_)) st.open_window_gpus += slot.w->gpus;
+    }
+    st.allocated_gpus = allocated_now_;
+    st.free_gpus = std::max(0, st.open_window_gpus - st.allocated_gpus);
+    for (const auto& [id, job] : s_.jobs) {
+      if (job.state == JobState::kPending) st.pending_jobs++;
+      if (job.state == JobState::kRunning) st.running_jobs++;
+    }
+    if (order_.empty()) return;
+    // Free GPUs the head of the queue could not use even if it were alone.
+    const JobCtx head = MakeCtx(0);
+    std::vector<bool> usable(slots_.size(), false);
+    const TimeMs t_end = AddMs(now_, head.len);
+    for (int g : head.groups) {
+      int sum = 0;
+      for (int slot : groups_[g]) {
+        const int free = base_.windows[slot].Min(now_, t_end);
+        if (head.job->gang) {
+          usable[slot] = free >= head.job->min_gpus;
+        } else {
+          sum += std::max(0, free);
+        }
+      }
+      if (!head.job->gang && sum >= head.job->min_gpus) {
+        for (int slot : groups_[g]) usable[slot] = base_.windows[slot].Min(now_, t_end) > 0;
+      }
+    }
+    for (size_t slot = 0; slot < slots_.size(); slot++) {
+      if (slots_[slot].w->open_at(now_) && !usable[slot]) {
+        st.fragmented_gpus += std::max(0, base_.windows[slot].At(now_));
+      }
+    }
+  }
+
+  const ClusterState& s_;
+  const TimeMs now_;
+  const PolicyConfig& c_;
+  Plan plan_;
+
+  std::vector<Slot> slots_;               // windows not yet closed, by id
+  std::vector<std::vector<int>> groups_;  // slots by pool
+  std::vector<int> all_groups_;
+  std::map<std::string, int> group_by_pool_;
+  std::map<int64_t, int> slot_of_;  // window id -> slot
+  Profiles profiles_;               // after the active segments and the reservations so far
+  Profiles base_;                   // after the active segments only
+  int allocated_now_ = 0;
+
+  std::map<std::string, TeamState> teams_;
+  std::vector<Victim> victims_;
+  std::map<int64_t, TimeMs> preempting_;  // job -> latest deadline of its victims
+  bool preempted_ = false;                // one new preemption per pass
+  std::vector<const Job*> order_;         // pending jobs by position
+};
+
+}  // namespace
+
+const char* BlockReasonName(BlockReason r) {
+  switch (r) {
+    case BlockReason::kNone: return "none";
+    case BlockReason::kQuota: return "quota";
+    case BlockReason::kWindow: return "window";
+    case BlockReason::kGang: return "gang";
+    case BlockReason::kPriority: return "priority";
+    case BlockReason::kPreempting: return "preempting";
+    case BlockReason::kDepth: return "depth";
+  }
+  return "unknown";
+}
+
+TimeMs MinSegmentMs(const Job& job, const PolicyConfig& config) {
+  return SecondsToMs(job.restart_seconds + job.checkpoint_interval_seconds + job.checkpoint_seconds +
+                     config.safety_seconds);
+}
+
+double JobScore(const ClusterState& state, const Job& job, TimeMs now, const PolicyConfig& config, PendingInfo* info) {
+  int held = 0;
+  for (const auto& [id, seg] : state.segments) {
+    if (!SegmentActive(seg.state)) continue;
+    auto j = state.jobs.find(seg.job_id);
+    if (j != state.jobs.end() && j->second.team == job.team) held += seg.gpus();
+  }
+  auto team = state.teams.find(job.team);
+  return ScoreParts(job, now, config, held, team == state.teams.end() ? nullptr : &team->second, UsageSum(state), info);
+}
+
+Plan MakePlan(const ClusterState& state, TimeMs now, const PolicyConfig& config) {
+  return Planner(state, now, config).Run();
+}
+
+}  // namespace stint::coord
