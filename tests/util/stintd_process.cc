@@ -53,6 +53,7 @@ HttpJson::HttpJson(int port, std::string token, int timeout_seconds)
   client_->set_read_timeout(timeout_seconds, 0);
   client_->set_connection_timeout(timeout_seconds, 0);
   client_->set_keep_alive(true);
+  client_->set_tcp_nodelay(true);
 }
 
 HttpJson::~HttpJson() = default;

@@ -103,6 +103,7 @@ RunResult RunOnce(int port, const std::vector<int64_t>& workers, int connections
     threads.emplace_back([&, t] {
       httplib::Client c("127.0.0.1", port);
       c.set_keep_alive(true);
+      c.set_tcp_nodelay(true);  // header and body are two writes: no Nagle wait between them
       const httplib::Headers h = Auth(kWorker);
       while (!go) std::this_thread::yield();
       const auto until = Clock::now() + end_after;

@@ -99,6 +99,7 @@ Status Coordinator::SaveOrRollback(const Changes& changes) {
 
 Status Coordinator::Mutate(const std::function<Status(ClusterState&, TimeMs, Changes*)>& fn) {
   {
+    std::lock_guard<std::mutex> writer(write_mu_);
     std::unique_lock<std::shared_mutex> lock(mu_);
     Changes changes;
     // Transitions validate before they change anything, so an error leaves
@@ -254,6 +255,7 @@ Result<int64_t> Coordinator::PutKv(int64_t job_id, const std::string& key, const
   STINT_RETURN_IF_ERROR(CheckKv(key, &value));
   int64_t version = 0;
   {
+    std::lock_guard<std::mutex> writer(write_mu_);
     std::unique_lock<std::shared_mutex> lock(mu_);
     if (!state_.jobs.count(job_id)) return Status::NotFound("job " + std::to_string(job_id) + " does not exist");
     auto it = kv_.find({job_id, key});
@@ -297,6 +299,7 @@ Result<KvEntry> Coordinator::GetKv(int64_t job_id, const std::string& key, int64
 
 Status Coordinator::DeleteKv(int64_t job_id, const std::string& key) {
   STINT_RETURN_IF_ERROR(CheckKv(key, nullptr));
+  std::lock_guard<std::mutex> writer(write_mu_);
   std::unique_lock<std::shared_mutex> lock(mu_);
   auto it = kv_.find({job_id, key});
   if (it == kv_.end()) return Status::NotFound("kv " + key + " of job " + std::to_string(job_id) + " does not exist");
@@ -331,16 +334,31 @@ void Coordinator::Tick() {
   const auto t0 = std::chrono::steady_clock::now();
   bool events = false;
   {
-    std::unique_lock<std::shared_mutex> lock(mu_);
-    MergeHeartbeats();
+    // No other writer may change the state between the plan and its
+    // application; readers and heartbeats go on meanwhile.
+    std::lock_guard<std::mutex> writer(write_mu_);
     const TimeMs now = options_.clock();
     Changes changes;
-    AccountTime(state_, now, options_.policy, &changes);
+    {
+      std::unique_lock<std::shared_mutex> lock(mu_);
+      MergeHeartbeats();
+      AccountTime(state_, now, options_.policy, &changes);
+    }
+    // Usage and the GPU-second counters are integrated every tick but
+    // written with the next decision or once per flush period: a crash
+    // loses at most that much accounting, and an idle tick costs no fsync.
+    changes.counters = false;
     if (now - usage_flushed_ms_ >= SecondsToMs(options_.usage_flush_seconds)) {
       for (const auto& [name, t] : state_.teams) changes.teams.insert(name);
+      changes.counters = true;
       usage_flushed_ms_ = now;
     }
-    Plan plan = MakePlan(state_, now, options_.policy);
+    Plan plan;
+    {
+      std::shared_lock<std::shared_mutex> lock(mu_);
+      plan = MakePlan(state_, now, options_.policy);
+    }
+    std::unique_lock<std::shared_mutex> lock(mu_);
     ApplyPlan(state_, plan, now, &changes);
     events = !plan.starts.empty() || !plan.notices.empty() || !plan.lost.empty();
     Status saved = SaveOrRollback(changes);

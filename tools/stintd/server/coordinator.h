@@ -3,10 +3,11 @@
 // policy (MakePlan + ApplyPlan) every tick_seconds or as soon as a request
 // changed something.
 //
-// Locking: state_ is guarded by a shared mutex. Requests that change state
-// take it exclusively for the transition and the SQLite write; reads (the
-// queue, job views) and heartbeats take it shared, so a long plan never
-// blocks heartbeats. Heartbeat times are soft state kept in their own table
+// Locking: writers (requests that change state, the tick) are serialized by
+// write_mu_; state_ is guarded by a shared mutex that writers take
+// exclusively only to change memory and write SQLite. Reads (the queue, job
+// views), heartbeats and the tick's MakePlan take it shared, so a long plan
+// never blocks heartbeats, and no change is visible before it is durable. Heartbeat times are soft state kept in their own table
 // and merged into the state by the tick; a restart gives every lease a
 // fresh TTL instead of persisting thousands of heartbeats per second.
 #ifndef STINT_TOOLS_STINTD_SERVER_COORDINATOR_H_
@@ -118,6 +119,7 @@ class Coordinator {
   const CoordinatorOptions options_;
   std::unique_ptr<Store> store_;
 
+  std::mutex write_mu_;  // acquired before mu_
   mutable std::shared_mutex mu_;
   ClusterState state_;
   Plan last_plan_;
