@@ -270,7 +270,8 @@ class CheckpointerImpl final : public Checkpointer {
     job->stats.persist_seconds = SecondsSince(t0);
     if (s.ok()) {
       auto t1 = Clock::now();
-      s = CommitCheckpoint(env_, options_.root, tmp, step, EncodeManifest(BuildManifest(*job, file)));
+      s = CommitCheckpoint(env_, options_.root, tmp, step, EncodeManifest(BuildManifest(*job, file)),
+                           options_.commit_guard);
       job->stats.commit_seconds = SecondsSince(t1);
       job->stats.stored_bytes = file.stored_bytes;
       job->stats.engine = engine_->name();

@@ -69,7 +69,8 @@ Status CleanLeftovers(Env* env, const std::string& root) {
 }
 
 Status CommitCheckpoint(Env* env, const std::string& root, const std::string& tmp_dir,
-                        uint64_t step, const std::string& manifest_bytes) {
+                        uint64_t step, const std::string& manifest_bytes,
+                        const std::function<Status(uint64_t step)>& guard) {
   STINT_RETURN_IF_ERROR(WriteStringToFileSync(env, tmp_dir + "/" + kManifestName, manifest_bytes));
   // The data files' and manifest's entries must be durable before the rename
   // makes the directory visible as committed.
@@ -78,6 +79,10 @@ Status CommitCheckpoint(Env* env, const std::string& root, const std::string& tm
   if (env->FileExists(final_dir)) {
     return Status::AlreadyExists(final_dir + " is already committed; refusing to overwrite it");
   }
+  // As late as possible: a fencing check answered before the data was
+  // written would leave the whole persist time for a newer incarnation to
+  // start in between.
+  if (guard) STINT_RETURN_IF_ERROR(guard(step));
   STINT_RETURN_IF_ERROR(env->RenameFile(tmp_dir, final_dir));
   STINT_RETURN_IF_ERROR(env->SyncDir(root));
   return WriteLatest(env, root, StepDirName(step));

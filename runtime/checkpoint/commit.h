@@ -3,6 +3,7 @@
 //
 //   <root>/.tmp-<step>-<nonce>/rank-*.stint   data, fdatasync'ed by persist
 //   <root>/.tmp-<step>-<nonce>/MANIFEST.json  written, fsync'ed; tmp dir fsync'ed
+//   commit guard (CheckpointOptions::commit_guard), may refuse
 //   rename .tmp-<step>-<nonce> -> step-<step>; fsync root   <- the commit point
 //   LATEST.tmp written, fsync'ed; rename -> LATEST; fsync root
 //
@@ -12,6 +13,7 @@
 #define STINT_RUNTIME_CHECKPOINT_COMMIT_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,9 +38,11 @@ Status CleanLeftovers(Env* env, const std::string& root);
 
 // Writes the manifest into tmp_dir and makes it step-<step> (see above).
 // kAlreadyExists if that step is already committed: committed data is never
-// overwritten.
+// overwritten. `guard`, when set, runs right before the rename; its error is
+// returned as is and nothing is renamed (the caller removes tmp_dir).
 Status CommitCheckpoint(Env* env, const std::string& root, const std::string& tmp_dir,
-                        uint64_t step, const std::string& manifest_bytes);
+                        uint64_t step, const std::string& manifest_bytes,
+                        const std::function<Status(uint64_t step)>& guard = nullptr);
 
 // Atomically points LATEST at `dir_name`.
 Status WriteLatest(Env* env, const std::string& root, const std::string& dir_name);

@@ -10,11 +10,11 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -43,9 +43,15 @@ Result<ParsedUrl> ParseCoordinatorUrl(const std::string& url);
 // `what` names the request ("POST /v1/pools") and ends the message.
 Status StatusFromHttp(int http_status, const std::string& body, const std::string& what);
 
-// Whether an answer `http_status` (0: no answer; `sent` says whether the
-// request may have reached the server) deserves another attempt.
+// Whether an attempt deserves another one. http_status 0 means no answer:
+// then `connection_failed` says the request never left (connection refused or
+// timed out), else it may have reached the server and only an idempotent
+// request is repeated. 5xx means "nothing changed" (API.md): always retried.
 bool ShouldRetry(int http_status, bool connection_failed, bool idempotent);
+
+// CoordinatorOptionsFromEnvironment with the environment as a function, so
+// tests need no setenv.
+Result<CoordinatorOptions> CoordinatorOptionsFromLookup(const std::function<std::string(const char*)>& getenv);
 
 // Percent-encodes a path segment or query value (RFC 3986 unreserved kept).
 std::string UrlEncode(const std::string& s);
@@ -70,7 +76,8 @@ struct HttpRequest {
 
 struct HttpReply {
   int status = 0;
-  Json body;  // null for an empty body
+  Json body;         // null for an empty body
+  std::string text;  // the body as received (stintctl --json prints it unchanged)
 };
 
 class HttpJsonClient {
@@ -101,9 +108,8 @@ class HttpJsonClient {
   std::condition_variable cv_;  // shutdown_ set, or a connection released
   // Guarded by mu_.
   bool shutdown_ = false;
-  std::vector<std::unique_ptr<httplib::Client>> idle_;
-  std::set<std::unique_ptr<httplib::Client>*> unused_;  // placeholder, see .cc
-  std::vector<std::unique_ptr<httplib::Client>> busy_;
+  std::vector<std::unique_ptr<httplib::Client>> idle_;  // keep-alive connections
+  std::vector<std::unique_ptr<httplib::Client>> busy_;  // in a call; Shutdown() stops them
 };
 
 }  // namespace internal

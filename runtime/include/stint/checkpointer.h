@@ -10,7 +10,7 @@
 // compresses (zstd), checksums (XXH3-64) and writes it with the I/O engine
 // (io_uring + O_DIRECT, or pwrite), then commits:
 //   .tmp-<step>-<nonce>/ -> fdatasync data -> MANIFEST.json -> fsync ->
-//   rename to step-<step> -> fsync root -> LATEST (tmp + fsync + rename) -> fsync root
+//   [commit_guard] -> rename to step-<step> -> fsync root -> LATEST (tmp + fsync + rename) -> fsync root
 // A crash at any point leaves the previous checkpoint loadable and nothing
 // half-written loadable. Background errors appear on the durable future and
 // are returned once more by the next Save()/Flush().
@@ -62,6 +62,16 @@ struct CheckpointOptions {
   unsigned io_size = 4u << 20;     // bytes per write request. Default: 4 MiB
   // Helper threads for memcpy, hashing and zstd; 0 = hardware threads - 1.
   unsigned threads = 0;
+  // Asked on the persist thread right before the commit rename (data and
+  // MANIFEST are written and synced; nothing is visible yet), e.g. "is my
+  // fencing token still current?" (CoordinatorClient::CommitGuard()). A
+  // non-OK answer aborts this commit: the .tmp- directory is removed, nothing
+  // committed (step dirs, LATEST) is touched, the save's durable future holds
+  // exactly that status, and the next Save()/Flush() returns it once more.
+  // Called once per save, never concurrently; its time (a network round trip
+  // for a fencing check) adds to this save's and delays the saves queued
+  // behind it. Default: none (always commit).
+  std::function<Status(uint64_t step)> commit_guard;
 };
 
 struct SaveHandle {

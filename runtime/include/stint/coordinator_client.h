@@ -211,7 +211,6 @@ class CoordinatorClient {
  private:
   CoordinatorClient(const CoordinatorOptions& options, std::unique_ptr<internal::HttpJsonClient> http);
   Result<WorkerRegistration> RequireRegistration() const;
-  Status WorkerPost(const char* what, const std::string& body_json);
 
   const CoordinatorOptions options_;
   const std::unique_ptr<internal::HttpJsonClient> http_;
@@ -228,7 +227,10 @@ class CoordinatorClient {
 //
 // Thread-safe. The destructor stops and joins both threads promptly (it
 // cancels a long-poll in progress); it does not Leave(): call Ack(),
-// Finished() or Leave() first, or let the lease expire.
+// Finished() or Leave() first, or let the lease expire. Background errors
+// other than fencing (stintd unreachable past the retry deadline) are kept
+// in last_error() and the threads carry on: the lease, not this process,
+// decides when the worker is gone.
 class CoordinatorSession {
  public:
   // Creates a client, registers (retrying kFailedPrecondition "no active
@@ -253,9 +255,12 @@ class CoordinatorSession {
   Status ReportCheckpoint(uint64_t step, double seconds, std::optional<uint64_t> bytes = std::nullopt) {
     return client_->ReportCheckpoint(step, seconds, bytes);
   }
-  Status Ack(uint64_t step) { return client_->Ack(step); }
-  Status Finished() { return client_->Finished(); }
-  Status Leave() { return client_->Leave(); }
+  // The client's calls; once one succeeds the worker is done with its
+  // segment, so the session stops heartbeating and the segment's end that
+  // follows is expected (not reported as fenced, no notice).
+  Status Ack(uint64_t step);
+  Status Finished();
+  Status Leave();
   // For everything else (KV, progress, CommitGuard). Lives as long as the session.
   CoordinatorClient* client() { return client_.get(); }
 

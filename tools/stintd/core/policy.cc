@@ -664,7 +664,7 @@ class Planner {
       return;
     }
     // What is free now in open windows that last a minimum segment.
-    int free_sum = 0, free_max = 0, open_windows = 0;
+    int free_sum = 0, free_max = 0, open_windows = 0, capacity_sum = 0;
     int longest_slot = -1;  // the open window (big enough for a gang) that closes last
     for (int g : j.groups) {
       for (int slot : groups_[g]) {
@@ -675,12 +675,15 @@ class Planner {
           longest_slot = slot;
         }
         if (w.end_ms - now_ < j.len) continue;
+        capacity_sum += w.gpus;
         const int free = std::max(0, base_.windows[slot].At(now_));
         free_sum += free;
         free_max = std::max(free_max, free);
       }
     }
-    if (job.gang && free_sum >= job.min_gpus) {
+    // A gang that no single window can ever hold is blocked by the gang
+    // rule even while some of the GPUs are in use (FitsOnEmptyWindows failed).
+    if (job.gang && (free_sum >= job.min_gpus || capacity_sum >= job.min_gpus)) {
       info.reason = BlockReason::kGang;
       info.detail = "gang of " + std::to_string(job.min_gpus) + " GPUs: " + std::to_string(free_sum) +
                     " free in total, at most " + std::to_string(free_max) + " in one window; " + StartPhrase(fit);

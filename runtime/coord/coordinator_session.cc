@@ -1,0 +1,208 @@
+// CoordinatorSession: a heartbeat thread and a notice long-poll thread over
+// one CoordinatorClient, feeding the PreemptionWatcher.
+//
+// Two threads rather than one so that a heartbeat is never late behind a
+// 30 s long-poll, and a notice is never late behind the heartbeat interval.
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "coord/wall_clock.h"
+#include "stint/coordinator_client.h"
+
+namespace stint {
+namespace {
+
+// When the server gives no advice.
+constexpr std::chrono::milliseconds kDefaultHeartbeat{std::chrono::seconds(5)};
+constexpr std::chrono::seconds kNoticeWait{30};
+
+}  // namespace
+
+class CoordinatorSession::Impl {
+ public:
+  Impl(CoordinatorClient* client, const WorkerRegistration& reg, PreemptionWatcher* watcher)
+      : client_(client),
+        reg_(reg),
+        watcher_(watcher),
+        interval_(reg.heartbeat_interval.count() > 0 ? reg.heartbeat_interval : kDefaultHeartbeat),
+        heartbeat_thread_([this] { HeartbeatLoop(); }),
+        notice_thread_([this] { NoticeLoop(); }) {}
+
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    // Ends a long-poll (or a retry pause) in progress at once.
+    client_->Shutdown();
+    heartbeat_thread_.join();
+    notice_thread_.join();
+  }
+
+  void SetStep(uint64_t step) { step_plus_one_.store(step + 1, std::memory_order_relaxed); }
+  // The worker gave its segment back (Ack, Finished, Leave succeeded).
+  void Release() {
+    released_.store(true);
+    std::lock_guard<std::mutex> lock(mu_);
+    cv_.notify_all();
+  }
+  bool fenced() const { return fenced_.load(); }
+  std::optional<CoordinatorNotice> notice() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return notice_;
+  }
+  Status last_error() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_error_;
+  }
+
+ private:
+  // Sleeps `d` unless stopped or released first; true when the loops should end.
+  bool SleepFor(std::chrono::milliseconds d) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, d, [this] { return stopping_ || released_.load(); });
+  }
+  bool done() const {
+    if (fenced_.load() || released_.load()) return true;
+    std::lock_guard<std::mutex> lock(mu_);
+    return stopping_;
+  }
+
+  void HeartbeatLoop() {
+    // Register() just renewed the lease: the first beat is one interval on.
+    while (!SleepFor(interval_) && !done()) {
+      const uint64_t s = step_plus_one_.load(std::memory_order_relaxed);
+      Handle(client_->Heartbeat(s == 0 ? std::nullopt : std::optional<uint64_t>(s - 1)));
+    }
+  }
+
+  void NoticeLoop() {
+    while (!done()) {
+      auto view = client_->WaitNotice(kNoticeWait);
+      const bool failed = !view.ok();
+      Handle(std::move(view));
+      // Once a notice is pending the server answers every poll at once, so
+      // polling on would spin; the heartbeat keeps watching for a changed
+      // deadline and for the end of the segment.
+      if (notice().has_value()) return;
+      // An error the client did not retry away (e.g. 404 from an old stintd):
+      // do not turn it into a busy loop.
+      if (failed && SleepFor(interval_)) return;
+    }
+  }
+
+  void Handle(Result<WorkerView> view) {
+    // After our own Ack/Finished/Leave the segment's end is no news.
+    if (released_.load()) return;
+    if (!view.ok()) {
+      const Status& s = view.status();
+      if (s.code() == Code::kCancelled) return;  // shutting down
+      if (IsFenced(s)) {
+        MarkFenced(s.message());
+        return;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      last_error_ = s;
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!fenced_.load()) last_error_ = Status::OK();  // the fenced error stays
+    }
+    if (view->notice) {
+      const CoordinatorNotice& n = *view->notice;
+      bool is_new = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        is_new = !notice_ || notice_->reason != n.reason || notice_->deadline_ms != n.deadline_ms;
+        if (is_new) notice_ = n;
+      }
+      // The watcher keeps the earliest deadline, so a repeat would be
+      // harmless; skipping it keeps the watcher's "received" time honest.
+      if (is_new && watcher_ != nullptr) {
+        watcher_->Notify("coordinator " + n.reason, internal::SteadyFromWallMs(n.deadline_ms));
+      }
+    }
+    if (!view->active) {
+      MarkFenced("stintd reports the worker inactive (segment " + std::to_string(view->segment_id) + " " +
+                 view->segment_state + ")");
+    } else if (view->fencing_token != 0 && view->fencing_token != reg_.fencing_token) {
+      MarkFenced("stintd reports fencing token " + std::to_string(view->fencing_token) + ", ours is " +
+                 std::to_string(reg_.fencing_token));
+    }
+  }
+
+  void MarkFenced(const std::string& why) {
+    if (fenced_.exchange(true)) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      last_error_ = Status::Aborted("fenced: " + why);
+    }
+    // The GPUs may already belong to someone else: the deadline is now.
+    if (watcher_ != nullptr) watcher_->Notify("coordinator fenced", std::chrono::steady_clock::now());
+    cv_.notify_all();
+  }
+
+  CoordinatorClient* const client_;
+  const WorkerRegistration reg_;
+  PreemptionWatcher* const watcher_;
+  const std::chrono::milliseconds interval_;
+
+  std::atomic<uint64_t> step_plus_one_{0};  // 0: no step reported yet
+  std::atomic<bool> fenced_{false};
+  std::atomic<bool> released_{false};
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // stopping_, fenced_ or released_ changed
+  // Guarded by mu_.
+  bool stopping_ = false;
+  std::optional<CoordinatorNotice> notice_;
+  Status last_error_;
+
+  // Last: they start once everything above is constructed.
+  std::thread heartbeat_thread_;
+  std::thread notice_thread_;
+};
+
+Result<std::unique_ptr<CoordinatorSession>> CoordinatorSession::Start(const CoordinatorOptions& options,
+                                                                      PreemptionWatcher* watcher) {
+  STINT_ASSIGN_OR_RETURN(auto client, CoordinatorClient::Create(options));
+  STINT_ASSIGN_OR_RETURN(WorkerRegistration reg, client->Register());
+  return std::unique_ptr<CoordinatorSession>(new CoordinatorSession(std::move(client), reg, watcher));
+}
+
+CoordinatorSession::CoordinatorSession(std::unique_ptr<CoordinatorClient> client,
+                                       WorkerRegistration registration, PreemptionWatcher* watcher)
+    : client_(std::move(client)),
+      registration_(registration),
+      impl_(new Impl(client_.get(), registration_, watcher)) {}
+
+CoordinatorSession::~CoordinatorSession() = default;
+
+bool CoordinatorSession::fenced() const { return impl_->fenced(); }
+std::optional<CoordinatorNotice> CoordinatorSession::notice() const { return impl_->notice(); }
+Status CoordinatorSession::last_error() const { return impl_->last_error(); }
+void CoordinatorSession::SetStep(uint64_t step) { impl_->SetStep(step); }
+
+Status CoordinatorSession::Ack(uint64_t step) {
+  Status s = client_->Ack(step);
+  if (s.ok()) impl_->Release();
+  return s;
+}
+
+Status CoordinatorSession::Finished() {
+  Status s = client_->Finished();
+  if (s.ok()) impl_->Release();
+  return s;
+}
+
+Status CoordinatorSession::Leave() {
+  Status s = client_->Leave();
+  if (s.ok()) impl_->Release();
+  return s;
+}
+
+}  // namespace stint

@@ -1,0 +1,308 @@
+#include "coord/http_json.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <random>
+#include <thread>
+
+namespace stint {
+namespace internal {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// httplib's own names ("Connection", "Read") say too little in a log line.
+std::string DescribeTransportError(httplib::Error e) {
+  switch (e) {
+    case httplib::Error::Connection: return "connection failed (refused or unreachable)";
+    case httplib::Error::ConnectionTimeout: return "connection timed out";
+    case httplib::Error::Read: return "no answer (connection closed, or the read timed out)";
+    case httplib::Error::Write: return "could not send the request (connection closed)";
+    case httplib::Error::Canceled: return "cancelled";
+    default: return httplib::to_string(e);
+  }
+}
+
+bool AllDigits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
+}
+
+std::string Shorten(std::string s, size_t max) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  if (s.size() > max) s = s.substr(0, max) + "...";
+  return s;
+}
+
+}  // namespace
+
+std::string ParsedUrl::ToString() const {
+  bool v6 = host.find(':') != std::string::npos;
+  return scheme + "://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+Result<ParsedUrl> ParseCoordinatorUrl(const std::string& url) {
+  auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument("coordinator url '" + url + "': " + why +
+                                   " (expected http://host:port)");
+  };
+  ParsedUrl out;
+  std::string rest = url;
+  size_t sep = rest.find("://");
+  if (sep == std::string::npos) {
+    out.scheme = "http";
+  } else {
+    out.scheme = rest.substr(0, sep);
+    rest = rest.substr(sep + 3);
+  }
+  if (out.scheme != "http" && out.scheme != "https") return bad("scheme must be http or https");
+  if (!rest.empty() && rest.back() == '/') rest.pop_back();
+  if (rest.find_first_of("/?#@") != std::string::npos) return bad("has a path, query or user part");
+  std::string port;
+  if (!rest.empty() && rest[0] == '[') {
+    size_t close = rest.find(']');
+    if (close == std::string::npos) return bad("unterminated [IPv6] host");
+    out.host = rest.substr(1, close - 1);
+    std::string after = rest.substr(close + 1);
+    if (!after.empty()) {
+      if (after[0] != ':') return bad("junk after the [IPv6] host");
+      port = after.substr(1);
+      if (port.empty()) return bad("empty port");
+    }
+  } else {
+    size_t colon = rest.find(':');
+    out.host = rest.substr(0, colon);
+    if (colon != std::string::npos) {
+      port = rest.substr(colon + 1);
+      if (port.empty()) return bad("empty port");
+    }
+  }
+  if (out.host.empty()) return bad("no host");
+  if (port.empty()) {
+    out.port = out.scheme == "https" ? 443 : 80;
+  } else {
+    if (!AllDigits(port) || port.size() > 5 || std::stoi(port) < 1 || std::stoi(port) > 65535) {
+      return bad("port '" + port + "' is not in 1..65535");
+    }
+    out.port = std::stoi(port);
+  }
+  return out;
+}
+
+Status StatusFromHttp(int http_status, const std::string& body, const std::string& what) {
+  std::string code_name, message;
+  Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_object() && j.contains("error") && j["error"].is_object()) {
+    const Json& e = j["error"];
+    if (e.contains("code") && e["code"].is_string()) code_name = e["code"].get<std::string>();
+    if (e.contains("message") && e["message"].is_string()) message = e["message"].get<std::string>();
+  }
+  if (message.empty()) message = body.empty() ? "no error message" : Shorten(body, 200);
+  const std::string tail = " (HTTP " + std::to_string(http_status) +
+                           (code_name.empty() ? "" : " " + code_name) + " from " + what + ")";
+  const std::string text = message + tail;
+  switch (http_status) {
+    case 400: return Status::InvalidArgument(text);
+    case 401: return Status::Unauthenticated(text);
+    case 403: return Status::PermissionDenied(text);
+    case 404: return Status::NotFound(text);
+    case 409:
+      if (code_name == "ALREADY_EXISTS") return Status::AlreadyExists(text);
+      if (code_name == "ABORTED") return Status::Aborted(text);
+      return Status::FailedPrecondition(text);
+    case 410: return Status::Aborted("fenced: " + text);
+    case 500: return code_name == "IO_ERROR" ? Status::IoError(text) : Status::Internal(text);
+    case 502:
+    case 503:
+    case 504: return Status::Unavailable(text);
+    default: break;
+  }
+  // A request the server could not take (405, 413, ...): the caller's mistake.
+  if (http_status >= 400 && http_status < 500) return Status::InvalidArgument(text);
+  return Status::Internal(text);
+}
+
+bool ShouldRetry(int http_status, bool connection_failed, bool idempotent) {
+  if (http_status == 0) return connection_failed || idempotent;
+  return http_status >= 500 && http_status <= 599;
+}
+
+std::string UrlEncode(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += char(c);
+    } else {
+      char buf[4];
+      std::snprintf(buf, sizeof(buf), "%%%02X", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+struct HttpJsonClient::Attempt {
+  bool cancelled = false;
+  int status = 0;                 // 0: no answer
+  bool connection_failed = false; // no answer, and the request never left
+  std::string transport_error;
+  std::string body;
+};
+
+Result<std::unique_ptr<HttpJsonClient>> HttpJsonClient::Create(const HttpJsonOptions& options) {
+  STINT_ASSIGN_OR_RETURN(ParsedUrl url, ParseCoordinatorUrl(options.url));
+  if (options.retry.deadline.count() < 0 || options.retry.initial_backoff.count() <= 0 ||
+      options.retry.max_backoff < options.retry.initial_backoff) {
+    return Status::InvalidArgument(
+        "RetryPolicy: deadline must be >= 0, 0 < initial_backoff <= max_backoff");
+  }
+  if (options.connect_timeout.count() <= 0 || options.request_timeout.count() <= 0) {
+    return Status::InvalidArgument("connect_timeout and request_timeout must be positive");
+  }
+  return std::unique_ptr<HttpJsonClient>(new HttpJsonClient(options, std::move(url)));
+}
+
+HttpJsonClient::HttpJsonClient(const HttpJsonOptions& options, ParsedUrl url)
+    : options_(options), parsed_(std::move(url)), url_(parsed_.ToString()) {}
+
+HttpJsonClient::~HttpJsonClient() = default;
+
+Result<httplib::Client*> HttpJsonClient::Acquire() {
+  std::unique_ptr<httplib::Client> client;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutdown_) return Status::Cancelled("coordinator client shut down");
+    if (!idle_.empty()) {
+      client = std::move(idle_.back());
+      idle_.pop_back();
+    }
+  }
+  if (!client) {
+    client = parsed_.scheme == "http" ? std::make_unique<httplib::Client>(parsed_.host, parsed_.port)
+                                      : std::make_unique<httplib::Client>(url_);
+    client->set_keep_alive(true);
+    // Requests are written in two pieces (head, body): without TCP_NODELAY
+    // the second waits for the server's delayed ACK, 40 ms per call.
+    client->set_tcp_nodelay(true);
+    client->set_connection_timeout(options_.connect_timeout);
+    client->set_write_timeout(options_.request_timeout);
+    if (!options_.token.empty()) client->set_bearer_token_auth(options_.token);
+  }
+  httplib::Client* raw = client.get();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutdown_) return Status::Cancelled("coordinator client shut down");
+  busy_.push_back(std::move(client));
+  return raw;
+}
+
+void HttpJsonClient::Release(httplib::Client* client) {
+  std::unique_ptr<httplib::Client> done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = std::find_if(busy_.begin(), busy_.end(), [&](const auto& c) { return c.get() == client; });
+    done = std::move(*it);
+    busy_.erase(it);
+    // A few idle connections cover a session's concurrent calls; more would
+    // only hold sockets open on the server.
+    if (!shutdown_ && idle_.size() < 4) idle_.push_back(std::move(done));
+  }
+  cv_.notify_all();
+}
+
+HttpJsonClient::Attempt HttpJsonClient::Once(const HttpRequest& request, const std::string& body) {
+  Attempt a;
+  auto acquired = Acquire();
+  if (!acquired.ok()) {
+    a.cancelled = true;
+    return a;
+  }
+  httplib::Client* client = *acquired;
+  client->set_read_timeout(options_.request_timeout + request.server_wait);
+  auto send = [&]() -> httplib::Result {
+    const char* type = "application/json";
+    if (request.method == "GET") return client->Get(request.path);
+    if (request.method == "POST") return client->Post(request.path, body, type);
+    if (request.method == "PUT") return client->Put(request.path, body, type);
+    return client->Delete(request.path);
+  };
+  httplib::Result r = send();
+  if (r) {
+    a.status = r->status;
+    a.body = std::move(r->body);
+  } else {
+    a.connection_failed =
+        r.error() == httplib::Error::Connection || r.error() == httplib::Error::ConnectionTimeout;
+    a.transport_error = DescribeTransportError(r.error());
+  }
+  Release(client);
+  // An answer that made it is reported even during shutdown: the server acted on it.
+  std::lock_guard<std::mutex> lock(mu_);
+  a.cancelled = shutdown_ && a.status == 0;
+  return a;
+}
+
+Result<HttpReply> HttpJsonClient::Call(const HttpRequest& request) {
+  const std::string what = request.method + " " + request.path;
+  const std::string body = request.body ? request.body->dump() : std::string();
+  const auto start = Clock::now();
+  const auto deadline = start + options_.retry.deadline;
+  auto pause = options_.retry.initial_backoff;
+  thread_local std::minstd_rand jitter(std::random_device{}());
+  for (int attempt = 1;; ++attempt) {
+    Attempt a = Once(request, body);
+    if (a.cancelled) return Status::Cancelled("coordinator client shut down during " + what);
+    if (a.status >= 200 && a.status < 300) {
+      HttpReply reply;
+      reply.status = a.status;
+      if (!a.body.empty()) {
+        reply.body = Json::parse(a.body, nullptr, /*allow_exceptions=*/false);
+        if (reply.body.is_discarded()) {
+          return Status::Internal("stintd answered " + what + " with malformed JSON: " + Shorten(a.body, 200));
+        }
+      }
+      reply.text = std::move(a.body);
+      return reply;
+    }
+    Status error = a.status != 0 ? StatusFromHttp(a.status, a.body, what)
+                                 : Status::Unavailable("cannot reach stintd at " + url_ + " (" + what +
+                                                       "): " + a.transport_error);
+    if (!ShouldRetry(a.status, a.connection_failed, request.idempotent)) return error;
+    // Uniform in [pause/2, pause].
+    std::uniform_int_distribution<int64_t> pick(pause.count() / 2, pause.count());
+    const std::chrono::milliseconds wait(pick(jitter));
+    if (Clock::now() + wait >= deadline) {
+      if (attempt == 1) return error;
+      char spent[64];
+      std::snprintf(spent, sizeof(spent), "; gave up after %d attempts in %.1f s", attempt,
+                    std::chrono::duration<double>(Clock::now() - start).count());
+      return Status(error.code(), error.message() + spent);
+    }
+    if (options_.retry.on_retry) options_.retry.on_retry(attempt, error);
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (cv_.wait_for(lock, wait, [this] { return shutdown_; })) {
+        return Status::Cancelled("coordinator client shut down during " + what);
+      }
+    }
+    pause = std::min(pause * 2, options_.retry.max_backoff);
+  }
+}
+
+void HttpJsonClient::Shutdown() {
+  std::unique_lock<std::mutex> lock(mu_);
+  shutdown_ = true;
+  cv_.notify_all();
+  // stop() shuts the socket of a request in flight, which then fails at once.
+  // A request that had not connected yet when stop() ran is caught on the
+  // next round; so repeat until every borrowed connection came back.
+  while (!busy_.empty()) {
+    for (auto& c : busy_) c->stop();
+    cv_.wait_for(lock, std::chrono::milliseconds(10));
+  }
+  idle_.clear();
+}
+
+}  // namespace internal
+}  // namespace stint

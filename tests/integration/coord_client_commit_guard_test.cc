@@ -1,0 +1,162 @@
+// CheckpointOptions::commit_guard with the real Checkpointer on real files
+// (no coordinator): asked once per save, after data and MANIFEST are synced
+// and before the rename; a refusal commits nothing and reaches the durable
+// future unchanged.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <vector>
+
+#include "checkpoint/commit.h"
+#include "format/manifest.h"
+#include "stint/checkpointer.h"
+#include "util/temp_dir.h"
+
+namespace stint {
+namespace {
+
+class CommitGuardTest : public ::testing::Test {
+ protected:
+  CheckpointOptions Options() {
+    CheckpointOptions o;
+    o.root = root_;
+    o.job_id = "job-guard";
+    o.fencing_token = 41;
+    o.io_engine = "posix";
+    o.keep_last = 0;
+    o.commit_guard = [this](uint64_t step) {
+      std::lock_guard<std::mutex> lock(mu_);
+      asked_.push_back(step);
+      Env* env = Env::Default();
+      // Everything is on disk under a .tmp- name, nothing under step-N yet.
+      bool tmp_with_manifest = false;
+      auto children = env->GetChildren(root_);
+      if (children.ok()) {
+        for (const auto& name : *children) {
+          auto tmp_step = ParseTmpDirStep(name);
+          if (tmp_step && *tmp_step == step && env->FileExists(root_ + "/" + name + "/" + kManifestName) &&
+              env->FileExists(root_ + "/" + name + "/" + RankFileName(0))) {
+            tmp_with_manifest = true;
+          }
+        }
+      }
+      seen_before_rename_.push_back(tmp_with_manifest && !env->FileExists(root_ + "/" + StepDirName(step)));
+      return verdict_;
+    };
+    return o;
+  }
+  State MakeState() {
+    State s;
+    s.tensors.push_back({"w", DType::kFloat32, {int64_t(w_.size())}, {}, {}, w_.data()});
+    s.blobs["user.json"] = "{}";
+    return s;
+  }
+  void SetVerdict(Status s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    verdict_ = std::move(s);
+  }
+  std::optional<std::string> Latest() {
+    auto l = ReadLatest(Env::Default(), root_);
+    EXPECT_TRUE(l.ok()) << l.status().ToString();
+    return l.ok() ? *l : std::nullopt;
+  }
+  bool AnyTmpLeft() {
+    auto children = Env::Default()->GetChildren(root_);
+    if (!children.ok()) return true;
+    for (const auto& name : *children) {
+      if (name.rfind(kTmpPrefix, 0) == 0) return true;
+    }
+    return false;
+  }
+
+  TempDir dir_;
+  const std::string root_ = dir_.Sub("ckpt");
+  std::vector<float> w_ = std::vector<float>(64 * 1024, 0.25f);
+  std::mutex mu_;
+  Status verdict_;
+  std::vector<uint64_t> asked_;
+  std::vector<bool> seen_before_rename_;
+};
+
+TEST_F(CommitGuardTest, AnOkGuardCommitsAndIsAskedOnceRightBeforeTheRename) {
+  auto ckpt = Checkpointer::Open(Options());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  for (uint64_t step : {10, 20}) {
+    auto h = (*ckpt)->Save(step, MakeState());
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    ASSERT_TRUE(h->durable.get().ok()) << h->durable.get().ToString();
+  }
+  EXPECT_EQ(asked_, (std::vector<uint64_t>{10, 20}));
+  EXPECT_EQ(seen_before_rename_, (std::vector<bool>{true, true}));
+  EXPECT_EQ(Latest(), StepDirName(20));
+}
+
+TEST_F(CommitGuardTest, ARefusalCommitsNothingAndReachesTheDurableFuture) {
+  auto ckpt = Checkpointer::Open(Options());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  auto first = (*ckpt)->Save(10, MakeState());
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(first->durable.get().ok()) << first->durable.get().ToString();
+
+  const Status refusal = Status::Aborted("fenced: fencing token 41 of job 3 is stale: not committing step 20");
+  SetVerdict(refusal);
+  auto second = (*ckpt)->Save(20, MakeState());
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  const Status durable = second->durable.get();
+  EXPECT_EQ(durable.code(), refusal.code());
+  EXPECT_EQ(durable.message(), refusal.message());
+
+  // Nothing committed was touched, nothing half-made is left.
+  EXPECT_FALSE(Env::Default()->FileExists(root_ + "/" + StepDirName(20)));
+  EXPECT_EQ(Latest(), StepDirName(10));
+  EXPECT_FALSE(AnyTmpLeft());
+  auto steps = (*ckpt)->ListCommitted();
+  ASSERT_TRUE(steps.ok());
+  EXPECT_EQ(*steps, std::vector<uint64_t>{10});
+  EXPECT_TRUE(first->durable.get().ok());  // an earlier save keeps its result
+  auto stats = (*ckpt)->stats();
+  EXPECT_EQ(stats.failed, 1u);
+  EXPECT_EQ(stats.committed, 1u);
+
+  // The error comes back once more from the next call, then the way is clear.
+  Status flushed = (*ckpt)->Flush();
+  EXPECT_EQ(flushed.code(), Code::kAborted);
+  EXPECT_NE(flushed.message().find("fencing token 41"), std::string::npos) << flushed.message();
+  EXPECT_TRUE((*ckpt)->Flush().ok());
+
+  // The step that was refused can be saved later (the guard decides again).
+  SetVerdict(Status::OK());
+  auto retry = (*ckpt)->Save(20, MakeState());
+  ASSERT_TRUE(retry.ok()) << retry.status().ToString();
+  ASSERT_TRUE(retry->durable.get().ok()) << retry->durable.get().ToString();
+  EXPECT_EQ(Latest(), StepDirName(20));
+  EXPECT_EQ(asked_, (std::vector<uint64_t>{10, 20, 20}));
+}
+
+TEST_F(CommitGuardTest, AReopenedRootLoadsTheLastCheckpointTheGuardAllowed) {
+  {
+    auto ckpt = Checkpointer::Open(Options());
+    ASSERT_TRUE(ckpt.ok());
+    auto a = (*ckpt)->Save(5, MakeState());
+    ASSERT_TRUE(a.ok());
+    ASSERT_TRUE(a->durable.get().ok());
+    SetVerdict(Status::Aborted("fenced: stale"));
+    auto b = (*ckpt)->Save(6, MakeState());
+    ASSERT_TRUE(b.ok());
+    EXPECT_FALSE(b->durable.get().ok());
+  }
+  CheckpointOptions o = Options();
+  o.commit_guard = nullptr;
+  auto reopened = Checkpointer::Open(o);
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  std::vector<float> out(w_.size(), 0);
+  auto loaded = (*reopened)->Load({{"w", DType::kFloat32, {int64_t(out.size())}, {}, {}, out.data()}});
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->step, 5u);
+  EXPECT_TRUE(loaded->skipped.empty());
+  EXPECT_EQ(out, w_);
+}
+
+}  // namespace
+}  // namespace stint

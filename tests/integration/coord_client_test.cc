@@ -1,0 +1,349 @@
+// The worker client, CoordinatorSession and stintctl against a real stintd
+// on loopback with its own SQLite file: a notice travels from an admin's
+// window close to the PreemptionWatcher; the fencing check guards a real
+// Checkpointer's commit; a call rides out a stintd restart; stintctl drives
+// the admin API end to end.
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "checkpoint/commit.h"
+#include "stint/checkpointer.h"
+#include "stint/coordinator_client.h"
+#include "stint/preemption.h"
+#include "util/stintd_process.h"
+#include "util/subprocess.h"
+#include "util/temp_dir.h"
+
+#ifndef STINTD_PATH
+#error "STINTD_PATH must name the stintd binary (see coord_client_tests.cmake)"
+#endif
+#ifndef STINTCTL_PATH
+#error "STINTCTL_PATH must name the stintctl binary (see coord_client_tests.cmake)"
+#endif
+
+namespace stint {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Fast policy passes and heartbeats so a lifecycle takes seconds; a lease
+// long enough that a slow test machine (or a restart) does not lose it.
+const std::vector<std::string> kArgs = {"--tick-seconds", "0.05", "--safety-seconds", "1", "--min-run-seconds",
+                                        "0", "--lease-ttl-seconds", "20", "--start-grace-seconds", "20",
+                                        "--heartbeat-interval-seconds", "0.2"};
+
+class CoordClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    daemon_ = std::make_unique<StintdProcess>(STINTD_PATH, dir_.path(), kArgs);
+    ASSERT_TRUE(daemon_->Start()) << daemon_->output();
+    admin_ = std::make_unique<HttpJson>(daemon_->port(), StintdProcess::kAdminToken);
+  }
+
+  // Polls `fn` until it holds; the bound only turns a hang into a failure.
+  template <typename Fn>
+  bool Eventually(Fn fn, double seconds = 20) {
+    const auto until = Clock::now() + std::chrono::duration<double>(seconds);
+    while (Clock::now() < until) {
+      if (fn()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return fn();
+  }
+
+  json Job(int64_t id) { return admin_->Get("/v1/jobs/" + std::to_string(id)).body; }
+  bool JobIn(int64_t id, const std::string& state) { return Job(id).value("state", "") == state; }
+
+  // A pool with one hard window and one running 1-GPU job; returns the job.
+  int64_t RunningJob(int64_t* window = nullptr) {
+    EXPECT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
+    auto w = admin_->Post("/v1/windows", {{"pool", "p"}, {"gpus", 4}, {"end_ms", NowMs() + 3600 * 1000}});
+    EXPECT_EQ(w.status, 201) << w.text;
+    if (window != nullptr) *window = w.body.value("id", int64_t{0});
+    auto j = admin_->Post("/v1/jobs", {{"name", "train"}, {"pool", "p"}, {"min_gpus", 1}, {"checkpoint_seconds", 1},
+                                       {"restart_seconds", 0}, {"checkpoint_interval_seconds", 1}});
+    EXPECT_EQ(j.status, 201) << j.text;
+    const int64_t id = j.body.value("id", int64_t{0});
+    EXPECT_TRUE(Eventually([&] { return JobIn(id, "RUNNING"); })) << Job(id).dump();
+    return id;
+  }
+
+  CoordinatorOptions WorkerOptions(int64_t job) {
+    CoordinatorOptions o;
+    o.url = daemon_->url();
+    o.token = StintdProcess::kWorkerToken;
+    o.job_id = uint64_t(job);
+    o.worker_name = "it-worker";
+    o.retry.initial_backoff = std::chrono::milliseconds(10);
+    o.retry.max_backoff = std::chrono::milliseconds(200);
+    return o;
+  }
+
+  RunResult Ctl(std::vector<std::string> args, const std::string& token = StintdProcess::kAdminToken) {
+    std::vector<std::string> all = {"--url", daemon_->url(), "--token", token};
+    all.insert(all.end(), args.begin(), args.end());
+    return RunProgram(STINTCTL_PATH, all);
+  }
+
+  TempDir dir_;
+  std::unique_ptr<StintdProcess> daemon_;
+  std::unique_ptr<HttpJson> admin_;
+};
+
+TEST_F(CoordClientTest, RegisterBeforeTheJobRunsIsAFailedPrecondition) {
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
+  auto j = admin_->Post("/v1/jobs", {{"name", "waits"}, {"min_gpus", 1}});  // no window: stays pending
+  ASSERT_EQ(j.status, 201) << j.text;
+  auto client = CoordinatorClient::Create(WorkerOptions(j.body["id"].get<int64_t>()));
+  ASSERT_TRUE(client.ok());
+  auto reg = (*client)->Register();
+  EXPECT_EQ(reg.status().code(), Code::kFailedPrecondition) << reg.status().ToString();
+  // A wrong token is the server's 401, unretried.
+  CoordinatorOptions bad = WorkerOptions(j.body["id"].get<int64_t>());
+  bad.token = "not-a-token";
+  auto anonymous = CoordinatorClient::Create(bad);
+  ASSERT_TRUE(anonymous.ok());
+  EXPECT_EQ((*anonymous)->Register().status().code(), Code::kUnauthenticated);
+}
+
+TEST_F(CoordClientTest, AWindowCloseNoticeReachesThePreemptionWatcherThroughTheSession) {
+  int64_t window = 0;
+  const int64_t job = RunningJob(&window);
+  auto watcher = PreemptionWatcher::Install();
+  ASSERT_TRUE(watcher.ok()) << watcher.status().ToString();
+  auto session = CoordinatorSession::Start(WorkerOptions(job), watcher->get());
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  EXPECT_EQ((*session)->fencing_token(), Job(job)["fencing_token"].get<uint64_t>());
+  (*session)->SetStep(5);
+  EXPECT_FALSE((*watcher)->requested());
+
+  // The admin closes the window 4 s from now; stintd sends the notice at
+  // close - (checkpoint estimate + safety) = close - 2 s.
+  auto closed = admin_->Post("/v1/windows/" + std::to_string(window) + "/close", {{"lead_seconds", 4}});
+  ASSERT_EQ(closed.status, 200) << closed.text;
+  ASSERT_TRUE(Eventually([&] { return (*watcher)->requested(); })) << Job(job).dump();
+  auto notice = (*watcher)->notice();
+  ASSERT_TRUE(notice.has_value());
+  json segment = Job(job)["segments"][0];
+  EXPECT_EQ(notice->source, "coordinator " + segment["notice_reason"].get<std::string>());
+  EXPECT_GT(notice->deadline, notice->received);
+  EXPECT_LE(notice->deadline - notice->received, std::chrono::seconds(5));
+  auto coord_notice = (*session)->notice();
+  ASSERT_TRUE(coord_notice.has_value());
+  EXPECT_EQ(coord_notice->deadline_ms, segment["deadline_ms"].get<int64_t>());
+  EXPECT_FALSE((*session)->fenced());
+
+  // The emergency checkpoint is durable: report it, give the GPUs back.
+  ASSERT_TRUE((*session)->ReportCheckpoint(5, 0.25, 4096).ok());
+  ASSERT_TRUE((*session)->Ack(5).ok());
+  json j = Job(job);
+  EXPECT_EQ(j["state"], "PENDING") << j.dump();
+  EXPECT_EQ(j["checkpoint_step"], 5);
+  // The segment is over: stintd fences the worker, which after its own ack
+  // is expected, so the session stays quiet about it.
+  EXPECT_TRUE(IsFenced((*session)->client()->Heartbeat(6).status()));
+  EXPECT_FALSE((*session)->fenced());
+  EXPECT_EQ((*watcher)->notice()->source, notice->source);
+  session->reset();  // joins promptly: no long-poll left hanging
+}
+
+TEST_F(CoordClientTest, FencingGuardsARealCommitAndRefusesOnceTheSegmentEnded) {
+  const int64_t job = RunningJob();
+  auto client = CoordinatorClient::Create(WorkerOptions(job));
+  ASSERT_TRUE(client.ok());
+  auto reg = (*client)->Register();
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  auto check = (*client)->CheckFencing();
+  ASSERT_TRUE(check.ok()) << check.status().ToString();
+  EXPECT_TRUE(check->valid);
+  EXPECT_FALSE((*client)->CheckFencing(uint64_t(job), reg->fencing_token + 1)->valid);
+
+  CheckpointOptions co;
+  co.root = dir_.Sub("ckpt");
+  co.job_id = std::to_string(job);
+  co.fencing_token = reg->fencing_token;
+  co.commit_guard = (*client)->CommitGuard();
+  co.io_engine = "posix";
+  auto ckpt = Checkpointer::Open(co);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  std::vector<float> w(4096, 2.0f);
+  State state;
+  state.tensors.push_back({"w", DType::kFloat32, {int64_t(w.size())}, {}, {}, w.data()});
+  auto first = (*ckpt)->Save(1, state);
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(first->durable.get().ok()) << first->durable.get().ToString();
+
+  ASSERT_TRUE((*client)->Ack(1).ok());  // the segment ends here
+  check = (*client)->CheckFencing();
+  ASSERT_TRUE(check.ok()) << check.status().ToString();
+  EXPECT_FALSE(check->valid);
+  auto second = (*ckpt)->Save(2, state);
+  ASSERT_TRUE(second.ok());
+  Status refused = second->durable.get();
+  EXPECT_TRUE(IsFenced(refused)) << refused.ToString();
+  EXPECT_FALSE(Env::Default()->FileExists(co.root + "/" + StepDirName(2)));
+  auto latest = ReadLatest(Env::Default(), co.root);
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(*latest, StepDirName(1));
+  EXPECT_TRUE(IsFenced((*client)->Heartbeat(2).status()));
+}
+
+TEST_F(CoordClientTest, ACallRidesOutAStintdRestart) {
+  const int64_t job = RunningJob();
+  std::mutex mu;
+  std::condition_variable cv;
+  int retries = 0;
+  CoordinatorOptions o = WorkerOptions(job);
+  o.retry.on_retry = [&](int, const Status&) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++retries;
+    cv.notify_all();
+  };
+  auto client = CoordinatorClient::Create(o);
+  ASSERT_TRUE(client.ok());
+  auto reg = (*client)->Register();
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  ASSERT_TRUE((*client)->Heartbeat(1).ok());
+
+  daemon_->Kill(SIGKILL);
+  Result<WorkerView> view = Status::Internal("not run");
+  std::thread beat([&] { view = (*client)->Heartbeat(2); });
+  {
+    // Restart only once the call has met the dead server.
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return retries > 0; }));
+  }
+  ASSERT_TRUE(daemon_->Start()) << daemon_->output();
+  beat.join();
+  // The same worker, known to the new process from SQLite.
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  EXPECT_TRUE(view->active);
+  EXPECT_EQ(view->fencing_token, reg->fencing_token);
+  auto check = (*client)->CheckFencing();
+  ASSERT_TRUE(check.ok());
+  EXPECT_TRUE(check->valid);
+}
+
+TEST_F(CoordClientTest, KvRoundTripsThroughTheServer) {
+  const int64_t job = RunningJob();
+  auto client = CoordinatorClient::Create(WorkerOptions(job));
+  ASSERT_TRUE(client.ok());
+  auto v1 = (*client)->Put("rdzv/gen-1", "host-a:29500", 0);
+  ASSERT_TRUE(v1.ok()) << v1.status().ToString();
+  EXPECT_EQ((*client)->Put("rdzv/gen-1", "host-b:29500", 0).status().code(), Code::kAborted);
+  auto e = (*client)->Get("rdzv/gen-1");
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(e->value, "host-a:29500");
+  EXPECT_EQ(e->version, *v1);
+  auto v2 = (*client)->Put("rdzv/gen-1", "host-c:29500", *v1);
+  ASSERT_TRUE(v2.ok()) << v2.status().ToString();
+  auto newer = (*client)->Get("rdzv/gen-1", std::chrono::seconds(1), *v2);
+  ASSERT_TRUE(newer.ok());
+  EXPECT_EQ(newer->value, "host-c:29500");
+  ASSERT_TRUE((*client)->Delete("rdzv/gen-1").ok());
+  EXPECT_EQ((*client)->Get("rdzv/gen-1").status().code(), Code::kNotFound);
+}
+
+TEST_F(CoordClientTest, StintctlDrivesTheAdminApi) {
+  auto r = Ctl({"pools", "add", "p", "--description", "test pool"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("pool p created"), std::string::npos) << r.output;
+  r = Ctl({"pools", "list"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("test pool"), std::string::npos) << r.output;
+
+  r = Ctl({"windows", "add", "--pool", "p", "--gpus", "4", "--duration", "2h"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("until in 2h"), std::string::npos) << r.output;
+  r = Ctl({"windows", "list", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  json windows = json::parse(r.output, nullptr, false);
+  ASSERT_FALSE(windows.is_discarded()) << r.output;
+  ASSERT_EQ(windows["windows"].size(), 1u);
+  EXPECT_EQ(windows["windows"][0]["gpus"], 4);
+
+  r = Ctl({"teams", "set", "research", "--guaranteed", "2", "--borrow-limit", "-1"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("unlimited"), std::string::npos) << r.output;
+
+  // One job that fits and one that cannot (8 GPUs in a 4-GPU window).
+  r = Ctl({"jobs", "submit", "--name", "small", "--gpus", "1:2", "--pool", "p", "--team", "research",
+           "--checkpoint-seconds", "1", "--restart-seconds", "0", "--interval-seconds", "1", "--remaining", "1h",
+           "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const int64_t small = json::parse(r.output)["id"].get<int64_t>();
+  r = Ctl({"jobs", "submit", "--name", "big", "--gpus", "8", "--priority", "high", "--pool", "p"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("submitted (PENDING)"), std::string::npos) << r.output;
+
+  json queue;
+  ASSERT_TRUE(Eventually([&] {
+    auto q = Ctl({"queue", "--json"});
+    if (q.exit_code != 0) return false;
+    queue = json::parse(q.output, nullptr, false);
+    return !queue.is_discarded() && queue["running"].size() == 1 && queue["pending"].size() == 1;
+  })) << queue.dump();
+  EXPECT_EQ(queue["running"][0]["job_id"], small);
+  EXPECT_EQ(queue["pending"][0]["name"], "big");
+  const int64_t big = queue["pending"][0]["job_id"].get<int64_t>();
+
+  r = Ctl({"queue"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("POS  JOB"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("big"), std::string::npos);
+  EXPECT_NE(r.output.find("RUNNING: 1 job"), std::string::npos) << r.output;
+  r = Ctl({"jobs", "show", std::to_string(big)});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("pending: position 1"), std::string::npos) << r.output;
+  r = Ctl({"jobs", "list", "--state", "running"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("small"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("big"), std::string::npos) << r.output;
+  r = Ctl({"segments", "--job", std::to_string(small)});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("running"), std::string::npos) << r.output;
+  r = Ctl({"jobs", "priority", std::to_string(big), "low"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("priority LOW"), std::string::npos) << r.output;
+  r = Ctl({"jobs", "cancel", std::to_string(big), "--reason", "test over"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("CANCELLED"), std::string::npos) << r.output;
+
+  // Exit codes: 1 refused (with the server's message), 2 usage, 3 unreachable.
+  r = Ctl({"pools", "add", "p"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  r = Ctl({"jobs", "show", "999"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  r = Ctl({"pools", "add", "q"}, StintdProcess::kWorkerToken);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("admin token"), std::string::npos) << r.output;
+  r = Ctl({"windows", "add", "--pool", "p", "--gpus", "4", "--end", "yesterday"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  r = Ctl({"jobs", "frobnicate"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  r = RunProgram(STINTCTL_PATH, {"--token-file", dir_.path() + "/admin.tokens", "--url", daemon_->url(), "teams",
+                                 "list"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;  // the token file's comment line is skipped
+  EXPECT_NE(r.output.find("research"), std::string::npos) << r.output;
+  daemon_->Kill(SIGKILL);
+  r = Ctl({"queue"});
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("cannot reach stintd"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace stint

@@ -1,0 +1,283 @@
+#include "stintctl/render.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "stintctl/format.h"
+
+namespace stint {
+namespace ctl {
+namespace {
+
+const Json& Field(const Json& o, const char* key) {
+  static const Json kNull;
+  if (!o.is_object()) return kNull;
+  auto it = o.find(key);
+  return it == o.end() ? kNull : *it;
+}
+
+const Json& List(const Json& reply, const char* key) {
+  static const Json kEmpty = Json::array();
+  const Json& v = Field(reply, key);
+  return v.is_array() ? v : kEmpty;
+}
+
+bool Int(const Json& o, const char* key, int64_t* out) {
+  const Json& v = Field(o, key);
+  if (v.is_number_integer()) {
+    *out = v.get<int64_t>();
+    return true;
+  }
+  if (v.is_number_float() && std::isfinite(v.get<double>())) {
+    *out = std::llround(v.get<double>());
+    return true;
+  }
+  return false;
+}
+
+bool Number(const Json& o, const char* key, double* out) {
+  const Json& v = Field(o, key);
+  if (!v.is_number()) return false;
+  *out = v.get<double>();
+  return std::isfinite(*out);
+}
+
+std::string DurationCell(const Json& o, const char* key) {
+  double s;
+  return Number(o, key, &s) ? FormatDuration(s) : "-";
+}
+
+// Steps are >= 0; stintd says -1 for "none yet".
+std::string StepCell(const Json& o, const char* key) {
+  int64_t step;
+  if (Int(o, key, &step) && step < 0) return "-";
+  return Cell(o, key);
+}
+
+std::string Plural(size_t n, const char* one, const char* many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+}  // namespace
+
+std::string Cell(const Json& object, const char* key) {
+  const Json& v = Field(object, key);
+  if (v.is_string()) return v.get<std::string>().empty() ? "-" : v.get<std::string>();
+  if (v.is_boolean()) return v.get<bool>() ? "yes" : "no";
+  if (v.is_number_integer()) return v.dump();
+  if (v.is_number_float()) {
+    double d = v.get<double>();
+    char buf[64];
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 1e15) {
+      std::snprintf(buf, sizeof(buf), "%.0f", d);
+    } else {
+      std::snprintf(buf, sizeof(buf), "%.3g", d);
+    }
+    return buf;
+  }
+  if (v.is_null()) return "-";
+  return v.dump();
+}
+
+std::string GpuRangeCell(const Json& job) {
+  int64_t lo, hi;
+  if (!Int(job, "min_gpus", &lo)) return "-";
+  if (!Int(job, "max_gpus", &hi) || hi == lo) return std::to_string(lo);
+  return std::to_string(lo) + "-" + std::to_string(hi);
+}
+
+std::string AllocsCell(const Json& segment) {
+  std::string out;
+  for (const Json& a : List(segment, "allocs")) {
+    if (!out.empty()) out += ",";
+    out += "w" + Cell(a, "window_id") + ":" + Cell(a, "gpus");
+  }
+  return out.empty() ? "-" : out;
+}
+
+std::string TimeCell(const Json& object, const char* key, int64_t now_ms) {
+  int64_t ms;
+  if (!Int(object, key, &ms) || ms == 0) return "-";
+  return FormatWhen(ms, now_ms);
+}
+
+std::string RenderPools(const Json& reply) {
+  const Json& pools = List(reply, "pools");
+  if (pools.empty()) return "no pools\n";
+  Table t({"POOL", "DESCRIPTION"});
+  for (const Json& p : pools) t.AddRow({Cell(p, "name"), Cell(p, "description")});
+  return t.Render();
+}
+
+std::string RenderWindows(const Json& reply, int64_t now_ms) {
+  const Json& windows = List(reply, "windows");
+  if (windows.empty()) return "no windows\n";
+  Table t({"ID", "POOL", "KIND", "GPUS", "ALLOC", "STATE", "START", "END", "NOTICE_LEAD"});
+  for (const Json& w : windows) {
+    int64_t start = 0;
+    std::string state = "-";
+    if (Field(w, "open").is_boolean()) {
+      const bool upcoming = Int(w, "start_ms", &start) && start > now_ms;
+      state = Field(w, "open").get<bool>() ? "open" : upcoming ? "upcoming" : "closed";
+    }
+    if (Field(w, "closed_early").is_boolean() && Field(w, "closed_early").get<bool>()) state += " (closed early)";
+    const bool no_end = Field(w, "end_ms").is_null();
+    t.AddRow({Cell(w, "id"), Cell(w, "pool"), Cell(w, "kind"), Cell(w, "gpus"), Cell(w, "allocated_gpus"), state,
+              TimeCell(w, "start_ms", now_ms), no_end ? "none (until revoked)" : TimeCell(w, "end_ms", now_ms),
+              DurationCell(w, "notice_lead_seconds")});
+  }
+  return t.Render();
+}
+
+std::string RenderTeams(const Json& reply) {
+  const Json& teams = List(reply, "teams");
+  if (teams.empty()) return "no teams\n";
+  Table t({"TEAM", "GUARANTEED", "BORROW_LIMIT", "ALLOCATED", "USAGE_GPU_H"});
+  for (const Json& team : teams) {
+    int64_t limit;
+    std::string borrow = Int(team, "borrow_limit_gpus", &limit) && limit < 0 ? "unlimited"
+                                                                              : Cell(team, "borrow_limit_gpus");
+    double usage;
+    char hours[32] = "-";
+    if (Number(team, "usage_gpu_seconds", &usage)) std::snprintf(hours, sizeof(hours), "%.1f", usage / 3600);
+    t.AddRow({Cell(team, "name"), Cell(team, "guaranteed_gpus"), borrow, Cell(team, "allocated_gpus"), hours});
+  }
+  return t.Render();
+}
+
+std::string RenderJobs(const Json& reply, int64_t now_ms) {
+  const Json& jobs = List(reply, "jobs");
+  if (jobs.empty()) return "no jobs\n";
+  Table t({"ID", "NAME", "TEAM", "PRIO", "STATE", "GPUS", "SEGMENT", "STEP", "CKPT_STEP", "PREEMPTED", "SUBMITTED",
+           "MESSAGE"});
+  for (const Json& j : jobs) {
+    int64_t seg;
+    std::string segment = Int(j, "segment_id", &seg) && seg > 0 ? std::to_string(seg) : "-";
+    t.AddRow({Cell(j, "id"), Cell(j, "name"), Cell(j, "team"), Cell(j, "priority"), Cell(j, "state"),
+              GpuRangeCell(j), segment, Cell(j, "last_step"), StepCell(j, "checkpoint_step"), Cell(j, "preemptions"),
+              TimeCell(j, "submit_ms", now_ms), Cell(j, "message")});
+  }
+  return t.Render();
+}
+
+std::string RenderSegments(const Json& reply, int64_t now_ms) {
+  const Json& segments = List(reply, "segments");
+  if (segments.empty()) return "no segments\n";
+  Table t({"ID", "JOB", "STATE", "GPUS", "WINDOWS", "TOKEN", "START", "PLANNED_END", "NOTICE", "DEADLINE",
+           "ENDED"});
+  for (const Json& s : segments) {
+    std::string notice = Cell(s, "notice_reason");
+    if (notice == "none") notice = "-";
+    t.AddRow({Cell(s, "id"), Cell(s, "job_id"), Cell(s, "state"), Cell(s, "gpus"), AllocsCell(s),
+              Cell(s, "fencing_token"), TimeCell(s, "start_ms", now_ms), TimeCell(s, "planned_end_ms", now_ms),
+              notice, TimeCell(s, "deadline_ms", now_ms), TimeCell(s, "ended_ms", now_ms)});
+  }
+  return t.Render();
+}
+
+std::string RenderJob(const Json& job, int64_t now_ms) {
+  Table kv({"FIELD", "VALUE"});
+  auto add = [&](const char* label, std::string value) { kv.AddRow({label, std::move(value)}); };
+  add("id", Cell(job, "id"));
+  add("name", Cell(job, "name"));
+  add("state", Cell(job, "state"));
+  add("team", Cell(job, "team"));
+  add("pool", Cell(job, "pool"));
+  add("priority", Cell(job, "priority"));
+  add("gpus", GpuRangeCell(job));
+  add("gang", Cell(job, "gang"));
+  add("preemptible", Cell(job, "preemptible"));
+  add("checkpoint cost", DurationCell(job, "checkpoint_seconds"));
+  add("restart cost", DurationCell(job, "restart_seconds"));
+  add("checkpoint interval", DurationCell(job, "checkpoint_interval_seconds"));
+  add("remaining", DurationCell(job, "remaining_seconds"));
+  add("submitted", TimeCell(job, "submit_ms", now_ms));
+  add("eligible", TimeCell(job, "eligible_ms", now_ms));
+  int64_t segment_id;
+  add("segment", Int(job, "segment_id", &segment_id) && segment_id > 0 ? std::to_string(segment_id) : "-");
+  add("fencing token", Cell(job, "fencing_token"));
+  add("last step", Cell(job, "last_step"));
+  add("checkpoint step", StepCell(job, "checkpoint_step"));
+  add("checkpoint at", TimeCell(job, "checkpoint_ms", now_ms));
+  add("preemptions", Cell(job, "preemptions"));
+  add("lost GPU time", DurationCell(job, "lost_gpu_seconds"));
+  add("message", Cell(job, "message"));
+  std::string out = kv.Render();
+  // Drop the FIELD/VALUE header: a key-value list reads better without it.
+  out = out.substr(out.find('\n') + 1);
+  const Json& pending = Field(job, "pending");
+  if (pending.is_object()) {
+    out += "\npending: position " + Cell(pending, "position") + ", blocked by " + Cell(pending, "reason");
+    const std::string detail = Cell(pending, "detail");
+    if (detail != "-" && !detail.empty()) out += " (" + detail + ")";
+    out += "; planned start " + (Field(pending, "planned_start_ms").is_null()
+                                     ? std::string("unknown")
+                                     : TimeCell(pending, "planned_start_ms", now_ms)) + "\n";
+  }
+  // GET /v1/jobs/{id} puts the segment list where the plain job has a count.
+  const Json& segments = Field(job, "segments");
+  if (segments.is_array() && !segments.empty()) {
+    out += "\nsegments:\n" + RenderSegments(Json{{"segments", segments}}, now_ms);
+  }
+  return out;
+}
+
+std::string RenderQueue(const Json& reply) {
+  int64_t now_ms = 0;
+  Int(reply, "now_ms", &now_ms);
+  std::string out;
+  const Json& pending = List(reply, "pending");
+  if (pending.empty()) {
+    out += "no pending jobs\n";
+  } else {
+    out += "PENDING: " + Plural(pending.size(), "job", "jobs") + "\n";
+    Table t({"POS", "JOB", "NAME", "TEAM", "PRIO", "GPUS", "WAIT", "REASON", "PLANNED_START", "DETAIL"});
+    for (const Json& p : pending) {
+      std::string planned = Field(p, "planned_start_ms").is_null() ? "unknown" : TimeCell(p, "planned_start_ms", now_ms);
+      int64_t planned_gpus;
+      if (planned != "unknown" && Int(p, "planned_gpus", &planned_gpus) && planned_gpus > 0) {
+        planned += " on " + std::to_string(planned_gpus);
+      }
+      t.AddRow({Cell(p, "position"), Cell(p, "job_id"), Cell(p, "name"), Cell(p, "team"), Cell(p, "priority"),
+                GpuRangeCell(p), DurationCell(p, "wait_seconds"), Cell(p, "reason"), planned, Cell(p, "detail")});
+    }
+    out += t.Render();
+  }
+  const Json& running = List(reply, "running");
+  out += "\n";
+  if (running.empty()) {
+    out += "no running jobs\n";
+  } else {
+    out += "RUNNING: " + Plural(running.size(), "job", "jobs") + "\n";
+    Table t({"JOB", "NAME", "TEAM", "PRIO", "GPUS", "SEGMENT", "STATE", "WINDOWS", "STARTED", "ENDS"});
+    for (const Json& r : running) {
+      const Json& seg = Field(r, "segment");
+      // A notified segment ends at its deadline; otherwise at its planned end.
+      int64_t deadline = 0;
+      std::string ends;
+      if (Int(seg, "deadline_ms", &deadline) && deadline > 0) {
+        ends = "deadline " + FormatWhen(deadline, now_ms) + " (" + Cell(seg, "notice_reason") + ")";
+      } else if (Field(seg, "planned_end_ms").is_null()) {
+        ends = "open-ended";
+      } else {
+        ends = TimeCell(seg, "planned_end_ms", now_ms);
+      }
+      t.AddRow({Cell(r, "job_id"), Cell(r, "name"), Cell(r, "team"), Cell(r, "priority"), Cell(seg, "gpus"),
+                Cell(seg, "id"), Cell(seg, "state"), AllocsCell(seg), TimeCell(seg, "start_ms", now_ms), ends});
+    }
+    out += t.Render();
+  }
+  const Json& stats = Field(reply, "stats");
+  if (stats.is_object() && !stats.empty()) {
+    out += "\n";
+    std::string line;
+    for (const auto& item : stats.items()) {
+      line += (line.empty() ? "" : "  ") + item.key() + "=" + Cell(stats, item.key().c_str());
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+}  // namespace ctl
+}  // namespace stint
