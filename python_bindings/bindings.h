@@ -1,0 +1,20 @@
+// The parts of stint._C, each bound in its own translation unit and put
+// together by module.cc. Only torch_state.cc includes LibTorch headers.
+#ifndef STINT_PYTHON_BINDINGS_BINDINGS_H_
+#define STINT_PYTHON_BINDINGS_BINDINGS_H_
+
+#include <pybind11/pybind11.h>
+
+namespace stint {
+namespace python {
+
+void BindErrors(pybind11::module_& m);      // status_to_exception.cc: Error and its subclasses
+void BindFuture(pybind11::module_& m);      // module.cc: Future
+void BindSampler(pybind11::module_& m);     // sampler_binding.cc: ResumableSampler, IndexPermutation
+void BindPreemption(pybind11::module_& m);  // preemption_binding.cc: PreemptionWatcher, launch_env
+void BindTorchState(pybind11::module_& m);  // torch_state.cc: Checkpointer, CheckpointReader, RNG
+
+}  // namespace python
+}  // namespace stint
+
+#endif  // STINT_PYTHON_BINDINGS_BINDINGS_H_

@@ -1,0 +1,67 @@
+"""stint: asynchronous checkpoints and exact, preemption-safe resume for PyTorch.
+
+    import stint
+    ckpt = stint.Checkpointer("/nvme/ckpt/job-42")
+    staged, durable = ckpt.save(step, {"model": model.state_dict(), "optim": opt.state_dict()})
+    state = ckpt.load()
+
+    sampler = stint.ResumableSampler(len(dataset), global_batch=64)
+    run = stint.Resumable("/nvme/ckpt/job-42", model=model, optimizer=opt, sampler=sampler)
+
+See the docstrings of Checkpointer, Resumable, ResumableSampler,
+PreemptionWatcher and capture_rng. Every error is a stint.Error subclass
+(DataLossError, NotFoundError, ...; most also subclass the closest builtin,
+e.g. NotFoundError is a FileNotFoundError) carrying the runtime's message.
+"""
+
+import torch as _torch  # noqa: F401  (loads LibTorch before the extension that links it)
+
+from . import _C
+from ._C import (  # noqa: F401
+    AbortedError,
+    AlreadyExistsError,
+    CancelledError,
+    DataLossError,
+    DeadlineExceededError,
+    Error,
+    FailedPreconditionError,
+    Future,
+    IndexPermutation,
+    InternalError,
+    InvalidArgumentError,
+    IoError,
+    NotFoundError,
+    PermissionDeniedError,
+    PreemptionPlan,
+    ResourceExhaustedError,
+    SaveHandle,
+    UnauthenticatedError,
+    UnavailableError,
+    UnimplementedError,
+)
+from .checkpointer import Checkpointer, CheckpointReader, LoadResult  # noqa: F401
+from .preemption import PreemptionNotice, PreemptionWatcher, shield_from_preemption  # noqa: F401
+from .resumable import Resumable  # noqa: F401
+from .rng import capture_rng, restore_rng  # noqa: F401
+from .sampler import ResumableSampler  # noqa: F401
+
+EXIT_REQUEUE = _C.EXIT_REQUEUE              # 75: preempted, state saved or loss reported: requeue
+EXIT_DO_NOT_REQUEUE = _C.EXIT_DO_NOT_REQUEUE  # 76: a fatal error a restart cannot fix
+
+
+def launch_env():
+    """{'rank', 'world_size', 'local_rank', 'launcher'} from torchrun's or Slurm's environment."""
+    return _C.launch_env()
+
+
+__version__ = "0.1.0"
+__all__ = [
+    "Checkpointer", "CheckpointReader", "LoadResult", "SaveHandle", "Future",
+    "ResumableSampler", "IndexPermutation", "Resumable",
+    "PreemptionWatcher", "PreemptionNotice", "PreemptionPlan", "shield_from_preemption",
+    "capture_rng", "restore_rng", "launch_env", "EXIT_REQUEUE", "EXIT_DO_NOT_REQUEUE",
+    "Error", "CancelledError", "InvalidArgumentError", "NotFoundError", "AlreadyExistsError",
+    "FailedPreconditionError", "AbortedError", "UnavailableError", "DeadlineExceededError",
+    "ResourceExhaustedError", "DataLossError", "IoError", "InternalError", "UnimplementedError",
+    "UnauthenticatedError", "PermissionDeniedError",
+]

@@ -1,0 +1,393 @@
+"""Nested state dicts <-> named tensors, byte blobs and one structure blob.
+
+A checkpoint written by stint.Checkpointer holds every tensor of the state
+under a readable dotted name ("model.fc1.weight", "optim.state.3.exp_avg"),
+every bytes leaf as a blob, and the blob "stint.pytree": a JSON document that
+records the containers, the plain values and where each tensor goes, so
+load() rebuilds exactly the nesting that was saved.
+
+Structure format, version 1 (JSON, UTF-8):
+
+    {"format": "stint.pytree", "version": 1, "root": NODE}
+
+    NODE := null | true | false | <int> | <string>     None, bool, int, str
+          | ["float", "<float.hex()>"]                 exact, incl. nan/inf/-0.0
+          | ["dict", [[KEY, NODE], ...]]               keys in order
+          | ["odict", [[KEY, NODE], ...], NODE]        OrderedDict; last: its _metadata
+          | ["list", [NODE, ...]] | ["tuple", [NODE, ...]]
+          | ["tensor", "<name>"] | ["tensor", "<name>", {"device": "cuda:0", "grad": true}]
+          | ["ndarray", "<name>"]                      a numpy array, stored as a tensor
+          | ["bytes", "<blob name>"]
+          | ["np", "<numpy dtype str>", NODE]          a numpy scalar
+          | ["dtype", "float32"] | ["device", "cuda:0"]
+    KEY   := a NODE of a hashable value (str, int, float, bool, None, tuple)
+
+Names are the path of keys and list indices joined with "."; a name already
+taken (two paths that print the same, or an empty path) gets "#1", "#2", ...
+appended, so names are unique and the structure is the only source of truth
+for where a tensor goes. Two paths holding the very same tensor view (tied
+weights) are stored once and load as one shared tensor.
+"""
+
+import collections
+import json
+import math
+
+import torch
+
+try:  # numpy is optional
+    import numpy as _np
+except ImportError:  # pragma: no cover - numpy is installed with torch in practice
+    _np = None
+
+from . import _C
+
+STRUCTURE_BLOB = "stint.pytree"
+FORMAT_NAME = "stint.pytree"
+FORMAT_VERSION = 1
+
+_MISSING = object()
+
+
+class Flat:
+    """What flatten() produces: the arguments of _C.Checkpointer.save()."""
+
+    __slots__ = ("names", "tensors", "blobs", "structure")
+
+    def __init__(self):
+        self.names = []
+        self.tensors = []
+        self.blobs = {}
+        self.structure = b""
+
+
+def _path_str(path):
+    out = "state"
+    for p in path:
+        out += "[%r]" % (p,)
+    return out
+
+
+def _component(key):
+    if isinstance(key, str):
+        return key
+    if isinstance(key, bool) or key is None:
+        return repr(key)
+    if isinstance(key, int):
+        return str(key)
+    return repr(key)
+
+
+class _Flattener:
+    def __init__(self):
+        self.flat = Flat()
+        self.tensor_names = set()
+        self.blob_names = {STRUCTURE_BLOB}
+        self.by_view = {}  # (storage, offset, shape, stride, dtype, device) -> name
+
+    @staticmethod
+    def _unique(name, used):
+        if name and name not in used:
+            used.add(name)
+            return name
+        k = 1
+        while "%s#%d" % (name, k) in used:
+            k += 1
+        name = "%s#%d" % (name, k)
+        used.add(name)
+        return name
+
+    def _name(self, path):
+        return ".".join(_component(p) for p in path)
+
+    def _view_key(self, t):
+        if t.layout != torch.strided or t.numel() == 0:
+            return None
+        try:
+            ptr = t.untyped_storage().data_ptr()
+        except (RuntimeError, NotImplementedError):
+            return None
+        if ptr == 0:
+            return None
+        return (ptr, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype, str(t.device))
+
+    def tensor(self, t, path):
+        key = self._view_key(t)
+        if key is not None and key in self.by_view:
+            return self.by_view[key]
+        name = self._unique(self._name(path), self.tensor_names)
+        self.flat.names.append(name)
+        self.flat.tensors.append(t)
+        if key is not None:
+            self.by_view[key] = name
+        return name
+
+    def key(self, k, path):
+        if k is None or isinstance(k, (bool, str, int, float)):
+            return self.node(k, path)
+        if type(k) is tuple:
+            return ["tuple", [self.key(x, path) for x in k]]
+        raise TypeError("%s: cannot checkpoint a dict key of type %s (supported: str, int, float, "
+                        "bool, None and tuples of them)" % (_path_str(path), type(k).__name__))
+
+    def items(self, d, path):
+        return [[self.key(k, path), self.node(v, path + [k])] for k, v in d.items()]
+
+    def node(self, x, path):
+        if x is None or type(x) in (bool, str, int):
+            return x
+        if type(x) is float:
+            return ["float", x.hex()]
+        if _np is not None and isinstance(x, _np.generic):
+            return ["np", x.dtype.str, self.node(x.item(), path)]
+        for base in (bool, str, int, float):
+            if isinstance(x, base):
+                raise TypeError("%s: cannot checkpoint an object of type %s, a subclass of %s: it "
+                                "would load as a plain %s" % (_path_str(path), type(x).__qualname__,
+                                                              base.__name__, base.__name__))
+        if isinstance(x, torch.Tensor):
+            name = self.tensor(x, path)
+            meta = {}
+            if x.device.type != "cpu":
+                meta["device"] = str(x.device)
+            if x.requires_grad:
+                meta["grad"] = True
+            return ["tensor", name, meta] if meta else ["tensor", name]
+        if isinstance(x, collections.OrderedDict):
+            meta = getattr(x, "_metadata", None)
+            return ["odict", self.items(x, path),
+                    self.node(meta, path + ["_metadata"]) if meta is not None else None]
+        if isinstance(x, dict):
+            return ["dict", self.items(x, path)]
+        if type(x) is list:
+            return ["list", [self.node(v, path + [i]) for i, v in enumerate(x)]]
+        if type(x) is tuple:
+            return ["tuple", [self.node(v, path + [i]) for i, v in enumerate(x)]]
+        if isinstance(x, (bytes, bytearray, memoryview)):
+            name = self._unique(self._name(path), self.blob_names)
+            self.flat.blobs[name] = bytes(x)
+            return ["bytes", name]
+        if isinstance(x, torch.dtype):
+            return ["dtype", str(x).replace("torch.", "")]
+        if isinstance(x, torch.device):
+            return ["device", str(x)]
+        if _np is not None and isinstance(x, _np.ndarray):
+            try:
+                t = torch.from_numpy(_np.ascontiguousarray(x))
+            except TypeError as e:
+                raise TypeError("%s: cannot checkpoint a numpy array of dtype %s (%s)"
+                                % (_path_str(path), x.dtype, e)) from None
+            return ["ndarray", self.tensor(t, path)]
+        raise TypeError("%s: cannot checkpoint an object of type %s (supported: tensors, numpy "
+                        "arrays, dict, OrderedDict, list, tuple, int, float, bool, str, bytes, None; "
+                        "use its state_dict())" % (_path_str(path), type(x).__qualname__))
+
+
+def flatten(state):
+    """Splits `state` into named tensors, blobs and the structure (see module doc)."""
+    f = _Flattener()
+    root = f.node(state, [])
+    doc = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "root": root}
+    f.flat.structure = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    return f.flat
+
+
+def parse_structure(blob, where):
+    """The root NODE of a structure blob; DataLossError when it is malformed."""
+    try:
+        doc = json.loads(blob.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise _C.DataLossError("%s: blob '%s' is not valid JSON: %s" % (where, STRUCTURE_BLOB, e)) from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT_NAME or "root" not in doc:
+        raise _C.DataLossError("%s: blob '%s' is not a stint state structure" % (where, STRUCTURE_BLOB))
+    version = doc.get("version")
+    if version != FORMAT_VERSION:
+        raise _C.UnimplementedError("%s: state structure version %r; this stint reads version %d"
+                                    % (where, version, FORMAT_VERSION))
+    return doc["root"]
+
+
+class _Bad(Exception):
+    pass
+
+
+def _kind(node):
+    if isinstance(node, list) and node and isinstance(node[0], str):
+        return node[0]
+    if node is None or isinstance(node, (bool, int, str)):
+        return "leaf"
+    raise _Bad("unexpected node %r" % (node,))
+
+
+def tensor_names(root):
+    """Every tensor name the structure refers to, in order, once each."""
+    out, seen = [], set()
+
+    def walk(node):
+        kind = _kind(node)
+        if kind in ("tensor", "ndarray"):
+            if node[1] not in seen:
+                seen.add(node[1])
+                out.append(node[1])
+        elif kind in ("dict", "odict"):
+            for k, v in node[1]:
+                walk(v)
+        elif kind in ("list", "tuple"):
+            for v in node[1]:
+                walk(v)
+
+    try:
+        walk(root)
+    except (_Bad, IndexError, TypeError, ValueError):
+        return None
+    return out
+
+
+def _decode_key(node, where):
+    return decode(node, {}, {}, where, None)
+
+
+def plan_in_place(root, into, strict, where):
+    """Matches the structure against `into` (a state of the same shape whose
+    tensors are to be filled in place). Returns (in_place [(name, tensor)],
+    fresh [name]). With strict, NotFoundError names every tensor of `into`
+    that the checkpoint does not hold."""
+    in_place, fresh = [], []
+    placed, fresh_set = set(), set()
+    matched = set()  # id() of the tensors of `into` that get filled
+
+    def tensor(name, target):
+        if isinstance(target, torch.Tensor):
+            if name not in placed:
+                placed.add(name)
+                in_place.append((name, target))
+            matched.add(id(target))
+        elif name not in fresh_set:
+            fresh_set.add(name)
+            fresh.append(name)
+
+    def walk(node, target):
+        kind = _kind(node)
+        if kind in ("tensor", "ndarray"):
+            if kind == "ndarray" and _np is not None and isinstance(target, _np.ndarray):
+                try:
+                    target = torch.from_numpy(target) if target.flags["C_CONTIGUOUS"] else _MISSING
+                except TypeError:
+                    target = _MISSING
+            tensor(node[1], target if isinstance(target, torch.Tensor) else _MISSING)
+        elif kind in ("dict", "odict"):
+            is_map = isinstance(target, dict)
+            for k, v in node[1]:
+                walk(v, target.get(_decode_key(k, where), _MISSING) if is_map else _MISSING)
+        elif kind in ("list", "tuple"):
+            same = isinstance(target, (list, tuple)) and len(target) == len(node[1])
+            for i, v in enumerate(node[1]):
+                walk(v, target[i] if same else _MISSING)
+
+    try:
+        walk(root, into)
+    except (_Bad, IndexError, TypeError, ValueError) as e:
+        raise _C.DataLossError("%s: malformed state structure (%s)" % (where, e)) from None
+
+    if strict:
+        missing = []
+
+        def find(x, path):
+            if isinstance(x, torch.Tensor):
+                if id(x) not in matched:
+                    missing.append(_path_str(path))
+            elif isinstance(x, dict):
+                for k, v in x.items():
+                    find(v, path + [k])
+            elif isinstance(x, (list, tuple)):
+                for i, v in enumerate(x):
+                    find(v, path + [i])
+
+        find(into, [])
+        if missing:
+            shown = ", ".join(missing[:5]) + (" and %d more" % (len(missing) - 5) if len(missing) > 5 else "")
+            raise _C.NotFoundError("%s: the checkpoint has no tensor for %s of `into` (pass strict=False "
+                                   "to load anyway)" % (where, shown))
+    return in_place, fresh
+
+
+def _device_for(saved, map_location, name, where):
+    if map_location is not None:
+        return torch.device(map_location)
+    if saved is None:
+        return None
+    device = torch.device(saved)
+    if device.type == "cuda" and (not torch.cuda.is_available() or
+                                  (device.index or 0) >= torch.cuda.device_count()):
+        raise _C.InvalidArgumentError("%s: tensor '%s' was saved on %s, which this process does not "
+                                      "have; pass map_location='cpu'" % (where, name, saved))
+    return device
+
+
+def decode(root, tensors, blobs, where, map_location, in_place_names=()):
+    """Rebuilds the saved object. `tensors` maps names to loaded tensors (the
+    `into` targets for in_place_names, new CPU tensors otherwise); fresh
+    tensors are moved to their saved device (or map_location) and get their
+    requires_grad back."""
+    done = {}
+
+    def tensor(node):
+        name = node[1]
+        if name in done:
+            return done[name]
+        if name not in tensors:
+            raise _Bad("tensor '%s' was not loaded" % name)
+        t = tensors[name]
+        if name not in in_place_names:
+            meta = node[2] if len(node) > 2 and isinstance(node[2], dict) else {}
+            device = _device_for(meta.get("device"), map_location, name, where)
+            if device is not None and t.device != device:
+                t = t.to(device)
+            if meta.get("grad"):
+                t.requires_grad_(True)
+        done[name] = t
+        return t
+
+    def dec(node):
+        kind = _kind(node)
+        if kind == "leaf":
+            return node
+        if kind == "float":
+            return float.fromhex(node[1])
+        if kind == "tensor":
+            return tensor(node)
+        if kind == "ndarray":
+            t = tensor(node)
+            return t.numpy() if t.device.type == "cpu" else t.cpu().numpy()
+        if kind == "dict":
+            return {dec(k): dec(v) for k, v in node[1]}
+        if kind == "odict":
+            d = collections.OrderedDict((dec(k), dec(v)) for k, v in node[1])
+            if len(node) > 2 and node[2] is not None:
+                d._metadata = dec(node[2])
+            return d
+        if kind == "list":
+            return [dec(v) for v in node[1]]
+        if kind == "tuple":
+            return tuple(dec(v) for v in node[1])
+        if kind == "bytes":
+            if node[1] not in blobs:
+                raise _Bad("blob '%s' is missing" % node[1])
+            return blobs[node[1]]
+        if kind == "np":
+            if _np is None:
+                raise _C.UnimplementedError("%s: the state holds numpy scalars; install numpy" % where)
+            return _np.dtype(node[1]).type(dec(node[2]))
+        if kind == "dtype":
+            dt = getattr(torch, node[1], None)
+            if not isinstance(dt, torch.dtype):
+                raise _Bad("unknown dtype %r" % node[1])
+            return dt
+        if kind == "device":
+            return torch.device(node[1])
+        raise _Bad("unknown node kind %r" % kind)
+
+    try:
+        return dec(root)
+    except (_Bad, IndexError, TypeError, ValueError, KeyError) as e:
+        raise _C.DataLossError("%s: malformed state structure (%s)" % (where, e)) from None

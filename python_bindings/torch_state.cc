@@ -1,0 +1,535 @@
+// stint._C.Checkpointer, CheckpointReader, SaveHandle and the LibTorch RNG
+// capture: the binding's only translation unit that includes LibTorch.
+//
+// The Python package flattens a nested state dict into named tensors, byte
+// blobs and a structure blob (python_bindings/stint/pytree.py); this file
+// moves those through the runtime with the GIL released:
+//   save(step, names, tensors, blobs) -> SaveHandle(staged, durable)
+//   load(planner, step, verify_all)   -> {"step", "dir", "blobs", "tensors", ...}
+// Tensors go through runtime/torch (TorchStateBuilder borrows contiguous CPU
+// tensors and copies the others; TorchStateLoader reads in place). Fresh
+// tensors for a load are allocated here from the checkpoint's own shapes.
+#include <torch/csrc/utils/pybind.h>  // the torch.Tensor <-> at::Tensor caster
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bindings.h"
+#include "future.h"
+#include "status_to_exception.h"
+#include "stint/checkpoint_reader.h"
+#include "stint/checkpointer.h"
+#include "stint_torch.h"
+#include "torch_guard.h"
+
+namespace stint {
+namespace python {
+
+namespace py = pybind11;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::chrono::milliseconds Millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0 + 0.5));
+}
+
+// ---- CheckpointReader --------------------------------------------------------
+
+// A reader that Python owns (CheckpointReader.open) or one borrowed from a
+// running load for the duration of the planner callback, after which every
+// method raises FailedPreconditionError.
+// Thread-compatible.
+class PyReader {
+ public:
+  explicit PyReader(std::unique_ptr<CheckpointReader> owned)
+      : owned_(std::move(owned)), reader_(owned_.get()) {}
+  explicit PyReader(const CheckpointReader* borrowed) : reader_(borrowed) {}
+
+  const CheckpointReader& get() const {
+    if (reader_ == nullptr) {
+      ThrowStatus(Status::FailedPrecondition(
+          "this CheckpointReader belonged to a load planner call that has returned"));
+    }
+    return *reader_;
+  }
+  void Invalidate() { reader_ = nullptr; }
+
+ private:
+  std::unique_ptr<CheckpointReader> owned_;
+  const CheckpointReader* reader_;
+};
+
+py::list TensorInfos(const CheckpointReader& reader) {
+  py::list out;
+  for (const TensorInfo& t : reader.tensors()) {
+    py::dict d;
+    d["name"] = t.name;
+    d["dtype"] = std::string(DTypeName(t.dtype));
+    d["shape"] = py::tuple(py::cast(t.shape));
+    d["shards"] = t.shards;
+    d["raw_bytes"] = t.raw_bytes;
+    out.append(std::move(d));
+  }
+  return out;
+}
+
+// New CPU tensors for `names`, as stored, with their destinations appended to
+// *dests. kDataLoss for a name the checkpoint does not hold (the caller's
+// list comes from the checkpoint's own structure blob).
+Status FreshTensors(const CheckpointReader& reader, const std::vector<std::string>& names,
+                    std::vector<TensorDest>* dests,
+                    std::vector<std::pair<std::string, at::Tensor>>* out) {
+  std::map<std::string, TensorInfo> stored;
+  for (auto& info : reader.tensors()) stored.emplace(info.name, info);
+  std::set<std::string> seen;
+  return Guard("allocating tensors for " + reader.dir(), [&]() -> Status {
+    for (const std::string& name : names) {
+      if (!seen.insert(name).second) continue;
+      auto it = stored.find(name);
+      if (it == stored.end()) {
+        return Status::DataLoss(reader.dir() + ": tensor '" + name +
+                                "' is named by the state structure but not in the manifest");
+      }
+      const TensorInfo& info = it->second;
+      at::Tensor t = torch::empty(info.shape, at::TensorOptions().dtype(TorchScalarType(info.dtype)));
+      TensorDest d;
+      d.name = name;
+      d.dtype = info.dtype;
+      d.global_shape = info.shape;
+      d.data = t.numel() > 0 ? t.data_ptr() : nullptr;
+      dests->push_back(std::move(d));
+      out->emplace_back(name, std::move(t));
+    }
+    return Status::OK();
+  });
+}
+
+py::dict TensorDict(std::vector<std::pair<std::string, at::Tensor>> tensors) {
+  py::dict d;
+  for (auto& [name, t] : tensors) d[py::str(name)] = py::cast(std::move(t));
+  return d;
+}
+
+// ---- Checkpointer ------------------------------------------------------------
+
+struct PySaveHandle {
+  uint64_t step;
+  bool skipped;
+  Future staged;
+  Future durable;
+};
+
+py::dict StatsDict(const CheckpointerStats& s) {
+  py::dict d;
+  d["saves"] = s.saves;
+  d["skipped"] = s.skipped;
+  d["failed"] = s.failed;
+  d["committed"] = s.committed;
+  if (s.last) {
+    py::dict last;
+    last["step"] = s.last->step;
+    last["raw_bytes"] = s.last->raw_bytes;
+    last["stored_bytes"] = s.last->stored_bytes;
+    last["snapshot_seconds"] = s.last->snapshot_seconds;
+    last["persist_seconds"] = s.last->persist_seconds;
+    last["commit_seconds"] = s.last->commit_seconds;
+    last["engine"] = s.last->engine;
+    d["last"] = std::move(last);
+  } else {
+    d["last"] = py::none();
+  }
+  return d;
+}
+
+// What a load planner call prepared; replaced by every call (the runtime
+// falls back to older checkpoints and plans each).
+struct LoadPlan {
+  std::unique_ptr<TorchStateLoader> loader;  // in-place destinations
+  std::vector<std::pair<std::string, at::Tensor>> fresh;
+  std::optional<py::error_already_set> python_error;  // a non-stint exception to re-raise
+};
+
+// Owns one Checkpointer. Thread-compatible, like the Checkpointer: one Python
+// thread saves and loads (the GIL is released inside, so calls from several
+// threads would interleave).
+class PyCheckpointer {
+ public:
+  explicit PyCheckpointer(std::unique_ptr<Checkpointer> ckpt) : ckpt_(std::move(ckpt)) {}
+  // Finishes queued saves (the Checkpointer's destructor). The GIL stays held:
+  // the persist thread never needs it, and releasing it during interpreter
+  // shutdown is not safe.
+  ~PyCheckpointer() = default;
+
+  Checkpointer& get() const {
+    if (ckpt_ == nullptr) ThrowStatus(Status::FailedPrecondition("the checkpointer is closed"));
+    return *ckpt_;
+  }
+
+  void Close() {
+    std::unique_ptr<Checkpointer> c = std::move(ckpt_);
+    pending_.clear();
+    py::gil_scoped_release nogil;
+    c.reset();  // waits for pending saves
+  }
+  bool closed() const { return ckpt_ == nullptr; }
+
+  PySaveHandle Save(uint64_t step, const std::vector<std::string>& names,
+                    const std::vector<at::Tensor>& tensors, const py::dict& blobs) {
+    Checkpointer& ckpt = get();
+    if (names.size() != tensors.size()) {
+      ThrowStatus(Status::InvalidArgument("save: " + std::to_string(names.size()) + " names for " +
+                                          std::to_string(tensors.size()) + " tensors"));
+    }
+    std::vector<std::pair<std::string, std::string>> blob_bytes;
+    for (auto item : blobs) {
+      blob_bytes.emplace_back(item.first.cast<std::string>(), item.second.cast<std::string>());
+    }
+    std::optional<Result<SaveHandle>> handle;
+    {
+      py::gil_scoped_release nogil;
+      TorchStateBuilder builder;  // borrows from `tensors`; must outlive Save()
+      Status s;
+      for (size_t i = 0; i < names.size() && s.ok(); ++i) s = builder.AddTensor(names[i], tensors[i]);
+      for (auto& [name, bytes] : blob_bytes) {
+        if (!s.ok()) break;
+        s = builder.AddBlob(name, std::move(bytes));
+      }
+      if (s.ok()) {
+        handle.emplace(ckpt.Save(step, builder.state()));
+      } else {
+        handle.emplace(s.WithContext("save step " + std::to_string(step)));
+      }
+    }
+    SaveHandle h = ValueOrThrow(std::move(*handle));
+    Prune();
+    pending_.push_back(h.durable);
+    return PySaveHandle{h.step, h.skipped, Future(h.staged, h.step, "staged"),
+                        Future(h.durable, h.step, "durable")};
+  }
+
+  void Flush(double timeout_seconds) {
+    Checkpointer& ckpt = get();
+    const Clock::time_point deadline = Clock::now() + Millis(timeout_seconds);
+    // Wait for our own saves interruptibly first; Flush() then finds the
+    // queue idle (or very nearly) and returns the first background error.
+    for (const auto& f : pending_) {
+      double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+      bool ready = WaitWithoutGil(
+          [&f](auto slice) { return f.wait_for(slice) == std::future_status::ready; },
+          std::max(0.0, left));
+      if (!ready) break;
+    }
+    pending_.clear();
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = ckpt.Flush(std::max(left, std::chrono::milliseconds(0)));
+    }
+    ThrowIfError(s);
+  }
+
+  py::dict Load(const py::object& planner, std::optional<uint64_t> step, bool verify_all) {
+    Checkpointer& ckpt = get();
+    LoadOptions options;
+    options.step = step;
+    options.verify_all = verify_all;
+    LoadPlan plan;
+    // Called by Load() on this thread, without the GIL, once per candidate checkpoint.
+    DestPlanner dest_planner = [&](const CheckpointReader& reader) -> Result<std::vector<TensorDest>> {
+      py::gil_scoped_acquire gil;
+      plan.loader.reset();
+      plan.fresh.clear();
+      py::object view = py::cast(std::make_unique<PyReader>(&reader));
+      py::object out;
+      try {
+        out = planner(view);
+      } catch (py::error_already_set& e) {
+        view.cast<PyReader&>().Invalidate();
+        // A stint error keeps its code, so DataLossError from the planner
+        // (say, a damaged structure blob) falls back to an older checkpoint.
+        if (std::optional<Status> s = StatusFromPythonError(e)) return *s;
+        plan.python_error.emplace(std::move(e));
+        return Status::Cancelled("the load planner raised a Python exception");
+      }
+      view.cast<PyReader&>().Invalidate();
+      std::vector<std::pair<std::string, at::Tensor>> in_place;
+      std::vector<std::string> fresh_names;
+      try {
+        auto parsed = out.cast<std::pair<std::vector<std::pair<std::string, at::Tensor>>,
+                                         std::vector<std::string>>>();
+        in_place = std::move(parsed.first);
+        fresh_names = std::move(parsed.second);
+      } catch (const py::cast_error&) {
+        return Status::InvalidArgument(
+            "the load planner must return ([(name, tensor), ...], [name, ...])");
+      }
+      py::gil_scoped_release nogil;
+      plan.loader = std::make_unique<TorchStateLoader>();
+      for (auto& [name, t] : in_place) STINT_RETURN_IF_ERROR(plan.loader->AddTensor(name, t));
+      STINT_ASSIGN_OR_RETURN(std::vector<TensorDest> dests, plan.loader->Planner()(reader));
+      std::set<std::string> targets;
+      for (auto& [name, t] : in_place) targets.insert(name);
+      for (const auto& name : fresh_names) {
+        if (targets.count(name) != 0) {
+          return Status::InvalidArgument("tensor '" + name +
+                                         "' was asked for both in place and as a new tensor");
+        }
+      }
+      STINT_RETURN_IF_ERROR(FreshTensors(reader, fresh_names, &dests, &plan.fresh));
+      return dests;
+    };
+
+    std::optional<Result<LoadResult>> result;
+    {
+      py::gil_scoped_release nogil;
+      result.emplace(ckpt.Load(dest_planner, options));
+      if (result->ok() && plan.loader != nullptr) {
+        Status finished = plan.loader->Finish();  // staged copies, version bumps
+        if (!finished.ok()) result.emplace(finished);
+      }
+    }
+    if (plan.python_error) throw std::move(*plan.python_error);
+    LoadResult r = ValueOrThrow(std::move(*result));
+    py::dict d;
+    d["step"] = r.step;
+    d["dir"] = r.dir;
+    py::dict blobs;
+    for (const auto& [name, bytes] : r.blobs) blobs[py::str(name)] = py::bytes(bytes);
+    d["blobs"] = std::move(blobs);
+    d["tensors"] = TensorDict(std::move(plan.fresh));
+    d["skipped"] = py::cast(r.skipped);
+    d["skipped_steps"] = py::cast(r.skipped_steps);
+    return d;
+  }
+
+  std::vector<uint64_t> ListCommitted() const {
+    Checkpointer& ckpt = get();
+    std::optional<Result<std::vector<uint64_t>>> r;
+    {
+      py::gil_scoped_release nogil;
+      r.emplace(ckpt.ListCommitted());
+    }
+    return ValueOrThrow(std::move(*r));
+  }
+
+  void Quarantine(uint64_t step) {
+    Checkpointer& ckpt = get();
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = ckpt.Quarantine(step);
+    }
+    ThrowIfError(s);
+  }
+
+  py::dict Stats() const { return StatsDict(get().stats()); }
+  std::string root() const { return get().options().root; }
+
+ private:
+  void Prune() {
+    std::vector<std::shared_future<Status>> left;
+    for (auto& f : pending_) {
+      if (f.wait_for(std::chrono::seconds(0)) != std::future_status::ready) left.push_back(f);
+    }
+    pending_ = std::move(left);
+  }
+
+  std::unique_ptr<Checkpointer> ckpt_;
+  std::vector<std::shared_future<Status>> pending_;  // durable futures not seen done
+};
+
+std::unique_ptr<PyCheckpointer> OpenCheckpointer(
+    const std::string& root, const std::string& job_id, uint64_t fencing_token, uint64_t chunk_size,
+    bool compress, int zstd_level, size_t staging_bytes, const std::string& busy_policy,
+    double block_timeout, int keep_last, uint64_t keep_every, const std::string& io_engine,
+    bool direct_io, unsigned io_queue_depth, unsigned io_size, unsigned threads) {
+  CheckpointOptions o;
+  o.root = root;
+  o.job_id = job_id;
+  o.fencing_token = fencing_token;
+  o.chunk_size = chunk_size;
+  o.compress = compress;
+  o.zstd_level = zstd_level;
+  o.staging_bytes = staging_bytes;
+  if (busy_policy == "block") {
+    o.busy_policy = BusyPolicy::kBlock;
+  } else if (busy_policy == "skip") {
+    o.busy_policy = BusyPolicy::kSkip;
+  } else {
+    ThrowStatus(Status::InvalidArgument("busy_policy must be 'block' or 'skip', got '" +
+                                        busy_policy + "'"));
+  }
+  if (block_timeout < 0) ThrowStatus(Status::InvalidArgument("block_timeout must be >= 0"));
+  if (keep_last < 0) ThrowStatus(Status::InvalidArgument("keep_last must be >= 0"));
+  o.block_timeout = Millis(block_timeout);
+  o.keep_last = keep_last;
+  o.keep_every = keep_every;
+  o.io_engine = io_engine;
+  o.direct_io = direct_io;
+  o.io_queue_depth = io_queue_depth;
+  o.io_size = io_size;
+  o.threads = threads;
+  std::optional<Result<std::unique_ptr<Checkpointer>>> opened;
+  {
+    py::gil_scoped_release nogil;
+    opened.emplace(Checkpointer::Open(o));
+  }
+  return std::make_unique<PyCheckpointer>(ValueOrThrow(std::move(*opened)));
+}
+
+}  // namespace
+
+void BindTorchState(py::module_& m) {
+  py::class_<PySaveHandle>(m, "SaveHandle",
+                           "A started save: `staged` (the state may be modified again; already "
+                           "done when save() returns) and `durable` (committed on disk). "
+                           "Unpacks as (staged, durable).")
+      .def_readonly("step", &PySaveHandle::step)
+      .def_readonly("skipped", &PySaveHandle::skipped,
+                    "busy_policy='skip' found the staging pool full; the futures hold why.")
+      .def_readonly("staged", &PySaveHandle::staged)
+      .def_readonly("durable", &PySaveHandle::durable)
+      .def("__iter__",
+           [](const PySaveHandle& h) {
+             return py::iter(py::make_tuple(py::cast(h.staged), py::cast(h.durable)));
+           })
+      .def("__len__", [](const PySaveHandle&) { return 2; })
+      .def("__repr__", [](const PySaveHandle& h) {
+        return "<stint.SaveHandle step " + std::to_string(h.step) +
+               (h.skipped ? " skipped>" : h.durable.done() ? " durable>" : " persisting>");
+      });
+
+  py::class_<PyCheckpointer>(m, "Checkpointer",
+                             "Asynchronous, crash-consistent checkpoints of named tensors and "
+                             "byte blobs (stint.Checkpointer adds nested state dicts).")
+      .def(py::init(&OpenCheckpointer), py::arg("root"), py::kw_only(), py::arg("job_id") = "",
+           py::arg("fencing_token") = 0, py::arg("chunk_size") = 8u << 20,
+           py::arg("compress") = false, py::arg("zstd_level") = 1, py::arg("staging_bytes") = 0,
+           py::arg("busy_policy") = "block", py::arg("block_timeout") = 600.0,
+           py::arg("keep_last") = 3, py::arg("keep_every") = 0, py::arg("io_engine") = "auto",
+           py::arg("direct_io") = true, py::arg("io_queue_depth") = 32,
+           py::arg("io_size") = 4u << 20, py::arg("threads") = 0)
+      .def("save", &PyCheckpointer::Save, py::arg("step"), py::arg("names"), py::arg("tensors"),
+           py::arg("blobs"),
+           "Snapshots the tensors and blobs (GIL released) and returns a SaveHandle; the data "
+           "is persisted and committed in the background.")
+      .def("load", &PyCheckpointer::Load, py::arg("planner"), py::arg("step") = py::none(),
+           py::arg("verify_all") = false,
+           "Loads the newest checkpoint that verifies (or `step`). planner(reader) returns "
+           "([(name, tensor to fill in place)], [names to read into new tensors]).")
+      .def("flush", &PyCheckpointer::Flush, py::arg("timeout") = 600.0,
+           "Waits until every save is durable or failed; raises the first background error.")
+      .def("list_committed", &PyCheckpointer::ListCommitted)
+      .def("quarantine", &PyCheckpointer::Quarantine, py::arg("step"))
+      .def("stats", &PyCheckpointer::Stats)
+      .def("close", &PyCheckpointer::Close, "Waits for pending saves and closes. Idempotent.")
+      .def_property_readonly("closed", &PyCheckpointer::closed)
+      .def_property_readonly("root", &PyCheckpointer::root);
+
+  py::class_<PyReader>(m, "CheckpointReader", "Read-only access to one committed checkpoint.")
+      .def_static(
+          "open",
+          [](const std::string& dir, const std::string& io_engine, bool direct_io, unsigned threads) {
+            ReaderOptions o;
+            o.io_engine = io_engine;
+            o.direct_io = direct_io;
+            o.threads = threads;
+            std::optional<Result<std::unique_ptr<CheckpointReader>>> r;
+            {
+              py::gil_scoped_release nogil;
+              r.emplace(CheckpointReader::Open(dir, o));
+            }
+            return std::make_unique<PyReader>(ValueOrThrow(std::move(*r)));
+          },
+          py::arg("dir"), py::arg("io_engine") = "auto", py::arg("direct_io") = true,
+          py::arg("threads") = 0)
+      .def_property_readonly("dir", [](const PyReader& r) { return r.get().dir(); })
+      .def_property_readonly("step", [](const PyReader& r) { return r.get().step(); })
+      .def_property_readonly("job_id", [](const PyReader& r) { return r.get().job_id(); })
+      .def_property_readonly("world_size", [](const PyReader& r) { return r.get().world_size(); })
+      .def("tensors", [](const PyReader& r) { return TensorInfos(r.get()); },
+           "[{'name', 'dtype', 'shape', 'shards', 'raw_bytes'}, ...]")
+      .def("blob_names", [](const PyReader& r) { return r.get().blob_names(); })
+      .def(
+          "read_blob",
+          [](const PyReader& r, const std::string& name) {
+            const CheckpointReader& reader = r.get();
+            std::optional<Result<std::string>> b;
+            {
+              py::gil_scoped_release nogil;
+              b.emplace(reader.ReadBlob(name));
+            }
+            return py::bytes(ValueOrThrow(std::move(*b)));
+          },
+          py::arg("name"))
+      .def(
+          "read",
+          [](const PyReader& r, std::optional<std::vector<std::string>> names) {
+            const CheckpointReader& reader = r.get();
+            std::vector<std::string> wanted;
+            if (names) {
+              wanted = *names;
+            } else {
+              for (const auto& t : reader.tensors()) wanted.push_back(t.name);
+            }
+            std::vector<TensorDest> dests;
+            std::vector<std::pair<std::string, at::Tensor>> out;
+            Status s;
+            {
+              py::gil_scoped_release nogil;
+              s = FreshTensors(reader, wanted, &dests, &out);
+              if (s.code() == Code::kDataLoss && names) {
+                s = Status::NotFound(s.message());  // the caller's name, not the checkpoint's fault
+              }
+              if (s.ok()) s = reader.Read(dests);
+            }
+            ThrowIfError(s);
+            return TensorDict(std::move(out));
+          },
+          py::arg("names") = py::none(),
+          "Reads tensors (all when names is None) into new CPU tensors: {name: tensor}.")
+      .def("verify", [](const PyReader& r) {
+        const CheckpointReader& reader = r.get();
+        std::optional<Result<VerifyReport>> v;
+        {
+          py::gil_scoped_release nogil;
+          v.emplace(reader.Verify());
+        }
+        VerifyReport report = ValueOrThrow(std::move(*v));
+        py::dict d;
+        d["files"] = report.files;
+        d["chunks"] = report.chunks;
+        d["stored_bytes"] = report.stored_bytes;
+        return d;
+      },
+      "Reads every chunk and checks every checksum; DataLossError naming the file and chunk.");
+
+  m.def(
+      "capture_torch_rng",
+      []() {
+        std::map<std::string, std::string> states = ValueOrThrow(CaptureTorchRng());
+        py::dict d;
+        for (const auto& [name, bytes] : states) d[py::str(name)] = py::bytes(bytes);
+        return d;
+      },
+      "Every default LibTorch generator: {'cpu': bytes, 'cuda:0': bytes, ...}.");
+  m.def(
+      "restore_torch_rng",
+      [](const std::map<std::string, std::string>& states) { ThrowIfError(RestoreTorchRng(states)); },
+      py::arg("states"));
+}
+
+}  // namespace python
+}  // namespace stint

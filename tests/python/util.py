@@ -1,0 +1,35 @@
+"""Helpers shared by the stint pytest files."""
+
+import torch
+
+
+def same_bits(a, b):
+    """True when two tensors have the same dtype, shape and bytes (NaNs and -0.0 included)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    a = a.detach().cpu().contiguous().reshape(-1)
+    b = b.detach().cpu().contiguous().reshape(-1)
+    if a.numel() == 0:
+        return True
+    return bytes(a.view(torch.uint8).reshape(-1).numpy()) == bytes(b.view(torch.uint8).reshape(-1).numpy())
+
+
+def assert_same_tree(a, b, path="state"):
+    """Equal structure, types and values; tensors bit for bit."""
+    assert type(a) is type(b), "%s: %s vs %s" % (path, type(a).__name__, type(b).__name__)
+    if isinstance(a, torch.Tensor):
+        assert same_bits(a, b), "%s: tensors differ" % path
+        assert a.requires_grad == b.requires_grad, "%s: requires_grad differs" % path
+    elif isinstance(a, dict):
+        assert list(a.keys()) == list(b.keys()), "%s: keys %s vs %s" % (path, list(a), list(b))
+        for k in a:
+            assert type(k) is type(list(b.keys())[list(a.keys()).index(k)])
+            assert_same_tree(a[k], b[k], "%s[%r]" % (path, k))
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), "%s: lengths %d vs %d" % (path, len(a), len(b))
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same_tree(x, y, "%s[%d]" % (path, i))
+    elif isinstance(a, float):
+        assert a.hex() == b.hex(), "%s: %r vs %r" % (path, a, b)
+    else:
+        assert a == b, "%s: %.80r vs %.80r" % (path, a, b)
