@@ -34,11 +34,6 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Fast policy passes and heartbeats so a lifecycle takes seconds; a lease
 // long enough that a slow test machine (or a restart) does not lose it.
@@ -54,16 +49,6 @@ class CoordClientTest : public ::testing::Test {
     admin_ = std::make_unique<HttpJson>(daemon_->port(), StintdProcess::kAdminToken);
   }
 
-  // Polls `fn` until it holds; the bound only turns a hang into a failure.
-  template <typename Fn>
-  bool Eventually(Fn fn, double seconds = 20) {
-    const auto until = Clock::now() + std::chrono::duration<double>(seconds);
-    while (Clock::now() < until) {
-      if (fn()) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return fn();
-  }
 
   json Job(int64_t id) { return admin_->Get("/v1/jobs/" + std::to_string(id)).body; }
   bool JobIn(int64_t id, const std::string& state) { return Job(id).value("state", "") == state; }
@@ -71,7 +56,7 @@ class CoordClientTest : public ::testing::Test {
   // A pool with one hard window and one running 1-GPU job; returns the job.
   int64_t RunningJob(int64_t* window = nullptr) {
     EXPECT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
-    auto w = admin_->Post("/v1/windows", {{"pool", "p"}, {"gpus", 4}, {"end_ms", NowMs() + 3600 * 1000}});
+    auto w = admin_->Post("/v1/windows", {{"pool", "p"}, {"gpus", 4}, {"end_ms", WallNowMs() + 3600 * 1000}});
     EXPECT_EQ(w.status, 201) << w.text;
     if (window != nullptr) *window = w.body.value("id", int64_t{0});
     auto j = admin_->Post("/v1/jobs", {{"name", "train"}, {"pool", "p"}, {"min_gpus", 1}, {"checkpoint_seconds", 1},

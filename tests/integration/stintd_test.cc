@@ -23,11 +23,6 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Fast ticks and short leases so lifecycles take seconds, not minutes.
 const std::vector<std::string> kFastArgs = {"--tick-seconds", "0.05", "--safety-seconds", "1",
@@ -51,16 +46,6 @@ class StintdTest : public ::testing::Test {
     Connect();
   }
 
-  // Polls `fn` until it returns true or `seconds` pass.
-  template <typename Fn>
-  bool Eventually(Fn fn, double seconds = 10) {
-    const auto until = Clock::now() + std::chrono::duration<double>(seconds);
-    while (Clock::now() < until) {
-      if (fn()) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return fn();
-  }
 
   json Job(int64_t id) { return admin_->Get("/v1/jobs/" + std::to_string(id)).body; }
   bool JobIn(int64_t id, const std::string& state) { return Job(id).value("state", "") == state; }
@@ -145,7 +130,7 @@ TEST_F(StintdTest, MalformedRequestsAreRefusedAndChangeNothing) {
 
 TEST_F(StintdTest, SegmentLifecycleNoticeAckAndFencing) {
   ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
-  const int64_t end = NowMs() + 6000;
+  const int64_t end = WallNowMs() + 6000;
   const int64_t window = AddWindow("p", 8, end);
   const int64_t job = Submit({{"name", "train"}, {"pool", "p"}, {"min_gpus", 4}, {"max_gpus", 8},
                               {"checkpoint_seconds", 1}, {"restart_seconds", 0},
@@ -214,7 +199,7 @@ TEST_F(StintdTest, SegmentLifecycleNoticeAckAndFencing) {
 
 TEST_F(StintdTest, NoAckByTheDeadlineMarksTheSegmentLost) {
   ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
-  const int64_t window = AddWindow("p", 4, NowMs() + 60000);
+  const int64_t window = AddWindow("p", 4, WallNowMs() + 60000);
   const int64_t job = Submit({{"name", "zombie"}, {"min_gpus", 4}, {"checkpoint_seconds", 1},
                               {"restart_seconds", 0}, {"checkpoint_interval_seconds", 1}});
   ASSERT_TRUE(Eventually([&] { return JobIn(job, "RUNNING"); }));
@@ -242,7 +227,7 @@ TEST_F(StintdTest, NoAckByTheDeadlineMarksTheSegmentLost) {
 
 TEST_F(StintdTest, SilentWorkersLoseTheirSegment) {
   ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
-  AddWindow("p", 4, NowMs() + 120000);
+  AddWindow("p", 4, WallNowMs() + 120000);
   const int64_t job = Submit({{"name", "crashy"}, {"min_gpus", 2}, {"checkpoint_seconds", 1},
                               {"restart_seconds", 0}, {"checkpoint_interval_seconds", 1}});
   ASSERT_TRUE(Eventually([&] { return JobIn(job, "RUNNING"); }));
@@ -258,7 +243,7 @@ TEST_F(StintdTest, SilentWorkersLoseTheirSegment) {
 
 TEST_F(StintdTest, HigherPriorityPreemptsWithNoticeAndStartsOnAck) {
   ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
-  AddWindow("p", 8, NowMs() + 600000);
+  AddWindow("p", 8, WallNowMs() + 600000);
   const int64_t low = Submit({{"name", "low"}, {"priority", "LOW"}, {"min_gpus", 8},
                               {"checkpoint_seconds", 2}, {"restart_seconds", 0}, {"checkpoint_interval_seconds", 1}});
   ASSERT_TRUE(Eventually([&] { return JobIn(low, "RUNNING"); }));
@@ -280,7 +265,7 @@ TEST_F(StintdTest, HigherPriorityPreemptsWithNoticeAndStartsOnAck) {
   ASSERT_EQ(worker_->Post("/v1/workers/" + std::to_string(wid) + "/ack", {{"step", 7}}).status, 200);
   // The ack releases the GPUs before the deadline.
   ASSERT_TRUE(Eventually([&] { return JobIn(high, "RUNNING"); }));
-  EXPECT_LT(NowMs(), notice["deadline_ms"].get<int64_t>() + 1000);
+  EXPECT_LT(WallNowMs(), notice["deadline_ms"].get<int64_t>() + 1000);
   json l = Job(low);
   EXPECT_EQ(l["state"], "PENDING");
   EXPECT_EQ(l["preemptions"], 1);
@@ -289,7 +274,7 @@ TEST_F(StintdTest, HigherPriorityPreemptsWithNoticeAndStartsOnAck) {
 
 TEST_F(StintdTest, QueueShowsPositionReasonAndPlannedStart) {
   ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
-  const int64_t now = NowMs();
+  const int64_t now = WallNowMs();
   AddWindow("p", 4, now + 3600000);
   AddWindow("p", 4, now + 3600000);
   const int64_t gang = Submit({{"name", "gang8"}, {"min_gpus", 8}, {"checkpoint_seconds", 1}});
@@ -317,7 +302,7 @@ TEST_F(StintdTest, QueueShowsPositionReasonAndPlannedStart) {
 
 TEST_F(StintdTest, MetricsAreValidPrometheusText) {
   ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
-  AddWindow("p", 4, NowMs() + 600000);
+  AddWindow("p", 4, WallNowMs() + 600000);
   Submit({{"name", "a"}, {"min_gpus", 2}});
   auto r = worker_->Get("/metrics");
   ASSERT_EQ(r.status, 200);
@@ -375,7 +360,7 @@ TEST_F(StintdTest, KvCompareAndSetAndLongPoll) {
 // segment still holds its fencing token, and the counters went on.
 TEST_F(StintdTest, KillNineUnderLoadLosesNothingAcknowledged) {
   ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
-  AddWindow("p", 2, NowMs() + 3600000);
+  AddWindow("p", 2, WallNowMs() + 3600000);
   const int64_t runner = Submit({{"name", "runner"}, {"min_gpus", 2}, {"checkpoint_seconds", 1}});
   ASSERT_TRUE(Eventually([&] { return JobIn(runner, "RUNNING"); }));
   json reg = Register(runner);

@@ -4,9 +4,26 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <chrono>
 #include <fstream>
+#include <thread>
 
 namespace stint {
+
+int64_t WallNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+bool Eventually(const std::function<bool()>& fn, double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < until) {
+    if (fn()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return fn();
+}
 
 StintdProcess::StintdProcess(std::string binary, std::string dir, std::vector<std::string> extra_args)
     : binary_(std::move(binary)), dir_(std::move(dir)), extra_args_(std::move(extra_args)) {

@@ -4,6 +4,8 @@
 #ifndef STINT_TESTS_UTIL_STINTD_PROCESS_H_
 #define STINT_TESTS_UTIL_STINTD_PROCESS_H_
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +19,13 @@ class Client;
 }
 
 namespace stint {
+
+// Wall-clock milliseconds since the epoch: stintd's time base.
+int64_t WallNowMs();
+
+// Polls `fn` every 20 ms until it holds; the bound only turns a hang into a
+// failure.
+bool Eventually(const std::function<bool()>& fn, double seconds = 20);
 
 class StintdProcess {
  public:
