@@ -32,7 +32,6 @@ namespace stint {
 namespace {
 
 using nlohmann::json;
-using Clock = std::chrono::steady_clock;
 
 
 // Fast policy passes and heartbeats so a lifecycle takes seconds; a lease

@@ -21,7 +21,6 @@ namespace stint {
 namespace {
 
 using nlohmann::json;
-using Clock = std::chrono::steady_clock;
 
 
 // Fast ticks and short leases so lifecycles take seconds, not minutes.
