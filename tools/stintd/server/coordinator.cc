@@ -26,6 +26,16 @@ Status CheckKv(const std::string& key, const std::string* value) {
   return Status::OK();
 }
 
+// Heartbeats are soft state: a state loaded from the file gives every lease
+// a full TTL (the workers were heartbeating to a dead server, not dead
+// themselves).
+void ResetLeases(ClusterState& state, TimeMs now) {
+  for (auto& [id, w] : state.workers) w.last_heartbeat_ms = now;
+  for (auto& [id, seg] : state.segments) {
+    if (SegmentActive(seg.state)) seg.last_heartbeat_ms = now;
+  }
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions options) {
@@ -36,13 +46,7 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions option
   STINT_ASSIGN_OR_RETURN(std::vector<KvEntry> entries, store->LoadKv());
   std::map<std::pair<int64_t, std::string>, KvEntry> kv;
   for (KvEntry& e : entries) kv[{e.job_id, e.key}] = std::move(e);
-  // Heartbeats are soft state: after a restart every lease gets a full TTL
-  // (the workers were heartbeating to a dead server, not dead themselves).
-  const TimeMs now = options.clock();
-  for (auto& [id, w] : state.workers) w.last_heartbeat_ms = now;
-  for (auto& [id, seg] : state.segments) {
-    if (SegmentActive(seg.state)) seg.last_heartbeat_ms = now;
-  }
+  ResetLeases(state, options.clock());
   return std::unique_ptr<Coordinator>(
       new Coordinator(std::move(options), std::move(store), std::move(state), std::move(kv)));
 }
@@ -88,12 +92,8 @@ Status Coordinator::SaveOrRollback(const Changes& changes) {
                  saved.ToString().c_str(), reloaded.status().ToString().c_str());
     std::_Exit(70);
   }
-  const TimeMs now = options_.clock();
   state_ = std::move(*reloaded);
-  for (auto& [id, w] : state_.workers) w.last_heartbeat_ms = now;
-  for (auto& [id, seg] : state_.segments) {
-    if (SegmentActive(seg.state)) seg.last_heartbeat_ms = now;
-  }
+  ResetLeases(state_, options_.clock());
   return saved.WithContext("stintd could not make the change durable; nothing was changed");
 }
 
