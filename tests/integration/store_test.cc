@@ -51,6 +51,7 @@ Changes All(const ClusterState& s) {
   for (const auto& [k, v] : s.jobs) c.jobs.insert(k);
   for (const auto& [k, v] : s.segments) c.segments.insert(k);
   for (const auto& [k, v] : s.workers) c.workers.insert(k);
+  for (const auto& [k, v] : s.rendezvous) c.rendezvous.insert(k);
   c.counters = true;
   return c;
 }
@@ -150,6 +151,20 @@ ClusterState RichState() {
   k.last_heartbeat_ms = 1700000000009;
   k.released = true;
   s.workers[k.id] = k;
+
+  Rendezvous r;
+  r.job_id = 7;
+  r.generation = std::numeric_limits<uint64_t>::max();
+  r.phase = RendezvousPhase::kFormed;
+  r.members = {{31, "10.0.0.1:29500", 0}, {30, "[::1]:1", 1}, {32, "hôte:65535", 2}};
+  r.previous = {30, std::numeric_limits<int64_t>::min()};
+  r.opened_ms = -1;
+  r.last_call_ms = kNever;
+  r.formed_ms = 1700000000011;
+  s.rendezvous[r.job_id] = r;
+  Rendezvous empty;
+  empty.job_id = 8;
+  s.rendezvous[empty.job_id] = empty;
 
   Counters& c = s.counters;
   c.segments_started = 1;
@@ -263,6 +278,22 @@ void ExpectSame(const Worker& a, const Worker& b) {
   EXPECT_EQ(a.released, b.released);
 }
 
+void ExpectSame(const Rendezvous& a, const Rendezvous& b) {
+  EXPECT_EQ(a.job_id, b.job_id);
+  EXPECT_EQ(a.generation, b.generation);
+  EXPECT_EQ(a.phase, b.phase);
+  ASSERT_EQ(a.members.size(), b.members.size());
+  for (size_t i = 0; i < a.members.size(); ++i) {
+    EXPECT_EQ(a.members[i].worker_id, b.members[i].worker_id);
+    EXPECT_EQ(a.members[i].endpoint, b.members[i].endpoint);
+    EXPECT_EQ(a.members[i].rank, b.members[i].rank);
+  }
+  EXPECT_EQ(a.previous, b.previous);
+  EXPECT_EQ(a.opened_ms, b.opened_ms);
+  EXPECT_EQ(a.last_call_ms, b.last_call_ms);
+  EXPECT_EQ(a.formed_ms, b.formed_ms);
+}
+
 void ExpectSame(const Counters& a, const Counters& b) {
   EXPECT_EQ(a.segments_started, b.segments_started);
   EXPECT_EQ(a.notices_sent, b.notices_sent);
@@ -296,6 +327,7 @@ void ExpectSameState(const ClusterState& a, const ClusterState& b) {
   ExpectSameMap(a.jobs, b.jobs, "job");
   ExpectSameMap(a.segments, b.segments, "segment");
   ExpectSameMap(a.workers, b.workers, "worker");
+  ExpectSameMap(a.rendezvous, b.rendezvous, "rendezvous");
   ExpectSame(a.counters, b.counters);
   EXPECT_EQ(a.next_id, b.next_id);
   EXPECT_EQ(a.next_fencing_token, b.next_fencing_token);
@@ -585,15 +617,15 @@ TEST(StoreOpen, NewerSchemaVersionIsRefusedAndTheFileLeftAsItWas) {
     ClusterState s = RichState();
     ASSERT_TRUE(store->Save(s, All(s)).ok());
   }
-  ASSERT_EQ(RawSql(path, "PRAGMA user_version=2; PRAGMA user_version"), "2");
+  ASSERT_EQ(RawSql(path, "PRAGMA user_version=3; PRAGMA user_version"), "3");
   const std::string bytes = ReadBytes(path);
   auto store = Store::Open(path);
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), Code::kFailedPrecondition) << store.status().ToString();
   EXPECT_NE(store.status().message().find(path), std::string::npos) << store.status().ToString();
-  EXPECT_NE(store.status().message().find("version 2"), std::string::npos)
+  EXPECT_NE(store.status().message().find("version 3"), std::string::npos)
       << store.status().ToString();
-  EXPECT_NE(store.status().message().find("1"), std::string::npos) << store.status().ToString();
+  EXPECT_NE(store.status().message().find("1 to 2"), std::string::npos) << store.status().ToString();
   EXPECT_TRUE(ReadBytes(path) == bytes) << "a refused open changed the file";
   EXPECT_FALSE(Exists(path + "-wal"));
 }
@@ -701,7 +733,7 @@ TEST(StoreOpen, InMemoryDatabaseIsRefusedForWantOfAWal) {
   EXPECT_NE(store.status().message().find("WAL"), std::string::npos) << store.status().ToString();
 }
 
-TEST(StoreOpen, TheFileIsInWalModeAtVersionOne) {
+TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
   TempDir dir;
   const std::string path = dir.Sub("stintd.db");
   {
@@ -709,13 +741,43 @@ TEST(StoreOpen, TheFileIsInWalModeAtVersionOne) {
     ASSERT_NE(store, nullptr);
   }
   EXPECT_EQ(RawSql(path, "PRAGMA journal_mode"), "wal");
-  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "1");
+  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "2");
   EXPECT_EQ(RawSql(path, "PRAGMA quick_check"), "ok");
   // Reopened as often as wanted.
   for (int i = 0; i < 3; ++i) {
     auto store = OpenOrDie(path);
     ASSERT_NE(store, nullptr);
   }
+}
+
+// A version-1 file (before the rendezvous table) opens with everything it
+// held and gains the table.
+TEST(StoreOpen, VersionOneFileIsMigratedKeepingItsRows) {
+  TempDir dir;
+  const std::string path = dir.Sub("stintd.db");
+  ClusterState s = RichState();
+  s.rendezvous.clear();
+  {
+    auto store = OpenOrDie(path);
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->Save(s, All(s)).ok());
+  }
+  ASSERT_EQ(RawSql(path, "DROP TABLE rendezvous; PRAGMA user_version=1; PRAGMA user_version"), "1");
+  {
+    auto store = OpenOrDie(path);
+    ASSERT_NE(store, nullptr);
+    Result<ClusterState> loaded = store->Load();
+    ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+    ExpectSameState(s, *loaded);
+    s.rendezvous = RichState().rendezvous;
+    ASSERT_TRUE(store->Save(s, All(s)).ok());
+  }
+  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "2");
+  auto store = OpenOrDie(path);
+  ASSERT_NE(store, nullptr);
+  Result<ClusterState> loaded = store->Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  ExpectSameState(s, *loaded);
 }
 
 // ---------------------------------------------------------------------------

@@ -77,4 +77,8 @@ const char* NoticeReasonName(NoticeReason r) {
   return "unknown";
 }
 
+const char* RendezvousPhaseName(RendezvousPhase p) {
+  return p == RendezvousPhase::kJoining ? "joining" : "formed";
+}
+
 }  // namespace stint::coord

@@ -166,6 +166,31 @@ struct Worker {
   bool released = false;         // its segment ended or it left
 };
 
+// The elastic group of a job: rounds of joining workers, each closing into
+// one generation with ranks 0..world_size-1 (see rendezvous.h).
+enum class RendezvousPhase : int {
+  kJoining = 0,  // a round is open: workers join until it closes
+  kFormed = 1,   // the generation is formed; a join or a loss opens the next round
+};
+const char* RendezvousPhaseName(RendezvousPhase p);  // "joining", "formed"
+
+struct RendezvousMember {
+  int64_t worker_id = 0;
+  std::string endpoint;  // host:port of the worker's store listener, used when it is rank 0
+  int rank = -1;         // set when the round closes
+};
+
+struct Rendezvous {
+  int64_t job_id = 0;
+  uint64_t generation = 0;  // of the open round or the formed group; grows by one per round
+  RendezvousPhase phase = RendezvousPhase::kJoining;
+  std::vector<RendezvousMember> members;  // joining: in join order; formed: by rank
+  std::vector<int64_t> previous;          // worker ids of the last formed generation, by rank
+  TimeMs opened_ms = 0;
+  TimeMs last_call_ms = 0;  // the open round closes by then once it has min workers (0: not yet)
+  TimeMs formed_ms = 0;
+};
+
 // Totals since the coordinator's state was created, for /metrics and
 // stint-sim reports. Persisted with the objects, so a restart keeps them.
 struct Counters {
@@ -197,6 +222,7 @@ struct ClusterState {
   std::map<int64_t, Job> jobs;
   std::map<int64_t, Segment> segments;
   std::map<int64_t, Worker> workers;
+  std::map<int64_t, Rendezvous> rendezvous;  // by job id
   Counters counters;
   // Counters for ids and fencing tokens; persisted with the objects.
   int64_t next_id = 1;

@@ -48,7 +48,10 @@ struct PolicyConfig {
   double min_run_seconds = 600;        // a segment younger than this is not preempted for priority
   double lease_ttl_seconds = 30;       // a worker not heard from for this long has left
   double start_grace_seconds = 120;    // a new segment's workers have this long to register
-  int plan_depth = 256;                // pending jobs planned (and given a planned start) per pass
+  int plan_depth = 256;
+  // A rendezvous round with at least min workers closes this long after it
+  // reached min, or at once when it reaches the segment's size.
+  double rendezvous_last_call_seconds = 3;                // pending jobs planned (and given a planned start) per pass
 };
 
 // Why a pending job does not start now.

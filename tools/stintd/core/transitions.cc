@@ -87,6 +87,7 @@ void Changes::Merge(const Changes& o) {
   jobs.insert(o.jobs.begin(), o.jobs.end());
   segments.insert(o.segments.begin(), o.segments.end());
   workers.insert(o.workers.begin(), o.workers.end());
+  rendezvous.insert(o.rendezvous.begin(), o.rendezvous.end());
   counters = counters || o.counters;
 }
 

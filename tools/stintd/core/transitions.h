@@ -24,10 +24,11 @@ struct Changes {
   std::set<int64_t> jobs;
   std::set<int64_t> segments;
   std::set<int64_t> workers;
+  std::set<int64_t> rendezvous;  // by job id
   bool counters = false;  // next_id / next_fencing_token / Counters
   bool empty() const {
     return pools.empty() && windows.empty() && teams.empty() && jobs.empty() && segments.empty() &&
-           workers.empty() && !counters;
+           workers.empty() && rendezvous.empty() && !counters;
   }
   void Merge(const Changes& other);
 };

@@ -193,11 +193,14 @@ Result<WorkerView> Coordinator::Heartbeat(int64_t worker_id, int64_t step) {
   return view;
 }
 
+std::chrono::milliseconds Coordinator::LongPollLimit(std::chrono::milliseconds wait) const {
+  // A worker waiting in a long-poll is alive: the poll renews its lease on
+  // entry and on return, and never waits longer than half a lease.
+  return std::min(wait, std::chrono::milliseconds(SecondsToMs(options_.policy.lease_ttl_seconds / 2)));
+}
+
 Result<WorkerView> Coordinator::WaitNotice(int64_t worker_id, std::chrono::milliseconds wait) {
-  // A worker waiting here is alive: the poll renews its lease on entry and
-  // on return, and never waits longer than half a lease.
-  wait = std::min(wait, std::chrono::milliseconds(SecondsToMs(options_.policy.lease_ttl_seconds / 2)));
-  const auto until = std::chrono::steady_clock::now() + wait;
+  const auto until = std::chrono::steady_clock::now() + LongPollLimit(wait);
   Result<WorkerView> first = Heartbeat(worker_id, 0);
   if (!first.ok() || !first->active || first->notice_reason != NoticeReason::kNone) return first;
   for (;;) {
@@ -248,6 +251,76 @@ Status Coordinator::Leave(int64_t worker_id) {
 bool Coordinator::CheckFencing(int64_t job_id, uint64_t token, TimeMs* valid_until_ms) const {
   std::shared_lock<std::shared_mutex> lock(mu_);
   return FencingValid(state_, job_id, token, options_.clock(), valid_until_ms);
+}
+
+Result<RendezvousView> Coordinator::JoinRendezvous(int64_t worker_id, const std::string& endpoint,
+                                                   uint64_t known_generation, std::chrono::milliseconds wait) {
+  const auto until = std::chrono::steady_clock::now() + LongPollLimit(wait);
+  STINT_RETURN_IF_ERROR(Heartbeat(worker_id, 0).status());
+  RendezvousView joined;
+  STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs now, Changes* c) -> Status {
+    STINT_ASSIGN_OR_RETURN(joined, coord::JoinRendezvous(s, worker_id, endpoint, known_generation, now,
+                                                         options_.policy, c));
+    return Status::OK();
+  }));
+  if (joined.ready(known_generation)) return joined;
+  return AwaitRendezvous(
+      worker_id, [known_generation](const RendezvousView& v) { return v.ready(known_generation); }, until);
+}
+
+Result<RendezvousView> Coordinator::WaitRendezvous(int64_t worker_id, uint64_t known_generation,
+                                                   std::chrono::milliseconds wait) {
+  const auto until = std::chrono::steady_clock::now() + LongPollLimit(wait);
+  STINT_RETURN_IF_ERROR(Heartbeat(worker_id, 0).status());
+  return AwaitRendezvous(
+      worker_id, [known_generation](const RendezvousView& v) { return v.generation != known_generation; }, until);
+}
+
+Result<RendezvousView> Coordinator::AwaitRendezvous(int64_t worker_id,
+                                                    const std::function<bool(const RendezvousView&)>& done,
+                                                    std::chrono::steady_clock::time_point until) {
+  for (;;) {
+    uint64_t seen;
+    {
+      std::lock_guard<std::mutex> lock(event_mu_);
+      seen = event_seq_;
+    }
+    TimeMs deadline = kNever;
+    Result<RendezvousView> view = [&]() -> Result<RendezvousView> {
+      std::shared_lock<std::shared_mutex> lock(mu_);
+      Result<WorkerView> w = ViewWorker(state_, worker_id);
+      if (!w.ok()) return w.status();
+      if (!w->active) {
+        return Status::Aborted("worker " + std::to_string(worker_id) + " is fenced: segment " +
+                               std::to_string(w->segment_id) + " is " + SegmentStateName(w->segment_state));
+      }
+      deadline = NextRendezvousDeadline(state_);
+      return ViewRendezvous(state_, worker_id);
+    }();
+    if (!view.ok() || done(*view) || stop_) return view;
+    // Wake for the next event, the poll's end, or the last call of an open
+    // round (its clock is the coordinator's; the wait is on steady time).
+    auto wake = until;
+    if (deadline != kNever) {
+      const auto to_deadline = std::chrono::milliseconds(std::max<TimeMs>(0, deadline - options_.clock()));
+      wake = std::min(wake, std::chrono::steady_clock::now() + to_deadline);
+    }
+    bool event;
+    {
+      std::unique_lock<std::mutex> lock(event_mu_);
+      event = event_cv_.wait_until(lock, wake, [&] { return event_seq_ != seen || stop_.load(); });
+    }
+    if (event) continue;
+    if (std::chrono::steady_clock::now() >= until) {
+      Heartbeat(worker_id, 0).status().IgnoreError();
+      std::shared_lock<std::shared_mutex> lock(mu_);
+      return ViewRendezvous(state_, worker_id);
+    }
+    STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs now, Changes* c) {
+      AdvanceRendezvous(s, now, options_.policy, c);
+      return Status::OK();
+    }));
+  }
 }
 
 Result<int64_t> Coordinator::PutKv(int64_t job_id, const std::string& key, const std::string& value,
@@ -343,7 +416,9 @@ void Coordinator::Tick() {
       std::unique_lock<std::shared_mutex> lock(mu_);
       MergeHeartbeats();
       AccountTime(state_, now, options_.policy, &changes);
+      AdvanceRendezvous(state_, now, options_.policy, &changes);
     }
+    const bool rendezvous_changed = !changes.rendezvous.empty();
     // Usage and the GPU-second counters are integrated every tick but
     // written with the next decision or once per flush period: a crash
     // loses at most that much accounting, and an idle tick costs no fsync.
@@ -360,7 +435,7 @@ void Coordinator::Tick() {
     }
     std::unique_lock<std::shared_mutex> lock(mu_);
     ApplyPlan(state_, plan, now, &changes);
-    events = !plan.starts.empty() || !plan.notices.empty() || !plan.lost.empty();
+    events = rendezvous_changed || !plan.starts.empty() || !plan.notices.empty() || !plan.lost.empty();
     Status saved = SaveOrRollback(changes);
     if (!saved.ok()) {
       std::fprintf(stderr, "stintd: tick not applied: %s\n", saved.ToString().c_str());

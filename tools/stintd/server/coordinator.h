@@ -28,6 +28,7 @@
 
 #include "core/model.h"
 #include "core/policy.h"
+#include "core/rendezvous.h"
 #include "core/transitions.h"
 #include "store/store.h"
 
@@ -86,6 +87,18 @@ class Coordinator {
   Status Leave(int64_t worker_id);
   bool CheckFencing(int64_t job_id, uint64_t token, TimeMs* valid_until_ms) const;
 
+  // Joins the job's rendezvous (rendezvous.h) and waits up to `wait` (at
+  // most half a lease; the wait renews the lease) for a generation newer
+  // than `known_generation` with this worker in it. On timeout it answers
+  // the current view (not ready); the worker joins again, which is
+  // idempotent. A round whose last call passes during the wait is closed
+  // by the wait itself, not left to the next tick.
+  Result<RendezvousView> JoinRendezvous(int64_t worker_id, const std::string& endpoint, uint64_t known_generation,
+                                        std::chrono::milliseconds wait);
+  // Answers when the job's generation is no longer `known_generation`, or
+  // after `wait` (at most half a lease; renews the lease).
+  Result<RendezvousView> WaitRendezvous(int64_t worker_id, uint64_t known_generation, std::chrono::milliseconds wait);
+
   // Job-scoped KV. if_version: nullopt = unconditional, 0 = only if absent,
   // n = only if the current version is n (else kAborted).
   Result<int64_t> PutKv(int64_t job_id, const std::string& key, const std::string& value,
@@ -112,6 +125,10 @@ class Coordinator {
   Status Mutate(const std::function<Status(ClusterState&, TimeMs, Changes*)>& fn);
   Status SaveOrRollback(const Changes& changes);  // REQUIRES: mu_ held exclusively
   void MergeHeartbeats();                          // REQUIRES: mu_ held exclusively
+  // Waits until `done(view)` or `until`, closing rounds whose last call passes.
+  Result<RendezvousView> AwaitRendezvous(int64_t worker_id, const std::function<bool(const RendezvousView&)>& done,
+                                         std::chrono::steady_clock::time_point until);
+  std::chrono::milliseconds LongPollLimit(std::chrono::milliseconds wait) const;
   void WakeTick();
   void NotifyEvent();
   void TickLoop();

@@ -70,6 +70,18 @@ Result<double> QuerySeconds(const httplib::Request& req, const char* name, doubl
   return std::min(d, max);
 }
 
+Result<int64_t> QueryInt(const httplib::Request& req, const char* name, int64_t dflt, int64_t min) {
+  if (!req.has_param(name)) return dflt;
+  const std::string v = req.get_param_value(name);
+  int64_t out = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec != std::errc() || p != v.data() + v.size() || out < min) {
+    return Status::InvalidArgument(std::string(name) + " must be an integer >= " + std::to_string(min) + " (got \"" +
+                                   v + "\")");
+  }
+  return out;
+}
+
 std::chrono::milliseconds Millis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
@@ -344,6 +356,8 @@ void HttpApi::InstallRoutes() {
         if (seg.job_id == id) segments.push_back(ToJson(seg));
       }
       r.body["segments"] = segments;
+      auto rdzv = s.rendezvous.find(id);
+      if (rdzv != s.rendezvous.end()) r.body["rendezvous"] = ToJson(rdzv->second);
       for (const PendingInfo& p : plan.pending) {
         if (p.job_id == id) r.body["pending"] = ToJson(s, p, now);
       }
@@ -490,6 +504,31 @@ void HttpApi::InstallRoutes() {
     STINT_HTTP_TRY(RequestBody::Parse(req.body, {}));
     return worker_status(c->Leave(id));
   });
+  // --- rendezvous ---
+  auto rendezvous_reply = [](const Result<RendezvousView>& v) {
+    return v.ok() ? Reply{200, ToJson(*v), {}, {}} : WorkerErrorReply(v.status());
+  };
+  route(kPost, R"(/v1/workers/(\d+)/rendezvous/join)", Right::kWorker,
+        [c, rendezvous_reply, max_wait](const httplib::Request& req) {
+          const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
+          RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"endpoint", "known_generation", "wait_seconds"}));
+          const std::string endpoint = STINT_HTTP_TRY(b.RequiredString("endpoint"));
+          const int64_t known = STINT_HTTP_TRY(b.Int("known_generation")).value_or(0);
+          const double wait = STINT_HTTP_TRY(b.Number("wait_seconds")).value_or(30);
+          if (known < 0) return ErrorReply(Status::InvalidArgument("known_generation must be >= 0"));
+          if (!(wait >= 0 && wait <= max_wait)) {
+            return ErrorReply(Status::InvalidArgument("wait_seconds must be in [0, " + std::to_string(max_wait) + "]"));
+          }
+          return rendezvous_reply(c->JoinRendezvous(id, endpoint, static_cast<uint64_t>(known), Millis(wait)));
+        });
+  route(kGet, R"(/v1/workers/(\d+)/rendezvous)", Right::kWorker,
+        [c, rendezvous_reply, max_wait](const httplib::Request& req) {
+          const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
+          const double wait = STINT_HTTP_TRY(QuerySeconds(req, "wait_seconds", 0, max_wait));
+          const int64_t known = STINT_HTTP_TRY(QueryInt(req, "known_generation", 0, 0));
+          return rendezvous_reply(c->WaitRendezvous(id, static_cast<uint64_t>(known), Millis(wait)));
+        });
+
   route(kPost, "/v1/fencing/check", Right::kWorker, [c](const httplib::Request& req) {
     RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"job_id", "fencing_token"}));
     const int64_t job = STINT_HTTP_TRY(b.RequiredInt("job_id"));
@@ -513,14 +552,7 @@ void HttpApi::InstallRoutes() {
         [c, max_wait](const httplib::Request& req) {
           const int64_t job = STINT_HTTP_TRY(PathId(req, 1, "job"));
           const double wait = STINT_HTTP_TRY(QuerySeconds(req, "wait_seconds", 0, max_wait));
-          int64_t min_version = 1;
-          if (req.has_param("min_version")) {
-            const std::string v = req.get_param_value("min_version");
-            auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), min_version);
-            if (ec != std::errc() || p != v.data() + v.size() || min_version < 1) {
-              return ErrorReply(Status::InvalidArgument("min_version must be an integer >= 1"));
-            }
-          }
+          const int64_t min_version = STINT_HTTP_TRY(QueryInt(req, "min_version", 1, 1));
           KvEntry e = STINT_HTTP_TRY(c->GetKv(job, req.matches[2], min_version, Millis(wait)));
           return Reply{200, ToJson(e), {}, {}};
         });

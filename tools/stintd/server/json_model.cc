@@ -70,6 +70,43 @@ json ToJson(const Job& j) {
           {"message", j.message}};
 }
 
+namespace {
+json MembersJson(const std::vector<RendezvousMember>& members) {
+  json a = json::array();
+  for (const RendezvousMember& m : members) {
+    a.push_back({{"worker_id", m.worker_id}, {"endpoint", m.endpoint}, {"rank", m.rank}});
+  }
+  return a;
+}
+}  // namespace
+
+json ToJson(const Rendezvous& r) {
+  return {{"generation", r.generation},
+          {"phase", RendezvousPhaseName(r.phase)},
+          {"members", MembersJson(r.members)},
+          {"previous", r.previous},
+          {"opened_ms", r.opened_ms},
+          {"last_call_ms", r.last_call_ms},
+          {"formed_ms", r.formed_ms}};
+}
+
+json ToJson(const RendezvousView& v) {
+  return {{"job_id", v.job_id},
+          {"generation", v.generation},
+          {"phase", RendezvousPhaseName(v.phase)},
+          {"member", v.member},
+          {"standby", v.standby},
+          {"rank", v.rank},
+          {"world_size", v.world_size},
+          {"min_workers", v.min_workers},
+          {"max_workers", v.max_workers},
+          {"master_endpoint", v.master_endpoint},
+          {"members", MembersJson(v.members)},
+          {"previous", v.previous},
+          {"last_call_ms", v.last_call_ms},
+          {"formed_ms", v.formed_ms}};
+}
+
 json ToJson(const Segment& seg) {
   json allocs = json::array();
   for (const Allocation& a : seg.allocs) allocs.push_back({{"window_id", a.window_id}, {"gpus", a.gpus}});

@@ -12,6 +12,7 @@
 
 #include "core/model.h"
 #include "core/policy.h"
+#include "core/rendezvous.h"
 #include "core/transitions.h"
 #include "store/store.h"
 
@@ -29,6 +30,8 @@ json ToJson(const WorkerView& v);
 json ToJson(const KvEntry& e);
 json ToJson(const ClusterState& s, const PendingInfo& p, TimeMs now);
 json ToJson(const PlanStats& st);
+json ToJson(const Rendezvous& r);
+json ToJson(const RendezvousView& v);
 
 // A parsed request body.
 class RequestBody {

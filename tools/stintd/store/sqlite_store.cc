@@ -1,17 +1,20 @@
 // Store on SQLite: one file, WAL journal, synchronous=FULL, exclusive
 // locking (one stintd per file), schema version in PRAGMA user_version.
 //
-// Schema version 1 (tables are STRICT, so a value of the wrong type is
+// Schema version 2 (tables are STRICT, so a value of the wrong type is
 // refused when written, not discovered when read):
 //   pools, windows, teams, jobs, segments, workers: one row per object,
 //     one column per field of model.h, named as the field; enums as their
 //     integer values, bools as 0/1, uint64 as the int64 with the same bits,
 //     Segment.allocs as JSON [{"window_id":W,"gpus":N},...], NaN as NULL;
 //   kv: (job_id, key) -> value BLOB, version, updated_ms;
+//   rendezvous (added in version 2): one row per job, members as JSON
+//     [{"worker_id":W,"endpoint":"h:p","rank":R},...], previous as a JSON
+//     array of worker ids;
 //   meta: the one row (id 0) of next_id, next_fencing_token and every
 //     Counters field, wait_buckets as a JSON array.
 // A change to this layout raises kSchemaVersion and migrates older files in
-// Init().
+// Init(): version 1 -> 2 adds the rendezvous table.
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -39,7 +42,7 @@ using internal::SqliteStmt;
 using internal::StatusFromSqlite;
 using internal::StepDone;
 
-constexpr int64_t kSchemaVersion = 1;
+constexpr int64_t kSchemaVersion = 2;
 // STRICT tables need 3.37. Checked at run time too: the shared library
 // loaded may be older than the header compiled against.
 constexpr int kMinSqliteVersion = 3037000;
@@ -56,6 +59,7 @@ constexpr int64_t kMaxWindowKind = static_cast<int64_t>(WindowKind::kSpot);
 constexpr int64_t kMaxJobState = static_cast<int64_t>(JobState::kFailed);
 constexpr int64_t kMaxSegmentState = static_cast<int64_t>(SegmentState::kCancelled);
 constexpr int64_t kMaxNoticeReason = static_cast<int64_t>(NoticeReason::kCancelled);
+constexpr int64_t kMaxRendezvousPhase = static_cast<int64_t>(RendezvousPhase::kFormed);
 
 // ---------------------------------------------------------------------------
 // Table layout. The column order here is the order of the binds and reads in
@@ -203,6 +207,17 @@ const Table kKv = {"kv",
                     {"version", Type::kInt},
                     {"updated_ms", Type::kInt}}};
 
+const Table kRendezvous = {"rendezvous",
+                           {"job_id"},
+                           {{"job_id", Type::kInt},
+                            {"generation", Type::kInt},
+                            {"phase", Type::kInt},
+                            {"members", Type::kText},
+                            {"previous", Type::kText},
+                            {"opened_ms", Type::kInt},
+                            {"last_call_ms", Type::kInt},
+                            {"formed_ms", Type::kInt}}};
+
 const Table kMeta = {"meta",
                      {"id"},
                      {{"id", Type::kInt},
@@ -222,8 +237,8 @@ const Table kMeta = {"meta",
                       {"accounted_ms", Type::kInt}}};
 
 const std::vector<const Table*>& AllTables() {
-  static const std::vector<const Table*> kAll = {&kPools,    &kWindows, &kTeams, &kJobs,
-                                                 &kSegments, &kWorkers, &kKv,    &kMeta};
+  static const std::vector<const Table*> kAll = {&kPools, &kWindows, &kTeams, &kJobs,      &kSegments,
+                                                 &kWorkers, &kKv,    &kMeta, &kRendezvous};
   return kAll;
 }
 
@@ -303,6 +318,7 @@ int64_t KeyOf(const Window& w) { return w.id; }
 int64_t KeyOf(const Job& j) { return j.id; }
 int64_t KeyOf(const Segment& s) { return s.id; }
 int64_t KeyOf(const Worker& w) { return w.id; }
+int64_t KeyOf(const Rendezvous& r) { return r.job_id; }
 
 void BindKey(Binder& b, const std::string& k) { b.Text(k); }
 void BindKey(Binder& b, int64_t k) { b.Int(k); }
@@ -490,6 +506,67 @@ Status ReadRow(RowReader& r, Worker* w) {
   return Status::OK();
 }
 
+std::string MembersToJson(const std::vector<RendezvousMember>& members) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const RendezvousMember& m : members) {
+    a.push_back({{"worker_id", m.worker_id}, {"endpoint", m.endpoint}, {"rank", m.rank}});
+  }
+  return a.dump();
+}
+
+Status MembersFromJson(const std::string& text, std::vector<RendezvousMember>* members) {
+  const nlohmann::json a = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!a.is_array()) return Status::DataLoss("rendezvous members is not a JSON array: " + text);
+  for (const nlohmann::json& x : a) {
+    RendezvousMember m;
+    if (!x.is_object() || !JsonInt(x, "worker_id", &m.worker_id) || !JsonInt(x, "rank", &m.rank) ||
+        !x.contains("endpoint") || !x["endpoint"].is_string()) {
+      return Status::DataLoss("rendezvous member is not {\"worker_id\":int,\"endpoint\":str,\"rank\":int}: " +
+                              text);
+    }
+    m.endpoint = x["endpoint"].get<std::string>();
+    members->push_back(std::move(m));
+  }
+  return Status::OK();
+}
+
+Status IdsFromJson(const std::string& text, std::vector<int64_t>* ids) {
+  const nlohmann::json a = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!a.is_array()) return Status::DataLoss("rendezvous previous is not a JSON array: " + text);
+  for (const nlohmann::json& x : a) {
+    if (!x.is_number_integer() || (x.is_number_unsigned() && x.get<uint64_t>() > INT64_MAX)) {
+      return Status::DataLoss("rendezvous previous holds a non-int64: " + text);
+    }
+    ids->push_back(x.get<int64_t>());
+  }
+  return Status::OK();
+}
+
+Status BindRow(Binder& b, const Rendezvous& r) {
+  b.Int(r.job_id);
+  b.Uint(r.generation);
+  b.Int(static_cast<int64_t>(r.phase));
+  b.Text(MembersToJson(r.members));
+  b.Text(nlohmann::json(r.previous).dump());
+  b.Int(r.opened_ms);
+  b.Int(r.last_call_ms);
+  b.Int(r.formed_ms);
+  return Status::OK();
+}
+
+Status ReadRow(RowReader& r, Rendezvous* z) {
+  z->job_id = r.Int();
+  z->generation = r.Uint();
+  z->phase = static_cast<RendezvousPhase>(r.Ranged(0, kMaxRendezvousPhase));
+  const std::string members = r.Text();
+  const std::string previous = r.Text();
+  z->opened_ms = r.Int();
+  z->last_call_ms = r.Int();
+  z->formed_ms = r.Int();
+  STINT_RETURN_IF_ERROR(MembersFromJson(members, &z->members));
+  return IdsFromJson(previous, &z->previous);
+}
+
 Status BindRow(Binder& b, const KvEntry& e) {
   b.Int(e.job_id);
   b.Text(e.key);
@@ -639,6 +716,7 @@ class SqliteStore final : public Store {
   // Messages do not name the path; Open adds it.
   Status Init();
   Status CreateSchema();
+  Status Migrate(const std::string& ddl, int64_t to_version);
   Status PrepareTable(const Table& t, TableStmts* stmts);
   Status PrepareAll();
 
@@ -653,7 +731,7 @@ class SqliteStore final : public Store {
   // Declared before the statements, so it is destroyed after them.
   SqliteDb db_;
 
-  TableStmts pools_, windows_, teams_, jobs_, segments_, workers_, kv_, meta_;
+  TableStmts pools_, windows_, teams_, jobs_, segments_, workers_, kv_, meta_, rendezvous_;
   SqliteStmt begin_read_, begin_write_, commit_, rollback_;
 
   // Set when the connection's state is no longer known (a failed rollback,
@@ -752,6 +830,7 @@ Status SqliteStore::Init() {
   }
 
   if (version == 0) STINT_RETURN_IF_ERROR(CreateSchema());
+  if (version == 1) STINT_RETURN_IF_ERROR(Migrate(kRendezvous.Create(), 2));
   return PrepareAll();
 }
 
@@ -768,6 +847,15 @@ Status SqliteStore::CreateSchema() {
     // on disk, and Open discards this connection.
     Exec(db, "ROLLBACK", "roll back the schema").IgnoreError();
   }
+  return s;
+}
+
+Status SqliteStore::Migrate(const std::string& ddl, int64_t to_version) {
+  sqlite3* db = db_.get();
+  // One transaction: a crash leaves the file at the old version, unchanged.
+  const std::string sql = "BEGIN;\n" + ddl + ";\nPRAGMA user_version=" + std::to_string(to_version) + ";\nCOMMIT;";
+  Status s = Exec(db, sql.c_str(), "migrate the schema to version " + std::to_string(to_version));
+  if (!s.ok() && !sqlite3_get_autocommit(db)) Exec(db, "ROLLBACK", "roll back the migration").IgnoreError();
   return s;
 }
 
@@ -789,6 +877,7 @@ Status SqliteStore::PrepareAll() {
   STINT_RETURN_IF_ERROR(PrepareTable(kWorkers, &workers_));
   STINT_RETURN_IF_ERROR(PrepareTable(kKv, &kv_));
   STINT_RETURN_IF_ERROR(PrepareTable(kMeta, &meta_));
+  STINT_RETURN_IF_ERROR(PrepareTable(kRendezvous, &rendezvous_));
   sqlite3* db = db_.get();
   STINT_ASSIGN_OR_RETURN(begin_read_, Prepare(db, "BEGIN", true, "prepare begin"));
   // IMMEDIATE: take the write lock at BEGIN (it is ours already, held since
@@ -837,6 +926,7 @@ Status SqliteStore::ReadAll(ClusterState* s) {
   STINT_RETURN_IF_ERROR(LoadTable("job", jobs_, &s->jobs));
   STINT_RETURN_IF_ERROR(LoadTable("segment", segments_, &s->segments));
   STINT_RETURN_IF_ERROR(LoadTable("worker", workers_, &s->workers));
+  STINT_RETURN_IF_ERROR(LoadTable("rendezvous", rendezvous_, &s->rendezvous));
   // No meta row yet (nothing saved with counters): the defaults stand.
   return ForEachRow(meta_.select.get(), "load meta", [&](RowReader& r) { return ReadMeta(r, s); });
 }
@@ -854,6 +944,7 @@ Status SqliteStore::WriteChanges(const ClusterState& s, const Changes& c) {
   STINT_RETURN_IF_ERROR(SaveTable("job", jobs_, c.jobs, s.jobs));
   STINT_RETURN_IF_ERROR(SaveTable("segment", segments_, c.segments, s.segments));
   STINT_RETURN_IF_ERROR(SaveTable("worker", workers_, c.workers, s.workers));
+  STINT_RETURN_IF_ERROR(SaveTable("rendezvous", rendezvous_, c.rendezvous, s.rendezvous));
   if (c.counters) {
     STINT_RETURN_IF_ERROR(
         Run(meta_.upsert.get(), "save counters", [&](Binder& b) { return BindMeta(b, s); }));
