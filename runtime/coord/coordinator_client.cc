@@ -76,6 +76,14 @@ class ReplyReader {
     Fail(key, "is not a string");
     return "";
   }
+  // Absent: nullptr.
+  const Json* Array(const char* key) {
+    const Json* v = Find(key, true);
+    if (v == nullptr) return nullptr;
+    if (v->is_array()) return v;
+    Fail(key, "is not an array");
+    return nullptr;
+  }
   // Null or absent: nullptr.
   const Json* Object(const char* key) {
     const Json* v = Find(key, false);
@@ -124,6 +132,35 @@ Result<WorkerView> ParseView(const HttpReply& reply, const std::string& what) {
     notice.notice_ms = nr.I64("notice_ms", false);
     STINT_RETURN_IF_ERROR(nr.status());
     v.notice = std::move(notice);
+  }
+  STINT_RETURN_IF_ERROR(r.status());
+  return v;
+}
+
+Result<RendezvousInfo> ParseRendezvous(const HttpReply& reply, const std::string& what) {
+  ReplyReader r(reply.body, what);
+  RendezvousInfo v;
+  v.generation = r.U64("generation");
+  v.formed = r.Str("phase") == "formed";
+  v.member = r.Bool("member");
+  v.standby = r.Bool("standby");
+  v.rank = static_cast<int>(r.I64("rank"));
+  v.world_size = static_cast<int>(r.I64("world_size"));
+  v.min_workers = static_cast<int>(r.I64("min_workers"));
+  v.max_workers = static_cast<int>(r.I64("max_workers"));
+  v.master_endpoint = r.Str("master_endpoint");
+  if (const Json* members = r.Array("members")) {
+    for (const Json& m : *members) {
+      ReplyReader mr(m, what + " member");
+      v.members.push_back({mr.U64("worker_id"), mr.Str("endpoint"), static_cast<int>(mr.I64("rank"))});
+      STINT_RETURN_IF_ERROR(mr.status());
+    }
+  }
+  if (const Json* previous = r.Array("previous")) {
+    for (const Json& id : *previous) {
+      if (!id.is_number_integer()) return Status::Internal("stintd's answer to " + what + ": \"previous\" holds a non-integer");
+      v.previous.push_back(id.get<uint64_t>());
+    }
   }
   STINT_RETURN_IF_ERROR(r.status());
   return v;
@@ -219,6 +256,11 @@ std::optional<WorkerRegistration> CoordinatorClient::registration() const {
   return registration_;
 }
 
+void CoordinatorClient::UseRegistration(const WorkerRegistration& registration) {
+  std::lock_guard<std::mutex> lock(mu_);
+  registration_ = registration;
+}
+
 Result<WorkerRegistration> CoordinatorClient::RequireRegistration() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (!registration_) return Status::FailedPrecondition("not registered with stintd: call Register() first");
@@ -270,6 +312,31 @@ Result<WorkerView> CoordinatorClient::WaitNotice(std::chrono::seconds wait) {
   req.server_wait = std::chrono::seconds(seconds);
   STINT_ASSIGN_OR_RETURN(HttpReply reply, http_->Call(req));
   return ParseView(reply, req.method + " " + req.path);
+}
+
+Result<RendezvousInfo> CoordinatorClient::JoinRendezvous(const std::string& endpoint, uint64_t known_generation,
+                                                        std::chrono::milliseconds wait) {
+  STINT_ASSIGN_OR_RETURN(WorkerRegistration reg, RequireRegistration());
+  wait = std::clamp(wait, std::chrono::milliseconds(0), std::chrono::milliseconds(kMaxNoticeWaitSeconds * 1000));
+  HttpRequest req;
+  req.method = "POST";
+  req.path = "/v1/workers/" + std::to_string(reg.worker_id) + "/rendezvous/join";
+  req.body = Json{{"endpoint", endpoint}, {"known_generation", known_generation}, {"wait_seconds", wait.count() / 1000.0}};
+  req.server_wait = wait;
+  STINT_ASSIGN_OR_RETURN(HttpReply reply, http_->Call(req));
+  return ParseRendezvous(reply, req.method + " " + req.path);
+}
+
+Result<RendezvousInfo> CoordinatorClient::WaitRendezvous(uint64_t known_generation, std::chrono::milliseconds wait) {
+  STINT_ASSIGN_OR_RETURN(WorkerRegistration reg, RequireRegistration());
+  wait = std::clamp(wait, std::chrono::milliseconds(0), std::chrono::milliseconds(kMaxNoticeWaitSeconds * 1000));
+  HttpRequest req;
+  req.method = "GET";
+  req.path = "/v1/workers/" + std::to_string(reg.worker_id) + "/rendezvous?known_generation=" +
+             std::to_string(known_generation) + "&wait_seconds=" + std::to_string(wait.count() / 1000.0);
+  req.server_wait = wait;
+  STINT_ASSIGN_OR_RETURN(HttpReply reply, http_->Call(req));
+  return ParseRendezvous(reply, req.method + " " + req.path);
 }
 
 namespace {

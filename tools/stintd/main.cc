@@ -39,6 +39,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--lease-ttl-seconds", p.lease_ttl_seconds, "a worker silent this long has left")
       ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--rendezvous-last-call-seconds", p.rendezvous_last_call_seconds,
+                 "a rendezvous round with min workers closes this long after reaching min")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--start-grace-seconds", p.start_grace_seconds, "time a new segment's workers have to register")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--safety-seconds", p.safety_seconds, "margin added to checkpoint estimates for notices")

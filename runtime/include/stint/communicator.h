@@ -43,6 +43,8 @@ struct GroupMembership {
   // The fd of a listening socket bound to master_port when this process is
   // rank 0 (its store takes it over, so no other process can take the port
   // between the rendezvous and the store's start); -1 otherwise.
+  // CommunicatorFactory::Form owns it: it closes it, or hands it to the
+  // communicator, even when it fails.
   int master_listen_fd = -1;
 };
 

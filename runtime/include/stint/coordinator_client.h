@@ -41,6 +41,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "stint/preemption.h"
 #include "stint/status.h"
@@ -138,6 +139,29 @@ struct KvEntry {
   int64_t updated_ms = 0;
 };
 
+struct RendezvousMemberInfo {
+  uint64_t worker_id = 0;
+  std::string endpoint;  // host:port
+  int rank = -1;
+};
+
+// The job's rendezvous as one worker sees it (API.md "Rendezvous").
+struct RendezvousInfo {
+  uint64_t generation = 0;
+  bool formed = false;   // false: a round is open ("joining")
+  bool member = false;   // this worker is in the round or the formed group
+  bool standby = false;  // the group is full; this worker waits for a place
+  int rank = -1;         // formed and member
+  int world_size = 0;    // formed: the group's size; joining: joined so far
+  int min_workers = 0;
+  int max_workers = 0;
+  std::string master_endpoint;  // formed: rank 0's endpoint
+  std::vector<RendezvousMemberInfo> members;  // formed: by rank
+  std::vector<uint64_t> previous;             // worker ids of the previous generation, by rank
+  // This worker's answer: a formed generation newer than `known`, with it.
+  bool ready(uint64_t known) const { return formed && member && generation > known; }
+};
+
 // Thread-safe: calls may run concurrently (each uses its own keep-alive
 // connection from a small pool, so a long-poll never delays a heartbeat).
 class CoordinatorClient {
@@ -156,6 +180,9 @@ class CoordinatorClient {
   Result<WorkerRegistration> Register();
   // The last successful Register(); nullopt before.
   std::optional<WorkerRegistration> registration() const;
+  // Acts for a worker registered through another client (a second client
+  // whose calls can be cancelled on their own by Shutdown()).
+  void UseRegistration(const WorkerRegistration& registration);
 
   // The worker calls. REQUIRES: Register() succeeded (else kFailedPrecondition).
   // Heartbeat renews the lease; `step` (optional) is the newest finished step.
@@ -191,6 +218,20 @@ class CoordinatorClient {
   // GuardCommit bound to this client. REQUIRES: the client outlives every
   // Checkpointer holding the function.
   std::function<Status(uint64_t step)> CommitGuard();
+
+  // Joins the job's rendezvous, advertising `endpoint` (host:port where this
+  // worker's group store listens if it becomes rank 0), and waits up to
+  // `wait` (at most 60 s) for a formed generation newer than
+  // `known_generation` with this worker in it. known_generation is the
+  // generation this worker last belonged to (0: none): re-joining with the
+  // current one says "it failed here" and opens the next round. An answer
+  // that is not ready(known_generation) means "not yet": join again.
+  Result<RendezvousInfo> JoinRendezvous(const std::string& endpoint, uint64_t known_generation,
+                                        std::chrono::milliseconds wait = std::chrono::seconds(30));
+  // Long-poll: answers when the job's generation differs from
+  // `known_generation`, or after `wait` (at most 60 s).
+  Result<RendezvousInfo> WaitRendezvous(uint64_t known_generation,
+                                        std::chrono::milliseconds wait = std::chrono::seconds(30));
 
   // The job's KV store (options().job_id), e.g. for rendezvous.
   // Put: if_version 0 means "only if absent"; nullopt means unconditional.

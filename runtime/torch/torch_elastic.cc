@@ -1,0 +1,102 @@
+#include "torch_elastic.h"
+
+#include <torch/serialize.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+
+#include <sstream>
+
+#include "stint_torch.h"
+#include "torch_guard.h"
+
+namespace stint {
+
+TorchElasticState::TorchElasticState(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                                     ResumableSampler* sampler, uint64_t* step)
+    : model_(model), optimizer_(optimizer), sampler_(sampler), step_(step) {}
+
+Result<std::string> TorchElasticState::Serialize() const {
+  return Guard("serialize the elastic state", [&]() -> Result<std::string> {
+    torch::serialize::OutputArchive archive;
+    torch::serialize::OutputArchive model_archive, optimizer_archive;
+    model_.save(model_archive);
+    optimizer_.save(optimizer_archive);
+    archive.write("model", model_archive);
+    archive.write("optimizer", optimizer_archive);
+    archive.write("step", torch::tensor(static_cast<int64_t>(*step_)));
+    if (sampler_ != nullptr) {
+      const std::string cursor = sampler_->SaveState();
+      archive.write("sampler", torch::from_blob(const_cast<char*>(cursor.data()), {static_cast<int64_t>(cursor.size())},
+                                                torch::kUInt8)
+                                   .clone());
+    }
+    std::ostringstream out;
+    archive.save_to(out);
+    return out.str();
+  });
+}
+
+Status TorchElasticState::Deserialize(const std::string& bytes) {
+  STINT_RETURN_IF_ERROR(Guard("load the elastic state from rank 0", [&]() -> Status {
+    std::istringstream in(bytes);
+    torch::serialize::InputArchive archive;
+    archive.load_from(in);
+    torch::serialize::InputArchive model_archive, optimizer_archive;
+    archive.read("model", model_archive);
+    archive.read("optimizer", optimizer_archive);
+    model_.load(model_archive);
+    optimizer_.load(optimizer_archive);
+    torch::Tensor step;
+    archive.read("step", step);
+    *step_ = static_cast<uint64_t>(step.item<int64_t>());
+    if (sampler_ != nullptr) {
+      torch::Tensor cursor;
+      archive.read("sampler", cursor);
+      const std::string text(static_cast<const char*>(cursor.data_ptr()), static_cast<size_t>(cursor.numel()));
+      return sampler_->LoadState(text);
+    }
+    return Status::OK();
+  }));
+  return Status::OK();
+}
+
+Status TorchElasticState::Synchronize(Communicator& comm) {
+  if (comm.world_size() == 1) return Status::OK();
+  std::string bytes;
+  if (comm.rank() == 0) {
+    STINT_ASSIGN_OR_RETURN(bytes, Serialize());
+  }
+  uint64_t size = bytes.size();
+  STINT_RETURN_IF_ERROR(comm.Broadcast(&size, sizeof(size), 0));
+  bytes.resize(size);
+  STINT_RETURN_IF_ERROR(comm.Broadcast(bytes.data(), bytes.size(), 0));
+  if (comm.rank() == 0) return Status::OK();
+  return Deserialize(bytes);
+}
+
+Status AllReduceGradients(Communicator& comm, torch::nn::Module& model, torch::Tensor* extra) {
+  return Guard("allreduce gradients", [&]() -> Status {
+    std::map<c10::ScalarType, std::vector<torch::Tensor>> by_dtype;
+    for (torch::Tensor& p : model.parameters()) {
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+      by_dtype[p.scalar_type()].push_back(p.grad());
+    }
+    if (extra != nullptr) by_dtype[extra->scalar_type()].push_back(*extra);
+    for (auto& [type, tensors] : by_dtype) {
+      std::vector<torch::Tensor> flat_parts;
+      for (const torch::Tensor& t : tensors) flat_parts.push_back(t.reshape({-1}));
+      torch::Tensor flat = torch::cat(flat_parts).contiguous();
+      STINT_ASSIGN_OR_RETURN(DType dtype, DTypeFromTorch(type));
+      STINT_RETURN_IF_ERROR(comm.AllReduce(flat.data_ptr(), static_cast<size_t>(flat.numel()), dtype, ReduceOp::kSum));
+      int64_t at = 0;
+      for (torch::Tensor& t : tensors) {
+        const int64_t n = t.numel();
+        t.copy_(flat.slice(0, at, at + n).view_as(t));
+        at += n;
+      }
+    }
+    return Status::OK();
+  });
+}
+
+}  // namespace stint

@@ -1,0 +1,217 @@
+// Rendezvous rounds: closing at max or after the last call, rank order by
+// survivors, re-forming on a join, a failure report or a lost member, and
+// standbys beyond the segment's size.
+#include "core/rendezvous.h"
+
+#include <gtest/gtest.h>
+
+namespace stint::coord {
+namespace {
+
+constexpr TimeMs kT0 = 1'800'000'000'000;
+
+class RendezvousTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    config_.rendezvous_last_call_seconds = 2;
+    config_.lease_ttl_seconds = 10;
+    Changes c;
+    ASSERT_TRUE(AddPool(s_, Pool{"p", ""}, &c).ok());
+    Window w;
+    w.pool = "p";
+    w.gpus = 8;
+    w.start_ms = kT0;
+    w.end_ms = kT0 + 3'600'000;
+    const int64_t window = AddWindow(s_, w, kT0, &c).value();
+    Job j;
+    j.name = "elastic";
+    j.min_gpus = 2;
+    j.max_gpus = 3;
+    job_ = SubmitJob(s_, j, kT0, &c).value();
+    Plan plan;
+    plan.starts.push_back(StartDecision{job_, {Allocation{window, 3}}, kT0 + 3'600'000});
+    ApplyPlan(s_, plan, kT0, &c);
+  }
+
+  int64_t Register(const std::string& name) {
+    Changes c;
+    return RegisterWorker(s_, job_, name, kT0, &c).value().id;
+  }
+
+  RendezvousView Join(int64_t worker, uint64_t known, TimeMs now) {
+    Changes c;
+    Result<RendezvousView> v =
+        JoinRendezvous(s_, worker, "h" + std::to_string(worker) + ":1", known, now, config_, &c);
+    EXPECT_TRUE(v.ok()) << v.status().ToString();
+    return v.ok() ? *v : RendezvousView{};
+  }
+
+  RendezvousView View(int64_t worker) { return ViewRendezvous(s_, worker).value(); }
+
+  Changes Advance(TimeMs now) {
+    Changes c;
+    AdvanceRendezvous(s_, now, config_, &c);
+    return c;
+  }
+
+  // Keeps `workers` heartbeating at `now` (as the tick's merge would).
+  void Beat(std::initializer_list<int64_t> workers, TimeMs now) {
+    for (int64_t w : workers) s_.workers.at(w).last_heartbeat_ms = now;
+  }
+
+  ClusterState s_;
+  PolicyConfig config_;
+  int64_t job_ = 0;
+};
+
+TEST_F(RendezvousTest, ClosesAtOnceWhenTheSegmentIsFull) {
+  const int64_t a = Register("a"), b = Register("b"), c = Register("c");
+  EXPECT_EQ(Join(a, 0, kT0).phase, RendezvousPhase::kJoining);
+  RendezvousView vb = Join(b, 0, kT0);
+  EXPECT_EQ(vb.phase, RendezvousPhase::kJoining);
+  EXPECT_EQ(vb.last_call_ms, kT0 + 2000) << "min reached: the last call starts";
+  RendezvousView vc = Join(c, 0, kT0 + 10);
+  ASSERT_TRUE(vc.ready(0));
+  EXPECT_EQ(vc.generation, 1u);
+  EXPECT_EQ(vc.world_size, 3);
+  EXPECT_EQ(vc.rank, 2);
+  EXPECT_EQ(View(a).rank, 0);
+  EXPECT_EQ(View(b).rank, 1);
+  EXPECT_EQ(vc.master_endpoint, "h" + std::to_string(a) + ":1");
+  EXPECT_EQ(vc.min_workers, 2);
+  EXPECT_EQ(vc.max_workers, 3);
+}
+
+TEST_F(RendezvousTest, ClosesWithMinWorkersOnlyAfterTheLastCall) {
+  const int64_t a = Register("a"), b = Register("b");
+  Join(a, 0, kT0);
+  Join(b, 0, kT0);
+  EXPECT_TRUE(Advance(kT0 + 1999).rendezvous.empty());
+  EXPECT_EQ(View(a).phase, RendezvousPhase::kJoining);
+  EXPECT_EQ(NextRendezvousDeadline(s_), kT0 + 2000);
+  EXPECT_FALSE(Advance(kT0 + 2000).rendezvous.empty());
+  EXPECT_TRUE(View(a).ready(0));
+  EXPECT_EQ(View(b).world_size, 2);
+  EXPECT_EQ(NextRendezvousDeadline(s_), kNever);
+}
+
+TEST_F(RendezvousTest, BelowMinTheRoundStaysOpen) {
+  const int64_t a = Register("a");
+  Join(a, 0, kT0);
+  Advance(kT0 + 3'000'000);
+  EXPECT_EQ(View(a).phase, RendezvousPhase::kJoining);
+  EXPECT_EQ(View(a).last_call_ms, 0);
+}
+
+TEST_F(RendezvousTest, JoiningAgainIsIdempotent) {
+  const int64_t a = Register("a"), b = Register("b"), c = Register("c");
+  Join(a, 0, kT0);
+  Join(b, 0, kT0);
+  Join(c, 0, kT0);
+  const Rendezvous before = s_.rendezvous.at(job_);
+  Changes ch;
+  Result<RendezvousView> again = JoinRendezvous(s_, b, "hb:1", 0, kT0 + 5, config_, &ch);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->ready(0));
+  EXPECT_EQ(again->generation, 1u);
+  EXPECT_EQ(again->rank, before.members[1].rank);
+  EXPECT_TRUE(ch.rendezvous.empty()) << "an answered re-join writes nothing";
+}
+
+TEST_F(RendezvousTest, AFailureReportOpensTheNextRoundAndSurvivorsKeepTheirOrder) {
+  const int64_t a = Register("a"), b = Register("b"), c = Register("c");
+  Join(a, 0, kT0);
+  Join(b, 0, kT0);
+  Join(c, 0, kT0);
+  // a's collective failed (b died): it re-joins saying it knew generation 1.
+  RendezvousView va = Join(a, 1, kT0 + 100);
+  EXPECT_EQ(va.generation, 2u);
+  EXPECT_EQ(va.phase, RendezvousPhase::kJoining);
+  EXPECT_EQ(View(b).generation, 2u) << "everyone sees the new generation";
+  EXPECT_FALSE(View(b).member);
+  Join(c, 1, kT0 + 200);
+  Beat({a, c}, kT0 + 2200);
+  Advance(kT0 + 2200);
+  RendezvousView vc = View(c);
+  ASSERT_TRUE(vc.ready(1));
+  EXPECT_EQ(vc.world_size, 2);
+  EXPECT_EQ(View(a).rank, 0);
+  EXPECT_EQ(vc.rank, 1) << "c was after a in generation 1";
+  EXPECT_EQ(vc.previous, (std::vector<int64_t>{a, b, c}));
+}
+
+TEST_F(RendezvousTest, ANewWorkerGrowsTheGroupAndIsRankedLast) {
+  const int64_t a = Register("a"), b = Register("b");
+  Join(a, 0, kT0);
+  Join(b, 0, kT0);
+  Advance(kT0 + 2000);
+  ASSERT_TRUE(View(a).ready(0));
+  const int64_t c = Register("c");
+  RendezvousView vc = Join(c, 0, kT0 + 3000);
+  EXPECT_EQ(vc.generation, 2u);
+  EXPECT_EQ(vc.phase, RendezvousPhase::kJoining);
+  Join(b, 1, kT0 + 3100);
+  RendezvousView va = Join(a, 1, kT0 + 3200);
+  ASSERT_TRUE(va.ready(1)) << "three joined: full, closed at once";
+  EXPECT_EQ(va.rank, 0);
+  EXPECT_EQ(View(b).rank, 1);
+  EXPECT_EQ(View(c).rank, 2);
+}
+
+TEST_F(RendezvousTest, AWorkerBeyondTheSegmentSizeIsAStandbyUntilAMemberLeaves) {
+  const int64_t a = Register("a"), b = Register("b"), c = Register("c"), d = Register("d");
+  Join(a, 0, kT0);
+  Join(b, 0, kT0);
+  Join(c, 0, kT0);
+  RendezvousView vd = Join(d, 0, kT0 + 10);
+  EXPECT_TRUE(vd.standby);
+  EXPECT_FALSE(vd.member);
+  EXPECT_EQ(vd.generation, 1u) << "a standby does not disturb the formed group";
+  Changes ch;
+  ASSERT_TRUE(ReleaseWorker(s_, b, kT0 + 20, &ch).ok());
+  Advance(kT0 + 20);
+  EXPECT_EQ(View(a).generation, 2u);
+  Join(d, 0, kT0 + 30);
+  Join(a, 1, kT0 + 30);
+  RendezvousView vc = Join(c, 1, kT0 + 30);
+  ASSERT_TRUE(vc.ready(1));
+  EXPECT_EQ(View(a).rank, 0);
+  EXPECT_EQ(vc.rank, 1);
+  EXPECT_EQ(View(d).rank, 2);
+}
+
+TEST_F(RendezvousTest, AnExpiredLeaseRemovesTheMemberAndBumpsTheGeneration) {
+  const int64_t a = Register("a"), b = Register("b"), c = Register("c");
+  Join(a, 0, kT0);
+  Join(b, 0, kT0);
+  Join(c, 0, kT0);
+  Beat({a, b, c}, kT0 + 5000);
+  EXPECT_TRUE(Advance(kT0 + 10'000).rendezvous.empty()) << "within the TTL nothing changes";
+  Beat({a, b}, kT0 + 14'000);
+  EXPECT_FALSE(Advance(kT0 + 15'001).rendezvous.empty());
+  EXPECT_EQ(View(a).generation, 2u);
+  // A joining round drops a silent worker too.
+  Join(a, 1, kT0 + 15'100);
+  Join(c, 1, kT0 + 15'100);
+  Beat({a}, kT0 + 26'000);
+  Advance(kT0 + 26'000);
+  const RendezvousView va = View(a);
+  EXPECT_EQ(va.phase, RendezvousPhase::kJoining);
+  EXPECT_EQ(va.world_size, 1) << "c's lease (last heard at T0+5 s) expired";
+}
+
+TEST_F(RendezvousTest, FencedAndUnknownWorkersAndBadEndpointsAreRefused) {
+  const int64_t a = Register("a");
+  Changes ch;
+  EXPECT_EQ(JoinRendezvous(s_, 999, "h:1", 0, kT0, config_, &ch).status().code(), Code::kNotFound);
+  EXPECT_EQ(JoinRendezvous(s_, a, "no-port", 0, kT0, config_, &ch).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(JoinRendezvous(s_, a, "", 0, kT0, config_, &ch).status().code(), Code::kInvalidArgument);
+  ASSERT_TRUE(ReleaseWorker(s_, a, kT0, &ch).ok());
+  ch = Changes();
+  Result<RendezvousView> v = JoinRendezvous(s_, a, "h:1", 0, kT0, config_, &ch);
+  EXPECT_EQ(v.status().code(), Code::kAborted) << v.status().ToString();
+  EXPECT_TRUE(ch.rendezvous.empty());
+}
+
+}  // namespace
+}  // namespace stint::coord
