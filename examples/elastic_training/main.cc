@@ -1,0 +1,276 @@
+// elastic_training: data-parallel LibTorch training whose workers come and
+// go (the lines marked "stint"). Each worker registers with stintd, joins
+// the job's rendezvous, and trains its slice of every global batch; when a
+// worker dies or a new one joins, the others re-form the group at the next
+// step boundary and carry on from the same state.
+//
+// Task: least-squares regression of 8 inputs (a fixed teacher), SGD with
+// momentum. The loss is summed over this rank's samples and divided by the
+// global batch, so the allreduced gradient is the global batch's mean
+// whatever the world size: any sequence of resizes trains the same model
+// as one process would (up to float summation order). The model carries a
+// "seen" counter per sample, summed by the same allreduce as the gradients
+// and applied with the optimizer step, so the final model itself says how
+// often each sample was trained on.
+//
+//   elastic_training --url http://127.0.0.1:7077 --token T --job ID
+//                    [--steps 300] [--step-ms 0] [--out FILE] [--timeout-ms 10000]
+//                    [--ballast N] [--die-in-allreduce-at STEP] [--name NAME]
+//   elastic_training --reference --out FILE [--steps 300]   (one process, no stintd)
+//
+// Prints "GENERATION g rank r world w reform_s x step s t_ms T" whenever a
+// generation is formed, "FIRST_STEP g step s t_ms T" at its first committed
+// step, and "DONE step s". Rank 0 writes FILE (JSON) at the end.
+#include <signal.h>
+#include <unistd.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "gloo_communicator.h"
+#include "stint/coordinator_client.h"
+#include "stint/elastic_group.h"
+#include "stint_torch.h"
+#include "torch_elastic.h"
+
+namespace {
+
+constexpr int64_t kInputs = 8, kDataset = 240, kGlobalBatch = 12;
+
+struct Flags {
+  std::string url, token, out, name;
+  uint64_t job = 0;
+  int64_t steps = 300, step_ms = 0, timeout_ms = 10000, ballast = 0, die_at = -1;
+  bool reference = false;
+};
+
+bool ParseFlags(int argc, char** argv, Flags* f) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--reference") {
+      f->reference = true;
+      continue;
+    }
+    if (i + 1 >= argc) return false;
+    const std::string v = argv[++i];
+    if (a == "--url") f->url = v;
+    else if (a == "--token") f->token = v;
+    else if (a == "--job") f->job = std::strtoull(v.c_str(), nullptr, 10);
+    else if (a == "--out") f->out = v;
+    else if (a == "--name") f->name = v;
+    else if (a == "--steps") f->steps = std::atoll(v.c_str());
+    else if (a == "--step-ms") f->step_ms = std::atoll(v.c_str());
+    else if (a == "--timeout-ms") f->timeout_ms = std::atoll(v.c_str());
+    else if (a == "--ballast") f->ballast = std::atoll(v.c_str());
+    else if (a == "--die-in-allreduce-at") f->die_at = std::atoll(v.c_str());
+    else return false;
+  }
+  return f->reference ? !f->out.empty() : (!f->url.empty() && f->job != 0);
+}
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+struct NetImpl : torch::nn::Module {
+  NetImpl() {
+    fc = register_module("fc", torch::nn::Linear(kInputs, 1));
+    seen = register_buffer("seen", torch::zeros({kDataset}, torch::kFloat64));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return fc->forward(x); }
+  torch::nn::Linear fc{nullptr};
+  torch::Tensor seen;
+};
+TORCH_MODULE(Net);
+
+// Sample i: inputs from a fixed formula, target from a fixed teacher plus a
+// little structure, so the answer does not depend on who computes it.
+void Batch(const std::vector<uint64_t>& ids, torch::Tensor* x, torch::Tensor* y) {
+  *x = torch::empty({static_cast<int64_t>(ids.size()), kInputs});
+  *y = torch::empty({static_cast<int64_t>(ids.size()), 1});
+  auto xa = x->accessor<float, 2>();
+  auto ya = y->accessor<float, 2>();
+  for (size_t r = 0; r < ids.size(); ++r) {
+    double target = 0.3;
+    for (int64_t j = 0; j < kInputs; ++j) {
+      const double v = std::sin(0.37 * static_cast<double>(ids[r]) + 1.3 * static_cast<double>(j));
+      xa[r][j] = static_cast<float>(v);
+      target += (0.5 - 0.1 * static_cast<double>(j)) * v;
+    }
+    ya[r][0] = static_cast<float>(target + 0.05 * std::cos(static_cast<double>(ids[r])));
+  }
+}
+
+// One step's forward and backward on this rank's slice; the sample counter
+// delta goes with the gradients.
+torch::Tensor LocalStep(Net& net, const std::vector<uint64_t>& ids) {
+  net->zero_grad();
+  torch::Tensor x, y;
+  Batch(ids, &x, &y);
+  torch::Tensor loss = (net->forward(x) - y).pow(2).sum() / static_cast<double>(kGlobalBatch);
+  loss.backward();
+  torch::Tensor delta = torch::zeros({kDataset}, torch::kFloat64);
+  for (uint64_t id : ids) delta[static_cast<int64_t>(id)] += 1;
+  return delta;
+}
+
+void Apply(Net& net, torch::optim::SGD& opt, const torch::Tensor& delta) {
+  opt.step();
+  torch::NoGradGuard no_grad;
+  net->seen.add_(delta);
+}
+
+int WriteResult(const Flags& f, Net& net, uint64_t step) {
+  torch::NoGradGuard no_grad;
+  std::ofstream out(f.out);
+  out << "{\"step\": " << step << ", \"params\": [";
+  bool first = true;
+  for (const torch::Tensor& p : net->parameters()) {
+    torch::Tensor flat = p.reshape({-1});
+    for (int64_t i = 0; i < flat.numel(); ++i) {
+      out << (first ? "" : ", ") << flat[i].item<float>();
+      first = false;
+    }
+  }
+  out << "], \"seen\": [";
+  for (int64_t i = 0; i < kDataset; ++i) out << (i ? ", " : "") << net->seen[i].item<double>();
+  out << "]}\n";
+  return out.good() ? 0 : 1;
+}
+
+stint::ResumableSampler MakeSampler() {
+  stint::SamplerConfig config;
+  config.dataset_size = kDataset;
+  config.seed = 7;
+  config.global_batch = kGlobalBatch;
+  return stint::ResumableSampler::Create(config).value();
+}
+
+int RunReference(const Flags& f) {
+  torch::manual_seed(0);
+  Net net;
+  torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  stint::ResumableSampler sampler = MakeSampler();
+  for (int64_t step = 0; step < f.steps; ++step) {
+    torch::Tensor delta = LocalStep(net, sampler.RankIndices(0, 1).value());
+    Apply(net, opt, delta);
+    sampler.CommitStep();
+  }
+  std::printf("DONE step %lld\n", static_cast<long long>(f.steps));
+  return WriteResult(f, net, static_cast<uint64_t>(f.steps));
+}
+
+void PrintGeneration(const stint::ElasticStep& s, uint64_t step) {
+  std::printf("GENERATION %llu rank %d world %d reform_s %.3f step %llu t_ms %lld\n",
+              static_cast<unsigned long long>(s.generation), s.rank, s.world_size, s.reform_seconds,
+              static_cast<unsigned long long>(step), static_cast<long long>(NowMs()));
+  std::fflush(stdout);
+}
+
+int RunWorker(const Flags& f) {
+  // stint: register with stintd (heartbeats on the session's threads).
+  stint::CoordinatorOptions co;
+  co.url = f.url;
+  co.token = f.token;
+  co.job_id = f.job;
+  if (!f.name.empty()) co.worker_name = f.name;
+  auto session = stint::CoordinatorSession::Start(co, nullptr);
+  if (!session.ok()) {
+    std::fprintf(stderr, "register: %s\n", session.status().ToString().c_str());
+    return 2;
+  }
+  // stint: the elastic group over Gloo.
+  stint::ElasticOptions eo;
+  eo.comm.timeout = std::chrono::milliseconds(f.timeout_ms);
+  eo.join_timeout = std::chrono::seconds(120);
+  stint::GlooCommunicatorFactory gloo(eo.comm);
+  auto group = stint::ElasticGroup::Create((*session)->client(), &gloo, eo);
+  if (!group.ok()) {
+    std::fprintf(stderr, "group: %s\n", group.status().ToString().c_str());
+    return 2;
+  }
+  torch::manual_seed(0);
+  Net net;
+  torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  stint::ResumableSampler sampler = MakeSampler();
+  uint64_t step = 0;
+  stint::TorchElasticState state(*net, opt, &sampler, &step);  // stint
+  auto joined = (*group)->Join(&state);                          // stint
+  if (!joined.ok()) {
+    std::fprintf(stderr, "join: %s\n", joined.status().ToString().c_str());
+    return 3;
+  }
+  PrintGeneration(*joined, step);
+  bool first_step = true;
+  torch::Tensor ballast = torch::zeros({std::max<int64_t>(f.ballast, 1)});
+  while (step < static_cast<uint64_t>(f.steps)) {
+    stint::ElasticGroup& g = **group;
+    torch::Tensor delta = LocalStep(net, sampler.RankIndices(g.rank(), g.world_size()).value());
+    if (f.die_at >= 0 && static_cast<int64_t>(step) == f.die_at) {
+      // A real SIGKILL 5 ms into the collective below (raise is
+      // async-signal-safe).
+      signal(SIGALRM, [](int) { raise(SIGKILL); });
+      ualarm(5000, 0);
+    }
+    stint::Status reduced = f.ballast > 0
+                                ? g.comm().AllReduce(ballast.data_ptr(), static_cast<size_t>(f.ballast),
+                                                     stint::DType::kFloat32, stint::ReduceOp::kSum)
+                                : stint::Status::OK();
+    if (reduced.ok()) reduced = stint::AllReduceGradients(g.comm(), *net, &delta);  // stint
+    if (reduced.ok()) {
+      Apply(net, opt, delta);
+      sampler.CommitStep();
+      ++step;
+      if (first_step) {
+        std::printf("FIRST_STEP %llu step %llu t_ms %lld\n", static_cast<unsigned long long>(g.generation()),
+                    static_cast<unsigned long long>(step), static_cast<long long>(NowMs()));
+        std::fflush(stdout);
+        first_step = false;
+      }
+    } else {
+      std::printf("COLLECTIVE_FAILED step %llu: %s\n", static_cast<unsigned long long>(step),
+                  reduced.ToString().c_str());
+      std::fflush(stdout);
+    }
+    if (f.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(f.step_ms));
+    auto boundary = g.StepBoundary(false, &state);  // stint: re-forms here when needed
+    if (!boundary.ok()) {
+      std::fprintf(stderr, "step boundary: %s\n", boundary.status().ToString().c_str());
+      return 3;
+    }
+    if (boundary->reformed) {
+      PrintGeneration(*boundary, step);
+      first_step = true;
+    }
+  }
+  // Everyone reached the end before rank 0 reports the job complete.
+  stint::Status end = (*group)->comm().Barrier();
+  std::printf("DONE step %llu rank %d\n", static_cast<unsigned long long>(step), (*group)->rank());
+  std::fflush(stdout);
+  if ((*group)->rank() != 0) return end.ok() ? 0 : 4;
+  const int written = WriteResult(f, net, step);
+  stint::Status finished = (*session)->Finished();
+  if (!finished.ok()) std::fprintf(stderr, "finished: %s\n", finished.ToString().c_str());
+  return written;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  if (!ParseFlags(argc, argv, &f)) {
+    std::fprintf(stderr,
+                 "usage: elastic_training --url URL --token T --job ID [--steps N] [--step-ms MS] [--out FILE]\n"
+                 "       elastic_training --reference --out FILE [--steps N]\n");
+    return 2;
+  }
+  return f.reference ? RunReference(f) : RunWorker(f);
+}

@@ -1,0 +1,535 @@
+// The NCCL communicator: type mapping and id text everywhere; forming and
+// collectives on a GPU machine (one GPU: a world of one; two ranks need two
+// GPUs, since NCCL refuses two ranks of one communicator on one device).
+// GPU tests skip with the reason elsewhere.
+#include "nccl_communicator.h"
+
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <nccl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "device_probe.h"
+#include "nccl_types.h"
+#include "nccl_unique_id.h"
+
+namespace stint {
+namespace {
+
+using std::chrono::milliseconds;
+
+#define SKIP_UNLESS_GPUS(n)                                                                      \
+  do {                                                                                           \
+    Result<int> gpus_ = CudaDeviceCount();                                                       \
+    if (!gpus_.ok()) GTEST_SKIP() << "needs a CUDA device: " << gpus_.status().ToString();       \
+    if (*gpus_ < (n)) GTEST_SKIP() << "needs " << (n) << " CUDA devices, found " << *gpus_;      \
+  } while (0)
+
+// The test's own GroupKv: a map in memory, Wait on a condition variable.
+class MemKv final : public GroupKv {
+ public:
+  Status Put(const std::string& key, const std::string& value) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      values_[key] = value;
+    }
+    cv_.notify_all();
+    return Status::OK();
+  }
+  Result<std::string> Wait(const std::string& key, milliseconds timeout) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, timeout, [&] { return values_.count(key) > 0; })) {
+      return Status::DeadlineExceeded("kv " + key + " was not put within " + std::to_string(timeout.count()) + " ms");
+    }
+    return values_[key];
+  }
+  std::string Get(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return values_.count(key) ? values_[key] : "";
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::string> values_;
+};
+
+// Another backend's communicator, for Shrink's refusal.
+class FakeComm final : public Communicator {
+ public:
+  const char* backend() const override { return "fake"; }
+  const GroupMembership& membership() const override { return m_; }
+  Status AllReduce(void*, size_t, DType, ReduceOp) override { return Status::OK(); }
+  Status Broadcast(void*, size_t, int) override { return Status::OK(); }
+  Status Barrier() override { return Status::OK(); }
+  void Abort() override { aborted_ = true; }
+  bool aborted() const override { return aborted_; }
+  GroupMembership m_{1, 0, 2, "127.0.0.1", 0, -1};
+  bool aborted_ = false;
+};
+
+GroupMembership Member(uint64_t generation, int rank, int world_size) {
+  GroupMembership m;
+  m.generation = generation;
+  m.rank = rank;
+  m.world_size = world_size;
+  m.master_host = "127.0.0.1";
+  return m;
+}
+
+bool FdIsClosed(int fd) { return fcntl(fd, F_GETFD) == -1 && errno == EBADF; }
+
+// Device memory of `n` T on the current device, filled from the host.
+template <typename T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(const std::vector<T>& host) : n_(host.size()) {
+    EXPECT_EQ(cudaMalloc(&ptr_, n_ * sizeof(T)), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  ~DeviceArray() { cudaFree(ptr_); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  void* get() { return ptr_; }
+  std::vector<T> ToHost() const {
+    std::vector<T> host(n_);
+    EXPECT_EQ(cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return host;
+  }
+
+ private:
+  size_t n_;
+  void* ptr_ = nullptr;
+};
+
+// --- No GPU needed. ---
+
+TEST(NcclTypes, MapsEveryDTypeNcclReduces) {
+  const std::pair<DType, ncclDataType_t> cases[] = {
+      {DType::kFloat32, ncclFloat32}, {DType::kFloat64, ncclFloat64}, {DType::kFloat16, ncclFloat16},
+      {DType::kBFloat16, ncclBfloat16}, {DType::kInt8, ncclInt8},     {DType::kUInt8, ncclUint8},
+      {DType::kInt32, ncclInt32},     {DType::kInt64, ncclInt64},
+  };
+  for (const auto& [dtype, nccl] : cases) {
+    Result<ncclDataType_t> t = NcclDataType(dtype);
+    ASSERT_TRUE(t.ok()) << DTypeName(dtype) << ": " << t.status().ToString();
+    EXPECT_EQ(*t, nccl) << DTypeName(dtype);
+  }
+}
+
+TEST(NcclTypes, RefusesDTypesNcclCannotReduceNamingThem) {
+  for (DType dtype : {DType::kInt16, DType::kBool, DType::kComplex64, DType::kComplex128}) {
+    Result<ncclDataType_t> t = NcclDataType(dtype);
+    ASSERT_FALSE(t.ok()) << DTypeName(dtype);
+    EXPECT_EQ(t.status().code(), Code::kInvalidArgument);
+    EXPECT_NE(t.status().message().find(DTypeName(dtype)), std::string::npos) << t.status().ToString();
+  }
+}
+
+TEST(NcclTypes, MapsSumMaxMinAndRefusesAnythingElse) {
+  EXPECT_EQ(*NcclRedOp(ReduceOp::kSum), ncclSum);
+  EXPECT_EQ(*NcclRedOp(ReduceOp::kMax), ncclMax);
+  EXPECT_EQ(*NcclRedOp(ReduceOp::kMin), ncclMin);
+  Result<ncclRedOp_t> bad = NcclRedOp(static_cast<ReduceOp>(42));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
+}
+
+TEST(NcclUniqueId, HexRoundTripsEveryByteValue) {
+  ncclUniqueId id;
+  for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; ++i) id.internal[i] = static_cast<char>(i * 2 + 1);  // > 127 too
+  const std::string hex = EncodeNcclUniqueId(id);
+  ASSERT_EQ(hex.size(), 2u * NCCL_UNIQUE_ID_BYTES);
+  EXPECT_EQ(hex.substr(0, 6), "010305");
+  EXPECT_EQ(hex.find_first_not_of("0123456789abcdef"), std::string::npos);
+  Result<ncclUniqueId> back = DecodeNcclUniqueId(hex, kNcclIdKey);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(std::memcmp(back->internal, id.internal, NCCL_UNIQUE_ID_BYTES), 0);
+
+  std::string upper = hex;
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  Result<ncclUniqueId> from_upper = DecodeNcclUniqueId(upper, kNcclIdKey);
+  ASSERT_TRUE(from_upper.ok()) << from_upper.status().ToString();
+  EXPECT_EQ(std::memcmp(from_upper->internal, id.internal, NCCL_UNIQUE_ID_BYTES), 0);
+}
+
+TEST(NcclUniqueId, MalformedIdIsDataLossNamingTheKey) {
+  ncclUniqueId id;
+  std::memset(&id, 0xab, sizeof(id));
+  const std::string good = EncodeNcclUniqueId(id);
+  std::string non_hex = good;
+  non_hex[17] = 'g';
+  for (const std::string& bad : {std::string(), good.substr(1), good + "0", non_hex, std::string(256, ' ')}) {
+    Result<ncclUniqueId> r = DecodeNcclUniqueId(bad, kNcclIdKey);
+    ASSERT_FALSE(r.ok()) << "'" << bad << "'";
+    EXPECT_EQ(r.status().code(), Code::kDataLoss);
+    EXPECT_NE(r.status().message().find("nccl-id"), std::string::npos) << r.status().ToString();
+  }
+  EXPECT_NE(DecodeNcclUniqueId(non_hex, kNcclIdKey).status().message().find("offset 17"), std::string::npos);
+}
+
+TEST(NcclFactory, NameIsNccl) {
+  NcclCommunicatorFactory factory;
+  EXPECT_STREQ(factory.Name(), "nccl");
+}
+
+TEST(NcclFactory, FormWithoutADeviceIsUnavailable) {
+  Result<int> gpus = CudaDeviceCount();
+  if (gpus.ok()) GTEST_SKIP() << "this machine has " << *gpus << " CUDA device(s)";
+  NcclCommunicatorFactory factory;
+  MemKv kv;
+  Result<std::unique_ptr<Communicator>> comm = factory.Form(Member(1, 0, 1), kv);
+  ASSERT_FALSE(comm.ok());
+  EXPECT_EQ(comm.status().code(), Code::kUnavailable);
+  EXPECT_NE(comm.status().message().find("no CUDA device"), std::string::npos) << comm.status().ToString();
+  EXPECT_EQ(kv.Get(kNcclIdKey), "") << "nothing is published without a device";
+}
+
+// Without a device Form fails at the probe; with one, rank 1 of 2 finds no
+// id in time. Either way the listening socket handed to it is closed.
+TEST(NcclFactory, FormClosesTheListenFdEvenWhenItFails) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  NcclCommunicatorOptions options;
+  options.comm.timeout = milliseconds(200);
+  NcclCommunicatorFactory factory(options);
+  MemKv kv;
+  GroupMembership m = Member(1, 1, 2);
+  m.master_listen_fd = fd;
+  Result<std::unique_ptr<Communicator>> comm = factory.Form(m, kv);
+  ASSERT_FALSE(comm.ok());
+  EXPECT_TRUE(comm.status().code() == Code::kUnavailable || comm.status().code() == Code::kDeadlineExceeded)
+      << comm.status().ToString();
+  EXPECT_TRUE(FdIsClosed(fd));
+}
+
+TEST(NcclFactory, ShrinkRefusesAnotherBackendsCommunicator) {
+  int version = 0;
+  ASSERT_EQ(ncclGetVersion(&version), ncclSuccess);
+  NcclCommunicatorFactory factory;
+  FakeComm old;
+  Result<std::unique_ptr<Communicator>> comm = factory.Shrink(old, Member(2, 0, 1), {1});
+  ASSERT_FALSE(comm.ok());
+  if (version < NCCL_VERSION(2, 27, 0)) {
+    EXPECT_EQ(comm.status().code(), Code::kUnimplemented) << comm.status().ToString();
+  } else {
+    EXPECT_EQ(comm.status().code(), Code::kInvalidArgument) << comm.status().ToString();
+    EXPECT_NE(comm.status().message().find("fake"), std::string::npos) << comm.status().ToString();
+  }
+  EXPECT_FALSE(old.aborted()) << "a refused shrink leaves the old communicator alone";
+}
+
+// --- One GPU: a world of one rank. ---
+
+std::unique_ptr<Communicator> FormSingle(MemKv& kv, NcclCommunicatorOptions options = {}) {
+  NcclCommunicatorFactory factory(options);
+  Result<std::unique_ptr<Communicator>> comm = factory.Form(Member(1, 0, 1), kv);
+  EXPECT_TRUE(comm.ok()) << comm.status().ToString();
+  return comm.ok() ? std::move(*comm) : nullptr;
+}
+
+TEST(NcclSingleRank, AllReduceBroadcastBarrierOnDeviceMemory) {
+  SKIP_UNLESS_GPUS(1);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  MemKv kv;
+  std::unique_ptr<Communicator> comm = FormSingle(kv);
+  ASSERT_NE(comm, nullptr);
+  EXPECT_STREQ(comm->backend(), "nccl");
+  EXPECT_EQ(comm->rank(), 0);
+  EXPECT_EQ(comm->world_size(), 1);
+  EXPECT_EQ(comm->generation(), 1u);
+  EXPECT_EQ(kv.Get(kNcclIdKey).size(), 2u * NCCL_UNIQUE_ID_BYTES) << "rank 0 publishes the id";
+
+  DeviceArray<float> f({1.5f, -2.0f, 3.0f, 4.25f});
+  Status s = comm->AllReduce(f.get(), 4, DType::kFloat32, ReduceOp::kSum);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(f.ToHost(), (std::vector<float>{1.5f, -2.0f, 3.0f, 4.25f}));
+
+  DeviceArray<int64_t> i({7, -9, int64_t{1} << 40});
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {
+    s = comm->AllReduce(i.get(), 3, DType::kInt64, op);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  EXPECT_EQ(i.ToHost(), (std::vector<int64_t>{7, -9, int64_t{1} << 40}));
+
+  DeviceArray<uint8_t> bytes({1, 2, 3, 4, 5});
+  s = comm->Broadcast(bytes.get(), 5, 0);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(bytes.ToHost(), (std::vector<uint8_t>{1, 2, 3, 4, 5}));
+
+  s = comm->Barrier();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_FALSE(comm->aborted());
+}
+
+TEST(NcclSingleRank, RunsOnTheCallersStream) {
+  SKIP_UNLESS_GPUS(1);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  {
+    NcclCommunicatorOptions options;
+    options.stream = stream;
+    options.device = 0;
+    MemKv kv;
+    std::unique_ptr<Communicator> comm = FormSingle(kv, options);
+    ASSERT_NE(comm, nullptr);
+    DeviceArray<int32_t> v({1, 2, 3});
+    Status s = comm->AllReduce(v.get(), 3, DType::kInt32, ReduceOp::kMax);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(v.ToHost(), (std::vector<int32_t>{1, 2, 3}));
+    ASSERT_TRUE(comm->Barrier().ok());
+  }
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess) << "the caller's stream stays the caller's";
+}
+
+TEST(NcclSingleRank, AbortThenEveryCallIsAborted) {
+  SKIP_UNLESS_GPUS(1);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  MemKv kv;
+  std::unique_ptr<Communicator> comm = FormSingle(kv);
+  ASSERT_NE(comm, nullptr);
+  comm->Abort();
+  EXPECT_TRUE(comm->aborted());
+  comm->Abort();  // idempotent
+  DeviceArray<float> f({1.0f});
+  EXPECT_EQ(comm->AllReduce(f.get(), 1, DType::kFloat32, ReduceOp::kSum).code(), Code::kAborted);
+  EXPECT_EQ(comm->Broadcast(f.get(), sizeof(float), 0).code(), Code::kAborted);
+  Status s = comm->Barrier();
+  EXPECT_EQ(s.code(), Code::kAborted);
+  EXPECT_NE(s.message().find("Abort()"), std::string::npos) << s.ToString();
+}
+
+TEST(NcclSingleRank, AbortFromAnotherThreadStopsALoopOfCollectivesPromptly) {
+  SKIP_UNLESS_GPUS(1);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  MemKv kv;
+  std::unique_ptr<Communicator> comm = FormSingle(kv);
+  ASSERT_NE(comm, nullptr);
+  DeviceArray<float> big(std::vector<float>(size_t{1} << 22, 1.0f));  // 16 MiB
+  std::atomic<bool> running{false};
+  Status last;
+  std::chrono::steady_clock::time_point stopped;
+  std::thread worker([&] {
+    running = true;
+    (void)cudaSetDevice(0);
+    do {
+      last = comm->AllReduce(big.get(), size_t{1} << 22, DType::kFloat32, ReduceOp::kSum);
+    } while (last.ok());
+    stopped = std::chrono::steady_clock::now();
+  });
+  while (!running) std::this_thread::yield();
+  std::this_thread::sleep_for(milliseconds(100));
+  const auto t0 = std::chrono::steady_clock::now();
+  comm->Abort();
+  worker.join();
+  EXPECT_EQ(last.code(), Code::kAborted) << last.ToString();
+  EXPECT_LT(stopped - t0, std::chrono::seconds(10));
+  EXPECT_TRUE(comm->aborted());
+}
+
+TEST(NcclSingleRank, HostMemoryIsRefusedAndAbortsTheCommunicator) {
+  SKIP_UNLESS_GPUS(1);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  MemKv kv;
+  std::unique_ptr<Communicator> comm = FormSingle(kv);
+  ASSERT_NE(comm, nullptr);
+  std::vector<float> host(4, 1.0f);
+  Status s = comm->AllReduce(host.data(), host.size(), DType::kFloat32, ReduceOp::kSum);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("not device memory"), std::string::npos) << s.ToString();
+  EXPECT_TRUE(comm->aborted()) << "a failed call leaves the communicator unusable";
+  EXPECT_EQ(comm->Barrier().code(), Code::kAborted);
+}
+
+TEST(NcclSingleRank, UnreducibleDTypeIsRefusedNamingIt) {
+  SKIP_UNLESS_GPUS(1);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  MemKv kv;
+  std::unique_ptr<Communicator> comm = FormSingle(kv);
+  ASSERT_NE(comm, nullptr);
+  DeviceArray<uint8_t> flags({1, 0, 1});
+  Status s = comm->AllReduce(flags.get(), 3, DType::kBool, ReduceOp::kMax);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("bool"), std::string::npos) << s.ToString();
+}
+
+TEST(NcclSingleRank, BroadcastFromARootOutsideTheWorldIsRefused) {
+  SKIP_UNLESS_GPUS(1);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  MemKv kv;
+  std::unique_ptr<Communicator> comm = FormSingle(kv);
+  ASSERT_NE(comm, nullptr);
+  DeviceArray<uint8_t> bytes({1});
+  EXPECT_EQ(comm->Broadcast(bytes.get(), 1, 1).code(), Code::kInvalidArgument);
+}
+
+TEST(NcclSingleRank, FormOnADeviceThatDoesNotExistIsInvalidArgument) {
+  SKIP_UNLESS_GPUS(1);
+  NcclCommunicatorOptions options;
+  options.device = *CudaDeviceCount();
+  NcclCommunicatorFactory factory(options);
+  MemKv kv;
+  Result<std::unique_ptr<Communicator>> comm = factory.Form(Member(1, 0, 1), kv);
+  ASSERT_FALSE(comm.ok());
+  EXPECT_EQ(comm.status().code(), Code::kInvalidArgument) << comm.status().ToString();
+}
+
+TEST(NcclSingleRank, ShrinkRefusesToExcludeItselfAndLeavesTheOldOneUsable) {
+  SKIP_UNLESS_GPUS(1);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  MemKv kv;
+  std::unique_ptr<Communicator> comm = FormSingle(kv);
+  ASSERT_NE(comm, nullptr);
+  NcclCommunicatorFactory factory;
+  Result<std::unique_ptr<Communicator>> shrunk = factory.Shrink(*comm, Member(2, 0, 0), {0});
+  ASSERT_FALSE(shrunk.ok());
+  EXPECT_TRUE(shrunk.status().code() == Code::kFailedPrecondition ||
+              shrunk.status().code() == Code::kUnimplemented)
+      << shrunk.status().ToString();
+  EXPECT_FALSE(comm->aborted());
+  EXPECT_TRUE(comm->Barrier().ok());
+}
+
+// --- Two GPUs: two ranks, one thread and one device each. ---
+
+// Forms ranks 0 and 1 of generation 1 on devices 0 and 1 concurrently.
+std::vector<std::unique_ptr<Communicator>> FormPair(MemKv& kv, milliseconds timeout) {
+  std::vector<std::unique_ptr<Communicator>> comms(2);
+  std::vector<Status> status(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      NcclCommunicatorOptions options;
+      options.device = rank;
+      options.comm.timeout = timeout;
+      NcclCommunicatorFactory factory(options);
+      Result<std::unique_ptr<Communicator>> c = factory.Form(Member(1, rank, 2), kv);
+      status[rank] = c.status();
+      if (c.ok()) comms[rank] = std::move(*c);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int rank = 0; rank < 2; ++rank) EXPECT_TRUE(status[rank].ok()) << "rank " << rank << ": " << status[rank].ToString();
+  if (!comms[0] || !comms[1]) comms.clear();
+  return comms;
+}
+
+TEST(NcclTwoRanks, AllReduceBroadcastBarrierAcrossTwoThreads) {
+  SKIP_UNLESS_GPUS(2);
+  MemKv kv;
+  std::vector<std::unique_ptr<Communicator>> comms = FormPair(kv, std::chrono::seconds(60));
+  ASSERT_EQ(comms.size(), 2u);
+  std::vector<std::vector<float>> sums(2), maxes(2);
+  std::vector<std::vector<uint8_t>> bcast(2);
+  std::vector<Status> status(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      if (cudaSetDevice(rank) != cudaSuccess) return;
+      Communicator& c = *comms[rank];
+      DeviceArray<float> sum(std::vector<float>(1000, rank + 1.0f));
+      DeviceArray<float> max(std::vector<float>(1000, rank + 1.0f));
+      DeviceArray<uint8_t> bytes(std::vector<uint8_t>(64, static_cast<uint8_t>(10 + rank)));
+      Status s = c.AllReduce(sum.get(), 1000, DType::kFloat32, ReduceOp::kSum);
+      if (s.ok()) s = c.AllReduce(max.get(), 1000, DType::kFloat32, ReduceOp::kMax);
+      if (s.ok()) s = c.Broadcast(bytes.get(), 64, /*root=*/1);
+      if (s.ok()) s = c.Barrier();
+      status[rank] = s;
+      sums[rank] = sum.ToHost();
+      maxes[rank] = max.ToHost();
+      bcast[rank] = bytes.ToHost();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(status[rank].ok()) << "rank " << rank << ": " << status[rank].ToString();
+    EXPECT_EQ(sums[rank], std::vector<float>(1000, 3.0f)) << "rank " << rank;
+    EXPECT_EQ(maxes[rank], std::vector<float>(1000, 2.0f)) << "rank " << rank;
+    EXPECT_EQ(bcast[rank], std::vector<uint8_t>(64, 11)) << "rank " << rank;
+  }
+}
+
+TEST(NcclTwoRanks, CollectiveWithoutItsPeerTimesOutAndAborts) {
+  SKIP_UNLESS_GPUS(2);
+  MemKv kv;
+  std::vector<std::unique_ptr<Communicator>> comms = FormPair(kv, milliseconds(1000));
+  ASSERT_EQ(comms.size(), 2u);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  DeviceArray<float> f({1.0f});
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = comms[0]->AllReduce(f.get(), 1, DType::kFloat32, ReduceOp::kSum);  // rank 1 never joins
+  EXPECT_EQ(s.code(), Code::kDeadlineExceeded) << s.ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+  EXPECT_TRUE(comms[0]->aborted());
+  EXPECT_EQ(comms[0]->Barrier().code(), Code::kAborted);
+  comms[1]->Abort();
+}
+
+TEST(NcclTwoRanks, AbortFromAnotherThreadInterruptsACollectiveInFlight) {
+  SKIP_UNLESS_GPUS(2);
+  MemKv kv;
+  std::vector<std::unique_ptr<Communicator>> comms = FormPair(kv, std::chrono::seconds(60));
+  ASSERT_EQ(comms.size(), 2u);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  DeviceArray<float> f({1.0f});
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    comms[0]->Abort();
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = comms[0]->AllReduce(f.get(), 1, DType::kFloat32, ReduceOp::kSum);  // rank 1 never joins
+  const auto took = std::chrono::steady_clock::now() - t0;
+  aborter.join();
+  EXPECT_EQ(s.code(), Code::kAborted) << s.ToString();
+  EXPECT_LT(took, std::chrono::seconds(20)) << "well before the 60 s timeout";
+  comms[1]->Abort();
+}
+
+TEST(NcclTwoRanks, ShrinkKeepsTheSurvivorAndAbortsTheParent) {
+  SKIP_UNLESS_GPUS(2);
+  MemKv kv;
+  std::vector<std::unique_ptr<Communicator>> comms = FormPair(kv, std::chrono::seconds(60));
+  ASSERT_EQ(comms.size(), 2u);
+  comms[1]->Abort();  // rank 1 leaves (or died)
+  NcclCommunicatorOptions options;
+  options.device = 0;
+  NcclCommunicatorFactory factory(options);
+  Result<std::unique_ptr<Communicator>> shrunk = factory.Shrink(*comms[0], Member(2, 0, 1), {1});
+  int version = 0;
+  ASSERT_EQ(ncclGetVersion(&version), ncclSuccess);
+  if (version < NCCL_VERSION(2, 27, 0)) {
+    EXPECT_EQ(shrunk.status().code(), Code::kUnimplemented) << shrunk.status().ToString();
+    GTEST_SKIP() << "NCCL " << version << " cannot shrink";
+  }
+  ASSERT_TRUE(shrunk.ok()) << shrunk.status().ToString();
+  EXPECT_TRUE(comms[0]->aborted()) << "the parent is aborted after an aborting shrink";
+  Communicator& c = **shrunk;
+  EXPECT_EQ(c.generation(), 2u);
+  EXPECT_EQ(c.rank(), 0);
+  EXPECT_EQ(c.world_size(), 1);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  DeviceArray<float> f({5.0f});
+  Status s = c.AllReduce(f.get(), 1, DType::kFloat32, ReduceOp::kSum);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(f.ToHost(), std::vector<float>{5.0f});
+  EXPECT_TRUE(c.Barrier().ok());
+}
+
+}  // namespace
+}  // namespace stint
