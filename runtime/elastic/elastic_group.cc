@@ -196,11 +196,19 @@ Status ElasticGroup::FormCommunicator(const RendezvousInfo& next, int listen_fd)
   return Status::OK();
 }
 
+void ElasticGroup::DropCommunicator() {
+  if (comm_) comm_->Abort();
+  comm_.reset();
+}
+
 Result<ElasticStep> ElasticGroup::Reform(bool failed, ElasticState* state) {
   const auto t0 = Clock::now();
   const auto deadline = t0 + options_.join_timeout;
   uint64_t known = membership_.generation;
-  if (comm_ && failed) comm_->Abort();
+  // A broken generation's communicator goes at once: closing its
+  // connections fails a peer still blocked in a collective with it now,
+  // not after that peer's timeout.
+  if (failed) DropCommunicator();
   for (;;) {
     int listen_fd = -1;
     STINT_ASSIGN_OR_RETURN(RendezvousInfo next, JoinNext(known, &listen_fd, deadline));
@@ -210,7 +218,7 @@ Result<ElasticStep> ElasticGroup::Reform(bool failed, ElasticState* state) {
     if (IsFenced(formed)) return formed;
     // A peer of the new generation died while it formed: that generation
     // failed too; join the next one.
-    if (comm_) comm_->Abort();
+    DropCommunicator();
     known = next.generation;
     if (Clock::now() >= deadline) return formed.WithContext("re-form");
   }

@@ -111,7 +111,8 @@ class ElasticGroup {
   int rank() const { return membership_.rank; }
   int world_size() const { return membership_.world_size; }
   uint64_t generation() const { return membership_.generation; }
-  // REQUIRES: a factory was given and Join() succeeded.
+  // REQUIRES: a factory was given and the last Join/StepBoundary/Reform
+  // succeeded (after an error there is no communicator).
   Communicator& comm() { return *comm_; }
 
  private:
@@ -121,6 +122,7 @@ class ElasticGroup {
   Result<RendezvousInfo> JoinNext(uint64_t known, int* listen_fd,
                                   std::chrono::steady_clock::time_point deadline);
   Status FormCommunicator(const RendezvousInfo& next, int listen_fd);
+  void DropCommunicator();  // aborts and destroys the communicator
   void WatchLoop();
 
   CoordinatorClient* const client_;
