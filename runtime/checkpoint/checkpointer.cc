@@ -1,6 +1,9 @@
-// Checkpointer: snapshot on the caller's thread, persist and commit on one
-// background thread that owns the write engine.
+// Checkpointer: snapshot on the caller's thread (device tensors: copies
+// enqueued on the copier's streams), persist and commit on one background
+// thread that owns the write engine, tier-2 replication on a second one.
 #include "stint/checkpointer.h"
+
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,7 +16,9 @@
 
 #include "base/thread_pool.h"
 #include "checkpoint/commit.h"
+#include "checkpoint/in_memory_checkpoint.h"
 #include "checkpoint/persist.h"
+#include "checkpoint/replica.h"
 #include "checkpoint/retention.h"
 #include "checkpoint/snapshot.h"
 #include "checkpoint/staging_pool.h"
@@ -47,23 +52,98 @@ bool IsCheckpointDamage(const Status& s) {
   return s.code() == Code::kDataLoss || s.code() == Code::kUnimplemented;
 }
 
+// The staged future of a save with device tensors: set once, by the copier's
+// completion callback or, when a copy failed, by the persist thread.
+struct StagedSignal {
+  std::mutex mu;
+  bool set = false;
+  Clock::time_point done_at;
+  std::promise<Status> promise;
+  void Set(Status s) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (set) return;
+    set = true;
+    done_at = Clock::now();
+    promise.set_value(std::move(s));
+  }
+};
+
 struct PersistJob {
   Snapshot snapshot;
   std::promise<Status> durable;
+  std::promise<Status> replicated;
   SaveStats stats;
+  Clock::time_point saved_at;
+  std::optional<uint64_t> device_ticket;  // device-to-host copies still to wait for
+  std::shared_ptr<StagedSignal> staged;   // with device_ticket
+  PersistedFile file;                     // set by a successful persist
 };
+
+struct ReplicaJob {
+  uint64_t step;
+  Clock::time_point saved_at;
+  std::promise<Status> done;
+};
+
+// Host memory for device destinations of a load: mapped, pinned through the
+// copier, released in reverse order.
+class LoadBounce {
+ public:
+  LoadBounce(DeviceCopier* copier, size_t size) : copier_(copier), size_(size) {}
+  ~LoadBounce() {
+    if (data_ == nullptr || leaked_) return;
+    if (registered_) copier_->UnregisterHostMemory(data_);
+    munmap(data_, size_);
+  }
+  Status Map() {
+    void* p = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return StatusFromErrno("load: mmap of " + std::to_string(size_) + " bytes", errno);
+    data_ = static_cast<char*>(p);
+    STINT_RETURN_IF_ERROR(copier_->RegisterHostMemory(data_, size_));
+    registered_ = true;
+    return Status::OK();
+  }
+  char* data() const { return data_; }
+  // A copy that timed out may still read the memory: it is kept, not freed.
+  void Leak() { leaked_ = true; }
+
+ private:
+  DeviceCopier* const copier_;
+  const size_t size_;
+  char* data_ = nullptr;
+  bool registered_ = false;
+  bool leaked_ = false;
+};
+
+uint64_t AlignBlock(uint64_t n) { return (n + kDirectIoAlignment - 1) / kDirectIoAlignment * kDirectIoAlignment; }
 
 class CheckpointerImpl final : public Checkpointer {
  public:
-  CheckpointerImpl(const CheckpointOptions& options, Env* env, std::unique_ptr<IoEngine> engine)
+  CheckpointerImpl(const CheckpointOptions& options, Env* env, std::unique_ptr<IoEngine> engine,
+                   Status replica_open_error)
       : options_(options),
         env_(env),
+        replica_env_(options.replica_env != nullptr ? options.replica_env : env),
+        copier_(options.device_copier),
         engine_(std::move(engine)),
         pool_(options.threads != 0 ? options.threads
                                    : std::max(1u, std::thread::hardware_concurrency()) - 1),
-        staging_(options.staging_bytes, [this](char* base) { engine_->UnregisterBuffer(base); }) {
+        staging_(
+            options.staging_bytes,
+            [this](char* base) {
+              engine_->UnregisterBuffer(base);
+              if (copier_ != nullptr) copier_->UnregisterHostMemory(base);
+            },
+            copier_ == nullptr ? std::function<Status(char*, size_t)>()
+                               : [this](char* base, size_t size) {
+                                   return copier_->RegisterHostMemory(base, size);
+                                 },
+            options.keep_in_memory ? 3 : 2) {
     options_.env = env;
+    options_.replica_env = replica_env_;
+    if (!replica_open_error.ok()) RecordReplicaError(replica_open_error);
     persist_thread_ = std::thread([this] { PersistLoop(); });
+    if (!options_.replica_root.empty()) replica_thread_ = std::thread([this] { ReplicaLoop(); });
   }
 
   ~CheckpointerImpl() override {
@@ -73,6 +153,16 @@ class CheckpointerImpl final : public Checkpointer {
     }
     work_cv_.notify_all();
     persist_thread_.join();  // finishes every queued save first: nothing is dropped
+    if (replica_thread_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(rep_mu_);
+        rep_stopping_ = true;
+      }
+      rep_cv_.notify_all();
+      replica_thread_.join();  // replicates the newest queued step first
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    tier0_.reset();  // its buffer goes back to staging_ before staging_ goes
   }
 
   Result<SaveHandle> Save(uint64_t step, const State& state) override {
@@ -81,11 +171,32 @@ class CheckpointerImpl final : public Checkpointer {
       return Status::AlreadyExists(options_.root + "/" + StepDirName(step) +
                                    " is already committed; refusing to overwrite it");
     }
+    for (const auto& t : state.tensors) {
+      if (t.device != kHostDevice && copier_ == nullptr) {
+        return Status::FailedPrecondition("tensor '" + t.name + "' is on device " +
+                                          std::to_string(t.device) +
+                                          ": CheckpointOptions.device_copier is not set");
+      }
+    }
     STINT_ASSIGN_OR_RETURN(SnapshotLayout layout, PlanSnapshot(state, options_.chunk_size));
     auto t0 = Clock::now();
     auto wait = options_.busy_policy == BusyPolicy::kBlock ? options_.block_timeout
                                                             : std::chrono::milliseconds(0);
-    auto buffer = staging_.Acquire(layout.image_bytes, wait);
+    auto buffer = staging_.Acquire(layout.image_bytes, std::chrono::milliseconds(0));
+    if (!buffer.ok() && buffer.status().code() == Code::kUnavailable) {
+      // Tier 0 is a convenience: when only it holds the room this save needs
+      // (nothing is persisting that would free some), it gives way.
+      std::shared_ptr<InMemoryCheckpoint> dropped;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (tier0_ != nullptr && queue_.empty() && !busy_) {
+          dropped = std::move(tier0_);
+          stats_.in_memory_step.reset();
+        }
+      }
+      dropped.reset();
+      buffer = staging_.Acquire(layout.image_bytes, wait);
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.saves;
@@ -97,9 +208,10 @@ class CheckpointerImpl final : public Checkpointer {
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.skipped;
       Status why = buffer.status().WithContext("step " + std::to_string(step) + " skipped");
-      return SaveHandle{step, true, ReadyFuture(why), ReadyFuture(why)};
+      return SaveHandle{step, true, ReadyFuture(why), ReadyFuture(why), ReadyFuture(why)};
     }
-    CopyIntoStaging(state, layout, (*buffer)->data(), &pool_);
+    std::vector<DeviceCopy> copies;
+    CopyIntoStaging(state, layout, (*buffer)->data(), &pool_, &copies);
 
     auto job = std::make_unique<PersistJob>();
     job->snapshot.step = step;
@@ -107,8 +219,21 @@ class CheckpointerImpl final : public Checkpointer {
     job->snapshot.buffer = std::move(*buffer);
     job->stats.step = step;
     job->stats.raw_bytes = job->snapshot.layout.raw_bytes;
+    job->saved_at = t0;
+    SaveHandle handle{step, false, ReadyFuture(Status::OK()), job->durable.get_future().share(),
+                      options_.replica_root.empty() ? ReadyFuture(Status::OK())
+                                                    : job->replicated.get_future().share()};
+    if (!copies.empty()) {
+      // The copies run on the copier's streams; the persist thread waits for
+      // them before it reads the buffer, and the staged future says when the
+      // device tensors may be written again (or use OrderBeforeWrite).
+      job->staged = std::make_shared<StagedSignal>();
+      handle.staged = job->staged->promise.get_future().share();
+      auto ticket = copier_->CopyToHostAsync(copies, [signal = job->staged] { signal->Set(Status::OK()); });
+      if (!ticket.ok()) return ticket.status().WithContext("save step " + std::to_string(step));
+      job->device_ticket = *ticket;
+    }
     job->stats.snapshot_seconds = SecondsSince(t0);
-    SaveHandle handle{step, false, ReadyFuture(Status::OK()), job->durable.get_future().share()};
     {
       std::lock_guard<std::mutex> lock(mu_);
       queue_.push_back(std::move(job));
@@ -128,31 +253,79 @@ class CheckpointerImpl final : public Checkpointer {
     return s;
   }
 
-  Result<LoadResult> Load(const DestPlanner& planner, const LoadOptions& options) override {
-    std::vector<std::string> candidates;
-    if (options.step) {
-      candidates.push_back(StepDirName(*options.step));
-    } else {
-      // Newest committed first. The rename is the commit point; LATEST may lag
-      // it by one crash, so it names a candidate but does not outrank a newer one.
-      STINT_ASSIGN_OR_RETURN(auto steps, ListCheckpointSteps(env_, options_.root));
-      for (auto it = steps.rbegin(); it != steps.rend(); ++it) candidates.push_back(StepDirName(*it));
-      auto latest = ReadLatest(env_, options_.root);
-      if (latest.ok() && latest->has_value() &&
-          std::find(candidates.begin(), candidates.end(), **latest) == candidates.end()) {
-        candidates.insert(candidates.begin(), **latest);  // vanished: reported as skipped
-      }
-      if (candidates.empty()) {
-        return Status::NotFound(options_.root + ": no committed checkpoint to load");
+  Status FlushReplication(std::chrono::milliseconds timeout) override {
+    if (options_.replica_root.empty()) return Status::OK();
+    auto deadline = Clock::now() + timeout;
+    {
+      // Saves still persisting are replicated after they commit.
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!idle_cv_.wait_until(lock, deadline, [this] { return queue_.empty() && !busy_; })) {
+        return Status::DeadlineExceeded("flush replication: checkpoints still persisting after " +
+                                        std::to_string(timeout.count()) + " ms");
       }
     }
+    std::unique_lock<std::mutex> lock(rep_mu_);
+    if (!rep_idle_cv_.wait_until(lock, deadline, [this] { return rep_queue_.empty() && !rep_busy_; })) {
+      return Status::DeadlineExceeded("flush replication: still replicating after " +
+                                      std::to_string(timeout.count()) + " ms");
+    }
+    Status s = replica_error_;
+    replica_error_ = Status::OK();
+    return s;
+  }
+
+  Result<LoadResult> Load(const DestPlanner& planner, const LoadOptions& options) override {
+    const bool tiered = options_.keep_in_memory || !options_.replica_root.empty();
+    std::vector<Candidate> candidates;
     LoadResult result;
-    for (const auto& name : candidates) {
-      auto loaded = LoadOne(options_.root + "/" + name, planner, options, &result);
+    auto wanted = [&](uint64_t step) { return !options.step || *options.step == step; };
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (tier0_ != nullptr && wanted(tier0_->step())) {
+        candidates.push_back(Candidate{0, tier0_->step(), StepDirName(tier0_->step()), tier0_});
+      }
+    }
+    if (options.step) {
+      candidates.push_back(Candidate{1, *options.step, StepDirName(*options.step), nullptr});
+    } else {
+      // The rename is the commit point; LATEST may lag it by one crash, so it
+      // names a candidate but does not outrank a newer one.
+      STINT_ASSIGN_OR_RETURN(auto steps, ListCheckpointSteps(env_, options_.root));
+      for (uint64_t st : steps) candidates.push_back(Candidate{1, st, StepDirName(st), nullptr});
+      auto latest = ReadLatest(env_, options_.root);
+      if (latest.ok() && latest->has_value() &&
+          std::find(steps.begin(), steps.end(), *ParseStepDirName(**latest)) == steps.end()) {
+        // Vanished: tried first, and reported as skipped.
+        candidates.push_back(Candidate{1, *ParseStepDirName(**latest), **latest, nullptr});
+      }
+    }
+    if (!options_.replica_root.empty()) {
+      auto steps = ListCheckpointSteps(replica_env_, options_.replica_root);
+      if (steps.ok()) {
+        for (uint64_t st : *steps) {
+          if (wanted(st)) candidates.push_back(Candidate{2, st, StepDirName(st), nullptr});
+        }
+      } else {
+        result.skipped.push_back("[tier 2] " + options_.replica_root + ": " + steps.status().ToString());
+      }
+    }
+    // Newest first; for one step, memory before root before replica.
+    std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+      return a.step != b.step ? a.step > b.step : a.tier < b.tier;
+    });
+    if (candidates.empty()) {
+      return Status::NotFound(options_.root + ": no committed checkpoint to load");
+    }
+    Status last;
+    for (const auto& c : candidates) {
+      Status loaded = LoadOne(c, planner, options, &result);
       if (loaded.ok()) return result;
-      if (options.step || !IsCheckpointDamage(loaded)) return loaded;
-      result.skipped.push_back(name + ": " + loaded.ToString());  // reported, never silent
-      if (auto step = ParseStepDirName(name)) result.skipped_steps.push_back(*step);
+      if (!IsCheckpointDamage(loaded) || candidates.size() == 1) return loaded;
+      last = loaded;
+      // Reported, never silent.
+      result.skipped.push_back((tiered ? "[tier " + std::to_string(c.tier) + "] " : std::string()) + c.name +
+                               ": " + loaded.ToString());
+      result.skipped_steps.push_back(c.step);
     }
     std::string why;
     for (const auto& s : result.skipped) why += "\n  " + s;
@@ -161,6 +334,11 @@ class CheckpointerImpl final : public Checkpointer {
 
   Result<std::vector<uint64_t>> ListCommitted() override {
     return ListCheckpointSteps(env_, options_.root);
+  }
+
+  Result<std::vector<uint64_t>> ListReplicated() override {
+    if (options_.replica_root.empty()) return std::vector<uint64_t>();
+    return ListCheckpointSteps(replica_env_, options_.replica_root);
   }
 
   Status Quarantine(uint64_t step) override {
@@ -185,14 +363,24 @@ class CheckpointerImpl final : public Checkpointer {
     return s;
   }
 
-  Status LoadOne(const std::string& dir, const DestPlanner& planner, const LoadOptions& options,
+  struct Candidate {
+    int tier;
+    uint64_t step;
+    std::string name;
+    std::shared_ptr<InMemoryCheckpoint> memory;  // tier 0
+  };
+
+  Status LoadOne(const Candidate& c, const DestPlanner& planner, const LoadOptions& options,
                  LoadResult* result) {
     ReaderOptions ro;
-    ro.env = env_;
+    ro.env = c.tier == 2 ? replica_env_ : env_;
     ro.io_engine = options_.io_engine;
     ro.direct_io = options_.direct_io;
     ro.queue_depth = options_.io_queue_depth;
-    auto opened = CheckpointReader::Open(dir, ro);
+    const std::string dir = c.tier == 0   ? c.memory->dir()
+                            : c.tier == 2 ? options_.replica_root + "/" + c.name
+                                          : options_.root + "/" + c.name;
+    auto opened = c.tier == 0 ? c.memory->OpenReader(ro) : CheckpointReader::Open(dir, ro);
     if (!opened.ok()) {
       // LATEST naming a vanished directory is damage too.
       if (opened.status().code() == Code::kNotFound) return Status::DataLoss(opened.status().message());
@@ -201,14 +389,54 @@ class CheckpointerImpl final : public Checkpointer {
     std::unique_ptr<CheckpointReader> reader = std::move(*opened);
     if (options.verify_all) STINT_RETURN_IF_ERROR(reader->Verify().status());
     STINT_ASSIGN_OR_RETURN(auto dests, planner(*reader));
-    STINT_RETURN_IF_ERROR(reader->Read(dests));
+    STINT_RETURN_IF_ERROR(ReadDests(*reader, dests));
     result->blobs.clear();
     for (const auto& name : reader->blob_names()) {
       STINT_ASSIGN_OR_RETURN(result->blobs[name], reader->ReadBlob(name));
     }
     result->step = reader->step();
+    result->tier = c.tier;
     result->dir = dir;
     return Status::OK();
+  }
+
+  // Host destinations are read into directly; device ones through pinned
+  // host memory and then host-to-device on the copier's streams.
+  Status ReadDests(const CheckpointReader& reader, const std::vector<TensorDest>& dests) {
+    std::vector<size_t> on_device;
+    for (size_t i = 0; i < dests.size(); ++i) {
+      if (dests[i].device != kHostDevice) on_device.push_back(i);
+    }
+    if (on_device.empty()) return reader.Read(dests);
+    if (copier_ == nullptr) {
+      return Status::FailedPrecondition("load: tensor '" + dests[on_device[0]].name + "' is on device " +
+                                        std::to_string(dests[on_device[0]].device) +
+                                        ": CheckpointOptions.device_copier is not set");
+    }
+    std::vector<TensorDest> host = dests;
+    std::vector<uint64_t> offset(dests.size()), bytes(dests.size());
+    uint64_t total = 0;
+    for (size_t i : on_device) {
+      const TensorDest& d = dests[i];
+      bytes[i] = uint64_t(NumElements(d.extents.empty() ? d.global_shape : d.extents)) * DTypeSize(d.dtype);
+      offset[i] = total;
+      total += AlignBlock(bytes[i] == 0 ? 1 : bytes[i]);
+    }
+    LoadBounce bounce(copier_, total);
+    STINT_RETURN_IF_ERROR(bounce.Map());
+    std::vector<DeviceCopy> copies;
+    for (size_t i : on_device) {
+      host[i].data = bounce.data() + offset[i];
+      host[i].device = kHostDevice;
+      host[i].stream = nullptr;
+      if (bytes[i] > 0) {
+        copies.push_back(DeviceCopy{dests[i].device, dests[i].stream, dests[i].data, host[i].data, bytes[i]});
+      }
+    }
+    STINT_RETURN_IF_ERROR(reader.Read(host));
+    Status s = copier_->CopyToDevice(copies, options_.block_timeout);
+    if (s.code() == Code::kDeadlineExceeded) bounce.Leak();
+    return s.WithContext("load: host-to-device copy");
   }
 
   void PersistLoop() {
@@ -221,11 +449,25 @@ class CheckpointerImpl final : public Checkpointer {
       busy_ = true;
       lock.unlock();
 
-      Status s = PersistAndCommit(job.get());
+      Status s = WaitForDeviceCopies(job.get());
+      if (s.ok()) s = PersistAndCommit(job.get());
       const uint64_t step = job->stats.step;
       std::promise<Status> durable = std::move(job->durable);
       SaveStats stats = job->stats;
-      job.reset();  // returns the staging buffer before anyone learns the save is done
+      // Tier 0 keeps the committed image; anything else returns the staging
+      // buffer before anyone learns the save is done.
+      std::unique_ptr<PersistJob> keep;
+      if (s.ok() && options_.keep_in_memory) keep = std::move(job);
+      if (!options_.replica_root.empty()) {
+        if (s.ok()) {
+          // Queued before the durable future is set, so FlushReplication()
+          // after durable.get() covers this step.
+          EnqueueReplica(step, (keep ? keep : job)->saved_at, std::move((keep ? keep : job)->replicated));
+        } else {
+          (keep ? keep : job)->replicated.set_value(s.WithContext("not replicated: the tier-1 save failed"));
+        }
+      }
+      job.reset();
 
       lock.lock();
       if (s.ok()) {
@@ -240,6 +482,7 @@ class CheckpointerImpl final : public Checkpointer {
       lock.unlock();
       // Stats and the buffer are settled first, so a caller woken here sees both.
       durable.set_value(s);
+      if (keep) KeepInMemory(std::move(keep));
       if (s.ok()) {
         // Retention runs after the commit is reported: it is not part of time-to-durable.
         Status r = ApplyRetention();
@@ -266,6 +509,7 @@ class CheckpointerImpl final : public Checkpointer {
                                        tmp + "/" + RankFileName(options_.rank), po);
       if (persisted.ok()) file = std::move(*persisted);
       s = persisted.status();
+      if (s.ok() && options_.keep_in_memory) job->file = file;
     }
     job->stats.persist_seconds = SecondsSince(t0);
     if (s.ok()) {
@@ -286,6 +530,131 @@ class CheckpointerImpl final : public Checkpointer {
   void RecordBackgroundError(const Status& s) {
     std::lock_guard<std::mutex> lock(mu_);
     if (background_error_.ok()) background_error_ = s;
+  }
+
+  // The persist thread's first step for a save with device tensors: the
+  // buffer is read only after the copies wrote it, and returned to the pool
+  // only once no copy can still write it, however long that takes.
+  Status WaitForDeviceCopies(PersistJob* job) {
+    if (!job->device_ticket) return Status::OK();
+    Status s = copier_->Wait(*job->device_ticket, options_.block_timeout);
+    Status first = s;
+    while (s.code() == Code::kDeadlineExceeded) s = copier_->Wait(*job->device_ticket, options_.block_timeout);
+    if (!first.ok()) first = first.WithContext("device-to-host copy of step " + std::to_string(job->stats.step));
+    job->staged->Set(first);
+    {
+      std::lock_guard<std::mutex> lock(job->staged->mu);
+      job->stats.device_copy_seconds =
+          std::chrono::duration<double>(job->staged->done_at - job->saved_at).count();
+    }
+    return first;
+  }
+
+  // Tier 0: the committed image replaces the one held so far.
+  void KeepInMemory(std::unique_ptr<PersistJob> job) {
+    PersistedFile raw = RawImageFile(job->snapshot, job->file, &pool_);
+    std::string manifest = EncodeManifest(BuildManifest(*job, raw));
+    const uint64_t step = job->snapshot.step;
+    const uint64_t image_bytes = job->snapshot.layout.image_bytes;
+    auto image = std::make_shared<InMemoryCheckpoint>(step, std::move(job->snapshot.buffer), image_bytes,
+                                                      raw.file.name, std::move(manifest));
+    job.reset();
+    std::shared_ptr<InMemoryCheckpoint> old;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      old = std::move(tier0_);
+      tier0_ = std::move(image);
+      stats_.in_memory_step = step;
+    }
+    old.reset();  // outside the lock: a Load may still hold it, and the pool wakes a waiting Save
+  }
+
+  void EnqueueReplica(uint64_t step, Clock::time_point saved_at, std::promise<Status> done) {
+    auto job = std::make_unique<ReplicaJob>();
+    job->step = step;
+    job->saved_at = saved_at;
+    job->done = std::move(done);
+    {
+      std::lock_guard<std::mutex> lock(rep_mu_);
+      rep_queue_.push_back(std::move(job));
+    }
+    rep_cv_.notify_all();
+  }
+
+  void RecordReplicaError(const Status& s) {
+    {
+      std::lock_guard<std::mutex> lock(rep_mu_);
+      if (replica_error_.ok()) replica_error_ = s;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.replica_failed;
+    stats_.last_replica_error = s.ToString();
+  }
+
+  // Tier 2, on replica_thread_. Only the newest queued step is copied; a
+  // backlog means the shared path is slower than the saves, and an older
+  // step there is worth nothing once a newer one is.
+  void ReplicaLoop() {
+    std::unique_lock<std::mutex> lock(rep_mu_);
+    for (;;) {
+      rep_cv_.wait(lock, [this] { return rep_stopping_ || !rep_queue_.empty(); });
+      if (rep_queue_.empty()) return;
+      std::deque<std::unique_ptr<ReplicaJob>> jobs;
+      jobs.swap(rep_queue_);
+      rep_busy_ = true;
+      lock.unlock();
+
+      std::unique_ptr<ReplicaJob> job = std::move(jobs.back());
+      jobs.pop_back();
+      for (auto& old : jobs) {
+        old->done.set_value(Status::Cancelled("step " + std::to_string(old->step) +
+                                              " not replicated: step " + std::to_string(job->step) +
+                                              " was newer"));
+      }
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        stats_.replica_superseded += jobs.size();
+      }
+      jobs.clear();
+
+      {
+        std::lock_guard<std::mutex> l(tier1_mu_);  // tier-1 retention leaves it alone from here on
+        replicating_step_ = job->step;
+      }
+      auto t0 = Clock::now();
+      uint64_t bytes = 0;
+      ReplicateOptions ro;
+      ro.verify = options_.replica_verify;
+      Status s = ReplicateCheckpoint(env_, options_.root, replica_env_, options_.replica_root, job->step, ro,
+                                     &bytes);
+      {
+        std::lock_guard<std::mutex> l(tier1_mu_);
+        replicating_step_.reset();
+      }
+      if (s.code() == Code::kNotFound) {
+        // Tier-1 retention removed it before its turn: a newer commit exists.
+        s = Status::Cancelled("step " + std::to_string(job->step) + " not replicated: " + s.message());
+        std::lock_guard<std::mutex> l(mu_);
+        ++stats_.replica_superseded;
+      } else if (s.ok()) {
+        ReplicaStats rs{job->step, bytes, SecondsSince(t0), SecondsSince(job->saved_at)};
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          ++stats_.replicated;
+          stats_.last_replica = rs;
+        }
+        Status r = ApplyRetention(replica_env_, options_.replica_root, options_.replica_keep_last,
+                                  options_.replica_keep_every, nullptr);
+        if (!r.ok()) RecordReplicaError(r.WithContext("tier-2 retention after step " + std::to_string(job->step)));
+      } else {
+        RecordReplicaError(s.WithContext("tier 2"));
+      }
+      job->done.set_value(s);
+
+      lock.lock();
+      rep_busy_ = false;
+      rep_idle_cv_.notify_all();
+    }
   }
 
   Manifest BuildManifest(const PersistJob& job, const PersistedFile& file) const {
@@ -319,18 +688,32 @@ class CheckpointerImpl final : public Checkpointer {
   }
 
   Status ApplyRetention() {
-    STINT_ASSIGN_OR_RETURN(auto steps, ListCheckpointSteps(env_, options_.root));
+    return ApplyRetention(env_, options_.root, options_.keep_last, options_.keep_every, &tier1_mu_);
+  }
+
+  // `delete_mu` (tier 1) is held around each deletion, so the step being
+  // replicated is never deleted under the replication thread.
+  Status ApplyRetention(Env* env, const std::string& root, int keep_last, uint64_t keep_every,
+                        std::mutex* delete_mu) {
+    STINT_ASSIGN_OR_RETURN(auto steps, ListCheckpointSteps(env, root));
     std::optional<uint64_t> protect;
-    auto latest = ReadLatest(env_, options_.root);
+    auto latest = ReadLatest(env, root);
     if (latest.ok() && latest->has_value()) protect = ParseStepDirName(**latest);
-    for (uint64_t s : StepsToDelete(steps, options_.keep_last, options_.keep_every, protect)) {
-      STINT_RETURN_IF_ERROR(DeleteCheckpoint(env_, options_.root, s).WithContext("retention"));
+    for (uint64_t s : StepsToDelete(steps, keep_last, keep_every, protect)) {
+      std::unique_lock<std::mutex> lock;
+      if (delete_mu != nullptr) {
+        lock = std::unique_lock<std::mutex>(*delete_mu);
+        if (replicating_step_ == s) continue;
+      }
+      STINT_RETURN_IF_ERROR(DeleteCheckpoint(env, root, s).WithContext("retention"));
     }
     return Status::OK();
   }
 
   CheckpointOptions options_;
   Env* const env_;
+  Env* const replica_env_;
+  DeviceCopier* const copier_;        // may be null; outlives this object
   std::unique_ptr<IoEngine> engine_;  // the persist thread's; the pool only unregisters buffers
   ThreadPool pool_;
   StagingPool staging_;
@@ -343,8 +726,21 @@ class CheckpointerImpl final : public Checkpointer {
   bool stopping_ = false;
   Status background_error_;  // first error not yet returned by Save/Flush
   CheckpointerStats stats_;
+  std::shared_ptr<InMemoryCheckpoint> tier0_;  // tier 0; a Load holds its own reference
+
+  // Tier 2. Guarded by rep_mu_.
+  std::mutex rep_mu_;
+  std::condition_variable rep_cv_, rep_idle_cv_;
+  std::deque<std::unique_ptr<ReplicaJob>> rep_queue_;
+  bool rep_busy_ = false;
+  bool rep_stopping_ = false;
+  Status replica_error_;  // first tier-2 error not yet returned by FlushReplication
+  // Guarded by tier1_mu_ (held around every tier-1 retention deletion).
+  std::mutex tier1_mu_;
+  std::optional<uint64_t> replicating_step_;
 
   std::thread persist_thread_;  // started in the constructor, joined in the destructor
+  std::thread replica_thread_;  // with a replica_root; started in the constructor, joined in the destructor
 };
 
 }  // namespace
@@ -381,12 +777,31 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Open(const CheckpointOptions
     return Status::InvalidArgument(options.root + " exists and is not a directory");
   }
   STINT_RETURN_IF_ERROR(CleanLeftovers(env, options.root));
+  Status replica_open;
+  if (!options.replica_root.empty()) {
+    auto strip = [](std::string p) {
+      while (p.size() > 1 && p.back() == '/') p.pop_back();
+      return p;
+    };
+    const std::string root = strip(options.root), replica = strip(options.replica_root);
+    if (replica == root || replica.compare(0, root.size() + 1, root + "/") == 0) {
+      return Status::InvalidArgument("replica_root " + options.replica_root + " must not be root " +
+                                     options.root + " or inside it");
+    }
+    // Tier 2 never stops tier 1: a replica path that is down now is reported
+    // (stats, FlushReplication) and tried again at every replication.
+    Env* renv = options.replica_env != nullptr ? options.replica_env : env;
+    replica_open = renv->CreateDir(options.replica_root);
+    if (replica_open.code() == Code::kAlreadyExists) replica_open = Status::OK();
+    if (replica_open.ok()) replica_open = CleanLeftovers(renv, options.replica_root);
+    replica_open = replica_open.WithContext("tier 2 at open");
+  }
   STINT_ASSIGN_OR_RETURN(IoEngineKind kind, ParseIoEngineKind(options.io_engine));
   IoEngineOptions io;
   io.kind = kind;
   io.queue_depth = options.io_queue_depth;
   STINT_ASSIGN_OR_RETURN(auto engine, NewIoEngine(io));
-  return std::unique_ptr<Checkpointer>(new CheckpointerImpl(options, env, std::move(engine)));
+  return std::unique_ptr<Checkpointer>(new CheckpointerImpl(options, env, std::move(engine), replica_open));
 }
 
 }  // namespace stint

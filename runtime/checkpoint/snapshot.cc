@@ -81,7 +81,8 @@ Result<SnapshotLayout> PlanSnapshot(const State& state, uint64_t chunk_size) {
   return layout;
 }
 
-void CopyIntoStaging(const State& state, const SnapshotLayout& layout, char* buffer, ThreadPool* pool) {
+void CopyIntoStaging(const State& state, const SnapshotLayout& layout, char* buffer, ThreadPool* pool,
+                     std::vector<DeviceCopy>* device_copies) {
   struct Piece {
     const char* src;
     uint64_t dst;
@@ -93,15 +94,26 @@ void CopyIntoStaging(const State& state, const SnapshotLayout& layout, char* buf
   auto blob = state.blobs.begin();
   for (const auto& e : layout.entries) {
     const char* src;
+    bool on_device = false;
     if (e.is_blob) {
       src = (blob++)->second.data();
     } else {
-      src = static_cast<const char*>(state.tensors[tensor_index++].data);
+      const TensorShard& t = state.tensors[tensor_index++];
+      src = static_cast<const char*>(t.data);
+      on_device = t.device != kHostDevice;
+      if (on_device && e.raw_bytes > 0) {
+        // Every chunk but the last is a whole multiple of 4 KiB, so the
+        // tensor's chunks are back to back: one copy fills them all.
+        device_copies->push_back(
+            DeviceCopy{t.device, t.stream, buffer + e.chunk_offset[0], src, size_t(e.raw_bytes)});
+      }
     }
     uint64_t done = 0;
     for (size_t c = 0; c < e.chunk_len.size(); ++c) {
       uint64_t len = e.chunk_len[c];
-      pieces.push_back(Piece{src + done, e.chunk_offset[c], len, AlignUp(len == 0 ? 1 : len)});
+      // Device bytes arrive by DMA; only the padding is written here.
+      pieces.push_back(on_device ? Piece{nullptr, e.chunk_offset[c] + len, 0, AlignUp(len == 0 ? 1 : len) - len}
+                                 : Piece{src + done, e.chunk_offset[c], len, AlignUp(len == 0 ? 1 : len)});
       done += len;
     }
   }

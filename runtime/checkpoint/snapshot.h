@@ -12,6 +12,7 @@
 
 #include "base/thread_pool.h"
 #include "checkpoint/staging_pool.h"
+#include "stint/device_copier.h"
 #include "stint/state.h"
 
 namespace stint {
@@ -36,9 +37,14 @@ struct SnapshotLayout {
 // shapes, data present) and plans the staging layout.
 Result<SnapshotLayout> PlanSnapshot(const State& state, uint64_t chunk_size);
 
-// Copies every tensor and blob into `buffer` (REQUIRES: size >= image_bytes)
-// with the pool's threads, and zeroes the padding.
-void CopyIntoStaging(const State& state, const SnapshotLayout& layout, char* buffer, ThreadPool* pool);
+// Copies every host tensor and blob into `buffer` (REQUIRES: size >=
+// image_bytes) with the pool's threads, and zeroes the padding. Device
+// tensors (device >= 0) are not touched: one DeviceCopy per tensor (its
+// chunks are contiguous in the buffer) is appended to `device_copies`, for
+// the caller to start. REQUIRES: device_copies != null if any tensor is on a
+// device.
+void CopyIntoStaging(const State& state, const SnapshotLayout& layout, char* buffer, ThreadPool* pool,
+                     std::vector<DeviceCopy>* device_copies = nullptr);
 
 struct Snapshot {
   uint64_t step = 0;

@@ -29,8 +29,12 @@ void UnmapBuffer(char* p, size_t size) { munmap(p, size); }
 
 StagingBuffer::~StagingBuffer() { pool_->Release(data_, size_); }
 
-StagingPool::StagingPool(size_t capacity_bytes, std::function<void(char*)> before_unmap)
-    : before_unmap_(std::move(before_unmap)), capacity_(capacity_bytes) {}
+StagingPool::StagingPool(size_t capacity_bytes, std::function<void(char*)> before_unmap,
+                         std::function<Status(char*, size_t)> after_map, unsigned auto_buffers)
+    : before_unmap_(std::move(before_unmap)),
+      after_map_(std::move(after_map)),
+      auto_buffers_(auto_buffers == 0 ? 1 : auto_buffers),
+      capacity_(capacity_bytes) {}
 
 void StagingPool::Unmap(char* data, size_t size) {
   if (before_unmap_) before_unmap_(data);
@@ -64,7 +68,7 @@ Result<std::unique_ptr<StagingBuffer>> StagingPool::Acquire(size_t size,
                                                             std::chrono::milliseconds wait) {
   size = AlignUp(size == 0 ? 1 : size);
   std::unique_lock<std::mutex> lock(mu_);
-  if (capacity_ == 0) capacity_ = 2 * size;
+  if (capacity_ == 0) capacity_ = size_t(auto_buffers_) * size;
   if (size > capacity_) {
     return Status::ResourceExhausted("staging pool: snapshot needs " + std::to_string(size) +
                                      " bytes, capacity is " + std::to_string(capacity_));
@@ -84,6 +88,13 @@ Result<std::unique_ptr<StagingBuffer>> StagingPool::Acquire(size_t size,
       char* p = MapBuffer(size);
       if (p == nullptr) {
         return StatusFromErrno("staging pool: mmap of " + std::to_string(size) + " bytes", errno);
+      }
+      if (after_map_) {
+        Status pinned = after_map_(p, size);
+        if (!pinned.ok()) {
+          UnmapBuffer(p, size);
+          return pinned.WithContext("staging pool: pinning " + std::to_string(size) + " bytes");
+        }
       }
       allocated_ += size;
       in_use_ += size;

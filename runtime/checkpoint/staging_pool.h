@@ -46,13 +46,20 @@ class StagingBuffer {
 
 class StagingPool {
  public:
-  // capacity_bytes == 0 means: fixed on first Acquire at twice its size, so
-  // one checkpoint can be persisting while the next is staged.
+  // capacity_bytes == 0 means: fixed on first Acquire at `auto_buffers`
+  // times its size (default two, so one checkpoint can be persisting while
+  // the next is staged).
   // `before_unmap` (may be empty) runs, under the pool's lock, before a
   // buffer's memory goes back to the OS: the I/O engine forgets its
   // registration there, so a later mapping at the same address is never
   // served from stale pinned pages.
-  explicit StagingPool(size_t capacity_bytes, std::function<void(char*)> before_unmap = nullptr);
+  // `after_map` (may be empty) runs, under the pool's lock, once for each
+  // newly mapped buffer before it is first touched: the device copier pins it
+  // there (cudaHostRegister, NUMA placement). Its error fails that Acquire
+  // and the mapping is released again.
+  explicit StagingPool(size_t capacity_bytes, std::function<void(char*)> before_unmap = nullptr,
+                       std::function<Status(char*, size_t)> after_map = nullptr,
+                       unsigned auto_buffers = 2);
   ~StagingPool();
   StagingPool(const StagingPool&) = delete;
   StagingPool& operator=(const StagingPool&) = delete;
@@ -73,6 +80,8 @@ class StagingPool {
   void Unmap(char* data, size_t size);
 
   const std::function<void(char*)> before_unmap_;
+  const std::function<Status(char*, size_t)> after_map_;
+  const unsigned auto_buffers_;
   mutable std::mutex mu_;
   std::condition_variable released_;
   // Guarded by mu_.

@@ -15,6 +15,24 @@
 // half-written loadable. Background errors appear on the durable future and
 // are returned once more by the next Save()/Flush().
 //
+// Tiers (each optional except tier 1):
+//   tier 0  host memory: the last committed checkpoint's staging image is kept
+//           (keep_in_memory), for an instant in-process restore, e.g. after a
+//           group change. Lost with the process.
+//   tier 1  `root` (node-local NVMe): the commit protocol above.
+//   tier 2  `replica_root` (a shared durable path): each tier-1 commit is
+//           copied there in the background by a thread this object owns,
+//           verified, and committed with the same protocol and its own
+//           retention. A tier-2 failure never fails or delays a tier-1
+//           commit; it is reported on SaveHandle::replicated, in stats() and
+//           by FlushReplication().
+// Load() picks the newest checkpoint that verifies on any tier (tier 0 before
+// tier 1 before tier 2 for the same step) and reports every one passed over.
+//
+// Device tensors (TensorShard::device >= 0) are copied device-to-host through
+// `device_copier` (see stint/device_copier.h for the lazy barrier); loading
+// into device destinations goes host-to-device on a copy stream.
+//
 // Thread-compatible: one training thread calls Save/Load/Flush.
 #ifndef STINT_INCLUDE_STINT_CHECKPOINTER_H_
 #define STINT_INCLUDE_STINT_CHECKPOINTER_H_
@@ -29,6 +47,7 @@
 #include <vector>
 
 #include "stint/checkpoint_reader.h"
+#include "stint/device_copier.h"
 #include "stint/env.h"
 #include "stint/state.h"
 #include "stint/status.h"
@@ -72,6 +91,28 @@ struct CheckpointOptions {
   // for a fencing check) adds to this save's and delays the saves queued
   // behind it. Default: none (always commit).
   std::function<Status(uint64_t step)> commit_guard;
+
+  // Copies device tensors (TensorShard/TensorDest with device >= 0) and pins
+  // the staging pool's buffers (page-locked, exact size). Must outlive the
+  // Checkpointer. Default: none (device tensors are refused).
+  DeviceCopier* device_copier = nullptr;
+
+  // Tier 0: keep the last committed checkpoint's staging image in host memory
+  // so Load() can restore it without touching the disk. It holds one staging
+  // buffer, so with staging_bytes = 0 the pool is sized to three snapshots
+  // instead of two. Default: false
+  bool keep_in_memory = false;
+
+  // Tier 2: a second directory (a shared durable path) that every tier-1
+  // commit is replicated to in the background. Empty: no tier 2. REQUIRES:
+  // not `root` and not inside it. Default: ""
+  std::string replica_root;
+  Env* replica_env = nullptr;     // Default: `env`; must outlive the Checkpointer
+  int replica_keep_last = 3;      // tier-2 retention, as keep_last. Default: 3
+  uint64_t replica_keep_every = 0;  // tier-2 retention, as keep_every. Default: 0
+  // Read the replica back and check every checksum before committing it.
+  // Default: true
+  bool replica_verify = true;
 };
 
 struct SaveHandle {
@@ -79,6 +120,10 @@ struct SaveHandle {
   bool skipped = false;  // BusyPolicy::kSkip found the pool full; futures hold why
   std::shared_future<Status> staged;   // the state may be modified again
   std::shared_future<Status> durable;  // committed and fsynced
+  // Committed on tier 2. OK at once without a replica_root; kCancelled when a
+  // newer step was replicated instead (replication keeps only the newest
+  // backlog entry); the tier-2 error otherwise (tier 1 is unaffected).
+  std::shared_future<Status> replicated;
 };
 
 struct SaveStats {
@@ -89,11 +134,27 @@ struct SaveStats {
   double persist_seconds = 0;   // data written and fdatasync'ed
   double commit_seconds = 0;    // manifest, renames, LATEST
   std::string engine;           // "io_uring" or "posix"
+  // Device tensors: from Save() until their device-to-host copies completed.
+  // 0 without device tensors.
+  double device_copy_seconds = 0;
+};
+
+struct ReplicaStats {
+  uint64_t step = 0;
+  uint64_t bytes = 0;           // copied to tier 2
+  double replicate_seconds = 0; // copy + verify + commit on tier 2
+  double durable_seconds = 0;   // from Save() until committed on tier 2
 };
 
 struct CheckpointerStats {
   uint64_t saves = 0, skipped = 0, failed = 0, committed = 0;
   std::optional<SaveStats> last;  // last committed save
+  // Tier 2.
+  uint64_t replicated = 0, replica_failed = 0, replica_superseded = 0;
+  std::optional<ReplicaStats> last_replica;  // last committed on tier 2
+  std::string last_replica_error;            // empty if none yet
+  // Tier 0: the step held in memory, if any.
+  std::optional<uint64_t> in_memory_step;
 };
 
 struct LoadOptions {
@@ -103,9 +164,11 @@ struct LoadOptions {
 
 struct LoadResult {
   uint64_t step = 0;
-  std::string dir;
+  int tier = 1;     // where it came from: 0 memory, 1 root, 2 replica_root
+  std::string dir;  // tier 0: "memory:step-..." 
   std::map<std::string, std::string> blobs;
-  // Newer checkpoints passed over, each "step-... : <error>": never silent.
+  // Newer checkpoints passed over, each "[tier N] step-... : <error>" (the
+  // tier tag only with several tiers): never silent.
   std::vector<std::string> skipped;
   std::vector<uint64_t> skipped_steps;  // the same, as steps (see Quarantine)
 };
@@ -123,6 +186,10 @@ class Checkpointer {
   // Waits until every pending save is durable or failed; returns the first
   // background error not yet returned. kDeadlineExceeded on timeout.
   virtual Status Flush(std::chrono::milliseconds timeout = std::chrono::minutes(10)) = 0;
+  // Waits until tier-2 replication is idle; returns the first tier-2 error
+  // not yet returned (tier-2 errors are never returned by Save or Flush).
+  // kDeadlineExceeded on timeout. OK at once without a replica_root.
+  virtual Status FlushReplication(std::chrono::milliseconds timeout = std::chrono::minutes(10)) = 0;
 
   virtual Result<LoadResult> Load(const DestPlanner& planner, const LoadOptions& options = {}) = 0;
   Result<LoadResult> Load(std::vector<TensorDest> dests, const LoadOptions& options = {}) {
@@ -131,8 +198,10 @@ class Checkpointer {
     }, options);
   }
 
-  // Committed steps, oldest first.
+  // Committed steps on tier 1, oldest first.
   virtual Result<std::vector<uint64_t>> ListCommitted() = 0;
+  // Committed steps on tier 2, oldest first; empty without a replica_root.
+  virtual Result<std::vector<uint64_t>> ListReplicated() = 0;
   // Moves a checkpoint that failed to load out of the way, to
   // "quarantine-step-<step>-<nonce>" (kept for inspection, never loaded or
   // deleted by retention), so a resumed run can save that step again.

@@ -38,8 +38,14 @@ size_t DTypeSize(DType dtype);
 const char* DTypeName(DType dtype);  // "float32", "bfloat16", ...
 Result<DType> ParseDType(std::string_view name);
 
+// Where a tensor's bytes live: host memory, or device memory on `device`.
+constexpr int kHostDevice = -1;
+
 // A shard of a global tensor to save. `data` is borrowed: it must stay valid
-// and unmodified until Save()'s staged future is ready.
+// and unmodified until Save()'s staged future is ready. A shard on a device
+// (device >= 0, e.g. a CUDA tensor's data_ptr) is copied through
+// CheckpointOptions::device_copier, ordered after the work already enqueued
+// on `stream`; see stint/device_copier.h for when it may be modified again.
 struct TensorShard {
   std::string name;
   DType dtype = DType::kFloat32;
@@ -49,10 +55,15 @@ struct TensorShard {
   // Size of the shard in each dimension. Empty: global_shape.
   std::vector<int64_t> extents;
   const void* data = nullptr;  // row-major contiguous, NumElements(extents) elements
+  int device = kHostDevice;    // Default: host memory
+  // The stream that produces `data` (a cudaStream_t); nullptr: the legacy
+  // default stream. Device shards only. Default: nullptr
+  void* stream = nullptr;
 };
 
 // A region of a global tensor to load into. Same conventions as TensorShard;
-// `data` must hold the whole region.
+// `data` must hold the whole region. A device region (device >= 0) is filled
+// host-to-device on a copy stream; `stream` is made to wait for that copy.
 struct TensorDest {
   std::string name;
   DType dtype = DType::kFloat32;
@@ -60,6 +71,8 @@ struct TensorDest {
   std::vector<int64_t> offsets;
   std::vector<int64_t> extents;
   void* data = nullptr;
+  int device = kHostDevice;  // Default: host memory
+  void* stream = nullptr;    // consumer stream (a cudaStream_t). Default: nullptr
 };
 
 struct State {

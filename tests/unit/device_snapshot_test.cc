@@ -1,0 +1,141 @@
+// The Checkpointer's device path (TensorShard::device >= 0) through the
+// HostCopier double: staged future, copy tickets, pinned staging buffers,
+// load into device destinations. Runs without a GPU; the same path with CUDA
+// is in cuda_copier_test.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "stint/checkpointer.h"
+#include "util/host_copier.h"
+#include "util/temp_dir.h"
+
+namespace stint {
+namespace {
+
+struct DeviceState {
+  explicit DeviceState(float seed) : w(300000), b(1000) {
+    std::iota(w.begin(), w.end(), seed);
+    std::iota(b.begin(), b.end(), int32_t(seed) * 7);
+  }
+  State AsState(void* stream = nullptr) {
+    State s;
+    s.tensors.push_back({"w", DType::kFloat32, {300, 1000}, {}, {}, w.data(), 0, stream});
+    s.tensors.push_back({"b", DType::kInt32, {1000}, {}, {}, b.data()});  // host
+    s.blobs["meta"] = "x";
+    return s;
+  }
+  std::vector<TensorDest> Dests() {
+    return {{"w", DType::kFloat32, {300, 1000}, {}, {}, w.data(), 0, nullptr},
+            {"b", DType::kInt32, {1000}, {}, {}, b.data()}};
+  }
+  std::vector<float> w;
+  std::vector<int32_t> b;
+};
+
+CheckpointOptions Options(const std::string& root, DeviceCopier* copier) {
+  CheckpointOptions o;
+  o.root = root;
+  o.device_copier = copier;
+  o.chunk_size = 64 << 10;
+  o.io_engine = "posix";
+  return o;
+}
+
+TEST(DeviceSnapshot, DeviceTensorWithoutCopierIsRefused) {
+  TempDir dir;
+  auto ckpt = Checkpointer::Open(Options(dir.Sub("c"), nullptr));
+  ASSERT_TRUE(ckpt.ok());
+  DeviceState s(1);
+  auto h = (*ckpt)->Save(1, s.AsState());
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().code(), Code::kFailedPrecondition);
+  EXPECT_NE(h.status().message().find("device_copier"), std::string::npos);
+}
+
+TEST(DeviceSnapshot, SaveCopiesThroughCopierAndLoadsBackToDevice) {
+  TempDir dir;
+  HostCopier copier;
+  copier.copy_delay = std::chrono::milliseconds(50);
+  auto ckpt = Checkpointer::Open(Options(dir.Sub("c"), &copier));
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  DeviceState s(3);
+  auto h = (*ckpt)->Save(7, s.AsState());
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  // Save() only enqueued the device copy: staged is not ready before it ran.
+  EXPECT_NE(h->staged.wait_for(std::chrono::milliseconds(0)), std::future_status::ready);
+  ASSERT_TRUE(h->staged.get().ok());
+  ASSERT_TRUE(h->durable.get().ok()) << h->durable.get().ToString();
+  EXPECT_EQ(copier.d2h_calls.load(), 1);
+  EXPECT_EQ(copier.registrations.load(), 1);  // the staging buffer, once
+  auto stats = (*ckpt)->stats();
+  ASSERT_TRUE(stats.last.has_value());
+  EXPECT_GE(stats.last->device_copy_seconds, 0.04);
+  EXPECT_LT(stats.last->snapshot_seconds, stats.last->device_copy_seconds);
+
+  // A second save of the same size reuses the pinned buffer: no new registration.
+  DeviceState s2(5);
+  auto h2 = (*ckpt)->Save(8, s2.AsState());
+  ASSERT_TRUE(h2.ok() && h2->durable.get().ok());
+  EXPECT_EQ(copier.registrations.load(), 1);
+
+  DeviceState out(0);
+  auto loaded = (*ckpt)->Load(out.Dests(), LoadOptions{7});
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(out.w, s.w);
+  EXPECT_EQ(out.b, s.b);
+  EXPECT_EQ(copier.h2d_calls.load(), 1);
+  // The load's bounce buffer was pinned and released again.
+  EXPECT_EQ(copier.registrations.load(), 2);
+  EXPECT_EQ(copier.unregistrations.load(), 1);
+}
+
+TEST(DeviceSnapshot, FailedCopyFailsStagedAndDurableAndNothingCommits) {
+  TempDir dir;
+  HostCopier copier;
+  auto ckpt = Checkpointer::Open(Options(dir.Sub("c"), &copier));
+  ASSERT_TRUE(ckpt.ok());
+  copier.fail_next_copy = true;
+  DeviceState s(1);
+  auto h = (*ckpt)->Save(1, s.AsState());
+  ASSERT_TRUE(h.ok());
+  EXPECT_FALSE(h->staged.get().ok());
+  Status d = h->durable.get();
+  EXPECT_FALSE(d.ok());
+  EXPECT_NE(d.message().find("device-to-host copy"), std::string::npos) << d.ToString();
+  EXPECT_TRUE((*ckpt)->ListCommitted()->empty());
+  EXPECT_FALSE((*ckpt)->Flush().ok());  // reported once more
+  auto h2 = (*ckpt)->Save(2, s.AsState());
+  ASSERT_TRUE(h2.ok() && h2->durable.get().ok());
+}
+
+TEST(DeviceSnapshot, PinningFailureFailsTheSaveClearly) {
+  TempDir dir;
+  HostCopier copier;
+  copier.fail_register = true;
+  auto ckpt = Checkpointer::Open(Options(dir.Sub("c"), &copier));
+  ASSERT_TRUE(ckpt.ok());
+  DeviceState s(1);
+  auto h = (*ckpt)->Save(1, s.AsState());
+  ASSERT_FALSE(h.ok());
+  EXPECT_NE(h.status().message().find("cudaHostRegister"), std::string::npos) << h.status().ToString();
+}
+
+TEST(DeviceSnapshot, LoadIntoDeviceWithoutCopierIsRefused) {
+  TempDir dir;
+  HostCopier copier;
+  {
+    auto ckpt = Checkpointer::Open(Options(dir.Sub("c"), &copier));
+    DeviceState s(1);
+    auto h = (*ckpt)->Save(1, s.AsState());
+    ASSERT_TRUE(h.ok() && h->durable.get().ok());
+  }
+  auto ckpt = Checkpointer::Open(Options(dir.Sub("c"), nullptr));
+  DeviceState out(0);
+  auto loaded = (*ckpt)->Load(out.Dests());
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().code(), Code::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace stint
