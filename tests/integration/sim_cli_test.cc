@@ -1,0 +1,62 @@
+// The stint-sim binary on the real Tiresias job trace and Bamboo spot node
+// events: it writes the report files, two runs give the same event log,
+// and a malformed trace line is reported with its file and line.
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace {
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int Shell(const std::string& cmd) {
+  const int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/sim_cli_testXXXXXX";
+  return mkdtemp(tmpl) != nullptr ? tmpl : "";
+}
+
+TEST(SimCli, ReplaysRealTiresiasJobsOnBambooSpotNodes) {
+  const std::string traces = STINT_TRACES_DIR;
+  struct stat st {};
+  if (stat((traces + "/tiresias/60_job.csv").c_str(), &st) != 0) GTEST_SKIP() << "no trace samples at " << traces;
+  const std::string dir = TempDir();
+  ASSERT_FALSE(dir.empty());
+  const std::string cmd = std::string(STINT_SIM_PATH) + " --trace tiresias:" + traces +
+                          "/tiresias/60_job.csv --capacity bamboo-nodes:" + traces +
+                          "/spot-bamboo/g4dn-trace.csv:1 --no-gang --policies fifo,easy,slurm,stint --out ";
+  ASSERT_EQ(Shell(cmd + dir + "/a > " + dir + "/a.txt 2>&1"), 0) << Slurp(dir + "/a.txt");
+  ASSERT_EQ(Shell(cmd + dir + "/b > " + dir + "/b.txt 2>&1"), 0);
+  const std::string table = Slurp(dir + "/a/table.md");
+  EXPECT_NE(table.find("Normalised to fifo = 1.0"), std::string::npos) << table;
+  EXPECT_NE(table.find("| stint | 60/60 |"), std::string::npos) << table;
+  EXPECT_NE(Slurp(dir + "/a/utilisation.svg").find("<polyline"), std::string::npos);
+  for (const char* p : {"fifo", "easy", "slurm", "stint"}) {
+    const std::string a = Slurp(dir + "/a/events-" + p + ".log");
+    EXPECT_FALSE(a.empty()) << p;
+    EXPECT_EQ(a, Slurp(dir + "/b/events-" + p + ".log")) << p;
+  }
+  std::ofstream(dir + "/bad.csv") << "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n0,1,0,1,m\n";
+  EXPECT_EQ(Shell(std::string(STINT_SIM_PATH) + " --trace tiresias:" + dir + "/bad.csv --capacity fixed:8 > " + dir +
+                "/bad.txt 2>&1"),
+            2);
+  EXPECT_NE(Slurp(dir + "/bad.txt").find(dir + "/bad.csv:2: expected 7"), std::string::npos) << Slurp(dir + "/bad.txt");
+  Shell("rm -rf " + dir);
+}
+
+}  // namespace

@@ -1,0 +1,179 @@
+// stint-sim's engine and schedulers on tiny hand-made traces: determinism,
+// conservation, and each baseline's known behaviour (FIFO head-of-line
+// blocking, EASY backfill that never delays the head's reservation, QOS
+// preemption with GraceTime), and stint's policy driven through
+// tools/stintd/core (graceful segment ends at a window's close).
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "sim/engine.h"
+#include "sim/report.h"
+#include "sim/schedulers.h"
+#include "sim/trace.h"
+
+namespace stint::sim {
+namespace {
+
+SimJob Job(int64_t id, double submit_s, int gpus, double work_s,
+           coord::Priority priority = coord::Priority::kMedium) {
+  SimJob j;
+  j.id = id;
+  j.name = "j" + std::to_string(id);
+  j.submit_s = submit_s;
+  j.min_gpus = j.max_gpus = gpus;
+  j.work_s = work_s;
+  j.priority = priority;
+  return j;
+}
+
+SimResult RunPolicy(const Workload& w, const std::string& policy) {
+  SchedulerOptions o;
+  auto spec = ParsePolicy(policy, o);
+  EXPECT_TRUE(spec.ok()) << policy;
+  auto sched = MakeScheduler(spec.value(), o);
+  EngineOptions e;
+  e.workers_ignore_notices = spec.value().workers_ignore_notices;
+  return Simulate(w, *sched, e);
+}
+
+// A: 4 GPUs for 1000 s; B: the whole 8-GPU window; C: 1 GPU for 100 s.
+Workload HeadOfLine(double c_work_s) {
+  Workload w;
+  w.windows = FixedCapacity(8);
+  w.jobs = {Job(0, 0, 4, 1000), Job(1, 1, 8, 500), Job(2, 2, 1, c_work_s)};
+  return w;
+}
+
+TEST(SimBaselines, FifoBlocksBehindTheHead) {
+  const SimResult r = RunPolicy(HeadOfLine(100), "fifo");
+  ASSERT_EQ(r.conservation_violations, 0);
+  EXPECT_DOUBLE_EQ(r.jobs[1].first_start_s, 1000);  // B waits for A
+  EXPECT_GE(r.jobs[2].first_start_s, 1500);         // C waits for B although 4 GPUs were free
+}
+
+TEST(SimBaselines, EasyBackfillsShortJobsIntoTheHole) {
+  const SimResult r = RunPolicy(HeadOfLine(100), "easy");
+  ASSERT_EQ(r.conservation_violations, 0);
+  EXPECT_DOUBLE_EQ(r.jobs[2].first_start_s, 2);     // ends at 102 < shadow 1000
+  EXPECT_DOUBLE_EQ(r.jobs[1].first_start_s, 1000);  // the head is not delayed
+}
+
+TEST(SimBaselines, BackfillNeverDelaysTheHeadReservation) {
+  // C would run past the head's shadow time on the GPUs the head needs.
+  for (const char* policy : {"easy", "slurm"}) {
+    const SimResult r = RunPolicy(HeadOfLine(5000), policy);
+    ASSERT_EQ(r.conservation_violations, 0) << policy;
+    EXPECT_LE(r.jobs[1].first_start_s, 1000 + 1) << policy;
+    EXPECT_GE(r.jobs[2].first_start_s, r.jobs[1].first_start_s) << policy;
+  }
+  // stint reserves B from A's planned end (start + R + work + C + safety =
+  // 1100 s) and may backfill C only as a segment that yields before it:
+  // C starts at once, checkpoints and gives the GPUs back in time.
+  const SimResult r = RunPolicy(HeadOfLine(5000), "stint");
+  ASSERT_EQ(r.conservation_violations, 0);
+  EXPECT_LE(r.jobs[1].first_start_s, 1100);
+  EXPECT_DOUBLE_EQ(r.jobs[2].first_start_s, 2);
+  EXPECT_GE(r.jobs[2].interruptions, 1);
+  EXPECT_DOUBLE_EQ(r.lost_gpu_s, 0);
+}
+
+TEST(SimBaselines, SlurmPreemptsLowerQosWithGraceTimeAndLosesNothing) {
+  Workload w;
+  w.windows = FixedCapacity(8);
+  w.jobs = {Job(0, 0, 8, 20000, coord::Priority::kLow), Job(1, 1000, 8, 1000, coord::Priority::kHigh)};
+  for (const char* policy : {"slurm", "stint"}) {
+    const SimResult r = RunPolicy(w, policy);
+    ASSERT_EQ(r.conservation_violations, 0) << policy;
+    EXPECT_EQ(r.jobs[0].preemptions, 1) << policy;
+    EXPECT_DOUBLE_EQ(r.lost_gpu_s, 0) << policy;  // grace C + safety >= C
+    EXPECT_LT(r.jobs[1].first_start_s, 1000 + 60) << policy;
+    EXPECT_GT(r.jobs[0].finish_s, r.jobs[1].finish_s) << policy;
+  }
+  const SimResult fifo = RunPolicy(w, "fifo");
+  EXPECT_EQ(fifo.jobs[0].preemptions, 0);
+  EXPECT_GE(fifo.jobs[1].first_start_s, 20000);
+}
+
+TEST(SimStint, WindowCloseEndsTheSegmentGracefullyWhereFifoLosesWork) {
+  Workload w;
+  SimWindow a;
+  a.gpus = 4;
+  a.start_s = 0;
+  a.end_s = 3600;  // closes under the job
+  SimWindow b = a;
+  b.start_s = 4000;
+  b.end_s = kLongSeconds;
+  w.windows = {a, b};
+  w.jobs = {Job(0, 0, 4, 5000)};
+  const SimResult stint = RunPolicy(w, "stint");
+  ASSERT_EQ(stint.conservation_violations, 0);
+  EXPECT_DOUBLE_EQ(stint.lost_gpu_s, 0);
+  EXPECT_EQ(stint.jobs[0].interruptions, 1);
+  ASSERT_GT(stint.jobs[0].finish_s, 0);
+  const SimResult fifo = RunPolicy(w, "fifo");
+  ASSERT_EQ(fifo.conservation_violations, 0);
+  EXPECT_GT(fifo.lost_gpu_s, 0);  // killed at the close: work since the last checkpoint is gone
+  EXPECT_GT(fifo.jobs[0].finish_s, stint.jobs[0].finish_s);
+  const SimResult ignore = RunPolicy(w, "stint-no-notices");
+  EXPECT_GT(ignore.lost_gpu_s, 0);
+}
+
+Workload Mixed(uint64_t seed) {
+  JobDefaults d;
+  d.seed = seed;
+  SyntheticJobs g;
+  g.jobs = 60;
+  g.mean_interarrival_s = 200;
+  g.seed = seed;
+  SyntheticWindows sw;
+  sw.base_gpus = 16;
+  sw.fragments = 12;
+  sw.spot = 4;
+  sw.horizon_s = 86400;
+  sw.seed = seed;
+  Workload w;
+  w.jobs = GenerateJobs(g, d);
+  w.windows = GenerateWindows(sw);
+  DropUnplaceable(&w.jobs, w.windows);
+  return w;
+}
+
+TEST(SimEngine, SameSeedGivesAnIdenticalEventLog) {
+  for (const char* policy : {"fifo", "easy", "slurm", "stint"}) {
+    const SimResult a = RunPolicy(Mixed(7), policy);
+    const SimResult b = RunPolicy(Mixed(7), policy);
+    EXPECT_EQ(a.log, b.log) << policy;
+    EXPECT_EQ(a.log_hash, b.log_hash) << policy;
+    EXPECT_FALSE(a.log.empty());
+  }
+  EXPECT_NE(RunPolicy(Mixed(7), "stint").log_hash, RunPolicy(Mixed(8), "stint").log_hash);
+}
+
+TEST(SimEngine, GpuSecondsUsedNeverExceedCapacity) {
+  for (const std::string& policy : AllPolicyNames()) {
+    const SimResult r = RunPolicy(Mixed(3), policy);
+    EXPECT_EQ(r.conservation_violations, 0) << policy;
+    EXPECT_LE(r.allocated_gpu_s, r.offered_gpu_s + 1e-6) << policy;
+    for (const UtilPoint& p : r.util) ASSERT_LE(p.allocated, p.offered) << policy << " at " << p.t_s;
+    int finished = 0;
+    for (const JobResult& j : r.jobs) finished += j.finish_s >= 0;
+    EXPECT_EQ(finished, static_cast<int>(r.jobs.size())) << policy;
+    const Metrics m = ComputeMetrics(r);
+    EXPECT_LE(m.goodput, 1.0 + 1e-9) << policy;
+  }
+}
+
+TEST(SimReport, TableIsNormalisedToFifo) {
+  const Workload w = HeadOfLine(100);
+  std::vector<Metrics> rows = {ComputeMetrics(RunPolicy(w, "fifo")), ComputeMetrics(RunPolicy(w, "easy"))};
+  const std::string t = FormatTable(rows, "fifo", {"# test"});
+  EXPECT_NE(t.find("Normalised to fifo = 1.0"), std::string::npos);
+  EXPECT_NE(t.find("| fifo | 3/3 | 1.000 |"), std::string::npos) << t;
+  std::vector<SimResult> rs = {RunPolicy(w, "fifo")};
+  EXPECT_NE(UtilisationSvg(rs, "t").find("<polyline"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace stint::sim

@@ -1,0 +1,45 @@
+// Metrics over a SimResult, the FIFO-normalised table, and the
+// utilisation-over-time SVG (written by hand: no plotting dependency).
+// Definitions are in METHOD.md; pure functions, thread-compatible.
+#ifndef STINT_TOOLS_STINT_SIM_SIM_REPORT_H_
+#define STINT_TOOLS_STINT_SIM_SIM_REPORT_H_
+
+#include <string>
+#include <vector>
+
+#include "sim/engine.h"
+
+namespace stint::sim {
+
+struct Metrics {
+  std::string policy;
+  int jobs = 0;
+  int finished = 0;
+  double jct_mean_s = 0, jct_median_s = 0, jct_p99_s = 0;
+  double queue_mean_s = 0, queue_p99_s = 0;  // first start - submit, over started jobs
+  double gpu_util = 0;         // allocated / offered GPU-s over the replay
+  double window_util = 0;      // allocated / integral of min(offered, demand)
+  double fragmentation = 0;    // GPU-s idle while a job waited / offered
+  double goodput = 0;          // useful (finished work) / allocated GPU-s
+  double lost_gpu_h = 0;
+  double interrupts_per_job = 0;  // segments ended without finishing
+  double preemptions_per_job = 0; // of those, for a higher-priority job
+  double fairness_jain = 0;       // Jain's index over per-team mean slowdown (JCT / work)
+  double makespan_s = 0;
+  int64_t violations = 0;
+  uint64_t log_hash = 0;
+};
+
+Metrics ComputeMetrics(const SimResult& r);
+
+// Markdown: the absolute values, then every column divided by the row of
+// `baseline` (FIFO = 1.0). `header` lines are printed first (sources, labels).
+std::string FormatTable(const std::vector<Metrics>& rows, const std::string& baseline,
+                        const std::vector<std::string>& header);
+
+// Utilisation (allocated / offered, binned) over time, one line per policy.
+std::string UtilisationSvg(const std::vector<SimResult>& results, const std::string& title);
+
+}  // namespace stint::sim
+
+#endif  // STINT_TOOLS_STINT_SIM_SIM_REPORT_H_

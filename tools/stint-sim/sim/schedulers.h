@@ -1,0 +1,56 @@
+// The coordinators stint-sim compares, all behind engine.h's Scheduler:
+//
+//   fifo            strict FIFO, no backfill, no preemption, window-oblivious
+//   easy            FIFO + EASY backfill (one reservation for the head job)
+//   slurm           multifactor (QOS + age + fair share with decay) + EASY
+//                   backfill + QOS preemption with GraceTime, window-aware
+//                   with --time-min style segment shrinking
+//   stint           tools/stintd/core itself: SubmitJob, AddWindow,
+//                   CloseWindow, MakePlan/ApplyPlan, RegisterWorker,
+//                   Heartbeat, ReportCheckpoint, ReportProgress, AckSegment,
+//                   FinishJob, AccountTime: no re-implementation
+//   stint-no-X      stint with one feature off (see ParsePolicy)
+//
+// Schedulers are single-threaded objects confined to the engine's thread.
+#ifndef STINT_TOOLS_STINT_SIM_SIM_SCHEDULERS_H_
+#define STINT_TOOLS_STINT_SIM_SIM_SCHEDULERS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/policy.h"
+#include "sim/engine.h"
+
+namespace stint::sim {
+
+enum class PolicyKind { kFifo, kEasy, kSlurm, kStint };
+
+struct PolicySpec {
+  std::string name;
+  PolicyKind kind = PolicyKind::kFifo;
+  coord::PolicyConfig stint;      // kStint: the config MakePlan gets
+  bool runtime_estimates = true;  // kStint: submit remaining_seconds (false: unknown)
+  bool workers_ignore_notices = false;  // an engine-side ablation
+};
+
+struct SchedulerOptions {
+  double estimate_factor = 1.0;  // runtime estimates (time limits) = true remaining x this
+  coord::PolicyConfig stint;     // the base config for stint and its ablations
+  double slurm_age_max_s = 7 * 86400.0;  // PriorityMaxAge
+  int team_guarantee_gpus = 0;   // stint: every team's guarantee (0: none)
+};
+
+// Names: fifo, easy, slurm, stint, stint-no-backfill (plan_depth = 1),
+// stint-no-aging (aging_points_per_hour = 0), stint-no-fairshare
+// (fair_share_points = 0, guarantee_bonus_points = 0), stint-no-preemption
+// (min_run_seconds = 1e12), stint-no-notices (workers ignore notices),
+// stint-no-estimates (remaining_seconds = 0: no runtime knowledge).
+Result<PolicySpec> ParsePolicy(const std::string& name, const SchedulerOptions& options);
+std::vector<std::string> AllPolicyNames();
+
+std::unique_ptr<Scheduler> MakeScheduler(const PolicySpec& spec, const SchedulerOptions& options);
+
+}  // namespace stint::sim
+
+#endif  // STINT_TOOLS_STINT_SIM_SIM_SCHEDULERS_H_

@@ -1,0 +1,542 @@
+#include "sim/trace.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <random>
+
+namespace stint::sim {
+namespace {
+
+// Reads a text file line by line; strips a trailing '\r' (the Bamboo and
+// Tiresias files use CRLF) and counts lines from 1 for error messages.
+class LineReader {
+ public:
+  explicit LineReader(std::string path) : path_(std::move(path)), in_(path_) {}
+  bool ok() const { return static_cast<bool>(in_); }
+  bool Next(std::string* line) {
+    if (!std::getline(in_, *line)) return false;
+    line_no_++;
+    if (!line->empty() && line->back() == '\r') line->pop_back();
+    return true;
+  }
+  Status Error(const std::string& what) const {
+    return Status::InvalidArgument(path_ + ":" + std::to_string(line_no_) + ": " + what);
+  }
+  Status OpenError() const { return Status::NotFound("cannot open " + path_ + ": " + std::strerror(errno)); }
+
+ private:
+  std::string path_;
+  std::ifstream in_;
+  int line_no_ = 0;
+};
+
+std::vector<std::string> Split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s) {
+    if (c == sep) {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur.push_back(c);
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+std::string Trim(const std::string& s) {
+  size_t a = 0, b = s.size();
+  while (a < b && (s[a] == ' ' || s[a] == '\t')) a++;
+  while (b > a && (s[b - 1] == ' ' || s[b - 1] == '\t')) b--;
+  return s.substr(a, b - a);
+}
+
+bool ParseDouble(const std::string& raw, double* out) {
+  const std::string s = Trim(raw);
+  if (s.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(s.c_str(), &end);
+  if (errno != 0 || end != s.c_str() + s.size() || !std::isfinite(v)) return false;
+  *out = v;
+  return true;
+}
+
+bool ParseInt(const std::string& raw, int64_t* out) {
+  const std::string s = Trim(raw);
+  if (s.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (errno != 0 || end != s.c_str() + s.size()) return false;
+  *out = v;
+  return true;
+}
+
+// "YYYY-MM-DD HH:MM:SS" (UTC) or plain seconds.
+bool ParseTime(const std::string& raw, double* out) {
+  if (ParseDouble(raw, out)) return true;
+  std::tm tm{};
+  const std::string s = Trim(raw);
+  if (s.size() >= 10 && std::sscanf(s.c_str(), "%d-%d-%d %d:%d:%d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                                    &tm.tm_hour, &tm.tm_min, &tm.tm_sec) >= 3) {
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    *out = static_cast<double>(timegm(&tm));
+    return true;
+  }
+  return false;
+}
+
+// A team name the coordinator accepts: [A-Za-z0-9._-]{1,64}.
+std::string TeamName(const std::string& raw) {
+  std::string out;
+  for (char c : raw) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '_' || c == '-';
+    out.push_back(ok ? c : '_');
+  }
+  if (out.empty()) out = "default";
+  if (out.size() > 64) out.resize(64);
+  return out;
+}
+
+SimJob MakeJob(const JobDefaults& d, std::string name, std::string team, double submit_s, int gpus, double work_s) {
+  SimJob j;
+  j.name = std::move(name);
+  j.team = TeamName(team);
+  j.submit_s = submit_s;
+  j.min_gpus = gpus;
+  j.max_gpus = gpus;
+  j.work_s = d.max_work_s > 0 ? std::min(work_s, d.max_work_s) : work_s;
+  j.work_s = std::max(1.0, j.work_s);
+  j.checkpoint_s = d.checkpoint_s;
+  j.restart_s = d.restart_s;
+  j.interval_s = d.interval_s;
+  j.gang = d.gang;
+  return j;
+}
+
+// Elastic: a seeded share of the multi-GPU jobs may run on half their GPUs.
+void ApplyElastic(std::vector<SimJob>* jobs, const JobDefaults& d) {
+  if (d.elastic_fraction <= 0) return;
+  std::mt19937_64 rng(d.seed ^ 0x9e3779b97f4a7c15ull);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (SimJob& j : *jobs) {
+    if (j.max_gpus >= 2 && u(rng) < d.elastic_fraction) j.min_gpus = j.max_gpus / 2;
+  }
+}
+
+Status LoadPhillyFile(const std::string& path, const std::string& team, std::vector<SimJob>* out,
+                      std::vector<std::pair<std::string, double>>* steps) {
+  LineReader in(path);
+  if (!in.ok()) return in.OpenError();
+  std::string line;
+  while (in.Next(&line)) {
+    if (Trim(line).empty()) continue;
+    const std::vector<std::string> f = Split(line, '\t');
+    if (f.size() != 7) {
+      return in.Error("expected 7 tab-separated fields (job_type, command, num_steps_arg, needs_data_dir, "
+                      "total_steps, arrival_time, scale_factor), got " + std::to_string(f.size()));
+    }
+    double total_steps = 0, arrival = 0;
+    int64_t gpus = 0;
+    if (!ParseDouble(f[4], &total_steps) || total_steps <= 0) return in.Error("total_steps is not a positive number");
+    if (!ParseDouble(f[5], &arrival) || arrival < 0) return in.Error("arrival_time is not a number >= 0");
+    if (!ParseInt(f[6], &gpus) || gpus < 1 || gpus > 4096) return in.Error("scale_factor is not an integer in [1, 4096]");
+    SimJob j;
+    j.name = team + "/" + std::to_string(out->size());
+    j.team = team;
+    j.submit_s = arrival;
+    j.min_gpus = j.max_gpus = static_cast<int>(gpus);
+    out->push_back(j);
+    steps->emplace_back(Trim(f[0]), total_steps);
+  }
+  return Status::OK();
+}
+
+std::string Stem(const std::string& path) {
+  std::string base = path.substr(path.find_last_of('/') + 1);
+  const size_t dot = base.find_last_of('.');
+  return dot == std::string::npos ? base : base.substr(0, dot);
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+Result<std::vector<SimJob>> LoadPhilly(const std::string& path, const JobDefaults& d) {
+  std::vector<std::string> files;
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return Status::NotFound("cannot open " + path + ": " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) {
+    DIR* dir = opendir(path.c_str());
+    if (dir == nullptr) return Status::NotFound("cannot open directory " + path);
+    while (dirent* e = readdir(dir)) {
+      const std::string n = e->d_name;
+      if (n.size() > 6 && n.compare(n.size() - 6, 6, ".trace") == 0) files.push_back(path + "/" + n);
+    }
+    closedir(dir);
+    std::sort(files.begin(), files.end());
+    if (files.empty()) return Status::NotFound("no *.trace files in " + path);
+  } else {
+    files.push_back(path);
+  }
+  std::vector<SimJob> jobs;
+  std::vector<std::pair<std::string, double>> steps;
+  for (const std::string& f : files) STINT_RETURN_IF_ERROR(LoadPhillyFile(f, TeamName(Stem(f)), &jobs, &steps));
+  // The trace has work in iterations, not seconds: each job type's median
+  // total_steps is taken to run philly_median_s (a per-type throughput),
+  // which keeps the spread of the trace within a type.
+  std::map<std::string, std::vector<double>> by_type;
+  for (const auto& [type, n] : steps) by_type[type].push_back(n);
+  std::map<std::string, double> median;
+  for (auto& [type, v] : by_type) median[type] = Median(v);
+  std::vector<SimJob> out;
+  out.reserve(jobs.size());
+  for (size_t i = 0; i < jobs.size(); i++) {
+    const double work = steps[i].second / median[steps[i].first] * d.philly_median_s;
+    out.push_back(MakeJob(d, jobs[i].name, jobs[i].team, jobs[i].submit_s, jobs[i].max_gpus, work));
+  }
+  Normalize(&out);
+  ApplyElastic(&out, d);
+  return out;
+}
+
+Result<std::vector<SimJob>> LoadTiresias(const std::string& path, const JobDefaults& d) {
+  LineReader in(path);
+  if (!in.ok()) return in.OpenError();
+  std::string line;
+  if (!in.Next(&line) || Trim(line).rfind("job_id", 0) != 0) return in.Error("expected the header job_id,num_gpu,...");
+  std::vector<SimJob> out;
+  while (in.Next(&line)) {
+    if (Trim(line).empty()) continue;
+    const std::vector<std::string> f = Split(line, ',');
+    if (f.size() != 7) return in.Error("expected 7 comma-separated fields, got " + std::to_string(f.size()));
+    int64_t gpus = 0;
+    double submit = 0, duration = 0;
+    if (!ParseInt(f[1], &gpus) || gpus < 1) return in.Error("num_gpu is not an integer >= 1");
+    if (!ParseDouble(f[2], &submit) || submit < 0) return in.Error("submit_time is not a number >= 0");
+    if (!ParseDouble(f[5], &duration) || duration <= 0) return in.Error("duration is not a positive number");
+    out.push_back(MakeJob(d, "tiresias/" + Trim(f[0]) + "-" + Trim(f[4]), "default", submit,
+                          static_cast<int>(gpus), duration));
+  }
+  Normalize(&out);
+  ApplyElastic(&out, d);
+  return out;
+}
+
+Result<std::vector<SimJob>> LoadHeliosJobs(const std::string& path, const JobDefaults& d) {
+  LineReader in(path);
+  if (!in.ok()) return in.OpenError();
+  std::string line;
+  if (!in.Next(&line)) return in.Error("empty file");
+  const std::vector<std::string> header = Split(line, ',');
+  std::map<std::string, size_t> col;
+  for (size_t i = 0; i < header.size(); i++) col[Trim(header[i])] = i;
+  for (const char* need : {"job_id", "vc", "gpu_num", "submit_time", "duration"}) {
+    if (!col.count(need)) return in.Error(std::string("header has no column ") + need);
+  }
+  std::vector<SimJob> out;
+  double t0 = kForever;
+  while (in.Next(&line)) {
+    if (Trim(line).empty()) continue;
+    const std::vector<std::string> f = Split(line, ',');
+    if (f.size() != header.size()) {
+      return in.Error("expected " + std::to_string(header.size()) + " fields, got " + std::to_string(f.size()));
+    }
+    int64_t gpus = 0;
+    double submit = 0, duration = 0;
+    if (!ParseInt(f[col["gpu_num"]], &gpus) || gpus < 0) return in.Error("gpu_num is not an integer >= 0");
+    if (!ParseTime(f[col["submit_time"]], &submit)) return in.Error("submit_time is not a time");
+    if (!ParseDouble(f[col["duration"]], &duration) || duration < 0) return in.Error("duration is not a number >= 0");
+    if (gpus == 0 || duration <= 0) continue;  // CPU-only or zero-length jobs
+    t0 = std::min(t0, submit);
+    out.push_back(MakeJob(d, "helios/" + Trim(f[col["job_id"]]), Trim(f[col["vc"]]), submit,
+                          static_cast<int>(gpus), duration));
+  }
+  for (SimJob& j : out) j.submit_s -= t0;
+  Normalize(&out);
+  ApplyElastic(&out, d);
+  return out;
+}
+
+Result<std::vector<SimJob>> LoadAlibabaPods(const std::string& path, const JobDefaults& d) {
+  LineReader in(path);
+  if (!in.ok()) return in.OpenError();
+  std::string line;
+  if (!in.Next(&line)) return in.Error("empty file");
+  const std::vector<std::string> header = Split(line, ',');
+  std::map<std::string, size_t> col;
+  for (size_t i = 0; i < header.size(); i++) col[Trim(header[i])] = i;
+  for (const char* need : {"name", "num_gpu", "qos", "creation_time", "deletion_time", "scheduled_time"}) {
+    if (!col.count(need)) return in.Error(std::string("header has no column ") + need);
+  }
+  std::vector<SimJob> out;
+  double t0 = kForever;
+  while (in.Next(&line)) {
+    if (Trim(line).empty()) continue;
+    const std::vector<std::string> f = Split(line, ',');
+    if (f.size() != header.size()) {
+      return in.Error("expected " + std::to_string(header.size()) + " fields, got " + std::to_string(f.size()));
+    }
+    int64_t gpus = 0;
+    double created = 0, deleted = 0, scheduled = 0;
+    if (!ParseInt(f[col["num_gpu"]], &gpus) || gpus < 0) return in.Error("num_gpu is not an integer >= 0");
+    if (!ParseDouble(f[col["creation_time"]], &created)) return in.Error("creation_time is not a number");
+    if (!ParseDouble(f[col["deletion_time"]], &deleted)) return in.Error("deletion_time is not a number");
+    if (!ParseDouble(f[col["scheduled_time"]], &scheduled)) return in.Error("scheduled_time is not a number");
+    if (gpus == 0 || deleted <= scheduled) continue;
+    t0 = std::min(t0, created);
+    SimJob j = MakeJob(d, "alibaba/" + Trim(f[col["name"]]), "default", created, static_cast<int>(gpus),
+                       deleted - scheduled);
+    const std::string qos = Trim(f[col["qos"]]);
+    if (qos == "LS" || qos == "Guaranteed") j.priority = coord::Priority::kHigh;
+    if (qos == "BE") j.priority = coord::Priority::kLow;
+    out.push_back(j);
+  }
+  for (SimJob& j : out) j.submit_s -= t0;
+  Normalize(&out);
+  ApplyElastic(&out, d);
+  return out;
+}
+
+std::vector<SimWindow> FixedCapacity(int gpus) {
+  SimWindow w;
+  w.gpus = gpus;
+  return {w};
+}
+
+std::vector<SimWindow> StepsToWindows(const std::vector<std::pair<double, int>>& steps, double last_end_s,
+                                      coord::WindowKind kind, double notice_lead_s, const std::string& pool) {
+  std::vector<SimWindow> done;
+  std::vector<SimWindow> stack;  // open windows, oldest first
+  int level = 0;
+  auto close = [&](SimWindow w, double t) {
+    if (t <= w.start_s) return;  // opened and closed at the same time: never existed
+    if (kind == coord::WindowKind::kHard) {
+      w.end_s = t;
+    } else {
+      w.end_s = kForever;
+      w.revoke_s = t;
+    }
+    done.push_back(w);
+  };
+  for (const auto& [t, raw] : steps) {
+    const int target = std::max(0, raw);
+    while (level > target) {
+      SimWindow top = stack.back();
+      stack.pop_back();
+      level -= top.gpus;
+      close(top, t);
+      if (level < target) {  // closed too much: the rest of it reopens as a smaller window
+        SimWindow rest = top;
+        rest.gpus = target - level;
+        rest.start_s = t;
+        stack.push_back(rest);
+        level = target;
+      }
+    }
+    if (target > level) {
+      SimWindow w;
+      w.pool = pool;
+      w.gpus = target - level;
+      w.start_s = t;
+      w.kind = kind;
+      w.notice_lead_s = kind == coord::WindowKind::kSpot ? notice_lead_s : 0;
+      stack.push_back(w);
+      level = target;
+    }
+  }
+  for (SimWindow& w : stack) {
+    if (kind == coord::WindowKind::kHard) {
+      w.end_s = last_end_s;
+      done.push_back(w);
+    } else {
+      w.end_s = kForever;
+      done.push_back(w);
+    }
+  }
+  std::stable_sort(done.begin(), done.end(), [](const SimWindow& a, const SimWindow& b) { return a.start_s < b.start_s; });
+  return done;
+}
+
+Result<std::vector<std::pair<double, int>>> LoadHeliosCapacity(const std::string& path, const std::string& column,
+                                                              double scale) {
+  LineReader in(path);
+  if (!in.ok()) return in.OpenError();
+  std::string line;
+  if (!in.Next(&line)) return in.Error("empty file");
+  const std::vector<std::string> header = Split(line, ',');
+  size_t col = header.size();
+  for (size_t i = 0; i < header.size(); i++) {
+    if (Trim(header[i]) == column) col = i;
+  }
+  if (Trim(header[0]) != "date") return in.Error("expected a header starting with date");
+  if (col == header.size()) return in.Error("header has no column " + column);
+  std::vector<std::pair<double, int>> steps;
+  int day = 0;
+  while (in.Next(&line)) {
+    if (Trim(line).empty()) continue;
+    const std::vector<std::string> f = Split(line, ',');
+    if (f.size() != header.size()) {
+      return in.Error("expected " + std::to_string(header.size()) + " fields, got " + std::to_string(f.size()));
+    }
+    double gpus = 0;
+    if (!ParseDouble(f[col], &gpus) || gpus < 0) return in.Error(column + " is not a number >= 0");
+    steps.emplace_back(day * 86400.0, static_cast<int>(std::lround(gpus * scale)));
+    day++;
+  }
+  if (steps.empty()) return in.Error("no data rows");
+  return steps;
+}
+
+Result<std::vector<SimWindow>> LoadBambooNodes(const std::string& path, int gpus_per_node, double notice_lead_s) {
+  LineReader in(path);
+  if (!in.ok()) return in.OpenError();
+  std::string line;
+  std::map<std::string, size_t> open;  // node -> index into out
+  std::vector<SimWindow> out;
+  while (in.Next(&line)) {
+    if (Trim(line).empty()) continue;
+    const std::vector<std::string> f = Split(line, ',');
+    if (f.size() != 3) return in.Error("expected 3 fields (ms,add|remove,node), got " + std::to_string(f.size()));
+    double ms = 0;
+    if (!ParseDouble(f[0], &ms) || ms < 0) return in.Error("time is not a number of ms >= 0");
+    const std::string ev = Trim(f[1]), node = Trim(f[2]);
+    if (ev == "add") {
+      if (open.count(node)) return in.Error("node " + node + " added twice");
+      SimWindow w;
+      w.pool = "spot";
+      w.gpus = gpus_per_node;
+      w.start_s = ms / 1000.0;
+      w.end_s = kForever;
+      w.kind = coord::WindowKind::kSpot;
+      w.notice_lead_s = notice_lead_s;
+      open[node] = out.size();
+      out.push_back(w);
+    } else if (ev == "remove") {
+      auto it = open.find(node);
+      if (it == open.end()) return in.Error("node " + node + " removed before it was added");
+      out[it->second].revoke_s = std::max(out[it->second].start_s + 1e-3, ms / 1000.0);
+      open.erase(it);
+    } else {
+      return in.Error("event must be add or remove (got \"" + ev + "\")");
+    }
+  }
+  if (out.empty()) return in.Error("no events");
+  return out;
+}
+
+Result<std::vector<std::pair<double, int>>> LoadBambooAvailability(const std::string& path, bool hours,
+                                                                  int gpus_per_instance) {
+  LineReader in(path);
+  if (!in.ok()) return in.OpenError();
+  std::string line;
+  std::vector<std::pair<double, int>> steps;
+  while (in.Next(&line)) {
+    if (Trim(line).empty()) continue;
+    const std::vector<std::string> f = Split(line, ',');
+    if (f.size() != 2) return in.Error("expected 2 fields (time,count), got " + std::to_string(f.size()));
+    double t = 0;
+    int64_t n = 0;
+    if (!ParseDouble(f[0], &t) || t < 0) return in.Error("time is not a number >= 0");
+    if (!ParseInt(f[1], &n) || n < 0) return in.Error("count is not an integer >= 0");
+    steps.emplace_back(hours ? t * 3600 : t, static_cast<int>(n) * gpus_per_instance);
+  }
+  if (steps.empty()) return in.Error("no data rows");
+  return steps;
+}
+
+std::vector<SimJob> GenerateJobs(const SyntheticJobs& g, const JobDefaults& d) {
+  std::mt19937_64 rng(g.seed);
+  std::exponential_distribution<double> gap(1.0 / std::max(1e-9, g.mean_interarrival_s));
+  std::uniform_real_distribution<double> u(0, 1);
+  std::vector<SimJob> out;
+  double t = 0;
+  for (int i = 0; i < g.jobs; i++) {
+    t += gap(rng);
+    const double r = u(rng);
+    const int gpus = r < 0.5 ? 1 : r < 0.65 ? 2 : r < 0.8 ? 4 : r < 0.95 ? 8 : 16;
+    const double work = std::exp(std::log(300.0) + u(rng) * (std::log(86400.0) - std::log(300.0)));
+    const std::string team = "team" + std::to_string(static_cast<int>(u(rng) * std::max(1, g.teams)));
+    SimJob j = MakeJob(d, "syn/" + std::to_string(i), team, t, gpus, work);
+    const double p = u(rng);
+    j.priority = p < 0.3 ? coord::Priority::kLow : p < 0.85 ? coord::Priority::kMedium : coord::Priority::kHigh;
+    out.push_back(j);
+  }
+  Normalize(&out);
+  ApplyElastic(&out, d);
+  return out;
+}
+
+std::vector<SimWindow> GenerateWindows(const SyntheticWindows& g) {
+  std::mt19937_64 rng(g.seed ^ 0x5bd1e995ull);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::vector<SimWindow> out;
+  if (g.base_gpus > 0) {
+    SimWindow base;
+    base.gpus = g.base_gpus;
+    out.push_back(base);
+  }
+  for (int i = 0; i < g.fragments; i++) {
+    SimWindow w;
+    const double r = u(rng);
+    w.gpus = r < 0.4 ? 4 : r < 0.8 ? 8 : 16;
+    w.start_s = u(rng) * g.horizon_s;
+    w.end_s = w.start_s + std::exp(std::log(1800.0) + u(rng) * (std::log(8 * 3600.0) - std::log(1800.0)));
+    out.push_back(w);
+  }
+  for (int i = 0; i < g.spot; i++) {
+    SimWindow w;
+    w.pool = "p0";
+    w.gpus = 8;
+    w.kind = coord::WindowKind::kSpot;
+    w.notice_lead_s = g.spot_notice_s;
+    w.start_s = u(rng) * g.horizon_s;
+    w.end_s = kForever;
+    w.revoke_s = w.start_s + 3600 + u(rng) * 11 * 3600;
+    out.push_back(w);
+  }
+  std::stable_sort(out.begin(), out.end(), [](const SimWindow& a, const SimWindow& b) { return a.start_s < b.start_s; });
+  return out;
+}
+
+int DropUnplaceable(std::vector<SimJob>* jobs, const std::vector<SimWindow>& windows) {
+  int max_window = 0;
+  std::map<std::string, int> pool_total;
+  for (const SimWindow& w : windows) {
+    max_window = std::max(max_window, w.gpus);
+    pool_total[w.pool] += w.gpus;
+  }
+  int max_pool = 0;
+  for (const auto& [p, n] : pool_total) max_pool = std::max(max_pool, n);
+  const size_t before = jobs->size();
+  jobs->erase(std::remove_if(jobs->begin(), jobs->end(),
+                             [&](const SimJob& j) { return j.min_gpus > (j.gang ? max_window : max_pool); }),
+              jobs->end());
+  for (SimJob& j : *jobs) j.max_gpus = std::min(j.max_gpus, j.gang ? max_window : max_pool);
+  Normalize(jobs);
+  return static_cast<int>(before - jobs->size());
+}
+
+void Normalize(std::vector<SimJob>* jobs) {
+  std::stable_sort(jobs->begin(), jobs->end(), [](const SimJob& a, const SimJob& b) { return a.submit_s < b.submit_s; });
+  for (size_t i = 0; i < jobs->size(); i++) (*jobs)[i].id = static_cast<int64_t>(i);
+}
+
+}  // namespace stint::sim

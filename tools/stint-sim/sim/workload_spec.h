@@ -1,0 +1,30 @@
+// Builds a Workload from the command line's --trace and --capacity
+// strings (grammar in METHOD.md), labelling every synthetic part.
+#ifndef STINT_TOOLS_STINT_SIM_SIM_WORKLOAD_SPEC_H_
+#define STINT_TOOLS_STINT_SIM_SIM_WORKLOAD_SPEC_H_
+
+#include <string>
+
+#include "sim/trace.h"
+
+namespace stint::sim {
+
+struct WorkloadOptions {
+  JobDefaults jobs;
+  int max_jobs = 0;            // > 0: only the first N jobs (by submit time)
+  double arrival_scale = 1.0;  // submit times x this (< 1: more load)
+  bool synthetic_priorities = false;  // LOW/MEDIUM/HIGH 30/55/15 % (seeded), labelled synthetic
+  SyntheticJobs synthetic_jobs;
+  SyntheticWindows synthetic_windows;
+  double notice_lead_s = 120;  // spot capacity from step series / node traces
+};
+
+// trace: philly:PATH | tiresias:PATH | helios:PATH | alibaba:PATH | synthetic
+// capacity (parts joined by '+'): fixed:GPUS | helios:PATH[:COLUMN[:GPUS]] |
+//   bamboo-nodes:PATH[:GPUS_PER_NODE] | bamboo-avail:PATH[:GPUS_PER_INSTANCE[:h]] |
+//   synthetic ; each part may end in @spot to make its windows spot windows.
+Result<Workload> BuildWorkload(const std::string& trace, const std::string& capacity, const WorkloadOptions& o);
+
+}  // namespace stint::sim
+
+#endif  // STINT_TOOLS_STINT_SIM_SIM_WORKLOAD_SPEC_H_
