@@ -16,11 +16,20 @@
 //   elastic_training --url http://127.0.0.1:7077 --token T --job ID
 //                    [--steps 300] [--step-ms 0] [--out FILE] [--timeout-ms 10000]
 //                    [--ballast N] [--die-in-allreduce-at STEP] [--name NAME]
+//                    [--ckpt-dir DIR] [--save-every 50]
 //   elastic_training --reference --out FILE [--steps 300]   (one process, no stintd)
+//
+// With --ckpt-dir, the generation's rank 0 resumes from the newest
+// checkpoint there (the others get it by the state sync), checkpoints every
+// --save-every steps (durable, fenced by the segment's token, reported to
+// stintd), and on a preemption notice (stintd's or SIGTERM) every rank stops
+// at the same step boundary: rank 0 checkpoints, reports, acks the segment,
+// and all exit 75 ("requeue me"). A fenced worker exits 75 without saving.
 //
 // Prints "GENERATION g rank r world w reform_s x step s t_ms T" whenever a
 // generation is formed, "FIRST_STEP g step s t_ms T" at its first committed
-// step, and "DONE step s". Rank 0 writes FILE (JSON) at the end.
+// step, "RESUMED step s", "CHECKPOINT step s seconds x", "PREEMPTED step s"
+// and "DONE step s". Rank 0 writes FILE (JSON) at the end.
 #include <signal.h>
 #include <unistd.h>
 #include <torch/nn/modules/linear.h>
@@ -35,6 +44,8 @@
 #include <thread>
 
 #include "gloo_communicator.h"
+#include "resumable_training.h"
+#include "stint/preemption.h"
 #include "stint/coordinator_client.h"
 #include "stint/elastic_group.h"
 #include "stint_torch.h"
@@ -45,9 +56,9 @@ namespace {
 constexpr int64_t kInputs = 8, kDataset = 240, kGlobalBatch = 12;
 
 struct Flags {
-  std::string url, token, out, name;
+  std::string url, token, out, name, ckpt_dir;
   uint64_t job = 0;
-  int64_t steps = 300, step_ms = 0, timeout_ms = 10000, ballast = 0, die_at = -1;
+  int64_t steps = 300, step_ms = 0, timeout_ms = 10000, ballast = 0, die_at = -1, save_every = 50;
   bool reference = false;
 };
 
@@ -70,6 +81,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     else if (a == "--timeout-ms") f->timeout_ms = std::atoll(v.c_str());
     else if (a == "--ballast") f->ballast = std::atoll(v.c_str());
     else if (a == "--die-in-allreduce-at") f->die_at = std::atoll(v.c_str());
+    else if (a == "--ckpt-dir") f->ckpt_dir = v;
+    else if (a == "--save-every") f->save_every = std::atoll(v.c_str());
     else return false;
   }
   return f->reference ? !f->out.empty() : (!f->url.empty() && f->job != 0);
@@ -175,14 +188,81 @@ void PrintGeneration(const stint::ElasticStep& s, uint64_t step) {
   std::fflush(stdout);
 }
 
+// Rank 0's checkpoints (--ckpt-dir): one Checkpointer, held only while this
+// process is rank 0, fenced by the segment's token.
+class RankZeroCheckpoints {
+ public:
+  RankZeroCheckpoints(const Flags& f, stint::CoordinatorSession* session, Net& net, torch::optim::SGD& opt,
+                      stint::ResumableSampler* sampler)
+      : f_(f), session_(session), net_(net), opt_(opt), sampler_(sampler) {}
+
+  bool enabled() const { return !f_.ckpt_dir.empty(); }
+
+  // Opens (when this process just became rank 0) or closes (when it no
+  // longer is) the checkpointer; `resume`: load the newest checkpoint.
+  stint::Status Follow(int rank, bool resume, uint64_t* step) {
+    if (!enabled()) return stint::Status::OK();
+    if (rank != 0) {
+      run_.reset();
+      saved_any_ = false;
+      return stint::Status::OK();
+    }
+    if (run_ != nullptr) return stint::Status::OK();
+    stint::ResumableTrainingOptions ro;
+    ro.checkpoint.root = f_.ckpt_dir;
+    ro.checkpoint.fencing_token = session_->fencing_token();
+    ro.checkpoint.commit_guard = session_->client()->CommitGuard();
+    ro.save_every = 0;
+    ro.watch_signals = false;  // the process's watcher already has the signals
+    STINT_ASSIGN_OR_RETURN(run_, stint::ResumableTraining::Create(ro, *net_, opt_, sampler_));
+    if (!resume) return stint::Status::OK();
+    STINT_ASSIGN_OR_RETURN(uint64_t resumed, run_->Resume());
+    if (resumed > 0) {
+      *step = resumed;
+      std::printf("RESUMED step %llu\n", static_cast<unsigned long long>(resumed));
+      std::fflush(stdout);
+    }
+    return stint::Status::OK();
+  }
+
+  // A durable checkpoint of `step`, reported to stintd.
+  stint::Status Save(uint64_t step) {
+    if (run_ == nullptr || (saved_any_ && step == last_saved_)) return stint::Status::OK();
+    const auto t0 = std::chrono::steady_clock::now();
+    STINT_RETURN_IF_ERROR(run_->SaveNow(step, /*wait_durable=*/true));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    saved_any_ = true;
+    last_saved_ = step;
+    std::printf("CHECKPOINT step %llu seconds %.3f\n", static_cast<unsigned long long>(step), seconds);
+    std::fflush(stdout);
+    return session_->ReportCheckpoint(step, seconds);
+  }
+
+ private:
+  const Flags& f_;
+  stint::CoordinatorSession* session_;
+  Net& net_;
+  torch::optim::SGD& opt_;
+  stint::ResumableSampler* sampler_;
+  std::unique_ptr<stint::ResumableTraining> run_;
+  bool saved_any_ = false;
+  uint64_t last_saved_ = 0;
+};
+
 int RunWorker(const Flags& f) {
+  // stint: SIGTERM and stintd's notices reach one watcher.
+  auto watcher = stint::PreemptionWatcher::Install();
+  if (!watcher.ok()) {
+    std::fprintf(stderr, "watcher: %s\n", watcher.status().ToString().c_str());
+    return 2;
+  }
   // stint: register with stintd (heartbeats on the session's threads).
   stint::CoordinatorOptions co;
   co.url = f.url;
   co.token = f.token;
   co.job_id = f.job;
   if (!f.name.empty()) co.worker_name = f.name;
-  auto session = stint::CoordinatorSession::Start(co, nullptr);
+  auto session = stint::CoordinatorSession::Start(co, watcher->get());
   if (!session.ok()) {
     std::fprintf(stderr, "register: %s\n", session.status().ToString().c_str());
     return 2;
@@ -206,13 +286,27 @@ int RunWorker(const Flags& f) {
   auto joined = (*group)->Join(&state);                          // stint
   if (!joined.ok()) {
     std::fprintf(stderr, "join: %s\n", joined.status().ToString().c_str());
-    return 3;
+    return stint::IsFenced(joined.status()) ? stint::kExitRequeue : 3;
   }
   PrintGeneration(*joined, step);
+  // stint: the first generation's rank 0 resumes; the sync hands it on.
+  RankZeroCheckpoints checkpoints(f, session->get(), net, opt, &sampler);
+  if (checkpoints.enabled()) {
+    stint::Status resumed = checkpoints.Follow((*group)->rank(), /*resume=*/true, &step);
+    if (resumed.ok()) resumed = state.Synchronize((*group)->comm());
+    if (!resumed.ok()) {
+      std::fprintf(stderr, "resume: %s\n", resumed.ToString().c_str());
+      return 3;
+    }
+  }
   bool first_step = true;
   torch::Tensor ballast = torch::zeros({std::max<int64_t>(f.ballast, 1)});
   while (step < static_cast<uint64_t>(f.steps)) {
     stint::ElasticGroup& g = **group;
+    if ((*session)->fenced()) {
+      std::printf("FENCED step %llu\n", static_cast<unsigned long long>(step));
+      return stint::kExitRequeue;
+    }
     torch::Tensor delta = LocalStep(net, sampler.RankIndices(g.rank(), g.world_size()).value());
     if (f.die_at >= 0 && static_cast<int64_t>(step) == f.die_at) {
       // A real SIGKILL 5 ms into the collective below (raise is
@@ -229,6 +323,10 @@ int RunWorker(const Flags& f) {
       Apply(net, opt, delta);
       sampler.CommitStep();
       ++step;
+      if (f.save_every > 0 && step % static_cast<uint64_t>(f.save_every) == 0) {
+        stint::Status saved = checkpoints.Save(step);
+        if (!saved.ok()) std::fprintf(stderr, "checkpoint: %s\n", saved.ToString().c_str());
+      }
       if (first_step) {
         std::printf("FIRST_STEP %llu step %llu t_ms %lld\n", static_cast<unsigned long long>(g.generation()),
                     static_cast<unsigned long long>(step), static_cast<long long>(NowMs()));
@@ -241,14 +339,27 @@ int RunWorker(const Flags& f) {
       std::fflush(stdout);
     }
     if (f.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(f.step_ms));
-    auto boundary = g.StepBoundary(false, &state);  // stint: re-forms here when needed
+    // stint: re-forms here when needed; every rank stops at the same step.
+    auto boundary = g.StepBoundary((*watcher)->requested(), &state);
     if (!boundary.ok()) {
       std::fprintf(stderr, "step boundary: %s\n", boundary.status().ToString().c_str());
-      return 3;
+      return stint::IsFenced(boundary.status()) ? stint::kExitRequeue : 3;
+    }
+    if (boundary->stop) {
+      if (g.rank() == 0) {
+        stint::Status saved = checkpoints.Save(step);
+        if (saved.ok()) saved = (*session)->Ack(step);
+        if (!saved.ok()) std::fprintf(stderr, "emergency checkpoint: %s\n", saved.ToString().c_str());
+      }
+      std::printf("PREEMPTED step %llu\n", static_cast<unsigned long long>(step));
+      std::fflush(stdout);
+      return stint::kExitRequeue;
     }
     if (boundary->reformed) {
       PrintGeneration(*boundary, step);
       first_step = true;
+      stint::Status followed = checkpoints.Follow(g.rank(), /*resume=*/false, &step);
+      if (!followed.ok()) std::fprintf(stderr, "checkpointer: %s\n", followed.ToString().c_str());
     }
   }
   // Everyone reached the end before rank 0 reports the job complete.
@@ -256,6 +367,10 @@ int RunWorker(const Flags& f) {
   std::printf("DONE step %llu rank %d\n", static_cast<unsigned long long>(step), (*group)->rank());
   std::fflush(stdout);
   if ((*group)->rank() != 0) return end.ok() ? 0 : 4;
+  if (checkpoints.enabled()) {
+    stint::Status saved = checkpoints.Save(step);
+    if (!saved.ok()) std::fprintf(stderr, "final checkpoint: %s\n", saved.ToString().c_str());
+  }
   const int written = WriteResult(f, net, step);
   stint::Status finished = (*session)->Finished();
   if (!finished.ok()) std::fprintf(stderr, "finished: %s\n", finished.ToString().c_str());
