@@ -320,7 +320,8 @@ class CheckpointerImpl final : public Checkpointer {
     for (const auto& c : candidates) {
       Status loaded = LoadOne(c, planner, options, &result);
       if (loaded.ok()) return result;
-      if (!IsCheckpointDamage(loaded) || candidates.size() == 1) return loaded;
+      // One asked-for step in one tier: its own error. Otherwise the list.
+      if (!IsCheckpointDamage(loaded) || (options.step && candidates.size() == 1)) return loaded;
       last = loaded;
       // Reported, never silent.
       result.skipped.push_back((tiered ? "[tier " + std::to_string(c.tier) + "] " : std::string()) + c.name +
