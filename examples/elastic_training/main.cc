@@ -14,7 +14,7 @@
 // often each sample was trained on.
 //
 //   elastic_training --url http://127.0.0.1:7077 --token T --job ID
-//                    [--steps 300] [--step-ms 0] [--out FILE] [--timeout-ms 10000]
+//                    [--steps 300] [--step-ms 0] [--sample-ms 0] [--out FILE] [--timeout-ms 10000]
 //                    [--ballast N] [--die-in-allreduce-at STEP] [--name NAME]
 //                    [--ckpt-dir DIR] [--save-every 50]
 //   elastic_training --reference --out FILE [--steps 300]   (one process, no stintd)
@@ -25,6 +25,10 @@
 // stintd), and on a preemption notice (stintd's or SIGTERM) every rank stops
 // at the same step boundary: rank 0 checkpoints, reports, acks the segment,
 // and all exit 75 ("requeue me"). A fenced worker exits 75 without saving.
+//
+// --step-ms sleeps after every step; --sample-ms sleeps that long per
+// sample of this rank's slice (a stand-in for GPU time, so a step's cost
+// per worker falls as the group grows, as on real devices).
 //
 // Prints "GENERATION g rank r world w reform_s x step s t_ms T" whenever a
 // generation is formed, "FIRST_STEP g step s t_ms T" at its first committed
@@ -58,7 +62,7 @@ constexpr int64_t kInputs = 8, kDataset = 240, kGlobalBatch = 12;
 struct Flags {
   std::string url, token, out, name, ckpt_dir;
   uint64_t job = 0;
-  int64_t steps = 300, step_ms = 0, timeout_ms = 10000, ballast = 0, die_at = -1, save_every = 50;
+  int64_t steps = 300, step_ms = 0, sample_ms = 0, timeout_ms = 10000, ballast = 0, die_at = -1, save_every = 50;
   bool reference = false;
 };
 
@@ -78,6 +82,7 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     else if (a == "--name") f->name = v;
     else if (a == "--steps") f->steps = std::atoll(v.c_str());
     else if (a == "--step-ms") f->step_ms = std::atoll(v.c_str());
+    else if (a == "--sample-ms") f->sample_ms = std::atoll(v.c_str());
     else if (a == "--timeout-ms") f->timeout_ms = std::atoll(v.c_str());
     else if (a == "--ballast") f->ballast = std::atoll(v.c_str());
     else if (a == "--die-in-allreduce-at") f->die_at = std::atoll(v.c_str());
@@ -207,14 +212,15 @@ class RankZeroCheckpoints {
       saved_any_ = false;
       return stint::Status::OK();
     }
-    if (run_ != nullptr) return stint::Status::OK();
-    stint::ResumableTrainingOptions ro;
-    ro.checkpoint.root = f_.ckpt_dir;
-    ro.checkpoint.fencing_token = session_->fencing_token();
-    ro.checkpoint.commit_guard = session_->client()->CommitGuard();
-    ro.save_every = 0;
-    ro.watch_signals = false;  // the process's watcher already has the signals
-    STINT_ASSIGN_OR_RETURN(run_, stint::ResumableTraining::Create(ro, *net_, opt_, sampler_));
+    if (run_ == nullptr) {
+      stint::ResumableTrainingOptions ro;
+      ro.checkpoint.root = f_.ckpt_dir;
+      ro.checkpoint.fencing_token = session_->fencing_token();
+      ro.checkpoint.commit_guard = session_->client()->CommitGuard();
+      ro.save_every = 0;
+      ro.watch_signals = false;  // the process's watcher already has the signals
+      STINT_ASSIGN_OR_RETURN(run_, stint::ResumableTraining::Create(ro, *net_, opt_, sampler_));
+    }
     if (!resume) return stint::Status::OK();
     STINT_ASSIGN_OR_RETURN(uint64_t resumed, run_->Resume());
     if (resumed > 0) {
@@ -247,6 +253,33 @@ class RankZeroCheckpoints {
   std::unique_ptr<stint::ResumableTraining> run_;
   bool saved_any_ = false;
   uint64_t last_saved_ = 0;
+};
+
+// The group's state sync, with the checkpoint in it: rank 0 of a new
+// generation that has no trained state yet (a fresh process: every member
+// of the job's first generation in this segment is one) resumes from the
+// newest checkpoint before the broadcast, so joiners get either a
+// survivor's live state or the checkpoint, and every rank makes the same
+// collective calls in the same order.
+class CheckpointedState final : public stint::ElasticState {
+ public:
+  CheckpointedState(stint::TorchElasticState* inner, RankZeroCheckpoints* checkpoints, uint64_t* step)
+      : inner_(inner), checkpoints_(checkpoints), step_(step) {}
+
+  stint::Status Synchronize(stint::Communicator& comm) override {
+    const int rank = comm.membership().rank;
+    STINT_RETURN_IF_ERROR(checkpoints_->Follow(rank, /*resume=*/rank == 0 && !has_state_, step_));
+    if (rank == 0) has_state_ = true;
+    STINT_RETURN_IF_ERROR(inner_->Synchronize(comm));
+    has_state_ = true;
+    return stint::Status::OK();
+  }
+
+ private:
+  stint::TorchElasticState* inner_;
+  RankZeroCheckpoints* checkpoints_;
+  uint64_t* step_;
+  bool has_state_ = false;  // this process holds trained (or resumed) state
 };
 
 int RunWorker(const Flags& f) {
@@ -282,23 +315,15 @@ int RunWorker(const Flags& f) {
   torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   stint::ResumableSampler sampler = MakeSampler();
   uint64_t step = 0;
-  stint::TorchElasticState state(*net, opt, &sampler, &step);  // stint
-  auto joined = (*group)->Join(&state);                          // stint
+  stint::TorchElasticState torch_state(*net, opt, &sampler, &step);  // stint
+  RankZeroCheckpoints checkpoints(f, session->get(), net, opt, &sampler);
+  CheckpointedState state(&torch_state, &checkpoints, &step);
+  auto joined = (*group)->Join(&state);  // stint: rank 0 resumes; the sync hands it on
   if (!joined.ok()) {
     std::fprintf(stderr, "join: %s\n", joined.status().ToString().c_str());
     return stint::IsFenced(joined.status()) ? stint::kExitRequeue : 3;
   }
   PrintGeneration(*joined, step);
-  // stint: the first generation's rank 0 resumes; the sync hands it on.
-  RankZeroCheckpoints checkpoints(f, session->get(), net, opt, &sampler);
-  if (checkpoints.enabled()) {
-    stint::Status resumed = checkpoints.Follow((*group)->rank(), /*resume=*/true, &step);
-    if (resumed.ok()) resumed = state.Synchronize((*group)->comm());
-    if (!resumed.ok()) {
-      std::fprintf(stderr, "resume: %s\n", resumed.ToString().c_str());
-      return 3;
-    }
-  }
   bool first_step = true;
   torch::Tensor ballast = torch::zeros({std::max<int64_t>(f.ballast, 1)});
   while (step < static_cast<uint64_t>(f.steps)) {
@@ -307,7 +332,10 @@ int RunWorker(const Flags& f) {
       std::printf("FENCED step %llu\n", static_cast<unsigned long long>(step));
       return stint::kExitRequeue;
     }
-    torch::Tensor delta = LocalStep(net, sampler.RankIndices(g.rank(), g.world_size()).value());
+    const std::vector<uint64_t> ids = sampler.RankIndices(g.rank(), g.world_size()).value();
+    torch::Tensor delta = LocalStep(net, ids);
+    // Stands in for device compute, which scales with this rank's share.
+    if (f.sample_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(f.sample_ms * ids.size()));
     if (f.die_at >= 0 && static_cast<int64_t>(step) == f.die_at) {
       // A real SIGKILL 5 ms into the collective below (raise is
       // async-signal-safe).
@@ -323,6 +351,7 @@ int RunWorker(const Flags& f) {
       Apply(net, opt, delta);
       sampler.CommitStep();
       ++step;
+      (*session)->SetStep(step);  // stint: progress with the next heartbeat
       if (f.save_every > 0 && step % static_cast<uint64_t>(f.save_every) == 0) {
         stint::Status saved = checkpoints.Save(step);
         if (!saved.ok()) std::fprintf(stderr, "checkpoint: %s\n", saved.ToString().c_str());
@@ -358,8 +387,6 @@ int RunWorker(const Flags& f) {
     if (boundary->reformed) {
       PrintGeneration(*boundary, step);
       first_step = true;
-      stint::Status followed = checkpoints.Follow(g.rank(), /*resume=*/false, &step);
-      if (!followed.ok()) std::fprintf(stderr, "checkpointer: %s\n", followed.ToString().c_str());
     }
   }
   // Everyone reached the end before rank 0 reports the job complete.

@@ -78,26 +78,30 @@ Result<std::unique_ptr<ElasticGroup>> ElasticGroup::Create(CoordinatorClient* cl
   if (options.comm.local_host.empty() || options.comm.local_host == CommunicatorOptions().local_host) {
     options.comm.local_host = options.advertise_host;
   }
-  STINT_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> watch, CoordinatorClient::Create(client->options()));
-  watch->UseRegistration(*reg);
-  return std::unique_ptr<ElasticGroup>(new ElasticGroup(client, factory, std::move(options), std::move(watch)));
+  STINT_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> own, CoordinatorClient::Create(client->options()));
+  own->UseRegistration(*reg);
+  return std::unique_ptr<ElasticGroup>(new ElasticGroup(client, factory, std::move(options), std::move(own)));
 }
 
 ElasticGroup::ElasticGroup(CoordinatorClient* client, CommunicatorFactory* factory, ElasticOptions options,
-                           std::unique_ptr<CoordinatorClient> watch_client)
-    : client_(client), factory_(factory), options_(std::move(options)), watch_client_(std::move(watch_client)) {
+                           std::unique_ptr<CoordinatorClient> own_client)
+    : client_(client), factory_(factory), options_(std::move(options)), own_client_(std::move(own_client)) {
   watcher_ = std::thread([this] { WatchLoop(); });
 }
 
 ElasticGroup::~ElasticGroup() {
   if (comm_) comm_->Abort();
+  Cancel();
+  watcher_.join();
+}
+
+void ElasticGroup::Cancel() {
   {
     std::lock_guard<std::mutex> lock(watch_mu_);
     stop_ = true;
   }
   watch_cv_.notify_all();
-  watch_client_->Shutdown();
-  watcher_.join();
+  own_client_->Shutdown();
 }
 
 void ElasticGroup::WatchLoop() {
@@ -110,7 +114,7 @@ void ElasticGroup::WatchLoop() {
       if (stop_) return;
     }
     const uint64_t ours = generation_;
-    Result<RendezvousInfo> info = watch_client_->WaitRendezvous(ours, std::chrono::seconds(20));
+    Result<RendezvousInfo> info = own_client_->WaitRendezvous(ours, std::chrono::seconds(20));
     if (!info.ok()) {
       if (info.status().code() == Code::kCancelled || IsFenced(info.status())) return;
       // stintd unreachable past the retry deadline: the next collective or
@@ -139,7 +143,7 @@ Result<RendezvousInfo> ElasticGroup::JoinNext(uint64_t known, int* listen_fd, Cl
           std::to_string(last.world_size) + " of min " + std::to_string(last.min_workers) + " workers" +
           (last.standby ? " (this worker is a standby: the group is full)" : ""));
     }
-    STINT_ASSIGN_OR_RETURN(last, client_->JoinRendezvous(endpoint, known, std::min(left, std::chrono::milliseconds(20000))));
+    STINT_ASSIGN_OR_RETURN(last, own_client_->JoinRendezvous(endpoint, known, std::min(left, std::chrono::milliseconds(20000))));
     if (last.ready(known)) {
       *listen_fd = last.rank == 0 ? listener.Release() : -1;
       return last;

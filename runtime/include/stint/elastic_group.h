@@ -27,8 +27,8 @@
 // naming what was missing). A fenced worker (its segment ended) gets the
 // client's "fenced:" kAborted; stop and exit.
 //
-// The training thread owns the group (thread-compatible); a background
-// thread long-polls stintd for generation changes.
+// The training thread owns the group (thread-compatible, except Cancel());
+// a background thread long-polls stintd for generation changes.
 #ifndef STINT_INCLUDE_STINT_ELASTIC_GROUP_H_
 #define STINT_INCLUDE_STINT_ELASTIC_GROUP_H_
 
@@ -107,6 +107,16 @@ class ElasticGroup {
   // True once stintd's generation differs from ours (set by the watcher).
   bool generation_changed() const { return changed_.load(); }
 
+  // Ends a Join(), Reform() or StepBoundary() in progress on another thread
+  // where it waits for a group in stintd's rendezvous: that call returns
+  // kCancelled promptly. Forming a communicator and a collective in progress
+  // are not interrupted (the communicator's timeout bounds them). Stops the
+  // watcher.
+  // Irreversible: every later Join/Reform fails with kCancelled; destroy the
+  // group. The session's own client (heartbeats) is not affected.
+  // Thread-safe, idempotent; for interrupting a blocked join (Ctrl-C in Python).
+  void Cancel();
+
   const GroupMembership& membership() const { return membership_; }
   int rank() const { return membership_.rank; }
   int world_size() const { return membership_.world_size; }
@@ -117,7 +127,7 @@ class ElasticGroup {
 
  private:
   ElasticGroup(CoordinatorClient* client, CommunicatorFactory* factory, ElasticOptions options,
-               std::unique_ptr<CoordinatorClient> watch_client);
+               std::unique_ptr<CoordinatorClient> own_client);
   // Joins until this worker is in a formed generation newer than `known`.
   Result<RendezvousInfo> JoinNext(uint64_t known, int* listen_fd,
                                   std::chrono::steady_clock::time_point deadline);
@@ -128,7 +138,10 @@ class ElasticGroup {
   CoordinatorClient* const client_;
   CommunicatorFactory* const factory_;
   const ElasticOptions options_;
-  std::unique_ptr<CoordinatorClient> watch_client_;  // the watcher's own, cancellable on destruction
+  // The group's own client for the rendezvous joins and the watcher's
+  // long-poll, so that Cancel() and the destructor end them without shutting
+  // down `client_` (the session's: heartbeats, the generation's KV).
+  std::unique_ptr<CoordinatorClient> own_client_;
   GroupMembership membership_;
   std::vector<uint64_t> member_ids_;  // worker ids of the current generation, by rank
   std::unique_ptr<Communicator> comm_;
