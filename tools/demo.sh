@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# The main demo: a real LibTorch training run (examples/resumable_training)
-# is preempted at random moments, alternately with SIGTERM (it takes an
-# emergency checkpoint and exits 75, "requeue me") and SIGKILL (no grace: it
-# loses the steps since its last checkpoint), and restarted each time; its
-# final parameters and optimizer state are compared bit for bit with an
-# uninterrupted run. Then the checkpoints are listed, inspected
-# and verified with the `stint` CLI, and stint-bench measures persist,
-# restore and stall against fio and torch.save on this machine.
+# The main demo. 1: examples/spot_demo: a stintd on loopback is fed GPU
+# windows that open, shrink and close within three minutes (hard fragments
+# and spot capacity), and an elastic LibTorch job (1..3 Gloo workers) lives
+# through them beside a higher-priority job: a crash and re-form, window
+# closes, a preemption, a spot revocation, each met with an emergency
+# checkpoint and a resume elsewhere; it prints the summary (fragment-training
+# efficiency against the same job run continuously) and checks the final
+# model against an uninterrupted run. 2: a single-process run
+# (examples/resumable_training) killed again and again with SIGTERM and
+# SIGKILL, compared bit for bit with an uninterrupted one. 3: the
+# checkpoints through the `stint` CLI. 4: stint-bench's ratios against fio
+# and torch.save on this machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
@@ -19,12 +23,17 @@ trap 'rm -rf "$WORK"' EXIT
 STEPS=${STINT_DEMO_STEPS:-600}
 ARGS=(--steps "$STEPS" --every 50 --seed 3 --step-ms 4)
 
-echo "== 1. uninterrupted reference run ($STEPS steps)"
+echo "== 1. spot_demo: one elastic job across spot and fragment windows"
+.venv/bin/python examples/spot_demo/spot_demo.py --build "$BUILD_DIR" --work-root "$WORK" --keep-work
+SPOT_CKPT=$(ls -d "$WORK"/stint-spot-demo-*/ckpt-train)
+
+echo "== 2. one process, preempted again and again: SIGTERM (graceful) and SIGKILL (no grace)"
+echo "   uninterrupted reference run ($STEPS steps)"
 "$TRAIN" --ckpt-dir "$WORK/reference" "${ARGS[@]}" > "$WORK/reference.log"
 want=$(awk '/^final step/ {print $NF}' "$WORK/reference.log")
 echo "   reference checksum $want"
 
-echo "== 2. the same run, preempted again and again: SIGTERM (graceful) and SIGKILL (no grace)"
+echo "   the same run, killed at random moments"
 kills=0
 got=""
 for attempt in $(seq 1 40); do
@@ -59,6 +68,8 @@ else
 fi
 
 echo "== 3. the checkpoints, through the stint CLI"
+"$STINT" ls "$SPOT_CKPT"
+"$STINT" verify "$SPOT_CKPT" --all
 "$STINT" ls "$WORK/preempted"
 "$STINT" inspect "$WORK/preempted" | head -24
 "$STINT" verify "$WORK/preempted" --all

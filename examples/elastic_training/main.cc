@@ -33,7 +33,7 @@
 // Prints "GENERATION g rank r world w reform_s x step s t_ms T" whenever a
 // generation is formed, "FIRST_STEP g step s t_ms T" at its first committed
 // step, "RESUMED step s", "CHECKPOINT step s seconds x", "PREEMPTED step s"
-// and "DONE step s". Rank 0 writes FILE (JSON) at the end.
+// and "DONE step s rank r t_ms T". Rank 0 writes FILE (JSON) at the end.
 #include <signal.h>
 #include <unistd.h>
 #include <torch/nn/modules/linear.h>
@@ -391,7 +391,8 @@ int RunWorker(const Flags& f) {
   }
   // Everyone reached the end before rank 0 reports the job complete.
   stint::Status end = (*group)->comm().Barrier();
-  std::printf("DONE step %llu rank %d\n", static_cast<unsigned long long>(step), (*group)->rank());
+  std::printf("DONE step %llu rank %d t_ms %lld\n", static_cast<unsigned long long>(step), (*group)->rank(),
+              static_cast<long long>(NowMs()));
   std::fflush(stdout);
   if ((*group)->rank() != 0) return end.ok() ? 0 : 4;
   if (checkpoints.enabled()) {

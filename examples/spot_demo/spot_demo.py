@@ -1,0 +1,494 @@
+#!/usr/bin/env python3
+"""spot_demo: one training job lives through a few minutes of GPU fragments.
+
+Everything is real and on this machine: a stintd (its own SQLite file) on a
+loopback port, two pools ("onprem" hard fragments and "spot" capacity that
+comes and goes), worker processes of the LibTorch example
+examples/elastic_training (data-parallel over Gloo, 1..3 workers), and a
+competing higher-priority job. This script plays two parts that a cluster
+would split: the admin who feeds stintd windows (the scenario below), and the
+node agent that starts one worker per GPU of every running segment (stintd
+itself never starts processes).
+
+What happens to the job "train": it starts on a 3-GPU hard window, loses a
+worker to a crash (the survivors re-form the group, the agent restarts the
+worker and it joins), gets a window-close notice (every rank stops at one
+step boundary, rank 0 takes the emergency checkpoint, acks, all exit 75),
+resumes on spot GPUs, is preempted there by the urgent job, resumes on a
+1-GPU fragment while that runs, moves back to the spot pool when the
+fragment closes, has its spot window revoked and finishes on a second spot
+window.
+
+The same job also runs continuously, alone on a second stintd: "continuous"
+(3 GPUs), and short pace runs at 1 and 2 GPUs, because a step's GPU cost
+depends on the world size. Fragment-training efficiency = useful steps per
+GPU-second of "train" divided by the same for the continuous job at the
+same world sizes (GPU-seconds: GPUs x held time of every segment, as stintd
+accounts them); the unmatched ratio against the 3-GPU run is printed too.
+The final model of "train" is checked against an uninterrupted one-process
+reference run (float tolerance; every sample trained on exactly once per
+epoch).
+
+  python3 examples/spot_demo/spot_demo.py --build build [--scale 1.0] [--keep 0]
+
+Exit status 0 when the model matches and every job finished; 1 otherwise.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+ADMIN_TOKEN = "spot-demo-admin-token"
+WORKER_TOKEN = "spot-demo-worker-token"
+DATASET, GLOBAL_BATCH = 240, 12  # examples/elastic_training
+EXIT_REQUEUE = 75
+
+
+class Stintd:
+    """A stintd process and a small JSON client for it."""
+
+    def __init__(self, binary, work, extra_args):
+        os.makedirs(work, exist_ok=True)
+        self.log_path = os.path.join(work, "stintd.log")
+        env = dict(os.environ, STINTD_ADMIN_TOKEN=ADMIN_TOKEN, STINTD_WORKER_TOKEN=WORKER_TOKEN)
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [binary, "--listen", "127.0.0.1:0", "--db", os.path.join(work, "stintd.db")] + extra_args,
+            stdout=subprocess.PIPE, stderr=self._log, env=env, text=True)
+        line = self.proc.stdout.readline()
+        m = re.search(r"listening on ([\d.]+):(\d+)", line)
+        if not m:
+            raise RuntimeError("stintd did not start: %r (log: %s)" % (line, self.log_path))
+        self.url = "http://%s:%s" % (m.group(1), m.group(2))
+
+    def call(self, method, path, body=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req.add_header("Authorization", "Bearer " + ADMIN_TOKEN)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                text = r.read().decode()
+        except urllib.error.HTTPError as e:
+            raise RuntimeError("%s %s: %s %s" % (method, path, e.code, e.read().decode())) from None
+        return json.loads(text) if text.startswith(("{", "[")) else text
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self._log.close()
+
+
+class Worker:
+    """One elastic_training process of one segment."""
+
+    def __init__(self, binary, stintd, job, segment_id, index, args, logs):
+        self.job_name, self.segment_id = job["name"], segment_id
+        self.name = "%s-s%d-%d" % (job["name"], segment_id, index)
+        self.log_path = os.path.join(logs, self.name + ".log")
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [binary, "--url", stintd.url, "--token", WORKER_TOKEN, "--job", str(job["id"]),
+             "--name", self.name] + args,
+            stdout=self._log, stderr=subprocess.STDOUT, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        self._offset = 0
+
+    def new_lines(self):
+        """Lines the worker printed since the last call."""
+        with open(self.log_path, "rb") as f:
+            f.seek(self._offset)
+            data = f.read()
+        end = data.rfind(b"\n") + 1
+        self._offset += end
+        return data[:end].decode(errors="replace").splitlines()
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def close(self):
+        if self.alive():
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+
+class Demo:
+    def __init__(self, opts):
+        self.opts = opts
+        self.build = opts.build
+        self.work = tempfile.mkdtemp(prefix="stint-spot-demo-", dir=opts.work_root)
+        self.logs = os.path.join(self.work, "logs")
+        os.makedirs(self.logs)
+        self.t0 = time.monotonic()
+        self.wall0_ms = int(time.time() * 1000)
+        self.stintd = None     # the cluster's coordinator
+        self.reference = None  # a second one, for the continuous runs alone
+        self.jobs = {}          # name -> {"id", "name", "args"}
+        self.workers = []       # every Worker ever started
+        self.seen_segments = {}  # (job, segment id) -> last state printed
+        self.hold_respawn_until = {}  # job name -> monotonic time
+        self.events = {"reforms": [], "checkpoints": 0, "preempted": 0, "resumed": [], "crashes": 0,
+                       "last_step": {}}
+        self.open_run = {}  # (job, segment) -> (world, first step) of its current generation
+        self.steps_at_world = {}  # job -> {world: steps trained at that world size}
+        # job -> (first step, t_ms) of its first step, then (world, GPU-seconds per step) at its end
+        self.steady = {}
+        self.failures = []
+
+    # --- output -------------------------------------------------------
+    def say(self, text):
+        print("[%6.1fs] %s" % (time.monotonic() - self.t0, text), flush=True)
+
+    def at_ms(self, seconds):
+        return self.wall0_ms + int(seconds * 1000 * self.opts.scale)
+
+    # --- stintd as the admin ------------------------------------------
+    def window(self, pool, gpus, start, end=None, kind="hard", lead=0, stintd=None):
+        body = {"pool": pool, "gpus": gpus, "start_ms": self.at_ms(start), "kind": kind,
+                "notice_lead_seconds": lead}
+        if end is not None:
+            body["end_ms"] = self.at_ms(end)
+        w = (stintd or self.stintd).call("POST", "/v1/windows", body)
+        span = "%.0f-%.0fs" % (start * self.opts.scale, end * self.opts.scale) if end is not None \
+            else "from %.0fs, open-ended" % (start * self.opts.scale)
+        self.say("admin: %s window %d in pool %s: %d GPUs, %s" % (kind, w["id"], pool, gpus, span))
+        return w["id"]
+
+    def submit(self, name, pool, steps, min_gpus, max_gpus, priority="MEDIUM", stintd=None):
+        stintd = stintd or self.stintd
+        job = stintd.call("POST", "/v1/jobs", {
+            "name": name, "pool": pool, "priority": priority, "min_gpus": min_gpus, "max_gpus": max_gpus,
+            "checkpoint_seconds": 1, "restart_seconds": 2, "checkpoint_interval_seconds": 20})
+        ckpt = os.path.join(self.work, "ckpt-" + name)
+        args = ["--steps", str(steps), "--sample-ms", str(self.opts.sample_ms), "--ckpt-dir", ckpt,
+                "--save-every", str(self.opts.save_every), "--out", os.path.join(self.work, name + ".json"),
+                "--timeout-ms", "5000"]
+        self.jobs[name] = {"id": job["id"], "name": name, "args": args, "steps": steps, "stintd": stintd}
+        self.say("admin: job %d '%s' (%s, %d..%d GPUs, pool %s, %d steps)" %
+                 (job["id"], name, priority, min_gpus, max_gpus, pool, steps))
+
+    # --- the node agent -------------------------------------------------
+    def agent_pass(self):
+        for stintd in (self.stintd, self.reference):
+            self.start_workers(stintd)
+        for w in self.workers:
+            for line in w.new_lines():
+                self.narrate_worker(w, line)
+
+    def start_workers(self, stintd):
+        now = time.monotonic()
+        segments = stintd.call("GET", "/v1/segments")["segments"]
+        by_job = {j["id"]: j for j in self.jobs.values() if j["stintd"] is stintd}
+        for s in segments:
+            job = by_job.get(s["job_id"])
+            if job is None:
+                continue
+            key = (job["name"], s["id"])  # segment ids are per coordinator
+            if self.seen_segments.get(key) != s["state"]:
+                self.seen_segments[key] = s["state"]
+                if stintd is self.stintd:
+                    self.narrate_segment(job, s)
+            if s["state"] != "running" or now < self.hold_respawn_until.get(job["name"], 0):
+                continue
+            ours = [w for w in self.workers if (w.job_name, w.segment_id) == key]
+            live = [w for w in ours if w.alive()]
+            started = len(ours)
+            for i in range(s["gpus"] - len(live)):
+                self.workers.append(Worker(os.path.join(self.build, "examples", "elastic_training"), stintd,
+                                           job, s["id"], started + i, job["args"], self.logs))
+
+    def narrate_segment(self, job, s):
+        where = ", ".join("window %d x%d" % (a["window_id"], a["gpus"]) for a in s["allocs"])
+        if s["state"] == "running":
+            self.say("stintd: segment %d of '%s' starts on %s (%d GPUs); agent starts %d workers" %
+                     (s["id"], job["name"], where, s["gpus"], s["gpus"]))
+        elif s["state"] == "notified":
+            self.say("stintd: notice to '%s' (segment %d): %s, deadline in %.1fs" %
+                     (job["name"], s["id"], s["notice_reason"],
+                      max(0, s["deadline_ms"] - time.time() * 1000) / 1000))
+        else:
+            self.say("stintd: segment %d of '%s' %s" % (s["id"], job["name"], s["state"]))
+
+    def narrate_worker(self, w, line):
+        name = w.job_name
+        m = re.match(r"GENERATION (\d+) rank (\d+) world (\d+) reform_s ([\d.]+) step (\d+)", line)
+        if m and m.group(2) == "0":
+            gen, world, reform_s, step = int(m.group(1)), int(m.group(3)), float(m.group(4)), int(m.group(5))
+            self.close_run(name, w.segment_id, step)
+            self.open_run[(name, w.segment_id)] = (world, step)
+            if reform_s > 0:
+                self.events["reforms"].append((name, reform_s))
+            self.say("%s: group generation %d formed, world %d, at step %d%s" %
+                     (name, gen, world, step, " (re-formed in %.2fs)" % reform_s if reform_s > 0 else ""))
+        elif line.startswith("RESUMED step"):
+            self.events["resumed"].append((name, int(line.split()[-1])))
+            self.say("%s: rank 0 resumed from the checkpoint of step %s" % (name, line.split()[-1]))
+        elif line.startswith("CHECKPOINT step"):
+            if name == "train":
+                self.events["checkpoints"] += 1
+        elif line.startswith("FIRST_STEP") and name not in self.steady:
+            _, _, _, step, _, t_ms = line.split()
+            self.steady[name] = (int(step), int(t_ms))
+        elif line.startswith(("PREEMPTED step", "FENCED step")):
+            step = int(line.split()[-1])
+            self.close_run(name, w.segment_id, step)
+            if self.events["last_step"].get((name, w.segment_id)) != step:
+                self.events["last_step"][(name, w.segment_id)] = step
+                if name == "train":
+                    self.events["preempted"] += 1
+                self.say("%s: every rank stopped at step %d; rank 0 checkpointed, acked; exit 75" % (name, step))
+        elif line.startswith("DONE step"):
+            fields = line.split()
+            step = int(fields[2])
+            self.events["last_step"][(name, w.segment_id)] = step
+            world = self.close_run(name, w.segment_id, step)
+            if world and len(self.steady.get(name, ())) == 2:
+                first, t_first = self.steady[name]
+                # GPU-seconds per step once running: the job's pace at that world size.
+                self.steady[name] = (world, world * (int(fields[6]) - t_first) / 1000.0 / max(1, step - first))
+        elif line.startswith("COLLECTIVE_FAILED"):
+            self.say("%s: a collective failed (%s): the step is skipped, the group re-forms" %
+                     (name, line.split(":", 1)[1].strip()[:70]))
+
+    def close_run(self, name, segment_id, step):
+        """Ends the open generation of (name, segment) at `step`."""
+        run = self.open_run.pop((name, segment_id), None)
+        if run is None:
+            return None
+        if step > run[1]:
+            per_world = self.steps_at_world.setdefault(name, {})
+            per_world[run[0]] = per_world.get(run[0], 0) + step - run[1]
+        return run[0]
+
+    # --- the scenario -------------------------------------------------
+    def crash_one(self, name):
+        live = [w for w in self.workers if w.job_name == name and w.alive()]
+        if not live:
+            return
+        victim = live[-1]
+        os.kill(victim.proc.pid, signal.SIGKILL)
+        self.events["crashes"] += 1
+        self.hold_respawn_until[name] = time.monotonic() + 1.0
+        self.say("chaos: SIGKILL worker %s (pid %d); the agent restarts it in 1s" % (victim.name, victim.proc.pid))
+
+    def run(self):
+        o = self.opts
+        extra = ["--tick-seconds", "0.1", "--lease-ttl-seconds", "3", "--rendezvous-last-call-seconds", "1.5",
+                 "--safety-seconds", "2", "--min-run-seconds", "5", "--start-grace-seconds", "60"]
+        binary = os.path.join(self.build, "tools", "stintd", "stintd")
+        self.stintd = Stintd(binary, self.work, extra)
+        self.say("stintd listening on %s (SQLite %s/stintd.db)" % (self.stintd.url, self.work))
+        self.say("dashboard: %s/dashboard#token=%s" % (self.stintd.url, WORKER_TOKEN))
+        for pool, desc in (("onprem", "hard fragments between other teams' reservations"),
+                           ("spot", "cloud spot capacity")):
+            self.stintd.call("POST", "/v1/pools", {"name": pool, "description": desc})
+        # The same job run continuously, and at 1 and 2 GPUs for each size's
+        # pace, on a coordinator of their own: no window of theirs is ever
+        # free for "train".
+        self.reference = Stintd(binary, os.path.join(self.work, "reference"), extra)
+        self.reference.call("POST", "/v1/pools", {"name": "continuous", "description": "one long window"})
+        self.say("reference stintd (the continuous runs alone) on %s" % self.reference.url)
+        steps = o.steps
+        self.window("continuous", 6, 0, 3600, stintd=self.reference)
+        self.window("onprem", 3, 0, 50)
+        spot_a = self.window("spot", 2, 30, kind="spot", lead=4)
+        self.window("onprem", 1, 75, 115)
+        self.submit("continuous", "continuous", steps, 1, 3, stintd=self.reference)
+        for world in (1, 2):
+            self.submit("pace-%d" % world, "continuous", o.pace_steps, world, world, stintd=self.reference)
+        self.submit("train", "", steps, 1, 3)
+        s = o.scale
+        scenario = [
+            (20, lambda: self.crash_one("train")),
+            (62, lambda: self.submit("urgent", "spot", o.urgent_steps, 2, 2, priority="HIGH")),
+            (100, lambda: self.window("spot", 2, 100, kind="spot", lead=4)),
+            (140, lambda: self.close_window(spot_a)),
+        ]
+        scenario.sort(key=lambda e: e[0])
+        deadline = self.t0 + o.time_limit
+        while time.monotonic() < deadline:
+            elapsed = (time.monotonic() - self.t0) / s
+            while scenario and scenario[0][0] <= elapsed:
+                scenario.pop(0)[1]()
+            self.agent_pass()
+            states = {n: j["stintd"].call("GET", "/v1/jobs/%d" % j["id"])["state"] for n, j in self.jobs.items()}
+            if "urgent" in self.jobs and all(v in ("DONE", "FAILED", "CANCELLED") for v in states.values()):
+                break
+            time.sleep(0.1)
+        else:
+            self.failures.append("the jobs did not finish within %ds" % o.time_limit)
+        self.agent_pass()
+        for w in self.workers:
+            try:
+                w.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.failures.append("worker %s did not exit" % w.name)
+        self.summary()
+        if o.keep > 0:
+            self.say("stintd stays up %ds for the dashboard: %s/dashboard#token=%s" %
+                     (o.keep, self.stintd.url, WORKER_TOKEN))
+            time.sleep(o.keep)
+
+    def close_window(self, window_id):
+        self.stintd.call("POST", "/v1/windows/%d/close" % window_id, {})
+        self.say("admin: spot window %d is revoked (notice lead 4s)" % window_id)
+
+    # --- the end ----------------------------------------------------------
+    def gpu_seconds(self, name):
+        job = self.jobs[name]
+        segs = job["stintd"].call("GET", "/v1/segments?job_id=%d" % job["id"])["segments"]
+        total = 0.0
+        for s in segs:
+            end = s["ended_ms"] if s.get("ended_ms") else int(time.time() * 1000)
+            total += s["gpus"] * (end - s["start_ms"]) / 1000.0
+        return total, segs
+
+    def matched_efficiency(self, train_gs, ref_gs):
+        """Steps per GPU-second of "train" / the same job run continuously at the same world sizes.
+
+        A step's GPU cost depends on the world size (data-parallel
+        communication), so "train" (1, 2 and 3 GPUs) is compared with
+        continuous runs at those sizes: the pace runs (1, 2 GPUs) and
+        "continuous" (3) give each size's GPU-seconds per step once running;
+        "continuous" gives the share of a continuous run's GPU time that is
+        not steps (start-up, the end).
+        """
+        pace = {}
+        for name in ("pace-1", "pace-2", "continuous"):
+            got = self.steady.get(name, ())
+            if len(got) != 2:
+                self.failures.append("no steady pace measured for '%s'" % name)
+                return None
+            pace[got[0]] = got[1]
+        per_world = self.steps_at_world.get("train", {})
+        missing = [w for w in per_world if w not in pace]
+        if missing or train_gs <= 0 or ref_gs <= 0:
+            self.failures.append("no continuous pace for world sizes %s of 'train'" % missing)
+            return None
+        print("  train's steps by world size: %s; continuous pace, GPU-ms per step: %s" % (
+            ", ".join("%d GPU%s: %d" % (w, "s" if w > 1 else "", n) for w, n in sorted(per_world.items())),
+            ", ".join("%d: %.1f" % (w, 1000 * c) for w, c in sorted(pace.items()))))
+        continuous_share = self.jobs["continuous"]["steps"] * pace[3] / ref_gs
+        useful = self.jobs["train"]["steps"] / max(1, sum(per_world.values()))  # steps trained twice are waste
+        matched = useful * sum(n * pace[w] for w, n in per_world.items()) / continuous_share
+        return matched / train_gs
+
+    def check_model(self, name):
+        ref_path = os.path.join(self.work, "reference-model.json")
+        subprocess.run([os.path.join(self.build, "examples", "elastic_training"), "--reference", "--steps",
+                        str(self.jobs[name]["steps"]), "--out", ref_path], check=True, stdout=subprocess.DEVNULL)
+        try:
+            with open(os.path.join(self.work, name + ".json")) as f:
+                got = json.load(f)
+        except (OSError, ValueError) as e:
+            return "no final model from '%s': %s" % (name, e)
+        with open(ref_path) as f:
+            want = json.load(f)
+        epochs = self.jobs[name]["steps"] * GLOBAL_BATCH // DATASET
+        worst = max(abs(a - b) for a, b in zip(got["params"], want["params"]))
+        if got["step"] != self.jobs[name]["steps"] or worst > 1e-4:
+            return "'%s' final model differs from the reference: step %s, max |diff| %.3g" % (
+                name, got["step"], worst)
+        wrong = [i for i, c in enumerate(got["seen"]) if c != epochs]
+        if wrong:
+            return "'%s': samples %s were not trained on exactly %d times" % (name, wrong[:5], epochs)
+        return "ok: max |param - reference| = %.2g, every sample trained on exactly %d times" % (worst, epochs)
+
+    def summary(self):
+        jobs = {n: j["stintd"].call("GET", "/v1/jobs/%d" % j["id"]) for n, j in self.jobs.items()}
+        for n, j in jobs.items():
+            if j["state"] != "DONE":
+                self.failures.append("job '%s' ended %s: %s" % (n, j["state"], j.get("message", "")))
+        train_gs, train_segs = self.gpu_seconds("train")
+        ref_gs, _ = self.gpu_seconds("continuous")
+        steps = self.jobs["train"]["steps"]
+        # Steps trained twice: a segment's last step beyond where the next one resumed.
+        lost = 0
+        resumed = [s for n, s in self.events["resumed"] if n == "train"]
+        ends = [s for (n, seg), s in sorted(self.events["last_step"].items(), key=lambda kv: kv[0][1])
+                if n == "train"]
+        for end, start in zip(ends, resumed):
+            lost += max(0, end - start)
+        reforms = [r for n, r in self.events["reforms"] if n == "train"]
+        print()
+        print("== spot_demo summary")
+        print("  train: %d steps in %d segments (%s)" % (
+            steps, len(train_segs), ", ".join("%d GPU%s" % (s["gpus"], "s" if s["gpus"] > 1 else "")
+                                              for s in train_segs)))
+        notices = [s["notice_reason"] for s in train_segs if s.get("notice_reason", "none") != "none"]
+        if self.events["preempted"] < len(notices):
+            self.failures.append("'train' got %d notices but stopped cleanly after %d" % (
+                len(notices), self.events["preempted"]))
+        print("  checkpoints (rank 0, durable, fenced): %d; notices obeyed: %d of %d (%s); worker crashes: %d" % (
+            self.events["checkpoints"], self.events["preempted"], len(notices),
+            ", ".join("%s %d" % (r, notices.count(r)) for r in sorted(set(notices))), self.events["crashes"]))
+        print("  lost steps (trained again after a resume): %d; stintd's lost GPU-seconds: %.1f" % (
+            lost, jobs["train"]["lost_gpu_seconds"]))
+        if reforms:
+            print("  elastic re-forms: %d, %.2fs median (membership change to the new group)" % (
+                len(reforms), sorted(reforms)[len(reforms) // 2]))
+        print("  GPU-seconds held: train %.1f, continuous %.1f (same %d steps)" % (train_gs, ref_gs, steps))
+        raw = ref_gs / train_gs if train_gs > 0 else 0.0
+        print("  steps per GPU-second, train / continuous at 3 GPUs: %.3f" % raw)
+        eff = self.matched_efficiency(train_gs, ref_gs)
+        if eff is not None:
+            print("  fragment-training efficiency = %.3f (target >= 0.95)" % eff)
+        verdict = self.check_model("train")
+        print("  final model vs one uninterrupted process: %s" % verdict)
+        if not verdict.startswith("ok"):
+            self.failures.append(verdict)
+        print("  wall time: %.0fs; logs and checkpoints in %s" % (time.monotonic() - self.t0, self.work))
+
+    def close(self):
+        for w in self.workers:
+            w.close()
+        for stintd in (self.stintd, self.reference):
+            if stintd is not None:
+                stintd.stop()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", default="build", help="the CMake build directory")
+    p.add_argument("--steps", type=int, default=4000, help="steps of the training job")
+    p.add_argument("--pace-steps", type=int, default=500, help="steps of the 1- and 2-GPU pace runs")
+    p.add_argument("--urgent-steps", type=int, default=700, help="steps of the urgent job")
+    p.add_argument("--sample-ms", type=int, default=5, help="simulated GPU time per sample")
+    p.add_argument("--save-every", type=int, default=200, help="periodic checkpoint interval, steps")
+    p.add_argument("--scale", type=float, default=1.0, help="stretches the scenario's clock")
+    p.add_argument("--time-limit", type=int, default=280, help="seconds before the demo gives up")
+    p.add_argument("--keep", type=int, default=0, help="seconds stintd stays up after the end (dashboard)")
+    p.add_argument("--work-root", default=None, help="where the temporary work directory goes")
+    p.add_argument("--keep-work", action="store_true", help="keep logs and checkpoints")
+    opts = p.parse_args()
+    demo = Demo(opts)
+    ok = False
+    try:
+        demo.run()
+        ok = not demo.failures
+    finally:
+        demo.close()
+    for f in demo.failures:
+        print("  FAILED: " + f)
+    if ok and not opts.keep_work:
+        shutil.rmtree(demo.work, ignore_errors=True)
+    print("spot_demo: %s" % ("OK" if ok else "FAILED"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
