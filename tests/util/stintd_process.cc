@@ -1,11 +1,15 @@
 #include "util/stintd_process.h"
 
+#include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 namespace stint {
@@ -23,6 +27,30 @@ bool Eventually(const std::function<bool()>& fn, double seconds) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return fn();
+}
+
+bool ParseDouble(const std::string& text, double* out) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  *out = std::strtod(text.c_str(), &end);
+  return end == text.c_str() + text.size() && errno != ERANGE;
+}
+
+std::map<std::string, double> ParseMetrics(const std::string& text) {
+  std::map<std::string, double> samples;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t sp = line.rfind(' ');
+    double v = 0;
+    if (sp == std::string::npos || !ParseDouble(line.substr(sp + 1), &v)) {
+      ADD_FAILURE() << "not a sample line: " << line;
+      continue;
+    }
+    samples[line.substr(0, sp)] = v;
+  }
+  return samples;
 }
 
 StintdProcess::StintdProcess(std::string binary, std::string dir, std::vector<std::string> extra_args)

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +27,13 @@ int64_t WallNowMs();
 // Polls `fn` every 20 ms until it holds; the bound only turns a hang into a
 // failure.
 bool Eventually(const std::function<bool()>& fn, double seconds = 20);
+
+// A whole string as a double (strtod, no trailing characters, in range).
+bool ParseDouble(const std::string& text, double* out);
+
+// Prometheus text: "name{labels}" (exactly as written) -> value, for every
+// sample line; a line that is neither a sample nor a comment fails the test.
+std::map<std::string, double> ParseMetrics(const std::string& text);
 
 class StintdProcess {
  public:

@@ -11,6 +11,7 @@
 //   stintctl jobs list [--state S]   jobs show ID   jobs cancel ID [--reason R]
 //   stintctl jobs priority ID LEVEL
 //   stintctl queue                                    stintctl segments [--job ID]
+//   stintctl status                                   (counts: jobs, GPUs, windows, queue)
 //
 // Global: --url (or $STINTD_URL; default http://127.0.0.1:7077), --token or
 // --token-file (or $STINTD_TOKEN, $STINTD_TOKEN_FILE), --json (the server's
@@ -111,6 +112,29 @@ class Ctl {
     } else {
       std::cout << human(reply->body);
     }
+    return kExitOk;
+  }
+
+  // Several GETs for one view, in order; the first that fails ends the
+  // command as Run would. --json prints {"<path>": answer, ...}.
+  int RunGets(const std::vector<std::string>& paths,
+              const std::function<std::string(const std::vector<Json>&)>& human) {
+    std::vector<Json> answers;
+    Json by_path = Json::object();
+    for (const std::string& path : paths) {
+      HttpRequest req;
+      req.method = "GET";
+      req.path = path;
+      auto reply = http_->Call(req);
+      if (!reply.ok()) {
+        const Status& s = reply.status();
+        std::cerr << "stintctl: " << s.message() << "\n";
+        return s.code() == Code::kUnavailable ? kExitUnreachable : kExitRefused;
+      }
+      by_path[path] = reply->body;
+      answers.push_back(std::move(reply->body));
+    }
+    std::cout << (json_ ? by_path.dump() + "\n" : human(answers));
     return kExitOk;
   }
 
@@ -336,6 +360,13 @@ int Main(int argc, char** argv) {
     std::string path = "/v1/segments";
     if (*s_job_opt) path += "?job_id=" + std::to_string(s_job);
     return c.Run("GET", path, std::nullopt, [now](const Json& r) { return RenderSegments(r, now); });
+  });
+
+  CLI::App* status =
+      app.add_subcommand("status", "counts: jobs by state, GPUs, windows, the queue by priority and reason");
+  leaf(status, [&](Ctl& c, int64_t) {
+    return c.RunGets({"/v1/queue", "/v1/jobs", "/v1/windows"},
+                     [](const std::vector<Json>& r) { return RenderStatus(r[0], r[1], r[2]); });
   });
 
   try {

@@ -1,7 +1,10 @@
 #include "stintctl/render.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <vector>
 
 #include "stintctl/format.h"
 
@@ -277,6 +280,66 @@ std::string RenderQueue(const Json& reply) {
     out += line + "\n";
   }
   return out;
+}
+
+std::string RenderStatus(const Json& queue, const Json& jobs, const Json& windows) {
+  // Counted by name, in the order stintd lists them; a state or priority this
+  // stintctl does not know is still counted, after the known ones.
+  auto count = [](const Json& list, const char* key, std::vector<std::string> order) {
+    std::map<std::string, int64_t> n;
+    for (const std::string& k : order) n[k] = 0;
+    for (const Json& item : list) {
+      const std::string v = Cell(item, key);
+      if (n.emplace(v, 0).second) order.push_back(v);
+      n[v]++;
+    }
+    std::string out;
+    for (const std::string& k : order) out += (out.empty() ? "" : ", ") + std::to_string(n[k]) + " " + k;
+    return out;
+  };
+  std::string lower_states;
+  {
+    std::string s = count(List(jobs, "jobs"), "state", {"PENDING", "RUNNING", "DONE", "CANCELLED", "FAILED"});
+    for (char c : s) lower_states += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  Json pending_jobs = Json::array();
+  for (const Json& j : List(jobs, "jobs")) {
+    if (Cell(j, "state") == "PENDING") pending_jobs.push_back(j);
+  }
+  const Json& stats = Field(queue, "stats");
+  int64_t now_ms = 0;
+  Int(queue, "now_ms", &now_ms);
+  int64_t open = 0, upcoming = 0, closed = 0, early = 0;
+  for (const Json& w : List(windows, "windows")) {
+    int64_t start = 0;
+    if (Field(w, "open").is_boolean() && Field(w, "open").get<bool>()) {
+      open++;
+    } else if (Int(w, "start_ms", &start) && start > now_ms) {
+      upcoming++;
+    } else {
+      closed++;
+    }
+    if (Field(w, "closed_early").is_boolean() && Field(w, "closed_early").get<bool>()) early++;
+  }
+  std::map<std::string, int64_t> blocked;  // the queue's reasons; "none" blocks nothing
+  for (const Json& p : List(queue, "pending")) {
+    const std::string r = Cell(p, "reason");
+    if (r != "none") blocked[r]++;
+  }
+  std::string blocked_text;
+  for (const auto& [reason, n] : blocked) {
+    blocked_text += (blocked_text.empty() ? "" : ", ") + std::to_string(n) + " " + reason;
+  }
+  Table t({"WHAT", "COUNTS"});
+  t.AddRow({"jobs", lower_states});
+  t.AddRow({"gpus", Cell(stats, "open_window_gpus") + " open, " + Cell(stats, "allocated_gpus") + " allocated, " +
+                        Cell(stats, "free_gpus") + " free, " + Cell(stats, "fragmented_gpus") + " fragmented"});
+  t.AddRow({"windows", std::to_string(open) + " open, " + std::to_string(upcoming) + " upcoming, " +
+                           std::to_string(closed) + " closed (" + std::to_string(early) + " closed early)"});
+  t.AddRow({"pending", count(pending_jobs, "priority", {"LOW", "MEDIUM", "HIGH", "CRITICAL"}) + "; blocked: " +
+                           (blocked_text.empty() ? "-" : blocked_text)});
+  std::string out = t.Render();
+  return out.substr(out.find('\n') + 1);  // a key-value list: no header
 }
 
 }  // namespace ctl

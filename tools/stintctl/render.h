@@ -22,6 +22,15 @@ std::string RenderJob(const Json& job, int64_t now_ms);          // GET /v1/jobs
 std::string RenderSegments(const Json& reply, int64_t now_ms);   // {"segments":[...]}
 // GET /v1/queue; times are relative to the answer's own now_ms.
 std::string RenderQueue(const Json& reply);
+// `stintctl status`: one screen of counts from GET /v1/queue, /v1/jobs and
+// /v1/windows, each the number /metrics exports under the name in brackets:
+//   jobs      1 pending, 2 running, 1 done, 0 cancelled, 0 failed   [stintd_jobs{state}]
+//   gpus      12 open, 6 allocated, 6 free, 0 fragmented           [stintd_gpus{state}]
+//   windows   2 open, 0 upcoming, 1 closed (1 closed early)        [stintd_windows_open]
+//   pending   0 LOW, 1 MEDIUM, 0 HIGH, 0 CRITICAL; blocked: 1 priority
+//             [stintd_queue_length{priority}; stintd_queue_blocked{reason}]
+// Windows are open/upcoming/closed at the queue answer's now_ms.
+std::string RenderStatus(const Json& queue, const Json& jobs, const Json& windows);
 
 // One cell: a string as is ("-" when empty), a number (integers without ".0"), true/false as
 // yes/no, null or missing as "-".

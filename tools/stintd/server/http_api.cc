@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cstdio>
 
+#include "server/dashboard.h"
 #include "server/json_model.h"
 #include "server/metrics.h"
 
@@ -228,6 +229,11 @@ void HttpApi::InstallRoutes() {
   })
 
   route(kGet, "/healthz", Right::kNone, [](const httplib::Request&) { return Reply{200, {{"ok", true}}, {}, {}}; });
+
+  // Static HTML without data: its script fetches the views below with the token from its URL fragment.
+  route(kGet, "/dashboard", Right::kNone, [](const httplib::Request&) {
+    return Reply{200, {}, std::string(DashboardHtml()), "text/html; charset=utf-8"};
+  });
 
   route(kGet, "/metrics", Right::kWorker, [c](const httplib::Request&) {
     Reply r;

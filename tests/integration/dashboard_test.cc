@@ -1,0 +1,788 @@
+// GET /dashboard end to end: a real stintd on loopback with two pools, windows
+// (one closed early, one open-ended spot), a finished job, two running ones and
+// one that waits; Debian's headless Chromium loads the page with a worker token
+// in the URL fragment, and the DOM its script drew is checked against the API:
+// a window rectangle per window in its pool's lane, a segment rectangle per
+// segment inside the window it holds, the queue rows with their reasons, and a
+// metrics table whose values are those of GET /metrics. A screenshot is kept
+// as an artefact ($STINT_ARTIFACT_DIR, else the test's temporary directory).
+//
+// The tests that need a browser are skipped (GTEST_SKIP) when no chromium or
+// chromium-browser is on $PATH.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#ifdef STINT_HAVE_ZLIB
+#include <zlib.h>
+#endif
+
+#include "util/stintd_process.h"
+#include "util/subprocess.h"
+#include "util/temp_dir.h"
+
+namespace stint {
+namespace {
+
+using nlohmann::json;
+
+// Leases and grace long enough that nothing expires while Chromium runs, so
+// the state the test reads before and after is the state the page drew.
+const std::vector<std::string> kArgs = {"--tick-seconds", "0.05", "--safety-seconds", "1", "--min-run-seconds", "0",
+                                        "--lease-ttl-seconds", "600", "--start-grace-seconds", "600"};
+
+// --- Chromium ---
+
+constexpr const char* kNoChromium =
+    "no chromium or chromium-browser on $PATH: install Debian's chromium (apt-get install chromium; "
+    "tools/setup.sh lists it) to draw the dashboard";
+
+std::string FindChromium() {
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
+  std::vector<std::string> dir_list;
+  for (std::string d; std::getline(dirs, d, ':');) dir_list.push_back(d.empty() ? "." : d);
+  for (const char* name : {"chromium", "chromium-browser"}) {
+    for (const std::string& d : dir_list) {
+      const std::string candidate = d + "/" + name;
+      if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    }
+  }
+  return "";
+}
+
+struct BrowserRun {
+  int exit_code = -1;  // -1: died of a signal (or never started)
+  bool timed_out = false;
+  std::string output;
+};
+
+// Runs the browser to completion; SIGKILLs it if it has not exited after
+// `bound_seconds`. The bound only turns a hung browser into a failure.
+BrowserRun RunBrowser(const std::string& binary, const std::vector<std::string>& args, bool merge_stderr,
+                      double bound_seconds = 120) {
+  BrowserRun run;
+  ChildProcess child(binary, args, merge_stderr);
+  if (!child.started()) return run;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool exited = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!cv.wait_for(lock, std::chrono::duration<double>(bound_seconds), [&] { return exited; })) {
+      run.timed_out = true;
+      ::kill(child.pid(), SIGKILL);
+    }
+  });
+  const int status = child.Wait();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    exited = true;
+  }
+  cv.notify_one();
+  watchdog.join();
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  run.output = child.output();
+  return run;
+}
+
+std::vector<std::string> BrowserArgs(const std::string& profile_dir, std::vector<std::string> extra,
+                                     const std::string& url) {
+  std::vector<std::string> args = {"--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                                   "--user-data-dir=" + profile_dir, "--virtual-time-budget=5000"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  args.push_back(url);
+  return args;
+}
+
+// --- the serialized DOM, read just enough for these checks ---
+
+void AppendUtf8(uint32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    out->push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
+std::string DecodeEntities(const std::string& s) {
+  static const std::map<std::string, uint32_t> kNamed = {{"amp", '&'},  {"lt", '<'},    {"gt", '>'},
+                                                         {"quot", '"'}, {"apos", '\''}, {"nbsp", 0xA0}};
+  std::string out;
+  for (size_t i = 0; i < s.size(); i++) {
+    const size_t semi = s[i] == '&' ? s.find(';', i) : std::string::npos;
+    if (semi == std::string::npos || semi - i > 10) {
+      out.push_back(s[i]);
+      continue;
+    }
+    const std::string name = s.substr(i + 1, semi - i - 1);
+    uint32_t cp = 0;
+    if (auto it = kNamed.find(name); it != kNamed.end()) {
+      cp = it->second;
+    } else if (name.size() > 1 && name[0] == '#') {
+      const bool hex = name[1] == 'x' || name[1] == 'X';
+      cp = static_cast<uint32_t>(std::strtoul(name.c_str() + (hex ? 2 : 1), nullptr, hex ? 16 : 10));
+    } else {
+      out.push_back(s[i]);
+      continue;
+    }
+    AppendUtf8(cp, &out);
+    i = semi;
+  }
+  return out;
+}
+
+std::string StripTags(const std::string& markup) {
+  std::string out;
+  bool in_tag = false;
+  for (char c : markup) {
+    if (c == '<') {
+      in_tag = true;
+    } else if (c == '>') {
+      in_tag = false;
+    } else if (!in_tag) {
+      out.push_back(c);
+    }
+  }
+  return DecodeEntities(out);
+}
+
+struct Element {
+  std::string tag;
+  std::map<std::string, std::string> attrs;  // entities decoded
+  std::string inner;                         // markup up to the next close tag of the same name
+
+  std::string Attr(const std::string& name) const {
+    auto it = attrs.find(name);
+    return it == attrs.end() ? "" : it->second;
+  }
+  bool Has(const std::string& name) const { return attrs.count(name) > 0; }
+  bool HasClass(const std::string& cls) const {
+    std::istringstream in(Attr("class"));
+    for (std::string c; in >> c;) {
+      if (c == cls) return true;
+    }
+    return false;
+  }
+  std::string Text() const { return StripTags(inner); }
+};
+
+// Chromium writes every attribute double-quoted with &, <, > and " escaped.
+// The bodies of <script> and <style> are dropped first, so the page's own
+// source is never mistaken for an element it drew.
+class Dom {
+ public:
+  explicit Dom(const std::string& html) {
+    size_t pos = 0;
+    while (pos < html.size()) {
+      size_t open = std::string::npos, close = std::string::npos;
+      const char* close_tag = nullptr;
+      for (const char* t : {"script", "style"}) {
+        const size_t at = html.find(std::string("<") + t, pos);
+        if (at < open) {
+          open = at;
+          close_tag = t;
+        }
+      }
+      if (open == std::string::npos) {
+        html_ += html.substr(pos);
+        break;
+      }
+      const size_t body = html.find('>', open);
+      close = html.find(std::string("</") + close_tag + ">", open);
+      if (body == std::string::npos || close == std::string::npos) {
+        html_ += html.substr(pos);
+        break;
+      }
+      html_ += html.substr(pos, body + 1 - pos);
+      pos = close;
+      html_ += html.substr(pos, std::strlen(close_tag) + 3);
+      pos += std::strlen(close_tag) + 3;
+    }
+  }
+
+  // Every element named `tag`, in document order.
+  std::vector<Element> All(const std::string& tag) const {
+    std::vector<Element> out;
+    const std::string open = "<" + tag;
+    for (size_t at = html_.find(open); at != std::string::npos; at = html_.find(open, at + 1)) {
+      const size_t after = at + open.size();
+      if (after >= html_.size() || std::strchr(" \t\n>/", html_[after]) == nullptr) continue;
+      Element e;
+      e.tag = tag;
+      size_t i = after;
+      while (i < html_.size() && html_[i] != '>') {
+        if (std::isspace(static_cast<unsigned char>(html_[i])) || html_[i] == '/') {
+          i++;
+          continue;
+        }
+        const size_t name_end = html_.find_first_of("= \t\n>/", i);
+        if (name_end == std::string::npos) break;
+        const std::string name = html_.substr(i, name_end - i);
+        i = name_end;
+        std::string value;
+        if (html_[i] == '=' && i + 1 < html_.size() && (html_[i + 1] == '"' || html_[i + 1] == '\'')) {
+          const size_t end = html_.find(html_[i + 1], i + 2);
+          if (end == std::string::npos) break;
+          value = DecodeEntities(html_.substr(i + 2, end - i - 2));
+          i = end + 1;
+        }
+        e.attrs[name] = value;
+      }
+      const size_t body = i + 1;
+      const size_t close = html_.find("</" + tag + ">", body);
+      if (close != std::string::npos) e.inner = html_.substr(body, close - body);
+      out.push_back(std::move(e));
+    }
+    return out;
+  }
+
+  // Elements named `tag` with class `cls` (any when empty) whose attribute
+  // `attr` is `value`.
+  std::vector<Element> Where(const std::string& tag, const std::string& cls, const std::string& attr,
+                             const std::string& value) const {
+    std::vector<Element> out;
+    for (Element& e : All(tag)) {
+      if ((cls.empty() || e.HasClass(cls)) && e.Has(attr) && e.Attr(attr) == value) out.push_back(std::move(e));
+    }
+    return out;
+  }
+
+  // The markup from the first `begin` to the next `end` after it, as a Dom.
+  Dom Section(const std::string& begin, const std::string& end) const {
+    const size_t b = html_.find(begin);
+    if (b == std::string::npos) return Dom();
+    const size_t e = html_.find(end, b);
+    Dom d;
+    d.html_ = html_.substr(b, e == std::string::npos ? std::string::npos : e - b);
+    return d;
+  }
+
+  bool empty() const { return html_.empty(); }
+
+ private:
+  Dom() = default;
+  std::string html_;
+};
+
+// --- PNG ---
+
+uint32_t Be32(const std::string& b, size_t at) {
+  return (uint32_t(uint8_t(b[at])) << 24) | (uint32_t(uint8_t(b[at + 1])) << 16) |
+         (uint32_t(uint8_t(b[at + 2])) << 8) | uint32_t(uint8_t(b[at + 3]));
+}
+
+struct Png {
+  uint32_t width = 0, height = 0;
+  int bit_depth = 0, colour_type = -1, interlace = -1;
+  std::string idat;  // the concatenated compressed image data
+};
+
+// The chunk structure only; an error names what is wrong.
+std::string ReadPng(const std::string& bytes, Png* png) {
+  static const char kSignature[] = "\x89PNG\r\n\x1a\n";
+  if (bytes.size() < 8 || bytes.compare(0, 8, kSignature, 8) != 0) return "no PNG signature";
+  size_t at = 8;
+  bool end = false;
+  while (!end) {
+    if (at + 12 > bytes.size()) return "truncated at byte " + std::to_string(at);
+    const uint32_t length = Be32(bytes, at);
+    const std::string type = bytes.substr(at + 4, 4);
+    if (at + 12 + length > bytes.size()) return "chunk " + type + " runs past the end";
+    const std::string data = bytes.substr(at + 8, length);
+    if (type == "IHDR") {
+      if (length != 13) return "IHDR of " + std::to_string(length) + " bytes";
+      png->width = Be32(data, 0);
+      png->height = Be32(data, 4);
+      png->bit_depth = uint8_t(data[8]);
+      png->colour_type = uint8_t(data[9]);
+      png->interlace = uint8_t(data[12]);
+    } else if (type == "IDAT") {
+      png->idat += data;
+    } else if (type == "IEND") {
+      end = true;
+    }
+    at += 12 + length;
+  }
+  if (png->width == 0 || png->height == 0) return "no IHDR";
+  if (png->idat.empty()) return "no IDAT";
+  return "";
+}
+
+#ifdef STINT_HAVE_ZLIB
+int Paeth(int a, int b, int c) {
+  const int p = a + b - c, pa = std::abs(p - a), pb = std::abs(p - b), pc = std::abs(p - c);
+  return pa <= pb && pa <= pc ? a : pb <= pc ? b : c;
+}
+
+// Decodes 8-bit RGB or RGBA, non-interlaced (what Chromium writes) into
+// 0xRRGGBB values.
+std::string DecodePixels(const Png& png, std::vector<uint32_t>* rgb) {
+  if (png.bit_depth != 8 || (png.colour_type != 2 && png.colour_type != 6) || png.interlace != 0) {
+    return "unexpected PNG format: depth " + std::to_string(png.bit_depth) + ", colour type " +
+           std::to_string(png.colour_type) + ", interlace " + std::to_string(png.interlace);
+  }
+  const size_t bpp = png.colour_type == 6 ? 4 : 3, stride = png.width * bpp;
+  std::string raw((stride + 1) * png.height, '\0');
+  uLongf raw_size = raw.size();
+  const int z = uncompress(reinterpret_cast<Bytef*>(raw.data()), &raw_size,
+                           reinterpret_cast<const Bytef*>(png.idat.data()), png.idat.size());
+  if (z != Z_OK) return "zlib uncompress failed: " + std::to_string(z);
+  if (raw_size != raw.size()) {
+    return "image data holds " + std::to_string(raw_size) + " bytes, not " + std::to_string(raw.size());
+  }
+  std::vector<uint8_t> prev(stride, 0), cur(stride, 0);
+  rgb->clear();
+  rgb->reserve(size_t(png.width) * png.height);
+  for (uint32_t y = 0; y < png.height; y++) {
+    const uint8_t* line = reinterpret_cast<const uint8_t*>(raw.data()) + y * (stride + 1);
+    const int filter = line[0];
+    for (size_t i = 0; i < stride; i++) {
+      const int x = line[1 + i], a = i >= bpp ? cur[i - bpp] : 0, b = prev[i], c = i >= bpp ? prev[i - bpp] : 0;
+      int v = 0;
+      switch (filter) {
+        case 0: v = x; break;
+        case 1: v = x + a; break;
+        case 2: v = x + b; break;
+        case 3: v = x + (a + b) / 2; break;
+        case 4: v = x + Paeth(a, b, c); break;
+        default: return "row " + std::to_string(y) + " has filter type " + std::to_string(filter);
+      }
+      cur[i] = static_cast<uint8_t>(v);
+    }
+    for (size_t px = 0; px < png.width; px++) {
+      rgb->push_back((uint32_t(cur[px * bpp]) << 16) | (uint32_t(cur[px * bpp + 1]) << 8) | cur[px * bpp + 2]);
+    }
+    std::swap(prev, cur);
+  }
+  return "";
+}
+#endif
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool WriteFile(const std::string& path, const std::string& data) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << data;
+  out.close();
+  return static_cast<bool>(out);
+}
+
+// mkdir -p; an error names the component that failed and why.
+std::string MakeDirs(const std::string& path) {
+  for (size_t at = 1; at <= path.size(); at++) {
+    if (at != path.size() && path[at] != '/') continue;
+    const std::string prefix = path.substr(0, at);
+    if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
+      return "mkdir " + prefix + ": " + std::strerror(errno);
+    }
+  }
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return path + " is not a directory";
+  return "";
+}
+
+class DashboardTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    chromium_ = FindChromium();
+    daemon_ = std::make_unique<StintdProcess>(STINTD_PATH, dir_.path(), kArgs);
+    ASSERT_TRUE(daemon_->Start()) << daemon_->output();
+    admin_ = std::make_unique<HttpJson>(daemon_->port(), StintdProcess::kAdminToken);
+    worker_ = std::make_unique<HttpJson>(daemon_->port(), StintdProcess::kWorkerToken);
+  }
+
+  std::string PageUrl(const std::string& fragment) const {
+    return daemon_->url() + "/dashboard" + (fragment.empty() ? "" : "#" + fragment);
+  }
+
+  // --dump-dom: the DOM after the page's script ran (5 s of virtual time).
+  std::string DumpDom(const std::string& url) {
+    BrowserRun run = RunBrowser(chromium_, BrowserArgs(dir_.Sub("chromium-profile"), {"--dump-dom"}, url),
+                                /*merge_stderr=*/false);
+    EXPECT_FALSE(run.timed_out) << chromium_ << " did not exit; killed";
+    EXPECT_EQ(run.exit_code, 0) << chromium_ << " --dump-dom " << url << " failed";
+    EXPECT_NE(run.output.find("</html>"), std::string::npos) << "no document on stdout:\n" << run.output;
+    return run.output;
+  }
+
+  json GetJson(HttpJson& client, const std::string& path) {
+    auto r = client.Get(path);
+    EXPECT_EQ(r.status, 200) << "GET " << path << ": " << r.text;
+    return r.body;
+  }
+  std::string MetricsText() {
+    auto r = worker_->Get("/metrics");
+    EXPECT_EQ(r.status, 200) << r.text;
+    return r.text;
+  }
+  json Post(const std::string& path, const json& body, int want) {
+    auto r = admin_->Post(path, body);
+    EXPECT_EQ(r.status, want) << "POST " << path << " " << body.dump() << ": " << r.text;
+    return r.body;
+  }
+  int64_t Submit(const std::string& name, const std::string& pool, int gpus) {
+    return Post("/v1/jobs",
+                {{"name", name}, {"pool", pool}, {"min_gpus", gpus}, {"checkpoint_seconds", 1},
+                 {"restart_seconds", 0}, {"checkpoint_interval_seconds", 60}},
+                201)
+        .value("id", int64_t{0});
+  }
+  std::string JobState(int64_t id) { return GetJson(*admin_, "/v1/jobs/" + std::to_string(id)).value("state", ""); }
+  // Registers a worker for the job's segment and heartbeats once.
+  int64_t Attach(int64_t job) {
+    auto reg = worker_->Post("/v1/jobs/" + std::to_string(job) + "/workers", {{"name", "w0"}});
+    EXPECT_EQ(reg.status, 201) << reg.text;
+    const int64_t wid = reg.body.value("worker_id", int64_t{0});
+    auto hb = worker_->Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", {{"step", 1}});
+    EXPECT_EQ(hb.status, 200) << hb.text;
+    return wid;
+  }
+
+  TempDir dir_;
+  std::string chromium_;
+  std::unique_ptr<StintdProcess> daemon_;
+  std::unique_ptr<HttpJson> admin_, worker_;
+};
+
+TEST_F(DashboardTest, ServedWithoutATokenSelfContainedAndTheDataStaysProtected) {
+  httplib::Client anonymous("127.0.0.1", daemon_->port());
+  auto page = anonymous.Get("/dashboard");
+  ASSERT_TRUE(page) << "GET /dashboard: " << httplib::to_string(page.error());
+  EXPECT_EQ(page->status, 200);
+  EXPECT_EQ(page->get_header_value("Content-Type").rfind("text/html", 0), 0u) << page->get_header_value("Content-Type");
+  const std::string& html = page->body;
+  EXPECT_NE(html.find("<svg id=\"timeline\""), std::string::npos);
+  // Nothing is loaded from elsewhere: the only URLs are the SVG namespace.
+  for (const char* scheme : {"http://", "https://"}) {
+    for (size_t at = html.find(scheme); at != std::string::npos; at = html.find(scheme, at + 1)) {
+      EXPECT_EQ(html.compare(at, 26, "http://www.w3.org/2000/svg"), 0) << html.substr(at, 60);
+    }
+  }
+  for (const char* external : {"<link", " src=", "@import", "url(http", "url(//"}) {
+    EXPECT_EQ(html.find(external), std::string::npos) << external;
+  }
+  // The data views keep their tokens.
+  for (const char* path : {"/v1/pools", "/v1/windows", "/v1/jobs", "/v1/queue", "/v1/segments", "/metrics"}) {
+    auto r = anonymous.Get(path);
+    ASSERT_TRUE(r) << path;
+    EXPECT_EQ(r->status, 401) << path;
+  }
+}
+
+TEST_F(DashboardTest, WithoutAValidTokenThePageSaysSoAndDrawsNothing) {
+  if (chromium_.empty()) GTEST_SKIP() << kNoChromium;
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "alpha"}}).status, 201);
+  Post("/v1/windows", {{"pool", "alpha"}, {"gpus", 8}, {"end_ms", WallNowMs() + 3600000}}, 201);
+
+  Dom none(DumpDom(PageUrl("")));
+  auto status = none.Where("span", "", "id", "status");
+  ASSERT_EQ(status.size(), 1u);
+  EXPECT_EQ(status[0].Attr("data-state"), "no-token") << status[0].Text();
+  EXPECT_NE(status[0].Text().find("#token="), std::string::npos) << status[0].Text();
+  auto form = none.Where("form", "", "id", "token-form");
+  ASSERT_EQ(form.size(), 1u);
+  EXPECT_FALSE(form[0].Has("hidden")) << "the token form is shown";
+  EXPECT_TRUE(none.Where("rect", "window", "data-pool", "alpha").empty());
+
+  Dom wrong(DumpDom(PageUrl("token=not-a-token-of-this-server")));
+  status = wrong.Where("span", "", "id", "status");
+  ASSERT_EQ(status.size(), 1u);
+  EXPECT_EQ(status[0].Attr("data-state"), "error") << status[0].Text();
+  EXPECT_NE(status[0].Text().find("401"), std::string::npos) << status[0].Text();
+  EXPECT_NE(status[0].Text().find("UNAUTHENTICATED"), std::string::npos) << status[0].Text();
+  EXPECT_TRUE(wrong.Where("rect", "window", "data-pool", "alpha").empty());
+}
+
+TEST_F(DashboardTest, ChromiumDrawsWindowsSegmentsQueueAndMetrics) {
+  if (chromium_.empty()) GTEST_SKIP() << kNoChromium;
+  // --- the state: two pools, three windows, four jobs ---
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "alpha"}}).status, 201);
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "beta"}}).status, 201);
+  const int64_t now = WallNowMs();
+  // Closed before any job exists, so nothing ever runs in it.
+  const int64_t closed = Post("/v1/windows",
+                              {{"pool", "alpha"}, {"gpus", 4}, {"start_ms", now - 600000}, {"end_ms", now + 3600000}},
+                              201)
+                             .value("id", int64_t{0});
+  json closed_view = Post("/v1/windows/" + std::to_string(closed) + "/close", {{"lead_seconds", 0}}, 200);
+  ASSERT_TRUE(closed_view.value("closed_early", false)) << closed_view.dump();
+  ASSERT_FALSE(closed_view.value("open", true)) << closed_view.dump();
+  const int64_t alpha = Post("/v1/windows", {{"pool", "alpha"}, {"gpus", 8}, {"end_ms", now + 3600000}}, 201)
+                            .value("id", int64_t{0});
+  const int64_t spot =
+      Post("/v1/windows", {{"pool", "beta"}, {"gpus", 4}, {"kind", "spot"}, {"start_ms", now - 120000}}, 201)
+          .value("id", int64_t{0});
+
+  // A job that ran in beta and finished: a completed segment.
+  const int64_t warmup = Submit("warmup", "beta", 2);
+  ASSERT_TRUE(Eventually([&] { return JobState(warmup) == "RUNNING"; }));
+  const int64_t warmup_worker = Attach(warmup);
+  auto finished = worker_->Post("/v1/workers/" + std::to_string(warmup_worker) + "/finished", json::object());
+  ASSERT_EQ(finished.status, 200) << finished.text;
+  ASSERT_TRUE(Eventually([&] { return JobState(warmup) == "DONE"; }));
+
+  const int64_t train_a = Submit("train-a", "alpha", 4);
+  const int64_t train_b = Submit("train-b", "beta", 2);
+  const int64_t big = Submit("wait-big", "alpha", 8);  // 4 of alpha's 8 GPUs are held: it waits
+  ASSERT_TRUE(Eventually([&] { return JobState(train_a) == "RUNNING" && JobState(train_b) == "RUNNING"; }));
+  Attach(train_a);
+  Attach(train_b);
+  json queue;
+  ASSERT_TRUE(Eventually([&] {
+    queue = GetJson(*worker_, "/v1/queue");
+    return queue["pending"].size() == 1 && queue["pending"][0].value("job_id", int64_t{0}) == big &&
+           queue["pending"][0].value("reason", "none") != "none" && queue["running"].size() == 2;
+  })) << queue.dump();
+  const json pending = queue["pending"][0];
+  const std::string reason = pending["reason"];
+
+  const json windows = GetJson(*worker_, "/v1/windows")["windows"];
+  const json segments = GetJson(*worker_, "/v1/segments")["segments"];
+  const json jobs = GetJson(*worker_, "/v1/jobs")["jobs"];
+  ASSERT_EQ(windows.size(), 3u);
+  ASSERT_EQ(segments.size(), 3u) << segments.dump();
+  std::map<int64_t, std::string> job_names, window_pools;
+  for (const json& j : jobs) job_names[j["id"]] = j["name"];
+  for (const json& w : windows) window_pools[w["id"]] = w["pool"];
+
+  // --- the page, drawn by Chromium ---
+  const std::string before_text = MetricsText();
+  const std::string dom_text = DumpDom(PageUrl(std::string("token=") + StintdProcess::kWorkerToken));
+  const std::string after_text = MetricsText();
+  const json queue_after = GetJson(*worker_, "/v1/queue");
+  ASSERT_EQ(queue_after["pending"].size(), 1u) << "the queue changed while Chromium ran: " << queue_after.dump();
+  ASSERT_EQ(queue_after["pending"][0]["reason"], reason) << queue_after.dump();
+  ASSERT_EQ(queue_after["running"].size(), 2u) << queue_after.dump();
+
+  // The artefacts: the DOM and a screenshot.
+  std::string artefacts = dir_.path();
+  if (const char* a = std::getenv("STINT_ARTIFACT_DIR"); a != nullptr && *a != '\0') {
+    artefacts = a;
+    const std::string err = MakeDirs(artefacts);
+    ASSERT_TRUE(err.empty()) << "STINT_ARTIFACT_DIR: " << err;
+  }
+  ASSERT_TRUE(WriteFile(artefacts + "/dashboard.html", dom_text)) << "cannot write " << artefacts << "/dashboard.html";
+
+  Dom dom(dom_text);
+  auto status = dom.Where("span", "", "id", "status");
+  ASSERT_EQ(status.size(), 1u) << dom_text;
+  ASSERT_EQ(status[0].Attr("data-state"), "ok") << "the page reported: " << status[0].Text();
+  ASSERT_EQ(dom.Where("svg", "", "id", "timeline").size(), 1u);
+  EXPECT_EQ(dom.Where("line", "", "id", "now-line").size(), 1u) << "no now line";
+
+  // One lane per pool; one rectangle per window, in its pool's lane, styled
+  // by state; its label says its capacity.
+  for (const char* pool : {"alpha", "beta"}) {
+    EXPECT_EQ(dom.Where("rect", "lane", "data-pool", pool).size(), 1u) << pool;
+  }
+  for (const json& w : windows) {
+    const std::string id = std::to_string(w["id"].get<int64_t>());
+    auto rects = dom.Where("rect", "window", "data-window", id);
+    ASSERT_EQ(rects.size(), 1u) << "window " << id;
+    const Element& r = rects[0];
+    EXPECT_EQ(r.Attr("data-pool"), w["pool"]) << id;
+    EXPECT_EQ(r.Attr("data-gpus"), std::to_string(w["gpus"].get<int>())) << id;
+    EXPECT_EQ(r.Attr("data-state"), w["open"].get<bool>() ? "open" : "closed") << id;
+    EXPECT_EQ(r.HasClass("revoked"), w["closed_early"].get<bool>()) << id;
+    EXPECT_EQ(r.HasClass("open-ended"), w["end_ms"].is_null()) << id;
+    EXPECT_EQ(r.HasClass(w["kind"].get<std::string>()), true) << id;
+    auto labels = dom.Where("text", "window-label", "data-window", id);
+    ASSERT_EQ(labels.size(), 1u) << id;
+    EXPECT_NE(labels[0].Text().find(std::to_string(w["gpus"].get<int>()) + " GPUs"), std::string::npos)
+        << labels[0].Text();
+  }
+  EXPECT_EQ(dom.Where("rect", "window", "data-window", std::to_string(closed))[0].Attr("data-state"), "closed");
+  EXPECT_TRUE(dom.Where("rect", "window", "data-window", std::to_string(spot))[0].HasClass("open-ended"));
+  EXPECT_EQ(dom.Where("rect", "window", "data-window", std::to_string(alpha))[0].Attr("data-pool"), "alpha");
+
+  // One rectangle per segment and window it holds GPUs in, in that window's
+  // pool, coloured and labelled by its job.
+  std::map<int64_t, std::string> segment_state_of_job;
+  for (const json& s : segments) {
+    const std::string id = std::to_string(s["id"].get<int64_t>());
+    const int64_t job = s["job_id"];
+    segment_state_of_job[job] = s["state"];
+    auto rects = dom.Where("rect", "segment", "data-segment", id);
+    ASSERT_EQ(rects.size(), s["allocs"].size()) << "segment " << id;
+    for (size_t i = 0; i < rects.size(); i++) {
+      const json& alloc = s["allocs"][i];
+      const Element& r = rects[i];
+      EXPECT_EQ(r.Attr("data-job"), std::to_string(job));
+      EXPECT_EQ(r.Attr("data-window"), std::to_string(alloc["window_id"].get<int64_t>()));
+      EXPECT_EQ(r.Attr("data-pool"), window_pools[alloc["window_id"]]);
+      EXPECT_EQ(r.Attr("data-gpus"), std::to_string(alloc["gpus"].get<int>()));
+      EXPECT_EQ(r.Attr("data-state"), s["state"]);
+      EXPECT_TRUE(r.HasClass(s["state"].get<std::string>())) << r.Attr("class");
+      EXPECT_FALSE(r.Attr("fill").empty()) << "segment " << id << " is not coloured";
+    }
+    auto labels = dom.Where("text", "segment-label", "data-segment", id);
+    ASSERT_EQ(labels.size(), rects.size()) << id;
+    for (const Element& l : labels) EXPECT_EQ(l.Text(), job_names[job]);
+  }
+  EXPECT_EQ(segment_state_of_job[train_a], "running");
+  EXPECT_EQ(segment_state_of_job[train_b], "running");
+  EXPECT_EQ(segment_state_of_job[warmup], "completed");
+  auto a_rects = dom.Where("rect", "segment", "data-job", std::to_string(train_a));
+  ASSERT_EQ(a_rects.size(), 1u);
+  EXPECT_EQ(a_rects[0].Attr("data-pool"), "alpha");
+  EXPECT_EQ(a_rects[0].Attr("data-window"), std::to_string(alpha));
+  auto b_rects = dom.Where("rect", "segment", "data-job", std::to_string(train_b));
+  ASSERT_EQ(b_rects.size(), 1u);
+  EXPECT_EQ(b_rects[0].Attr("data-pool"), "beta");
+  EXPECT_NE(a_rects[0].Attr("fill"), b_rects[0].Attr("fill")) << "two jobs, one colour";
+  EXPECT_TRUE(dom.Where("rect", "segment", "data-job", std::to_string(big)).empty()) << "a waiting job has no segment";
+
+  // The queue: the waiting job with its reason, then the running ones.
+  Dom queue_table = dom.Section("<table id=\"queue\"", "</table>");
+  ASSERT_FALSE(queue_table.empty());
+  EXPECT_EQ(queue_table.All("tr").size(), 1u + 3u) << "header, one pending, two running";
+  auto big_rows = queue_table.Where("tr", "", "data-job", std::to_string(big));
+  ASSERT_EQ(big_rows.size(), 1u);
+  EXPECT_EQ(big_rows[0].Attr("data-state"), "PENDING");
+  EXPECT_EQ(big_rows[0].Attr("data-reason"), reason);
+  std::map<std::string, std::string> cells;
+  for (const Element& td : Dom(big_rows[0].inner).All("td")) cells[td.Attr("class")] = td.Text();
+  EXPECT_EQ(cells["name"], "wait-big");
+  EXPECT_EQ(cells["priority"], "MEDIUM");
+  EXPECT_EQ(cells["state"], "PENDING");
+  EXPECT_EQ(cells["gpus"], "8");
+  EXPECT_EQ(cells["reason"], reason);
+  EXPECT_EQ(cells["detail"], pending["detail"].get<std::string>());
+  EXPECT_EQ(cells["planned"] == "unknown", pending["planned_start_ms"].is_null()) << cells["planned"];
+  for (int64_t job : {train_a, train_b}) {
+    auto rows = queue_table.Where("tr", "", "data-job", std::to_string(job));
+    ASSERT_EQ(rows.size(), 1u) << job;
+    EXPECT_EQ(rows[0].Attr("data-state"), "RUNNING");
+  }
+
+  // The metrics table holds every stintd_* sample of /metrics, with its
+  // value. A sample that did not move while Chromium ran must be equal; a
+  // counter that moved must lie between the two answers.
+  const std::map<std::string, double> before = ParseMetrics(before_text), after = ParseMetrics(after_text);
+  Dom metrics_table = dom.Section("<table id=\"metrics\"", "</table>");
+  std::map<std::string, double> drawn;
+  for (const Element& tr : metrics_table.All("tr")) {
+    if (!tr.Has("data-metric")) continue;
+    const std::string labels = tr.Attr("data-labels");
+    const std::string key = tr.Attr("data-metric") + (labels.empty() ? "" : "{" + labels + "}");
+    double v = 0, shown = 0;
+    ASSERT_TRUE(ParseDouble(tr.Attr("data-value"), &v)) << key << " = " << tr.Attr("data-value");
+    for (const Element& td : Dom(tr.inner).All("td")) {
+      if (td.HasClass("value")) {
+        ASSERT_TRUE(ParseDouble(td.Text(), &shown)) << key << " shows " << td.Text();
+        EXPECT_EQ(shown, v) << key << ": shown " << td.Text() << ", data-value " << tr.Attr("data-value");
+      }
+    }
+    EXPECT_TRUE(drawn.emplace(key, v).second) << "two rows for " << key;
+  }
+  std::set<std::string> want_keys, drawn_keys;
+  for (const auto& [k, v] : after) {
+    if (k.rfind("stintd_", 0) == 0) want_keys.insert(k);
+  }
+  for (const auto& [k, v] : drawn) drawn_keys.insert(k);
+  EXPECT_EQ(drawn_keys, want_keys);
+  int equal = 0, bracketed = 0, moving = 0;
+  for (const auto& [key, v] : drawn) {
+    auto b = before.find(key), a = after.find(key);
+    if (b == before.end() || a == after.end()) continue;  // reported by the key comparison
+    if (b->second == a->second) {
+      EXPECT_EQ(v, a->second) << key;
+      equal++;
+    } else if (key.find("_total") != std::string::npos || key == "stintd_oldest_pending_wait_seconds") {
+      EXPECT_LE(b->second, v) << key;  // monotone: the page's answer came between the two
+      EXPECT_LE(v, a->second) << key;
+      bracketed++;
+    } else {
+      moving++;  // e.g. stintd_plan_seconds: any number will do
+    }
+  }
+  // The numbers this state fixes, equal in both answers and on the page.
+  const std::map<std::string, double> fixed = {
+      {"stintd_jobs{state=\"PENDING\"}", 1},    {"stintd_jobs{state=\"RUNNING\"}", 2},
+      {"stintd_jobs{state=\"DONE\"}", 1},       {"stintd_windows_open", 2},
+      {"stintd_gpus{state=\"open\"}", 12},      {"stintd_gpus{state=\"allocated\"}", 6},
+      {"stintd_queue_blocked{reason=\"" + reason + "\"}", 1}, {"stintd_segments_started_total", 3},
+  };
+  for (const auto& [key, v] : fixed) {
+    ASSERT_TRUE(after.count(key)) << key;
+    EXPECT_EQ(after.at(key), v) << key;
+    EXPECT_EQ(before.at(key), v) << key;
+    EXPECT_EQ(drawn[key], v) << key;
+  }
+  EXPECT_GT(equal, 30) << "too few samples held still to compare";
+  std::cout << "dashboard metrics: " << equal << " samples equal to /metrics, " << bracketed
+            << " counters between the answers before and after, " << moving << " moving gauges present\n";
+
+  // --- the screenshot ---
+  const std::string png_path = artefacts + "/dashboard.png";
+  std::remove(png_path.c_str());
+  BrowserRun shot = RunBrowser(
+      chromium_,
+      BrowserArgs(dir_.Sub("chromium-profile"), {"--screenshot=" + png_path, "--window-size=1400,900"},
+                  PageUrl(std::string("token=") + StintdProcess::kWorkerToken)),
+      /*merge_stderr=*/true);
+  ASSERT_FALSE(shot.timed_out) << chromium_ << " did not exit; killed\n" << shot.output;
+  ASSERT_EQ(shot.exit_code, 0) << shot.output;
+  const std::string png_bytes = ReadFile(png_path);
+  ASSERT_FALSE(png_bytes.empty()) << "no screenshot at " << png_path << "\n" << shot.output;
+  Png png;
+  const std::string png_error = ReadPng(png_bytes, &png);
+  ASSERT_TRUE(png_error.empty()) << png_path << ": " << png_error;
+  EXPECT_EQ(png.width, 1400u);
+  EXPECT_EQ(png.height, 900u);
+#ifdef STINT_HAVE_ZLIB
+  std::vector<uint32_t> pixels;
+  const std::string decode_error = DecodePixels(png, &pixels);
+  ASSERT_TRUE(decode_error.empty()) << png_path << ": " << decode_error;
+  std::map<uint32_t, size_t> colours;
+  for (uint32_t p : pixels) colours[p]++;
+  EXPECT_GE(colours.size(), 32u) << "a screenshot of few colours: the page did not draw";
+  // The fills of an open hard window and an open spot window (see the page's CSS).
+  EXPECT_GT(colours[0xddf4ff], 1000u) << "no open window in the screenshot";
+  EXPECT_GT(colours[0xfff8c5], 1000u) << "no spot window in the screenshot";
+#else
+  EXPECT_GT(png.idat.size(), 10000u) << "built without zlib: only the compressed size is checked";
+#endif
+  std::cout << "dashboard screenshot: " << png_path << " (" << png_bytes.size() << " bytes)"
+            << (artefacts == dir_.path() ? "; removed with the test's directory, set STINT_ARTIFACT_DIR to keep it"
+                                         : "")
+            << "\n";
+  RecordProperty("dashboard_png", png_path);
+}
+
+}  // namespace
+}  // namespace stint
