@@ -13,6 +13,7 @@ void BindFuture(pybind11::module_& m);      // module.cc: Future
 void BindSampler(pybind11::module_& m);     // sampler_binding.cc: ResumableSampler, IndexPermutation
 void BindPreemption(pybind11::module_& m);  // preemption_binding.cc: PreemptionWatcher, launch_env
 void BindTorchState(pybind11::module_& m);  // torch_state.cc: Checkpointer, CheckpointReader, RNG
+void BindElastic(pybind11::module_& m);     // elastic_binding.cc: CoordinatorSession, ElasticRendezvous
 
 }  // namespace python
 }  // namespace stint

@@ -66,6 +66,7 @@ PYBIND11_MODULE(_C, m) {
   stint::python::BindSampler(m);
   stint::python::BindPreemption(m);
   stint::python::BindTorchState(m);
+  stint::python::BindElastic(m);
   m.attr("EXIT_REQUEUE") = stint::kExitRequeue;
   m.attr("EXIT_DO_NOT_REQUEUE") = stint::kExitDoNotRequeue;
 }
