@@ -5,8 +5,16 @@
 
 #include <pybind11/pybind11.h>
 
+#include <chrono>
+#include <cstdint>
+
 namespace stint {
 namespace python {
+
+// Python's float seconds as the runtime's milliseconds, rounded.
+inline std::chrono::milliseconds Millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0 + 0.5));
+}
 
 void BindErrors(pybind11::module_& m);      // status_to_exception.cc: Error and its subclasses
 void BindFuture(pybind11::module_& m);      // module.cc: Future

@@ -45,10 +45,6 @@ namespace py = pybind11;
 
 namespace {
 
-std::chrono::milliseconds Millis(double seconds) {
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0 + 0.5));
-}
-
 // What a join() or reform() on the call thread answers: everything the
 // Python thread needs afterwards, so it never touches the group again (a
 // concurrent close() may have destroyed it by then).

@@ -25,10 +25,6 @@ namespace py = pybind11;
 
 namespace {
 
-std::chrono::milliseconds Millis(double seconds) {
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0 + 0.5));
-}
-
 double SecondsBetween(SteadyTime from, SteadyTime to) {
   return std::chrono::duration<double>(to - from).count();
 }

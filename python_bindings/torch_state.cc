@@ -40,10 +40,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::chrono::milliseconds Millis(double seconds) {
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0 + 0.5));
-}
-
 // ---- CheckpointReader --------------------------------------------------------
 
 // A reader that Python owns (CheckpointReader.open) or one borrowed from a

@@ -44,10 +44,6 @@ namespace {
 
 using nlohmann::json;
 
-// Leases and grace long enough that nothing expires while Chromium runs, so
-// the state the test reads before and after is the state the page drew.
-const std::vector<std::string> kArgs = {"--tick-seconds", "0.05", "--safety-seconds", "1", "--min-run-seconds", "0",
-                                        "--lease-ttl-seconds", "600", "--start-grace-seconds", "600"};
 
 // --- Chromium ---
 
@@ -419,7 +415,7 @@ class DashboardTest : public ::testing::Test {
  protected:
   void SetUp() override {
     chromium_ = FindChromium();
-    daemon_ = std::make_unique<StintdProcess>(STINTD_PATH, dir_.path(), kArgs);
+    daemon_ = std::make_unique<StintdProcess>(STINTD_PATH, dir_.path(), SteadyStintdArgs());
     ASSERT_TRUE(daemon_->Start()) << daemon_->output();
     admin_ = std::make_unique<HttpJson>(daemon_->port(), StintdProcess::kAdminToken);
     worker_ = std::make_unique<HttpJson>(daemon_->port(), StintdProcess::kWorkerToken);

@@ -24,8 +24,6 @@ namespace {
 
 using nlohmann::json;
 
-const std::vector<std::string> kArgs = {"--tick-seconds", "0.05", "--safety-seconds", "1", "--min-run-seconds", "0",
-                                        "--lease-ttl-seconds", "600", "--start-grace-seconds", "600"};
 
 // "12 open" in "gpus  12 open, 6 allocated": the number before `word` on the
 // line that starts with `key`; -1 (and a failure) when it is not there.
@@ -45,7 +43,7 @@ int64_t Count(const std::string& output, const std::string& key, const std::stri
 class StintctlMetricsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    daemon_ = std::make_unique<StintdProcess>(STINTD_PATH, dir_.path(), kArgs);
+    daemon_ = std::make_unique<StintdProcess>(STINTD_PATH, dir_.path(), SteadyStintdArgs());
     ASSERT_TRUE(daemon_->Start()) << daemon_->output();
     admin_ = std::make_unique<HttpJson>(daemon_->port(), StintdProcess::kAdminToken);
     worker_ = std::make_unique<HttpJson>(daemon_->port(), StintdProcess::kWorkerToken);

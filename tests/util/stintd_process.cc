@@ -29,6 +29,11 @@ bool Eventually(const std::function<bool()>& fn, double seconds) {
   return fn();
 }
 
+std::vector<std::string> SteadyStintdArgs() {
+  return {"--tick-seconds", "0.05", "--safety-seconds", "1", "--min-run-seconds", "0",
+          "--lease-ttl-seconds", "600", "--start-grace-seconds", "600"};
+}
+
 bool ParseDouble(const std::string& text, double* out) {
   if (text.empty()) return false;
   char* end = nullptr;

@@ -35,6 +35,11 @@ bool ParseDouble(const std::string& text, double* out);
 // sample line; a line that is neither a sample nor a comment fails the test.
 std::map<std::string, double> ParseMetrics(const std::string& text);
 
+// stintd flags for tests that read a state and check it again later: a
+// fast tick, and leases and start grace long enough that nothing expires
+// meanwhile.
+std::vector<std::string> SteadyStintdArgs();
+
 class StintdProcess {
  public:
   static constexpr const char* kAdminToken = "admin-token-0123456789abcdef";

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <random>
 
@@ -240,34 +241,69 @@ Result<std::vector<SimJob>> LoadTiresias(const std::string& path, const JobDefau
   return out;
 }
 
-Result<std::vector<SimJob>> LoadHeliosJobs(const std::string& path, const JobDefaults& d) {
-  LineReader in(path);
-  if (!in.ok()) return in.OpenError();
-  std::string line;
-  if (!in.Next(&line)) return in.Error("empty file");
-  const std::vector<std::string> header = Split(line, ',');
-  std::map<std::string, size_t> col;
-  for (size_t i = 0; i < header.size(); i++) col[Trim(header[i])] = i;
-  for (const char* need : {"job_id", "vc", "gpu_num", "submit_time", "duration"}) {
-    if (!col.count(need)) return in.Error(std::string("header has no column ") + need);
+// A CSV file whose first line names its columns (the Helios and Alibaba
+// traces): rows are read by column name, each checked for the header's width.
+class HeaderCsv {
+ public:
+  explicit HeaderCsv(std::string path) : in_(std::move(path)) {}
+
+  // Reads the header and requires the named columns.
+  Status Open(std::initializer_list<const char*> required) {
+    if (!in_.ok()) return in_.OpenError();
+    std::string line;
+    if (!in_.Next(&line)) return in_.Error("empty file");
+    const std::vector<std::string> header = Split(line, ',');
+    width_ = header.size();
+    for (size_t i = 0; i < header.size(); i++) col_[Trim(header[i])] = i;
+    for (const char* need : required) {
+      if (!col_.count(need)) return in_.Error(std::string("header has no column ") + need);
+    }
+    return Status::OK();
   }
+
+  // The next non-blank row: true, false at the end, or the error of a row
+  // of the wrong width.
+  Result<bool> Next() {
+    std::string line;
+    while (in_.Next(&line)) {
+      if (Trim(line).empty()) continue;
+      row_ = Split(line, ',');
+      if (row_.size() != width_) {
+        return in_.Error("expected " + std::to_string(width_) + " fields, got " + std::to_string(row_.size()));
+      }
+      return true;
+    }
+    return false;
+  }
+
+  // The current row's field of a column Open() required.
+  const std::string& operator[](const char* column) const { return row_[col_.at(column)]; }
+  Status Error(const std::string& what) const { return in_.Error(what); }
+
+ private:
+  LineReader in_;
+  std::map<std::string, size_t> col_;
+  size_t width_ = 0;
+  std::vector<std::string> row_;
+};
+
+Result<std::vector<SimJob>> LoadHeliosJobs(const std::string& path, const JobDefaults& d) {
+  HeaderCsv in(path);
+  STINT_RETURN_IF_ERROR(in.Open({"job_id", "vc", "gpu_num", "submit_time", "duration"}));
   std::vector<SimJob> out;
   double t0 = kForever;
-  while (in.Next(&line)) {
-    if (Trim(line).empty()) continue;
-    const std::vector<std::string> f = Split(line, ',');
-    if (f.size() != header.size()) {
-      return in.Error("expected " + std::to_string(header.size()) + " fields, got " + std::to_string(f.size()));
-    }
+  for (;;) {
+    STINT_ASSIGN_OR_RETURN(bool row, in.Next());
+    if (!row) break;
     int64_t gpus = 0;
     double submit = 0, duration = 0;
-    if (!ParseInt(f[col["gpu_num"]], &gpus) || gpus < 0) return in.Error("gpu_num is not an integer >= 0");
-    if (!ParseTime(f[col["submit_time"]], &submit)) return in.Error("submit_time is not a time");
-    if (!ParseDouble(f[col["duration"]], &duration) || duration < 0) return in.Error("duration is not a number >= 0");
+    if (!ParseInt(in["gpu_num"], &gpus) || gpus < 0) return in.Error("gpu_num is not an integer >= 0");
+    if (!ParseTime(in["submit_time"], &submit)) return in.Error("submit_time is not a time");
+    if (!ParseDouble(in["duration"], &duration) || duration < 0) return in.Error("duration is not a number >= 0");
     if (gpus == 0 || duration <= 0) continue;  // CPU-only or zero-length jobs
     t0 = std::min(t0, submit);
-    out.push_back(MakeJob(d, "helios/" + Trim(f[col["job_id"]]), Trim(f[col["vc"]]), submit,
-                          static_cast<int>(gpus), duration));
+    out.push_back(MakeJob(d, "helios/" + Trim(in["job_id"]), Trim(in["vc"]), submit, static_cast<int>(gpus),
+                          duration));
   }
   for (SimJob& j : out) j.submit_s -= t0;
   Normalize(&out);
@@ -276,35 +312,24 @@ Result<std::vector<SimJob>> LoadHeliosJobs(const std::string& path, const JobDef
 }
 
 Result<std::vector<SimJob>> LoadAlibabaPods(const std::string& path, const JobDefaults& d) {
-  LineReader in(path);
-  if (!in.ok()) return in.OpenError();
-  std::string line;
-  if (!in.Next(&line)) return in.Error("empty file");
-  const std::vector<std::string> header = Split(line, ',');
-  std::map<std::string, size_t> col;
-  for (size_t i = 0; i < header.size(); i++) col[Trim(header[i])] = i;
-  for (const char* need : {"name", "num_gpu", "qos", "creation_time", "deletion_time", "scheduled_time"}) {
-    if (!col.count(need)) return in.Error(std::string("header has no column ") + need);
-  }
+  HeaderCsv in(path);
+  STINT_RETURN_IF_ERROR(in.Open({"name", "num_gpu", "qos", "creation_time", "deletion_time", "scheduled_time"}));
   std::vector<SimJob> out;
   double t0 = kForever;
-  while (in.Next(&line)) {
-    if (Trim(line).empty()) continue;
-    const std::vector<std::string> f = Split(line, ',');
-    if (f.size() != header.size()) {
-      return in.Error("expected " + std::to_string(header.size()) + " fields, got " + std::to_string(f.size()));
-    }
+  for (;;) {
+    STINT_ASSIGN_OR_RETURN(bool row, in.Next());
+    if (!row) break;
     int64_t gpus = 0;
     double created = 0, deleted = 0, scheduled = 0;
-    if (!ParseInt(f[col["num_gpu"]], &gpus) || gpus < 0) return in.Error("num_gpu is not an integer >= 0");
-    if (!ParseDouble(f[col["creation_time"]], &created)) return in.Error("creation_time is not a number");
-    if (!ParseDouble(f[col["deletion_time"]], &deleted)) return in.Error("deletion_time is not a number");
-    if (!ParseDouble(f[col["scheduled_time"]], &scheduled)) return in.Error("scheduled_time is not a number");
+    if (!ParseInt(in["num_gpu"], &gpus) || gpus < 0) return in.Error("num_gpu is not an integer >= 0");
+    if (!ParseDouble(in["creation_time"], &created)) return in.Error("creation_time is not a number");
+    if (!ParseDouble(in["deletion_time"], &deleted)) return in.Error("deletion_time is not a number");
+    if (!ParseDouble(in["scheduled_time"], &scheduled)) return in.Error("scheduled_time is not a number");
     if (gpus == 0 || deleted <= scheduled) continue;
     t0 = std::min(t0, created);
-    SimJob j = MakeJob(d, "alibaba/" + Trim(f[col["name"]]), "default", created, static_cast<int>(gpus),
+    SimJob j = MakeJob(d, "alibaba/" + Trim(in["name"]), "default", created, static_cast<int>(gpus),
                        deleted - scheduled);
-    const std::string qos = Trim(f[col["qos"]]);
+    const std::string qos = Trim(in["qos"]);
     if (qos == "LS" || qos == "Guaranteed") j.priority = coord::Priority::kHigh;
     if (qos == "BE") j.priority = coord::Priority::kLow;
     out.push_back(j);
