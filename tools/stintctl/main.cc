@@ -101,11 +101,7 @@ class Ctl {
     req.path = path;
     req.body = std::move(body);
     auto reply = http_->Call(req);
-    if (!reply.ok()) {
-      const Status& s = reply.status();
-      std::cerr << "stintctl: " << s.message() << "\n";
-      return s.code() == Code::kUnavailable ? kExitUnreachable : kExitRefused;
-    }
+    if (!reply.ok()) return Failed(reply.status());
     if (json_) {
       std::cout << reply->text;
       if (reply->text.empty() || reply->text.back() != '\n') std::cout << "\n";
@@ -126,11 +122,7 @@ class Ctl {
       req.method = "GET";
       req.path = path;
       auto reply = http_->Call(req);
-      if (!reply.ok()) {
-        const Status& s = reply.status();
-        std::cerr << "stintctl: " << s.message() << "\n";
-        return s.code() == Code::kUnavailable ? kExitUnreachable : kExitRefused;
-      }
+      if (!reply.ok()) return Failed(reply.status());
       by_path[path] = reply->body;
       answers.push_back(std::move(reply->body));
     }
@@ -139,6 +131,12 @@ class Ctl {
   }
 
  private:
+  // Says why a request failed; the exit status tells unreachable from refused.
+  static int Failed(const Status& s) {
+    std::cerr << "stintctl: " << s.message() << "\n";
+    return s.code() == Code::kUnavailable ? kExitUnreachable : kExitRefused;
+  }
+
   std::unique_ptr<HttpJsonClient> http_;
   bool json_;
 };
