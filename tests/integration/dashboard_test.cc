@@ -383,19 +383,6 @@ std::string DecodePixels(const Png& png, std::vector<uint32_t>* rgb) {
 }
 #endif
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-bool WriteFile(const std::string& path, const std::string& data) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << data;
-  out.close();
-  return static_cast<bool>(out);
-}
 
 // mkdir -p; an error names the component that failed and why.
 std::string MakeDirs(const std::string& path) {
@@ -591,7 +578,7 @@ TEST_F(DashboardTest, ChromiumDrawsWindowsSegmentsQueueAndMetrics) {
     const std::string err = MakeDirs(artefacts);
     ASSERT_TRUE(err.empty()) << "STINT_ARTIFACT_DIR: " << err;
   }
-  ASSERT_TRUE(WriteFile(artefacts + "/dashboard.html", dom_text)) << "cannot write " << artefacts << "/dashboard.html";
+  ASSERT_TRUE(WriteWholeFile(artefacts + "/dashboard.html", dom_text)) << "cannot write " << artefacts << "/dashboard.html";
 
   Dom dom(dom_text);
   auto status = dom.Where("span", "", "id", "status");
@@ -753,7 +740,7 @@ TEST_F(DashboardTest, ChromiumDrawsWindowsSegmentsQueueAndMetrics) {
       /*merge_stderr=*/true);
   ASSERT_FALSE(shot.timed_out) << chromium_ << " did not exit; killed\n" << shot.output;
   ASSERT_EQ(shot.exit_code, 0) << shot.output;
-  const std::string png_bytes = ReadFile(png_path);
+  const std::string png_bytes = ReadWholeFile(png_path);
   ASSERT_FALSE(png_bytes.empty()) << "no screenshot at " << png_path << "\n" << shot.output;
   Png png;
   const std::string png_error = ReadPng(png_bytes, &png);

@@ -333,18 +333,6 @@ void ExpectSameState(const ClusterState& a, const ClusterState& b) {
   EXPECT_EQ(a.next_fencing_token, b.next_fencing_token);
 }
 
-std::string ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void WriteBytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-  ASSERT_TRUE(out.good()) << path;
-}
 
 bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 
@@ -618,7 +606,7 @@ TEST(StoreOpen, NewerSchemaVersionIsRefusedAndTheFileLeftAsItWas) {
     ASSERT_TRUE(store->Save(s, All(s)).ok());
   }
   ASSERT_EQ(RawSql(path, "PRAGMA user_version=3; PRAGMA user_version"), "3");
-  const std::string bytes = ReadBytes(path);
+  const std::string bytes = ReadWholeFile(path);
   auto store = Store::Open(path);
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), Code::kFailedPrecondition) << store.status().ToString();
@@ -626,7 +614,7 @@ TEST(StoreOpen, NewerSchemaVersionIsRefusedAndTheFileLeftAsItWas) {
   EXPECT_NE(store.status().message().find("version 3"), std::string::npos)
       << store.status().ToString();
   EXPECT_NE(store.status().message().find("1 to 2"), std::string::npos) << store.status().ToString();
-  EXPECT_TRUE(ReadBytes(path) == bytes) << "a refused open changed the file";
+  EXPECT_TRUE(ReadWholeFile(path) == bytes) << "a refused open changed the file";
   EXPECT_FALSE(Exists(path + "-wal"));
 }
 
@@ -636,20 +624,20 @@ TEST(StoreOpen, GarbageFileIsDataLossNamingThePathAndUntouched) {
   std::string garbage;
   std::mt19937 rng(7);
   for (int i = 0; i < 8192; ++i) garbage.push_back(static_cast<char>(rng()));
-  WriteBytes(path, garbage);
+  ASSERT_TRUE(WriteWholeFile(path, garbage)) << path;
   auto store = Store::Open(path);
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), Code::kDataLoss) << store.status().ToString();
   EXPECT_NE(store.status().message().find(path), std::string::npos) << store.status().ToString();
-  EXPECT_TRUE(ReadBytes(path) == garbage) << "a refused open changed the file";
+  EXPECT_TRUE(ReadWholeFile(path) == garbage) << "a refused open changed the file";
   EXPECT_FALSE(Exists(path + "-wal"));
   EXPECT_FALSE(Exists(path + "-journal"));
 
   // Text that is not SQLite either, e.g. a config file passed as --db.
-  WriteBytes(path, "listen = \"0.0.0.0:8080\"\n");
+  ASSERT_TRUE(WriteWholeFile(path, "listen = \"0.0.0.0:8080\"\n")) << path;
   store = Store::Open(path);
   EXPECT_EQ(store.status().code(), Code::kDataLoss) << store.status().ToString();
-  EXPECT_EQ(ReadBytes(path), "listen = \"0.0.0.0:8080\"\n");
+  EXPECT_EQ(ReadWholeFile(path), "listen = \"0.0.0.0:8080\"\n");
 }
 
 TEST(StoreOpen, TruncatedFileIsDataLossAndUntouched) {
@@ -665,17 +653,17 @@ TEST(StoreOpen, TruncatedFileIsDataLossAndUntouched) {
     ASSERT_TRUE(store->Save(s, All(s)).ok());
   }
   ASSERT_FALSE(Exists(path + "-wal")) << "a clean close checkpoints and removes the WAL";
-  const std::string whole = ReadBytes(path);
+  const std::string whole = ReadWholeFile(path);
   ASSERT_GT(whole.size(), 16u * 4096);
   for (size_t size : {whole.size() / 2, whole.size() - 4096, size_t{60}}) {
     SCOPED_TRACE(::testing::Message() << "truncated to " << size << " of " << whole.size());
     const std::string cut = whole.substr(0, size);
-    WriteBytes(path, cut);
+    ASSERT_TRUE(WriteWholeFile(path, cut)) << path;
     auto store = Store::Open(path);
     ASSERT_FALSE(store.ok());
     EXPECT_EQ(store.status().code(), Code::kDataLoss) << store.status().ToString();
     EXPECT_NE(store.status().message().find(path), std::string::npos) << store.status().ToString();
-    EXPECT_TRUE(ReadBytes(path) == cut) << "a refused open changed the file";
+    EXPECT_TRUE(ReadWholeFile(path) == cut) << "a refused open changed the file";
   }
 }
 
@@ -689,17 +677,17 @@ TEST(StoreOpen, DamagedPageFailsTheIntegrityCheck) {
     for (int64_t id = 1; id <= 400; ++id) s.jobs[id] = test::CrashJob(id);
     ASSERT_TRUE(store->Save(s, All(s)).ok());
   }
-  std::string bytes = ReadBytes(path);
+  std::string bytes = ReadWholeFile(path);
   ASSERT_GT(bytes.size(), 8u * 4096);
   // Scribble over the header of a page past the schema and the tables'
   // roots: the file header stays valid, the jobs b-tree does not.
   for (size_t i = 6 * 4096; i < 6 * 4096 + 64; ++i) bytes[i] = static_cast<char>(0xA5);
-  WriteBytes(path, bytes);
+  ASSERT_TRUE(WriteWholeFile(path, bytes)) << path;
   auto store = Store::Open(path);
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), Code::kDataLoss) << store.status().ToString();
   EXPECT_NE(store.status().message().find(path), std::string::npos) << store.status().ToString();
-  EXPECT_TRUE(ReadBytes(path) == bytes) << "a refused open changed the file";
+  EXPECT_TRUE(ReadWholeFile(path) == bytes) << "a refused open changed the file";
 }
 
 TEST(StoreOpen, OtherSqliteDatabaseIsRefusedAndUntouched) {
@@ -709,12 +697,12 @@ TEST(StoreOpen, OtherSqliteDatabaseIsRefusedAndUntouched) {
                    "CREATE TABLE people (name TEXT); INSERT INTO people VALUES ('ann'); "
                    "SELECT count(*) FROM people"),
             "1");
-  const std::string bytes = ReadBytes(path);
+  const std::string bytes = ReadWholeFile(path);
   auto store = Store::Open(path);
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), Code::kFailedPrecondition) << store.status().ToString();
   EXPECT_NE(store.status().message().find(path), std::string::npos) << store.status().ToString();
-  EXPECT_TRUE(ReadBytes(path) == bytes) << "a refused open changed the file";
+  EXPECT_TRUE(ReadWholeFile(path) == bytes) << "a refused open changed the file";
 }
 
 TEST(StoreOpen, MissingDirectoryIsAnIoError) {

@@ -1,6 +1,8 @@
 #include "util/temp_dir.h"
 
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 #include "stint/env.h"
@@ -16,5 +18,19 @@ TempDir::TempDir() {
 }
 
 TempDir::~TempDir() { RemoveRecursively(Env::Default(), path_).IgnoreError(); }
+
+std::string ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool WriteWholeFile(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+  out.close();
+  return static_cast<bool>(out);
+}
 
 }  // namespace stint
