@@ -111,6 +111,7 @@ ClusterState RichState() {
   j.segments = 9;
   j.preemptions = -7;
   j.lost_gpu_seconds = 1e300;
+  j.service_gpu_seconds = 123456.25;
   j.message = std::string("nul\0inside", 10) + "\n\ttabs; DROP TABLE jobs; --";
   s.jobs[j.id] = j;
   Job j2;  // defaults but for the id: the other end of every range
@@ -245,6 +246,7 @@ void ExpectSame(const Job& a, const Job& b) {
   EXPECT_EQ(a.preemptions, b.preemptions);
   ExpectSameDouble(a.lost_gpu_seconds, b.lost_gpu_seconds, "lost_gpu_seconds");
   EXPECT_EQ(a.message, b.message);
+  ExpectSameDouble(a.service_gpu_seconds, b.service_gpu_seconds, "service_gpu_seconds");
 }
 
 void ExpectSame(const Segment& a, const Segment& b) {
@@ -605,15 +607,15 @@ TEST(StoreOpen, NewerSchemaVersionIsRefusedAndTheFileLeftAsItWas) {
     ClusterState s = RichState();
     ASSERT_TRUE(store->Save(s, All(s)).ok());
   }
-  ASSERT_EQ(RawSql(path, "PRAGMA user_version=3; PRAGMA user_version"), "3");
+  ASSERT_EQ(RawSql(path, "PRAGMA user_version=4; PRAGMA user_version"), "4");
   const std::string bytes = ReadWholeFile(path);
   auto store = Store::Open(path);
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), Code::kFailedPrecondition) << store.status().ToString();
   EXPECT_NE(store.status().message().find(path), std::string::npos) << store.status().ToString();
-  EXPECT_NE(store.status().message().find("version 3"), std::string::npos)
+  EXPECT_NE(store.status().message().find("version 4"), std::string::npos)
       << store.status().ToString();
-  EXPECT_NE(store.status().message().find("1 to 2"), std::string::npos) << store.status().ToString();
+  EXPECT_NE(store.status().message().find("1 to 3"), std::string::npos) << store.status().ToString();
   EXPECT_TRUE(ReadWholeFile(path) == bytes) << "a refused open changed the file";
   EXPECT_FALSE(Exists(path + "-wal"));
 }
@@ -729,7 +731,7 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
     ASSERT_NE(store, nullptr);
   }
   EXPECT_EQ(RawSql(path, "PRAGMA journal_mode"), "wal");
-  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "2");
+  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "3");
   EXPECT_EQ(RawSql(path, "PRAGMA quick_check"), "ok");
   // Reopened as often as wanted.
   for (int i = 0; i < 3; ++i) {
@@ -738,34 +740,45 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
   }
 }
 
-// A version-1 file (before the rendezvous table) opens with everything it
-// held and gains the table.
-TEST(StoreOpen, VersionOneFileIsMigratedKeepingItsRows) {
+// Older files open with everything they held and gain what they lack: a
+// version-1 file the rendezvous table (and the column below), a version-2
+// file the jobs column service_gpu_seconds, 0 for the jobs already there.
+void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::string& version, bool had_rendezvous) {
   TempDir dir;
   const std::string path = dir.Sub("stintd.db");
   ClusterState s = RichState();
-  s.rendezvous.clear();
+  if (!had_rendezvous) s.rendezvous.clear();
   {
     auto store = OpenOrDie(path);
     ASSERT_NE(store, nullptr);
     ASSERT_TRUE(store->Save(s, All(s)).ok());
   }
-  ASSERT_EQ(RawSql(path, "DROP TABLE rendezvous; PRAGMA user_version=1; PRAGMA user_version"), "1");
+  ASSERT_EQ(RawSql(path, downgrade_sql + " PRAGMA user_version=" + version + "; PRAGMA user_version"), version);
+  for (auto& [id, job] : s.jobs) job.service_gpu_seconds = 0;
   {
     auto store = OpenOrDie(path);
     ASSERT_NE(store, nullptr);
     Result<ClusterState> loaded = store->Load();
     ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
     ExpectSameState(s, *loaded);
-    s.rendezvous = RichState().rendezvous;
+    s = RichState();
     ASSERT_TRUE(store->Save(s, All(s)).ok());
   }
-  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "2");
+  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "3");
   auto store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
   Result<ClusterState> loaded = store->Load();
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   ExpectSameState(s, *loaded);
+}
+
+TEST(StoreOpen, VersionOneFileIsMigratedKeepingItsRows) {
+  ExpectMigratedKeepingItsRows("DROP TABLE rendezvous; ALTER TABLE jobs DROP COLUMN service_gpu_seconds;", "1",
+                               /*had_rendezvous=*/false);
+}
+
+TEST(StoreOpen, VersionTwoFileIsMigratedKeepingItsRows) {
+  ExpectMigratedKeepingItsRows("ALTER TABLE jobs DROP COLUMN service_gpu_seconds;", "2", /*had_rendezvous=*/true);
 }
 
 // ---------------------------------------------------------------------------

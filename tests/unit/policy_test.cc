@@ -826,9 +826,10 @@ TEST(PolicyPreempt, CriticalIsNeverPreempted) {
   EXPECT_EQ(Info(plan, j).reason, BlockReason::kPriority);
 }
 
-TEST(PolicyPreempt, EqualLevelIsNeverPreempted) {
+TEST(PolicyPreempt, EqualLevelInTheSameServiceClassIsNeverPreempted) {
   Cluster c;
-  FullWindow(c, Priority::kHigh);
+  Segment& seg = FullWindow(c, Priority::kHigh);
+  c.JobOf(seg).service_gpu_seconds = Hours(0.9) / 1000.0;  // still class 0
   c.Pending(8, Priority::kHigh);
   EXPECT_TRUE(PlanAt(c.s).notices.empty());
 }
@@ -1097,6 +1098,110 @@ TEST(PolicyStats, HeadThatFitsNowhereFragmentsEverything) {
   c.Window(4);
   c.Pending(8);
   EXPECT_EQ(PlanAt(c.s).stats.fragmented_gpus, 8);
+}
+
+// ---------------------------------------------------------------- attained service
+
+constexpr double GpuHours(double h) { return h * 3600; }
+
+TEST(PolicyService, ClassesStepAtOneTenAndAHundredGpuHours) {
+  const PolicyConfig config;
+  Job j;
+  const std::vector<std::pair<double, int>> steps = {
+      {0, 0}, {GpuHours(0.99), 0}, {GpuHours(1), 1}, {GpuHours(9.9), 1}, {GpuHours(10), 2}, {GpuHours(100), 3},
+      {GpuHours(1e6), 3}};  // the deepest class is service_classes - 1
+  for (const auto& [service, expected] : steps) {
+    j.service_gpu_seconds = service;
+    EXPECT_EQ(ServiceClass(j, config), expected) << service;
+  }
+  PolicyConfig two = config;
+  two.service_classes = 2;
+  EXPECT_EQ(ServiceClass(j, two), 1);
+  PolicyConfig coarse = config;
+  coarse.service_class_gpu_hours = 50;
+  j.service_gpu_seconds = GpuHours(49);
+  EXPECT_EQ(ServiceClass(j, coarse), 0);
+}
+
+TEST(PolicyService, LessAttainedServiceGoesFirstWithinALevelButNeverAcrossOne) {
+  Cluster c;
+  Job& served = c.Pending(1, Priority::kMedium, Hours(1));  // waited longer, but had 20 GPU-h
+  served.service_gpu_seconds = GpuHours(20);
+  const int64_t fresh = c.Pending(1, Priority::kMedium).id;
+  Job& high = c.Pending(1, Priority::kHigh);  // the deepest class still beats a fresh MEDIUM
+  high.service_gpu_seconds = GpuHours(1e4);
+  const Plan plan = PlanAt(c.s);
+  EXPECT_EQ(Order(plan), (std::vector<int64_t>{high.id, fresh, served.id}));
+  EXPECT_EQ(Info(plan, served.id).service_class, 2);
+  EXPECT_DOUBLE_EQ(Info(plan, served.id).score_service, -600);
+  EXPECT_DOUBLE_EQ(Info(plan, fresh).score_service, 0);
+  EXPECT_DOUBLE_EQ(Info(plan, high.id).score, 2000 - 900);
+  // Aging lifts the served job back after long enough (600 points: 6 h).
+  served.eligible_ms = kNow - Hours(6.5);
+  EXPECT_EQ(Order(PlanAt(c.s)), (std::vector<int64_t>{high.id, served.id, fresh}));
+  // Off: the older job first again.
+  PolicyConfig off;
+  off.service_class_points = 0;
+  served.eligible_ms = kNow - Hours(1);
+  EXPECT_EQ(Order(PlanAt(c.s, kNow, off)), (std::vector<int64_t>{high.id, served.id, fresh}));
+}
+
+TEST(PolicyService, NewJobPreemptsItsLevelsJobThatHadAClassMore) {
+  Cluster c;
+  Segment& victim = FullWindow(c, Priority::kMedium);
+  c.JobOf(victim).service_gpu_seconds = GpuHours(8);  // class 1
+  const int64_t fresh = c.Pending(8, Priority::kMedium).id;
+  const Plan plan = PlanAt(c.s);
+  ASSERT_EQ(plan.notices.size(), 1u) << Dump(plan);
+  EXPECT_EQ(plan.notices[0].segment_id, victim.id);
+  EXPECT_EQ(plan.notices[0].reason, NoticeReason::kPreempted);
+  EXPECT_EQ(plan.notices[0].for_job_id, fresh);
+  EXPECT_EQ(plan.notices[0].deadline_ms, kNow + Sec(40));
+  EXPECT_EQ(Info(plan, fresh).reason, BlockReason::kPreempting);
+  EXPECT_NE(Info(plan, fresh).detail.find("service class"), std::string::npos) << Info(plan, fresh).detail;
+  // LOW jobs too: the rule is per level.
+  c.JobOf(victim).priority = Priority::kLow;
+  c.s.jobs.at(fresh).priority = Priority::kLow;
+  EXPECT_EQ(PlanAt(c.s).notices.size(), 1u);
+}
+
+TEST(PolicyService, NoSameLevelPreemptionWithoutTheClassGapOrTheMinimumRun) {
+  Cluster c;
+  Segment& victim = FullWindow(c, Priority::kMedium);
+  Job& running = c.JobOf(victim);
+  running.service_gpu_seconds = GpuHours(8);  // class 1
+  Job& pending = c.Pending(8, Priority::kMedium);
+  pending.service_gpu_seconds = GpuHours(2);  // class 1 too
+  EXPECT_TRUE(PlanAt(c.s).notices.empty());
+  PolicyConfig gap2;
+  gap2.service_preempt_classes = 2;
+  pending.service_gpu_seconds = 0;
+  EXPECT_TRUE(PlanAt(c.s, kNow, gap2).notices.empty());  // one class apart, two needed
+  running.service_gpu_seconds = GpuHours(10);
+  EXPECT_EQ(PlanAt(c.s, kNow, gap2).notices.size(), 1u);
+  PolicyConfig off;
+  off.service_preempt_classes = 0;
+  EXPECT_TRUE(PlanAt(c.s, kNow, off).notices.empty());
+  victim.start_ms = kNow - Sec(599);  // younger than min_run
+  EXPECT_TRUE(PlanAt(c.s).notices.empty());
+  victim.start_ms = kNow - Sec(600);
+  running.priority = Priority::kCritical;  // never preempted, whatever its service
+  pending.priority = Priority::kCritical;
+  EXPECT_TRUE(PlanAt(c.s).notices.empty());
+}
+
+TEST(PolicyService, TakesTheMostServedVictimOfTheLevel) {
+  Cluster c;
+  const int64_t w = c.Window(8);
+  Segment& less = c.Running({{w, 4}}, Priority::kMedium, Hours(3));
+  c.JobOf(less).service_gpu_seconds = GpuHours(12);  // class 2, and cheaper: checkpointed just now
+  c.JobOf(less).checkpoint_ms = kNow - Sec(1);
+  Segment& more = c.Running({{w, 4}}, Priority::kMedium, Hours(3));
+  c.JobOf(more).service_gpu_seconds = GpuHours(120);  // class 3
+  c.Pending(4, Priority::kMedium);
+  const Plan plan = PlanAt(c.s);
+  ASSERT_EQ(plan.notices.size(), 1u);
+  EXPECT_EQ(plan.notices[0].segment_id, more.id);
 }
 
 TEST(Policy, SameInputGivesTheSamePlan) {

@@ -235,6 +235,23 @@ TEST_F(TransitionsTest, AccountTimeIntegratesUsageWithHalfLifeDecay) {
   EXPECT_NEAR(s_.teams.at("ml").usage_gpu_seconds, after_10s / 2, 1e-9);
 }
 
+TEST_F(TransitionsTest, AccountTimeAddsAttainedServiceOnlyWhileRunning) {
+  const int64_t running = Submit(4);
+  const int64_t waiting = Submit(4);
+  Start(running, 4);
+  PolicyConfig config;
+  Changes ch;
+  AccountTime(s_, kT0, config, &ch);
+  AccountTime(s_, kT0 + 10'000, config, &ch);
+  AccountTime(s_, kT0 + 25'000, config, &ch);
+  EXPECT_DOUBLE_EQ(s_.jobs.at(running).service_gpu_seconds, 4 * 25.0);  // no decay: it is what the job had
+  EXPECT_DOUBLE_EQ(s_.jobs.at(waiting).service_gpu_seconds, 0);
+  Changes end;
+  ASSERT_TRUE(CancelJob(s_, running, "", kT0 + 25'000, &end).ok());
+  AccountTime(s_, kT0 + 100'000, config, &ch);
+  EXPECT_DOUBLE_EQ(s_.jobs.at(running).service_gpu_seconds, 4 * 25.0);
+}
+
 TEST_F(TransitionsTest, StartsRecordTheirWaitInTheHistogram) {
   const int64_t job = Submit(2);
   Start(job, 2, kT0 + 30'000);  // waited 30 s

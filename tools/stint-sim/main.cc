@@ -89,6 +89,10 @@ int main(int argc, char** argv) {
   app.add_option("--plan-depth", so.stint.plan_depth, "stint PolicyConfig.plan_depth");
   app.add_option("--aging-points", so.stint.aging_points_per_hour, "stint PolicyConfig.aging_points_per_hour");
   app.add_option("--fair-share-points", so.stint.fair_share_points, "stint PolicyConfig.fair_share_points");
+  app.add_option("--service-class-points", so.stint.service_class_points,
+                 "stint PolicyConfig.service_class_points");
+  app.add_option("--service-class-gpu-hours", so.stint.service_class_gpu_hours,
+                 "stint PolicyConfig.service_class_gpu_hours");
   app.add_option("--min-run-s", so.stint.min_run_seconds, "stint min_run_seconds (also Slurm PreemptExemptTime)");
   app.add_option("--safety-s", so.stint.safety_seconds, "stint safety_seconds (also Slurm GraceTime margin)");
   app.add_option("--tick-s", eo.tick_s, "schedule at least this often while jobs wait (virtual s)");

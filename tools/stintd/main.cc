@@ -56,6 +56,18 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--usage-half-life-seconds", p.usage_half_life_seconds, "team usage decay")->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--service-class-points", p.service_class_points,
+                 "points off per attained-service class (0: classes do not order the queue)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--service-class-gpu-hours", p.service_class_gpu_hours, "attained GPU-hours of the first class step")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--service-class-factor", p.service_class_factor, "each next class step is this many times the last")
+      ->capture_default_str()->check(CLI::Range(1.0, 1e6));
+  app.add_option("--service-classes", p.service_classes, "number of attained-service classes")
+      ->capture_default_str()->check(CLI::Range(1, 64));
+  app.add_option("--service-preempt-classes", p.service_preempt_classes,
+                 "a job preempts its own level's segments this many classes above it (0: never)")
+      ->capture_default_str()->check(CLI::Range(0, 64));
   app.add_option("--plan-depth", p.plan_depth, "pending jobs planned per pass")->capture_default_str()
       ->check(CLI::Range(1, 1000000));
   CLI11_PARSE(app, argc, argv);

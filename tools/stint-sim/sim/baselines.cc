@@ -400,9 +400,18 @@ class SlurmScheduler : public QueueScheduler {
 }  // namespace
 
 std::vector<std::string> AllPolicyNames() {
-  return {"fifo",          "easy",           "slurm",          "stint",
-          "stint-no-backfill", "stint-no-aging", "stint-no-fairshare", "stint-no-preemption",
-          "stint-no-notices",  "stint-no-estimates"};
+  return {"fifo",
+          "easy",
+          "slurm",
+          "stint",
+          "stint-no-backfill",
+          "stint-no-aging",
+          "stint-no-fairshare",
+          "stint-no-service",
+          "stint-no-service-preemption",
+          "stint-no-preemption",
+          "stint-no-notices",
+          "stint-no-estimates"};
 }
 
 Result<PolicySpec> ParsePolicy(const std::string& name, const SchedulerOptions& o) {
@@ -427,6 +436,11 @@ Result<PolicySpec> ParsePolicy(const std::string& name, const SchedulerOptions& 
       p.stint.guarantee_bonus_points = 0;
     } else if (name == "stint-no-preemption") {
       p.stint.min_run_seconds = 1e12;
+    } else if (name == "stint-no-service") {
+      p.stint.service_class_points = 0;
+      p.stint.service_preempt_classes = 0;
+    } else if (name == "stint-no-service-preemption") {
+      p.stint.service_preempt_classes = 0;
     } else if (name == "stint-no-notices") {
       p.workers_ignore_notices = true;
     } else if (name == "stint-no-estimates") {

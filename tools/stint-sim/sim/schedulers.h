@@ -44,7 +44,9 @@ struct SchedulerOptions {
 // Names: fifo, easy, slurm, stint, stint-no-backfill (plan_depth = 1),
 // stint-no-aging (aging_points_per_hour = 0), stint-no-fairshare
 // (fair_share_points = 0, guarantee_bonus_points = 0), stint-no-preemption
-// (min_run_seconds = 1e12), stint-no-notices (workers ignore notices),
+// (min_run_seconds = 1e12), stint-no-service (service_class_points = 0,
+// service_preempt_classes = 0), stint-no-service-preemption
+// (service_preempt_classes = 0), stint-no-notices (workers ignore notices),
 // stint-no-estimates (remaining_seconds = 0: no runtime knowledge).
 Result<PolicySpec> ParsePolicy(const std::string& name, const SchedulerOptions& options);
 std::vector<std::string> AllPolicyNames();

@@ -101,6 +101,7 @@ struct Job {
   int segments = 0;                   // started so far
   int preemptions = 0;                // segments ended by a priority preemption
   double lost_gpu_seconds = 0;        // work lost by segments that did not checkpoint in time
+  double service_gpu_seconds = 0;     // attained service: GPU-seconds its segments have held
   std::string message;                // last failure or cancel reason, for visibility
 };
 

@@ -30,13 +30,17 @@ double ScoreParts(const Job& job, TimeMs now, const PolicyConfig& c, int team_he
   const double guarantee = team != nullptr && team_held < team->guaranteed_gpus ? c.guarantee_bonus_points : 0.0;
   const double share = team != nullptr && usage_sum > 0 ? team->usage_gpu_seconds / usage_sum : 0.0;
   const double fair_share = -c.fair_share_points * share;
-  const double score = level + aging + guarantee + fair_share;
+  const int service_class = ServiceClass(job, c);
+  const double service = -c.service_class_points * service_class;
+  const double score = level + aging + guarantee + fair_share + service;
   if (info != nullptr) {
     info->score = score;
     info->score_level = level;
     info->score_aging = aging;
     info->score_guarantee = guarantee;
     info->score_fair_share = fair_share;
+    info->score_service = service;
+    info->service_class = service_class;
   }
   return score;
 }
@@ -104,6 +108,7 @@ class Planner {
     TimeMs deadline;  // if preempted now
     TimeMs release;   // when it would have ended
     int team;         // its TeamState::profile
+    int service_class;
     double cost;      // GPU-seconds lost + spent restarting
     std::vector<VictimPart> parts;
     bool taken = false;
@@ -206,7 +211,7 @@ class Planner {
         d = std::max(d, seg.deadline_ms);
       }
 
-      Victim v{&seg, job, 0, release, team, 0, {}, false};
+      Victim v{&seg, job, 0, release, team, job != nullptr ? ServiceClass(*job, c_) : 0, 0, {}, false};
       for (const Allocation& a : seg.allocs) {
         const int slot = SlotOf(a.window_id);
         if (slot < 0) continue;
@@ -475,9 +480,19 @@ class Planner {
   // Looks for the cheapest minimal set of victims, all in one window, whose
   // release lets the job start before `unassisted` (its start without a
   // preemption). On success notifies them and returns the job's fit.
+  // A lower level, or the same level and at least service_preempt_classes
+  // classes above: aging orders the queue but never gives the right to
+  // take GPUs from a running job.
+  bool MayPreempt(const Job& job, int job_class, const Victim& victim) const {
+    if (victim.job->priority != job.priority) return victim.job->priority < job.priority;
+    return c_.service_preempt_classes > 0 && victim.service_class >= job_class + c_.service_preempt_classes;
+  }
+
   bool TryPreempt(const JobCtx& j, TimeMs unassisted, Fit* out) {
     const Job& job = *j.job;
-    if (job.priority == Priority::kLow || victims_.empty()) return false;
+    if (victims_.empty()) return false;
+    if (job.priority == Priority::kLow && c_.service_preempt_classes <= 0) return false;
+    const int job_class = j.info->service_class;
     std::vector<int> best;
     double best_cost = 0;
     int best_slot = -1;
@@ -489,20 +504,20 @@ class Planner {
         cands.clear();
         for (size_t v = 0; v < victims_.size(); v++) {
           const Victim& victim = victims_[v];
-          // Strictly lower base level: aging orders the queue but never
-          // gives the right to take GPUs from a running job.
-          if (victim.taken || victim.job->priority >= job.priority) continue;
+          if (victim.taken || !MayPreempt(job, job_class, victim)) continue;
           if (std::any_of(victim.parts.begin(), victim.parts.end(),
                           [slot](const VictimPart& p) { return p.slot == slot; })) {
             cands.push_back(static_cast<int>(v));
           }
         }
         if (cands.empty()) continue;
-        // Lowest level first, then the cheapest, then the youngest segment.
+        // Lowest level first, then the most attained service, then the
+        // cheapest, then the youngest segment.
         std::sort(cands.begin(), cands.end(), [this](int a, int b) {
           const Victim& x = victims_[a];
           const Victim& y = victims_[b];
           if (x.job->priority != y.job->priority) return x.job->priority < y.job->priority;
+          if (x.service_class != y.service_class) return x.service_class > y.service_class;
           if (x.cost != y.cost) return x.cost < y.cost;
           if (x.seg->start_ms != y.seg->start_ms) return x.seg->start_ms > y.seg->start_ms;
           return x.seg->id < y.seg->id;
@@ -649,7 +664,7 @@ class Planner {
     PendingInfo& info = *j.info;
     if (preempting) {
       info.reason = BlockReason::kPreempting;
-      info.detail = "lower-priority segments were notified to make room; " + StartPhrase(fit);
+      info.detail = "segments of a lower priority or service class were notified to make room; " + StartPhrase(fit);
       return;
     }
     if (FitAt(j, now_, base_).start == now_) {
@@ -783,6 +798,16 @@ const char* BlockReasonName(BlockReason r) {
     case BlockReason::kDepth: return "depth";
   }
   return "unknown";
+}
+
+int ServiceClass(const Job& job, const PolicyConfig& config) {
+  int k = 0;
+  double threshold = config.service_class_gpu_hours * 3600.0;
+  while (k + 1 < config.service_classes && threshold > 0 && job.service_gpu_seconds >= threshold) {
+    k++;
+    threshold *= std::max(1.0, config.service_class_factor);
+  }
+  return k;
 }
 
 TimeMs MinSegmentMs(const Job& job, const PolicyConfig& config) {

@@ -7,8 +7,9 @@
 //   * which running segments get a notice now: at planned_end - (checkpoint
 //     estimate + safety) for a closing window or reservation, immediately for
 //     a revoked window, and for priority preemption (victims chosen
-//     checkpoint-aware, gang-aware and minimal, never CRITICAL, never an
-//     equal or higher level, never a segment younger than min_run);
+//     checkpoint-aware, gang-aware and minimal, never CRITICAL, never a
+//     higher level, the same level only from a job in a lower service
+//     class, never a segment younger than min_run);
 //   * which notified segments are lost (no ack by the deadline) and which
 //     segments are lost because every worker's lease expired;
 //   * for each pending job its position, blocking reason and planned start,
@@ -17,7 +18,7 @@
 // Ordering: base level (1000 points per priority level) + aging (points per
 // hour of waiting since the job became eligible, capped) + a bonus while the
 // job's team is below its guarantee - a fair-share penalty from the team's
-// decayed usage. Planning is conservative backfill over a per-window
+// decayed usage - a penalty per attained-service class. Planning is conservative backfill over a per-window
 // free-GPU profile: every job within plan_depth gets the earliest start that
 // delays no job ahead of it, so backfill never delays the head reservation.
 // Gangs are admitted atomically: a job gets >= min_gpus at once or nothing,
@@ -48,10 +49,29 @@ struct PolicyConfig {
   double min_run_seconds = 600;        // a segment younger than this is not preempted for priority
   double lease_ttl_seconds = 30;       // a worker not heard from for this long has left
   double start_grace_seconds = 120;    // a new segment's workers have this long to register
-  int plan_depth = 256;
+  // Attained-service classes (Tiresias' discretised least-attained-service,
+  // no runtime estimate needed): a job's class is the number of thresholds
+  // its service_gpu_seconds has passed, the first at service_class_gpu_hours,
+  // each next one service_class_factor times the last, at most
+  // service_classes - 1. Each class costs service_class_points, so at one
+  // level short and new jobs go first and a job that has had a lot of GPU
+  // time yields. The deepest class (900 points) stays above the next level
+  // down, and aging (capped at 1500) lifts a long waiter back. 0 points:
+  // classes do not order the queue.
+  double service_class_points = 300;
+  double service_class_gpu_hours = 1;
+  double service_class_factor = 10;
+  int service_classes = 4;
+  // A pending job may preempt a running segment of its own priority level
+  // (never CRITICAL, not younger than min_run) whose job is at least this
+  // many classes above its own: a checkpointed preemption costs C + R, so a
+  // new short job need not queue behind long ones. 0: only a higher level
+  // preempts.
+  int service_preempt_classes = 1;
+  int plan_depth = 256;  // pending jobs planned (and given a planned start) per pass
   // A rendezvous round with at least min workers closes this long after it
   // reached min, or at once when it reaches the segment's size.
-  double rendezvous_last_call_seconds = 3;                // pending jobs planned (and given a planned start) per pass
+  double rendezvous_last_call_seconds = 3;
 };
 
 // Why a pending job does not start now.
@@ -70,7 +90,8 @@ struct PendingInfo {
   int64_t job_id = 0;
   int position = 0;  // 1-based, in scheduling order
   double score = 0;  // the ordering score (sprio-style breakdown below)
-  double score_level = 0, score_aging = 0, score_guarantee = 0, score_fair_share = 0;
+  double score_level = 0, score_aging = 0, score_guarantee = 0, score_fair_share = 0, score_service = 0;
+  int service_class = 0;  // see PolicyConfig::service_class_points
   BlockReason reason = BlockReason::kNone;
   std::string detail;                 // one line, e.g. "window 3 closes in 120 s; needs 700 s"
   TimeMs planned_start_ms = kNever;   // from the backfill plan; kNever: not within the plan
@@ -116,6 +137,9 @@ struct Plan {
 // of `info`, which may be null).
 double JobScore(const ClusterState& state, const Job& job, TimeMs now, const PolicyConfig& config,
                 PendingInfo* info);
+
+// The job's attained-service class, 0 .. service_classes - 1.
+int ServiceClass(const Job& job, const PolicyConfig& config);
 
 // Minimum useful segment of a job: restart + one interval + checkpoint + safety.
 TimeMs MinSegmentMs(const Job& job, const PolicyConfig& config);

@@ -178,6 +178,7 @@ Result<int64_t> SubmitJob(ClusterState& s, Job j, TimeMs now, Changes* changes) 
   j.segments = 0;
   j.preemptions = 0;
   j.lost_gpu_seconds = 0;
+  j.service_gpu_seconds = 0;
   j.message.clear();
   s.jobs[j.id] = j;
   changes->jobs.insert(j.id);
@@ -430,7 +431,9 @@ void AccountTime(ClusterState& s, TimeMs now, const PolicyConfig& config, Change
     if (!SegmentActive(seg.state)) continue;
     used += seg.gpus();
     auto job = s.jobs.find(seg.job_id);
-    if (job != s.jobs.end()) team_gpus[job->second.team] += seg.gpus();
+    if (job == s.jobs.end()) continue;
+    team_gpus[job->second.team] += seg.gpus();
+    job->second.service_gpu_seconds += seg.gpus() * dt;
   }
   c.window_gpu_seconds += offered * dt;
   c.used_gpu_seconds += used * dt;
@@ -444,8 +447,9 @@ void AccountTime(ClusterState& s, TimeMs now, const PolicyConfig& config, Change
     t.usage_gpu_seconds = t.usage_gpu_seconds * std::exp2(-dt / half_life) + gpus * dt;
     t.usage_at_ms = now;
   }
-  // Team usage is soft between ticks; it is written with the teams when
-  // they change, and the server flushes it periodically.
+  // Team usage and job service are soft between ticks; they are written
+  // with the teams and jobs when those change, and the server flushes them
+  // periodically.
 }
 
 }  // namespace stint::coord

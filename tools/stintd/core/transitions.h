@@ -109,8 +109,9 @@ Status ReleaseWorker(ClusterState& s, int64_t worker_id, TimeMs now, Changes* ch
 bool FencingValid(const ClusterState& s, int64_t job_id, uint64_t token, TimeMs now,
                   TimeMs* valid_until_ms);
 
-// Integrates team usage (with half-life decay) and the window/used GPU-second
-// counters from counters.accounted_ms up to `now`.
+// Integrates team usage (with half-life decay), each running job's attained
+// service and the window/used GPU-second counters from
+// counters.accounted_ms up to `now`.
 void AccountTime(ClusterState& s, TimeMs now, const PolicyConfig& config, Changes* changes);
 
 }  // namespace stint::coord

@@ -419,12 +419,16 @@ void Coordinator::Tick() {
       AdvanceRendezvous(state_, now, options_.policy, &changes);
     }
     const bool rendezvous_changed = !changes.rendezvous.empty();
-    // Usage and the GPU-second counters are integrated every tick but
-    // written with the next decision or once per flush period: a crash
-    // loses at most that much accounting, and an idle tick costs no fsync.
+    // Usage, attained service and the GPU-second counters are integrated
+    // every tick but written with the next decision or once per flush
+    // period: a crash loses at most that much accounting, and an idle tick
+    // costs no fsync.
     changes.counters = false;
     if (now - usage_flushed_ms_ >= SecondsToMs(options_.usage_flush_seconds)) {
       for (const auto& [name, t] : state_.teams) changes.teams.insert(name);
+      for (const auto& [id, seg] : state_.segments) {
+        if (SegmentActive(seg.state)) changes.jobs.insert(seg.job_id);
+      }
       changes.counters = true;
       usage_flushed_ms_ = now;
     }

@@ -39,7 +39,7 @@ struct CoordinatorOptions {
   PolicyConfig policy;
   double tick_seconds = 0.5;
   double heartbeat_interval_seconds = 5;  // suggested to workers
-  double usage_flush_seconds = 60;        // team usage written this often
+  double usage_flush_seconds = 60;        // team usage and job service written this often
   // Milliseconds since the epoch; the system clock unless a test replaces it.
   std::function<TimeMs()> clock;
 };

@@ -67,6 +67,7 @@ json ToJson(const Job& j) {
           {"segments", j.segments},
           {"preemptions", j.preemptions},
           {"lost_gpu_seconds", j.lost_gpu_seconds},
+          {"service_gpu_seconds", j.service_gpu_seconds},
           {"message", j.message}};
 }
 
@@ -154,7 +155,9 @@ json ToJson(const ClusterState& s, const PendingInfo& p, TimeMs now) {
               {"score_level", p.score_level},
               {"score_aging", p.score_aging},
               {"score_guarantee", p.score_guarantee},
-              {"score_fair_share", p.score_fair_share}};
+              {"score_fair_share", p.score_fair_share},
+              {"score_service", p.score_service},
+              {"service_class", p.service_class}};
   auto job = s.jobs.find(p.job_id);
   if (job != s.jobs.end()) {
     const Job& j = job->second;

@@ -1,7 +1,7 @@
 // Store on SQLite: one file, WAL journal, synchronous=FULL, exclusive
 // locking (one stintd per file), schema version in PRAGMA user_version.
 //
-// Schema version 2 (tables are STRICT, so a value of the wrong type is
+// Schema version 3 (tables are STRICT, so a value of the wrong type is
 // refused when written, not discovered when read):
 //   pools, windows, teams, jobs, segments, workers: one row per object,
 //     one column per field of model.h, named as the field; enums as their
@@ -14,7 +14,9 @@
 //   meta: the one row (id 0) of next_id, next_fencing_token and every
 //     Counters field, wait_buckets as a JSON array.
 // A change to this layout raises kSchemaVersion and migrates older files in
-// Init(): version 1 -> 2 adds the rendezvous table.
+// Init(): version 1 -> 2 adds the rendezvous table, 2 -> 3 the jobs column
+// service_gpu_seconds (0 for the jobs already there: their service so far
+// is unknown, and counts from the migration on).
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -42,7 +44,7 @@ using internal::SqliteStmt;
 using internal::StatusFromSqlite;
 using internal::StepDone;
 
-constexpr int64_t kSchemaVersion = 2;
+constexpr int64_t kSchemaVersion = 3;
 // STRICT tables need 3.37. Checked at run time too: the shared library
 // loaded may be older than the header compiled against.
 constexpr int kMinSqliteVersion = 3037000;
@@ -170,7 +172,8 @@ const Table kJobs = {"jobs",
                       {"segments", Type::kInt},
                       {"preemptions", Type::kInt},
                       {"lost_gpu_seconds", Type::kReal},
-                      {"message", Type::kText}}};
+                      {"message", Type::kText},
+                      {"service_gpu_seconds", Type::kReal}}};
 
 const Table kSegments = {"segments",
                          {"id"},
@@ -413,6 +416,7 @@ Status BindRow(Binder& b, const Job& j) {
   b.Int(j.preemptions);
   b.Double(j.lost_gpu_seconds);
   b.Text(j.message);
+  b.Double(j.service_gpu_seconds);
   return Status::OK();
 }
 
@@ -442,6 +446,7 @@ Status ReadRow(RowReader& r, Job* j) {
   j->preemptions = r.Int32();
   j->lost_gpu_seconds = r.Double();
   j->message = r.Text();
+  j->service_gpu_seconds = r.Double();
   return Status::OK();
 }
 
@@ -831,6 +836,10 @@ Status SqliteStore::Init() {
 
   if (version == 0) STINT_RETURN_IF_ERROR(CreateSchema());
   if (version == 1) STINT_RETURN_IF_ERROR(Migrate(kRendezvous.Create(), 2));
+  if (version <= 2 && version != 0) {
+    // Appended, as the column is last in kJobs.
+    STINT_RETURN_IF_ERROR(Migrate("ALTER TABLE jobs ADD COLUMN service_gpu_seconds REAL DEFAULT 0", 3));
+  }
   return PrepareAll();
 }
 
@@ -839,7 +848,7 @@ Status SqliteStore::CreateSchema() {
   std::string sql = "BEGIN;\n";
   for (const Table* t : AllTables()) sql += t->Create() + ";\n";
   // In the same transaction: a crash leaves either no schema (and version
-  // 0, so the next Open creates it) or all of it at version 1.
+  // 0, so the next Open creates it) or all of it at kSchemaVersion.
   sql += "PRAGMA user_version=" + std::to_string(kSchemaVersion) + ";\nCOMMIT;";
   Status s = Exec(db, sql.c_str(), "create the schema");
   if (!s.ok() && !sqlite3_get_autocommit(db)) {
