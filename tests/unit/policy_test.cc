@@ -1190,6 +1190,25 @@ TEST(PolicyService, NoSameLevelPreemptionWithoutTheClassGapOrTheMinimumRun) {
   EXPECT_TRUE(PlanAt(c.s).notices.empty());
 }
 
+TEST(PolicyService, NoSameLevelPreemptionOfAJobWithLessWorkLeft) {
+  Cluster c;
+  Segment& victim = FullWindow(c, Priority::kMedium);
+  Job& running = c.JobOf(victim);
+  running.service_gpu_seconds = GpuHours(8);  // class 1
+  running.remaining_seconds = 600;            // 8 GPUs x 600 s left
+  Job& pending = c.Pending(8, Priority::kMedium);
+  pending.remaining_seconds = 3600;
+  EXPECT_TRUE(PlanAt(c.s).notices.empty());
+  pending.remaining_seconds = 599;
+  EXPECT_EQ(PlanAt(c.s).notices.size(), 1u);
+  pending.remaining_seconds = 0;  // unknown: the classes alone decide
+  EXPECT_EQ(PlanAt(c.s).notices.size(), 1u);
+  // Between levels the work left does not matter.
+  pending.remaining_seconds = 3600;
+  pending.priority = Priority::kHigh;
+  EXPECT_EQ(PlanAt(c.s).notices.size(), 1u);
+}
+
 TEST(PolicyService, TakesTheMostServedVictimOfTheLevel) {
   Cluster c;
   const int64_t w = c.Window(8);

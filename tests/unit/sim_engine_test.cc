@@ -2,7 +2,8 @@
 // conservation, and each baseline's known behaviour (FIFO head-of-line
 // blocking, EASY backfill that never delays the head's reservation, QOS
 // preemption with GraceTime), and stint's policy driven through
-// tools/stintd/core (graceful segment ends at a window's close).
+// tools/stintd/core (graceful segment ends at a window's close, a short job
+// preempting a long one of its level by attained service).
 #include <string>
 #include <vector>
 
@@ -118,6 +119,28 @@ TEST(SimStint, WindowCloseEndsTheSegmentGracefullyWhereFifoLosesWork) {
   EXPECT_GT(fifo.jobs[0].finish_s, stint.jobs[0].finish_s);
   const SimResult ignore = RunPolicy(w, "stint-no-notices");
   EXPECT_GT(ignore.lost_gpu_s, 0);
+}
+
+// A 10-hour job holds the only GPU; a 30-minute one arrives after 2 hours.
+// Once the long job has had 1 GPU-hour it is a service class above the
+// newcomer, which preempts it (checkpointed: nothing lost) instead of
+// queueing for 8 more hours; without the classes it waits.
+TEST(SimStint, AttainedServiceLetsAShortJobPreemptALongOneOfItsLevel) {
+  Workload w;
+  w.windows = FixedCapacity(1);
+  w.jobs = {Job(0, 0, 1, 36000), Job(1, 7200, 1, 1800)};
+  const SimResult las = RunPolicy(w, "stint");
+  ASSERT_EQ(las.conservation_violations, 0);
+  EXPECT_EQ(las.jobs[0].preemptions, 1);
+  EXPECT_DOUBLE_EQ(las.lost_gpu_s, 0);
+  EXPECT_LT(las.jobs[1].first_start_s, 7200 + 60);  // the victim's grace: C + safety
+  EXPECT_LT(las.jobs[1].finish_s, las.jobs[0].finish_s);
+  for (const char* policy : {"stint-no-service", "stint-no-service-preemption", "fifo"}) {
+    const SimResult r = RunPolicy(w, policy);
+    ASSERT_EQ(r.conservation_violations, 0) << policy;
+    EXPECT_EQ(r.jobs[0].preemptions, 0) << policy;
+    EXPECT_GE(r.jobs[1].first_start_s, r.jobs[0].finish_s - 1) << policy;
+  }
 }
 
 Workload Mixed(uint64_t seed) {

@@ -9,11 +9,12 @@
 // --out writes table.md, results.json, utilisation.svg and one event log per
 // policy. The same inputs and --seed give byte-identical event logs. See
 // METHOD.md for the model, the adapters and the metric definitions.
-#include <sys/stat.h>
-
 #include <chrono>
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -46,7 +47,7 @@ bool WriteFile(const std::string& path, const std::string& text) {
   out << text;
   out.close();
   if (!out) {
-    std::fprintf(stderr, "stint-sim: cannot write %s\n", path.c_str());
+    std::fprintf(stderr, "stint-sim: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
     return false;
   }
   return true;
@@ -119,7 +120,14 @@ int main(int argc, char** argv) {
     }
     specs.push_back(spec.value());
   }
-  if (!out_dir.empty()) mkdir(out_dir.c_str(), 0755);
+  if (!out_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(out_dir, ec);
+    if (ec) {
+      std::fprintf(stderr, "stint-sim: cannot create --out %s: %s\n", out_dir.c_str(), ec.message().c_str());
+      return 2;
+    }
+  }
 
   const Workload& w = workload.value();
   std::vector<SimResult> results;

@@ -481,11 +481,16 @@ class Planner {
   // release lets the job start before `unassisted` (its start without a
   // preemption). On success notifies them and returns the job's fit.
   // A lower level, or the same level and at least service_preempt_classes
-  // classes above: aging orders the queue but never gives the right to
-  // take GPUs from a running job.
+  // classes above with more work left (when both jobs know theirs: a job
+  // near its end is not stopped for one that needs longer, the case where
+  // sharing by attained service is worse than FIFO). Aging orders the
+  // queue but never gives the right to take GPUs from a running job.
   bool MayPreempt(const Job& job, int job_class, const Victim& victim) const {
     if (victim.job->priority != job.priority) return victim.job->priority < job.priority;
-    return c_.service_preempt_classes > 0 && victim.service_class >= job_class + c_.service_preempt_classes;
+    if (c_.service_preempt_classes <= 0 || victim.service_class < job_class + c_.service_preempt_classes) return false;
+    const double victim_left = victim.job->remaining_seconds * victim.job->max_gpus;
+    const double job_left = job.remaining_seconds * job.max_gpus;
+    return victim_left <= 0 || job_left <= 0 || victim_left > job_left;
   }
 
   bool TryPreempt(const JobCtx& j, TimeMs unassisted, Fit* out) {

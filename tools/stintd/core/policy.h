@@ -64,8 +64,9 @@ struct PolicyConfig {
   int service_classes = 4;
   // A pending job may preempt a running segment of its own priority level
   // (never CRITICAL, not younger than min_run) whose job is at least this
-  // many classes above its own: a checkpointed preemption costs C + R, so a
-  // new short job need not queue behind long ones. 0: only a higher level
+  // many classes above its own and, when both report remaining work, has
+  // more GPU-seconds left: a checkpointed preemption costs C + R, so a new
+  // short job need not queue behind long ones. 0: only a higher level
   // preempts.
   int service_preempt_classes = 1;
   int plan_depth = 256;  // pending jobs planned (and given a planned start) per pass
