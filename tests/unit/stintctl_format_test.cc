@@ -200,6 +200,12 @@ TEST(StintctlRender, WindowsTeamsSegmentsAndOneJob) {
       << j;
   EXPECT_NE(j.find("segments:"), std::string::npos);
   EXPECT_NE(j.find("preempted"), std::string::npos);
+
+  job["service_gpu_seconds"] = 7200;
+  job["pending"]["service_class"] = 1;
+  j = RenderJob(job, kNow);
+  EXPECT_NE(j.find("pending: position 1, service class 1, blocked by priority"), std::string::npos) << j;
+  EXPECT_NE(j.find("GPU time held"), std::string::npos) << j;
 }
 
 }  // namespace

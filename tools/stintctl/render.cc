@@ -204,13 +204,20 @@ std::string RenderJob(const Json& job, int64_t now_ms) {
   add("checkpoint at", TimeCell(job, "checkpoint_ms", now_ms));
   add("preemptions", Cell(job, "preemptions"));
   add("lost GPU time", DurationCell(job, "lost_gpu_seconds"));
+  add("GPU time held", DurationCell(job, "service_gpu_seconds"));
   add("message", Cell(job, "message"));
   std::string out = kv.Render();
   // Drop the FIELD/VALUE header: a key-value list reads better without it.
   out = out.substr(out.find('\n') + 1);
   const Json& pending = Field(job, "pending");
   if (pending.is_object()) {
-    out += "\npending: position " + Cell(pending, "position") + ", blocked by " + Cell(pending, "reason");
+    out += "\npending: position " + Cell(pending, "position");
+    // Attained-service class: why a job that has had GPU time sits behind newer ones.
+    int64_t service_class = 0;
+    if (Int(pending, "service_class", &service_class) && service_class > 0) {
+      out += ", service class " + std::to_string(service_class);
+    }
+    out += ", blocked by " + Cell(pending, "reason");
     const std::string detail = Cell(pending, "detail");
     if (detail != "-" && !detail.empty()) out += " (" + detail + ")";
     out += "; planned start " + (Field(pending, "planned_start_ms").is_null()
