@@ -477,9 +477,6 @@ class Planner {
     }
   }
 
-  // Looks for the cheapest minimal set of victims, all in one window, whose
-  // release lets the job start before `unassisted` (its start without a
-  // preemption). On success notifies them and returns the job's fit.
   // A lower level, or the same level and at least service_preempt_classes
   // classes above with more work left (when both jobs know theirs: a job
   // near its end is not stopped for one that needs longer, the case where
@@ -493,6 +490,9 @@ class Planner {
     return victim_left <= 0 || job_left <= 0 || victim_left > job_left;
   }
 
+  // Looks for the cheapest minimal set of victims, all in one window, whose
+  // release lets the job start before `unassisted` (its start without a
+  // preemption). On success notifies them and returns the job's fit.
   bool TryPreempt(const JobCtx& j, TimeMs unassisted, Fit* out) {
     const Job& job = *j.job;
     if (victims_.empty()) return false;
