@@ -1,6 +1,8 @@
-// The stint-sim binary on the real Tiresias job trace and Bamboo spot node
-// events: it writes the report files, two runs give the same event log,
-// and a malformed trace line is reported with its file and line.
+// The stint-sim binary: on the real Tiresias job trace and Bamboo spot node
+// events (skipped where ../shared/traces is absent) it writes the report
+// files and two runs give the same event log; on the synthetic workload
+// (always) the report says it is synthetic, and a malformed trace line is
+// reported with its file and line.
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -51,10 +53,21 @@ TEST(SimCli, ReplaysRealTiresiasJobsOnBambooSpotNodes) {
     EXPECT_FALSE(a.empty()) << p;
     EXPECT_EQ(a, Slurp(dir + "/b/events-" + p + ".log")) << p;
   }
+  Shell("rm -rf " + dir);
+}
+
+TEST(SimCli, SyntheticReplayIsLabelledAndBadInputNamesFileAndLine) {
+  const std::string dir = TempDir();
+  ASSERT_FALSE(dir.empty());
+  const std::string sim = STINT_SIM_PATH;
+  ASSERT_EQ(Shell(sim + " --synthetic-jobs 40 --policies fifo,stint --out " + dir + "/s > " + dir + "/s.txt 2>&1"), 0)
+      << Slurp(dir + "/s.txt");
+  const std::string table = Slurp(dir + "/s/table.md");
+  EXPECT_NE(table.find("[SYNTHETIC]"), std::string::npos) << table;
+  EXPECT_NE(table.find("| stint | 40/40 |"), std::string::npos) << table;
+  EXPECT_NE(Slurp(dir + "/s/utilisation.svg").find("<polyline"), std::string::npos);
   std::ofstream(dir + "/bad.csv") << "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n0,1,0,1,m\n";
-  EXPECT_EQ(Shell(std::string(STINT_SIM_PATH) + " --trace tiresias:" + dir + "/bad.csv --capacity fixed:8 > " + dir +
-                "/bad.txt 2>&1"),
-            2);
+  EXPECT_EQ(Shell(sim + " --trace tiresias:" + dir + "/bad.csv --capacity fixed:8 > " + dir + "/bad.txt 2>&1"), 2);
   EXPECT_NE(Slurp(dir + "/bad.txt").find(dir + "/bad.csv:2: expected 7"), std::string::npos) << Slurp(dir + "/bad.txt");
   Shell("rm -rf " + dir);
 }
