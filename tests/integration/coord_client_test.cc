@@ -52,13 +52,14 @@ class CoordClientTest : public ::testing::Test {
   json Job(int64_t id) { return admin_->Get("/v1/jobs/" + std::to_string(id)).body; }
   bool JobIn(int64_t id, const std::string& state) { return Job(id).value("state", "") == state; }
 
-  // A pool with one hard window and one running 1-GPU job; returns the job.
-  int64_t RunningJob(int64_t* window = nullptr) {
+  // A pool with one hard window and one running 1-GPU job whose checkpoint
+  // estimate is checkpoint_seconds; returns the job.
+  int64_t RunningJob(int64_t* window = nullptr, int checkpoint_seconds = 1) {
     EXPECT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
     auto w = admin_->Post("/v1/windows", {{"pool", "p"}, {"gpus", 4}, {"end_ms", WallNowMs() + 3600 * 1000}});
     EXPECT_EQ(w.status, 201) << w.text;
     if (window != nullptr) *window = w.body.value("id", int64_t{0});
-    auto j = admin_->Post("/v1/jobs", {{"name", "train"}, {"pool", "p"}, {"min_gpus", 1}, {"checkpoint_seconds", 1},
+    auto j = admin_->Post("/v1/jobs", {{"name", "train"}, {"pool", "p"}, {"min_gpus", 1}, {"checkpoint_seconds", checkpoint_seconds},
                                        {"restart_seconds", 0}, {"checkpoint_interval_seconds", 1}});
     EXPECT_EQ(j.status, 201) << j.text;
     const int64_t id = j.body.value("id", int64_t{0});
@@ -105,8 +106,10 @@ TEST_F(CoordClientTest, RegisterBeforeTheJobRunsIsAFailedPrecondition) {
 }
 
 TEST_F(CoordClientTest, AWindowCloseNoticeReachesThePreemptionWatcherThroughTheSession) {
+  // A checkpoint estimate of 6 s leaves the worker 7 s between the notice
+  // and the deadline to ack: room for a loaded test machine.
   int64_t window = 0;
-  const int64_t job = RunningJob(&window);
+  const int64_t job = RunningJob(&window, 6);
   auto watcher = PreemptionWatcher::Install();
   ASSERT_TRUE(watcher.ok()) << watcher.status().ToString();
   auto session = CoordinatorSession::Start(WorkerOptions(job), watcher->get());
@@ -115,9 +118,9 @@ TEST_F(CoordClientTest, AWindowCloseNoticeReachesThePreemptionWatcherThroughTheS
   (*session)->SetStep(5);
   EXPECT_FALSE((*watcher)->requested());
 
-  // The admin closes the window 4 s from now; stintd sends the notice at
-  // close - (checkpoint estimate + safety) = close - 2 s.
-  auto closed = admin_->Post("/v1/windows/" + std::to_string(window) + "/close", {{"lead_seconds", 4}});
+  // The admin closes the window 9 s from now; stintd sends the notice at
+  // close - (checkpoint estimate + safety) = close - 7 s.
+  auto closed = admin_->Post("/v1/windows/" + std::to_string(window) + "/close", {{"lead_seconds", 9}});
   ASSERT_EQ(closed.status, 200) << closed.text;
   ASSERT_TRUE(Eventually([&] { return (*watcher)->requested(); })) << Job(job).dump();
   auto notice = (*watcher)->notice();
@@ -125,15 +128,19 @@ TEST_F(CoordClientTest, AWindowCloseNoticeReachesThePreemptionWatcherThroughTheS
   json segment = Job(job)["segments"][0];
   EXPECT_EQ(notice->source, "coordinator " + segment["notice_reason"].get<std::string>());
   EXPECT_GT(notice->deadline, notice->received);
-  EXPECT_LE(notice->deadline - notice->received, std::chrono::seconds(5));
+  EXPECT_LE(notice->deadline - notice->received, std::chrono::seconds(7));
   auto coord_notice = (*session)->notice();
   ASSERT_TRUE(coord_notice.has_value());
   EXPECT_EQ(coord_notice->deadline_ms, segment["deadline_ms"].get<int64_t>());
   EXPECT_FALSE((*session)->fenced());
 
-  // The emergency checkpoint is durable: report it, give the GPUs back.
-  ASSERT_TRUE((*session)->ReportCheckpoint(5, 0.25, 4096).ok());
-  ASSERT_TRUE((*session)->Ack(5).ok());
+  // The emergency checkpoint is durable: report it, give the GPUs back. It
+  // took the estimated 6 s, so a minimum segment (interval + checkpoint +
+  // safety = 8 s) no longer fits before the close and the job waits.
+  Status reported = (*session)->ReportCheckpoint(5, 6.0, 4096);
+  ASSERT_TRUE(reported.ok()) << reported.ToString();
+  Status acked = (*session)->Ack(5);
+  ASSERT_TRUE(acked.ok()) << acked.ToString() << " " << Job(job).dump();
   json j = Job(job);
   EXPECT_EQ(j["state"], "PENDING") << j.dump();
   EXPECT_EQ(j["checkpoint_step"], 5);
