@@ -3,6 +3,7 @@
 // notice, ack, fencing), preemption, lost segments, visibility, metrics,
 // and kill -9 under load with nothing acknowledged lost.
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <atomic>
 #include <cstdio>
@@ -432,6 +433,20 @@ TEST_F(StintdTest, CorruptDatabaseIsRefusedWithItsPath) {
   std::remove((daemon_->db_path() + "-wal").c_str());
   EXPECT_FALSE(daemon_->Start());
   EXPECT_NE(daemon_->output().find(daemon_->db_path()), std::string::npos) << daemon_->output();
+}
+
+// A SIGTERM that arrives as soon as stintd says it listens, while its HTTP
+// thread may not have begun to accept yet, stops it (it once hung there:
+// cpp-httplib's stop() does nothing before listen starts).
+TEST(StintdStop, SigtermRightAfterListeningExitsCleanly) {
+  TempDir dir;
+  for (int i = 0; i < 100; ++i) {
+    StintdProcess daemon(STINTD_PATH, dir.path(), kFastArgs);
+    ASSERT_TRUE(daemon.Start()) << daemon.output();
+    const int status = daemon.Kill(SIGTERM, 30);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "start " << i << ": wait status " << status << "\n" << daemon.output();
+  }
 }
 
 }  // namespace

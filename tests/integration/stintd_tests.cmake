@@ -5,3 +5,8 @@ if(TARGET stintd)
   target_compile_definitions(stintd_test PRIVATE STINTD_PATH="$<TARGET_FILE:stintd>")
   add_dependencies(stintd_test stintd)
 endif()
+# HttpApi in process (Stop before or racing Serve).
+if(TARGET stintd_server)
+  stint_test(integration http_api_stop_test)
+  target_link_libraries(http_api_stop_test PRIVATE stintd_server)
+endif()

@@ -54,7 +54,9 @@ class StintdProcess {
   // means a fresh free port; a restart asks for the previous port so that
   // clients reconnect to the same address.
   bool Start();
-  void Kill(int sig);  // and reap
+  // Sends `sig` and reaps; a stintd still running after `limit_seconds`
+  // (a shutdown hang) is SIGKILLed. Returns the wait status.
+  int Kill(int sig, double limit_seconds = 60);
   bool running() const { return child_ != nullptr; }
   int port() const { return port_; }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }

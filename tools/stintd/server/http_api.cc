@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cstdio>
+#include <thread>
 
 #include "server/dashboard.h"
 #include "server/json_model.h"
@@ -179,11 +180,21 @@ Result<std::unique_ptr<HttpApi>> HttpApi::Bind(Coordinator* coordinator, TokenAu
 }
 
 Status HttpApi::Serve() {
-  if (!server_->listen_after_bind()) return Status::IoError("the HTTP server stopped with an error");
+  serve_entered_ = true;
+  const bool ok = stop_requested_ || server_->listen_after_bind();
+  serve_returned_ = true;
+  if (!ok) return Status::IoError("the HTTP server stopped with an error");
   return Status::OK();
 }
 
-void HttpApi::Stop() { server_->stop(); }
+void HttpApi::Stop() {
+  // Sequentially consistent flags: either Serve() sees stop_requested_ and
+  // never listens, or this sees serve_entered_ and waits until the listen
+  // has begun (or ended), when server_->stop() takes effect.
+  stop_requested_ = true;
+  while (serve_entered_ && !serve_returned_ && !server_->is_running()) std::this_thread::yield();
+  server_->stop();
+}
 
 void HttpApi::InstallRoutes() {
   using Handler = std::function<Reply(const httplib::Request&)>;

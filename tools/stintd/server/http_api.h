@@ -4,6 +4,7 @@
 #ifndef STINT_TOOLS_STINTD_SERVER_HTTP_API_H_
 #define STINT_TOOLS_STINTD_SERVER_HTTP_API_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -32,7 +33,9 @@ class HttpApi {
   int port() const { return port_; }
   // Serves until Stop(); returns an error if the server failed.
   Status Serve();
-  void Stop();  // thread-safe, also from another thread than Serve()'s
+  // Thread-safe, from any thread, before, during or after Serve(): a
+  // Serve() not yet started returns at once.
+  void Stop();
 
  private:
   HttpApi(Coordinator* coordinator, TokenAuth auth, HttpOptions options);
@@ -43,6 +46,11 @@ class HttpApi {
   const HttpOptions options_;
   std::unique_ptr<httplib::Server> server_;
   int port_ = 0;
+  // cpp-httplib's stop() does nothing until listen has begun, so Stop() and
+  // Serve() hand over through these (see Stop()).
+  std::atomic<bool> stop_requested_{false};
+  std::atomic<bool> serve_entered_{false};
+  std::atomic<bool> serve_returned_{false};
 };
 
 }  // namespace stint::coord
