@@ -15,18 +15,15 @@
 
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <mutex>
 #include <set>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -78,23 +75,7 @@ BrowserRun RunBrowser(const std::string& binary, const std::vector<std::string>&
   BrowserRun run;
   ChildProcess child(binary, args, merge_stderr);
   if (!child.started()) return run;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool exited = false;
-  std::thread watchdog([&] {
-    std::unique_lock<std::mutex> lock(mu);
-    if (!cv.wait_for(lock, std::chrono::duration<double>(bound_seconds), [&] { return exited; })) {
-      run.timed_out = true;
-      ::kill(child.pid(), SIGKILL);
-    }
-  });
-  const int status = child.Wait();
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    exited = true;
-  }
-  cv.notify_one();
-  watchdog.join();
+  const int status = child.WaitAtMost(bound_seconds, &run.timed_out);
   run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   run.output = child.output();
   return run;

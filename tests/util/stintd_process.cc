@@ -7,10 +7,8 @@
 
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
 #include <fstream>
-#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -92,24 +90,8 @@ bool StintdProcess::Start() {
 
 int StintdProcess::Kill(int sig, double limit_seconds) {
   if (!child_) return 0;
-  const pid_t pid = child_->pid();
-  ::kill(pid, sig);
-  std::mutex mu;
-  std::condition_variable cv;
-  bool reaped = false;
-  std::thread watchdog([&] {
-    std::unique_lock<std::mutex> lock(mu);
-    if (!cv.wait_for(lock, std::chrono::duration<double>(limit_seconds), [&] { return reaped; })) {
-      ::kill(pid, SIGKILL);
-    }
-  });
-  const int status = child_->Wait();
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    reaped = true;
-  }
-  cv.notify_one();
-  watchdog.join();
+  ::kill(child_->pid(), sig);
+  const int status = child_->WaitAtMost(limit_seconds);
   last_output_ = child_->output();
   child_.reset();
   return status;

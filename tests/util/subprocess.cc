@@ -6,6 +6,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 
 namespace stint {
 
@@ -83,6 +87,27 @@ int ChildProcess::Wait() {
   }
   reaped_ = true;
   return status_;
+}
+
+int ChildProcess::WaitAtMost(double seconds, bool* killed) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool exited = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!cv.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return exited; })) {
+      if (killed != nullptr) *killed = true;
+      if (pid_ > 0) kill(pid_, SIGKILL);
+    }
+  });
+  const int status = Wait();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    exited = true;
+  }
+  cv.notify_one();
+  watchdog.join();
+  return status;
 }
 
 RunResult RunProgram(const std::string& program, const std::vector<std::string>& args,

@@ -24,6 +24,9 @@ class ChildProcess {
   bool WaitForLine(const std::string& prefix);
   // Reads the rest of the output and reaps the child; returns its wait status.
   int Wait();
+  // Wait(), but a child still running after `seconds` is SIGKILLed (and
+  // *killed set): the bound turns a hung child into a failure, not a hang.
+  int WaitAtMost(double seconds, bool* killed = nullptr);
   // Everything read so far.
   const std::string& output() const { return output_; }
 
