@@ -59,8 +59,12 @@ class CoordClientTest : public ::testing::Test {
     auto w = admin_->Post("/v1/windows", {{"pool", "p"}, {"gpus", 4}, {"end_ms", WallNowMs() + 3600 * 1000}});
     EXPECT_EQ(w.status, 201) << w.text;
     if (window != nullptr) *window = w.body.value("id", int64_t{0});
-    auto j = admin_->Post("/v1/jobs", {{"name", "train"}, {"pool", "p"}, {"min_gpus", 1}, {"checkpoint_seconds", checkpoint_seconds},
-                                       {"restart_seconds", 0}, {"checkpoint_interval_seconds", 1}});
+    auto j = admin_->Post("/v1/jobs", {{"name", "train"},
+                                       {"pool", "p"},
+                                       {"min_gpus", 1},
+                                       {"checkpoint_seconds", checkpoint_seconds},
+                                       {"restart_seconds", 0},
+                                       {"checkpoint_interval_seconds", 1}});
     EXPECT_EQ(j.status, 201) << j.text;
     const int64_t id = j.body.value("id", int64_t{0});
     EXPECT_TRUE(Eventually([&] { return JobIn(id, "RUNNING"); })) << Job(id).dump();
