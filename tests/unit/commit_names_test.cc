@@ -8,6 +8,7 @@
 #include <string>
 
 #include "format/manifest.h"
+#include "util/status_matchers.h"
 #include "util/temp_dir.h"
 
 namespace stint {
@@ -85,11 +86,11 @@ TEST(TmpDirNameTest, IsNeverAStepDirAndIsUniquePerNonce) {
 TEST(LatestTest, WriteReadRoundTrip) {
   TempDir tmp;
   auto none = ReadLatest(Env::Default(), tmp.path());
-  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  ASSERT_OK(none);
   EXPECT_FALSE(none->has_value());
-  ASSERT_TRUE(WriteLatest(Env::Default(), tmp.path(), StepDirName(42)).ok());
+  ASSERT_OK(WriteLatest(Env::Default(), tmp.path(), StepDirName(42)));
   auto latest = ReadLatest(Env::Default(), tmp.path());
-  ASSERT_TRUE(latest.ok());
+  ASSERT_OK(latest);
   EXPECT_EQ(latest->value(), "step-00000042");
   EXPECT_FALSE(Env::Default()->FileExists(tmp.path() + "/LATEST.tmp"));
 }
@@ -97,14 +98,14 @@ TEST(LatestTest, WriteReadRoundTrip) {
 TEST(LatestTest, JunkIsDataLoss) {
   TempDir tmp;
   for (const char* junk : {"", "\n", "step-", "../etc/passwd\n", "step-00000001 trailing\n"}) {
-    ASSERT_TRUE(WriteStringToFileSync(Env::Default(), tmp.path() + "/LATEST", junk).ok());
+    ASSERT_OK(WriteStringToFileSync(Env::Default(), tmp.path() + "/LATEST", junk));
     auto latest = ReadLatest(Env::Default(), tmp.path());
     EXPECT_EQ(latest.status().code(), Code::kDataLoss) << "'" << junk << "'";
   }
   // CRLF from a hand edit on another OS is tolerated.
-  ASSERT_TRUE(WriteStringToFileSync(Env::Default(), tmp.path() + "/LATEST", "step-00000003\r\n").ok());
+  ASSERT_OK(WriteStringToFileSync(Env::Default(), tmp.path() + "/LATEST", "step-00000003\r\n"));
   auto latest = ReadLatest(Env::Default(), tmp.path());
-  ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+  ASSERT_OK(latest);
   EXPECT_EQ(latest->value(), "step-00000003");
 }
 
@@ -113,16 +114,16 @@ TEST(ListCheckpointStepsTest, OnlyStepDirsWithManifest) {
   Env* env = Env::Default();
   for (uint64_t step : {uint64_t(30), uint64_t(4), uint64_t(100000000)}) {
     std::string dir = tmp.path() + "/" + StepDirName(step);
-    ASSERT_TRUE(env->CreateDir(dir).ok());
-    ASSERT_TRUE(WriteStringToFileSync(env, dir + "/" + kManifestName, "{}").ok());
+    ASSERT_OK(env->CreateDir(dir));
+    ASSERT_OK(WriteStringToFileSync(env, dir + "/" + kManifestName, "{}"));
   }
-  ASSERT_TRUE(env->CreateDir(tmp.path() + "/" + StepDirName(50)).ok());  // no manifest
-  ASSERT_TRUE(env->CreateDir(tmp.path() + "/" + TmpDirName(60, 1)).ok());
-  ASSERT_TRUE(WriteStringToFileSync(env, tmp.path() + "/" + TmpDirName(60, 1) + "/" + kManifestName, "{}").ok());
-  ASSERT_TRUE(env->CreateDir(tmp.path() + "/step-junk").ok());
-  ASSERT_TRUE(WriteLatest(env, tmp.path(), StepDirName(30)).ok());
+  ASSERT_OK(env->CreateDir(tmp.path() + "/" + StepDirName(50)));  // no manifest
+  ASSERT_OK(env->CreateDir(tmp.path() + "/" + TmpDirName(60, 1)));
+  ASSERT_OK(WriteStringToFileSync(env, tmp.path() + "/" + TmpDirName(60, 1) + "/" + kManifestName, "{}"));
+  ASSERT_OK(env->CreateDir(tmp.path() + "/step-junk"));
+  ASSERT_OK(WriteLatest(env, tmp.path(), StepDirName(30)));
   auto steps = ListCheckpointSteps(env, tmp.path());
-  ASSERT_TRUE(steps.ok()) << steps.status().ToString();
+  ASSERT_OK(steps);
   EXPECT_EQ(*steps, (std::vector<uint64_t>{4, 30, 100000000}));
 }
 
@@ -134,15 +135,15 @@ TEST(ListCheckpointStepsTest, MissingRootIsNotFound) {
 TEST(CleanLeftoversTest, RemovesTmpDirsAndLatestTmpOnly) {
   TempDir tmp;
   Env* env = Env::Default();
-  ASSERT_TRUE(env->CreateDir(tmp.path() + "/" + StepDirName(1)).ok());
-  ASSERT_TRUE(env->CreateDir(tmp.path() + "/" + TmpDirName(2, 7)).ok());
-  ASSERT_TRUE(WriteStringToFileSync(env, tmp.path() + "/" + TmpDirName(2, 7) + "/rank-00000.stint", "x").ok());
-  ASSERT_TRUE(env->CreateDir(tmp.path() + "/.tmp-deleting-step-00000000").ok());
-  ASSERT_TRUE(WriteStringToFileSync(env, tmp.path() + "/LATEST.tmp", "step-00000002\n").ok());
-  ASSERT_TRUE(WriteLatest(env, tmp.path(), StepDirName(1)).ok());
-  ASSERT_TRUE(CleanLeftovers(env, tmp.path()).ok());
+  ASSERT_OK(env->CreateDir(tmp.path() + "/" + StepDirName(1)));
+  ASSERT_OK(env->CreateDir(tmp.path() + "/" + TmpDirName(2, 7)));
+  ASSERT_OK(WriteStringToFileSync(env, tmp.path() + "/" + TmpDirName(2, 7) + "/rank-00000.stint", "x"));
+  ASSERT_OK(env->CreateDir(tmp.path() + "/.tmp-deleting-step-00000000"));
+  ASSERT_OK(WriteStringToFileSync(env, tmp.path() + "/LATEST.tmp", "step-00000002\n"));
+  ASSERT_OK(WriteLatest(env, tmp.path(), StepDirName(1)));
+  ASSERT_OK(CleanLeftovers(env, tmp.path()));
   auto children = env->GetChildren(tmp.path());
-  ASSERT_TRUE(children.ok());
+  ASSERT_OK(children);
   std::set<std::string> left(children->begin(), children->end());
   EXPECT_EQ(left, (std::set<std::string>{"LATEST", StepDirName(1)}));
 }

@@ -8,6 +8,7 @@
 #include "coord/http_json.h"
 #include "coord/wall_clock.h"
 #include "stint/coordinator_client.h"
+#include "util/status_matchers.h"
 
 namespace stint {
 namespace {
@@ -18,19 +19,19 @@ using internal::StatusFromHttp;
 
 TEST(CoordinatorUrl, AcceptsHostPortWithOrWithoutSchemeAndTrailingSlash) {
   auto a = ParseCoordinatorUrl("http://127.0.0.1:7077");
-  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_OK(a);
   EXPECT_EQ(a->scheme, "http");
   EXPECT_EQ(a->host, "127.0.0.1");
   EXPECT_EQ(a->port, 7077);
   auto b = ParseCoordinatorUrl("stintd.internal:8080/");
-  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_OK(b);
   EXPECT_EQ(b->ToString(), "http://stintd.internal:8080");
   auto c = ParseCoordinatorUrl("http://[::1]:7077");
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_OK(c);
   EXPECT_EQ(c->host, "::1");
   EXPECT_EQ(c->ToString(), "http://[::1]:7077");
   auto d = ParseCoordinatorUrl("https://coord");
-  ASSERT_TRUE(d.ok());
+  ASSERT_OK(d);
   EXPECT_EQ(d->port, 443);
 }
 
@@ -111,14 +112,14 @@ class OptionsFromEnvTest : public ::testing::Test {
 
 TEST_F(OptionsFromEnvTest, ReadsTheVariablesWithDefaults) {
   auto o = Read();
-  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  ASSERT_OK(o);
   EXPECT_EQ(o->url, "http://127.0.0.1:7077");
   EXPECT_EQ(o->token, "tok");
   EXPECT_EQ(o->job_id, 12u);
   env_["STINT_COORD_URL"] = "http://10.0.0.5:9000";
   env_["STINT_WORKER_NAME"] = "node7:rank3";
   o = Read();
-  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  ASSERT_OK(o);
   EXPECT_EQ(o->url, "http://10.0.0.5:9000");
   EXPECT_EQ(o->worker_name, "node7:rank3");
 }
@@ -150,7 +151,7 @@ TEST(CoordinatorClient, CreateChecksOptionsWithoutConnecting) {
   o.url = "http://127.0.0.1:1";  // nothing listens; Create must not care
   o.job_id = 1;
   auto c = CoordinatorClient::Create(o);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_OK(c);
   EXPECT_FALSE((*c)->registration().has_value());
   EXPECT_FALSE((*c)->options().worker_name.empty());  // host:pid
   // Worker calls before Register() are refused locally.
@@ -168,7 +169,7 @@ TEST(CoordinatorClient, KvArgumentsAreCheckedBeforeSending) {
   o.url = "http://127.0.0.1:1";
   o.job_id = 1;
   auto c = CoordinatorClient::Create(o);
-  ASSERT_TRUE(c.ok());
+  ASSERT_OK(c);
   EXPECT_EQ((*c)->Put("", "v").status().code(), Code::kInvalidArgument);
   EXPECT_EQ((*c)->Put("a b", "v").status().code(), Code::kInvalidArgument);
   EXPECT_EQ((*c)->Put(std::string(201, 'k'), "v").status().code(), Code::kInvalidArgument);

@@ -13,6 +13,7 @@
 #include "device_probe.h"
 #include "pinned_host.h"
 #include "stint/checkpointer.h"
+#include "util/status_matchers.h"
 #include "util/temp_dir.h"
 
 namespace stint {
@@ -45,7 +46,7 @@ TEST(CudaCopier, NoDeviceGivesAClearReason) {
 TEST(CudaCopier, PinnedBufferIsExactSizeAndRegistered) {
   SKIP_WITHOUT_GPU();
   auto buf = PinnedHostBuffer::Allocate(3 * 4096 + 1, NumaNodeOfDevice(0));
-  ASSERT_TRUE(buf.ok()) << buf.status().ToString();
+  ASSERT_OK(buf);
   EXPECT_EQ((*buf)->size(), 4u * 4096);  // the page, never a power-of-two bucket
   cudaPointerAttributes attr;
   CUDA_OK(cudaPointerGetAttributes(&attr, (*buf)->data()));
@@ -55,12 +56,12 @@ TEST(CudaCopier, PinnedBufferIsExactSizeAndRegistered) {
 TEST(CudaCopier, CopyIsOrderedAfterTheProducerStreamAndBarrierOrdersTheWrite) {
   SKIP_WITHOUT_GPU();
   auto copier = NewCudaDeviceCopier();
-  ASSERT_TRUE(copier.ok()) << copier.status().ToString();
+  ASSERT_OK(copier);
   const size_t n = 64 << 20;
   DeviceBuffer dev(n);
   ASSERT_NE(dev.ptr, nullptr);
   auto host = PinnedHostBuffer::Allocate(n);
-  ASSERT_TRUE(host.ok());
+  ASSERT_OK(host);
   cudaStream_t compute;
   CUDA_OK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
   CUDA_OK(cudaMemsetAsync(dev.ptr, 0x11, n, compute));
@@ -68,11 +69,11 @@ TEST(CudaCopier, CopyIsOrderedAfterTheProducerStreamAndBarrierOrdersTheWrite) {
   bool done = false;
   auto ticket = (*copier)->CopyToHostAsync({DeviceCopy{0, compute, (*host)->data(), dev.ptr, n}},
                                            [&done] { done = true; });
-  ASSERT_TRUE(ticket.ok()) << ticket.status().ToString();
+  ASSERT_OK(ticket);
   // The lazy barrier, then a write on the compute stream: the copy never sees it.
-  ASSERT_TRUE((*copier)->OrderBeforeWrite(0, compute).ok());
+  ASSERT_OK((*copier)->OrderBeforeWrite(0, compute));
   CUDA_OK(cudaMemsetAsync(dev.ptr, 0x77, n, compute));
-  ASSERT_TRUE((*copier)->Wait(*ticket, std::chrono::seconds(30)).ok());
+  ASSERT_OK((*copier)->Wait(*ticket, std::chrono::seconds(30)));
   CUDA_OK(cudaStreamSynchronize(compute));
   EXPECT_TRUE(done);
   std::vector<char> expect(n, 0x5a);
@@ -81,8 +82,8 @@ TEST(CudaCopier, CopyIsOrderedAfterTheProducerStreamAndBarrierOrdersTheWrite) {
 
   // Host to device, ordered before later work on the consumer stream.
   std::memset((*host)->data(), 0x33, n);
-  ASSERT_TRUE((*copier)->CopyToDevice({DeviceCopy{0, compute, dev.ptr, (*host)->data(), n}},
-                                      std::chrono::seconds(30)).ok());
+  ASSERT_OK((*copier)->CopyToDevice({DeviceCopy{0, compute, dev.ptr, (*host)->data(), n}},
+                                    std::chrono::seconds(30)));
   std::vector<char> back(n);
   CUDA_OK(cudaMemcpyAsync(back.data(), dev.ptr, n, cudaMemcpyDeviceToHost, compute));
   CUDA_OK(cudaStreamSynchronize(compute));
@@ -93,7 +94,7 @@ TEST(CudaCopier, CopyIsOrderedAfterTheProducerStreamAndBarrierOrdersTheWrite) {
 TEST(CudaCopier, CheckpointerRoundTripOfDeviceTensors) {
   SKIP_WITHOUT_GPU();
   auto copier = NewCudaDeviceCopier();
-  ASSERT_TRUE(copier.ok());
+  ASSERT_OK(copier);
   const int64_t rows = 1024, cols = 4096;
   const size_t n = size_t(rows * cols) * sizeof(float);
   DeviceBuffer w(n), w2(n);
@@ -109,21 +110,21 @@ TEST(CudaCopier, CheckpointerRoundTripOfDeviceTensors) {
   o.device_copier = copier->get();
   o.keep_in_memory = true;
   auto ckpt = Checkpointer::Open(o);
-  ASSERT_TRUE(ckpt.ok());
+  ASSERT_OK(ckpt);
   State state;
   state.tensors.push_back({"w", DType::kFloat32, {rows, cols}, {}, {}, w.ptr, 0, compute});
   auto h = (*ckpt)->Save(1, state);
-  ASSERT_TRUE(h.ok()) << h.status().ToString();
-  ASSERT_TRUE((*copier)->OrderBeforeWrite(0, compute).ok());
+  ASSERT_OK(h);
+  ASSERT_OK((*copier)->OrderBeforeWrite(0, compute));
   CUDA_OK(cudaMemsetAsync(w.ptr, 0, n, compute));  // the "optimizer step"
-  ASSERT_TRUE(h->staged.get().ok());
-  ASSERT_TRUE(h->durable.get().ok()) << h->durable.get().ToString();
-  ASSERT_TRUE((*ckpt)->Flush().ok());
+  ASSERT_OK(h->staged.get());
+  ASSERT_OK(h->durable.get());
+  ASSERT_OK((*ckpt)->Flush());
 
   auto load_and_check = [&](Checkpointer* from, int tier) {
     CUDA_OK(cudaMemset(w2.ptr, 0, n));
     auto loaded = from->Load({{"w", DType::kFloat32, {rows, cols}, {}, {}, w2.ptr, 0, compute}});
-    ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+    ASSERT_OK(loaded);
     EXPECT_EQ(loaded->tier, tier);
     std::vector<float> back(pattern.size());
     CUDA_OK(cudaStreamSynchronize(compute));
@@ -134,7 +135,7 @@ TEST(CudaCopier, CheckpointerRoundTripOfDeviceTensors) {
   ckpt->reset();
   o.keep_in_memory = false;
   auto fresh = Checkpointer::Open(o);
-  ASSERT_TRUE(fresh.ok());
+  ASSERT_OK(fresh);
   load_and_check(fresh->get(), 1);  // from disk
   CUDA_OK(cudaStreamDestroy(compute));
 }

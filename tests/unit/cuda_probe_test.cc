@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "util/status_matchers.h"
+
 namespace stint {
 namespace {
 
@@ -15,7 +17,7 @@ TEST(CudaProbe, CountOrClearReason) {
   }
   EXPECT_GT(*n, 0);
   auto summary = CudaDeviceSummary(0);
-  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  ASSERT_OK(summary);
   std::printf("device 0: %s\n", summary->c_str());
 }
 

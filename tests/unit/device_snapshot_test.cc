@@ -8,6 +8,7 @@
 
 #include "stint/checkpointer.h"
 #include "util/host_copier.h"
+#include "util/status_matchers.h"
 #include "util/temp_dir.h"
 
 namespace stint {
@@ -45,7 +46,7 @@ CheckpointOptions Options(const std::string& root, DeviceCopier* copier) {
 TEST(DeviceSnapshot, DeviceTensorWithoutCopierIsRefused) {
   TempDir dir;
   auto ckpt = Checkpointer::Open(Options(dir.Sub("c"), nullptr));
-  ASSERT_TRUE(ckpt.ok());
+  ASSERT_OK(ckpt);
   DeviceState s(1);
   auto h = (*ckpt)->Save(1, s.AsState());
   ASSERT_FALSE(h.ok());
@@ -58,14 +59,14 @@ TEST(DeviceSnapshot, SaveCopiesThroughCopierAndLoadsBackToDevice) {
   HostCopier copier;
   copier.copy_delay = std::chrono::milliseconds(50);
   auto ckpt = Checkpointer::Open(Options(dir.Sub("c"), &copier));
-  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  ASSERT_OK(ckpt);
   DeviceState s(3);
   auto h = (*ckpt)->Save(7, s.AsState());
-  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_OK(h);
   // Save() only enqueued the device copy: staged is not ready before it ran.
   EXPECT_NE(h->staged.wait_for(std::chrono::milliseconds(0)), std::future_status::ready);
-  ASSERT_TRUE(h->staged.get().ok());
-  ASSERT_TRUE(h->durable.get().ok()) << h->durable.get().ToString();
+  ASSERT_OK(h->staged.get());
+  ASSERT_OK(h->durable.get());
   EXPECT_EQ(copier.d2h_calls.load(), 1);
   EXPECT_EQ(copier.registrations.load(), 1);  // the staging buffer, once
   auto stats = (*ckpt)->stats();
@@ -76,12 +77,13 @@ TEST(DeviceSnapshot, SaveCopiesThroughCopierAndLoadsBackToDevice) {
   // A second save of the same size reuses the pinned buffer: no new registration.
   DeviceState s2(5);
   auto h2 = (*ckpt)->Save(8, s2.AsState());
-  ASSERT_TRUE(h2.ok() && h2->durable.get().ok());
+  ASSERT_OK(h2);
+  ASSERT_OK(h2->durable.get());
   EXPECT_EQ(copier.registrations.load(), 1);
 
   DeviceState out(0);
   auto loaded = (*ckpt)->Load(out.Dests(), LoadOptions{7});
-  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  ASSERT_OK(loaded);
   EXPECT_EQ(out.w, s.w);
   EXPECT_EQ(out.b, s.b);
   EXPECT_EQ(copier.h2d_calls.load(), 1);
@@ -94,11 +96,11 @@ TEST(DeviceSnapshot, FailedCopyFailsStagedAndDurableAndNothingCommits) {
   TempDir dir;
   HostCopier copier;
   auto ckpt = Checkpointer::Open(Options(dir.Sub("c"), &copier));
-  ASSERT_TRUE(ckpt.ok());
+  ASSERT_OK(ckpt);
   copier.fail_next_copy = true;
   DeviceState s(1);
   auto h = (*ckpt)->Save(1, s.AsState());
-  ASSERT_TRUE(h.ok());
+  ASSERT_OK(h);
   EXPECT_FALSE(h->staged.get().ok());
   Status d = h->durable.get();
   EXPECT_FALSE(d.ok());
@@ -106,7 +108,8 @@ TEST(DeviceSnapshot, FailedCopyFailsStagedAndDurableAndNothingCommits) {
   EXPECT_TRUE((*ckpt)->ListCommitted()->empty());
   EXPECT_FALSE((*ckpt)->Flush().ok());  // reported once more
   auto h2 = (*ckpt)->Save(2, s.AsState());
-  ASSERT_TRUE(h2.ok() && h2->durable.get().ok());
+  ASSERT_OK(h2);
+  ASSERT_OK(h2->durable.get());
 }
 
 TEST(DeviceSnapshot, PinningFailureFailsTheSaveClearly) {
@@ -114,7 +117,7 @@ TEST(DeviceSnapshot, PinningFailureFailsTheSaveClearly) {
   HostCopier copier;
   copier.fail_register = true;
   auto ckpt = Checkpointer::Open(Options(dir.Sub("c"), &copier));
-  ASSERT_TRUE(ckpt.ok());
+  ASSERT_OK(ckpt);
   DeviceState s(1);
   auto h = (*ckpt)->Save(1, s.AsState());
   ASSERT_FALSE(h.ok());
@@ -128,7 +131,8 @@ TEST(DeviceSnapshot, LoadIntoDeviceWithoutCopierIsRefused) {
     auto ckpt = Checkpointer::Open(Options(dir.Sub("c"), &copier));
     DeviceState s(1);
     auto h = (*ckpt)->Save(1, s.AsState());
-    ASSERT_TRUE(h.ok() && h->durable.get().ok());
+    ASSERT_OK(h);
+    ASSERT_OK(h->durable.get());
   }
   auto ckpt = Checkpointer::Open(Options(dir.Sub("c"), nullptr));
   DeviceState out(0);

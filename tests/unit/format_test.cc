@@ -14,6 +14,7 @@
 
 #include "format/chunk.h"
 #include "format/manifest.h"
+#include "util/status_matchers.h"
 
 namespace stint {
 namespace {
@@ -79,7 +80,7 @@ TEST(ManifestTest, EncodeDecodeRoundTrip) {
   Manifest m = SampleManifest();
   std::string bytes = EncodeManifest(m);
   auto d = DecodeManifest(bytes, kOrigin);
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_OK(d);
   EXPECT_EQ(d->version_major, kFormatMajor);
   EXPECT_EQ(d->version_minor, kFormatMinor);
   EXPECT_EQ(d->job_id, "job-7");
@@ -125,7 +126,7 @@ TEST(ManifestTest, RoundTripOfEmptyManifestAndExtremeValues) {
   m.created_unix_ms = -1;  // a clock before 1970 is odd, not corrupt
   m.job_id = "job with \"quotes\", \\ and \n newline";
   auto d = DecodeManifest(EncodeManifest(m), kOrigin);
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_OK(d);
   EXPECT_EQ(d->step, m.step);
   EXPECT_EQ(d->fencing_token, m.fencing_token);
   EXPECT_EQ(d->created_unix_ms, -1);
@@ -144,7 +145,7 @@ TEST(ManifestTest, EveryDTypeRoundTrips) {
     m.tensors[0].shards[0].offsets = {0};
     m.tensors[0].shards[0].extents = m.tensors[0].global_shape;
     auto d = DecodeManifest(EncodeManifest(m), kOrigin);
-    ASSERT_TRUE(d.ok()) << DTypeName(dt) << ": " << d.status().ToString();
+    ASSERT_OK(d) << DTypeName(dt);
     EXPECT_EQ(d->tensors[0].dtype, dt);
   }
 }
@@ -153,14 +154,14 @@ TEST(ManifestTest, NewerMinorVersionIsAccepted) {
   json top = SampleJson();
   top["manifest"]["version"] = {kFormatMajor, 7};
   auto d = DecodeManifest(Reseal(top), kOrigin);
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_OK(d);
   EXPECT_EQ(d->version_minor, 7);
 }
 
 TEST(ManifestTest, UnknownFieldsAreIgnored) {
   json top = SampleJson();
   top["manifest"]["added_in_1_1"] = "whatever";
-  EXPECT_TRUE(DecodeManifest(Reseal(top), kOrigin).ok());
+  EXPECT_OK(DecodeManifest(Reseal(top), kOrigin));
 }
 
 // ---------------------------------------------------------------- corruption
@@ -345,8 +346,8 @@ TEST(ManifestCorruptionTest, FlippedDigitIsAChecksumMismatch) {
 // Re-indenting or reordering keys keeps the canonical body, so it still verifies.
 TEST(ManifestCorruptionTest, WhitespaceDoesNotMatter) {
   json top = SampleJson();
-  EXPECT_TRUE(DecodeManifest(top.dump(), kOrigin).ok());
-  EXPECT_TRUE(DecodeManifest(top.dump(8), kOrigin).ok());
+  EXPECT_OK(DecodeManifest(top.dump(), kOrigin));
+  EXPECT_OK(DecodeManifest(top.dump(8), kOrigin));
 }
 
 TEST(ManifestCorruptionTest, UnknownMajorVersionIsUnimplemented) {
@@ -383,7 +384,7 @@ TEST(ManifestCorruptionTest, DecodeRunsValidation) {
 
 Status Validate(const Manifest& m) { return ValidateManifest(m, kOrigin); }
 
-TEST(ValidateManifestTest, SampleIsValid) { EXPECT_TRUE(Validate(SampleManifest()).ok()); }
+TEST(ValidateManifestTest, SampleIsValid) { EXPECT_OK(Validate(SampleManifest())); }
 
 TEST(ValidateManifestTest, ShardOutsideShape) {
   Manifest m = SampleManifest();
@@ -508,7 +509,7 @@ TEST(ValidateManifestTest, DuplicateNames) {
   // A tensor and a blob may share a name: they live in different namespaces.
   m = SampleManifest();
   m.blobs[0].name = "w";
-  EXPECT_TRUE(Validate(m).ok());
+  EXPECT_OK(Validate(m));
 }
 
 TEST(ValidateManifestTest, EmptyAndScalarTensors) {
@@ -519,7 +520,7 @@ TEST(ValidateManifestTest, EmptyAndScalarTensors) {
   scalar.shards.push_back(ShardRecord{{}, {}, kFile, {ChunkRecord{8192, 8, 8, Codec::kNone, 0}}});
   m.tensors.push_back(empty);
   m.tensors.push_back(scalar);
-  EXPECT_TRUE(Validate(m).ok()) << Validate(m).ToString();
+  EXPECT_OK(Validate(m));
   m.tensors.back().shards[0].chunks[0].raw_len = 4;
   EXPECT_STATUS(Validate(m), Code::kDataLoss, "tensor 'scalar' shard 0: chunks hold 4 bytes, expected 8");
 }
@@ -543,7 +544,7 @@ TEST(ChunkTest, HexRoundTrip) {
     std::string hex = HashToHex(h);
     ASSERT_EQ(hex.size(), 16u);
     auto back = HexToHash(hex);
-    ASSERT_TRUE(back.ok()) << hex;
+    ASSERT_OK(back) << hex;
     EXPECT_EQ(*back, h);
   }
 }
@@ -607,7 +608,7 @@ ChunkRecord RecordFor(const std::string& stored, uint64_t raw_len, Codec codec) 
 std::string Compress(const std::string& raw, int level = 3) {
   std::string buf(ZstdBound(raw.size()), '\0');
   auto n = ZstdCompress(raw.data(), raw.size(), buf.data(), buf.size(), level);
-  EXPECT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_OK(n);
   buf.resize(n.ok() ? *n : 0);
   return buf;
 }
@@ -633,7 +634,7 @@ TEST(ChunkTest, ZstdRoundTrip) {
       ASSERT_FALSE(stored.empty());
       std::string out(raw.size(), '\0');
       Status s = DecodeChunk(RecordFor(stored, raw.size(), Codec::kZstd), stored.data(), out.data(), "c");
-      ASSERT_TRUE(s.ok()) << s.ToString();
+      ASSERT_OK(s);
       EXPECT_EQ(out, raw);
     }
   }
@@ -655,10 +656,10 @@ TEST(ChunkTest, RawRoundTrip) {
   std::string raw = RandomBytes(4096, 2);
   std::string out(raw.size(), '\0');
   Status s = DecodeChunk(RecordFor(raw, raw.size(), Codec::kNone), raw.data(), out.data(), "c");
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_OK(s);
   EXPECT_EQ(out, raw);
   // Zero-length chunk: nothing is read or written.
-  EXPECT_TRUE(DecodeChunk(RecordFor("", 0, Codec::kNone), "", nullptr, "c").ok());
+  EXPECT_OK(DecodeChunk(RecordFor("", 0, Codec::kNone), "", nullptr, "c"));
 }
 
 TEST(ChunkTest, FlippedBitIsChecksumMismatch) {

@@ -27,6 +27,7 @@
 #include "device_probe.h"
 #include "nccl_types.h"
 #include "nccl_unique_id.h"
+#include "util/status_matchers.h"
 
 namespace stint {
 namespace {
@@ -127,7 +128,7 @@ TEST(NcclTypes, MapsEveryDTypeNcclReduces) {
   };
   for (const auto& [dtype, nccl] : cases) {
     Result<ncclDataType_t> t = NcclDataType(dtype);
-    ASSERT_TRUE(t.ok()) << DTypeName(dtype) << ": " << t.status().ToString();
+    ASSERT_OK(t) << DTypeName(dtype);
     EXPECT_EQ(*t, nccl) << DTypeName(dtype);
   }
 }
@@ -158,13 +159,13 @@ TEST(NcclUniqueId, HexRoundTripsEveryByteValue) {
   EXPECT_EQ(hex.substr(0, 6), "010305");
   EXPECT_EQ(hex.find_first_not_of("0123456789abcdef"), std::string::npos);
   Result<ncclUniqueId> back = DecodeNcclUniqueId(hex, kNcclIdKey);
-  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_OK(back);
   EXPECT_EQ(std::memcmp(back->internal, id.internal, NCCL_UNIQUE_ID_BYTES), 0);
 
   std::string upper = hex;
   for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   Result<ncclUniqueId> from_upper = DecodeNcclUniqueId(upper, kNcclIdKey);
-  ASSERT_TRUE(from_upper.ok()) << from_upper.status().ToString();
+  ASSERT_OK(from_upper);
   EXPECT_EQ(std::memcmp(from_upper->internal, id.internal, NCCL_UNIQUE_ID_BYTES), 0);
 }
 
@@ -239,7 +240,7 @@ TEST(NcclFactory, ShrinkRefusesAnotherBackendsCommunicator) {
 std::unique_ptr<Communicator> FormSingle(MemKv& kv, NcclCommunicatorOptions options = {}) {
   NcclCommunicatorFactory factory(options);
   Result<std::unique_ptr<Communicator>> comm = factory.Form(Member(1, 0, 1), kv);
-  EXPECT_TRUE(comm.ok()) << comm.status().ToString();
+  EXPECT_OK(comm);
   return comm.ok() ? std::move(*comm) : nullptr;
 }
 
@@ -257,23 +258,23 @@ TEST(NcclSingleRank, AllReduceBroadcastBarrierOnDeviceMemory) {
 
   DeviceArray<float> f({1.5f, -2.0f, 3.0f, 4.25f});
   Status s = comm->AllReduce(f.get(), 4, DType::kFloat32, ReduceOp::kSum);
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_OK(s);
   EXPECT_EQ(f.ToHost(), (std::vector<float>{1.5f, -2.0f, 3.0f, 4.25f}));
 
   DeviceArray<int64_t> i({7, -9, int64_t{1} << 40});
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {
     s = comm->AllReduce(i.get(), 3, DType::kInt64, op);
-    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_OK(s);
   }
   EXPECT_EQ(i.ToHost(), (std::vector<int64_t>{7, -9, int64_t{1} << 40}));
 
   DeviceArray<uint8_t> bytes({1, 2, 3, 4, 5});
   s = comm->Broadcast(bytes.get(), 5, 0);
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_OK(s);
   EXPECT_EQ(bytes.ToHost(), (std::vector<uint8_t>{1, 2, 3, 4, 5}));
 
   s = comm->Barrier();
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_OK(s);
   EXPECT_FALSE(comm->aborted());
 }
 
@@ -291,9 +292,9 @@ TEST(NcclSingleRank, RunsOnTheCallersStream) {
     ASSERT_NE(comm, nullptr);
     DeviceArray<int32_t> v({1, 2, 3});
     Status s = comm->AllReduce(v.get(), 3, DType::kInt32, ReduceOp::kMax);
-    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_OK(s);
     EXPECT_EQ(v.ToHost(), (std::vector<int32_t>{1, 2, 3}));
-    ASSERT_TRUE(comm->Barrier().ok());
+    ASSERT_OK(comm->Barrier());
   }
   EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess) << "the caller's stream stays the caller's";
 }
@@ -403,7 +404,7 @@ TEST(NcclSingleRank, ShrinkRefusesToExcludeItselfAndLeavesTheOldOneUsable) {
               shrunk.status().code() == Code::kUnimplemented)
       << shrunk.status().ToString();
   EXPECT_FALSE(comm->aborted());
-  EXPECT_TRUE(comm->Barrier().ok());
+  EXPECT_OK(comm->Barrier());
 }
 
 // --- Two GPUs: two ranks, one thread and one device each. ---
@@ -425,7 +426,7 @@ std::vector<std::unique_ptr<Communicator>> FormPair(MemKv& kv, milliseconds time
     });
   }
   for (std::thread& t : threads) t.join();
-  for (int rank = 0; rank < 2; ++rank) EXPECT_TRUE(status[rank].ok()) << "rank " << rank << ": " << status[rank].ToString();
+  for (int rank = 0; rank < 2; ++rank) EXPECT_OK(status[rank]) << "rank " << rank;
   if (!comms[0] || !comms[1]) comms.clear();
   return comms;
 }
@@ -458,7 +459,7 @@ TEST(NcclTwoRanks, AllReduceBroadcastBarrierAcrossTwoThreads) {
   }
   for (std::thread& t : threads) t.join();
   for (int rank = 0; rank < 2; ++rank) {
-    ASSERT_TRUE(status[rank].ok()) << "rank " << rank << ": " << status[rank].ToString();
+    ASSERT_OK(status[rank]) << "rank " << rank;
     EXPECT_EQ(sums[rank], std::vector<float>(1000, 3.0f)) << "rank " << rank;
     EXPECT_EQ(maxes[rank], std::vector<float>(1000, 2.0f)) << "rank " << rank;
     EXPECT_EQ(bcast[rank], std::vector<uint8_t>(64, 11)) << "rank " << rank;
@@ -517,7 +518,7 @@ TEST(NcclTwoRanks, ShrinkKeepsTheSurvivorAndAbortsTheParent) {
     EXPECT_EQ(shrunk.status().code(), Code::kUnimplemented) << shrunk.status().ToString();
     GTEST_SKIP() << "NCCL " << version << " cannot shrink";
   }
-  ASSERT_TRUE(shrunk.ok()) << shrunk.status().ToString();
+  ASSERT_OK(shrunk);
   EXPECT_TRUE(comms[0]->aborted()) << "the parent is aborted after an aborting shrink";
   Communicator& c = **shrunk;
   EXPECT_EQ(c.generation(), 2u);
@@ -526,9 +527,9 @@ TEST(NcclTwoRanks, ShrinkKeepsTheSurvivorAndAbortsTheParent) {
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   DeviceArray<float> f({5.0f});
   Status s = c.AllReduce(f.get(), 1, DType::kFloat32, ReduceOp::kSum);
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_OK(s);
   EXPECT_EQ(f.ToHost(), std::vector<float>{5.0f});
-  EXPECT_TRUE(c.Barrier().ok());
+  EXPECT_OK(c.Barrier());
 }
 
 }  // namespace

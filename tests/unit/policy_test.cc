@@ -3,7 +3,7 @@
 // Every scenario is a ClusterState built by hand (Cluster below) and one or
 // more plans at fixed instants; the multi-tick scenarios advance the state
 // through ApplyPlan and the worker transitions, as stintd does.
-#include "core/policy.h"
+#include "stintd/core/policy.h"
 
 #include <gtest/gtest.h>
 
@@ -13,10 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "core/model.h"
-#include "core/transitions.h"
+#include "stintd/core/model.h"
+#include "stintd/core/transitions.h"
+#include "util/status_matchers.h"
 
-namespace stint::coord {
+namespace stint::stintd {
 namespace {
 
 constexpr TimeMs kNow = 1'700'000'000'000;  // any fixed instant
@@ -32,7 +33,7 @@ class Cluster {
 
   int64_t Window(const std::string& pool, int gpus, TimeMs start, TimeMs end) {
     s.pools[pool] = Pool{pool, ""};
-    coord::Window w;
+    stintd::Window w;
     w.id = s.next_id++;
     w.pool = pool;
     w.gpus = gpus;
@@ -44,7 +45,7 @@ class Cluster {
   int64_t Window(int gpus, TimeMs end = kNow + Hours(100)) { return Window("p", gpus, kNow - Hours(1), end); }
 
   void Team(const std::string& name, int guaranteed, int borrow_limit = -1, double usage = 0) {
-    s.teams[name] = coord::Team{name, guaranteed, borrow_limit, usage, kNow};
+    s.teams[name] = stintd::Team{name, guaranteed, borrow_limit, usage, kNow};
   }
 
   // A pending job; `age` is how long ago it was submitted (and became eligible).
@@ -667,9 +668,9 @@ std::map<int64_t, TimeMs> Simulate(ClusterState& s, TimeMs from, TimeMs until, T
       if (!SegmentActive(seg.state) || !worker_of.count(id)) continue;
       Changes ch;
       if (now >= seg.planned_end_ms) {
-        EXPECT_TRUE(FinishJob(s, worker_of[id], now, &ch).ok());
+        EXPECT_OK(FinishJob(s, worker_of[id], now, &ch));
       } else {
-        EXPECT_TRUE(Heartbeat(s, worker_of[id], 0, now).ok());
+        EXPECT_OK(Heartbeat(s, worker_of[id], 0, now));
       }
     }
     const Plan plan = MakePlan(s, now, config);
@@ -680,7 +681,7 @@ std::map<int64_t, TimeMs> Simulate(ClusterState& s, TimeMs from, TimeMs until, T
       started.emplace(d.job_id, now);
       const int64_t seg = s.jobs[d.job_id].segment_id;
       Result<Worker> w = RegisterWorker(s, d.job_id, "w" + std::to_string(seg), now, &ch);
-      EXPECT_TRUE(w.ok());
+      EXPECT_OK(w);
       if (w.ok()) worker_of[seg] = w->id;
     }
   }
@@ -766,7 +767,7 @@ TEST(PolicyNotice, RevokedWindowGivesAnImmediateNoticeWithTheNewDeadline) {
   const int64_t seg = c.Running({{w, 8}}).id;
   EXPECT_TRUE(PlanAt(c.s).notices.empty());
   Changes ch;
-  ASSERT_TRUE(CloseWindow(c.s, w, Sec(20), kNow, &ch).ok());  // end = now + 20 s
+  ASSERT_OK(CloseWindow(c.s, w, Sec(20), kNow, &ch));  // end = now + 20 s
   const Plan plan = PlanAt(c.s);
   const NoticeDecision* n = NoticeOf(plan, seg);
   ASSERT_NE(n, nullptr);
@@ -1234,4 +1235,4 @@ TEST(Policy, SameInputGivesTheSamePlan) {
 }
 
 }  // namespace
-}  // namespace stint::coord
+}  // namespace stint::stintd

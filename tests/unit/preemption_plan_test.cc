@@ -8,6 +8,7 @@
 #include <string>
 
 #include "stint/preemption.h"
+#include "util/status_matchers.h"
 
 namespace stint {
 namespace {
@@ -174,7 +175,7 @@ class LaunchEnvTest : public ::testing::Test {
 
 TEST_F(LaunchEnvTest, NoLauncherIsRankZeroOfOne) {
   Result<LaunchEnv> env = LaunchEnvFromEnvironment();
-  ASSERT_TRUE(env.ok()) << env.status().ToString();
+  ASSERT_OK(env);
   EXPECT_EQ(env->rank, 0);
   EXPECT_EQ(env->world_size, 1);
   EXPECT_EQ(env->local_rank, 0);
@@ -186,7 +187,7 @@ TEST_F(LaunchEnvTest, TorchrunVariables) {
   Set("WORLD_SIZE", "8");
   Set("LOCAL_RANK", "1");
   Result<LaunchEnv> env = LaunchEnvFromEnvironment();
-  ASSERT_TRUE(env.ok()) << env.status().ToString();
+  ASSERT_OK(env);
   EXPECT_EQ(env->rank, 5);
   EXPECT_EQ(env->world_size, 8);
   EXPECT_EQ(env->local_rank, 1);
@@ -202,7 +203,7 @@ TEST_F(LaunchEnvTest, TorchrunWinsOverSlurm) {
   Set("SLURM_NTASKS", "1");
   Set("SLURM_LOCALID", "0");
   Result<LaunchEnv> env = LaunchEnvFromEnvironment();
-  ASSERT_TRUE(env.ok()) << env.status().ToString();
+  ASSERT_OK(env);
   EXPECT_EQ(env->launcher, "torchrun");
   EXPECT_EQ(env->rank, 3);
 }
@@ -212,7 +213,7 @@ TEST_F(LaunchEnvTest, SlurmVariables) {
   Set("SLURM_NTASKS", "16");
   Set("SLURM_LOCALID", "2");
   Result<LaunchEnv> env = LaunchEnvFromEnvironment();
-  ASSERT_TRUE(env.ok()) << env.status().ToString();
+  ASSERT_OK(env);
   EXPECT_EQ(env->rank, 6);
   EXPECT_EQ(env->world_size, 16);
   EXPECT_EQ(env->local_rank, 2);
@@ -222,7 +223,7 @@ TEST_F(LaunchEnvTest, SlurmVariables) {
 TEST_F(LaunchEnvTest, SlurmBatchScriptWithoutNtasksIsOneTask) {
   Set("SLURM_PROCID", "0");
   Result<LaunchEnv> env = LaunchEnvFromEnvironment();
-  ASSERT_TRUE(env.ok()) << env.status().ToString();
+  ASSERT_OK(env);
   EXPECT_EQ(env->world_size, 1);
   EXPECT_EQ(env->local_rank, 0);
   EXPECT_EQ(env->launcher, "slurm");
@@ -231,7 +232,7 @@ TEST_F(LaunchEnvTest, SlurmBatchScriptWithoutNtasksIsOneTask) {
 TEST_F(LaunchEnvTest, SlurmNtasksAloneIsNotATask) {
   Set("SLURM_NTASKS", "4");  // an salloc shell
   Result<LaunchEnv> env = LaunchEnvFromEnvironment();
-  ASSERT_TRUE(env.ok()) << env.status().ToString();
+  ASSERT_OK(env);
   EXPECT_EQ(env->launcher, "none");
 }
 

@@ -1,11 +1,13 @@
 // Rendezvous rounds: closing at max or after the last call, rank order by
 // survivors, re-forming on a join, a failure report or a lost member, and
 // standbys beyond the segment's size.
-#include "core/rendezvous.h"
+#include "stintd/core/rendezvous.h"
 
 #include <gtest/gtest.h>
 
-namespace stint::coord {
+#include "util/status_matchers.h"
+
+namespace stint::stintd {
 namespace {
 
 constexpr TimeMs kT0 = 1'800'000'000'000;
@@ -16,7 +18,7 @@ class RendezvousTest : public ::testing::Test {
     config_.rendezvous_last_call_seconds = 2;
     config_.lease_ttl_seconds = 10;
     Changes c;
-    ASSERT_TRUE(AddPool(s_, Pool{"p", ""}, &c).ok());
+    ASSERT_OK(AddPool(s_, Pool{"p", ""}, &c));
     Window w;
     w.pool = "p";
     w.gpus = 8;
@@ -42,7 +44,7 @@ class RendezvousTest : public ::testing::Test {
     Changes c;
     Result<RendezvousView> v =
         JoinRendezvous(s_, worker, "h" + std::to_string(worker) + ":1", known, now, config_, &c);
-    EXPECT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_OK(v);
     return v.ok() ? *v : RendezvousView{};
   }
 
@@ -111,7 +113,7 @@ TEST_F(RendezvousTest, JoiningAgainIsIdempotent) {
   const Rendezvous before = s_.rendezvous.at(job_);
   Changes ch;
   Result<RendezvousView> again = JoinRendezvous(s_, b, "hb:1", 0, kT0 + 5, config_, &ch);
-  ASSERT_TRUE(again.ok());
+  ASSERT_OK(again);
   EXPECT_TRUE(again->ready(0));
   EXPECT_EQ(again->generation, 1u);
   EXPECT_EQ(again->rank, before.members[1].rank);
@@ -168,7 +170,7 @@ TEST_F(RendezvousTest, AWorkerBeyondTheSegmentSizeIsAStandbyUntilAMemberLeaves) 
   EXPECT_FALSE(vd.member);
   EXPECT_EQ(vd.generation, 1u) << "a standby does not disturb the formed group";
   Changes ch;
-  ASSERT_TRUE(ReleaseWorker(s_, b, kT0 + 20, &ch).ok());
+  ASSERT_OK(ReleaseWorker(s_, b, kT0 + 20, &ch));
   Advance(kT0 + 20);
   EXPECT_EQ(View(a).generation, 2u);
   Join(d, 0, kT0 + 30);
@@ -206,7 +208,7 @@ TEST_F(RendezvousTest, FencedAndUnknownWorkersAndBadEndpointsAreRefused) {
   EXPECT_EQ(JoinRendezvous(s_, 999, "h:1", 0, kT0, config_, &ch).status().code(), Code::kNotFound);
   EXPECT_EQ(JoinRendezvous(s_, a, "no-port", 0, kT0, config_, &ch).status().code(), Code::kInvalidArgument);
   EXPECT_EQ(JoinRendezvous(s_, a, "", 0, kT0, config_, &ch).status().code(), Code::kInvalidArgument);
-  ASSERT_TRUE(ReleaseWorker(s_, a, kT0, &ch).ok());
+  ASSERT_OK(ReleaseWorker(s_, a, kT0, &ch));
   ch = Changes();
   Result<RendezvousView> v = JoinRendezvous(s_, a, "h:1", 0, kT0, config_, &ch);
   EXPECT_EQ(v.status().code(), Code::kAborted) << v.status().ToString();
@@ -214,4 +216,4 @@ TEST_F(RendezvousTest, FencedAndUnknownWorkersAndBadEndpointsAreRefused) {
 }
 
 }  // namespace
-}  // namespace stint::coord
+}  // namespace stint::stintd

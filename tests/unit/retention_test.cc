@@ -9,6 +9,7 @@
 
 #include "checkpoint/commit.h"
 #include "format/manifest.h"
+#include "util/status_matchers.h"
 #include "util/temp_dir.h"
 
 namespace stint {
@@ -64,21 +65,21 @@ TEST(StepsToDeleteTest, LargeSteps) {
 // A committed-looking step directory with a manifest and a data file.
 void MakeStepDir(const std::string& root, uint64_t step) {
   std::string dir = root + "/" + StepDirName(step);
-  ASSERT_TRUE(Env::Default()->CreateDir(dir).ok());
-  ASSERT_TRUE(WriteStringToFileSync(Env::Default(), dir + "/" + kManifestName, "{}").ok());
-  ASSERT_TRUE(WriteStringToFileSync(Env::Default(), dir + "/" + RankFileName(0), "data").ok());
+  ASSERT_OK(Env::Default()->CreateDir(dir));
+  ASSERT_OK(WriteStringToFileSync(Env::Default(), dir + "/" + kManifestName, "{}"));
+  ASSERT_OK(WriteStringToFileSync(Env::Default(), dir + "/" + RankFileName(0), "data"));
 }
 
 TEST(DeleteCheckpointTest, RemovesTheDirectoryAndLeavesNoTmp) {
   TempDir tmp;
   MakeStepDir(tmp.path(), 3);
   MakeStepDir(tmp.path(), 4);
-  ASSERT_TRUE(DeleteCheckpoint(Env::Default(), tmp.path(), 3).ok());
+  ASSERT_OK(DeleteCheckpoint(Env::Default(), tmp.path(), 3));
   auto children = Env::Default()->GetChildren(tmp.path());
-  ASSERT_TRUE(children.ok());
+  ASSERT_OK(children);
   EXPECT_EQ(*children, std::vector<std::string>{StepDirName(4)});
   auto steps = ListCheckpointSteps(Env::Default(), tmp.path());
-  ASSERT_TRUE(steps.ok());
+  ASSERT_OK(steps);
   EXPECT_EQ(*steps, Steps{4});
 }
 

@@ -8,6 +8,8 @@
 #include <map>
 #include <set>
 
+#include "util/status_matchers.h"
+
 namespace stint {
 namespace {
 
@@ -81,13 +83,13 @@ std::map<uint64_t, std::vector<uint64_t>> RunElastic(const SamplerConfig& cfg, u
                                                      std::vector<int> worlds, uint64_t resize_every) {
   std::map<uint64_t, std::vector<uint64_t>> by_epoch;  // epoch -> indices consumed
   auto sampler = ResumableSampler::Create(cfg);
-  EXPECT_TRUE(sampler.ok());
+  EXPECT_OK(sampler);
   size_t wi = 0;
   for (uint64_t s = 0; s < steps; ++s) {
     if (s > 0 && s % resize_every == 0) {
       std::string blob = sampler->SaveState();
       auto fresh = ResumableSampler::Create(cfg);
-      EXPECT_TRUE(fresh->LoadState(blob).ok());
+      EXPECT_OK(fresh->LoadState(blob));
       EXPECT_EQ(fresh->cursor(), sampler->cursor());
       sampler = std::move(fresh);
       wi = (wi + 1) % worlds.size();
@@ -97,7 +99,7 @@ std::map<uint64_t, std::vector<uint64_t>> RunElastic(const SamplerConfig& cfg, u
     uint64_t total = 0;
     for (int r = 0; r < w; ++r) {
       auto idx = sampler->RankIndices(r, w);
-      EXPECT_TRUE(idx.ok()) << idx.status().ToString();
+      EXPECT_OK(idx);
       total += idx->size();
       by_epoch[epoch].insert(by_epoch[epoch].end(), idx->begin(), idx->end());
     }
@@ -125,7 +127,7 @@ TEST(ResumableSampler, ExactlyOnceAcrossResizes1_2_3_2) {
       SamplerConfig cfg = Config(n, 6, drop_last);
       if (drop_last && n < 6) continue;
       auto s = ResumableSampler::Create(cfg);
-      ASSERT_TRUE(s.ok());
+      ASSERT_OK(s);
       uint64_t steps = s->steps_per_epoch() * 2 + 3;  // into a third epoch
       auto got = RunElastic(cfg, steps, {1, 2, 3, 2}, 7);
       ExpectExactlyOncePerFullEpoch(got, s->epoch_length(), n);
@@ -139,11 +141,11 @@ TEST(ResumableSampler, ExactlyOnceAcrossResizes1_2_3_2) {
 TEST(ResumableSampler, FewerSamplesThanRanks) {
   SamplerConfig cfg = Config(2, 4);
   auto s = ResumableSampler::Create(cfg);
-  ASSERT_TRUE(s.ok());
+  ASSERT_OK(s);
   std::vector<uint64_t> all;
   for (int r = 0; r < 4; ++r) {
     auto idx = s->RankIndices(r, 4);
-    ASSERT_TRUE(idx.ok());
+    ASSERT_OK(idx);
     EXPECT_LE(idx->size(), 1u);
     all.insert(all.end(), idx->begin(), idx->end());
   }
@@ -156,14 +158,14 @@ TEST(ResumableSampler, FewerSamplesThanRanks) {
 TEST(ResumableSampler, CheckpointAtStepZeroAndAtEpochEnd) {
   SamplerConfig cfg = Config(12, 4);
   auto s = ResumableSampler::Create(cfg);
-  ASSERT_TRUE(s.ok());
+  ASSERT_OK(s);
   auto fresh = ResumableSampler::Create(cfg);
-  ASSERT_TRUE(fresh->LoadState(s->SaveState()).ok());  // step 0
+  ASSERT_OK(fresh->LoadState(s->SaveState()));  // step 0
   EXPECT_EQ(fresh->cursor(), (DataCursor{0, 0}));
   for (int i = 0; i < 3; ++i) s->CommitStep();
   EXPECT_EQ(s->cursor(), (DataCursor{1, 0})) << "an exact epoch end is stored as the next epoch's start";
-  ASSERT_TRUE(fresh->LoadState(s->SaveState()).ok());
-  ASSERT_TRUE(fresh->LoadState(s->SaveState()).ok()) << "loading twice is idempotent";
+  ASSERT_OK(fresh->LoadState(s->SaveState()));
+  ASSERT_OK(fresh->LoadState(s->SaveState())) << "loading twice is idempotent";
   EXPECT_EQ(fresh->cursor(), (DataCursor{1, 0}));
   EXPECT_EQ(*fresh->RankIndices(0, 1), *s->RankIndices(0, 1));
 }
@@ -171,13 +173,13 @@ TEST(ResumableSampler, CheckpointAtStepZeroAndAtEpochEnd) {
 TEST(ResumableSampler, WorkersSplitARankSlice) {
   SamplerConfig cfg = Config(100, 12);
   auto s = ResumableSampler::Create(cfg);
-  ASSERT_TRUE(s.ok());
+  ASSERT_OK(s);
   auto rank = s->RankIndices(1, 2);
-  ASSERT_TRUE(rank.ok());
+  ASSERT_OK(rank);
   std::vector<uint64_t> joined;
   for (int w = 0; w < 4; ++w) {
     auto part = s->WorkerIndices(1, 2, w, 4);
-    ASSERT_TRUE(part.ok());
+    ASSERT_OK(part);
     joined.insert(joined.end(), part->begin(), part->end());
   }
   EXPECT_EQ(joined, *rank);
@@ -187,7 +189,7 @@ TEST(ResumableSampler, ClearErrors) {
   EXPECT_EQ(ResumableSampler::Create(Config(0, 4)).status().code(), Code::kInvalidArgument);
   EXPECT_EQ(ResumableSampler::Create(Config(3, 4, true)).status().code(), Code::kInvalidArgument);
   auto s = ResumableSampler::Create(Config(100, 6));
-  ASSERT_TRUE(s.ok());
+  ASSERT_OK(s);
   auto bad_world = s->RankIndices(0, 4);
   EXPECT_EQ(bad_world.status().code(), Code::kInvalidArgument);
   EXPECT_NE(bad_world.status().message().find("not divisible by world size 4"), std::string::npos);

@@ -13,12 +13,13 @@
 #include "sim/report.h"
 #include "sim/schedulers.h"
 #include "sim/trace.h"
+#include "util/status_matchers.h"
 
 namespace stint::sim {
 namespace {
 
 SimJob Job(int64_t id, double submit_s, int gpus, double work_s,
-           coord::Priority priority = coord::Priority::kMedium) {
+           stintd::Priority priority = stintd::Priority::kMedium) {
   SimJob j;
   j.id = id;
   j.name = "j" + std::to_string(id);
@@ -32,7 +33,7 @@ SimJob Job(int64_t id, double submit_s, int gpus, double work_s,
 SimResult RunPolicy(const Workload& w, const std::string& policy) {
   SchedulerOptions o;
   auto spec = ParsePolicy(policy, o);
-  EXPECT_TRUE(spec.ok()) << policy;
+  EXPECT_OK(spec) << policy;
   auto sched = MakeScheduler(spec.value(), o);
   EngineOptions e;
   e.workers_ignore_notices = spec.value().workers_ignore_notices;
@@ -83,7 +84,7 @@ TEST(SimBaselines, BackfillNeverDelaysTheHeadReservation) {
 TEST(SimBaselines, SlurmPreemptsLowerQosWithGraceTimeAndLosesNothing) {
   Workload w;
   w.windows = FixedCapacity(8);
-  w.jobs = {Job(0, 0, 8, 20000, coord::Priority::kLow), Job(1, 1000, 8, 1000, coord::Priority::kHigh)};
+  w.jobs = {Job(0, 0, 8, 20000, stintd::Priority::kLow), Job(1, 1000, 8, 1000, stintd::Priority::kHigh)};
   for (const char* policy : {"slurm", "stint"}) {
     const SimResult r = RunPolicy(w, policy);
     ASSERT_EQ(r.conservation_violations, 0) << policy;

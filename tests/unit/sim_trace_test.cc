@@ -10,6 +10,7 @@
 
 #include "sim/trace.h"
 #include "sim/workload_spec.h"
+#include "util/status_matchers.h"
 
 namespace stint::sim {
 namespace {
@@ -43,7 +44,7 @@ TEST_F(SimTraceTest, PhillyReadsSevenFieldsAndScalesWorkPerJobType) {
   JobDefaults d;
   d.philly_median_s = 1000;
   auto jobs = LoadPhilly(path, d);
-  ASSERT_TRUE(jobs.ok()) << jobs.status().message();
+  ASSERT_OK(jobs);
   ASSERT_EQ(jobs.value().size(), 3u);
   EXPECT_EQ(jobs.value()[0].team, "vc1");
   EXPECT_EQ(jobs.value()[1].max_gpus, 2);
@@ -69,7 +70,7 @@ TEST_F(SimTraceTest, TiresiasCsvWithCrlf) {
                                  "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\r\n"
                                  "0,1,0,606,vgg19,164,30\r\n1,8,30,133,vgg11,147,23\r\n");
   auto jobs = LoadTiresias(path, JobDefaults{});
-  ASSERT_TRUE(jobs.ok()) << jobs.status().message();
+  ASSERT_OK(jobs);
   ASSERT_EQ(jobs.value().size(), 2u);
   EXPECT_EQ(jobs.value()[1].max_gpus, 8);
   EXPECT_DOUBLE_EQ(jobs.value()[1].work_s, 147);
@@ -87,7 +88,7 @@ TEST_F(SimTraceTest, HeliosJobLogSkipsCpuJobsAndUsesVcAsTeam) {
                                  "j2,u2,vcB,0,4,1,COMPLETED,2020-04-01 00:00:20,x,y,100,0\n"
                                  "j3,u1,vcB,1,4,1,FAILED,2020-04-01 00:01:10,x,y,60,0\n");
   auto jobs = LoadHeliosJobs(path, JobDefaults{});
-  ASSERT_TRUE(jobs.ok()) << jobs.status().message();
+  ASSERT_OK(jobs);
   ASSERT_EQ(jobs.value().size(), 2u);
   EXPECT_EQ(jobs.value()[0].team, "vcA");
   EXPECT_DOUBLE_EQ(jobs.value()[1].submit_s, 60);
@@ -96,11 +97,11 @@ TEST_F(SimTraceTest, HeliosJobLogSkipsCpuJobsAndUsesVcAsTeam) {
 TEST_F(SimTraceTest, HeliosCapacityAndStackedWindows) {
   const std::string path = Write("gpus.csv", "date,vcA,vcB,total\n2020-04-01,8,8,16\n2020-04-02,8,12,20\n2020-04-03,4,8,12\n");
   auto steps = LoadHeliosCapacity(path, "total", 0.5);
-  ASSERT_TRUE(steps.ok()) << steps.status().message();
+  ASSERT_OK(steps);
   ASSERT_EQ(steps.value().size(), 3u);
   EXPECT_EQ(steps.value()[1].second, 10);
   // 8 -> 10 -> 6: a base window of 8 (closed on day 2, reopened as 6) and a 2-GPU window for day 1.
-  auto windows = StepsToWindows(steps.value(), 5 * 86400.0, coord::WindowKind::kHard, 0, "p0");
+  auto windows = StepsToWindows(steps.value(), 5 * 86400.0, stintd::WindowKind::kHard, 0, "p0");
   int at_day1 = 0, at_day2 = 0;
   for (const SimWindow& w : windows) {
     if (w.start_s <= 86400 && 86400 < w.end_s) at_day1 += w.gpus;
@@ -116,9 +117,9 @@ TEST_F(SimTraceTest, HeliosCapacityAndStackedWindows) {
 TEST_F(SimTraceTest, BambooNodeEventsBecomeRevokedSpotWindows) {
   const std::string path = Write("nodes.csv", "1000,add,node1\r\n2000,add,node2\r\n9000,remove,node1\r\n");
   auto windows = LoadBambooNodes(path, 4, 30);
-  ASSERT_TRUE(windows.ok()) << windows.status().message();
+  ASSERT_OK(windows);
   ASSERT_EQ(windows.value().size(), 2u);
-  EXPECT_EQ(windows.value()[0].kind, coord::WindowKind::kSpot);
+  EXPECT_EQ(windows.value()[0].kind, stintd::WindowKind::kSpot);
   EXPECT_DOUBLE_EQ(windows.value()[0].revoke_s, 9);
   EXPECT_EQ(windows.value()[1].revoke_s, kForever);
   const std::string bad = Write("bad.csv", "1000,add,node1\n2000,explode,node1\n");
@@ -131,7 +132,7 @@ TEST_F(SimTraceTest, WorkloadLabelsSyntheticParts) {
   WorkloadOptions o;
   o.synthetic_jobs.jobs = 20;
   auto w = BuildWorkload("synthetic", "fixed:16", o);
-  ASSERT_TRUE(w.ok()) << w.status().message();
+  ASSERT_OK(w);
   EXPECT_TRUE(w.value().synthetic_jobs);
   EXPECT_TRUE(w.value().synthetic_capacity);
   EXPECT_NE(w.value().job_source.find("SYNTHETIC"), std::string::npos);

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "base/thread_pool.h"
+#include "util/status_matchers.h"
 
 namespace stint {
 namespace {
@@ -15,7 +16,7 @@ using std::chrono::milliseconds;
 TEST(StagingPool, ExactSizeRoundedToBlocks) {
   StagingPool pool(1 << 20);
   auto b = pool.Acquire(5000, milliseconds(0));
-  ASSERT_TRUE(b.ok());
+  ASSERT_OK(b);
   EXPECT_EQ((*b)->size(), 8192u);
   EXPECT_EQ(reinterpret_cast<uintptr_t>((*b)->data()) % 4096, 0u);
   EXPECT_EQ(pool.bytes_in_use(), 8192u);
@@ -28,18 +29,18 @@ TEST(StagingPool, ReusesSameSizeBuffer) {
   char* first;
   {
     auto b = pool.Acquire(100000, milliseconds(0));
-    ASSERT_TRUE(b.ok());
+    ASSERT_OK(b);
     first = (*b)->data();
   }
   auto again = pool.Acquire(100000, milliseconds(0));
-  ASSERT_TRUE(again.ok());
+  ASSERT_OK(again);
   EXPECT_EQ((*again)->data(), first);
 }
 
 TEST(StagingPool, BusyWhenFullAndNoWait) {
   StagingPool pool(64 * 1024);
   auto a = pool.Acquire(40 * 1024, milliseconds(0));
-  ASSERT_TRUE(a.ok());
+  ASSERT_OK(a);
   auto b = pool.Acquire(40 * 1024, milliseconds(0));
   EXPECT_EQ(b.status().code(), Code::kUnavailable);
   auto huge = pool.Acquire(1 << 20, milliseconds(0));
@@ -49,21 +50,21 @@ TEST(StagingPool, BusyWhenFullAndNoWait) {
 TEST(StagingPool, BlockedAcquireWakesOnRelease) {
   StagingPool pool(64 * 1024);
   auto a = pool.Acquire(40 * 1024, milliseconds(0));
-  ASSERT_TRUE(a.ok());
+  ASSERT_OK(a);
   std::thread releaser([&] {
     std::this_thread::sleep_for(milliseconds(50));
     a->reset();
   });
   auto b = pool.Acquire(48 * 1024, milliseconds(10000));  // a different size: evicts the cached one
   releaser.join();
-  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_OK(b);
   EXPECT_LE(pool.bytes_in_use(), pool.capacity());
 }
 
 TEST(StagingPool, CapacityFromFirstSnapshot) {
   StagingPool pool(0);
   auto a = pool.Acquire(4096 * 10, milliseconds(0));
-  ASSERT_TRUE(a.ok());
+  ASSERT_OK(a);
   EXPECT_EQ(pool.capacity(), 4096u * 20);
 }
 

@@ -5,6 +5,7 @@
 #include "stintctl/format.h"
 #include "stintctl/parse.h"
 #include "stintctl/render.h"
+#include "util/status_matchers.h"
 
 namespace stint {
 namespace ctl {
@@ -63,11 +64,11 @@ TEST(StintctlParse, CivilDaysRoundTrip) {
 
 TEST(StintctlParse, GpuRangesPrioritiesAndStates) {
   auto one = ParseGpuRange("4");
-  ASSERT_TRUE(one.ok());
+  ASSERT_OK(one);
   EXPECT_EQ(one->min, 4);
   EXPECT_EQ(one->max, 4);
   auto range = ParseGpuRange("2:8");
-  ASSERT_TRUE(range.ok());
+  ASSERT_OK(range);
   EXPECT_EQ(range->min, 2);
   EXPECT_EQ(range->max, 8);
   for (const char* bad : {"", "0", "8:2", "a", "2:", ":2", "1:2:3", "-1", "1234567"}) {

@@ -11,6 +11,8 @@
 
 #include <set>
 
+#include "util/status_matchers.h"
+
 namespace stint {
 namespace {
 
@@ -23,7 +25,7 @@ TEST(TorchDataSampler, ResumeMidEpochOnANewLoaderIsExactlyOnce) {
   cfg.global_batch = kBatch;
   cfg.seed = 11;
   auto sampler = ResumableSampler::Create(cfg);
-  ASSERT_TRUE(sampler.ok());
+  ASSERT_OK(sampler);
 
   std::vector<int64_t> seen;
   std::string saved;
@@ -40,7 +42,7 @@ TEST(TorchDataSampler, ResumeMidEpochOnANewLoaderIsExactlyOnce) {
     saved = sampler->SaveState();
   }
   auto resumed = ResumableSampler::Create(cfg);
-  ASSERT_TRUE(resumed->LoadState(saved).ok());
+  ASSERT_OK(resumed->LoadState(saved));
   auto loader = torch::data::make_data_loader(dataset, TorchDataSampler(&*resumed, 0, 1),
                                               torch::data::DataLoaderOptions().batch_size(kBatch).workers(2));
   for (auto& batch : *loader) {
@@ -60,7 +62,7 @@ TEST(TorchDataSampler, RanksSplitEachStep) {
   cfg.dataset_size = 100;
   cfg.global_batch = 12;
   auto s = ResumableSampler::Create(cfg);
-  ASSERT_TRUE(s.ok());
+  ASSERT_OK(s);
   TorchDataSampler r0(&*s, 0, 3), r1(&*s, 1, 3), r2(&*s, 2, 3);
   std::set<size_t> all;
   for (int step = 0; step < 9; ++step) {

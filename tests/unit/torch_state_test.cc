@@ -24,6 +24,7 @@
 
 #include "stint/checkpoint_reader.h"
 #include "stint/checkpointer.h"
+#include "util/status_matchers.h"
 #include "util/temp_dir.h"
 
 namespace stint {
@@ -153,7 +154,7 @@ class TorchStateTest : public ::testing::Test {
     o.root = dir_.Sub("ckpt");
     o.chunk_size = 4096;  // several chunks even for this small model
     auto ckpt = Checkpointer::Open(o);
-    EXPECT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+    EXPECT_OK(ckpt);
     return ckpt.ok() ? std::move(*ckpt) : nullptr;
   }
 
@@ -175,9 +176,9 @@ class TorchStateTest : public ::testing::Test {
 
   void SaveDurable(Checkpointer& ckpt, uint64_t step, const TorchStateBuilder& b) {
     auto h = ckpt.Save(step, b.state());
-    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    ASSERT_OK(h);
     Status durable = h->durable.get();
-    ASSERT_TRUE(durable.ok()) << durable.ToString();
+    ASSERT_OK(durable);
   }
 
   TempDir dir_;
@@ -188,7 +189,7 @@ TEST_F(TorchStateTest, DTypeMapping) {
                   DType::kUInt8, DType::kInt16, DType::kInt32, DType::kInt64, DType::kBool,
                   DType::kComplex64, DType::kComplex128}) {
     auto back = DTypeFromTorch(TorchScalarType(d));
-    ASSERT_TRUE(back.ok()) << DTypeName(d);
+    ASSERT_OK(back) << DTypeName(d);
     EXPECT_EQ(*back, d);
     EXPECT_EQ(c10::elementSize(TorchScalarType(d)), DTypeSize(d)) << DTypeName(d);
   }
@@ -207,7 +208,7 @@ TEST_F(TorchStateTest, AdamWModuleAndOptimizerRoundTripAndContinue) {
 
   ASSERT_NE(ckpt, nullptr);
   auto rng = GetTorchCpuRngState();
-  ASSERT_TRUE(rng.ok()) << rng.status().ToString();
+  ASSERT_OK(rng);
 
   // A fresh model (other initial weights) and optimizer without state.
   nn::Sequential fresh = MakeMlp(2);
@@ -215,10 +216,10 @@ TEST_F(TorchStateTest, AdamWModuleAndOptimizerRoundTripAndContinue) {
   std::vector<void*> storage;
   for (const auto& p : fresh->parameters()) storage.push_back(p.data_ptr());
   TorchStateLoader loader;
-  ASSERT_TRUE(loader.AddModule("model", *fresh).ok());
-  ASSERT_TRUE(loader.AddOptimizer("optim", fresh_opt).ok());
+  ASSERT_OK(loader.AddModule("model", *fresh));
+  ASSERT_OK(loader.AddOptimizer("optim", fresh_opt));
   auto r = loader.Load(*ckpt);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->step, 5u);
   // Read in place: the parameters the optimizer holds are still the module's.
   for (size_t i = 0; i < storage.size(); ++i)
@@ -236,9 +237,9 @@ TEST_F(TorchStateTest, AdamWModuleAndOptimizerRoundTripAndContinue) {
             0.0);
 
   // Same RNG stream for dropout: three more steps stay bit-identical.
-  ASSERT_TRUE(SetTorchCpuRngState(*rng).ok());
+  ASSERT_OK(SetTorchCpuRngState(*rng));
   Train(model, opt, data, 3);
-  ASSERT_TRUE(SetTorchCpuRngState(*rng).ok());
+  ASSERT_OK(SetTorchCpuRngState(*rng));
   Train(fresh, fresh_opt, data, 3);
   ExpectSameModule(model, fresh);
   ExpectSameAdamState<optim::AdamWParamState>(opt, fresh_opt);
@@ -252,17 +253,17 @@ TEST_F(TorchStateTest, AdamAmsgradRoundTrip) {
   auto ckpt = Open();
   ASSERT_NE(ckpt, nullptr);
   TorchStateBuilder b;
-  ASSERT_TRUE(b.AddModule("m", *model).ok());
-  ASSERT_TRUE(b.AddOptimizer("o", opt).ok());
+  ASSERT_OK(b.AddModule("m", *model));
+  ASSERT_OK(b.AddOptimizer("o", opt));
   SaveDurable(*ckpt, 4, b);
 
   nn::Sequential fresh = MakeMlp(4);
   optim::Adam fresh_opt(fresh->parameters(), optim::AdamOptions(1e-3));  // other hyper-parameters
   TorchStateLoader loader;
-  ASSERT_TRUE(loader.AddModule("m", *fresh).ok());
-  ASSERT_TRUE(loader.AddOptimizer("o", fresh_opt).ok());
+  ASSERT_OK(loader.AddModule("m", *fresh));
+  ASSERT_OK(loader.AddOptimizer("o", fresh_opt));
   auto r = loader.Load(*ckpt);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   ExpectSameModule(model, fresh);
   ExpectSameAdamState<optim::AdamParamState>(opt, fresh_opt);
   auto& o = static_cast<optim::AdamOptions&>(fresh_opt.param_groups()[0].options());
@@ -281,14 +282,14 @@ TEST_F(TorchStateTest, SgdMomentumRoundTripAndContinue) {
   auto ckpt = SaveModelAndOptimizer(*model, opt, 4, "sgd");
   ASSERT_NE(ckpt, nullptr);
   auto rng = GetTorchCpuRngState();
-  ASSERT_TRUE(rng.ok());
+  ASSERT_OK(rng);
 
   nn::Sequential fresh = MakeMlp(6);
   optim::SGD fresh_opt(fresh->parameters(), optim::SGDOptions(0.5));
   // The module and the optimizer separately, each with its own Load().
-  ASSERT_TRUE(LoadModule(*ckpt, "model", *fresh).ok());
+  ASSERT_OK(LoadModule(*ckpt, "model", *fresh));
   auto r = LoadOptimizer(*ckpt, "sgd", fresh_opt);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
 
   ExpectSameModule(model, fresh);
   const auto& params = opt.param_groups()[0].params();
@@ -304,9 +305,9 @@ TEST_F(TorchStateTest, SgdMomentumRoundTripAndContinue) {
   EXPECT_TRUE(static_cast<optim::SGDOptions&>(fresh_opt.param_groups()[0].options()) ==
               static_cast<optim::SGDOptions&>(opt.param_groups()[0].options()));
 
-  ASSERT_TRUE(SetTorchCpuRngState(*rng).ok());
+  ASSERT_OK(SetTorchCpuRngState(*rng));
   Train(model, opt, data, 3);
-  ASSERT_TRUE(SetTorchCpuRngState(*rng).ok());
+  ASSERT_OK(SetTorchCpuRngState(*rng));
   Train(fresh, fresh_opt, data, 3);
   ExpectSameModule(model, fresh);
 }
@@ -327,9 +328,9 @@ TEST_F(TorchStateTest, ParameterWithoutStateLoadsWithoutState) {
   optim::AdamW fresh_opt(fresh->parameters());
   Train(fresh, fresh_opt, data, 1);
   TorchStateLoader loader;
-  ASSERT_TRUE(loader.AddModule("model", *fresh).ok());
-  ASSERT_TRUE(loader.AddOptimizer("optim", fresh_opt).ok());
-  ASSERT_TRUE(loader.Load(*ckpt).ok());
+  ASSERT_OK(loader.AddModule("model", *fresh));
+  ASSERT_OK(loader.AddOptimizer("optim", fresh_opt));
+  ASSERT_OK(loader.Load(*ckpt));
   ExpectSameModule(model, fresh);
   ExpectSameAdamState<optim::AdamWParamState>(opt, fresh_opt);
   EXPECT_EQ(FindState(fresh_opt.state(), fresh->ptr<nn::LinearImpl>(7)->weight), nullptr);
@@ -349,13 +350,13 @@ TEST_F(TorchStateTest, NonContiguousTensorsRoundTrip) {
   ASSERT_NE(ckpt, nullptr);
   {
     TorchStateBuilder b;
-    ASSERT_TRUE(b.AddTensor("t", transposed).ok());
-    ASSERT_TRUE(b.AddTensor("s", sliced).ok());
-    ASSERT_TRUE(b.AddTensor("c", conj).ok());
+    ASSERT_OK(b.AddTensor("t", transposed));
+    ASSERT_OK(b.AddTensor("s", sliced));
+    ASSERT_OK(b.AddTensor("c", conj));
     SaveDurable(*ckpt, 1, b);
   }
   auto reader = CheckpointReader::Open(dir_.Sub("ckpt") + "/step-00000001");
-  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  ASSERT_OK(reader);
   for (const auto& info : (*reader)->tensors()) {
     if (info.name == "t") {
       EXPECT_EQ(info.shape, (std::vector<int64_t>{7, 5}));
@@ -369,18 +370,18 @@ TEST_F(TorchStateTest, NonContiguousTensorsRoundTrip) {
   torch::Tensor s_out = torch::zeros({6, 3});
   torch::Tensor c_out = torch::zeros({3, 4}, torch::kComplexFloat);
   TorchStateLoader loader;
-  ASSERT_TRUE(loader.AddTensor("t", t_out).ok());
-  ASSERT_TRUE(loader.AddTensor("s", s_out).ok());
-  ASSERT_TRUE(loader.AddTensor("c", c_out).ok());
-  ASSERT_TRUE(loader.LoadFrom(**reader).ok());
+  ASSERT_OK(loader.AddTensor("t", t_out));
+  ASSERT_OK(loader.AddTensor("s", s_out));
+  ASSERT_OK(loader.AddTensor("c", c_out));
+  ASSERT_OK(loader.LoadFrom(**reader));
   EXPECT_TRUE(torch::equal(t_out, transposed));
   EXPECT_TRUE(torch::equal(s_out, sliced));
   EXPECT_TRUE(torch::equal(c_out, conj.resolve_conj()));
 
   TorchStateLoader view_loader;
-  ASSERT_TRUE(view_loader.AddTensor("t", t_view).ok());
+  ASSERT_OK(view_loader.AddTensor("t", t_view));
   auto r = view_loader.Load(*ckpt);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_TRUE(torch::equal(backing, base));
 }
 
@@ -407,7 +408,7 @@ TEST_F(TorchStateTest, EveryDTypeRoundTrips) {
   ASSERT_NE(ckpt, nullptr);
   {
     TorchStateBuilder b;
-    for (auto& [name, t] : tensors) ASSERT_TRUE(b.AddTensor(name, t).ok()) << name;
+    for (auto& [name, t] : tensors) ASSERT_OK(b.AddTensor(name, t)) << name;
     EXPECT_EQ(b.AddTensor("f32", f).code(), Code::kAlreadyExists);
     SaveDurable(*ckpt, 1, b);
   }
@@ -415,10 +416,10 @@ TEST_F(TorchStateTest, EveryDTypeRoundTrips) {
   std::vector<torch::Tensor> outs;
   for (auto& [name, t] : tensors) {
     outs.push_back(torch::zeros_like(t));
-    ASSERT_TRUE(loader.AddTensor(name, outs.back()).ok()) << name;
+    ASSERT_OK(loader.AddTensor(name, outs.back())) << name;
   }
   auto r = loader.Load(*ckpt);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   for (size_t i = 0; i < tensors.size(); ++i) {
     EXPECT_EQ(outs[i].scalar_type(), tensors[i].second.scalar_type()) << tensors[i].first;
     EXPECT_TRUE(torch::equal(outs[i], tensors[i].second)) << tensors[i].first;
@@ -483,8 +484,8 @@ TEST_F(TorchStateTest, MismatchedModuleIsAClearError) {
   TorchLoadOptions lenient;
   lenient.strict = false;
   TorchStateLoader lenient_loader(lenient);
-  ASSERT_TRUE(lenient_loader.AddModule("model", *trimmed).ok());
-  EXPECT_TRUE(lenient_loader.Load(*ckpt).ok());
+  ASSERT_OK(lenient_loader.AddModule("model", *trimmed));
+  EXPECT_OK(lenient_loader.Load(*ckpt));
 
   // Wrong prefix.
   r = LoadModule(*ckpt, "net", *MakeMlp(16));
@@ -523,10 +524,10 @@ TEST_F(TorchStateTest, UnsupportedOptimizerIsUnimplemented) {
 TEST_F(TorchStateTest, CpuRngStateRoundTrip) {
   torch::manual_seed(42);
   auto state = GetTorchCpuRngState();
-  ASSERT_TRUE(state.ok()) << state.status().ToString();
+  ASSERT_OK(state);
   torch::Tensor a = torch::randn({16});
   torch::Tensor noise = torch::randn({100});  // move the generator on
-  ASSERT_TRUE(SetTorchCpuRngState(*state).ok());
+  ASSERT_OK(SetTorchCpuRngState(*state));
   EXPECT_TRUE(torch::equal(a, torch::randn({16})));
   EXPECT_EQ(SetTorchCpuRngState("not a generator state").code(), Code::kInvalidArgument);
 }
@@ -546,9 +547,9 @@ TEST_F(TorchStateTest, CudaTensorsAreCopiedToHost) {
   fresh->to(torch::kCUDA);
   optim::AdamW fresh_opt(fresh->parameters());
   TorchStateLoader loader;
-  ASSERT_TRUE(loader.AddModule("model", *fresh).ok());
-  ASSERT_TRUE(loader.AddOptimizer("optim", fresh_opt).ok());
-  ASSERT_TRUE(loader.Load(*ckpt).ok());
+  ASSERT_OK(loader.AddModule("model", *fresh));
+  ASSERT_OK(loader.AddOptimizer("optim", fresh_opt));
+  ASSERT_OK(loader.Load(*ckpt));
   ExpectSameModule(model, fresh);
   ExpectSameAdamState<optim::AdamWParamState>(opt, fresh_opt);
   auto* s = dynamic_cast<const optim::AdamWParamState*>(
@@ -567,12 +568,12 @@ TEST(TorchRng, CaptureRestoreEveryGenerator) {
   torch::manual_seed(5);
   torch::randn({3});  // leaves a cached normal sample in the generator state
   auto states = CaptureTorchRng();
-  ASSERT_TRUE(states.ok()) << states.status().ToString();
+  ASSERT_OK(states);
   ASSERT_EQ(states->count("cpu"), 1u);
   const size_t cuda = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
   EXPECT_EQ(states->size(), 1 + cuda);
   torch::Tensor first = torch::randn({16});
-  ASSERT_TRUE(RestoreTorchRng(*states).ok());
+  ASSERT_OK(RestoreTorchRng(*states));
   EXPECT_TRUE(torch::equal(first, torch::randn({16})));
 
   auto bad = *states;

@@ -1,12 +1,14 @@
 // The coordinator's state transitions: validation that changes nothing on
 // error, the segment lifecycle, fencing, and time accounting.
-#include "core/transitions.h"
+#include "stintd/core/transitions.h"
 
 #include <cmath>
 
 #include <gtest/gtest.h>
 
-namespace stint::coord {
+#include "util/status_matchers.h"
+
+namespace stint::stintd {
 namespace {
 
 constexpr TimeMs kT0 = 1'800'000'000'000;  // an arbitrary wall-clock origin
@@ -14,14 +16,14 @@ constexpr TimeMs kT0 = 1'800'000'000'000;  // an arbitrary wall-clock origin
 class TransitionsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(AddPool(s_, Pool{"p", ""}, &c_).ok());
+    ASSERT_OK(AddPool(s_, Pool{"p", ""}, &c_));
     Window w;
     w.pool = "p";
     w.gpus = 8;
     w.start_ms = kT0;
     w.end_ms = kT0 + 3'600'000;
     window_ = AddWindow(s_, w, kT0, &c_).value();
-    ASSERT_TRUE(PutTeam(s_, Team{"ml", 4, 2, 0, 0}, &c_).ok());
+    ASSERT_OK(PutTeam(s_, Team{"ml", 4, 2, 0, 0}, &c_));
   }
 
   int64_t Submit(int min_gpus, const std::string& team = "ml") {
@@ -106,7 +108,7 @@ TEST_F(TransitionsTest, EachSegmentGetsANewFencingToken) {
   Worker w = RegisterWorker(s_, job, "host:1", kT0, &c_).value();
   EXPECT_EQ(w.fencing_token, token1);
   Changes ch;
-  ASSERT_TRUE(AckSegment(s_, w.id, 100, kT0 + 1000, &ch).ok());
+  ASSERT_OK(AckSegment(s_, w.id, 100, kT0 + 1000, &ch));
   EXPECT_EQ(s_.segments.at(seg1).state, SegmentState::kEnded);
   EXPECT_EQ(s_.jobs.at(job).state, JobState::kPending);
   EXPECT_EQ(s_.jobs.at(job).checkpoint_step, 100);
@@ -154,7 +156,7 @@ TEST_F(TransitionsTest, LostSegmentsChargeTheWorkSinceTheLastCheckpoint) {
   const int64_t seg = Start(job, 4);
   Worker w = RegisterWorker(s_, job, "host:1", kT0, &c_).value();
   Changes ch;
-  ASSERT_TRUE(ReportCheckpoint(s_, w.id, 50, 20.0, 1 << 30, kT0 + 60'000, &ch).ok());
+  ASSERT_OK(ReportCheckpoint(s_, w.id, 50, 20.0, 1 << 30, kT0 + 60'000, &ch));
   EXPECT_DOUBLE_EQ(s_.jobs.at(job).checkpoint_seconds, 0.3 * 30 + 0.7 * 20);
   Plan plan;
   plan.lost.push_back(LostDecision{seg, "no ack by the deadline"});
@@ -174,7 +176,7 @@ TEST_F(TransitionsTest, WorkersOnlyJoinARunningSegment) {
   Start(job, 4);
   EXPECT_EQ(RegisterWorker(s_, job, "", kT0, &ch).status().code(), Code::kInvalidArgument);
   Worker w = RegisterWorker(s_, job, "w", kT0, &ch).value();
-  ASSERT_TRUE(FinishJob(s_, w.id, kT0 + 5000, &ch).ok());
+  ASSERT_OK(FinishJob(s_, w.id, kT0 + 5000, &ch));
   EXPECT_EQ(s_.jobs.at(job).state, JobState::kDone);
   EXPECT_EQ(RegisterWorker(s_, job, "w2", kT0, &ch).status().code(), Code::kFailedPrecondition);
   EXPECT_EQ(Heartbeat(s_, w.id, 1, kT0 + 6000)->active, false);
@@ -185,7 +187,7 @@ TEST_F(TransitionsTest, CancelEndsARunningSegment) {
   const int64_t job = Submit(4);
   const int64_t seg = Start(job, 4);
   Changes ch;
-  ASSERT_TRUE(CancelJob(s_, job, "user asked", kT0 + 1, &ch).ok());
+  ASSERT_OK(CancelJob(s_, job, "user asked", kT0 + 1, &ch));
   EXPECT_EQ(s_.jobs.at(job).state, JobState::kCancelled);
   EXPECT_EQ(s_.segments.at(seg).state, SegmentState::kCancelled);
   EXPECT_EQ(s_.jobs.at(job).message, "cancelled: user asked");
@@ -195,13 +197,13 @@ TEST_F(TransitionsTest, CancelEndsARunningSegment) {
 
 TEST_F(TransitionsTest, ClosingAWindowMovesItsEndNeverLater) {
   Changes ch;
-  ASSERT_TRUE(CloseWindow(s_, window_, 60'000, kT0 + 1000, &ch).ok());
+  ASSERT_OK(CloseWindow(s_, window_, 60'000, kT0 + 1000, &ch));
   EXPECT_EQ(s_.windows.at(window_).end_ms, kT0 + 61'000);
   EXPECT_TRUE(s_.windows.at(window_).closed_early);
   // A longer lead cannot extend it again.
-  ASSERT_TRUE(CloseWindow(s_, window_, 600'000, kT0 + 2000, &ch).ok());
+  ASSERT_OK(CloseWindow(s_, window_, 600'000, kT0 + 2000, &ch));
   EXPECT_EQ(s_.windows.at(window_).end_ms, kT0 + 61'000);
-  ASSERT_TRUE(CloseWindow(s_, window_, 0, kT0 + 3000, &ch).ok());
+  ASSERT_OK(CloseWindow(s_, window_, 0, kT0 + 3000, &ch));
   EXPECT_EQ(s_.windows.at(window_).end_ms, kT0 + 3000);
   EXPECT_EQ(CloseWindow(s_, window_, 0, kT0 + 4000, &ch).code(), Code::kFailedPrecondition);
   // A future window closed before it opens becomes empty.
@@ -211,7 +213,7 @@ TEST_F(TransitionsTest, ClosingAWindowMovesItsEndNeverLater) {
   future.start_ms = kT0 + 100'000;
   future.end_ms = kT0 + 200'000;
   const int64_t id = AddWindow(s_, future, kT0, &ch).value();
-  ASSERT_TRUE(CloseWindow(s_, id, 0, kT0 + 5000, &ch).ok());
+  ASSERT_OK(CloseWindow(s_, id, 0, kT0 + 5000, &ch));
   EXPECT_EQ(s_.windows.at(id).end_ms, s_.windows.at(id).start_ms);
   EXPECT_FALSE(s_.windows.at(id).open_at(kT0 + 100'000));
 }
@@ -230,7 +232,7 @@ TEST_F(TransitionsTest, AccountTimeIntegratesUsageWithHalfLifeDecay) {
   EXPECT_GT(after_10s, 0);
   // With nothing running, usage halves every half-life.
   Changes end;
-  ASSERT_TRUE(CancelJob(s_, job, "", kT0 + 10'000, &end).ok());
+  ASSERT_OK(CancelJob(s_, job, "", kT0 + 10'000, &end));
   AccountTime(s_, kT0 + 110'000, config, &ch);
   EXPECT_NEAR(s_.teams.at("ml").usage_gpu_seconds, after_10s / 2, 1e-9);
 }
@@ -247,7 +249,7 @@ TEST_F(TransitionsTest, AccountTimeAddsAttainedServiceOnlyWhileRunning) {
   EXPECT_DOUBLE_EQ(s_.jobs.at(running).service_gpu_seconds, 4 * 25.0);  // no decay: it is what the job had
   EXPECT_DOUBLE_EQ(s_.jobs.at(waiting).service_gpu_seconds, 0);
   Changes end;
-  ASSERT_TRUE(CancelJob(s_, running, "", kT0 + 25'000, &end).ok());
+  ASSERT_OK(CancelJob(s_, running, "", kT0 + 25'000, &end));
   AccountTime(s_, kT0 + 100'000, config, &ch);
   EXPECT_DOUBLE_EQ(s_.jobs.at(running).service_gpu_seconds, 4 * 25.0);
 }
@@ -265,4 +267,4 @@ TEST_F(TransitionsTest, StartsRecordTheirWaitInTheHistogram) {
 }
 
 }  // namespace
-}  // namespace stint::coord
+}  // namespace stint::stintd

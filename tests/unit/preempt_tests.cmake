@@ -1,1 +1,0 @@
-stint_test(unit preemption_plan_test)

@@ -1,1 +1,0 @@
-stint_test(unit staging_pool_test)

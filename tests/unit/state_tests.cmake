@@ -1,1 +1,0 @@
-stint_test(unit sampler_test)
