@@ -8,11 +8,12 @@
 #include <future>
 #include <memory>
 
-#include "server/coordinator.h"
-#include "server/http_api.h"
+#include "stintd/server/coordinator.h"
+#include "stintd/server/http_api.h"
+#include "util/status_matchers.h"
 #include "util/temp_dir.h"
 
-namespace stint::coord {
+namespace stint::stintd {
 namespace {
 
 class HttpApiStopTest : public ::testing::Test {
@@ -23,15 +24,15 @@ class HttpApiStopTest : public ::testing::Test {
     CoordinatorOptions options;
     options.db_path = dir_.Sub("stintd.db");
     Result<std::unique_ptr<Coordinator>> c = Coordinator::Open(options);
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_OK(c);
     coordinator_ = std::move(*c);
     Result<TokenAuth> auth = TokenAuth::Create({"admin-token-0123456789abcdef"}, {"worker-token-0123456789abcdef"});
-    ASSERT_TRUE(auth.ok()) << auth.status().ToString();
+    ASSERT_OK(auth);
     HttpOptions http;
     http.port = 0;
     http.threads = 4;
     Result<std::unique_ptr<HttpApi>> api = HttpApi::Bind(coordinator_.get(), std::move(*auth), http);
-    ASSERT_TRUE(api.ok()) << api.status().ToString();
+    ASSERT_OK(api);
     api_ = std::move(*api);
   }
 
@@ -44,7 +45,7 @@ class HttpApiStopTest : public ::testing::Test {
       api_->Stop();
     }
     Status s = served.get();
-    EXPECT_TRUE(s.ok()) << s.ToString();
+    EXPECT_OK(s);
   }
 
   TempDir dir_;
@@ -72,4 +73,4 @@ TEST_F(HttpApiStopTest, StopRacingServesStartEndsIt) {
 }
 
 }  // namespace
-}  // namespace stint::coord
+}  // namespace stint::stintd

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "store/store.h"
+#include "stintd/store/store.h"
 #include "util/temp_dir.h"
 
 namespace {
@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
   const double seconds = argc > 2 ? std::atof(argv[2]) : 5.0;
   const std::string path = dir + "/store_bench.db";
   std::remove(path.c_str());
-  auto store = stint::coord::Store::Open(path);
+  auto store = stint::stintd::Store::Open(path);
   if (!store.ok()) {
     std::fprintf(stderr, "open: %s\n", store.status().ToString().c_str());
     return 1;
@@ -56,10 +56,10 @@ int main(int argc, char** argv) {
   std::printf("%s (SQLite WAL, synchronous=FULL), %.1f s per case\n", path.c_str(), seconds);
 
   // A cluster of realistic size, so the b-trees are not trivially small.
-  stint::coord::ClusterState s;
-  stint::coord::Changes all;
+  stint::stintd::ClusterState s;
+  stint::stintd::Changes all;
   for (int64_t id = 1; id <= 2000; ++id) {
-    stint::coord::Job j;
+    stint::stintd::Job j;
     j.id = id;
     j.name = "job-" + std::to_string(id);
     j.team = "team";
@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
   ok &= Measure("Save (one job row)", seconds, [&](int64_t i) {
     const int64_t id = 1 + i % 2000;
     s.jobs[id].last_step = i;
-    stint::coord::Changes c;
+    stint::stintd::Changes c;
     c.jobs.insert(id);
     return (*store)->Save(s, c);
   });
@@ -85,13 +85,13 @@ int main(int argc, char** argv) {
     const int64_t id = 1 + i % 2000;
     s.jobs[id].last_step = i;
     s.counters.acks = i;
-    stint::coord::Changes c;
+    stint::stintd::Changes c;
     c.jobs.insert(id);
     c.counters = true;
     return (*store)->Save(s, c);
   });
   ok &= Measure("PutKv (64-byte value)", seconds, [&](int64_t i) {
-    return (*store)->PutKv(stint::coord::KvEntry{1 + i % 64, "rank/" + std::to_string(i % 8),
+    return (*store)->PutKv(stint::stintd::KvRecord{1 + i % 64, "rank/" + std::to_string(i % 8),
                                                  std::string(64, 'v'), i, i});
   });
   store->reset();

@@ -15,7 +15,7 @@
 #include <cstring>
 #include <string>
 
-#include "store/store.h"
+#include "stintd/store/store.h"
 #include "store_child_job.h"
 
 namespace {
@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   }
   const std::string mode = argv[1];
   const std::string db = argv[2];
-  using stint::coord::Store;
+  using stint::stintd::Store;
 
   if (mode == "open") {
     auto store = Store::Open(db);
@@ -84,12 +84,12 @@ int main(int argc, char** argv) {
     if (!store.ok()) return Fail("open", store.status());
     auto loaded = (*store)->Load();
     if (!loaded.ok()) return Fail("load", loaded.status());
-    stint::coord::ClusterState s = std::move(*loaded);
+    stint::stintd::ClusterState s = std::move(*loaded);
     for (;;) {
       const int64_t id = s.next_id++;
       s.jobs[id] = stint::test::CrashJob(id);
       s.counters.segments_started = id;
-      stint::coord::Changes c;
+      stint::stintd::Changes c;
       c.jobs.insert(id);
       c.counters = true;
       stint::Status st = (*store)->Save(s, c);

@@ -6,16 +6,16 @@
 #include <cstdint>
 #include <string>
 
-#include "store/store.h"
+#include "stintd/store/store.h"
 
 namespace stint::test {
 
-inline coord::Job CrashJob(int64_t id) {
-  coord::Job j;
+inline stintd::Job CrashJob(int64_t id) {
+  stintd::Job j;
   j.id = id;
   j.name = "crash-" + std::to_string(id);
   j.team = "team-" + std::to_string(id % 7);
-  j.priority = static_cast<coord::Priority>(id % 4);
+  j.priority = static_cast<stintd::Priority>(id % 4);
   j.min_gpus = 1 + static_cast<int>(id % 3);
   j.max_gpus = 8;
   j.submit_ms = 1700000000000 + id;
@@ -24,8 +24,8 @@ inline coord::Job CrashJob(int64_t id) {
   return j;
 }
 
-inline coord::KvEntry CrashKv(int64_t id) {
-  coord::KvEntry e;
+inline stintd::KvRecord CrashKv(int64_t id) {
+  stintd::KvRecord e;
   e.job_id = id;
   e.key = "k";
   e.value = "value-" + std::to_string(id);

@@ -2,7 +2,7 @@
 // writes exactly the rows Changes names, a refused file is left untouched,
 // one stintd per file, and nothing a Save reported survives less than a
 // kill -9.
-#include "store/store.h"
+#include "stintd/store/store.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -22,23 +22,24 @@
 #include <thread>
 
 #include "store_child_job.h"
+#include "util/status_matchers.h"
 #include "util/subprocess.h"
 #include "util/temp_dir.h"
 
-namespace stint::coord {
+namespace stint::stintd {
 namespace {
 
 using Ms = TimeMs;
 
 std::unique_ptr<Store> OpenOrDie(const std::string& path) {
   auto store = Store::Open(path);
-  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_OK(store);
   return store.ok() ? std::move(*store) : nullptr;
 }
 
 ClusterState LoadOrDie(Store* store) {
   auto s = store->Load();
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_OK(s);
   return s.ok() ? std::move(*s) : ClusterState{};
 }
 
@@ -373,7 +374,7 @@ TEST(StoreRoundTrip, NewFileLoadsAnEmptyState) {
   ClusterState s = LoadOrDie(store.get());
   ExpectSameState(s, ClusterState{});
   auto kv = store->LoadKv();
-  ASSERT_TRUE(kv.ok()) << kv.status().ToString();
+  ASSERT_OK(kv);
   EXPECT_TRUE(kv->empty());
 }
 
@@ -385,7 +386,7 @@ TEST(StoreRoundTrip, EveryFieldOfARichStateSurvivesReopen) {
     auto store = OpenOrDie(path);
     ASSERT_NE(store, nullptr);
     Status s = store->Save(rich, All(rich));
-    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_OK(s);
     // The same connection reads back what it wrote...
     ExpectSameState(rich, LoadOrDie(store.get()));
   }
@@ -405,7 +406,7 @@ TEST(StoreRoundTrip, NanSurvivesAsNan) {
     auto store = OpenOrDie(path);
     ASSERT_NE(store, nullptr);
     Status st = store->Save(s, All(s));
-    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_OK(st);
   }
   auto store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
@@ -419,7 +420,7 @@ TEST(StoreSave, WritesExactlyTheNamedRowsAndDeletesTheAbsentOnes) {
   auto store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
   Status st = store->Save(s, All(s));
-  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_OK(st);
 
   // Changed in memory, but only some of it named.
   ClusterState next = s;
@@ -441,7 +442,7 @@ TEST(StoreSave, WritesExactlyTheNamedRowsAndDeletesTheAbsentOnes) {
   c.segments = {78};
   c.teams = {"new-team"};
   st = store->Save(next, c);
-  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_OK(st);
 
   ClusterState want = s;
   want.jobs[42] = next.jobs[42];
@@ -460,7 +461,7 @@ TEST(StoreSave, WritesExactlyTheNamedRowsAndDeletesTheAbsentOnes) {
   ClusterState empty;
   Changes everything = All(want);
   st = store->Save(empty, everything);
-  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_OK(st);
   ExpectSameState(empty, LoadOrDie(store.get()));
 }
 
@@ -477,7 +478,7 @@ TEST(StoreSave, CountersAreWrittenOnlyWhenNamed) {
   Changes pools_only;
   pools_only.pools = {"p"};
   Status st = store->Save(s, pools_only);
-  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_OK(st);
   ClusterState got = LoadOrDie(store.get());
   EXPECT_EQ(got.next_id, 1);
   EXPECT_EQ(got.counters.notices_sent, 0);
@@ -486,7 +487,7 @@ TEST(StoreSave, CountersAreWrittenOnlyWhenNamed) {
   Changes counters;
   counters.counters = true;
   st = store->Save(s, counters);
-  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_OK(st);
   got = LoadOrDie(store.get());
   EXPECT_EQ(got.next_id, 50);
   EXPECT_EQ(got.next_fencing_token, 60u);
@@ -495,12 +496,12 @@ TEST(StoreSave, CountersAreWrittenOnlyWhenNamed) {
   s.counters.notices_sent = 8;
   s.counters.wait_buckets.clear();
   st = store->Save(s, counters);  // overwrites the one meta row
-  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_OK(st);
   ExpectSame(s.counters, LoadOrDie(store.get()).counters);
 
   // An empty Changes writes nothing and succeeds.
   st = store->Save(RichState(), Changes{});
-  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_OK(st);
   EXPECT_TRUE(LoadOrDie(store.get()).jobs.empty());
 }
 
@@ -512,7 +513,7 @@ TEST(StoreSave, AFailedSaveLeavesNothingOfItAndTheStoreUsable) {
   ClusterState before;
   before.pools["kept"] = Pool{"kept", "from before"};
   Status st = store->Save(before, All(before));
-  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_OK(st);
 
   // Pools, windows and teams are written before jobs; the job's state is
   // no known value, so the Save fails after those rows went in.
@@ -535,7 +536,7 @@ TEST(StoreSave, AFailedSaveLeavesNothingOfItAndTheStoreUsable) {
   // The transaction was rolled back, not left open: later Saves commit.
   ClusterState good = RichState();
   st = store->Save(good, All(good));
-  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_OK(st);
   store.reset();
   store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
@@ -553,30 +554,30 @@ TEST(StoreKv, PutOverwriteDeleteAndReload) {
   {
     auto store = OpenOrDie(path);
     ASSERT_NE(store, nullptr);
-    for (const KvEntry& e :
-         {KvEntry{1, "rank/0", binary, 1, 100}, KvEntry{1, "empty", "", 1, 101},
-          KvEntry{2, "rank/0", big, 1, 102}, KvEntry{-3, "ключ", "значение", 4, -1},
-          KvEntry{1, "gone", "soon", 1, 103}}) {
+    for (const KvRecord& e :
+         {KvRecord{1, "rank/0", binary, 1, 100}, KvRecord{1, "empty", "", 1, 101},
+          KvRecord{2, "rank/0", big, 1, 102}, KvRecord{-3, "ключ", "значение", 4, -1},
+          KvRecord{1, "gone", "soon", 1, 103}}) {
       Status st = store->PutKv(e);
-      ASSERT_TRUE(st.ok()) << st.ToString();
+      ASSERT_OK(st);
     }
-    Status st = store->PutKv(KvEntry{1, "rank/0", "second", 2, 200});  // overwrite
-    ASSERT_TRUE(st.ok()) << st.ToString();
+    Status st = store->PutKv(KvRecord{1, "rank/0", "second", 2, 200});  // overwrite
+    ASSERT_OK(st);
     st = store->DeleteKv(1, "gone");
-    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_OK(st);
     st = store->DeleteKv(1, "never-there");
-    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_OK(st);
     st = store->DeleteKv(2, "empty");  // same key, other job: deletes nothing
-    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_OK(st);
   }
   auto store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
   auto kv = store->LoadKv();
-  ASSERT_TRUE(kv.ok()) << kv.status().ToString();
+  ASSERT_OK(kv);
   // Ordered by (job_id, key).
-  const std::vector<KvEntry> want = {
-      KvEntry{-3, "ключ", "значение", 4, -1}, KvEntry{1, "empty", "", 1, 101},
-      KvEntry{1, "rank/0", "second", 2, 200}, KvEntry{2, "rank/0", big, 1, 102}};
+  const std::vector<KvRecord> want = {
+      KvRecord{-3, "ключ", "значение", 4, -1}, KvRecord{1, "empty", "", 1, 101},
+      KvRecord{1, "rank/0", "second", 2, 200}, KvRecord{2, "rank/0", big, 1, 102}};
   ASSERT_EQ(kv->size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
     SCOPED_TRACE(i);
@@ -587,9 +588,9 @@ TEST(StoreKv, PutOverwriteDeleteAndReload) {
     EXPECT_EQ((*kv)[i].updated_ms, want[i].updated_ms);
   }
   // A binary value keeps every byte.
-  ASSERT_TRUE(store->PutKv(KvEntry{9, "b", binary, 1, 1}).ok());
+  ASSERT_OK(store->PutKv(KvRecord{9, "b", binary, 1, 1}));
   kv = store->LoadKv();
-  ASSERT_TRUE(kv.ok()) << kv.status().ToString();
+  ASSERT_OK(kv);
   EXPECT_EQ(kv->back().value, binary);
   // The KV and the cluster state are separate tables.
   EXPECT_TRUE(LoadOrDie(store.get()).jobs.empty());
@@ -605,7 +606,7 @@ TEST(StoreOpen, NewerSchemaVersionIsRefusedAndTheFileLeftAsItWas) {
     auto store = OpenOrDie(path);
     ASSERT_NE(store, nullptr);
     ClusterState s = RichState();
-    ASSERT_TRUE(store->Save(s, All(s)).ok());
+    ASSERT_OK(store->Save(s, All(s)));
   }
   ASSERT_EQ(RawSql(path, "PRAGMA user_version=4; PRAGMA user_version"), "4");
   const std::string bytes = ReadWholeFile(path);
@@ -652,7 +653,7 @@ TEST(StoreOpen, TruncatedFileIsDataLossAndUntouched) {
     ClusterState s;
     for (int64_t id = 1; id <= 400; ++id) s.jobs[id] = test::CrashJob(id + 1000);
     for (auto& [id, job] : s.jobs) job.id = id;
-    ASSERT_TRUE(store->Save(s, All(s)).ok());
+    ASSERT_OK(store->Save(s, All(s)));
   }
   ASSERT_FALSE(Exists(path + "-wal")) << "a clean close checkpoints and removes the WAL";
   const std::string whole = ReadWholeFile(path);
@@ -677,7 +678,7 @@ TEST(StoreOpen, DamagedPageFailsTheIntegrityCheck) {
     ASSERT_NE(store, nullptr);
     ClusterState s;
     for (int64_t id = 1; id <= 400; ++id) s.jobs[id] = test::CrashJob(id);
-    ASSERT_TRUE(store->Save(s, All(s)).ok());
+    ASSERT_OK(store->Save(s, All(s)));
   }
   std::string bytes = ReadWholeFile(path);
   ASSERT_GT(bytes.size(), 8u * 4096);
@@ -751,7 +752,7 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
   {
     auto store = OpenOrDie(path);
     ASSERT_NE(store, nullptr);
-    ASSERT_TRUE(store->Save(s, All(s)).ok());
+    ASSERT_OK(store->Save(s, All(s)));
   }
   ASSERT_EQ(RawSql(path, downgrade_sql + " PRAGMA user_version=" + version + "; PRAGMA user_version"), version);
   for (auto& [id, job] : s.jobs) job.service_gpu_seconds = 0;
@@ -759,16 +760,16 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
     auto store = OpenOrDie(path);
     ASSERT_NE(store, nullptr);
     Result<ClusterState> loaded = store->Load();
-    ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+    ASSERT_OK(loaded);
     ExpectSameState(s, *loaded);
     s = RichState();
-    ASSERT_TRUE(store->Save(s, All(s)).ok());
+    ASSERT_OK(store->Save(s, All(s)));
   }
   EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "3");
   auto store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
   Result<ClusterState> loaded = store->Load();
-  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  ASSERT_OK(loaded);
   ExpectSameState(s, *loaded);
 }
 
@@ -809,7 +810,7 @@ TEST(StoreLock, AnotherProcessIsRefusedWhileWeHoldItAndAllowedAfterClose) {
   EXPECT_NE(r.output.find(path + " is in use by another stintd"), std::string::npos) << r.output;
   // Still ours and intact after the refused attempt.
   ClusterState s = RichState();
-  ASSERT_TRUE(store->Save(s, All(s)).ok());
+  ASSERT_OK(store->Save(s, All(s)));
   store.reset();
   r = RunProgram(STINT_STORE_CHILD, {"open", path});
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -918,9 +919,9 @@ TEST(StoreCrash, KillNineNeverLosesASaveThatReturned) {
       EXPECT_EQ(s.counters.segments_started, s.jobs.rbegin()->first);
     }
     auto entries = store->LoadKv();
-    ASSERT_TRUE(entries.ok()) << entries.status().ToString();
+    ASSERT_OK(entries);
     std::set<int64_t> kv_ids;
-    for (const KvEntry& e : *entries) {
+    for (const KvRecord& e : *entries) {
       kv_ids.insert(e.job_id);
       EXPECT_EQ(e.value, test::CrashKv(e.job_id).value);
     }
@@ -931,4 +932,4 @@ TEST(StoreCrash, KillNineNeverLosesASaveThatReturned) {
 }
 
 }  // namespace
-}  // namespace stint::coord
+}  // namespace stint::stintd

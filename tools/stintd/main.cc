@@ -12,12 +12,12 @@
 #include <cstdio>
 #include <thread>
 
-#include "server/auth.h"
-#include "server/coordinator.h"
-#include "server/http_api.h"
+#include "stintd/server/auth.h"
+#include "stintd/server/coordinator.h"
+#include "stintd/server/http_api.h"
 
 using namespace stint;
-using namespace stint::coord;
+using namespace stint::stintd;
 
 int main(int argc, char** argv) {
   CLI::App app{"stintd: queue coordinator for stint training jobs (fragment/spot windows, priorities, notices)"};

@@ -299,7 +299,7 @@ class SlurmScheduler : public QueueScheduler {
  private:
   TimeMs WindowEnd(int w) const {
     const SimWindow& win = w_->windows[w];
-    return win.kind == coord::WindowKind::kHard ? Ms(win.end_s) : kNever;
+    return win.kind == stintd::WindowKind::kHard ? Ms(win.end_s) : kNever;
   }
 
   // --time-min: a window is usable if one minimum segment fits before its end.
@@ -339,7 +339,7 @@ class SlurmScheduler : public QueueScheduler {
   // (lowest QOS, then youngest) in one group whose release lets it fit.
   void Preempt(int64_t head, TimeMs now, Decisions* d) {
     const SimJob& h = w_->jobs[head];
-    if (h.priority == coord::Priority::kLow) return;
+    if (h.priority == stintd::Priority::kLow) return;
     if (now < preempt_until_) return;  // a preemption is in flight: wait for it
     std::vector<int> free = FreeNow();
     std::map<std::string, std::vector<int>> groups;

@@ -145,7 +145,7 @@ class Engine {
       const SimWindow& win = w_.windows[i];
       const auto idx = static_cast<int64_t>(i);
       const TimeMs start = Ms(win.start_s);
-      const bool spot = win.kind == coord::WindowKind::kSpot;
+      const bool spot = win.kind == stintd::WindowKind::kSpot;
       events_.push_back(Event{spot ? start : 0, EventType::kWindowKnown, idx});
       events_.push_back(Event{start, EventType::kWindowOpen, idx});
       const TimeMs gone = Ms(win.gone_s());
@@ -171,7 +171,7 @@ class Engine {
       case EventType::kWindowOpen:
         open_[e.index] = true;
         Log(now, "window %" PRId64 " open gpus=%d kind=%s", e.index, w_.windows[e.index].gpus,
-            coord::WindowKindName(w_.windows[e.index].kind));
+            stintd::WindowKindName(w_.windows[e.index].kind));
         break;
       case EventType::kRevoke: {
         const TimeMs gone = Ms(w_.windows[e.index].gone_s());

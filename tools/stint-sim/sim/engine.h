@@ -14,15 +14,15 @@
 #include <string>
 #include <vector>
 
-#include "core/model.h"
+#include "stintd/core/model.h"
 #include "sim/trace.h"
 
 namespace stint::sim {
 
-using coord::kNever;
-using coord::TimeMs;
+using stintd::kNever;
+using stintd::TimeMs;
 
-inline TimeMs Ms(double s) { return s >= 9e15 / 1000 ? kNever : coord::SecondsToMs(s); }
+inline TimeMs Ms(double s) { return s >= 9e15 / 1000 ? kNever : stintd::SecondsToMs(s); }
 
 struct SimAlloc {
   int window = 0;  // index into Workload::windows

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "core/policy.h"
+#include "stintd/core/policy.h"
 #include "sim/engine.h"
 
 namespace stint::sim {
@@ -29,14 +29,14 @@ enum class PolicyKind { kFifo, kEasy, kSlurm, kStint };
 struct PolicySpec {
   std::string name;
   PolicyKind kind = PolicyKind::kFifo;
-  coord::PolicyConfig stint;      // kStint: the config MakePlan gets
+  stintd::PolicyConfig stint;      // kStint: the config MakePlan gets
   bool runtime_estimates = true;  // kStint: submit remaining_seconds (false: unknown)
   bool workers_ignore_notices = false;  // an engine-side ablation
 };
 
 struct SchedulerOptions {
   double estimate_factor = 1.0;  // runtime estimates (time limits) = true remaining x this
-  coord::PolicyConfig stint;     // the base config for stint and its ablations
+  stintd::PolicyConfig stint;     // the base config for stint and its ablations
   double slurm_age_max_s = 7 * 86400.0;  // PriorityMaxAge
   int team_guarantee_gpus = 0;   // stint: every team's guarantee (0: none)
 };

@@ -5,8 +5,8 @@
 #include <map>
 #include <set>
 
-#include "core/policy.h"
-#include "core/transitions.h"
+#include "stintd/core/policy.h"
+#include "stintd/core/transitions.h"
 #include "sim/schedulers.h"
 
 namespace stint::sim {
@@ -24,23 +24,23 @@ class StintScheduler : public Scheduler {
 
   void Init(const Workload& w) override {
     w_ = &w;
-    coord::Changes ch;
+    stintd::Changes ch;
     std::set<std::string> pools, teams;
     for (const SimWindow& win : w.windows) pools.insert(win.pool);
     for (const SimJob& j : w.jobs) teams.insert(j.team);
-    for (const std::string& p : pools) Check(coord::AddPool(s_, coord::Pool{p, ""}, &ch));
+    for (const std::string& p : pools) Check(stintd::AddPool(s_, stintd::Pool{p, ""}, &ch));
     for (const std::string& t : teams) {
-      coord::Team team;
+      stintd::Team team;
       team.name = t;
       team.guaranteed_gpus = opt_.team_guarantee_gpus;
       team.borrow_limit_gpus = -1;
-      Check(coord::PutTeam(s_, team, &ch));
+      Check(stintd::PutTeam(s_, team, &ch));
     }
     s_.counters.accounted_ms = kEpochMs;
   }
 
   void Submit(const SimJob& sj, TimeMs now) override {
-    coord::Job j;
+    stintd::Job j;
     j.name = sj.name.empty() ? "job" : sj.name.substr(0, 128);
     j.team = sj.team;
     j.priority = sj.priority;
@@ -52,8 +52,8 @@ class StintScheduler : public Scheduler {
     j.restart_seconds = sj.restart_s;
     j.checkpoint_interval_seconds = sj.interval_s;
     j.remaining_seconds = Estimate(sj.work_s);
-    coord::Changes ch;
-    auto id = coord::SubmitJob(s_, j, kEpochMs + now, &ch);
+    stintd::Changes ch;
+    auto id = stintd::SubmitJob(s_, j, kEpochMs + now, &ch);
     if (!id.ok()) {
       errors_++;
       return;
@@ -64,15 +64,15 @@ class StintScheduler : public Scheduler {
 
   void WindowKnown(int window, TimeMs now) override {
     const SimWindow& sw = w_->windows[window];
-    coord::Window win;
+    stintd::Window win;
     win.pool = sw.pool;
     win.gpus = sw.gpus;
     win.start_ms = kEpochMs + Ms(sw.start_s);
     win.kind = sw.kind;
-    win.end_ms = sw.kind == coord::WindowKind::kSpot ? coord::kNever : kEpochMs + Ms(sw.end_s);
+    win.end_ms = sw.kind == stintd::WindowKind::kSpot ? stintd::kNever : kEpochMs + Ms(sw.end_s);
     win.notice_lead_ms = Ms(sw.notice_lead_s);
-    coord::Changes ch;
-    auto id = coord::AddWindow(s_, win, kEpochMs + now, &ch);
+    stintd::Changes ch;
+    auto id = stintd::AddWindow(s_, win, kEpochMs + now, &ch);
     if (!id.ok()) {
       errors_++;
       return;
@@ -84,19 +84,19 @@ class StintScheduler : public Scheduler {
   void WindowRevoked(int window, TimeMs gone, TimeMs now) override {
     auto it = id_of_window_.find(window);
     if (it == id_of_window_.end()) return;
-    coord::Changes ch;
-    Check(coord::CloseWindow(s_, it->second, std::max<TimeMs>(0, gone - now), kEpochMs + now, &ch));
+    stintd::Changes ch;
+    Check(stintd::CloseWindow(s_, it->second, std::max<TimeMs>(0, gone - now), kEpochMs + now, &ch));
   }
 
   void CheckpointDurable(int64_t job, double progress_s, double remaining_s, TimeMs now) override {
     auto w = worker_of_.find(job);
     if (w == worker_of_.end()) return;
     const SimJob& sj = w_->jobs[job];
-    coord::Changes ch;
+    stintd::Changes ch;
     const int64_t step = Ms(progress_s);
-    Check(coord::ReportCheckpoint(s_, w->second, step, sj.checkpoint_s, 0, kEpochMs + now, &ch));
+    Check(stintd::ReportCheckpoint(s_, w->second, step, sj.checkpoint_s, 0, kEpochMs + now, &ch));
     if (spec_.runtime_estimates) {
-      Check(coord::ReportProgress(s_, w->second, step, Estimate(remaining_s), kEpochMs + now, &ch));
+      Check(stintd::ReportProgress(s_, w->second, step, Estimate(remaining_s), kEpochMs + now, &ch));
     }
   }
 
@@ -105,16 +105,16 @@ class StintScheduler : public Scheduler {
     if (w == worker_of_.end()) return;
     const int64_t worker = w->second;
     worker_of_.erase(w);
-    coord::Changes ch;
+    stintd::Changes ch;
     const TimeMs t = kEpochMs + now;
     const int64_t step = Ms(w_->jobs[job].work_s - remaining_s);
     switch (kind) {
       case EndKind::kFinished:
-        Check(coord::FinishJob(s_, worker, t, &ch));
+        Check(stintd::FinishJob(s_, worker, t, &ch));
         break;
       case EndKind::kAcked:
-        if (spec_.runtime_estimates) Check(coord::ReportProgress(s_, worker, step, Estimate(remaining_s), t, &ch));
-        Check(coord::AckSegment(s_, worker, step, t, &ch));
+        if (spec_.runtime_estimates) Check(stintd::ReportProgress(s_, worker, step, Estimate(remaining_s), t, &ch));
+        Check(stintd::AckSegment(s_, worker, step, t, &ch));
         break;
       case EndKind::kLost:
         // The workers died with their GPUs: they stop heartbeating, and
@@ -125,36 +125,36 @@ class StintScheduler : public Scheduler {
 
   Decisions Schedule(TimeMs now) override {
     const TimeMs t = kEpochMs + now;
-    coord::Changes ch;
+    stintd::Changes ch;
     for (const auto& [job, worker] : worker_of_) {
-      auto hb = coord::Heartbeat(s_, worker, 0, t);
+      auto hb = stintd::Heartbeat(s_, worker, 0, t);
       if (!hb.ok()) errors_++;
     }
-    coord::AccountTime(s_, t, cfg_, &ch);
-    const coord::Plan plan = coord::MakePlan(s_, t, cfg_);
-    coord::ApplyPlan(s_, plan, t, &ch);
+    stintd::AccountTime(s_, t, cfg_, &ch);
+    const stintd::Plan plan = stintd::MakePlan(s_, t, cfg_);
+    stintd::ApplyPlan(s_, plan, t, &ch);
     Decisions d;
-    for (const coord::LostDecision& l : plan.lost) {
+    for (const stintd::LostDecision& l : plan.lost) {
       auto seg = s_.segments.find(l.segment_id);
       if (seg == s_.segments.end()) continue;
       const int64_t sim = sim_of_job_[seg->second.job_id];
       worker_of_.erase(sim);
       d.kills.push_back(sim);
     }
-    for (const coord::NoticeDecision& n : plan.notices) {
+    for (const stintd::NoticeDecision& n : plan.notices) {
       auto seg = s_.segments.find(n.segment_id);
       if (seg == s_.segments.end()) continue;
       d.notices.push_back(NoticeCmd{sim_of_job_[seg->second.job_id], n.deadline_ms - kEpochMs,
-                                    n.reason == coord::NoticeReason::kPreempted});
+                                    n.reason == stintd::NoticeReason::kPreempted});
     }
-    for (const coord::StartDecision& st : plan.starts) {
-      const coord::Job& j = s_.jobs[st.job_id];
-      if (j.state != coord::JobState::kRunning) continue;
+    for (const stintd::StartDecision& st : plan.starts) {
+      const stintd::Job& j = s_.jobs[st.job_id];
+      if (j.state != stintd::JobState::kRunning) continue;
       StartCmd cmd;
       cmd.job = sim_of_job_[st.job_id];
-      for (const coord::Allocation& a : st.allocs) cmd.allocs.push_back(SimAlloc{window_of_[a.window_id], a.gpus});
+      for (const stintd::Allocation& a : st.allocs) cmd.allocs.push_back(SimAlloc{window_of_[a.window_id], a.gpus});
       // The sim plays the job's workers: one registers for the gang.
-      auto w = coord::RegisterWorker(s_, st.job_id, "sim-" + std::to_string(cmd.job), t, &ch);
+      auto w = stintd::RegisterWorker(s_, st.job_id, "sim-" + std::to_string(cmd.job), t, &ch);
       if (!w.ok()) {
         errors_++;
         continue;
@@ -162,8 +162,8 @@ class StintScheduler : public Scheduler {
       worker_of_[cmd.job] = w.value().id;
       d.starts.push_back(std::move(cmd));
     }
-    next_planned_ = coord::kNever;
-    for (const coord::PendingInfo& p : plan.pending) {
+    next_planned_ = stintd::kNever;
+    for (const stintd::PendingInfo& p : plan.pending) {
       if (p.planned_start_ms > t) next_planned_ = std::min(next_planned_, p.planned_start_ms - kEpochMs);
     }
     pending_ = plan.stats.pending_jobs;
@@ -173,26 +173,26 @@ class StintScheduler : public Scheduler {
   TimeMs NextWake(TimeMs now) const override {
     TimeMs next = next_planned_;
     const TimeMs t = kEpochMs + now;
-    const TimeMs min_run = coord::SecondsToMs(cfg_.min_run_seconds);
+    const TimeMs min_run = stintd::SecondsToMs(cfg_.min_run_seconds);
     for (const auto& [id, seg] : s_.segments) {
-      if (!coord::SegmentActive(seg.state)) continue;
-      if (seg.state == coord::SegmentState::kNotified) {
+      if (!stintd::SegmentActive(seg.state)) continue;
+      if (seg.state == stintd::SegmentState::kNotified) {
         next = std::min(next, seg.deadline_ms - kEpochMs);
         continue;
       }
       // The notice time of a segment's planned end: release - (C + safety).
       TimeMs release = seg.planned_end_ms;
-      for (const coord::Allocation& a : seg.allocs) {
+      for (const stintd::Allocation& a : seg.allocs) {
         auto w = s_.windows.find(a.window_id);
         if (w != s_.windows.end()) release = std::min(release, w->second.end_ms);
       }
       auto job = s_.jobs.find(seg.job_id);
-      if (release != coord::kNever && job != s_.jobs.end()) {
-        const TimeMs at = release - coord::SecondsToMs(job->second.checkpoint_seconds + cfg_.safety_seconds);
+      if (release != stintd::kNever && job != s_.jobs.end()) {
+        const TimeMs at = release - stintd::SecondsToMs(job->second.checkpoint_seconds + cfg_.safety_seconds);
         if (at > t) next = std::min(next, at - kEpochMs);
       }
       // A segment becomes preemptible after min_run.
-      if (pending_ > 0 && seg.start_ms + min_run > t && min_run < coord::SecondsToMs(1e9)) {
+      if (pending_ > 0 && seg.start_ms + min_run > t && min_run < stintd::SecondsToMs(1e9)) {
         next = std::min(next, seg.start_ms + min_run - kEpochMs);
       }
     }
@@ -211,14 +211,14 @@ class StintScheduler : public Scheduler {
 
   const PolicySpec spec_;
   const SchedulerOptions opt_;
-  const coord::PolicyConfig cfg_;
+  const stintd::PolicyConfig cfg_;
   const Workload* w_ = nullptr;
-  coord::ClusterState s_;
+  stintd::ClusterState s_;
   std::map<int64_t, int64_t> sim_of_job_, job_of_sim_;  // core job id <-> sim job id
   std::map<int64_t, int> window_of_;                     // core window id -> sim window index
   std::map<int, int64_t> id_of_window_;
   std::map<int64_t, int64_t> worker_of_;  // sim job -> its live worker
-  TimeMs next_planned_ = coord::kNever;
+  TimeMs next_planned_ = stintd::kNever;
   int pending_ = 0;
   int64_t errors_ = 0;
 };

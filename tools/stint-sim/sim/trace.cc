@@ -330,8 +330,8 @@ Result<std::vector<SimJob>> LoadAlibabaPods(const std::string& path, const JobDe
     SimJob j = MakeJob(d, "alibaba/" + Trim(in["name"]), "default", created, static_cast<int>(gpus),
                        deleted - scheduled);
     const std::string qos = Trim(in["qos"]);
-    if (qos == "LS" || qos == "Guaranteed") j.priority = coord::Priority::kHigh;
-    if (qos == "BE") j.priority = coord::Priority::kLow;
+    if (qos == "LS" || qos == "Guaranteed") j.priority = stintd::Priority::kHigh;
+    if (qos == "BE") j.priority = stintd::Priority::kLow;
     out.push_back(j);
   }
   for (SimJob& j : out) j.submit_s -= t0;
@@ -347,13 +347,13 @@ std::vector<SimWindow> FixedCapacity(int gpus) {
 }
 
 std::vector<SimWindow> StepsToWindows(const std::vector<std::pair<double, int>>& steps, double last_end_s,
-                                      coord::WindowKind kind, double notice_lead_s, const std::string& pool) {
+                                      stintd::WindowKind kind, double notice_lead_s, const std::string& pool) {
   std::vector<SimWindow> done;
   std::vector<SimWindow> stack;  // open windows, oldest first
   int level = 0;
   auto close = [&](SimWindow w, double t) {
     if (t <= w.start_s) return;  // opened and closed at the same time: never existed
-    if (kind == coord::WindowKind::kHard) {
+    if (kind == stintd::WindowKind::kHard) {
       w.end_s = t;
     } else {
       w.end_s = kForever;
@@ -382,13 +382,13 @@ std::vector<SimWindow> StepsToWindows(const std::vector<std::pair<double, int>>&
       w.gpus = target - level;
       w.start_s = t;
       w.kind = kind;
-      w.notice_lead_s = kind == coord::WindowKind::kSpot ? notice_lead_s : 0;
+      w.notice_lead_s = kind == stintd::WindowKind::kSpot ? notice_lead_s : 0;
       stack.push_back(w);
       level = target;
     }
   }
   for (SimWindow& w : stack) {
-    if (kind == coord::WindowKind::kHard) {
+    if (kind == stintd::WindowKind::kHard) {
       w.end_s = last_end_s;
       done.push_back(w);
     } else {
@@ -450,7 +450,7 @@ Result<std::vector<SimWindow>> LoadBambooNodes(const std::string& path, int gpus
       w.gpus = gpus_per_node;
       w.start_s = ms / 1000.0;
       w.end_s = kForever;
-      w.kind = coord::WindowKind::kSpot;
+      w.kind = stintd::WindowKind::kSpot;
       w.notice_lead_s = notice_lead_s;
       open[node] = out.size();
       out.push_back(w);
@@ -501,7 +501,7 @@ std::vector<SimJob> GenerateJobs(const SyntheticJobs& g, const JobDefaults& d) {
     const std::string team = "team" + std::to_string(static_cast<int>(u(rng) * std::max(1, g.teams)));
     SimJob j = MakeJob(d, "syn/" + std::to_string(i), team, t, gpus, work);
     const double p = u(rng);
-    j.priority = p < 0.3 ? coord::Priority::kLow : p < 0.85 ? coord::Priority::kMedium : coord::Priority::kHigh;
+    j.priority = p < 0.3 ? stintd::Priority::kLow : p < 0.85 ? stintd::Priority::kMedium : stintd::Priority::kHigh;
     out.push_back(j);
   }
   Normalize(&out);
@@ -530,7 +530,7 @@ std::vector<SimWindow> GenerateWindows(const SyntheticWindows& g) {
     SimWindow w;
     w.pool = "p0";
     w.gpus = 8;
-    w.kind = coord::WindowKind::kSpot;
+    w.kind = stintd::WindowKind::kSpot;
     w.notice_lead_s = g.spot_notice_s;
     w.start_s = u(rng) * g.horizon_s;
     w.end_s = kForever;

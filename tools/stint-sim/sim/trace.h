@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/model.h"
+#include "stintd/core/model.h"
 #include "stint/status.h"
 
 namespace stint::sim {
@@ -27,7 +27,7 @@ struct SimJob {
   int64_t id = 0;  // dense, 0-based, in submit order
   std::string name;
   std::string team = "default";
-  coord::Priority priority = coord::Priority::kMedium;
+  stintd::Priority priority = stintd::Priority::kMedium;
   double submit_s = 0;
   int min_gpus = 1;
   int max_gpus = 1;       // progress rate is gpus / max_gpus (linear scaling)
@@ -47,10 +47,10 @@ struct SimWindow {
   int gpus = 0;
   double start_s = 0;
   double end_s = kLongSeconds;
-  coord::WindowKind kind = coord::WindowKind::kHard;
+  stintd::WindowKind kind = stintd::WindowKind::kHard;
   double notice_lead_s = 0;
   double revoke_s = kForever;
-  double gone_s() const { return kind == coord::WindowKind::kSpot ? revoke_s : end_s; }
+  double gone_s() const { return kind == stintd::WindowKind::kSpot ? revoke_s : end_s; }
 };
 
 struct Workload {
@@ -107,7 +107,7 @@ std::vector<SimWindow> FixedCapacity(int gpus);
 // level lasts until `last_end_s`. Windows are hard (known close) or spot
 // (closed by revocation with `notice_lead_s`).
 std::vector<SimWindow> StepsToWindows(const std::vector<std::pair<double, int>>& steps, double last_end_s,
-                                      coord::WindowKind kind, double notice_lead_s, const std::string& pool);
+                                      stintd::WindowKind kind, double notice_lead_s, const std::string& pool);
 
 // Helios cluster_gpu_number.csv (header date,vc...,total): one step per
 // day for `column` ("total" or a VC name), multiplied by `scale` and

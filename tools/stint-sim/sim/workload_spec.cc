@@ -35,7 +35,7 @@ Result<std::vector<SimWindow>> CapacityPart(std::string part, const WorkloadOpti
     spot = true;
     part.resize(part.size() - 5);
   }
-  const coord::WindowKind kind = spot ? coord::WindowKind::kSpot : coord::WindowKind::kHard;
+  const stintd::WindowKind kind = spot ? stintd::WindowKind::kSpot : stintd::WindowKind::kHard;
   const size_t colon = part.find(':');
   const std::string type = part.substr(0, colon);
   const std::string rest = colon == std::string::npos ? "" : part.substr(colon + 1);
@@ -78,7 +78,7 @@ Result<std::vector<SimWindow>> CapacityPart(std::string part, const WorkloadOpti
     }
     const bool hours = f.size() > 2 && f[2] == "h";
     STINT_ASSIGN_OR_RETURN(auto steps, LoadBambooAvailability(f[0], hours, per));
-    out = StepsToWindows(steps, kLongSeconds, spot ? kind : coord::WindowKind::kSpot, o.notice_lead_s, "p0");
+    out = StepsToWindows(steps, kLongSeconds, spot ? kind : stintd::WindowKind::kSpot, o.notice_lead_s, "p0");
     *label = "bamboo availability " + f[0] + " x" + std::to_string(per) + " GPUs (real spot series)";
   } else if (type == "synthetic") {
     out = GenerateWindows(o.synthetic_windows);
@@ -93,8 +93,8 @@ Result<std::vector<SimWindow>> CapacityPart(std::string part, const WorkloadOpti
   }
   if (spot && type != "bamboo-nodes" && type != "bamboo-avail") {
     for (SimWindow& w : out) {
-      if (w.kind == coord::WindowKind::kHard) {
-        w.kind = coord::WindowKind::kSpot;
+      if (w.kind == stintd::WindowKind::kHard) {
+        w.kind = stintd::WindowKind::kSpot;
         w.notice_lead_s = o.notice_lead_s;
         w.revoke_s = w.end_s >= kLongSeconds ? kForever : w.end_s;
         w.end_s = kForever;
@@ -143,7 +143,7 @@ Result<Workload> BuildWorkload(const std::string& trace, const std::string& capa
     std::uniform_real_distribution<double> u(0, 1);
     for (SimJob& j : w.jobs) {
       const double p = u(rng);
-      j.priority = p < 0.3 ? coord::Priority::kLow : p < 0.85 ? coord::Priority::kMedium : coord::Priority::kHigh;
+      j.priority = p < 0.3 ? stintd::Priority::kLow : p < 0.85 ? stintd::Priority::kMedium : stintd::Priority::kHigh;
     }
     w.job_source += "; priorities SYNTHETIC (LOW/MEDIUM/HIGH 30/55/15 %)";
   }

@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
-#include "core/model.h"
-#include "core/policy.h"
+#include "stintd/core/model.h"
+#include "stintd/core/policy.h"
 
-namespace stint::coord {
+namespace stint::stintd {
 namespace {
 
 constexpr double kTargetMs = 50;
@@ -200,6 +200,6 @@ int Main(int argc, char** argv) {
 }
 
 }  // namespace
-}  // namespace stint::coord
+}  // namespace stint::stintd
 
-int main(int argc, char** argv) { return stint::coord::Main(argc, argv); }
+int main(int argc, char** argv) { return stint::stintd::Main(argc, argv); }

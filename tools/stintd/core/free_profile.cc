@@ -1,8 +1,8 @@
-#include "core/free_profile.h"
+#include "stintd/core/free_profile.h"
 
 #include <algorithm>
 
-namespace stint::coord {
+namespace stint::stintd {
 
 FreeProfile::FreeProfile(TimeMs origin, TimeMs start, TimeMs end, int gpus) {
   times_.push_back(origin);
@@ -94,4 +94,4 @@ void FreeProfile::AppendRises(TimeMs from, std::vector<TimeMs>* out) const {
   }
 }
 
-}  // namespace stint::coord
+}  // namespace stint::stintd

@@ -11,9 +11,9 @@
 #include <cstddef>
 #include <vector>
 
-#include "core/model.h"
+#include "stintd/core/model.h"
 
-namespace stint::coord {
+namespace stint::stintd {
 
 // a + b, saturating at kNever (kNever means "no end", never a real time).
 inline TimeMs AddMs(TimeMs a, TimeMs b) {
@@ -59,6 +59,6 @@ class FreeProfile {
   std::vector<int> free_;
 };
 
-}  // namespace stint::coord
+}  // namespace stint::stintd
 
 #endif  // STINT_TOOLS_STINTD_CORE_FREE_PROFILE_H_

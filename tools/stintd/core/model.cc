@@ -1,9 +1,9 @@
-#include "core/model.h"
+#include "stintd/core/model.h"
 
 #include <algorithm>
 #include <cctype>
 
-namespace stint::coord {
+namespace stint::stintd {
 namespace {
 
 std::string Upper(std::string_view s) {
@@ -81,4 +81,4 @@ const char* RendezvousPhaseName(RendezvousPhase p) {
   return p == RendezvousPhase::kJoining ? "joining" : "formed";
 }
 
-}  // namespace stint::coord
+}  // namespace stint::stintd

@@ -17,7 +17,7 @@
 
 #include "stint/status.h"
 
-namespace stint::coord {
+namespace stint::stintd {
 
 using TimeMs = int64_t;
 constexpr TimeMs kNever = std::numeric_limits<TimeMs>::max();
@@ -230,6 +230,6 @@ struct ClusterState {
   uint64_t next_fencing_token = 1;
 };
 
-}  // namespace stint::coord
+}  // namespace stint::stintd
 
 #endif  // STINT_TOOLS_STINTD_CORE_MODEL_H_

@@ -1,4 +1,4 @@
-#include "core/policy.h"
+#include "stintd/core/policy.h"
 
 #include <algorithm>
 #include <climits>
@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/free_profile.h"
+#include "stintd/core/free_profile.h"
 
-namespace stint::coord {
+namespace stint::stintd {
 namespace {
 
 // Pending jobs (by position) for which a priority preemption is looked for.
@@ -835,4 +835,4 @@ Plan MakePlan(const ClusterState& state, TimeMs now, const PolicyConfig& config)
   return Planner(state, now, config).Run();
 }
 
-}  // namespace stint::coord
+}  // namespace stint::stintd

@@ -33,9 +33,9 @@
 #include <string>
 #include <vector>
 
-#include "core/model.h"
+#include "stintd/core/model.h"
 
-namespace stint::coord {
+namespace stint::stintd {
 
 struct PolicyConfig {
   double level_points = 1000;          // per priority level
@@ -147,6 +147,6 @@ TimeMs MinSegmentMs(const Job& job, const PolicyConfig& config);
 
 Plan MakePlan(const ClusterState& state, TimeMs now, const PolicyConfig& config);
 
-}  // namespace stint::coord
+}  // namespace stint::stintd
 
 #endif  // STINT_TOOLS_STINTD_CORE_POLICY_H_

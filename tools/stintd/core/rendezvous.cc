@@ -1,8 +1,8 @@
-#include "core/rendezvous.h"
+#include "stintd/core/rendezvous.h"
 
 #include <algorithm>
 
-namespace stint::coord {
+namespace stint::stintd {
 namespace {
 
 struct Limits {
@@ -197,4 +197,4 @@ TimeMs NextRendezvousDeadline(const ClusterState& s) {
   return next;
 }
 
-}  // namespace stint::coord
+}  // namespace stint::stintd

@@ -26,11 +26,11 @@
 #include <string>
 #include <vector>
 
-#include "core/model.h"
-#include "core/policy.h"
-#include "core/transitions.h"
+#include "stintd/core/model.h"
+#include "stintd/core/policy.h"
+#include "stintd/core/transitions.h"
 
-namespace stint::coord {
+namespace stint::stintd {
 
 // What one worker sees of its job's rendezvous.
 struct RendezvousView {
@@ -76,6 +76,6 @@ void AdvanceRendezvous(ClusterState& s, TimeMs now, const PolicyConfig& config, 
 // AdvanceRendezvous next has something to close.
 TimeMs NextRendezvousDeadline(const ClusterState& s);
 
-}  // namespace stint::coord
+}  // namespace stint::stintd
 
 #endif  // STINT_TOOLS_STINTD_CORE_RENDEZVOUS_H_

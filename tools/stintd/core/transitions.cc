@@ -1,9 +1,9 @@
-#include "core/transitions.h"
+#include "stintd/core/transitions.h"
 
 #include <algorithm>
 #include <cmath>
 
-namespace stint::coord {
+namespace stint::stintd {
 namespace {
 
 // [A-Za-z0-9._-]{1,64}: safe in URLs, file names and metric labels.
@@ -452,4 +452,4 @@ void AccountTime(ClusterState& s, TimeMs now, const PolicyConfig& config, Change
   // periodically.
 }
 
-}  // namespace stint::coord
+}  // namespace stint::stintd

@@ -12,10 +12,10 @@
 #include <set>
 #include <string>
 
-#include "core/model.h"
-#include "core/policy.h"
+#include "stintd/core/model.h"
+#include "stintd/core/policy.h"
 
-namespace stint::coord {
+namespace stint::stintd {
 
 struct Changes {
   std::set<std::string> pools;
@@ -114,6 +114,6 @@ bool FencingValid(const ClusterState& s, int64_t job_id, uint64_t token, TimeMs 
 // counters.accounted_ms up to `now`.
 void AccountTime(ClusterState& s, TimeMs now, const PolicyConfig& config, Changes* changes);
 
-}  // namespace stint::coord
+}  // namespace stint::stintd
 
 #endif  // STINT_TOOLS_STINTD_CORE_TRANSITIONS_H_

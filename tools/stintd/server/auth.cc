@@ -1,9 +1,9 @@
-#include "server/auth.h"
+#include "stintd/server/auth.h"
 
 #include <cstdlib>
 #include <fstream>
 
-namespace stint::coord {
+namespace stint::stintd {
 namespace {
 
 // Timing must not tell how many leading characters of a guess were right.
@@ -81,4 +81,4 @@ Right TokenAuth::Check(const std::string& header) const {
   return Right::kNone;
 }
 
-}  // namespace stint::coord
+}  // namespace stint::stintd

@@ -9,7 +9,7 @@
 
 #include "stint/status.h"
 
-namespace stint::coord {
+namespace stint::stintd {
 
 enum class Right : int { kNone = 0, kWorker = 1, kAdmin = 2 };
 
@@ -28,6 +28,6 @@ class TokenAuth {
   std::vector<std::string> admin_, worker_;
 };
 
-}  // namespace stint::coord
+}  // namespace stint::stintd
 
 #endif  // STINT_TOOLS_STINTD_SERVER_AUTH_H_

@@ -1,9 +1,9 @@
-#include "server/coordinator.h"
+#include "stintd/server/coordinator.h"
 
 #include <cstdio>
 #include <cstdlib>
 
-namespace stint::coord {
+namespace stint::stintd {
 namespace {
 
 TimeMs SystemNowMs() {
@@ -43,16 +43,16 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions option
   if (!(options.tick_seconds > 0)) return Status::InvalidArgument("tick_seconds must be > 0");
   STINT_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(options.db_path));
   STINT_ASSIGN_OR_RETURN(ClusterState state, store->Load());
-  STINT_ASSIGN_OR_RETURN(std::vector<KvEntry> entries, store->LoadKv());
-  std::map<std::pair<int64_t, std::string>, KvEntry> kv;
-  for (KvEntry& e : entries) kv[{e.job_id, e.key}] = std::move(e);
+  STINT_ASSIGN_OR_RETURN(std::vector<KvRecord> entries, store->LoadKv());
+  std::map<std::pair<int64_t, std::string>, KvRecord> kv;
+  for (KvRecord& e : entries) kv[{e.job_id, e.key}] = std::move(e);
   ResetLeases(state, options.clock());
   return std::unique_ptr<Coordinator>(
       new Coordinator(std::move(options), std::move(store), std::move(state), std::move(kv)));
 }
 
 Coordinator::Coordinator(CoordinatorOptions options, std::unique_ptr<Store> store, ClusterState state,
-                         std::map<std::pair<int64_t, std::string>, KvEntry> kv)
+                         std::map<std::pair<int64_t, std::string>, KvRecord> kv)
     : options_(std::move(options)), store_(std::move(store)), state_(std::move(state)), kv_(std::move(kv)) {
   usage_flushed_ms_ = options_.clock();
   Tick();  // a plan exists before the first request is served
@@ -113,14 +113,14 @@ Status Coordinator::Mutate(const std::function<Status(ClusterState&, TimeMs, Cha
 }
 
 Result<Pool> Coordinator::AddPool(const Pool& pool) {
-  STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs, Changes* c) { return coord::AddPool(s, pool, c); }));
+  STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs, Changes* c) { return stintd::AddPool(s, pool, c); }));
   return pool;
 }
 
 Result<Window> Coordinator::AddWindow(const Window& window) {
   int64_t id = 0;
   STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs now, Changes* c) -> Status {
-    STINT_ASSIGN_OR_RETURN(id, coord::AddWindow(s, window, now, c));
+    STINT_ASSIGN_OR_RETURN(id, stintd::AddWindow(s, window, now, c));
     return Status::OK();
   }));
   std::shared_lock<std::shared_mutex> lock(mu_);
@@ -131,14 +131,14 @@ Result<Window> Coordinator::CloseWindow(int64_t window_id, std::optional<TimeMs>
   STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs now, Changes* c) -> Status {
     auto it = s.windows.find(window_id);
     const TimeMs lead = lead_ms ? *lead_ms : (it == s.windows.end() ? 0 : it->second.notice_lead_ms);
-    return coord::CloseWindow(s, window_id, lead, now, c);
+    return stintd::CloseWindow(s, window_id, lead, now, c);
   }));
   std::shared_lock<std::shared_mutex> lock(mu_);
   return state_.windows.at(window_id);
 }
 
 Result<Team> Coordinator::PutTeam(const Team& team) {
-  STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs, Changes* c) { return coord::PutTeam(s, team, c); }));
+  STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs, Changes* c) { return stintd::PutTeam(s, team, c); }));
   std::shared_lock<std::shared_mutex> lock(mu_);
   return state_.teams.at(team.name);
 }
@@ -146,7 +146,7 @@ Result<Team> Coordinator::PutTeam(const Team& team) {
 Result<Job> Coordinator::SubmitJob(const Job& spec) {
   int64_t id = 0;
   STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs now, Changes* c) -> Status {
-    STINT_ASSIGN_OR_RETURN(id, coord::SubmitJob(s, spec, now, c));
+    STINT_ASSIGN_OR_RETURN(id, stintd::SubmitJob(s, spec, now, c));
     return Status::OK();
   }));
   std::shared_lock<std::shared_mutex> lock(mu_);
@@ -155,14 +155,14 @@ Result<Job> Coordinator::SubmitJob(const Job& spec) {
 
 Result<Job> Coordinator::CancelJob(int64_t job_id, const std::string& reason) {
   STINT_RETURN_IF_ERROR(Mutate(
-      [&](ClusterState& s, TimeMs now, Changes* c) { return coord::CancelJob(s, job_id, reason, now, c); }));
+      [&](ClusterState& s, TimeMs now, Changes* c) { return stintd::CancelJob(s, job_id, reason, now, c); }));
   std::shared_lock<std::shared_mutex> lock(mu_);
   return state_.jobs.at(job_id);
 }
 
 Result<Job> Coordinator::SetPriority(int64_t job_id, Priority priority) {
   STINT_RETURN_IF_ERROR(
-      Mutate([&](ClusterState& s, TimeMs, Changes* c) { return coord::SetPriority(s, job_id, priority, c); }));
+      Mutate([&](ClusterState& s, TimeMs, Changes* c) { return stintd::SetPriority(s, job_id, priority, c); }));
   std::shared_lock<std::shared_mutex> lock(mu_);
   return state_.jobs.at(job_id);
 }
@@ -170,7 +170,7 @@ Result<Job> Coordinator::SetPriority(int64_t job_id, Priority priority) {
 Result<Worker> Coordinator::RegisterWorker(int64_t job_id, const std::string& name) {
   Worker worker;
   STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs now, Changes* c) -> Status {
-    STINT_ASSIGN_OR_RETURN(worker, coord::RegisterWorker(s, job_id, name, now, c));
+    STINT_ASSIGN_OR_RETURN(worker, stintd::RegisterWorker(s, job_id, name, now, c));
     return Status::OK();
   }));
   return worker;
@@ -224,28 +224,28 @@ Result<WorkerView> Coordinator::WaitNotice(int64_t worker_id, std::chrono::milli
 
 Status Coordinator::ReportProgress(int64_t worker_id, int64_t step, double remaining_seconds) {
   return Mutate([&](ClusterState& s, TimeMs now, Changes* c) {
-    return coord::ReportProgress(s, worker_id, step, remaining_seconds, now, c);
+    return stintd::ReportProgress(s, worker_id, step, remaining_seconds, now, c);
   });
 }
 
 Status Coordinator::ReportCheckpoint(int64_t worker_id, int64_t step, double seconds, uint64_t bytes) {
   return Mutate([&](ClusterState& s, TimeMs now, Changes* c) {
-    return coord::ReportCheckpoint(s, worker_id, step, seconds, bytes, now, c);
+    return stintd::ReportCheckpoint(s, worker_id, step, seconds, bytes, now, c);
   });
 }
 
 Status Coordinator::Ack(int64_t worker_id, int64_t step) {
   return Mutate(
-      [&](ClusterState& s, TimeMs now, Changes* c) { return coord::AckSegment(s, worker_id, step, now, c); });
+      [&](ClusterState& s, TimeMs now, Changes* c) { return stintd::AckSegment(s, worker_id, step, now, c); });
 }
 
 Status Coordinator::Finish(int64_t worker_id) {
-  return Mutate([&](ClusterState& s, TimeMs now, Changes* c) { return coord::FinishJob(s, worker_id, now, c); });
+  return Mutate([&](ClusterState& s, TimeMs now, Changes* c) { return stintd::FinishJob(s, worker_id, now, c); });
 }
 
 Status Coordinator::Leave(int64_t worker_id) {
   return Mutate(
-      [&](ClusterState& s, TimeMs now, Changes* c) { return coord::ReleaseWorker(s, worker_id, now, c); });
+      [&](ClusterState& s, TimeMs now, Changes* c) { return stintd::ReleaseWorker(s, worker_id, now, c); });
 }
 
 bool Coordinator::CheckFencing(int64_t job_id, uint64_t token, TimeMs* valid_until_ms) const {
@@ -259,7 +259,7 @@ Result<RendezvousView> Coordinator::JoinRendezvous(int64_t worker_id, const std:
   STINT_RETURN_IF_ERROR(Heartbeat(worker_id, 0).status());
   RendezvousView joined;
   STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs now, Changes* c) -> Status {
-    STINT_ASSIGN_OR_RETURN(joined, coord::JoinRendezvous(s, worker_id, endpoint, known_generation, now,
+    STINT_ASSIGN_OR_RETURN(joined, stintd::JoinRendezvous(s, worker_id, endpoint, known_generation, now,
                                                          options_.policy, c));
     return Status::OK();
   }));
@@ -337,7 +337,7 @@ Result<int64_t> Coordinator::PutKv(int64_t job_id, const std::string& key, const
       return Status::Aborted("kv " + key + " of job " + std::to_string(job_id) + " is at version " +
                              std::to_string(current) + ", not " + std::to_string(*if_version));
     }
-    KvEntry e{job_id, key, value, current + 1, options_.clock()};
+    KvRecord e{job_id, key, value, current + 1, options_.clock()};
     STINT_RETURN_IF_ERROR(store_->PutKv(e));
     version = e.version;
     kv_[{job_id, key}] = std::move(e);
@@ -346,7 +346,7 @@ Result<int64_t> Coordinator::PutKv(int64_t job_id, const std::string& key, const
   return version;
 }
 
-Result<KvEntry> Coordinator::GetKv(int64_t job_id, const std::string& key, int64_t min_version,
+Result<KvRecord> Coordinator::GetKv(int64_t job_id, const std::string& key, int64_t min_version,
                                    std::chrono::milliseconds wait) {
   STINT_RETURN_IF_ERROR(CheckKv(key, nullptr));
   const auto until = std::chrono::steady_clock::now() + wait;
@@ -487,4 +487,4 @@ void Coordinator::TickLoop() {
   }
 }
 
-}  // namespace stint::coord
+}  // namespace stint::stintd

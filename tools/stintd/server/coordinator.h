@@ -26,13 +26,13 @@
 #include <thread>
 #include <unordered_map>
 
-#include "core/model.h"
-#include "core/policy.h"
-#include "core/rendezvous.h"
-#include "core/transitions.h"
-#include "store/store.h"
+#include "stintd/core/model.h"
+#include "stintd/core/policy.h"
+#include "stintd/core/rendezvous.h"
+#include "stintd/core/transitions.h"
+#include "stintd/store/store.h"
 
-namespace stint::coord {
+namespace stint::stintd {
 
 struct CoordinatorOptions {
   std::string db_path;
@@ -104,7 +104,7 @@ class Coordinator {
   Result<int64_t> PutKv(int64_t job_id, const std::string& key, const std::string& value,
                         std::optional<int64_t> if_version);
   // Waits up to `wait` for the entry to exist with version >= min_version.
-  Result<KvEntry> GetKv(int64_t job_id, const std::string& key, int64_t min_version,
+  Result<KvRecord> GetKv(int64_t job_id, const std::string& key, int64_t min_version,
                         std::chrono::milliseconds wait);
   Status DeleteKv(int64_t job_id, const std::string& key);
 
@@ -117,7 +117,7 @@ class Coordinator {
 
  private:
   Coordinator(CoordinatorOptions options, std::unique_ptr<Store> store, ClusterState state,
-              std::map<std::pair<int64_t, std::string>, KvEntry> kv);
+              std::map<std::pair<int64_t, std::string>, KvRecord> kv);
 
   // Runs `fn` on the state under the exclusive lock, then writes what it
   // changed. On a store error the in-memory state is reloaded from the file,
@@ -140,7 +140,7 @@ class Coordinator {
   mutable std::shared_mutex mu_;
   ClusterState state_;
   Plan last_plan_;
-  std::map<std::pair<int64_t, std::string>, KvEntry> kv_;
+  std::map<std::pair<int64_t, std::string>, KvRecord> kv_;
   TimeMs usage_flushed_ms_ = 0;
 
   // Soft heartbeat state: worker id -> (time, step).
@@ -168,6 +168,6 @@ class Coordinator {
   std::thread tick_thread_;  // last: started after everything above exists
 };
 
-}  // namespace stint::coord
+}  // namespace stint::stintd
 
 #endif  // STINT_TOOLS_STINTD_SERVER_COORDINATOR_H_

@@ -1,6 +1,6 @@
-#include "server/dashboard.h"
+#include "stintd/server/dashboard.h"
 
-namespace stint::coord {
+namespace stint::stintd {
 namespace {
 
 // Everything the page needs is below: no external script, style, font or
@@ -597,4 +597,4 @@ constexpr std::string_view kPage = R"stintd(<!doctype html>
 
 std::string_view DashboardHtml() { return kPage; }
 
-}  // namespace stint::coord
+}  // namespace stint::stintd

@@ -18,11 +18,11 @@
 
 #include <string_view>
 
-namespace stint::coord {
+namespace stint::stintd {
 
 // The page, UTF-8; constant for the life of the process.
 std::string_view DashboardHtml();
 
-}  // namespace stint::coord
+}  // namespace stint::stintd
 
 #endif  // STINT_TOOLS_STINTD_SERVER_DASHBOARD_H_

@@ -1,4 +1,4 @@
-#include "server/http_api.h"
+#include "stintd/server/http_api.h"
 
 #include <httplib.h>
 
@@ -6,11 +6,11 @@
 #include <cstdio>
 #include <thread>
 
-#include "server/dashboard.h"
-#include "server/json_model.h"
-#include "server/metrics.h"
+#include "stintd/server/dashboard.h"
+#include "stintd/server/json_model.h"
+#include "stintd/server/metrics.h"
 
-namespace stint::coord {
+namespace stint::stintd {
 namespace {
 
 struct Reply {
@@ -570,7 +570,7 @@ void HttpApi::InstallRoutes() {
           const int64_t job = STINT_HTTP_TRY(PathId(req, 1, "job"));
           const double wait = STINT_HTTP_TRY(QuerySeconds(req, "wait_seconds", 0, max_wait));
           const int64_t min_version = STINT_HTTP_TRY(QueryInt(req, "min_version", 1, 1));
-          KvEntry e = STINT_HTTP_TRY(c->GetKv(job, req.matches[2], min_version, Millis(wait)));
+          KvRecord e = STINT_HTTP_TRY(c->GetKv(job, req.matches[2], min_version, Millis(wait)));
           return Reply{200, ToJson(e), {}, {}};
         });
   route(kDelete, R"(/v1/jobs/(\d+)/kv/([A-Za-z0-9._/-]+))", Right::kWorker, [c](const httplib::Request& req) {
@@ -591,4 +591,4 @@ void HttpApi::InstallRoutes() {
   });
 }
 
-}  // namespace stint::coord
+}  // namespace stint::stintd

@@ -8,14 +8,14 @@
 #include <memory>
 #include <string>
 
-#include "server/auth.h"
-#include "server/coordinator.h"
+#include "stintd/server/auth.h"
+#include "stintd/server/coordinator.h"
 
 namespace httplib {
 class Server;
 }
 
-namespace stint::coord {
+namespace stint::stintd {
 
 struct HttpOptions {
   std::string host = "127.0.0.1";
@@ -53,6 +53,6 @@ class HttpApi {
   std::atomic<bool> serve_returned_{false};
 };
 
-}  // namespace stint::coord
+}  // namespace stint::stintd
 
 #endif  // STINT_TOOLS_STINTD_SERVER_HTTP_API_H_

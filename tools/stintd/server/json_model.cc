@@ -1,8 +1,8 @@
-#include "server/json_model.h"
+#include "stintd/server/json_model.h"
 
 #include <cmath>
 
-namespace stint::coord {
+namespace stint::stintd {
 
 json TimeJson(TimeMs t) { return t == kNever ? json(nullptr) : json(t); }
 
@@ -140,7 +140,7 @@ json ToJson(const WorkerView& v) {
           {"notice", notice}};
 }
 
-json ToJson(const KvEntry& e) {
+json ToJson(const KvRecord& e) {
   return {{"key", e.key}, {"value", e.value}, {"version", e.version}, {"updated_ms", e.updated_ms}};
 }
 
@@ -244,4 +244,4 @@ Result<int64_t> RequestBody::RequiredInt(const char* field) const {
   return *v;
 }
 
-}  // namespace stint::coord
+}  // namespace stint::stintd

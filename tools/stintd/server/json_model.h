@@ -10,13 +10,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/model.h"
-#include "core/policy.h"
-#include "core/rendezvous.h"
-#include "core/transitions.h"
-#include "store/store.h"
+#include "stintd/core/model.h"
+#include "stintd/core/policy.h"
+#include "stintd/core/rendezvous.h"
+#include "stintd/core/transitions.h"
+#include "stintd/store/store.h"
 
-namespace stint::coord {
+namespace stint::stintd {
 
 using nlohmann::json;
 
@@ -27,7 +27,7 @@ json ToJson(const ClusterState& s, const Team& t);
 json ToJson(const Job& j);
 json ToJson(const Segment& seg);
 json ToJson(const WorkerView& v);
-json ToJson(const KvEntry& e);
+json ToJson(const KvRecord& e);
 json ToJson(const ClusterState& s, const PendingInfo& p, TimeMs now);
 json ToJson(const PlanStats& st);
 json ToJson(const Rendezvous& r);
@@ -52,6 +52,6 @@ class RequestBody {
   json j_;
 };
 
-}  // namespace stint::coord
+}  // namespace stint::stintd
 
 #endif  // STINT_TOOLS_STINTD_SERVER_JSON_MODEL_H_

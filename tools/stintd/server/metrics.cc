@@ -1,10 +1,10 @@
-#include "server/metrics.h"
+#include "stintd/server/metrics.h"
 
 #include <cstdio>
 #include <map>
 #include <sstream>
 
-namespace stint::coord {
+namespace stint::stintd {
 namespace {
 
 class Exposition {
@@ -135,4 +135,4 @@ std::string RenderMetrics(const ClusterState& s, const Plan& plan, TimeMs now, c
   return e.str();
 }
 
-}  // namespace stint::coord
+}  // namespace stint::stintd

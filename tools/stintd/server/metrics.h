@@ -4,14 +4,14 @@
 
 #include <string>
 
-#include "core/model.h"
-#include "core/policy.h"
-#include "server/coordinator.h"
+#include "stintd/core/model.h"
+#include "stintd/core/policy.h"
+#include "stintd/server/coordinator.h"
 
-namespace stint::coord {
+namespace stint::stintd {
 
 std::string RenderMetrics(const ClusterState& s, const Plan& plan, TimeMs now, const ServerCounters& server);
 
-}  // namespace stint::coord
+}  // namespace stint::stintd
 
 #endif  // STINT_TOOLS_STINTD_SERVER_METRICS_H_

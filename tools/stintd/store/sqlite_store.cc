@@ -26,10 +26,10 @@
 #include <utility>
 #include <vector>
 
-#include "store/sqlite_util.h"
-#include "store/store.h"
+#include "stintd/store/sqlite_util.h"
+#include "stintd/store/store.h"
 
-namespace stint::coord {
+namespace stint::stintd {
 namespace {
 
 using internal::Binder;
@@ -572,7 +572,7 @@ Status ReadRow(RowReader& r, Rendezvous* z) {
   return IdsFromJson(previous, &z->previous);
 }
 
-Status BindRow(Binder& b, const KvEntry& e) {
+Status BindRow(Binder& b, const KvRecord& e) {
   b.Int(e.job_id);
   b.Text(e.key);
   b.Blob(e.value);
@@ -581,7 +581,7 @@ Status BindRow(Binder& b, const KvEntry& e) {
   return Status::OK();
 }
 
-Status ReadRow(RowReader& r, KvEntry* e) {
+Status ReadRow(RowReader& r, KvRecord* e) {
   e->job_id = r.Int();
   e->key = r.Text();
   e->value = r.Blob();
@@ -709,8 +709,8 @@ class SqliteStore final : public Store {
 
   Result<ClusterState> Load() override;
   Status Save(const ClusterState& s, const Changes& changes) override;
-  Result<std::vector<KvEntry>> LoadKv() override;
-  Status PutKv(const KvEntry& entry) override;
+  Result<std::vector<KvRecord>> LoadKv() override;
+  Status PutKv(const KvRecord& entry) override;
   Status DeleteKv(int64_t job_id, const std::string& key) override;
   const std::string& path() const override { return path_; }
 
@@ -961,8 +961,8 @@ Status SqliteStore::WriteChanges(const ClusterState& s, const Changes& c) {
   return Status::OK();
 }
 
-Result<std::vector<KvEntry>> SqliteStore::LoadKv() {
-  std::vector<KvEntry> out;
+Result<std::vector<KvRecord>> SqliteStore::LoadKv() {
+  std::vector<KvRecord> out;
   Status st = InTransaction(begin_read_.get(), [&] {
     return ForEachRow(kv_.select.get(), "load kv", [&](RowReader& r) {
       out.emplace_back();
@@ -974,7 +974,7 @@ Result<std::vector<KvEntry>> SqliteStore::LoadKv() {
 }
 
 // Each KV write is a transaction of its own, durable at return like a Save.
-Status SqliteStore::PutKv(const KvEntry& entry) {
+Status SqliteStore::PutKv(const KvRecord& entry) {
   const std::string what =
       "put kv job " + std::to_string(entry.job_id) + " key \"" + entry.key + "\"";
   Status st = InTransaction(begin_write_.get(), [&] {
@@ -1003,4 +1003,4 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path) {
   return SqliteStore::Open(path);
 }
 
-}  // namespace stint::coord
+}  // namespace stint::stintd

@@ -1,8 +1,8 @@
-#include "store/sqlite_util.h"
+#include "stintd/store/sqlite_util.h"
 
 #include <limits>
 
-namespace stint::coord::internal {
+namespace stint::stintd::internal {
 
 void SqliteCloser::operator()(sqlite3* db) const {
   // close_v2 never fails for a valid handle: with statements still alive it
@@ -253,4 +253,4 @@ Status RowReader::Finish(std::string_view context) {
   return Status::OK();
 }
 
-}  // namespace stint::coord::internal
+}  // namespace stint::stintd::internal

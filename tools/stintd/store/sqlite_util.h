@@ -17,7 +17,7 @@
 
 #include "stint/status.h"
 
-namespace stint::coord::internal {
+namespace stint::stintd::internal {
 
 struct SqliteCloser {
   void operator()(sqlite3* db) const;
@@ -123,6 +123,6 @@ class RowReader {
   Code code_ = Code::kOk;
 };
 
-}  // namespace stint::coord::internal
+}  // namespace stint::stintd::internal
 
 #endif  // STINT_TOOLS_STINTD_STORE_SQLITE_UTIL_H_

@@ -12,14 +12,15 @@
 #include <string>
 #include <vector>
 
-#include "core/model.h"
-#include "core/transitions.h"
+#include "stintd/core/model.h"
+#include "stintd/core/transitions.h"
 #include "stint/status.h"
 
-namespace stint::coord {
+namespace stint::stintd {
 
-// The job-scoped key-value store used for rendezvous.
-struct KvEntry {
+// One entry of the job-scoped key-value store used for rendezvous, as stintd
+// keeps it (per job). Workers read it through the client as stint::KvEntry.
+struct KvRecord {
   int64_t job_id = 0;
   std::string key;
   std::string value;
@@ -42,13 +43,13 @@ class Store {
   // missing from `s` is deleted), in one durable transaction.
   virtual Status Save(const ClusterState& s, const Changes& changes) = 0;
 
-  virtual Result<std::vector<KvEntry>> LoadKv() = 0;
-  virtual Status PutKv(const KvEntry& entry) = 0;
+  virtual Result<std::vector<KvRecord>> LoadKv() = 0;
+  virtual Status PutKv(const KvRecord& entry) = 0;
   virtual Status DeleteKv(int64_t job_id, const std::string& key) = 0;
 
   virtual const std::string& path() const = 0;
 };
 
-}  // namespace stint::coord
+}  // namespace stint::stintd
 
 #endif  // STINT_TOOLS_STINTD_STORE_STORE_H_
