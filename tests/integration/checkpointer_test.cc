@@ -8,6 +8,7 @@
 #include <random>
 
 #include "checkpoint/commit.h"
+#include "util/status_matchers.h"
 #include "util/temp_dir.h"
 
 namespace stint {
@@ -64,16 +65,16 @@ class CheckpointerTest : public ::testing::TestWithParam<std::tuple<const char*,
 
 TEST_P(CheckpointerTest, SaveLoadRoundTrip) {
   auto ckpt = Checkpointer::Open(Options());
-  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  ASSERT_OK(ckpt);
   Model m = MakeModel(7);
   auto h = (*ckpt)->Save(10, m.AsState());
-  ASSERT_TRUE(h.ok()) << h.status().ToString();
-  EXPECT_TRUE(h->staged.get().ok());
-  ASSERT_TRUE(h->durable.get().ok()) << h->durable.get().ToString();
+  ASSERT_OK(h);
+  EXPECT_OK(h->staged.get());
+  ASSERT_OK(h->durable.get());
 
   Model out = MakeModel(99);
   auto r = (*ckpt)->Load(out.Dests());
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->step, 10u);
   EXPECT_EQ(out.w, m.w);
   EXPECT_EQ(out.b, m.b);
@@ -88,46 +89,46 @@ TEST_P(CheckpointerTest, LatestAndRetention) {
   o.keep_last = 2;
   o.keep_every = 4;
   auto ckpt = Checkpointer::Open(o);
-  ASSERT_TRUE(ckpt.ok());
+  ASSERT_OK(ckpt);
   for (uint64_t step = 1; step <= 6; ++step) {
     Model m = MakeModel(uint32_t(step), 10);
     auto h = (*ckpt)->Save(step, m.AsState());
-    ASSERT_TRUE(h.ok());
-    ASSERT_TRUE(h->durable.get().ok());
+    ASSERT_OK(h);
+    ASSERT_OK(h->durable.get());
   }
-  ASSERT_TRUE((*ckpt)->Flush().ok());  // retention runs after the commit is reported
+  ASSERT_OK((*ckpt)->Flush());  // retention runs after the commit is reported
   auto steps = (*ckpt)->ListCommitted();
-  ASSERT_TRUE(steps.ok());
+  ASSERT_OK(steps);
   EXPECT_EQ(*steps, (std::vector<uint64_t>{4, 5, 6}));
   auto latest = ReadLatest(Env::Default(), o.root);
-  ASSERT_TRUE(latest.ok());
+  ASSERT_OK(latest);
   EXPECT_EQ(latest->value(), "step-00000006");
   Model out = MakeModel(0, 10);
   auto r = (*ckpt)->Load(out.Dests());
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(out.counters[0], 6);
   LoadOptions old;
   old.step = 4;
   r = (*ckpt)->Load(out.Dests(), old);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(out.counters[0], 4);
 }
 
 TEST_P(CheckpointerTest, EmptyAndScalarTensors) {
   auto ckpt = Checkpointer::Open(Options());
-  ASSERT_TRUE(ckpt.ok());
+  ASSERT_OK(ckpt);
   double scalar = 3.5;
   State s;
   s.tensors.push_back({"empty", DType::kFloat32, {0, 4}, {}, {}, nullptr});
   s.tensors.push_back({"scalar", DType::kFloat64, {}, {}, {}, &scalar});
   s.blobs["empty_blob"] = "";
   auto h = (*ckpt)->Save(1, s);
-  ASSERT_TRUE(h.ok());
-  ASSERT_TRUE(h->durable.get().ok()) << h->durable.get().ToString();
+  ASSERT_OK(h);
+  ASSERT_OK(h->durable.get());
   double out = 0;
   auto r = (*ckpt)->Load({{"empty", DType::kFloat32, {0, 4}, {}, {}, nullptr},
                           {"scalar", DType::kFloat64, {}, {}, {}, &out}});
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(out, 3.5);
   EXPECT_EQ(r->blobs.at("empty_blob"), "");
 }
@@ -135,7 +136,7 @@ TEST_P(CheckpointerTest, EmptyAndScalarTensors) {
 TEST_P(CheckpointerTest, ReshardDim0) {
   // Saved as 3 uneven row shards (as 3 ranks would), loaded as 2 and as 1.
   auto ckpt = Checkpointer::Open(Options());
-  ASSERT_TRUE(ckpt.ok());
+  ASSERT_OK(ckpt);
   const int64_t rows = 1001, cols = 37;
   std::vector<float> full = RandomFloats(size_t(rows * cols), 5);
   State s;
@@ -145,26 +146,27 @@ TEST_P(CheckpointerTest, ReshardDim0) {
                          full.data() + cut[k] * cols});
   }
   auto h = (*ckpt)->Save(3, s);
-  ASSERT_TRUE(h.ok());
-  ASSERT_TRUE(h->durable.get().ok());
+  ASSERT_OK(h);
+  ASSERT_OK(h->durable.get());
 
   std::vector<float> a(size_t(500 * cols)), b(size_t(501 * cols)), whole(full.size());
   auto r = (*ckpt)->Load({{"emb", DType::kFloat32, {rows, cols}, {0, 0}, {500, cols}, a.data()},
                           {"emb", DType::kFloat32, {rows, cols}, {500, 0}, {501, cols}, b.data()}});
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(0, std::memcmp(a.data(), full.data(), a.size() * 4));
   EXPECT_EQ(0, std::memcmp(b.data(), full.data() + 500 * cols, b.size() * 4));
   r = (*ckpt)->Load({{"emb", DType::kFloat32, {rows, cols}, {}, {}, whole.data()}});
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(whole, full);
 }
 
 TEST_P(CheckpointerTest, WrongDtypeOrShapeIsAClearError) {
   auto ckpt = Checkpointer::Open(Options());
-  ASSERT_TRUE(ckpt.ok());
+  ASSERT_OK(ckpt);
   Model m = MakeModel(1, 10);
   auto h = (*ckpt)->Save(1, m.AsState());
-  ASSERT_TRUE(h.ok() && h->durable.get().ok());
+  ASSERT_OK(h);
+  ASSERT_OK(h->durable.get());
   std::vector<double> wrong(m.b.size());
   auto r = (*ckpt)->Load({{"layer.b", DType::kFloat64, {100}, {}, {}, wrong.data()}});
   ASSERT_EQ(r.status().code(), Code::kInvalidArgument);
@@ -179,15 +181,16 @@ TEST_P(CheckpointerTest, WrongDtypeOrShapeIsAClearError) {
 
 TEST_P(CheckpointerTest, RefusesToOverwriteCommittedStep) {
   auto ckpt = Checkpointer::Open(Options());
-  ASSERT_TRUE(ckpt.ok());
+  ASSERT_OK(ckpt);
   Model m = MakeModel(1, 10);
   auto h = (*ckpt)->Save(5, m.AsState());
-  ASSERT_TRUE(h.ok() && h->durable.get().ok());
+  ASSERT_OK(h);
+  ASSERT_OK(h->durable.get());
   Model other = MakeModel(2, 10);
   auto again = (*ckpt)->Save(5, other.AsState());
   EXPECT_EQ(again.status().code(), Code::kAlreadyExists);
   Model out = MakeModel(3, 10);
-  ASSERT_TRUE((*ckpt)->Load(out.Dests()).ok());
+  ASSERT_OK((*ckpt)->Load(out.Dests()));
   EXPECT_EQ(out.w, m.w);
 }
 
@@ -197,12 +200,12 @@ TEST_P(CheckpointerTest, SkipPolicyReportsBusyPool) {
   Model m = MakeModel(1, 2000);
   o.staging_bytes = m.w.size() * 4 + (1 << 20);  // room for one snapshot only
   auto ckpt = Checkpointer::Open(o);
-  ASSERT_TRUE(ckpt.ok());
+  ASSERT_OK(ckpt);
   int skipped = 0, saved = 0;
   std::vector<std::shared_future<Status>> durables;
   for (uint64_t step = 1; step <= 20; ++step) {
     auto h = (*ckpt)->Save(step, m.AsState());
-    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    ASSERT_OK(h);
     if (h->skipped) {
       ++skipped;
       EXPECT_EQ(h->durable.get().code(), Code::kUnavailable);
@@ -211,41 +214,42 @@ TEST_P(CheckpointerTest, SkipPolicyReportsBusyPool) {
       durables.push_back(h->durable);
     }
   }
-  for (auto& d : durables) EXPECT_TRUE(d.get().ok());
+  for (auto& d : durables) EXPECT_OK(d.get());
   EXPECT_GE(saved, 1);
   EXPECT_EQ((*ckpt)->stats().skipped, uint64_t(skipped));
-  EXPECT_TRUE((*ckpt)->Flush().ok());
+  EXPECT_OK((*ckpt)->Flush());
 }
 
 TEST_P(CheckpointerTest, LeftoverTmpDirsAreCleanedOnOpen) {
   CheckpointOptions o = Options();
-  ASSERT_TRUE(Env::Default()->CreateDir(o.root).ok());
-  ASSERT_TRUE(Env::Default()->CreateDir(o.root + "/.tmp-7-abc").ok());
-  ASSERT_TRUE(WriteStringToFileSync(Env::Default(), o.root + "/.tmp-7-abc/rank-00000.stint", "junk").ok());
+  ASSERT_OK(Env::Default()->CreateDir(o.root));
+  ASSERT_OK(Env::Default()->CreateDir(o.root + "/.tmp-7-abc"));
+  ASSERT_OK(WriteStringToFileSync(Env::Default(), o.root + "/.tmp-7-abc/rank-00000.stint", "junk"));
   auto ckpt = Checkpointer::Open(o);
-  ASSERT_TRUE(ckpt.ok());
+  ASSERT_OK(ckpt);
   EXPECT_FALSE(Env::Default()->FileExists(o.root + "/.tmp-7-abc"));
 }
 
 TEST_P(CheckpointerTest, DamagedNewestIsSkippedReportedAndQuarantined) {
   CheckpointOptions o = Options();
   auto ckpt = Checkpointer::Open(o);
-  ASSERT_TRUE(ckpt.ok());
+  ASSERT_OK(ckpt);
   Model m1 = MakeModel(1, 10), m2 = MakeModel(2, 10);
   for (auto [step, m] : {std::pair<uint64_t, Model*>{1, &m1}, {2, &m2}}) {
     auto h = (*ckpt)->Save(step, m->AsState());
-    ASSERT_TRUE(h.ok() && h->durable.get().ok());
+    ASSERT_OK(h);
+    ASSERT_OK(h->durable.get());
   }
   // Flip one byte inside step 2's first chunk (layer.w; padding is not data).
   std::string data = o.root + "/" + StepDirName(2) + "/" + RankFileName(0);
   auto bytes = ReadFileToString(Env::Default(), data);
-  ASSERT_TRUE(bytes.ok());
+  ASSERT_OK(bytes);
   (*bytes)[100] ^= 0x40;
-  ASSERT_TRUE(WriteStringToFileSync(Env::Default(), data, *bytes).ok());
+  ASSERT_OK(WriteStringToFileSync(Env::Default(), data, *bytes));
 
   Model out = MakeModel(0, 10);
   auto r = (*ckpt)->Load(out.Dests());
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->step, 1u);
   EXPECT_EQ(out.w, m1.w);
   ASSERT_EQ(r->skipped.size(), 1u);
@@ -257,12 +261,12 @@ TEST_P(CheckpointerTest, DamagedNewestIsSkippedReportedAndQuarantined) {
   exact.step = 2;  // asking for it by name is an error, not a fallback
   EXPECT_EQ((*ckpt)->Load(out.Dests(), exact).status().code(), Code::kDataLoss);
 
-  ASSERT_TRUE((*ckpt)->Quarantine(2).ok());
+  ASSERT_OK((*ckpt)->Quarantine(2));
   EXPECT_EQ(*(*ckpt)->ListCommitted(), std::vector<uint64_t>{1});
   auto h = (*ckpt)->Save(2, m2.AsState());
-  ASSERT_TRUE(h.ok()) << h.status().ToString();
-  ASSERT_TRUE(h->durable.get().ok());
-  ASSERT_TRUE((*ckpt)->Load(out.Dests()).ok());
+  ASSERT_OK(h);
+  ASSERT_OK(h->durable.get());
+  ASSERT_OK((*ckpt)->Load(out.Dests()));
   EXPECT_EQ(out.w, m2.w);
 }
 
@@ -281,7 +285,7 @@ TEST(CheckpointerOptions, BadOptionsAreRefusedClearly) {
   auto multi = Checkpointer::Open(o);
   EXPECT_EQ(multi.status().code(), Code::kUnimplemented);
   EXPECT_NE(multi.status().message().find("multi-process commit"), std::string::npos);
-  ASSERT_TRUE(WriteStringToFileSync(Env::Default(), dir.Sub("file"), "x").ok());
+  ASSERT_OK(WriteStringToFileSync(Env::Default(), dir.Sub("file"), "x"));
   o.world_size = 1;
   o.root = dir.Sub("file");
   EXPECT_FALSE(Checkpointer::Open(o).ok());

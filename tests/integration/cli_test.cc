@@ -15,6 +15,7 @@
 #include "checkpoint/commit.h"
 #include "format/manifest.h"
 #include "stint/checkpointer.h"
+#include "util/status_matchers.h"
 #include "util/subprocess.h"
 #include "util/temp_dir.h"
 
@@ -68,7 +69,7 @@ class CliTest : public ::testing::Test {
     zeros_.assign(64 * 1024, 0.0f);  // compresses well: a ratio to look for
     counters_ = {1, 2, 3};
     auto ckpt = Checkpointer::Open(o);
-    ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+    ASSERT_OK(ckpt);
     for (uint64_t step : {1, 2}) {
       State s;
       s.tensors.push_back({"layer.w", DType::kFloat32, {300, 100}, {}, {}, weights_.data()});
@@ -76,17 +77,17 @@ class CliTest : public ::testing::Test {
       s.tensors.push_back({"counters", DType::kInt64, {3}, {}, {}, counters_.data()});
       s.blobs["rng"] = "mt19937-state";
       auto h = (*ckpt)->Save(step, s);
-      ASSERT_TRUE(h.ok()) << h.status().ToString();
-      ASSERT_TRUE(h->durable.get().ok()) << h->durable.get().ToString();
+      ASSERT_OK(h);
+      ASSERT_OK(h->durable.get());
     }
     step2_ = root_ + "/" + StepDirName(2);
   }
 
   Manifest ReadManifest(const std::string& dir) {
     auto bytes = ReadFileToString(Env::Default(), dir + "/" + kManifestName);
-    EXPECT_TRUE(bytes.ok());
+    EXPECT_OK(bytes);
     auto m = DecodeManifest(bytes.ok() ? *bytes : "", dir);
-    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    EXPECT_OK(m);
     return m.ok() ? *m : Manifest{};
   }
 
@@ -110,10 +111,9 @@ class CliTest : public ::testing::Test {
 
 TEST_F(CliTest, LsListsCommittedAndUncommitted) {
   // A save interrupted by a crash leaves one of these behind.
-  ASSERT_TRUE(Env::Default()->CreateDir(root_ + "/" + TmpDirName(3, 0xabc)).ok());
-  ASSERT_TRUE(WriteStringToFileSync(Env::Default(), root_ + "/" + TmpDirName(3, 0xabc) + "/rank-00000.stint",
-                                    std::string(5000, 'x'))
-                  .ok());
+  ASSERT_OK(Env::Default()->CreateDir(root_ + "/" + TmpDirName(3, 0xabc)));
+  ASSERT_OK(WriteStringToFileSync(Env::Default(), root_ + "/" + TmpDirName(3, 0xabc) + "/rank-00000.stint",
+                                  std::string(5000, 'x')));
   RunResult r = RunCli({"ls", root_});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::string l1 = LineWith(r.output, "step-00000001"), l2 = LineWith(r.output, "step-00000002");
@@ -145,7 +145,7 @@ TEST_F(CliTest, LsListsCommittedAndUncommitted) {
   // Size on disk: the data file plus the manifest.
   Manifest m = ReadManifest(step2_);
   auto manifest_bytes = ReadFileToString(Env::Default(), step2_ + "/" + kManifestName);
-  ASSERT_TRUE(manifest_bytes.ok());
+  ASSERT_OK(manifest_bytes);
   EXPECT_EQ(c2["size_bytes"].get<uint64_t>(), m.files[0].size + manifest_bytes->size());
   EXPECT_EQ(tmp["dir"], TmpDirName(3, 0xabc));
   EXPECT_EQ(tmp["step"], 3);
@@ -261,12 +261,12 @@ TEST_F(CliTest, VerifyFindsFlippedByte) {
 TEST_F(CliTest, DamagedManifest) {
   std::string dir = root_ + "/" + StepDirName(1);
   auto bytes = ReadFileToString(Env::Default(), dir + "/" + kManifestName);
-  ASSERT_TRUE(bytes.ok());
+  ASSERT_OK(bytes);
   std::string bad = *bytes;
   size_t pos = bad.find("\"step\": 1");
   ASSERT_NE(pos, std::string::npos) << bad;
   bad[pos + 8] = '7';
-  ASSERT_TRUE(WriteStringToFileSync(Env::Default(), dir + "/" + kManifestName, bad).ok());
+  ASSERT_OK(WriteStringToFileSync(Env::Default(), dir + "/" + kManifestName, bad));
 
   RunResult r = RunCli({"verify", dir});
   EXPECT_EQ(r.exit_code, 1) << r.output;

@@ -11,6 +11,7 @@
 #include "checkpoint/commit.h"
 #include "format/manifest.h"
 #include "stint/checkpointer.h"
+#include "util/status_matchers.h"
 #include "util/temp_dir.h"
 
 namespace stint {
@@ -58,7 +59,7 @@ class CommitGuardTest : public ::testing::Test {
   }
   std::optional<std::string> Latest() {
     auto l = ReadLatest(Env::Default(), root_);
-    EXPECT_TRUE(l.ok()) << l.status().ToString();
+    EXPECT_OK(l);
     return l.ok() ? *l : std::nullopt;
   }
   bool AnyTmpLeft() {
@@ -81,11 +82,11 @@ class CommitGuardTest : public ::testing::Test {
 
 TEST_F(CommitGuardTest, AnOkGuardCommitsAndIsAskedOnceRightBeforeTheRename) {
   auto ckpt = Checkpointer::Open(Options());
-  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  ASSERT_OK(ckpt);
   for (uint64_t step : {10, 20}) {
     auto h = (*ckpt)->Save(step, MakeState());
-    ASSERT_TRUE(h.ok()) << h.status().ToString();
-    ASSERT_TRUE(h->durable.get().ok()) << h->durable.get().ToString();
+    ASSERT_OK(h);
+    ASSERT_OK(h->durable.get());
   }
   EXPECT_EQ(asked_, (std::vector<uint64_t>{10, 20}));
   EXPECT_EQ(seen_before_rename_, (std::vector<bool>{true, true}));
@@ -94,15 +95,15 @@ TEST_F(CommitGuardTest, AnOkGuardCommitsAndIsAskedOnceRightBeforeTheRename) {
 
 TEST_F(CommitGuardTest, ARefusalCommitsNothingAndReachesTheDurableFuture) {
   auto ckpt = Checkpointer::Open(Options());
-  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  ASSERT_OK(ckpt);
   auto first = (*ckpt)->Save(10, MakeState());
-  ASSERT_TRUE(first.ok());
-  ASSERT_TRUE(first->durable.get().ok()) << first->durable.get().ToString();
+  ASSERT_OK(first);
+  ASSERT_OK(first->durable.get());
 
   const Status refusal = Status::Aborted("fenced: fencing token 41 of job 3 is stale: not committing step 20");
   SetVerdict(refusal);
   auto second = (*ckpt)->Save(20, MakeState());
-  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  ASSERT_OK(second);
   const Status durable = second->durable.get();
   EXPECT_EQ(durable.code(), refusal.code());
   EXPECT_EQ(durable.message(), refusal.message());
@@ -112,9 +113,9 @@ TEST_F(CommitGuardTest, ARefusalCommitsNothingAndReachesTheDurableFuture) {
   EXPECT_EQ(Latest(), StepDirName(10));
   EXPECT_FALSE(AnyTmpLeft());
   auto steps = (*ckpt)->ListCommitted();
-  ASSERT_TRUE(steps.ok());
+  ASSERT_OK(steps);
   EXPECT_EQ(*steps, std::vector<uint64_t>{10});
-  EXPECT_TRUE(first->durable.get().ok());  // an earlier save keeps its result
+  EXPECT_OK(first->durable.get());  // an earlier save keeps its result
   auto stats = (*ckpt)->stats();
   EXPECT_EQ(stats.failed, 1u);
   EXPECT_EQ(stats.committed, 1u);
@@ -123,13 +124,13 @@ TEST_F(CommitGuardTest, ARefusalCommitsNothingAndReachesTheDurableFuture) {
   Status flushed = (*ckpt)->Flush();
   EXPECT_EQ(flushed.code(), Code::kAborted);
   EXPECT_NE(flushed.message().find("fencing token 41"), std::string::npos) << flushed.message();
-  EXPECT_TRUE((*ckpt)->Flush().ok());
+  EXPECT_OK((*ckpt)->Flush());
 
   // The step that was refused can be saved later (the guard decides again).
   SetVerdict(Status::OK());
   auto retry = (*ckpt)->Save(20, MakeState());
-  ASSERT_TRUE(retry.ok()) << retry.status().ToString();
-  ASSERT_TRUE(retry->durable.get().ok()) << retry->durable.get().ToString();
+  ASSERT_OK(retry);
+  ASSERT_OK(retry->durable.get());
   EXPECT_EQ(Latest(), StepDirName(20));
   EXPECT_EQ(asked_, (std::vector<uint64_t>{10, 20, 20}));
 }
@@ -137,22 +138,22 @@ TEST_F(CommitGuardTest, ARefusalCommitsNothingAndReachesTheDurableFuture) {
 TEST_F(CommitGuardTest, AReopenedRootLoadsTheLastCheckpointTheGuardAllowed) {
   {
     auto ckpt = Checkpointer::Open(Options());
-    ASSERT_TRUE(ckpt.ok());
+    ASSERT_OK(ckpt);
     auto a = (*ckpt)->Save(5, MakeState());
-    ASSERT_TRUE(a.ok());
-    ASSERT_TRUE(a->durable.get().ok());
+    ASSERT_OK(a);
+    ASSERT_OK(a->durable.get());
     SetVerdict(Status::Aborted("fenced: stale"));
     auto b = (*ckpt)->Save(6, MakeState());
-    ASSERT_TRUE(b.ok());
+    ASSERT_OK(b);
     EXPECT_FALSE(b->durable.get().ok());
   }
   CheckpointOptions o = Options();
   o.commit_guard = nullptr;
   auto reopened = Checkpointer::Open(o);
-  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  ASSERT_OK(reopened);
   std::vector<float> out(w_.size(), 0);
   auto loaded = (*reopened)->Load({{"w", DType::kFloat32, {int64_t(out.size())}, {}, {}, out.data()}});
-  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  ASSERT_OK(loaded);
   EXPECT_EQ(loaded->step, 5u);
   EXPECT_TRUE(loaded->skipped.empty());
   EXPECT_EQ(out, w_);

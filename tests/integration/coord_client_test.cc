@@ -17,6 +17,7 @@
 #include "stint/checkpointer.h"
 #include "stint/coordinator_client.h"
 #include "stint/preemption.h"
+#include "util/status_matchers.h"
 #include "util/stintd_process.h"
 #include "util/subprocess.h"
 #include "util/temp_dir.h"
@@ -98,14 +99,14 @@ TEST_F(CoordClientTest, RegisterBeforeTheJobRunsIsAFailedPrecondition) {
   auto j = admin_->Post("/v1/jobs", {{"name", "waits"}, {"min_gpus", 1}});  // no window: stays pending
   ASSERT_EQ(j.status, 201) << j.text;
   auto client = CoordinatorClient::Create(WorkerOptions(j.body["id"].get<int64_t>()));
-  ASSERT_TRUE(client.ok());
+  ASSERT_OK(client);
   auto reg = (*client)->Register();
   EXPECT_EQ(reg.status().code(), Code::kFailedPrecondition) << reg.status().ToString();
   // A wrong token is the server's 401, unretried.
   CoordinatorOptions bad = WorkerOptions(j.body["id"].get<int64_t>());
   bad.token = "not-a-token";
   auto anonymous = CoordinatorClient::Create(bad);
-  ASSERT_TRUE(anonymous.ok());
+  ASSERT_OK(anonymous);
   EXPECT_EQ((*anonymous)->Register().status().code(), Code::kUnauthenticated);
 }
 
@@ -115,9 +116,9 @@ TEST_F(CoordClientTest, AWindowCloseNoticeReachesThePreemptionWatcherThroughTheS
   int64_t window = 0;
   const int64_t job = RunningJob(&window, 6);
   auto watcher = PreemptionWatcher::Install();
-  ASSERT_TRUE(watcher.ok()) << watcher.status().ToString();
+  ASSERT_OK(watcher);
   auto session = CoordinatorSession::Start(WorkerOptions(job), watcher->get());
-  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  ASSERT_OK(session);
   EXPECT_EQ((*session)->fencing_token(), Job(job)["fencing_token"].get<uint64_t>());
   (*session)->SetStep(5);
   EXPECT_FALSE((*watcher)->requested());
@@ -142,9 +143,9 @@ TEST_F(CoordClientTest, AWindowCloseNoticeReachesThePreemptionWatcherThroughTheS
   // took the estimated 6 s, so a minimum segment (interval + checkpoint +
   // safety = 8 s) no longer fits before the close and the job waits.
   Status reported = (*session)->ReportCheckpoint(5, 6.0, 4096);
-  ASSERT_TRUE(reported.ok()) << reported.ToString();
+  ASSERT_OK(reported);
   Status acked = (*session)->Ack(5);
-  ASSERT_TRUE(acked.ok()) << acked.ToString() << " " << Job(job).dump();
+  ASSERT_OK(acked) << Job(job).dump();
   json j = Job(job);
   EXPECT_EQ(j["state"], "PENDING") << j.dump();
   EXPECT_EQ(j["checkpoint_step"], 5);
@@ -159,11 +160,11 @@ TEST_F(CoordClientTest, AWindowCloseNoticeReachesThePreemptionWatcherThroughTheS
 TEST_F(CoordClientTest, FencingGuardsARealCommitAndRefusesOnceTheSegmentEnded) {
   const int64_t job = RunningJob();
   auto client = CoordinatorClient::Create(WorkerOptions(job));
-  ASSERT_TRUE(client.ok());
+  ASSERT_OK(client);
   auto reg = (*client)->Register();
-  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  ASSERT_OK(reg);
   auto check = (*client)->CheckFencing();
-  ASSERT_TRUE(check.ok()) << check.status().ToString();
+  ASSERT_OK(check);
   EXPECT_TRUE(check->valid);
   EXPECT_FALSE((*client)->CheckFencing(uint64_t(job), reg->fencing_token + 1)->valid);
 
@@ -174,25 +175,25 @@ TEST_F(CoordClientTest, FencingGuardsARealCommitAndRefusesOnceTheSegmentEnded) {
   co.commit_guard = (*client)->CommitGuard();
   co.io_engine = "posix";
   auto ckpt = Checkpointer::Open(co);
-  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  ASSERT_OK(ckpt);
   std::vector<float> w(4096, 2.0f);
   State state;
   state.tensors.push_back({"w", DType::kFloat32, {int64_t(w.size())}, {}, {}, w.data()});
   auto first = (*ckpt)->Save(1, state);
-  ASSERT_TRUE(first.ok());
-  ASSERT_TRUE(first->durable.get().ok()) << first->durable.get().ToString();
+  ASSERT_OK(first);
+  ASSERT_OK(first->durable.get());
 
-  ASSERT_TRUE((*client)->Ack(1).ok());  // the segment ends here
+  ASSERT_OK((*client)->Ack(1));  // the segment ends here
   check = (*client)->CheckFencing();
-  ASSERT_TRUE(check.ok()) << check.status().ToString();
+  ASSERT_OK(check);
   EXPECT_FALSE(check->valid);
   auto second = (*ckpt)->Save(2, state);
-  ASSERT_TRUE(second.ok());
+  ASSERT_OK(second);
   Status refused = second->durable.get();
   EXPECT_TRUE(IsFenced(refused)) << refused.ToString();
   EXPECT_FALSE(Env::Default()->FileExists(co.root + "/" + StepDirName(2)));
   auto latest = ReadLatest(Env::Default(), co.root);
-  ASSERT_TRUE(latest.ok());
+  ASSERT_OK(latest);
   EXPECT_EQ(*latest, StepDirName(1));
   EXPECT_TRUE(IsFenced((*client)->Heartbeat(2).status()));
 }
@@ -209,10 +210,10 @@ TEST_F(CoordClientTest, ACallRidesOutAStintdRestart) {
     cv.notify_all();
   };
   auto client = CoordinatorClient::Create(o);
-  ASSERT_TRUE(client.ok());
+  ASSERT_OK(client);
   auto reg = (*client)->Register();
-  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
-  ASSERT_TRUE((*client)->Heartbeat(1).ok());
+  ASSERT_OK(reg);
+  ASSERT_OK((*client)->Heartbeat(1));
 
   daemon_->Kill(SIGKILL);
   Result<WorkerView> view = Status::Internal("not run");
@@ -225,31 +226,31 @@ TEST_F(CoordClientTest, ACallRidesOutAStintdRestart) {
   ASSERT_TRUE(daemon_->Start()) << daemon_->output();
   beat.join();
   // The same worker, known to the new process from SQLite.
-  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  ASSERT_OK(view);
   EXPECT_TRUE(view->active);
   EXPECT_EQ(view->fencing_token, reg->fencing_token);
   auto check = (*client)->CheckFencing();
-  ASSERT_TRUE(check.ok());
+  ASSERT_OK(check);
   EXPECT_TRUE(check->valid);
 }
 
 TEST_F(CoordClientTest, KvRoundTripsThroughTheServer) {
   const int64_t job = RunningJob();
   auto client = CoordinatorClient::Create(WorkerOptions(job));
-  ASSERT_TRUE(client.ok());
+  ASSERT_OK(client);
   auto v1 = (*client)->Put("rdzv/gen-1", "host-a:29500", 0);
-  ASSERT_TRUE(v1.ok()) << v1.status().ToString();
+  ASSERT_OK(v1);
   EXPECT_EQ((*client)->Put("rdzv/gen-1", "host-b:29500", 0).status().code(), Code::kAborted);
   auto e = (*client)->Get("rdzv/gen-1");
-  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  ASSERT_OK(e);
   EXPECT_EQ(e->value, "host-a:29500");
   EXPECT_EQ(e->version, *v1);
   auto v2 = (*client)->Put("rdzv/gen-1", "host-c:29500", *v1);
-  ASSERT_TRUE(v2.ok()) << v2.status().ToString();
+  ASSERT_OK(v2);
   auto newer = (*client)->Get("rdzv/gen-1", std::chrono::seconds(1), *v2);
-  ASSERT_TRUE(newer.ok());
+  ASSERT_OK(newer);
   EXPECT_EQ(newer->value, "host-c:29500");
-  ASSERT_TRUE((*client)->Delete("rdzv/gen-1").ok());
+  ASSERT_OK((*client)->Delete("rdzv/gen-1"));
   EXPECT_EQ((*client)->Get("rdzv/gen-1").status().code(), Code::kNotFound);
 }
 

@@ -10,6 +10,7 @@
 #include "stint/checkpointer.h"
 #include "util/fault_env.h"
 #include "util/checkpoint_checks.h"
+#include "util/status_matchers.h"
 #include "util/step_state.h"
 #include "util/temp_dir.h"
 
@@ -41,24 +42,25 @@ TEST_P(CrashTest, CrashAtEveryOpOfASave) {
     bool completed = false;
     {
       auto ckpt = Checkpointer::Open(FaultOptions(root, &env, engine, compress));
-      ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+      ASSERT_OK(ckpt);
       StepState s1(1);
       auto h1 = (*ckpt)->Save(1, s1.AsState());
-      ASSERT_TRUE(h1.ok() && h1->durable.get().ok());
+      ASSERT_OK(h1);
+      ASSERT_OK(h1->durable.get());
       env.CrashAtOp(env.ops() + k, torn);
       StepState s2(2);
       auto h2 = (*ckpt)->Save(2, s2.AsState());
-      ASSERT_TRUE(h2.ok()) << h2.status().ToString();
+      ASSERT_OK(h2);
       Status d = h2->durable.get();
       completed = !env.crashed();
       if (completed) {
-        ASSERT_TRUE(d.ok()) << d.ToString();
+        ASSERT_OK(d);
       } else {
         EXPECT_FALSE(d.ok()) << "a save that crashed at op " << k << " reported success";
       }
     }
     if (power_cut) {
-      ASSERT_TRUE(env.DropUnsyncedData().ok());
+      ASSERT_OK(env.DropUnsyncedData());
     }
     // Step 2 may have reached its commit point before the crash; nothing else may load.
     ExpectNewestLoadsOneOf(root, completed ? std::vector<uint64_t>{2} : std::vector<uint64_t>{1, 2}, engine);
@@ -87,32 +89,33 @@ class DiskFaultTest : public ::testing::TestWithParam<const char*> {
   void SetUp() override {
     root_ = dir_.Sub("ckpt");
     auto ckpt = Checkpointer::Open(FaultOptions(root_, &env_, GetParam(), false));
-    ASSERT_TRUE(ckpt.ok());
+    ASSERT_OK(ckpt);
     ckpt_ = std::move(*ckpt);
     StepState s1(1);
     auto h = ckpt_->Save(1, s1.AsState());
-    ASSERT_TRUE(h.ok() && h->durable.get().ok());
+    ASSERT_OK(h);
+    ASSERT_OK(h->durable.get());
   }
   // After a failed save of step 2: the error is on the future and once more
   // on the next call; step 1 still loads; step 3 saves once the fault is gone.
   void ExpectFailedThenRecovers(Code want) {
     StepState s2(2);
     auto h = ckpt_->Save(2, s2.AsState());
-    ASSERT_TRUE(h.ok());
+    ASSERT_OK(h);
     Status d = h->durable.get();
     EXPECT_EQ(d.code(), want) << d.ToString();
     Status again = ckpt_->Flush();
     EXPECT_EQ(again.code(), want) << "background error must surface on the next call";
-    EXPECT_TRUE(ckpt_->Flush().ok()) << "reported once, then cleared";
+    EXPECT_OK(ckpt_->Flush()) << "reported once, then cleared";
     env_.Reset();
     StepState s3(3);
     auto h3 = ckpt_->Save(3, s3.AsState());
-    ASSERT_TRUE(h3.ok()) << h3.status().ToString();
-    ASSERT_TRUE(h3->durable.get().ok());
+    ASSERT_OK(h3);
+    ASSERT_OK(h3->durable.get());
     ckpt_.reset();
     ExpectNewestLoadsOneOf(root_, {3}, GetParam());
     auto steps = Checkpointer::Open(FaultOptions(root_, Env::Default(), GetParam(), false));
-    ASSERT_TRUE(steps.ok());
+    ASSERT_OK(steps);
     EXPECT_EQ(*(*steps)->ListCommitted(), (std::vector<uint64_t>{1, 3}));
   }
 
@@ -144,7 +147,7 @@ TEST_P(DiskFaultTest, FsyncFailureAtEverySync) {
     env_.FailNthSync(n);
     StepState s(10 + n);
     auto h = ckpt_->Save(10 + n, s.AsState());
-    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    ASSERT_OK(h);
     Status d = h->durable.get();
     EXPECT_EQ(d.code(), Code::kIoError) << "sync " << n << ": " << d.ToString();
     ckpt_->Flush().IgnoreError();  // the same error, delivered once more

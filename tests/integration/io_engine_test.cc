@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "util/fault_env.h"
+#include "util/status_matchers.h"
 #include "util/temp_dir.h"
 
 namespace stint {
@@ -35,7 +36,7 @@ class IoEngineTest : public ::testing::TestWithParam<IoEngineKind> {
     o.kind = GetParam();
     o.queue_depth = depth;
     auto e = NewIoEngine(o);
-    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    EXPECT_OK(e);
     return std::move(*e);
   }
   TempDir dir_;
@@ -48,46 +49,46 @@ TEST_P(IoEngineTest, ManyWritesInFlightThenReadBack) {
   std::mt19937 rng(1);
   for (size_t i = 0; i < src.size; ++i) src.data[i] = char(rng());
   auto file = Env::Default()->NewWritableFile(dir_.Sub("f"), FileOptions{true});
-  ASSERT_TRUE(file.ok());
+  ASSERT_OK(file);
   std::atomic<int> done{0};
   // Submitted out of order on purpose.
   for (size_t k = 0; k < blocks; ++k) {
     size_t i = (k * 37) % blocks;
-    ASSERT_TRUE(engine->SubmitWrite(file->get(), src.data + i * block, block, i * block,
-                                    [&](const Status& s, size_t n) {
-                                      EXPECT_TRUE(s.ok());
-                                      EXPECT_EQ(n, block);
-                                      ++done;
-                                    }).ok());
+    ASSERT_OK(engine->SubmitWrite(file->get(), src.data + i * block, block, i * block,
+                                  [&](const Status& s, size_t n) {
+                                    EXPECT_OK(s);
+                                    EXPECT_EQ(n, block);
+                                    ++done;
+                                  }));
   }
-  ASSERT_TRUE(engine->Drain().ok());
+  ASSERT_OK(engine->Drain());
   EXPECT_EQ(done.load(), int(blocks));
-  ASSERT_TRUE((*file)->Sync().ok());
-  ASSERT_TRUE((*file)->Close().ok());
+  ASSERT_OK((*file)->Sync());
+  ASSERT_OK((*file)->Close());
 
   auto rfile = Env::Default()->NewRandomAccessFile(dir_.Sub("f"), FileOptions{true});
-  ASSERT_TRUE(rfile.ok());
+  ASSERT_OK(rfile);
   Aligned dst(src.size);
   std::memset(dst.data, 0, dst.size);
   for (size_t i = 0; i < blocks; ++i) {
-    ASSERT_TRUE(engine->SubmitRead(rfile->get(), dst.data + i * block, block, i * block).ok());
+    ASSERT_OK(engine->SubmitRead(rfile->get(), dst.data + i * block, block, i * block));
   }
-  ASSERT_TRUE(engine->Drain().ok());
+  ASSERT_OK(engine->Drain());
   EXPECT_EQ(0, std::memcmp(src.data, dst.data, src.size));
 }
 
 TEST_P(IoEngineTest, ReadPastEndIsShortNotAnError) {
   auto engine = Engine();
-  ASSERT_TRUE(WriteStringToFileSync(Env::Default(), dir_.Sub("small"), std::string(5000, 'x')).ok());
+  ASSERT_OK(WriteStringToFileSync(Env::Default(), dir_.Sub("small"), std::string(5000, 'x')));
   auto rfile = Env::Default()->NewRandomAccessFile(dir_.Sub("small"), FileOptions{false});
-  ASSERT_TRUE(rfile.ok());
+  ASSERT_OK(rfile);
   Aligned dst(8192);
   size_t got = 0;
-  ASSERT_TRUE(engine->SubmitRead(rfile->get(), dst.data, 8192, 0, [&](const Status& s, size_t n) {
-                EXPECT_TRUE(s.ok());
-                got = n;
-              }).ok());
-  ASSERT_TRUE(engine->Drain().ok());
+  ASSERT_OK(engine->SubmitRead(rfile->get(), dst.data, 8192, 0, [&](const Status& s, size_t n) {
+              EXPECT_OK(s);
+              got = n;
+            }));
+  ASSERT_OK(engine->Drain());
   EXPECT_EQ(got, 5000u);
 }
 
@@ -97,17 +98,17 @@ TEST_P(IoEngineTest, RegisteredBuffersWork) {
   std::memset(src.data, 7, src.size);
   engine->RegisterBuffer(src.data, src.size);
   auto file = Env::Default()->NewWritableFile(dir_.Sub("fixed"), FileOptions{true});
-  ASSERT_TRUE(file.ok());
+  ASSERT_OK(file);
   for (size_t off = 0; off < src.size; off += 256 * 1024) {
-    ASSERT_TRUE(engine->SubmitWrite(file->get(), src.data + off, 256 * 1024, off).ok());
+    ASSERT_OK(engine->SubmitWrite(file->get(), src.data + off, 256 * 1024, off));
   }
-  ASSERT_TRUE(engine->Drain().ok());
+  ASSERT_OK(engine->Drain());
   engine->UnregisterBuffer(src.data);
   if (GetParam() == IoEngineKind::kUring) {
     EXPECT_EQ(engine->fixed_bytes(), src.size);
   }
   auto back = ReadFileToString(Env::Default(), dir_.Sub("fixed"));
-  ASSERT_TRUE(back.ok());
+  ASSERT_OK(back);
   EXPECT_EQ(*back, std::string(src.size, 7));
 }
 
@@ -120,20 +121,20 @@ TEST_P(IoEngineTest, BuffersStayRegisteredAndCanBeForgottenFromAnotherThread) {
   engine->RegisterBuffer(a.data, a.size);  // again: no second registration
   engine->RegisterBuffer(b.data, b.size);
   auto file = Env::Default()->NewWritableFile(dir_.Sub("two"), FileOptions{true});
-  ASSERT_TRUE(file.ok());
+  ASSERT_OK(file);
   // While `b` is written, another thread forgets `a` (as the staging pool does).
   std::thread forget([&] { engine->UnregisterBuffer(a.data); });
   for (size_t off = 0; off < b.size; off += 128 * 1024) {
-    ASSERT_TRUE(engine->SubmitWrite(file->get(), b.data + off, 128 * 1024, off).ok());
+    ASSERT_OK(engine->SubmitWrite(file->get(), b.data + off, 128 * 1024, off));
   }
   forget.join();
-  ASSERT_TRUE(engine->SubmitWrite(file->get(), a.data, a.size, b.size).ok());  // now a plain write
-  ASSERT_TRUE(engine->Drain().ok());
+  ASSERT_OK(engine->SubmitWrite(file->get(), a.data, a.size, b.size));  // now a plain write
+  ASSERT_OK(engine->Drain());
   if (GetParam() == IoEngineKind::kUring) {
     EXPECT_EQ(engine->fixed_bytes(), b.size);
   }
   auto back = ReadFileToString(Env::Default(), dir_.Sub("two"));
-  ASSERT_TRUE(back.ok());
+  ASSERT_OK(back);
   EXPECT_EQ(*back, std::string(b.size, 2) + std::string(a.size, 1));
 }
 
@@ -150,13 +151,13 @@ TEST_P(IoEngineTest, ShortWriteIsResubmittedAndItsErrorReported) {
   Aligned src(16384);
   std::memset(src.data, 1, src.size);
   auto file = Env::Default()->NewWritableFile(dir_.Sub("limited"), FileOptions{false});
-  ASSERT_TRUE(file.ok());
+  ASSERT_OK(file);
   size_t reported = 1;
   Status on_done;
-  ASSERT_TRUE(engine->SubmitWrite(file->get(), src.data, src.size, 0, [&](const Status& s, size_t n) {
-                on_done = s;
-                reported = n;
-              }).ok());
+  ASSERT_OK(engine->SubmitWrite(file->get(), src.data, src.size, 0, [&](const Status& s, size_t n) {
+              on_done = s;
+              reported = n;
+            }));
   Status s = engine->Drain();
   setrlimit(RLIMIT_FSIZE, &old);
   signal(SIGXFSZ, prev);
@@ -165,7 +166,7 @@ TEST_P(IoEngineTest, ShortWriteIsResubmittedAndItsErrorReported) {
   EXPECT_EQ(on_done.code(), s.code());
   EXPECT_EQ(reported, 0u);
   auto size = ReadFileToString(Env::Default(), dir_.Sub("limited"));
-  ASSERT_TRUE(size.ok());
+  ASSERT_OK(size);
   EXPECT_EQ(size->size(), 12288u);  // the short part did land
 }
 
@@ -173,16 +174,16 @@ TEST_P(IoEngineTest, ErrorsAreStickyUntilDrain) {
   auto engine = Engine();
   FaultEnv env(Env::Default());
   auto file = env.NewWritableFile(dir_.Sub("faulty"), FileOptions{false});
-  ASSERT_TRUE(file.ok());
+  ASSERT_OK(file);
   env.FailWritesAfterBytes(4096, ENOSPC);
   Aligned src(4096);
   std::memset(src.data, 0, 4096);
   for (int i = 0; i < 4; ++i) {
-    ASSERT_TRUE(engine->SubmitWrite(file->get(), src.data, 4096, uint64_t(i) * 4096).ok());
+    ASSERT_OK(engine->SubmitWrite(file->get(), src.data, 4096, uint64_t(i) * 4096));
   }
   Status s = engine->Drain();
   EXPECT_EQ(s.code(), Code::kResourceExhausted) << s.ToString();
-  EXPECT_TRUE(engine->Drain().ok()) << "Drain returns an error once";
+  EXPECT_OK(engine->Drain()) << "Drain returns an error once";
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, IoEngineTest,
@@ -195,7 +196,7 @@ TEST(IoEngineSelection, ForcedPosixByEnvironment) {
   setenv("STINT_IO", "posix", 1);
   auto e = NewIoEngine(IoEngineOptions{});
   unsetenv("STINT_IO");
-  ASSERT_TRUE(e.ok());
+  ASSERT_OK(e);
   EXPECT_STREQ((*e)->name(), "posix");
   EXPECT_FALSE(ParseIoEngineKind("spdk").ok());
 }

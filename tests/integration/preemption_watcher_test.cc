@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "stint/preemption.h"
+#include "util/status_matchers.h"
 
 namespace stint {
 namespace {
@@ -90,7 +91,7 @@ class PreemptionWatcherTest : public ::testing::Test {
 
   static std::unique_ptr<PreemptionWatcher> MustInstall(const PreemptionOptions& options = {}) {
     auto watcher = PreemptionWatcher::Install(options);
-    EXPECT_TRUE(watcher.ok()) << watcher.status().ToString();
+    EXPECT_OK(watcher);
     return watcher.ok() ? std::move(watcher).value() : nullptr;
   }
 

@@ -8,6 +8,7 @@
 
 #include "stint/checkpointer.h"
 #include "util/fault_env.h"
+#include "util/status_matchers.h"
 #include "util/step_state.h"
 #include "util/temp_dir.h"
 
@@ -29,8 +30,8 @@ void SaveSteps(Checkpointer* ckpt, std::vector<uint64_t> steps) {
   for (uint64_t step : steps) {
     StepState s(step);
     auto h = ckpt->Save(step, s.AsState());
-    ASSERT_TRUE(h.ok()) << h.status().ToString();
-    ASSERT_TRUE(h->durable.get().ok());
+    ASSERT_OK(h);
+    ASSERT_OK(h->durable.get());
   }
 }
 
@@ -48,16 +49,16 @@ void FlipByte(const std::string& path, long offset) {
 TEST(TierReplica, ReplicatesEveryCommitWithItsOwnRetention) {
   TempDir dir;
   auto ckpt = Checkpointer::Open(ReplicaOptions(dir));
-  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  ASSERT_OK(ckpt);
   for (uint64_t step : {1, 2, 3, 4}) {
     StepState s(step);
     auto h = (*ckpt)->Save(step, s.AsState());
-    ASSERT_TRUE(h.ok());
-    ASSERT_TRUE(h->durable.get().ok());
+    ASSERT_OK(h);
+    ASSERT_OK(h->durable.get());
     Status r = h->replicated.get();
     ASSERT_TRUE(r.ok() || r.code() == Code::kCancelled) << r.ToString();
   }
-  ASSERT_TRUE((*ckpt)->FlushReplication().ok());
+  ASSERT_OK((*ckpt)->FlushReplication());
   EXPECT_EQ(*(*ckpt)->ListCommitted(), (std::vector<uint64_t>{2, 3, 4}));
   EXPECT_EQ(*(*ckpt)->ListReplicated(), (std::vector<uint64_t>{3, 4}));
   auto stats = (*ckpt)->stats();
@@ -68,8 +69,8 @@ TEST(TierReplica, ReplicatesEveryCommitWithItsOwnRetention) {
   EXPECT_GE(stats.last_replica->durable_seconds, stats.last_replica->replicate_seconds);
   // The replica is a complete committed checkpoint in its own right.
   auto reader = CheckpointReader::Open(dir.Sub("shared") + "/step-00000004");
-  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
-  EXPECT_TRUE((*reader)->Verify().ok());
+  ASSERT_OK(reader);
+  EXPECT_OK((*reader)->Verify());
   std::ifstream latest(dir.Sub("shared") + "/LATEST");
   std::string name;
   latest >> name;
@@ -79,14 +80,14 @@ TEST(TierReplica, ReplicatesEveryCommitWithItsOwnRetention) {
 TEST(TierReplica, CorruptTier1CopyLoadsTheSameStepFromTier2) {
   TempDir dir;
   auto ckpt = Checkpointer::Open(ReplicaOptions(dir));
-  ASSERT_TRUE(ckpt.ok());
+  ASSERT_OK(ckpt);
   SaveSteps(ckpt->get(), {1, 2});
-  ASSERT_TRUE((*ckpt)->FlushReplication().ok());
+  ASSERT_OK((*ckpt)->FlushReplication());
   FlipByte(dir.Sub("nvme") + "/step-00000002/rank-00000.stint", 100);
 
   StepState out(0);
   auto loaded = (*ckpt)->Load(out.Dests());
-  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  ASSERT_OK(loaded);
   EXPECT_EQ(loaded->step, 2u);
   EXPECT_EQ(loaded->tier, 2);
   EXPECT_TRUE(out.SameData(StepState(2)));
@@ -103,10 +104,10 @@ TEST(TierReplica, AnotherPoolResumesFromTier2Alone) {
   CheckpointOptions o = ReplicaOptions(dir);
   o.root = dir.Sub("other-node-nvme");
   auto ckpt = Checkpointer::Open(o);
-  ASSERT_TRUE(ckpt.ok());
+  ASSERT_OK(ckpt);
   StepState out(0);
   auto loaded = (*ckpt)->Load(out.Dests());
-  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  ASSERT_OK(loaded);
   EXPECT_EQ(loaded->step, 6u);
   EXPECT_EQ(loaded->tier, 2);
   EXPECT_TRUE(out.SameData(StepState(6)));
@@ -116,21 +117,21 @@ TEST(TierReplica, EnospcOnTheReplicaNeverAffectsTier1AndIsReported) {
   TempDir dir;
   FaultEnv replica_env(Env::Default());
   auto ckpt = Checkpointer::Open(ReplicaOptions(dir, &replica_env));
-  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  ASSERT_OK(ckpt);
   SaveSteps(ckpt->get(), {1});
-  ASSERT_TRUE((*ckpt)->FlushReplication().ok());
+  ASSERT_OK((*ckpt)->FlushReplication());
 
   replica_env.FailWritesAfterBytes(20000, ENOSPC);
   StepState s(2);
   auto h = (*ckpt)->Save(2, s.AsState());
-  ASSERT_TRUE(h.ok());
-  ASSERT_TRUE(h->durable.get().ok());  // tier 1 committed
+  ASSERT_OK(h);
+  ASSERT_OK(h->durable.get());  // tier 1 committed
   Status r = h->replicated.get();
   EXPECT_EQ(r.code(), Code::kResourceExhausted) << r.ToString();
   Status flushed = (*ckpt)->FlushReplication();
   EXPECT_EQ(flushed.code(), Code::kResourceExhausted) << flushed.ToString();
-  EXPECT_TRUE((*ckpt)->FlushReplication().ok());  // returned once
-  EXPECT_TRUE((*ckpt)->Flush().ok());              // never a tier-1 error
+  EXPECT_OK((*ckpt)->FlushReplication());  // returned once
+  EXPECT_OK((*ckpt)->Flush());              // never a tier-1 error
   auto stats = (*ckpt)->stats();
   EXPECT_EQ(stats.committed, 2u);
   EXPECT_EQ(stats.replica_failed, 1u);
@@ -139,14 +140,14 @@ TEST(TierReplica, EnospcOnTheReplicaNeverAffectsTier1AndIsReported) {
   EXPECT_EQ(*(*ckpt)->ListReplicated(), (std::vector<uint64_t>{1}));
   StepState out(0);
   auto loaded = (*ckpt)->Load(out.Dests());
-  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  ASSERT_OK(loaded);
   EXPECT_EQ(loaded->step, 2u);
   EXPECT_EQ(loaded->tier, 1);
 
   // Space comes back: the next commit replicates again.
   replica_env.Reset();
   SaveSteps(ckpt->get(), {3});
-  ASSERT_TRUE((*ckpt)->FlushReplication().ok());
+  ASSERT_OK((*ckpt)->FlushReplication());
   EXPECT_EQ(*(*ckpt)->ListReplicated(), (std::vector<uint64_t>{1, 3}));
 }
 
@@ -164,10 +165,11 @@ TEST(TierReplica, UnreachableReplicaAtOpenStillCheckpointsToTier1) {
   CheckpointOptions o = ReplicaOptions(dir);
   o.replica_root = dir.Sub("missing-parent/shared");  // its parent does not exist
   auto ckpt = Checkpointer::Open(o);
-  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  ASSERT_OK(ckpt);
   StepState s(1);
   auto h = (*ckpt)->Save(1, s.AsState());
-  ASSERT_TRUE(h.ok() && h->durable.get().ok());
+  ASSERT_OK(h);
+  ASSERT_OK(h->durable.get());
   EXPECT_FALSE(h->replicated.get().ok());
   EXPECT_FALSE((*ckpt)->FlushReplication().ok());
   EXPECT_EQ(*(*ckpt)->ListCommitted(), (std::vector<uint64_t>{1}));

@@ -7,6 +7,7 @@
 #include "checkpoint/commit.h"
 #include "stint/checkpoint_reader.h"
 #include "stint/checkpointer.h"
+#include "util/status_matchers.h"
 #include "util/step_state.h"
 
 namespace stint {
@@ -19,10 +20,10 @@ void ExpectNewestLoadsOneOf(const std::string& root, const std::vector<uint64_t>
   o.root = root;
   o.io_engine = engine;
   auto ckpt = Checkpointer::Open(o);
-  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  ASSERT_OK(ckpt);
   StepState out(999, rows);
   auto r = (*ckpt)->Load(out.Dests());
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_TRUE(r->skipped.empty()) << r->skipped[0];
   ASSERT_NE(std::find(allowed.begin(), allowed.end(), r->step), allowed.end()) << "loaded step " << r->step;
   EXPECT_TRUE(out.SameData(StepState(r->step, rows)));
@@ -30,15 +31,15 @@ void ExpectNewestLoadsOneOf(const std::string& root, const std::vector<uint64_t>
   EXPECT_EQ(r->blobs.at("step"), std::to_string(r->step));
   // Every committed checkpoint left behind verifies in full.
   auto steps = (*ckpt)->ListCommitted();
-  ASSERT_TRUE(steps.ok());
+  ASSERT_OK(steps);
   for (uint64_t s : *steps) {
     auto reader = CheckpointReader::Open(root + "/" + StepDirName(s));
-    ASSERT_TRUE(reader.ok()) << reader.status().ToString();
-    EXPECT_TRUE((*reader)->Verify().ok());
+    ASSERT_OK(reader);
+    EXPECT_OK((*reader)->Verify());
   }
   // Open cleaned every leftover.
   auto children = Env::Default()->GetChildren(root);
-  ASSERT_TRUE(children.ok());
+  ASSERT_OK(children);
   for (const auto& c : *children) EXPECT_NE(c.rfind(".tmp-", 0), 0u) << c;
 }
 
