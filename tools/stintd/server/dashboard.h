@@ -2,6 +2,7 @@
 // nothing loaded from elsewhere, no build step) that draws stintd's state:
 // a timeline of each pool's windows with the jobs' segments inside them,
 // the queue with why each job waits, and the stintd_* samples of /metrics.
+// The page is dashboard.html beside this file, compiled in unchanged.
 //
 // The page itself holds no data, so it is served without a token. Its script
 // reads the token from the URL fragment (/dashboard#token=...; browsers never
