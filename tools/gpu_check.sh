@@ -22,7 +22,7 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
 grep -E "stint: (CUDA|LibTorch)" build-gpu/configure.log
 grep -q "stint: CUDA ON" build-gpu/configure.log || { echo "no CUDA toolkit found"; exit 1; }
 echo "== build"
-targets="cuda_probe_test cuda_copier_test device_snapshot_test tier_memory_test tier_replica_test stint_cuda_bench"
+targets="cuda_probe_test cuda_copier_test device_snapshot_test tier_memory_test tier_replica_test stint-cuda-bench"
 grep -q "LibTorch ON" build-gpu/configure.log && targets="$targets stint_torch"
 time ninja -C build-gpu -j"$JOBS" $targets
 echo "== tests"
