@@ -387,7 +387,7 @@ std::unique_ptr<PyCheckpointer> OpenCheckpointer(
 
 }  // namespace
 
-void BindTorchState(py::module_& m) {
+void BindCheckpointer(py::module_& m) {
   py::class_<PySaveHandle>(m, "SaveHandle",
                            "A started save: `staged` (the state may be modified again; already "
                            "done when save() returns) and `durable` (committed on disk). "

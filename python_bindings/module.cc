@@ -10,6 +10,7 @@
 #include "future.h"
 #include "status_to_exception.h"
 #include "stint/preemption.h"
+#include "stint/version.h"
 
 namespace stint {
 namespace python {
@@ -65,9 +66,10 @@ PYBIND11_MODULE(_C, m) {
   stint::python::BindFuture(m);
   stint::python::BindSampler(m);
   stint::python::BindPreemption(m);
-  stint::python::BindTorchState(m);
+  stint::python::BindCheckpointer(m);
   stint::python::BindElastic(m);
   m.attr("EXIT_REQUEUE") = stint::kExitRequeue;
   m.attr("EXIT_DO_NOT_REQUEUE") = stint::kExitDoNotRequeue;
+  m.attr("__version__") = stint::kVersion;  // project(stint VERSION ...), via stint/version.h
 }
 
