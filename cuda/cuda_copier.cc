@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "cuda_handles.h"
 #include "cuda_status.h"
 #include "device_probe.h"
 #include "pinned_host.h"
@@ -20,67 +21,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// RAII for the handles; a destroy error is ignored (destroying a stream or an
-// event with work pending is legal: the driver frees it when the work ends).
-class Stream {
- public:
-  static Result<std::unique_ptr<Stream>> Create() {
-    cudaStream_t s;
-    STINT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    return std::unique_ptr<Stream>(new Stream(s));
-  }
-  ~Stream() {
-    if (cudaStreamDestroy(s_) != cudaSuccess) cudaGetLastError();
-  }
-  cudaStream_t get() const { return s_; }
-
- private:
-  explicit Stream(cudaStream_t s) : s_(s) {}
-  cudaStream_t s_;
-};
-
-class Event {
- public:
-  static Result<std::shared_ptr<Event>> Create() {
-    cudaEvent_t e;
-    STINT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    return std::shared_ptr<Event>(new Event(e));
-  }
-  ~Event() {
-    if (cudaEventDestroy(e_) != cudaSuccess) cudaGetLastError();
-  }
-  cudaEvent_t get() const { return e_; }
-
- private:
-  explicit Event(cudaEvent_t e) : e_(e) {}
-  cudaEvent_t e_;
-};
-
-// Makes `device` current for a scope and restores the caller's device, so a
-// LibTorch caller's current device is never changed behind its back.
-class DeviceScope {
- public:
-  Status Enter(int device) {
-    STINT_CUDA_RETURN_IF_ERROR(cudaGetDevice(&previous_));
-    if (previous_ != device) {
-      STINT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-      restore_ = true;
-    }
-    return Status::OK();
-  }
-  ~DeviceScope() {
-    if (restore_ && cudaSetDevice(previous_) != cudaSuccess) cudaGetLastError();
-  }
-
- private:
-  int previous_ = 0;
-  bool restore_ = false;
-};
-
 cudaStream_t AsStream(void* s) { return static_cast<cudaStream_t>(s); }
 
+// A copy's completion event, shared by its ticket and the lazy barrier.
+Result<std::shared_ptr<CudaEvent>> NewSharedEvent() {
+  STINT_ASSIGN_OR_RETURN(CudaEvent e, CudaEvent::Create());
+  return std::make_shared<CudaEvent>(std::move(e));
+}
+
 // Polls instead of cudaEventSynchronize, which has no deadline.
-Status WaitEvents(const std::vector<std::shared_ptr<Event>>& events, std::chrono::milliseconds timeout,
+Status WaitEvents(const std::vector<std::shared_ptr<CudaEvent>>& events, std::chrono::milliseconds timeout,
                   const char* what) {
   auto deadline = Clock::now() + timeout;
   auto nap = std::chrono::microseconds(20);
@@ -112,11 +62,11 @@ class CudaDeviceCopier final : public DeviceCopier {
   ~CudaDeviceCopier() override {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [device, ds] : devices_) {
-      DeviceScope scope;
+      ScopedCudaDevice scope;
       if (!scope.Enter(device).ok()) continue;
       // Nothing may still DMA into memory about to be unregistered.
-      if (cudaStreamSynchronize(ds.d2h->get()) != cudaSuccess) cudaGetLastError();
-      if (cudaStreamSynchronize(ds.h2d->get()) != cudaSuccess) cudaGetLastError();
+      if (cudaStreamSynchronize(ds.d2h.get()) != cudaSuccess) cudaGetLastError();
+      if (cudaStreamSynchronize(ds.h2d.get()) != cudaSuccess) cudaGetLastError();
     }
     registrations_.clear();
   }
@@ -125,7 +75,7 @@ class CudaDeviceCopier final : public DeviceCopier {
 
   Status RegisterHostMemory(void* data, size_t size) override {
     std::lock_guard<std::mutex> lock(mu_);
-    DeviceScope scope;
+    ScopedCudaDevice scope;
     STINT_RETURN_IF_ERROR(scope.Enter(home_device_));
     // Before cudaHostRegister touches the pages, or placement is too late.
     PreferNumaNode(data, size, numa_node_).IgnoreError();  // a speed-up, not a requirement
@@ -150,7 +100,7 @@ class CudaDeviceCopier final : public DeviceCopier {
     std::lock_guard<std::mutex> lock(mu_);
     std::map<int, std::vector<const DeviceCopy*>> by_device;
     for (const auto& c : copies) by_device[c.device].push_back(&c);
-    std::vector<std::shared_ptr<Event>> done;
+    std::vector<std::shared_ptr<CudaEvent>> done;
     std::vector<cudaStream_t> used;
     Status s = EnqueueD2H(by_device, &done, &used);
     if (s.ok() && on_done && !done.empty()) {
@@ -181,7 +131,7 @@ class CudaDeviceCopier final : public DeviceCopier {
   }
 
   Status Wait(uint64_t ticket, std::chrono::milliseconds timeout) override {
-    std::vector<std::shared_ptr<Event>> events;
+    std::vector<std::shared_ptr<CudaEvent>> events;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = tickets_.find(ticket);
@@ -206,35 +156,35 @@ class CudaDeviceCopier final : public DeviceCopier {
       return Status::OK();
     }
     if (q != cudaErrorNotReady) return StatusFromCuda(q, "lazy barrier: copy failed");
-    DeviceScope scope;
+    ScopedCudaDevice scope;
     STINT_RETURN_IF_ERROR(scope.Enter(device));
     STINT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(AsStream(stream), it->second.last_d2h->get(), 0));
     return Status::OK();
   }
 
   Status CopyToDevice(const std::vector<DeviceCopy>& copies, std::chrono::milliseconds timeout) override {
-    std::vector<std::shared_ptr<Event>> done;
+    std::vector<std::shared_ptr<CudaEvent>> done;
     {
       std::lock_guard<std::mutex> lock(mu_);
       std::map<int, std::vector<const DeviceCopy*>> by_device;
       for (const auto& c : copies) by_device[c.device].push_back(&c);
       for (auto& [device, list] : by_device) {
-        DeviceScope scope;
+        ScopedCudaDevice scope;
         STINT_RETURN_IF_ERROR(scope.Enter(device));
         STINT_ASSIGN_OR_RETURN(DeviceStreams * ds, StreamsFor(device));
-        cudaStream_t h2d = ds->h2d->get();
+        cudaStream_t h2d = ds->h2d.get();
         std::set<void*> consumers;
         for (const DeviceCopy* c : list) consumers.insert(c->stream);
         // The destinations may still be in use by work already on their streams.
         for (void* consumer : consumers) {
-          STINT_ASSIGN_OR_RETURN(auto ev, Event::Create());
-          STINT_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev->get(), AsStream(consumer)));
-          STINT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(h2d, ev->get(), 0));
+          STINT_ASSIGN_OR_RETURN(CudaEvent ev, CudaEvent::Create());
+          STINT_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev.get(), AsStream(consumer)));
+          STINT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(h2d, ev.get(), 0));
         }
         for (const DeviceCopy* c : list) {
           STINT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyHostToDevice, h2d));
         }
-        STINT_ASSIGN_OR_RETURN(auto finished, Event::Create());
+        STINT_ASSIGN_OR_RETURN(auto finished, NewSharedEvent());
         STINT_CUDA_RETURN_IF_ERROR(cudaEventRecord(finished->get(), h2d));
         for (void* consumer : consumers) {
           STINT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(AsStream(consumer), finished->get(), 0));
@@ -247,8 +197,8 @@ class CudaDeviceCopier final : public DeviceCopier {
 
  private:
   struct DeviceStreams {
-    std::unique_ptr<Stream> d2h, h2d;
-    std::shared_ptr<Event> last_d2h;  // the newest device-to-host copy's completion
+    CudaStream d2h, h2d;
+    std::shared_ptr<CudaEvent> last_d2h;  // the newest device-to-host copy's completion
   };
 
   // REQUIRES: mu_ held, `device` current.
@@ -256,33 +206,33 @@ class CudaDeviceCopier final : public DeviceCopier {
     auto it = devices_.find(device);
     if (it != devices_.end()) return &it->second;
     DeviceStreams ds;
-    STINT_ASSIGN_OR_RETURN(ds.d2h, Stream::Create());
-    STINT_ASSIGN_OR_RETURN(ds.h2d, Stream::Create());
+    STINT_ASSIGN_OR_RETURN(ds.d2h, CudaStream::Create());
+    STINT_ASSIGN_OR_RETURN(ds.h2d, CudaStream::Create());
     return &(devices_[device] = std::move(ds));
   }
 
   // REQUIRES: mu_ held.
   Status EnqueueD2H(const std::map<int, std::vector<const DeviceCopy*>>& by_device,
-                    std::vector<std::shared_ptr<Event>>* done, std::vector<cudaStream_t>* used) {
+                    std::vector<std::shared_ptr<CudaEvent>>* done, std::vector<cudaStream_t>* used) {
     for (const auto& [device, list] : by_device) {
-      DeviceScope scope;
+      ScopedCudaDevice scope;
       STINT_RETURN_IF_ERROR(scope.Enter(device));
       STINT_ASSIGN_OR_RETURN(DeviceStreams * ds, StreamsFor(device));
-      cudaStream_t d2h = ds->d2h->get();
+      cudaStream_t d2h = ds->d2h.get();
       used->push_back(d2h);
       // Ordered after what the producers enqueued so far, and nothing later:
       // the producer streams run on (forward, backward) while this copies.
       std::set<void*> producers;
       for (const DeviceCopy* c : list) producers.insert(c->stream);
       for (void* producer : producers) {
-        STINT_ASSIGN_OR_RETURN(auto ev, Event::Create());
-        STINT_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev->get(), AsStream(producer)));
-        STINT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(d2h, ev->get(), 0));
+        STINT_ASSIGN_OR_RETURN(CudaEvent ev, CudaEvent::Create());
+        STINT_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev.get(), AsStream(producer)));
+        STINT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(d2h, ev.get(), 0));
       }
       for (const DeviceCopy* c : list) {
         STINT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyDeviceToHost, d2h));
       }
-      STINT_ASSIGN_OR_RETURN(auto finished, Event::Create());
+      STINT_ASSIGN_OR_RETURN(auto finished, NewSharedEvent());
       STINT_CUDA_RETURN_IF_ERROR(cudaEventRecord(finished->get(), d2h));
       ds->last_d2h = finished;
       done->push_back(std::move(finished));
@@ -296,7 +246,7 @@ class CudaDeviceCopier final : public DeviceCopier {
   // Guarded by mu_.
   std::map<int, DeviceStreams> devices_;
   std::map<void*, std::unique_ptr<HostRegistration>> registrations_;
-  std::map<uint64_t, std::vector<std::shared_ptr<Event>>> tickets_;
+  std::map<uint64_t, std::vector<std::shared_ptr<CudaEvent>>> tickets_;
   uint64_t next_ticket_ = 0;
 };
 

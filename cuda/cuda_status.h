@@ -1,5 +1,6 @@
-// StatusFromCuda: the one place a cudaError_t becomes a Status (STYLE §2.3).
-// Clears the sticky per-thread error, as NCCL's CUDACHECK does.
+// StatusFromCuda: the one place a cudaError_t becomes a Status (STYLE §2.3),
+// for every file in cuda/. Clears the sticky per-thread error, as NCCL's
+// CUDACHECK does, so it does not resurface in an unrelated later call.
 #ifndef STINT_CUDA_CUDA_STATUS_H_
 #define STINT_CUDA_CUDA_STATUS_H_
 
@@ -11,23 +12,14 @@
 
 namespace stint {
 
-// No device or driver -> kUnavailable; out of memory -> kResourceExhausted;
-// anything else -> kInternal. The message is "<context>: <name>: <string>".
-inline Status StatusFromCuda(cudaError_t err, const std::string& context) {
-  if (err == cudaSuccess) return Status::OK();
-  cudaGetLastError();
-  std::string msg = context + ": " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err);
-  switch (err) {
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorInitializationError:
-      return Status::Unavailable("no CUDA device: " + msg);
-    case cudaErrorMemoryAllocation:
-      return Status::ResourceExhausted(msg);
-    default:
-      return Status::Internal(msg);
-  }
-}
+// OK for cudaSuccess. Otherwise the message is "<context>: <name>: <string>"
+// (cudaErrorNoDevice: no CUDA-capable device is detected) and the code:
+//   kUnavailable, the message prefixed "no CUDA device: ": no usable device
+//     or driver (no device, a missing, stub, mismatched or too old driver,
+//     initialization failed, devices busy or unavailable, system not ready);
+//   kResourceExhausted: out of device (or pinned host) memory;
+//   kInternal: anything else (a bad argument or handle here, a failed kernel).
+Status StatusFromCuda(cudaError_t err, const std::string& context);
 
 }  // namespace stint
 

@@ -2,32 +2,30 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda_status.h"
+
 namespace stint {
-namespace {
-
-// cudaGetLastError clears the sticky per-thread error, as NCCL's CUDACHECK does.
-Status StatusFromCuda(cudaError_t err, const std::string& context) {
-  cudaGetLastError();
-  return Status::Unavailable(context + ": " + cudaGetErrorString(err));
-}
-
-}  // namespace
 
 Result<int> CudaDeviceCount() {
   int n = 0;
-  cudaError_t err = cudaGetDeviceCount(&n);
-  if (err != cudaSuccess) return StatusFromCuda(err, "no CUDA device: cudaGetDeviceCount");
+  Status s = StatusFromCuda(cudaGetDeviceCount(&n), "cudaGetDeviceCount");
+  if (!s.ok()) {
+    // Whatever keeps the runtime from counting devices (StatusFromCuda's
+    // no-device family, or an error it does not know as one, such as
+    // cudaErrorUnknown after a driver fault) means there is no usable
+    // device: the caller takes the CPU path.
+    if (s.code() == Code::kUnavailable) return s;
+    return Status::Unavailable("no CUDA device: " + s.message());
+  }
   if (n == 0) return Status::Unavailable("no CUDA device: cudaGetDeviceCount found none");
   return n;
 }
 
 Result<std::string> CudaDeviceSummary(int index) {
   cudaDeviceProp prop;
-  cudaError_t err = cudaGetDeviceProperties(&prop, index);
-  if (err != cudaSuccess) return StatusFromCuda(err, "cudaGetDeviceProperties");
+  STINT_RETURN_IF_ERROR(StatusFromCuda(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties"));
   int runtime = 0;
-  err = cudaRuntimeGetVersion(&runtime);
-  if (err != cudaSuccess) return StatusFromCuda(err, "cudaRuntimeGetVersion");
+  STINT_RETURN_IF_ERROR(StatusFromCuda(cudaRuntimeGetVersion(&runtime), "cudaRuntimeGetVersion"));
   return std::string(prop.name) + ", " + std::to_string(prop.totalGlobalMem >> 30) + " GiB, compute " +
          std::to_string(prop.major) + "." + std::to_string(prop.minor) + ", runtime " +
          std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10);

@@ -12,7 +12,10 @@
 #include <thread>
 #include <utility>
 
+#include "cuda_handles.h"
+#include "cuda_status.h"
 #include "device_probe.h"
+#include "nccl_status.h"
 #include "nccl_types.h"
 #include "nccl_unique_id.h"
 
@@ -20,39 +23,6 @@ namespace stint {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// --- Errors: one constructor per foreign domain. ---
-
-// cudaGetLastError clears the per-thread error the failed call left, as
-// NCCL's CUDACHECK does, so it does not resurface in an unrelated call.
-Status StatusFromCuda(cudaError_t err, const std::string& context) {
-  cudaGetLastError();
-  std::string msg = context + ": " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err);
-  if (err == cudaErrorMemoryAllocation) return Status::ResourceExhausted(std::move(msg));
-  return Status::Unavailable(std::move(msg));
-}
-
-// "ncclCommInitRankConfig: remote process exited or there was a network
-// error (NCCL WARN text)". `comm` may be null (ncclGetLastError then gives
-// the thread's last error).
-std::string NcclErrorText(ncclResult_t result, ncclComm_t comm) {
-  std::string text = ncclGetErrorString(result);
-  const char* last = ncclGetLastError(comm);
-  if (last != nullptr && *last != '\0') text += std::string(" (") + last + ")";
-  return text;
-}
-
-// ncclInProgress is not an error and never reaches here. An invalid
-// argument or usage is the caller's; everything else means the group (a
-// peer, the network, the device) is not usable now.
-Status StatusFromNccl(ncclResult_t result, ncclComm_t comm, const std::string& context) {
-  std::string msg = context + ": " + NcclErrorText(result, comm);
-  switch (result) {
-    case ncclInvalidArgument: return Status::InvalidArgument(std::move(msg));
-    case ncclInvalidUsage: return Status::FailedPrecondition(std::move(msg));
-    default: return Status::Unavailable(std::move(msg));
-  }
-}
 
 std::string Millis(std::chrono::milliseconds ms) { return std::to_string(ms.count()) + " ms"; }
 
@@ -72,7 +42,7 @@ void CloseFd(int fd) {
   if (fd >= 0) ::close(fd);
 }
 
-// --- RAII for the CUDA and NCCL handles. ---
+// --- RAII for the NCCL handle (the CUDA ones: cuda_handles.h). ---
 
 // Owns an ncclComm_t and releases it with ncclCommAbort only: a
 // communicator lives for one generation and may be released after a peer
@@ -109,120 +79,12 @@ class NcclComm {
   ncclComm_t comm_ = nullptr;
 };
 
-class CudaStream {
- public:
-  CudaStream() = default;
-  explicit CudaStream(cudaStream_t stream) : stream_(stream) {}
-  ~CudaStream() { Reset(); }
-  CudaStream(CudaStream&& other) noexcept : stream_(std::exchange(other.stream_, nullptr)) {}
-  CudaStream& operator=(CudaStream&& other) noexcept {
-    if (this != &other) {
-      Reset();
-      stream_ = std::exchange(other.stream_, nullptr);
-    }
-    return *this;
-  }
-  CudaStream(const CudaStream&) = delete;
-  CudaStream& operator=(const CudaStream&) = delete;
-
-  cudaStream_t get() const { return stream_; }
-  void Reset() {
-    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);  // releases once pending work is done
-    stream_ = nullptr;
-  }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
-
-class CudaEvent {
- public:
-  CudaEvent() = default;
-  explicit CudaEvent(cudaEvent_t event) : event_(event) {}
-  ~CudaEvent() { Reset(); }
-  CudaEvent(CudaEvent&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
-  CudaEvent& operator=(CudaEvent&& other) noexcept {
-    if (this != &other) {
-      Reset();
-      event_ = std::exchange(other.event_, nullptr);
-    }
-    return *this;
-  }
-  CudaEvent(const CudaEvent&) = delete;
-  CudaEvent& operator=(const CudaEvent&) = delete;
-
-  cudaEvent_t get() const { return event_; }
-  void Reset() {
-    if (event_ != nullptr) (void)cudaEventDestroy(event_);
-    event_ = nullptr;
-  }
-
- private:
-  cudaEvent_t event_ = nullptr;
-};
-
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(void* ptr) : ptr_(ptr) {}
-  ~DeviceBuffer() { Reset(); }
-  DeviceBuffer(DeviceBuffer&& other) noexcept : ptr_(std::exchange(other.ptr_, nullptr)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
-    if (this != &other) {
-      Reset();
-      ptr_ = std::exchange(other.ptr_, nullptr);
-    }
-    return *this;
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  void* get() const { return ptr_; }
-  void Reset() {
-    if (ptr_ != nullptr) (void)cudaFree(ptr_);
-    ptr_ = nullptr;
-  }
-
- private:
-  void* ptr_ = nullptr;
-};
-
-// Makes `device` the calling thread's current device until it goes out of
-// scope, then restores the previous one (the caller's framework, e.g.
-// PyTorch, keeps its own idea of the current device).
-class ScopedDevice {
- public:
-  ScopedDevice() = default;
-  ~ScopedDevice() {
-    if (entered_ && previous_ != device_) (void)cudaSetDevice(previous_);
-  }
-  ScopedDevice(const ScopedDevice&) = delete;
-  ScopedDevice& operator=(const ScopedDevice&) = delete;
-
-  Status Enter(int device) {
-    cudaError_t err = cudaGetDevice(&previous_);
-    if (err != cudaSuccess) return StatusFromCuda(err, "cudaGetDevice");
-    device_ = device;
-    if (previous_ != device) {
-      err = cudaSetDevice(device);
-      if (err != cudaSuccess) return StatusFromCuda(err, "cudaSetDevice(" + std::to_string(device) + ")");
-    }
-    entered_ = true;
-    return Status::OK();
-  }
-
- private:
-  bool entered_ = false;
-  int previous_ = 0;
-  int device_ = 0;
-};
-
 // What one communicator owns besides its ncclComm_t.
 struct StreamResources {
   CudaStream owned_stream;   // empty when the stream is the caller's
   cudaStream_t stream = nullptr;
   CudaEvent done;            // recorded after each collective; its completion is polled
-  DeviceBuffer scratch;      // Barrier()'s one float
+  CudaDeviceBuffer scratch;  // Barrier()'s one float
 };
 
 // REQUIRES: the communicator's device is current.
@@ -231,23 +93,15 @@ Result<StreamResources> MakeStreamResources(cudaStream_t external) {
   if (external != nullptr) {
     r.stream = external;
   } else {
-    cudaStream_t s = nullptr;
     // Non-blocking: no implicit ordering with the legacy default stream.
-    cudaError_t err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    if (err != cudaSuccess) return StatusFromCuda(err, "cudaStreamCreateWithFlags");
-    r.owned_stream = CudaStream(s);
-    r.stream = s;
+    STINT_ASSIGN_OR_RETURN(r.owned_stream, CudaStream::Create());
+    r.stream = r.owned_stream.get();
   }
-  cudaEvent_t e = nullptr;
-  cudaError_t err = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
-  if (err != cudaSuccess) return StatusFromCuda(err, "cudaEventCreateWithFlags");
-  r.done = CudaEvent(e);
-  void* p = nullptr;
-  err = cudaMalloc(&p, sizeof(float));
-  if (err != cudaSuccess) return StatusFromCuda(err, "cudaMalloc(barrier scratch)");
-  r.scratch = DeviceBuffer(p);
-  err = cudaMemset(p, 0, sizeof(float));
-  if (err != cudaSuccess) return StatusFromCuda(err, "cudaMemset(barrier scratch)");
+  STINT_ASSIGN_OR_RETURN(r.done, CudaEvent::Create());
+  Result<CudaDeviceBuffer> scratch = CudaDeviceBuffer::Allocate(sizeof(float));
+  if (!scratch.ok()) return scratch.status().WithContext("barrier scratch");
+  r.scratch = std::move(*scratch);
+  STINT_RETURN_IF_ERROR(StatusFromCuda(cudaMemset(r.scratch.get(), 0, sizeof(float)), "cudaMemset(barrier scratch)"));
   return Result<StreamResources>(std::move(r));
 }
 
@@ -279,9 +133,9 @@ struct PollTarget {
 };
 
 // Polls until `t.comm` has left ncclInProgress (and `t.event` completed).
-// kAborted once *t.abort is set, kUnavailable for an asynchronous NCCL
-// error, kDeadlineExceeded at `deadline`. The caller aborts the comm on
-// any error.
+// kAborted once *t.abort is set, StatusFromNccl's code for an asynchronous
+// NCCL error (kUnavailable unless it is an invalid argument or usage),
+// kDeadlineExceeded at `deadline`. The caller aborts the comm on any error.
 Status PollUntilDone(const PollTarget& t, Clock::time_point deadline, std::chrono::milliseconds timeout,
                      const std::string& what) {
   Backoff backoff;
@@ -291,13 +145,11 @@ Status PollUntilDone(const PollTarget& t, Clock::time_point deadline, std::chron
     }
     ncclResult_t state = ncclSuccess;
     const ncclResult_t r = ncclCommGetAsyncError(t.comm, &state);
-    if (r != ncclSuccess) {
-      return Status::Unavailable(what + ": ncclCommGetAsyncError: " + NcclErrorText(r, t.comm));
-    }
+    if (r != ncclSuccess) return StatusFromNccl(r, t.comm, what + ": ncclCommGetAsyncError");
     if (state != ncclSuccess && state != ncclInProgress) {
       // Whatever NCCL reports asynchronously, nothing can be assumed about
       // the operations on this comm any more.
-      return Status::Unavailable(what + ": " + NcclErrorText(state, t.comm));
+      return StatusFromNccl(state, t.comm, what);
     }
     if (state == ncclSuccess) {
       if (t.event == nullptr) return Status::OK();
@@ -330,7 +182,7 @@ class NcclCommunicator final : public Communicator {
   // its kernels may still use, with the communicator's device current.
   // REQUIRES: no call in flight on another thread.
   ~NcclCommunicator() override {
-    ScopedDevice device;
+    ScopedCudaDevice device;
     device.Enter(device_).IgnoreError();  // teardown goes on regardless
     comm_.Abort();
     res_.scratch.Reset();
@@ -402,7 +254,7 @@ class NcclCommunicator final : public Communicator {
       return AbortedLocked(what);
     }
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
-    ScopedDevice device;
+    ScopedCudaDevice device;
     Status s = device.Enter(device_);
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
@@ -465,7 +317,7 @@ class NcclCommunicator final : public Communicator {
       return AbortedLocked(what);
     }
     if (!check.ok()) return FailLocked(check.WithContext(what));
-    ScopedDevice device;
+    ScopedCudaDevice device;
     Status s = device.Enter(device_);
     if (!s.ok()) return FailLocked(s.WithContext(what));
     const Clock::time_point deadline = Clock::now() + timeout_;
@@ -536,7 +388,7 @@ Result<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Form(const GroupM
     return Status::InvalidArgument(what + ": CUDA device " + std::to_string(device) + " does not exist (" +
                                    std::to_string(device_count) + " devices)");
   }
-  ScopedDevice current;
+  ScopedCudaDevice current;
   STINT_RETURN_IF_ERROR(current.Enter(device).WithContext(what));
   Result<StreamResources> resources = MakeStreamResources(options_.stream);
   if (!resources.ok()) return resources.status().WithContext(what);
@@ -561,17 +413,9 @@ Result<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Form(const GroupM
   NcclComm comm(raw);  // aborted on every failure below
   if (r != ncclSuccess && r != ncclInProgress) return StatusFromNccl(r, raw, what + ": ncclCommInitRankConfig");
   if (!comm) return Status::Internal(what + ": ncclCommInitRankConfig returned no communicator");
-  Status s = PollUntilDone({comm.get(), nullptr, nullptr}, deadline, options_.comm.timeout, what);
-  if (!s.ok()) {
-    // StatusFromNccl's code for what init reported (an invalid usage such
-    // as two ranks on one GPU is not a transient failure).
-    ncclResult_t state = ncclSuccess;
-    if (s.code() == Code::kUnavailable && ncclCommGetAsyncError(comm.get(), &state) == ncclSuccess &&
-        state != ncclSuccess && state != ncclInProgress) {
-      return StatusFromNccl(state, comm.get(), what);
-    }
-    return s;
-  }
+  // An error init reports comes with StatusFromNccl's code (an invalid
+  // usage such as two ranks on one GPU is not a transient failure).
+  STINT_RETURN_IF_ERROR(PollUntilDone({comm.get(), nullptr, nullptr}, deadline, options_.comm.timeout, what));
   return std::unique_ptr<Communicator>(
       new NcclCommunicator(membership, device, options_.comm.timeout, std::move(*resources), std::move(comm)));
 }
@@ -616,7 +460,7 @@ Result<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Shrink(Communicat
 
   const Clock::time_point deadline = Clock::now() + options_.comm.timeout;
   // The child's resources first: failing here leaves `old` untouched.
-  ScopedDevice current;
+  ScopedCudaDevice current;
   STINT_RETURN_IF_ERROR(current.Enter(parent->device()).WithContext(what));
   Result<StreamResources> resources = MakeStreamResources(options_.stream);
   if (!resources.ok()) return resources.status().WithContext(what);
