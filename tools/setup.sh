@@ -29,7 +29,7 @@ fi
 if ! .venv/bin/python -c "import torch, numpy, pybind11, pytest" 2>/dev/null; then
   echo "setup: installing torch and numpy into .venv (large download, once)"
   .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q "torch>=2.0" numpy pybind11 pytest
+  .venv/bin/pip install -q "torch>=2.0" numpy pybind11 pytest scikit-build-core  # the last for `pip install .`
 fi
 
 BUILD_DIR=${STINT_BUILD_DIR:-build}
