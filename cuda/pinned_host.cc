@@ -2,7 +2,6 @@
 
 #include <cuda_runtime_api.h>
 #include <linux/mempolicy.h>
-#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -54,18 +53,12 @@ HostRegistration::~HostRegistration() {
 Result<std::unique_ptr<PinnedHostBuffer>> PinnedHostBuffer::Allocate(size_t size, int numa_node) {
   const size_t page = size_t(sysconf(_SC_PAGESIZE));
   size = (size == 0 ? 1 : size + page - 1) / page * page;
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return StatusFromErrno("mmap " + std::to_string(size) + " bytes", errno);
-  madvise(p, size, MADV_DONTFORK);  // advisory, as in the staging pool
-  std::unique_ptr<PinnedHostBuffer> buf(new PinnedHostBuffer(static_cast<char*>(p), size));
-  PreferNumaNode(p, size, numa_node).IgnoreError();  // placement is a speed-up, not a requirement
-  STINT_ASSIGN_OR_RETURN(buf->registration_, HostRegistration::Register(p, size));
+  STINT_ASSIGN_OR_RETURN(MappedBuffer memory, MappedBuffer::Map(size));
+  std::unique_ptr<PinnedHostBuffer> buf(new PinnedHostBuffer(std::move(memory)));
+  // Placement is a speed-up, not a requirement.
+  PreferNumaNode(buf->data(), size, numa_node).IgnoreError();
+  STINT_ASSIGN_OR_RETURN(buf->registration_, HostRegistration::Register(buf->data(), size));
   return buf;
-}
-
-PinnedHostBuffer::~PinnedHostBuffer() {
-  registration_.reset();  // unregister before unmapping
-  munmap(data_, size_);
 }
 
 }  // namespace stint

@@ -1,8 +1,8 @@
 // Pinned host memory that stint owns: exact-size, page-aligned anonymous
-// mappings, placed on the GPU's NUMA node before their first touch and then
-// page-locked with cudaHostRegister. Never PyTorch's CachingHostAllocator,
-// which rounds every request up to a power of two (a 20 GiB state would pin
-// 32 GiB).
+// mappings (base/mapped_buffer.h), placed on the GPU's NUMA node before their
+// first touch and then page-locked with cudaHostRegister. Never PyTorch's
+// CachingHostAllocator, which rounds every request up to a power of two (a
+// 20 GiB state would pin 32 GiB).
 //
 // The checkpoint staging pool (runtime/checkpoint/staging_pool.h) is the
 // exact-size pool; the CUDA copier pins each of its buffers once, through
@@ -15,7 +15,9 @@
 
 #include <cstddef>
 #include <memory>
+#include <utility>
 
+#include "base/mapped_buffer.h"
 #include "stint/status.h"
 
 namespace stint {
@@ -50,17 +52,15 @@ class PinnedHostBuffer {
  public:
   // `numa_node` < 0: no placement. kUnavailable without a device.
   static Result<std::unique_ptr<PinnedHostBuffer>> Allocate(size_t size, int numa_node = -1);
-  ~PinnedHostBuffer();
   PinnedHostBuffer(const PinnedHostBuffer&) = delete;
   PinnedHostBuffer& operator=(const PinnedHostBuffer&) = delete;
-  char* data() const { return data_; }
-  size_t size() const { return size_; }
+  char* data() const { return memory_.data(); }
+  size_t size() const { return memory_.size(); }
 
  private:
-  PinnedHostBuffer(char* data, size_t size) : data_(data), size_(size) {}
-  char* data_;
-  size_t size_;
-  std::unique_ptr<HostRegistration> registration_;
+  explicit PinnedHostBuffer(MappedBuffer memory) : memory_(std::move(memory)) {}
+  MappedBuffer memory_;
+  std::unique_ptr<HostRegistration> registration_;  // after memory_: unregistered before the unmap
 };
 
 }  // namespace stint

@@ -1,9 +1,7 @@
 // Checkpointer: snapshot on the caller's thread (device tensors: copies
 // enqueued on the copier's streams), persist and commit on one background
-// thread that owns the write engine, tier-2 replication on a second one.
+// thread that owns the write engine, tier-2 replication on the Replicator's.
 #include "stint/checkpointer.h"
-
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -16,6 +14,7 @@
 
 #include "base/thread_pool.h"
 #include "checkpoint/commit.h"
+#include "checkpoint/device_load.h"
 #include "checkpoint/in_memory_checkpoint.h"
 #include "checkpoint/persist.h"
 #include "checkpoint/replica.h"
@@ -79,48 +78,10 @@ struct PersistJob {
   PersistedFile file;                     // set by a successful persist
 };
 
-struct ReplicaJob {
-  uint64_t step;
-  Clock::time_point saved_at;
-  std::promise<Status> done;
-};
-
-// Host memory for device destinations of a load: mapped, pinned through the
-// copier, released in reverse order.
-class LoadBounce {
- public:
-  LoadBounce(DeviceCopier* copier, size_t size) : copier_(copier), size_(size) {}
-  ~LoadBounce() {
-    if (data_ == nullptr || leaked_) return;
-    if (registered_) copier_->UnregisterHostMemory(data_);
-    munmap(data_, size_);
-  }
-  Status Map() {
-    void* p = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return StatusFromErrno("load: mmap of " + std::to_string(size_) + " bytes", errno);
-    data_ = static_cast<char*>(p);
-    STINT_RETURN_IF_ERROR(copier_->RegisterHostMemory(data_, size_));
-    registered_ = true;
-    return Status::OK();
-  }
-  char* data() const { return data_; }
-  // A copy that timed out may still read the memory: it is kept, not freed.
-  void Leak() { leaked_ = true; }
-
- private:
-  DeviceCopier* const copier_;
-  const size_t size_;
-  char* data_ = nullptr;
-  bool registered_ = false;
-  bool leaked_ = false;
-};
-
-uint64_t AlignBlock(uint64_t n) { return (n + kDirectIoAlignment - 1) / kDirectIoAlignment * kDirectIoAlignment; }
-
 class CheckpointerImpl final : public Checkpointer {
  public:
   CheckpointerImpl(const CheckpointOptions& options, Env* env, std::unique_ptr<IoEngine> engine,
-                   Status replica_open_error)
+                   const Status& replica_open_error)
       : options_(options),
         env_(env),
         replica_env_(options.replica_env != nullptr ? options.replica_env : env),
@@ -141,9 +102,10 @@ class CheckpointerImpl final : public Checkpointer {
             options.keep_in_memory ? 3 : 2) {
     options_.env = env;
     options_.replica_env = replica_env_;
-    if (!replica_open_error.ok()) RecordReplicaError(replica_open_error);
+    if (!options_.replica_root.empty()) {
+      replicator_ = std::make_unique<Replicator>(options_, &tier1_guard_, replica_open_error);
+    }
     persist_thread_ = std::thread([this] { PersistLoop(); });
-    if (!options_.replica_root.empty()) replica_thread_ = std::thread([this] { ReplicaLoop(); });
   }
 
   ~CheckpointerImpl() override {
@@ -153,14 +115,7 @@ class CheckpointerImpl final : public Checkpointer {
     }
     work_cv_.notify_all();
     persist_thread_.join();  // finishes every queued save first: nothing is dropped
-    if (replica_thread_.joinable()) {
-      {
-        std::lock_guard<std::mutex> lock(rep_mu_);
-        rep_stopping_ = true;
-      }
-      rep_cv_.notify_all();
-      replica_thread_.join();  // replicates the newest queued step first
-    }
+    replicator_.reset();     // replicates the newest queued step first
     std::lock_guard<std::mutex> lock(mu_);
     tier0_.reset();  // its buffer goes back to staging_ before staging_ goes
   }
@@ -221,8 +176,8 @@ class CheckpointerImpl final : public Checkpointer {
     job->stats.raw_bytes = job->snapshot.layout.raw_bytes;
     job->saved_at = t0;
     SaveHandle handle{step, false, ReadyFuture(Status::OK()), job->durable.get_future().share(),
-                      options_.replica_root.empty() ? ReadyFuture(Status::OK())
-                                                    : job->replicated.get_future().share()};
+                      replicator_ == nullptr ? ReadyFuture(Status::OK())
+                                             : job->replicated.get_future().share()};
     if (!copies.empty()) {
       // The copies run on the copier's streams; the persist thread waits for
       // them before it reads the buffer, and the staged future says when the
@@ -254,7 +209,7 @@ class CheckpointerImpl final : public Checkpointer {
   }
 
   Status FlushReplication(std::chrono::milliseconds timeout) override {
-    if (options_.replica_root.empty()) return Status::OK();
+    if (replicator_ == nullptr) return Status::OK();
     auto deadline = Clock::now() + timeout;
     {
       // Saves still persisting are replicated after they commit.
@@ -264,14 +219,11 @@ class CheckpointerImpl final : public Checkpointer {
                                         std::to_string(timeout.count()) + " ms");
       }
     }
-    std::unique_lock<std::mutex> lock(rep_mu_);
-    if (!rep_idle_cv_.wait_until(lock, deadline, [this] { return rep_queue_.empty() && !rep_busy_; })) {
+    if (!replicator_->WaitUntilIdle(deadline)) {
       return Status::DeadlineExceeded("flush replication: still replicating after " +
                                       std::to_string(timeout.count()) + " ms");
     }
-    Status s = replica_error_;
-    replica_error_ = Status::OK();
-    return s;
+    return replicator_->TakeError();
   }
 
   Result<LoadResult> Load(const DestPlanner& planner, const LoadOptions& options) override {
@@ -351,8 +303,13 @@ class CheckpointerImpl final : public Checkpointer {
   }
 
   CheckpointerStats stats() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
+    CheckpointerStats stats;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats = stats_;
+    }
+    if (replicator_ != nullptr) replicator_->FillStats(&stats);
+    return stats;
   }
   const CheckpointOptions& options() const override { return options_; }
 
@@ -390,7 +347,7 @@ class CheckpointerImpl final : public Checkpointer {
     std::unique_ptr<CheckpointReader> reader = std::move(*opened);
     if (options.verify_all) STINT_RETURN_IF_ERROR(reader->Verify().status());
     STINT_ASSIGN_OR_RETURN(auto dests, planner(*reader));
-    STINT_RETURN_IF_ERROR(ReadDests(*reader, dests));
+    STINT_RETURN_IF_ERROR(ReadIntoDests(*reader, dests, copier_, options_.block_timeout));
     result->blobs.clear();
     for (const auto& name : reader->blob_names()) {
       STINT_ASSIGN_OR_RETURN(result->blobs[name], reader->ReadBlob(name));
@@ -399,45 +356,6 @@ class CheckpointerImpl final : public Checkpointer {
     result->tier = c.tier;
     result->dir = dir;
     return Status::OK();
-  }
-
-  // Host destinations are read into directly; device ones through pinned
-  // host memory and then host-to-device on the copier's streams.
-  Status ReadDests(const CheckpointReader& reader, const std::vector<TensorDest>& dests) {
-    std::vector<size_t> on_device;
-    for (size_t i = 0; i < dests.size(); ++i) {
-      if (dests[i].device != kHostDevice) on_device.push_back(i);
-    }
-    if (on_device.empty()) return reader.Read(dests);
-    if (copier_ == nullptr) {
-      return Status::FailedPrecondition("load: tensor '" + dests[on_device[0]].name + "' is on device " +
-                                        std::to_string(dests[on_device[0]].device) +
-                                        ": CheckpointOptions.device_copier is not set");
-    }
-    std::vector<TensorDest> host = dests;
-    std::vector<uint64_t> offset(dests.size()), bytes(dests.size());
-    uint64_t total = 0;
-    for (size_t i : on_device) {
-      const TensorDest& d = dests[i];
-      bytes[i] = uint64_t(NumElements(d.extents.empty() ? d.global_shape : d.extents)) * DTypeSize(d.dtype);
-      offset[i] = total;
-      total += AlignBlock(bytes[i] == 0 ? 1 : bytes[i]);
-    }
-    LoadBounce bounce(copier_, total);
-    STINT_RETURN_IF_ERROR(bounce.Map());
-    std::vector<DeviceCopy> copies;
-    for (size_t i : on_device) {
-      host[i].data = bounce.data() + offset[i];
-      host[i].device = kHostDevice;
-      host[i].stream = nullptr;
-      if (bytes[i] > 0) {
-        copies.push_back(DeviceCopy{dests[i].device, dests[i].stream, dests[i].data, host[i].data, bytes[i]});
-      }
-    }
-    STINT_RETURN_IF_ERROR(reader.Read(host));
-    Status s = copier_->CopyToDevice(copies, options_.block_timeout);
-    if (s.code() == Code::kDeadlineExceeded) bounce.Leak();
-    return s.WithContext("load: host-to-device copy");
   }
 
   void PersistLoop() {
@@ -459,13 +377,14 @@ class CheckpointerImpl final : public Checkpointer {
       // buffer before anyone learns the save is done.
       std::unique_ptr<PersistJob> keep;
       if (s.ok() && options_.keep_in_memory) keep = std::move(job);
-      if (!options_.replica_root.empty()) {
+      if (replicator_ != nullptr) {
+        PersistJob* saved = keep ? keep.get() : job.get();
         if (s.ok()) {
           // Queued before the durable future is set, so FlushReplication()
           // after durable.get() covers this step.
-          EnqueueReplica(step, (keep ? keep : job)->saved_at, std::move((keep ? keep : job)->replicated));
+          replicator_->Enqueue(step, saved->saved_at, std::move(saved->replicated));
         } else {
-          (keep ? keep : job)->replicated.set_value(s.WithContext("not replicated: the tier-1 save failed"));
+          saved->replicated.set_value(s.WithContext("not replicated: the tier-1 save failed"));
         }
       }
       job.reset();
@@ -486,7 +405,8 @@ class CheckpointerImpl final : public Checkpointer {
       if (keep) KeepInMemory(std::move(keep));
       if (s.ok()) {
         // Retention runs after the commit is reported: it is not part of time-to-durable.
-        Status r = ApplyRetention();
+        Status r = ApplyRetention(env_, options_.root, options_.keep_last, options_.keep_every,
+                                  &tier1_guard_);
         if (!r.ok()) RecordBackgroundError(r.WithContext("retention after step " + std::to_string(step)));
       }
       lock.lock();
@@ -515,8 +435,8 @@ class CheckpointerImpl final : public Checkpointer {
     job->stats.persist_seconds = SecondsSince(t0);
     if (s.ok()) {
       auto t1 = Clock::now();
-      s = CommitCheckpoint(env_, options_.root, tmp, step, EncodeManifest(BuildManifest(*job, file)),
-                           options_.commit_guard);
+      std::string manifest = EncodeManifest(BuildManifest(options_, job->snapshot, file));
+      s = CommitCheckpoint(env_, options_.root, tmp, step, manifest, options_.commit_guard);
       job->stats.commit_seconds = SecondsSince(t1);
       job->stats.stored_bytes = file.stored_bytes;
       job->stats.engine = engine_->name();
@@ -554,7 +474,7 @@ class CheckpointerImpl final : public Checkpointer {
   // Tier 0: the committed image replaces the one held so far.
   void KeepInMemory(std::unique_ptr<PersistJob> job) {
     PersistedFile raw = RawImageFile(job->snapshot, job->file, &pool_);
-    std::string manifest = EncodeManifest(BuildManifest(*job, raw));
+    std::string manifest = EncodeManifest(BuildManifest(options_, job->snapshot, raw));
     const uint64_t step = job->snapshot.step;
     const uint64_t image_bytes = job->snapshot.layout.image_bytes;
     auto image = std::make_shared<InMemoryCheckpoint>(step, std::move(job->snapshot.buffer), image_bytes,
@@ -568,147 +488,6 @@ class CheckpointerImpl final : public Checkpointer {
       stats_.in_memory_step = step;
     }
     old.reset();  // outside the lock: a Load may still hold it, and the pool wakes a waiting Save
-  }
-
-  void EnqueueReplica(uint64_t step, Clock::time_point saved_at, std::promise<Status> done) {
-    auto job = std::make_unique<ReplicaJob>();
-    job->step = step;
-    job->saved_at = saved_at;
-    job->done = std::move(done);
-    {
-      std::lock_guard<std::mutex> lock(rep_mu_);
-      rep_queue_.push_back(std::move(job));
-    }
-    rep_cv_.notify_all();
-  }
-
-  void RecordReplicaError(const Status& s) {
-    {
-      std::lock_guard<std::mutex> lock(rep_mu_);
-      if (replica_error_.ok()) replica_error_ = s;
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    ++stats_.replica_failed;
-    stats_.last_replica_error = s.ToString();
-  }
-
-  // Tier 2, on replica_thread_. Only the newest queued step is copied; a
-  // backlog means the shared path is slower than the saves, and an older
-  // step there is worth nothing once a newer one is.
-  void ReplicaLoop() {
-    std::unique_lock<std::mutex> lock(rep_mu_);
-    for (;;) {
-      rep_cv_.wait(lock, [this] { return rep_stopping_ || !rep_queue_.empty(); });
-      if (rep_queue_.empty()) return;
-      std::deque<std::unique_ptr<ReplicaJob>> jobs;
-      jobs.swap(rep_queue_);
-      rep_busy_ = true;
-      lock.unlock();
-
-      std::unique_ptr<ReplicaJob> job = std::move(jobs.back());
-      jobs.pop_back();
-      for (auto& old : jobs) {
-        old->done.set_value(Status::Cancelled("step " + std::to_string(old->step) +
-                                              " not replicated: step " + std::to_string(job->step) +
-                                              " was newer"));
-      }
-      {
-        std::lock_guard<std::mutex> l(mu_);
-        stats_.replica_superseded += jobs.size();
-      }
-      jobs.clear();
-
-      {
-        std::lock_guard<std::mutex> l(tier1_mu_);  // tier-1 retention leaves it alone from here on
-        replicating_step_ = job->step;
-      }
-      auto t0 = Clock::now();
-      uint64_t bytes = 0;
-      ReplicateOptions ro;
-      ro.verify = options_.replica_verify;
-      Status s = ReplicateCheckpoint(env_, options_.root, replica_env_, options_.replica_root, job->step, ro,
-                                     &bytes);
-      {
-        std::lock_guard<std::mutex> l(tier1_mu_);
-        replicating_step_.reset();
-      }
-      if (s.code() == Code::kNotFound) {
-        // Tier-1 retention removed it before its turn: a newer commit exists.
-        s = Status::Cancelled("step " + std::to_string(job->step) + " not replicated: " + s.message());
-        std::lock_guard<std::mutex> l(mu_);
-        ++stats_.replica_superseded;
-      } else if (s.ok()) {
-        ReplicaStats rs{job->step, bytes, SecondsSince(t0), SecondsSince(job->saved_at)};
-        {
-          std::lock_guard<std::mutex> l(mu_);
-          ++stats_.replicated;
-          stats_.last_replica = rs;
-        }
-        Status r = ApplyRetention(replica_env_, options_.replica_root, options_.replica_keep_last,
-                                  options_.replica_keep_every, nullptr);
-        if (!r.ok()) RecordReplicaError(r.WithContext("tier-2 retention after step " + std::to_string(job->step)));
-      } else {
-        RecordReplicaError(s.WithContext("tier 2"));
-      }
-      job->done.set_value(s);
-
-      lock.lock();
-      rep_busy_ = false;
-      rep_idle_cv_.notify_all();
-    }
-  }
-
-  Manifest BuildManifest(const PersistJob& job, const PersistedFile& file) const {
-    Manifest m;
-    m.job_id = options_.job_id;
-    m.step = job.snapshot.step;
-    m.fencing_token = options_.fencing_token;
-    m.world_size = options_.world_size;
-    m.chunk_size = options_.chunk_size;
-    m.created_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count();
-    m.files.push_back(file.file);
-    const auto& entries = job.snapshot.layout.entries;
-    for (size_t e = 0; e < entries.size(); ++e) {
-      const SnapshotEntry& se = entries[e];
-      if (se.is_blob) {
-        m.blobs.push_back(BlobRecord{se.name, file.file.name, file.entry_chunks[e]});
-        continue;
-      }
-      ShardRecord shard{se.offsets, se.extents, file.file.name, file.entry_chunks[e]};
-      auto it = std::find_if(m.tensors.begin(), m.tensors.end(),
-                             [&](const TensorRecord& t) { return t.name == se.name; });
-      if (it == m.tensors.end()) {
-        m.tensors.push_back(TensorRecord{se.name, se.dtype, se.global_shape, {}});
-        it = m.tensors.end() - 1;
-      }
-      it->shards.push_back(std::move(shard));
-    }
-    return m;
-  }
-
-  Status ApplyRetention() {
-    return ApplyRetention(env_, options_.root, options_.keep_last, options_.keep_every, &tier1_mu_);
-  }
-
-  // `delete_mu` (tier 1) is held around each deletion, so the step being
-  // replicated is never deleted under the replication thread.
-  Status ApplyRetention(Env* env, const std::string& root, int keep_last, uint64_t keep_every,
-                        std::mutex* delete_mu) {
-    STINT_ASSIGN_OR_RETURN(auto steps, ListCheckpointSteps(env, root));
-    std::optional<uint64_t> protect;
-    auto latest = ReadLatest(env, root);
-    if (latest.ok() && latest->has_value()) protect = ParseStepDirName(**latest);
-    for (uint64_t s : StepsToDelete(steps, keep_last, keep_every, protect)) {
-      std::unique_lock<std::mutex> lock;
-      if (delete_mu != nullptr) {
-        lock = std::unique_lock<std::mutex>(*delete_mu);
-        if (replicating_step_ == s) continue;
-      }
-      STINT_RETURN_IF_ERROR(DeleteCheckpoint(env, root, s).WithContext("retention"));
-    }
-    return Status::OK();
   }
 
   CheckpointOptions options_;
@@ -729,19 +508,9 @@ class CheckpointerImpl final : public Checkpointer {
   CheckpointerStats stats_;
   std::shared_ptr<InMemoryCheckpoint> tier0_;  // tier 0; a Load holds its own reference
 
-  // Tier 2. Guarded by rep_mu_.
-  std::mutex rep_mu_;
-  std::condition_variable rep_cv_, rep_idle_cv_;
-  std::deque<std::unique_ptr<ReplicaJob>> rep_queue_;
-  bool rep_busy_ = false;
-  bool rep_stopping_ = false;
-  Status replica_error_;  // first tier-2 error not yet returned by FlushReplication
-  // Guarded by tier1_mu_ (held around every tier-1 retention deletion).
-  std::mutex tier1_mu_;
-  std::optional<uint64_t> replicating_step_;
-
+  RetentionGuard tier1_guard_;             // tier-1 retention skips the step being replicated
+  std::unique_ptr<Replicator> replicator_;  // tier 2; with a replica_root only
   std::thread persist_thread_;  // started in the constructor, joined in the destructor
-  std::thread replica_thread_;  // with a replica_root; started in the constructor, joined in the destructor
 };
 
 }  // namespace
@@ -780,22 +549,11 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Open(const CheckpointOptions
   STINT_RETURN_IF_ERROR(CleanLeftovers(env, options.root));
   Status replica_open;
   if (!options.replica_root.empty()) {
-    auto strip = [](std::string p) {
-      while (p.size() > 1 && p.back() == '/') p.pop_back();
-      return p;
-    };
-    const std::string root = strip(options.root), replica = strip(options.replica_root);
-    if (replica == root || replica.compare(0, root.size() + 1, root + "/") == 0) {
-      return Status::InvalidArgument("replica_root " + options.replica_root + " must not be root " +
-                                     options.root + " or inside it");
-    }
+    STINT_RETURN_IF_ERROR(CheckReplicaRoot(options.root, options.replica_root));
     // Tier 2 never stops tier 1: a replica path that is down now is reported
     // (stats, FlushReplication) and tried again at every replication.
     Env* renv = options.replica_env != nullptr ? options.replica_env : env;
-    replica_open = renv->CreateDir(options.replica_root);
-    if (replica_open.code() == Code::kAlreadyExists) replica_open = Status::OK();
-    if (replica_open.ok()) replica_open = CleanLeftovers(renv, options.replica_root);
-    replica_open = replica_open.WithContext("tier 2 at open");
+    replica_open = PrepareReplicaRoot(renv, options.replica_root).WithContext("tier 2 at open");
   }
   STINT_ASSIGN_OR_RETURN(IoEngineKind kind, ParseIoEngineKind(options.io_engine));
   IoEngineOptions io;

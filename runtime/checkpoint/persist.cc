@@ -1,5 +1,7 @@
 #include "checkpoint/persist.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -148,6 +150,37 @@ Result<PersistedFile> PersistSnapshot(Env* env, IoEngine* engine, ThreadPool* po
   size_t slash = path.rfind('/');
   out.file.name = slash == std::string::npos ? path : path.substr(slash + 1);
   return out;
+}
+
+Manifest BuildManifest(const CheckpointOptions& options, const Snapshot& snapshot,
+                       const PersistedFile& file) {
+  Manifest m;
+  m.job_id = options.job_id;
+  m.step = snapshot.step;
+  m.fencing_token = options.fencing_token;
+  m.world_size = options.world_size;
+  m.chunk_size = options.chunk_size;
+  m.created_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  m.files.push_back(file.file);
+  const auto& entries = snapshot.layout.entries;
+  for (size_t e = 0; e < entries.size(); ++e) {
+    const SnapshotEntry& se = entries[e];
+    if (se.is_blob) {
+      m.blobs.push_back(BlobRecord{se.name, file.file.name, file.entry_chunks[e]});
+      continue;
+    }
+    ShardRecord shard{se.offsets, se.extents, file.file.name, file.entry_chunks[e]};
+    auto it = std::find_if(m.tensors.begin(), m.tensors.end(),
+                           [&](const TensorRecord& t) { return t.name == se.name; });
+    if (it == m.tensors.end()) {
+      m.tensors.push_back(TensorRecord{se.name, se.dtype, se.global_shape, {}});
+      it = m.tensors.end() - 1;
+    }
+    it->shards.push_back(std::move(shard));
+  }
+  return m;
 }
 
 }  // namespace stint

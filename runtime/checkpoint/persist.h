@@ -1,7 +1,8 @@
 // Persist: writes a Snapshot as one data file (rank-<r>.stint) through an
 // IoEngine, checksumming (and optionally compressing) chunks on a thread
 // pool, then fdatasyncs and closes it. Returns the chunk records for the
-// manifest and the file's record (size and digest).
+// manifest and the file's record (size and digest), from which
+// BuildManifest makes the manifest.
 #ifndef STINT_RUNTIME_CHECKPOINT_PERSIST_H_
 #define STINT_RUNTIME_CHECKPOINT_PERSIST_H_
 
@@ -12,6 +13,7 @@
 #include "checkpoint/snapshot.h"
 #include "format/manifest.h"
 #include "io/io_engine.h"
+#include "stint/checkpointer.h"
 #include "stint/env.h"
 
 namespace stint {
@@ -32,6 +34,13 @@ struct PersistedFile {
 Result<PersistedFile> PersistSnapshot(Env* env, IoEngine* engine, ThreadPool* pool,
                                       const Snapshot& snapshot, const std::string& path,
                                       const PersistOptions& options);
+
+// The manifest of `snapshot` stored as `file` (what PersistSnapshot returned,
+// or RawImageFile's record of the staging image): each tensor with its
+// shards, each blob, and the file record; job_id, fencing_token, world_size
+// and chunk_size from `options`; created now.
+Manifest BuildManifest(const CheckpointOptions& options, const Snapshot& snapshot,
+                       const PersistedFile& file);
 
 }  // namespace stint
 

@@ -6,11 +6,16 @@
 #include <vector>
 
 #include "checkpoint/commit.h"
+#include "checkpoint/retention.h"
 #include "format/manifest.h"
 #include "stint/checkpoint_reader.h"
 
 namespace stint {
 namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 uint64_t Nonce() {
   std::random_device rd;
@@ -86,6 +91,143 @@ Status ReplicateCheckpoint(Env* src_env, const std::string& src_root, Env* dst_e
   }
   if (!s.ok() && dst_env->FileExists(tmp)) RemoveRecursively(dst_env, tmp).IgnoreError();
   return s.WithContext("replicate " + src + " to " + dst_root);
+}
+
+Status CheckReplicaRoot(const std::string& root, const std::string& replica_root) {
+  auto strip = [](std::string p) {
+    while (p.size() > 1 && p.back() == '/') p.pop_back();
+    return p;
+  };
+  const std::string tier1 = strip(root), tier2 = strip(replica_root);
+  if (tier2 == tier1 || tier2.compare(0, tier1.size() + 1, tier1 + "/") == 0) {
+    return Status::InvalidArgument("replica_root " + replica_root + " must not be root " + root +
+                                   " or inside it");
+  }
+  return Status::OK();
+}
+
+Status PrepareReplicaRoot(Env* env, const std::string& replica_root) {
+  Status made = env->CreateDir(replica_root);
+  if (made.code() == Code::kAlreadyExists) made = Status::OK();
+  if (!made.ok()) return made;
+  return CleanLeftovers(env, replica_root);
+}
+
+Replicator::Replicator(const CheckpointOptions& options, RetentionGuard* source_guard,
+                       const Status& open_error)
+    : src_env_(options.env),
+      src_root_(options.root),
+      dst_env_(options.replica_env),
+      dst_root_(options.replica_root),
+      keep_last_(options.replica_keep_last),
+      keep_every_(options.replica_keep_every),
+      verify_(options.replica_verify),
+      source_guard_(source_guard) {
+  if (!open_error.ok()) RecordError(open_error);
+  thread_ = std::thread([this] { Loop(); });
+}
+
+Replicator::~Replicator() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
+  thread_.join();  // replicates the newest queued step first
+}
+
+void Replicator::Enqueue(uint64_t step, Clock::time_point saved_at, std::promise<Status> done) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(Job{step, saved_at, std::move(done)});
+  }
+  work_cv_.notify_all();
+}
+
+bool Replicator::WaitUntilIdle(Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return idle_cv_.wait_until(lock, deadline, [this] { return queue_.empty() && !busy_; });
+}
+
+Status Replicator::TakeError() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Status s = error_;
+  error_ = Status::OK();
+  return s;
+}
+
+void Replicator::FillStats(CheckpointerStats* stats) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats->replicated = replicated_;
+  stats->replica_failed = failed_;
+  stats->replica_superseded = superseded_;
+  stats->last_replica = last_;
+  stats->last_replica_error = last_error_;
+}
+
+void Replicator::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    work_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;
+    std::deque<Job> jobs;
+    jobs.swap(queue_);
+    Job job = std::move(jobs.back());
+    jobs.pop_back();
+    superseded_ += jobs.size();
+    busy_ = true;
+    lock.unlock();
+
+    for (auto& old : jobs) {
+      old.done.set_value(Status::Cancelled("step " + std::to_string(old.step) +
+                                           " not replicated: step " + std::to_string(job.step) +
+                                           " was newer"));
+    }
+    jobs.clear();
+    job.done.set_value(Replicate(job));
+
+    lock.lock();
+    busy_ = false;
+    idle_cv_.notify_all();
+  }
+}
+
+Status Replicator::Replicate(const Job& job) {
+  source_guard_->Hold(job.step);  // tier-1 retention leaves it alone from here on
+  auto t0 = Clock::now();
+  uint64_t bytes = 0;
+  ReplicateOptions ro;
+  ro.verify = verify_;
+  Status s = ReplicateCheckpoint(src_env_, src_root_, dst_env_, dst_root_, job.step, ro, &bytes);
+  source_guard_->Release();
+  if (s.code() == Code::kNotFound) {
+    // Tier-1 retention removed it before its turn: a newer commit exists.
+    std::lock_guard<std::mutex> lock(mu_);
+    ++superseded_;
+    return Status::Cancelled("step " + std::to_string(job.step) +
+                             " not replicated: " + s.message());
+  }
+  if (!s.ok()) {
+    RecordError(s.WithContext("tier 2"));
+    return s;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++replicated_;
+    last_ = ReplicaStats{job.step, bytes, SecondsSince(t0), SecondsSince(job.saved_at)};
+  }
+  Status r = ApplyRetention(dst_env_, dst_root_, keep_last_, keep_every_, nullptr);
+  if (!r.ok()) {
+    RecordError(r.WithContext("tier-2 retention after step " + std::to_string(job.step)));
+  }
+  return s;
+}
+
+void Replicator::RecordError(const Status& s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (error_.ok()) error_ = s;
+  ++failed_;
+  last_error_ = s.ToString();
 }
 
 }  // namespace stint

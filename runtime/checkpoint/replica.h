@@ -8,12 +8,23 @@
 //
 // A failure leaves <dst> as it was (a crash leaves a .tmp- dir, removed by the
 // next Checkpointer::Open or replication), and never touches the source.
+//
+// Replicator runs that copy for a Checkpointer on a thread of its own.
 #ifndef STINT_RUNTIME_CHECKPOINT_REPLICA_H_
 #define STINT_RUNTIME_CHECKPOINT_REPLICA_H_
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 
+#include "checkpoint/retention.h"
+#include "stint/checkpointer.h"
 #include "stint/env.h"
 
 namespace stint {
@@ -30,6 +41,90 @@ struct ReplicateOptions {
 Status ReplicateCheckpoint(Env* src_env, const std::string& src_root, Env* dst_env,
                            const std::string& dst_root, uint64_t step, const ReplicateOptions& options,
                            uint64_t* copied = nullptr);
+
+// Checkpointer::Open's checks of a replica root: kInvalidArgument when it is
+// `root` or inside it. Pure.
+Status CheckReplicaRoot(const std::string& root, const std::string& replica_root);
+
+// Creates `replica_root` if missing and removes its leftovers (.tmp- dirs).
+// Checkpointer::Open hands its error to the Replicator (`open_error`) rather
+// than failing: replication tries the path again every time.
+Status PrepareReplicaRoot(Env* env, const std::string& replica_root);
+
+// Tier 2 for a Checkpointer: each tier-1 commit is queued, and one thread
+// copies only the newest queued step (a backlog means the shared path is
+// slower than the saves, and an older step there is worth nothing once a
+// newer one is), then applies tier-2 retention. Tier-2 errors never reach
+// tier 1: they are counted in the stats and kept for TakeError().
+//
+// Thread-safe. The thread starts in the constructor; the destructor lets it
+// replicate the newest queued step, then joins it.
+class Replicator {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Copies from options.root in options.env to options.replica_root in
+  // options.replica_env, verifying as options.replica_verify says and
+  // keeping replica_keep_last/replica_keep_every there. REQUIRES: env and
+  // replica_env set; both outlive this object. `source_guard` keeps tier-1
+  // retention off the step being copied; it must outlive this object.
+  // `open_error`, when not OK, is recorded as the first error (the replica
+  // root could not be prepared at Open).
+  Replicator(const CheckpointOptions& options, RetentionGuard* source_guard,
+             const Status& open_error);
+  ~Replicator();
+  Replicator(const Replicator&) = delete;
+  Replicator& operator=(const Replicator&) = delete;
+
+  // Queues committed `step`, whose save began at `saved_at`. `done` is set
+  // to OK once it is committed on tier 2; kCancelled when a newer step was
+  // replicated instead or tier-1 retention deleted it first; the tier-2
+  // error otherwise.
+  void Enqueue(uint64_t step, Clock::time_point saved_at, std::promise<Status> done);
+
+  // Waits until nothing is queued or replicating; false at the deadline.
+  bool WaitUntilIdle(Clock::time_point deadline);
+  // The first error since the last call (OK if none); clears it.
+  Status TakeError();
+  // Sets the tier-2 fields of *stats (replicated, replica_failed,
+  // replica_superseded, last_replica, last_replica_error).
+  void FillStats(CheckpointerStats* stats) const;
+
+ private:
+  struct Job {
+    uint64_t step;
+    Clock::time_point saved_at;
+    std::promise<Status> done;
+  };
+
+  void Loop();
+  // Copies one step and applies tier-2 retention; the step's outcome.
+  Status Replicate(const Job& job);
+  void RecordError(const Status& s);
+
+  // Immutable after construction.
+  Env* const src_env_;
+  const std::string src_root_;
+  Env* const dst_env_;
+  const std::string dst_root_;
+  const int keep_last_;
+  const uint64_t keep_every_;
+  const bool verify_;
+  RetentionGuard* const source_guard_;
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_, idle_cv_;
+  // Guarded by mu_.
+  std::deque<Job> queue_;
+  bool busy_ = false;
+  bool stopping_ = false;
+  Status error_;  // first error not yet returned by TakeError
+  uint64_t replicated_ = 0, failed_ = 0, superseded_ = 0;
+  std::optional<ReplicaStats> last_;
+  std::string last_error_;
+
+  std::thread thread_;  // started in the constructor, joined in the destructor
+};
 
 }  // namespace stint
 

@@ -30,4 +30,34 @@ Status DeleteCheckpoint(Env* env, const std::string& root, uint64_t step) {
   return RemoveRecursively(env, doomed);
 }
 
+void RetentionGuard::Hold(uint64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  held_ = step;
+}
+
+void RetentionGuard::Release() {
+  std::lock_guard<std::mutex> lock(mu_);
+  held_.reset();
+}
+
+Status RetentionGuard::DeleteUnlessHeld(Env* env, const std::string& root, uint64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (held_ == step) return Status::OK();
+  return DeleteCheckpoint(env, root, step);
+}
+
+Status ApplyRetention(Env* env, const std::string& root, int keep_last, uint64_t keep_every,
+                      RetentionGuard* guard) {
+  STINT_ASSIGN_OR_RETURN(auto steps, ListCheckpointSteps(env, root));
+  std::optional<uint64_t> protect;
+  auto latest = ReadLatest(env, root);
+  if (latest.ok() && latest->has_value()) protect = ParseStepDirName(**latest);
+  for (uint64_t step : StepsToDelete(steps, keep_last, keep_every, protect)) {
+    Status deleted = guard != nullptr ? guard->DeleteUnlessHeld(env, root, step)
+                                      : DeleteCheckpoint(env, root, step);
+    STINT_RETURN_IF_ERROR(deleted.WithContext("retention"));
+  }
+  return Status::OK();
+}
+
 }  // namespace stint

@@ -1,8 +1,10 @@
-// Retention: which committed checkpoints to delete, and deleting one safely.
+// Retention: which committed checkpoints to delete, deleting one safely, and
+// keeping deletion away from the step another thread is reading.
 #ifndef STINT_RUNTIME_CHECKPOINT_RETENTION_H_
 #define STINT_RUNTIME_CHECKPOINT_RETENTION_H_
 
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,6 +22,31 @@ std::vector<uint64_t> StepsToDelete(std::vector<uint64_t> steps, int keep_last, 
 // Renames step-<step> to a .tmp- name first (atomic), so a crash mid-delete
 // never leaves a half-deleted directory that looks committed, then removes it.
 Status DeleteCheckpoint(Env* env, const std::string& root, uint64_t step);
+
+// The one step of a root that another thread is reading (tier-2 replication
+// copies a tier-1 step while the persist thread applies tier-1 retention).
+// Deletions run under its lock, so Hold() also waits for a deletion in
+// progress: after it returns, the step is either gone or stays until
+// Release().
+//
+// Thread-safe.
+class RetentionGuard {
+ public:
+  void Hold(uint64_t step);
+  void Release();
+  // DeleteCheckpoint unless `step` is held (then OK, nothing deleted).
+  Status DeleteUnlessHeld(Env* env, const std::string& root, uint64_t step);
+
+ private:
+  std::mutex mu_;
+  std::optional<uint64_t> held_;  // guarded by mu_
+};
+
+// Deletes what StepsToDelete names among the committed steps of `root`, with
+// the step LATEST names protected. `guard` (may be null) keeps its held step.
+// Stops at the first deletion that fails.
+Status ApplyRetention(Env* env, const std::string& root, int keep_last, uint64_t keep_every,
+                      RetentionGuard* guard);
 
 }  // namespace stint
 

@@ -18,8 +18,10 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
+#include "base/mapped_buffer.h"
 #include "stint/status.h"
 
 namespace stint {
@@ -33,15 +35,14 @@ class StagingBuffer {
   StagingBuffer(const StagingBuffer&) = delete;
   StagingBuffer& operator=(const StagingBuffer&) = delete;
 
-  char* data() const { return data_; }
-  size_t size() const { return size_; }
+  char* data() const { return memory_.data(); }
+  size_t size() const { return memory_.size(); }
 
  private:
   friend class StagingPool;
-  StagingBuffer(StagingPool* pool, char* data, size_t size) : pool_(pool), data_(data), size_(size) {}
+  StagingBuffer(StagingPool* pool, MappedBuffer memory) : pool_(pool), memory_(std::move(memory)) {}
   StagingPool* pool_;
-  char* data_;
-  size_t size_;
+  MappedBuffer memory_;
 };
 
 class StagingPool {
@@ -73,11 +74,11 @@ class StagingPool {
 
  private:
   friend class StagingBuffer;
-  void Release(char* data, size_t size);
+  void Release(MappedBuffer memory);
   // REQUIRES: mu_ held. Frees cached buffers until `need` more bytes fit.
   void EvictFor(size_t need);
-
-  void Unmap(char* data, size_t size);
+  // REQUIRES: mu_ held. Runs before_unmap_, then lets `memory` go.
+  void Unmap(MappedBuffer memory);
 
   const std::function<void(char*)> before_unmap_;
   const std::function<Status(char*, size_t)> after_map_;
@@ -88,11 +89,7 @@ class StagingPool {
   size_t capacity_;
   size_t allocated_ = 0;  // in use + cached
   size_t in_use_ = 0;
-  struct Cached {
-    char* data;
-    size_t size;
-  };
-  std::vector<Cached> cached_;
+  std::vector<MappedBuffer> cached_;
 };
 
 }  // namespace stint

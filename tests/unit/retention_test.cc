@@ -1,4 +1,5 @@
-// Retention policy (which committed steps to delete) and the delete itself.
+// Retention policy (which committed steps to delete), the delete itself, and
+// applying both to a root with a held step.
 #include "checkpoint/retention.h"
 
 #include <gtest/gtest.h>
@@ -87,6 +88,24 @@ TEST(DeleteCheckpointTest, MissingStepIsNotFound) {
   TempDir tmp;
   Status s = DeleteCheckpoint(Env::Default(), tmp.path(), 9);
   EXPECT_EQ(s.code(), Code::kNotFound) << s.ToString();
+}
+
+TEST(ApplyRetentionTest, KeepsWhatLatestNamesAndTheHeldStep) {
+  TempDir tmp;
+  for (uint64_t step = 1; step <= 5; ++step) MakeStepDir(tmp.path(), step);
+  ASSERT_OK(WriteLatest(Env::Default(), tmp.path(), StepDirName(2)));
+  RetentionGuard guard;
+  guard.Hold(3);
+  ASSERT_OK(ApplyRetention(Env::Default(), tmp.path(), 1, 0, &guard));
+  auto steps = ListCheckpointSteps(Env::Default(), tmp.path());
+  ASSERT_OK(steps);
+  EXPECT_EQ(*steps, (Steps{2, 3, 5}));
+
+  guard.Release();
+  ASSERT_OK(ApplyRetention(Env::Default(), tmp.path(), 1, 0, &guard));
+  steps = ListCheckpointSteps(Env::Default(), tmp.path());
+  ASSERT_OK(steps);
+  EXPECT_EQ(*steps, (Steps{2, 5}));
 }
 
 }  // namespace

@@ -2,9 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <string>
 #include <thread>
 
+#include "base/mapped_buffer.h"
 #include "base/thread_pool.h"
 #include "util/status_matchers.h"
 
@@ -66,6 +69,32 @@ TEST(StagingPool, CapacityFromFirstSnapshot) {
   auto a = pool.Acquire(4096 * 10, milliseconds(0));
   ASSERT_OK(a);
   EXPECT_EQ(pool.capacity(), 4096u * 20);
+}
+
+TEST(MappedBuffer, ExactSizePageAlignedAndZeroed) {
+  auto b = MappedBuffer::Map(5000);
+  ASSERT_OK(b);
+  EXPECT_EQ(b->size(), 5000u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b->data()) % 4096, 0u);
+  EXPECT_EQ(std::count(b->data(), b->data() + b->size(), 0), 5000);
+}
+
+TEST(MappedBuffer, MoveLeavesTheSourceEmpty) {
+  auto a = MappedBuffer::Map(4096);
+  ASSERT_OK(a);
+  char* data = a->data();
+  MappedBuffer b = std::move(*a);
+  EXPECT_EQ(b.data(), data);
+  EXPECT_EQ(a->data(), nullptr);
+  EXPECT_EQ(a->size(), 0u);
+}
+
+TEST(MappedBuffer, FailureNamesTheSize) {
+  const size_t huge = size_t(1) << 62;  // beyond any address space
+  auto b = MappedBuffer::Map(huge);
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find(std::to_string(huge) + " bytes"), std::string::npos)
+      << b.status().ToString();
 }
 
 TEST(ThreadPool, ParallelForRunsEveryIndexOnce) {
