@@ -5,9 +5,8 @@
 // --seconds, --runs times. Prints each run and the medians, with the
 // targets (>= 5,000 heartbeats/s, p99 < 10 ms) beside them. Benchmark only:
 // nothing here is a test. Client and server share this machine's cores.
+// stintd is started by the tests' StintdProcess (tests/util).
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -16,64 +15,33 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "util/stintd_process.h"
 
 namespace {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-const char* kAdmin = "bench-admin-token-0123456789";
-const char* kWorker = "bench-worker-token-0123456789";
+const char* kAdmin = stint::StintdProcess::kAdminToken;
+const char* kWorker = stint::StintdProcess::kWorkerToken;
 
-// The stintd child: started with a pipe on stdout to learn its port.
-struct Daemon {
-  pid_t pid = -1;
-  int port = 0;
-  ~Daemon() {
-    if (pid > 0) {
-      kill(pid, SIGTERM);
-      waitpid(pid, nullptr, 0);
-    }
+// Stops stintd as an operator would (SIGTERM) and passes on what it printed
+// besides "listening on": StintdProcess reads stintd's stdout and stderr
+// together, and its stderr is the bench's.
+void Stop(stint::StintdProcess* daemon) {
+  if (!daemon->running()) return;
+  daemon->Kill(SIGTERM);
+  std::istringstream lines(daemon->output());
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("stintd: listening on ", 0) != 0) std::fprintf(stderr, "%s\n", line.c_str());
   }
-};
-
-bool StartDaemon(const std::string& binary, const std::string& dir, Daemon* d) {
-  std::ofstream(dir + "/admin") << kAdmin << "\n";
-  std::ofstream(dir + "/worker") << kWorker << "\n";
-  int fds[2];
-  if (pipe(fds) != 0) return false;
-  d->pid = fork();
-  if (d->pid < 0) return false;
-  if (d->pid == 0) {
-    dup2(fds[1], 1);
-    close(fds[0]);
-    close(fds[1]);
-    const std::string db = dir + "/stintd.db", admin = dir + "/admin", worker = dir + "/worker";
-    execl(binary.c_str(), binary.c_str(), "--db", db.c_str(), "--listen", "127.0.0.1:0", "--admin-token-file",
-          admin.c_str(), "--worker-token-file", worker.c_str(), "--http-threads", "256", nullptr);
-    _exit(127);
-  }
-  close(fds[1]);
-  std::string out;
-  char buf[256];
-  for (;;) {
-    ssize_t n = read(fds[0], buf, sizeof(buf));
-    if (n <= 0) break;
-    out.append(buf, size_t(n));
-    const size_t at = out.find("stintd: listening on ");
-    if (at != std::string::npos && out.find('\n', at) != std::string::npos) {
-      d->port = std::stoi(out.substr(out.find(':', at + 21) + 1));
-      break;
-    }
-  }
-  close(fds[0]);
-  return d->port > 0;
 }
 
 httplib::Headers Auth(const char* token) { return {{"Authorization", std::string("Bearer ") + token}}; }
@@ -162,15 +130,14 @@ int main(int argc, char** argv) {
   const std::string dir = tmpl;
   int rc = 0;
   {
-    Daemon daemon;
-    if (!StartDaemon(stintd, dir, &daemon)) {
+    stint::StintdProcess daemon(stintd, dir, {"--http-threads", "256"});
+    if (!daemon.Start()) {
       std::fprintf(stderr, "stintd-heartbeat-bench: could not start %s\n", stintd.c_str());
       return 1;
     }
-    httplib::Client admin("127.0.0.1", daemon.port);
+    httplib::Client admin("127.0.0.1", daemon.port());
     PostJson(admin, "/v1/pools", {{"name", "bench"}}, kAdmin);
-    const int64_t far = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            std::chrono::system_clock::now().time_since_epoch()).count() + 3600 * 1000;
+    const int64_t far = stint::WallNowMs() + 3600 * 1000;
     PostJson(admin, "/v1/windows", {{"pool", "bench"}, {"gpus", 64}, {"end_ms", far}}, kAdmin);
     std::vector<int64_t> jobs;
     for (int j = 0; j < 64; j++) {
@@ -191,6 +158,7 @@ int main(int argc, char** argv) {
     }
     if (worker_ids.size() < size_t(workers)) {
       std::fprintf(stderr, "stintd-heartbeat-bench: jobs did not start\n");
+      Stop(&daemon);
       return 1;
     }
     std::printf("stintd-heartbeat-bench: %d workers, %d connections, %d runs of %.1f s (client and server on "
@@ -198,7 +166,7 @@ int main(int argc, char** argv) {
                 workers, connections, runs, seconds, std::thread::hardware_concurrency());
     std::vector<double> rates, p50s, p99s;
     for (int i = 0; i < runs; i++) {
-      RunResult r = RunOnce(daemon.port, worker_ids, connections, seconds);
+      RunResult r = RunOnce(daemon.port(), worker_ids, connections, seconds);
       std::printf("  run %d: %8.0f heartbeats/s  p50 %.2f ms  p99 %.2f ms  max %.2f ms  errors %lld\n", i + 1,
                   r.per_second, r.p50_ms, r.p99_ms, r.max_ms, static_cast<long long>(r.errors));
       rates.push_back(r.per_second);
@@ -209,6 +177,7 @@ int main(int argc, char** argv) {
     std::printf("median: %.0f heartbeats/s (target >= 5000: %s)  p50 %.2f ms  p99 %.2f ms (target < 10 ms: %s)\n",
                 Median(rates), Median(rates) >= 5000 ? "met" : "NOT met", Median(p50s), Median(p99s),
                 Median(p99s) < 10 ? "met" : "NOT met");
+    Stop(&daemon);
   }
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
