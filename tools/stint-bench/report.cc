@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/strings.h"
 #include "common.h"
 
 namespace stint {
@@ -26,11 +27,6 @@ std::string Printf(const char* fmt, ...) {
   return buf;
 }
 
-std::string HumanBytes(double bytes) {
-  if (bytes >= kMiB * 1024) return Printf("%.2f GiB", bytes / (kMiB * 1024));
-  if (bytes >= kMiB) return Printf("%.1f MiB", bytes / kMiB);
-  return Printf("%.0f KiB", bytes / 1024);
-}
 std::string Rate(double bytes_per_s) {
   return std::isnan(bytes_per_s) ? "n/a" : Printf("%.0f MiB/s", bytes_per_s / kMiB);
 }
@@ -158,9 +154,9 @@ Tables BuildTables(const Flags& flags, const BenchState& bs, const BenchResults&
                         Ratio(Div(on->stall_s, off->stall_s))});
     cmp_rows.push_back({"persist zstd / CPU-only zstd+xxh3, " + e, Rate(on->persist_bw),
                         Printf("compress only, %u+1 threads", threads_resolved), Rate(zstd_only), Ratio(Div(on->persist_bw, zstd_only))});
-    double stored = on->saves.empty() ? 0 : double(on->saves.back().stats.stored_bytes);
+    uint64_t stored = on->saves.empty() ? 0 : on->saves.back().stats.stored_bytes;
     cmp_rows.push_back({"zstd compression ratio (raw/stored), " + e, HumanBytes(stored), "raw",
-                        HumanBytes(double(raw_bytes)), Ratio(on->compression)});
+                        HumanBytes(raw_bytes), Ratio(on->compression)});
   }
   return t;
 }
@@ -185,7 +181,7 @@ void PrintContext(const Flags& flags, const BenchState& bs, const BenchContext& 
                   const BenchOptions& options) {
   const uint64_t raw_bytes = bs.raw_bytes();
   std::printf("stint-bench: %s state (%zu float32 tensors + %zu blobs, %llu bytes), %d run(s), medians\n",
-              HumanBytes(double(raw_bytes)).c_str(), bs.specs.size(), bs.state.blobs.size(),
+              HumanBytes(raw_bytes).c_str(), bs.specs.size(), bs.state.blobs.size(),
               (unsigned long long)raw_bytes, flags.runs);
   std::printf("  data:      %s (generated in %.1f s)\n", bs.description.c_str(), context.gen_s);
   std::printf("  machine:   %u cores, load average %s (other work on the machine skews every figure);\n"
@@ -198,7 +194,7 @@ void PrintContext(const Flags& flags, const BenchState& bs, const BenchContext& 
   std::printf("  drop page cache: %s\n", context.drop_note.c_str());
   std::printf("  options:   chunk_size %s, io_size %s, io_queue_depth %u, threads %u%s, zstd level %d, "
               "staging 2x snapshot; others default\n",
-              HumanBytes(double(options.chunk_size)).c_str(), HumanBytes(double(options.io_size)).c_str(),
+              HumanBytes(options.chunk_size).c_str(), HumanBytes(options.io_size).c_str(),
               options.io_depth, options.threads_resolved,
               options.threads == 0 ? " (auto: cores - 1, + the calling thread)" : "", options.zstd_level);
   if (flags.fork_before_save) std::printf("  fork:      a child is forked and reaped before every measured save\n");

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "base/strings.h"
 #include "checkpoint/commit.h"
 #include "format/manifest.h"
 #include "stint/checkpoint_reader.h"
@@ -64,20 +65,6 @@ std::string StripTrailingSlashes(std::string path) {
 std::string BaseName(const std::string& path) {
   size_t slash = path.find_last_of('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-std::string HumanBytes(uint64_t n) {
-  static const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
-  if (n < 1024) return std::to_string(n) + " B";
-  double v = double(n) / 1024;
-  size_t u = 0;
-  while (v >= 1024 && u + 1 < sizeof(kUnits) / sizeof(kUnits[0])) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.2f %s", v, kUnits[u]);
-  return buf;
 }
 
 // "2024-05-01T12:00:00.123Z"; manifests record wall-clock milliseconds.
