@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "base/json_fields.h"
 #include "coord/http_json.h"
 #include "coord/wall_clock.h"
 
@@ -26,143 +27,112 @@ constexpr size_t kMaxKvValueBytes = 1u << 20;
 constexpr size_t kMaxKvKeyBytes = 200;
 constexpr int64_t kMaxNoticeWaitSeconds = 60;
 
-// Reads fields of an answer. A missing or mistyped field is stintd's bug (or
-// a version mismatch), reported as kInternal naming the field; the first
-// such error sticks.
-class ReplyReader {
- public:
-  ReplyReader(const Json& j, std::string what) : j_(j), what_(std::move(what)) {
-    if (!j_.is_object()) Fail("the answer", "is not a JSON object");
+// A missing or mistyped field in an answer is stintd's bug (or a version
+// mismatch): kInternal naming the request and the field,
+// 'stintd's answer to POST /v1/...: "fencing_token" is missing'. Null reads
+// as absent, and a float where an integer belongs is rounded.
+Status ReplyFieldError(const internal::JsonFieldError& e) {
+  using internal::JsonKind;
+  using Problem = internal::JsonFieldError::Problem;
+  std::string key = e.key, why;
+  switch (e.problem) {
+    case Problem::kNotObject:
+      key = "the answer";
+      why = "is not a JSON object";
+      break;
+    case Problem::kMissing: why = "is missing"; break;
+    case Problem::kWrongType:
+      switch (e.expected) {
+        case JsonKind::kUint64: why = "is not a non-negative integer"; break;
+        case JsonKind::kInt64: why = "is not an integer"; break;
+        case JsonKind::kNonNegativeNumber: why = "is not a non-negative number of seconds"; break;
+        case JsonKind::kBool: why = "is not a boolean"; break;
+        case JsonKind::kObject: why = "is not an object or null"; break;
+        default: why = std::string("is not ") + internal::JsonKindPhrase(e.expected); break;
+      }
+      break;
+    case Problem::kBadElement:
+      why = e.expected == JsonKind::kInt64 ? std::string("holds a non-integer")
+                                           : std::string("holds a value that is not ") +
+                                                 internal::JsonKindPhrase(e.expected);
+      break;
+    case Problem::kBadValue: why = e.detail; break;
   }
+  return Status::Internal("stintd's answer to " + e.object_path + ": \"" + key + "\" " + why);
+}
 
-  uint64_t U64(const char* key, bool required = true) {
-    const Json* v = Find(key, required);
-    if (v == nullptr) return 0;
-    if (v->is_number_unsigned()) return v->get<uint64_t>();
-    if (v->is_number_integer() && v->get<int64_t>() >= 0) return uint64_t(v->get<int64_t>());
-    Fail(key, "is not a non-negative integer");
-    return 0;
-  }
-  int64_t I64(const char* key, bool required = true) {
-    const Json* v = Find(key, required);
-    if (v == nullptr) return 0;
-    if (v->is_number_integer()) return v->get<int64_t>();
-    if (v->is_number_float() && std::isfinite(v->get<double>())) return std::llround(v->get<double>());
-    Fail(key, "is not an integer");
-    return 0;
-  }
-  std::optional<int64_t> OptionalI64(const char* key) {
-    if (Find(key, false) == nullptr) return std::nullopt;
-    return I64(key);
-  }
-  double Seconds(const char* key, bool required = true) {
-    const Json* v = Find(key, required);
-    if (v == nullptr) return 0;
-    if (v->is_number() && std::isfinite(v->get<double>()) && v->get<double>() >= 0) return v->get<double>();
-    Fail(key, "is not a non-negative number of seconds");
-    return 0;
-  }
-  bool Bool(const char* key) {
-    const Json* v = Find(key, true);
-    if (v == nullptr) return false;
-    if (v->is_boolean()) return v->get<bool>();
-    Fail(key, "is not a boolean");
-    return false;
-  }
-  std::string Str(const char* key, bool required = true) {
-    const Json* v = Find(key, required);
-    if (v == nullptr) return "";
-    if (v->is_string()) return v->get<std::string>();
-    Fail(key, "is not a string");
-    return "";
-  }
-  // Absent: nullptr.
-  const Json* Array(const char* key) {
-    const Json* v = Find(key, true);
-    if (v == nullptr) return nullptr;
-    if (v->is_array()) return v;
-    Fail(key, "is not an array");
-    return nullptr;
-  }
-  // Null or absent: nullptr.
-  const Json* Object(const char* key) {
-    const Json* v = Find(key, false);
-    if (v == nullptr) return nullptr;
-    if (v->is_object()) return v;
-    Fail(key, "is not an object or null");
-    return nullptr;
-  }
-  const Status& status() const { return status_; }
+constexpr internal::JsonFieldPolicy kReplyFields{/*null_is_absent=*/true, internal::JsonFieldPolicy::Floats::kRound,
+                                                 ReplyFieldError};
 
- private:
-  const Json* Find(const char* key, bool required) {
-    if (!j_.is_object()) return nullptr;
-    auto it = j_.find(key);
-    if (it == j_.end() || it->is_null()) {
-      if (required) Fail(key, "is missing");
-      return nullptr;
-    }
-    return &*it;
-  }
-  void Fail(const std::string& key, const std::string& why) {
-    if (status_.ok()) status_ = Status::Internal("stintd's answer to " + what_ + ": \"" + key + "\" " + why);
-  }
-
-  const Json& j_;
-  const std::string what_;
-  Status status_;
-};
+// Reads an answer (or an object in it); `what` names the request.
+internal::JsonFields ReplyFields(const Json& j, std::string what) {
+  return internal::JsonFields(j, std::move(what), kReplyFields);
+}
 
 std::chrono::milliseconds SecondsToMs(double s) {
   return std::chrono::milliseconds(std::llround(s * 1000));
 }
 
 Result<WorkerView> ParseView(const HttpReply& reply, const std::string& what) {
-  ReplyReader r(reply.body, what);
+  const internal::JsonFields r = ReplyFields(reply.body, what);
+  STINT_RETURN_IF_ERROR(r.CheckObject());
   WorkerView v;
-  v.active = r.Bool("active");
-  v.fencing_token = r.U64("fencing_token", false);
-  v.segment_id = r.U64("segment_id", false);
-  v.segment_state = r.Str("segment_state", false);
-  if (const Json* n = r.Object("notice")) {
-    ReplyReader nr(*n, what + " notice");
+  STINT_ASSIGN_OR_RETURN(v.active, r.Bool("active"));
+  STINT_ASSIGN_OR_RETURN(std::optional<uint64_t> token, r.OptionalUint64("fencing_token"));
+  STINT_ASSIGN_OR_RETURN(std::optional<uint64_t> segment, r.OptionalUint64("segment_id"));
+  STINT_ASSIGN_OR_RETURN(std::optional<std::string> segment_state, r.OptionalString("segment_state"));
+  v.fencing_token = token.value_or(0);
+  v.segment_id = segment.value_or(0);
+  v.segment_state = segment_state.value_or("");
+  STINT_ASSIGN_OR_RETURN(const Json* n, r.OptionalObject("notice"));
+  if (n != nullptr) {
+    const internal::JsonFields nr = ReplyFields(*n, what + " notice");
     CoordinatorNotice notice;
-    notice.reason = nr.Str("reason");
-    notice.deadline_ms = nr.I64("deadline_ms");
-    notice.notice_ms = nr.I64("notice_ms", false);
-    STINT_RETURN_IF_ERROR(nr.status());
+    STINT_ASSIGN_OR_RETURN(notice.reason, nr.String("reason"));
+    STINT_ASSIGN_OR_RETURN(notice.deadline_ms, nr.Int64("deadline_ms"));
+    STINT_ASSIGN_OR_RETURN(std::optional<int64_t> notice_ms, nr.OptionalInt64("notice_ms"));
+    notice.notice_ms = notice_ms.value_or(0);
     v.notice = std::move(notice);
   }
-  STINT_RETURN_IF_ERROR(r.status());
   return v;
 }
 
 Result<RendezvousInfo> ParseRendezvous(const HttpReply& reply, const std::string& what) {
-  ReplyReader r(reply.body, what);
+  const internal::JsonFields r = ReplyFields(reply.body, what);
+  STINT_RETURN_IF_ERROR(r.CheckObject());
   RendezvousInfo v;
-  v.generation = r.U64("generation");
-  v.formed = r.Str("phase") == "formed";
-  v.member = r.Bool("member");
-  v.standby = r.Bool("standby");
-  v.rank = static_cast<int>(r.I64("rank"));
-  v.world_size = static_cast<int>(r.I64("world_size"));
-  v.min_workers = static_cast<int>(r.I64("min_workers"));
-  v.max_workers = static_cast<int>(r.I64("max_workers"));
-  v.master_endpoint = r.Str("master_endpoint");
-  if (const Json* members = r.Array("members")) {
-    for (const Json& m : *members) {
-      ReplyReader mr(m, what + " member");
-      v.members.push_back({mr.U64("worker_id"), mr.Str("endpoint"), static_cast<int>(mr.I64("rank"))});
-      STINT_RETURN_IF_ERROR(mr.status());
-    }
+  STINT_ASSIGN_OR_RETURN(v.generation, r.Uint64("generation"));
+  STINT_ASSIGN_OR_RETURN(std::string phase, r.String("phase"));
+  v.formed = phase == "formed";
+  STINT_ASSIGN_OR_RETURN(v.member, r.Bool("member"));
+  STINT_ASSIGN_OR_RETURN(v.standby, r.Bool("standby"));
+  STINT_ASSIGN_OR_RETURN(int64_t rank, r.Int64("rank"));
+  STINT_ASSIGN_OR_RETURN(int64_t world_size, r.Int64("world_size"));
+  STINT_ASSIGN_OR_RETURN(int64_t min_workers, r.Int64("min_workers"));
+  STINT_ASSIGN_OR_RETURN(int64_t max_workers, r.Int64("max_workers"));
+  v.rank = static_cast<int>(rank);
+  v.world_size = static_cast<int>(world_size);
+  v.min_workers = static_cast<int>(min_workers);
+  v.max_workers = static_cast<int>(max_workers);
+  STINT_ASSIGN_OR_RETURN(v.master_endpoint, r.String("master_endpoint"));
+  STINT_ASSIGN_OR_RETURN(const Json* members, r.Array("members"));
+  for (const Json& m : *members) {
+    const internal::JsonFields mr = ReplyFields(m, what + " member");
+    STINT_RETURN_IF_ERROR(mr.CheckObject());
+    RendezvousMemberInfo member;
+    STINT_ASSIGN_OR_RETURN(member.worker_id, mr.Uint64("worker_id"));
+    STINT_ASSIGN_OR_RETURN(member.endpoint, mr.String("endpoint"));
+    STINT_ASSIGN_OR_RETURN(int64_t member_rank, mr.Int64("rank"));
+    member.rank = static_cast<int>(member_rank);
+    v.members.push_back(std::move(member));
   }
-  if (const Json* previous = r.Array("previous")) {
-    for (const Json& id : *previous) {
-      if (!id.is_number_integer()) return Status::Internal("stintd's answer to " + what + ": \"previous\" holds a non-integer");
-      v.previous.push_back(id.get<uint64_t>());
+  STINT_ASSIGN_OR_RETURN(const Json* previous, r.Array("previous"));
+  for (const Json& id : *previous) {
+    if (!id.is_number_integer()) {
+      return r.Refuse(internal::JsonFieldError::Problem::kBadElement, "previous", internal::JsonKind::kInt64, &id);
     }
+    v.previous.push_back(id.get<uint64_t>());
   }
-  STINT_RETURN_IF_ERROR(r.status());
   return v;
 }
 
@@ -277,16 +247,20 @@ Result<WorkerRegistration> CoordinatorClient::Register() {
   // did not arrive (a duplicate would hold the job's lease until its TTL).
   req.idempotent = false;
   STINT_ASSIGN_OR_RETURN(HttpReply reply, http_->Call(req));
-  ReplyReader r(reply.body, req.method + " " + req.path);
+  const internal::JsonFields r = ReplyFields(reply.body, req.method + " " + req.path);
+  STINT_RETURN_IF_ERROR(r.CheckObject());
   WorkerRegistration reg;
-  reg.worker_id = r.U64("worker_id");
-  reg.job_id = r.U64("job_id", false);
+  STINT_ASSIGN_OR_RETURN(reg.worker_id, r.Uint64("worker_id"));
+  STINT_ASSIGN_OR_RETURN(std::optional<uint64_t> job_id, r.OptionalUint64("job_id"));
+  reg.job_id = job_id.value_or(0);
   if (reg.job_id == 0) reg.job_id = options_.job_id;
-  reg.segment_id = r.U64("segment_id", false);
-  reg.fencing_token = r.U64("fencing_token");
-  reg.lease_ttl = SecondsToMs(r.Seconds("lease_ttl_seconds", false));
-  reg.heartbeat_interval = SecondsToMs(r.Seconds("heartbeat_interval_seconds", false));
-  STINT_RETURN_IF_ERROR(r.status());
+  STINT_ASSIGN_OR_RETURN(std::optional<uint64_t> segment_id, r.OptionalUint64("segment_id"));
+  reg.segment_id = segment_id.value_or(0);
+  STINT_ASSIGN_OR_RETURN(reg.fencing_token, r.Uint64("fencing_token"));
+  STINT_ASSIGN_OR_RETURN(std::optional<double> ttl, r.OptionalNonNegativeNumber("lease_ttl_seconds"));
+  STINT_ASSIGN_OR_RETURN(std::optional<double> interval, r.OptionalNonNegativeNumber("heartbeat_interval_seconds"));
+  reg.lease_ttl = SecondsToMs(ttl.value_or(0));
+  reg.heartbeat_interval = SecondsToMs(interval.value_or(0));
   std::lock_guard<std::mutex> lock(mu_);
   registration_ = reg;
   return reg;
@@ -394,11 +368,11 @@ Result<FencingCheck> CoordinatorClient::CheckFencing(uint64_t job_id, uint64_t f
   req.path = "/v1/fencing/check";
   req.body = Json{{"job_id", job_id}, {"fencing_token", fencing_token}};
   STINT_ASSIGN_OR_RETURN(HttpReply reply, http_->Call(req));
-  ReplyReader r(reply.body, req.method + " " + req.path);
+  const internal::JsonFields r = ReplyFields(reply.body, req.method + " " + req.path);
+  STINT_RETURN_IF_ERROR(r.CheckObject());
   FencingCheck check;
-  check.valid = r.Bool("valid");
-  check.valid_until_ms = r.OptionalI64("valid_until_ms");
-  STINT_RETURN_IF_ERROR(r.status());
+  STINT_ASSIGN_OR_RETURN(check.valid, r.Bool("valid"));
+  STINT_ASSIGN_OR_RETURN(check.valid_until_ms, r.OptionalInt64("valid_until_ms"));
   return check;
 }
 
@@ -450,10 +424,8 @@ Result<uint64_t> CoordinatorClient::Put(const std::string& key, const std::strin
   // against our own write.
   req.idempotent = !if_version.has_value();
   STINT_ASSIGN_OR_RETURN(HttpReply reply, http_->Call(req));
-  ReplyReader r(reply.body, req.method + " " + req.path);
-  uint64_t version = r.U64("version");
-  STINT_RETURN_IF_ERROR(r.status());
-  return version;
+  const internal::JsonFields r = ReplyFields(reply.body, req.method + " " + req.path);
+  return r.Uint64("version");
 }
 
 Result<KvEntry> CoordinatorClient::Get(const std::string& key, std::chrono::seconds wait, uint64_t min_version) {
@@ -469,14 +441,16 @@ Result<KvEntry> CoordinatorClient::Get(const std::string& key, std::chrono::seco
   if (min_version > 0) req.path += "&min_version=" + std::to_string(min_version);
   req.server_wait = std::chrono::seconds(seconds);
   STINT_ASSIGN_OR_RETURN(HttpReply reply, http_->Call(req));
-  ReplyReader r(reply.body, req.method + " " + req.path);
+  const internal::JsonFields r = ReplyFields(reply.body, req.method + " " + req.path);
+  STINT_RETURN_IF_ERROR(r.CheckObject());
   KvEntry e;
-  e.key = r.Str("key", false);
+  STINT_ASSIGN_OR_RETURN(std::optional<std::string> stored_key, r.OptionalString("key"));
+  e.key = stored_key.value_or("");
   if (e.key.empty()) e.key = key;
-  e.value = r.Str("value");
-  e.version = r.U64("version");
-  e.updated_ms = r.I64("updated_ms", false);
-  STINT_RETURN_IF_ERROR(r.status());
+  STINT_ASSIGN_OR_RETURN(e.value, r.String("value"));
+  STINT_ASSIGN_OR_RETURN(e.version, r.Uint64("version"));
+  STINT_ASSIGN_OR_RETURN(std::optional<int64_t> updated_ms, r.OptionalInt64("updated_ms"));
+  e.updated_ms = updated_ms.value_or(0);
   return e;
 }
 

@@ -8,6 +8,8 @@
 #include <random>
 #include <thread>
 
+#include "base/json_fields.h"
+
 namespace stint {
 namespace internal {
 namespace {
@@ -92,12 +94,15 @@ Result<ParsedUrl> ParseCoordinatorUrl(const std::string& url) {
 }
 
 Status StatusFromHttp(int http_status, const std::string& body, const std::string& what) {
+  // {"error": {"code": ..., "message": ...}} (API.md); whatever else came
+  // back is quoted instead.
   std::string code_name, message;
-  Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_object() && j.contains("error") && j["error"].is_object()) {
-    const Json& e = j["error"];
-    if (e.contains("code") && e["code"].is_string()) code_name = e["code"].get<std::string>();
-    if (e.contains("message") && e["message"].is_string()) message = e["message"].get<std::string>();
+  const Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  const Result<const Json*> error = JsonFields(j, "").OptionalObject("error");
+  if (error.ok() && *error != nullptr) {
+    const JsonFields e(**error, "error");
+    code_name = ValueOr(e.OptionalString("code"), std::string());
+    message = ValueOr(e.OptionalString("message"), std::string());
   }
   if (message.empty()) message = body.empty() ? "no error message" : Shorten(body, 200);
   const std::string tail = " (HTTP " + std::to_string(http_status) +

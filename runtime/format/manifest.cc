@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "base/json_fields.h"
+
 namespace stint {
 namespace {
 
@@ -21,74 +23,54 @@ json EncodeChunks(const std::vector<ChunkRecord>& chunks) {
   return a;
 }
 
-// Non-throwing field readers: nlohmann's at()/get() throw on a wrong type,
-// and a manifest is untrusted input.
-class Fields {
- public:
-  Fields(const json& obj, std::string ctx) : obj_(obj), ctx_(std::move(ctx)) {}
-  const std::string& ctx() const { return ctx_; }
+// A manifest is untrusted input: its fields are read with JsonFields (never
+// a throw), null is a value of the wrong type, and every refusal is
+// kDataLoss naming the field: "<origin>: manifest.files[0].size is missing",
+// "... has type string".
+Status ManifestFieldError(const internal::JsonFieldError& e) {
+  using Problem = internal::JsonFieldError::Problem;
+  switch (e.problem) {
+    case Problem::kNotObject: return Status::DataLoss(e.path() + " is not a JSON object");
+    case Problem::kMissing: return Status::DataLoss(e.path() + " is missing");
+    case Problem::kWrongType: return Status::DataLoss(e.path() + " has type " + e.actual);
+    case Problem::kBadElement:
+      return Status::DataLoss(e.path() + " holds a value that is not " + internal::JsonKindPhrase(e.expected));
+    case Problem::kBadValue: return Status::DataLoss(e.path() + " " + e.detail);
+  }
+  return Status::DataLoss(e.path() + " is refused");
+}
 
-  Status Object() const {
-    if (!obj_.is_object()) return Err("", "is not a JSON object");
-    return Status::OK();
-  }
-  Result<const json*> Get(const char* key, json::value_t type) const {
-    auto it = obj_.find(key);
-    if (it == obj_.end()) return Err(key, "is missing");
-    bool ok = it->type() == type ||
-              (type == json::value_t::number_unsigned && it->is_number_unsigned()) ||
-              (type == json::value_t::number_integer && it->is_number_integer());
-    if (!ok) return Err(key, std::string("has type ") + it->type_name());
-    return &*it;
-  }
-  Result<uint64_t> U64(const char* key) const {
-    STINT_ASSIGN_OR_RETURN(const json* v, Get(key, json::value_t::number_unsigned));
-    return v->get<uint64_t>();
-  }
-  Result<int64_t> I64(const char* key) const {
-    STINT_ASSIGN_OR_RETURN(const json* v, Get(key, json::value_t::number_integer));
-    return v->get<int64_t>();
-  }
-  Result<std::string> Str(const char* key) const {
-    STINT_ASSIGN_OR_RETURN(const json* v, Get(key, json::value_t::string));
-    return v->get<std::string>();
-  }
-  Result<const json*> Array(const char* key) const { return Get(key, json::value_t::array); }
-  Result<std::vector<int64_t>> Dims(const char* key) const {
-    STINT_ASSIGN_OR_RETURN(const json* a, Array(key));
-    std::vector<int64_t> dims;
-    for (const auto& d : *a) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 0) {
-        return Err(key, "holds a value that is not a non-negative integer");
-      }
-      dims.push_back(d.get<int64_t>());
+constexpr internal::JsonFieldPolicy kManifestFields{/*null_is_absent=*/false,
+                                                    internal::JsonFieldPolicy::Floats::kRefuse, ManifestFieldError};
+
+using Fields = internal::JsonFields;
+
+// offsets, extents, shape: integers >= 0.
+Result<std::vector<int64_t>> Dims(const Fields& f, const char* key) {
+  STINT_ASSIGN_OR_RETURN(const json* a, f.Array(key));
+  std::vector<int64_t> dims;
+  for (const auto& d : *a) {
+    if (!d.is_number_integer() || d.get<int64_t>() < 0) {
+      return f.Refuse(internal::JsonFieldError::Problem::kBadElement, key, internal::JsonKind::kUint64, &d);
     }
-    return dims;
+    dims.push_back(d.get<int64_t>());
   }
-  Status Err(std::string_view key, std::string_view what) const {
-    std::string field = key.empty() ? ctx_ : ctx_ + "." + std::string(key);
-    return Status::DataLoss(field + " " + std::string(what));
-  }
+  return dims;
+}
 
- private:
-  const json& obj_;
-  std::string ctx_;
-};
-
-Result<ChunkRecord> DecodeChunkRecord(const json& j, const std::string& ctx) {
-  Fields f(j, ctx);
-  STINT_RETURN_IF_ERROR(f.Object());
+Result<ChunkRecord> DecodeChunkRecord(const Fields& f) {
+  STINT_RETURN_IF_ERROR(f.CheckObject());
   ChunkRecord c;
-  STINT_ASSIGN_OR_RETURN(c.file_offset, f.U64("offset"));
-  STINT_ASSIGN_OR_RETURN(c.stored_len, f.U64("stored"));
-  STINT_ASSIGN_OR_RETURN(c.raw_len, f.U64("raw"));
-  STINT_ASSIGN_OR_RETURN(std::string codec, f.Str("codec"));
+  STINT_ASSIGN_OR_RETURN(c.file_offset, f.Uint64("offset"));
+  STINT_ASSIGN_OR_RETURN(c.stored_len, f.Uint64("stored"));
+  STINT_ASSIGN_OR_RETURN(c.raw_len, f.Uint64("raw"));
+  STINT_ASSIGN_OR_RETURN(std::string codec, f.String("codec"));
   auto parsed_codec = ParseCodec(codec);
-  if (!parsed_codec.ok()) return f.Err("codec", parsed_codec.status().message());
+  if (!parsed_codec.ok()) return f.BadValue("codec", parsed_codec.status().message());
   c.codec = *parsed_codec;
-  STINT_ASSIGN_OR_RETURN(std::string hex, f.Str("xxh3"));
+  STINT_ASSIGN_OR_RETURN(std::string hex, f.String("xxh3"));
   auto h = HexToHash(hex);
-  if (!h.ok()) return f.Err("xxh3", h.status().message());
+  if (!h.ok()) return f.BadValue("xxh3", h.status().message());
   c.xxh3 = *h;
   return c;
 }
@@ -97,21 +79,20 @@ Result<std::vector<ChunkRecord>> DecodeChunkList(const Fields& f) {
   STINT_ASSIGN_OR_RETURN(const json* a, f.Array("chunks"));
   std::vector<ChunkRecord> chunks;
   for (size_t i = 0; i < a->size(); ++i) {
-    STINT_ASSIGN_OR_RETURN(ChunkRecord c,
-                           DecodeChunkRecord((*a)[i], f.ctx() + ".chunks[" + std::to_string(i) + "]"));
+    STINT_ASSIGN_OR_RETURN(ChunkRecord c, DecodeChunkRecord(f.Child((*a)[i], "chunks[" + std::to_string(i) + "]")));
     chunks.push_back(c);
   }
   return chunks;
 }
 
 Result<Manifest> DecodeBody(const json& body, const std::string& origin) {
-  Fields f(body, origin + ": manifest");
-  STINT_RETURN_IF_ERROR(f.Object());
+  Fields f(body, origin + ": manifest", kManifestFields);
+  STINT_RETURN_IF_ERROR(f.CheckObject());
   Manifest m;
   STINT_ASSIGN_OR_RETURN(const json* version, f.Array("version"));
   if (version->size() != 2 || !(*version)[0].is_number_unsigned() ||
       !(*version)[1].is_number_unsigned()) {
-    return f.Err("version", "is not [major, minor]");
+    return f.BadValue("version", "is not [major, minor]");
   }
   uint64_t major = (*version)[0].get<uint64_t>(), minor = (*version)[1].get<uint64_t>();
   if (major != uint64_t(kFormatMajor)) {
@@ -121,48 +102,48 @@ Result<Manifest> DecodeBody(const json& body, const std::string& origin) {
   }
   m.version_major = int(major);
   m.version_minor = int(minor > 1000000 ? 1000000 : minor);
-  STINT_ASSIGN_OR_RETURN(m.job_id, f.Str("job_id"));
-  STINT_ASSIGN_OR_RETURN(m.step, f.U64("step"));
-  STINT_ASSIGN_OR_RETURN(m.fencing_token, f.U64("fencing_token"));
-  STINT_ASSIGN_OR_RETURN(uint64_t world, f.U64("world_size"));
-  if (world == 0 || world > 1000000) return f.Err("world_size", "is out of range");
+  STINT_ASSIGN_OR_RETURN(m.job_id, f.String("job_id"));
+  STINT_ASSIGN_OR_RETURN(m.step, f.Uint64("step"));
+  STINT_ASSIGN_OR_RETURN(m.fencing_token, f.Uint64("fencing_token"));
+  STINT_ASSIGN_OR_RETURN(uint64_t world, f.Uint64("world_size"));
+  if (world == 0 || world > 1000000) return f.BadValue("world_size", "is out of range");
   m.world_size = int(world);
-  STINT_ASSIGN_OR_RETURN(m.chunk_size, f.U64("chunk_size"));
-  STINT_ASSIGN_OR_RETURN(m.created_unix_ms, f.I64("created_unix_ms"));
+  STINT_ASSIGN_OR_RETURN(m.chunk_size, f.Uint64("chunk_size"));
+  STINT_ASSIGN_OR_RETURN(m.created_unix_ms, f.Int64("created_unix_ms"));
 
   STINT_ASSIGN_OR_RETURN(const json* files, f.Array("files"));
   for (size_t i = 0; i < files->size(); ++i) {
-    Fields ff((*files)[i], f.ctx() + ".files[" + std::to_string(i) + "]");
-    STINT_RETURN_IF_ERROR(ff.Object());
+    Fields ff = f.Child((*files)[i], "files[" + std::to_string(i) + "]");
+    STINT_RETURN_IF_ERROR(ff.CheckObject());
     FileRecord fr;
-    STINT_ASSIGN_OR_RETURN(fr.name, ff.Str("name"));
-    STINT_ASSIGN_OR_RETURN(fr.size, ff.U64("size"));
-    STINT_ASSIGN_OR_RETURN(std::string hex, ff.Str("digest"));
+    STINT_ASSIGN_OR_RETURN(fr.name, ff.String("name"));
+    STINT_ASSIGN_OR_RETURN(fr.size, ff.Uint64("size"));
+    STINT_ASSIGN_OR_RETURN(std::string hex, ff.String("digest"));
     auto h = HexToHash(hex);
-    if (!h.ok()) return ff.Err("digest", h.status().message());
+    if (!h.ok()) return ff.BadValue("digest", h.status().message());
     fr.digest = *h;
     m.files.push_back(std::move(fr));
   }
 
   STINT_ASSIGN_OR_RETURN(const json* tensors, f.Array("tensors"));
   for (size_t i = 0; i < tensors->size(); ++i) {
-    Fields tf((*tensors)[i], f.ctx() + ".tensors[" + std::to_string(i) + "]");
-    STINT_RETURN_IF_ERROR(tf.Object());
+    Fields tf = f.Child((*tensors)[i], "tensors[" + std::to_string(i) + "]");
+    STINT_RETURN_IF_ERROR(tf.CheckObject());
     TensorRecord t;
-    STINT_ASSIGN_OR_RETURN(t.name, tf.Str("name"));
-    STINT_ASSIGN_OR_RETURN(std::string dtype, tf.Str("dtype"));
+    STINT_ASSIGN_OR_RETURN(t.name, tf.String("name"));
+    STINT_ASSIGN_OR_RETURN(std::string dtype, tf.String("dtype"));
     auto dt = ParseDType(dtype);
-    if (!dt.ok()) return tf.Err("dtype", dt.status().message());
+    if (!dt.ok()) return tf.BadValue("dtype", dt.status().message());
     t.dtype = *dt;
-    STINT_ASSIGN_OR_RETURN(t.global_shape, tf.Dims("shape"));
+    STINT_ASSIGN_OR_RETURN(t.global_shape, Dims(tf, "shape"));
     STINT_ASSIGN_OR_RETURN(const json* shards, tf.Array("shards"));
     for (size_t k = 0; k < shards->size(); ++k) {
-      Fields sf((*shards)[k], tf.ctx() + ".shards[" + std::to_string(k) + "]");
-      STINT_RETURN_IF_ERROR(sf.Object());
+      Fields sf = tf.Child((*shards)[k], "shards[" + std::to_string(k) + "]");
+      STINT_RETURN_IF_ERROR(sf.CheckObject());
       ShardRecord s;
-      STINT_ASSIGN_OR_RETURN(s.offsets, sf.Dims("offsets"));
-      STINT_ASSIGN_OR_RETURN(s.extents, sf.Dims("extents"));
-      STINT_ASSIGN_OR_RETURN(s.file, sf.Str("file"));
+      STINT_ASSIGN_OR_RETURN(s.offsets, Dims(sf, "offsets"));
+      STINT_ASSIGN_OR_RETURN(s.extents, Dims(sf, "extents"));
+      STINT_ASSIGN_OR_RETURN(s.file, sf.String("file"));
       STINT_ASSIGN_OR_RETURN(s.chunks, DecodeChunkList(sf));
       t.shards.push_back(std::move(s));
     }
@@ -171,11 +152,11 @@ Result<Manifest> DecodeBody(const json& body, const std::string& origin) {
 
   STINT_ASSIGN_OR_RETURN(const json* blobs, f.Array("blobs"));
   for (size_t i = 0; i < blobs->size(); ++i) {
-    Fields bf((*blobs)[i], f.ctx() + ".blobs[" + std::to_string(i) + "]");
-    STINT_RETURN_IF_ERROR(bf.Object());
+    Fields bf = f.Child((*blobs)[i], "blobs[" + std::to_string(i) + "]");
+    STINT_RETURN_IF_ERROR(bf.CheckObject());
     BlobRecord b;
-    STINT_ASSIGN_OR_RETURN(b.name, bf.Str("name"));
-    STINT_ASSIGN_OR_RETURN(b.file, bf.Str("file"));
+    STINT_ASSIGN_OR_RETURN(b.name, bf.String("name"));
+    STINT_ASSIGN_OR_RETURN(b.file, bf.String("file"));
     STINT_ASSIGN_OR_RETURN(b.chunks, DecodeChunkList(bf));
     m.blobs.push_back(std::move(b));
   }
@@ -303,13 +284,13 @@ Result<Manifest> DecodeManifest(std::string_view bytes, std::string_view origin_
   json top = json::parse(bytes.begin(), bytes.end(), nullptr, /*allow_exceptions=*/false);
   if (top.is_discarded()) return Status::DataLoss(origin + ": manifest is not valid JSON");
   try {
-    Fields f(top, origin);
-    STINT_RETURN_IF_ERROR(f.Object());
-    STINT_ASSIGN_OR_RETURN(std::string hex, f.Str("manifest_xxh3"));
-    STINT_ASSIGN_OR_RETURN(const json* body, f.Get("manifest", json::value_t::object));
+    Fields f(top, origin, kManifestFields);
+    STINT_RETURN_IF_ERROR(f.CheckObject());
+    STINT_ASSIGN_OR_RETURN(std::string hex, f.String("manifest_xxh3"));
+    STINT_ASSIGN_OR_RETURN(const json* body, f.Object("manifest"));
     std::string canonical = body->dump();
     auto want = HexToHash(hex);
-    if (!want.ok()) return f.Err("manifest_xxh3", want.status().message());
+    if (!want.ok()) return f.BadValue("manifest_xxh3", want.status().message());
     // Version first: a future format must say "unknown version", not "bad checksum".
     auto version = body->find("version");
     if (version != body->end() && version->is_array() && version->size() == 2 &&

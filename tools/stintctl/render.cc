@@ -6,17 +6,25 @@
 #include <map>
 #include <vector>
 
+#include "base/json_fields.h"
 #include "stintctl/format.h"
 
 namespace stint {
 namespace ctl {
 namespace {
 
+// Tables show what they can: a field that is missing, null or of another
+// type is "-", never an error; a float where an integer belongs is rounded.
+constexpr internal::JsonFieldPolicy kShowFields{/*null_is_absent=*/true, internal::JsonFieldPolicy::Floats::kRound,
+                                                internal::DefaultJsonFieldError};
+
+internal::JsonFields Fields(const Json& o) { return internal::JsonFields(o, "", kShowFields); }
+
+// The field, or null.
 const Json& Field(const Json& o, const char* key) {
   static const Json kNull;
-  if (!o.is_object()) return kNull;
-  auto it = o.find(key);
-  return it == o.end() ? kNull : *it;
+  const Json* v = Fields(o).Find(key);
+  return v != nullptr ? *v : kNull;
 }
 
 const Json& List(const Json& reply, const char* key) {
@@ -26,22 +34,16 @@ const Json& List(const Json& reply, const char* key) {
 }
 
 bool Int(const Json& o, const char* key, int64_t* out) {
-  const Json& v = Field(o, key);
-  if (v.is_number_integer()) {
-    *out = v.get<int64_t>();
-    return true;
-  }
-  if (v.is_number_float() && std::isfinite(v.get<double>())) {
-    *out = std::llround(v.get<double>());
-    return true;
-  }
-  return false;
+  const Result<std::optional<int64_t>> v = Fields(o).OptionalInt64(key);
+  if (!v.ok() || !v->has_value()) return false;
+  *out = **v;
+  return true;
 }
 
 bool Number(const Json& o, const char* key, double* out) {
-  const Json& v = Field(o, key);
-  if (!v.is_number()) return false;
-  *out = v.get<double>();
+  const Result<std::optional<double>> v = Fields(o).OptionalNumber(key);
+  if (!v.ok() || !v->has_value()) return false;
+  *out = **v;
   return std::isfinite(*out);
 }
 

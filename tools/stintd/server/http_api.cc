@@ -90,18 +90,18 @@ std::chrono::milliseconds Millis(double seconds) {
 
 Result<Job> ParseJobSpec(const RequestBody& b) {
   Job j;
-  STINT_ASSIGN_OR_RETURN(j.name, b.RequiredString("name"));
-  STINT_ASSIGN_OR_RETURN(std::optional<std::string> team, b.String("team"));
-  STINT_ASSIGN_OR_RETURN(std::optional<std::string> pool, b.String("pool"));
-  STINT_ASSIGN_OR_RETURN(std::optional<std::string> prio, b.String("priority"));
-  STINT_ASSIGN_OR_RETURN(int64_t min_gpus, b.RequiredInt("min_gpus"));
-  STINT_ASSIGN_OR_RETURN(std::optional<int64_t> max_gpus, b.Int("max_gpus"));
-  STINT_ASSIGN_OR_RETURN(std::optional<bool> gang, b.Bool("gang"));
-  STINT_ASSIGN_OR_RETURN(std::optional<bool> preemptible, b.Bool("preemptible"));
-  STINT_ASSIGN_OR_RETURN(std::optional<double> ckpt, b.Number("checkpoint_seconds"));
-  STINT_ASSIGN_OR_RETURN(std::optional<double> restart, b.Number("restart_seconds"));
-  STINT_ASSIGN_OR_RETURN(std::optional<double> interval, b.Number("checkpoint_interval_seconds"));
-  STINT_ASSIGN_OR_RETURN(std::optional<double> remaining, b.Number("remaining_seconds"));
+  STINT_ASSIGN_OR_RETURN(j.name, b.String("name"));
+  STINT_ASSIGN_OR_RETURN(std::optional<std::string> team, b.OptionalString("team"));
+  STINT_ASSIGN_OR_RETURN(std::optional<std::string> pool, b.OptionalString("pool"));
+  STINT_ASSIGN_OR_RETURN(std::optional<std::string> prio, b.OptionalString("priority"));
+  STINT_ASSIGN_OR_RETURN(int64_t min_gpus, b.Int64("min_gpus"));
+  STINT_ASSIGN_OR_RETURN(std::optional<int64_t> max_gpus, b.OptionalInt64("max_gpus"));
+  STINT_ASSIGN_OR_RETURN(std::optional<bool> gang, b.OptionalBool("gang"));
+  STINT_ASSIGN_OR_RETURN(std::optional<bool> preemptible, b.OptionalBool("preemptible"));
+  STINT_ASSIGN_OR_RETURN(std::optional<double> ckpt, b.OptionalNumber("checkpoint_seconds"));
+  STINT_ASSIGN_OR_RETURN(std::optional<double> restart, b.OptionalNumber("restart_seconds"));
+  STINT_ASSIGN_OR_RETURN(std::optional<double> interval, b.OptionalNumber("checkpoint_interval_seconds"));
+  STINT_ASSIGN_OR_RETURN(std::optional<double> remaining, b.OptionalNumber("remaining_seconds"));
   if (min_gpus < 1 || min_gpus > 1000000) {
     return Status::InvalidArgument("min_gpus must be between 1 and 1000000 (got " + std::to_string(min_gpus) + ")");
   }
@@ -126,12 +126,12 @@ Result<Job> ParseJobSpec(const RequestBody& b) {
 
 Result<Window> ParseWindowSpec(const RequestBody& b, TimeMs now) {
   Window w;
-  STINT_ASSIGN_OR_RETURN(w.pool, b.RequiredString("pool"));
-  STINT_ASSIGN_OR_RETURN(int64_t gpus, b.RequiredInt("gpus"));
-  STINT_ASSIGN_OR_RETURN(std::optional<int64_t> start, b.Int("start_ms"));
-  STINT_ASSIGN_OR_RETURN(std::optional<int64_t> end, b.Int("end_ms"));
-  STINT_ASSIGN_OR_RETURN(std::optional<std::string> kind, b.String("kind"));
-  STINT_ASSIGN_OR_RETURN(std::optional<double> lead, b.Number("notice_lead_seconds"));
+  STINT_ASSIGN_OR_RETURN(w.pool, b.String("pool"));
+  STINT_ASSIGN_OR_RETURN(int64_t gpus, b.Int64("gpus"));
+  STINT_ASSIGN_OR_RETURN(std::optional<int64_t> start, b.OptionalInt64("start_ms"));
+  STINT_ASSIGN_OR_RETURN(std::optional<int64_t> end, b.OptionalInt64("end_ms"));
+  STINT_ASSIGN_OR_RETURN(std::optional<std::string> kind, b.OptionalString("kind"));
+  STINT_ASSIGN_OR_RETURN(std::optional<double> lead, b.OptionalNumber("notice_lead_seconds"));
   if (gpus < 1 || gpus > 1000000) {
     return Status::InvalidArgument("gpus must be between 1 and 1000000 (got " + std::to_string(gpus) + ")");
   }
@@ -258,8 +258,8 @@ void HttpApi::InstallRoutes() {
   route(kPost, "/v1/pools", Right::kAdmin, [c](const httplib::Request& req) {
     RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"name", "description"}));
     Pool p;
-    p.name = STINT_HTTP_TRY(b.RequiredString("name"));
-    p.description = STINT_HTTP_TRY(b.String("description")).value_or("");
+    p.name = STINT_HTTP_TRY(b.String("name"));
+    p.description = STINT_HTTP_TRY(b.OptionalString("description")).value_or("");
     Pool out = STINT_HTTP_TRY(c->AddPool(p));
     return Reply{201, ToJson(out), {}, {}};
   });
@@ -289,7 +289,7 @@ void HttpApi::InstallRoutes() {
   route(kPost, R"(/v1/windows/(\d+)/close)", Right::kAdmin, [c](const httplib::Request& req) {
     const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "window"));
     RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"lead_seconds"}));
-    std::optional<double> lead = STINT_HTTP_TRY(b.Number("lead_seconds"));
+    std::optional<double> lead = STINT_HTTP_TRY(b.OptionalNumber("lead_seconds"));
     if (lead && !(*lead >= 0 && *lead < 1e9)) {
       return ErrorReply(Status::InvalidArgument("lead_seconds must be >= 0"));
     }
@@ -304,8 +304,8 @@ void HttpApi::InstallRoutes() {
     RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"guaranteed_gpus", "borrow_limit_gpus"}));
     Team t;
     t.name = req.matches[1];
-    std::optional<int64_t> g = STINT_HTTP_TRY(b.Int("guaranteed_gpus"));
-    std::optional<int64_t> bl = STINT_HTTP_TRY(b.Int("borrow_limit_gpus"));
+    std::optional<int64_t> g = STINT_HTTP_TRY(b.OptionalInt64("guaranteed_gpus"));
+    std::optional<int64_t> bl = STINT_HTTP_TRY(b.OptionalInt64("borrow_limit_gpus"));
     if ((g && (*g < 0 || *g > 1000000)) || (bl && (*bl < -1 || *bl > 1000000))) {
       return ErrorReply(Status::InvalidArgument("guaranteed_gpus must be 0..1000000 and borrow_limit_gpus -1..1000000"));
     }
@@ -384,14 +384,14 @@ void HttpApi::InstallRoutes() {
   route(kPost, R"(/v1/jobs/(\d+)/cancel)", Right::kAdmin, [c](const httplib::Request& req) {
     const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "job"));
     RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"reason"}));
-    const std::string reason = STINT_HTTP_TRY(b.String("reason")).value_or("");
+    const std::string reason = STINT_HTTP_TRY(b.OptionalString("reason")).value_or("");
     Job j = STINT_HTTP_TRY(c->CancelJob(id, reason));
     return Reply{200, ToJson(j), {}, {}};
   });
   route(kPost, R"(/v1/jobs/(\d+)/priority)", Right::kAdmin, [c](const httplib::Request& req) {
     const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "job"));
     RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"priority"}));
-    const Priority p = STINT_HTTP_TRY(ParsePriority(STINT_HTTP_TRY(b.RequiredString("priority"))));
+    const Priority p = STINT_HTTP_TRY(ParsePriority(STINT_HTTP_TRY(b.String("priority"))));
     Job j = STINT_HTTP_TRY(c->SetPriority(id, p));
     return Reply{200, ToJson(j), {}, {}};
   });
@@ -442,7 +442,7 @@ void HttpApi::InstallRoutes() {
   route(kPost, R"(/v1/jobs/(\d+)/workers)", Right::kWorker, [c, hb_interval, ttl](const httplib::Request& req) {
     const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "job"));
     RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"name"}));
-    const std::string name = STINT_HTTP_TRY(b.RequiredString("name"));
+    const std::string name = STINT_HTTP_TRY(b.String("name"));
     Worker w = STINT_HTTP_TRY(c->RegisterWorker(id, name));
     return Reply{201,
                  {{"worker_id", w.id},
@@ -467,7 +467,7 @@ void HttpApi::InstallRoutes() {
   route(kPost, R"(/v1/workers/(\d+)/heartbeat)", Right::kWorker, [c, view_reply](const httplib::Request& req) {
     const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
     RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"step"}));
-    const int64_t step = STINT_HTTP_TRY(b.Int("step")).value_or(0);
+    const int64_t step = STINT_HTTP_TRY(b.OptionalInt64("step")).value_or(0);
     return view_reply(c->Heartbeat(id, step));
   });
   route(kGet, R"(/v1/workers/(\d+)/notice)", Right::kWorker,
@@ -482,8 +482,8 @@ void HttpApi::InstallRoutes() {
   route(kPost, R"(/v1/workers/(\d+)/progress)", Right::kWorker, [c, worker_status](const httplib::Request& req) {
     const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
     RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"step", "remaining_seconds"}));
-    const int64_t step = STINT_HTTP_TRY(b.RequiredInt("step"));
-    std::optional<double> remaining = STINT_HTTP_TRY(b.Number("remaining_seconds"));
+    const int64_t step = STINT_HTTP_TRY(b.Int64("step"));
+    std::optional<double> remaining = STINT_HTTP_TRY(b.OptionalNumber("remaining_seconds"));
     double keep = 0;
     if (!remaining) {
       c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
@@ -498,9 +498,9 @@ void HttpApi::InstallRoutes() {
   route(kPost, R"(/v1/workers/(\d+)/checkpoint)", Right::kWorker, [c, worker_status](const httplib::Request& req) {
     const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
     RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"step", "seconds", "bytes"}));
-    const int64_t step = STINT_HTTP_TRY(b.RequiredInt("step"));
-    std::optional<double> seconds = STINT_HTTP_TRY(b.Number("seconds"));
-    std::optional<int64_t> bytes = STINT_HTTP_TRY(b.Int("bytes"));
+    const int64_t step = STINT_HTTP_TRY(b.Int64("step"));
+    std::optional<double> seconds = STINT_HTTP_TRY(b.OptionalNumber("seconds"));
+    std::optional<int64_t> bytes = STINT_HTTP_TRY(b.OptionalInt64("bytes"));
     if (!seconds) return ErrorReply(Status::InvalidArgument("seconds is required"));
     if (bytes && *bytes < 0) return ErrorReply(Status::InvalidArgument("bytes must be >= 0"));
     return worker_status(c->ReportCheckpoint(id, step, *seconds, static_cast<uint64_t>(bytes.value_or(0))));
@@ -508,7 +508,7 @@ void HttpApi::InstallRoutes() {
   route(kPost, R"(/v1/workers/(\d+)/ack)", Right::kWorker, [c, worker_status](const httplib::Request& req) {
     const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
     RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"step"}));
-    const int64_t step = STINT_HTTP_TRY(b.Int("step")).value_or(-1);
+    const int64_t step = STINT_HTTP_TRY(b.OptionalInt64("step")).value_or(-1);
     return worker_status(c->Ack(id, step));
   });
   route(kPost, R"(/v1/workers/(\d+)/finished)", Right::kWorker, [c, worker_status](const httplib::Request& req) {
@@ -529,9 +529,9 @@ void HttpApi::InstallRoutes() {
         [c, rendezvous_reply, max_wait](const httplib::Request& req) {
           const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
           RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"endpoint", "known_generation", "wait_seconds"}));
-          const std::string endpoint = STINT_HTTP_TRY(b.RequiredString("endpoint"));
-          const int64_t known = STINT_HTTP_TRY(b.Int("known_generation")).value_or(0);
-          const double wait = STINT_HTTP_TRY(b.Number("wait_seconds")).value_or(30);
+          const std::string endpoint = STINT_HTTP_TRY(b.String("endpoint"));
+          const int64_t known = STINT_HTTP_TRY(b.OptionalInt64("known_generation")).value_or(0);
+          const double wait = STINT_HTTP_TRY(b.OptionalNumber("wait_seconds")).value_or(30);
           if (known < 0) return ErrorReply(Status::InvalidArgument("known_generation must be >= 0"));
           if (!(wait >= 0 && wait <= max_wait)) {
             return ErrorReply(Status::InvalidArgument("wait_seconds must be in [0, " + std::to_string(max_wait) + "]"));
@@ -548,8 +548,8 @@ void HttpApi::InstallRoutes() {
 
   route(kPost, "/v1/fencing/check", Right::kWorker, [c](const httplib::Request& req) {
     RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"job_id", "fencing_token"}));
-    const int64_t job = STINT_HTTP_TRY(b.RequiredInt("job_id"));
-    const int64_t token = STINT_HTTP_TRY(b.RequiredInt("fencing_token"));
+    const int64_t job = STINT_HTTP_TRY(b.Int64("job_id"));
+    const int64_t token = STINT_HTTP_TRY(b.Int64("fencing_token"));
     if (token < 0) return ErrorReply(Status::InvalidArgument("fencing_token must be >= 0"));
     TimeMs until = kNever;
     const bool valid = c->CheckFencing(job, static_cast<uint64_t>(token), &until);
@@ -560,8 +560,8 @@ void HttpApi::InstallRoutes() {
   route(kPut, R"(/v1/jobs/(\d+)/kv/([A-Za-z0-9._/-]+))", Right::kWorker, [c](const httplib::Request& req) {
     const int64_t job = STINT_HTTP_TRY(PathId(req, 1, "job"));
     RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"value", "if_version"}));
-    const std::string value = STINT_HTTP_TRY(b.RequiredString("value"));
-    std::optional<int64_t> if_version = STINT_HTTP_TRY(b.Int("if_version"));
+    const std::string value = STINT_HTTP_TRY(b.String("value"));
+    std::optional<int64_t> if_version = STINT_HTTP_TRY(b.OptionalInt64("if_version"));
     const int64_t version = STINT_HTTP_TRY(c->PutKv(job, req.matches[2], value, if_version));
     return Reply{200, {{"version", version}}, {}, {}};
   });

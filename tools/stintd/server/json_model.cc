@@ -1,7 +1,5 @@
 #include "stintd/server/json_model.h"
 
-#include <cmath>
-
 namespace stint::stintd {
 
 json TimeJson(TimeMs t) { return t == kNever ? json(nullptr) : json(t); }
@@ -177,16 +175,24 @@ json ToJson(const PlanStats& st) {
           {"pending_jobs", st.pending_jobs},         {"running_jobs", st.running_jobs}};
 }
 
+namespace {
+constexpr internal::JsonFieldPolicy kRequestFields{/*null_is_absent=*/true,
+                                                   internal::JsonFieldPolicy::Floats::kIfIntegral,
+                                                   internal::DefaultJsonFieldError};
+}  // namespace
+
+RequestBody::RequestBody(std::unique_ptr<const json> j) : JsonFields(*j, "", kRequestFields), j_(std::move(j)) {}
+
 Result<RequestBody> RequestBody::Parse(const std::string& body, std::initializer_list<const char*> allowed) {
-  json j;
+  auto j = std::make_unique<json>();
   if (body.empty()) {
-    j = json::object();
+    *j = json::object();
   } else {
-    j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) return Status::InvalidArgument("request body is not valid JSON");
+    *j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+    if (j->is_discarded()) return Status::InvalidArgument("request body is not valid JSON");
   }
-  if (!j.is_object()) return Status::InvalidArgument("request body must be a JSON object");
-  for (const auto& item : j.items()) {
+  if (!j->is_object()) return Status::InvalidArgument("request body must be a JSON object");
+  for (const auto& item : j->items()) {
     bool known = false;
     for (const char* a : allowed) known = known || item.key() == a;
     if (!known) {
@@ -196,52 +202,6 @@ Result<RequestBody> RequestBody::Parse(const std::string& body, std::initializer
     }
   }
   return RequestBody(std::move(j));
-}
-
-Result<std::optional<std::string>> RequestBody::String(const char* field) const {
-  auto it = j_.find(field);
-  if (it == j_.end() || it->is_null()) return std::optional<std::string>();
-  if (!it->is_string()) return Status::InvalidArgument(std::string(field) + " must be a string");
-  return std::optional<std::string>(it->get<std::string>());
-}
-
-Result<std::optional<int64_t>> RequestBody::Int(const char* field) const {
-  auto it = j_.find(field);
-  if (it == j_.end() || it->is_null()) return std::optional<int64_t>();
-  if (it->is_number_integer()) return std::optional<int64_t>(it->get<int64_t>());
-  if (it->is_number_float()) {
-    const double d = it->get<double>();
-    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15) {
-      return std::optional<int64_t>(static_cast<int64_t>(d));
-    }
-  }
-  return Status::InvalidArgument(std::string(field) + " must be an integer");
-}
-
-Result<std::optional<double>> RequestBody::Number(const char* field) const {
-  auto it = j_.find(field);
-  if (it == j_.end() || it->is_null()) return std::optional<double>();
-  if (!it->is_number()) return Status::InvalidArgument(std::string(field) + " must be a number");
-  return std::optional<double>(it->get<double>());
-}
-
-Result<std::optional<bool>> RequestBody::Bool(const char* field) const {
-  auto it = j_.find(field);
-  if (it == j_.end() || it->is_null()) return std::optional<bool>();
-  if (!it->is_boolean()) return Status::InvalidArgument(std::string(field) + " must be true or false");
-  return std::optional<bool>(it->get<bool>());
-}
-
-Result<std::string> RequestBody::RequiredString(const char* field) const {
-  STINT_ASSIGN_OR_RETURN(std::optional<std::string> v, String(field));
-  if (!v) return Status::InvalidArgument(std::string(field) + " is required");
-  return *v;
-}
-
-Result<int64_t> RequestBody::RequiredInt(const char* field) const {
-  STINT_ASSIGN_OR_RETURN(std::optional<int64_t> v, Int(field));
-  if (!v) return Status::InvalidArgument(std::string(field) + " is required");
-  return *v;
 }
 
 }  // namespace stint::stintd

@@ -5,11 +5,13 @@
 #define STINT_TOOLS_STINTD_SERVER_JSON_MODEL_H_
 
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "base/json_fields.h"
 #include "stintd/core/model.h"
 #include "stintd/core/policy.h"
 #include "stintd/core/rendezvous.h"
@@ -33,23 +35,19 @@ json ToJson(const PlanStats& st);
 json ToJson(const Rendezvous& r);
 json ToJson(const RendezvousView& v);
 
-// A parsed request body.
-class RequestBody {
+// A parsed request body, read through internal::JsonFields with stintd's
+// request policy: a null field is an absent one, an integral float (3.0) is
+// an integer, and every refusal is kInvalidArgument naming the field
+// ("min_gpus must be an integer", "name is required"). Owns the JSON, so it
+// may be moved.
+class RequestBody : public internal::JsonFields {
  public:
   // kInvalidArgument for bad JSON, a non-object, or a field not in `allowed`.
   static Result<RequestBody> Parse(const std::string& body, std::initializer_list<const char*> allowed);
 
-  Result<std::optional<std::string>> String(const char* field) const;
-  Result<std::optional<int64_t>> Int(const char* field) const;  // integral JSON numbers only
-  Result<std::optional<double>> Number(const char* field) const;
-  Result<std::optional<bool>> Bool(const char* field) const;
-  // The same, required.
-  Result<std::string> RequiredString(const char* field) const;
-  Result<int64_t> RequiredInt(const char* field) const;
-
  private:
-  explicit RequestBody(json j) : j_(std::move(j)) {}
-  json j_;
+  explicit RequestBody(std::unique_ptr<const json> j);
+  std::unique_ptr<const json> j_;  // what the JsonFields base reads; on the heap, so a move keeps it
 };
 
 }  // namespace stint::stintd
