@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 
+#include "base/clock.h"
 #include "base/thread_pool.h"
 #include "checkpoint/commit.h"
 #include "checkpoint/device_load.h"
@@ -28,10 +29,6 @@ namespace stint {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 std::shared_future<Status> ReadyFuture(Status s) {
   std::promise<Status> p;

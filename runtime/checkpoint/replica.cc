@@ -5,6 +5,7 @@
 #include <random>
 #include <vector>
 
+#include "base/clock.h"
 #include "checkpoint/commit.h"
 #include "checkpoint/retention.h"
 #include "format/manifest.h"
@@ -12,10 +13,6 @@
 
 namespace stint {
 namespace {
-
-double SecondsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 uint64_t Nonce() {
   std::random_device rd;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "base/clock.h"
 #include "elastic/listen_socket.h"
 
 namespace stint {
@@ -55,8 +56,6 @@ std::string DefaultAdvertiseHost() {
   const char* v = std::getenv("STINT_ADVERTISE_HOST");
   return v != nullptr && *v != '\0' ? v : "127.0.0.1";
 }
-
-double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 }  // namespace
 

@@ -15,6 +15,9 @@
 #include <map>
 #include <random>
 
+#include "base/stats.h"
+#include "base/strings.h"
+
 namespace stint::sim {
 namespace {
 
@@ -54,13 +57,6 @@ std::vector<std::string> Split(const std::string& s, char sep) {
   }
   out.push_back(cur);
   return out;
-}
-
-std::string Trim(const std::string& s) {
-  size_t a = 0, b = s.size();
-  while (a < b && (s[a] == ' ' || s[a] == '\t')) a++;
-  while (b > a && (s[b - 1] == ' ' || s[b - 1] == '\t')) b--;
-  return s.substr(a, b - a);
 }
 
 bool ParseDouble(const std::string& raw, double* out) {
@@ -173,11 +169,6 @@ std::string Stem(const std::string& path) {
   return dot == std::string::npos ? base : base.substr(0, dot);
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
 }  // namespace
 
 Result<std::vector<SimJob>> LoadPhilly(const std::string& path, const JobDefaults& d) {
@@ -206,7 +197,7 @@ Result<std::vector<SimJob>> LoadPhilly(const std::string& path, const JobDefault
   std::map<std::string, std::vector<double>> by_type;
   for (const auto& [type, n] : steps) by_type[type].push_back(n);
   std::map<std::string, double> median;
-  for (auto& [type, v] : by_type) median[type] = Median(v);
+  for (auto& [type, v] : by_type) median[type] = UpperMedian(v);
   std::vector<SimJob> out;
   out.reserve(jobs.size());
   for (size_t i = 0; i < jobs.size(); i++) {

@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "base/strings.h"
+
 namespace stint::stintd {
 namespace {
 
@@ -22,13 +24,6 @@ bool AnyEqual(const std::vector<std::string>& tokens, const std::string& t) {
   bool found = false;
   for (const std::string& candidate : tokens) found = ConstantTimeEqual(candidate, t) || found;
   return found;
-}
-
-std::string Trim(const std::string& s) {
-  const size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  const size_t e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
 }
 
 }  // namespace
