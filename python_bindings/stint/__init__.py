@@ -14,6 +14,8 @@ PreemptionWatcher and capture_rng. Every error is a stint.Error subclass
 e.g. NotFoundError is a FileNotFoundError) carrying the runtime's message.
 """
 
+from typing import Any, Dict
+
 import torch as _torch  # noqa: F401  (loads LibTorch before the extension that links it)
 
 from . import _C
@@ -45,16 +47,18 @@ from .resumable import Resumable  # noqa: F401
 from .rng import capture_rng, restore_rng  # noqa: F401
 from .sampler import ResumableSampler  # noqa: F401
 
-EXIT_REQUEUE = _C.EXIT_REQUEUE              # 75: preempted, state saved or loss reported: requeue
-EXIT_DO_NOT_REQUEUE = _C.EXIT_DO_NOT_REQUEUE  # 76: a fatal error a restart cannot fix
+EXIT_REQUEUE: int = _C.EXIT_REQUEUE              # 75: preempted, state saved or loss reported: requeue
+EXIT_DO_NOT_REQUEUE: int = _C.EXIT_DO_NOT_REQUEUE  # 76: a fatal error a restart cannot fix
 
 
-def launch_env():
+def launch_env() -> Dict[str, Any]:
     """{'rank', 'world_size', 'local_rank', 'launcher'} from torchrun's or Slurm's environment."""
     return _C.launch_env()
 
 
-__version__ = "0.1.0"
+# project(stint VERSION ...) in CMakeLists.txt, compiled into _C (stint/version.h);
+# the same number the manifest records as its writer and pip reports.
+__version__: str = _C.__version__
 __all__ = [
     "Checkpointer", "CheckpointReader", "LoadResult", "SaveHandle", "Future",
     "ResumableSampler", "IndexPermutation", "Resumable",

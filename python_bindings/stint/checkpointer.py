@@ -21,15 +21,21 @@ runtime's message.
 Thread-compatible: use one Checkpointer from one thread at a time.
 """
 
+from __future__ import annotations
+
 import os
+from typing import Any, Dict, Iterable, List, Literal, Optional, Tuple, Union
 
 import torch
 
 from . import _C
 from . import pytree
 
+PathLike = Union[str, "os.PathLike[str]"]
+Device = Union[str, torch.device, int]  # what torch.device() accepts, for map_location
 
-def _check_step(step):
+
+def _check_step(step: int) -> int:
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise _C.InvalidArgumentError("step must be a non-negative int, got %r" % (step,))
     return step
@@ -40,14 +46,21 @@ class LoadResult:
 
     __slots__ = ("step", "state", "dir", "skipped", "skipped_steps")
 
-    def __init__(self, step, state, dir, skipped, skipped_steps):
+    step: int
+    state: Any
+    dir: str
+    skipped: List[str]
+    skipped_steps: List[int]
+
+    def __init__(self, step: int, state: Any, dir: str, skipped: List[str],
+                 skipped_steps: List[int]) -> None:
         self.step = step                    # the step of the checkpoint loaded
         self.state = state                  # the rebuilt object
         self.dir = dir                      # its directory
         self.skipped = skipped              # newer checkpoints passed over: "step-...: error"
         self.skipped_steps = skipped_steps  # the same, as steps
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<stint.LoadResult step %d from %s%s>" % (
             self.step, self.dir, ", skipped %s" % self.skipped_steps if self.skipped_steps else "")
 
@@ -67,12 +80,22 @@ class Checkpointer:
       job_id="", fencing_token=0   recorded in the manifest
     """
 
-    def __init__(self, root, **options):
-        self._c = _C.Checkpointer(os.fspath(root), **options)
+    def __init__(self, root: PathLike, *, keep_last: int = 3, keep_every: int = 0,
+                 compress: bool = False, zstd_level: int = 1, chunk_size: int = 8 << 20,
+                 staging_bytes: int = 0, busy_policy: str = "block", block_timeout: float = 600.0,
+                 io_engine: str = "auto", direct_io: bool = True, io_queue_depth: int = 32,
+                 io_size: int = 4 << 20, threads: int = 0, job_id: str = "",
+                 fencing_token: int = 0) -> None:
+        self._c = _C.Checkpointer(
+            os.fspath(root), keep_last=keep_last, keep_every=keep_every, compress=compress,
+            zstd_level=zstd_level, chunk_size=chunk_size, staging_bytes=staging_bytes,
+            busy_policy=busy_policy, block_timeout=block_timeout, io_engine=io_engine,
+            direct_io=direct_io, io_queue_depth=io_queue_depth, io_size=io_size, threads=threads,
+            job_id=job_id, fencing_token=fencing_token)
 
     # -- saving ---------------------------------------------------------------
 
-    def save(self, step, state):
+    def save(self, step: int, state: Any) -> _C.SaveHandle:
         """Checkpoints `state` as step `step`. Returns a SaveHandle that
         unpacks as (staged, durable) futures; `state` may be modified as soon
         as save() returns. AlreadyExistsError if the step is committed
@@ -84,14 +107,15 @@ class Checkpointer:
         blobs[pytree.STRUCTURE_BLOB] = flat.structure
         return self._c.save(step, flat.names, flat.tensors, blobs)
 
-    def flush(self, timeout=600.0):
+    def flush(self, timeout: float = 600.0) -> None:
         """Waits until every save is durable or failed; raises the first
         background error not raised yet (DeadlineExceededError on timeout)."""
         self._c.flush(timeout)
 
     # -- loading --------------------------------------------------------------
 
-    def load(self, into=None, *, step=None, verify=False, map_location=None, strict=True):
+    def load(self, into: Any = None, *, step: Optional[int] = None, verify: bool = False,
+             map_location: Optional[Device] = None, strict: bool = True) -> Any:
         """Loads the newest checkpoint that verifies (or `step`) and returns
         the saved object, rebuilt.
 
@@ -108,13 +132,14 @@ class Checkpointer:
         return self.load_result(into, step=step, verify=verify, map_location=map_location,
                                 strict=strict).state
 
-    def load_result(self, into=None, *, step=None, verify=False, map_location=None, strict=True):
+    def load_result(self, into: Any = None, *, step: Optional[int] = None, verify: bool = False,
+                    map_location: Optional[Device] = None, strict: bool = True) -> LoadResult:
         """load(), returning a LoadResult (step, state, dir, skipped, skipped_steps)."""
         if step is not None:
             _check_step(step)
-        plans = {}
+        plans: Dict[str, Any] = {}
 
-        def planner(reader):
+        def planner(reader: _C.CheckpointReader) -> Tuple[List[Tuple[str, torch.Tensor]], List[str]]:
             where = reader.dir
             plans.clear()
             if pytree.STRUCTURE_BLOB not in reader.blob_names():
@@ -132,10 +157,10 @@ class Checkpointer:
                 return in_place, [n for n in names if n not in taken]
             root = pytree.parse_structure(reader.read_blob(pytree.STRUCTURE_BLOB), where)
             if into is None:
-                names = pytree.tensor_names(root)
-                if names is None:
+                tensor_names = pytree.tensor_names(root)
+                if tensor_names is None:
                     raise _C.DataLossError("%s: malformed state structure" % where)
-                in_place, fresh = [], names
+                in_place, fresh = [], tensor_names
             else:
                 in_place, fresh = pytree.plan_in_place(root, into, strict, where)
             plans.update(root=root, in_place={n for n, _ in in_place}, where=where,
@@ -157,48 +182,48 @@ class Checkpointer:
 
     # -- the rest -------------------------------------------------------------
 
-    def list_committed(self):
+    def list_committed(self) -> List[int]:
         """Committed steps, oldest first."""
         return self._c.list_committed()
 
-    def latest_step(self):
+    def latest_step(self) -> Optional[int]:
         """The newest committed step, or None."""
         steps = self._c.list_committed()
         return steps[-1] if steps else None
 
-    def quarantine(self, step):
+    def quarantine(self, step: int) -> None:
         """Moves a checkpoint that failed to load aside (quarantine-step-...),
         kept for inspection and never loaded, so the step can be saved again."""
         self._c.quarantine(_check_step(step))
 
-    def stats(self):
+    def stats(self) -> Dict[str, Any]:
         """{'saves', 'skipped', 'failed', 'committed', 'last': {...} or None}."""
         return self._c.stats()
 
     @property
-    def root(self):
+    def root(self) -> str:
         return self._c.root
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._c.closed
 
-    def close(self):
+    def close(self) -> None:
         """Waits for pending saves (GIL released) and closes. Idempotent."""
         self._c.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Checkpointer:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> Literal[False]:
         self.close()
         return False
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<stint.Checkpointer %s>" % ("closed" if self._c.closed else self._c.root)
 
 
-def _is_tensor(x):
+def _is_tensor(x: Any) -> bool:
     return isinstance(x, torch.Tensor)
 
 
@@ -209,36 +234,48 @@ class CheckpointReader:
     checked against its checksum; verify() checks them all.
     """
 
-    def __init__(self, dir, *, io_engine="auto", direct_io=True, threads=0):
+    def __init__(self, dir: PathLike, *, io_engine: str = "auto", direct_io: bool = True,
+                 threads: int = 0) -> None:
         self._c = _C.CheckpointReader.open(os.fspath(dir), io_engine, direct_io, threads)
 
-    dir = property(lambda self: self._c.dir)
-    step = property(lambda self: self._c.step)
-    job_id = property(lambda self: self._c.job_id)
-    world_size = property(lambda self: self._c.world_size)
+    @property
+    def dir(self) -> str:
+        return self._c.dir
 
-    def tensors(self):
+    @property
+    def step(self) -> int:
+        return self._c.step
+
+    @property
+    def job_id(self) -> str:
+        return self._c.job_id
+
+    @property
+    def world_size(self) -> int:
+        return self._c.world_size
+
+    def tensors(self) -> List[Dict[str, Any]]:
         """[{'name', 'dtype', 'shape', 'shards', 'raw_bytes'}, ...]"""
         return self._c.tensors()
 
-    def blob_names(self):
+    def blob_names(self) -> List[str]:
         return self._c.blob_names()
 
-    def read_blob(self, name):
+    def read_blob(self, name: str) -> bytes:
         return self._c.read_blob(name)
 
-    def read(self, names=None):
+    def read(self, names: Optional[Iterable[str]] = None) -> Dict[str, torch.Tensor]:
         """{name: new CPU tensor} for `names` (all when None)."""
         return self._c.read(None if names is None else list(names))
 
-    def verify(self):
+    def verify(self) -> Dict[str, int]:
         """{'files', 'chunks', 'stored_bytes'}; DataLossError naming the file and chunk."""
         return self._c.verify()
 
-    def state(self, map_location=None):
+    def state(self, map_location: Optional[Device] = None) -> Any:
         """The whole saved object, rebuilt (as Checkpointer.load does)."""
         if pytree.STRUCTURE_BLOB not in self._c.blob_names():
-            out = {n: self._c.read_blob(n) for n in self._c.blob_names()}
+            out: Dict[str, Any] = {n: self._c.read_blob(n) for n in self._c.blob_names()}
             out.update(self._c.read())
             return out
         root = pytree.parse_structure(self._c.read_blob(pytree.STRUCTURE_BLOB), self.dir)

@@ -50,9 +50,11 @@ Not thread-safe: one training thread drives a worker (close() may come from
 another thread).
 """
 
-import collections
+from __future__ import annotations
+
 import datetime
 import time
+from typing import Any, Callable, Dict, Literal, NamedTuple, Optional, Tuple
 
 from . import _C
 
@@ -60,15 +62,19 @@ _DEFAULT_JOIN_TIMEOUT = 300.0
 _DEFAULT_PG_TIMEOUT = 60.0
 
 
-class Generation(collections.namedtuple(
-        "Generation", "generation rank world_size master_addr master_port reform_seconds")):
+class Generation(NamedTuple):
     """One formed generation of the job's group; reform_seconds is the stall the
     change cost this rank (from the boundary that noticed it to the answer)."""
 
-    __slots__ = ()
+    generation: int
+    rank: int
+    world_size: int
+    master_addr: str
+    master_port: int
+    reform_seconds: float
 
     @property
-    def init_method(self):
+    def init_method(self) -> str:
         """'tcp://addr:port' for torch.distributed.init_process_group."""
         host = self.master_addr
         if ":" in host and not host.startswith("["):
@@ -76,11 +82,18 @@ class Generation(collections.namedtuple(
         return "tcp://%s:%d" % (host, self.master_port)
 
 
-Boundary = collections.namedtuple("Boundary", "stop reformed generation")
-Boundary.__doc__ = """What step_boundary() decided, the same on every rank.
-stop: some rank wants to stop (checkpoint, exit); reformed: a new generation
-formed at this boundary (synchronize the state from rank 0); generation: the
-current Generation."""
+class Boundary(NamedTuple):
+    """What step_boundary() decided, the same on every rank.
+    stop: some rank wants to stop (checkpoint, exit); reformed: a new generation
+    formed at this boundary (synchronize the state from rank 0); generation: the
+    current Generation."""
+
+    stop: bool
+    reformed: bool
+    generation: Optional[Generation]
+
+
+Sync = Callable[[], Any]  # makes this rank's state rank 0's (join(), step_boundary())
 
 
 class ElasticWorker:
@@ -95,25 +108,31 @@ class ElasticWorker:
     step_boundary() pass to init_process_group (timeout in seconds; it also
     bounds every collective)."""
 
-    def __init__(self, url=None, token=None, job_id=None, *, worker_name=None, session=None,
-                 advertise_host=None, join_timeout=_DEFAULT_JOIN_TIMEOUT, backend="gloo",
-                 pg_timeout=_DEFAULT_PG_TIMEOUT, request_timeout=None, retry_deadline=None):
-        self._session_args = dict(url=url, token=token, job_id=job_id, worker_name=worker_name,
-                                  request_timeout=request_timeout, retry_deadline=retry_deadline)
-        self._session = session
+    def __init__(self, url: Optional[str] = None, token: Optional[str] = None,
+                 job_id: Optional[int] = None, *, worker_name: Optional[str] = None,
+                 session: Optional[_C.CoordinatorSession] = None,
+                 advertise_host: Optional[str] = None,
+                 join_timeout: float = _DEFAULT_JOIN_TIMEOUT, backend: str = "gloo",
+                 pg_timeout: float = _DEFAULT_PG_TIMEOUT, request_timeout: Optional[float] = None,
+                 retry_deadline: Optional[float] = None) -> None:
+        self._session_args: Dict[str, Any] = dict(
+            url=url, token=token, job_id=job_id, worker_name=worker_name,
+            request_timeout=request_timeout, retry_deadline=retry_deadline)
+        # Typed Any: None until start() / join(), set for the methods that use them.
+        self._session: Any = session  # Optional[_C.CoordinatorSession]
         self._owns_session = session is None
         self._advertise_host = advertise_host
         self._join_timeout = float(join_timeout)
         self._backend = backend
         self._pg_timeout = float(pg_timeout)
-        self._rdzv = None
-        self._generation = None
+        self._rdzv: Any = None  # Optional[_C.ElasticRendezvous]
+        self._generation: Any = None  # Optional[Generation]
         self._formed_group = False  # the default process group is ours to destroy
         self._closed = False
 
     # -- lifecycle --------------------------------------------------------------
 
-    def start(self):
+    def start(self) -> ElasticWorker:
         """Registers with stintd (unless a session was given) and starts
         watching the job's rendezvous. join() calls it; idempotent. Raises the
         session's errors (UnauthenticatedError for a bad token,
@@ -127,14 +146,15 @@ class ElasticWorker:
                                               join_timeout=self._join_timeout)
         return self
 
-    def join(self, init=True, sync=None):
+    def join(self, init: bool = True, sync: Optional[Sync] = None) -> Generation:
         """Joins the first generation (or the current one after a restart) and,
         with init, forms its torch.distributed group and calls sync(). Returns
         the Generation."""
         self.start()
         return self._enter(lambda: self._rdzv.join(), init, sync)
 
-    def reform(self, failed=False, init=True, sync=None):
+    def reform(self, failed: bool = False, init: bool = True,
+               sync: Optional[Sync] = None) -> Generation:
         """Destroys the process group formed here, joins the next generation
         and, with init, forms its group and calls sync(). failed: this
         generation is broken (a collective failed), so stintd opens a new
@@ -143,7 +163,8 @@ class ElasticWorker:
         self.destroy_process_group()
         return self._enter(lambda: self._rdzv.reform(bool(failed)), init, sync)
 
-    def step_boundary(self, stop=False, failed=False, sync=None):
+    def step_boundary(self, stop: bool = False, failed: bool = False,
+                      sync: Optional[Sync] = None) -> Boundary:
         """Once per step, after the optimizer step (or after a failed collective
         that skipped it). stop: this rank wants to stop (a preemption signal);
         a notice from stintd for this worker, or its fencing, counts too.
@@ -174,13 +195,13 @@ class ElasticWorker:
         # in the new generation (the caller's flag or the notice is still set).
         return Boundary(False, True, self.reform(failed=failed, sync=sync))
 
-    def changed(self):
+    def changed(self) -> bool:
         """True once stintd's generation differs from this one (a worker died,
         left or joined). One atomic load."""
         self._require_joined()
         return self._rdzv.changed()
 
-    def destroy_process_group(self):
+    def destroy_process_group(self) -> None:
         """Destroys the default process group if join()/reform() formed it."""
         if self._formed_group:
             import torch.distributed as dist
@@ -188,7 +209,7 @@ class ElasticWorker:
             if dist.is_initialized():
                 dist.destroy_process_group()
 
-    def close(self, leave=False):
+    def close(self, leave: bool = False) -> None:
         """Destroys the process group formed here, stops watching stintd and,
         unless the session was given, ends it (leave: tell stintd this worker
         is gone first, so the others re-form without waiting for its lease).
@@ -210,10 +231,10 @@ class ElasticWorker:
                 finally:
                     self._session.close()
 
-    def __enter__(self):
+    def __enter__(self) -> ElasticWorker:
         return self.start()
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         # An exception (Ctrl-C included) leaves the job, so the others
         # re-form at once instead of after this worker's lease.
         self.close(leave=exc_type is not None)
@@ -222,69 +243,70 @@ class ElasticWorker:
     # -- state ------------------------------------------------------------------
 
     @property
-    def generation(self):
+    def generation(self) -> Optional[Generation]:
         """The current Generation (None before join())."""
         return self._generation
 
     @property
-    def rank(self):
+    def rank(self) -> int:
         return self._generation.rank if self._generation else -1
 
     @property
-    def world_size(self):
+    def world_size(self) -> int:
         return self._generation.world_size if self._generation else 0
 
     @property
-    def session(self):
+    def session(self) -> Optional[_C.CoordinatorSession]:
         """The stint._C.CoordinatorSession (None before start())."""
         return self._session
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._closed
 
     # -- the coordinator --------------------------------------------------------
 
-    def notice(self):
+    def notice(self) -> Optional[Dict[str, Any]]:
         """None, or stintd's newest notice for this worker {'reason', 'deadline_ms',
         'notice_ms'} (wall clock ms): the GPUs go away at deadline_ms."""
         return self._session.notice() if self._session is not None else None
 
     @property
-    def preempted(self):
+    def preempted(self) -> bool:
         """True once stintd sent this worker a notice."""
         return self.notice() is not None
 
     @property
-    def fenced(self):
+    def fenced(self) -> bool:
         """True once stintd fenced this worker (its segment ended): stop, do not commit."""
         return self._session is not None and not self._session.closed and self._session.fenced
 
-    def set_step(self, step):
+    def set_step(self, step: int) -> None:
         """The step sent with the next heartbeat (progress in stintctl). Cheap."""
         self._session.set_step(step)
 
-    def finished(self):
+    def finished(self) -> None:
         """The job is complete (one rank calls it, after the others are done)."""
         self._session.finished()
 
-    def ack(self, step):
+    def ack(self, step: int) -> None:
         """After a notice: the checkpoint of `step` is durable; the job goes back to the queue."""
         self._session.ack(step)
 
-    def leave(self):
+    def leave(self) -> None:
         """This worker leaves the job without ending it."""
         self._session.leave()
 
     # -- internals --------------------------------------------------------------
 
-    def _require_joined(self):
+    def _require_joined(self) -> None:
         if self._closed:
             raise _C.FailedPreconditionError("the elastic worker was closed")
         if self._rdzv is None or self._generation is None:
             raise _C.FailedPreconditionError("join() first")
 
-    def _enter(self, join, init, sync):
+    def _enter(self, join: Callable[[], Tuple[int, int, int, str, int, float]], init: bool,
+               sync: Optional[Sync]) -> Generation:
         """join() answers a membership tuple; forms its group (with init) and
         syncs, joining the next generation while forming or syncing fails."""
         deadline = time.monotonic() + self._join_timeout
@@ -308,7 +330,7 @@ class ElasticWorker:
                     raise
                 answer = self._rdzv.reform(True)
 
-    def _init_process_group(self):
+    def _init_process_group(self) -> None:
         import torch.distributed as dist
         g = self._generation
         dist.init_process_group(self._backend, init_method=g.init_method, rank=g.rank,

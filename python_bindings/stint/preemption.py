@@ -31,21 +31,25 @@ DataLoader to get the same.
 At most one watcher is installed per process (AlreadyExistsError otherwise).
 """
 
+from __future__ import annotations
+
 import os
 import signal
 import threading
+from types import FrameType
+from typing import Any, Callable, Dict, Iterable, Literal, Optional, Tuple
 
 from . import _C
 
 _DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
-_shielded = ()  # the installed watcher's signals, if it shields forked children
+_shielded: Tuple[int, ...] = ()  # the installed watcher's signals, if it shields forked children
 
 
-def _ignore_in_child(signum, frame):
+def _ignore_in_child(signum: int, frame: Optional[FrameType]) -> None:
     pass
 
 
-def shield_from_preemption(*_, signals=None):
+def shield_from_preemption(*_: Any, signals: Optional[Iterable[int]] = None) -> None:
     """Makes this process (a DataLoader worker) survive the preemption
     signals (default SIGTERM, SIGUSR1) with a no-op handler. Usable as a
     DataLoader worker_init_fn."""
@@ -56,7 +60,7 @@ def shield_from_preemption(*_, signals=None):
             pass
 
 
-def _after_fork_in_child():
+def _after_fork_in_child() -> None:
     if not _shielded:
         return
     shield_from_preemption()
@@ -66,11 +70,11 @@ def _after_fork_in_child():
     handling = sys.modules.get("torch.utils.data._utils.signal_handling")
     original = getattr(handling, "_set_worker_signal_handlers", None)
     if original is not None and not getattr(original, "_stint_shielded", False):
-        def set_worker_signal_handlers(*args, **kwargs):
+        def set_worker_signal_handlers(*args: Any, **kwargs: Any) -> None:
             original(*args, **kwargs)
             shield_from_preemption()
-        set_worker_signal_handlers._stint_shielded = True
-        handling._set_worker_signal_handlers = set_worker_signal_handlers
+        set_worker_signal_handlers._stint_shielded = True  # type: ignore[attr-defined]
+        handling._set_worker_signal_handlers = set_worker_signal_handlers  # type: ignore[union-attr]
 
 
 if hasattr(os, "register_at_fork"):
@@ -80,22 +84,30 @@ if hasattr(os, "register_at_fork"):
 class PreemptionNotice:
     __slots__ = ("source", "seconds_since_received", "seconds_to_deadline")
 
-    def __init__(self, source, seconds_since_received, seconds_to_deadline):
+    source: str
+    seconds_since_received: float
+    seconds_to_deadline: float
+
+    def __init__(self, source: str, seconds_since_received: float,
+                 seconds_to_deadline: float) -> None:
         self.source = source                                  # "signal SIGTERM", "coordinator", ...
         self.seconds_since_received = seconds_since_received
         self.seconds_to_deadline = seconds_to_deadline        # negative once passed
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<stint.PreemptionNotice %s, deadline in %.1f s>" % (self.source, self.seconds_to_deadline)
 
 
-def _notice(d):
+def _notice(d: Optional[Dict[str, Any]]) -> Optional[PreemptionNotice]:
     return None if d is None else PreemptionNotice(d["source"], d["seconds_since_received"],
                                                    d["seconds_to_deadline"])
 
 
 class PreemptionWatcher:
-    def __init__(self, signals=None, *, grace=None, safety=None, callback=None, shield_children=True):
+    def __init__(self, signals: Optional[Iterable[int]] = None, *, grace: Optional[float] = None,
+                 safety: Optional[float] = None,
+                 callback: Optional[Callable[[Optional[PreemptionNotice]], Any]] = None,
+                 shield_children: bool = True) -> None:
         """Installs the watcher. signals: signal numbers (default SIGTERM and
         SIGUSR1); grace: seconds from a signal to the hard kill (default 30);
         safety: seconds kept free before the deadline (default 2)."""
@@ -105,13 +117,13 @@ class PreemptionWatcher:
         if shield_children:
             _shielded = tuple(signals)
         self._stop = threading.Event()
-        self._thread = None
+        self._thread: Optional[threading.Thread] = None
         if callback is not None:
             self._thread = threading.Thread(target=self._watch, args=(callback,),
                                             name="stint-preemption-callback", daemon=True)
             self._thread.start()
 
-    def _watch(self, callback):
+    def _watch(self, callback: Callable[[Optional[PreemptionNotice]], Any]) -> None:
         while not self._stop.is_set():
             try:
                 if self._c.wait(0.5):
@@ -122,39 +134,40 @@ class PreemptionWatcher:
             callback(self.notice())
 
     @property
-    def requested(self):
+    def requested(self) -> bool:
         """True once a notice is pending. Cheap: check it every step."""
         return self._c.requested
 
     @property
-    def installed(self):
+    def installed(self) -> bool:
         return self._c.installed
 
     @property
-    def signals_received(self):
+    def signals_received(self) -> int:
         return self._c.signals_received
 
-    def notice(self):
+    def notice(self) -> Optional[PreemptionNotice]:
         """The pending notice (PreemptionNotice), or None."""
         return _notice(self._c.notice())
 
-    def notify(self, source, deadline_in):
+    def notify(self, source: str, deadline_in: float) -> None:
         """A notice from another source: the resources go away in `deadline_in` seconds."""
         self._c.notify(str(source), float(deadline_in))
 
-    def plan(self, state_bytes=0, bytes_per_second=0.0, fixed_seconds=0.05, steps_since_durable=0):
+    def plan(self, state_bytes: int = 0, bytes_per_second: float = 0.0, fixed_seconds: float = 0.05,
+             steps_since_durable: int = 0) -> _C.PreemptionPlan:
         """PreemptionPlan for the pending notice, now: .save (an emergency
         checkpoint fits the remaining grace at that throughput; unknown
         throughput means try), .steps_lost, .remaining_seconds, .reason."""
         return self._c.plan(int(state_bytes), float(bytes_per_second), float(fixed_seconds),
                             int(steps_since_durable))
 
-    def wait(self, timeout=None):
+    def wait(self, timeout: Optional[float] = None) -> bool:
         """Blocks (GIL released, Ctrl-C works) until a notice is pending or
         `timeout` seconds pass; returns requested."""
         return self._c.wait(timeout)
 
-    def uninstall(self):
+    def uninstall(self) -> None:
         """Stops the watcher and restores the previous signal handlers. Idempotent."""
         global _shielded
         self._stop.set()
@@ -165,13 +178,13 @@ class PreemptionWatcher:
             self._thread.join()
         self._thread = None
 
-    def __enter__(self):
+    def __enter__(self) -> PreemptionWatcher:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> Literal[False]:
         self.uninstall()
         return False
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<stint.PreemptionWatcher %s>" % (
             ("requested" if self._c.requested else "waiting") if self._c.installed else "uninstalled")

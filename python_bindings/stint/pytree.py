@@ -6,41 +6,30 @@ every bytes leaf as a blob, and the blob "stint.pytree": a JSON document that
 records the containers, the plain values and where each tensor goes, so
 load() rebuilds exactly the nesting that was saved.
 
-Structure format, version 1 (JSON, UTF-8):
-
-    {"format": "stint.pytree", "version": 1, "root": NODE}
-
-    NODE := null | true | false | <int> | <string>     None, bool, int, str
-          | ["float", "<float.hex()>"]                 exact, incl. nan/inf/-0.0
-          | ["dict", [[KEY, NODE], ...]]               keys in order
-          | ["odict", [[KEY, NODE], ...], NODE]        OrderedDict; last: its _metadata
-          | ["list", [NODE, ...]] | ["tuple", [NODE, ...]]
-          | ["tensor", "<name>"] | ["tensor", "<name>", {"device": "cuda:0", "grad": true}]
-          | ["ndarray", "<name>"]                      a numpy array, stored as a tensor
-          | ["bytes", "<blob name>"]
-          | ["np", "<numpy dtype str>", NODE]          a numpy scalar
-          | ["dtype", "float32"] | ["device", "cuda:0"]
-    KEY   := a NODE of a hashable value (str, int, float, bool, None, tuple)
-
-Names are the path of keys and list indices joined with "."; a name already
-taken (two paths that print the same, or an empty path) gets "#1", "#2", ...
-appended, so names are unique and the structure is the only source of truth
-for where a tensor goes. Two paths holding the very same tensor view (tied
-weights) are stored once and load as one shared tensor.
+The structure format (version 1: the node grammar, how names are made,
+shared tensors, reading rules) is written down in runtime/format/FORMAT.md,
+section "Python state structure".
 """
+
+from __future__ import annotations
 
 import collections
 import json
 import math
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 import torch
 
 try:  # numpy is optional
     import numpy as _np
 except ImportError:  # pragma: no cover - numpy is installed with torch in practice
-    _np = None
+    _np = None  # type: ignore[assignment]
 
 from . import _C
+
+Node = Any  # a structure node: a JSON value (see FORMAT.md)
+Path = List[Any]  # the keys and indices from the root to a value
+Device = Union[str, torch.device, int]
 
 STRUCTURE_BLOB = "stint.pytree"
 FORMAT_NAME = "stint.pytree"
@@ -54,21 +43,26 @@ class Flat:
 
     __slots__ = ("names", "tensors", "blobs", "structure")
 
-    def __init__(self):
+    names: List[str]
+    tensors: List[torch.Tensor]
+    blobs: Dict[str, bytes]
+    structure: bytes
+
+    def __init__(self) -> None:
         self.names = []
         self.tensors = []
         self.blobs = {}
         self.structure = b""
 
 
-def _path_str(path):
+def _path_str(path: Path) -> str:
     out = "state"
     for p in path:
         out += "[%r]" % (p,)
     return out
 
 
-def _component(key):
+def _component(key: Any) -> str:
     if isinstance(key, str):
         return key
     if isinstance(key, bool) or key is None:
@@ -79,14 +73,15 @@ def _component(key):
 
 
 class _Flattener:
-    def __init__(self):
+    def __init__(self) -> None:
         self.flat = Flat()
-        self.tensor_names = set()
-        self.blob_names = {STRUCTURE_BLOB}
-        self.by_view = {}  # (storage, offset, shape, stride, dtype, device) -> name
+        self.tensor_names: Set[str] = set()
+        self.blob_names: Set[str] = {STRUCTURE_BLOB}
+        # (storage, offset, shape, stride, dtype, device) -> name
+        self.by_view: Dict[Tuple[Any, ...], str] = {}
 
     @staticmethod
-    def _unique(name, used):
+    def _unique(name: str, used: Set[str]) -> str:
         if name and name not in used:
             used.add(name)
             return name
@@ -97,10 +92,10 @@ class _Flattener:
         used.add(name)
         return name
 
-    def _name(self, path):
+    def _name(self, path: Path) -> str:
         return ".".join(_component(p) for p in path)
 
-    def _view_key(self, t):
+    def _view_key(self, t: torch.Tensor) -> Optional[Tuple[Any, ...]]:
         if t.layout != torch.strided or t.numel() == 0:
             return None
         try:
@@ -111,7 +106,7 @@ class _Flattener:
             return None
         return (ptr, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype, str(t.device))
 
-    def tensor(self, t, path):
+    def tensor(self, t: torch.Tensor, path: Path) -> str:
         key = self._view_key(t)
         if key is not None and key in self.by_view:
             return self.by_view[key]
@@ -122,7 +117,7 @@ class _Flattener:
             self.by_view[key] = name
         return name
 
-    def key(self, k, path):
+    def key(self, k: Any, path: Path) -> Node:
         if k is None or isinstance(k, (bool, str, int, float)):
             return self.node(k, path)
         if type(k) is tuple:
@@ -130,10 +125,10 @@ class _Flattener:
         raise TypeError("%s: cannot checkpoint a dict key of type %s (supported: str, int, float, "
                         "bool, None and tuples of them)" % (_path_str(path), type(k).__name__))
 
-    def items(self, d, path):
+    def items(self, d: Dict[Any, Any], path: Path) -> List[List[Node]]:
         return [[self.key(k, path), self.node(v, path + [k])] for k, v in d.items()]
 
-    def node(self, x, path):
+    def node(self, x: Any, path: Path) -> Node:
         if x is None or type(x) in (bool, str, int):
             return x
         if type(x) is float:
@@ -147,7 +142,7 @@ class _Flattener:
                                                               base.__name__, base.__name__))
         if isinstance(x, torch.Tensor):
             name = self.tensor(x, path)
-            meta = {}
+            meta: Any = {}
             if x.device.type != "cpu":
                 meta["device"] = str(x.device)
             if x.requires_grad:
@@ -183,7 +178,7 @@ class _Flattener:
                         "use its state_dict())" % (_path_str(path), type(x).__qualname__))
 
 
-def flatten(state):
+def flatten(state: Any) -> Flat:
     """Splits `state` into named tensors, blobs and the structure (see module doc)."""
     f = _Flattener()
     root = f.node(state, [])
@@ -192,7 +187,7 @@ def flatten(state):
     return f.flat
 
 
-def parse_structure(blob, where):
+def parse_structure(blob: bytes, where: str) -> Node:
     """The root NODE of a structure blob; DataLossError when it is malformed."""
     try:
         doc = json.loads(blob.decode("utf-8"))
@@ -211,7 +206,7 @@ class _Bad(Exception):
     pass
 
 
-def _kind(node):
+def _kind(node: Node) -> str:
     if isinstance(node, list) and node and isinstance(node[0], str):
         return node[0]
     if node is None or isinstance(node, (bool, int, str)):
@@ -219,11 +214,13 @@ def _kind(node):
     raise _Bad("unexpected node %r" % (node,))
 
 
-def tensor_names(root):
-    """Every tensor name the structure refers to, in order, once each."""
-    out, seen = [], set()
+def tensor_names(root: Node) -> Optional[List[str]]:
+    """Every tensor name the structure refers to, in order, once each (None
+    when the structure is malformed)."""
+    out: List[str] = []
+    seen: Set[str] = set()
 
-    def walk(node):
+    def walk(node: Node) -> None:
         kind = _kind(node)
         if kind in ("tensor", "ndarray"):
             if node[1] not in seen:
@@ -243,20 +240,23 @@ def tensor_names(root):
     return out
 
 
-def _decode_key(node, where):
+def _decode_key(node: Node, where: str) -> Any:
     return decode(node, {}, {}, where, None)
 
 
-def plan_in_place(root, into, strict, where):
+def plan_in_place(root: Node, into: Any, strict: bool,
+                  where: str) -> Tuple[List[Tuple[str, torch.Tensor]], List[str]]:
     """Matches the structure against `into` (a state of the same shape whose
     tensors are to be filled in place). Returns (in_place [(name, tensor)],
     fresh [name]). With strict, NotFoundError names every tensor of `into`
     that the checkpoint does not hold."""
-    in_place, fresh = [], []
-    placed, fresh_set = set(), set()
-    matched = set()  # id() of the tensors of `into` that get filled
+    in_place: List[Tuple[str, torch.Tensor]] = []
+    fresh: List[str] = []
+    placed: Set[str] = set()
+    fresh_set: Set[str] = set()
+    matched: Set[int] = set()  # id() of the tensors of `into` that get filled
 
-    def tensor(name, target):
+    def tensor(name: str, target: Any) -> None:
         if isinstance(target, torch.Tensor):
             if name not in placed:
                 placed.add(name)
@@ -266,7 +266,7 @@ def plan_in_place(root, into, strict, where):
             fresh_set.add(name)
             fresh.append(name)
 
-    def walk(node, target):
+    def walk(node: Node, target: Any) -> None:
         kind = _kind(node)
         if kind in ("tensor", "ndarray"):
             if kind == "ndarray" and _np is not None and isinstance(target, _np.ndarray):
@@ -290,9 +290,9 @@ def plan_in_place(root, into, strict, where):
         raise _C.DataLossError("%s: malformed state structure (%s)" % (where, e)) from None
 
     if strict:
-        missing = []
+        missing: List[str] = []
 
-        def find(x, path):
+        def find(x: Any, path: Path) -> None:
             if isinstance(x, torch.Tensor):
                 if id(x) not in matched:
                     missing.append(_path_str(path))
@@ -311,7 +311,8 @@ def plan_in_place(root, into, strict, where):
     return in_place, fresh
 
 
-def _device_for(saved, map_location, name, where):
+def _device_for(saved: Optional[str], map_location: Optional[Device], name: str,
+                where: str) -> Optional[torch.device]:
     if map_location is not None:
         return torch.device(map_location)
     if saved is None:
@@ -324,14 +325,15 @@ def _device_for(saved, map_location, name, where):
     return device
 
 
-def decode(root, tensors, blobs, where, map_location, in_place_names=()):
+def decode(root: Node, tensors: Dict[str, torch.Tensor], blobs: Dict[str, bytes], where: str,
+           map_location: Optional[Device], in_place_names: Iterable[str] = ()) -> Any:
     """Rebuilds the saved object. `tensors` maps names to loaded tensors (the
     `into` targets for in_place_names, new CPU tensors otherwise); fresh
     tensors are moved to their saved device (or map_location) and get their
     requires_grad back."""
-    done = {}
+    done: Dict[str, torch.Tensor] = {}
 
-    def tensor(node):
+    def tensor(node: Node) -> torch.Tensor:
         name = node[1]
         if name in done:
             return done[name]
@@ -348,7 +350,7 @@ def decode(root, tensors, blobs, where, map_location, in_place_names=()):
         done[name] = t
         return t
 
-    def dec(node):
+    def dec(node: Node) -> Any:
         kind = _kind(node)
         if kind == "leaf":
             return node
@@ -364,7 +366,7 @@ def decode(root, tensors, blobs, where, map_location, in_place_names=()):
         if kind == "odict":
             d = collections.OrderedDict((dec(k), dec(v)) for k, v in node[1])
             if len(node) > 2 and node[2] is not None:
-                d._metadata = dec(node[2])
+                d._metadata = dec(node[2])  # type: ignore[attr-defined]
             return d
         if kind == "list":
             return [dec(v) for v in node[1]]

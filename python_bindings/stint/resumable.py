@@ -34,20 +34,35 @@ creates its iterator at a different point than an uninterrupted one.
 Thread-compatible: the training thread owns it.
 """
 
+from __future__ import annotations
+
 import logging
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Literal, Mapping, Optional,
+                    Tuple)
 
 from . import _C
 from .checkpointer import Checkpointer
 from .preemption import PreemptionWatcher
 from .rng import capture_rng, restore_rng
 
+if TYPE_CHECKING:
+    import torch
+
+    from .checkpointer import PathLike
+    from .sampler import ResumableSampler
+
 _log = logging.getLogger("stint")
 
 
 class Resumable:
-    def __init__(self, root, *, model=None, optimizer=None, sampler=None, objects=None,
-                 save_every=100, watch_signals=True, signals=None, grace=None, safety=None,
-                 on_preemption=None, **checkpoint_options):
+    def __init__(self, root: PathLike, *, model: Optional[torch.nn.Module] = None,
+                 optimizer: Optional[torch.optim.Optimizer] = None,
+                 sampler: Optional[ResumableSampler] = None, objects: Optional[Mapping[str, Any]] = None,
+                 save_every: int = 100, watch_signals: bool = True,
+                 signals: Optional[Iterable[int]] = None, grace: Optional[float] = None,
+                 safety: Optional[float] = None,
+                 on_preemption: Optional[Callable[[_C.PreemptionPlan], Any]] = None,
+                 **checkpoint_options: Any) -> None:
         """root: the checkpoint directory. save_every: asynchronous checkpoint
         every N steps (0: only on preemption and finish()). objects: {name:
         object with state_dict()/load_state_dict()}. watch_signals: install a
@@ -60,15 +75,15 @@ class Resumable:
         self.objects = dict(objects or {})
         self.save_every = int(save_every)
         self.on_preemption = on_preemption
-        self.user_state = {}
+        self.user_state: Dict[str, Any] = {}
         self.exit_code = 0
-        self.last_plan = None
-        self.resume_skipped = []
-        self.last_durable_step = None
-        self._last_saved_step = None
-        self._pending = []  # (step, durable future)
+        self.last_plan: Optional[_C.PreemptionPlan] = None
+        self.resume_skipped: List[str] = []
+        self.last_durable_step: Optional[int] = None
+        self._last_saved_step: Optional[int] = None
+        self._pending: List[Tuple[int, _C.Future]] = []  # (step, durable future)
         self.checkpointer = Checkpointer(root, **checkpoint_options)
-        self.watcher = None
+        self.watcher: Optional[PreemptionWatcher] = None
         if watch_signals:
             try:
                 self.watcher = PreemptionWatcher(signals, grace=grace, safety=safety)
@@ -78,7 +93,7 @@ class Resumable:
 
     # -- state ------------------------------------------------------------------
 
-    def state(self, step):
+    def state(self, step: int) -> Dict[str, Any]:
         """The object a checkpoint of `step` holds."""
         s = {"step": step, "rng": capture_rng(), "user": self.user_state}
         if self.model is not None:
@@ -91,7 +106,7 @@ class Resumable:
             s["objects"] = {name: obj.state_dict() for name, obj in self.objects.items()}
         return s
 
-    def resume(self):
+    def resume(self) -> int:
         """Restores the newest checkpoint that verifies; returns its step, or 0
         when there is none."""
         if not self.checkpointer.list_committed():
@@ -129,7 +144,7 @@ class Resumable:
 
     # -- the loop -------------------------------------------------------------------
 
-    def save(self, step, wait=False):
+    def save(self, step: int, wait: bool = False) -> None:
         """Checkpoints now (unless this step was saved already); with wait,
         returns once it is durable."""
         if self._last_saved_step != step:
@@ -145,7 +160,7 @@ class Resumable:
                     self.last_durable_step = step
         self._reap()
 
-    def step_boundary(self, step):
+    def step_boundary(self, step: int) -> bool:
         """Call once per step, after the optimizer step; `step` counts steps
         done. Commits the sampler's cursor, saves every save_every steps, and
         returns True when a preemption notice says: stop and exit with
@@ -178,14 +193,14 @@ class Resumable:
             self.save(step)
         return False
 
-    def finish(self, step):
+    def finish(self, step: int) -> None:
         """Final checkpoint (unless this step is durable already); waits for every save."""
         if self.last_durable_step != step:
             self.save(step, wait=True)
         self.checkpointer.flush()
         self._reap()
 
-    def close(self):
+    def close(self) -> None:
         """Waits for pending saves, closes the checkpointer, uninstalls the watcher."""
         try:
             self.checkpointer.close()
@@ -193,16 +208,16 @@ class Resumable:
             if self.watcher is not None:
                 self.watcher.uninstall()
 
-    def __enter__(self):
+    def __enter__(self) -> Resumable:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> Literal[False]:
         self.close()
         return False
 
     # -- internals ---------------------------------------------------------------------
 
-    def _reap(self):
+    def _reap(self) -> None:
         left = []
         for step, durable in self._pending:
             if not durable.done():
@@ -214,8 +229,8 @@ class Resumable:
             # A failure comes back from the next save() or flush().
         self._pending = left
 
-    def _cost(self, step):
-        cost = {"steps_since_durable": step - (self.last_durable_step or 0)}
+    def _cost(self, step: int) -> Dict[str, Any]:
+        cost: Dict[str, Any] = {"steps_since_durable": step - (self.last_durable_step or 0)}
         last = self.checkpointer.stats()["last"]
         if last is not None:
             seconds = last["persist_seconds"] + last["commit_seconds"]

@@ -11,20 +11,23 @@ random.Random()) are not global: checkpoint their state with the rest of the
 program's state.
 """
 
+from __future__ import annotations
+
 import random
+from typing import Any, Dict
 
 from . import _C
 
 try:
     import numpy as _np
 except ImportError:  # pragma: no cover
-    _np = None
+    _np = None  # type: ignore[assignment]
 
 
-def capture_rng():
+def capture_rng() -> Dict[str, Any]:
     """{'torch': {'cpu': bytes, 'cuda:0': bytes, ...}, 'python': random.getstate(),
     'numpy': {...} or None}: saveable with Checkpointer.save()."""
-    state = {"torch": _C.capture_torch_rng(), "python": random.getstate(), "numpy": None}
+    state: Dict[str, Any] = {"torch": _C.capture_torch_rng(), "python": random.getstate(), "numpy": None}
     if _np is not None:
         name, key, pos, has_gauss, gauss = _np.random.get_state(legacy=True)
         state["numpy"] = {"bit_generator": str(name), "key": _np.asarray(key, dtype=_np.uint32).tobytes(),
@@ -32,7 +35,7 @@ def capture_rng():
     return state
 
 
-def restore_rng(state):
+def restore_rng(state: Dict[str, Any]) -> None:
     """Restores what capture_rng() returned. InvalidArgumentError for a state
     of another shape or a CUDA device this process lacks."""
     if not isinstance(state, dict) or "torch" not in state or "python" not in state:

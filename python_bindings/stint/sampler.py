@@ -26,15 +26,19 @@ split as evenly as possible, so a rank may get a shorter (even empty) last
 batch; every rank still commits that step.
 """
 
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from torch.utils.data import Sampler
 
 from . import _C
 
 
-class ResumableSampler(Sampler):
-    def __init__(self, dataset_size, global_batch, *, seed=0, shuffle=True, drop_last=False,
-                 rank=None, world_size=None):
+class ResumableSampler(Sampler[List[int]]):
+    def __init__(self, dataset_size: int, global_batch: int, *, seed: int = 0, shuffle: bool = True,
+                 drop_last: bool = False, rank: Optional[int] = None,
+                 world_size: Optional[int] = None) -> None:
         """rank and world_size default to the launcher's (torchrun, Slurm; else 0 of 1).
         InvalidArgumentError for an empty dataset, a zero batch, a world size
         that does not divide the global batch, or a rank outside the world."""
@@ -54,7 +58,7 @@ class ResumableSampler(Sampler):
 
     # -- torch.utils.data.Sampler ---------------------------------------------
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[List[int]]:
         c = self._c
         step = c.committed_steps
         epoch = c.cursor_at_step(step)[0]
@@ -67,59 +71,60 @@ class ResumableSampler(Sampler):
             yield c.rank_indices_at_step(step, self.rank, self.world_size)
             step += 1
 
-    def __len__(self):
+    def __len__(self) -> int:
         """Batches the next iteration yields: from the committed step to the end of its epoch."""
         c = self._c
         return c.steps_per_epoch - c.committed_steps % c.steps_per_epoch
 
     # -- the cursor -------------------------------------------------------------
 
-    def commit_step(self):
+    def commit_step(self) -> None:
         """Marks the batch at the cursor as trained on: call after the optimizer step."""
         self._c.commit_step()
 
     @property
-    def cursor(self):
+    def cursor(self) -> Tuple[int, int]:
         """(epoch, consumed): the committed position."""
         return self._c.cursor
 
     @property
-    def epoch(self):
+    def epoch(self) -> int:
         return self._c.cursor[0]
 
     @property
-    def committed_steps(self):
+    def committed_steps(self) -> int:
         """Global number of the first step not committed (steps count across epochs)."""
         return self._c.committed_steps
 
     @property
-    def steps_per_epoch(self):
+    def steps_per_epoch(self) -> int:
         return self._c.steps_per_epoch
 
     @property
-    def epoch_length(self):
+    def epoch_length(self) -> int:
         return self._c.epoch_length
 
-    def indices_at_step(self, step, rank=None, world_size=None):
+    def indices_at_step(self, step: int, rank: Optional[int] = None,
+                        world_size: Optional[int] = None) -> List[int]:
         """Indices of `rank` (default: this one) for global step `step`."""
         return self._c.rank_indices_at_step(step, self.rank if rank is None else rank,
                                             self.world_size if world_size is None else world_size)
 
-    def worker_indices(self, worker, num_workers):
+    def worker_indices(self, worker: int, num_workers: int) -> List[int]:
         """The part of this rank's batch at the cursor that DataLoader worker `worker` loads."""
         return self._c.worker_indices(self.rank, self.world_size, worker, num_workers)
 
-    def fingerprint(self):
+    def fingerprint(self) -> str:
         """'size=... seed=... global_batch=... shuffle=... drop_last=... order=feistel-v1'."""
         return self._c.fingerprint()
 
     # -- checkpointing ----------------------------------------------------------
 
-    def state_dict(self):
+    def state_dict(self) -> Dict[str, str]:
         """{'stint_sampler': <versioned JSON>}: the cursor and the data fingerprint."""
         return {"stint_sampler": self._c.save_state()}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: Union[Dict[str, Any], str, bytes]) -> None:
         """Restores the cursor. FailedPreconditionError naming the field when
         the saved data configuration (size, seed, global batch, shuffle,
         order version) differs from this sampler's; DataLossError for a
@@ -132,6 +137,6 @@ class ResumableSampler(Sampler):
             raise _C.InvalidArgumentError("not a ResumableSampler state_dict()")
         self._c.load_state(state)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<stint.ResumableSampler %s rank %d/%d cursor %s>" % (
             self._c.fingerprint(), self.rank, self.world_size, self._c.cursor)
