@@ -6,6 +6,7 @@
 #include <set>
 
 #include "base/json_fields.h"
+#include "stint/version.h"
 
 namespace stint {
 namespace {
@@ -184,6 +185,7 @@ json EncodeBody(const Manifest& m) {
     blobs.push_back({{"name", b.name}, {"file", b.file}, {"chunks", EncodeChunks(b.chunks)}});
   }
   return json{{"version", {m.version_major, m.version_minor}},
+              {"writer", std::string("stint ") + kVersion},  // informational; readers ignore it
               {"job_id", m.job_id},
               {"step", m.step},
               {"fencing_token", m.fencing_token},
