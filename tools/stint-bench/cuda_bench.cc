@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
 #include "cuda_copier.h"
 #include "device_probe.h"
 #include "pinned_host.h"
@@ -29,7 +30,7 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+using stint::SecondsSince;
 
 #define CHECK_CUDA(call)                                                                    \
   do {                                                                                      \
@@ -88,7 +89,7 @@ struct FakeCompute {
     auto t = Clock::now();
     for (int i = 0; i < 20; ++i) CHECK_CUDA(cudaMemsetAsync(scratch, i, bytes, s));
     CHECK_CUDA(cudaStreamSynchronize(s));
-    double per = Since(t) / 20;
+    double per = SecondsSince(t) / 20;
     reps = std::max(1, int(ms / 1e3 / per));
   }
   void Run(cudaStream_t s) {
@@ -131,7 +132,7 @@ int main(int argc, char** argv) {
                                    cudaMemcpyDeviceToHost, s));
       }
       CHECK_CUDA(cudaStreamSynchronize(s));
-      best = std::min(best, Since(t));
+      best = std::min(best, SecondsSince(t));
     }
     memcpy_gbs = total / best / 1e9;
     CHECK_CUDA(cudaStreamDestroy(s));
@@ -159,14 +160,14 @@ int main(int argc, char** argv) {
       auto t_save = Clock::now();
       auto h = ckpt->Save(n, state);
       Check(h.status(), "save");
-      *save_call = Since(t_save);
+      *save_call = SecondsSince(t_save);
       *handle = *h;
     }
     fake.Run(compute);                                        // forward + backward, overlapping the copy
     Check(copier->OrderBeforeWrite(0, compute), "barrier");  // the lazy barrier
     for (auto* p : params) CHECK_CUDA(cudaMemsetAsync(p, int(n), per_tensor, compute));  // optimizer step
     CHECK_CUDA(cudaStreamSynchronize(compute));
-    return Since(t);
+    return SecondsSince(t);
   };
   stint::SaveHandle h;
   double save_call = 0;
@@ -175,7 +176,7 @@ int main(int argc, char** argv) {
   step(true, 1, &h, &save_call);
   Check(h.staged.get(), "staged");
   Check(h.durable.get(), "durable");
-  double cold_s = Since(cold);
+  double cold_s = SecondsSince(cold);
   double base = 1e9;
   for (int i = 0; i < f.steps; ++i) base = std::min(base, step(false, 0, nullptr, nullptr));
   double worst_stall = 0, snapshot_s = 1e9, durable_s = 0, replica_s = 0, worst_call = 0;
@@ -187,12 +188,12 @@ int main(int argc, char** argv) {
     worst_call = std::max(worst_call, save_call);
     Check(h.staged.get(), "staged");
     Check(h.durable.get(), "durable");
-    durable_s = std::max(durable_s, Since(t0));
+    durable_s = std::max(durable_s, SecondsSince(t0));
     auto stats = ckpt->stats();
     if (stats.last) snapshot_s = std::min(snapshot_s, stats.last->device_copy_seconds);
     if (!f.replica.empty()) {
       Check(h.replicated.get(), "replicated");
-      replica_s = std::max(replica_s, Since(t0));
+      replica_s = std::max(replica_s, SecondsSince(t0));
     }
   }
   double snapshot_gbs = total / snapshot_s / 1e9;

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/stats.h"
 #include "util/stintd_process.h"
 
@@ -89,7 +90,7 @@ RunResult RunOnce(int port, const std::vector<int64_t>& workers, int connections
   const auto t0 = Clock::now();
   go = true;
   for (auto& th : threads) th.join();
-  const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double elapsed = stint::SecondsSince(t0);
   std::vector<double> all;
   for (auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
   std::sort(all.begin(), all.end());
