@@ -60,7 +60,7 @@ if ! (cd "$SRC" && "$PY" -m pip install --no-build-isolation -v . > "$WORK/pip.l
   echo "check_pip_install: FAILED: pip install" >&2
   exit 1
 fi
-grep -E "^-- stint:|Successfully installed" "$WORK/pip.log" || true
+grep -E "^ *-- stint:|^Successfully installed" "$WORK/pip.log" || true
 
 # 4. Import from elsewhere (not the copy, not a build tree) and a save/load.
 cd /tmp
