@@ -30,8 +30,8 @@ Result<std::shared_ptr<CudaEvent>> NewSharedEvent() {
 }
 
 // Polls instead of cudaEventSynchronize, which has no deadline.
-Status WaitEvents(const std::vector<std::shared_ptr<CudaEvent>>& events, std::chrono::milliseconds timeout,
-                  const char* what) {
+Status WaitEvents(const std::vector<std::shared_ptr<CudaEvent>>& events,
+                  std::chrono::milliseconds timeout, const char* what) {
   auto deadline = Clock::now() + timeout;
   auto nap = std::chrono::microseconds(20);
   for (const auto& e : events) {
@@ -57,7 +57,8 @@ void CUDART_CB RunHostCallback(void* arg) {
 
 class CudaDeviceCopier final : public DeviceCopier {
  public:
-  CudaDeviceCopier(int home_device, int numa_node) : home_device_(home_device), numa_node_(numa_node) {}
+  CudaDeviceCopier(int home_device, int numa_node)
+      : home_device_(home_device), numa_node_(numa_node) {}
 
   ~CudaDeviceCopier() override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -158,11 +159,13 @@ class CudaDeviceCopier final : public DeviceCopier {
     if (q != cudaErrorNotReady) return StatusFromCuda(q, "lazy barrier: copy failed");
     ScopedCudaDevice scope;
     STINT_RETURN_IF_ERROR(scope.Enter(device));
-    STINT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(AsStream(stream), it->second.last_d2h->get(), 0));
+    STINT_CUDA_RETURN_IF_ERROR(
+        cudaStreamWaitEvent(AsStream(stream), it->second.last_d2h->get(), 0));
     return Status::OK();
   }
 
-  Status CopyToDevice(const std::vector<DeviceCopy>& copies, std::chrono::milliseconds timeout) override {
+  Status CopyToDevice(const std::vector<DeviceCopy>& copies,
+                      std::chrono::milliseconds timeout) override {
     std::vector<std::shared_ptr<CudaEvent>> done;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -182,7 +185,8 @@ class CudaDeviceCopier final : public DeviceCopier {
           STINT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(h2d, ev.get(), 0));
         }
         for (const DeviceCopy* c : list) {
-          STINT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyHostToDevice, h2d));
+          STINT_CUDA_RETURN_IF_ERROR(
+              cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyHostToDevice, h2d));
         }
         STINT_ASSIGN_OR_RETURN(auto finished, NewSharedEvent());
         STINT_CUDA_RETURN_IF_ERROR(cudaEventRecord(finished->get(), h2d));
@@ -213,7 +217,8 @@ class CudaDeviceCopier final : public DeviceCopier {
 
   // REQUIRES: mu_ held.
   Status EnqueueD2H(const std::map<int, std::vector<const DeviceCopy*>>& by_device,
-                    std::vector<std::shared_ptr<CudaEvent>>* done, std::vector<cudaStream_t>* used) {
+                    std::vector<std::shared_ptr<CudaEvent>>* done,
+                    std::vector<cudaStream_t>* used) {
     for (const auto& [device, list] : by_device) {
       ScopedCudaDevice scope;
       STINT_RETURN_IF_ERROR(scope.Enter(device));
@@ -230,7 +235,8 @@ class CudaDeviceCopier final : public DeviceCopier {
         STINT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(d2h, ev.get(), 0));
       }
       for (const DeviceCopy* c : list) {
-        STINT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyDeviceToHost, d2h));
+        STINT_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyDeviceToHost, d2h));
       }
       STINT_ASSIGN_OR_RETURN(auto finished, NewSharedEvent());
       STINT_CUDA_RETURN_IF_ERROR(cudaEventRecord(finished->get(), d2h));

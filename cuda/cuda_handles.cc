@@ -8,8 +8,8 @@ namespace stint {
 
 Result<CudaStream> CudaStream::Create() {
   cudaStream_t s = nullptr;
-  STINT_RETURN_IF_ERROR(
-      StatusFromCuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"));
+  STINT_RETURN_IF_ERROR(StatusFromCuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
+                                       "cudaStreamCreateWithFlags"));
   return CudaStream(s);
 }
 
@@ -28,8 +28,8 @@ void CudaStream::Reset() {
 
 Result<CudaEvent> CudaEvent::Create() {
   cudaEvent_t e = nullptr;
-  STINT_RETURN_IF_ERROR(
-      StatusFromCuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags"));
+  STINT_RETURN_IF_ERROR(StatusFromCuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
+                                       "cudaEventCreateWithFlags"));
   return CudaEvent(e);
 }
 
@@ -48,7 +48,8 @@ void CudaEvent::Reset() {
 
 Result<CudaDeviceBuffer> CudaDeviceBuffer::Allocate(size_t bytes) {
   void* p = nullptr;
-  STINT_RETURN_IF_ERROR(StatusFromCuda(cudaMalloc(&p, bytes), "cudaMalloc(" + std::to_string(bytes) + " bytes)"));
+  STINT_RETURN_IF_ERROR(
+      StatusFromCuda(cudaMalloc(&p, bytes), "cudaMalloc(" + std::to_string(bytes) + " bytes)"));
   return CudaDeviceBuffer(p);
 }
 
@@ -72,7 +73,8 @@ ScopedCudaDevice::~ScopedCudaDevice() {
 Status ScopedCudaDevice::Enter(int device) {
   STINT_RETURN_IF_ERROR(StatusFromCuda(cudaGetDevice(&previous_), "cudaGetDevice"));
   if (previous_ != device) {
-    STINT_RETURN_IF_ERROR(StatusFromCuda(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")"));
+    STINT_RETURN_IF_ERROR(
+        StatusFromCuda(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")"));
     restore_ = true;
   }
   return Status::OK();

@@ -24,13 +24,13 @@ Status StatusFromCuda(cudaError_t err, const std::string& context);
 }  // namespace stint
 
 // Returns the CUDA call's error as a Status naming the call and its place.
-#define STINT_CUDA_RETURN_IF_ERROR(call)                                                     \
-  do {                                                                                       \
-    cudaError_t stint_cuda_err_ = (call);                                                    \
-    if (stint_cuda_err_ != cudaSuccess) {                                                    \
-      return ::stint::StatusFromCuda(stint_cuda_err_, std::string(#call) + " at " __FILE__ ":" + \
-                                                          std::to_string(__LINE__));         \
-    }                                                                                        \
+#define STINT_CUDA_RETURN_IF_ERROR(call)                                                         \
+  do {                                                                                           \
+    cudaError_t stint_cuda_err_ = (call);                                                        \
+    if (stint_cuda_err_ != cudaSuccess) {                                                        \
+      return ::stint::StatusFromCuda(                                                            \
+          stint_cuda_err_, std::string(#call) + " at " __FILE__ ":" + std::to_string(__LINE__)); \
+    }                                                                                            \
   } while (0)
 
 #endif  // STINT_CUDA_CUDA_STATUS_H_

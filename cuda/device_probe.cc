@@ -23,12 +23,13 @@ Result<int> CudaDeviceCount() {
 
 Result<std::string> CudaDeviceSummary(int index) {
   cudaDeviceProp prop;
-  STINT_RETURN_IF_ERROR(StatusFromCuda(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties"));
+  STINT_RETURN_IF_ERROR(
+      StatusFromCuda(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties"));
   int runtime = 0;
   STINT_RETURN_IF_ERROR(StatusFromCuda(cudaRuntimeGetVersion(&runtime), "cudaRuntimeGetVersion"));
-  return std::string(prop.name) + ", " + std::to_string(prop.totalGlobalMem >> 30) + " GiB, compute " +
-         std::to_string(prop.major) + "." + std::to_string(prop.minor) + ", runtime " +
-         std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10);
+  return std::string(prop.name) + ", " + std::to_string(prop.totalGlobalMem >> 30) +
+         " GiB, compute " + std::to_string(prop.major) + "." + std::to_string(prop.minor) +
+         ", runtime " + std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10);
 }
 
 }  // namespace stint

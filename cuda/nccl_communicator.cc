@@ -81,7 +81,7 @@ class NcclComm {
 
 // What one communicator owns besides its ncclComm_t.
 struct StreamResources {
-  CudaStream owned_stream;   // empty when the stream is the caller's
+  CudaStream owned_stream;  // empty when the stream is the caller's
   cudaStream_t stream = nullptr;
   CudaEvent done;            // recorded after each collective; its completion is polled
   CudaDeviceBuffer scratch;  // Barrier()'s one float
@@ -101,7 +101,8 @@ Result<StreamResources> MakeStreamResources(cudaStream_t external) {
   Result<CudaDeviceBuffer> scratch = CudaDeviceBuffer::Allocate(sizeof(float));
   if (!scratch.ok()) return scratch.status().WithContext("barrier scratch");
   r.scratch = std::move(*scratch);
-  STINT_RETURN_IF_ERROR(StatusFromCuda(cudaMemset(r.scratch.get(), 0, sizeof(float)), "cudaMemset(barrier scratch)"));
+  STINT_RETURN_IF_ERROR(
+      StatusFromCuda(cudaMemset(r.scratch.get(), 0, sizeof(float)), "cudaMemset(barrier scratch)"));
   return Result<StreamResources>(std::move(r));
 }
 
@@ -128,16 +129,16 @@ class Backoff {
 
 struct PollTarget {
   ncclComm_t comm = nullptr;
-  cudaEvent_t event = nullptr;                 // also wait for it; null: the comm's state only
-  const std::atomic<bool>* abort = nullptr;    // kAborted once set; null: never
+  cudaEvent_t event = nullptr;               // also wait for it; null: the comm's state only
+  const std::atomic<bool>* abort = nullptr;  // kAborted once set; null: never
 };
 
 // Polls until `t.comm` has left ncclInProgress (and `t.event` completed).
 // kAborted once *t.abort is set, StatusFromNccl's code for an asynchronous
 // NCCL error (kUnavailable unless it is an invalid argument or usage),
 // kDeadlineExceeded at `deadline`. The caller aborts the comm on any error.
-Status PollUntilDone(const PollTarget& t, Clock::time_point deadline, std::chrono::milliseconds timeout,
-                     const std::string& what) {
+Status PollUntilDone(const PollTarget& t, Clock::time_point deadline,
+                     std::chrono::milliseconds timeout, const std::string& what) {
   Backoff backoff;
   for (;;) {
     if (t.abort != nullptr && t.abort->load(std::memory_order_acquire)) {
@@ -198,19 +199,24 @@ class NcclCommunicator final : public Communicator {
   int device() const { return device_; }
 
   Status AllReduce(void* data, size_t count, DType dtype, ReduceOp op) override {
-    const std::string what = "nccl allreduce (" + std::to_string(count) + " x " + DTypeName(dtype) + ")";
+    const std::string what =
+        "nccl allreduce (" + std::to_string(count) + " x " + DTypeName(dtype) + ")";
     Result<ncclDataType_t> type = NcclDataType(dtype);
     Result<ncclRedOp_t> red = NcclRedOp(op);
-    Status check = !type.ok() ? type.status() : !red.ok() ? red.status() : CheckDeviceData(data, count);
+    Status check = !type.ok()  ? type.status()
+                   : !red.ok() ? red.status()
+                               : CheckDeviceData(data, count);
     return Run(what, check, [&](ncclComm_t comm, cudaStream_t stream) {
       return ncclAllReduce(data, data, count, *type, *red, comm, stream);
     });
   }
 
   Status Broadcast(void* data, size_t bytes, int root) override {
-    const std::string what = "nccl broadcast (" + std::to_string(bytes) + " bytes from rank " + std::to_string(root) + ")";
+    const std::string what = "nccl broadcast (" + std::to_string(bytes) + " bytes from rank " +
+                             std::to_string(root) + ")";
     Status check = root < 0 || root >= membership_.world_size
-                       ? Status::InvalidArgument("root " + std::to_string(root) + " is not a rank of a world of " +
+                       ? Status::InvalidArgument("root " + std::to_string(root) +
+                                                 " is not a rank of a world of " +
                                                  std::to_string(membership_.world_size))
                        : CheckDeviceData(data, bytes);
     return Run(what, check, [&](ncclComm_t comm, cudaStream_t stream) {
@@ -239,14 +245,15 @@ class NcclCommunicator final : public Communicator {
   }
 
   bool aborted() const override {
-    return abort_requested_.load(std::memory_order_acquire) || aborted_.load(std::memory_order_acquire);
+    return abort_requested_.load(std::memory_order_acquire) ||
+           aborted_.load(std::memory_order_acquire);
   }
 
   // Shrinks this communicator's comm to the survivors (ncclCommShrink with
   // NCCL_SHRINK_ABORT) and then aborts this one, whatever the outcome.
   // `excluded` sorted. Returns the child comm.
-  Result<NcclComm> ShrinkComm(std::vector<int> excluded, uint64_t next_generation, Clock::time_point deadline,
-                              const std::string& what) {
+  Result<NcclComm> ShrinkComm(std::vector<int> excluded, uint64_t next_generation,
+                              Clock::time_point deadline, const std::string& what) {
     std::lock_guard<std::mutex> lock(mu_);
     if (aborted_.load(std::memory_order_relaxed)) return AbortedLocked(what);
     if (abort_requested_.load(std::memory_order_acquire)) {
@@ -263,25 +270,32 @@ class NcclCommunicator final : public Communicator {
     // (ncclCommAbort joins that thread), which both happen in this scope.
     ncclComm_t child = nullptr;
     if (s.ok()) {
-      const ncclResult_t r = ncclCommShrink(comm_.get(), excluded.data(), static_cast<int>(excluded.size()), &child,
-                                            &config, NCCL_SHRINK_ABORT);
-      if (r != ncclSuccess && r != ncclInProgress) s = StatusFromNccl(r, comm_.get(), what + ": ncclCommShrink");
+      const ncclResult_t r =
+          ncclCommShrink(comm_.get(), excluded.data(), static_cast<int>(excluded.size()), &child,
+                         &config, NCCL_SHRINK_ABORT);
+      if (r != ncclSuccess && r != ncclInProgress)
+        s = StatusFromNccl(r, comm_.get(), what + ": ncclCommShrink");
     }
     // Non-blocking shrink: the parent is in progress until the child's
     // init job ran; only then is `child` set, and it is then polled itself.
-    if (s.ok()) s = PollUntilDone({comm_.get(), nullptr, &abort_requested_}, deadline, timeout_, what + " (parent)");
-    if (s.ok() && child == nullptr) s = Status::Internal(what + ": ncclCommShrink completed without a communicator");
+    if (s.ok())
+      s = PollUntilDone({comm_.get(), nullptr, &abort_requested_}, deadline, timeout_,
+                        what + " (parent)");
+    if (s.ok() && child == nullptr)
+      s = Status::Internal(what + ": ncclCommShrink completed without a communicator");
     if (s.ok()) s = PollUntilDone({child, nullptr, &abort_requested_}, deadline, timeout_, what);
     // The parent is done for either way. After NCCL_SHRINK_ABORT it may
     // only be aborted; aborting it first on failure also stops (and joins)
     // a child init still running, so `child` is final afterwards.
-    FailLocked(s.ok() ? Status::Aborted("shrunk into generation " + std::to_string(next_generation)) : s)
+    FailLocked(s.ok() ? Status::Aborted("shrunk into generation " + std::to_string(next_generation))
+                      : s)
         .IgnoreError();
     NcclComm owned(child);  // aborted on return when the shrink failed
     if (!s.ok()) return s;
     return Result<NcclComm>(std::move(owned));
 #else
-    return Status::Unimplemented(what + ": built against NCCL headers without ncclCommShrink (< 2.27)");
+    return Status::Unimplemented(what +
+                                 ": built against NCCL headers without ncclCommShrink (< 2.27)");
 #endif
   }
 
@@ -301,7 +315,8 @@ class NcclCommunicator final : public Communicator {
     if (err != cudaSuccess) return StatusFromCuda(err, "cudaPointerGetAttributes");
     if (attr.type == cudaMemoryTypeManaged) return Status::OK();
     if (attr.type != cudaMemoryTypeDevice || attr.device != device_) {
-      return Status::InvalidArgument("data is not device memory of CUDA device " + std::to_string(device_));
+      return Status::InvalidArgument("data is not device memory of CUDA device " +
+                                     std::to_string(device_));
     }
     return Status::OK();
   }
@@ -322,7 +337,8 @@ class NcclCommunicator final : public Communicator {
     if (!s.ok()) return FailLocked(s.WithContext(what));
     const Clock::time_point deadline = Clock::now() + timeout_;
     const ncclResult_t r = enqueue(comm_.get(), res_.stream);
-    if (r != ncclSuccess && r != ncclInProgress) return FailLocked(StatusFromNccl(r, comm_.get(), what));
+    if (r != ncclSuccess && r != ncclInProgress)
+      return FailLocked(StatusFromNccl(r, comm_.get(), what));
     // Nothing else may go on the stream while the comm is still enqueueing
     // (ncclInProgress); the event goes after the collective's kernels once
     // it is done.
@@ -345,9 +361,10 @@ class NcclCommunicator final : public Communicator {
 
   // REQUIRES: mu_ held, aborted_.
   Status AbortedLocked(const std::string& what) const {
-    return Status::Aborted(what + ": nccl communicator of generation " + std::to_string(membership_.generation) +
-                           " (rank " + std::to_string(membership_.rank) + " of " +
-                           std::to_string(membership_.world_size) + ") is aborted: " + first_error_.ToString());
+    return Status::Aborted(
+        what + ": nccl communicator of generation " + std::to_string(membership_.generation) +
+        " (rank " + std::to_string(membership_.rank) + " of " +
+        std::to_string(membership_.world_size) + ") is aborted: " + first_error_.ToString());
   }
 
   // Immutable after construction.
@@ -367,14 +384,18 @@ class NcclCommunicator final : public Communicator {
 
 }  // namespace
 
-NcclCommunicatorFactory::NcclCommunicatorFactory(NcclCommunicatorOptions options) : options_(std::move(options)) {}
+NcclCommunicatorFactory::NcclCommunicatorFactory(NcclCommunicatorOptions options)
+    : options_(std::move(options)) {}
 
-Result<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Form(const GroupMembership& membership, GroupKv& kv) {
+Result<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Form(
+    const GroupMembership& membership, GroupKv& kv) {
   CloseFd(membership.master_listen_fd);  // NCCL bootstraps through its own sockets
-  const std::string what = "nccl form of generation " + std::to_string(membership.generation) + " (rank " +
-                           std::to_string(membership.rank) + " of " + std::to_string(membership.world_size) + ")";
+  const std::string what = "nccl form of generation " + std::to_string(membership.generation) +
+                           " (rank " + std::to_string(membership.rank) + " of " +
+                           std::to_string(membership.world_size) + ")";
   STINT_ASSIGN_OR_RETURN(const int device_count, CudaDeviceCount());
-  if (membership.world_size < 1 || membership.rank < 0 || membership.rank >= membership.world_size) {
+  if (membership.world_size < 1 || membership.rank < 0 ||
+      membership.rank >= membership.world_size) {
     return Status::InvalidArgument(what + ": not a rank of the world");
   }
   const Clock::time_point deadline = Clock::now() + options_.comm.timeout;
@@ -385,8 +406,9 @@ Result<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Form(const GroupM
     if (err != cudaSuccess) return StatusFromCuda(err, what + ": cudaGetDevice");
   }
   if (device >= device_count) {
-    return Status::InvalidArgument(what + ": CUDA device " + std::to_string(device) + " does not exist (" +
-                                   std::to_string(device_count) + " devices)");
+    return Status::InvalidArgument(what + ": CUDA device " + std::to_string(device) +
+                                   " does not exist (" + std::to_string(device_count) +
+                                   " devices)");
   }
   ScopedCudaDevice current;
   STINT_RETURN_IF_ERROR(current.Enter(device).WithContext(what));
@@ -407,24 +429,29 @@ Result<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Form(const GroupM
   }
 
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;  // every call returns at once; this thread owns the progress loop and the deadline
+  config.blocking =
+      0;  // every call returns at once; this thread owns the progress loop and the deadline
   ncclComm_t raw = nullptr;
-  const ncclResult_t r = ncclCommInitRankConfig(&raw, membership.world_size, id, membership.rank, &config);
+  const ncclResult_t r =
+      ncclCommInitRankConfig(&raw, membership.world_size, id, membership.rank, &config);
   NcclComm comm(raw);  // aborted on every failure below
-  if (r != ncclSuccess && r != ncclInProgress) return StatusFromNccl(r, raw, what + ": ncclCommInitRankConfig");
+  if (r != ncclSuccess && r != ncclInProgress)
+    return StatusFromNccl(r, raw, what + ": ncclCommInitRankConfig");
   if (!comm) return Status::Internal(what + ": ncclCommInitRankConfig returned no communicator");
   // An error init reports comes with StatusFromNccl's code (an invalid
   // usage such as two ranks on one GPU is not a transient failure).
-  STINT_RETURN_IF_ERROR(PollUntilDone({comm.get(), nullptr, nullptr}, deadline, options_.comm.timeout, what));
-  return std::unique_ptr<Communicator>(
-      new NcclCommunicator(membership, device, options_.comm.timeout, std::move(*resources), std::move(comm)));
+  STINT_RETURN_IF_ERROR(
+      PollUntilDone({comm.get(), nullptr, nullptr}, deadline, options_.comm.timeout, what));
+  return std::unique_ptr<Communicator>(new NcclCommunicator(
+      membership, device, options_.comm.timeout, std::move(*resources), std::move(comm)));
 }
 
-Result<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Shrink(Communicator& old, const GroupMembership& next,
-                                                                      const std::vector<int>& excluded_ranks) {
-  const std::string what = "nccl shrink of generation " + std::to_string(old.generation()) + " into " +
-                           std::to_string(next.generation) + " (rank " + std::to_string(old.rank()) + " of " +
-                           std::to_string(old.world_size()) + " -> " + std::to_string(next.rank) + " of " +
+Result<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Shrink(
+    Communicator& old, const GroupMembership& next, const std::vector<int>& excluded_ranks) {
+  const std::string what = "nccl shrink of generation " + std::to_string(old.generation()) +
+                           " into " + std::to_string(next.generation) + " (rank " +
+                           std::to_string(old.rank()) + " of " + std::to_string(old.world_size()) +
+                           " -> " + std::to_string(next.rank) + " of " +
                            std::to_string(next.world_size) + ")";
   int version = 0;
   const ncclResult_t vr = ncclGetVersion(&version);
@@ -435,7 +462,8 @@ Result<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Shrink(Communicat
   }
   auto* parent = dynamic_cast<NcclCommunicator*>(&old);
   if (parent == nullptr) {
-    return Status::InvalidArgument(what + ": the old communicator is " + old.backend() + ", not nccl");
+    return Status::InvalidArgument(what + ": the old communicator is " + old.backend() +
+                                   ", not nccl");
   }
 
   std::vector<int> excluded = excluded_ranks;
@@ -443,19 +471,22 @@ Result<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Shrink(Communicat
   excluded.erase(std::unique(excluded.begin(), excluded.end()), excluded.end());
   if (excluded.empty()) return Status::InvalidArgument(what + ": no rank is excluded");
   if (excluded.front() < 0 || excluded.back() >= old.world_size()) {
-    return Status::InvalidArgument(what + ": excluded rank " +
-                                   std::to_string(excluded.front() < 0 ? excluded.front() : excluded.back()) +
-                                   " is not a rank of the old world");
+    return Status::InvalidArgument(
+        what + ": excluded rank " +
+        std::to_string(excluded.front() < 0 ? excluded.front() : excluded.back()) +
+        " is not a rank of the old world");
   }
   if (std::binary_search(excluded.begin(), excluded.end(), old.rank())) {
     return Status::FailedPrecondition(what + ": this rank is excluded; only survivors shrink");
   }
-  const int below = static_cast<int>(std::lower_bound(excluded.begin(), excluded.end(), old.rank()) - excluded.begin());
-  if (next.world_size != old.world_size() - static_cast<int>(excluded.size()) || next.rank != old.rank() - below) {
-    return Status::InvalidArgument(what + ": the next membership is not the old one minus " +
-                                   std::to_string(excluded.size()) + " excluded ranks (expected rank " +
-                                   std::to_string(old.rank() - below) + " of " +
-                                   std::to_string(old.world_size() - static_cast<int>(excluded.size())) + ")");
+  const int below = static_cast<int>(
+      std::lower_bound(excluded.begin(), excluded.end(), old.rank()) - excluded.begin());
+  if (next.world_size != old.world_size() - static_cast<int>(excluded.size()) ||
+      next.rank != old.rank() - below) {
+    return Status::InvalidArgument(
+        what + ": the next membership is not the old one minus " + std::to_string(excluded.size()) +
+        " excluded ranks (expected rank " + std::to_string(old.rank() - below) + " of " +
+        std::to_string(old.world_size() - static_cast<int>(excluded.size())) + ")");
   }
 
   const Clock::time_point deadline = Clock::now() + options_.comm.timeout;
@@ -465,10 +496,11 @@ Result<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Shrink(Communicat
   Result<StreamResources> resources = MakeStreamResources(options_.stream);
   if (!resources.ok()) return resources.status().WithContext(what);
 
-  STINT_ASSIGN_OR_RETURN(NcclComm child, parent->ShrinkComm(std::move(excluded), next.generation, deadline, what));
+  STINT_ASSIGN_OR_RETURN(NcclComm child,
+                         parent->ShrinkComm(std::move(excluded), next.generation, deadline, what));
   CloseFd(next.master_listen_fd);  // Form() will not be called for this generation
-  return std::unique_ptr<Communicator>(
-      new NcclCommunicator(next, parent->device(), options_.comm.timeout, std::move(*resources), std::move(child)));
+  return std::unique_ptr<Communicator>(new NcclCommunicator(
+      next, parent->device(), options_.comm.timeout, std::move(*resources), std::move(child)));
 }
 
 }  // namespace stint

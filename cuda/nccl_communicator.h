@@ -15,7 +15,8 @@
 //   options.comm.timeout = std::chrono::seconds(30);
 //   stint::NcclCommunicatorFactory factory(options);
 //   auto comm = factory.Form(membership, kv).value();   // kv: the generation's GroupKv
-//   STINT_RETURN_IF_ERROR(comm->AllReduce(grads_dev, n, stint::DType::kFloat32, stint::ReduceOp::kSum));
+//   STINT_RETURN_IF_ERROR(comm->AllReduce(grads_dev, n, stint::DType::kFloat32,
+//   stint::ReduceOp::kSum));
 //
 // Without a CUDA device Form() returns kUnavailable ("no CUDA device: ...").
 // The factory is thread-compatible; its communicators are thread-compatible
@@ -68,7 +69,8 @@ class NcclCommunicatorFactory final : public CommunicatorFactory {
   // use it), even on failure. kUnavailable without a CUDA device;
   // kInvalidArgument for a bad rank/world size or device;
   // kDeadlineExceeded when the group is not connected within the timeout.
-  Result<std::unique_ptr<Communicator>> Form(const GroupMembership& membership, GroupKv& kv) override;
+  Result<std::unique_ptr<Communicator>> Form(const GroupMembership& membership,
+                                             GroupKv& kv) override;
 
   // Only survivors call it, each with its `next` membership (rank =
   // old rank minus the excluded ranks below it). Uses

@@ -12,9 +12,12 @@ std::string NcclErrorText(ncclResult_t result, ncclComm_t comm) {
 Status StatusFromNccl(ncclResult_t result, ncclComm_t comm, const std::string& context) {
   std::string msg = context + ": " + NcclErrorText(result, comm);
   switch (result) {
-    case ncclInvalidArgument: return Status::InvalidArgument(std::move(msg));
-    case ncclInvalidUsage: return Status::FailedPrecondition(std::move(msg));
-    default: return Status::Unavailable(std::move(msg));
+    case ncclInvalidArgument:
+      return Status::InvalidArgument(std::move(msg));
+    case ncclInvalidUsage:
+      return Status::FailedPrecondition(std::move(msg));
+    default:
+      return Status::Unavailable(std::move(msg));
   }
 }
 

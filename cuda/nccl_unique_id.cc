@@ -39,7 +39,8 @@ Result<ncclUniqueId> DecodeNcclUniqueId(std::string_view hex, std::string_view k
     const int hi = HexValue(hex[2 * i]);
     const int lo = HexValue(hex[2 * i + 1]);
     if (hi < 0 || lo < 0) {
-      return Status::DataLoss(where + "not a hex digit at offset " + std::to_string(2 * i + (hi < 0 ? 0 : 1)));
+      return Status::DataLoss(where + "not a hex digit at offset " +
+                              std::to_string(2 * i + (hi < 0 ? 0 : 1)));
     }
     id.internal[i] = static_cast<char>((hi << 4) | lo);
   }

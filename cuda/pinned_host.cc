@@ -31,9 +31,11 @@ int NumaNodeOfDevice(int device) {
 Status PreferNumaNode(void* data, size_t size, int node) {
   if (node < 0 || size == 0) return Status::OK();
   constexpr int kMaxNodes = 1024;
-  if (node >= kMaxNodes - 1) return Status::InvalidArgument("NUMA node " + std::to_string(node) + " out of range");
+  if (node >= kMaxNodes - 1)
+    return Status::InvalidArgument("NUMA node " + std::to_string(node) + " out of range");
   unsigned long mask[kMaxNodes / (8 * sizeof(unsigned long))] = {};
-  mask[size_t(node) / (8 * sizeof(unsigned long))] |= 1ul << (size_t(node) % (8 * sizeof(unsigned long)));
+  mask[size_t(node) / (8 * sizeof(unsigned long))] |=
+      1ul << (size_t(node) % (8 * sizeof(unsigned long)));
   // No libnuma dependency for one call.
   if (syscall(SYS_mbind, data, size, MPOL_PREFERRED, mask, kMaxNodes, 0) != 0) {
     return StatusFromErrno("mbind MPOL_PREFERRED node " + std::to_string(node), errno);

@@ -16,12 +16,14 @@ inline std::chrono::milliseconds Millis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0 + 0.5));
 }
 
-void BindErrors(pybind11::module_& m);        // status_to_exception.cc: Error and its subclasses
-void BindFuture(pybind11::module_& m);        // module.cc: Future
-void BindSampler(pybind11::module_& m);       // sampler_binding.cc: ResumableSampler, IndexPermutation
-void BindPreemption(pybind11::module_& m);    // preemption_binding.cc: PreemptionWatcher, launch_env
-void BindCheckpointer(pybind11::module_& m);  // checkpointer_binding.cc: Checkpointer, CheckpointReader, RNG
-void BindElastic(pybind11::module_& m);       // elastic_binding.cc: CoordinatorSession, ElasticRendezvous
+void BindErrors(pybind11::module_& m);   // status_to_exception.cc: Error and its subclasses
+void BindFuture(pybind11::module_& m);   // module.cc: Future
+void BindSampler(pybind11::module_& m);  // sampler_binding.cc: ResumableSampler, IndexPermutation
+void BindPreemption(pybind11::module_& m);  // preemption_binding.cc: PreemptionWatcher, launch_env
+void BindCheckpointer(
+    pybind11::module_& m);  // checkpointer_binding.cc: Checkpointer, CheckpointReader, RNG
+void BindElastic(
+    pybind11::module_& m);  // elastic_binding.cc: CoordinatorSession, ElasticRendezvous
 
 }  // namespace python
 }  // namespace stint

@@ -98,7 +98,8 @@ Status FreshTensors(const CheckpointReader& reader, const std::vector<std::strin
                                 "' is named by the state structure but not in the manifest");
       }
       const TensorInfo& info = it->second;
-      at::Tensor t = torch::empty(info.shape, at::TensorOptions().dtype(TorchScalarType(info.dtype)));
+      at::Tensor t =
+          torch::empty(info.shape, at::TensorOptions().dtype(TorchScalarType(info.dtype)));
       TensorDest d;
       d.name = name;
       d.dtype = info.dtype;
@@ -196,7 +197,8 @@ class PyCheckpointer {
       py::gil_scoped_release nogil;
       TorchStateBuilder builder;  // borrows from `tensors`; must outlive Save()
       Status s;
-      for (size_t i = 0; i < names.size() && s.ok(); ++i) s = builder.AddTensor(names[i], tensors[i]);
+      for (size_t i = 0; i < names.size() && s.ok(); ++i)
+        s = builder.AddTensor(names[i], tensors[i]);
       for (auto& [name, bytes] : blob_bytes) {
         if (!s.ok()) break;
         s = builder.AddBlob(name, std::move(bytes));
@@ -243,7 +245,8 @@ class PyCheckpointer {
     options.verify_all = verify_all;
     LoadPlan plan;
     // Called by Load() on this thread, without the GIL, once per candidate checkpoint.
-    DestPlanner dest_planner = [&](const CheckpointReader& reader) -> Result<std::vector<TensorDest>> {
+    DestPlanner dest_planner =
+        [&](const CheckpointReader& reader) -> Result<std::vector<TensorDest>> {
       py::gil_scoped_acquire gil;
       plan.loader.reset();
       plan.fresh.clear();
@@ -263,8 +266,8 @@ class PyCheckpointer {
       std::vector<std::pair<std::string, at::Tensor>> in_place;
       std::vector<std::string> fresh_names;
       try {
-        auto parsed = out.cast<std::pair<std::vector<std::pair<std::string, at::Tensor>>,
-                                         std::vector<std::string>>>();
+        auto parsed = out.cast<
+            std::pair<std::vector<std::pair<std::string, at::Tensor>>, std::vector<std::string>>>();
         in_place = std::move(parsed.first);
         fresh_names = std::move(parsed.second);
       } catch (const py::cast_error&) {
@@ -404,7 +407,9 @@ void BindCheckpointer(py::module_& m) {
       .def("__len__", [](const PySaveHandle&) { return 2; })
       .def("__repr__", [](const PySaveHandle& h) {
         return "<stint.SaveHandle step " + std::to_string(h.step) +
-               (h.skipped ? " skipped>" : h.durable.done() ? " durable>" : " persisting>");
+               (h.skipped          ? " skipped>"
+                : h.durable.done() ? " durable>"
+                                   : " persisting>");
       });
 
   py::class_<PyCheckpointer>(m, "Checkpointer",
@@ -437,7 +442,8 @@ void BindCheckpointer(py::module_& m) {
   py::class_<PyReader>(m, "CheckpointReader", "Read-only access to one committed checkpoint.")
       .def_static(
           "open",
-          [](const std::string& dir, const std::string& io_engine, bool direct_io, unsigned threads) {
+          [](const std::string& dir, const std::string& io_engine, bool direct_io,
+             unsigned threads) {
             ReaderOptions o;
             o.io_engine = io_engine;
             o.direct_io = direct_io;
@@ -455,8 +461,9 @@ void BindCheckpointer(py::module_& m) {
       .def_property_readonly("step", [](const PyReader& r) { return r.get().step(); })
       .def_property_readonly("job_id", [](const PyReader& r) { return r.get().job_id(); })
       .def_property_readonly("world_size", [](const PyReader& r) { return r.get().world_size(); })
-      .def("tensors", [](const PyReader& r) { return TensorInfos(r.get()); },
-           "[{'name', 'dtype', 'shape', 'shards', 'raw_bytes'}, ...]")
+      .def(
+          "tensors", [](const PyReader& r) { return TensorInfos(r.get()); },
+          "[{'name', 'dtype', 'shape', 'shards', 'raw_bytes'}, ...]")
       .def("blob_names", [](const PyReader& r) { return r.get().blob_names(); })
       .def(
           "read_blob",
@@ -496,21 +503,23 @@ void BindCheckpointer(py::module_& m) {
           },
           py::arg("names") = py::none(),
           "Reads tensors (all when names is None) into new CPU tensors: {name: tensor}.")
-      .def("verify", [](const PyReader& r) {
-        const CheckpointReader& reader = r.get();
-        std::optional<Result<VerifyReport>> v;
-        {
-          py::gil_scoped_release nogil;
-          v.emplace(reader.Verify());
-        }
-        VerifyReport report = ValueOrThrow(std::move(*v));
-        py::dict d;
-        d["files"] = report.files;
-        d["chunks"] = report.chunks;
-        d["stored_bytes"] = report.stored_bytes;
-        return d;
-      },
-      "Reads every chunk and checks every checksum; DataLossError naming the file and chunk.");
+      .def(
+          "verify",
+          [](const PyReader& r) {
+            const CheckpointReader& reader = r.get();
+            std::optional<Result<VerifyReport>> v;
+            {
+              py::gil_scoped_release nogil;
+              v.emplace(reader.Verify());
+            }
+            VerifyReport report = ValueOrThrow(std::move(*v));
+            py::dict d;
+            d["files"] = report.files;
+            d["chunks"] = report.chunks;
+            d["stored_bytes"] = report.stored_bytes;
+            return d;
+          },
+          "Reads every chunk and checks every checksum; DataLossError naming the file and chunk.");
 
   m.def(
       "capture_torch_rng",
@@ -523,7 +532,9 @@ void BindCheckpointer(py::module_& m) {
       "Every default LibTorch generator: {'cpu': bytes, 'cuda:0': bytes, ...}.");
   m.def(
       "restore_torch_rng",
-      [](const std::map<std::string, std::string>& states) { ThrowIfError(RestoreTorchRng(states)); },
+      [](const std::map<std::string, std::string>& states) {
+        ThrowIfError(RestoreTorchRng(states));
+      },
       py::arg("states"));
 }
 

@@ -115,7 +115,8 @@ class PySession {
   explicit PySession(std::shared_ptr<CoordinatorSession> session) : session_(std::move(session)) {}
 
   CoordinatorSession& get() const {
-    if (session_ == nullptr) ThrowStatus(Status::FailedPrecondition("the coordinator session was closed"));
+    if (session_ == nullptr)
+      ThrowStatus(Status::FailedPrecondition("the coordinator session was closed"));
     return *session_;
   }
   const std::shared_ptr<CoordinatorSession>& shared() const {
@@ -156,13 +157,15 @@ using MembershipTuple = std::tuple<uint64_t, int, int, std::string, int, double>
 // the call thread sees only the group, through the task it runs.
 class PyRendezvous {
  public:
-  PyRendezvous(const PySession& session, std::optional<std::string> advertise_host, double join_timeout) {
+  PyRendezvous(const PySession& session, std::optional<std::string> advertise_host,
+               double join_timeout) {
     ElasticOptions o;
     if (advertise_host) o.advertise_host = *advertise_host;
     if (!(join_timeout > 0)) ThrowStatus(Status::InvalidArgument("join_timeout must be positive"));
     o.join_timeout = Millis(join_timeout);
     session_ = session.shared();
-    group_ = ValueOrThrow(ElasticGroup::Create(session_->client(), /*factory=*/nullptr, std::move(o)));
+    group_ =
+        ValueOrThrow(ElasticGroup::Create(session_->client(), /*factory=*/nullptr, std::move(o)));
     calls_ = std::make_unique<CallThread>();
   }
   ~PyRendezvous() { Close(); }
@@ -176,7 +179,7 @@ class PyRendezvous {
     return Call("reform()", [failed](ElasticGroup& g) { return g.Reform(failed, nullptr); });
   }
   bool changed() {
-    group();  // raises once closed
+    group();                              // raises once closed
     return group_->generation_changed();  // atomic: safe while a call runs
   }
   // The last formed generation (generation 0 before the first join()).
@@ -200,8 +203,9 @@ class PyRendezvous {
  private:
   ElasticGroup& group() const {
     if (group_ == nullptr) {
-      ThrowStatus(Status::FailedPrecondition(interrupted_ ? "the elastic rendezvous was closed by an interrupted call"
-                                                          : "the elastic rendezvous was closed"));
+      ThrowStatus(Status::FailedPrecondition(
+          interrupted_ ? "the elastic rendezvous was closed by an interrupted call"
+                       : "the elastic rendezvous was closed"));
     }
     return *group_;
   }
@@ -215,7 +219,8 @@ class PyRendezvous {
   MembershipTuple Call(const char* what, Fn fn) {
     ElasticGroup* g = &group();
     if (busy_) {
-      ThrowStatus(Status::FailedPrecondition(std::string(what) + ": another join() or reform() is in progress"));
+      ThrowStatus(Status::FailedPrecondition(std::string(what) +
+                                             ": another join() or reform() is in progress"));
     }
     std::future<CallAnswer> answer = calls_->Post([g, fn] {
       CallAnswer a;
@@ -227,8 +232,9 @@ class PyRendezvous {
     });
     busy_ = true;
     try {
-      WaitWithoutGil([&](auto slice) { return answer.wait_for(slice) == std::future_status::ready; },
-                     std::nullopt);
+      WaitWithoutGil(
+          [&](auto slice) { return answer.wait_for(slice) == std::future_status::ready; },
+          std::nullopt);
     } catch (...) {
       // A signal handler raised (Ctrl-C): end the call, then the rendezvous,
       // before the exception propagates. The exception object stays as it
@@ -246,7 +252,8 @@ class PyRendezvous {
     CallAnswer a = answer.get();
     if (!a.status.ok()) {
       if (group_ == nullptr) {
-        ThrowStatus(Status::Cancelled(std::string(what) + ": the elastic rendezvous was closed meanwhile (" +
+        ThrowStatus(Status::Cancelled(std::string(what) +
+                                      ": the elastic rendezvous was closed meanwhile (" +
                                       a.status.message() + ")"));
       }
       ThrowStatus(a.status);
@@ -259,8 +266,8 @@ class PyRendezvous {
   std::shared_ptr<CoordinatorSession> session_;  // declared first: destroyed after the group
   std::unique_ptr<ElasticGroup> group_;
   std::unique_ptr<CallThread> calls_;  // destroyed before the group it calls into
-  bool busy_ = false;         // a join() or reform() is waiting on the call thread
-  bool interrupted_ = false;  // closed by an interrupted call
+  bool busy_ = false;                  // a join() or reform() is waiting on the call thread
+  bool interrupted_ = false;           // closed by an interrupted call
   GroupMembership membership_;
   double reform_seconds_ = 0;
 };
@@ -269,8 +276,10 @@ class PyRendezvous {
 // rest (CoordinatorOptionsFromEnvironment, which requires STINT_COORD_TOKEN
 // and STINT_JOB_ID, is read only when an argument leaves one of them out).
 CoordinatorOptions MakeOptions(std::optional<std::string> url, std::optional<std::string> token,
-                               std::optional<uint64_t> job_id, std::optional<std::string> worker_name,
-                               std::optional<double> request_timeout, std::optional<double> retry_deadline) {
+                               std::optional<uint64_t> job_id,
+                               std::optional<std::string> worker_name,
+                               std::optional<double> request_timeout,
+                               std::optional<double> retry_deadline) {
   CoordinatorOptions o;
   if (!token || !job_id) {
     o = ValueOrThrow(CoordinatorOptionsFromEnvironment());
@@ -285,11 +294,13 @@ CoordinatorOptions MakeOptions(std::optional<std::string> url, std::optional<std
   if (job_id) o.job_id = *job_id;
   if (worker_name) o.worker_name = *worker_name;
   if (request_timeout) {
-    if (!(*request_timeout > 0)) ThrowStatus(Status::InvalidArgument("request_timeout must be positive"));
+    if (!(*request_timeout > 0))
+      ThrowStatus(Status::InvalidArgument("request_timeout must be positive"));
     o.request_timeout = Millis(*request_timeout);
   }
   if (retry_deadline) {
-    if (!(*retry_deadline >= 0)) ThrowStatus(Status::InvalidArgument("retry_deadline must not be negative"));
+    if (!(*retry_deadline >= 0))
+      ThrowStatus(Status::InvalidArgument("retry_deadline must not be negative"));
     o.retry.deadline = Millis(*retry_deadline);
   }
   return o;
@@ -307,25 +318,28 @@ py::object NoticeDict(const std::optional<CoordinatorNotice>& n) {
 }  // namespace
 
 void BindElastic(py::module_& m) {
-  py::class_<PySession>(m, "CoordinatorSession",
-                        "A worker registered with stintd, kept alive by heartbeats on the session's "
-                        "own threads.")
+  py::class_<PySession>(
+      m, "CoordinatorSession",
+      "A worker registered with stintd, kept alive by heartbeats on the session's "
+      "own threads.")
       .def_static(
           "start",
-          [](std::optional<std::string> url, std::optional<std::string> token, std::optional<uint64_t> job_id,
-             std::optional<std::string> worker_name, std::optional<double> request_timeout,
-             std::optional<double> retry_deadline) {
-            CoordinatorOptions o = MakeOptions(url, token, job_id, worker_name, request_timeout, retry_deadline);
+          [](std::optional<std::string> url, std::optional<std::string> token,
+             std::optional<uint64_t> job_id, std::optional<std::string> worker_name,
+             std::optional<double> request_timeout, std::optional<double> retry_deadline) {
+            CoordinatorOptions o =
+                MakeOptions(url, token, job_id, worker_name, request_timeout, retry_deadline);
             Result<std::unique_ptr<CoordinatorSession>> s = Status::Internal("not started");
             {
               py::gil_scoped_release nogil;
               s = CoordinatorSession::Start(o, nullptr);
             }
-            return std::make_unique<PySession>(std::shared_ptr<CoordinatorSession>(ValueOrThrow(std::move(s))));
+            return std::make_unique<PySession>(
+                std::shared_ptr<CoordinatorSession>(ValueOrThrow(std::move(s))));
           },
-          py::arg("url") = py::none(), py::arg("token") = py::none(), py::arg("job_id") = py::none(),
-          py::arg("worker_name") = py::none(), py::arg("request_timeout") = py::none(),
-          py::arg("retry_deadline") = py::none(),
+          py::arg("url") = py::none(), py::arg("token") = py::none(),
+          py::arg("job_id") = py::none(), py::arg("worker_name") = py::none(),
+          py::arg("request_timeout") = py::none(), py::arg("retry_deadline") = py::none(),
           "Registers a worker of job `job_id` and starts heartbeating. Options not given come "
           "from $STINT_COORD_URL, $STINT_COORD_TOKEN, $STINT_JOB_ID, $STINT_WORKER_NAME (token "
           "and job_id are then required there). request_timeout: seconds to wait for an answer "
@@ -333,42 +347,60 @@ void BindElastic(py::module_& m) {
           "(default 60; 0: one attempt). UnauthenticatedError for a bad token; "
           "FailedPreconditionError when the job has no running segment yet (retry later); "
           "UnavailableError when stintd cannot be reached within retry_deadline.")
-      .def_property_readonly("worker_id", [](const PySession& s) { return s.get().registration().worker_id; })
-      .def_property_readonly("job_id", [](const PySession& s) { return s.get().registration().job_id; })
-      .def_property_readonly("segment_id", [](const PySession& s) { return s.get().registration().segment_id; })
-      .def_property_readonly("fencing_token", [](const PySession& s) { return s.get().fencing_token(); })
-      .def_property_readonly("fenced", [](const PySession& s) { return s.get().fenced(); },
-                             "True once stintd fenced this worker (its segment ended): stop, do not commit.")
+      .def_property_readonly("worker_id",
+                             [](const PySession& s) { return s.get().registration().worker_id; })
+      .def_property_readonly("job_id",
+                             [](const PySession& s) { return s.get().registration().job_id; })
+      .def_property_readonly("segment_id",
+                             [](const PySession& s) { return s.get().registration().segment_id; })
+      .def_property_readonly("fencing_token",
+                             [](const PySession& s) { return s.get().fencing_token(); })
+      .def_property_readonly(
+          "fenced", [](const PySession& s) { return s.get().fenced(); },
+          "True once stintd fenced this worker (its segment ended): stop, do not commit.")
       .def_property_readonly("closed", &PySession::closed)
-      .def("notice", [](const PySession& s) { return NoticeDict(s.get().notice()); },
-           "None, or the newest notice {'reason', 'deadline_ms', 'notice_ms'} (wall clock ms).")
-      .def("last_error",
-           [](const PySession& s) -> py::object {
-             Status e = s.get().last_error();
-             return e.ok() ? py::object(py::none()) : ExceptionFor(e);
-           },
-           "The error of the last failed background call (heartbeat, notice poll), or None.")
-      .def("set_step", [](PySession& s, uint64_t step) { s.get().SetStep(step); }, py::arg("step"),
-           "The step sent with the next heartbeat. Cheap; call it every step.")
-      .def("report_checkpoint",
-           [](PySession& s, uint64_t step, double seconds, std::optional<uint64_t> bytes) {
-             s.Call([&](CoordinatorSession& c) { return c.ReportCheckpoint(step, seconds, bytes); });
-           },
-           py::arg("step"), py::arg("seconds"), py::arg("bytes") = py::none())
-      .def("ack", [](PySession& s, uint64_t step) { s.Call([&](CoordinatorSession& c) { return c.Ack(step); }); },
-           py::arg("step"), "After a notice: the checkpoint of `step` is durable; give the GPUs back.")
-      .def("finished", [](PySession& s) { s.Call([](CoordinatorSession& c) { return c.Finished(); }); },
-           "The job is complete.")
-      .def("leave", [](PySession& s) { s.Call([](CoordinatorSession& c) { return c.Leave(); }); },
-           "This worker leaves without ending the job.")
+      .def(
+          "notice", [](const PySession& s) { return NoticeDict(s.get().notice()); },
+          "None, or the newest notice {'reason', 'deadline_ms', 'notice_ms'} (wall clock ms).")
+      .def(
+          "last_error",
+          [](const PySession& s) -> py::object {
+            Status e = s.get().last_error();
+            return e.ok() ? py::object(py::none()) : ExceptionFor(e);
+          },
+          "The error of the last failed background call (heartbeat, notice poll), or None.")
+      .def(
+          "set_step", [](PySession& s, uint64_t step) { s.get().SetStep(step); }, py::arg("step"),
+          "The step sent with the next heartbeat. Cheap; call it every step.")
+      .def(
+          "report_checkpoint",
+          [](PySession& s, uint64_t step, double seconds, std::optional<uint64_t> bytes) {
+            s.Call([&](CoordinatorSession& c) { return c.ReportCheckpoint(step, seconds, bytes); });
+          },
+          py::arg("step"), py::arg("seconds"), py::arg("bytes") = py::none())
+      .def(
+          "ack",
+          [](PySession& s, uint64_t step) {
+            s.Call([&](CoordinatorSession& c) { return c.Ack(step); });
+          },
+          py::arg("step"),
+          "After a notice: the checkpoint of `step` is durable; give the GPUs back.")
+      .def(
+          "finished",
+          [](PySession& s) { s.Call([](CoordinatorSession& c) { return c.Finished(); }); },
+          "The job is complete.")
+      .def(
+          "leave", [](PySession& s) { s.Call([](CoordinatorSession& c) { return c.Leave(); }); },
+          "This worker leaves without ending the job.")
       .def("close", &PySession::Close,
            "Stops heartbeating (the lease then expires unless ack/finished/leave was called). "
            "Rendezvous made from this session keep it alive until they are closed.");
 
-  py::class_<PyRendezvous>(m, "ElasticRendezvous",
-                           "The job's elastic membership from stintd's rendezvous, for a group the "
-                           "caller forms itself. Membership tuples are (generation, rank, world_size, "
-                           "master_addr, master_port, reform_seconds).")
+  py::class_<PyRendezvous>(
+      m, "ElasticRendezvous",
+      "The job's elastic membership from stintd's rendezvous, for a group the "
+      "caller forms itself. Membership tuples are (generation, rank, world_size, "
+      "master_addr, master_port, reform_seconds).")
       .def(py::init<const PySession&, std::optional<std::string>, double>(), py::arg("session"),
            py::arg("advertise_host") = py::none(), py::arg("join_timeout") = 300.0,
            "advertise_host: the address peers reach this worker at (default "

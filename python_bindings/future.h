@@ -40,7 +40,8 @@ bool WaitWithoutGil(WaitFor&& wait_for, std::optional<double> timeout_seconds) {
               : Clock::time_point::max();
   for (;;) {
     auto slice = std::chrono::duration_cast<Clock::duration>(kSlice);
-    if (bounded) slice = std::min(slice, std::max(Clock::duration::zero(), deadline - Clock::now()));
+    if (bounded)
+      slice = std::min(slice, std::max(Clock::duration::zero(), deadline - Clock::now()));
     bool done;
     {
       pybind11::gil_scoped_release nogil;

@@ -22,8 +22,8 @@ Status Future::Wait(std::optional<double> timeout_seconds) const {
       [this](auto slice) { return future_.wait_for(slice) == std::future_status::ready; },
       timeout_seconds);
   if (!ready) {
-    return Status::DeadlineExceeded("step " + std::to_string(step_) + ": not " + what_ +
-                                    " after " + std::to_string(*timeout_seconds) + " s");
+    return Status::DeadlineExceeded("step " + std::to_string(step_) + ": not " + what_ + " after " +
+                                    std::to_string(*timeout_seconds) + " s");
   }
   return future_.get();
 }
@@ -72,4 +72,3 @@ PYBIND11_MODULE(_C, m) {
   m.attr("EXIT_DO_NOT_REQUEUE") = stint::kExitDoNotRequeue;
   m.attr("__version__") = stint::kVersion;  // project(stint VERSION ...), via stint/version.h
 }
-

@@ -60,17 +60,17 @@ class PyWatcher {
       ~Leave() { --*n; }
     } leave{&waiters_};
     return WaitWithoutGil(
-        [&](auto slice) {
-          // requested() is one atomic load: poll it in 5 ms steps within the slice.
-          auto end = std::chrono::steady_clock::now() + slice;
-          for (;;) {
-            if (closed_) return true;  // uninstalled: stop waiting
-            if (watcher.requested()) return true;
-            if (std::chrono::steady_clock::now() >= end) return false;
-            std::this_thread::sleep_for(std::chrono::milliseconds(5));
-          }
-        },
-        timeout) &&
+               [&](auto slice) {
+                 // requested() is one atomic load: poll it in 5 ms steps within the slice.
+                 auto end = std::chrono::steady_clock::now() + slice;
+                 for (;;) {
+                   if (closed_) return true;  // uninstalled: stop waiting
+                   if (watcher.requested()) return true;
+                   if (std::chrono::steady_clock::now() >= end) return false;
+                   std::this_thread::sleep_for(std::chrono::milliseconds(5));
+                 }
+               },
+               timeout) &&
            !closed_ && watcher.requested();
   }
 
@@ -135,12 +135,14 @@ void BindPreemption(py::module_& m) {
       .def("uninstall", &PyWatcher::Uninstall,
            "Stops the thread and restores the previous handlers. Idempotent.")
       .def_property_readonly("installed", &PyWatcher::installed)
-      .def_property_readonly("requested", [](const PyWatcher& w) { return w.get().requested(); },
-                             "True once a notice is pending (one atomic load: call it every step).")
+      .def_property_readonly(
+          "requested", [](const PyWatcher& w) { return w.get().requested(); },
+          "True once a notice is pending (one atomic load: call it every step).")
       .def_property_readonly("signals_received",
                              [](const PyWatcher& w) { return w.get().signals_received(); })
-      .def("notice", [](const PyWatcher& w) { return NoticeDict(w.get().notice()); },
-           "None, or {'source', 'seconds_since_received', 'seconds_to_deadline'}.")
+      .def(
+          "notice", [](const PyWatcher& w) { return NoticeDict(w.get().notice()); },
+          "None, or {'source', 'seconds_since_received', 'seconds_to_deadline'}.")
       .def(
           "notify",
           [](const PyWatcher& w, const std::string& source, double deadline_in) {
@@ -167,8 +169,8 @@ void BindPreemption(py::module_& m) {
           "The decision for the pending notice, now: emergency checkpoint if it fits the "
           "remaining grace at the measured throughput (unknown throughput: try).")
       .def("wait", &PyWatcher::Wait, py::arg("timeout") = py::none(),
-          "Blocks (GIL released) until a notice is pending or `timeout` seconds pass; returns "
-          "requested.");
+           "Blocks (GIL released) until a notice is pending or `timeout` seconds pass; returns "
+           "requested.");
 
   m.def(
       "launch_env",

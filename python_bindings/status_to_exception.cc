@@ -14,8 +14,8 @@ namespace py = pybind11;
 
 struct ClassSpec {
   Code code;
-  const char* name;     // attribute of stint._C and of stint
-  PyObject* builtin;    // second base, or null for stint.Error alone
+  const char* name;   // attribute of stint._C and of stint
+  PyObject* builtin;  // second base, or null for stint.Error alone
   const char* doc;
 };
 
@@ -29,7 +29,8 @@ std::array<PyObject*, kCodes> g_classes{};
 
 std::array<ClassSpec, kCodes - 1> Specs() {
   return {{
-      {Code::kCancelled, "CancelledError", nullptr, "The operation was cancelled (e.g. preempted)."},
+      {Code::kCancelled, "CancelledError", nullptr,
+       "The operation was cancelled (e.g. preempted)."},
       {Code::kInvalidArgument, "InvalidArgumentError", PyExc_ValueError,
        "A bad argument: wrong name, dtype, shape or option."},
       {Code::kNotFound, "NotFoundError", PyExc_FileNotFoundError,
@@ -37,7 +38,8 @@ std::array<ClassSpec, kCodes - 1> Specs() {
       {Code::kAlreadyExists, "AlreadyExistsError", PyExc_FileExistsError,
        "The checkpoint (or watcher, or name) already exists."},
       {Code::kFailedPrecondition, "FailedPreconditionError", PyExc_RuntimeError,
-       "The call does not fit the current state (e.g. a changed data configuration); do not retry."},
+       "The call does not fit the current state (e.g. a changed data configuration); do not "
+       "retry."},
       {Code::kAborted, "AbortedError", nullptr, "Aborted; retry at a higher level."},
       {Code::kUnavailable, "UnavailableError", nullptr,
        "Temporarily unavailable (a full staging pool, an unreachable coordinator); retry later."},
@@ -47,8 +49,10 @@ std::array<ClassSpec, kCodes - 1> Specs() {
       {Code::kDataLoss, "DataLossError", nullptr,
        "A checkpoint is damaged: checksum, size or format mismatch. It is never loaded."},
       {Code::kIoError, "IoError", PyExc_OSError, "An I/O system call failed."},
-      {Code::kInternal, "InternalError", PyExc_RuntimeError, "A bug or an unexpected library error."},
-      {Code::kUnimplemented, "UnimplementedError", PyExc_NotImplementedError, "Not supported (yet)."},
+      {Code::kInternal, "InternalError", PyExc_RuntimeError,
+       "A bug or an unexpected library error."},
+      {Code::kUnimplemented, "UnimplementedError", PyExc_NotImplementedError,
+       "Not supported (yet)."},
       {Code::kUnauthenticated, "UnauthenticatedError", nullptr, "No or an unknown credential."},
       {Code::kPermissionDenied, "PermissionDeniedError", PyExc_PermissionError,
        "The credential lacks the right."},

@@ -62,7 +62,8 @@ constexpr int64_t kInputs = 8, kDataset = 240, kGlobalBatch = 12;
 struct Flags {
   std::string url, token, out, name, ckpt_dir;
   uint64_t job = 0;
-  int64_t steps = 300, step_ms = 0, sample_ms = 0, timeout_ms = 10000, ballast = 0, die_at = -1, save_every = 50;
+  int64_t steps = 300, step_ms = 0, sample_ms = 0, timeout_ms = 10000, ballast = 0, die_at = -1,
+          save_every = 50;
   bool reference = false;
 };
 
@@ -75,26 +76,41 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     }
     if (i + 1 >= argc) return false;
     const std::string v = argv[++i];
-    if (a == "--url") f->url = v;
-    else if (a == "--token") f->token = v;
-    else if (a == "--job") f->job = std::strtoull(v.c_str(), nullptr, 10);
-    else if (a == "--out") f->out = v;
-    else if (a == "--name") f->name = v;
-    else if (a == "--steps") f->steps = std::atoll(v.c_str());
-    else if (a == "--step-ms") f->step_ms = std::atoll(v.c_str());
-    else if (a == "--sample-ms") f->sample_ms = std::atoll(v.c_str());
-    else if (a == "--timeout-ms") f->timeout_ms = std::atoll(v.c_str());
-    else if (a == "--ballast") f->ballast = std::atoll(v.c_str());
-    else if (a == "--die-in-allreduce-at") f->die_at = std::atoll(v.c_str());
-    else if (a == "--ckpt-dir") f->ckpt_dir = v;
-    else if (a == "--save-every") f->save_every = std::atoll(v.c_str());
-    else return false;
+    if (a == "--url")
+      f->url = v;
+    else if (a == "--token")
+      f->token = v;
+    else if (a == "--job")
+      f->job = std::strtoull(v.c_str(), nullptr, 10);
+    else if (a == "--out")
+      f->out = v;
+    else if (a == "--name")
+      f->name = v;
+    else if (a == "--steps")
+      f->steps = std::atoll(v.c_str());
+    else if (a == "--step-ms")
+      f->step_ms = std::atoll(v.c_str());
+    else if (a == "--sample-ms")
+      f->sample_ms = std::atoll(v.c_str());
+    else if (a == "--timeout-ms")
+      f->timeout_ms = std::atoll(v.c_str());
+    else if (a == "--ballast")
+      f->ballast = std::atoll(v.c_str());
+    else if (a == "--die-in-allreduce-at")
+      f->die_at = std::atoll(v.c_str());
+    else if (a == "--ckpt-dir")
+      f->ckpt_dir = v;
+    else if (a == "--save-every")
+      f->save_every = std::atoll(v.c_str());
+    else
+      return false;
   }
   return f->reference ? !f->out.empty() : (!f->url.empty() && f->job != 0);
 }
 
 int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
@@ -197,8 +213,8 @@ void PrintGeneration(const stint::ElasticStep& s, uint64_t step) {
 // process is rank 0, fenced by the segment's token.
 class RankZeroCheckpoints {
  public:
-  RankZeroCheckpoints(const Flags& f, stint::CoordinatorSession* session, Net& net, torch::optim::SGD& opt,
-                      stint::ResumableSampler* sampler)
+  RankZeroCheckpoints(const Flags& f, stint::CoordinatorSession* session, Net& net,
+                      torch::optim::SGD& opt, stint::ResumableSampler* sampler)
       : f_(f), session_(session), net_(net), opt_(opt), sampler_(sampler) {}
 
   bool enabled() const { return !f_.ckpt_dir.empty(); }
@@ -236,10 +252,12 @@ class RankZeroCheckpoints {
     if (run_ == nullptr || (saved_any_ && step == last_saved_)) return stint::Status::OK();
     const auto t0 = std::chrono::steady_clock::now();
     STINT_RETURN_IF_ERROR(run_->SaveNow(step, /*wait_durable=*/true));
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     saved_any_ = true;
     last_saved_ = step;
-    std::printf("CHECKPOINT step %llu seconds %.3f\n", static_cast<unsigned long long>(step), seconds);
+    std::printf("CHECKPOINT step %llu seconds %.3f\n", static_cast<unsigned long long>(step),
+                seconds);
     std::fflush(stdout);
     return session_->ReportCheckpoint(step, seconds);
   }
@@ -263,7 +281,8 @@ class RankZeroCheckpoints {
 // collective calls in the same order.
 class CheckpointedState final : public stint::ElasticState {
  public:
-  CheckpointedState(stint::TorchElasticState* inner, RankZeroCheckpoints* checkpoints, uint64_t* step)
+  CheckpointedState(stint::TorchElasticState* inner, RankZeroCheckpoints* checkpoints,
+                    uint64_t* step)
       : inner_(inner), checkpoints_(checkpoints), step_(step) {}
 
   stint::Status Synchronize(stint::Communicator& comm) override {
@@ -335,17 +354,18 @@ int RunWorker(const Flags& f) {
     const std::vector<uint64_t> ids = sampler.RankIndices(g.rank(), g.world_size()).value();
     torch::Tensor delta = LocalStep(net, ids);
     // Stands in for device compute, which scales with this rank's share.
-    if (f.sample_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(f.sample_ms * ids.size()));
+    if (f.sample_ms > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(f.sample_ms * ids.size()));
     if (f.die_at >= 0 && static_cast<int64_t>(step) == f.die_at) {
       // A real SIGKILL 5 ms into the collective below (raise is
       // async-signal-safe).
       signal(SIGALRM, [](int) { raise(SIGKILL); });
       ualarm(5000, 0);
     }
-    stint::Status reduced = f.ballast > 0
-                                ? g.comm().AllReduce(ballast.data_ptr(), static_cast<size_t>(f.ballast),
-                                                     stint::DType::kFloat32, stint::ReduceOp::kSum)
-                                : stint::Status::OK();
+    stint::Status reduced =
+        f.ballast > 0 ? g.comm().AllReduce(ballast.data_ptr(), static_cast<size_t>(f.ballast),
+                                           stint::DType::kFloat32, stint::ReduceOp::kSum)
+                      : stint::Status::OK();
     if (reduced.ok()) reduced = stint::AllReduceGradients(g.comm(), *net, &delta);  // stint
     if (reduced.ok()) {
       Apply(net, opt, delta);
@@ -357,7 +377,8 @@ int RunWorker(const Flags& f) {
         if (!saved.ok()) std::fprintf(stderr, "checkpoint: %s\n", saved.ToString().c_str());
       }
       if (first_step) {
-        std::printf("FIRST_STEP %llu step %llu t_ms %lld\n", static_cast<unsigned long long>(g.generation()),
+        std::printf("FIRST_STEP %llu step %llu t_ms %lld\n",
+                    static_cast<unsigned long long>(g.generation()),
                     static_cast<unsigned long long>(step), static_cast<long long>(NowMs()));
         std::fflush(stdout);
         first_step = false;
@@ -378,7 +399,8 @@ int RunWorker(const Flags& f) {
       if (g.rank() == 0) {
         stint::Status saved = checkpoints.Save(step);
         if (saved.ok()) saved = (*session)->Ack(step);
-        if (!saved.ok()) std::fprintf(stderr, "emergency checkpoint: %s\n", saved.ToString().c_str());
+        if (!saved.ok())
+          std::fprintf(stderr, "emergency checkpoint: %s\n", saved.ToString().c_str());
       }
       std::printf("PREEMPTED step %llu\n", static_cast<unsigned long long>(step));
       std::fflush(stdout);
@@ -391,8 +413,8 @@ int RunWorker(const Flags& f) {
   }
   // Everyone reached the end before rank 0 reports the job complete.
   stint::Status end = (*group)->comm().Barrier();
-  std::printf("DONE step %llu rank %d t_ms %lld\n", static_cast<unsigned long long>(step), (*group)->rank(),
-              static_cast<long long>(NowMs()));
+  std::printf("DONE step %llu rank %d t_ms %lld\n", static_cast<unsigned long long>(step),
+              (*group)->rank(), static_cast<long long>(NowMs()));
   std::fflush(stdout);
   if ((*group)->rank() != 0) return end.ok() ? 0 : 4;
   if (checkpoints.enabled()) {
@@ -411,7 +433,8 @@ int main(int argc, char** argv) {
   Flags f;
   if (!ParseFlags(argc, argv, &f)) {
     std::fprintf(stderr,
-                 "usage: elastic_training --url URL --token T --job ID [--steps N] [--step-ms MS] [--out FILE]\n"
+                 "usage: elastic_training --url URL --token T --job ID [--steps N] [--step-ms MS] "
+                 "[--out FILE]\n"
                  "       elastic_training --reference --out FILE [--steps N]\n");
     return 2;
   }

@@ -54,7 +54,8 @@ bool RoundTripTorch(stint::Checkpointer& ckpt) {
   stint::TorchStateLoader loader;
   if (Failed("register module", loader.AddModule("model", *restored))) return false;
   if (Failed("load", loader.Load(ckpt).status())) return false;
-  if (!torch::equal(saved->weight, restored->weight) || !torch::equal(saved->bias, restored->bias)) {
+  if (!torch::equal(saved->weight, restored->weight) ||
+      !torch::equal(saved->bias, restored->bias)) {
     std::fprintf(stderr, "the restored parameters differ from the saved ones\n");
     return false;
   }

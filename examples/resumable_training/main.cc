@@ -48,7 +48,7 @@ struct Flags {
   int64_t steps = 600;
   int64_t every = 50;
   uint64_t seed = 1;
-  std::string log;  // one line per committed step: "step S: id id id ..."
+  std::string log;      // one line per committed step: "step S: id id id ..."
   int64_t step_ms = 0;  // extra time per step (makes signal timing in tests easy)
   double grace = 30;
 };
@@ -58,14 +58,22 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     std::string a = argv[i];
     if (i + 1 >= argc) return false;
     std::string v = argv[++i];
-    if (a == "--ckpt-dir") f->ckpt_dir = v;
-    else if (a == "--steps") f->steps = std::atoll(v.c_str());
-    else if (a == "--every") f->every = std::atoll(v.c_str());
-    else if (a == "--seed") f->seed = std::strtoull(v.c_str(), nullptr, 10);
-    else if (a == "--log") f->log = v;
-    else if (a == "--step-ms") f->step_ms = std::atoll(v.c_str());
-    else if (a == "--grace") f->grace = std::atof(v.c_str());
-    else return false;
+    if (a == "--ckpt-dir")
+      f->ckpt_dir = v;
+    else if (a == "--steps")
+      f->steps = std::atoll(v.c_str());
+    else if (a == "--every")
+      f->every = std::atoll(v.c_str());
+    else if (a == "--seed")
+      f->seed = std::strtoull(v.c_str(), nullptr, 10);
+    else if (a == "--log")
+      f->log = v;
+    else if (a == "--step-ms")
+      f->step_ms = std::atoll(v.c_str());
+    else if (a == "--grace")
+      f->grace = std::atof(v.c_str());
+    else
+      return false;
   }
   return !f->ckpt_dir.empty() && f->steps > 0 && f->every >= 0;
 }
@@ -84,7 +92,8 @@ uint64_t StateChecksum(nn::Module& model, torch::optim::Optimizer& opt) {
   uint64_t h = 1469598103934665603ull;
   for (const auto& t : b.state().tensors) {
     const auto* p = static_cast<const unsigned char*>(t.data);
-    size_t n = size_t(stint::NumElements(t.extents.empty() ? t.global_shape : t.extents)) * stint::DTypeSize(t.dtype);
+    size_t n = size_t(stint::NumElements(t.extents.empty() ? t.global_shape : t.extents)) *
+               stint::DTypeSize(t.dtype);
     for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
   }
   return h;
@@ -93,8 +102,8 @@ uint64_t StateChecksum(nn::Module& model, torch::optim::Optimizer& opt) {
 int Fail(const char* what, const stint::Status& s) {
   std::fprintf(stderr, "resumable_training: %s: %s\n", what, s.ToString().c_str());
   // A changed data configuration or a corrupt checkpoint will not fix itself on a retry.
-  bool fatal = s.code() == stint::Code::kFailedPrecondition || s.code() == stint::Code::kInvalidArgument ||
-               s.code() == stint::Code::kDataLoss;
+  bool fatal = s.code() == stint::Code::kFailedPrecondition ||
+               s.code() == stint::Code::kInvalidArgument || s.code() == stint::Code::kDataLoss;
   return fatal ? stint::kExitDoNotRequeue : 1;
 }
 
@@ -103,8 +112,10 @@ int Fail(const char* what, const stint::Status& s) {
 int main(int argc, char** argv) {
   Flags flags;
   if (!ParseFlags(argc, argv, &flags)) {
-    std::fprintf(stderr, "usage: %s --ckpt-dir DIR [--steps N] [--every N] [--seed S] [--log FILE] "
-                 "[--step-ms MS] [--grace SECONDS]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s --ckpt-dir DIR [--steps N] [--every N] [--seed S] [--log FILE] "
+                 "[--step-ms MS] [--grace SECONDS]\n",
+                 argv[0]);
     return 2;
   }
   torch::set_num_threads(1);  // fixed reduction order: bit-identical reruns
@@ -118,10 +129,11 @@ int main(int argc, char** argv) {
     nn::Sequential teacher(nn::Linear(kInputs, 32), nn::Tanh(), nn::Linear(32, kClasses));
     labels = teacher->forward(inputs).argmax(1);
   }
-  nn::Sequential model(nn::Linear(kInputs, 96), nn::LayerNorm(nn::LayerNormOptions({96})), nn::ReLU(),
-                       nn::Dropout(0.2), nn::Linear(96, 96), nn::ReLU(), nn::Dropout(0.2),
-                       nn::Linear(96, kClasses));
-  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(kBaseLr).weight_decay(0.01));
+  nn::Sequential model(nn::Linear(kInputs, 96), nn::LayerNorm(nn::LayerNormOptions({96})),
+                       nn::ReLU(), nn::Dropout(0.2), nn::Linear(96, 96), nn::ReLU(),
+                       nn::Dropout(0.2), nn::Linear(96, kClasses));
+  torch::optim::AdamW optimizer(model->parameters(),
+                                torch::optim::AdamWOptions(kBaseLr).weight_decay(0.01));
 
   // stint: sampler, checkpointer, preemption — then resume.
   stint::SamplerConfig data;
@@ -140,11 +152,13 @@ int main(int argc, char** argv) {
   auto resumed = (*run)->Resume();
   if (!resumed.ok()) return Fail("resume", resumed.status());
   uint64_t step = *resumed;
-  for (const auto& why : (*run)->resume_skipped()) std::printf("skipped damaged checkpoint %s\n", why.c_str());
+  for (const auto& why : (*run)->resume_skipped())
+    std::printf("skipped damaged checkpoint %s\n", why.c_str());
   double ema_loss = 0;
   if (auto s = (*run)->UserState("ema_loss")) ema_loss = std::atof(s->c_str());
   std::printf("ready: resumed from step %llu (epoch %llu, sample %llu)\n", (unsigned long long)step,
-              (unsigned long long)sampler->cursor().epoch, (unsigned long long)sampler->cursor().consumed);
+              (unsigned long long)sampler->cursor().epoch,
+              (unsigned long long)sampler->cursor().consumed);
   std::fflush(stdout);
 
   FILE* log = flags.log.empty() ? nullptr : std::fopen(flags.log.c_str(), "a");
@@ -156,13 +170,17 @@ int main(int argc, char** argv) {
     std::vector<int64_t> index(ids->begin(), ids->end());
     torch::Tensor idx = torch::tensor(index, torch::kLong);
     torch::Tensor x = inputs.index_select(0, idx).clone();
-    for (size_t i = 0; i < index.size(); ++i) {  // augmentation keyed by the sample, not the process
-      auto gen = at::make_generator<at::CPUGeneratorImpl>(flags.seed * 1000003 + epoch * 7919 + uint64_t(index[i]));
+    for (size_t i = 0; i < index.size();
+         ++i) {  // augmentation keyed by the sample, not the process
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(flags.seed * 1000003 + epoch * 7919 +
+                                                          uint64_t(index[i]));
       x[int64_t(i)] += 0.05 * torch::randn({kInputs}, gen);
     }
-    for (auto& group : optimizer.param_groups()) group.options().set_lr(LearningRate(int64_t(step), flags.steps));
+    for (auto& group : optimizer.param_groups())
+      group.options().set_lr(LearningRate(int64_t(step), flags.steps));
     optimizer.zero_grad();
-    torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(x), labels.index_select(0, idx));
+    torch::Tensor loss =
+        torch::nn::functional::cross_entropy(model->forward(x), labels.index_select(0, idx));
     loss.backward();
     optimizer.step();
     ema_loss = step == 0 ? loss.item<double>() : 0.98 * ema_loss + 0.02 * loss.item<double>();
@@ -177,18 +195,19 @@ int main(int argc, char** argv) {
     }
     char ema[32];
     std::snprintf(ema, sizeof(ema), "%.17g", ema_loss);
-    (*run)->SetUserState("ema_loss", ema);                       // stint: named user state
-    auto action = (*run)->StepBoundary(step);                     // stint: cursor, saves, preemption
+    (*run)->SetUserState("ema_loss", ema);     // stint: named user state
+    auto action = (*run)->StepBoundary(step);  // stint: cursor, saves, preemption
     if (!action.ok()) return Fail("step boundary", action.status());
     if (action->exit) {
-      std::printf("preempted at step %llu: %s\n", (unsigned long long)step, action->plan.reason.c_str());
+      std::printf("preempted at step %llu: %s\n", (unsigned long long)step,
+                  action->plan.reason.c_str());
       if (log != nullptr) std::fclose(log);
-      return action->exit_code;                                   // stint: 75 = requeue me
+      return action->exit_code;  // stint: 75 = requeue me
     }
     if (step % 100 == 0) std::printf("step %llu loss %.4f\n", (unsigned long long)step, ema_loss);
   }
   if (log != nullptr) std::fclose(log);
-  stint::Status done = (*run)->Finish(step);                      // stint: final durable checkpoint
+  stint::Status done = (*run)->Finish(step);  // stint: final durable checkpoint
   if (!done.ok()) return Fail("final checkpoint", done);
   std::printf("final step %llu loss %.4f checksum %016llx\n", (unsigned long long)step, ema_loss,
               (unsigned long long)StateChecksum(*model, optimizer));

@@ -17,9 +17,11 @@ std::optional<int64_t> AsInt64(const json& v, Floats floats) {
   if (!v.is_number_float()) return std::nullopt;
   const double d = v.get<double>();
   switch (floats) {
-    case Floats::kRefuse: return std::nullopt;
+    case Floats::kRefuse:
+      return std::nullopt;
     case Floats::kIfIntegral:
-      if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15) return static_cast<int64_t>(d);
+      if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15)
+        return static_cast<int64_t>(d);
       return std::nullopt;
     case Floats::kRound:
       if (std::isfinite(d)) return std::llround(d);
@@ -36,15 +38,22 @@ std::optional<uint64_t> AsUint64(const json& v) {
 
 bool Holds(const json& v, JsonKind kind, Floats floats) {
   switch (kind) {
-    case JsonKind::kString: return v.is_string();
-    case JsonKind::kBool: return v.is_boolean();
-    case JsonKind::kInt64: return AsInt64(v, floats).has_value();
-    case JsonKind::kUint64: return AsUint64(v).has_value();
-    case JsonKind::kNumber: return v.is_number();
+    case JsonKind::kString:
+      return v.is_string();
+    case JsonKind::kBool:
+      return v.is_boolean();
+    case JsonKind::kInt64:
+      return AsInt64(v, floats).has_value();
+    case JsonKind::kUint64:
+      return AsUint64(v).has_value();
+    case JsonKind::kNumber:
+      return v.is_number();
     case JsonKind::kNonNegativeNumber:
       return v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() >= 0;
-    case JsonKind::kArray: return v.is_array();
-    case JsonKind::kObject: return v.is_object();
+    case JsonKind::kArray:
+      return v.is_array();
+    case JsonKind::kObject:
+      return v.is_object();
   }
   return false;
 }
@@ -68,14 +77,22 @@ Result<T> Required(Result<const json*> found, Convert convert) {
 
 const char* JsonKindPhrase(JsonKind kind) {
   switch (kind) {
-    case JsonKind::kString: return "a string";
-    case JsonKind::kBool: return "true or false";
-    case JsonKind::kInt64: return "an integer";
-    case JsonKind::kUint64: return "a non-negative integer";
-    case JsonKind::kNumber: return "a number";
-    case JsonKind::kNonNegativeNumber: return "a non-negative number";
-    case JsonKind::kArray: return "an array";
-    case JsonKind::kObject: return "a JSON object";
+    case JsonKind::kString:
+      return "a string";
+    case JsonKind::kBool:
+      return "true or false";
+    case JsonKind::kInt64:
+      return "an integer";
+    case JsonKind::kUint64:
+      return "a non-negative integer";
+    case JsonKind::kNumber:
+      return "a number";
+    case JsonKind::kNonNegativeNumber:
+      return "a non-negative number";
+    case JsonKind::kArray:
+      return "an array";
+    case JsonKind::kObject:
+      return "a JSON object";
   }
   return "?";
 }
@@ -89,13 +106,17 @@ std::string JsonFieldError::path() const {
 Status DefaultJsonFieldError(const JsonFieldError& e) {
   const std::string path = e.path().empty() ? "the value" : e.path();
   switch (e.problem) {
-    case Problem::kNotObject: return Status::InvalidArgument(path + " must be a JSON object");
-    case Problem::kMissing: return Status::InvalidArgument(path + " is required");
+    case Problem::kNotObject:
+      return Status::InvalidArgument(path + " must be a JSON object");
+    case Problem::kMissing:
+      return Status::InvalidArgument(path + " is required");
     case Problem::kWrongType:
       return Status::InvalidArgument(path + " must be " + JsonKindPhrase(e.expected));
     case Problem::kBadElement:
-      return Status::InvalidArgument(path + " holds a value that is not " + JsonKindPhrase(e.expected));
-    case Problem::kBadValue: return Status::InvalidArgument(path + " " + e.detail);
+      return Status::InvalidArgument(path + " holds a value that is not " +
+                                     JsonKindPhrase(e.expected));
+    case Problem::kBadValue:
+      return Status::InvalidArgument(path + " " + e.detail);
   }
   return Status::InvalidArgument(path + " is refused");
 }
@@ -109,7 +130,8 @@ Status JsonFields::CheckObject() const {
 }
 
 JsonFields JsonFields::Child(const json& child, std::string_view name) const {
-  return JsonFields(child, path_.empty() ? std::string(name) : path_ + "." + std::string(name), policy_);
+  return JsonFields(child, path_.empty() ? std::string(name) : path_ + "." + std::string(name),
+                    policy_);
 }
 
 const json* JsonFields::Find(std::string_view key) const {
@@ -119,8 +141,8 @@ const json* JsonFields::Find(std::string_view key) const {
   return &*it;
 }
 
-Status JsonFields::Refuse(Problem problem, std::string_view key, JsonKind expected, const json* found,
-                          std::string_view detail) const {
+Status JsonFields::Refuse(Problem problem, std::string_view key, JsonKind expected,
+                          const json* found, std::string_view detail) const {
   JsonFieldError e;
   e.problem = problem;
   e.object_path = path_;
@@ -148,7 +170,8 @@ Result<std::string> JsonFields::String(std::string_view key) const {
 }
 
 Result<bool> JsonFields::Bool(std::string_view key) const {
-  return Required<bool>(Lookup(key, JsonKind::kBool, true), [](const json& v) { return v.get<bool>(); });
+  return Required<bool>(Lookup(key, JsonKind::kBool, true),
+                        [](const json& v) { return v.get<bool>(); });
 }
 
 Result<int64_t> JsonFields::Int64(std::string_view key) const {
@@ -158,11 +181,13 @@ Result<int64_t> JsonFields::Int64(std::string_view key) const {
 }
 
 Result<uint64_t> JsonFields::Uint64(std::string_view key) const {
-  return Required<uint64_t>(Lookup(key, JsonKind::kUint64, true), [](const json& v) { return *AsUint64(v); });
+  return Required<uint64_t>(Lookup(key, JsonKind::kUint64, true),
+                            [](const json& v) { return *AsUint64(v); });
 }
 
 Result<double> JsonFields::Number(std::string_view key) const {
-  return Required<double>(Lookup(key, JsonKind::kNumber, true), [](const json& v) { return v.get<double>(); });
+  return Required<double>(Lookup(key, JsonKind::kNumber, true),
+                          [](const json& v) { return v.get<double>(); });
 }
 
 Result<double> JsonFields::NonNegativeNumber(std::string_view key) const {
@@ -170,9 +195,13 @@ Result<double> JsonFields::NonNegativeNumber(std::string_view key) const {
                           [](const json& v) { return v.get<double>(); });
 }
 
-Result<const json*> JsonFields::Array(std::string_view key) const { return Lookup(key, JsonKind::kArray, true); }
+Result<const json*> JsonFields::Array(std::string_view key) const {
+  return Lookup(key, JsonKind::kArray, true);
+}
 
-Result<const json*> JsonFields::Object(std::string_view key) const { return Lookup(key, JsonKind::kObject, true); }
+Result<const json*> JsonFields::Object(std::string_view key) const {
+  return Lookup(key, JsonKind::kObject, true);
+}
 
 Result<std::optional<std::string>> JsonFields::OptionalString(std::string_view key) const {
   return Optional<std::string>(Lookup(key, JsonKind::kString, false),
@@ -180,7 +209,8 @@ Result<std::optional<std::string>> JsonFields::OptionalString(std::string_view k
 }
 
 Result<std::optional<bool>> JsonFields::OptionalBool(std::string_view key) const {
-  return Optional<bool>(Lookup(key, JsonKind::kBool, false), [](const json& v) { return v.get<bool>(); });
+  return Optional<bool>(Lookup(key, JsonKind::kBool, false),
+                        [](const json& v) { return v.get<bool>(); });
 }
 
 Result<std::optional<int64_t>> JsonFields::OptionalInt64(std::string_view key) const {
@@ -190,11 +220,13 @@ Result<std::optional<int64_t>> JsonFields::OptionalInt64(std::string_view key) c
 }
 
 Result<std::optional<uint64_t>> JsonFields::OptionalUint64(std::string_view key) const {
-  return Optional<uint64_t>(Lookup(key, JsonKind::kUint64, false), [](const json& v) { return *AsUint64(v); });
+  return Optional<uint64_t>(Lookup(key, JsonKind::kUint64, false),
+                            [](const json& v) { return *AsUint64(v); });
 }
 
 Result<std::optional<double>> JsonFields::OptionalNumber(std::string_view key) const {
-  return Optional<double>(Lookup(key, JsonKind::kNumber, false), [](const json& v) { return v.get<double>(); });
+  return Optional<double>(Lookup(key, JsonKind::kNumber, false),
+                          [](const json& v) { return v.get<double>(); });
 }
 
 Result<std::optional<double>> JsonFields::OptionalNonNegativeNumber(std::string_view key) const {

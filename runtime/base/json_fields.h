@@ -85,7 +85,8 @@ class JsonFields {
  public:
   // Reads `value`, which must outlive this view and its copies. `path` names
   // it in errors ("manifest", "" for a request body's top level).
-  JsonFields(const nlohmann::json& value, std::string path, const JsonFieldPolicy& policy = JsonFieldPolicy());
+  JsonFields(const nlohmann::json& value, std::string path,
+             const JsonFieldPolicy& policy = JsonFieldPolicy());
 
   const nlohmann::json& value() const { return *value_; }
   const std::string& path() const { return path_; }

@@ -7,22 +7,38 @@ namespace stint {
 
 const char* CodeName(Code code) {
   switch (code) {
-    case Code::kOk: return "OK";
-    case Code::kCancelled: return "CANCELLED";
-    case Code::kInvalidArgument: return "INVALID_ARGUMENT";
-    case Code::kNotFound: return "NOT_FOUND";
-    case Code::kAlreadyExists: return "ALREADY_EXISTS";
-    case Code::kFailedPrecondition: return "FAILED_PRECONDITION";
-    case Code::kAborted: return "ABORTED";
-    case Code::kUnavailable: return "UNAVAILABLE";
-    case Code::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
-    case Code::kResourceExhausted: return "RESOURCE_EXHAUSTED";
-    case Code::kDataLoss: return "DATA_LOSS";
-    case Code::kIoError: return "IO_ERROR";
-    case Code::kInternal: return "INTERNAL";
-    case Code::kUnimplemented: return "UNIMPLEMENTED";
-    case Code::kUnauthenticated: return "UNAUTHENTICATED";
-    case Code::kPermissionDenied: return "PERMISSION_DENIED";
+    case Code::kOk:
+      return "OK";
+    case Code::kCancelled:
+      return "CANCELLED";
+    case Code::kInvalidArgument:
+      return "INVALID_ARGUMENT";
+    case Code::kNotFound:
+      return "NOT_FOUND";
+    case Code::kAlreadyExists:
+      return "ALREADY_EXISTS";
+    case Code::kFailedPrecondition:
+      return "FAILED_PRECONDITION";
+    case Code::kAborted:
+      return "ABORTED";
+    case Code::kUnavailable:
+      return "UNAVAILABLE";
+    case Code::kDeadlineExceeded:
+      return "DEADLINE_EXCEEDED";
+    case Code::kResourceExhausted:
+      return "RESOURCE_EXHAUSTED";
+    case Code::kDataLoss:
+      return "DATA_LOSS";
+    case Code::kIoError:
+      return "IO_ERROR";
+    case Code::kInternal:
+      return "INTERNAL";
+    case Code::kUnimplemented:
+      return "UNIMPLEMENTED";
+    case Code::kUnauthenticated:
+      return "UNAUTHENTICATED";
+    case Code::kPermissionDenied:
+      return "PERMISSION_DENIED";
   }
   return "UNKNOWN";
 }
@@ -51,12 +67,17 @@ Status Status::WithContext(std::string_view what) const {
 Status StatusFromErrno(std::string_view context, int err) {
   std::string msg = std::string(context) + ": " + std::strerror(err);
   switch (err) {
-    case ENOENT: return Status(Code::kNotFound, std::move(msg), err);
-    case EEXIST: return Status(Code::kAlreadyExists, std::move(msg), err);
+    case ENOENT:
+      return Status(Code::kNotFound, std::move(msg), err);
+    case EEXIST:
+      return Status(Code::kAlreadyExists, std::move(msg), err);
     case ENOSPC:
-    case EDQUOT: return Status(Code::kResourceExhausted, std::move(msg), err);
-    case EAGAIN: return Status(Code::kUnavailable, std::move(msg), err);
-    default: return Status(Code::kIoError, std::move(msg), err);
+    case EDQUOT:
+      return Status(Code::kResourceExhausted, std::move(msg), err);
+    case EAGAIN:
+      return Status(Code::kUnavailable, std::move(msg), err);
+    default:
+      return Status(Code::kIoError, std::move(msg), err);
   }
 }
 

@@ -92,10 +92,10 @@ class CheckpointerImpl final : public Checkpointer {
               engine_->UnregisterBuffer(base);
               if (copier_ != nullptr) copier_->UnregisterHostMemory(base);
             },
-            copier_ == nullptr ? std::function<Status(char*, size_t)>()
-                               : [this](char* base, size_t size) {
-                                   return copier_->RegisterHostMemory(base, size);
-                                 },
+            copier_ == nullptr
+                ? std::function<Status(char*, size_t)>()
+                : [this](char* base,
+                         size_t size) { return copier_->RegisterHostMemory(base, size); },
             options.keep_in_memory ? 3 : 2) {
     options_.env = env;
     options_.replica_env = replica_env_;
@@ -133,7 +133,7 @@ class CheckpointerImpl final : public Checkpointer {
     STINT_ASSIGN_OR_RETURN(SnapshotLayout layout, PlanSnapshot(state, options_.chunk_size));
     auto t0 = Clock::now();
     auto wait = options_.busy_policy == BusyPolicy::kBlock ? options_.block_timeout
-                                                            : std::chrono::milliseconds(0);
+                                                           : std::chrono::milliseconds(0);
     auto buffer = staging_.Acquire(layout.image_bytes, std::chrono::milliseconds(0));
     if (!buffer.ok() && buffer.status().code() == Code::kUnavailable) {
       // Tier 0 is a convenience: when only it holds the room this save needs
@@ -154,7 +154,8 @@ class CheckpointerImpl final : public Checkpointer {
       ++stats_.saves;
     }
     if (!buffer.ok()) {
-      if (buffer.status().code() != Code::kUnavailable || options_.busy_policy != BusyPolicy::kSkip) {
+      if (buffer.status().code() != Code::kUnavailable ||
+          options_.busy_policy != BusyPolicy::kSkip) {
         return buffer.status().WithContext("save step " + std::to_string(step));
       }
       std::lock_guard<std::mutex> lock(mu_);
@@ -172,16 +173,17 @@ class CheckpointerImpl final : public Checkpointer {
     job->stats.step = step;
     job->stats.raw_bytes = job->snapshot.layout.raw_bytes;
     job->saved_at = t0;
-    SaveHandle handle{step, false, ReadyFuture(Status::OK()), job->durable.get_future().share(),
-                      replicator_ == nullptr ? ReadyFuture(Status::OK())
-                                             : job->replicated.get_future().share()};
+    SaveHandle handle{
+        step, false, ReadyFuture(Status::OK()), job->durable.get_future().share(),
+        replicator_ == nullptr ? ReadyFuture(Status::OK()) : job->replicated.get_future().share()};
     if (!copies.empty()) {
       // The copies run on the copier's streams; the persist thread waits for
       // them before it reads the buffer, and the staged future says when the
       // device tensors may be written again (or use OrderBeforeWrite).
       job->staged = std::make_shared<StagedSignal>();
       handle.staged = job->staged->promise.get_future().share();
-      auto ticket = copier_->CopyToHostAsync(copies, [signal = job->staged] { signal->Set(Status::OK()); });
+      auto ticket =
+          copier_->CopyToHostAsync(copies, [signal = job->staged] { signal->Set(Status::OK()); });
       if (!ticket.ok()) return ticket.status().WithContext("save step " + std::to_string(step));
       job->device_ticket = *ticket;
     }
@@ -255,13 +257,15 @@ class CheckpointerImpl final : public Checkpointer {
           if (wanted(st)) candidates.push_back(Candidate{2, st, StepDirName(st), nullptr});
         }
       } else {
-        result.skipped.push_back("[tier 2] " + options_.replica_root + ": " + steps.status().ToString());
+        result.skipped.push_back("[tier 2] " + options_.replica_root + ": " +
+                                 steps.status().ToString());
       }
     }
     // Newest first; for one step, memory before root before replica.
-    std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
-      return a.step != b.step ? a.step > b.step : a.tier < b.tier;
-    });
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [](const Candidate& a, const Candidate& b) {
+                       return a.step != b.step ? a.step > b.step : a.tier < b.tier;
+                     });
     if (candidates.empty()) {
       return Status::NotFound(options_.root + ": no committed checkpoint to load");
     }
@@ -273,8 +277,8 @@ class CheckpointerImpl final : public Checkpointer {
       if (!IsCheckpointDamage(loaded) || (options.step && candidates.size() == 1)) return loaded;
       last = loaded;
       // Reported, never silent.
-      result.skipped.push_back((tiered ? "[tier " + std::to_string(c.tier) + "] " : std::string()) + c.name +
-                               ": " + loaded.ToString());
+      result.skipped.push_back((tiered ? "[tier " + std::to_string(c.tier) + "] " : std::string()) +
+                               c.name + ": " + loaded.ToString());
       result.skipped_steps.push_back(c.step);
     }
     std::string why;
@@ -293,9 +297,11 @@ class CheckpointerImpl final : public Checkpointer {
 
   Status Quarantine(uint64_t step) override {
     char suffix[24];
-    std::snprintf(suffix, sizeof(suffix), "-%016llx", static_cast<unsigned long long>(RandomNonce()));
-    STINT_RETURN_IF_ERROR(env_->RenameFile(options_.root + "/" + StepDirName(step),
-                                           options_.root + "/quarantine-" + StepDirName(step) + suffix));
+    std::snprintf(suffix, sizeof(suffix), "-%016llx",
+                  static_cast<unsigned long long>(RandomNonce()));
+    STINT_RETURN_IF_ERROR(
+        env_->RenameFile(options_.root + "/" + StepDirName(step),
+                         options_.root + "/quarantine-" + StepDirName(step) + suffix));
     return env_->SyncDir(options_.root);
   }
 
@@ -338,7 +344,8 @@ class CheckpointerImpl final : public Checkpointer {
     auto opened = c.tier == 0 ? c.memory->OpenReader(ro) : CheckpointReader::Open(dir, ro);
     if (!opened.ok()) {
       // LATEST naming a vanished directory is damage too.
-      if (opened.status().code() == Code::kNotFound) return Status::DataLoss(opened.status().message());
+      if (opened.status().code() == Code::kNotFound)
+        return Status::DataLoss(opened.status().message());
       return opened.status();
     }
     std::unique_ptr<CheckpointReader> reader = std::move(*opened);
@@ -404,7 +411,8 @@ class CheckpointerImpl final : public Checkpointer {
         // Retention runs after the commit is reported: it is not part of time-to-durable.
         Status r = ApplyRetention(env_, options_.root, options_.keep_last, options_.keep_every,
                                   &tier1_guard_);
-        if (!r.ok()) RecordBackgroundError(r.WithContext("retention after step " + std::to_string(step)));
+        if (!r.ok())
+          RecordBackgroundError(r.WithContext("retention after step " + std::to_string(step)));
       }
       lock.lock();
       busy_ = false;
@@ -422,7 +430,8 @@ class CheckpointerImpl final : public Checkpointer {
       // Registered once for the buffer's life (the pool unregisters it before
       // unmapping): pinning 1 GiB on every save costs more than it saves.
       engine_->RegisterBuffer(job->snapshot.buffer->data(), job->snapshot.buffer->size());
-      PersistOptions po{options_.compress, options_.zstd_level, options_.direct_io, options_.io_size};
+      PersistOptions po{options_.compress, options_.zstd_level, options_.direct_io,
+                        options_.io_size};
       auto persisted = PersistSnapshot(env_, engine_.get(), &pool_, job->snapshot,
                                        tmp + "/" + RankFileName(options_.rank), po);
       if (persisted.ok()) file = std::move(*persisted);
@@ -457,8 +466,10 @@ class CheckpointerImpl final : public Checkpointer {
     if (!job->device_ticket) return Status::OK();
     Status s = copier_->Wait(*job->device_ticket, options_.block_timeout);
     Status first = s;
-    while (s.code() == Code::kDeadlineExceeded) s = copier_->Wait(*job->device_ticket, options_.block_timeout);
-    if (!first.ok()) first = first.WithContext("device-to-host copy of step " + std::to_string(job->stats.step));
+    while (s.code() == Code::kDeadlineExceeded)
+      s = copier_->Wait(*job->device_ticket, options_.block_timeout);
+    if (!first.ok())
+      first = first.WithContext("device-to-host copy of step " + std::to_string(job->stats.step));
     job->staged->Set(first);
     {
       std::lock_guard<std::mutex> lock(job->staged->mu);
@@ -474,8 +485,8 @@ class CheckpointerImpl final : public Checkpointer {
     std::string manifest = EncodeManifest(BuildManifest(options_, job->snapshot, raw));
     const uint64_t step = job->snapshot.step;
     const uint64_t image_bytes = job->snapshot.layout.image_bytes;
-    auto image = std::make_shared<InMemoryCheckpoint>(step, std::move(job->snapshot.buffer), image_bytes,
-                                                      raw.file.name, std::move(manifest));
+    auto image = std::make_shared<InMemoryCheckpoint>(
+        step, std::move(job->snapshot.buffer), image_bytes, raw.file.name, std::move(manifest));
     job.reset();
     std::shared_ptr<InMemoryCheckpoint> old;
     {
@@ -505,9 +516,9 @@ class CheckpointerImpl final : public Checkpointer {
   CheckpointerStats stats_;
   std::shared_ptr<InMemoryCheckpoint> tier0_;  // tier 0; a Load holds its own reference
 
-  RetentionGuard tier1_guard_;             // tier-1 retention skips the step being replicated
+  RetentionGuard tier1_guard_;              // tier-1 retention skips the step being replicated
   std::unique_ptr<Replicator> replicator_;  // tier 2; with a replica_root only
-  std::thread persist_thread_;  // started in the constructor, joined in the destructor
+  std::thread persist_thread_;              // started in the constructor, joined in the destructor
 };
 
 }  // namespace
@@ -535,7 +546,9 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Open(const CheckpointOptions
   if (made.ok()) {
     // The root's own entry must survive a power cut, or every checkpoint in it goes too.
     size_t slash = options.root.find_last_of('/');
-    std::string parent = slash == std::string::npos ? "." : slash == 0 ? "/" : options.root.substr(0, slash);
+    std::string parent = slash == std::string::npos ? "."
+                         : slash == 0               ? "/"
+                                                    : options.root.substr(0, slash);
     STINT_RETURN_IF_ERROR(env->SyncDir(parent));
   } else if (made.code() != Code::kAlreadyExists) {
     return made;
@@ -557,7 +570,8 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Open(const CheckpointOptions
   io.kind = kind;
   io.queue_depth = options.io_queue_depth;
   STINT_ASSIGN_OR_RETURN(auto engine, NewIoEngine(io));
-  return std::unique_ptr<Checkpointer>(new CheckpointerImpl(options, env, std::move(engine), replica_open));
+  return std::unique_ptr<Checkpointer>(
+      new CheckpointerImpl(options, env, std::move(engine), replica_open));
 }
 
 }  // namespace stint

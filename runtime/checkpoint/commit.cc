@@ -14,7 +14,8 @@ std::string StepDirName(uint64_t step) {
 }
 
 std::optional<uint64_t> ParseStepDirName(const std::string& name) {
-  if (name.size() < 6 || name.compare(0, 5, "step-") != 0 || name.size() > 5 + 20) return std::nullopt;
+  if (name.size() < 6 || name.compare(0, 5, "step-") != 0 || name.size() > 5 + 20)
+    return std::nullopt;
   uint64_t v = 0;
   for (size_t i = 5; i < name.size(); ++i) {
     if (name[i] < '0' || name[i] > '9') return std::nullopt;
@@ -34,8 +35,8 @@ std::string RankFileName(int rank) {
 
 std::string TmpDirName(uint64_t step, uint64_t nonce) {
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%s%llu-%016llx", kTmpPrefix, static_cast<unsigned long long>(step),
-                static_cast<unsigned long long>(nonce));
+  std::snprintf(buf, sizeof(buf), "%s%llu-%016llx", kTmpPrefix,
+                static_cast<unsigned long long>(step), static_cast<unsigned long long>(nonce));
   return buf;
 }
 
@@ -44,7 +45,8 @@ std::optional<uint64_t> ParseTmpDirStep(const std::string& name) {
   if (name.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
   std::string rest = name.substr(prefix.size());
   const std::string deleting = "deleting-";
-  if (rest.compare(0, deleting.size(), deleting) == 0) return ParseStepDirName(rest.substr(deleting.size()));
+  if (rest.compare(0, deleting.size(), deleting) == 0)
+    return ParseStepDirName(rest.substr(deleting.size()));
   size_t dash = rest.find('-');
   if (dash == 0 || dash == std::string::npos || dash > 20) return std::nullopt;
   uint64_t v = 0;
@@ -62,7 +64,8 @@ Status CleanLeftovers(Env* env, const std::string& root) {
   for (const auto& name : children) {
     if (name.compare(0, sizeof(kTmpPrefix) - 1, kTmpPrefix) == 0 ||
         name == std::string(kLatestName) + ".tmp") {
-      STINT_RETURN_IF_ERROR(RemoveRecursively(env, root + "/" + name).WithContext("cleaning leftovers"));
+      STINT_RETURN_IF_ERROR(
+          RemoveRecursively(env, root + "/" + name).WithContext("cleaning leftovers"));
     }
   }
   return Status::OK();

@@ -27,7 +27,7 @@ constexpr char kTmpPrefix[] = ".tmp-";
 
 std::string StepDirName(uint64_t step);  // "step-00001200"
 std::optional<uint64_t> ParseStepDirName(const std::string& name);
-std::string RankFileName(int rank);      // "rank-00000.stint"
+std::string RankFileName(int rank);  // "rank-00000.stint"
 std::string TmpDirName(uint64_t step, uint64_t nonce);
 // The step of a ".tmp-<step>-<nonce>" save or a ".tmp-deleting-step-<step>"
 // deletion left behind; nullopt for any other name.

@@ -53,7 +53,8 @@ Status ReadIntoDests(const CheckpointReader& reader, const std::vector<TensorDes
   }
   if (on_device.empty()) return reader.Read(dests);
   if (copier == nullptr) {
-    return Status::FailedPrecondition("load: tensor '" + dests[on_device[0]].name + "' is on device " +
+    return Status::FailedPrecondition("load: tensor '" + dests[on_device[0]].name +
+                                      "' is on device " +
                                       std::to_string(dests[on_device[0]].device) +
                                       ": CheckpointOptions.device_copier is not set");
   }
@@ -62,7 +63,8 @@ Status ReadIntoDests(const CheckpointReader& reader, const std::vector<TensorDes
   uint64_t total = 0;
   for (size_t i : on_device) {
     const TensorDest& d = dests[i];
-    bytes[i] = uint64_t(NumElements(d.extents.empty() ? d.global_shape : d.extents)) * DTypeSize(d.dtype);
+    bytes[i] =
+        uint64_t(NumElements(d.extents.empty() ? d.global_shape : d.extents)) * DTypeSize(d.dtype);
     offset[i] = total;
     total += AlignBlock(bytes[i] == 0 ? 1 : bytes[i]);
   }
@@ -76,7 +78,8 @@ Status ReadIntoDests(const CheckpointReader& reader, const std::vector<TensorDes
     host[i].device = kHostDevice;
     host[i].stream = nullptr;
     if (bytes[i] > 0) {
-      copies.push_back(DeviceCopy{dests[i].device, dests[i].stream, dests[i].data, host[i].data, bytes[i]});
+      copies.push_back(
+          DeviceCopy{dests[i].device, dests[i].stream, dests[i].data, host[i].data, bytes[i]});
     }
   }
   STINT_RETURN_IF_ERROR(reader.Read(host));

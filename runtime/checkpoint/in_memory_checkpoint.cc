@@ -41,8 +41,11 @@ class InMemoryCheckpoint::ImageEnv final : public Env {
  public:
   ImageEnv(std::string dir, std::string file_name, const char* image, uint64_t image_bytes,
            std::string manifest)
-      : dir_(std::move(dir)), file_name_(std::move(file_name)), image_(image),
-        image_bytes_(image_bytes), manifest_(std::move(manifest)) {}
+      : dir_(std::move(dir)),
+        file_name_(std::move(file_name)),
+        image_(image),
+        image_bytes_(image_bytes),
+        manifest_(std::move(manifest)) {}
 
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
                                                         const FileOptions&) override {
@@ -51,7 +54,8 @@ class InMemoryCheckpoint::ImageEnv final : public Env {
   Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path,
                                                                 const FileOptions&) override {
     if (path == dir_ + "/" + kManifestName) {
-      return std::unique_ptr<RandomAccessFile>(new ImageFile(path, manifest_.data(), manifest_.size()));
+      return std::unique_ptr<RandomAccessFile>(
+          new ImageFile(path, manifest_.data(), manifest_.size()));
     }
     if (path == dir_ + "/" + file_name_) {
       return std::unique_ptr<RandomAccessFile>(new ImageFile(path, image_, image_bytes_));
@@ -61,7 +65,9 @@ class InMemoryCheckpoint::ImageEnv final : public Env {
   Status CreateDir(const std::string& p) override { return ReadOnly("mkdir", p); }
   Status RemoveFile(const std::string& p) override { return ReadOnly("remove", p); }
   Status RemoveDir(const std::string& p) override { return ReadOnly("rmdir", p); }
-  Status RenameFile(const std::string& f, const std::string&) override { return ReadOnly("rename", f); }
+  Status RenameFile(const std::string& f, const std::string&) override {
+    return ReadOnly("rename", f);
+  }
   Status SyncDir(const std::string&) override { return Status::OK(); }
   Result<std::vector<std::string>> GetChildren(const std::string& dir) override {
     if (dir != dir_) return Status::NotFound(dir + ": not in the in-memory checkpoint");
@@ -80,7 +86,8 @@ class InMemoryCheckpoint::ImageEnv final : public Env {
   const std::string manifest_;
 };
 
-PersistedFile RawImageFile(const Snapshot& snapshot, const PersistedFile& persisted, ThreadPool* pool) {
+PersistedFile RawImageFile(const Snapshot& snapshot, const PersistedFile& persisted,
+                           ThreadPool* pool) {
   const SnapshotLayout& layout = snapshot.layout;
   const char* image = snapshot.buffer->data();
   PersistedFile out;
@@ -109,7 +116,8 @@ PersistedFile RawImageFile(const Snapshot& snapshot, const PersistedFile& persis
     rec.xxh3 = Xxh3(image + rec.file_offset, rec.raw_len);
   });
   std::vector<ChunkRecord> in_file_order;
-  for (const auto& chunks : out.entry_chunks) in_file_order.insert(in_file_order.end(), chunks.begin(), chunks.end());
+  for (const auto& chunks : out.entry_chunks)
+    in_file_order.insert(in_file_order.end(), chunks.begin(), chunks.end());
   out.file.name = persisted.file.name;
   out.file.size = layout.image_bytes;
   out.file.digest = FileDigest(in_file_order, layout.image_bytes);
@@ -126,7 +134,8 @@ InMemoryCheckpoint::InMemoryCheckpoint(uint64_t step, std::unique_ptr<StagingBuf
 
 InMemoryCheckpoint::~InMemoryCheckpoint() = default;
 
-Result<std::unique_ptr<CheckpointReader>> InMemoryCheckpoint::OpenReader(ReaderOptions options) const {
+Result<std::unique_ptr<CheckpointReader>> InMemoryCheckpoint::OpenReader(
+    ReaderOptions options) const {
   options.env = env_.get();
   options.direct_io = false;
   // Both engines read a file without a descriptor through Read(): a memcpy.

@@ -28,7 +28,8 @@ namespace stint {
 // `snapshot`: each chunk at its staging offset, codec none, XXH3 of its raw
 // bytes (hashed on `pool` where the stored chunk was compressed), and the file
 // record (same name, size image_bytes, digest). Pure apart from hashing.
-PersistedFile RawImageFile(const Snapshot& snapshot, const PersistedFile& persisted, ThreadPool* pool);
+PersistedFile RawImageFile(const Snapshot& snapshot, const PersistedFile& persisted,
+                           ThreadPool* pool);
 
 class InMemoryCheckpoint {
  public:

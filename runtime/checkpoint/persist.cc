@@ -28,12 +28,14 @@ AlignedBytes AllocAligned(size_t n) {
 // Writes [buf, buf+len) at `offset` in io_size pieces; `keep` (may be null)
 // is released when the last piece completes.
 Status SubmitRange(IoEngine* engine, WritableFile* file, const char* buf, uint64_t len,
-                   uint64_t offset, uint64_t io_size, std::shared_ptr<AlignedBytes> keep = nullptr) {
+                   uint64_t offset, uint64_t io_size,
+                   std::shared_ptr<AlignedBytes> keep = nullptr) {
   for (uint64_t done = 0; done < len; done += io_size) {
     uint64_t n = len - done < io_size ? len - done : io_size;
     IoDone on_done;
     if (keep) on_done = [keep](const Status&, size_t) {};
-    STINT_RETURN_IF_ERROR(engine->SubmitWrite(file, buf + done, n, offset + done, std::move(on_done)));
+    STINT_RETURN_IF_ERROR(
+        engine->SubmitWrite(file, buf + done, n, offset + done, std::move(on_done)));
   }
   return Status::OK();
 }
@@ -49,7 +51,8 @@ Result<PersistedFile> PersistSnapshot(Env* env, IoEngine* engine, ThreadPool* po
                                       const PersistOptions& options) {
   const SnapshotLayout& layout = snapshot.layout;
   const char* image = snapshot.buffer->data();
-  const uint64_t io_size = options.io_size < kChunkAlignment ? kChunkAlignment : AlignUp(options.io_size);
+  const uint64_t io_size =
+      options.io_size < kChunkAlignment ? kChunkAlignment : AlignUp(options.io_size);
 
   // Chunks in staging (= raw file) order.
   std::vector<ChunkRef> refs;
@@ -59,8 +62,12 @@ Result<PersistedFile> PersistSnapshot(Env* env, IoEngine* engine, ThreadPool* po
     out.entry_chunks[e].resize(layout.entries[e].chunk_len.size());
     for (size_t c = 0; c < layout.entries[e].chunk_len.size(); ++c) refs.push_back({e, c});
   }
-  auto staging_offset = [&](size_t i) { return layout.entries[refs[i].entry].chunk_offset[refs[i].index]; };
-  auto record = [&](size_t i) -> ChunkRecord& { return out.entry_chunks[refs[i].entry][refs[i].index]; };
+  auto staging_offset = [&](size_t i) {
+    return layout.entries[refs[i].entry].chunk_offset[refs[i].index];
+  };
+  auto record = [&](size_t i) -> ChunkRecord& {
+    return out.entry_chunks[refs[i].entry][refs[i].index];
+  };
 
   STINT_ASSIGN_OR_RETURN(auto file, env->NewWritableFile(path, FileOptions{options.direct_io}));
   Status status;
@@ -87,7 +94,8 @@ Result<PersistedFile> PersistSnapshot(Env* env, IoEngine* engine, ThreadPool* po
         size_t cap = AlignUp(ZstdBound(rec.raw_len));
         AlignedBytes buf = AllocAligned(cap);
         if (buf == nullptr) {
-          errors[k] = Status::ResourceExhausted("zstd: cannot allocate " + std::to_string(cap) + " bytes");
+          errors[k] =
+              Status::ResourceExhausted("zstd: cannot allocate " + std::to_string(cap) + " bytes");
           return;
         }
         auto n = ZstdCompress(raw, rec.raw_len, buf.get(), cap, options.zstd_level);

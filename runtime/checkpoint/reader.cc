@@ -36,10 +36,14 @@ class CheckpointReaderImpl final : public CheckpointReader {
  public:
   CheckpointReaderImpl(std::string dir, Manifest m, Env* env, std::unique_ptr<IoEngine> engine,
                        const ReaderOptions& options)
-      : dir_(std::move(dir)), m_(std::move(m)), env_(env), engine_(std::move(engine)),
+      : dir_(std::move(dir)),
+        m_(std::move(m)),
+        env_(env),
+        engine_(std::move(engine)),
         options_(options),
         decode_pool_(options.threads != 0 ? options.threads
-                                          : std::max(1u, std::thread::hardware_concurrency()) - 1) {}
+                                          : std::max(1u, std::thread::hardware_concurrency()) - 1) {
+  }
 
   Status OpenFiles() {
     for (const auto& f : m_.files) {
@@ -106,8 +110,8 @@ class CheckpointReaderImpl final : public CheckpointReader {
     uint64_t pos = 0;
     for (size_t i = 0; i < b->chunks.size(); ++i) {
       const ChunkRecord& c = b->chunks[i];
-      reads.push_back(ChunkRead{&b->file, &c, Where(b->file, i, "blob " + name), out.data() + pos, 0,
-                                c.raw_len});
+      reads.push_back(ChunkRead{&b->file, &c, Where(b->file, i, "blob " + name), out.data() + pos,
+                                0, c.raw_len});
       pos += c.raw_len;
     }
     STINT_RETURN_IF_ERROR(Execute(reads));
@@ -117,7 +121,8 @@ class CheckpointReaderImpl final : public CheckpointReader {
   Result<VerifyReport> Verify() const override {
     std::vector<ChunkRead> reads;
     VerifyReport report;
-    auto add = [&](const std::string& file, const std::vector<ChunkRecord>& chunks, const std::string& what) {
+    auto add = [&](const std::string& file, const std::vector<ChunkRecord>& chunks,
+                   const std::string& what) {
       for (size_t i = 0; i < chunks.size(); ++i) {
         reads.push_back(ChunkRead{&file, &chunks[i], Where(file, i, what), nullptr, 0, 0});
         report.stored_bytes += chunks[i].stored_len;
@@ -125,7 +130,8 @@ class CheckpointReaderImpl final : public CheckpointReader {
     };
     for (const auto& t : m_.tensors) {
       for (size_t k = 0; k < t.shards.size(); ++k) {
-        add(t.shards[k].file, t.shards[k].chunks, "tensor " + t.name + " shard " + std::to_string(k));
+        add(t.shards[k].file, t.shards[k].chunks,
+            "tensor " + t.name + " shard " + std::to_string(k));
       }
     }
     for (const auto& b : m_.blobs) add(b.file, b.chunks, "blob " + b.name);
@@ -150,8 +156,9 @@ class CheckpointReaderImpl final : public CheckpointReader {
     for (const auto& b : m_.blobs) {
       if (b.file == file) out.insert(out.end(), b.chunks.begin(), b.chunks.end());
     }
-    std::sort(out.begin(), out.end(),
-              [](const ChunkRecord& a, const ChunkRecord& b) { return a.file_offset < b.file_offset; });
+    std::sort(out.begin(), out.end(), [](const ChunkRecord& a, const ChunkRecord& b) {
+      return a.file_offset < b.file_offset;
+    });
     return out;
   }
 
@@ -172,9 +179,10 @@ class CheckpointReaderImpl final : public CheckpointReader {
       pos = c1;
       uint64_t lo = std::max(begin, c0), hi = std::min(end, c1);
       if (lo >= hi && !(c.raw_len == 0 && begin == end)) continue;
-      reads->push_back(ChunkRead{&s.file, &c,
-                                 Where(s.file, i, "tensor " + t.name + " shard " + std::to_string(shard_index)),
-                                 dst + (lo - begin), lo - c0, hi - c0});
+      reads->push_back(
+          ChunkRead{&s.file, &c,
+                    Where(s.file, i, "tensor " + t.name + " shard " + std::to_string(shard_index)),
+                    dst + (lo - begin), lo - c0, hi - c0});
     }
   }
 
@@ -194,14 +202,17 @@ class CheckpointReaderImpl final : public CheckpointReader {
     std::vector<int64_t> off = d.offsets.empty() ? std::vector<int64_t>(rank, 0) : d.offsets;
     std::vector<int64_t> ext = d.extents.empty() ? t->global_shape : d.extents;
     if (off.size() != rank || ext.size() != rank) {
-      return Status::InvalidArgument(ctx + ": destination offsets/extents need " + std::to_string(rank) + " entries");
+      return Status::InvalidArgument(ctx + ": destination offsets/extents need " +
+                                     std::to_string(rank) + " entries");
     }
     for (size_t k = 0; k < rank; ++k) {
       if (off[k] < 0 || ext[k] < 0 || off[k] + ext[k] > t->global_shape[k]) {
-        return Status::InvalidArgument(ctx + ": destination region lies outside the shape in dim " + std::to_string(k));
+        return Status::InvalidArgument(ctx + ": destination region lies outside the shape in dim " +
+                                       std::to_string(k));
       }
     }
-    if (NumElements(ext) > 0 && d.data == nullptr) return Status::InvalidArgument(ctx + ": destination is null");
+    if (NumElements(ext) > 0 && d.data == nullptr)
+      return Status::InvalidArgument(ctx + ": destination is null");
     char* dst = static_cast<char*>(d.data);
     const uint64_t elem = DTypeSize(t->dtype);
 
@@ -220,7 +231,8 @@ class CheckpointReaderImpl final : public CheckpointReader {
       return true;
     };
     if (rank == 0 || !full_rows(off, ext)) {
-      return Status::Unimplemented(ctx + ": destination region " + ShapeString(off) + "+" + ShapeString(ext) +
+      return Status::Unimplemented(ctx + ": destination region " + ShapeString(off) + "+" +
+                                   ShapeString(ext) +
                                    " matches no stored shard and is not a dim-0 slice");
     }
     std::vector<int64_t> inner(t->global_shape.begin() + 1, t->global_shape.end());
@@ -241,8 +253,9 @@ class CheckpointReaderImpl final : public CheckpointReader {
                     dst + uint64_t(lo - r0) * row_bytes, reads);
     }
     if (covered != r1 - r0) {
-      return Status::DataLoss(ctx + ": stored shards cover " + std::to_string(covered) + " of rows [" +
-                              std::to_string(r0) + ", " + std::to_string(r1) + ") (missing or overlapping shards)");
+      return Status::DataLoss(ctx + ": stored shards cover " + std::to_string(covered) +
+                              " of rows [" + std::to_string(r0) + ", " + std::to_string(r1) +
+                              ") (missing or overlapping shards)");
     }
     return Status::OK();
   }
@@ -312,7 +325,8 @@ class CheckpointReaderImpl final : public CheckpointReader {
             Status st = io;
             if (st.ok() && bytes < rp->rec->stored_len) {
               st = Status::DataLoss(rp->where + ": file ends after " + std::to_string(bytes) +
-                                    " of the chunk's " + std::to_string(rp->rec->stored_len) + " bytes");
+                                    " of the chunk's " + std::to_string(rp->rec->stored_len) +
+                                    " bytes");
             }
             if (!st.ok()) {
               fail(st);
@@ -391,7 +405,8 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(const std::stri
   io.kind = kind;
   io.queue_depth = options.queue_depth;
   STINT_ASSIGN_OR_RETURN(auto engine, NewIoEngine(io));
-  auto reader = std::make_unique<CheckpointReaderImpl>(dir, std::move(m), env, std::move(engine), options);
+  auto reader =
+      std::make_unique<CheckpointReaderImpl>(dir, std::move(m), env, std::move(engine), options);
   STINT_RETURN_IF_ERROR(reader->OpenFiles());
   return std::unique_ptr<CheckpointReader>(std::move(reader));
 }

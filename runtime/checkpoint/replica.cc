@@ -49,8 +49,8 @@ Status CopyFile(Env* src_env, const std::string& from, Env* dst_env, const std::
 }  // namespace
 
 Status ReplicateCheckpoint(Env* src_env, const std::string& src_root, Env* dst_env,
-                           const std::string& dst_root, uint64_t step, const ReplicateOptions& options,
-                           uint64_t* copied) {
+                           const std::string& dst_root, uint64_t step,
+                           const ReplicateOptions& options, uint64_t* copied) {
   const std::string name = StepDirName(step);
   const std::string src = src_root + "/" + name;
   if (!src_env->FileExists(src + "/" + kManifestName)) {
@@ -60,7 +60,8 @@ Status ReplicateCheckpoint(Env* src_env, const std::string& src_root, Env* dst_e
   if (!made.ok() && made.code() != Code::kAlreadyExists) return made.WithContext("replica root");
   if (dst_env->FileExists(dst_root + "/" + name + "/" + kManifestName)) return Status::OK();
 
-  STINT_ASSIGN_OR_RETURN(std::string manifest, ReadFileToString(src_env, src + "/" + kManifestName));
+  STINT_ASSIGN_OR_RETURN(std::string manifest,
+                         ReadFileToString(src_env, src + "/" + kManifestName));
   STINT_ASSIGN_OR_RETURN(auto children, src_env->GetChildren(src));
   const std::string tmp = dst_root + "/" + TmpDirName(step, Nonce());
   STINT_RETURN_IF_ERROR(dst_env->CreateDir(tmp));

@@ -30,8 +30,8 @@
 namespace stint {
 
 struct ReplicateOptions {
-  bool verify = true;           // read the copy back and check every checksum
-  size_t copy_bytes = 8u << 20; // bytes per read/write
+  bool verify = true;            // read the copy back and check every checksum
+  size_t copy_bytes = 8u << 20;  // bytes per read/write
 };
 
 // Copies <src_root>/step-<step> to <dst_root>/step-<step> (see above).
@@ -39,8 +39,8 @@ struct ReplicateOptions {
 // when the destination already holds that step. `copied` (may be null) gets
 // the bytes written.
 Status ReplicateCheckpoint(Env* src_env, const std::string& src_root, Env* dst_env,
-                           const std::string& dst_root, uint64_t step, const ReplicateOptions& options,
-                           uint64_t* copied = nullptr);
+                           const std::string& dst_root, uint64_t step,
+                           const ReplicateOptions& options, uint64_t* copied = nullptr);
 
 // Checkpointer::Open's checks of a replica root: kInvalidArgument when it is
 // `root` or inside it. Pure.

@@ -8,7 +8,8 @@
 namespace stint {
 namespace {
 
-Status CheckShard(const TensorShard& t, std::vector<int64_t>* offsets, std::vector<int64_t>* extents) {
+Status CheckShard(const TensorShard& t, std::vector<int64_t>* offsets,
+                  std::vector<int64_t>* extents) {
   std::string ctx = "tensor '" + t.name + "'";
   if (DTypeSize(t.dtype) == 0) return Status::InvalidArgument(ctx + ": unknown dtype");
   size_t rank = t.global_shape.size();
@@ -81,8 +82,8 @@ Result<SnapshotLayout> PlanSnapshot(const State& state, uint64_t chunk_size) {
   return layout;
 }
 
-void CopyIntoStaging(const State& state, const SnapshotLayout& layout, char* buffer, ThreadPool* pool,
-                     std::vector<DeviceCopy>* device_copies) {
+void CopyIntoStaging(const State& state, const SnapshotLayout& layout, char* buffer,
+                     ThreadPool* pool, std::vector<DeviceCopy>* device_copies) {
   struct Piece {
     const char* src;
     uint64_t dst;
@@ -112,8 +113,9 @@ void CopyIntoStaging(const State& state, const SnapshotLayout& layout, char* buf
     for (size_t c = 0; c < e.chunk_len.size(); ++c) {
       uint64_t len = e.chunk_len[c];
       // Device bytes arrive by DMA; only the padding is written here.
-      pieces.push_back(on_device ? Piece{nullptr, e.chunk_offset[c] + len, 0, AlignUp(len == 0 ? 1 : len) - len}
-                                 : Piece{src + done, e.chunk_offset[c], len, AlignUp(len == 0 ? 1 : len)});
+      pieces.push_back(
+          on_device ? Piece{nullptr, e.chunk_offset[c] + len, 0, AlignUp(len == 0 ? 1 : len) - len}
+                    : Piece{src + done, e.chunk_offset[c], len, AlignUp(len == 0 ? 1 : len)});
       done += len;
     }
   }

@@ -43,8 +43,8 @@ Result<SnapshotLayout> PlanSnapshot(const State& state, uint64_t chunk_size);
 // chunks are contiguous in the buffer) is appended to `device_copies`, for
 // the caller to start. REQUIRES: device_copies != null if any tensor is on a
 // device.
-void CopyIntoStaging(const State& state, const SnapshotLayout& layout, char* buffer, ThreadPool* pool,
-                     std::vector<DeviceCopy>* device_copies = nullptr);
+void CopyIntoStaging(const State& state, const SnapshotLayout& layout, char* buffer,
+                     ThreadPool* pool, std::vector<DeviceCopy>* device_copies = nullptr);
 
 struct Snapshot {
   uint64_t step = 0;

@@ -80,7 +80,8 @@ Result<std::unique_ptr<StagingBuffer>> StagingPool::Acquire(size_t size,
     if (released_.wait_until(lock, deadline) == std::cv_status::timeout &&
         in_use_ + size > capacity_) {
       return Status::Unavailable("staging pool busy: " + std::to_string(in_use_) + " of " +
-                                 std::to_string(capacity_) + " bytes held by checkpoints still persisting");
+                                 std::to_string(capacity_) +
+                                 " bytes held by checkpoints still persisting");
     }
   }
 }

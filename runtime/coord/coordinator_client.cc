@@ -40,29 +40,45 @@ Status ReplyFieldError(const internal::JsonFieldError& e) {
       key = "the answer";
       why = "is not a JSON object";
       break;
-    case Problem::kMissing: why = "is missing"; break;
+    case Problem::kMissing:
+      why = "is missing";
+      break;
     case Problem::kWrongType:
       switch (e.expected) {
-        case JsonKind::kUint64: why = "is not a non-negative integer"; break;
-        case JsonKind::kInt64: why = "is not an integer"; break;
-        case JsonKind::kNonNegativeNumber: why = "is not a non-negative number of seconds"; break;
-        case JsonKind::kBool: why = "is not a boolean"; break;
-        case JsonKind::kObject: why = "is not an object or null"; break;
-        default: why = std::string("is not ") + internal::JsonKindPhrase(e.expected); break;
+        case JsonKind::kUint64:
+          why = "is not a non-negative integer";
+          break;
+        case JsonKind::kInt64:
+          why = "is not an integer";
+          break;
+        case JsonKind::kNonNegativeNumber:
+          why = "is not a non-negative number of seconds";
+          break;
+        case JsonKind::kBool:
+          why = "is not a boolean";
+          break;
+        case JsonKind::kObject:
+          why = "is not an object or null";
+          break;
+        default:
+          why = std::string("is not ") + internal::JsonKindPhrase(e.expected);
+          break;
       }
       break;
     case Problem::kBadElement:
-      why = e.expected == JsonKind::kInt64 ? std::string("holds a non-integer")
-                                           : std::string("holds a value that is not ") +
-                                                 internal::JsonKindPhrase(e.expected);
+      why = e.expected == JsonKind::kInt64
+                ? std::string("holds a non-integer")
+                : std::string("holds a value that is not ") + internal::JsonKindPhrase(e.expected);
       break;
-    case Problem::kBadValue: why = e.detail; break;
+    case Problem::kBadValue:
+      why = e.detail;
+      break;
   }
   return Status::Internal("stintd's answer to " + e.object_path + ": \"" + key + "\" " + why);
 }
 
-constexpr internal::JsonFieldPolicy kReplyFields{/*null_is_absent=*/true, internal::JsonFieldPolicy::Floats::kRound,
-                                                 ReplyFieldError};
+constexpr internal::JsonFieldPolicy kReplyFields{
+    /*null_is_absent=*/true, internal::JsonFieldPolicy::Floats::kRound, ReplyFieldError};
 
 // Reads an answer (or an object in it); `what` names the request.
 internal::JsonFields ReplyFields(const Json& j, std::string what) {
@@ -80,7 +96,8 @@ Result<WorkerView> ParseView(const HttpReply& reply, const std::string& what) {
   STINT_ASSIGN_OR_RETURN(v.active, r.Bool("active"));
   STINT_ASSIGN_OR_RETURN(std::optional<uint64_t> token, r.OptionalUint64("fencing_token"));
   STINT_ASSIGN_OR_RETURN(std::optional<uint64_t> segment, r.OptionalUint64("segment_id"));
-  STINT_ASSIGN_OR_RETURN(std::optional<std::string> segment_state, r.OptionalString("segment_state"));
+  STINT_ASSIGN_OR_RETURN(std::optional<std::string> segment_state,
+                         r.OptionalString("segment_state"));
   v.fencing_token = token.value_or(0);
   v.segment_id = segment.value_or(0);
   v.segment_state = segment_state.value_or("");
@@ -129,7 +146,8 @@ Result<RendezvousInfo> ParseRendezvous(const HttpReply& reply, const std::string
   STINT_ASSIGN_OR_RETURN(const Json* previous, r.Array("previous"));
   for (const Json& id : *previous) {
     if (!id.is_number_integer()) {
-      return r.Refuse(internal::JsonFieldError::Problem::kBadElement, "previous", internal::JsonKind::kInt64, &id);
+      return r.Refuse(internal::JsonFieldError::Problem::kBadElement, "previous",
+                      internal::JsonKind::kInt64, &id);
     }
     v.previous.push_back(id.get<uint64_t>());
   }
@@ -146,7 +164,8 @@ bool ValidKvKey(const std::string& key) {
 
 std::string DefaultWorkerName() {
   char host[256] = {};
-  if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') std::snprintf(host, sizeof(host), "unknown");
+  if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0')
+    std::snprintf(host, sizeof(host), "unknown");
   return std::string(host) + ":" + std::to_string(getpid());
 }
 
@@ -166,20 +185,24 @@ bool IsFenced(const Status& status) {
 
 namespace internal {
 
-Result<CoordinatorOptions> CoordinatorOptionsFromLookup(const std::function<std::string(const char*)>& lookup) {
+Result<CoordinatorOptions> CoordinatorOptionsFromLookup(
+    const std::function<std::string(const char*)>& lookup) {
   CoordinatorOptions o;
   std::string url = lookup("STINT_COORD_URL");
   if (!url.empty()) {
     auto parsed = internal::ParseCoordinatorUrl(url);
-    if (!parsed.ok()) return Status::InvalidArgument("STINT_COORD_URL: " + parsed.status().message());
+    if (!parsed.ok())
+      return Status::InvalidArgument("STINT_COORD_URL: " + parsed.status().message());
     o.url = url;
   }
   o.token = lookup("STINT_COORD_TOKEN");
   if (o.token.empty()) {
-    return Status::InvalidArgument("STINT_COORD_TOKEN is not set (the worker token stintd was started with)");
+    return Status::InvalidArgument(
+        "STINT_COORD_TOKEN is not set (the worker token stintd was started with)");
   }
   std::string job = lookup("STINT_JOB_ID");
-  if (job.empty()) return Status::InvalidArgument("STINT_JOB_ID is not set (the stintd job this process runs)");
+  if (job.empty())
+    return Status::InvalidArgument("STINT_JOB_ID is not set (the stintd job this process runs)");
   uint64_t id = 0;
   for (char c : job) {
     if (c < '0' || c > '9' || id > (std::numeric_limits<uint64_t>::max() - 9) / 10) {
@@ -187,7 +210,8 @@ Result<CoordinatorOptions> CoordinatorOptionsFromLookup(const std::function<std:
     }
     id = id * 10 + uint64_t(c - '0');
   }
-  if (id == 0) return Status::InvalidArgument("STINT_JOB_ID='" + job + "' is not a positive integer");
+  if (id == 0)
+    return Status::InvalidArgument("STINT_JOB_ID='" + job + "' is not a positive integer");
   o.job_id = id;
   o.worker_name = lookup("STINT_WORKER_NAME");
   return o;
@@ -199,14 +223,16 @@ Result<CoordinatorOptions> CoordinatorOptionsFromEnvironment() {
   return internal::CoordinatorOptionsFromLookup(Getenv);
 }
 
-Result<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Create(const CoordinatorOptions& options) {
+Result<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Create(
+    const CoordinatorOptions& options) {
   internal::HttpJsonOptions h;
   h.url = options.url;
   h.token = options.token;
   h.connect_timeout = options.connect_timeout;
   h.request_timeout = options.request_timeout;
   h.retry = options.retry;
-  if (options.fencing_margin.count() < 0) return Status::InvalidArgument("fencing_margin must be >= 0");
+  if (options.fencing_margin.count() < 0)
+    return Status::InvalidArgument("fencing_margin must be >= 0");
   STINT_ASSIGN_OR_RETURN(auto http, internal::HttpJsonClient::Create(h));
   CoordinatorOptions o = options;
   if (o.worker_name.empty()) o.worker_name = DefaultWorkerName();
@@ -233,7 +259,8 @@ void CoordinatorClient::UseRegistration(const WorkerRegistration& registration) 
 
 Result<WorkerRegistration> CoordinatorClient::RequireRegistration() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!registration_) return Status::FailedPrecondition("not registered with stintd: call Register() first");
+  if (!registration_)
+    return Status::FailedPrecondition("not registered with stintd: call Register() first");
   return *registration_;
 }
 
@@ -257,8 +284,10 @@ Result<WorkerRegistration> CoordinatorClient::Register() {
   STINT_ASSIGN_OR_RETURN(std::optional<uint64_t> segment_id, r.OptionalUint64("segment_id"));
   reg.segment_id = segment_id.value_or(0);
   STINT_ASSIGN_OR_RETURN(reg.fencing_token, r.Uint64("fencing_token"));
-  STINT_ASSIGN_OR_RETURN(std::optional<double> ttl, r.OptionalNonNegativeNumber("lease_ttl_seconds"));
-  STINT_ASSIGN_OR_RETURN(std::optional<double> interval, r.OptionalNonNegativeNumber("heartbeat_interval_seconds"));
+  STINT_ASSIGN_OR_RETURN(std::optional<double> ttl,
+                         r.OptionalNonNegativeNumber("lease_ttl_seconds"));
+  STINT_ASSIGN_OR_RETURN(std::optional<double> interval,
+                         r.OptionalNonNegativeNumber("heartbeat_interval_seconds"));
   reg.lease_ttl = SecondsToMs(ttl.value_or(0));
   reg.heartbeat_interval = SecondsToMs(interval.value_or(0));
   std::lock_guard<std::mutex> lock(mu_);
@@ -282,32 +311,40 @@ Result<WorkerView> CoordinatorClient::WaitNotice(std::chrono::seconds wait) {
   int64_t seconds = std::max<int64_t>(0, std::min<int64_t>(wait.count(), kMaxNoticeWaitSeconds));
   HttpRequest req;
   req.method = "GET";
-  req.path = "/v1/workers/" + std::to_string(reg.worker_id) + "/notice?wait_seconds=" + std::to_string(seconds);
+  req.path = "/v1/workers/" + std::to_string(reg.worker_id) +
+             "/notice?wait_seconds=" + std::to_string(seconds);
   req.server_wait = std::chrono::seconds(seconds);
   STINT_ASSIGN_OR_RETURN(HttpReply reply, http_->Call(req));
   return ParseView(reply, req.method + " " + req.path);
 }
 
-Result<RendezvousInfo> CoordinatorClient::JoinRendezvous(const std::string& endpoint, uint64_t known_generation,
-                                                        std::chrono::milliseconds wait) {
+Result<RendezvousInfo> CoordinatorClient::JoinRendezvous(const std::string& endpoint,
+                                                         uint64_t known_generation,
+                                                         std::chrono::milliseconds wait) {
   STINT_ASSIGN_OR_RETURN(WorkerRegistration reg, RequireRegistration());
-  wait = std::clamp(wait, std::chrono::milliseconds(0), std::chrono::milliseconds(kMaxNoticeWaitSeconds * 1000));
+  wait = std::clamp(wait, std::chrono::milliseconds(0),
+                    std::chrono::milliseconds(kMaxNoticeWaitSeconds * 1000));
   HttpRequest req;
   req.method = "POST";
   req.path = "/v1/workers/" + std::to_string(reg.worker_id) + "/rendezvous/join";
-  req.body = Json{{"endpoint", endpoint}, {"known_generation", known_generation}, {"wait_seconds", wait.count() / 1000.0}};
+  req.body = Json{{"endpoint", endpoint},
+                  {"known_generation", known_generation},
+                  {"wait_seconds", wait.count() / 1000.0}};
   req.server_wait = wait;
   STINT_ASSIGN_OR_RETURN(HttpReply reply, http_->Call(req));
   return ParseRendezvous(reply, req.method + " " + req.path);
 }
 
-Result<RendezvousInfo> CoordinatorClient::WaitRendezvous(uint64_t known_generation, std::chrono::milliseconds wait) {
+Result<RendezvousInfo> CoordinatorClient::WaitRendezvous(uint64_t known_generation,
+                                                         std::chrono::milliseconds wait) {
   STINT_ASSIGN_OR_RETURN(WorkerRegistration reg, RequireRegistration());
-  wait = std::clamp(wait, std::chrono::milliseconds(0), std::chrono::milliseconds(kMaxNoticeWaitSeconds * 1000));
+  wait = std::clamp(wait, std::chrono::milliseconds(0),
+                    std::chrono::milliseconds(kMaxNoticeWaitSeconds * 1000));
   HttpRequest req;
   req.method = "GET";
-  req.path = "/v1/workers/" + std::to_string(reg.worker_id) + "/rendezvous?known_generation=" +
-             std::to_string(known_generation) + "&wait_seconds=" + std::to_string(wait.count() / 1000.0);
+  req.path = "/v1/workers/" + std::to_string(reg.worker_id) +
+             "/rendezvous?known_generation=" + std::to_string(known_generation) +
+             "&wait_seconds=" + std::to_string(wait.count() / 1000.0);
   req.server_wait = wait;
   STINT_ASSIGN_OR_RETURN(HttpReply reply, http_->Call(req));
   return ParseRendezvous(reply, req.method + " " + req.path);
@@ -332,7 +369,8 @@ Status CoordinatorClient::ReportProgress(uint64_t step, std::optional<double> re
   return PostWorker(http_.get(), reg.worker_id, "progress", std::move(body));
 }
 
-Status CoordinatorClient::ReportCheckpoint(uint64_t step, double seconds, std::optional<uint64_t> bytes) {
+Status CoordinatorClient::ReportCheckpoint(uint64_t step, double seconds,
+                                           std::optional<uint64_t> bytes) {
   if (!std::isfinite(seconds) || seconds < 0) {
     return Status::InvalidArgument("ReportCheckpoint: seconds must be a finite number >= 0");
   }
@@ -386,15 +424,18 @@ Status CoordinatorClient::GuardCommit(uint64_t step) {
     return check.status().WithContext("cannot confirm " + who + ", " + what);
   }
   if (!check->valid) {
-    return Status::Aborted("fenced: " + who + " is stale (stintd gave the job to a newer incarnation or "
-                           "ended its segment): " + what);
+    return Status::Aborted("fenced: " + who +
+                           " is stale (stintd gave the job to a newer incarnation or "
+                           "ended its segment): " +
+                           what);
   }
   if (check->valid_until_ms) {
     const int64_t left_ms = *check->valid_until_ms - internal::WallNowMs();
     if (left_ms < options_.fencing_margin.count()) {
       char buf[160];
-      std::snprintf(buf, sizeof(buf), " is valid for %.3f s more, under the %.3f s margin: ",
-                    double(left_ms) / 1000, double(options_.fencing_margin.count()) / 1000);
+      std::snprintf(buf, sizeof(buf),
+                    " is valid for %.3f s more, under the %.3f s margin: ", double(left_ms) / 1000,
+                    double(options_.fencing_margin.count()) / 1000);
       return Status::Aborted("fenced: " + who + buf + what);
     }
   }
@@ -409,11 +450,12 @@ Result<uint64_t> CoordinatorClient::Put(const std::string& key, const std::strin
                                         std::optional<uint64_t> if_version) {
   if (options_.job_id == 0) return Status::InvalidArgument("CoordinatorOptions.job_id is not set");
   if (!ValidKvKey(key)) {
-    return Status::InvalidArgument("KV key '" + key.substr(0, 64) + "' is not [A-Za-z0-9._/-]{1,200}");
+    return Status::InvalidArgument("KV key '" + key.substr(0, 64) +
+                                   "' is not [A-Za-z0-9._/-]{1,200}");
   }
   if (value.size() > kMaxKvValueBytes) {
-    return Status::InvalidArgument("KV value for '" + key + "' has " + std::to_string(value.size()) +
-                                   " bytes, more than 1 MiB");
+    return Status::InvalidArgument("KV value for '" + key + "' has " +
+                                   std::to_string(value.size()) + " bytes, more than 1 MiB");
   }
   HttpRequest req;
   req.method = "PUT";
@@ -428,15 +470,18 @@ Result<uint64_t> CoordinatorClient::Put(const std::string& key, const std::strin
   return r.Uint64("version");
 }
 
-Result<KvEntry> CoordinatorClient::Get(const std::string& key, std::chrono::seconds wait, uint64_t min_version) {
+Result<KvEntry> CoordinatorClient::Get(const std::string& key, std::chrono::seconds wait,
+                                       uint64_t min_version) {
   if (options_.job_id == 0) return Status::InvalidArgument("CoordinatorOptions.job_id is not set");
   if (!ValidKvKey(key)) {
-    return Status::InvalidArgument("KV key '" + key.substr(0, 64) + "' is not [A-Za-z0-9._/-]{1,200}");
+    return Status::InvalidArgument("KV key '" + key.substr(0, 64) +
+                                   "' is not [A-Za-z0-9._/-]{1,200}");
   }
   const int64_t seconds = std::max<int64_t>(0, wait.count());
   HttpRequest req;
   req.method = "GET";
-  req.path = "/v1/jobs/" + std::to_string(options_.job_id) + "/kv/" + key + "?wait_seconds=" + std::to_string(seconds);
+  req.path = "/v1/jobs/" + std::to_string(options_.job_id) + "/kv/" + key +
+             "?wait_seconds=" + std::to_string(seconds);
   // Versions start at 1, and stintd refuses min_version=0: "any" is no parameter.
   if (min_version > 0) req.path += "&min_version=" + std::to_string(min_version);
   req.server_wait = std::chrono::seconds(seconds);
@@ -457,7 +502,8 @@ Result<KvEntry> CoordinatorClient::Get(const std::string& key, std::chrono::seco
 Status CoordinatorClient::Delete(const std::string& key) {
   if (options_.job_id == 0) return Status::InvalidArgument("CoordinatorOptions.job_id is not set");
   if (!ValidKvKey(key)) {
-    return Status::InvalidArgument("KV key '" + key.substr(0, 64) + "' is not [A-Za-z0-9._/-]{1,200}");
+    return Status::InvalidArgument("KV key '" + key.substr(0, 64) +
+                                   "' is not [A-Za-z0-9._/-]{1,200}");
   }
   HttpRequest req;
   req.method = "DELETE";

@@ -127,11 +127,11 @@ class CoordinatorSession::Impl {
       }
     }
     if (!view->active) {
-      MarkFenced("stintd reports the worker inactive (segment " + std::to_string(view->segment_id) + " " +
-                 view->segment_state + ")");
+      MarkFenced("stintd reports the worker inactive (segment " + std::to_string(view->segment_id) +
+                 " " + view->segment_state + ")");
     } else if (view->fencing_token != 0 && view->fencing_token != reg_.fencing_token) {
-      MarkFenced("stintd reports fencing token " + std::to_string(view->fencing_token) + ", ours is " +
-                 std::to_string(reg_.fencing_token));
+      MarkFenced("stintd reports fencing token " + std::to_string(view->fencing_token) +
+                 ", ours is " + std::to_string(reg_.fencing_token));
     }
   }
 
@@ -142,7 +142,8 @@ class CoordinatorSession::Impl {
       last_error_ = Status::Aborted("fenced: " + why);
     }
     // The GPUs may already belong to someone else: the deadline is now.
-    if (watcher_ != nullptr) watcher_->Notify("coordinator fenced", std::chrono::steady_clock::now());
+    if (watcher_ != nullptr)
+      watcher_->Notify("coordinator fenced", std::chrono::steady_clock::now());
     cv_.notify_all();
   }
 
@@ -167,11 +168,12 @@ class CoordinatorSession::Impl {
   std::thread notice_thread_;
 };
 
-Result<std::unique_ptr<CoordinatorSession>> CoordinatorSession::Start(const CoordinatorOptions& options,
-                                                                      PreemptionWatcher* watcher) {
+Result<std::unique_ptr<CoordinatorSession>> CoordinatorSession::Start(
+    const CoordinatorOptions& options, PreemptionWatcher* watcher) {
   STINT_ASSIGN_OR_RETURN(auto client, CoordinatorClient::Create(options));
   STINT_ASSIGN_OR_RETURN(WorkerRegistration reg, client->Register());
-  return std::unique_ptr<CoordinatorSession>(new CoordinatorSession(std::move(client), reg, watcher));
+  return std::unique_ptr<CoordinatorSession>(
+      new CoordinatorSession(std::move(client), reg, watcher));
 }
 
 CoordinatorSession::CoordinatorSession(std::unique_ptr<CoordinatorClient> client,

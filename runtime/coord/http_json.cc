@@ -19,17 +19,24 @@ using Clock = std::chrono::steady_clock;
 // httplib's own names ("Connection", "Read") say too little in a log line.
 std::string DescribeTransportError(httplib::Error e) {
   switch (e) {
-    case httplib::Error::Connection: return "connection failed (refused or unreachable)";
-    case httplib::Error::ConnectionTimeout: return "connection timed out";
-    case httplib::Error::Read: return "no answer (connection closed, or the read timed out)";
-    case httplib::Error::Write: return "could not send the request (connection closed)";
-    case httplib::Error::Canceled: return "cancelled";
-    default: return httplib::to_string(e);
+    case httplib::Error::Connection:
+      return "connection failed (refused or unreachable)";
+    case httplib::Error::ConnectionTimeout:
+      return "connection timed out";
+    case httplib::Error::Read:
+      return "no answer (connection closed, or the read timed out)";
+    case httplib::Error::Write:
+      return "could not send the request (connection closed)";
+    case httplib::Error::Canceled:
+      return "cancelled";
+    default:
+      return httplib::to_string(e);
   }
 }
 
 bool AllDigits(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
+  return !s.empty() &&
+         std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
 }
 
 std::string Shorten(std::string s, size_t max) {
@@ -109,20 +116,28 @@ Status StatusFromHttp(int http_status, const std::string& body, const std::strin
                            (code_name.empty() ? "" : " " + code_name) + " from " + what + ")";
   const std::string text = message + tail;
   switch (http_status) {
-    case 400: return Status::InvalidArgument(text);
-    case 401: return Status::Unauthenticated(text);
-    case 403: return Status::PermissionDenied(text);
-    case 404: return Status::NotFound(text);
+    case 400:
+      return Status::InvalidArgument(text);
+    case 401:
+      return Status::Unauthenticated(text);
+    case 403:
+      return Status::PermissionDenied(text);
+    case 404:
+      return Status::NotFound(text);
     case 409:
       if (code_name == "ALREADY_EXISTS") return Status::AlreadyExists(text);
       if (code_name == "ABORTED") return Status::Aborted(text);
       return Status::FailedPrecondition(text);
-    case 410: return Status::Aborted("fenced: " + text);
-    case 500: return code_name == "IO_ERROR" ? Status::IoError(text) : Status::Internal(text);
+    case 410:
+      return Status::Aborted("fenced: " + text);
+    case 500:
+      return code_name == "IO_ERROR" ? Status::IoError(text) : Status::Internal(text);
     case 502:
     case 503:
-    case 504: return Status::Unavailable(text);
-    default: break;
+    case 504:
+      return Status::Unavailable(text);
+    default:
+      break;
   }
   // A request the server could not take (405, 413, ...): the caller's mistake.
   if (http_status >= 400 && http_status < 500) return Status::InvalidArgument(text);
@@ -150,8 +165,8 @@ std::string UrlEncode(const std::string& s) {
 
 struct HttpJsonClient::Attempt {
   bool cancelled = false;
-  int status = 0;                 // 0: no answer
-  bool connection_failed = false; // no answer, and the request never left
+  int status = 0;                  // 0: no answer
+  bool connection_failed = false;  // no answer, and the request never left
   std::string transport_error;
   std::string body;
 };
@@ -185,8 +200,9 @@ Result<httplib::Client*> HttpJsonClient::Acquire() {
     }
   }
   if (!client) {
-    client = parsed_.scheme == "http" ? std::make_unique<httplib::Client>(parsed_.host, parsed_.port)
-                                      : std::make_unique<httplib::Client>(url_);
+    client = parsed_.scheme == "http"
+                 ? std::make_unique<httplib::Client>(parsed_.host, parsed_.port)
+                 : std::make_unique<httplib::Client>(url_);
     client->set_keep_alive(true);
     // Requests are written in two pieces (head, body): without TCP_NODELAY
     // the second waits for the server's delayed ACK, 40 ms per call.
@@ -206,7 +222,8 @@ void HttpJsonClient::Release(httplib::Client* client) {
   std::unique_ptr<httplib::Client> done;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = std::find_if(busy_.begin(), busy_.end(), [&](const auto& c) { return c.get() == client; });
+    auto it =
+        std::find_if(busy_.begin(), busy_.end(), [&](const auto& c) { return c.get() == client; });
     done = std::move(*it);
     busy_.erase(it);
     // A few idle connections cover a session's concurrent calls; more would
@@ -264,15 +281,16 @@ Result<HttpReply> HttpJsonClient::Call(const HttpRequest& request) {
       if (!a.body.empty()) {
         reply.body = Json::parse(a.body, nullptr, /*allow_exceptions=*/false);
         if (reply.body.is_discarded()) {
-          return Status::Internal("stintd answered " + what + " with malformed JSON: " + Shorten(a.body, 200));
+          return Status::Internal("stintd answered " + what +
+                                  " with malformed JSON: " + Shorten(a.body, 200));
         }
       }
       reply.text = std::move(a.body);
       return reply;
     }
     Status error = a.status != 0 ? StatusFromHttp(a.status, a.body, what)
-                                 : Status::Unavailable("cannot reach stintd at " + url_ + " (" + what +
-                                                       "): " + a.transport_error);
+                                 : Status::Unavailable("cannot reach stintd at " + url_ + " (" +
+                                                       what + "): " + a.transport_error);
     if (!ShouldRetry(a.status, a.connection_failed, request.idempotent)) return error;
     // Uniform in [pause/2, pause].
     std::uniform_int_distribution<int64_t> pick(pause.count() / 2, pause.count());

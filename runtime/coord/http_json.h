@@ -51,7 +51,8 @@ bool ShouldRetry(int http_status, bool connection_failed, bool idempotent);
 
 // CoordinatorOptionsFromEnvironment with the environment as a function, so
 // tests need no setenv.
-Result<CoordinatorOptions> CoordinatorOptionsFromLookup(const std::function<std::string(const char*)>& getenv);
+Result<CoordinatorOptions> CoordinatorOptionsFromLookup(
+    const std::function<std::string(const char*)>& getenv);
 
 // Percent-encodes a path segment or query value (RFC 3986 unreserved kept).
 std::string UrlEncode(const std::string& s);

@@ -27,7 +27,8 @@ class GenerationKv final : public GroupKv {
     const auto deadline = Clock::now() + timeout;
     for (;;) {
       const auto left = std::chrono::duration_cast<std::chrono::seconds>(deadline - Clock::now());
-      Result<KvEntry> e = client_->Get(prefix_ + key, std::clamp(left, std::chrono::seconds(0), std::chrono::seconds(10)));
+      Result<KvEntry> e = client_->Get(
+          prefix_ + key, std::clamp(left, std::chrono::seconds(0), std::chrono::seconds(10)));
       if (e.ok()) return e->value;
       if (e.status().code() != Code::kNotFound) return e.status();
       if (Clock::now() >= deadline) {
@@ -48,7 +49,8 @@ Result<std::pair<std::string, int>> SplitEndpoint(const std::string& endpoint) {
     return Status::Internal("rendezvous endpoint \"" + endpoint + "\" is not host:port");
   }
   const int port = std::atoi(endpoint.c_str() + colon + 1);
-  if (port <= 0 || port > 65535) return Status::Internal("rendezvous endpoint \"" + endpoint + "\" has a bad port");
+  if (port <= 0 || port > 65535)
+    return Status::Internal("rendezvous endpoint \"" + endpoint + "\" has a bad port");
   return std::make_pair(endpoint.substr(0, colon), port);
 }
 
@@ -61,30 +63,42 @@ std::string DefaultAdvertiseHost() {
 
 const char* ReduceOpName(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kMin: return "min";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kMin:
+      return "min";
   }
   return "unknown";
 }
 
-Result<std::unique_ptr<ElasticGroup>> ElasticGroup::Create(CoordinatorClient* client, CommunicatorFactory* factory,
+Result<std::unique_ptr<ElasticGroup>> ElasticGroup::Create(CoordinatorClient* client,
+                                                           CommunicatorFactory* factory,
                                                            ElasticOptions options) {
   if (client == nullptr) return Status::InvalidArgument("ElasticGroup needs a coordinator client");
   std::optional<WorkerRegistration> reg = client->registration();
-  if (!reg) return Status::FailedPrecondition("ElasticGroup: the coordinator client has not registered a worker");
+  if (!reg)
+    return Status::FailedPrecondition(
+        "ElasticGroup: the coordinator client has not registered a worker");
   if (options.advertise_host.empty()) options.advertise_host = DefaultAdvertiseHost();
-  if (options.comm.local_host.empty() || options.comm.local_host == CommunicatorOptions().local_host) {
+  if (options.comm.local_host.empty() ||
+      options.comm.local_host == CommunicatorOptions().local_host) {
     options.comm.local_host = options.advertise_host;
   }
-  STINT_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> own, CoordinatorClient::Create(client->options()));
+  STINT_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> own,
+                         CoordinatorClient::Create(client->options()));
   own->UseRegistration(*reg);
-  return std::unique_ptr<ElasticGroup>(new ElasticGroup(client, factory, std::move(options), std::move(own)));
+  return std::unique_ptr<ElasticGroup>(
+      new ElasticGroup(client, factory, std::move(options), std::move(own)));
 }
 
-ElasticGroup::ElasticGroup(CoordinatorClient* client, CommunicatorFactory* factory, ElasticOptions options,
-                           std::unique_ptr<CoordinatorClient> own_client)
-    : client_(client), factory_(factory), options_(std::move(options)), own_client_(std::move(own_client)) {
+ElasticGroup::ElasticGroup(CoordinatorClient* client, CommunicatorFactory* factory,
+                           ElasticOptions options, std::unique_ptr<CoordinatorClient> own_client)
+    : client_(client),
+      factory_(factory),
+      options_(std::move(options)),
+      own_client_(std::move(own_client)) {
   watcher_ = std::thread([this] { WatchLoop(); });
 }
 
@@ -126,23 +140,29 @@ void ElasticGroup::WatchLoop() {
   }
 }
 
-Result<RendezvousInfo> ElasticGroup::JoinNext(uint64_t known, int* listen_fd, Clock::time_point deadline) {
+Result<RendezvousInfo> ElasticGroup::JoinNext(uint64_t known, int* listen_fd,
+                                              Clock::time_point deadline) {
   // A fresh listener per attempt: if this worker becomes rank 0 its store
   // takes it over, and no stale connection of an older generation waits in
   // its backlog.
-  STINT_ASSIGN_OR_RETURN(internal::ListenSocket listener, internal::ListenSocket::Open(options_.advertise_host));
+  STINT_ASSIGN_OR_RETURN(internal::ListenSocket listener,
+                         internal::ListenSocket::Open(options_.advertise_host));
   const std::string endpoint = options_.advertise_host + ":" + std::to_string(listener.port());
   RendezvousInfo last;
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) {
       return Status::DeadlineExceeded(
-          "no group formed within " + std::to_string(options_.join_timeout.count() / 1000) + " s: generation " +
-          std::to_string(last.generation) + " is " + (last.formed ? "formed" : "joining") + " with " +
-          std::to_string(last.world_size) + " of min " + std::to_string(last.min_workers) + " workers" +
+          "no group formed within " + std::to_string(options_.join_timeout.count() / 1000) +
+          " s: generation " + std::to_string(last.generation) + " is " +
+          (last.formed ? "formed" : "joining") + " with " + std::to_string(last.world_size) +
+          " of min " + std::to_string(last.min_workers) + " workers" +
           (last.standby ? " (this worker is a standby: the group is full)" : ""));
     }
-    STINT_ASSIGN_OR_RETURN(last, own_client_->JoinRendezvous(endpoint, known, std::min(left, std::chrono::milliseconds(20000))));
+    STINT_ASSIGN_OR_RETURN(
+        last, own_client_->JoinRendezvous(endpoint, known,
+                                          std::min(left, std::chrono::milliseconds(20000))));
     if (last.ready(known)) {
       *listen_fd = last.rank == 0 ? listener.Release() : -1;
       return last;
@@ -165,7 +185,8 @@ Status ElasticGroup::FormCommunicator(const RendezvousInfo& next, int listen_fd)
   std::unique_ptr<Communicator> old = std::move(comm_);
   if (factory_ != nullptr) {
     GenerationKv kv(client_, next.generation);
-    Result<std::unique_ptr<Communicator>> formed = Status(Code::kUnimplemented, "no old communicator");
+    Result<std::unique_ptr<Communicator>> formed =
+        Status(Code::kUnimplemented, "no old communicator");
     // Only ranks left, in order: the backend may shrink in place.
     std::vector<int> excluded;
     bool subset = old != nullptr && !old->aborted();
@@ -182,7 +203,8 @@ Status ElasticGroup::FormCommunicator(const RendezvousInfo& next, int listen_fd)
     if (old) old->Abort();
     old.reset();
     if (!formed.ok()) formed = factory_->Form(m, kv);
-    if (!formed.ok()) return formed.status().WithContext("form generation " + std::to_string(m.generation));
+    if (!formed.ok())
+      return formed.status().WithContext("form generation " + std::to_string(m.generation));
     comm_ = std::move(*formed);
   } else if (listen_fd >= 0) {
     close(listen_fd);  // the caller's own group binds master_port itself

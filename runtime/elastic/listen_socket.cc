@@ -17,7 +17,8 @@ Result<ListenSocket> ListenSocket::Open(const std::string& host) {
   hints.ai_flags = AI_PASSIVE;
   addrinfo* found = nullptr;
   const int rc = getaddrinfo(host.c_str(), "0", &hints, &found);
-  if (rc != 0) return Status::InvalidArgument("cannot resolve \"" + host + "\": " + gai_strerror(rc));
+  if (rc != 0)
+    return Status::InvalidArgument("cannot resolve \"" + host + "\": " + gai_strerror(rc));
   Status last = Status::Unavailable("no address of \"" + host + "\" to listen on");
   for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
     const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
@@ -33,8 +34,9 @@ Result<ListenSocket> ListenSocket::Open(const std::string& host) {
       close(fd);
       continue;
     }
-    const int port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
-                                                 : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    const int port = bound.ss_family == AF_INET6
+                         ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                         : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
     freeaddrinfo(found);
     return ListenSocket(fd, port);
   }

@@ -13,7 +13,9 @@ class ListenSocket {
  public:
   // Binds `host` (an IPv4/IPv6 literal or a name) on port 0 and listens.
   static Result<ListenSocket> Open(const std::string& host);
-  ListenSocket(ListenSocket&& other) noexcept : fd_(other.fd_), port_(other.port_) { other.fd_ = -1; }
+  ListenSocket(ListenSocket&& other) noexcept : fd_(other.fd_), port_(other.port_) {
+    other.fd_ = -1;
+  }
   ListenSocket& operator=(ListenSocket&& other) noexcept;
   ~ListenSocket();
 

@@ -66,7 +66,8 @@ class PosixWritableFile final : public WritableFile {
       rc = ::fallocate(fd_, 0, 0, static_cast<off_t>(size));
     } while (rc != 0 && errno == EINTR);
     if (rc != 0 && errno != EOPNOTSUPP && errno != ENOSYS) {
-      return StatusFromErrno("fallocate " + path_ + " to " + std::to_string(size) + " bytes", errno);
+      return StatusFromErrno("fallocate " + path_ + " to " + std::to_string(size) + " bytes",
+                             errno);
     }
     return Status::OK();
   }

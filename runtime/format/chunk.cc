@@ -25,13 +25,17 @@ std::string HashToHex(uint64_t h) {
 }
 
 Result<uint64_t> HexToHash(std::string_view hex) {
-  if (hex.size() != 16) return Status::DataLoss("checksum '" + std::string(hex) + "' is not 16 hex digits");
+  if (hex.size() != 16)
+    return Status::DataLoss("checksum '" + std::string(hex) + "' is not 16 hex digits");
   uint64_t h = 0;
   for (char c : hex) {
     int v;
-    if (c >= '0' && c <= '9') v = c - '0';
-    else if (c >= 'a' && c <= 'f') v = c - 'a' + 10;
-    else return Status::DataLoss("checksum '" + std::string(hex) + "' is not lowercase hex");
+    if (c >= '0' && c <= '9')
+      v = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      v = c - 'a' + 10;
+    else
+      return Status::DataLoss("checksum '" + std::string(hex) + "' is not lowercase hex");
     h = (h << 4) | uint64_t(v);
   }
   return h;
@@ -61,7 +65,8 @@ Result<size_t> ZstdCompress(const void* src, size_t n, void* dst, size_t dst_cap
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
   size_t r = ZSTD_compress2(cctx, dst, dst_capacity, src, n);
   ZSTD_freeCCtx(cctx);
-  if (ZSTD_isError(r)) return Status::Internal(std::string("zstd compress: ") + ZSTD_getErrorName(r));
+  if (ZSTD_isError(r))
+    return Status::Internal(std::string("zstd compress: ") + ZSTD_getErrorName(r));
   return r;
 }
 
@@ -81,7 +86,8 @@ Status DecodeChunk(const ChunkRecord& rec, const void* stored, void* dst, std::s
     return Status::OK();
   }
   unsigned long long frame = ZSTD_getFrameContentSize(stored, rec.stored_len);
-  if (frame == ZSTD_CONTENTSIZE_ERROR || frame == ZSTD_CONTENTSIZE_UNKNOWN || frame != rec.raw_len) {
+  if (frame == ZSTD_CONTENTSIZE_ERROR || frame == ZSTD_CONTENTSIZE_UNKNOWN ||
+      frame != rec.raw_len) {
     return Status::DataLoss(std::string(where) + ": zstd frame does not declare raw length " +
                             std::to_string(rec.raw_len));
   }

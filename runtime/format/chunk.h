@@ -27,14 +27,14 @@ struct ChunkRecord {
   uint64_t stored_len = 0;   // bytes on disk before padding
   uint64_t raw_len = 0;      // bytes after decoding
   Codec codec = Codec::kNone;
-  uint64_t xxh3 = 0;         // XXH3-64 of the stored bytes
+  uint64_t xxh3 = 0;  // XXH3-64 of the stored bytes
 };
 
 constexpr uint64_t kChunkAlignment = 4096;
 inline uint64_t AlignUp(uint64_t n, uint64_t a = kChunkAlignment) { return (n + a - 1) / a * a; }
 
 uint64_t Xxh3(const void* data, size_t n);
-std::string HashToHex(uint64_t h);                  // 16 lowercase hex digits
+std::string HashToHex(uint64_t h);  // 16 lowercase hex digits
 Result<uint64_t> HexToHash(std::string_view hex);
 
 // Splits `len` raw bytes into chunk lengths of at most `chunk_size` (one

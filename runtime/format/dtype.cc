@@ -11,11 +11,11 @@ struct DTypeEntry {
   size_t size;
 };
 constexpr DTypeEntry kDTypes[] = {
-    {DType::kFloat32, "float32", 4},   {DType::kFloat64, "float64", 8},
-    {DType::kFloat16, "float16", 2},   {DType::kBFloat16, "bfloat16", 2},
-    {DType::kInt8, "int8", 1},         {DType::kUInt8, "uint8", 1},
-    {DType::kInt16, "int16", 2},       {DType::kInt32, "int32", 4},
-    {DType::kInt64, "int64", 8},       {DType::kBool, "bool", 1},
+    {DType::kFloat32, "float32", 4},     {DType::kFloat64, "float64", 8},
+    {DType::kFloat16, "float16", 2},     {DType::kBFloat16, "bfloat16", 2},
+    {DType::kInt8, "int8", 1},           {DType::kUInt8, "uint8", 1},
+    {DType::kInt16, "int16", 2},         {DType::kInt32, "int32", 4},
+    {DType::kInt64, "int64", 8},         {DType::kBool, "bool", 1},
     {DType::kComplex64, "complex64", 8}, {DType::kComplex128, "complex128", 16},
 };
 

@@ -14,8 +14,11 @@ namespace {
 using json = nlohmann::json;
 
 json EncodeChunk(const ChunkRecord& c) {
-  return json{{"offset", c.file_offset}, {"stored", c.stored_len}, {"raw", c.raw_len},
-              {"codec", CodecName(c.codec)}, {"xxh3", HashToHex(c.xxh3)}};
+  return json{{"offset", c.file_offset},
+              {"stored", c.stored_len},
+              {"raw", c.raw_len},
+              {"codec", CodecName(c.codec)},
+              {"xxh3", HashToHex(c.xxh3)}};
 }
 
 json EncodeChunks(const std::vector<ChunkRecord>& chunks) {
@@ -31,18 +34,23 @@ json EncodeChunks(const std::vector<ChunkRecord>& chunks) {
 Status ManifestFieldError(const internal::JsonFieldError& e) {
   using Problem = internal::JsonFieldError::Problem;
   switch (e.problem) {
-    case Problem::kNotObject: return Status::DataLoss(e.path() + " is not a JSON object");
-    case Problem::kMissing: return Status::DataLoss(e.path() + " is missing");
-    case Problem::kWrongType: return Status::DataLoss(e.path() + " has type " + e.actual);
+    case Problem::kNotObject:
+      return Status::DataLoss(e.path() + " is not a JSON object");
+    case Problem::kMissing:
+      return Status::DataLoss(e.path() + " is missing");
+    case Problem::kWrongType:
+      return Status::DataLoss(e.path() + " has type " + e.actual);
     case Problem::kBadElement:
-      return Status::DataLoss(e.path() + " holds a value that is not " + internal::JsonKindPhrase(e.expected));
-    case Problem::kBadValue: return Status::DataLoss(e.path() + " " + e.detail);
+      return Status::DataLoss(e.path() + " holds a value that is not " +
+                              internal::JsonKindPhrase(e.expected));
+    case Problem::kBadValue:
+      return Status::DataLoss(e.path() + " " + e.detail);
   }
   return Status::DataLoss(e.path() + " is refused");
 }
 
-constexpr internal::JsonFieldPolicy kManifestFields{/*null_is_absent=*/false,
-                                                    internal::JsonFieldPolicy::Floats::kRefuse, ManifestFieldError};
+constexpr internal::JsonFieldPolicy kManifestFields{
+    /*null_is_absent=*/false, internal::JsonFieldPolicy::Floats::kRefuse, ManifestFieldError};
 
 using Fields = internal::JsonFields;
 
@@ -52,7 +60,8 @@ Result<std::vector<int64_t>> Dims(const Fields& f, const char* key) {
   std::vector<int64_t> dims;
   for (const auto& d : *a) {
     if (!d.is_number_integer() || d.get<int64_t>() < 0) {
-      return f.Refuse(internal::JsonFieldError::Problem::kBadElement, key, internal::JsonKind::kUint64, &d);
+      return f.Refuse(internal::JsonFieldError::Problem::kBadElement, key,
+                      internal::JsonKind::kUint64, &d);
     }
     dims.push_back(d.get<int64_t>());
   }
@@ -80,7 +89,8 @@ Result<std::vector<ChunkRecord>> DecodeChunkList(const Fields& f) {
   STINT_ASSIGN_OR_RETURN(const json* a, f.Array("chunks"));
   std::vector<ChunkRecord> chunks;
   for (size_t i = 0; i < a->size(); ++i) {
-    STINT_ASSIGN_OR_RETURN(ChunkRecord c, DecodeChunkRecord(f.Child((*a)[i], "chunks[" + std::to_string(i) + "]")));
+    STINT_ASSIGN_OR_RETURN(
+        ChunkRecord c, DecodeChunkRecord(f.Child((*a)[i], "chunks[" + std::to_string(i) + "]")));
     chunks.push_back(c);
   }
   return chunks;
@@ -174,10 +184,14 @@ json EncodeBody(const Manifest& m) {
   for (const auto& t : m.tensors) {
     json shards = json::array();
     for (const auto& s : t.shards) {
-      shards.push_back({{"offsets", s.offsets}, {"extents", s.extents}, {"file", s.file},
+      shards.push_back({{"offsets", s.offsets},
+                        {"extents", s.extents},
+                        {"file", s.file},
                         {"chunks", EncodeChunks(s.chunks)}});
     }
-    tensors.push_back({{"name", t.name}, {"dtype", DTypeName(t.dtype)}, {"shape", t.global_shape},
+    tensors.push_back({{"name", t.name},
+                       {"dtype", DTypeName(t.dtype)},
+                       {"shape", t.global_shape},
                        {"shards", std::move(shards)}});
   }
   json blobs = json::array();
@@ -206,7 +220,8 @@ Status ValidateChunks(const std::vector<ChunkRecord>& chunks, uint64_t raw_bytes
   for (size_t i = 0; i < chunks.size(); ++i) {
     const ChunkRecord& c = chunks[i];
     std::string cctx = ctx + " chunk " + std::to_string(i);
-    if (c.file_offset % kChunkAlignment != 0) return Status::DataLoss(cctx + ": offset not 4 KiB aligned");
+    if (c.file_offset % kChunkAlignment != 0)
+      return Status::DataLoss(cctx + ": offset not 4 KiB aligned");
     if (c.stored_len > file->size || c.file_offset > file->size - c.stored_len ||
         AlignUp(c.file_offset + c.stored_len) > file->size) {
       return Status::DataLoss(cctx + ": extends past the end of " + file->name + " (" +
@@ -246,7 +261,8 @@ const FileRecord* Manifest::FindFile(std::string_view name) const {
 std::string EncodeManifest(const Manifest& m) {
   json body = EncodeBody(m);
   std::string canonical = body.dump();
-  json top = {{"manifest", std::move(body)}, {"manifest_xxh3", HashToHex(Xxh3(canonical.data(), canonical.size()))}};
+  json top = {{"manifest", std::move(body)},
+              {"manifest_xxh3", HashToHex(Xxh3(canonical.data(), canonical.size()))}};
   return top.dump(1) + "\n";
 }
 
@@ -260,8 +276,10 @@ int JsonDepthUpTo(std::string_view bytes, int limit) {
   for (size_t i = 0; i < bytes.size() && deepest <= limit; ++i) {
     char c = bytes[i];
     if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
@@ -280,8 +298,8 @@ constexpr int kMaxManifestDepth = 16;  // a valid manifest needs 7
 Result<Manifest> DecodeManifest(std::string_view bytes, std::string_view origin_view) {
   std::string origin(origin_view);
   if (JsonDepthUpTo(bytes, kMaxManifestDepth) > kMaxManifestDepth) {
-    return Status::DataLoss(origin + ": manifest nests deeper than " + std::to_string(kMaxManifestDepth) +
-                            " levels");
+    return Status::DataLoss(origin + ": manifest nests deeper than " +
+                            std::to_string(kMaxManifestDepth) + " levels");
   }
   json top = json::parse(bytes.begin(), bytes.end(), nullptr, /*allow_exceptions=*/false);
   if (top.is_discarded()) return Status::DataLoss(origin + ": manifest is not valid JSON");
@@ -296,7 +314,8 @@ Result<Manifest> DecodeManifest(std::string_view bytes, std::string_view origin_
     // Version first: a future format must say "unknown version", not "bad checksum".
     auto version = body->find("version");
     if (version != body->end() && version->is_array() && version->size() == 2 &&
-        (*version)[0].is_number_unsigned() && (*version)[0].get<uint64_t>() != uint64_t(kFormatMajor)) {
+        (*version)[0].is_number_unsigned() &&
+        (*version)[0].get<uint64_t>() != uint64_t(kFormatMajor)) {
       return DecodeBody(*body, origin);
     }
     if (Xxh3(canonical.data(), canonical.size()) != *want) {
@@ -315,7 +334,8 @@ Status ValidateManifest(const Manifest& m, std::string_view origin_view) {
     if (f.name.empty() || f.name.find('/') != std::string::npos || f.name[0] == '.') {
       return Status::DataLoss(origin + ": bad data file name '" + f.name + "'");
     }
-    if (!names.insert(f.name).second) return Status::DataLoss(origin + ": duplicate file " + f.name);
+    if (!names.insert(f.name).second)
+      return Status::DataLoss(origin + ": duplicate file " + f.name);
   }
   names.clear();
   for (const auto& t : m.tensors) {
@@ -333,7 +353,8 @@ Status ValidateManifest(const Manifest& m, std::string_view origin_view) {
       uint64_t elems = 1;
       for (size_t d = 0; d < t.global_shape.size(); ++d) {
         if (s.offsets[d] > t.global_shape[d] || s.extents[d] > t.global_shape[d] - s.offsets[d]) {
-          return Status::DataLoss(sctx + ": lies outside the global shape in dim " + std::to_string(d));
+          return Status::DataLoss(sctx + ": lies outside the global shape in dim " +
+                                  std::to_string(d));
         }
         if (s.extents[d] != 0 && elems > (uint64_t{1} << 40) / uint64_t(s.extents[d])) {
           return Status::DataLoss(sctx + ": too many elements");

@@ -182,11 +182,15 @@ class UringEngine final : public IoEngine {
     uint64_t off = r.offset + r.done;
     int fixed = FixedIndex(p, n);
     if (r.write) {
-      if (fixed >= 0) io_uring_prep_write_fixed(sqe, r.fd, p, n, off, fixed);
-      else io_uring_prep_write(sqe, r.fd, p, n, off);
+      if (fixed >= 0)
+        io_uring_prep_write_fixed(sqe, r.fd, p, n, off, fixed);
+      else
+        io_uring_prep_write(sqe, r.fd, p, n, off);
     } else {
-      if (fixed >= 0) io_uring_prep_read_fixed(sqe, r.fd, p, n, off, fixed);
-      else io_uring_prep_read(sqe, r.fd, p, n, off);
+      if (fixed >= 0)
+        io_uring_prep_read_fixed(sqe, r.fd, p, n, off, fixed);
+      else
+        io_uring_prep_read(sqe, r.fd, p, n, off);
     }
     if (fixed >= 0) fixed_bytes_ += n;
     io_uring_sqe_set_data64(sqe, slot);
@@ -219,7 +223,7 @@ class UringEngine final : public IoEngine {
     } else if (res > 0) {
       r.done += static_cast<size_t>(res);
       complete = r.done == r.len;  // short transfer: resubmit the rest
-    }  // res == 0 on a read: end of file, complete with what we have
+    }                              // res == 0 on a read: end of file, complete with what we have
     if (!complete) return Push(slot);
     IoDone done = std::move(r.on_done);
     size_t bytes = s.ok() ? r.done : 0;

@@ -61,16 +61,17 @@ uint64_t IndexPermutation::operator()(uint64_t pos) const {
 
 ResumableSampler::ResumableSampler(const SamplerConfig& config)
     : config_(config),
-      epoch_length_(config.drop_last ? config.dataset_size / config.global_batch * config.global_batch
-                                     : config.dataset_size) {}
+      epoch_length_(config.drop_last
+                        ? config.dataset_size / config.global_batch * config.global_batch
+                        : config.dataset_size) {}
 
 Result<ResumableSampler> ResumableSampler::Create(const SamplerConfig& config) {
   if (config.dataset_size == 0) return Status::InvalidArgument("sampler: dataset_size is 0");
   if (config.global_batch == 0) return Status::InvalidArgument("sampler: global_batch is 0");
   if (config.drop_last && config.dataset_size < config.global_batch) {
-    return Status::InvalidArgument("sampler: drop_last with dataset_size " +
-                                   std::to_string(config.dataset_size) + " < global_batch " +
-                                   std::to_string(config.global_batch) + " leaves nothing to train on");
+    return Status::InvalidArgument(
+        "sampler: drop_last with dataset_size " + std::to_string(config.dataset_size) +
+        " < global_batch " + std::to_string(config.global_batch) + " leaves nothing to train on");
   }
   return ResumableSampler(config);
 }
@@ -79,7 +80,9 @@ uint64_t ResumableSampler::steps_per_epoch() const {
   return (epoch_length_ + config_.global_batch - 1) / config_.global_batch;
 }
 
-uint64_t ResumableSampler::EpochKey(uint64_t epoch) const { return Mix64(config_.seed) ^ Mix64(epoch + 1); }
+uint64_t ResumableSampler::EpochKey(uint64_t epoch) const {
+  return Mix64(config_.seed) ^ Mix64(epoch + 1);
+}
 
 uint64_t ResumableSampler::GlobalIndex(uint64_t epoch, uint64_t pos) const {
   if (!config_.shuffle) return pos;
@@ -107,8 +110,8 @@ Result<std::vector<uint64_t>> ResumableSampler::RankIndicesAtStep(uint64_t globa
   return Indices(CursorAtStep(global_step), rank, world, 0, 1);
 }
 
-void ResumableSampler::Split(uint64_t begin, uint64_t count, uint64_t part, uint64_t parts, uint64_t* b,
-                             uint64_t* n) {
+void ResumableSampler::Split(uint64_t begin, uint64_t count, uint64_t part, uint64_t parts,
+                             uint64_t* b, uint64_t* n) {
   uint64_t base = count / parts, extra = count % parts;
   *b = begin + part * base + (part < extra ? part : extra);
   *n = base + (part < extra ? 1 : 0);
@@ -184,7 +187,8 @@ std::string ResumableSampler::SaveState() const {
 Status ResumableSampler::LoadState(std::string_view state) {
   using json = nlohmann::json;
   json j = json::parse(state.begin(), state.end(), nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return Status::DataLoss("sampler state is not a JSON object");
+  if (j.is_discarded() || !j.is_object())
+    return Status::DataLoss("sampler state is not a JSON object");
   auto version = j.find("version");
   if (version == j.end() || !version->is_number_unsigned() || version->get<uint64_t>() != 1) {
     return Status::Unimplemented("sampler state: unknown version (this build reads version 1)");
@@ -218,24 +222,29 @@ Status ResumableSampler::LoadState(std::string_view state) {
     return Status::DataLoss("sampler state has a missing or mistyped field");
   }
   auto mismatch = [](const char* what, const std::string& was, const std::string& now) {
-    return Status::FailedPrecondition("data configuration changed since the checkpoint: " +
-                                      std::string(what) + " was " + was + ", is " + now +
-                                      " (resuming would skip or repeat samples)");
+    return Status::FailedPrecondition(
+        "data configuration changed since the checkpoint: " + std::string(what) + " was " + was +
+        ", is " + now + " (resuming would skip or repeat samples)");
   };
   if (saved.dataset_size != config_.dataset_size)
-    return mismatch("dataset_size", std::to_string(saved.dataset_size), std::to_string(config_.dataset_size));
-  if (saved.seed != config_.seed) return mismatch("seed", std::to_string(saved.seed), std::to_string(config_.seed));
+    return mismatch("dataset_size", std::to_string(saved.dataset_size),
+                    std::to_string(config_.dataset_size));
+  if (saved.seed != config_.seed)
+    return mismatch("seed", std::to_string(saved.seed), std::to_string(config_.seed));
   if (saved.global_batch != config_.global_batch)
-    return mismatch("global_batch", std::to_string(saved.global_batch), std::to_string(config_.global_batch));
+    return mismatch("global_batch", std::to_string(saved.global_batch),
+                    std::to_string(config_.global_batch));
   if (saved.shuffle != config_.shuffle)
     return mismatch("shuffle", std::to_string(saved.shuffle), std::to_string(config_.shuffle));
   if (saved.drop_last != config_.drop_last)
-    return mismatch("drop_last", std::to_string(saved.drop_last), std::to_string(config_.drop_last));
+    return mismatch("drop_last", std::to_string(saved.drop_last),
+                    std::to_string(config_.drop_last));
   std::string ours = std::string(kOrderName) + std::to_string(IndexPermutation::kVersion);
   if (order != ours) return mismatch("order", order, ours);
   if (c.consumed >= epoch_length_ || c.consumed % config_.global_batch != 0) {
     return Status::DataLoss("sampler state: consumed " + std::to_string(c.consumed) +
-                            " is not a step boundary of an epoch of " + std::to_string(epoch_length_));
+                            " is not a step boundary of an epoch of " +
+                            std::to_string(epoch_length_));
   }
   cursor_ = c;
   return Status::OK();

@@ -19,15 +19,20 @@ namespace {
 Status FromException(const std::exception& e, const std::string& what) {
   const std::string m = e.what();
   const std::string first = m.substr(0, m.find('\n'));
-  const bool timed_out = m.find("imed out") != std::string::npos || m.find("imeout") != std::string::npos;
-  return Status(timed_out ? Code::kDeadlineExceeded : Code::kUnavailable, "gloo " + what + ": " + first);
+  const bool timed_out =
+      m.find("imed out") != std::string::npos || m.find("imeout") != std::string::npos;
+  return Status(timed_out ? Code::kDeadlineExceeded : Code::kUnavailable,
+                "gloo " + what + ": " + first);
 }
 
 c10d::ReduceOp ToC10d(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return c10d::ReduceOp::SUM;
-    case ReduceOp::kMax: return c10d::ReduceOp::MAX;
-    case ReduceOp::kMin: return c10d::ReduceOp::MIN;
+    case ReduceOp::kSum:
+      return c10d::ReduceOp::SUM;
+    case ReduceOp::kMax:
+      return c10d::ReduceOp::MAX;
+    case ReduceOp::kMin:
+      return c10d::ReduceOp::MIN;
   }
   return c10d::ReduceOp::SUM;
 }
@@ -43,10 +48,11 @@ class GlooCommunicator final : public Communicator {
 
   Status AllReduce(void* data, size_t count, DType dtype, ReduceOp op) override {
     if (dtype == DType::kBool || dtype == DType::kComplex64 || dtype == DType::kComplex128) {
-      return Status::InvalidArgument(std::string("gloo allreduce does not reduce ") + DTypeName(dtype));
+      return Status::InvalidArgument(std::string("gloo allreduce does not reduce ") +
+                                     DTypeName(dtype));
     }
-    std::vector<at::Tensor> tensors{
-        torch::from_blob(data, {static_cast<int64_t>(count)}, torch::TensorOptions().dtype(TorchScalarType(dtype)))};
+    std::vector<at::Tensor> tensors{torch::from_blob(
+        data, {static_cast<int64_t>(count)}, torch::TensorOptions().dtype(TorchScalarType(dtype)))};
     c10d::AllreduceOptions opts;
     opts.reduceOp = ToC10d(op);
     return Run("allreduce", [&] { return pg_->allreduce(tensors, opts); });
@@ -54,11 +60,11 @@ class GlooCommunicator final : public Communicator {
 
   Status Broadcast(void* data, size_t bytes, int root) override {
     if (root < 0 || root >= membership_.world_size) {
-      return Status::InvalidArgument("broadcast root " + std::to_string(root) + " is not a rank of " +
-                                     std::to_string(membership_.world_size));
+      return Status::InvalidArgument("broadcast root " + std::to_string(root) +
+                                     " is not a rank of " + std::to_string(membership_.world_size));
     }
-    std::vector<at::Tensor> tensors{
-        torch::from_blob(data, {static_cast<int64_t>(bytes)}, torch::TensorOptions().dtype(torch::kUInt8))};
+    std::vector<at::Tensor> tensors{torch::from_blob(data, {static_cast<int64_t>(bytes)},
+                                                     torch::TensorOptions().dtype(torch::kUInt8))};
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
     return Run("broadcast", [&] { return pg_->broadcast(tensors, opts); });
@@ -85,7 +91,8 @@ class GlooCommunicator final : public Communicator {
     } catch (const std::exception& e) {
       // A failed collective leaves the mesh in an unknown state.
       aborted_ = true;
-      return FromException(e, std::string(what) + " (generation " + std::to_string(membership_.generation) + ", rank " +
+      return FromException(e, std::string(what) + " (generation " +
+                                  std::to_string(membership_.generation) + ", rank " +
                                   std::to_string(membership_.rank) + " of " +
                                   std::to_string(membership_.world_size) + ")");
     }
@@ -99,17 +106,18 @@ class GlooCommunicator final : public Communicator {
 
 }  // namespace
 
-Result<std::unique_ptr<Communicator>> GlooCommunicatorFactory::Form(const GroupMembership& m, GroupKv&) {
+Result<std::unique_ptr<Communicator>> GlooCommunicatorFactory::Form(const GroupMembership& m,
+                                                                    GroupKv&) {
   int listen_fd = m.master_listen_fd;
   if (m.rank < 0 || m.rank >= m.world_size || m.generation == 0) {
     if (listen_fd >= 0) close(listen_fd);
     return Status::InvalidArgument("gloo: membership rank " + std::to_string(m.rank) + " of " +
-                                   std::to_string(m.world_size) + ", generation " + std::to_string(m.generation) +
-                                   " is not a formed group");
+                                   std::to_string(m.world_size) + ", generation " +
+                                   std::to_string(m.generation) + " is not a formed group");
   }
-  const std::string where = "generation " + std::to_string(m.generation) + " rank " + std::to_string(m.rank) +
-                            " of " + std::to_string(m.world_size) + " (store " + m.master_host + ":" +
-                            std::to_string(m.master_port) + ")";
+  const std::string where = "generation " + std::to_string(m.generation) + " rank " +
+                            std::to_string(m.rank) + " of " + std::to_string(m.world_size) +
+                            " (store " + m.master_host + ":" + std::to_string(m.master_port) + ")";
   try {
     c10d::TCPStoreOptions so;
     so.port = static_cast<uint16_t>(m.master_port);
@@ -118,7 +126,8 @@ Result<std::unique_ptr<Communicator>> GlooCommunicatorFactory::Form(const GroupM
     so.waitWorkers = false;
     so.timeout = options_.timeout;
     if (m.rank == 0) {
-      if (listen_fd < 0) return Status::InvalidArgument("gloo: rank 0 needs its store's listening socket");
+      if (listen_fd < 0)
+        return Status::InvalidArgument("gloo: rank 0 needs its store's listening socket");
       so.masterListenFd = listen_fd;
       listen_fd = -1;  // the store owns it now
     }

@@ -23,7 +23,8 @@ class GlooCommunicatorFactory final : public CommunicatorFactory {
   explicit GlooCommunicatorFactory(CommunicatorOptions options) : options_(std::move(options)) {}
   // Rank 0 serves the store on membership.master_listen_fd (taken over),
   // the others connect to master_host:master_port. `kv` is not needed.
-  Result<std::unique_ptr<Communicator>> Form(const GroupMembership& membership, GroupKv& kv) override;
+  Result<std::unique_ptr<Communicator>> Form(const GroupMembership& membership,
+                                             GroupKv& kv) override;
   const char* Name() const override { return "gloo"; }
 
  private:

@@ -19,8 +19,9 @@ bool StartsWith(const std::string& s, const char* prefix) { return s.rfind(prefi
 
 }  // namespace
 
-ResumableTraining::ResumableTraining(const ResumableTrainingOptions& options, torch::nn::Module& model,
-                                     torch::optim::Optimizer& optimizer, ResumableSampler* sampler)
+ResumableTraining::ResumableTraining(const ResumableTrainingOptions& options,
+                                     torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                                     ResumableSampler* sampler)
     : options_(options), model_(model), optimizer_(optimizer), sampler_(sampler) {}
 
 ResumableTraining::~ResumableTraining() {
@@ -28,8 +29,8 @@ ResumableTraining::~ResumableTraining() {
 }
 
 Result<std::unique_ptr<ResumableTraining>> ResumableTraining::Create(
-    const ResumableTrainingOptions& options, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-    ResumableSampler* sampler) {
+    const ResumableTrainingOptions& options, torch::nn::Module& model,
+    torch::optim::Optimizer& optimizer, ResumableSampler* sampler) {
   std::unique_ptr<ResumableTraining> run(new ResumableTraining(options, model, optimizer, sampler));
   STINT_ASSIGN_OR_RETURN(run->checkpointer_, Checkpointer::Open(options.checkpoint));
   if (options.watch_signals) {
@@ -47,11 +48,13 @@ Result<uint64_t> ResumableTraining::Resume() {
   STINT_ASSIGN_OR_RETURN(LoadResult loaded_value, loader.Load(*checkpointer_));
   const LoadResult* loaded = &loaded_value;
   resume_skipped_ = loaded->skipped;
-  for (uint64_t damaged : loaded->skipped_steps) STINT_RETURN_IF_ERROR(checkpointer_->Quarantine(damaged));
+  for (uint64_t damaged : loaded->skipped_steps)
+    STINT_RETURN_IF_ERROR(checkpointer_->Quarantine(damaged));
   const auto& blobs = loaded->blobs;
   auto step_blob = blobs.find(kStepBlob);
   if (step_blob == blobs.end()) {
-    return Status::DataLoss(loaded->dir + ": no '" + kStepBlob + "' blob: not written by ResumableTraining");
+    return Status::DataLoss(loaded->dir + ": no '" + kStepBlob +
+                            "' blob: not written by ResumableTraining");
   }
   uint64_t step = std::strtoull(step_blob->second.c_str(), nullptr, 10);
   if (sampler_ != nullptr) {
@@ -115,10 +118,13 @@ Status ResumableTraining::SaveNow(uint64_t step, bool wait_durable) {
     STINT_RETURN_IF_ERROR(state.AddModule(kModelPrefix, model_));
     STINT_RETURN_IF_ERROR(state.AddOptimizer(kOptimizerPrefix, optimizer_));
     STINT_RETURN_IF_ERROR(state.AddBlob(kStepBlob, std::to_string(step)));
-    if (sampler_ != nullptr) STINT_RETURN_IF_ERROR(state.AddBlob(kSamplerBlob, sampler_->SaveState()));
+    if (sampler_ != nullptr)
+      STINT_RETURN_IF_ERROR(state.AddBlob(kSamplerBlob, sampler_->SaveState()));
     STINT_ASSIGN_OR_RETURN(auto rng, CaptureTorchRng());
-    for (auto& [name, bytes] : rng) STINT_RETURN_IF_ERROR(state.AddBlob(kRngPrefix + name, std::move(bytes)));
-    for (const auto& [name, bytes] : user_state_) STINT_RETURN_IF_ERROR(state.AddBlob(kUserPrefix + name, bytes));
+    for (auto& [name, bytes] : rng)
+      STINT_RETURN_IF_ERROR(state.AddBlob(kRngPrefix + name, std::move(bytes)));
+    for (const auto& [name, bytes] : user_state_)
+      STINT_RETURN_IF_ERROR(state.AddBlob(kUserPrefix + name, bytes));
     // Save() returns after the snapshot: `state` may go out of scope then.
     STINT_ASSIGN_OR_RETURN(SaveHandle handle, checkpointer_->Save(step, state.state()));
     if (handle.skipped) return handle.durable.get();

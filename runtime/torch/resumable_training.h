@@ -7,8 +7,8 @@
 //   while (step < total_steps) {
 //     auto ids = sampler.RankIndices(rank, world).value();
 //     ...forward, backward, optimizer.step()...
-//     auto action = run->StepBoundary(++step).value(); // commits the data cursor, saves, preemption
-//     if (action.exit) return action.exit_code;        // kExitRequeue: run me again
+//     auto action = run->StepBoundary(++step).value(); // commits the data cursor, saves,
+//     preemption if (action.exit) return action.exit_code;        // kExitRequeue: run me again
 //   }
 //   run->Finish(step);                                 // final checkpoint, durable
 //
@@ -53,10 +53,10 @@ struct ResumableTrainingOptions {
 };
 
 struct StepAction {
-  bool saved = false;      // a checkpoint of this step was started (durable later) or taken
-  bool exit = false;       // preempted: stop training and exit with exit_code
+  bool saved = false;  // a checkpoint of this step was started (durable later) or taken
+  bool exit = false;   // preempted: stop training and exit with exit_code
   int exit_code = 0;
-  PreemptionPlan plan;     // when preempted
+  PreemptionPlan plan;  // when preempted
 };
 
 class ResumableTraining {

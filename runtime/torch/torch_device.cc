@@ -19,7 +19,8 @@ Result<void*> CurrentCudaStream(int device) {
       return Status::Unavailable("no CUDA device: LibTorch has no CUDA support loaded");
     }
     const auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
-    c10::Stream stream = impl->getStream(c10::Device(c10::DeviceType::CUDA, c10::DeviceIndex(device)));
+    c10::Stream stream =
+        impl->getStream(c10::Device(c10::DeviceType::CUDA, c10::DeviceIndex(device)));
     return stream.native_handle();
   });
 }
@@ -73,7 +74,8 @@ Status AddCudaModule(const std::string& prefix, const torch::nn::Module& module,
 Result<TensorDest> CudaDest(const std::string& name, const torch::Tensor& tensor) {
   return Guard("tensor '" + name + "'", [&]() -> Result<TensorDest> {
     if (!tensor.is_contiguous()) {
-      return Status::InvalidArgument("tensor '" + name + "': a load destination must be contiguous");
+      return Status::InvalidArgument("tensor '" + name +
+                                     "': a load destination must be contiguous");
     }
     STINT_ASSIGN_OR_RETURN(DType dtype, DTypeFromTorch(tensor.scalar_type()));
     TensorDest dest;

@@ -26,9 +26,10 @@ Result<std::string> TorchElasticState::Serialize() const {
     archive.write("step", torch::tensor(static_cast<int64_t>(*step_)));
     if (sampler_ != nullptr) {
       const std::string cursor = sampler_->SaveState();
-      archive.write("sampler", torch::from_blob(const_cast<char*>(cursor.data()), {static_cast<int64_t>(cursor.size())},
-                                                torch::kUInt8)
-                                   .clone());
+      archive.write("sampler",
+                    torch::from_blob(const_cast<char*>(cursor.data()),
+                                     {static_cast<int64_t>(cursor.size())}, torch::kUInt8)
+                        .clone());
     }
     std::ostringstream out;
     archive.save_to(out);
@@ -52,7 +53,8 @@ Status TorchElasticState::Deserialize(const std::string& bytes) {
     if (sampler_ != nullptr) {
       torch::Tensor cursor;
       archive.read("sampler", cursor);
-      const std::string text(static_cast<const char*>(cursor.data_ptr()), static_cast<size_t>(cursor.numel()));
+      const std::string text(static_cast<const char*>(cursor.data_ptr()),
+                             static_cast<size_t>(cursor.numel()));
       return sampler_->LoadState(text);
     }
     return Status::OK();
@@ -87,7 +89,8 @@ Status AllReduceGradients(Communicator& comm, torch::nn::Module& model, torch::T
       for (const torch::Tensor& t : tensors) flat_parts.push_back(t.reshape({-1}));
       torch::Tensor flat = torch::cat(flat_parts).contiguous();
       STINT_ASSIGN_OR_RETURN(DType dtype, DTypeFromTorch(type));
-      STINT_RETURN_IF_ERROR(comm.AllReduce(flat.data_ptr(), static_cast<size_t>(flat.numel()), dtype, ReduceOp::kSum));
+      STINT_RETURN_IF_ERROR(comm.AllReduce(flat.data_ptr(), static_cast<size_t>(flat.numel()),
+                                           dtype, ReduceOp::kSum));
       int64_t at = 0;
       for (torch::Tensor& t : tensors) {
         const int64_t n = t.numel();

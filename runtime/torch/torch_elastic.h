@@ -4,8 +4,8 @@
 //   stint::TorchElasticState state(model, optimizer, &sampler, &step);
 //   group->Join(&state);
 //   ...backward (loss = sum over this rank's samples / global batch)...
-//   if (stint::AllReduceGradients(group->comm(), model).ok()) { optimizer.step(); sampler.CommitStep(); ++step; }
-//   group->StepBoundary(stop, &state);
+//   if (stint::AllReduceGradients(group->comm(), model).ok()) { optimizer.step();
+//   sampler.CommitStep(); ++step; } group->StepBoundary(stop, &state);
 #ifndef STINT_TORCH_TORCH_ELASTIC_H_
 #define STINT_TORCH_TORCH_ELASTIC_H_
 
@@ -33,8 +33,8 @@ namespace stint {
 class TorchElasticState final : public ElasticState {
  public:
   // All must outlive this object; `sampler` may be null.
-  TorchElasticState(torch::nn::Module& model, torch::optim::Optimizer& optimizer, ResumableSampler* sampler,
-                    uint64_t* step);
+  TorchElasticState(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                    ResumableSampler* sampler, uint64_t* step);
   Status Synchronize(Communicator& comm) override;
 
  private:
@@ -51,7 +51,8 @@ class TorchElasticState final : public ElasticState {
 // counter, when not null) over the group in one flat float32/float64
 // allreduce per dtype. Parameters without a gradient contribute zeros.
 // REQUIRES: CPU tensors for Gloo; same model on every rank.
-Status AllReduceGradients(Communicator& comm, torch::nn::Module& model, torch::Tensor* extra = nullptr);
+Status AllReduceGradients(Communicator& comm, torch::nn::Module& model,
+                          torch::Tensor* extra = nullptr);
 
 }  // namespace stint
 

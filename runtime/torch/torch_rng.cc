@@ -22,7 +22,8 @@ std::string StateBytes(at::Generator& gen) {
   }
   state = state.contiguous();
   // The same bytes torch.get_rng_state() / torch.cuda.get_rng_state() return in Python.
-  return std::string(static_cast<const char*>(state.data_ptr()), state.numel() * state.element_size());
+  return std::string(static_cast<const char*>(state.data_ptr()),
+                     state.numel() * state.element_size());
 }
 
 void SetStateBytes(at::Generator& gen, const std::string& blob) {
@@ -34,7 +35,8 @@ void SetStateBytes(at::Generator& gen, const std::string& blob) {
 }
 
 at::Generator CudaGenerator(int index) {
-  return at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::CUDA, c10::DeviceIndex(index)));
+  return at::globalContext().defaultGenerator(
+      c10::Device(c10::DeviceType::CUDA, c10::DeviceIndex(index)));
 }
 
 // LibTorch refuses only malformed states: that is the caller's argument.
@@ -62,14 +64,15 @@ Status SetTorchCpuRngState(const std::string& blob) {
 Result<std::map<std::string, std::string>> CaptureTorchRng() {
   std::map<std::string, std::string> out;
   STINT_ASSIGN_OR_RETURN(out["cpu"], GetTorchCpuRngState());
-  return Guard("reading the CUDA generator states", [&]() -> Result<std::map<std::string, std::string>> {
-    const int devices = torch::cuda::is_available() ? int(torch::cuda::device_count()) : 0;
-    for (int i = 0; i < devices; ++i) {
-      at::Generator gen = CudaGenerator(i);
-      out["cuda:" + std::to_string(i)] = StateBytes(gen);
-    }
-    return out;
-  });
+  return Guard(
+      "reading the CUDA generator states", [&]() -> Result<std::map<std::string, std::string>> {
+        const int devices = torch::cuda::is_available() ? int(torch::cuda::device_count()) : 0;
+        for (int i = 0; i < devices; ++i) {
+          at::Generator gen = CudaGenerator(i);
+          out["cuda:" + std::to_string(i)] = StateBytes(gen);
+        }
+        return out;
+      });
 }
 
 Status RestoreTorchRng(const std::map<std::string, std::string>& states) {
@@ -80,7 +83,8 @@ Status RestoreTorchRng(const std::map<std::string, std::string>& states) {
     const int devices = torch::cuda::is_available() ? int(torch::cuda::device_count()) : 0;
     for (const auto& [name, blob] : states) {
       if (name == "cpu") continue;
-      if (name.rfind("cuda:", 0) != 0) return Status::InvalidArgument("unknown RNG generator '" + name + "'");
+      if (name.rfind("cuda:", 0) != 0)
+        return Status::InvalidArgument("unknown RNG generator '" + name + "'");
       int index = std::atoi(name.c_str() + 5);
       if (index < 0 || index >= devices) {
         return Status::InvalidArgument("RNG state for " + name + " but this process sees " +

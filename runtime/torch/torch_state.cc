@@ -32,7 +32,8 @@ Result<DType> CheckNewTensor(const std::string& name, const torch::Tensor& tenso
                              const std::set<std::string>& taken) {
   if (taken.count(name) != 0) return Status::AlreadyExists("tensor '" + name + "' was added twice");
   if (tensor.layout() != c10::kStrided) {
-    return Status::InvalidArgument("tensor '" + name + "': only dense (strided) tensors are supported");
+    return Status::InvalidArgument("tensor '" + name +
+                                   "': only dense (strided) tensors are supported");
   }
   Result<DType> dtype = DTypeFromTorch(tensor.scalar_type());
   if (!dtype.ok()) return dtype.status().WithContext("tensor '" + name + "'");

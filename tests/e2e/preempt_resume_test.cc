@@ -35,15 +35,20 @@ std::vector<std::string> ReadLines(const std::string& path) {
 }
 
 // Random kill points differ per run; the seed is in every failure message.
-uint32_t TimeSeed() { return uint32_t(std::chrono::steady_clock::now().time_since_epoch().count()); }
+uint32_t TimeSeed() {
+  return uint32_t(std::chrono::steady_clock::now().time_since_epoch().count());
+}
 
 uint64_t StepOf(const std::string& line) { return std::strtoull(line.c_str() + 5, nullptr, 10); }
 
 class PreemptResume : public ::testing::Test {
  protected:
   std::vector<std::string> Args(const std::string& name) {
-    return {"--ckpt-dir", dir_.Sub(name), "--steps", std::to_string(kSteps), "--every", "25",
-            "--log", dir_.Sub(name + ".log"), "--step-ms", "3"};
+    return {"--ckpt-dir", dir_.Sub(name),
+            "--steps",    std::to_string(kSteps),
+            "--every",    "25",
+            "--log",      dir_.Sub(name + ".log"),
+            "--step-ms",  "3"};
   }
   // The uninterrupted run.
   void Reference(std::string* checksum, std::vector<std::string>* log) {
@@ -91,7 +96,8 @@ TEST_F(PreemptResume, SigtermAtRandomStepsIsExactlyOnceAndBitIdentical) {
     break;
   }
   EXPECT_GE(preemptions, 20);
-  EXPECT_EQ(got, want) << "the resumed run's parameters/optimizer state differ from the uninterrupted run";
+  EXPECT_EQ(got, want)
+      << "the resumed run's parameters/optimizer state differ from the uninterrupted run";
   // Emergency checkpoints lose nothing: the committed steps, with their
   // samples, are exactly the reference's, each once.
   EXPECT_EQ(ReadLines(dir_.Sub("preempted.log")), want_log);
@@ -155,14 +161,15 @@ TEST_F(PreemptResume, NoTimeForAnEmergencyCheckpointReportsTheLoss) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   kill(c.pid(), SIGTERM);
   int status = c.Wait();
-    out = c.output();
+  out = c.output();
   ASSERT_TRUE(WIFEXITED(status)) << out;
   ASSERT_EQ(WEXITSTATUS(status), kExitRequeue) << out;
   size_t at = out.find("preempted at step ");
   ASSERT_NE(at, std::string::npos) << out;
   uint64_t preempted = std::strtoull(out.c_str() + at + 18, nullptr, 10);
   // Landing right on a checkpointed step loses nothing; otherwise the loss is stated.
-  EXPECT_TRUE(out.find("will be lost") != std::string::npos || out.find("nothing is lost") != std::string::npos)
+  EXPECT_TRUE(out.find("will be lost") != std::string::npos ||
+              out.find("nothing is lost") != std::string::npos)
       << out;
 
   ChildProcess again(STINT_TRAIN_BINARY, Args("no_grace"));

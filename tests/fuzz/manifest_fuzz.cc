@@ -43,7 +43,8 @@ void CheckOne(std::string_view bytes) {
   if (!valid.ok()) Die("decoded manifest fails ValidateManifest", valid.ToString());
   std::string encoded = EncodeManifest(*m);
   Result<Manifest> again = DecodeManifest(encoded, "fuzz-reencoded");
-  if (!again.ok()) Die("re-encoded manifest does not decode", again.status().ToString() + "\n" + encoded);
+  if (!again.ok())
+    Die("re-encoded manifest does not decode", again.status().ToString() + "\n" + encoded);
   if (EncodeManifest(*again) != encoded) Die("Encode(Decode(Encode(m))) != Encode(m)", encoded);
 }
 
@@ -70,15 +71,16 @@ Manifest SeedManifest(bool compressed, int shards) {
   std::vector<ChunkRecord> all;
   auto chunk = [&](uint64_t raw) {
     ChunkRecord c{offset, compressed && raw > 0 ? raw / 3 : raw, raw,
-                  compressed && raw > 0 ? Codec::kZstd : Codec::kNone, Xxh3(&offset, sizeof(offset))};
+                  compressed && raw > 0 ? Codec::kZstd : Codec::kNone,
+                  Xxh3(&offset, sizeof(offset))};
     offset += AlignUp(c.stored_len == 0 ? 1 : c.stored_len);
     all.push_back(c);
     return c;
   };
   TensorRecord t{"layer.w", DType::kFloat32, {int64_t(4 * shards), 1024}, {}};
   for (int s = 0; s < shards; ++s) {
-    t.shards.push_back(ShardRecord{{int64_t(4 * s), 0}, {4, 1024}, "rank-00000.stint",
-                                   {chunk(8192), chunk(8192)}});
+    t.shards.push_back(ShardRecord{
+        {int64_t(4 * s), 0}, {4, 1024}, "rank-00000.stint", {chunk(8192), chunk(8192)}});
   }
   m.tensors.push_back(t);
   TensorRecord scalar{"step", DType::kInt64, {}, {}};

@@ -27,9 +27,11 @@ struct Model {
   std::vector<int64_t> counters;
   State AsState() const {
     State s;
-    s.tensors.push_back({"layer.w", DType::kFloat32, {int64_t(w.size() / 100), 100}, {}, {}, w.data()});
+    s.tensors.push_back(
+        {"layer.w", DType::kFloat32, {int64_t(w.size() / 100), 100}, {}, {}, w.data()});
     s.tensors.push_back({"layer.b", DType::kFloat32, {int64_t(b.size())}, {}, {}, b.data()});
-    s.tensors.push_back({"counters", DType::kInt64, {int64_t(counters.size())}, {}, {}, counters.data()});
+    s.tensors.push_back(
+        {"counters", DType::kInt64, {int64_t(counters.size())}, {}, {}, counters.data()});
     s.blobs["rng"] = "mt19937-state-bytes";
     s.blobs["user.json"] = R"({"lr": 0.001})";
     return s;
@@ -142,7 +144,11 @@ TEST_P(CheckpointerTest, ReshardDim0) {
   State s;
   int64_t cut[] = {0, 400, 401, rows};
   for (int k = 0; k < 3; ++k) {
-    s.tensors.push_back({"emb", DType::kFloat32, {rows, cols}, {cut[k], 0}, {cut[k + 1] - cut[k], cols},
+    s.tensors.push_back({"emb",
+                         DType::kFloat32,
+                         {rows, cols},
+                         {cut[k], 0},
+                         {cut[k + 1] - cut[k], cols},
                          full.data() + cut[k] * cols});
   }
   auto h = (*ckpt)->Save(3, s);
@@ -170,7 +176,8 @@ TEST_P(CheckpointerTest, WrongDtypeOrShapeIsAClearError) {
   std::vector<double> wrong(m.b.size());
   auto r = (*ckpt)->Load({{"layer.b", DType::kFloat64, {100}, {}, {}, wrong.data()}});
   ASSERT_EQ(r.status().code(), Code::kInvalidArgument);
-  EXPECT_NE(r.status().message().find("layer.b' is float32, destination is float64"), std::string::npos)
+  EXPECT_NE(r.status().message().find("layer.b' is float32, destination is float64"),
+            std::string::npos)
       << r.status().message();
   r = (*ckpt)->Load({{"layer.b", DType::kFloat32, {99}, {}, {}, wrong.data()}});
   ASSERT_EQ(r.status().code(), Code::kInvalidArgument);

@@ -112,7 +112,8 @@ class CliTest : public ::testing::Test {
 TEST_F(CliTest, LsListsCommittedAndUncommitted) {
   // A save interrupted by a crash leaves one of these behind.
   ASSERT_OK(Env::Default()->CreateDir(root_ + "/" + TmpDirName(3, 0xabc)));
-  ASSERT_OK(WriteStringToFileSync(Env::Default(), root_ + "/" + TmpDirName(3, 0xabc) + "/rank-00000.stint",
+  ASSERT_OK(WriteStringToFileSync(Env::Default(),
+                                  root_ + "/" + TmpDirName(3, 0xabc) + "/rank-00000.stint",
                                   std::string(5000, 'x')));
   RunResult r = RunCli({"ls", root_});
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -209,8 +210,9 @@ TEST_F(CliTest, InspectJson) {
 TEST_F(CliTest, InspectText) {
   RunResult r = RunCli({"inspect", root_ + "/" + StepDirName(1)});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* want : {"job-cli", "fencing token", "format version", "1.0", "rank-00000.stint",
-                           "layer.w", "float32", "[300, 100]", "[64, 1024]", "zstd 16", "rng", "13 B"}) {
+  for (const char* want :
+       {"job-cli", "fencing token", "format version", "1.0", "rank-00000.stint", "layer.w",
+        "float32", "[300, 100]", "[64, 1024]", "zstd 16", "rng", "13 B"}) {
     EXPECT_TRUE(Contains(r.output, want)) << want << " missing from:\n" << r.output;
   }
   EXPECT_TRUE(Contains(LineWith(r.output, "step  "), "1")) << r.output;
@@ -225,7 +227,8 @@ TEST_F(CliTest, VerifyPasses) {
   for (const auto& b : m.blobs) chunks += b.chunks.size();
   RunResult r = RunCli({"verify", root_});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(Contains(r.output, "verified step-00000002: 1 files, " + std::to_string(chunks) + " chunks, "))
+  EXPECT_TRUE(Contains(r.output,
+                       "verified step-00000002: 1 files, " + std::to_string(chunks) + " chunks, "))
       << r.output;
 
   r = RunCli({"verify", root_, "--all"});

@@ -36,13 +36,15 @@ class CommitGuardTest : public ::testing::Test {
       if (children.ok()) {
         for (const auto& name : *children) {
           auto tmp_step = ParseTmpDirStep(name);
-          if (tmp_step && *tmp_step == step && env->FileExists(root_ + "/" + name + "/" + kManifestName) &&
+          if (tmp_step && *tmp_step == step &&
+              env->FileExists(root_ + "/" + name + "/" + kManifestName) &&
               env->FileExists(root_ + "/" + name + "/" + RankFileName(0))) {
             tmp_with_manifest = true;
           }
         }
       }
-      seen_before_rename_.push_back(tmp_with_manifest && !env->FileExists(root_ + "/" + StepDirName(step)));
+      seen_before_rename_.push_back(tmp_with_manifest &&
+                                    !env->FileExists(root_ + "/" + StepDirName(step)));
       return verdict_;
     };
     return o;
@@ -100,7 +102,8 @@ TEST_F(CommitGuardTest, ARefusalCommitsNothingAndReachesTheDurableFuture) {
   ASSERT_OK(first);
   ASSERT_OK(first->durable.get());
 
-  const Status refusal = Status::Aborted("fenced: fencing token 41 of job 3 is stale: not committing step 20");
+  const Status refusal =
+      Status::Aborted("fenced: fencing token 41 of job 3 is stale: not committing step 20");
   SetVerdict(refusal);
   auto second = (*ckpt)->Save(20, MakeState());
   ASSERT_OK(second);
@@ -152,7 +155,8 @@ TEST_F(CommitGuardTest, AReopenedRootLoadsTheLastCheckpointTheGuardAllowed) {
   auto reopened = Checkpointer::Open(o);
   ASSERT_OK(reopened);
   std::vector<float> out(w_.size(), 0);
-  auto loaded = (*reopened)->Load({{"w", DType::kFloat32, {int64_t(out.size())}, {}, {}, out.data()}});
+  auto loaded =
+      (*reopened)->Load({{"w", DType::kFloat32, {int64_t(out.size())}, {}, {}, out.data()}});
   ASSERT_OK(loaded);
   EXPECT_EQ(loaded->step, 5u);
   EXPECT_TRUE(loaded->skipped.empty());

@@ -34,12 +34,20 @@ namespace {
 
 using nlohmann::json;
 
-
 // Fast policy passes and heartbeats so a lifecycle takes seconds; a lease
 // long enough that a slow test machine (or a restart) does not lose it.
-const std::vector<std::string> kArgs = {"--tick-seconds", "0.05", "--safety-seconds", "1", "--min-run-seconds",
-                                        "0", "--lease-ttl-seconds", "20", "--start-grace-seconds", "20",
-                                        "--heartbeat-interval-seconds", "0.2"};
+const std::vector<std::string> kArgs = {"--tick-seconds",
+                                        "0.05",
+                                        "--safety-seconds",
+                                        "1",
+                                        "--min-run-seconds",
+                                        "0",
+                                        "--lease-ttl-seconds",
+                                        "20",
+                                        "--start-grace-seconds",
+                                        "20",
+                                        "--heartbeat-interval-seconds",
+                                        "0.2"};
 
 class CoordClientTest : public ::testing::Test {
  protected:
@@ -49,7 +57,6 @@ class CoordClientTest : public ::testing::Test {
     admin_ = std::make_unique<HttpJson>(daemon_->port(), StintdProcess::kAdminToken);
   }
 
-
   json Job(int64_t id) { return admin_->Get("/v1/jobs/" + std::to_string(id)).body; }
   bool JobIn(int64_t id, const std::string& state) { return Job(id).value("state", "") == state; }
 
@@ -57,7 +64,8 @@ class CoordClientTest : public ::testing::Test {
   // estimate is checkpoint_seconds; returns the job.
   int64_t RunningJob(int64_t* window = nullptr, int checkpoint_seconds = 1) {
     EXPECT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
-    auto w = admin_->Post("/v1/windows", {{"pool", "p"}, {"gpus", 4}, {"end_ms", WallNowMs() + 3600 * 1000}});
+    auto w = admin_->Post("/v1/windows",
+                          {{"pool", "p"}, {"gpus", 4}, {"end_ms", WallNowMs() + 3600 * 1000}});
     EXPECT_EQ(w.status, 201) << w.text;
     if (window != nullptr) *window = w.body.value("id", int64_t{0});
     auto j = admin_->Post("/v1/jobs", {{"name", "train"},
@@ -83,7 +91,8 @@ class CoordClientTest : public ::testing::Test {
     return o;
   }
 
-  RunResult Ctl(std::vector<std::string> args, const std::string& token = StintdProcess::kAdminToken) {
+  RunResult Ctl(std::vector<std::string> args,
+                const std::string& token = StintdProcess::kAdminToken) {
     std::vector<std::string> all = {"--url", daemon_->url(), "--token", token};
     all.insert(all.end(), args.begin(), args.end());
     return RunProgram(STINTCTL_PATH, all);
@@ -96,7 +105,8 @@ class CoordClientTest : public ::testing::Test {
 
 TEST_F(CoordClientTest, RegisterBeforeTheJobRunsIsAFailedPrecondition) {
   ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
-  auto j = admin_->Post("/v1/jobs", {{"name", "waits"}, {"min_gpus", 1}});  // no window: stays pending
+  auto j =
+      admin_->Post("/v1/jobs", {{"name", "waits"}, {"min_gpus", 1}});  // no window: stays pending
   ASSERT_EQ(j.status, 201) << j.text;
   auto client = CoordinatorClient::Create(WorkerOptions(j.body["id"].get<int64_t>()));
   ASSERT_OK(client);
@@ -125,7 +135,8 @@ TEST_F(CoordClientTest, AWindowCloseNoticeReachesThePreemptionWatcherThroughTheS
 
   // The admin closes the window 9 s from now; stintd sends the notice at
   // close - (checkpoint estimate + safety) = close - 7 s.
-  auto closed = admin_->Post("/v1/windows/" + std::to_string(window) + "/close", {{"lead_seconds", 9}});
+  auto closed =
+      admin_->Post("/v1/windows/" + std::to_string(window) + "/close", {{"lead_seconds", 9}});
   ASSERT_EQ(closed.status, 200) << closed.text;
   ASSERT_TRUE(Eventually([&] { return (*watcher)->requested(); })) << Job(job).dump();
   auto notice = (*watcher)->notice();
@@ -277,9 +288,9 @@ TEST_F(CoordClientTest, StintctlDrivesTheAdminApi) {
   EXPECT_NE(r.output.find("unlimited"), std::string::npos) << r.output;
 
   // One job that fits and one that cannot (8 GPUs in a 4-GPU window).
-  r = Ctl({"jobs", "submit", "--name", "small", "--gpus", "1:2", "--pool", "p", "--team", "research",
-           "--checkpoint-seconds", "1", "--restart-seconds", "0", "--interval-seconds", "1", "--remaining", "1h",
-           "--json"});
+  r = Ctl({"jobs", "submit", "--name", "small", "--gpus", "1:2", "--pool", "p", "--team",
+           "research", "--checkpoint-seconds", "1", "--restart-seconds", "0", "--interval-seconds",
+           "1", "--remaining", "1h", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const int64_t small = json::parse(r.output)["id"].get<int64_t>();
   r = Ctl({"jobs", "submit", "--name", "big", "--gpus", "8", "--priority", "high", "--pool", "p"});
@@ -331,8 +342,8 @@ TEST_F(CoordClientTest, StintctlDrivesTheAdminApi) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   r = Ctl({"jobs", "frobnicate"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  r = RunProgram(STINTCTL_PATH, {"--token-file", dir_.path() + "/admin.tokens", "--url", daemon_->url(), "teams",
-                                 "list"});
+  r = RunProgram(STINTCTL_PATH, {"--token-file", dir_.path() + "/admin.tokens", "--url",
+                                 daemon_->url(), "teams", "list"});
   EXPECT_EQ(r.exit_code, 0) << r.output;  // the token file's comment line is skipped
   EXPECT_NE(r.output.find("research"), std::string::npos) << r.output;
   daemon_->Kill(SIGKILL);

@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
   auto loaded = (*ckpt)->Load(probe.Dests());
   if (loaded.ok()) {
     if (!probe.SameData(stint::StepState(loaded->step, 5000))) {
-      std::fprintf(stderr, "resumed step %llu has wrong contents\n", (unsigned long long)loaded->step);
+      std::fprintf(stderr, "resumed step %llu has wrong contents\n",
+                   (unsigned long long)loaded->step);
       return 1;
     }
     step = loaded->step;

@@ -41,11 +41,11 @@ namespace {
 
 using nlohmann::json;
 
-
 // --- Chromium ---
 
 constexpr const char* kNoChromium =
-    "no chromium or chromium-browser on $PATH: install Debian's chromium (apt-get install chromium; "
+    "no chromium or chromium-browser on $PATH: install Debian's chromium (apt-get install "
+    "chromium; "
     "tools/setup.sh lists it) to draw the dashboard";
 
 std::string FindChromium() {
@@ -70,8 +70,8 @@ struct BrowserRun {
 
 // Runs the browser to completion; SIGKILLs it if it has not exited after
 // `bound_seconds`. The bound only turns a hung browser into a failure.
-BrowserRun RunBrowser(const std::string& binary, const std::vector<std::string>& args, bool merge_stderr,
-                      double bound_seconds = 120) {
+BrowserRun RunBrowser(const std::string& binary, const std::vector<std::string>& args,
+                      bool merge_stderr, double bound_seconds = 120) {
   BrowserRun run;
   ChildProcess child(binary, args, merge_stderr);
   if (!child.started()) return run;
@@ -83,8 +83,12 @@ BrowserRun RunBrowser(const std::string& binary, const std::vector<std::string>&
 
 std::vector<std::string> BrowserArgs(const std::string& profile_dir, std::vector<std::string> extra,
                                      const std::string& url) {
-  std::vector<std::string> args = {"--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                                   "--user-data-dir=" + profile_dir, "--virtual-time-budget=5000"};
+  std::vector<std::string> args = {"--headless",
+                                   "--no-sandbox",
+                                   "--disable-gpu",
+                                   "--no-first-run",
+                                   "--user-data-dir=" + profile_dir,
+                                   "--virtual-time-budget=5000"};
   args.insert(args.end(), extra.begin(), extra.end());
   args.push_back(url);
   return args;
@@ -111,8 +115,8 @@ void AppendUtf8(uint32_t cp, std::string* out) {
 }
 
 std::string DecodeEntities(const std::string& s) {
-  static const std::map<std::string, uint32_t> kNamed = {{"amp", '&'},  {"lt", '<'},    {"gt", '>'},
-                                                         {"quot", '"'}, {"apos", '\''}, {"nbsp", 0xA0}};
+  static const std::map<std::string, uint32_t> kNamed = {
+      {"amp", '&'}, {"lt", '<'}, {"gt", '>'}, {"quot", '"'}, {"apos", '\''}, {"nbsp", 0xA0}};
   std::string out;
   for (size_t i = 0; i < s.size(); i++) {
     const size_t semi = s[i] == '&' ? s.find(';', i) : std::string::npos;
@@ -126,7 +130,8 @@ std::string DecodeEntities(const std::string& s) {
       cp = it->second;
     } else if (name.size() > 1 && name[0] == '#') {
       const bool hex = name[1] == 'x' || name[1] == 'X';
-      cp = static_cast<uint32_t>(std::strtoul(name.c_str() + (hex ? 2 : 1), nullptr, hex ? 16 : 10));
+      cp =
+          static_cast<uint32_t>(std::strtoul(name.c_str() + (hex ? 2 : 1), nullptr, hex ? 16 : 10));
     } else {
       out.push_back(s[i]);
       continue;
@@ -226,7 +231,8 @@ class Dom {
         const std::string name = html_.substr(i, name_end - i);
         i = name_end;
         std::string value;
-        if (html_[i] == '=' && i + 1 < html_.size() && (html_[i + 1] == '"' || html_[i + 1] == '\'')) {
+        if (html_[i] == '=' && i + 1 < html_.size() &&
+            (html_[i + 1] == '"' || html_[i + 1] == '\'')) {
           const size_t end = html_.find(html_[i + 1], i + 2);
           if (end == std::string::npos) break;
           value = DecodeEntities(html_.substr(i + 2, end - i - 2));
@@ -244,11 +250,12 @@ class Dom {
 
   // Elements named `tag` with class `cls` (any when empty) whose attribute
   // `attr` is `value`.
-  std::vector<Element> Where(const std::string& tag, const std::string& cls, const std::string& attr,
-                             const std::string& value) const {
+  std::vector<Element> Where(const std::string& tag, const std::string& cls,
+                             const std::string& attr, const std::string& value) const {
     std::vector<Element> out;
     for (Element& e : All(tag)) {
-      if ((cls.empty() || e.HasClass(cls)) && e.Has(attr) && e.Attr(attr) == value) out.push_back(std::move(e));
+      if ((cls.empty() || e.HasClass(cls)) && e.Has(attr) && e.Attr(attr) == value)
+        out.push_back(std::move(e));
     }
     return out;
   }
@@ -334,7 +341,8 @@ std::string DecodePixels(const Png& png, std::vector<uint32_t>* rgb) {
                            reinterpret_cast<const Bytef*>(png.idat.data()), png.idat.size());
   if (z != Z_OK) return "zlib uncompress failed: " + std::to_string(z);
   if (raw_size != raw.size()) {
-    return "image data holds " + std::to_string(raw_size) + " bytes, not " + std::to_string(raw.size());
+    return "image data holds " + std::to_string(raw_size) + " bytes, not " +
+           std::to_string(raw.size());
   }
   std::vector<uint8_t> prev(stride, 0), cur(stride, 0);
   rgb->clear();
@@ -343,27 +351,39 @@ std::string DecodePixels(const Png& png, std::vector<uint32_t>* rgb) {
     const uint8_t* line = reinterpret_cast<const uint8_t*>(raw.data()) + y * (stride + 1);
     const int filter = line[0];
     for (size_t i = 0; i < stride; i++) {
-      const int x = line[1 + i], a = i >= bpp ? cur[i - bpp] : 0, b = prev[i], c = i >= bpp ? prev[i - bpp] : 0;
+      const int x = line[1 + i], a = i >= bpp ? cur[i - bpp] : 0, b = prev[i],
+                c = i >= bpp ? prev[i - bpp] : 0;
       int v = 0;
       switch (filter) {
-        case 0: v = x; break;
-        case 1: v = x + a; break;
-        case 2: v = x + b; break;
-        case 3: v = x + (a + b) / 2; break;
-        case 4: v = x + Paeth(a, b, c); break;
-        default: return "row " + std::to_string(y) + " has filter type " + std::to_string(filter);
+        case 0:
+          v = x;
+          break;
+        case 1:
+          v = x + a;
+          break;
+        case 2:
+          v = x + b;
+          break;
+        case 3:
+          v = x + (a + b) / 2;
+          break;
+        case 4:
+          v = x + Paeth(a, b, c);
+          break;
+        default:
+          return "row " + std::to_string(y) + " has filter type " + std::to_string(filter);
       }
       cur[i] = static_cast<uint8_t>(v);
     }
     for (size_t px = 0; px < png.width; px++) {
-      rgb->push_back((uint32_t(cur[px * bpp]) << 16) | (uint32_t(cur[px * bpp + 1]) << 8) | cur[px * bpp + 2]);
+      rgb->push_back((uint32_t(cur[px * bpp]) << 16) | (uint32_t(cur[px * bpp + 1]) << 8) |
+                     cur[px * bpp + 2]);
     }
     std::swap(prev, cur);
   }
   return "";
 }
 #endif
-
 
 // mkdir -p; an error names the component that failed and why.
 std::string MakeDirs(const std::string& path) {
@@ -395,11 +415,13 @@ class DashboardTest : public ::testing::Test {
 
   // --dump-dom: the DOM after the page's script ran (5 s of virtual time).
   std::string DumpDom(const std::string& url) {
-    BrowserRun run = RunBrowser(chromium_, BrowserArgs(dir_.Sub("chromium-profile"), {"--dump-dom"}, url),
-                                /*merge_stderr=*/false);
+    BrowserRun run =
+        RunBrowser(chromium_, BrowserArgs(dir_.Sub("chromium-profile"), {"--dump-dom"}, url),
+                   /*merge_stderr=*/false);
     EXPECT_FALSE(run.timed_out) << chromium_ << " did not exit; killed";
     EXPECT_EQ(run.exit_code, 0) << chromium_ << " --dump-dom " << url << " failed";
-    EXPECT_NE(run.output.find("</html>"), std::string::npos) << "no document on stdout:\n" << run.output;
+    EXPECT_NE(run.output.find("</html>"), std::string::npos) << "no document on stdout:\n"
+                                                             << run.output;
     return run.output;
   }
 
@@ -420,12 +442,18 @@ class DashboardTest : public ::testing::Test {
   }
   int64_t Submit(const std::string& name, const std::string& pool, int gpus) {
     return Post("/v1/jobs",
-                {{"name", name}, {"pool", pool}, {"min_gpus", gpus}, {"checkpoint_seconds", 1},
-                 {"restart_seconds", 0}, {"checkpoint_interval_seconds", 60}},
+                {{"name", name},
+                 {"pool", pool},
+                 {"min_gpus", gpus},
+                 {"checkpoint_seconds", 1},
+                 {"restart_seconds", 0},
+                 {"checkpoint_interval_seconds", 60}},
                 201)
         .value("id", int64_t{0});
   }
-  std::string JobState(int64_t id) { return GetJson(*admin_, "/v1/jobs/" + std::to_string(id)).value("state", ""); }
+  std::string JobState(int64_t id) {
+    return GetJson(*admin_, "/v1/jobs/" + std::to_string(id)).value("state", "");
+  }
   // Registers a worker for the job's segment and heartbeats once.
   int64_t Attach(int64_t job) {
     auto reg = worker_->Post("/v1/jobs/" + std::to_string(job) + "/workers", {{"name", "w0"}});
@@ -447,7 +475,8 @@ TEST_F(DashboardTest, ServedWithoutATokenSelfContainedAndTheDataStaysProtected) 
   auto page = anonymous.Get("/dashboard");
   ASSERT_TRUE(page) << "GET /dashboard: " << httplib::to_string(page.error());
   EXPECT_EQ(page->status, 200);
-  EXPECT_EQ(page->get_header_value("Content-Type").rfind("text/html", 0), 0u) << page->get_header_value("Content-Type");
+  EXPECT_EQ(page->get_header_value("Content-Type").rfind("text/html", 0), 0u)
+      << page->get_header_value("Content-Type");
   const std::string& html = page->body;
   EXPECT_NE(html.find("<svg id=\"timeline\""), std::string::npos);
   // Nothing is loaded from elsewhere: the only URLs are the SVG namespace.
@@ -460,7 +489,8 @@ TEST_F(DashboardTest, ServedWithoutATokenSelfContainedAndTheDataStaysProtected) 
     EXPECT_EQ(html.find(external), std::string::npos) << external;
   }
   // The data views keep their tokens.
-  for (const char* path : {"/v1/pools", "/v1/windows", "/v1/jobs", "/v1/queue", "/v1/segments", "/metrics"}) {
+  for (const char* path :
+       {"/v1/pools", "/v1/windows", "/v1/jobs", "/v1/queue", "/v1/segments", "/metrics"}) {
     auto r = anonymous.Get(path);
     ASSERT_TRUE(r) << path;
     EXPECT_EQ(r->status, 401) << path;
@@ -498,31 +528,37 @@ TEST_F(DashboardTest, ChromiumDrawsWindowsSegmentsQueueAndMetrics) {
   ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "beta"}}).status, 201);
   const int64_t now = WallNowMs();
   // Closed before any job exists, so nothing ever runs in it.
-  const int64_t closed = Post("/v1/windows",
-                              {{"pool", "alpha"}, {"gpus", 4}, {"start_ms", now - 600000}, {"end_ms", now + 3600000}},
-                              201)
-                             .value("id", int64_t{0});
-  json closed_view = Post("/v1/windows/" + std::to_string(closed) + "/close", {{"lead_seconds", 0}}, 200);
+  const int64_t closed =
+      Post("/v1/windows",
+           {{"pool", "alpha"}, {"gpus", 4}, {"start_ms", now - 600000}, {"end_ms", now + 3600000}},
+           201)
+          .value("id", int64_t{0});
+  json closed_view =
+      Post("/v1/windows/" + std::to_string(closed) + "/close", {{"lead_seconds", 0}}, 200);
   ASSERT_TRUE(closed_view.value("closed_early", false)) << closed_view.dump();
   ASSERT_FALSE(closed_view.value("open", true)) << closed_view.dump();
-  const int64_t alpha = Post("/v1/windows", {{"pool", "alpha"}, {"gpus", 8}, {"end_ms", now + 3600000}}, 201)
-                            .value("id", int64_t{0});
+  const int64_t alpha =
+      Post("/v1/windows", {{"pool", "alpha"}, {"gpus", 8}, {"end_ms", now + 3600000}}, 201)
+          .value("id", int64_t{0});
   const int64_t spot =
-      Post("/v1/windows", {{"pool", "beta"}, {"gpus", 4}, {"kind", "spot"}, {"start_ms", now - 120000}}, 201)
+      Post("/v1/windows",
+           {{"pool", "beta"}, {"gpus", 4}, {"kind", "spot"}, {"start_ms", now - 120000}}, 201)
           .value("id", int64_t{0});
 
   // A job that ran in beta and finished: a completed segment.
   const int64_t warmup = Submit("warmup", "beta", 2);
   ASSERT_TRUE(Eventually([&] { return JobState(warmup) == "RUNNING"; }));
   const int64_t warmup_worker = Attach(warmup);
-  auto finished = worker_->Post("/v1/workers/" + std::to_string(warmup_worker) + "/finished", json::object());
+  auto finished =
+      worker_->Post("/v1/workers/" + std::to_string(warmup_worker) + "/finished", json::object());
   ASSERT_EQ(finished.status, 200) << finished.text;
   ASSERT_TRUE(Eventually([&] { return JobState(warmup) == "DONE"; }));
 
   const int64_t train_a = Submit("train-a", "alpha", 4);
   const int64_t train_b = Submit("train-b", "beta", 2);
   const int64_t big = Submit("wait-big", "alpha", 8);  // 4 of alpha's 8 GPUs are held: it waits
-  ASSERT_TRUE(Eventually([&] { return JobState(train_a) == "RUNNING" && JobState(train_b) == "RUNNING"; }));
+  ASSERT_TRUE(
+      Eventually([&] { return JobState(train_a) == "RUNNING" && JobState(train_b) == "RUNNING"; }));
   Attach(train_a);
   Attach(train_b);
   json queue;
@@ -545,10 +581,12 @@ TEST_F(DashboardTest, ChromiumDrawsWindowsSegmentsQueueAndMetrics) {
 
   // --- the page, drawn by Chromium ---
   const std::string before_text = MetricsText();
-  const std::string dom_text = DumpDom(PageUrl(std::string("token=") + StintdProcess::kWorkerToken));
+  const std::string dom_text =
+      DumpDom(PageUrl(std::string("token=") + StintdProcess::kWorkerToken));
   const std::string after_text = MetricsText();
   const json queue_after = GetJson(*worker_, "/v1/queue");
-  ASSERT_EQ(queue_after["pending"].size(), 1u) << "the queue changed while Chromium ran: " << queue_after.dump();
+  ASSERT_EQ(queue_after["pending"].size(), 1u)
+      << "the queue changed while Chromium ran: " << queue_after.dump();
   ASSERT_EQ(queue_after["pending"][0]["reason"], reason) << queue_after.dump();
   ASSERT_EQ(queue_after["running"].size(), 2u) << queue_after.dump();
 
@@ -559,7 +597,8 @@ TEST_F(DashboardTest, ChromiumDrawsWindowsSegmentsQueueAndMetrics) {
     const std::string err = MakeDirs(artefacts);
     ASSERT_TRUE(err.empty()) << "STINT_ARTIFACT_DIR: " << err;
   }
-  ASSERT_TRUE(WriteWholeFile(artefacts + "/dashboard.html", dom_text)) << "cannot write " << artefacts << "/dashboard.html";
+  ASSERT_TRUE(WriteWholeFile(artefacts + "/dashboard.html", dom_text))
+      << "cannot write " << artefacts << "/dashboard.html";
 
   Dom dom(dom_text);
   auto status = dom.Where("span", "", "id", "status");
@@ -586,12 +625,17 @@ TEST_F(DashboardTest, ChromiumDrawsWindowsSegmentsQueueAndMetrics) {
     EXPECT_EQ(r.HasClass(w["kind"].get<std::string>()), true) << id;
     auto labels = dom.Where("text", "window-label", "data-window", id);
     ASSERT_EQ(labels.size(), 1u) << id;
-    EXPECT_NE(labels[0].Text().find(std::to_string(w["gpus"].get<int>()) + " GPUs"), std::string::npos)
+    EXPECT_NE(labels[0].Text().find(std::to_string(w["gpus"].get<int>()) + " GPUs"),
+              std::string::npos)
         << labels[0].Text();
   }
-  EXPECT_EQ(dom.Where("rect", "window", "data-window", std::to_string(closed))[0].Attr("data-state"), "closed");
-  EXPECT_TRUE(dom.Where("rect", "window", "data-window", std::to_string(spot))[0].HasClass("open-ended"));
-  EXPECT_EQ(dom.Where("rect", "window", "data-window", std::to_string(alpha))[0].Attr("data-pool"), "alpha");
+  EXPECT_EQ(
+      dom.Where("rect", "window", "data-window", std::to_string(closed))[0].Attr("data-state"),
+      "closed");
+  EXPECT_TRUE(
+      dom.Where("rect", "window", "data-window", std::to_string(spot))[0].HasClass("open-ended"));
+  EXPECT_EQ(dom.Where("rect", "window", "data-window", std::to_string(alpha))[0].Attr("data-pool"),
+            "alpha");
 
   // One rectangle per segment and window it holds GPUs in, in that window's
   // pool, coloured and labelled by its job.
@@ -628,7 +672,8 @@ TEST_F(DashboardTest, ChromiumDrawsWindowsSegmentsQueueAndMetrics) {
   ASSERT_EQ(b_rects.size(), 1u);
   EXPECT_EQ(b_rects[0].Attr("data-pool"), "beta");
   EXPECT_NE(a_rects[0].Attr("fill"), b_rects[0].Attr("fill")) << "two jobs, one colour";
-  EXPECT_TRUE(dom.Where("rect", "segment", "data-job", std::to_string(big)).empty()) << "a waiting job has no segment";
+  EXPECT_TRUE(dom.Where("rect", "segment", "data-job", std::to_string(big)).empty())
+      << "a waiting job has no segment";
 
   // The queue: the waiting job with its reason, then the running ones.
   Dom queue_table = dom.Section("<table id=\"queue\"", "</table>");
@@ -646,7 +691,8 @@ TEST_F(DashboardTest, ChromiumDrawsWindowsSegmentsQueueAndMetrics) {
   EXPECT_EQ(cells["gpus"], "8");
   EXPECT_EQ(cells["reason"], reason);
   EXPECT_EQ(cells["detail"], pending["detail"].get<std::string>());
-  EXPECT_EQ(cells["planned"] == "unknown", pending["planned_start_ms"].is_null()) << cells["planned"];
+  EXPECT_EQ(cells["planned"] == "unknown", pending["planned_start_ms"].is_null())
+      << cells["planned"];
   for (int64_t job : {train_a, train_b}) {
     auto rows = queue_table.Where("tr", "", "data-job", std::to_string(job));
     ASSERT_EQ(rows.size(), 1u) << job;
@@ -656,7 +702,8 @@ TEST_F(DashboardTest, ChromiumDrawsWindowsSegmentsQueueAndMetrics) {
   // The metrics table holds every stintd_* sample of /metrics, with its
   // value. A sample that did not move while Chromium ran must be equal; a
   // counter that moved must lie between the two answers.
-  const std::map<std::string, double> before = ParseMetrics(before_text), after = ParseMetrics(after_text);
+  const std::map<std::string, double> before = ParseMetrics(before_text),
+                                      after = ParseMetrics(after_text);
   Dom metrics_table = dom.Section("<table id=\"metrics\"", "</table>");
   std::map<std::string, double> drawn;
   for (const Element& tr : metrics_table.All("tr")) {
@@ -668,7 +715,8 @@ TEST_F(DashboardTest, ChromiumDrawsWindowsSegmentsQueueAndMetrics) {
     for (const Element& td : Dom(tr.inner).All("td")) {
       if (td.HasClass("value")) {
         ASSERT_TRUE(ParseDouble(td.Text(), &shown)) << key << " shows " << td.Text();
-        EXPECT_EQ(shown, v) << key << ": shown " << td.Text() << ", data-value " << tr.Attr("data-value");
+        EXPECT_EQ(shown, v) << key << ": shown " << td.Text() << ", data-value "
+                            << tr.Attr("data-value");
       }
     }
     EXPECT_TRUE(drawn.emplace(key, v).second) << "two rows for " << key;
@@ -686,7 +734,8 @@ TEST_F(DashboardTest, ChromiumDrawsWindowsSegmentsQueueAndMetrics) {
     if (b->second == a->second) {
       EXPECT_EQ(v, a->second) << key;
       equal++;
-    } else if (key.find("_total") != std::string::npos || key == "stintd_oldest_pending_wait_seconds") {
+    } else if (key.find("_total") != std::string::npos ||
+               key == "stintd_oldest_pending_wait_seconds") {
       EXPECT_LE(b->second, v) << key;  // monotone: the page's answer came between the two
       EXPECT_LE(v, a->second) << key;
       bracketed++;
@@ -696,10 +745,14 @@ TEST_F(DashboardTest, ChromiumDrawsWindowsSegmentsQueueAndMetrics) {
   }
   // The numbers this state fixes, equal in both answers and on the page.
   const std::map<std::string, double> fixed = {
-      {"stintd_jobs{state=\"PENDING\"}", 1},    {"stintd_jobs{state=\"RUNNING\"}", 2},
-      {"stintd_jobs{state=\"DONE\"}", 1},       {"stintd_windows_open", 2},
-      {"stintd_gpus{state=\"open\"}", 12},      {"stintd_gpus{state=\"allocated\"}", 6},
-      {"stintd_queue_blocked{reason=\"" + reason + "\"}", 1}, {"stintd_segments_started_total", 3},
+      {"stintd_jobs{state=\"PENDING\"}", 1},
+      {"stintd_jobs{state=\"RUNNING\"}", 2},
+      {"stintd_jobs{state=\"DONE\"}", 1},
+      {"stintd_windows_open", 2},
+      {"stintd_gpus{state=\"open\"}", 12},
+      {"stintd_gpus{state=\"allocated\"}", 6},
+      {"stintd_queue_blocked{reason=\"" + reason + "\"}", 1},
+      {"stintd_segments_started_total", 3},
   };
   for (const auto& [key, v] : fixed) {
     ASSERT_TRUE(after.count(key)) << key;
@@ -709,16 +762,18 @@ TEST_F(DashboardTest, ChromiumDrawsWindowsSegmentsQueueAndMetrics) {
   }
   EXPECT_GT(equal, 30) << "too few samples held still to compare";
   std::cout << "dashboard metrics: " << equal << " samples equal to /metrics, " << bracketed
-            << " counters between the answers before and after, " << moving << " moving gauges present\n";
+            << " counters between the answers before and after, " << moving
+            << " moving gauges present\n";
 
   // --- the screenshot ---
   const std::string png_path = artefacts + "/dashboard.png";
   std::remove(png_path.c_str());
-  BrowserRun shot = RunBrowser(
-      chromium_,
-      BrowserArgs(dir_.Sub("chromium-profile"), {"--screenshot=" + png_path, "--window-size=1400,900"},
-                  PageUrl(std::string("token=") + StintdProcess::kWorkerToken)),
-      /*merge_stderr=*/true);
+  BrowserRun shot =
+      RunBrowser(chromium_,
+                 BrowserArgs(dir_.Sub("chromium-profile"),
+                             {"--screenshot=" + png_path, "--window-size=1400,900"},
+                             PageUrl(std::string("token=") + StintdProcess::kWorkerToken)),
+                 /*merge_stderr=*/true);
   ASSERT_FALSE(shot.timed_out) << chromium_ << " did not exit; killed\n" << shot.output;
   ASSERT_EQ(shot.exit_code, 0) << shot.output;
   const std::string png_bytes = ReadWholeFile(png_path);
@@ -742,8 +797,9 @@ TEST_F(DashboardTest, ChromiumDrawsWindowsSegmentsQueueAndMetrics) {
   EXPECT_GT(png.idat.size(), 10000u) << "built without zlib: only the compressed size is checked";
 #endif
   std::cout << "dashboard screenshot: " << png_path << " (" << png_bytes.size() << " bytes)"
-            << (artefacts == dir_.path() ? "; removed with the test's directory, set STINT_ARTIFACT_DIR to keep it"
-                                         : "")
+            << (artefacts == dir_.path()
+                    ? "; removed with the test's directory, set STINT_ARTIFACT_DIR to keep it"
+                    : "")
             << "\n";
   RecordProperty("dashboard_png", png_path);
 }

@@ -17,7 +17,8 @@
 namespace stint {
 namespace {
 
-CheckpointOptions FaultOptions(const std::string& root, Env* env, const char* engine, bool compress) {
+CheckpointOptions FaultOptions(const std::string& root, Env* env, const char* engine,
+                               bool compress) {
   CheckpointOptions o;
   o.root = root;
   o.env = env;
@@ -63,7 +64,8 @@ TEST_P(CrashTest, CrashAtEveryOpOfASave) {
       ASSERT_OK(env.DropUnsyncedData());
     }
     // Step 2 may have reached its commit point before the crash; nothing else may load.
-    ExpectNewestLoadsOneOf(root, completed ? std::vector<uint64_t>{2} : std::vector<uint64_t>{1, 2}, engine);
+    ExpectNewestLoadsOneOf(root, completed ? std::vector<uint64_t>{2} : std::vector<uint64_t>{1, 2},
+                           engine);
     if (HasFatalFailure()) {
       ADD_FAILURE() << "crash at op " << k;
       return;

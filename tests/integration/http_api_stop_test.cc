@@ -26,12 +26,14 @@ class HttpApiStopTest : public ::testing::Test {
     Result<std::unique_ptr<Coordinator>> c = Coordinator::Open(options);
     ASSERT_OK(c);
     coordinator_ = std::move(*c);
-    Result<TokenAuth> auth = TokenAuth::Create({"admin-token-0123456789abcdef"}, {"worker-token-0123456789abcdef"});
+    Result<TokenAuth> auth =
+        TokenAuth::Create({"admin-token-0123456789abcdef"}, {"worker-token-0123456789abcdef"});
     ASSERT_OK(auth);
     HttpOptions http;
     http.port = 0;
     http.threads = 4;
-    Result<std::unique_ptr<HttpApi>> api = HttpApi::Bind(coordinator_.get(), std::move(*auth), http);
+    Result<std::unique_ptr<HttpApi>> api =
+        HttpApi::Bind(coordinator_.get(), std::move(*auth), http);
     ASSERT_OK(api);
     api_ = std::move(*api);
   }

@@ -85,9 +85,9 @@ TEST_P(IoEngineTest, ReadPastEndIsShortNotAnError) {
   Aligned dst(8192);
   size_t got = 0;
   ASSERT_OK(engine->SubmitRead(rfile->get(), dst.data, 8192, 0, [&](const Status& s, size_t n) {
-              EXPECT_OK(s);
-              got = n;
-            }));
+    EXPECT_OK(s);
+    got = n;
+  }));
   ASSERT_OK(engine->Drain());
   EXPECT_EQ(got, 5000u);
 }
@@ -155,9 +155,9 @@ TEST_P(IoEngineTest, ShortWriteIsResubmittedAndItsErrorReported) {
   size_t reported = 1;
   Status on_done;
   ASSERT_OK(engine->SubmitWrite(file->get(), src.data, src.size, 0, [&](const Status& s, size_t n) {
-              on_done = s;
-              reported = n;
-            }));
+    on_done = s;
+    reported = n;
+  }));
   Status s = engine->Drain();
   setrlimit(RLIMIT_FSIZE, &old);
   signal(SIGXFSZ, prev);
@@ -189,7 +189,8 @@ TEST_P(IoEngineTest, ErrorsAreStickyUntilDrain) {
 INSTANTIATE_TEST_SUITE_P(Engines, IoEngineTest,
                          ::testing::Values(IoEngineKind::kUring, IoEngineKind::kPosix),
                          [](const auto& info) {
-                           return std::string(info.param == IoEngineKind::kUring ? "uring" : "posix");
+                           return std::string(info.param == IoEngineKind::kUring ? "uring"
+                                                                                 : "posix");
                          });
 
 TEST(IoEngineSelection, ForcedPosixByEnvironment) {

@@ -51,8 +51,8 @@ TEST_P(KillTest, SigkillAtRandomPoints) {
     std::this_thread::sleep_for(std::chrono::microseconds(2000 + rng() % 120000));
     ASSERT_EQ(kill(writer.pid(), SIGKILL), 0);
     int wstatus = writer.Wait();
-    ASSERT_TRUE(WIFSIGNALED(wstatus)) << "writer exited by itself (status " << wstatus
-                                      << "): it failed; seed " << seed;
+    ASSERT_TRUE(WIFSIGNALED(wstatus))
+        << "writer exited by itself (status " << wstatus << "): it failed; seed " << seed;
     durable = LastDurable(writer.output(), durable);
     if (durable == 0) continue;  // killed before its first commit
     // Anything from the last reported commit on (a later one may have committed

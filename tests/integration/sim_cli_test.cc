@@ -36,12 +36,14 @@ std::string TempDir() {
 TEST(SimCli, ReplaysRealTiresiasJobsOnBambooSpotNodes) {
   const std::string traces = STINT_TRACES_DIR;
   struct stat st {};
-  if (stat((traces + "/tiresias/60_job.csv").c_str(), &st) != 0) GTEST_SKIP() << "no trace samples at " << traces;
+  if (stat((traces + "/tiresias/60_job.csv").c_str(), &st) != 0)
+    GTEST_SKIP() << "no trace samples at " << traces;
   const std::string dir = TempDir();
   ASSERT_FALSE(dir.empty());
-  const std::string cmd = std::string(STINT_SIM_PATH) + " --trace tiresias:" + traces +
-                          "/tiresias/60_job.csv --capacity bamboo-nodes:" + traces +
-                          "/spot-bamboo/g4dn-trace.csv:1 --no-gang --policies fifo,easy,slurm,stint --out ";
+  const std::string cmd =
+      std::string(STINT_SIM_PATH) + " --trace tiresias:" + traces +
+      "/tiresias/60_job.csv --capacity bamboo-nodes:" + traces +
+      "/spot-bamboo/g4dn-trace.csv:1 --no-gang --policies fifo,easy,slurm,stint --out ";
   ASSERT_EQ(Shell(cmd + dir + "/a > " + dir + "/a.txt 2>&1"), 0) << Slurp(dir + "/a.txt");
   ASSERT_EQ(Shell(cmd + dir + "/b > " + dir + "/b.txt 2>&1"), 0);
   const std::string table = Slurp(dir + "/a/table.md");
@@ -60,15 +62,21 @@ TEST(SimCli, SyntheticReplayIsLabelledAndBadInputNamesFileAndLine) {
   const std::string dir = TempDir();
   ASSERT_FALSE(dir.empty());
   const std::string sim = STINT_SIM_PATH;
-  ASSERT_EQ(Shell(sim + " --synthetic-jobs 40 --policies fifo,stint --out " + dir + "/s > " + dir + "/s.txt 2>&1"), 0)
+  ASSERT_EQ(Shell(sim + " --synthetic-jobs 40 --policies fifo,stint --out " + dir + "/s > " + dir +
+                  "/s.txt 2>&1"),
+            0)
       << Slurp(dir + "/s.txt");
   const std::string table = Slurp(dir + "/s/table.md");
   EXPECT_NE(table.find("[SYNTHETIC]"), std::string::npos) << table;
   EXPECT_NE(table.find("| stint | 40/40 |"), std::string::npos) << table;
   EXPECT_NE(Slurp(dir + "/s/utilisation.svg").find("<polyline"), std::string::npos);
-  std::ofstream(dir + "/bad.csv") << "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n0,1,0,1,m\n";
-  EXPECT_EQ(Shell(sim + " --trace tiresias:" + dir + "/bad.csv --capacity fixed:8 > " + dir + "/bad.txt 2>&1"), 2);
-  EXPECT_NE(Slurp(dir + "/bad.txt").find(dir + "/bad.csv:2: expected 7"), std::string::npos) << Slurp(dir + "/bad.txt");
+  std::ofstream(dir + "/bad.csv")
+      << "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n0,1,0,1,m\n";
+  EXPECT_EQ(Shell(sim + " --trace tiresias:" + dir + "/bad.csv --capacity fixed:8 > " + dir +
+                  "/bad.txt 2>&1"),
+            2);
+  EXPECT_NE(Slurp(dir + "/bad.txt").find(dir + "/bad.csv:2: expected 7"), std::string::npos)
+      << Slurp(dir + "/bad.txt");
   Shell("rm -rf " + dir);
 }
 

@@ -24,7 +24,6 @@ namespace {
 
 using nlohmann::json;
 
-
 // "12 open" in "gpus  12 open, 6 allocated": the number before `word` on the
 // line that starts with `key`; -1 (and a failure) when it is not there.
 int64_t Count(const std::string& output, const std::string& key, const std::string& word) {
@@ -32,7 +31,8 @@ int64_t Count(const std::string& output, const std::string& key, const std::stri
   for (std::string line; std::getline(in, line);) {
     if (line.rfind(key + " ", 0) != 0) continue;
     std::smatch m;
-    if (std::regex_search(line, m, std::regex("(\\d+) " + word + "(,|;|$| )"))) return std::stoll(m[1]);
+    if (std::regex_search(line, m, std::regex("(\\d+) " + word + "(,|;|$| )")))
+      return std::stoll(m[1]);
     ADD_FAILURE() << "no \"N " << word << "\" on the " << key << " line: " << line;
     return -1;
   }
@@ -51,7 +51,8 @@ class StintctlMetricsTest : public ::testing::Test {
 
   // stintctl's output; a non-zero exit is a failure.
   std::string Ctl(const std::vector<std::string>& command) {
-    std::vector<std::string> args = {"--url", daemon_->url(), "--token", StintdProcess::kAdminToken};
+    std::vector<std::string> args = {"--url", daemon_->url(), "--token",
+                                     StintdProcess::kAdminToken};
     args.insert(args.end(), command.begin(), command.end());
     RunResult r = RunProgram(STINTCTL_PATH, args, /*merge_stderr=*/false);
     EXPECT_EQ(r.exit_code, 0) << "stintctl " << command[0] << ":\n" << r.output;
@@ -67,10 +68,16 @@ class StintctlMetricsTest : public ::testing::Test {
     EXPECT_EQ(r.status, want) << "POST " << path << " " << body.dump() << ": " << r.text;
     return r.body;
   }
-  int64_t Submit(const std::string& name, const std::string& pool, int gpus, const std::string& priority) {
+  int64_t Submit(const std::string& name, const std::string& pool, int gpus,
+                 const std::string& priority) {
     return Post("/v1/jobs",
-                {{"name", name}, {"pool", pool}, {"min_gpus", gpus}, {"priority", priority},
-                 {"checkpoint_seconds", 1}, {"restart_seconds", 0}, {"checkpoint_interval_seconds", 60},
+                {{"name", name},
+                 {"pool", pool},
+                 {"min_gpus", gpus},
+                 {"priority", priority},
+                 {"checkpoint_seconds", 1},
+                 {"restart_seconds", 0},
+                 {"checkpoint_interval_seconds", 60},
                  {"preemptible", false}},
                 201)
         .value("id", int64_t{0});
@@ -95,9 +102,12 @@ TEST_F(StintctlMetricsTest, StatusAndQueueCountsEqualTheMetrics) {
   const int64_t now = WallNowMs();
   Post("/v1/windows", {{"pool", "alpha"}, {"gpus", 8}, {"end_ms", now + 3600000}}, 201);
   Post("/v1/windows", {{"pool", "beta"}, {"gpus", 4}, {"kind", "spot"}}, 201);
-  Post("/v1/windows", {{"pool", "beta"}, {"gpus", 16}, {"start_ms", now + 1800000}, {"end_ms", now + 7200000}}, 201);
+  Post("/v1/windows",
+       {{"pool", "beta"}, {"gpus", 16}, {"start_ms", now + 1800000}, {"end_ms", now + 7200000}},
+       201);
   const int64_t closed =
-      Post("/v1/windows", {{"pool", "alpha"}, {"gpus", 2}, {"end_ms", now + 3600000}}, 201).value("id", int64_t{0});
+      Post("/v1/windows", {{"pool", "alpha"}, {"gpus", 2}, {"end_ms", now + 3600000}}, 201)
+          .value("id", int64_t{0});
   Post("/v1/windows/" + std::to_string(closed) + "/close", {{"lead_seconds", 0}}, 200);
 
   const int64_t done = Submit("done", "alpha", 2, "MEDIUM");
@@ -108,12 +118,14 @@ TEST_F(StintctlMetricsTest, StatusAndQueueCountsEqualTheMetrics) {
   auto fin = worker_->Post("/v1/workers/" + std::to_string(wid) + "/finished", json::object());
   ASSERT_EQ(fin.status, 200) << fin.text;
   const int64_t cancelled = Submit("cancelled", "alpha", 64, "LOW");
-  ASSERT_EQ(Post("/v1/jobs/" + std::to_string(cancelled) + "/cancel", json::object(), 200).value("state", ""),
+  ASSERT_EQ(Post("/v1/jobs/" + std::to_string(cancelled) + "/cancel", json::object(), 200)
+                .value("state", ""),
             "CANCELLED");
 
   const int64_t a = Submit("a", "alpha", 6, "MEDIUM");
   const int64_t b = Submit("b", "beta", 3, "MEDIUM");
-  const int64_t high = Submit("high", "alpha", 8, "HIGH");  // 6 of alpha's 8 GPUs are held, not preemptible
+  const int64_t high =
+      Submit("high", "alpha", 8, "HIGH");  // 6 of alpha's 8 GPUs are held, not preemptible
   const int64_t later = Submit("later", "beta", 12, "LOW");  // only the upcoming window is that big
   ASSERT_TRUE(Eventually([&] { return JobState(a) == "RUNNING" && JobState(b) == "RUNNING"; }));
   json queue;
@@ -155,7 +167,8 @@ TEST_F(StintctlMetricsTest, StatusAndQueueCountsEqualTheMetrics) {
   for (const char* state : {"PENDING", "RUNNING", "DONE", "CANCELLED", "FAILED"}) {
     std::string word = state;
     for (char& c : word) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    expect(Count(status, "jobs", word), std::string("stintd_jobs{state=\"") + state + "\"}", "status jobs " + word);
+    expect(Count(status, "jobs", word), std::string("stintd_jobs{state=\"") + state + "\"}",
+           "status jobs " + word);
   }
   for (const char* state : {"open", "allocated", "free", "fragmented"}) {
     expect(Count(status, "gpus", state), std::string("stintd_gpus{state=\"") + state + "\"}",
@@ -163,13 +176,15 @@ TEST_F(StintctlMetricsTest, StatusAndQueueCountsEqualTheMetrics) {
   }
   expect(Count(status, "windows", "open"), "stintd_windows_open", "status windows open");
   for (const char* prio : {"LOW", "MEDIUM", "HIGH", "CRITICAL"}) {
-    expect(Count(status, "pending", prio), std::string("stintd_queue_length{priority=\"") + prio + "\"}",
+    expect(Count(status, "pending", prio),
+           std::string("stintd_queue_length{priority=\"") + prio + "\"}",
            std::string("status pending ") + prio);
   }
   // Blocking reasons: those printed are the non-zero samples, the rest are 0.
   const size_t blocked_at = status.find("; blocked: ");
   ASSERT_NE(blocked_at, std::string::npos) << status;
-  const std::string blocked = status.substr(blocked_at + 11, status.find('\n', blocked_at) - blocked_at - 11);
+  const std::string blocked =
+      status.substr(blocked_at + 11, status.find('\n', blocked_at) - blocked_at - 11);
   for (const char* reason : {"quota", "window", "gang", "priority", "preempting", "depth"}) {
     const std::string key = std::string("stintd_queue_blocked{reason=\"") + reason + "\"}";
     std::smatch m;
@@ -183,7 +198,8 @@ TEST_F(StintctlMetricsTest, StatusAndQueueCountsEqualTheMetrics) {
   std::map<std::string, int64_t> stats;
   std::smatch m;
   const std::regex kv("([a-z_]+)=(\\d+)");
-  for (auto it = std::sregex_iterator(queue_text.begin(), queue_text.end(), kv); it != std::sregex_iterator(); ++it) {
+  for (auto it = std::sregex_iterator(queue_text.begin(), queue_text.end(), kv);
+       it != std::sregex_iterator(); ++it) {
     stats[(*it)[1]] = std::stoll((*it)[2]);
   }
   ASSERT_EQ(stats.size(), 6u) << queue_text;

@@ -23,11 +23,10 @@ namespace {
 
 using nlohmann::json;
 
-
 // Fast ticks and short leases so lifecycles take seconds, not minutes.
-const std::vector<std::string> kFastArgs = {"--tick-seconds", "0.05", "--safety-seconds", "1",
-                                            "--min-run-seconds", "0", "--lease-ttl-seconds", "3",
-                                            "--start-grace-seconds", "3"};
+const std::vector<std::string> kFastArgs = {
+    "--tick-seconds",      "0.05", "--safety-seconds",      "1", "--min-run-seconds", "0",
+    "--lease-ttl-seconds", "3",    "--start-grace-seconds", "3"};
 
 class StintdTest : public ::testing::Test {
  protected:
@@ -46,11 +45,11 @@ class StintdTest : public ::testing::Test {
     Connect();
   }
 
-
   json Job(int64_t id) { return admin_->Get("/v1/jobs/" + std::to_string(id)).body; }
   bool JobIn(int64_t id, const std::string& state) { return Job(id).value("state", "") == state; }
 
-  int64_t AddWindow(const std::string& pool, int gpus, int64_t end_ms, const std::string& kind = "hard") {
+  int64_t AddWindow(const std::string& pool, int gpus, int64_t end_ms,
+                    const std::string& kind = "hard") {
     json w = {{"pool", pool}, {"gpus", gpus}, {"end_ms", end_ms}, {"kind", kind}};
     auto r = admin_->Post("/v1/windows", w);
     EXPECT_EQ(r.status, 201) << r.text;
@@ -108,7 +107,8 @@ TEST_F(StintdTest, MalformedRequestsAreRefusedAndChangeNothing) {
       {"/v1/windows", R"({"pool":"p","gpus":4})", "end_ms is required for a hard window"},
       {"/v1/windows", R"({"pool":"p","gpus":4,"end_ms":1000})", "end_ms"},
       {"/v1/windows", R"({"pool":"p","gpus":-4,"end_ms":99999999999999})", "gpus must be"},
-      {"/v1/windows", R"({"pool":"p","gpus":4,"kind":"weird","end_ms":99999999999999})", "window kind"},
+      {"/v1/windows", R"({"pool":"p","gpus":4,"kind":"weird","end_ms":99999999999999})",
+       "window kind"},
       {"/v1/pools", R"({"name":"bad name!"})", "pool name must match"},
       {"/v1/pools", R"({"name":"p"})", "already exists"},
   };
@@ -132,8 +132,12 @@ TEST_F(StintdTest, SegmentLifecycleNoticeAckAndFencing) {
   ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
   const int64_t end = WallNowMs() + 6000;
   const int64_t window = AddWindow("p", 8, end);
-  const int64_t job = Submit({{"name", "train"}, {"pool", "p"}, {"min_gpus", 4}, {"max_gpus", 8},
-                              {"checkpoint_seconds", 1}, {"restart_seconds", 0},
+  const int64_t job = Submit({{"name", "train"},
+                              {"pool", "p"},
+                              {"min_gpus", 4},
+                              {"max_gpus", 8},
+                              {"checkpoint_seconds", 1},
+                              {"restart_seconds", 0},
                               {"checkpoint_interval_seconds", 1}});
   ASSERT_TRUE(Eventually([&] { return JobIn(job, "RUNNING"); })) << Job(job).dump();
   json j = Job(job);
@@ -171,13 +175,16 @@ TEST_F(StintdTest, SegmentLifecycleNoticeAckAndFencing) {
   EXPECT_EQ(notice["deadline_ms"], end);
   json seg = Job(job)["segments"][0];
   EXPECT_EQ(seg["state"], "notified");
-  EXPECT_GE(seg["notice_ms"].get<int64_t>(), end - 2000) << "notice sent before close - (checkpoint + safety)";
+  EXPECT_GE(seg["notice_ms"].get<int64_t>(), end - 2000)
+      << "notice sent before close - (checkpoint + safety)";
 
-  ASSERT_EQ(worker_->Post("/v1/workers/" + std::to_string(wid) + "/checkpoint",
-                          {{"step", 42}, {"seconds", 0.5}, {"bytes", 1 << 20}})
+  ASSERT_EQ(worker_
+                ->Post("/v1/workers/" + std::to_string(wid) + "/checkpoint",
+                       {{"step", 42}, {"seconds", 0.5}, {"bytes", 1 << 20}})
                 .status,
             200);
-  ASSERT_EQ(worker_->Post("/v1/workers/" + std::to_string(wid) + "/ack", {{"step", 42}}).status, 200);
+  ASSERT_EQ(worker_->Post("/v1/workers/" + std::to_string(wid) + "/ack", {{"step", 42}}).status,
+            200);
   j = Job(job);
   EXPECT_EQ(j["state"], "PENDING");
   EXPECT_EQ(j["checkpoint_step"], 42);
@@ -188,7 +195,8 @@ TEST_F(StintdTest, SegmentLifecycleNoticeAckAndFencing) {
                    .get<bool>());
   auto gone = worker_->Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", json::object());
   EXPECT_EQ(gone.status, 410) << gone.text;
-  EXPECT_EQ(worker_->Post("/v1/workers/" + std::to_string(wid) + "/ack", {{"step", 43}}).status, 410);
+  EXPECT_EQ(worker_->Post("/v1/workers/" + std::to_string(wid) + "/ack", {{"step", 43}}).status,
+            410);
   // The window ends in < 2 s: a minimum segment (3 s) no longer fits.
   auto queue = admin_->Get("/v1/queue").body;
   ASSERT_TRUE(Eventually([&] {
@@ -200,13 +208,17 @@ TEST_F(StintdTest, SegmentLifecycleNoticeAckAndFencing) {
 TEST_F(StintdTest, NoAckByTheDeadlineMarksTheSegmentLost) {
   ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
   const int64_t window = AddWindow("p", 4, WallNowMs() + 60000);
-  const int64_t job = Submit({{"name", "zombie"}, {"min_gpus", 4}, {"checkpoint_seconds", 1},
-                              {"restart_seconds", 0}, {"checkpoint_interval_seconds", 1}});
+  const int64_t job = Submit({{"name", "zombie"},
+                              {"min_gpus", 4},
+                              {"checkpoint_seconds", 1},
+                              {"restart_seconds", 0},
+                              {"checkpoint_interval_seconds", 1}});
   ASSERT_TRUE(Eventually([&] { return JobIn(job, "RUNNING"); }));
   json reg = Register(job);
   const int64_t wid = reg["worker_id"];
   // Revoke with a 2 s lead; the worker heartbeats but never acks.
-  auto closed = admin_->Post("/v1/windows/" + std::to_string(window) + "/close", {{"lead_seconds", 2}});
+  auto closed =
+      admin_->Post("/v1/windows/" + std::to_string(window) + "/close", {{"lead_seconds", 2}});
   ASSERT_EQ(closed.status, 200) << closed.text;
   EXPECT_TRUE(closed.body["closed_early"].get<bool>());
   std::string reason;
@@ -228,11 +240,15 @@ TEST_F(StintdTest, NoAckByTheDeadlineMarksTheSegmentLost) {
 TEST_F(StintdTest, SilentWorkersLoseTheirSegment) {
   ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
   AddWindow("p", 4, WallNowMs() + 120000);
-  const int64_t job = Submit({{"name", "crashy"}, {"min_gpus", 2}, {"checkpoint_seconds", 1},
-                              {"restart_seconds", 0}, {"checkpoint_interval_seconds", 1}});
+  const int64_t job = Submit({{"name", "crashy"},
+                              {"min_gpus", 2},
+                              {"checkpoint_seconds", 1},
+                              {"restart_seconds", 0},
+                              {"checkpoint_interval_seconds", 1}});
   ASSERT_TRUE(Eventually([&] { return JobIn(job, "RUNNING"); }));
   Register(job);  // and never heartbeats again
-  ASSERT_TRUE(Eventually([&] { return Job(job)["segments"][0]["state"] == "lost"; }, 15)) << Job(job).dump();
+  ASSERT_TRUE(Eventually([&] { return Job(job)["segments"][0]["state"] == "lost"; }, 15))
+      << Job(job).dump();
   EXPECT_NE(Job(job)["message"].get<std::string>().find("lease"), std::string::npos);
   // It is pending again and gets a new segment with a new fencing token.
   ASSERT_TRUE(Eventually([&] { return JobIn(job, "RUNNING"); }));
@@ -244,12 +260,20 @@ TEST_F(StintdTest, SilentWorkersLoseTheirSegment) {
 TEST_F(StintdTest, HigherPriorityPreemptsWithNoticeAndStartsOnAck) {
   ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
   AddWindow("p", 8, WallNowMs() + 600000);
-  const int64_t low = Submit({{"name", "low"}, {"priority", "LOW"}, {"min_gpus", 8},
-                              {"checkpoint_seconds", 2}, {"restart_seconds", 0}, {"checkpoint_interval_seconds", 1}});
+  const int64_t low = Submit({{"name", "low"},
+                              {"priority", "LOW"},
+                              {"min_gpus", 8},
+                              {"checkpoint_seconds", 2},
+                              {"restart_seconds", 0},
+                              {"checkpoint_interval_seconds", 1}});
   ASSERT_TRUE(Eventually([&] { return JobIn(low, "RUNNING"); }));
   const int64_t wid = Register(low)["worker_id"];
-  const int64_t high = Submit({{"name", "high"}, {"priority", "HIGH"}, {"min_gpus", 8},
-                               {"checkpoint_seconds", 1}, {"restart_seconds", 0}, {"checkpoint_interval_seconds", 1}});
+  const int64_t high = Submit({{"name", "high"},
+                               {"priority", "HIGH"},
+                               {"min_gpus", 8},
+                               {"checkpoint_seconds", 1},
+                               {"restart_seconds", 0},
+                               {"checkpoint_interval_seconds", 1}});
   json notice;
   ASSERT_TRUE(Eventually([&] {
     auto hb = worker_->Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", json::object());
@@ -262,7 +286,8 @@ TEST_F(StintdTest, HigherPriorityPreemptsWithNoticeAndStartsOnAck) {
   EXPECT_EQ(queue["pending"][0]["job_id"], high);
   EXPECT_EQ(queue["pending"][0]["reason"], "preempting");
   EXPECT_EQ(queue["pending"][0]["planned_start_ms"], notice["deadline_ms"]);
-  ASSERT_EQ(worker_->Post("/v1/workers/" + std::to_string(wid) + "/ack", {{"step", 7}}).status, 200);
+  ASSERT_EQ(worker_->Post("/v1/workers/" + std::to_string(wid) + "/ack", {{"step", 7}}).status,
+            200);
   // The ack releases the GPUs before the deadline.
   ASSERT_TRUE(Eventually([&] { return JobIn(high, "RUNNING"); }));
   EXPECT_LT(WallNowMs(), notice["deadline_ms"].get<int64_t>() + 1000);
@@ -288,16 +313,20 @@ TEST_F(StintdTest, QueueShowsPositionReasonAndPlannedStart) {
   EXPECT_EQ(queue["pending"][0]["position"], 1);
   EXPECT_EQ(queue["pending"][0]["reason"], "gang");
   EXPECT_FALSE(queue["pending"][0]["detail"].get<std::string>().empty());
-  EXPECT_TRUE(queue["pending"][0]["planned_start_ms"].is_null()) << "no single window ever holds 8 GPUs";
+  EXPECT_TRUE(queue["pending"][0]["planned_start_ms"].is_null())
+      << "no single window ever holds 8 GPUs";
   EXPECT_EQ(queue["running"].size(), 1u);
   EXPECT_EQ(queue["stats"]["open_window_gpus"], 8);
   // Cancel works for pending and running jobs.
-  EXPECT_EQ(admin_->Post("/v1/jobs/" + std::to_string(gang) + "/cancel", {{"reason", "test"}}).body["state"],
+  EXPECT_EQ(admin_->Post("/v1/jobs/" + std::to_string(gang) + "/cancel", {{"reason", "test"}})
+                .body["state"],
             "CANCELLED");
-  EXPECT_EQ(admin_->Post("/v1/jobs/" + std::to_string(small) + "/cancel", json::object()).body["state"],
-            "CANCELLED");
+  EXPECT_EQ(
+      admin_->Post("/v1/jobs/" + std::to_string(small) + "/cancel", json::object()).body["state"],
+      "CANCELLED");
   EXPECT_EQ(Job(small)["segments"][0]["state"], "cancelled");
-  EXPECT_EQ(admin_->Post("/v1/jobs/" + std::to_string(small) + "/cancel", json::object()).status, 409);
+  EXPECT_EQ(admin_->Post("/v1/jobs/" + std::to_string(small) + "/cancel", json::object()).status,
+            409);
 }
 
 TEST_F(StintdTest, MetricsAreValidPrometheusText) {
@@ -324,8 +353,9 @@ TEST_F(StintdTest, MetricsAreValidPrometheusText) {
     samples++;
   }
   EXPECT_GT(samples, 20u);
-  for (const char* f : {"stintd_queue_length", "stintd_wait_seconds", "stintd_gpus", "stintd_window_utilization",
-                        "stintd_preemptions_total", "stintd_lost_work_gpu_seconds_total", "stintd_heartbeats_total"}) {
+  for (const char* f : {"stintd_queue_length", "stintd_wait_seconds", "stintd_gpus",
+                        "stintd_window_utilization", "stintd_preemptions_total",
+                        "stintd_lost_work_gpu_seconds_total", "stintd_heartbeats_total"}) {
     EXPECT_TRUE(families.count(f)) << f;
   }
 }
@@ -375,8 +405,9 @@ TEST_F(StintdTest, KillNineUnderLoadLosesNothingAcknowledged) {
       clients.emplace_back([&, c] {
         HttpJson client(daemon_->port(), StintdProcess::kAdminToken, 2);
         for (int i = 0; !stop; i++) {
-          auto r = client.Post("/v1/jobs", {{"name", "load-" + std::to_string(c) + "-" + std::to_string(i)},
-                                            {"min_gpus", 4}});
+          auto r = client.Post(
+              "/v1/jobs",
+              {{"name", "load-" + std::to_string(c) + "-" + std::to_string(i)}, {"min_gpus", 4}});
           if (r.status == 201) acknowledged[c].push_back(r.body["id"].get<int64_t>());
           if (r.status == 0) break;  // the daemon is gone
         }
@@ -385,7 +416,9 @@ TEST_F(StintdTest, KillNineUnderLoadLosesNothingAcknowledged) {
     std::thread heartbeats([&] {
       HttpJson client(daemon_->port(), StintdProcess::kWorkerToken, 2);
       while (!stop) {
-        if (client.Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", json::object()).status == 0) break;
+        if (client.Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", json::object())
+                .status == 0)
+          break;
       }
     });
     std::this_thread::sleep_for(std::chrono::milliseconds(300 + 200 * round));
@@ -410,11 +443,14 @@ TEST_F(StintdTest, KillNineUnderLoadLosesNothingAcknowledged) {
     // fresh TTL instead of expiring across the restart.
     auto check = worker_->Post("/v1/fencing/check", {{"job_id", runner}, {"fencing_token", token}});
     EXPECT_TRUE(check.body["valid"].get<bool>()) << check.text;
-    EXPECT_EQ(worker_->Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", json::object()).status, 200);
+    EXPECT_EQ(
+        worker_->Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", json::object()).status,
+        200);
   }
   // Ids are never reused across restarts.
   std::set<int64_t> ids;
-  for (const json& j : admin_->Get("/v1/jobs").body["jobs"]) EXPECT_TRUE(ids.insert(j["id"].get<int64_t>()).second);
+  for (const json& j : admin_->Get("/v1/jobs").body["jobs"])
+    EXPECT_TRUE(ids.insert(j["id"].get<int64_t>()).second);
 }
 
 TEST_F(StintdTest, SecondDaemonOnTheSameDatabaseIsRefused) {
@@ -445,7 +481,8 @@ TEST(StintdStop, SigtermRightAfterListeningExitsCleanly) {
     ASSERT_TRUE(daemon.Start()) << daemon.output();
     const int status = daemon.Kill(SIGTERM, 30);
     ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        << "start " << i << ": wait status " << status << "\n" << daemon.output();
+        << "start " << i << ": wait status " << status << "\n"
+        << daemon.output();
   }
 }
 

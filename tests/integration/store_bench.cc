@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
   });
   ok &= Measure("PutKv (64-byte value)", seconds, [&](int64_t i) {
     return (*store)->PutKv(stint::stintd::KvRecord{1 + i % 64, "rank/" + std::to_string(i % 8),
-                                                 std::string(64, 'v'), i, i});
+                                                   std::string(64, 'v'), i, i});
   });
   store->reset();
   std::remove(path.c_str());

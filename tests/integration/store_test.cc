@@ -336,7 +336,6 @@ void ExpectSameState(const ClusterState& a, const ClusterState& b) {
   EXPECT_EQ(a.next_fencing_token, b.next_fencing_token);
 }
 
-
 bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 
 // Runs `sql` on `path` with a plain sqlite3 connection (not the store);
@@ -616,7 +615,8 @@ TEST(StoreOpen, NewerSchemaVersionIsRefusedAndTheFileLeftAsItWas) {
   EXPECT_NE(store.status().message().find(path), std::string::npos) << store.status().ToString();
   EXPECT_NE(store.status().message().find("version 4"), std::string::npos)
       << store.status().ToString();
-  EXPECT_NE(store.status().message().find("1 to 3"), std::string::npos) << store.status().ToString();
+  EXPECT_NE(store.status().message().find("1 to 3"), std::string::npos)
+      << store.status().ToString();
   EXPECT_TRUE(ReadWholeFile(path) == bytes) << "a refused open changed the file";
   EXPECT_FALSE(Exists(path + "-wal"));
 }
@@ -744,7 +744,8 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
 // Older files open with everything they held and gain what they lack: a
 // version-1 file the rendezvous table (and the column below), a version-2
 // file the jobs column service_gpu_seconds, 0 for the jobs already there.
-void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::string& version, bool had_rendezvous) {
+void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::string& version,
+                                  bool had_rendezvous) {
   TempDir dir;
   const std::string path = dir.Sub("stintd.db");
   ClusterState s = RichState();
@@ -754,7 +755,9 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
     ASSERT_NE(store, nullptr);
     ASSERT_OK(store->Save(s, All(s)));
   }
-  ASSERT_EQ(RawSql(path, downgrade_sql + " PRAGMA user_version=" + version + "; PRAGMA user_version"), version);
+  ASSERT_EQ(
+      RawSql(path, downgrade_sql + " PRAGMA user_version=" + version + "; PRAGMA user_version"),
+      version);
   for (auto& [id, job] : s.jobs) job.service_gpu_seconds = 0;
   {
     auto store = OpenOrDie(path);
@@ -774,12 +777,14 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
 }
 
 TEST(StoreOpen, VersionOneFileIsMigratedKeepingItsRows) {
-  ExpectMigratedKeepingItsRows("DROP TABLE rendezvous; ALTER TABLE jobs DROP COLUMN service_gpu_seconds;", "1",
-                               /*had_rendezvous=*/false);
+  ExpectMigratedKeepingItsRows(
+      "DROP TABLE rendezvous; ALTER TABLE jobs DROP COLUMN service_gpu_seconds;", "1",
+      /*had_rendezvous=*/false);
 }
 
 TEST(StoreOpen, VersionTwoFileIsMigratedKeepingItsRows) {
-  ExpectMigratedKeepingItsRows("ALTER TABLE jobs DROP COLUMN service_gpu_seconds;", "2", /*had_rendezvous=*/true);
+  ExpectMigratedKeepingItsRows("ALTER TABLE jobs DROP COLUMN service_gpu_seconds;", "2",
+                               /*had_rendezvous=*/true);
 }
 
 // ---------------------------------------------------------------------------

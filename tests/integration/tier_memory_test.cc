@@ -68,7 +68,8 @@ TEST_P(TierMemory, ReshardsFromMemoryLikeFromDisk) {
   ASSERT_OK((*ckpt)->Flush());
   // Rows [50, 150) of w only.
   std::vector<float> part(100 * 100);
-  auto loaded = (*ckpt)->Load({{"w", DType::kFloat32, {200, 100}, {50, 0}, {100, 100}, part.data()}});
+  auto loaded =
+      (*ckpt)->Load({{"w", DType::kFloat32, {200, 100}, {50, 0}, {100, 100}, part.data()}});
   ASSERT_OK(loaded);
   EXPECT_EQ(loaded->tier, 0);
   EXPECT_TRUE(std::equal(part.begin(), part.end(), s.w.begin() + 50 * 100));

@@ -92,7 +92,8 @@ TEST(TierReplica, CorruptTier1CopyLoadsTheSameStepFromTier2) {
   EXPECT_EQ(loaded->tier, 2);
   EXPECT_TRUE(out.SameData(StepState(2)));
   ASSERT_EQ(loaded->skipped.size(), 1u);
-  EXPECT_EQ(loaded->skipped[0].rfind("[tier 1] step-00000002: DATA_LOSS", 0), 0u) << loaded->skipped[0];
+  EXPECT_EQ(loaded->skipped[0].rfind("[tier 1] step-00000002: DATA_LOSS", 0), 0u)
+      << loaded->skipped[0];
 }
 
 TEST(TierReplica, AnotherPoolResumesFromTier2Alone) {
@@ -131,7 +132,7 @@ TEST(TierReplica, EnospcOnTheReplicaNeverAffectsTier1AndIsReported) {
   Status flushed = (*ckpt)->FlushReplication();
   EXPECT_EQ(flushed.code(), Code::kResourceExhausted) << flushed.ToString();
   EXPECT_OK((*ckpt)->FlushReplication());  // returned once
-  EXPECT_OK((*ckpt)->Flush());              // never a tier-1 error
+  EXPECT_OK((*ckpt)->Flush());             // never a tier-1 error
   auto stats = (*ckpt)->stats();
   EXPECT_EQ(stats.committed, 2u);
   EXPECT_EQ(stats.replica_failed, 1u);

@@ -25,8 +25,8 @@ TEST(StepDirNameTest, Format) {
 }
 
 TEST(StepDirNameTest, RoundTrip) {
-  for (uint64_t step : {uint64_t(0), uint64_t(1), uint64_t(12), uint64_t(99999999), uint64_t(100000000),
-                        uint64_t(1) << 40, kMax - 1, kMax}) {
+  for (uint64_t step : {uint64_t(0), uint64_t(1), uint64_t(12), uint64_t(99999999),
+                        uint64_t(100000000), uint64_t(1) << 40, kMax - 1, kMax}) {
     auto parsed = ParseStepDirName(StepDirName(step));
     ASSERT_TRUE(parsed.has_value()) << StepDirName(step);
     EXPECT_EQ(*parsed, step);
@@ -41,7 +41,7 @@ TEST(StepDirNameTest, SortsNumericallyUpTo8Digits) {
 
 TEST(ParseStepDirNameTest, Overflow) {
   EXPECT_EQ(ParseStepDirName("step-18446744073709551615"), kMax);
-  EXPECT_FALSE(ParseStepDirName("step-18446744073709551616"));   // max + 1
+  EXPECT_FALSE(ParseStepDirName("step-18446744073709551616"));  // max + 1
   EXPECT_FALSE(ParseStepDirName("step-18446744073709551620"));
   EXPECT_FALSE(ParseStepDirName("step-99999999999999999999"));   // 20 digits
   EXPECT_FALSE(ParseStepDirName("step-100000000000000000000"));  // 21 digits
@@ -49,11 +49,28 @@ TEST(ParseStepDirNameTest, Overflow) {
 }
 
 TEST(ParseStepDirNameTest, Junk) {
-  for (const char* junk : {"", "step", "step-", "Step-00000001", "STEP-00000001", "steps-00000001",
-                           "step_00000001", "step-0000000a", "step--0000001", "step-+0000001",
-                           "step- 0000001", " step-00000001", "step-00000001 ", "step-00000001\n",
-                           "step-00000001/", "step-1e5", "step-0x10", "xstep-00000001",
-                           ".tmp-1-0000000000000000", "LATEST", "LATEST.tmp", "rank-00000.stint"}) {
+  for (const char* junk : {"",
+                           "step",
+                           "step-",
+                           "Step-00000001",
+                           "STEP-00000001",
+                           "steps-00000001",
+                           "step_00000001",
+                           "step-0000000a",
+                           "step--0000001",
+                           "step-+0000001",
+                           "step- 0000001",
+                           " step-00000001",
+                           "step-00000001 ",
+                           "step-00000001\n",
+                           "step-00000001/",
+                           "step-1e5",
+                           "step-0x10",
+                           "xstep-00000001",
+                           ".tmp-1-0000000000000000",
+                           "LATEST",
+                           "LATEST.tmp",
+                           "rank-00000.stint"}) {
     EXPECT_FALSE(ParseStepDirName(junk)) << "'" << junk << "'";
   }
   EXPECT_FALSE(ParseStepDirName(std::string("step-0000\0001", 13)));
@@ -119,7 +136,8 @@ TEST(ListCheckpointStepsTest, OnlyStepDirsWithManifest) {
   }
   ASSERT_OK(env->CreateDir(tmp.path() + "/" + StepDirName(50)));  // no manifest
   ASSERT_OK(env->CreateDir(tmp.path() + "/" + TmpDirName(60, 1)));
-  ASSERT_OK(WriteStringToFileSync(env, tmp.path() + "/" + TmpDirName(60, 1) + "/" + kManifestName, "{}"));
+  ASSERT_OK(
+      WriteStringToFileSync(env, tmp.path() + "/" + TmpDirName(60, 1) + "/" + kManifestName, "{}"));
   ASSERT_OK(env->CreateDir(tmp.path() + "/step-junk"));
   ASSERT_OK(WriteLatest(env, tmp.path(), StepDirName(30)));
   auto steps = ListCheckpointSteps(env, tmp.path());
@@ -137,7 +155,8 @@ TEST(CleanLeftoversTest, RemovesTmpDirsAndLatestTmpOnly) {
   Env* env = Env::Default();
   ASSERT_OK(env->CreateDir(tmp.path() + "/" + StepDirName(1)));
   ASSERT_OK(env->CreateDir(tmp.path() + "/" + TmpDirName(2, 7)));
-  ASSERT_OK(WriteStringToFileSync(env, tmp.path() + "/" + TmpDirName(2, 7) + "/rank-00000.stint", "x"));
+  ASSERT_OK(
+      WriteStringToFileSync(env, tmp.path() + "/" + TmpDirName(2, 7) + "/rank-00000.stint", "x"));
   ASSERT_OK(env->CreateDir(tmp.path() + "/.tmp-deleting-step-00000000"));
   ASSERT_OK(WriteStringToFileSync(env, tmp.path() + "/LATEST.tmp", "step-00000002\n"));
   ASSERT_OK(WriteLatest(env, tmp.path(), StepDirName(1)));

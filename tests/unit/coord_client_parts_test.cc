@@ -36,15 +36,17 @@ TEST(CoordinatorUrl, AcceptsHostPortWithOrWithoutSchemeAndTrailingSlash) {
 }
 
 TEST(CoordinatorUrl, RefusesPathsBadPortsAndOtherSchemes) {
-  for (const char* bad : {"", "http://", "ftp://h:1", "http://h:0", "http://h:65536", "http://h:x",
-                          "http://h:7077/v1", "http://h:7077?x=1", "http://user@h:1", "http://[::1"}) {
+  for (const char* bad :
+       {"", "http://", "ftp://h:1", "http://h:0", "http://h:65536", "http://h:x",
+        "http://h:7077/v1", "http://h:7077?x=1", "http://user@h:1", "http://[::1"}) {
     auto r = ParseCoordinatorUrl(bad);
     EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << bad;
   }
 }
 
 TEST(StatusFromHttp, MapsStatusesAndKeepsTheServersMessageFirst) {
-  const std::string body = R"j({"error":{"code":"INVALID_ARGUMENT","message":"jobs: min_gpus must be >= 1 (got 0)"}})j";
+  const std::string body =
+      R"j({"error":{"code":"INVALID_ARGUMENT","message":"jobs: min_gpus must be >= 1 (got 0)"}})j";
   Status s = StatusFromHttp(400, body, "POST /v1/jobs");
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
   EXPECT_EQ(s.message().rfind("jobs: min_gpus must be >= 1 (got 0)", 0), 0u) << s.message();
@@ -55,15 +57,19 @@ TEST(StatusFromHttp, MapsStatusesAndKeepsTheServersMessageFirst) {
   EXPECT_EQ(StatusFromHttp(404, "", "x").code(), Code::kNotFound);
   EXPECT_EQ(StatusFromHttp(409, R"({"error":{"code":"ALREADY_EXISTS","message":"m"}})", "x").code(),
             Code::kAlreadyExists);
-  EXPECT_EQ(StatusFromHttp(409, R"({"error":{"code":"ABORTED","message":"m"}})", "x").code(), Code::kAborted);
-  EXPECT_EQ(StatusFromHttp(409, R"({"error":{"code":"FAILED_PRECONDITION","message":"m"}})", "x").code(),
-            Code::kFailedPrecondition);
-  EXPECT_EQ(StatusFromHttp(500, R"({"error":{"code":"IO_ERROR","message":"m"}})", "x").code(), Code::kIoError);
+  EXPECT_EQ(StatusFromHttp(409, R"({"error":{"code":"ABORTED","message":"m"}})", "x").code(),
+            Code::kAborted);
+  EXPECT_EQ(
+      StatusFromHttp(409, R"({"error":{"code":"FAILED_PRECONDITION","message":"m"}})", "x").code(),
+      Code::kFailedPrecondition);
+  EXPECT_EQ(StatusFromHttp(500, R"({"error":{"code":"IO_ERROR","message":"m"}})", "x").code(),
+            Code::kIoError);
   EXPECT_EQ(StatusFromHttp(500, "", "x").code(), Code::kInternal);
   EXPECT_EQ(StatusFromHttp(503, "", "x").code(), Code::kUnavailable);
   EXPECT_EQ(StatusFromHttp(413, "", "x").code(), Code::kInvalidArgument);
   // A body that is not the error object still reaches the message.
-  EXPECT_NE(StatusFromHttp(502, "Bad Gateway", "x").message().find("Bad Gateway"), std::string::npos);
+  EXPECT_NE(StatusFromHttp(502, "Bad Gateway", "x").message().find("Bad Gateway"),
+            std::string::npos);
 }
 
 TEST(StatusFromHttp, GoneIsFencedAndACasLossIsNot) {
@@ -72,7 +78,8 @@ TEST(StatusFromHttp, GoneIsFencedAndACasLossIsNot) {
   EXPECT_EQ(gone.code(), Code::kAborted);
   EXPECT_TRUE(IsFenced(gone)) << gone.ToString();
   EXPECT_TRUE(IsFenced(gone.WithContext("background save of step 3")));
-  Status cas = StatusFromHttp(409, R"({"error":{"code":"ABORTED","message":"version is 3, not 2"}})", "PUT");
+  Status cas =
+      StatusFromHttp(409, R"({"error":{"code":"ABORTED","message":"version is 3, not 2"}})", "PUT");
   EXPECT_FALSE(IsFenced(cas));
   EXPECT_FALSE(IsFenced(Status::OK()));
   EXPECT_FALSE(IsFenced(Status::FailedPrecondition("fenced: wrong code")));
@@ -84,14 +91,16 @@ TEST(ShouldRetry, ConnectionFailuresAnd5xxAlwaysLostAnswersOnlyWhenIdempotent) {
   EXPECT_FALSE(ShouldRetry(0, false, false));
   EXPECT_TRUE(ShouldRetry(500, false, false));
   EXPECT_TRUE(ShouldRetry(503, false, true));
-  for (int status : {400, 401, 403, 404, 409, 410, 413}) EXPECT_FALSE(ShouldRetry(status, false, true)) << status;
+  for (int status : {400, 401, 403, 404, 409, 410, 413})
+    EXPECT_FALSE(ShouldRetry(status, false, true)) << status;
 }
 
 TEST(WallClock, DeadlinesKeepTheirDistanceFromNow) {
   const auto now = std::chrono::steady_clock::now();
   const int64_t wall = 1764698400000;
   EXPECT_EQ(internal::SteadyFromWallMs(wall + 90000, wall, now), now + std::chrono::seconds(90));
-  EXPECT_EQ(internal::SteadyFromWallMs(wall - 500, wall, now), now - std::chrono::milliseconds(500));
+  EXPECT_EQ(internal::SteadyFromWallMs(wall - 500, wall, now),
+            now - std::chrono::milliseconds(500));
   // Garbage is clamped rather than overflowing.
   auto far = internal::SteadyFromWallMs(INT64_MAX, wall, now);
   EXPECT_GT(far, now + std::chrono::hours(24 * 365));
@@ -173,7 +182,8 @@ TEST(CoordinatorClient, KvArgumentsAreCheckedBeforeSending) {
   EXPECT_EQ((*c)->Put("", "v").status().code(), Code::kInvalidArgument);
   EXPECT_EQ((*c)->Put("a b", "v").status().code(), Code::kInvalidArgument);
   EXPECT_EQ((*c)->Put(std::string(201, 'k'), "v").status().code(), Code::kInvalidArgument);
-  EXPECT_EQ((*c)->Put("k", std::string((1 << 20) + 1, 'v')).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ((*c)->Put("k", std::string((1 << 20) + 1, 'v')).status().code(),
+            Code::kInvalidArgument);
   EXPECT_EQ((*c)->Get("a?b").status().code(), Code::kInvalidArgument);
   EXPECT_EQ((*c)->Delete("").code(), Code::kInvalidArgument);
 }

@@ -19,10 +19,10 @@
 namespace stint {
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                   \
-  do {                                                       \
-    auto n = CudaDeviceCount();                              \
-    if (!n.ok()) GTEST_SKIP() << n.status().ToString();      \
+#define SKIP_WITHOUT_GPU()                              \
+  do {                                                  \
+    auto n = CudaDeviceCount();                         \
+    if (!n.ok()) GTEST_SKIP() << n.status().ToString(); \
   } while (0)
 
 #define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call

@@ -121,7 +121,8 @@ TEST(DeviceSnapshot, PinningFailureFailsTheSaveClearly) {
   DeviceState s(1);
   auto h = (*ckpt)->Save(1, s.AsState());
   ASSERT_FALSE(h.ok());
-  EXPECT_NE(h.status().message().find("cudaHostRegister"), std::string::npos) << h.status().ToString();
+  EXPECT_NE(h.status().message().find("cudaHostRegister"), std::string::npos)
+      << h.status().ToString();
 }
 
 TEST(DeviceSnapshot, LoadIntoDeviceWithoutCopierIsRefused) {

@@ -66,12 +66,12 @@ std::string Reseal(json top) {
 
 Status DecodeStatus(const std::string& bytes) { return DecodeManifest(bytes, kOrigin).status(); }
 
-#define EXPECT_STATUS(status_expr, code_value, substring)                                   \
-  do {                                                                                      \
-    Status s_ = (status_expr);                                                              \
-    EXPECT_STREQ(CodeName(s_.code()), CodeName(code_value)) << s_.ToString();               \
-    EXPECT_NE(s_.message().find(substring), std::string::npos)                              \
-        << "message '" << s_.message() << "' does not contain '" << (substring) << "'";     \
+#define EXPECT_STATUS(status_expr, code_value, substring)                               \
+  do {                                                                                  \
+    Status s_ = (status_expr);                                                          \
+    EXPECT_STREQ(CodeName(s_.code()), CodeName(code_value)) << s_.ToString();           \
+    EXPECT_NE(s_.message().find(substring), std::string::npos)                          \
+        << "message '" << s_.message() << "' does not contain '" << (substring) << "'"; \
   } while (0)
 
 // ---------------------------------------------------------------- round trip
@@ -135,9 +135,9 @@ TEST(ManifestTest, RoundTripOfEmptyManifestAndExtremeValues) {
 }
 
 TEST(ManifestTest, EveryDTypeRoundTrips) {
-  for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt8,
-                   DType::kUInt8, DType::kInt16, DType::kInt32, DType::kInt64, DType::kBool,
-                   DType::kComplex64, DType::kComplex128}) {
+  for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
+                   DType::kInt8, DType::kUInt8, DType::kInt16, DType::kInt32, DType::kInt64,
+                   DType::kBool, DType::kComplex64, DType::kComplex128}) {
     Manifest m = SampleManifest();
     m.tensors[0].dtype = dt;
     // 4096 bytes of any element size: [4096 / size].
@@ -167,7 +167,8 @@ TEST(ManifestTest, UnknownFieldsAreIgnored) {
 // ---------------------------------------------------------------- corruption
 
 TEST(ManifestCorruptionTest, NotJson) {
-  for (const std::string bad : {"", "{", "{not json", "\x01\x02", "{\"manifest\": {}}}", "null x"}) {
+  for (const std::string bad :
+       {"", "{", "{not json", "\x01\x02", "{\"manifest\": {}}}", "null x"}) {
     EXPECT_STATUS(DecodeStatus(bad), Code::kDataLoss, "not valid JSON");
     EXPECT_NE(DecodeStatus(bad).message().find(kOrigin), std::string::npos);
   }
@@ -224,7 +225,8 @@ TEST(ManifestCorruptionTest, MissingNestedField) {
       {json::json_pointer("/manifest/files/0"), "digest", "manifest.files[0].digest is missing"},
       {json::json_pointer("/manifest/tensors/0"), "dtype", "manifest.tensors[0].dtype is missing"},
       {json::json_pointer("/manifest/tensors/0"), "shape", "manifest.tensors[0].shape is missing"},
-      {json::json_pointer("/manifest/tensors/0"), "shards", "manifest.tensors[0].shards is missing"},
+      {json::json_pointer("/manifest/tensors/0"), "shards",
+       "manifest.tensors[0].shards is missing"},
       {json::json_pointer("/manifest/tensors/0/shards/0"), "extents",
        "manifest.tensors[0].shards[0].extents is missing"},
       {json::json_pointer("/manifest/tensors/0/shards/0"), "file",
@@ -285,9 +287,11 @@ TEST(ManifestCorruptionTest, BadValues) {
       {"/manifest/world_size", 0, "manifest.world_size is out of range"},
       {"/manifest/world_size", 1u << 30, "manifest.world_size is out of range"},
       {"/manifest/tensors/0/dtype", "float33", "manifest.tensors[0].dtype unknown dtype 'float33'"},
-      {"/manifest/files/0/digest", "123", "manifest.files[0].digest checksum '123' is not 16 hex digits"},
+      {"/manifest/files/0/digest", "123",
+       "manifest.files[0].digest checksum '123' is not 16 hex digits"},
       {"/manifest/tensors/0/shards/0/chunks/0/xxh3", "0123456789abcdeg",
-       "manifest.tensors[0].shards[0].chunks[0].xxh3 checksum '0123456789abcdeg' is not lowercase hex"},
+       "manifest.tensors[0].shards[0].chunks[0].xxh3 checksum '0123456789abcdeg' is not lowercase "
+       "hex"},
       {"/manifest/blobs/0/chunks/0/codec", "lz4", "unknown codec 'lz4'"},
   };
   for (const Case& c : cases) {
@@ -361,16 +365,18 @@ TEST(ManifestCorruptionTest, UnknownMajorVersionIsUnimplemented) {
     EXPECT_STATUS(DecodeStatus(top.dump()), Code::kUnimplemented, expect);
   }
   // A future body may look nothing like this one.
-  json future = {{"manifest", {{"version", {2, 0}}, {"layout", "new"}}}, {"manifest_xxh3", "0000000000000000"}};
-  EXPECT_STATUS(DecodeStatus(future.dump()), Code::kUnimplemented, "unknown checkpoint format version 2.0");
+  json future = {{"manifest", {{"version", {2, 0}}, {"layout", "new"}}},
+                 {"manifest_xxh3", "0000000000000000"}};
+  EXPECT_STATUS(DecodeStatus(future.dump()), Code::kUnimplemented,
+                "unknown checkpoint format version 2.0");
 }
 
 // Deep nesting is valid JSON but no manifest; it must be kDataLoss, not a
 // stack overflow in the recursive dump() of the checksum pass.
 TEST(ManifestCorruptionTest, DeeplyNestedJsonIsDataLoss) {
   const size_t depth = 200000;
-  std::string bytes = "{\"manifest\": {\"x\": " + std::string(depth, '[') + std::string(depth, ']') +
-                      "}, \"manifest_xxh3\": \"0000000000000000\"}";
+  std::string bytes = "{\"manifest\": {\"x\": " + std::string(depth, '[') +
+                      std::string(depth, ']') + "}, \"manifest_xxh3\": \"0000000000000000\"}";
   EXPECT_EQ(DecodeStatus(bytes).code(), Code::kDataLoss);
 }
 
@@ -389,7 +395,8 @@ TEST(ValidateManifestTest, SampleIsValid) { EXPECT_OK(Validate(SampleManifest())
 TEST(ValidateManifestTest, ShardOutsideShape) {
   Manifest m = SampleManifest();
   m.tensors[0].shards[0].offsets = {1, 0};
-  EXPECT_STATUS(Validate(m), Code::kDataLoss, "tensor 'w' shard 0: lies outside the global shape in dim 0");
+  EXPECT_STATUS(Validate(m), Code::kDataLoss,
+                "tensor 'w' shard 0: lies outside the global shape in dim 0");
   m = SampleManifest();
   m.tensors[0].shards[0].offsets = {0, 1};
   EXPECT_STATUS(Validate(m), Code::kDataLoss, "lies outside the global shape in dim 1");
@@ -430,7 +437,8 @@ TEST(ValidateManifestTest, HugeShardOffsetIsOutsideShape) {
 TEST(ValidateManifestTest, ChunkLengthsDoNotAddUp) {
   Manifest m = SampleManifest();
   m.tensors[0].shards[0].chunks[1].raw_len = 2000;
-  EXPECT_STATUS(Validate(m), Code::kDataLoss, "tensor 'w' shard 0: chunks hold 4048 bytes, expected 4096");
+  EXPECT_STATUS(Validate(m), Code::kDataLoss,
+                "tensor 'w' shard 0: chunks hold 4048 bytes, expected 4096");
   m = SampleManifest();
   m.tensors[0].shards[0].chunks.pop_back();
   EXPECT_STATUS(Validate(m), Code::kDataLoss, "chunks hold 2048 bytes, expected 4096");
@@ -448,7 +456,8 @@ TEST(ValidateManifestTest, ChunkLengthsDoNotAddUp) {
 TEST(ValidateManifestTest, UnalignedOffset) {
   Manifest m = SampleManifest();
   m.tensors[0].shards[0].chunks[1].file_offset = 4097;
-  EXPECT_STATUS(Validate(m), Code::kDataLoss, "tensor 'w' shard 0 chunk 1: offset not 4 KiB aligned");
+  EXPECT_STATUS(Validate(m), Code::kDataLoss,
+                "tensor 'w' shard 0 chunk 1: offset not 4 KiB aligned");
   m = SampleManifest();
   m.blobs[0].chunks[0].file_offset = 8;
   EXPECT_STATUS(Validate(m), Code::kDataLoss, "blob 'rng' chunk 0: offset not 4 KiB aligned");
@@ -457,7 +466,8 @@ TEST(ValidateManifestTest, UnalignedOffset) {
 TEST(ValidateManifestTest, ChunkPastEndOfFile) {
   Manifest m = SampleManifest();
   m.blobs[0].chunks[0].file_offset = 3 * 4096;
-  EXPECT_STATUS(Validate(m), Code::kDataLoss, "blob 'rng' chunk 0: extends past the end of rank-00000.stint");
+  EXPECT_STATUS(Validate(m), Code::kDataLoss,
+                "blob 'rng' chunk 0: extends past the end of rank-00000.stint");
   m = SampleManifest();
   m.files[0].size = 8192 + 9;  // the blob's 10 bytes do not fit
   EXPECT_STATUS(Validate(m), Code::kDataLoss, "extends past the end");
@@ -485,7 +495,8 @@ TEST(ValidateManifestTest, UnknownDataFile) {
   EXPECT_STATUS(Validate(m), Code::kDataLoss, "refers to a data file not in the manifest");
   m = SampleManifest();
   m.blobs[0].file = "";
-  EXPECT_STATUS(Validate(m), Code::kDataLoss, "blob 'rng' refers to a data file not in the manifest");
+  EXPECT_STATUS(Validate(m), Code::kDataLoss,
+                "blob 'rng' refers to a data file not in the manifest");
 }
 
 TEST(ValidateManifestTest, BadFileNames) {
@@ -515,14 +526,16 @@ TEST(ValidateManifestTest, DuplicateNames) {
 TEST(ValidateManifestTest, EmptyAndScalarTensors) {
   Manifest m = SampleManifest();
   TensorRecord empty{"empty", DType::kFloat32, {0, 4}, {}};
-  empty.shards.push_back(ShardRecord{{0, 0}, {0, 4}, kFile, {ChunkRecord{8192, 0, 0, Codec::kNone, 0}}});
+  empty.shards.push_back(
+      ShardRecord{{0, 0}, {0, 4}, kFile, {ChunkRecord{8192, 0, 0, Codec::kNone, 0}}});
   TensorRecord scalar{"scalar", DType::kFloat64, {}, {}};
   scalar.shards.push_back(ShardRecord{{}, {}, kFile, {ChunkRecord{8192, 8, 8, Codec::kNone, 0}}});
   m.tensors.push_back(empty);
   m.tensors.push_back(scalar);
   EXPECT_OK(Validate(m));
   m.tensors.back().shards[0].chunks[0].raw_len = 4;
-  EXPECT_STATUS(Validate(m), Code::kDataLoss, "tensor 'scalar' shard 0: chunks hold 4 bytes, expected 8");
+  EXPECT_STATUS(Validate(m), Code::kDataLoss,
+                "tensor 'scalar' shard 0: chunks hold 4 bytes, expected 8");
 }
 
 // ---------------------------------------------------------------- chunk codec
@@ -550,13 +563,18 @@ TEST(ChunkTest, HexRoundTrip) {
 }
 
 TEST(ChunkTest, HexToHashRejectsJunk) {
-  for (const char* bad : {"", "0", "000000000000000", "00000000000000000", "ABCDEF0123456789",
-                          "0x23456789abcdef", "g000000000000000", " 000000000000000",
-                          "000000000000000-"}) {
+  for (const char* bad :
+       {"", "0", "000000000000000", "00000000000000000", "ABCDEF0123456789", "0x23456789abcdef",
+        "g000000000000000", " 000000000000000", "000000000000000-"}) {
     auto r = HexToHash(bad);
     EXPECT_EQ(r.status().code(), Code::kDataLoss) << "'" << bad << "'";
   }
-  EXPECT_EQ(HexToHash(std::string_view("0000000\0" "00000000", 16)).status().code(), Code::kDataLoss);
+  EXPECT_EQ(HexToHash(std::string_view("0000000\0"
+                                       "00000000",
+                                       16))
+                .status()
+                .code(),
+            Code::kDataLoss);
 }
 
 TEST(ChunkTest, CodecNames) {
@@ -627,13 +645,14 @@ std::string Compressible(size_t n) {
 }
 
 TEST(ChunkTest, ZstdRoundTrip) {
-  for (const std::string& raw : {Compressible(100000), RandomBytes(5000, 3), std::string("x"),
-                                 std::string()}) {
+  for (const std::string& raw :
+       {Compressible(100000), RandomBytes(5000, 3), std::string("x"), std::string()}) {
     for (int level : {1, 3, 19}) {
       std::string stored = Compress(raw, level);
       ASSERT_FALSE(stored.empty());
       std::string out(raw.size(), '\0');
-      Status s = DecodeChunk(RecordFor(stored, raw.size(), Codec::kZstd), stored.data(), out.data(), "c");
+      Status s =
+          DecodeChunk(RecordFor(stored, raw.size(), Codec::kZstd), stored.data(), out.data(), "c");
       ASSERT_OK(s);
       EXPECT_EQ(out, raw);
     }
@@ -685,13 +704,15 @@ TEST(ChunkTest, WrongRawLength) {
   std::string raw = Compressible(10000);
   std::string out(raw.size() + 1, '\0');
   // Raw chunk whose lengths disagree.
-  EXPECT_STATUS(DecodeChunk(RecordFor(raw, raw.size() + 1, Codec::kNone), raw.data(), out.data(), "c"),
-                Code::kDataLoss, "raw chunk has stored length 10000 but raw length 10001");
+  EXPECT_STATUS(
+      DecodeChunk(RecordFor(raw, raw.size() + 1, Codec::kNone), raw.data(), out.data(), "c"),
+      Code::kDataLoss, "raw chunk has stored length 10000 but raw length 10001");
   // zstd frame that declares another length than the record.
   std::string stored = Compress(raw);
   for (uint64_t wrong : {raw.size() - 1, raw.size() + 1, uint64_t(0)}) {
-    EXPECT_STATUS(DecodeChunk(RecordFor(stored, wrong, Codec::kZstd), stored.data(), out.data(), "c"),
-                  Code::kDataLoss, "zstd frame does not declare raw length " + std::to_string(wrong));
+    EXPECT_STATUS(
+        DecodeChunk(RecordFor(stored, wrong, Codec::kZstd), stored.data(), out.data(), "c"),
+        Code::kDataLoss, "zstd frame does not declare raw length " + std::to_string(wrong));
   }
 }
 
@@ -721,8 +742,9 @@ TEST(ChunkTest, DamagedFrameWithMatchingChecksum) {
                 Code::kDataLoss, "zstd frame does not declare raw length");
   // Truncated frame.
   std::string cut = stored.substr(0, stored.size() / 2);
-  EXPECT_EQ(DecodeChunk(RecordFor(cut, raw.size(), Codec::kZstd), cut.data(), out.data(), "c").code(),
-            Code::kDataLoss);
+  EXPECT_EQ(
+      DecodeChunk(RecordFor(cut, raw.size(), Codec::kZstd), cut.data(), out.data(), "c").code(),
+      Code::kDataLoss);
 }
 
 TEST(ChunkTest, FileDigestChangesWithAnyField) {

@@ -49,7 +49,8 @@ TEST(JsonFields, DefaultWordingNamesThePathAndTheExpectedKind) {
   const JsonFields sub = f.Child(**f.Object("sub"), "sub");
   EXPECT_EQ(Refusal(sub.Int64("x")), "sub.x is required");  // null is absent by default
   const json array = json::array();
-  EXPECT_EQ(JsonFields(array, "request body").CheckObject().message(), "request body must be a JSON object");
+  EXPECT_EQ(JsonFields(array, "request body").CheckObject().message(),
+            "request body must be a JSON object");
   EXPECT_EQ(sub.BadValue("x", "is out of range").message(), "sub.x is out of range");
 }
 
@@ -100,7 +101,8 @@ TEST(JsonFields, ACallersWordingGetsEveryPartOfTheError) {
   const Status wrong = file.Uint64("size").status();
   EXPECT_EQ(wrong.code(), Code::kDataLoss);
   EXPECT_EQ(wrong.message(), "origin: manifest.files[0].size [2 a non-negative integer / string]");
-  EXPECT_EQ(file.String("name").status().message(), "origin: manifest.files[0].name [1 a string / ]");
+  EXPECT_EQ(file.String("name").status().message(),
+            "origin: manifest.files[0].name [1 a string / ]");
   const json& bad = (**top.Array("dims"))[1];
   EXPECT_EQ(top.Refuse(Problem::kBadElement, "dims", JsonKind::kUint64, &bad).message(),
             "origin: manifest.dims [3 a non-negative integer / number]");

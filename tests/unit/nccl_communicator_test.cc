@@ -34,11 +34,11 @@ namespace {
 
 using std::chrono::milliseconds;
 
-#define SKIP_UNLESS_GPUS(n)                                                                      \
-  do {                                                                                           \
-    Result<int> gpus_ = CudaDeviceCount();                                                       \
-    if (!gpus_.ok()) GTEST_SKIP() << "needs a CUDA device: " << gpus_.status().ToString();       \
-    if (*gpus_ < (n)) GTEST_SKIP() << "needs " << (n) << " CUDA devices, found " << *gpus_;      \
+#define SKIP_UNLESS_GPUS(n)                                                                 \
+  do {                                                                                      \
+    Result<int> gpus_ = CudaDeviceCount();                                                  \
+    if (!gpus_.ok()) GTEST_SKIP() << "needs a CUDA device: " << gpus_.status().ToString();  \
+    if (*gpus_ < (n)) GTEST_SKIP() << "needs " << (n) << " CUDA devices, found " << *gpus_; \
   } while (0)
 
 // The test's own GroupKv: a map in memory, Wait on a condition variable.
@@ -55,7 +55,8 @@ class MemKv final : public GroupKv {
   Result<std::string> Wait(const std::string& key, milliseconds timeout) override {
     std::unique_lock<std::mutex> lock(mu_);
     if (!cv_.wait_for(lock, timeout, [&] { return values_.count(key) > 0; })) {
-      return Status::DeadlineExceeded("kv " + key + " was not put within " + std::to_string(timeout.count()) + " ms");
+      return Status::DeadlineExceeded("kv " + key + " was not put within " +
+                                      std::to_string(timeout.count()) + " ms");
     }
     return values_[key];
   }
@@ -122,8 +123,9 @@ class DeviceArray {
 
 TEST(NcclTypes, MapsEveryDTypeNcclReduces) {
   const std::pair<DType, ncclDataType_t> cases[] = {
-      {DType::kFloat32, ncclFloat32}, {DType::kFloat64, ncclFloat64}, {DType::kFloat16, ncclFloat16},
-      {DType::kBFloat16, ncclBfloat16}, {DType::kInt8, ncclInt8},     {DType::kUInt8, ncclUint8},
+      {DType::kFloat32, ncclFloat32}, {DType::kFloat64, ncclFloat64},
+      {DType::kFloat16, ncclFloat16}, {DType::kBFloat16, ncclBfloat16},
+      {DType::kInt8, ncclInt8},       {DType::kUInt8, ncclUint8},
       {DType::kInt32, ncclInt32},     {DType::kInt64, ncclInt64},
   };
   for (const auto& [dtype, nccl] : cases) {
@@ -138,7 +140,8 @@ TEST(NcclTypes, RefusesDTypesNcclCannotReduceNamingThem) {
     Result<ncclDataType_t> t = NcclDataType(dtype);
     ASSERT_FALSE(t.ok()) << DTypeName(dtype);
     EXPECT_EQ(t.status().code(), Code::kInvalidArgument);
-    EXPECT_NE(t.status().message().find(DTypeName(dtype)), std::string::npos) << t.status().ToString();
+    EXPECT_NE(t.status().message().find(DTypeName(dtype)), std::string::npos)
+        << t.status().ToString();
   }
 }
 
@@ -153,7 +156,8 @@ TEST(NcclTypes, MapsSumMaxMinAndRefusesAnythingElse) {
 
 TEST(NcclUniqueId, HexRoundTripsEveryByteValue) {
   ncclUniqueId id;
-  for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; ++i) id.internal[i] = static_cast<char>(i * 2 + 1);  // > 127 too
+  for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; ++i)
+    id.internal[i] = static_cast<char>(i * 2 + 1);  // > 127 too
   const std::string hex = EncodeNcclUniqueId(id);
   ASSERT_EQ(hex.size(), 2u * NCCL_UNIQUE_ID_BYTES);
   EXPECT_EQ(hex.substr(0, 6), "010305");
@@ -175,13 +179,15 @@ TEST(NcclUniqueId, MalformedIdIsDataLossNamingTheKey) {
   const std::string good = EncodeNcclUniqueId(id);
   std::string non_hex = good;
   non_hex[17] = 'g';
-  for (const std::string& bad : {std::string(), good.substr(1), good + "0", non_hex, std::string(256, ' ')}) {
+  for (const std::string& bad :
+       {std::string(), good.substr(1), good + "0", non_hex, std::string(256, ' ')}) {
     Result<ncclUniqueId> r = DecodeNcclUniqueId(bad, kNcclIdKey);
     ASSERT_FALSE(r.ok()) << "'" << bad << "'";
     EXPECT_EQ(r.status().code(), Code::kDataLoss);
     EXPECT_NE(r.status().message().find("nccl-id"), std::string::npos) << r.status().ToString();
   }
-  EXPECT_NE(DecodeNcclUniqueId(non_hex, kNcclIdKey).status().message().find("offset 17"), std::string::npos);
+  EXPECT_NE(DecodeNcclUniqueId(non_hex, kNcclIdKey).status().message().find("offset 17"),
+            std::string::npos);
 }
 
 TEST(NcclFactory, NameIsNccl) {
@@ -197,7 +203,8 @@ TEST(NcclFactory, FormWithoutADeviceIsUnavailable) {
   Result<std::unique_ptr<Communicator>> comm = factory.Form(Member(1, 0, 1), kv);
   ASSERT_FALSE(comm.ok());
   EXPECT_EQ(comm.status().code(), Code::kUnavailable);
-  EXPECT_NE(comm.status().message().find("no CUDA device"), std::string::npos) << comm.status().ToString();
+  EXPECT_NE(comm.status().message().find("no CUDA device"), std::string::npos)
+      << comm.status().ToString();
   EXPECT_EQ(kv.Get(kNcclIdKey), "") << "nothing is published without a device";
 }
 
@@ -214,7 +221,8 @@ TEST(NcclFactory, FormClosesTheListenFdEvenWhenItFails) {
   m.master_listen_fd = fd;
   Result<std::unique_ptr<Communicator>> comm = factory.Form(m, kv);
   ASSERT_FALSE(comm.ok());
-  EXPECT_TRUE(comm.status().code() == Code::kUnavailable || comm.status().code() == Code::kDeadlineExceeded)
+  EXPECT_TRUE(comm.status().code() == Code::kUnavailable ||
+              comm.status().code() == Code::kDeadlineExceeded)
       << comm.status().ToString();
   EXPECT_TRUE(FdIsClosed(fd));
 }
@@ -474,7 +482,8 @@ TEST(NcclTwoRanks, CollectiveWithoutItsPeerTimesOutAndAborts) {
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   DeviceArray<float> f({1.0f});
   const auto t0 = std::chrono::steady_clock::now();
-  Status s = comms[0]->AllReduce(f.get(), 1, DType::kFloat32, ReduceOp::kSum);  // rank 1 never joins
+  Status s =
+      comms[0]->AllReduce(f.get(), 1, DType::kFloat32, ReduceOp::kSum);  // rank 1 never joins
   EXPECT_EQ(s.code(), Code::kDeadlineExceeded) << s.ToString();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
   EXPECT_TRUE(comms[0]->aborted());
@@ -494,7 +503,8 @@ TEST(NcclTwoRanks, AbortFromAnotherThreadInterruptsACollectiveInFlight) {
     comms[0]->Abort();
   });
   const auto t0 = std::chrono::steady_clock::now();
-  Status s = comms[0]->AllReduce(f.get(), 1, DType::kFloat32, ReduceOp::kSum);  // rank 1 never joins
+  Status s =
+      comms[0]->AllReduce(f.get(), 1, DType::kFloat32, ReduceOp::kSum);  // rank 1 never joins
   const auto took = std::chrono::steady_clock::now() - t0;
   aborter.join();
   EXPECT_EQ(s.code(), Code::kAborted) << s.ToString();

@@ -42,7 +42,9 @@ class Cluster {
     s.windows[w.id] = w;
     return w.id;
   }
-  int64_t Window(int gpus, TimeMs end = kNow + Hours(100)) { return Window("p", gpus, kNow - Hours(1), end); }
+  int64_t Window(int gpus, TimeMs end = kNow + Hours(100)) {
+    return Window("p", gpus, kNow - Hours(1), end);
+  }
 
   void Team(const std::string& name, int guaranteed, int borrow_limit = -1, double usage = 0) {
     s.teams[name] = stintd::Team{name, guaranteed, borrow_limit, usage, kNow};
@@ -62,8 +64,8 @@ class Cluster {
   }
 
   // A job running in a segment started `age` ago; returns the segment.
-  Segment& Running(std::vector<Allocation> allocs, Priority priority = Priority::kLow, TimeMs age = Hours(1),
-                   TimeMs planned_end = kNever) {
+  Segment& Running(std::vector<Allocation> allocs, Priority priority = Priority::kLow,
+                   TimeMs age = Hours(1), TimeMs planned_end = kNever) {
     int gpus = 0;
     for (const Allocation& a : allocs) gpus += a.gpus;
     Job& j = Pending(gpus, priority, age);
@@ -128,17 +130,18 @@ std::string Dump(const Plan& plan) {
     o << "\n";
   }
   for (const NoticeDecision& d : plan.notices) {
-    o << "notice " << d.segment_id << " " << d.deadline_ms << " " << NoticeReasonName(d.reason) << " " << d.for_job_id
-      << "\n";
+    o << "notice " << d.segment_id << " " << d.deadline_ms << " " << NoticeReasonName(d.reason)
+      << " " << d.for_job_id << "\n";
   }
   for (const LostDecision& d : plan.lost) o << "lost " << d.segment_id << " " << d.reason << "\n";
   for (const PendingInfo& p : plan.pending) {
-    o << "pending " << p.position << " " << p.job_id << " " << p.score << " " << BlockReasonName(p.reason) << " "
-      << p.planned_start_ms << " " << p.planned_gpus << " " << p.detail << "\n";
+    o << "pending " << p.position << " " << p.job_id << " " << p.score << " "
+      << BlockReasonName(p.reason) << " " << p.planned_start_ms << " " << p.planned_gpus << " "
+      << p.detail << "\n";
   }
   const PlanStats& st = plan.stats;
-  o << "stats " << st.open_window_gpus << " " << st.allocated_gpus << " " << st.free_gpus << " " << st.fragmented_gpus
-    << " " << st.pending_jobs << " " << st.running_jobs << "\n";
+  o << "stats " << st.open_window_gpus << " " << st.allocated_gpus << " " << st.free_gpus << " "
+    << st.fragmented_gpus << " " << st.pending_jobs << " " << st.running_jobs << "\n";
   return o.str();
 }
 
@@ -166,7 +169,8 @@ TEST(Policy, BlockReasonNames) {
 
 TEST(Policy, EmptyStateGivesAnEmptyPlan) {
   const Plan plan = MakePlan(ClusterState(), kNow, PolicyConfig());
-  EXPECT_TRUE(plan.starts.empty() && plan.notices.empty() && plan.lost.empty() && plan.pending.empty());
+  EXPECT_TRUE(plan.starts.empty() && plan.notices.empty() && plan.lost.empty() &&
+              plan.pending.empty());
   EXPECT_EQ(plan.stats.fragmented_gpus, 0);
 }
 
@@ -206,7 +210,8 @@ TEST(Policy, RemainingWorkBoundsThePlannedEnd) {
   const Plan plan = PlanAt(c.s);
   const StartDecision* d = StartOf(plan, j.id);
   ASSERT_NE(d, nullptr);
-  EXPECT_EQ(d->planned_end_ms, kNow + Sec(60 + 1000 + 30 + 10));  // restart + work + checkpoint + safety
+  EXPECT_EQ(d->planned_end_ms,
+            kNow + Sec(60 + 1000 + 30 + 10));  // restart + work + checkpoint + safety
 }
 
 TEST(Policy, JobsUseOnlyTheirPool) {
@@ -239,7 +244,8 @@ TEST(Policy, FutureWindowGivesPlannedStartAtItsOpening) {
   EXPECT_EQ(StartOf(plan, j), nullptr);
   EXPECT_EQ(Info(plan, j).reason, BlockReason::kWindow);
   EXPECT_EQ(Info(plan, j).planned_start_ms, kNow + Hours(1));
-  EXPECT_NE(Info(plan, j).detail.find("opens in 3600 s"), std::string::npos) << Info(plan, j).detail;
+  EXPECT_NE(Info(plan, j).detail.find("opens in 3600 s"), std::string::npos)
+      << Info(plan, j).detail;
 }
 
 // ---------------------------------------------------------------- ordering
@@ -293,7 +299,8 @@ TEST(PolicyOrder, AgingIsCappedBelowTheNextLevelsButOne) {
   const int64_t fresh_critical = c.Pending(1, Priority::kCritical).id;             // 3000
   const Plan plan = PlanAt(c.s);
   EXPECT_DOUBLE_EQ(Info(plan, ancient_low).score_aging, 1500);
-  EXPECT_EQ(Order(plan), (std::vector<int64_t>{fresh_critical, ancient_medium, fresh_high, ancient_low}));
+  EXPECT_EQ(Order(plan),
+            (std::vector<int64_t>{fresh_critical, ancient_medium, fresh_high, ancient_low}));
 }
 
 TEST(PolicyOrder, TeamBelowItsGuaranteeGoesFirstAndGetsItsGpus) {
@@ -521,7 +528,8 @@ TEST(PolicyBackfill, BackfilledSegmentEndsBeforeTheReservation) {
   EXPECT_EQ(d->planned_end_ms, kNow + Hours(2));  // cut to end where the gang's reservation begins
   EXPECT_EQ(StartOf(plan, long_min.id), nullptr);
   EXPECT_EQ(Info(plan, long_min.id).reason, BlockReason::kPriority);
-  EXPECT_EQ(Info(plan, long_min.id).planned_start_ms, kNever);  // the gang holds the window to its end
+  EXPECT_EQ(Info(plan, long_min.id).planned_start_ms,
+            kNever);  // the gang holds the window to its end
 }
 
 TEST(PolicyBackfill, MinimumSegmentMustFitBeforeTheWindowCloses) {
@@ -589,7 +597,8 @@ ClusterState RandomCluster(uint32_t seed, bool plain = false) {
     if (!win.open_at(kNow) || gpus <= 0) continue;
     used[w] += gpus;
     const TimeMs end = pick(0, 1) ? kNever : kNow + Sec(600 * pick(1, 12));
-    Segment& seg = c.Running({{windows[w], gpus}}, static_cast<Priority>(pick(0, 3)), Sec(60 * pick(1, 120)), end);
+    Segment& seg = c.Running({{windows[w], gpus}}, static_cast<Priority>(pick(0, 3)),
+                             Sec(60 * pick(1, 120)), end);
     c.JobOf(seg).preemptible = !plain && pick(0, 1);
   }
   for (int i = pick(2, 8); i > 0; i--) {
@@ -627,7 +636,8 @@ TEST(PolicyBackfill, JobsBehindNeverDelayAJobAhead) {
           << Dump(plan) << "cut:\n"
           << Dump(alone);
       ASSERT_EQ(with_queue.planned_gpus, without.planned_gpus) << "seed " << seed;
-      if (with_queue.planned_start_ms != kNever && with_queue.planned_start_ms > kNow) checked_later++;
+      if (with_queue.planned_start_ms != kNever && with_queue.planned_start_ms > kNow)
+        checked_later++;
     }
   }
   EXPECT_GT(checked_later, 50);  // the scenarios do exercise future reservations
@@ -650,7 +660,8 @@ TEST(PolicyBackfill, StartsNowNeverDelayTheReservations) {
           << "seed " << seed << " job " << p.job_id << "\nbefore:\n"
           << Dump(before) << "after:\n"
           << Dump(after);
-      reserved += p.planned_start_ms != kNever && p.planned_start_ms > kNow && !before.starts.empty();
+      reserved +=
+          p.planned_start_ms != kNever && p.planned_start_ms > kNow && !before.starts.empty();
     }
   }
   EXPECT_GT(reserved, 50);
@@ -699,10 +710,11 @@ TEST(PolicyBackfill, PlannedStartIsTheActualStartWhenNothingChanges) {
     double remaining;
     bool gang;
   };
-  const std::vector<Spec> specs = {{8, Priority::kHigh, 3000, true},   {8, Priority::kMedium, 2000, true},
-                                   {4, Priority::kMedium, 1200, true}, {8, Priority::kLow, 5000, true},
-                                   {4, Priority::kLow, 600, true},     {12, Priority::kLow, 900, false},
-                                   {2, Priority::kLow, 4000, true}};
+  const std::vector<Spec> specs = {
+      {8, Priority::kHigh, 3000, true},   {8, Priority::kMedium, 2000, true},
+      {4, Priority::kMedium, 1200, true}, {8, Priority::kLow, 5000, true},
+      {4, Priority::kLow, 600, true},     {12, Priority::kLow, 900, false},
+      {2, Priority::kLow, 4000, true}};
   std::vector<int64_t> ids;
   for (const Spec& spec : specs) {
     Job& j = c.Pending(spec.gpus, spec.priority);
@@ -717,7 +729,8 @@ TEST(PolicyBackfill, PlannedStartIsTheActualStartWhenNothingChanges) {
     const TimeMs planned = Info(first, id).planned_start_ms;
     ASSERT_NE(planned, kNever) << "job " << id;
     ASSERT_TRUE(started.count(id)) << "job " << id << " never started";
-    EXPECT_EQ(started.at(id), planned) << "job " << id << " planned at +" << (planned - kNow) / 1000 << " s";
+    EXPECT_EQ(started.at(id), planned)
+        << "job " << id << " planned at +" << (planned - kNow) / 1000 << " s";
     later += planned > kNow ? 1 : 0;
   }
   EXPECT_GE(later, 4);
@@ -838,7 +851,8 @@ TEST(PolicyPreempt, EqualLevelInTheSameServiceClassIsNeverPreempted) {
 TEST(PolicyPreempt, AgingGivesNoPreemptionRights) {
   Cluster c;
   FullWindow(c, Priority::kLow);
-  const int64_t aged_low = c.Pending(8, Priority::kLow, Hours(20)).id;  // scores 1500, above a fresh MEDIUM
+  const int64_t aged_low =
+      c.Pending(8, Priority::kLow, Hours(20)).id;  // scores 1500, above a fresh MEDIUM
   EXPECT_TRUE(PlanAt(c.s).notices.empty());
   // A fresh MEDIUM job, ordered behind the aged LOW one, may preempt.
   const int64_t medium = c.Pending(8, Priority::kMedium).id;
@@ -1109,7 +1123,12 @@ TEST(PolicyService, ClassesStepAtOneTenAndAHundredGpuHours) {
   const PolicyConfig config;
   Job j;
   const std::vector<std::pair<double, int>> steps = {
-      {0, 0}, {GpuHours(0.99), 0}, {GpuHours(1), 1}, {GpuHours(9.9), 1}, {GpuHours(10), 2}, {GpuHours(100), 3},
+      {0, 0},
+      {GpuHours(0.99), 0},
+      {GpuHours(1), 1},
+      {GpuHours(9.9), 1},
+      {GpuHours(10), 2},
+      {GpuHours(100), 3},
       {GpuHours(1e6), 3}};  // the deepest class is service_classes - 1
   for (const auto& [service, expected] : steps) {
     j.service_gpu_seconds = service;
@@ -1159,7 +1178,8 @@ TEST(PolicyService, NewJobPreemptsItsLevelsJobThatHadAClassMore) {
   EXPECT_EQ(plan.notices[0].for_job_id, fresh);
   EXPECT_EQ(plan.notices[0].deadline_ms, kNow + Sec(40));
   EXPECT_EQ(Info(plan, fresh).reason, BlockReason::kPreempting);
-  EXPECT_NE(Info(plan, fresh).detail.find("service class"), std::string::npos) << Info(plan, fresh).detail;
+  EXPECT_NE(Info(plan, fresh).detail.find("service class"), std::string::npos)
+      << Info(plan, fresh).detail;
   // LOW jobs too: the rule is per level.
   c.JobOf(victim).priority = Priority::kLow;
   c.s.jobs.at(fresh).priority = Priority::kLow;

@@ -206,8 +206,10 @@ TEST_F(RendezvousTest, FencedAndUnknownWorkersAndBadEndpointsAreRefused) {
   const int64_t a = Register("a");
   Changes ch;
   EXPECT_EQ(JoinRendezvous(s_, 999, "h:1", 0, kT0, config_, &ch).status().code(), Code::kNotFound);
-  EXPECT_EQ(JoinRendezvous(s_, a, "no-port", 0, kT0, config_, &ch).status().code(), Code::kInvalidArgument);
-  EXPECT_EQ(JoinRendezvous(s_, a, "", 0, kT0, config_, &ch).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(JoinRendezvous(s_, a, "no-port", 0, kT0, config_, &ch).status().code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(JoinRendezvous(s_, a, "", 0, kT0, config_, &ch).status().code(),
+            Code::kInvalidArgument);
   ASSERT_OK(ReleaseWorker(s_, a, kT0, &ch));
   ch = Changes();
   Result<RendezvousView> v = JoinRendezvous(s_, a, "h:1", 0, kT0, config_, &ch);

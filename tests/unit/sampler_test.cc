@@ -80,7 +80,8 @@ SamplerConfig Config(uint64_t n, uint64_t g, bool drop_last = false) {
 // (a resize every `resize_every` steps, through SaveState/LoadState into a
 // fresh sampler as a restarted job would), recording what every rank got.
 std::map<uint64_t, std::vector<uint64_t>> RunElastic(const SamplerConfig& cfg, uint64_t steps,
-                                                     std::vector<int> worlds, uint64_t resize_every) {
+                                                     std::vector<int> worlds,
+                                                     uint64_t resize_every) {
   std::map<uint64_t, std::vector<uint64_t>> by_epoch;  // epoch -> indices consumed
   auto sampler = ResumableSampler::Create(cfg);
   EXPECT_OK(sampler);
@@ -163,7 +164,8 @@ TEST(ResumableSampler, CheckpointAtStepZeroAndAtEpochEnd) {
   ASSERT_OK(fresh->LoadState(s->SaveState()));  // step 0
   EXPECT_EQ(fresh->cursor(), (DataCursor{0, 0}));
   for (int i = 0; i < 3; ++i) s->CommitStep();
-  EXPECT_EQ(s->cursor(), (DataCursor{1, 0})) << "an exact epoch end is stored as the next epoch's start";
+  EXPECT_EQ(s->cursor(), (DataCursor{1, 0}))
+      << "an exact epoch end is stored as the next epoch's start";
   ASSERT_OK(fresh->LoadState(s->SaveState()));
   ASSERT_OK(fresh->LoadState(s->SaveState())) << "loading twice is idempotent";
   EXPECT_EQ(fresh->cursor(), (DataCursor{1, 0}));

@@ -84,7 +84,8 @@ TEST(SimBaselines, BackfillNeverDelaysTheHeadReservation) {
 TEST(SimBaselines, SlurmPreemptsLowerQosWithGraceTimeAndLosesNothing) {
   Workload w;
   w.windows = FixedCapacity(8);
-  w.jobs = {Job(0, 0, 8, 20000, stintd::Priority::kLow), Job(1, 1000, 8, 1000, stintd::Priority::kHigh)};
+  w.jobs = {Job(0, 0, 8, 20000, stintd::Priority::kLow),
+            Job(1, 1000, 8, 1000, stintd::Priority::kHigh)};
   for (const char* policy : {"slurm", "stint"}) {
     const SimResult r = RunPolicy(w, policy);
     ASSERT_EQ(r.conservation_violations, 0) << policy;
@@ -180,7 +181,8 @@ TEST(SimEngine, GpuSecondsUsedNeverExceedCapacity) {
     const SimResult r = RunPolicy(Mixed(3), policy);
     EXPECT_EQ(r.conservation_violations, 0) << policy;
     EXPECT_LE(r.allocated_gpu_s, r.offered_gpu_s + 1e-6) << policy;
-    for (const UtilPoint& p : r.util) ASSERT_LE(p.allocated, p.offered) << policy << " at " << p.t_s;
+    for (const UtilPoint& p : r.util)
+      ASSERT_LE(p.allocated, p.offered) << policy << " at " << p.t_s;
     int finished = 0;
     for (const JobResult& j : r.jobs) finished += j.finish_s >= 0;
     EXPECT_EQ(finished, static_cast<int>(r.jobs.size())) << policy;
@@ -191,7 +193,8 @@ TEST(SimEngine, GpuSecondsUsedNeverExceedCapacity) {
 
 TEST(SimReport, TableIsNormalisedToFifo) {
   const Workload w = HeadOfLine(100);
-  std::vector<Metrics> rows = {ComputeMetrics(RunPolicy(w, "fifo")), ComputeMetrics(RunPolicy(w, "easy"))};
+  std::vector<Metrics> rows = {ComputeMetrics(RunPolicy(w, "fifo")),
+                               ComputeMetrics(RunPolicy(w, "easy"))};
   const std::string t = FormatTable(rows, "fifo", {"# test"});
   EXPECT_NE(t.find("Normalised to fifo = 1.0"), std::string::npos);
   EXPECT_NE(t.find("| fifo | 3/3 | 1.000 |"), std::string::npos) << t;

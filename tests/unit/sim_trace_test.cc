@@ -55,38 +55,46 @@ TEST_F(SimTraceTest, PhillyReadsSevenFieldsAndScalesWorkPerJobType) {
 }
 
 TEST_F(SimTraceTest, MalformedPhillyLineNamesFileAndLine) {
-  const std::string path = Write("bad.trace", "A3C\tcmd\t-n\t0\t100\t0.0\t1\nA3C\tcmd\t-n\t0\tlots\t1.0\t1\n");
+  const std::string path =
+      Write("bad.trace", "A3C\tcmd\t-n\t0\t100\t0.0\t1\nA3C\tcmd\t-n\t0\tlots\t1.0\t1\n");
   auto jobs = LoadPhilly(path, JobDefaults{});
   ASSERT_FALSE(jobs.ok());
-  EXPECT_NE(jobs.status().message().find(path + ":2: total_steps"), std::string::npos) << jobs.status().message();
+  EXPECT_NE(jobs.status().message().find(path + ":2: total_steps"), std::string::npos)
+      << jobs.status().message();
   const std::string short_line = Write("short.trace", "A3C\tcmd\t-n\n");
   auto j2 = LoadPhilly(short_line, JobDefaults{});
   ASSERT_FALSE(j2.ok());
-  EXPECT_NE(j2.status().message().find(short_line + ":1: expected 7"), std::string::npos) << j2.status().message();
+  EXPECT_NE(j2.status().message().find(short_line + ":1: expected 7"), std::string::npos)
+      << j2.status().message();
 }
 
 TEST_F(SimTraceTest, TiresiasCsvWithCrlf) {
-  const std::string path = Write("t.csv",
-                                 "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\r\n"
-                                 "0,1,0,606,vgg19,164,30\r\n1,8,30,133,vgg11,147,23\r\n");
+  const std::string path =
+      Write("t.csv",
+            "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\r\n"
+            "0,1,0,606,vgg19,164,30\r\n1,8,30,133,vgg11,147,23\r\n");
   auto jobs = LoadTiresias(path, JobDefaults{});
   ASSERT_OK(jobs);
   ASSERT_EQ(jobs.value().size(), 2u);
   EXPECT_EQ(jobs.value()[1].max_gpus, 8);
   EXPECT_DOUBLE_EQ(jobs.value()[1].work_s, 147);
-  const std::string bad = Write("b.csv", "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n0,x,0,1,m,5,1\n");
+  const std::string bad =
+      Write("b.csv",
+            "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n0,x,0,1,m,5,1\n");
   auto b = LoadTiresias(bad, JobDefaults{});
   ASSERT_FALSE(b.ok());
-  EXPECT_NE(b.status().message().find(bad + ":2: num_gpu"), std::string::npos) << b.status().message();
+  EXPECT_NE(b.status().message().find(bad + ":2: num_gpu"), std::string::npos)
+      << b.status().message();
 }
 
 TEST_F(SimTraceTest, HeliosJobLogSkipsCpuJobsAndUsesVcAsTeam) {
-  const std::string path = Write("cluster_log.csv",
-                                 "job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,"
-                                 "duration,queue\n"
-                                 "j1,u1,vcA,8,32,1,COMPLETED,2020-04-01 00:00:10,x,y,3600,5\n"
-                                 "j2,u2,vcB,0,4,1,COMPLETED,2020-04-01 00:00:20,x,y,100,0\n"
-                                 "j3,u1,vcB,1,4,1,FAILED,2020-04-01 00:01:10,x,y,60,0\n");
+  const std::string path =
+      Write("cluster_log.csv",
+            "job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,"
+            "duration,queue\n"
+            "j1,u1,vcA,8,32,1,COMPLETED,2020-04-01 00:00:10,x,y,3600,5\n"
+            "j2,u2,vcB,0,4,1,COMPLETED,2020-04-01 00:00:20,x,y,100,0\n"
+            "j3,u1,vcB,1,4,1,FAILED,2020-04-01 00:01:10,x,y,60,0\n");
   auto jobs = LoadHeliosJobs(path, JobDefaults{});
   ASSERT_OK(jobs);
   ASSERT_EQ(jobs.value().size(), 2u);
@@ -95,7 +103,8 @@ TEST_F(SimTraceTest, HeliosJobLogSkipsCpuJobsAndUsesVcAsTeam) {
 }
 
 TEST_F(SimTraceTest, HeliosCapacityAndStackedWindows) {
-  const std::string path = Write("gpus.csv", "date,vcA,vcB,total\n2020-04-01,8,8,16\n2020-04-02,8,12,20\n2020-04-03,4,8,12\n");
+  const std::string path = Write(
+      "gpus.csv", "date,vcA,vcB,total\n2020-04-01,8,8,16\n2020-04-02,8,12,20\n2020-04-03,4,8,12\n");
   auto steps = LoadHeliosCapacity(path, "total", 0.5);
   ASSERT_OK(steps);
   ASSERT_EQ(steps.value().size(), 3u);
@@ -115,7 +124,8 @@ TEST_F(SimTraceTest, HeliosCapacityAndStackedWindows) {
 }
 
 TEST_F(SimTraceTest, BambooNodeEventsBecomeRevokedSpotWindows) {
-  const std::string path = Write("nodes.csv", "1000,add,node1\r\n2000,add,node2\r\n9000,remove,node1\r\n");
+  const std::string path =
+      Write("nodes.csv", "1000,add,node1\r\n2000,add,node2\r\n9000,remove,node1\r\n");
   auto windows = LoadBambooNodes(path, 4, 30);
   ASSERT_OK(windows);
   ASSERT_EQ(windows.value().size(), 2u);

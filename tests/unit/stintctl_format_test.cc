@@ -23,7 +23,8 @@ TEST(StintctlParse, DurationsTakeUnitsLargestFirst) {
   EXPECT_EQ(*ParseDuration("0"), 0);
   EXPECT_EQ(*ParseDuration("0s"), 0);
   EXPECT_EQ(*ParseDuration("2H"), 7200);
-  for (const char* bad : {"", "90", "h", "1x", "30m1h", "1h1h", "-5m", "1.5h", "1h ", "99999999999999d"}) {
+  for (const char* bad :
+       {"", "90", "h", "1x", "30m1h", "1h1h", "-5m", "1.5h", "1h ", "99999999999999d"}) {
     auto d = ParseDuration(bad);
     EXPECT_EQ(d.status().code(), Code::kInvalidArgument) << bad;
   }
@@ -41,18 +42,20 @@ TEST(StintctlParse, TimesAreNowRelativeUnixOrUtcIso) {
   EXPECT_EQ(*ParseTime("2026-12-02 18:00:30Z", 0), kNow + 30000);
   EXPECT_EQ(*ParseTime("1970-01-01T00:00:00Z", 5), 0);
   EXPECT_EQ(*ParseTime("2024-02-29T00:00:00Z", 0), 1709164800000);
-  for (const char* bad : {"", "tomorrow", "now+", "+", "now+5", "2026-12-02", "2026-12-02T18:00:00",
-                          "2026-12-02T18:00:00+01:00", "2026-13-01T00:00Z", "2025-02-29T00:00Z", "2026-12-02T24:00Z",
-                          "2026-12-02T18:60Z", "2026-12-02T18:00:00Zjunk", "5m"}) {
+  for (const char* bad :
+       {"", "tomorrow", "now+", "+", "now+5", "2026-12-02", "2026-12-02T18:00:00",
+        "2026-12-02T18:00:00+01:00", "2026-13-01T00:00Z", "2025-02-29T00:00Z", "2026-12-02T24:00Z",
+        "2026-12-02T18:60Z", "2026-12-02T18:00:00Zjunk", "5m"}) {
     auto t = ParseTime(bad, kNow);
     EXPECT_EQ(t.status().code(), Code::kInvalidArgument) << bad;
   }
-  EXPECT_NE(ParseTime("2026-12-02T18:00:00", kNow).status().message().find("UTC"), std::string::npos);
+  EXPECT_NE(ParseTime("2026-12-02T18:00:00", kNow).status().message().find("UTC"),
+            std::string::npos);
 }
 
 TEST(StintctlParse, CivilDaysRoundTrip) {
-  for (int64_t days : {int64_t(-719468), int64_t(-1), int64_t(0), int64_t(59), int64_t(11016), int64_t(20789),
-                       int64_t(2932896)}) {
+  for (int64_t days : {int64_t(-719468), int64_t(-1), int64_t(0), int64_t(59), int64_t(11016),
+                       int64_t(20789), int64_t(2932896)}) {
     int64_t y;
     unsigned m, d;
     CivilFromDays(days, &y, &m, &d);
@@ -136,7 +139,8 @@ TEST(StintctlRender, QueueShowsPositionReasonPlannedStartAndRunningEnds) {
   })");
   const std::string out = RenderQueue(queue);
   EXPECT_NE(out.find("PENDING: 2 jobs"), std::string::npos) << out;
-  EXPECT_NE(out.find("POS  JOB  NAME      TEAM      PRIO  GPUS  WAIT   REASON  PLANNED_START"), std::string::npos)
+  EXPECT_NE(out.find("POS  JOB  NAME      TEAM      PRIO  GPUS  WAIT   REASON  PLANNED_START"),
+            std::string::npos)
       << out;
   EXPECT_NE(out.find("in 12m (2026-12-02T18:12:00Z) on 8"), std::string::npos) << out;
   EXPECT_NE(out.find("needs 8 GPUs in one window"), std::string::npos);
@@ -145,7 +149,8 @@ TEST(StintctlRender, QueueShowsPositionReasonPlannedStartAndRunningEnds) {
   EXPECT_NE(out.find("unknown"), std::string::npos);
   EXPECT_NE(out.find("RUNNING: 2 jobs"), std::string::npos);
   EXPECT_NE(out.find("w2:4,w5:4"), std::string::npos);
-  EXPECT_NE(out.find("deadline in 5m (2026-12-02T18:05:00Z) (window_close)"), std::string::npos) << out;
+  EXPECT_NE(out.find("deadline in 5m (2026-12-02T18:05:00Z) (window_close)"), std::string::npos)
+      << out;
   EXPECT_NE(out.find("open-ended"), std::string::npos);
   EXPECT_NE(out.find("1h ago"), std::string::npos);  // started
   EXPECT_NE(out.find("free_gpus=3  pending_jobs=2"), std::string::npos);
@@ -157,7 +162,8 @@ TEST(StintctlRender, EmptyListsAndOddFieldsDoNotThrow) {
   EXPECT_EQ(RenderJobs(Json::object(), kNow), "no jobs\n");
   EXPECT_EQ(RenderPools(Json::array()), "no pools\n");
   // Wrong types and missing fields show as "-" or as their JSON.
-  Json odd = Json::parse(R"({"jobs": [{"id": "x", "min_gpus": "many", "submit_ms": "soon", "state": null}]})");
+  Json odd = Json::parse(
+      R"({"jobs": [{"id": "x", "min_gpus": "many", "submit_ms": "soon", "state": null}]})");
   std::string out = RenderJobs(odd, kNow);
   EXPECT_NE(out.find("x"), std::string::npos) << out;
   EXPECT_EQ(Cell(Json{{"a", 2.0}}, "a"), "2");
@@ -180,13 +186,15 @@ TEST(StintctlRender, WindowsTeamsSegmentsAndOneJob) {
   EXPECT_NE(w.find("none (until revoked)"), std::string::npos);
   EXPECT_NE(w.find("2m"), std::string::npos);
 
-  Json teams = Json::parse(R"({"teams": [{"name": "research", "guaranteed_gpus": 8, "borrow_limit_gpus": -1,
+  Json teams =
+      Json::parse(R"({"teams": [{"name": "research", "guaranteed_gpus": 8, "borrow_limit_gpus": -1,
                                           "usage_gpu_seconds": 7200, "allocated_gpus": 4}]})");
   std::string t = RenderTeams(teams);
   EXPECT_NE(t.find("unlimited"), std::string::npos) << t;
   EXPECT_NE(t.find("2.0"), std::string::npos);
 
-  Json job = Json::parse(R"({"id": 7, "name": "train", "state": "PENDING", "min_gpus": 2, "max_gpus": 8,
+  Json job =
+      Json::parse(R"({"id": 7, "name": "train", "state": "PENDING", "min_gpus": 2, "max_gpus": 8,
     "submit_ms": 1796230800000, "checkpoint_seconds": 30, "segments": [
       {"id": 3, "job_id": 7, "allocs": [{"window_id": 1, "gpus": 2}], "gpus": 2, "fencing_token": 5,
        "start_ms": 1796227200000, "planned_end_ms": null, "state": "ended", "notice_reason": "preempted",
@@ -196,8 +204,9 @@ TEST(StintctlRender, WindowsTeamsSegmentsAndOneJob) {
   EXPECT_NE(j.find("gpus"), std::string::npos) << j;
   EXPECT_NE(j.find("2-8"), std::string::npos);
   EXPECT_NE(j.find("30s"), std::string::npos);
-  EXPECT_NE(j.find("pending: position 1, blocked by priority (behind job 3); planned start unknown"),
-            std::string::npos)
+  EXPECT_NE(
+      j.find("pending: position 1, blocked by priority (behind job 3); planned start unknown"),
+      std::string::npos)
       << j;
   EXPECT_NE(j.find("segments:"), std::string::npos);
   EXPECT_NE(j.find("preempted"), std::string::npos);
@@ -205,7 +214,8 @@ TEST(StintctlRender, WindowsTeamsSegmentsAndOneJob) {
   job["service_gpu_seconds"] = 7200;
   job["pending"]["service_class"] = 1;
   j = RenderJob(job, kNow);
-  EXPECT_NE(j.find("pending: position 1, service class 1, blocked by priority"), std::string::npos) << j;
+  EXPECT_NE(j.find("pending: position 1, service class 1, blocked by priority"), std::string::npos)
+      << j;
   EXPECT_NE(j.find("GPU time held"), std::string::npos) << j;
 }
 

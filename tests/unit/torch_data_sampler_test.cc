@@ -19,7 +19,8 @@ namespace {
 TEST(TorchDataSampler, ResumeMidEpochOnANewLoaderIsExactlyOnce) {
   constexpr int64_t kN = 1001, kBatch = 16;
   torch::Tensor ids = torch::arange(kN, torch::kLong);
-  auto dataset = torch::data::datasets::TensorDataset(ids).map(torch::data::transforms::Stack<torch::data::TensorExample>());
+  auto dataset = torch::data::datasets::TensorDataset(ids).map(
+      torch::data::transforms::Stack<torch::data::TensorExample>());
   SamplerConfig cfg;
   cfg.dataset_size = kN;
   cfg.global_batch = kBatch;
@@ -35,7 +36,8 @@ TEST(TorchDataSampler, ResumeMidEpochOnANewLoaderIsExactlyOnce) {
         torch::data::DataLoaderOptions().batch_size(kBatch).workers(2).max_jobs(4));
     int steps = 0;
     for (auto& batch : *loader) {
-      for (int64_t i = 0; i < batch.data.size(0); ++i) seen.push_back(batch.data[i].item<int64_t>());
+      for (int64_t i = 0; i < batch.data.size(0); ++i)
+        seen.push_back(batch.data[i].item<int64_t>());
       sampler->CommitStep();
       if (++steps == 20) break;  // "preempted": the loader has prefetched past step 20
     }
@@ -43,8 +45,9 @@ TEST(TorchDataSampler, ResumeMidEpochOnANewLoaderIsExactlyOnce) {
   }
   auto resumed = ResumableSampler::Create(cfg);
   ASSERT_OK(resumed->LoadState(saved));
-  auto loader = torch::data::make_data_loader(dataset, TorchDataSampler(&*resumed, 0, 1),
-                                              torch::data::DataLoaderOptions().batch_size(kBatch).workers(2));
+  auto loader =
+      torch::data::make_data_loader(dataset, TorchDataSampler(&*resumed, 0, 1),
+                                    torch::data::DataLoaderOptions().batch_size(kBatch).workers(2));
   for (auto& batch : *loader) {
     for (int64_t i = 0; i < batch.data.size(0); ++i) seen.push_back(batch.data[i].item<int64_t>());
     resumed->CommitStep();

@@ -160,9 +160,9 @@ class TorchStateTest : public ::testing::Test {
 
   // Saves `b` as `step` and waits until it is durable.
   // Opens a checkpointer and saves `model` (as "model") and `opt` durably.
-  std::unique_ptr<Checkpointer> SaveModelAndOptimizer(const torch::nn::Module& model,
-                                                      const torch::optim::Optimizer& opt, uint64_t step,
-                                                      const std::string& optimizer_prefix = "optim") {
+  std::unique_ptr<Checkpointer> SaveModelAndOptimizer(
+      const torch::nn::Module& model, const torch::optim::Optimizer& opt, uint64_t step,
+      const std::string& optimizer_prefix = "optim") {
     auto ckpt = Open();
     TorchStateBuilder b;
     if (ckpt == nullptr || !b.AddModule("model", model).ok() ||

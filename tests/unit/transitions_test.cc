@@ -163,7 +163,8 @@ TEST_F(TransitionsTest, LostSegmentsChargeTheWorkSinceTheLastCheckpoint) {
   ApplyPlan(s_, plan, kT0 + 100'000, &ch);
   EXPECT_EQ(s_.segments.at(seg).state, SegmentState::kLost);
   EXPECT_EQ(s_.jobs.at(job).state, JobState::kPending);
-  EXPECT_DOUBLE_EQ(s_.jobs.at(job).lost_gpu_seconds, 4 * 40.0);  // 4 GPUs x 40 s since the checkpoint
+  EXPECT_DOUBLE_EQ(s_.jobs.at(job).lost_gpu_seconds,
+                   4 * 40.0);  // 4 GPUs x 40 s since the checkpoint
   EXPECT_DOUBLE_EQ(s_.counters.lost_gpu_seconds, 160.0);
   EXPECT_EQ(s_.counters.segments_lost, 1);
   EXPECT_NE(s_.jobs.at(job).message.find("no ack"), std::string::npos);
@@ -246,7 +247,8 @@ TEST_F(TransitionsTest, AccountTimeAddsAttainedServiceOnlyWhileRunning) {
   AccountTime(s_, kT0, config, &ch);
   AccountTime(s_, kT0 + 10'000, config, &ch);
   AccountTime(s_, kT0 + 25'000, config, &ch);
-  EXPECT_DOUBLE_EQ(s_.jobs.at(running).service_gpu_seconds, 4 * 25.0);  // no decay: it is what the job had
+  EXPECT_DOUBLE_EQ(s_.jobs.at(running).service_gpu_seconds,
+                   4 * 25.0);  // no decay: it is what the job had
   EXPECT_DOUBLE_EQ(s_.jobs.at(waiting).service_gpu_seconds, 0);
   Changes end;
   ASSERT_OK(CancelJob(s_, running, "", kT0 + 25'000, &end));

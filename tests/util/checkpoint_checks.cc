@@ -14,8 +14,8 @@ namespace stint {
 
 // Loads the newest checkpoint with the real Env and checks it is exactly
 // one of the steps that may legitimately be there.
-void ExpectNewestLoadsOneOf(const std::string& root, const std::vector<uint64_t>& allowed, const char* engine,
-                            uint64_t* loaded, int64_t rows) {
+void ExpectNewestLoadsOneOf(const std::string& root, const std::vector<uint64_t>& allowed,
+                            const char* engine, uint64_t* loaded, int64_t rows) {
   CheckpointOptions o;
   o.root = root;
   o.io_engine = engine;
@@ -25,7 +25,8 @@ void ExpectNewestLoadsOneOf(const std::string& root, const std::vector<uint64_t>
   auto r = (*ckpt)->Load(out.Dests());
   ASSERT_OK(r);
   EXPECT_TRUE(r->skipped.empty()) << r->skipped[0];
-  ASSERT_NE(std::find(allowed.begin(), allowed.end(), r->step), allowed.end()) << "loaded step " << r->step;
+  ASSERT_NE(std::find(allowed.begin(), allowed.end(), r->step), allowed.end())
+      << "loaded step " << r->step;
   EXPECT_TRUE(out.SameData(StepState(r->step, rows)));
   if (loaded != nullptr) *loaded = r->step;
   EXPECT_EQ(r->blobs.at("step"), std::to_string(r->step));

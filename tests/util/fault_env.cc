@@ -12,7 +12,8 @@ std::string Parent(const std::string& path) {
 }
 
 bool HasPrefixDir(const std::string& path, const std::string& dir) {
-  return path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 && path[dir.size()] == '/';
+  return path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 &&
+         path[dir.size()] == '/';
 }
 
 }  // namespace
@@ -234,7 +235,8 @@ Status FaultEnv::DropUnsyncedData() {
         if (real->FileExists(op->a)) STINT_RETURN_IF_ERROR(RemoveRecursively(real, op->a));
       } else if (real->FileExists(op->b)) {
         STINT_RETURN_IF_ERROR(real->RenameFile(op->b, op->a));
-        if (op->replaced) STINT_RETURN_IF_ERROR(WriteStringToFileSync(real, op->b, op->old_content));
+        if (op->replaced)
+          STINT_RETURN_IF_ERROR(WriteStringToFileSync(real, op->b, op->old_content));
       }
     }
   }

@@ -67,9 +67,9 @@ class FaultEnv : public EnvWrapper {
   };
   struct DirOp {
     enum Kind { kCreate, kRename } kind;
-    std::string a, b;        // create: a; rename: a -> b
-    bool replaced = false;   // rename over an existing file
-    std::string old_content; // of the replaced file
+    std::string a, b;         // create: a; rename: a -> b
+    bool replaced = false;    // rename over an existing file
+    std::string old_content;  // of the replaced file
   };
 
   mutable std::mutex mu_;

@@ -90,7 +90,8 @@ class HostCopier final : public DeviceCopier {
     for (const auto& c : copies) {
       {
         std::lock_guard<std::mutex> lock(mu_);
-        if (!IsRegistered(c.src)) return Status::FailedPrecondition("copy from unregistered host memory");
+        if (!IsRegistered(c.src))
+          return Status::FailedPrecondition("copy from unregistered host memory");
       }
       std::memcpy(c.dst, c.src, c.bytes);
     }

@@ -21,7 +21,8 @@ namespace testing {
 // naming the expression and the Status.
 inline ::testing::AssertionResult IsOkFormat(const char* expr, const Status& status) {
   if (status.ok()) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "Expected: " << expr << " is OK\n  Actual: " << status.ToString();
+  return ::testing::AssertionFailure()
+         << "Expected: " << expr << " is OK\n  Actual: " << status.ToString();
 }
 
 template <typename T>

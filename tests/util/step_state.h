@@ -13,7 +13,8 @@
 namespace stint {
 
 struct StepState {
-  explicit StepState(uint64_t step, int64_t rows = 200) : step(step), rows(rows), w(size_t(rows) * 100), b(300) {
+  explicit StepState(uint64_t step, int64_t rows = 200)
+      : step(step), rows(rows), w(size_t(rows) * 100), b(300) {
     std::mt19937 rng{uint32_t(step)};
     for (auto& x : w) x = float(rng()) / 1e9f;
     for (auto& x : b) x = int32_t(rng());

@@ -30,8 +30,8 @@ bool Eventually(const std::function<bool()>& fn, double seconds) {
 }
 
 std::vector<std::string> SteadyStintdArgs() {
-  return {"--tick-seconds", "0.05", "--safety-seconds", "1", "--min-run-seconds", "0",
-          "--lease-ttl-seconds", "600", "--start-grace-seconds", "600"};
+  return {"--tick-seconds",      "0.05", "--safety-seconds",      "1",  "--min-run-seconds", "0",
+          "--lease-ttl-seconds", "600",  "--start-grace-seconds", "600"};
 }
 
 bool ParseDouble(const std::string& text, double* out) {
@@ -58,7 +58,8 @@ std::map<std::string, double> ParseMetrics(const std::string& text) {
   return samples;
 }
 
-StintdProcess::StintdProcess(std::string binary, std::string dir, std::vector<std::string> extra_args)
+StintdProcess::StintdProcess(std::string binary, std::string dir,
+                             std::vector<std::string> extra_args)
     : binary_(std::move(binary)), dir_(std::move(dir)), extra_args_(std::move(extra_args)) {
   std::ofstream(dir_ + "/admin.tokens") << "# test admin token\n" << kAdminToken << "\n";
   std::ofstream(dir_ + "/worker.tokens") << kWorkerToken << "\n";
@@ -70,8 +71,13 @@ StintdProcess::~StintdProcess() {
 
 bool StintdProcess::Start() {
   if (child_) return false;
-  std::vector<std::string> args = {"--db", db_path(), "--listen", "127.0.0.1:" + std::to_string(port_),
-                                   "--admin-token-file", dir_ + "/admin.tokens", "--worker-token-file",
+  std::vector<std::string> args = {"--db",
+                                   db_path(),
+                                   "--listen",
+                                   "127.0.0.1:" + std::to_string(port_),
+                                   "--admin-token-file",
+                                   dir_ + "/admin.tokens",
+                                   "--worker-token-file",
                                    dir_ + "/worker.tokens"};
   args.insert(args.end(), extra_args_.begin(), extra_args_.end());
   child_ = std::make_unique<ChildProcess>(binary_, args);
@@ -97,7 +103,9 @@ int StintdProcess::Kill(int sig, double limit_seconds) {
   return status;
 }
 
-const std::string& StintdProcess::output() const { return child_ ? child_->output() : last_output_; }
+const std::string& StintdProcess::output() const {
+  return child_ ? child_->output() : last_output_;
+}
 
 HttpJson::HttpJson(int port, std::string token, int timeout_seconds)
     : client_(std::make_unique<httplib::Client>("127.0.0.1", port)), token_(std::move(token)) {

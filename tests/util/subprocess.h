@@ -13,7 +13,8 @@ namespace stint {
 
 class ChildProcess {
  public:
-  ChildProcess(const std::string& program, const std::vector<std::string>& args, bool merge_stderr = true);
+  ChildProcess(const std::string& program, const std::vector<std::string>& args,
+               bool merge_stderr = true);
   ~ChildProcess();
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;

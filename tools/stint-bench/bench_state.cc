@@ -52,10 +52,10 @@ std::vector<TensorSpec> PlanModel(uint64_t bytes) {
 
 // Acklam's rational approximation of the normal quantile (|rel err| < 1.2e-9).
 double NormalQuantile(double p) {
-  static const double a[] = {-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02,
+  static const double a[] = {-3.969683028665376e+01, 2.209460984245205e+02,  -2.759285104469687e+02,
                              1.383577518672690e+02,  -3.066479806614716e+01, 2.506628277459239e+00};
   static const double b[] = {-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
-                             6.680131188771972e+01,  -1.328068155288572e+01};
+                             6.680131188771972e+01, -1.328068155288572e+01};
   static const double c[] = {-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00,
                              -2.549732539343734e+00, 4.374664141464968e+00,  2.938163982698783e+00};
   static const double e[] = {7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00,
@@ -78,7 +78,8 @@ double NormalQuantile(double p) {
 class FastNormal {
  public:
   FastNormal() : table_(kEntries + 1) {
-    for (size_t k = 0; k <= kEntries; ++k) table_[k] = float(NormalQuantile((k + 0.5) / (kEntries + 1)));
+    for (size_t k = 0; k <= kEntries; ++k)
+      table_[k] = float(NormalQuantile((k + 0.5) / (kEntries + 1)));
   }
   // splitmix64 seeded per block, so the data does not depend on the thread count.
   void Fill(float* out, size_t n, uint64_t seed, float mean, float sigma, bool bf16) const {
@@ -126,8 +127,9 @@ BenchState BuildState(uint64_t bytes, const std::string& data_kind) {
   BenchState bs;
   bs.specs = PlanModel(bytes);
   const bool bf16 = data_kind == "bf16";
-  bs.description = bf16 ? "N(0,0.02) weights (LayerNorm ~N(1,0.05)) rounded to bf16, stored as float32"
-                        : "full-precision float32 N(0,0.02) weights (LayerNorm ~N(1,0.05))";
+  bs.description =
+      bf16 ? "N(0,0.02) weights (LayerNorm ~N(1,0.05)) rounded to bf16, stored as float32"
+           : "full-precision float32 N(0,0.02) weights (LayerNorm ~N(1,0.05))";
   struct Block {
     size_t tensor;
     size_t begin, len;
@@ -147,7 +149,8 @@ BenchState BuildState(uint64_t bytes, const std::string& data_kind) {
     const TensorSpec& s = bs.specs[b.tensor];
     gen.Fill(bs.data[b.tensor].get() + b.begin, b.len, (uint64_t(b.tensor) << 32) + b.begin, s.mean,
              s.sigma, bf16);
-    std::memset(bs.dest[b.tensor].get() + b.begin, 0, b.len * sizeof(float));  // fault the pages in now
+    std::memset(bs.dest[b.tensor].get() + b.begin, 0,
+                b.len * sizeof(float));  // fault the pages in now
   });
   for (size_t t = 0; t < bs.specs.size(); ++t) {
     const TensorSpec& s = bs.specs[t];
@@ -159,7 +162,8 @@ BenchState BuildState(uint64_t bytes, const std::string& data_kind) {
   std::ostringstream rng_state;
   rng_state << rng;
   bs.state.blobs["rng.mt19937_64"] = rng_state.str();
-  bs.state.blobs["trainer.json"] = R"({"step": 1000, "lr": 0.0003, "epoch": 2, "sampler_cursor": 123456})";
+  bs.state.blobs["trainer.json"] =
+      R"({"step": 1000, "lr": 0.0003, "epoch": 2, "sampler_cursor": 123456})";
   for (const auto& [name, blob] : bs.state.blobs) bs.blob_bytes += blob.size();
   return bs;
 }
@@ -177,9 +181,12 @@ Status CheckRestored(const BenchState& bs, const LoadResult& r) {
     bad[t] = std::memcmp(bs.data[t].get(), bs.dest[t].get(), n) != 0;
   });
   for (size_t t = 0; t < bad.size(); ++t) {
-    if (bad[t]) return Status::DataLoss("restored tensor '" + bs.specs[t].name + "' differs from what was saved");
+    if (bad[t])
+      return Status::DataLoss("restored tensor '" + bs.specs[t].name +
+                              "' differs from what was saved");
   }
-  if (r.blobs != bs.state.blobs) return Status::DataLoss("restored blobs differ from what was saved");
+  if (r.blobs != bs.state.blobs)
+    return Status::DataLoss("restored blobs differ from what was saved");
   return Status::OK();
 }
 

@@ -35,7 +35,6 @@ struct BenchState {
   uint64_t raw_bytes() const { return tensor_bytes + blob_bytes; }  // what one checkpoint holds
 };
 
-
 // About `bytes` of float32 tensors; data_kind is "bf16" (values rounded to
 // bf16, stored as float32) or "fp32".
 BenchState BuildState(uint64_t bytes, const std::string& data_kind);

@@ -32,13 +32,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using stint::SecondsSince;
 
-#define CHECK_CUDA(call)                                                                    \
-  do {                                                                                      \
-    cudaError_t e_ = (call);                                                                \
-    if (e_ != cudaSuccess) {                                                                \
-      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_));                      \
-      std::exit(1);                                                                         \
-    }                                                                                       \
+#define CHECK_CUDA(call)                                               \
+  do {                                                                 \
+    cudaError_t e_ = (call);                                           \
+    if (e_ != cudaSuccess) {                                           \
+      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_)); \
+      std::exit(1);                                                    \
+    }                                                                  \
   } while (0)
 
 void Check(const stint::Status& s, const char* what) {
@@ -60,19 +60,27 @@ Flags Parse(int argc, char** argv) {
   Flags f;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
-    if (k == "--state-gb") f.state_gb = std::atof(v.c_str());
-    else if (k == "--tensors") f.tensors = std::atoi(v.c_str());
-    else if (k == "--root") f.root = v;
-    else if (k == "--replica") f.replica = v;
-    else if (k == "--step-ms") f.step_ms = std::atoi(v.c_str());
-    else if (k == "--steps") f.steps = std::atoi(v.c_str());
+    if (k == "--state-gb")
+      f.state_gb = std::atof(v.c_str());
+    else if (k == "--tensors")
+      f.tensors = std::atoi(v.c_str());
+    else if (k == "--root")
+      f.root = v;
+    else if (k == "--replica")
+      f.replica = v;
+    else if (k == "--step-ms")
+      f.step_ms = std::atoi(v.c_str());
+    else if (k == "--steps")
+      f.steps = std::atoi(v.c_str());
     else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       std::exit(2);
     }
   }
   if (f.root.empty()) {
-    std::fprintf(stderr, "usage: stint-cuda-bench --root DIR [--state-gb G] [--tensors N] [--replica DIR]\n");
+    std::fprintf(
+        stderr,
+        "usage: stint-cuda-bench --root DIR [--state-gb G] [--tensors N] [--replica DIR]\n");
     std::exit(2);
   }
   return f;
@@ -149,8 +157,14 @@ int main(int argc, char** argv) {
   auto ckpt = std::move(stint::Checkpointer::Open(o).value());
   stint::State state;
   for (size_t i = 0; i < params.size(); ++i) {
-    state.tensors.push_back({"p" + std::to_string(i), stint::DType::kUInt8, {int64_t(per_tensor)}, {}, {},
-                             params[i], 0, compute});
+    state.tensors.push_back({"p" + std::to_string(i),
+                             stint::DType::kUInt8,
+                             {int64_t(per_tensor)},
+                             {},
+                             {},
+                             params[i],
+                             0,
+                             compute});
   }
   FakeCompute fake;
   fake.Calibrate(compute, f.step_ms);
@@ -163,9 +177,10 @@ int main(int argc, char** argv) {
       *save_call = SecondsSince(t_save);
       *handle = *h;
     }
-    fake.Run(compute);                                        // forward + backward, overlapping the copy
+    fake.Run(compute);  // forward + backward, overlapping the copy
     Check(copier->OrderBeforeWrite(0, compute), "barrier");  // the lazy barrier
-    for (auto* p : params) CHECK_CUDA(cudaMemsetAsync(p, int(n), per_tensor, compute));  // optimizer step
+    for (auto* p : params)
+      CHECK_CUDA(cudaMemsetAsync(p, int(n), per_tensor, compute));  // optimizer step
     CHECK_CUDA(cudaStreamSynchronize(compute));
     return SecondsSince(t);
   };
@@ -201,13 +216,17 @@ int main(int argc, char** argv) {
   std::printf("state              %.2f GB in %d device tensors\n", total / 1e9, f.tensors);
   std::printf("pinned memcpy      %.1f GB/s\n", memcpy_gbs);
   std::printf("snapshot (warm)    %.1f GB/s  (%.3f s)\n", snapshot_gbs, snapshot_s);
-  std::printf("ratio              %.2f  target >= 0.80  %s\n", ratio, ratio >= 0.8 ? "PASS" : "FAIL");
-  std::printf("first save (cold)  %.2f s to durable, incl. mapping and pinning the staging buffer\n", cold_s);
+  std::printf("ratio              %.2f  target >= 0.80  %s\n", ratio,
+              ratio >= 0.8 ? "PASS" : "FAIL");
+  std::printf(
+      "first save (cold)  %.2f s to durable, incl. mapping and pinning the staging buffer\n",
+      cold_s);
   std::printf("Save() call        %.4f s (worst)\n", worst_call);
   std::printf("step               %.3f s without checkpoint\n", base);
-  std::printf("stall              %.3f s per checkpoint (worst of %d)  target < 1 s  %s\n", worst_stall,
-              f.steps, worst_stall < 1.0 ? "PASS" : "FAIL");
-  std::printf("time to durable    %.2f s (tier 1, %s)\n", durable_s, ckpt->stats().last->engine.c_str());
+  std::printf("stall              %.3f s per checkpoint (worst of %d)  target < 1 s  %s\n",
+              worst_stall, f.steps, worst_stall < 1.0 ? "PASS" : "FAIL");
+  std::printf("time to durable    %.2f s (tier 1, %s)\n", durable_s,
+              ckpt->stats().last->engine.c_str());
   if (!f.replica.empty()) std::printf("time to durable    %.2f s (tier 2)\n", replica_s);
   ckpt.reset();
   copier.reset();

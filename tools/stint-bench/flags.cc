@@ -15,7 +15,8 @@ namespace bench {
 
 const char kUsage[] =
     "usage: stint-bench [flags]\n"
-    "  --dir DIR          directory to benchmark (a temp dir is made inside it). Default: /var/tmp\n"
+    "  --dir DIR          directory to benchmark (a temp dir is made inside it). Default: "
+    "/var/tmp\n"
     "  --size SIZE        state size, e.g. 1GiB, 256MiB, 64M. Default: 1GiB\n"
     "  --runs N           measured runs per figure; medians are reported. Default: 3\n"
     "  --quick            --size 256MiB --runs 1 (explicit --size/--runs still win)\n"
@@ -43,13 +44,23 @@ Result<uint64_t> ParseSize(const std::string& text) {
   char* end = nullptr;
   errno = 0;
   double value = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || errno != 0) return Status::InvalidArgument("not a size: '" + text + "'");
+  if (end == text.c_str() || errno != 0)
+    return Status::InvalidArgument("not a size: '" + text + "'");
   std::string unit = end;
-  static const std::map<std::string, double> kUnits = {
-      {"", 1},           {"B", 1},          {"K", 1024.0},      {"KiB", 1024.0},
-      {"M", kMiB},       {"MiB", kMiB},     {"G", kMiB * 1024}, {"GiB", kMiB * 1024},
-      {"T", kMiB * kMiB}, {"TiB", kMiB * kMiB}, {"KB", 1e3},    {"MB", 1e6},
-      {"GB", 1e9},       {"TB", 1e12}};
+  static const std::map<std::string, double> kUnits = {{"", 1},
+                                                       {"B", 1},
+                                                       {"K", 1024.0},
+                                                       {"KiB", 1024.0},
+                                                       {"M", kMiB},
+                                                       {"MiB", kMiB},
+                                                       {"G", kMiB * 1024},
+                                                       {"GiB", kMiB * 1024},
+                                                       {"T", kMiB * kMiB},
+                                                       {"TiB", kMiB * kMiB},
+                                                       {"KB", 1e3},
+                                                       {"MB", 1e6},
+                                                       {"GB", 1e9},
+                                                       {"TB", 1e12}};
   auto it = kUnits.find(unit);
   if (it == kUnits.end() || value < 0) {
     return Status::InvalidArgument("not a size: '" + text + "' (try 1GiB, 256MiB, 4096)");
@@ -144,7 +155,8 @@ Result<Flags> ParseFlags(int argc, char** argv) {
     f.engines = SplitList(engines);
     for (const auto& e : f.engines) {
       if (e != "uring" && e != "posix" && e != "auto") {
-        return Status::InvalidArgument("--engines: unknown engine '" + e + "' (uring, posix, auto)");
+        return Status::InvalidArgument("--engines: unknown engine '" + e +
+                                       "' (uring, posix, auto)");
       }
     }
     if (f.engines.empty()) return Status::InvalidArgument("--engines is empty");
@@ -152,7 +164,8 @@ Result<Flags> ParseFlags(int argc, char** argv) {
   if (compress_opt->count() > 0) {
     f.compress.clear();
     for (const auto& c : SplitList(compress)) {
-      if (c != "on" && c != "off") return Status::InvalidArgument("--compress: on or off, got '" + c + "'");
+      if (c != "on" && c != "off")
+        return Status::InvalidArgument("--compress: on or off, got '" + c + "'");
       f.compress.push_back(c == "on");
     }
     if (f.compress.empty()) return Status::InvalidArgument("--compress is empty");
@@ -168,7 +181,8 @@ Result<Flags> ParseFlags(int argc, char** argv) {
     if (n > (uint64_t{1} << 30)) return Status::InvalidArgument("--io-size must be <= 1GiB");
     f.io_size = n;
   }
-  auto count = [](const char* name, const std::string& text, std::optional<unsigned>* out) -> Status {
+  auto count = [](const char* name, const std::string& text,
+                  std::optional<unsigned>* out) -> Status {
     STINT_ASSIGN_OR_RETURN(int64_t n, ParseInt(name, text));
     if (n < 0) return Status::InvalidArgument(std::string(name) + " must not be negative");
     *out = unsigned(n);

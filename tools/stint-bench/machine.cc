@@ -41,8 +41,9 @@ std::string FsTypeOf(const std::string& dir) {
     auto dash = std::find(fields.begin(), fields.end(), "-");
     if (fields.size() < 5 || dash == fields.end() || dash + 2 >= fields.end()) continue;
     const std::string& mp = fields[4];
-    bool inside = path == mp || mp == "/" ||
-                  (path.compare(0, mp.size(), mp) == 0 && path.size() > mp.size() && path[mp.size()] == '/');
+    bool inside =
+        path == mp || mp == "/" ||
+        (path.compare(0, mp.size(), mp) == 0 && path.size() > mp.size() && path[mp.size()] == '/');
     if (inside && mp.size() >= best_mp.size()) {
       best_mp = mp;
       best = *(dash + 1) + " on " + *(dash + 2) + " (mounted at " + mp + ")";
@@ -62,8 +63,9 @@ DirectIoProbe ProbeDirectIo(const std::string& dir) {
   }
   p.write_direct = (*w)->direct_io();
   std::vector<char> block(kDirectIoAlignment * 2);
-  char* aligned = block.data() + (kDirectIoAlignment - uintptr_t(block.data()) % kDirectIoAlignment) %
-                                     kDirectIoAlignment;
+  char* aligned =
+      block.data() +
+      (kDirectIoAlignment - uintptr_t(block.data()) % kDirectIoAlignment) % kDirectIoAlignment;
   std::memset(aligned, 0, kDirectIoAlignment);
   Status s = (*w)->PositionedWrite(aligned, kDirectIoAlignment, 0);
   if (!s.ok()) p.error = s.ToString();

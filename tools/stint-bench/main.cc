@@ -72,8 +72,9 @@ int Run(const Flags& flags) {
   if (flags.drop_caches) {
     Status d = DropCaches();
     context.drop = d.ok();
-    context.drop_note = d.ok() ? "yes (echo 3 > /proc/sys/vm/drop_caches before every read)"
-                               : "failed (" + d.ToString() + "); O_DIRECT reads bypass the cache anyway";
+    context.drop_note =
+        d.ok() ? "yes (echo 3 > /proc/sys/vm/drop_caches before every read)"
+               : "failed (" + d.ToString() + "); O_DIRECT reads bypass the cache anyway";
   }
   const bool drop = context.drop;
   results.options = ResolveOptions(flags, context.cores);
@@ -96,11 +97,14 @@ int Run(const Flags& flags) {
   fio = FindFio(flags);
   const uint64_t fio_bs = 4u << 20;  // fio's --bs; the file is a whole number of blocks
   results.fio_size = std::max<uint64_t>((raw_bytes + fio_bs - 1) / fio_bs * fio_bs, fio_bs);
-  bool any_zstd = std::find(flags.compress.begin(), flags.compress.end(), true) != flags.compress.end();
-  ThreadPool cpu_pool(options.threads_resolved);  // persist's pool size; the caller makes it +1 as in persist
+  bool any_zstd =
+      std::find(flags.compress.begin(), flags.compress.end(), true) != flags.compress.end();
+  ThreadPool cpu_pool(
+      options.threads_resolved);  // persist's pool size; the caller makes it +1 as in persist
   std::unique_ptr<char[]> memcpy_dst(new char[bs.tensor_bytes]);
   for (int r = 0; r < flags.runs; ++r) {
-    RunCpuRound(bs, options.chunk_size, options.zstd_level, any_zstd, &cpu_pool, memcpy_dst.get(), &results.cpu);
+    RunCpuRound(bs, options.chunk_size, options.zstd_level, any_zstd, &cpu_pool, memcpy_dst.get(),
+                &results.cpu);
     if (fio.unavailable.empty()) {
       Status s = RunFioRound(dir, results.fio_size, drop, &fio);
       if (!s.ok()) fio.unavailable = s.ToString();
@@ -113,7 +117,8 @@ int Run(const Flags& flags) {
         v.ckpt.reset();
       }
     }
-    std::fprintf(stderr, "stint-bench: run %d/%d done (%.0f s)\n", r + 1, flags.runs, SecondsSince(start));
+    std::fprintf(stderr, "stint-bench: run %d/%d done (%.0f s)\n", r + 1, flags.runs,
+                 SecondsSince(start));
   }
   memcpy_dst.reset();
   for (auto& v : variants) {
@@ -138,7 +143,8 @@ int Run(const Flags& flags) {
     std::fprintf(stderr, "stint-bench: files kept in %s\n", dir.c_str());
   } else {
     Status s = RemoveRecursively(env, dir);
-    if (!s.ok()) std::fprintf(stderr, "stint-bench: cleanup of %s: %s\n", dir.c_str(), s.ToString().c_str());
+    if (!s.ok())
+      std::fprintf(stderr, "stint-bench: cleanup of %s: %s\n", dir.c_str(), s.ToString().c_str());
   }
   bool any = false;
   for (const auto& v : variants) any = any || v.unavailable.empty();
@@ -156,7 +162,8 @@ int main(int argc, char** argv) {
       std::fputs(stint::bench::kUsage, stdout);
       return 0;
     }
-    std::fprintf(stderr, "stint-bench: %s\n%s", flags.status().message().c_str(), stint::bench::kUsage);
+    std::fprintf(stderr, "stint-bench: %s\n%s", flags.status().message().c_str(),
+                 stint::bench::kUsage);
     return 2;
   }
   return stint::bench::Run(*flags);

@@ -67,7 +67,8 @@ Result<SaveSample> SaveOnce(Variant* v, const BenchState& bs, uint64_t step) {
       s.stats = *st.last;
       return s;
     }
-    if (Clock::now() > deadline) return Status::Internal("no SaveStats for step " + std::to_string(step));
+    if (Clock::now() > deadline)
+      return Status::Internal("no SaveStats for step " + std::to_string(step));
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
 }
@@ -144,7 +145,8 @@ Status MeasureRound(Variant* v, BenchState* bs, uint64_t step, bool drop, bool f
   double load_s = SecondsSince(t0);
   v->load_faults.push_back(MinorFaults() - f0);
   if (!loaded.ok()) return loaded.status().WithContext("load step " + std::to_string(step));
-  STINT_RETURN_IF_ERROR(CheckRestored(*bs, *loaded).WithContext("load step " + std::to_string(step)));
+  STINT_RETURN_IF_ERROR(
+      CheckRestored(*bs, *loaded).WithContext("load step " + std::to_string(step)));
   v->load_s.push_back(load_s);
   // Only the newest checkpoint is kept, so a run needs ~2x --size of disk per
   // variant, not keep_last x; the runtime's retention is not what is measured.

@@ -36,8 +36,8 @@ struct SaveSample {
   uint64_t step = 0;
   int64_t save_faults = 0;     // minor faults during Save()
   int64_t persist_faults = 0;  // minor faults from Save()'s return to durable
-  double call_s = 0;      // Save() wall time: the training thread's stall
-  double durable_s = 0;   // Save() call to durable future ready
+  double call_s = 0;           // Save() wall time: the training thread's stall
+  double durable_s = 0;        // Save() call to durable future ready
   SaveStats stats;
 };
 

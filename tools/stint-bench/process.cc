@@ -51,7 +51,8 @@ Result<ProcessResult> RunProcess(const std::vector<std::string>& argv, int timeo
   auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
   bool timed_out = false;
   while (open_fds > 0) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) {
       timed_out = true;
       break;
@@ -79,7 +80,8 @@ Result<ProcessResult> RunProcess(const std::vector<std::string>& argv, int timeo
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (timed_out) {
-    return Status::DeadlineExceeded(argv[0] + " did not finish within " + std::to_string(timeout_s) + " s");
+    return Status::DeadlineExceeded(argv[0] + " did not finish within " +
+                                    std::to_string(timeout_s) + " s");
   }
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
@@ -96,7 +98,8 @@ Result<json> ParseJsonOutput(const std::string& out, const std::string& what) {
   size_t brace = out.find('{');
   if (brace == std::string::npos) return Status::DataLoss(what + ": no JSON in output");
   json j = json::parse(out.begin() + long(brace), out.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return Status::DataLoss(what + ": output is not valid JSON");
+  if (j.is_discarded() || !j.is_object())
+    return Status::DataLoss(what + ": output is not valid JSON");
   return j;
 }
 

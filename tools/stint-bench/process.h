@@ -25,7 +25,6 @@ struct ProcessResult {
   std::string out, err;
 };
 
-
 // Runs argv[0] (looked up in PATH) to completion. A child still running after
 // timeout_s is SIGKILLed and DeadlineExceeded returned; a failed spawn returns
 // the errno's status. Otherwise OK, whatever the exit code.

@@ -32,7 +32,8 @@ Result<double> TimeCompressOnly(const BenchState& bs, uint64_t chunk, int level,
   for (size_t t = 0; t < bs.specs.size(); ++t) {
     const char* base = reinterpret_cast<const char*>(bs.data[t].get());
     size_t n = size_t(NumElements(bs.specs[t].shape)) * sizeof(float);
-    for (size_t off = 0; off < n; off += chunk) pieces.push_back({base + off, std::min<size_t>(chunk, n - off)});
+    for (size_t off = 0; off < n; off += chunk)
+      pieces.push_back({base + off, std::min<size_t>(chunk, n - off)});
   }
   std::vector<uint64_t> stored(pieces.size(), 0);
   std::vector<Status> errors(pieces.size());
@@ -77,17 +78,25 @@ double TimeMemcpyOnly(const BenchState& bs, uint64_t chunk, ThreadPool* pool, ch
     }
   }
   auto t0 = Clock::now();
-  pool->ParallelFor(pieces.size(), [&](size_t i) { std::memcpy(dst + pieces[i].dst, pieces[i].src, pieces[i].len); });
+  pool->ParallelFor(pieces.size(), [&](size_t i) {
+    std::memcpy(dst + pieces[i].dst, pieces[i].src, pieces[i].len);
+  });
   return SecondsSince(t0);
 }
 
 Result<double> RunFioOnce(const std::string& dir, uint64_t size, const std::string& rw,
                           const std::string& engine, bool preallocate = true) {
   uint64_t bs = std::min<uint64_t>(4u << 20, size);
-  std::vector<std::string> argv = {"fio", "--name=w", "--directory=" + dir, "--rw=" + rw,
-                                   "--bs=" + std::to_string(bs), "--direct=1",
-                                   "--ioengine=" + engine, "--iodepth=16",
-                                   "--size=" + std::to_string(size / bs * bs), "--output-format=json"};
+  std::vector<std::string> argv = {"fio",
+                                   "--name=w",
+                                   "--directory=" + dir,
+                                   "--rw=" + rw,
+                                   "--bs=" + std::to_string(bs),
+                                   "--direct=1",
+                                   "--ioengine=" + engine,
+                                   "--iodepth=16",
+                                   "--size=" + std::to_string(size / bs * bs),
+                                   "--output-format=json"};
   if (rw == "write") argv.push_back("--end_fsync=1");
   if (!preallocate) argv.push_back("--fallocate=none");
   STINT_ASSIGN_OR_RETURN(ProcessResult p, RunProcess(argv, 600));
@@ -102,10 +111,12 @@ Result<double> RunFioOnce(const std::string& dir, uint64_t size, const std::stri
   }
   const json& job = j["jobs"][0];
   if (job.value("error", 0) != 0) {
-    return Status::IoError("fio --ioengine=" + engine + ": job error " + std::to_string(job.value("error", 0)));
+    return Status::IoError("fio --ioengine=" + engine + ": job error " +
+                           std::to_string(job.value("error", 0)));
   }
   const char* key = rw == "write" ? "write" : "read";
-  if (!job.contains(key) || !job[key].contains("bw_bytes")) return Status::DataLoss("fio: no bw_bytes");
+  if (!job.contains(key) || !job[key].contains("bw_bytes"))
+    return Status::DataLoss("fio: no bw_bytes");
   double bw = job[key]["bw_bytes"].get<double>();
   if (!(bw > 0)) return Status::DataLoss("fio: bw_bytes is 0");
   return bw;
@@ -198,10 +209,11 @@ TorchReference RunTorchReference(const Flags& flags, const BenchState& bs, const
   std::string shapes;
   for (const auto& s : bs.specs) {
     if (!shapes.empty()) shapes += ",";
-    for (size_t k = 0; k < s.shape.size(); ++k) shapes += (k ? "x" : "") + std::to_string(s.shape[k]);
+    for (size_t k = 0; k < s.shape.size(); ++k)
+      shapes += (k ? "x" : "") + std::to_string(s.shape[k]);
   }
-  auto p = RunProcess({python, script, "--size", std::to_string(bs.tensor_bytes), "--dir", dir, "--runs",
-                       std::to_string(flags.runs), "--shapes", shapes},
+  auto p = RunProcess({python, script, "--size", std::to_string(bs.tensor_bytes), "--dir", dir,
+                       "--runs", std::to_string(flags.runs), "--shapes", shapes},
                       600);
   if (!p.ok()) {
     ref.unavailable = p.status().ToString();
@@ -214,7 +226,8 @@ TorchReference RunTorchReference(const Flags& flags, const BenchState& bs, const
   }
   if (p->exit_code != 0 || !j.ok()) {
     std::string why = LastLine(p->err.empty() ? p->out : p->err);
-    ref.unavailable = python + " exited " + std::to_string(p->exit_code) + (why.empty() ? "" : ": " + why);
+    ref.unavailable =
+        python + " exited " + std::to_string(p->exit_code) + (why.empty() ? "" : ": " + why);
     return ref;
   }
   ref.raw = *j;

@@ -27,7 +27,7 @@ namespace bench {
 struct FioReference {
   std::string engine;  // "io_uring", or "psync" after a fallback
   std::string version;
-  std::string unavailable;  // why, when fio could not run
+  std::string unavailable;                // why, when fio could not run
   std::vector<double> write_bw, read_bw;  // bytes/s per run
   // --fallocate=none: fio then extends the file with every write, as stint's
   // persist does (it writes a fresh, empty file). ext4 runs extending O_DIRECT
@@ -36,7 +36,6 @@ struct FioReference {
   std::vector<double> write_extending_bw;
   std::string note;
 };
-
 
 // A FioReference for the io_uring engine with fio's version, or with
 // `unavailable` set when --no-fio was given or fio does not run.

@@ -60,8 +60,8 @@ struct Row {
 
 void PrintTable(const std::string& title, const std::vector<Row>& rows) {
   Row head{"figure", "stint", "reference", "value", "ratio"};
-  size_t w[5] = {head.figure.size(), head.stint.size(), head.reference.size(), head.ref_value.size(),
-                 head.ratio.size()};
+  size_t w[5] = {head.figure.size(), head.stint.size(), head.reference.size(),
+                 head.ref_value.size(), head.ratio.size()};
   for (const auto& r : rows) {
     w[0] = std::max(w[0], r.figure.size());
     w[1] = std::max(w[1], r.stint.size());
@@ -71,8 +71,9 @@ void PrintTable(const std::string& title, const std::vector<Row>& rows) {
   }
   std::printf("\n%s\n", title.c_str());
   auto line = [&](const Row& r) {
-    std::printf("  %-*s  %*s  %-*s  %*s  %*s\n", int(w[0]), r.figure.c_str(), int(w[1]), r.stint.c_str(),
-                int(w[2]), r.reference.c_str(), int(w[3]), r.ref_value.c_str(), int(w[4]), r.ratio.c_str());
+    std::printf("  %-*s  %*s  %-*s  %*s  %*s\n", int(w[0]), r.figure.c_str(), int(w[1]),
+                r.stint.c_str(), int(w[2]), r.reference.c_str(), int(w[3]), r.ref_value.c_str(),
+                int(w[4]), r.ratio.c_str());
   };
   line(head);
   for (const auto& r : rows) line(r);
@@ -104,56 +105,64 @@ Tables BuildTables(const Flags& flags, const BenchState& bs, const BenchResults&
   for (const auto& v : r.variants) {
     if (!v.unavailable.empty()) continue;
     std::string engine_note = v.saves.empty() ? "" : " [" + v.saves.back().stats.engine + "]";
-    persist_rows.push_back({"persist " + v.label + engine_note + " (persist+commit)", Rate(v.persist_bw),
-                            fio_label + " O_DIRECT write", Rate(fio_w), Ratio(Div(v.persist_bw, fio_w))});
-    persist_rows.push_back({"  Save() call -> durable, " + v.label, Rate(v.durable_bw), fio_label + " O_DIRECT write",
-                            Rate(fio_w), Ratio(Div(v.durable_bw, fio_w))});
+    persist_rows.push_back({"persist " + v.label + engine_note + " (persist+commit)",
+                            Rate(v.persist_bw), fio_label + " O_DIRECT write", Rate(fio_w),
+                            Ratio(Div(v.persist_bw, fio_w))});
+    persist_rows.push_back({"  Save() call -> durable, " + v.label, Rate(v.durable_bw),
+                            fio_label + " O_DIRECT write", Rate(fio_w),
+                            Ratio(Div(v.durable_bw, fio_w))});
     if (!v.compress) {
-      persist_rows.push_back({"  same persist, " + v.label, Rate(v.persist_bw), fio_label + " --fallocate=none",
-                              Rate(fio_x), Ratio(Div(v.persist_bw, fio_x))});
+      persist_rows.push_back({"  same persist, " + v.label, Rate(v.persist_bw),
+                              fio_label + " --fallocate=none", Rate(fio_x),
+                              Ratio(Div(v.persist_bw, fio_x))});
     }
     restore_rows.push_back({"restore " + v.label + " (Checkpointer::Load)", Rate(v.restore_bw),
-                            fio_label + " O_DIRECT read", Rate(fio_r), Ratio(Div(v.restore_bw, fio_r))});
-    stall_rows.push_back({"stall " + v.label + " (Save() returns)", Secs(v.stall_s), "torch.save + fsync",
-                          Secs(torch.fsync_s), Ratio(Div(v.stall_s, torch.fsync_s))});
-    stall_rows.push_back({"  same stall", Secs(v.stall_s), "torch.save, no fsync", Secs(torch.nofsync_s),
-                          Ratio(Div(v.stall_s, torch.nofsync_s))});
-    stall_rows.push_back({"  same stall", Secs(v.stall_s), Printf("memcpy to warm buffer, %u+1 thr", threads_resolved),
+                            fio_label + " O_DIRECT read", Rate(fio_r),
+                            Ratio(Div(v.restore_bw, fio_r))});
+    stall_rows.push_back({"stall " + v.label + " (Save() returns)", Secs(v.stall_s),
+                          "torch.save + fsync", Secs(torch.fsync_s),
+                          Ratio(Div(v.stall_s, torch.fsync_s))});
+    stall_rows.push_back({"  same stall", Secs(v.stall_s), "torch.save, no fsync",
+                          Secs(torch.nofsync_s), Ratio(Div(v.stall_s, torch.nofsync_s))});
+    stall_rows.push_back({"  same stall", Secs(v.stall_s),
+                          Printf("memcpy to warm buffer, %u+1 thr", threads_resolved),
                           Secs(memcpy_only), Ratio(Div(v.stall_s, memcpy_only))});
     stall_rows.push_back({"  time to durable, " + v.label, Secs(v.durable_s), "torch.save + fsync",
                           Secs(torch.fsync_s), Ratio(Div(v.durable_s, torch.fsync_s))});
     if (v.cold) {
-      stall_rows.push_back({"  first save's stall (cold staging)", Secs(v.cold->call_s), "torch.save + fsync",
-                            Secs(torch.fsync_s), Ratio(Div(v.cold->call_s, torch.fsync_s))});
+      stall_rows.push_back({"  first save's stall (cold staging)", Secs(v.cold->call_s),
+                            "torch.save + fsync", Secs(torch.fsync_s),
+                            Ratio(Div(v.cold->call_s, torch.fsync_s))});
     }
   }
   if (fio.unavailable.empty()) {
-    cmp_rows.push_back({"fio write: extending / preallocated file", Rate(fio_x), "fio default (fallocate)",
-                        Rate(fio_w), Ratio(Div(fio_x, fio_w))});
+    cmp_rows.push_back({"fio write: extending / preallocated file", Rate(fio_x),
+                        "fio default (fallocate)", Rate(fio_w), Ratio(Div(fio_x, fio_w))});
   }
   for (bool c : {false, true}) {
     const Variant* u = find("uring", c);
     const Variant* p = find("posix", c);
     if (u == nullptr || p == nullptr) continue;
     std::string tag = c ? "zstd" : "raw";
-    cmp_rows.push_back({"persist uring/posix, " + tag, Rate(u->persist_bw), "posix", Rate(p->persist_bw),
-                        Ratio(Div(u->persist_bw, p->persist_bw))});
-    cmp_rows.push_back({"restore uring/posix, " + tag, Rate(u->restore_bw), "posix", Rate(p->restore_bw),
-                        Ratio(Div(u->restore_bw, p->restore_bw))});
+    cmp_rows.push_back({"persist uring/posix, " + tag, Rate(u->persist_bw), "posix",
+                        Rate(p->persist_bw), Ratio(Div(u->persist_bw, p->persist_bw))});
+    cmp_rows.push_back({"restore uring/posix, " + tag, Rate(u->restore_bw), "posix",
+                        Rate(p->restore_bw), Ratio(Div(u->restore_bw, p->restore_bw))});
   }
   const double zstd_only = m.zstd_only;
   for (const auto& e : flags.engines) {
     const Variant* on = find(e, true);
     const Variant* off = find(e, false);
     if (on == nullptr || off == nullptr) continue;
-    cmp_rows.push_back({"persist zstd/raw, " + e, Rate(on->persist_bw), "raw", Rate(off->persist_bw),
-                        Ratio(Div(on->persist_bw, off->persist_bw))});
-    cmp_rows.push_back({"restore zstd/raw, " + e, Rate(on->restore_bw), "raw", Rate(off->restore_bw),
-                        Ratio(Div(on->restore_bw, off->restore_bw))});
+    cmp_rows.push_back({"persist zstd/raw, " + e, Rate(on->persist_bw), "raw",
+                        Rate(off->persist_bw), Ratio(Div(on->persist_bw, off->persist_bw))});
+    cmp_rows.push_back({"restore zstd/raw, " + e, Rate(on->restore_bw), "raw",
+                        Rate(off->restore_bw), Ratio(Div(on->restore_bw, off->restore_bw))});
     cmp_rows.push_back({"stall zstd/raw, " + e, Secs(on->stall_s), "raw", Secs(off->stall_s),
                         Ratio(Div(on->stall_s, off->stall_s))});
     cmp_rows.push_back({"persist zstd / CPU-only zstd+xxh3, " + e, Rate(on->persist_bw),
-                        Printf("compress only, %u+1 threads", threads_resolved), Rate(zstd_only), Ratio(Div(on->persist_bw, zstd_only))});
+                        Printf("compress only, %u+1 threads", threads_resolved), Rate(zstd_only),
+                        Ratio(Div(on->persist_bw, zstd_only))});
     uint64_t stored = on->saves.empty() ? 0 : on->saves.back().stats.stored_bytes;
     cmp_rows.push_back({"zstd compression ratio (raw/stored), " + e, HumanBytes(stored), "raw",
                         HumanBytes(raw_bytes), Ratio(on->compression)});
@@ -180,24 +189,29 @@ json SampleJson(const SaveSample& s) {
 void PrintContext(const Flags& flags, const BenchState& bs, const BenchContext& context,
                   const BenchOptions& options) {
   const uint64_t raw_bytes = bs.raw_bytes();
-  std::printf("stint-bench: %s state (%zu float32 tensors + %zu blobs, %llu bytes), %d run(s), medians\n",
-              HumanBytes(raw_bytes).c_str(), bs.specs.size(), bs.state.blobs.size(),
-              (unsigned long long)raw_bytes, flags.runs);
+  std::printf(
+      "stint-bench: %s state (%zu float32 tensors + %zu blobs, %llu bytes), %d run(s), medians\n",
+      HumanBytes(raw_bytes).c_str(), bs.specs.size(), bs.state.blobs.size(),
+      (unsigned long long)raw_bytes, flags.runs);
   std::printf("  data:      %s (generated in %.1f s)\n", bs.description.c_str(), context.gen_s);
-  std::printf("  machine:   %u cores, load average %s (other work on the machine skews every figure);\n"
-              "             dir %s: %s\n",
-              context.cores, context.load_before.c_str(), context.dir.c_str(), context.filesystem.c_str());
+  std::printf(
+      "  machine:   %u cores, load average %s (other work on the machine skews every figure);\n"
+      "             dir %s: %s\n",
+      context.cores, context.load_before.c_str(), context.dir.c_str(), context.filesystem.c_str());
   const DirectIoProbe& direct = context.direct;
   std::printf("  O_DIRECT:  write %s, read %s (WritableFile/RandomAccessFile::direct_io())%s\n",
-              direct.write_direct ? "yes" : "NO (buffered fallback)", direct.read_direct ? "yes" : "NO",
+              direct.write_direct ? "yes" : "NO (buffered fallback)",
+              direct.read_direct ? "yes" : "NO",
               direct.error.empty() ? "" : ("; probe error: " + direct.error).c_str());
   std::printf("  drop page cache: %s\n", context.drop_note.c_str());
-  std::printf("  options:   chunk_size %s, io_size %s, io_queue_depth %u, threads %u%s, zstd level %d, "
-              "staging 2x snapshot; others default\n",
-              HumanBytes(options.chunk_size).c_str(), HumanBytes(options.io_size).c_str(),
-              options.io_depth, options.threads_resolved,
-              options.threads == 0 ? " (auto: cores - 1, + the calling thread)" : "", options.zstd_level);
-  if (flags.fork_before_save) std::printf("  fork:      a child is forked and reaped before every measured save\n");
+  std::printf(
+      "  options:   chunk_size %s, io_size %s, io_queue_depth %u, threads %u%s, zstd level %d, "
+      "staging 2x snapshot; others default\n",
+      HumanBytes(options.chunk_size).c_str(), HumanBytes(options.io_size).c_str(), options.io_depth,
+      options.threads_resolved,
+      options.threads == 0 ? " (auto: cores - 1, + the calling thread)" : "", options.zstd_level);
+  if (flags.fork_before_save)
+    std::printf("  fork:      a child is forked and reaped before every measured save\n");
   std::fflush(stdout);
 }
 
@@ -206,19 +220,20 @@ void PrintReport(const Flags& flags, const BenchState& bs, const BenchResults& r
   const TorchReference& torch = results.torch;
   const std::vector<Variant>& variants = results.variants;
   const uint64_t fio_size = results.fio_size;
-  std::printf("  fio:       %s\n", fio.unavailable.empty()
-                                       ? (fio.version + ", --bs=4M --direct=1 --ioengine=" + fio.engine +
-                                          " --iodepth=16 --size=" + std::to_string(fio_size) +
-                                          (fio.note.empty() ? "" : "; " + fio.note))
-                                             .c_str()
-                                       : ("unavailable (" + fio.unavailable + ")").c_str());
+  std::printf("  fio:       %s\n",
+              fio.unavailable.empty()
+                  ? (fio.version + ", --bs=4M --direct=1 --ioengine=" + fio.engine +
+                     " --iodepth=16 --size=" + std::to_string(fio_size) +
+                     (fio.note.empty() ? "" : "; " + fio.note))
+                        .c_str()
+                  : ("unavailable (" + fio.unavailable + ")").c_str());
   if (fio.unavailable.empty() && fio.write_bw.size() > 1) {
     auto mm = [](const std::vector<double>& v) {
       return Printf("%.0f-%.0f MiB/s", *std::min_element(v.begin(), v.end()) / kMiB,
                     *std::max_element(v.begin(), v.end()) / kMiB);
     };
-    std::printf("             spread over runs: write %s, read %s, extending write %s\n", mm(fio.write_bw).c_str(),
-                fio.read_bw.empty() ? "n/a" : mm(fio.read_bw).c_str(),
+    std::printf("             spread over runs: write %s, read %s, extending write %s\n",
+                mm(fio.write_bw).c_str(), fio.read_bw.empty() ? "n/a" : mm(fio.read_bw).c_str(),
                 fio.write_extending_bw.empty() ? "n/a" : mm(fio.write_extending_bw).c_str());
   }
   if (torch.unavailable.empty()) {
@@ -229,12 +244,16 @@ void PrintReport(const Flags& flags, const BenchState& bs, const BenchResults& r
     std::printf("  torch.save reference: unavailable (%s)\n", torch.unavailable.c_str());
   }
   for (const auto& v : variants) {
-    if (!v.unavailable.empty()) std::printf("  variant %s: unavailable (%s)\n", v.label.c_str(), v.unavailable.c_str());
+    if (!v.unavailable.empty())
+      std::printf("  variant %s: unavailable (%s)\n", v.label.c_str(), v.unavailable.c_str());
   }
 
   const Tables t = BuildTables(flags, bs, results);
-  PrintTable("1. persist throughput: raw bytes / (persist+commit) from SaveStats, and / wall time from the\n"
-             "   Save() call to durable (that one includes the snapshot); higher is better", t.persist);
+  PrintTable(
+      "1. persist throughput: raw bytes / (persist+commit) from SaveStats, and / wall time from "
+      "the\n"
+      "   Save() call to durable (that one includes the snapshot); higher is better",
+      t.persist);
   PrintTable("2. restore throughput (raw bytes / Load() time), higher is better", t.restore);
   PrintTable("3. training-thread stall of an async save, lower is better", t.stall);
   PrintTable("4. engine and compression", t.cmp);
@@ -247,16 +266,19 @@ void PrintReport(const Flags& flags, const BenchState& bs, const BenchResults& r
       pf.push_back(double(s.persist_faults));
     }
     for (int64_t f : v.load_faults) lf.push_back(double(f));
-    std::printf("\n    %-13s snapshot %.3f s, persist %.3f s, commit %.3f s, load %.3f s; "
-                "minor faults: first Save() %lld, then Save() %.0f, persist %.0f, Load() %.0f",
-                v.label.c_str(), v.snapshot_s, v.persist_s, v.commit_s, Median(v.load_s),
-                v.cold ? (long long)v.cold->save_faults : -1LL, Median(sf), Median(pf), Median(lf));
+    std::printf(
+        "\n    %-13s snapshot %.3f s, persist %.3f s, commit %.3f s, load %.3f s; "
+        "minor faults: first Save() %lld, then Save() %.0f, persist %.0f, Load() %.0f",
+        v.label.c_str(), v.snapshot_s, v.persist_s, v.commit_s, Median(v.load_s),
+        v.cold ? (long long)v.cold->save_faults : -1LL, Median(sf), Median(pf), Median(lf));
   }
-  if (!results.cpu.zstd_error.empty()) std::printf("\n  CPU-only zstd reference failed: %s", results.cpu.zstd_error.c_str());
+  if (!results.cpu.zstd_error.empty())
+    std::printf("\n  CPU-only zstd reference failed: %s", results.cpu.zstd_error.c_str());
 }
 
 void PrintTotals(double total_s, const std::string& load_after) {
-  std::printf("\n  total bench time %.0f s; load average at the end %s\n", total_s, load_after.c_str());
+  std::printf("\n  total bench time %.0f s; load average at the end %s\n", total_s,
+              load_after.c_str());
 }
 
 void WriteJson(const Flags& flags, const BenchState& bs, const BenchResults& results) {
@@ -278,29 +300,43 @@ void WriteJson(const Flags& flags, const BenchState& bs, const BenchResults& res
                   {"fork_before_save", flags.fork_before_save},
                   {"load_average_start", c.load_before},
                   {"load_average_end", c.load_after}};
-  j["memcpy_cpu_only"] = {{"seconds", results.cpu.memcpy_s}, {"median_seconds", Num(m.memcpy_only)},
+  j["memcpy_cpu_only"] = {{"seconds", results.cpu.memcpy_s},
+                          {"median_seconds", Num(m.memcpy_only)},
                           {"threads", opts.threads_resolved + 1}};
   if (!results.cpu.zstd_bw.empty()) {
-    j["zstd_cpu_only"] = {{"bw_bytes", results.cpu.zstd_bw}, {"bw_median", Num(m.zstd_only)},
-                          {"stored_bytes", results.cpu.zstd_stored}, {"threads", opts.threads_resolved + 1},
+    j["zstd_cpu_only"] = {{"bw_bytes", results.cpu.zstd_bw},
+                          {"bw_median", Num(m.zstd_only)},
+                          {"stored_bytes", results.cpu.zstd_stored},
+                          {"threads", opts.threads_resolved + 1},
                           {"level", opts.zstd_level}};
   }
-  j["options"] = {{"chunk_size", opts.chunk_size}, {"io_size", opts.io_size},
-                  {"io_queue_depth", opts.io_depth}, {"threads", opts.threads},
-                  {"threads_resolved", opts.threads_resolved}, {"zstd_level", opts.zstd_level}};
+  j["options"] = {{"chunk_size", opts.chunk_size},
+                  {"io_size", opts.io_size},
+                  {"io_queue_depth", opts.io_depth},
+                  {"threads", opts.threads},
+                  {"threads_resolved", opts.threads_resolved},
+                  {"zstd_level", opts.zstd_level}};
   json tensors = json::array();
   for (const auto& s : bs.specs) tensors.push_back({{"name", s.name}, {"shape", s.shape}});
-  j["state"] = {{"raw_bytes", bs.raw_bytes()}, {"tensor_bytes", bs.tensor_bytes}, {"blob_bytes", bs.blob_bytes},
-                {"tensors", tensors},          {"data", bs.description},           {"data_kind", flags.data}};
+  j["state"] = {{"raw_bytes", bs.raw_bytes()}, {"tensor_bytes", bs.tensor_bytes},
+                {"blob_bytes", bs.blob_bytes}, {"tensors", tensors},
+                {"data", bs.description},      {"data_kind", flags.data}};
   if (fio.unavailable.empty()) {
-    j["fio"] = {{"engine", fio.engine},          {"version", fio.version},     {"size", results.fio_size},
-                {"write_bw_bytes", fio.write_bw}, {"read_bw_bytes", fio.read_bw},
-                {"write_bw_median", Num(m.fio_w)}, {"read_bw_median", Num(m.fio_r)}, {"note", fio.note},
-                {"write_extending_bw_bytes", fio.write_extending_bw}, {"write_extending_bw_median", Num(m.fio_x)}};
+    j["fio"] = {{"engine", fio.engine},
+                {"version", fio.version},
+                {"size", results.fio_size},
+                {"write_bw_bytes", fio.write_bw},
+                {"read_bw_bytes", fio.read_bw},
+                {"write_bw_median", Num(m.fio_w)},
+                {"read_bw_median", Num(m.fio_r)},
+                {"note", fio.note},
+                {"write_extending_bw_bytes", fio.write_extending_bw},
+                {"write_extending_bw_median", Num(m.fio_x)}};
   } else {
     j["fio"] = {{"unavailable", fio.unavailable}};
   }
-  j["torch_save"] = torch.unavailable.empty() ? torch.raw : json{{"unavailable", torch.unavailable}};
+  j["torch_save"] =
+      torch.unavailable.empty() ? torch.raw : json{{"unavailable", torch.unavailable}};
   json vs = json::array();
   for (const auto& v : results.variants) {
     json o = {{"engine", v.engine}, {"compress", v.compress}};
@@ -315,15 +351,12 @@ void WriteJson(const Flags& flags, const BenchState& bs, const BenchResults& res
     o["saves"] = saves;
     o["load_seconds"] = v.load_s;
     o["load_minor_faults"] = v.load_faults;
-    o["median"] = {{"persist_bw_bytes", Num(v.persist_bw)},
-                   {"save_to_durable_bw_bytes", Num(v.durable_bw)},
-                   {"restore_bw_bytes", Num(v.restore_bw)},
-                   {"stall_seconds", Num(v.stall_s)},
-                   {"snapshot_seconds", Num(v.snapshot_s)},
-                   {"time_to_durable_seconds", Num(v.durable_s)},
-                   {"persist_seconds", Num(v.persist_s)},
-                   {"commit_seconds", Num(v.commit_s)},
-                   {"compression_ratio", Num(v.compression)}};
+    o["median"] = {
+        {"persist_bw_bytes", Num(v.persist_bw)},  {"save_to_durable_bw_bytes", Num(v.durable_bw)},
+        {"restore_bw_bytes", Num(v.restore_bw)},  {"stall_seconds", Num(v.stall_s)},
+        {"snapshot_seconds", Num(v.snapshot_s)},  {"time_to_durable_seconds", Num(v.durable_s)},
+        {"persist_seconds", Num(v.persist_s)},    {"commit_seconds", Num(v.commit_s)},
+        {"compression_ratio", Num(v.compression)}};
     o["ratio"] = {{"persist_vs_fio_write", Num(Div(v.persist_bw, m.fio_w))},
                   {"persist_vs_fio_write_extending", Num(Div(v.persist_bw, m.fio_x))},
                   {"save_to_durable_vs_fio_write", Num(Div(v.durable_bw, m.fio_w))},
@@ -337,7 +370,8 @@ void WriteJson(const Flags& flags, const BenchState& bs, const BenchResults& res
   j["variants"] = vs;
   json cmp = json::array();
   for (const auto& r : BuildTables(flags, bs, results).cmp) {
-    cmp.push_back({{"figure", r.figure}, {"value", r.stint}, {"reference", r.ref_value}, {"ratio", r.ratio}});
+    cmp.push_back(
+        {{"figure", r.figure}, {"value", r.stint}, {"reference", r.ref_value}, {"ratio", r.ratio}});
   }
   j["comparisons"] = cmp;
   std::string text = j.dump(2, ' ', false, json::error_handler_t::replace);

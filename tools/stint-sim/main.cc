@@ -34,7 +34,8 @@ std::vector<std::string> SplitComma(const std::string& s) {
   size_t from = 0;
   while (from <= s.size()) {
     const size_t at = s.find(',', from);
-    const std::string part = s.substr(from, at == std::string::npos ? std::string::npos : at - from);
+    const std::string part =
+        s.substr(from, at == std::string::npos ? std::string::npos : at - from);
     if (!part.empty()) out.push_back(part);
     if (at == std::string::npos) break;
     from = at + 1;
@@ -63,41 +64,55 @@ int main(int argc, char** argv) {
   SchedulerOptions so;
   EngineOptions eo;
   double max_work_h = 0, horizon_days = 0;
-  app.add_option("--trace", trace, "philly:PATH | tiresias:PATH | helios:PATH | alibaba:PATH | synthetic");
+  app.add_option("--trace", trace,
+                 "philly:PATH | tiresias:PATH | helios:PATH | alibaba:PATH | synthetic");
   app.add_option("--capacity", capacity,
-                 "parts joined by '+': fixed:GPUS | helios:PATH[:COLUMN[:GPUS]] | bamboo-nodes:PATH[:GPUS_PER_NODE] "
+                 "parts joined by '+': fixed:GPUS | helios:PATH[:COLUMN[:GPUS]] | "
+                 "bamboo-nodes:PATH[:GPUS_PER_NODE] "
                  "| bamboo-avail:PATH[:GPUS[:h]] | synthetic; a part may end in @spot");
-  app.add_option("--policies", policies, "comma-separated, or 'all' (fifo,easy,slurm,stint,stint-no-*)");
-  app.add_option("--out", out_dir, "write table.md, results.json, utilisation.svg, events-<policy>.log here");
+  app.add_option("--policies", policies,
+                 "comma-separated, or 'all' (fifo,easy,slurm,stint,stint-no-*)");
+  app.add_option("--out", out_dir,
+                 "write table.md, results.json, utilisation.svg, events-<policy>.log here");
   app.add_option("--seed", wo.jobs.seed, "seed for synthetic parts");
   app.add_option("--max-jobs", wo.max_jobs, "replay only the first N jobs");
   app.add_option("--arrival-scale", wo.arrival_scale, "multiply submit times (< 1: more load)");
   app.add_option("--checkpoint-s", wo.jobs.checkpoint_s, "C: checkpoint cost, s");
   app.add_option("--restart-s", wo.jobs.restart_s, "R: restart cost, s");
   app.add_option("--interval-s", wo.jobs.interval_s, "I: periodic checkpoint interval, s");
-  app.add_option("--philly-median-s", wo.jobs.philly_median_s, "Philly: run time of each job type's median job");
+  app.add_option("--philly-median-s", wo.jobs.philly_median_s,
+                 "Philly: run time of each job type's median job");
   app.add_option("--max-work-h", max_work_h, "cap each job's work (hours; 0 = no cap)");
-  app.add_option("--elastic-fraction", wo.jobs.elastic_fraction, "share of multi-GPU jobs that may run on half");
+  app.add_option("--elastic-fraction", wo.jobs.elastic_fraction,
+                 "share of multi-GPU jobs that may run on half");
   bool no_gang = false;
   app.add_flag("--no-gang", no_gang, "jobs may be assembled from several windows of a pool");
-  app.add_flag("--synthetic-priorities", wo.synthetic_priorities, "assign LOW/MEDIUM/HIGH (labelled synthetic)");
+  app.add_flag("--synthetic-priorities", wo.synthetic_priorities,
+               "assign LOW/MEDIUM/HIGH (labelled synthetic)");
   app.add_option("--notice-lead-s", wo.notice_lead_s, "spot revocation notice, s");
   app.add_option("--synthetic-jobs", wo.synthetic_jobs.jobs, "synthetic: number of jobs");
-  app.add_option("--synthetic-gap-s", wo.synthetic_jobs.mean_interarrival_s, "synthetic: mean inter-arrival, s");
+  app.add_option("--synthetic-gap-s", wo.synthetic_jobs.mean_interarrival_s,
+                 "synthetic: mean inter-arrival, s");
   app.add_option("--synthetic-teams", wo.synthetic_jobs.teams, "synthetic: teams");
-  app.add_option("--estimate-factor", so.estimate_factor, "runtime estimates / time limits = true x this");
+  app.add_option("--estimate-factor", so.estimate_factor,
+                 "runtime estimates / time limits = true x this");
   app.add_option("--team-guarantee", so.team_guarantee_gpus, "stint: every team's guaranteed GPUs");
   app.add_option("--plan-depth", so.stint.plan_depth, "stint PolicyConfig.plan_depth");
-  app.add_option("--aging-points", so.stint.aging_points_per_hour, "stint PolicyConfig.aging_points_per_hour");
-  app.add_option("--fair-share-points", so.stint.fair_share_points, "stint PolicyConfig.fair_share_points");
+  app.add_option("--aging-points", so.stint.aging_points_per_hour,
+                 "stint PolicyConfig.aging_points_per_hour");
+  app.add_option("--fair-share-points", so.stint.fair_share_points,
+                 "stint PolicyConfig.fair_share_points");
   app.add_option("--service-class-points", so.stint.service_class_points,
                  "stint PolicyConfig.service_class_points");
   app.add_option("--service-class-gpu-hours", so.stint.service_class_gpu_hours,
                  "stint PolicyConfig.service_class_gpu_hours");
-  app.add_option("--min-run-s", so.stint.min_run_seconds, "stint min_run_seconds (also Slurm PreemptExemptTime)");
-  app.add_option("--safety-s", so.stint.safety_seconds, "stint safety_seconds (also Slurm GraceTime margin)");
+  app.add_option("--min-run-s", so.stint.min_run_seconds,
+                 "stint min_run_seconds (also Slurm PreemptExemptTime)");
+  app.add_option("--safety-s", so.stint.safety_seconds,
+                 "stint safety_seconds (also Slurm GraceTime margin)");
   app.add_option("--tick-s", eo.tick_s, "schedule at least this often while jobs wait (virtual s)");
-  app.add_option("--horizon-days", horizon_days, "stop the replay here (0: when every job is done)");
+  app.add_option("--horizon-days", horizon_days,
+                 "stop the replay here (0: when every job is done)");
   CLI11_PARSE(app, argc, argv);
   wo.jobs.gang = !no_gang;
   wo.jobs.max_work_s = max_work_h * 3600;
@@ -124,7 +139,8 @@ int main(int argc, char** argv) {
     std::error_code ec;
     std::filesystem::create_directories(out_dir, ec);
     if (ec) {
-      std::fprintf(stderr, "stint-sim: cannot create --out %s: %s\n", out_dir.c_str(), ec.message().c_str());
+      std::fprintf(stderr, "stint-sim: cannot create --out %s: %s\n", out_dir.c_str(),
+                   ec.message().c_str());
       return 2;
     }
   }
@@ -141,24 +157,34 @@ int main(int argc, char** argv) {
     auto sched = MakeScheduler(spec, so);
     const auto t0 = std::chrono::steady_clock::now();
     SimResult r = Simulate(w, *sched, e);
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     Metrics m = ComputeMetrics(r);
-    std::fprintf(stderr, "stint-sim: %-20s %d/%d jobs done in %.1f s wall (%" PRId64 " schedule calls)\n",
+    std::fprintf(stderr,
+                 "stint-sim: %-20s %d/%d jobs done in %.1f s wall (%" PRId64 " schedule calls)\n",
                  spec.name.c_str(), m.finished, m.jobs, wall, r.schedule_calls);
     if (!out_dir.empty()) {
       if (!WriteFile(out_dir + "/events-" + spec.name + ".log", r.log)) return 1;
       r.log.clear();
     }
-    js["policies"][spec.name] = {{"jct_mean_s", m.jct_mean_s},     {"jct_median_s", m.jct_median_s},
-                                 {"jct_p99_s", m.jct_p99_s},       {"queue_mean_s", m.queue_mean_s},
-                                 {"queue_p99_s", m.queue_p99_s},   {"gpu_util", m.gpu_util},
-                                 {"window_util", m.window_util},   {"fragmentation", m.fragmentation},
-                                 {"goodput", m.goodput},           {"lost_gpu_h", m.lost_gpu_h},
+    js["policies"][spec.name] = {{"jct_mean_s", m.jct_mean_s},
+                                 {"jct_median_s", m.jct_median_s},
+                                 {"jct_p99_s", m.jct_p99_s},
+                                 {"queue_mean_s", m.queue_mean_s},
+                                 {"queue_p99_s", m.queue_p99_s},
+                                 {"gpu_util", m.gpu_util},
+                                 {"window_util", m.window_util},
+                                 {"fragmentation", m.fragmentation},
+                                 {"goodput", m.goodput},
+                                 {"lost_gpu_h", m.lost_gpu_h},
                                  {"interrupts_per_job", m.interrupts_per_job},
                                  {"preemptions_per_job", m.preemptions_per_job},
-                                 {"fairness_jain", m.fairness_jain}, {"finished", m.finished},
-                                 {"jobs", m.jobs},                 {"violations", m.violations},
-                                 {"log_hash", m.log_hash},         {"wall_s", wall}};
+                                 {"fairness_jain", m.fairness_jain},
+                                 {"finished", m.finished},
+                                 {"jobs", m.jobs},
+                                 {"violations", m.violations},
+                                 {"log_hash", m.log_hash},
+                                 {"wall_s", wall}};
     rows.push_back(m);
     results.push_back(std::move(r));
   }
@@ -169,18 +195,22 @@ int main(int argc, char** argv) {
       "",
       std::string("- jobs: ") + w.job_source + " — " + std::to_string(w.jobs.size()) + " jobs" +
           (w.synthetic_jobs ? " **[SYNTHETIC]**" : ""),
-      std::string("- capacity: ") + w.capacity_source + " — " + std::to_string(w.windows.size()) + " windows" +
-          (w.synthetic_capacity ? " **[SYNTHETIC]**" : ""),
-      "- job model: C = " + std::to_string(wo.jobs.checkpoint_s) + " s, R = " + std::to_string(wo.jobs.restart_s) +
-          " s, I = " + std::to_string(wo.jobs.interval_s) + " s; estimates x" + std::to_string(so.estimate_factor) +
-          "; seed " + std::to_string(wo.jobs.seed),
+      std::string("- capacity: ") + w.capacity_source + " — " + std::to_string(w.windows.size()) +
+          " windows" + (w.synthetic_capacity ? " **[SYNTHETIC]**" : ""),
+      "- job model: C = " + std::to_string(wo.jobs.checkpoint_s) +
+          " s, R = " + std::to_string(wo.jobs.restart_s) +
+          " s, I = " + std::to_string(wo.jobs.interval_s) + " s; estimates x" +
+          std::to_string(so.estimate_factor) + "; seed " + std::to_string(wo.jobs.seed),
   };
-  const std::string table = FormatTable(rows, rows.empty() ? "" : (names[0] == "fifo" ? "fifo" : rows[0].policy), header);
+  const std::string table =
+      FormatTable(rows, rows.empty() ? "" : (names[0] == "fifo" ? "fifo" : rows[0].policy), header);
   std::fputs(table.c_str(), stdout);
   if (!out_dir.empty()) {
     if (!WriteFile(out_dir + "/table.md", table)) return 1;
     if (!WriteFile(out_dir + "/results.json", js.dump(2) + "\n")) return 1;
-    if (!WriteFile(out_dir + "/utilisation.svg", UtilisationSvg(results, "utilisation over time: " + w.job_source.substr(0, 60)))) return 1;
+    if (!WriteFile(out_dir + "/utilisation.svg",
+                   UtilisationSvg(results, "utilisation over time: " + w.job_source.substr(0, 60))))
+      return 1;
   }
   int64_t violations = 0;
   for (const Metrics& m : rows) violations += m.violations;

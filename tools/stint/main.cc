@@ -144,7 +144,8 @@ Result<std::string> ResolveCheckpointDir(Env* env, std::string path) {
   }
   STINT_ASSIGN_OR_RETURN(std::vector<uint64_t> steps, ListCheckpointSteps(env, path));
   if (steps.empty()) {
-    return Status::NotFound(path + ": no MANIFEST.json, no LATEST and no committed step-* directory");
+    return Status::NotFound(path +
+                            ": no MANIFEST.json, no LATEST and no committed step-* directory");
   }
   std::cerr << "stint: " << path << " has no LATEST; using the newest committed "
             << StepDirName(steps.back()) << "\n";
@@ -221,7 +222,7 @@ int RunLs(const std::string& root_arg, bool json) {
     return a.dir < b.dir;
   });
   bool latest_found = !latest || std::any_of(entries.begin(), entries.end(),
-                                              [](const LsEntry& e) { return e.latest; });
+                                             [](const LsEntry& e) { return e.latest; });
   if (latest && !latest_found) latest_error = "LATEST names " + *latest + ", which does not exist";
 
   if (json) {
@@ -288,7 +289,8 @@ struct ChunkStats {
   double Ratio() const { return stored == 0 ? 1.0 : double(raw) / double(stored); }
   std::string CodecMix() const {
     std::string out;
-    for (const auto& [name, n] : codecs) out += (out.empty() ? "" : ", ") + name + " " + std::to_string(n);
+    for (const auto& [name, n] : codecs)
+      out += (out.empty() ? "" : ", ") + name + " " + std::to_string(n);
     return out;
   }
   Json CodecJson() const {
@@ -310,7 +312,8 @@ int RunInspect(const std::string& path, bool json) {
   if (!dir.ok()) return Fail(dir.status());
   auto m = LoadManifest(env, *dir);
   if (!m.ok()) return Fail(m.status());
-  const std::string version = std::to_string(m->version_major) + "." + std::to_string(m->version_minor);
+  const std::string version =
+      std::to_string(m->version_major) + "." + std::to_string(m->version_minor);
 
   if (json) {
     Json out;
@@ -331,9 +334,14 @@ int RunInspect(const std::string& path, bool json) {
     for (const auto& t : m->tensors) {
       ChunkStats st;
       for (const auto& s : t.shards) st.Add(s.chunks);
-      tensors.push_back({{"name", t.name}, {"dtype", DTypeName(t.dtype)}, {"shape", t.global_shape},
-                         {"shards", t.shards.size()}, {"chunks", st.chunks}, {"raw_bytes", st.raw},
-                         {"stored_bytes", st.stored}, {"codecs", st.CodecJson()},
+      tensors.push_back({{"name", t.name},
+                         {"dtype", DTypeName(t.dtype)},
+                         {"shape", t.global_shape},
+                         {"shards", t.shards.size()},
+                         {"chunks", st.chunks},
+                         {"raw_bytes", st.raw},
+                         {"stored_bytes", st.stored},
+                         {"codecs", st.CodecJson()},
                          {"compression_ratio", st.Ratio()}});
     }
     out["tensors"] = std::move(tensors);
@@ -341,8 +349,11 @@ int RunInspect(const std::string& path, bool json) {
     for (const auto& b : m->blobs) {
       ChunkStats st;
       st.Add(b.chunks);
-      blobs.push_back({{"name", b.name}, {"file", b.file}, {"chunks", st.chunks},
-                       {"raw_bytes", st.raw}, {"stored_bytes", st.stored}});
+      blobs.push_back({{"name", b.name},
+                       {"file", b.file},
+                       {"chunks", st.chunks},
+                       {"raw_bytes", st.raw},
+                       {"stored_bytes", st.stored}});
     }
     out["blobs"] = std::move(blobs);
     PrintJson(out);
@@ -372,8 +383,9 @@ int RunInspect(const std::string& path, bool json) {
       st.Add(s.chunks);
       all.Add(s.chunks);
     }
-    rows.push_back({t.name, DTypeName(t.dtype), ShapeString(t.global_shape), std::to_string(t.shards.size()),
-                    HumanBytes(st.raw), HumanBytes(st.stored), st.CodecMix(), RatioString(st.Ratio())});
+    rows.push_back({t.name, DTypeName(t.dtype), ShapeString(t.global_shape),
+                    std::to_string(t.shards.size()), HumanBytes(st.raw), HumanBytes(st.stored),
+                    st.CodecMix(), RatioString(st.Ratio())});
   }
   PrintTable(rows, "  ");
 
@@ -398,7 +410,8 @@ int RunInspect(const std::string& path, bool json) {
 bool VerifyOne(const std::string& dir) {
   const std::string name = BaseName(dir);
   auto reader = CheckpointReader::Open(dir);
-  Result<VerifyReport> report = reader.ok() ? (*reader)->Verify() : Result<VerifyReport>(reader.status());
+  Result<VerifyReport> report =
+      reader.ok() ? (*reader)->Verify() : Result<VerifyReport>(reader.status());
   if (!report.ok()) {
     std::cout << "FAILED " << name << ": " << report.status().ToString() << "\n";
     return false;
@@ -447,11 +460,13 @@ int main(int argc, char** argv) {
   ls->add_flag("--json", json, "Machine-readable output");
 
   CLI::App* inspect = app.add_subcommand("inspect", "Show what a checkpoint's manifest records");
-  inspect->add_option("path", path, "Checkpoint directory, or a root (meaning its LATEST)")->required();
+  inspect->add_option("path", path, "Checkpoint directory, or a root (meaning its LATEST)")
+      ->required();
   inspect->add_flag("--json", json, "Machine-readable output");
 
   CLI::App* verify = app.add_subcommand("verify", "Check every chunk checksum and file digest");
-  verify->add_option("path", path, "Checkpoint directory, or a root (meaning its LATEST)")->required();
+  verify->add_option("path", path, "Checkpoint directory, or a root (meaning its LATEST)")
+      ->required();
   verify->add_flag("--all", all, "Verify every committed checkpoint in the root");
 
   // CLI11 reports parse errors by throwing; this is the only place they are

@@ -27,9 +27,9 @@ std::string FormatUtc(int64_t ms) {
   unsigned m, d;
   CivilFromDays(days, &y, &m, &d);
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%04lld-%02u-%02uT%02lld:%02lld:%02lldZ", static_cast<long long>(y), m, d,
-                static_cast<long long>(rem / 3600), static_cast<long long>(rem / 60 % 60),
-                static_cast<long long>(rem % 60));
+  std::snprintf(buf, sizeof(buf), "%04lld-%02u-%02uT%02lld:%02lld:%02lldZ",
+                static_cast<long long>(y), m, d, static_cast<long long>(rem / 3600),
+                static_cast<long long>(rem / 60 % 60), static_cast<long long>(rem % 60));
   return buf;
 }
 
@@ -47,8 +47,8 @@ std::string FormatDuration(double seconds) {
     if (minor == 0) {
       std::snprintf(buf, sizeof(buf), "%s%lld%c", sign, static_cast<long long>(major), names[i]);
     } else {
-      std::snprintf(buf, sizeof(buf), "%s%lld%c%02lld%c", sign, static_cast<long long>(major), names[i],
-                    static_cast<long long>(minor), names[i + 1]);
+      std::snprintf(buf, sizeof(buf), "%s%lld%c%02lld%c", sign, static_cast<long long>(major),
+                    names[i], static_cast<long long>(minor), names[i + 1]);
     }
     return buf;
   }

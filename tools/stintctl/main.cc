@@ -150,7 +150,8 @@ int Main(int argc, char** argv) {
   Globals g;
   app.add_option("--url", g.url, "stintd address (default $STINTD_URL or http://127.0.0.1:7077)");
   app.add_option("--token", g.token, "bearer token (default $STINTD_TOKEN)");
-  app.add_option("--token-file", g.token_file, "file holding the bearer token (default $STINTD_TOKEN_FILE)");
+  app.add_option("--token-file", g.token_file,
+                 "file holding the bearer token (default $STINTD_TOKEN_FILE)");
   app.add_flag("--json", g.json, "print stintd's JSON answer unchanged");
 
   // CLI::PositiveNumber's message prints DBL_MAX in full.
@@ -158,7 +159,9 @@ int Main(int argc, char** argv) {
 
   // Each leaf command registers what it runs once everything is parsed.
   std::vector<std::pair<CLI::App*, std::function<int(Ctl&, int64_t now_ms)>>> leaves;
-  auto leaf = [&](CLI::App* cmd, std::function<int(Ctl&, int64_t)> run) { leaves.emplace_back(cmd, std::move(run)); };
+  auto leaf = [&](CLI::App* cmd, std::function<int(Ctl&, int64_t)> run) {
+    leaves.emplace_back(cmd, std::move(run));
+  };
 
   // --- pools ---
   CLI::App* pools = app.add_subcommand("pools", "GPU pools")->require_subcommand(1);
@@ -169,10 +172,12 @@ int Main(int argc, char** argv) {
   leaf(pools_add, [&](Ctl& c, int64_t) {
     Json body{{"name", pool_name}};
     if (*pool_desc_opt) body["description"] = pool_description;
-    return c.Run("POST", "/v1/pools", body, [&](const Json&) { return Line("pool " + pool_name + " created"); });
+    return c.Run("POST", "/v1/pools", body,
+                 [&](const Json&) { return Line("pool " + pool_name + " created"); });
   });
   CLI::App* pools_list = pools->add_subcommand("list", "list pools");
-  leaf(pools_list, [&](Ctl& c, int64_t) { return c.Run("GET", "/v1/pools", std::nullopt, RenderPools); });
+  leaf(pools_list,
+       [&](Ctl& c, int64_t) { return c.Run("GET", "/v1/pools", std::nullopt, RenderPools); });
 
   // --- windows ---
   CLI::App* windows = app.add_subcommand("windows", "time windows of GPUs")->require_subcommand(1);
@@ -180,14 +185,18 @@ int Main(int argc, char** argv) {
   int w_gpus = 0;
   CLI::App* windows_add = windows->add_subcommand("add", "offer GPUs of a pool for a time window");
   windows_add->add_option("--pool", w_pool, "pool name")->required();
-  windows_add->add_option("--gpus", w_gpus, "number of GPUs")->required()->check(CLI::Range(1, 1 << 20));
+  windows_add->add_option("--gpus", w_gpus, "number of GPUs")
+      ->required()
+      ->check(CLI::Range(1, 1 << 20));
   auto* w_start_opt = windows_add->add_option("--start", w_start, "start time (default now)");
   auto* w_end_opt = windows_add->add_option("--end", w_end, "end time");
-  auto* w_duration_opt = windows_add->add_option("--duration", w_duration, "length, from the start");
+  auto* w_duration_opt =
+      windows_add->add_option("--duration", w_duration, "length, from the start");
   w_end_opt->excludes(w_duration_opt);
   windows_add->add_option("--kind", w_kind, "hard (known end) or spot (revocable)")
       ->check(CLI::IsMember({"hard", "spot"}));
-  auto* w_lead_opt = windows_add->add_option("--notice-lead", w_lead, "notice a spot revocation gives");
+  auto* w_lead_opt =
+      windows_add->add_option("--notice-lead", w_lead, "notice a spot revocation gives");
   leaf(windows_add, [&](Ctl& c, int64_t now) {
     Json body{{"pool", w_pool}, {"gpus", w_gpus}, {"kind", w_kind}};
     int64_t start = now;
@@ -214,21 +223,25 @@ int Main(int argc, char** argv) {
       body["notice_lead_seconds"] = *d;
     }
     return c.Run("POST", "/v1/windows", body, [&](const Json& w) {
-      std::string end = w.contains("end_ms") && !w["end_ms"].is_null() ? TimeCell(w, "end_ms", now) : "revoked";
-      return Line("window " + Cell(w, "id") + ": pool " + Cell(w, "pool") + ", " + Cell(w, "gpus") + " GPUs, " +
-                  Cell(w, "kind") + ", from " + TimeCell(w, "start_ms", now) + " until " + end);
+      std::string end =
+          w.contains("end_ms") && !w["end_ms"].is_null() ? TimeCell(w, "end_ms", now) : "revoked";
+      return Line("window " + Cell(w, "id") + ": pool " + Cell(w, "pool") + ", " + Cell(w, "gpus") +
+                  " GPUs, " + Cell(w, "kind") + ", from " + TimeCell(w, "start_ms", now) +
+                  " until " + end);
     });
   });
   CLI::App* windows_list = windows->add_subcommand("list", "list windows");
   leaf(windows_list, [&](Ctl& c, int64_t now) {
-    return c.Run("GET", "/v1/windows", std::nullopt, [now](const Json& r) { return RenderWindows(r, now); });
+    return c.Run("GET", "/v1/windows", std::nullopt,
+                 [now](const Json& r) { return RenderWindows(r, now); });
   });
   int64_t w_id = 0;
   std::string w_close_lead;
-  CLI::App* windows_close = windows->add_subcommand("close", "close a window early (notices go out)");
+  CLI::App* windows_close =
+      windows->add_subcommand("close", "close a window early (notices go out)");
   windows_close->add_option("id", w_id, "window id")->required()->check(kId);
-  auto* w_close_lead_opt =
-      windows_close->add_option("--lead", w_close_lead, "notice before the close (default: the window's)");
+  auto* w_close_lead_opt = windows_close->add_option(
+      "--lead", w_close_lead, "notice before the close (default: the window's)");
   leaf(windows_close, [&](Ctl& c, int64_t now) {
     Json body = Json::object();
     if (*w_close_lead_opt) {
@@ -236,13 +249,15 @@ int Main(int argc, char** argv) {
       if (!d.ok()) return Usage("--lead: " + d.status().message());
       body["lead_seconds"] = *d;
     }
-    return c.Run("POST", "/v1/windows/" + std::to_string(w_id) + "/close", body, [&](const Json& w) {
-      return Line("window " + Cell(w, "id") + " closes " + TimeCell(w, "end_ms", now));
-    });
+    return c.Run("POST", "/v1/windows/" + std::to_string(w_id) + "/close", body,
+                 [&](const Json& w) {
+                   return Line("window " + Cell(w, "id") + " closes " + TimeCell(w, "end_ms", now));
+                 });
   });
 
   // --- teams ---
-  CLI::App* teams = app.add_subcommand("teams", "teams and their GPU guarantees")->require_subcommand(1);
+  CLI::App* teams =
+      app.add_subcommand("teams", "teams and their GPU guarantees")->require_subcommand(1);
   std::string team_name;
   int t_guaranteed = 0, t_borrow = 0;
   CLI::App* teams_set = teams->add_subcommand("set", "create or change a team");
@@ -251,7 +266,8 @@ int Main(int argc, char** argv) {
       ->required()
       ->check(CLI::NonNegativeNumber);
   auto* t_borrow_opt =
-      teams_set->add_option("--borrow-limit", t_borrow, "GPUs it may borrow beyond that (-1: unlimited)")
+      teams_set
+          ->add_option("--borrow-limit", t_borrow, "GPUs it may borrow beyond that (-1: unlimited)")
           ->check(CLI::Range(-1, 1 << 30));
   leaf(teams_set, [&](Ctl& c, int64_t) {
     Json body{{"guaranteed_gpus", t_guaranteed}};
@@ -261,7 +277,8 @@ int Main(int argc, char** argv) {
     });
   });
   CLI::App* teams_list = teams->add_subcommand("list", "list teams");
-  leaf(teams_list, [&](Ctl& c, int64_t) { return c.Run("GET", "/v1/teams", std::nullopt, RenderTeams); });
+  leaf(teams_list,
+       [&](Ctl& c, int64_t) { return c.Run("GET", "/v1/teams", std::nullopt, RenderTeams); });
 
   // --- jobs ---
   CLI::App* jobs = app.add_subcommand("jobs", "training jobs")->require_subcommand(1);
@@ -273,16 +290,22 @@ int Main(int argc, char** argv) {
   jobs_submit->add_option("--gpus", j_gpus, "GPUs: N, or MIN:MAX for an elastic job")->required();
   auto* j_team_opt = jobs_submit->add_option("--team", j_team, "team");
   auto* j_pool_opt = jobs_submit->add_option("--pool", j_pool, "pool to run in");
-  auto* j_priority_opt = jobs_submit->add_option("--priority", j_priority, "LOW, MEDIUM, HIGH or CRITICAL");
-  jobs_submit->add_flag("--no-gang", j_no_gang, "may start on fewer GPUs than asked, growing later");
+  auto* j_priority_opt =
+      jobs_submit->add_option("--priority", j_priority, "LOW, MEDIUM, HIGH or CRITICAL");
+  jobs_submit->add_flag("--no-gang", j_no_gang,
+                        "may start on fewer GPUs than asked, growing later");
   jobs_submit->add_flag("--not-preemptible", j_not_preemptible, "never preempted for priority");
-  auto* j_ckpt_opt = jobs_submit->add_option("--checkpoint-seconds", j_ckpt, "time one checkpoint takes")
-                         ->check(CLI::NonNegativeNumber);
-  auto* j_restart_opt = jobs_submit->add_option("--restart-seconds", j_restart, "time from start to first step")
-                            ->check(CLI::NonNegativeNumber);
-  auto* j_interval_opt = jobs_submit->add_option("--interval-seconds", j_interval, "time between checkpoints")
-                             ->check(CLI::NonNegativeNumber);
-  auto* j_remaining_opt = jobs_submit->add_option("--remaining", j_remaining, "work left, e.g. 12h");
+  auto* j_ckpt_opt =
+      jobs_submit->add_option("--checkpoint-seconds", j_ckpt, "time one checkpoint takes")
+          ->check(CLI::NonNegativeNumber);
+  auto* j_restart_opt =
+      jobs_submit->add_option("--restart-seconds", j_restart, "time from start to first step")
+          ->check(CLI::NonNegativeNumber);
+  auto* j_interval_opt =
+      jobs_submit->add_option("--interval-seconds", j_interval, "time between checkpoints")
+          ->check(CLI::NonNegativeNumber);
+  auto* j_remaining_opt =
+      jobs_submit->add_option("--remaining", j_remaining, "work left, e.g. 12h");
   leaf(jobs_submit, [&](Ctl& c, int64_t) {
     auto gpus = ParseGpuRange(j_gpus);
     if (!gpus.ok()) return Usage(gpus.status().message());
@@ -310,7 +333,8 @@ int Main(int argc, char** argv) {
   });
   std::string j_state;
   CLI::App* jobs_list = jobs->add_subcommand("list", "list jobs");
-  auto* j_state_opt = jobs_list->add_option("--state", j_state, "only PENDING, RUNNING, DONE, CANCELLED or FAILED");
+  auto* j_state_opt =
+      jobs_list->add_option("--state", j_state, "only PENDING, RUNNING, DONE, CANCELLED or FAILED");
   leaf(jobs_list, [&](Ctl& c, int64_t now) {
     std::string path = "/v1/jobs";
     if (*j_state_opt) {
@@ -328,14 +352,17 @@ int Main(int argc, char** argv) {
                  [now](const Json& j) { return RenderJob(j, now); });
   });
   std::string j_reason;
-  CLI::App* jobs_cancel = jobs->add_subcommand("cancel", "cancel a job (a running one gets a notice)");
+  CLI::App* jobs_cancel =
+      jobs->add_subcommand("cancel", "cancel a job (a running one gets a notice)");
   jobs_cancel->add_option("id", j_id, "job id")->required()->check(kId);
-  auto* j_reason_opt = jobs_cancel->add_option("--reason", j_reason, "recorded in the job's message");
+  auto* j_reason_opt =
+      jobs_cancel->add_option("--reason", j_reason, "recorded in the job's message");
   leaf(jobs_cancel, [&](Ctl& c, int64_t) {
     Json body = Json::object();
     if (*j_reason_opt) body["reason"] = j_reason;
-    return c.Run("POST", "/v1/jobs/" + std::to_string(j_id) + "/cancel", body,
-                 [](const Json& j) { return Line("job " + Cell(j, "id") + ": " + Cell(j, "state")); });
+    return c.Run("POST", "/v1/jobs/" + std::to_string(j_id) + "/cancel", body, [](const Json& j) {
+      return Line("job " + Cell(j, "id") + ": " + Cell(j, "state"));
+    });
   });
   std::string j_level;
   CLI::App* jobs_priority = jobs->add_subcommand("priority", "change a job's priority");
@@ -345,23 +372,28 @@ int Main(int argc, char** argv) {
     auto p = ParsePriority(j_level);
     if (!p.ok()) return Usage(p.status().message());
     return c.Run("POST", "/v1/jobs/" + std::to_string(j_id) + "/priority", Json{{"priority", *p}},
-                 [](const Json& j) { return Line("job " + Cell(j, "id") + ": priority " + Cell(j, "priority")); });
+                 [](const Json& j) {
+                   return Line("job " + Cell(j, "id") + ": priority " + Cell(j, "priority"));
+                 });
   });
 
   // --- queue, segments ---
-  CLI::App* queue = app.add_subcommand("queue", "pending jobs in order, with why they wait; running jobs");
-  leaf(queue, [&](Ctl& c, int64_t) { return c.Run("GET", "/v1/queue", std::nullopt, RenderQueue); });
+  CLI::App* queue =
+      app.add_subcommand("queue", "pending jobs in order, with why they wait; running jobs");
+  leaf(queue,
+       [&](Ctl& c, int64_t) { return c.Run("GET", "/v1/queue", std::nullopt, RenderQueue); });
   int64_t s_job = 0;
   CLI::App* segments = app.add_subcommand("segments", "job runs in windows");
   auto* s_job_opt = segments->add_option("--job", s_job, "only this job's")->check(kId);
   leaf(segments, [&](Ctl& c, int64_t now) {
     std::string path = "/v1/segments";
     if (*s_job_opt) path += "?job_id=" + std::to_string(s_job);
-    return c.Run("GET", path, std::nullopt, [now](const Json& r) { return RenderSegments(r, now); });
+    return c.Run("GET", path, std::nullopt,
+                 [now](const Json& r) { return RenderSegments(r, now); });
   });
 
-  CLI::App* status =
-      app.add_subcommand("status", "counts: jobs by state, GPUs, windows, the queue by priority and reason");
+  CLI::App* status = app.add_subcommand(
+      "status", "counts: jobs by state, GPUs, windows, the queue by priority and reason");
   leaf(status, [&](Ctl& c, int64_t) {
     return c.RunGets({"/v1/queue", "/v1/jobs", "/v1/windows"},
                      [](const std::vector<Json>& r) { return RenderStatus(r[0], r[1], r[2]); });

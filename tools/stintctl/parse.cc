@@ -37,7 +37,8 @@ bool Digits(const std::string& text, size_t* pos, size_t n, int64_t* out) {
 }
 
 bool Expect(const std::string& text, size_t* pos, char c) {
-  if (*pos >= text.size() || std::toupper(static_cast<unsigned char>(text[*pos])) != c) return false;
+  if (*pos >= text.size() || std::toupper(static_cast<unsigned char>(text[*pos])) != c)
+    return false;
   ++*pos;
   return true;
 }
@@ -67,7 +68,8 @@ bool ParseIso(const std::string& text, int64_t* ms, std::string* why) {
     *why = "must be UTC and end in Z (2026-12-02T18:00:00Z)";
     return true;
   }
-  if (mo < 1 || mo > 12 || d < 1 || d > DaysInMonth(y, unsigned(mo)) || h > 23 || mi > 59 || s > 59) {
+  if (mo < 1 || mo > 12 || d < 1 || d > DaysInMonth(y, unsigned(mo)) || h > 23 || mi > 59 ||
+      s > 59) {
     *why = "no such date or time";
     return true;
   }
@@ -127,7 +129,8 @@ Result<int64_t> ParseDuration(const std::string& text) {
     while (u < 4 && kUnits[u].unit != unit) ++u;
     if (u == 4) {
       bool known = unit == 'd' || unit == 'h' || unit == 'm' || unit == 's';
-      return bad(known ? "units must be largest first, each once" : std::string("unknown unit '") + unit + "'");
+      return bad(known ? "units must be largest first, each once"
+                       : std::string("unknown unit '") + unit + "'");
     }
     next_unit = u + 1;
     total += n * kUnits[u].seconds;
@@ -138,8 +141,9 @@ Result<int64_t> ParseDuration(const std::string& text) {
 
 Result<int64_t> ParseTime(const std::string& text, int64_t now_ms) {
   auto bad = [&](const std::string& why) {
-    return Status::InvalidArgument("'" + text + "' is not a time (" + why +
-                                   "; use now, now+90m, +2h, unix seconds or 2026-12-02T18:00:00Z)");
+    return Status::InvalidArgument(
+        "'" + text + "' is not a time (" + why +
+        "; use now, now+90m, +2h, unix seconds or 2026-12-02T18:00:00Z)");
   };
   if (text.empty()) return bad("empty");
   std::string offset;
@@ -173,7 +177,8 @@ Result<int64_t> ParseTime(const std::string& text, int64_t now_ms) {
 
 Result<GpuRange> ParseGpuRange(const std::string& text) {
   auto bad = [&](const std::string& why) {
-    return Status::InvalidArgument("--gpus '" + text + "': " + why + " (use N or MIN:MAX, e.g. 4 or 2:8)");
+    return Status::InvalidArgument("--gpus '" + text + "': " + why +
+                                   " (use N or MIN:MAX, e.g. 4 or 2:8)");
   };
   auto number = [](const std::string& s, int* out) {
     if (s.empty() || s.size() > 6) return false;
@@ -206,8 +211,10 @@ Result<std::string> ParsePriority(const std::string& text) {
 
 Result<std::string> ParseJobState(const std::string& text) {
   std::string u = Upper(text);
-  if (u == "PENDING" || u == "RUNNING" || u == "DONE" || u == "CANCELLED" || u == "FAILED") return u;
-  return Status::InvalidArgument("state '" + text + "': use PENDING, RUNNING, DONE, CANCELLED or FAILED");
+  if (u == "PENDING" || u == "RUNNING" || u == "DONE" || u == "CANCELLED" || u == "FAILED")
+    return u;
+  return Status::InvalidArgument("state '" + text +
+                                 "': use PENDING, RUNNING, DONE, CANCELLED or FAILED");
 }
 
 }  // namespace ctl

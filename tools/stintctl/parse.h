@@ -33,7 +33,8 @@ Result<GpuRange> ParseGpuRange(const std::string& text);
 
 // Case-insensitive; returns the canonical upper-case name.
 Result<std::string> ParsePriority(const std::string& text);  // LOW MEDIUM HIGH CRITICAL
-Result<std::string> ParseJobState(const std::string& text);  // PENDING RUNNING DONE CANCELLED FAILED
+Result<std::string> ParseJobState(
+    const std::string& text);  // PENDING RUNNING DONE CANCELLED FAILED
 
 // Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's
 // algorithm), and back. Exposed for FormatUtc and the tests.

@@ -15,7 +15,8 @@ namespace {
 
 // Tables show what they can: a field that is missing, null or of another
 // type is "-", never an error; a float where an integer belongs is rounded.
-constexpr internal::JsonFieldPolicy kShowFields{/*null_is_absent=*/true, internal::JsonFieldPolicy::Floats::kRound,
+constexpr internal::JsonFieldPolicy kShowFields{/*null_is_absent=*/true,
+                                                internal::JsonFieldPolicy::Floats::kRound,
                                                 internal::DefaultJsonFieldError};
 
 internal::JsonFields Fields(const Json& o) { return internal::JsonFields(o, "", kShowFields); }
@@ -125,10 +126,12 @@ std::string RenderWindows(const Json& reply, int64_t now_ms) {
       const bool upcoming = Int(w, "start_ms", &start) && start > now_ms;
       state = Field(w, "open").get<bool>() ? "open" : upcoming ? "upcoming" : "closed";
     }
-    if (Field(w, "closed_early").is_boolean() && Field(w, "closed_early").get<bool>()) state += " (closed early)";
+    if (Field(w, "closed_early").is_boolean() && Field(w, "closed_early").get<bool>())
+      state += " (closed early)";
     const bool no_end = Field(w, "end_ms").is_null();
-    t.AddRow({Cell(w, "id"), Cell(w, "pool"), Cell(w, "kind"), Cell(w, "gpus"), Cell(w, "allocated_gpus"), state,
-              TimeCell(w, "start_ms", now_ms), no_end ? "none (until revoked)" : TimeCell(w, "end_ms", now_ms),
+    t.AddRow({Cell(w, "id"), Cell(w, "pool"), Cell(w, "kind"), Cell(w, "gpus"),
+              Cell(w, "allocated_gpus"), state, TimeCell(w, "start_ms", now_ms),
+              no_end ? "none (until revoked)" : TimeCell(w, "end_ms", now_ms),
               DurationCell(w, "notice_lead_seconds")});
   }
   return t.Render();
@@ -140,12 +143,15 @@ std::string RenderTeams(const Json& reply) {
   Table t({"TEAM", "GUARANTEED", "BORROW_LIMIT", "ALLOCATED", "USAGE_GPU_H"});
   for (const Json& team : teams) {
     int64_t limit;
-    std::string borrow = Int(team, "borrow_limit_gpus", &limit) && limit < 0 ? "unlimited"
-                                                                              : Cell(team, "borrow_limit_gpus");
+    std::string borrow = Int(team, "borrow_limit_gpus", &limit) && limit < 0
+                             ? "unlimited"
+                             : Cell(team, "borrow_limit_gpus");
     double usage;
     char hours[32] = "-";
-    if (Number(team, "usage_gpu_seconds", &usage)) std::snprintf(hours, sizeof(hours), "%.1f", usage / 3600);
-    t.AddRow({Cell(team, "name"), Cell(team, "guaranteed_gpus"), borrow, Cell(team, "allocated_gpus"), hours});
+    if (Number(team, "usage_gpu_seconds", &usage))
+      std::snprintf(hours, sizeof(hours), "%.1f", usage / 3600);
+    t.AddRow({Cell(team, "name"), Cell(team, "guaranteed_gpus"), borrow,
+              Cell(team, "allocated_gpus"), hours});
   }
   return t.Render();
 }
@@ -153,13 +159,14 @@ std::string RenderTeams(const Json& reply) {
 std::string RenderJobs(const Json& reply, int64_t now_ms) {
   const Json& jobs = List(reply, "jobs");
   if (jobs.empty()) return "no jobs\n";
-  Table t({"ID", "NAME", "TEAM", "PRIO", "STATE", "GPUS", "SEGMENT", "STEP", "CKPT_STEP", "PREEMPTED", "SUBMITTED",
-           "MESSAGE"});
+  Table t({"ID", "NAME", "TEAM", "PRIO", "STATE", "GPUS", "SEGMENT", "STEP", "CKPT_STEP",
+           "PREEMPTED", "SUBMITTED", "MESSAGE"});
   for (const Json& j : jobs) {
     int64_t seg;
     std::string segment = Int(j, "segment_id", &seg) && seg > 0 ? std::to_string(seg) : "-";
-    t.AddRow({Cell(j, "id"), Cell(j, "name"), Cell(j, "team"), Cell(j, "priority"), Cell(j, "state"),
-              GpuRangeCell(j), segment, Cell(j, "last_step"), StepCell(j, "checkpoint_step"), Cell(j, "preemptions"),
+    t.AddRow({Cell(j, "id"), Cell(j, "name"), Cell(j, "team"), Cell(j, "priority"),
+              Cell(j, "state"), GpuRangeCell(j), segment, Cell(j, "last_step"),
+              StepCell(j, "checkpoint_step"), Cell(j, "preemptions"),
               TimeCell(j, "submit_ms", now_ms), Cell(j, "message")});
   }
   return t.Render();
@@ -168,14 +175,15 @@ std::string RenderJobs(const Json& reply, int64_t now_ms) {
 std::string RenderSegments(const Json& reply, int64_t now_ms) {
   const Json& segments = List(reply, "segments");
   if (segments.empty()) return "no segments\n";
-  Table t({"ID", "JOB", "STATE", "GPUS", "WINDOWS", "TOKEN", "START", "PLANNED_END", "NOTICE", "DEADLINE",
-           "ENDED"});
+  Table t({"ID", "JOB", "STATE", "GPUS", "WINDOWS", "TOKEN", "START", "PLANNED_END", "NOTICE",
+           "DEADLINE", "ENDED"});
   for (const Json& s : segments) {
     std::string notice = Cell(s, "notice_reason");
     if (notice == "none") notice = "-";
     t.AddRow({Cell(s, "id"), Cell(s, "job_id"), Cell(s, "state"), Cell(s, "gpus"), AllocsCell(s),
-              Cell(s, "fencing_token"), TimeCell(s, "start_ms", now_ms), TimeCell(s, "planned_end_ms", now_ms),
-              notice, TimeCell(s, "deadline_ms", now_ms), TimeCell(s, "ended_ms", now_ms)});
+              Cell(s, "fencing_token"), TimeCell(s, "start_ms", now_ms),
+              TimeCell(s, "planned_end_ms", now_ms), notice, TimeCell(s, "deadline_ms", now_ms),
+              TimeCell(s, "ended_ms", now_ms)});
   }
   return t.Render();
 }
@@ -199,7 +207,8 @@ std::string RenderJob(const Json& job, int64_t now_ms) {
   add("submitted", TimeCell(job, "submit_ms", now_ms));
   add("eligible", TimeCell(job, "eligible_ms", now_ms));
   int64_t segment_id;
-  add("segment", Int(job, "segment_id", &segment_id) && segment_id > 0 ? std::to_string(segment_id) : "-");
+  add("segment",
+      Int(job, "segment_id", &segment_id) && segment_id > 0 ? std::to_string(segment_id) : "-");
   add("fencing token", Cell(job, "fencing_token"));
   add("last step", Cell(job, "last_step"));
   add("checkpoint step", StepCell(job, "checkpoint_step"));
@@ -222,9 +231,11 @@ std::string RenderJob(const Json& job, int64_t now_ms) {
     out += ", blocked by " + Cell(pending, "reason");
     const std::string detail = Cell(pending, "detail");
     if (detail != "-" && !detail.empty()) out += " (" + detail + ")";
-    out += "; planned start " + (Field(pending, "planned_start_ms").is_null()
-                                     ? std::string("unknown")
-                                     : TimeCell(pending, "planned_start_ms", now_ms)) + "\n";
+    out += "; planned start " +
+           (Field(pending, "planned_start_ms").is_null()
+                ? std::string("unknown")
+                : TimeCell(pending, "planned_start_ms", now_ms)) +
+           "\n";
   }
   // GET /v1/jobs/{id} puts the segment list where the plain job has a count.
   const Json& segments = Field(job, "segments");
@@ -243,15 +254,19 @@ std::string RenderQueue(const Json& reply) {
     out += "no pending jobs\n";
   } else {
     out += "PENDING: " + Plural(pending.size(), "job", "jobs") + "\n";
-    Table t({"POS", "JOB", "NAME", "TEAM", "PRIO", "GPUS", "WAIT", "REASON", "PLANNED_START", "DETAIL"});
+    Table t({"POS", "JOB", "NAME", "TEAM", "PRIO", "GPUS", "WAIT", "REASON", "PLANNED_START",
+             "DETAIL"});
     for (const Json& p : pending) {
-      std::string planned = Field(p, "planned_start_ms").is_null() ? "unknown" : TimeCell(p, "planned_start_ms", now_ms);
+      std::string planned = Field(p, "planned_start_ms").is_null()
+                                ? "unknown"
+                                : TimeCell(p, "planned_start_ms", now_ms);
       int64_t planned_gpus;
       if (planned != "unknown" && Int(p, "planned_gpus", &planned_gpus) && planned_gpus > 0) {
         planned += " on " + std::to_string(planned_gpus);
       }
-      t.AddRow({Cell(p, "position"), Cell(p, "job_id"), Cell(p, "name"), Cell(p, "team"), Cell(p, "priority"),
-                GpuRangeCell(p), DurationCell(p, "wait_seconds"), Cell(p, "reason"), planned, Cell(p, "detail")});
+      t.AddRow({Cell(p, "position"), Cell(p, "job_id"), Cell(p, "name"), Cell(p, "team"),
+                Cell(p, "priority"), GpuRangeCell(p), DurationCell(p, "wait_seconds"),
+                Cell(p, "reason"), planned, Cell(p, "detail")});
     }
     out += t.Render();
   }
@@ -261,7 +276,8 @@ std::string RenderQueue(const Json& reply) {
     out += "no running jobs\n";
   } else {
     out += "RUNNING: " + Plural(running.size(), "job", "jobs") + "\n";
-    Table t({"JOB", "NAME", "TEAM", "PRIO", "GPUS", "SEGMENT", "STATE", "WINDOWS", "STARTED", "ENDS"});
+    Table t(
+        {"JOB", "NAME", "TEAM", "PRIO", "GPUS", "SEGMENT", "STATE", "WINDOWS", "STARTED", "ENDS"});
     for (const Json& r : running) {
       const Json& seg = Field(r, "segment");
       // A notified segment ends at its deadline; otherwise at its planned end.
@@ -274,8 +290,9 @@ std::string RenderQueue(const Json& reply) {
       } else {
         ends = TimeCell(seg, "planned_end_ms", now_ms);
       }
-      t.AddRow({Cell(r, "job_id"), Cell(r, "name"), Cell(r, "team"), Cell(r, "priority"), Cell(seg, "gpus"),
-                Cell(seg, "id"), Cell(seg, "state"), AllocsCell(seg), TimeCell(seg, "start_ms", now_ms), ends});
+      t.AddRow({Cell(r, "job_id"), Cell(r, "name"), Cell(r, "team"), Cell(r, "priority"),
+                Cell(seg, "gpus"), Cell(seg, "id"), Cell(seg, "state"), AllocsCell(seg),
+                TimeCell(seg, "start_ms", now_ms), ends});
     }
     out += t.Render();
   }
@@ -303,12 +320,14 @@ std::string RenderStatus(const Json& queue, const Json& jobs, const Json& window
       n[v]++;
     }
     std::string out;
-    for (const std::string& k : order) out += (out.empty() ? "" : ", ") + std::to_string(n[k]) + " " + k;
+    for (const std::string& k : order)
+      out += (out.empty() ? "" : ", ") + std::to_string(n[k]) + " " + k;
     return out;
   };
   std::string lower_states;
   {
-    std::string s = count(List(jobs, "jobs"), "state", {"PENDING", "RUNNING", "DONE", "CANCELLED", "FAILED"});
+    std::string s =
+        count(List(jobs, "jobs"), "state", {"PENDING", "RUNNING", "DONE", "CANCELLED", "FAILED"});
     for (char c : s) lower_states += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   }
   Json pending_jobs = Json::array();
@@ -341,12 +360,14 @@ std::string RenderStatus(const Json& queue, const Json& jobs, const Json& window
   }
   Table t({"WHAT", "COUNTS"});
   t.AddRow({"jobs", lower_states});
-  t.AddRow({"gpus", Cell(stats, "open_window_gpus") + " open, " + Cell(stats, "allocated_gpus") + " allocated, " +
-                        Cell(stats, "free_gpus") + " free, " + Cell(stats, "fragmented_gpus") + " fragmented"});
+  t.AddRow({"gpus", Cell(stats, "open_window_gpus") + " open, " + Cell(stats, "allocated_gpus") +
+                        " allocated, " + Cell(stats, "free_gpus") + " free, " +
+                        Cell(stats, "fragmented_gpus") + " fragmented"});
   t.AddRow({"windows", std::to_string(open) + " open, " + std::to_string(upcoming) + " upcoming, " +
-                           std::to_string(closed) + " closed (" + std::to_string(early) + " closed early)"});
-  t.AddRow({"pending", count(pending_jobs, "priority", {"LOW", "MEDIUM", "HIGH", "CRITICAL"}) + "; blocked: " +
-                           (blocked_text.empty() ? "-" : blocked_text)});
+                           std::to_string(closed) + " closed (" + std::to_string(early) +
+                           " closed early)"});
+  t.AddRow({"pending", count(pending_jobs, "priority", {"LOW", "MEDIUM", "HIGH", "CRITICAL"}) +
+                           "; blocked: " + (blocked_text.empty() ? "-" : blocked_text)});
   std::string out = t.Render();
   return out.substr(out.find('\n') + 1);  // a key-value list: no header
 }

@@ -14,12 +14,12 @@ namespace ctl {
 
 using Json = nlohmann::json;
 
-std::string RenderPools(const Json& reply);                      // {"pools":[...]}
-std::string RenderWindows(const Json& reply, int64_t now_ms);    // {"windows":[...]}
-std::string RenderTeams(const Json& reply);                      // {"teams":[...]}
-std::string RenderJobs(const Json& reply, int64_t now_ms);       // {"jobs":[...]}
-std::string RenderJob(const Json& job, int64_t now_ms);          // GET /v1/jobs/{id}
-std::string RenderSegments(const Json& reply, int64_t now_ms);   // {"segments":[...]}
+std::string RenderPools(const Json& reply);                     // {"pools":[...]}
+std::string RenderWindows(const Json& reply, int64_t now_ms);   // {"windows":[...]}
+std::string RenderTeams(const Json& reply);                     // {"teams":[...]}
+std::string RenderJobs(const Json& reply, int64_t now_ms);      // {"jobs":[...]}
+std::string RenderJob(const Json& job, int64_t now_ms);         // GET /v1/jobs/{id}
+std::string RenderSegments(const Json& reply, int64_t now_ms);  // {"segments":[...]}
 // GET /v1/queue; times are relative to the answer's own now_ms.
 std::string RenderQueue(const Json& reply);
 // `stintctl status`: one screen of counts from GET /v1/queue, /v1/jobs and

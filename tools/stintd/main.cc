@@ -20,55 +20,86 @@ using namespace stint;
 using namespace stint::stintd;
 
 int main(int argc, char** argv) {
-  CLI::App app{"stintd: queue coordinator for stint training jobs (fragment/spot windows, priorities, notices)"};
+  CLI::App app{
+      "stintd: queue coordinator for stint training jobs (fragment/spot windows, priorities, "
+      "notices)"};
   std::string listen = "127.0.0.1:7077";
   std::string db = "stintd.db";
   std::string admin_file, worker_file;
   CoordinatorOptions options;
   HttpOptions http;
   PolicyConfig& p = options.policy;
-  app.add_option("--listen", listen, "host:port to serve on (port 0: any free port)")->capture_default_str();
+  app.add_option("--listen", listen, "host:port to serve on (port 0: any free port)")
+      ->capture_default_str();
   app.add_option("--db", db, "SQLite state file (created if missing)")->capture_default_str();
-  app.add_option("--admin-token-file", admin_file, "admin bearer tokens, one per line (or $STINTD_ADMIN_TOKEN)");
-  app.add_option("--worker-token-file", worker_file, "worker bearer tokens, one per line (or $STINTD_WORKER_TOKEN)");
-  app.add_option("--http-threads", http.threads, "HTTP threads: one per open connection or long-poll")
-      ->capture_default_str()->check(CLI::Range(4, 4096));
-  app.add_option("--tick-seconds", options.tick_seconds, "policy pass period")->capture_default_str()
+  app.add_option("--admin-token-file", admin_file,
+                 "admin bearer tokens, one per line (or $STINTD_ADMIN_TOKEN)");
+  app.add_option("--worker-token-file", worker_file,
+                 "worker bearer tokens, one per line (or $STINTD_WORKER_TOKEN)");
+  app.add_option("--http-threads", http.threads,
+                 "HTTP threads: one per open connection or long-poll")
+      ->capture_default_str()
+      ->check(CLI::Range(4, 4096));
+  app.add_option("--tick-seconds", options.tick_seconds, "policy pass period")
+      ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--heartbeat-interval-seconds", options.heartbeat_interval_seconds, "suggested to workers")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--heartbeat-interval-seconds", options.heartbeat_interval_seconds,
+                 "suggested to workers")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--lease-ttl-seconds", p.lease_ttl_seconds, "a worker silent this long has left")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--rendezvous-last-call-seconds", p.rendezvous_last_call_seconds,
                  "a rendezvous round with min workers closes this long after reaching min")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--start-grace-seconds", p.start_grace_seconds, "time a new segment's workers have to register")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--safety-seconds", p.safety_seconds, "margin added to checkpoint estimates for notices")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--max-grace-seconds", p.max_grace_seconds, "bound on a preemption notice's grace")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--min-run-seconds", p.min_run_seconds, "a segment younger than this is not preempted for priority")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--aging-points-per-hour", p.aging_points_per_hour, "priority aging (1000 points = one level)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--aging-cap-points", p.aging_cap_points, "most aging can add")->capture_default_str()
+      ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--usage-half-life-seconds", p.usage_half_life_seconds, "team usage decay")->capture_default_str()
+  app.add_option("--start-grace-seconds", p.start_grace_seconds,
+                 "time a new segment's workers have to register")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--safety-seconds", p.safety_seconds,
+                 "margin added to checkpoint estimates for notices")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-grace-seconds", p.max_grace_seconds, "bound on a preemption notice's grace")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--min-run-seconds", p.min_run_seconds,
+                 "a segment younger than this is not preempted for priority")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--aging-points-per-hour", p.aging_points_per_hour,
+                 "priority aging (1000 points = one level)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--aging-cap-points", p.aging_cap_points, "most aging can add")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--usage-half-life-seconds", p.usage_half_life_seconds, "team usage decay")
+      ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--service-class-points", p.service_class_points,
                  "points off per attained-service class (0: classes do not order the queue)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--service-class-gpu-hours", p.service_class_gpu_hours, "attained GPU-hours of the first class step")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--service-class-factor", p.service_class_factor, "each next class step is this many times the last")
-      ->capture_default_str()->check(CLI::Range(1.0, 1e6));
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--service-class-gpu-hours", p.service_class_gpu_hours,
+                 "attained GPU-hours of the first class step")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--service-class-factor", p.service_class_factor,
+                 "each next class step is this many times the last")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 1e6));
   app.add_option("--service-classes", p.service_classes, "number of attained-service classes")
-      ->capture_default_str()->check(CLI::Range(1, 64));
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   app.add_option("--service-preempt-classes", p.service_preempt_classes,
                  "a job preempts its own level's segments this many classes above it (0: never)")
-      ->capture_default_str()->check(CLI::Range(0, 64));
-  app.add_option("--plan-depth", p.plan_depth, "pending jobs planned per pass")->capture_default_str()
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
+  app.add_option("--plan-depth", p.plan_depth, "pending jobs planned per pass")
+      ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
   CLI11_PARSE(app, argc, argv);
 

@@ -24,8 +24,8 @@ struct ReaderOptions {
   Env* env = nullptr;  // Default: Env::Default(); must outlive the reader
   // "auto", "uring" or "posix" (see STINT_IO). Default: "auto".
   std::string io_engine = "auto";
-  bool direct_io = true;         // Default: true (O_DIRECT where supported)
-  unsigned queue_depth = 16;     // reads in flight. Default: 16
+  bool direct_io = true;      // Default: true (O_DIRECT where supported)
+  unsigned queue_depth = 16;  // reads in flight. Default: 16
   // Threads that verify and decode chunks while more reads are in flight;
   // 0 = hardware threads - 1. Default: 0
   unsigned threads = 0;

@@ -10,7 +10,8 @@
 // compresses (zstd), checksums (XXH3-64) and writes it with the I/O engine
 // (io_uring + O_DIRECT, or pwrite), then commits:
 //   .tmp-<step>-<nonce>/ -> fdatasync data -> MANIFEST.json -> fsync ->
-//   [commit_guard] -> rename to step-<step> -> fsync root -> LATEST (tmp + fsync + rename) -> fsync root
+//   [commit_guard] -> rename to step-<step> -> fsync root -> LATEST (tmp + fsync + rename) -> fsync
+//   root
 // A crash at any point leaves the previous checkpoint loadable and nothing
 // half-written loadable. Background errors appear on the durable future and
 // are returned once more by the next Save()/Flush().
@@ -60,23 +61,23 @@ enum class BusyPolicy {
 };
 
 struct CheckpointOptions {
-  std::string root;        // REQUIRES: non-empty; created if missing
-  Env* env = nullptr;      // Default: Env::Default(); must outlive the Checkpointer
-  std::string job_id;      // recorded in the manifest. Default: ""
-  uint64_t fencing_token = 0;  // recorded in the manifest. Default: 0
-  int rank = 0;            // this process's data file is rank-<rank>.stint. Default: 0
-  int world_size = 1;      // Default: 1
+  std::string root;                // REQUIRES: non-empty; created if missing
+  Env* env = nullptr;              // Default: Env::Default(); must outlive the Checkpointer
+  std::string job_id;              // recorded in the manifest. Default: ""
+  uint64_t fencing_token = 0;      // recorded in the manifest. Default: 0
+  int rank = 0;                    // this process's data file is rank-<rank>.stint. Default: 0
+  int world_size = 1;              // Default: 1
   uint64_t chunk_size = 8u << 20;  // REQUIRES: multiple of 4096. Default: 8 MiB
-  bool compress = false;   // zstd per chunk, independent frames. Default: false
-  int zstd_level = 1;      // Default: 1
+  bool compress = false;           // zstd per chunk, independent frames. Default: false
+  int zstd_level = 1;              // Default: 1
   // Staging pool capacity; 0 = twice the first snapshot. Default: 0
   size_t staging_bytes = 0;
-  BusyPolicy busy_policy = BusyPolicy::kBlock;  // Default: kBlock
+  BusyPolicy busy_policy = BusyPolicy::kBlock;                        // Default: kBlock
   std::chrono::milliseconds block_timeout{std::chrono::minutes(10)};  // for kBlock
-  int keep_last = 3;       // newest K committed checkpoints kept; 0 = all. Default: 3
-  uint64_t keep_every = 0; // also keep steps divisible by N forever; 0 = none. Default: 0
+  int keep_last = 3;               // newest K committed checkpoints kept; 0 = all. Default: 3
+  uint64_t keep_every = 0;         // also keep steps divisible by N forever; 0 = none. Default: 0
   std::string io_engine = "auto";  // "auto", "uring", "posix". Default: "auto"
-  bool direct_io = true;   // O_DIRECT data files where supported. Default: true
+  bool direct_io = true;           // O_DIRECT data files where supported. Default: true
   unsigned io_queue_depth = 32;    // writes in flight. Default: 32
   unsigned io_size = 4u << 20;     // bytes per write request. Default: 4 MiB
   // Helper threads for memcpy, hashing and zstd; 0 = hardware threads - 1.
@@ -107,8 +108,8 @@ struct CheckpointOptions {
   // commit is replicated to in the background. Empty: no tier 2. REQUIRES:
   // not `root` and not inside it. Default: ""
   std::string replica_root;
-  Env* replica_env = nullptr;     // Default: `env`; must outlive the Checkpointer
-  int replica_keep_last = 3;      // tier-2 retention, as keep_last. Default: 3
+  Env* replica_env = nullptr;       // Default: `env`; must outlive the Checkpointer
+  int replica_keep_last = 3;        // tier-2 retention, as keep_last. Default: 3
   uint64_t replica_keep_every = 0;  // tier-2 retention, as keep_every. Default: 0
   // Read the replica back and check every checksum before committing it.
   // Default: true
@@ -117,7 +118,7 @@ struct CheckpointOptions {
 
 struct SaveHandle {
   uint64_t step = 0;
-  bool skipped = false;  // BusyPolicy::kSkip found the pool full; futures hold why
+  bool skipped = false;                // BusyPolicy::kSkip found the pool full; futures hold why
   std::shared_future<Status> staged;   // the state may be modified again
   std::shared_future<Status> durable;  // committed and fsynced
   // Committed on tier 2. OK at once without a replica_root; kCancelled when a
@@ -141,9 +142,9 @@ struct SaveStats {
 
 struct ReplicaStats {
   uint64_t step = 0;
-  uint64_t bytes = 0;           // copied to tier 2
-  double replicate_seconds = 0; // copy + verify + commit on tier 2
-  double durable_seconds = 0;   // from Save() until committed on tier 2
+  uint64_t bytes = 0;            // copied to tier 2
+  double replicate_seconds = 0;  // copy + verify + commit on tier 2
+  double durable_seconds = 0;    // from Save() until committed on tier 2
 };
 
 struct CheckpointerStats {
@@ -165,7 +166,7 @@ struct LoadOptions {
 struct LoadResult {
   uint64_t step = 0;
   int tier = 1;     // where it came from: 0 memory, 1 root, 2 replica_root
-  std::string dir;  // tier 0: "memory:step-..." 
+  std::string dir;  // tier 0: "memory:step-..."
   std::map<std::string, std::string> blobs;
   // Newer checkpoints passed over, each "[tier N] step-... : <error>" (the
   // tier tag only with several tiers): never silent.
@@ -193,9 +194,9 @@ class Checkpointer {
 
   virtual Result<LoadResult> Load(const DestPlanner& planner, const LoadOptions& options = {}) = 0;
   Result<LoadResult> Load(std::vector<TensorDest> dests, const LoadOptions& options = {}) {
-    return Load([d = std::move(dests)](const CheckpointReader&) -> Result<std::vector<TensorDest>> {
-      return d;
-    }, options);
+    return Load([d = std::move(dests)](
+                    const CheckpointReader&) -> Result<std::vector<TensorDest>> { return d; },
+                options);
   }
 
   // Committed steps on tier 1, oldest first.

@@ -96,13 +96,15 @@ class GroupKv {
 class CommunicatorFactory {
  public:
   virtual ~CommunicatorFactory() = default;
-  virtual Result<std::unique_ptr<Communicator>> Form(const GroupMembership& membership, GroupKv& kv) = 0;
+  virtual Result<std::unique_ptr<Communicator>> Form(const GroupMembership& membership,
+                                                     GroupKv& kv) = 0;
   // The next generation when only ranks left: `old` minus `excluded_ranks`
   // (ranks of `old`), survivors keeping their relative order (the
   // rendezvous assigns ranks that way). A backend that cannot shrink (or
   // not at this library version) returns kUnimplemented; the caller then
   // aborts `old` and calls Form().
-  virtual Result<std::unique_ptr<Communicator>> Shrink(Communicator& old, const GroupMembership& next,
+  virtual Result<std::unique_ptr<Communicator>> Shrink(Communicator& old,
+                                                       const GroupMembership& next,
                                                        const std::vector<int>& excluded_ranks) {
     return Status(Code::kUnimplemented, std::string(Name()) + " cannot shrink a communicator");
   }

@@ -107,15 +107,15 @@ struct WorkerRegistration {
   uint64_t worker_id = 0;
   uint64_t job_id = 0;
   uint64_t segment_id = 0;
-  uint64_t fencing_token = 0;  // what checkpoints of this segment carry
+  uint64_t fencing_token = 0;                       // what checkpoints of this segment carry
   std::chrono::milliseconds lease_ttl{0};           // heartbeat within this or be fenced
   std::chrono::milliseconds heartbeat_interval{0};  // the server's advice
 };
 
 struct CoordinatorNotice {
-  std::string reason;      // "window_close", "revoked", "preempted", "cancelled"
-  int64_t deadline_ms = 0; // wall clock (ms since the Unix epoch): the GPUs go away
-  int64_t notice_ms = 0;   // wall clock: when the server sent it
+  std::string reason;       // "window_close", "revoked", "preempted", "cancelled"
+  int64_t deadline_ms = 0;  // wall clock (ms since the Unix epoch): the GPUs go away
+  int64_t notice_ms = 0;    // wall clock: when the server sent it
 };
 
 // The server's view of this worker (heartbeat and notice answers).
@@ -155,7 +155,7 @@ struct RendezvousInfo {
   int world_size = 0;    // formed: the group's size; joining: joined so far
   int min_workers = 0;
   int max_workers = 0;
-  std::string master_endpoint;  // formed: rank 0's endpoint
+  std::string master_endpoint;                // formed: rank 0's endpoint
   std::vector<RendezvousMemberInfo> members;  // formed: by rank
   std::vector<uint64_t> previous;             // worker ids of the previous generation, by rank
   // This worker's answer: a formed generation newer than `known`, with it.
@@ -194,7 +194,8 @@ class CoordinatorClient {
   Status ReportProgress(uint64_t step, std::optional<double> remaining_seconds = std::nullopt);
   // A checkpoint of `step` is durable; it took `seconds` (the server's
   // checkpoint estimate for preemption notices is learnt from these).
-  Status ReportCheckpoint(uint64_t step, double seconds, std::optional<uint64_t> bytes = std::nullopt);
+  Status ReportCheckpoint(uint64_t step, double seconds,
+                          std::optional<uint64_t> bytes = std::nullopt);
   // After a notice: the checkpoint of `step` is durable and this worker is
   // done with its GPUs; the job goes back to the queue.
   Status Ack(uint64_t step);
@@ -250,7 +251,8 @@ class CoordinatorClient {
   void Shutdown();
 
  private:
-  CoordinatorClient(const CoordinatorOptions& options, std::unique_ptr<internal::HttpJsonClient> http);
+  CoordinatorClient(const CoordinatorOptions& options,
+                    std::unique_ptr<internal::HttpJsonClient> http);
   Result<WorkerRegistration> RequireRegistration() const;
 
   const CoordinatorOptions options_;
@@ -293,7 +295,8 @@ class CoordinatorSession {
 
   // The step sent with the next heartbeat. Cheap; call it every step.
   void SetStep(uint64_t step);
-  Status ReportCheckpoint(uint64_t step, double seconds, std::optional<uint64_t> bytes = std::nullopt) {
+  Status ReportCheckpoint(uint64_t step, double seconds,
+                          std::optional<uint64_t> bytes = std::nullopt) {
     return client_->ReportCheckpoint(step, seconds, bytes);
   }
   // The client's calls; once one succeeds the worker is done with its

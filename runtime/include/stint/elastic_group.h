@@ -85,7 +85,8 @@ class ElasticGroup {
   // the group. `factory` null: no communicator is formed (the caller forms
   // its own group from membership(), e.g. torch.distributed); StepBoundary
   // then only reports changes and the caller calls Reform().
-  static Result<std::unique_ptr<ElasticGroup>> Create(CoordinatorClient* client, CommunicatorFactory* factory,
+  static Result<std::unique_ptr<ElasticGroup>> Create(CoordinatorClient* client,
+                                                      CommunicatorFactory* factory,
                                                       ElasticOptions options);
   ~ElasticGroup();  // aborts the communicator, stops the watcher thread
   ElasticGroup(const ElasticGroup&) = delete;

@@ -30,13 +30,15 @@
 namespace stint {
 
 // Exit codes: documented contract with schedulers and wrappers.
-constexpr int kExitRequeue = 75;     // preempted, state saved or loss reported: run me again (EX_TEMPFAIL)
-constexpr int kExitDoNotRequeue = 76;  // a fatal error a restart cannot fix (bad config, corrupt data)
+constexpr int kExitRequeue =
+    75;  // preempted, state saved or loss reported: run me again (EX_TEMPFAIL)
+constexpr int kExitDoNotRequeue =
+    76;  // a fatal error a restart cannot fix (bad config, corrupt data)
 
 using SteadyTime = std::chrono::steady_clock::time_point;
 
 struct PreemptionNotice {
-  std::string source;   // "signal SIGTERM", "coordinator", ...
+  std::string source;  // "signal SIGTERM", "coordinator", ...
   SteadyTime received;
   SteadyTime deadline;  // when the GPUs go away
 };

@@ -83,7 +83,8 @@ class ResumableSampler {
   // kInvalidArgument unless 0 <= rank < world and global_batch % world == 0.
   Result<std::vector<uint64_t>> RankIndices(int rank, int world) const;
   // The part of RankIndices that DataLoader worker `worker` of `num_workers` loads.
-  Result<std::vector<uint64_t>> WorkerIndices(int rank, int world, int worker, int num_workers) const;
+  Result<std::vector<uint64_t>> WorkerIndices(int rank, int world, int worker,
+                                              int num_workers) const;
 
   // Steps are also numbered globally across epochs: step s is the
   // (s % steps_per_epoch())-th batch of epoch s / steps_per_epoch(). A data
@@ -111,7 +112,8 @@ class ResumableSampler {
   uint64_t BatchSizeAt(const DataCursor& at) const;
   uint64_t EpochKey(uint64_t epoch) const;  // the permutation key of an epoch
   // The [begin, end) of the global batch at the cursor assigned to `part` of `parts`.
-  static void Split(uint64_t begin, uint64_t count, uint64_t part, uint64_t parts, uint64_t* b, uint64_t* n);
+  static void Split(uint64_t begin, uint64_t count, uint64_t part, uint64_t parts, uint64_t* b,
+                    uint64_t* n);
 
   SamplerConfig config_;
   uint64_t epoch_length_;

@@ -47,7 +47,9 @@ class [[nodiscard]] Status {
   Status(Code code, std::string message, int sys_errno = 0);
 
   static Status OK() { return Status(); }
-  static Status InvalidArgument(std::string msg) { return {Code::kInvalidArgument, std::move(msg)}; }
+  static Status InvalidArgument(std::string msg) {
+    return {Code::kInvalidArgument, std::move(msg)};
+  }
   static Status NotFound(std::string msg) { return {Code::kNotFound, std::move(msg)}; }
   static Status AlreadyExists(std::string msg) { return {Code::kAlreadyExists, std::move(msg)}; }
   static Status FailedPrecondition(std::string msg) {
@@ -65,7 +67,9 @@ class [[nodiscard]] Status {
   static Status IoError(std::string msg) { return {Code::kIoError, std::move(msg)}; }
   static Status Internal(std::string msg) { return {Code::kInternal, std::move(msg)}; }
   static Status Unimplemented(std::string msg) { return {Code::kUnimplemented, std::move(msg)}; }
-  static Status Unauthenticated(std::string msg) { return {Code::kUnauthenticated, std::move(msg)}; }
+  static Status Unauthenticated(std::string msg) {
+    return {Code::kUnauthenticated, std::move(msg)};
+  }
   static Status PermissionDenied(std::string msg) {
     return {Code::kPermissionDenied, std::move(msg)};
   }
@@ -104,8 +108,8 @@ Status StatusFromErrno(std::string_view context, int err);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}            // NOLINT: implicit by design
-  Result(Status status) : status_(std::move(status)) {     // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
+  Result(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
     if (status_.ok()) status_ = Status::Internal("Result constructed from OK status without value");
   }
 
@@ -132,10 +136,10 @@ class [[nodiscard]] Result {
 #define STINT_CONCAT_(a, b) STINT_CONCAT_INNER_(a, b)
 
 // Returns from the enclosing function when `expr` yields a non-OK Status.
-#define STINT_RETURN_IF_ERROR(expr)                  \
-  do {                                               \
-    ::stint::Status stint_status_ = (expr);          \
-    if (!stint_status_.ok()) return stint_status_;   \
+#define STINT_RETURN_IF_ERROR(expr)                \
+  do {                                             \
+    ::stint::Status stint_status_ = (expr);        \
+    if (!stint_status_.ok()) return stint_status_; \
   } while (0)
 
 // `lhs = value of expr` or return its error. lhs may declare a variable.

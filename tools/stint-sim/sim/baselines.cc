@@ -11,7 +11,8 @@
 
 namespace stint::sim {
 
-std::unique_ptr<Scheduler> MakeStintScheduler(const PolicySpec& spec, const SchedulerOptions& options);
+std::unique_ptr<Scheduler> MakeStintScheduler(const PolicySpec& spec,
+                                              const SchedulerOptions& options);
 
 namespace {
 
@@ -42,7 +43,9 @@ class QueueScheduler : public Scheduler {
   }
   void WindowKnown(int window, TimeMs) override { known_[window] = true; }
   void WindowRevoked(int, TimeMs, TimeMs) override {}
-  void CheckpointDurable(int64_t job, double, double remaining_s, TimeMs) override { remaining_[job] = remaining_s; }
+  void CheckpointDurable(int64_t job, double, double remaining_s, TimeMs) override {
+    remaining_[job] = remaining_s;
+  }
   void SegmentEnded(int64_t job, EndKind kind, double remaining_s, TimeMs) override {
     auto it = running_.find(job);
     if (it == running_.end()) return;
@@ -102,7 +105,8 @@ class QueueScheduler : public Scheduler {
         out.push_back(SimAlloc{w, take});
         left -= take;
       }
-      std::sort(out.begin(), out.end(), [](const SimAlloc& a, const SimAlloc& b) { return a.window < b.window; });
+      std::sort(out.begin(), out.end(),
+                [](const SimAlloc& a, const SimAlloc& b) { return a.window < b.window; });
       return out;
     }
     return {};
@@ -114,7 +118,8 @@ class QueueScheduler : public Scheduler {
     return f;
   }
 
-  void Launch(int64_t job, std::vector<SimAlloc> allocs, TimeMs now, std::vector<int>* free, Decisions* d) {
+  void Launch(int64_t job, std::vector<SimAlloc> allocs, TimeMs now, std::vector<int>* free,
+              Decisions* d) {
     Running r;
     r.allocs = allocs;
     r.start = now;
@@ -166,7 +171,8 @@ class QueueScheduler : public Scheduler {
       for (size_t i = 0; i < releases.size() && shadow == kNever; i++) {
         have += releases[i].second;
         // All releases at the same instant count together.
-        while (i + 1 < releases.size() && releases[i + 1].first == releases[i].first) have += releases[++i].second;
+        while (i + 1 < releases.size() && releases[i + 1].first == releases[i].first)
+          have += releases[++i].second;
         if (have >= j.max_gpus) shadow = releases[i].first;
       }
       if (shadow == kNever) continue;
@@ -252,7 +258,8 @@ class FifoScheduler : public QueueScheduler {
 // segment) with the GraceTime signal before the end.
 class SlurmScheduler : public QueueScheduler {
  public:
-  SlurmScheduler(std::string name, const SchedulerOptions& o) : QueueScheduler(std::move(name), o) {}
+  SlurmScheduler(std::string name, const SchedulerOptions& o)
+      : QueueScheduler(std::move(name), o) {}
 
   void Init(const Workload& w) override {
     QueueScheduler::Init(w);
@@ -276,7 +283,8 @@ class SlurmScheduler : public QueueScheduler {
     std::vector<int64_t> order(pending_.begin(), pending_.end());
     std::vector<double> prio(w_->jobs.size(), 0);
     for (int64_t job : order) prio[job] = Priority(job, now);
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return prio[a] > prio[b]; });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return prio[a] > prio[b]; });
     blocked_head_ = -1;
     EasyPass(order, now, &d, true, [&](int64_t job, int w) { return FitsWindow(job, w, now); });
     if (blocked_head_ >= 0) Preempt(blocked_head_, now, &d);
@@ -307,8 +315,9 @@ class SlurmScheduler : public QueueScheduler {
     const TimeMs end = WindowEnd(w);
     if (end == kNever) return true;
     const SimJob& j = w_->jobs[job];
-    const double min_seg = std::min(j.restart_s + j.interval_s + j.checkpoint_s + opt_.stint.safety_seconds,
-                                    RunSeconds(job) + j.checkpoint_s + opt_.stint.safety_seconds);
+    const double min_seg =
+        std::min(j.restart_s + j.interval_s + j.checkpoint_s + opt_.stint.safety_seconds,
+                 RunSeconds(job) + j.checkpoint_s + opt_.stint.safety_seconds);
     return end - now >= Ms(min_seg);
   }
 
@@ -359,7 +368,8 @@ class SlurmScheduler : public QueueScheduler {
       std::vector<std::pair<int64_t, int>> cands;  // (job, gpus in group)
       for (const auto& [job, r] : running_) {
         const SimJob& v = w_->jobs[job];
-        if (r.noticed || !v.preemptible || v.priority >= h.priority || now - r.start < exempt) continue;
+        if (r.noticed || !v.preemptible || v.priority >= h.priority || now - r.start < exempt)
+          continue;
         int g = 0;
         for (const SimAlloc& a : r.allocs) g += in.count(a.window) ? a.gpus : 0;
         if (g > 0) cands.emplace_back(job, g);
@@ -449,17 +459,22 @@ Result<PolicySpec> ParsePolicy(const std::string& name, const SchedulerOptions& 
       return Status::InvalidArgument("unknown policy \"" + name + "\"");
     }
   } else {
-    return Status::InvalidArgument("unknown policy \"" + name + "\" (known: fifo, easy, slurm, stint, stint-no-*)");
+    return Status::InvalidArgument("unknown policy \"" + name +
+                                   "\" (known: fifo, easy, slurm, stint, stint-no-*)");
   }
   return p;
 }
 
 std::unique_ptr<Scheduler> MakeScheduler(const PolicySpec& spec, const SchedulerOptions& options) {
   switch (spec.kind) {
-    case PolicyKind::kFifo: return std::make_unique<FifoScheduler>(spec.name, options, false);
-    case PolicyKind::kEasy: return std::make_unique<FifoScheduler>(spec.name, options, true);
-    case PolicyKind::kSlurm: return std::make_unique<SlurmScheduler>(spec.name, options);
-    case PolicyKind::kStint: return MakeStintScheduler(spec, options);
+    case PolicyKind::kFifo:
+      return std::make_unique<FifoScheduler>(spec.name, options, false);
+    case PolicyKind::kEasy:
+      return std::make_unique<FifoScheduler>(spec.name, options, true);
+    case PolicyKind::kSlurm:
+      return std::make_unique<SlurmScheduler>(spec.name, options);
+    case PolicyKind::kStint:
+      return MakeStintScheduler(spec, options);
   }
   return nullptr;
 }

@@ -19,7 +19,13 @@ TimeMs CeilMs(double s) {
   return static_cast<TimeMs>(std::ceil(s * 1000.0 - 1e-6));
 }
 
-enum class EventType : int { kWindowGone = 0, kWindowKnown = 1, kWindowOpen = 2, kRevoke = 3, kSubmit = 4 };
+enum class EventType : int {
+  kWindowGone = 0,
+  kWindowKnown = 1,
+  kWindowOpen = 2,
+  kRevoke = 3,
+  kSubmit = 4
+};
 
 struct Event {
   TimeMs t;
@@ -81,7 +87,8 @@ class Engine {
       for (int pass = 0; pass < 8; pass++) {
         if (!ProcessJobs(now)) break;
       }
-      while (next_event < events_.size() && events_[next_event].t <= now) ProcessEvent(events_[next_event++], now);
+      while (next_event < events_.size() && events_[next_event].t <= now)
+        ProcessEvent(events_[next_event++], now);
       // The scheduler runs when something it decides on changed (a submit,
       // a window, a segment ending or noticed) or when its wake or the tick
       // is due; a periodic checkpoint alone does not call it.
@@ -151,10 +158,12 @@ class Engine {
       const TimeMs gone = Ms(win.gone_s());
       if (gone != kNever) events_.push_back(Event{gone, EventType::kWindowGone, idx});
       if (spot && gone != kNever) {
-        events_.push_back(Event{std::max(start, gone - Ms(win.notice_lead_s)), EventType::kRevoke, idx});
+        events_.push_back(
+            Event{std::max(start, gone - Ms(win.notice_lead_s)), EventType::kRevoke, idx});
       }
     }
-    for (const SimJob& j : w_.jobs) events_.push_back(Event{Ms(j.submit_s), EventType::kSubmit, j.id});
+    for (const SimJob& j : w_.jobs)
+      events_.push_back(Event{Ms(j.submit_s), EventType::kSubmit, j.id});
     std::stable_sort(events_.begin(), events_.end(), [](const Event& a, const Event& b) {
       if (a.t != b.t) return a.t < b.t;
       if (a.type != b.type) return a.type < b.type;
@@ -209,8 +218,8 @@ class Engine {
         r.phase = Phase::kPending;
         pending_++;
         demand_ += r.job->max_gpus;
-        Log(now, "submit job=%" PRId64 " gpus=%d work=%.0f team=%s", e.index, r.job->max_gpus, r.job->work_s,
-            r.job->team.c_str());
+        Log(now, "submit job=%" PRId64 " gpus=%d work=%.0f team=%s", e.index, r.job->max_gpus,
+            r.job->work_s, r.job->team.c_str());
         sched_.Submit(*r.job, now);
         break;
       }
@@ -220,7 +229,8 @@ class Engine {
   void Apply(const Decisions& d, TimeMs now) {
     for (int64_t id : d.kills) {
       if (id < 0 || id >= static_cast<int64_t>(runs_.size())) continue;
-      if (runs_[id].phase == Phase::kRunning) Kill(runs_[id], now, "declared lost by the scheduler", false);
+      if (runs_[id].phase == Phase::kRunning)
+        Kill(runs_[id], now, "declared lost by the scheduler", false);
     }
     for (const NoticeCmd& n : d.notices) {
       if (n.job < 0 || n.job >= static_cast<int64_t>(runs_.size())) continue;
@@ -230,7 +240,8 @@ class Engine {
   }
 
   void Start(const StartCmd& s, TimeMs now) {
-    if (s.job < 0 || s.job >= static_cast<int64_t>(runs_.size()) || runs_[s.job].phase != Phase::kPending) {
+    if (s.job < 0 || s.job >= static_cast<int64_t>(runs_.size()) ||
+        runs_[s.job].phase != Phase::kPending) {
       result_.conservation_violations++;
       Log(now, "violation start of job %" PRId64 " that is not pending", s.job);
       return;
@@ -240,17 +251,20 @@ class Engine {
     for (const SimAlloc& a : s.allocs) {
       gpus += a.gpus;
       const bool bad_window = a.window < 0 || a.window >= static_cast<int>(w_.windows.size());
-      if (bad_window || !open_[a.window] || usage_[a.window] + a.gpus > w_.windows[a.window].gpus || a.gpus <= 0) {
+      if (bad_window || !open_[a.window] || usage_[a.window] + a.gpus > w_.windows[a.window].gpus ||
+          a.gpus <= 0) {
         result_.conservation_violations++;
-        Log(now, "violation job %" PRId64 " window %d gpus %d (used %d of %d, open %d)", s.job, a.window, a.gpus,
-            bad_window ? -1 : usage_[a.window], bad_window ? 0 : w_.windows[a.window].gpus,
+        Log(now, "violation job %" PRId64 " window %d gpus %d (used %d of %d, open %d)", s.job,
+            a.window, a.gpus, bad_window ? -1 : usage_[a.window],
+            bad_window ? 0 : w_.windows[a.window].gpus,
             bad_window ? 0 : static_cast<int>(open_[a.window]));
       }
       if (!bad_window) usage_[a.window] += a.gpus;
     }
     if (gpus < r.job->min_gpus || gpus > r.job->max_gpus || (r.job->gang && s.allocs.size() != 1)) {
       result_.conservation_violations++;
-      Log(now, "violation job %" PRId64 " started with %d GPUs in %zu windows", s.job, gpus, s.allocs.size());
+      Log(now, "violation job %" PRId64 " started with %d GPUs in %zu windows", s.job, gpus,
+          s.allocs.size());
     }
     r.phase = Phase::kRunning;
     pending_--;
@@ -270,8 +284,10 @@ class Engine {
     r.result.segments++;
     if (r.result.first_start_s < 0) r.result.first_start_s = now / 1000.0;
     std::string where;
-    for (const SimAlloc& a : s.allocs) where += " w" + std::to_string(a.window) + ":" + std::to_string(a.gpus);
-    Log(now, "start job=%" PRId64 " gpus=%d progress=%.3f%s", s.job, gpus, r.progress, where.c_str());
+    for (const SimAlloc& a : s.allocs)
+      where += " w" + std::to_string(a.window) + ":" + std::to_string(a.gpus);
+    Log(now, "start job=%" PRId64 " gpus=%d progress=%.3f%s", s.job, gpus, r.progress,
+        where.c_str());
   }
 
   void Notice(JobRun& r, TimeMs deadline, bool preempt, TimeMs now) {
@@ -281,7 +297,8 @@ class Engine {
     dirty_ = true;
     r.deadline = deadline;
     r.notice_preempt = r.notice_preempt || preempt;
-    Log(now, "notice job=%" PRId64 " deadline=%" PRId64 "%s", r.job->id, deadline, preempt ? " preempt" : "");
+    Log(now, "notice job=%" PRId64 " deadline=%" PRId64 "%s", r.job->id, deadline,
+        preempt ? " preempt" : "");
     if (opt_.workers_ignore_notices) return;
     // A job that finishes before the deadline just runs on.
     const TimeMs base = std::max(now, r.compute_from);
@@ -325,7 +342,8 @@ class Engine {
     }
     r.stopping = false;
     r.ckpt_inflight = false;
-    if (report) sched_.SegmentEnded(r.job->id, kind, std::max(0.0, r.job->work_s - r.progress), now);
+    if (report)
+      sched_.SegmentEnded(r.job->id, kind, std::max(0.0, r.job->work_s - r.progress), now);
   }
 
   TimeMs NextInternal(const JobRun& r, TimeMs now) const {
@@ -333,7 +351,8 @@ class Engine {
     TimeMs next = r.deadline;  // GPUs taken at the deadline if still on them
     const TimeMs base = std::max(now, r.compute_from);
     next = std::min(next, base + CeilMs((r.job->work_s - r.progress) / r.rate()));
-    if (r.job->interval_s > 0) next = std::min(next, base + CeilMs(r.job->interval_s - r.since_ckpt));
+    if (r.job->interval_s > 0)
+      next = std::min(next, base + CeilMs(r.job->interval_s - r.since_ckpt));
     if (r.ckpt_inflight) next = std::min(next, r.ckpt_done);
     return std::max(next, now);
   }
@@ -383,7 +402,8 @@ class Engine {
         any = true;
         continue;
       }
-      if (r.job->interval_s > 0 && r.since_ckpt >= r.job->interval_s - kEps && now >= r.compute_from) {
+      if (r.job->interval_s > 0 && r.since_ckpt >= r.job->interval_s - kEps &&
+          now >= r.compute_from) {
         r.since_ckpt = 0;
         if (!r.ckpt_inflight) {
           r.ckpt_inflight = true;
@@ -415,7 +435,8 @@ class Engine {
 
   void RecordUtil(TimeMs now) {
     const int offered = Offered();
-    if (!result_.util.empty() && result_.util.back().allocated == allocated_ && result_.util.back().offered == offered) {
+    if (!result_.util.empty() && result_.util.back().allocated == allocated_ &&
+        result_.util.back().offered == offered) {
       return;
     }
     if (!result_.util.empty() && result_.util.back().t_s == now / 1000.0) result_.util.pop_back();
@@ -436,8 +457,8 @@ class Engine {
   int64_t demand_ = 0;
   int allocated_ = 0;
   uint64_t hash_ = 1469598103934665603ull;
-  bool dirty_ = true;       // something the scheduler decides on changed
-  TimeMs wake_at_ = kNever; // the scheduler's wake or the tick, whichever first
+  bool dirty_ = true;        // something the scheduler decides on changed
+  TimeMs wake_at_ = kNever;  // the scheduler's wake or the tick, whichever first
 };
 
 }  // namespace

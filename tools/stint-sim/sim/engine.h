@@ -35,8 +35,8 @@ struct StartCmd {
 };
 struct NoticeCmd {
   int64_t job = 0;
-  TimeMs deadline = 0;  // the job must be off its GPUs by then
-  bool preempt = false; // for a higher-priority job (counted as a preemption)
+  TimeMs deadline = 0;   // the job must be off its GPUs by then
+  bool preempt = false;  // for a higher-priority job (counted as a preemption)
 };
 
 struct Decisions {
@@ -71,7 +71,8 @@ class Scheduler {
   // The provider revokes a spot window: GPUs gone at `gone`.
   virtual void WindowRevoked(int window, TimeMs gone, TimeMs now) = 0;
   // A periodic checkpoint of the running job became durable.
-  virtual void CheckpointDurable(int64_t job, double progress_s, double remaining_s, TimeMs now) = 0;
+  virtual void CheckpointDurable(int64_t job, double progress_s, double remaining_s,
+                                 TimeMs now) = 0;
   // The running segment ended. kLost here means the engine saw the GPUs
   // vanish (window gone); a scheduler-declared kill is not reported back.
   virtual void SegmentEnded(int64_t job, EndKind kind, double remaining_s, TimeMs now) = 0;
@@ -82,10 +83,10 @@ class Scheduler {
 };
 
 struct EngineOptions {
-  double tick_s = 300;           // Schedule at least this often while jobs are pending
+  double tick_s = 300;                  // Schedule at least this often while jobs are pending
   bool workers_ignore_notices = false;  // ablation: workers never checkpoint on a notice
-  double horizon_s = 0;          // > 0: stop at this time even with jobs left
-  bool keep_log = true;          // keep the event log text (the hash is always computed)
+  double horizon_s = 0;                 // > 0: stop at this time even with jobs left
+  bool keep_log = true;                 // keep the event log text (the hash is always computed)
 };
 
 struct JobResult {
@@ -113,17 +114,18 @@ struct SimResult {
   std::string policy;
   std::vector<JobResult> jobs;
   std::vector<UtilPoint> util;
-  double end_s = 0;                 // the last event
-  double offered_gpu_s = 0;         // capacity over [0, end)
+  double end_s = 0;          // the last event
+  double offered_gpu_s = 0;  // capacity over [0, end)
   double allocated_gpu_s = 0;
-  double useful_gpu_s = 0;          // work of finished jobs, GPU-seconds
-  double demand_capped_gpu_s = 0;   // integral of min(offered, GPUs wanted by unfinished submitted jobs)
+  double useful_gpu_s = 0;  // work of finished jobs, GPU-seconds
+  double demand_capped_gpu_s =
+      0;  // integral of min(offered, GPUs wanted by unfinished submitted jobs)
   double idle_while_waiting_gpu_s = 0;  // free GPUs while some job was pending
   double lost_gpu_s = 0;
   int64_t conservation_violations = 0;  // a window over-allocated, or used while closed
   int64_t schedule_calls = 0;
-  std::string log;       // one line per event (if keep_log)
-  uint64_t log_hash = 0; // FNV-1a 64 of the whole log
+  std::string log;        // one line per event (if keep_log)
+  uint64_t log_hash = 0;  // FNV-1a 64 of the whole log
 };
 
 // Runs `w` through `sched` (Init is called here). REQUIRES: w.jobs sorted

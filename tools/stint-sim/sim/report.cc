@@ -85,11 +85,16 @@ std::string FormatTable(const std::vector<Metrics>& rows, const std::string& bas
     const char* fmt;
   };
   const std::vector<Col> cols = {
-      {"JCT mean (h)", &Metrics::jct_mean_s, "%.2f"},   {"JCT median (h)", &Metrics::jct_median_s, "%.2f"},
-      {"JCT p99 (h)", &Metrics::jct_p99_s, "%.2f"},     {"queue mean (h)", &Metrics::queue_mean_s, "%.2f"},
-      {"queue p99 (h)", &Metrics::queue_p99_s, "%.2f"}, {"GPU util", &Metrics::gpu_util, "%.3f"},
-      {"window util", &Metrics::window_util, "%.3f"},   {"frag", &Metrics::fragmentation, "%.3f"},
-      {"goodput", &Metrics::goodput, "%.3f"},           {"lost GPU-h", &Metrics::lost_gpu_h, "%.1f"},
+      {"JCT mean (h)", &Metrics::jct_mean_s, "%.2f"},
+      {"JCT median (h)", &Metrics::jct_median_s, "%.2f"},
+      {"JCT p99 (h)", &Metrics::jct_p99_s, "%.2f"},
+      {"queue mean (h)", &Metrics::queue_mean_s, "%.2f"},
+      {"queue p99 (h)", &Metrics::queue_p99_s, "%.2f"},
+      {"GPU util", &Metrics::gpu_util, "%.3f"},
+      {"window util", &Metrics::window_util, "%.3f"},
+      {"frag", &Metrics::fragmentation, "%.3f"},
+      {"goodput", &Metrics::goodput, "%.3f"},
+      {"lost GPU-h", &Metrics::lost_gpu_h, "%.1f"},
       {"interrupts/job", &Metrics::interrupts_per_job, "%.3f"},
       {"preempt/job", &Metrics::preemptions_per_job, "%.3f"},
       {"Jain (teams)", &Metrics::fairness_jain, "%.3f"},
@@ -110,7 +115,8 @@ std::string FormatTable(const std::vector<Metrics>& rows, const std::string& bas
   }
   out += "Absolute values (times in hours):\n\n" + line(false);
   for (const Metrics& m : rows) {
-    out += "| " + m.policy + " | " + std::to_string(m.finished) + "/" + std::to_string(m.jobs) + " |";
+    out +=
+        "| " + m.policy + " | " + std::to_string(m.finished) + "/" + std::to_string(m.jobs) + " |";
     for (const Col& c : cols) {
       const double v = m.*c.field / (is_hours(c) ? 3600.0 : 1.0);
       out += " " + Fmt(c.fmt, v) + " |";
@@ -120,9 +126,11 @@ std::string FormatTable(const std::vector<Metrics>& rows, const std::string& bas
     out += " " + std::to_string(m.violations) + " | " + hash + " |\n";
   }
   if (base != nullptr) {
-    out += "\nNormalised to " + baseline + " = 1.0 (\"-\": " + baseline + " is 0):\n\n" + line(true);
+    out +=
+        "\nNormalised to " + baseline + " = 1.0 (\"-\": " + baseline + " is 0):\n\n" + line(true);
     for (const Metrics& m : rows) {
-      out += "| " + m.policy + " | " + std::to_string(m.finished) + "/" + std::to_string(m.jobs) + " |";
+      out += "| " + m.policy + " | " + std::to_string(m.finished) + "/" + std::to_string(m.jobs) +
+             " |";
       for (const Col& c : cols) {
         const double b = base->*c.field;
         out += " " + (b == 0 ? std::string("-") : Fmt("%.3f", m.*c.field / b)) + " |";
@@ -150,15 +158,15 @@ std::string UtilisationSvg(const std::vector<SimResult>& results, const std::str
   s += "<text x=\"" + std::to_string(kLeft) + "\" y=\"22\" font-size=\"14\">" + title + "</text>\n";
   for (int i = 0; i <= 4; i++) {
     const double y = kTop + ph * (1 - i / 4.0);
-    s += "<line x1=\"" + std::to_string(kLeft) + "\" x2=\"" + Fmt("%.1f", kLeft + pw) + "\" y1=\"" + Fmt("%.1f", y) +
-         "\" y2=\"" + Fmt("%.1f", y) + "\" stroke=\"#ddd\"/>\n";
-    s += "<text x=\"" + std::to_string(kLeft - 8) + "\" y=\"" + Fmt("%.1f", y + 4) + "\" text-anchor=\"end\">" +
-         Fmt("%.2f", i / 4.0) + "</text>\n";
+    s += "<line x1=\"" + std::to_string(kLeft) + "\" x2=\"" + Fmt("%.1f", kLeft + pw) + "\" y1=\"" +
+         Fmt("%.1f", y) + "\" y2=\"" + Fmt("%.1f", y) + "\" stroke=\"#ddd\"/>\n";
+    s += "<text x=\"" + std::to_string(kLeft - 8) + "\" y=\"" + Fmt("%.1f", y + 4) +
+         "\" text-anchor=\"end\">" + Fmt("%.2f", i / 4.0) + "</text>\n";
   }
   for (int i = 0; i <= 5; i++) {
     const double x = kLeft + pw * i / 5.0;
-    s += "<text x=\"" + Fmt("%.1f", x) + "\" y=\"" + std::to_string(kH - kBottom + 18) + "\" text-anchor=\"middle\">" +
-         Fmt("%.1f", end * i / 5.0 / unit) + "</text>\n";
+    s += "<text x=\"" + Fmt("%.1f", x) + "\" y=\"" + std::to_string(kH - kBottom + 18) +
+         "\" text-anchor=\"middle\">" + Fmt("%.1f", end * i / 5.0 / unit) + "</text>\n";
   }
   s += "<text x=\"" + Fmt("%.1f", kLeft + pw / 2) + "\" y=\"" + std::to_string(kH - 10) +
        "\" text-anchor=\"middle\">time (" + (days ? "days" : "hours") + ")</text>\n";
@@ -184,15 +192,18 @@ std::string UtilisationSvg(const std::vector<SimResult>& results, const std::str
     std::string pts;
     for (int bin = 0; bin < kBins; bin++) {
       const double u = offer[bin] > 0 ? alloc[bin] / offer[bin] : 0;
-      pts += Fmt("%.1f", kLeft + pw * (bin + 0.5) / kBins) + "," + Fmt("%.1f", kTop + ph * (1 - std::min(1.0, u))) + " ";
+      pts += Fmt("%.1f", kLeft + pw * (bin + 0.5) / kBins) + "," +
+             Fmt("%.1f", kTop + ph * (1 - std::min(1.0, u))) + " ";
     }
     const char* colour = kColours[k % 10];
-    s += "<polyline fill=\"none\" stroke=\"" + std::string(colour) + "\" stroke-width=\"1.5\" points=\"" + pts +
-         "\"/>\n";
+    s += "<polyline fill=\"none\" stroke=\"" + std::string(colour) +
+         "\" stroke-width=\"1.5\" points=\"" + pts + "\"/>\n";
     const double ly = kTop + 14 + 18 * k;
-    s += "<line x1=\"" + Fmt("%.1f", kLeft + pw + 12) + "\" x2=\"" + Fmt("%.1f", kLeft + pw + 32) + "\" y1=\"" +
-         Fmt("%.1f", ly - 4) + "\" y2=\"" + Fmt("%.1f", ly - 4) + "\" stroke=\"" + colour + "\" stroke-width=\"2\"/>\n";
-    s += "<text x=\"" + Fmt("%.1f", kLeft + pw + 38) + "\" y=\"" + Fmt("%.1f", ly) + "\">" + r.policy + "</text>\n";
+    s += "<line x1=\"" + Fmt("%.1f", kLeft + pw + 12) + "\" x2=\"" + Fmt("%.1f", kLeft + pw + 32) +
+         "\" y1=\"" + Fmt("%.1f", ly - 4) + "\" y2=\"" + Fmt("%.1f", ly - 4) + "\" stroke=\"" +
+         colour + "\" stroke-width=\"2\"/>\n";
+    s += "<text x=\"" + Fmt("%.1f", kLeft + pw + 38) + "\" y=\"" + Fmt("%.1f", ly) + "\">" +
+         r.policy + "</text>\n";
   }
   s += "</svg>\n";
   return s;

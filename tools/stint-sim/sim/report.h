@@ -17,14 +17,14 @@ struct Metrics {
   int finished = 0;
   double jct_mean_s = 0, jct_median_s = 0, jct_p99_s = 0;
   double queue_mean_s = 0, queue_p99_s = 0;  // first start - submit, over started jobs
-  double gpu_util = 0;         // allocated / offered GPU-s over the replay
-  double window_util = 0;      // allocated / integral of min(offered, demand)
-  double fragmentation = 0;    // GPU-s idle while a job waited / offered
-  double goodput = 0;          // useful (finished work) / allocated GPU-s
+  double gpu_util = 0;                       // allocated / offered GPU-s over the replay
+  double window_util = 0;                    // allocated / integral of min(offered, demand)
+  double fragmentation = 0;                  // GPU-s idle while a job waited / offered
+  double goodput = 0;                        // useful (finished work) / allocated GPU-s
   double lost_gpu_h = 0;
-  double interrupts_per_job = 0;  // segments ended without finishing
-  double preemptions_per_job = 0; // of those, for a higher-priority job
-  double fairness_jain = 0;       // Jain's index over per-team mean slowdown (JCT / work)
+  double interrupts_per_job = 0;   // segments ended without finishing
+  double preemptions_per_job = 0;  // of those, for a higher-priority job
+  double fairness_jain = 0;        // Jain's index over per-team mean slowdown (JCT / work)
   double makespan_s = 0;
   int64_t violations = 0;
   uint64_t log_hash = 0;

@@ -29,16 +29,16 @@ enum class PolicyKind { kFifo, kEasy, kSlurm, kStint };
 struct PolicySpec {
   std::string name;
   PolicyKind kind = PolicyKind::kFifo;
-  stintd::PolicyConfig stint;      // kStint: the config MakePlan gets
-  bool runtime_estimates = true;  // kStint: submit remaining_seconds (false: unknown)
+  stintd::PolicyConfig stint;           // kStint: the config MakePlan gets
+  bool runtime_estimates = true;        // kStint: submit remaining_seconds (false: unknown)
   bool workers_ignore_notices = false;  // an engine-side ablation
 };
 
 struct SchedulerOptions {
-  double estimate_factor = 1.0;  // runtime estimates (time limits) = true remaining x this
-  stintd::PolicyConfig stint;     // the base config for stint and its ablations
+  double estimate_factor = 1.0;          // runtime estimates (time limits) = true remaining x this
+  stintd::PolicyConfig stint;            // the base config for stint and its ablations
   double slurm_age_max_s = 7 * 86400.0;  // PriorityMaxAge
-  int team_guarantee_gpus = 0;   // stint: every team's guarantee (0: none)
+  int team_guarantee_gpus = 0;           // stint: every team's guarantee (0: none)
 };
 
 // Names: fifo, easy, slurm, stint, stint-no-backfill (plan_depth = 1),

@@ -18,7 +18,8 @@ constexpr TimeMs kEpochMs = 1'600'000'000'000;
 
 class StintScheduler : public Scheduler {
  public:
-  StintScheduler(const PolicySpec& spec, const SchedulerOptions& o) : spec_(spec), opt_(o), cfg_(spec.stint) {}
+  StintScheduler(const PolicySpec& spec, const SchedulerOptions& o)
+      : spec_(spec), opt_(o), cfg_(spec.stint) {}
 
   std::string Name() const override { return spec_.name; }
 
@@ -85,7 +86,8 @@ class StintScheduler : public Scheduler {
     auto it = id_of_window_.find(window);
     if (it == id_of_window_.end()) return;
     stintd::Changes ch;
-    Check(stintd::CloseWindow(s_, it->second, std::max<TimeMs>(0, gone - now), kEpochMs + now, &ch));
+    Check(
+        stintd::CloseWindow(s_, it->second, std::max<TimeMs>(0, gone - now), kEpochMs + now, &ch));
   }
 
   void CheckpointDurable(int64_t job, double progress_s, double remaining_s, TimeMs now) override {
@@ -96,7 +98,8 @@ class StintScheduler : public Scheduler {
     const int64_t step = Ms(progress_s);
     Check(stintd::ReportCheckpoint(s_, w->second, step, sj.checkpoint_s, 0, kEpochMs + now, &ch));
     if (spec_.runtime_estimates) {
-      Check(stintd::ReportProgress(s_, w->second, step, Estimate(remaining_s), kEpochMs + now, &ch));
+      Check(
+          stintd::ReportProgress(s_, w->second, step, Estimate(remaining_s), kEpochMs + now, &ch));
     }
   }
 
@@ -113,7 +116,8 @@ class StintScheduler : public Scheduler {
         Check(stintd::FinishJob(s_, worker, t, &ch));
         break;
       case EndKind::kAcked:
-        if (spec_.runtime_estimates) Check(stintd::ReportProgress(s_, worker, step, Estimate(remaining_s), t, &ch));
+        if (spec_.runtime_estimates)
+          Check(stintd::ReportProgress(s_, worker, step, Estimate(remaining_s), t, &ch));
         Check(stintd::AckSegment(s_, worker, step, t, &ch));
         break;
       case EndKind::kLost:
@@ -152,7 +156,8 @@ class StintScheduler : public Scheduler {
       if (j.state != stintd::JobState::kRunning) continue;
       StartCmd cmd;
       cmd.job = sim_of_job_[st.job_id];
-      for (const stintd::Allocation& a : st.allocs) cmd.allocs.push_back(SimAlloc{window_of_[a.window_id], a.gpus});
+      for (const stintd::Allocation& a : st.allocs)
+        cmd.allocs.push_back(SimAlloc{window_of_[a.window_id], a.gpus});
       // The sim plays the job's workers: one registers for the gang.
       auto w = stintd::RegisterWorker(s_, st.job_id, "sim-" + std::to_string(cmd.job), t, &ch);
       if (!w.ok()) {
@@ -164,7 +169,8 @@ class StintScheduler : public Scheduler {
     }
     next_planned_ = stintd::kNever;
     for (const stintd::PendingInfo& p : plan.pending) {
-      if (p.planned_start_ms > t) next_planned_ = std::min(next_planned_, p.planned_start_ms - kEpochMs);
+      if (p.planned_start_ms > t)
+        next_planned_ = std::min(next_planned_, p.planned_start_ms - kEpochMs);
     }
     pending_ = plan.stats.pending_jobs;
     return d;
@@ -188,7 +194,8 @@ class StintScheduler : public Scheduler {
       }
       auto job = s_.jobs.find(seg.job_id);
       if (release != stintd::kNever && job != s_.jobs.end()) {
-        const TimeMs at = release - stintd::SecondsToMs(job->second.checkpoint_seconds + cfg_.safety_seconds);
+        const TimeMs at =
+            release - stintd::SecondsToMs(job->second.checkpoint_seconds + cfg_.safety_seconds);
         if (at > t) next = std::min(next, at - kEpochMs);
       }
       // A segment becomes preemptible after min_run.
@@ -215,7 +222,7 @@ class StintScheduler : public Scheduler {
   const Workload* w_ = nullptr;
   stintd::ClusterState s_;
   std::map<int64_t, int64_t> sim_of_job_, job_of_sim_;  // core job id <-> sim job id
-  std::map<int64_t, int> window_of_;                     // core window id -> sim window index
+  std::map<int64_t, int> window_of_;                    // core window id -> sim window index
   std::map<int, int64_t> id_of_window_;
   std::map<int64_t, int64_t> worker_of_;  // sim job -> its live worker
   TimeMs next_planned_ = stintd::kNever;
@@ -225,7 +232,8 @@ class StintScheduler : public Scheduler {
 
 }  // namespace
 
-std::unique_ptr<Scheduler> MakeStintScheduler(const PolicySpec& spec, const SchedulerOptions& options) {
+std::unique_ptr<Scheduler> MakeStintScheduler(const PolicySpec& spec,
+                                              const SchedulerOptions& options) {
   return std::make_unique<StintScheduler>(spec, options);
 }
 

@@ -36,7 +36,9 @@ class LineReader {
   Status Error(const std::string& what) const {
     return Status::InvalidArgument(path_ + ":" + std::to_string(line_no_) + ": " + what);
   }
-  Status OpenError() const { return Status::NotFound("cannot open " + path_ + ": " + std::strerror(errno)); }
+  Status OpenError() const {
+    return Status::NotFound("cannot open " + path_ + ": " + std::strerror(errno));
+  }
 
  private:
   std::string path_;
@@ -86,8 +88,8 @@ bool ParseTime(const std::string& raw, double* out) {
   if (ParseDouble(raw, out)) return true;
   std::tm tm{};
   const std::string s = Trim(raw);
-  if (s.size() >= 10 && std::sscanf(s.c_str(), "%d-%d-%d %d:%d:%d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
-                                    &tm.tm_hour, &tm.tm_min, &tm.tm_sec) >= 3) {
+  if (s.size() >= 10 && std::sscanf(s.c_str(), "%d-%d-%d %d:%d:%d", &tm.tm_year, &tm.tm_mon,
+                                    &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec) >= 3) {
     tm.tm_year -= 1900;
     tm.tm_mon -= 1;
     *out = static_cast<double>(timegm(&tm));
@@ -100,8 +102,8 @@ bool ParseTime(const std::string& raw, double* out) {
 std::string TeamName(const std::string& raw) {
   std::string out;
   for (char c : raw) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-                    c == '_' || c == '-';
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
     out.push_back(ok ? c : '_');
   }
   if (out.empty()) out = "default";
@@ -109,7 +111,8 @@ std::string TeamName(const std::string& raw) {
   return out;
 }
 
-SimJob MakeJob(const JobDefaults& d, std::string name, std::string team, double submit_s, int gpus, double work_s) {
+SimJob MakeJob(const JobDefaults& d, std::string name, std::string team, double submit_s, int gpus,
+               double work_s) {
   SimJob j;
   j.name = std::move(name);
   j.team = TeamName(team);
@@ -144,14 +147,19 @@ Status LoadPhillyFile(const std::string& path, const std::string& team, std::vec
     if (Trim(line).empty()) continue;
     const std::vector<std::string> f = Split(line, '\t');
     if (f.size() != 7) {
-      return in.Error("expected 7 tab-separated fields (job_type, command, num_steps_arg, needs_data_dir, "
-                      "total_steps, arrival_time, scale_factor), got " + std::to_string(f.size()));
+      return in.Error(
+          "expected 7 tab-separated fields (job_type, command, num_steps_arg, needs_data_dir, "
+          "total_steps, arrival_time, scale_factor), got " +
+          std::to_string(f.size()));
     }
     double total_steps = 0, arrival = 0;
     int64_t gpus = 0;
-    if (!ParseDouble(f[4], &total_steps) || total_steps <= 0) return in.Error("total_steps is not a positive number");
-    if (!ParseDouble(f[5], &arrival) || arrival < 0) return in.Error("arrival_time is not a number >= 0");
-    if (!ParseInt(f[6], &gpus) || gpus < 1 || gpus > 4096) return in.Error("scale_factor is not an integer in [1, 4096]");
+    if (!ParseDouble(f[4], &total_steps) || total_steps <= 0)
+      return in.Error("total_steps is not a positive number");
+    if (!ParseDouble(f[5], &arrival) || arrival < 0)
+      return in.Error("arrival_time is not a number >= 0");
+    if (!ParseInt(f[6], &gpus) || gpus < 1 || gpus > 4096)
+      return in.Error("scale_factor is not an integer in [1, 4096]");
     SimJob j;
     j.name = team + "/" + std::to_string(out->size());
     j.team = team;
@@ -174,13 +182,15 @@ std::string Stem(const std::string& path) {
 Result<std::vector<SimJob>> LoadPhilly(const std::string& path, const JobDefaults& d) {
   std::vector<std::string> files;
   struct stat st {};
-  if (stat(path.c_str(), &st) != 0) return Status::NotFound("cannot open " + path + ": " + std::strerror(errno));
+  if (stat(path.c_str(), &st) != 0)
+    return Status::NotFound("cannot open " + path + ": " + std::strerror(errno));
   if (S_ISDIR(st.st_mode)) {
     DIR* dir = opendir(path.c_str());
     if (dir == nullptr) return Status::NotFound("cannot open directory " + path);
     while (dirent* e = readdir(dir)) {
       const std::string n = e->d_name;
-      if (n.size() > 6 && n.compare(n.size() - 6, 6, ".trace") == 0) files.push_back(path + "/" + n);
+      if (n.size() > 6 && n.compare(n.size() - 6, 6, ".trace") == 0)
+        files.push_back(path + "/" + n);
     }
     closedir(dir);
     std::sort(files.begin(), files.end());
@@ -190,7 +200,8 @@ Result<std::vector<SimJob>> LoadPhilly(const std::string& path, const JobDefault
   }
   std::vector<SimJob> jobs;
   std::vector<std::pair<std::string, double>> steps;
-  for (const std::string& f : files) STINT_RETURN_IF_ERROR(LoadPhillyFile(f, TeamName(Stem(f)), &jobs, &steps));
+  for (const std::string& f : files)
+    STINT_RETURN_IF_ERROR(LoadPhillyFile(f, TeamName(Stem(f)), &jobs, &steps));
   // The trace has work in iterations, not seconds: each job type's median
   // total_steps is taken to run philly_median_s (a per-type throughput),
   // which keeps the spread of the trace within a type.
@@ -213,17 +224,21 @@ Result<std::vector<SimJob>> LoadTiresias(const std::string& path, const JobDefau
   LineReader in(path);
   if (!in.ok()) return in.OpenError();
   std::string line;
-  if (!in.Next(&line) || Trim(line).rfind("job_id", 0) != 0) return in.Error("expected the header job_id,num_gpu,...");
+  if (!in.Next(&line) || Trim(line).rfind("job_id", 0) != 0)
+    return in.Error("expected the header job_id,num_gpu,...");
   std::vector<SimJob> out;
   while (in.Next(&line)) {
     if (Trim(line).empty()) continue;
     const std::vector<std::string> f = Split(line, ',');
-    if (f.size() != 7) return in.Error("expected 7 comma-separated fields, got " + std::to_string(f.size()));
+    if (f.size() != 7)
+      return in.Error("expected 7 comma-separated fields, got " + std::to_string(f.size()));
     int64_t gpus = 0;
     double submit = 0, duration = 0;
     if (!ParseInt(f[1], &gpus) || gpus < 1) return in.Error("num_gpu is not an integer >= 1");
-    if (!ParseDouble(f[2], &submit) || submit < 0) return in.Error("submit_time is not a number >= 0");
-    if (!ParseDouble(f[5], &duration) || duration <= 0) return in.Error("duration is not a positive number");
+    if (!ParseDouble(f[2], &submit) || submit < 0)
+      return in.Error("submit_time is not a number >= 0");
+    if (!ParseDouble(f[5], &duration) || duration <= 0)
+      return in.Error("duration is not a positive number");
     out.push_back(MakeJob(d, "tiresias/" + Trim(f[0]) + "-" + Trim(f[4]), "default", submit,
                           static_cast<int>(gpus), duration));
   }
@@ -260,7 +275,8 @@ class HeaderCsv {
       if (Trim(line).empty()) continue;
       row_ = Split(line, ',');
       if (row_.size() != width_) {
-        return in_.Error("expected " + std::to_string(width_) + " fields, got " + std::to_string(row_.size()));
+        return in_.Error("expected " + std::to_string(width_) + " fields, got " +
+                         std::to_string(row_.size()));
       }
       return true;
     }
@@ -288,13 +304,15 @@ Result<std::vector<SimJob>> LoadHeliosJobs(const std::string& path, const JobDef
     if (!row) break;
     int64_t gpus = 0;
     double submit = 0, duration = 0;
-    if (!ParseInt(in["gpu_num"], &gpus) || gpus < 0) return in.Error("gpu_num is not an integer >= 0");
+    if (!ParseInt(in["gpu_num"], &gpus) || gpus < 0)
+      return in.Error("gpu_num is not an integer >= 0");
     if (!ParseTime(in["submit_time"], &submit)) return in.Error("submit_time is not a time");
-    if (!ParseDouble(in["duration"], &duration) || duration < 0) return in.Error("duration is not a number >= 0");
+    if (!ParseDouble(in["duration"], &duration) || duration < 0)
+      return in.Error("duration is not a number >= 0");
     if (gpus == 0 || duration <= 0) continue;  // CPU-only or zero-length jobs
     t0 = std::min(t0, submit);
-    out.push_back(MakeJob(d, "helios/" + Trim(in["job_id"]), Trim(in["vc"]), submit, static_cast<int>(gpus),
-                          duration));
+    out.push_back(MakeJob(d, "helios/" + Trim(in["job_id"]), Trim(in["vc"]), submit,
+                          static_cast<int>(gpus), duration));
   }
   for (SimJob& j : out) j.submit_s -= t0;
   Normalize(&out);
@@ -304,7 +322,8 @@ Result<std::vector<SimJob>> LoadHeliosJobs(const std::string& path, const JobDef
 
 Result<std::vector<SimJob>> LoadAlibabaPods(const std::string& path, const JobDefaults& d) {
   HeaderCsv in(path);
-  STINT_RETURN_IF_ERROR(in.Open({"name", "num_gpu", "qos", "creation_time", "deletion_time", "scheduled_time"}));
+  STINT_RETURN_IF_ERROR(
+      in.Open({"name", "num_gpu", "qos", "creation_time", "deletion_time", "scheduled_time"}));
   std::vector<SimJob> out;
   double t0 = kForever;
   for (;;) {
@@ -312,10 +331,14 @@ Result<std::vector<SimJob>> LoadAlibabaPods(const std::string& path, const JobDe
     if (!row) break;
     int64_t gpus = 0;
     double created = 0, deleted = 0, scheduled = 0;
-    if (!ParseInt(in["num_gpu"], &gpus) || gpus < 0) return in.Error("num_gpu is not an integer >= 0");
-    if (!ParseDouble(in["creation_time"], &created)) return in.Error("creation_time is not a number");
-    if (!ParseDouble(in["deletion_time"], &deleted)) return in.Error("deletion_time is not a number");
-    if (!ParseDouble(in["scheduled_time"], &scheduled)) return in.Error("scheduled_time is not a number");
+    if (!ParseInt(in["num_gpu"], &gpus) || gpus < 0)
+      return in.Error("num_gpu is not an integer >= 0");
+    if (!ParseDouble(in["creation_time"], &created))
+      return in.Error("creation_time is not a number");
+    if (!ParseDouble(in["deletion_time"], &deleted))
+      return in.Error("deletion_time is not a number");
+    if (!ParseDouble(in["scheduled_time"], &scheduled))
+      return in.Error("scheduled_time is not a number");
     if (gpus == 0 || deleted <= scheduled) continue;
     t0 = std::min(t0, created);
     SimJob j = MakeJob(d, "alibaba/" + Trim(in["name"]), "default", created, static_cast<int>(gpus),
@@ -337,8 +360,9 @@ std::vector<SimWindow> FixedCapacity(int gpus) {
   return {w};
 }
 
-std::vector<SimWindow> StepsToWindows(const std::vector<std::pair<double, int>>& steps, double last_end_s,
-                                      stintd::WindowKind kind, double notice_lead_s, const std::string& pool) {
+std::vector<SimWindow> StepsToWindows(const std::vector<std::pair<double, int>>& steps,
+                                      double last_end_s, stintd::WindowKind kind,
+                                      double notice_lead_s, const std::string& pool) {
   std::vector<SimWindow> done;
   std::vector<SimWindow> stack;  // open windows, oldest first
   int level = 0;
@@ -387,12 +411,14 @@ std::vector<SimWindow> StepsToWindows(const std::vector<std::pair<double, int>>&
       done.push_back(w);
     }
   }
-  std::stable_sort(done.begin(), done.end(), [](const SimWindow& a, const SimWindow& b) { return a.start_s < b.start_s; });
+  std::stable_sort(done.begin(), done.end(),
+                   [](const SimWindow& a, const SimWindow& b) { return a.start_s < b.start_s; });
   return done;
 }
 
-Result<std::vector<std::pair<double, int>>> LoadHeliosCapacity(const std::string& path, const std::string& column,
-                                                              double scale) {
+Result<std::vector<std::pair<double, int>>> LoadHeliosCapacity(const std::string& path,
+                                                               const std::string& column,
+                                                               double scale) {
   LineReader in(path);
   if (!in.ok()) return in.OpenError();
   std::string line;
@@ -410,7 +436,8 @@ Result<std::vector<std::pair<double, int>>> LoadHeliosCapacity(const std::string
     if (Trim(line).empty()) continue;
     const std::vector<std::string> f = Split(line, ',');
     if (f.size() != header.size()) {
-      return in.Error("expected " + std::to_string(header.size()) + " fields, got " + std::to_string(f.size()));
+      return in.Error("expected " + std::to_string(header.size()) + " fields, got " +
+                      std::to_string(f.size()));
     }
     double gpus = 0;
     if (!ParseDouble(f[col], &gpus) || gpus < 0) return in.Error(column + " is not a number >= 0");
@@ -421,7 +448,8 @@ Result<std::vector<std::pair<double, int>>> LoadHeliosCapacity(const std::string
   return steps;
 }
 
-Result<std::vector<SimWindow>> LoadBambooNodes(const std::string& path, int gpus_per_node, double notice_lead_s) {
+Result<std::vector<SimWindow>> LoadBambooNodes(const std::string& path, int gpus_per_node,
+                                               double notice_lead_s) {
   LineReader in(path);
   if (!in.ok()) return in.OpenError();
   std::string line;
@@ -430,7 +458,8 @@ Result<std::vector<SimWindow>> LoadBambooNodes(const std::string& path, int gpus
   while (in.Next(&line)) {
     if (Trim(line).empty()) continue;
     const std::vector<std::string> f = Split(line, ',');
-    if (f.size() != 3) return in.Error("expected 3 fields (ms,add|remove,node), got " + std::to_string(f.size()));
+    if (f.size() != 3)
+      return in.Error("expected 3 fields (ms,add|remove,node), got " + std::to_string(f.size()));
     double ms = 0;
     if (!ParseDouble(f[0], &ms) || ms < 0) return in.Error("time is not a number of ms >= 0");
     const std::string ev = Trim(f[1]), node = Trim(f[2]);
@@ -458,8 +487,9 @@ Result<std::vector<SimWindow>> LoadBambooNodes(const std::string& path, int gpus
   return out;
 }
 
-Result<std::vector<std::pair<double, int>>> LoadBambooAvailability(const std::string& path, bool hours,
-                                                                  int gpus_per_instance) {
+Result<std::vector<std::pair<double, int>>> LoadBambooAvailability(const std::string& path,
+                                                                   bool hours,
+                                                                   int gpus_per_instance) {
   LineReader in(path);
   if (!in.ok()) return in.OpenError();
   std::string line;
@@ -467,7 +497,8 @@ Result<std::vector<std::pair<double, int>>> LoadBambooAvailability(const std::st
   while (in.Next(&line)) {
     if (Trim(line).empty()) continue;
     const std::vector<std::string> f = Split(line, ',');
-    if (f.size() != 2) return in.Error("expected 2 fields (time,count), got " + std::to_string(f.size()));
+    if (f.size() != 2)
+      return in.Error("expected 2 fields (time,count), got " + std::to_string(f.size()));
     double t = 0;
     int64_t n = 0;
     if (!ParseDouble(f[0], &t) || t < 0) return in.Error("time is not a number >= 0");
@@ -489,10 +520,13 @@ std::vector<SimJob> GenerateJobs(const SyntheticJobs& g, const JobDefaults& d) {
     const double r = u(rng);
     const int gpus = r < 0.5 ? 1 : r < 0.65 ? 2 : r < 0.8 ? 4 : r < 0.95 ? 8 : 16;
     const double work = std::exp(std::log(300.0) + u(rng) * (std::log(86400.0) - std::log(300.0)));
-    const std::string team = "team" + std::to_string(static_cast<int>(u(rng) * std::max(1, g.teams)));
+    const std::string team =
+        "team" + std::to_string(static_cast<int>(u(rng) * std::max(1, g.teams)));
     SimJob j = MakeJob(d, "syn/" + std::to_string(i), team, t, gpus, work);
     const double p = u(rng);
-    j.priority = p < 0.3 ? stintd::Priority::kLow : p < 0.85 ? stintd::Priority::kMedium : stintd::Priority::kHigh;
+    j.priority = p < 0.3    ? stintd::Priority::kLow
+                 : p < 0.85 ? stintd::Priority::kMedium
+                            : stintd::Priority::kHigh;
     out.push_back(j);
   }
   Normalize(&out);
@@ -514,7 +548,8 @@ std::vector<SimWindow> GenerateWindows(const SyntheticWindows& g) {
     const double r = u(rng);
     w.gpus = r < 0.4 ? 4 : r < 0.8 ? 8 : 16;
     w.start_s = u(rng) * g.horizon_s;
-    w.end_s = w.start_s + std::exp(std::log(1800.0) + u(rng) * (std::log(8 * 3600.0) - std::log(1800.0)));
+    w.end_s =
+        w.start_s + std::exp(std::log(1800.0) + u(rng) * (std::log(8 * 3600.0) - std::log(1800.0)));
     out.push_back(w);
   }
   for (int i = 0; i < g.spot; i++) {
@@ -528,7 +563,8 @@ std::vector<SimWindow> GenerateWindows(const SyntheticWindows& g) {
     w.revoke_s = w.start_s + 3600 + u(rng) * 11 * 3600;
     out.push_back(w);
   }
-  std::stable_sort(out.begin(), out.end(), [](const SimWindow& a, const SimWindow& b) { return a.start_s < b.start_s; });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const SimWindow& a, const SimWindow& b) { return a.start_s < b.start_s; });
   return out;
 }
 
@@ -542,8 +578,9 @@ int DropUnplaceable(std::vector<SimJob>* jobs, const std::vector<SimWindow>& win
   int max_pool = 0;
   for (const auto& [p, n] : pool_total) max_pool = std::max(max_pool, n);
   const size_t before = jobs->size();
-  jobs->erase(std::remove_if(jobs->begin(), jobs->end(),
-                             [&](const SimJob& j) { return j.min_gpus > (j.gang ? max_window : max_pool); }),
+  jobs->erase(std::remove_if(
+                  jobs->begin(), jobs->end(),
+                  [&](const SimJob& j) { return j.min_gpus > (j.gang ? max_window : max_pool); }),
               jobs->end());
   for (SimJob& j : *jobs) j.max_gpus = std::min(j.max_gpus, j.gang ? max_window : max_pool);
   Normalize(jobs);
@@ -551,7 +588,8 @@ int DropUnplaceable(std::vector<SimJob>* jobs, const std::vector<SimWindow>& win
 }
 
 void Normalize(std::vector<SimJob>* jobs) {
-  std::stable_sort(jobs->begin(), jobs->end(), [](const SimJob& a, const SimJob& b) { return a.submit_s < b.submit_s; });
+  std::stable_sort(jobs->begin(), jobs->end(),
+                   [](const SimJob& a, const SimJob& b) { return a.submit_s < b.submit_s; });
   for (size_t i = 0; i < jobs->size(); i++) (*jobs)[i].id = static_cast<int64_t>(i);
 }
 

@@ -30,12 +30,12 @@ struct SimJob {
   stintd::Priority priority = stintd::Priority::kMedium;
   double submit_s = 0;
   int min_gpus = 1;
-  int max_gpus = 1;       // progress rate is gpus / max_gpus (linear scaling)
-  double work_s = 0;      // run time at max_gpus without interruptions, > 0
-  double checkpoint_s = 30;   // C: time for a checkpoint to become durable
-  double restart_s = 60;      // R: time from segment start to the first training step
-  double interval_s = 600;    // I: compute seconds between periodic checkpoints
-  bool gang = true;           // all GPUs of a segment from one window
+  int max_gpus = 1;          // progress rate is gpus / max_gpus (linear scaling)
+  double work_s = 0;         // run time at max_gpus without interruptions, > 0
+  double checkpoint_s = 30;  // C: time for a checkpoint to become durable
+  double restart_s = 60;     // R: time from segment start to the first training step
+  double interval_s = 600;   // I: compute seconds between periodic checkpoints
+  bool gang = true;          // all GPUs of a segment from one window
   bool preemptible = true;
 };
 
@@ -69,9 +69,9 @@ struct JobDefaults {
   double restart_s = 60;
   double interval_s = 600;
   bool gang = true;
-  double max_work_s = 0;         // > 0: cap each job's work (reported in the source label)
-  double philly_median_s = 3600; // Philly: each job type's median total_steps maps to this
-  double elastic_fraction = 0;   // this share of multi-GPU jobs gets min_gpus = max_gpus / 2
+  double max_work_s = 0;          // > 0: cap each job's work (reported in the source label)
+  double philly_median_s = 3600;  // Philly: each job type's median total_steps maps to this
+  double elastic_fraction = 0;    // this share of multi-GPU jobs gets min_gpus = max_gpus / 2
   uint64_t seed = 1;
 };
 
@@ -82,7 +82,8 @@ struct JobDefaults {
 // them (all files, one team per file, merged by arrival).
 Result<std::vector<SimJob>> LoadPhilly(const std::string& path, const JobDefaults& d);
 
-// Tiresias CSV: header job_id,num_gpu,submit_time,iterations,model_name,duration,interval (CRLF ok).
+// Tiresias CSV: header job_id,num_gpu,submit_time,iterations,model_name,duration,interval (CRLF
+// ok).
 Result<std::vector<SimJob>> LoadTiresias(const std::string& path, const JobDefaults& d);
 
 // Helios cluster_log.csv: header job_id,user,vc,gpu_num,cpu_num,node_num,state,
@@ -106,22 +107,26 @@ std::vector<SimWindow> FixedCapacity(int gpus);
 // windows (a partly closed one is replaced by a smaller one). The last
 // level lasts until `last_end_s`. Windows are hard (known close) or spot
 // (closed by revocation with `notice_lead_s`).
-std::vector<SimWindow> StepsToWindows(const std::vector<std::pair<double, int>>& steps, double last_end_s,
-                                      stintd::WindowKind kind, double notice_lead_s, const std::string& pool);
+std::vector<SimWindow> StepsToWindows(const std::vector<std::pair<double, int>>& steps,
+                                      double last_end_s, stintd::WindowKind kind,
+                                      double notice_lead_s, const std::string& pool);
 
 // Helios cluster_gpu_number.csv (header date,vc...,total): one step per
 // day for `column` ("total" or a VC name), multiplied by `scale` and
 // rounded; day 0 is the first row.
-Result<std::vector<std::pair<double, int>>> LoadHeliosCapacity(const std::string& path, const std::string& column,
-                                                              double scale);
+Result<std::vector<std::pair<double, int>>> LoadHeliosCapacity(const std::string& path,
+                                                               const std::string& column,
+                                                               double scale);
 
 // Bamboo node events (ms,add|remove,nodeN): one spot window per node of
 // `gpus_per_node`, revoked at its remove event with `notice_lead_s`.
-Result<std::vector<SimWindow>> LoadBambooNodes(const std::string& path, int gpus_per_node, double notice_lead_s);
+Result<std::vector<SimWindow>> LoadBambooNodes(const std::string& path, int gpus_per_node,
+                                               double notice_lead_s);
 
 // Bamboo availability step function (time,count): `hours` says the unit.
-Result<std::vector<std::pair<double, int>>> LoadBambooAvailability(const std::string& path, bool hours,
-                                                                  int gpus_per_instance);
+Result<std::vector<std::pair<double, int>>> LoadBambooAvailability(const std::string& path,
+                                                                   bool hours,
+                                                                   int gpus_per_instance);
 
 // ---- Synthetic (labelled synthetic in every report) ----
 
@@ -137,9 +142,9 @@ struct SyntheticJobs {
 std::vector<SimJob> GenerateJobs(const SyntheticJobs& g, const JobDefaults& d);
 
 struct SyntheticWindows {
-  int base_gpus = 32;       // a hard window for the whole replay
-  int fragments = 40;       // hard fragment windows of 4/8/16 GPUs, 30 min to 8 h
-  int spot = 10;            // spot windows of 8 GPUs revoked after 1 to 12 h
+  int base_gpus = 32;  // a hard window for the whole replay
+  int fragments = 40;  // hard fragment windows of 4/8/16 GPUs, 30 min to 8 h
+  int spot = 10;       // spot windows of 8 GPUs revoked after 1 to 12 h
   double horizon_s = 7 * 86400.0;
   double spot_notice_s = 120;
   uint64_t seed = 1;

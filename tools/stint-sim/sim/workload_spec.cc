@@ -28,8 +28,8 @@ Result<int> PositiveInt(const std::string& s, const std::string& what) {
   return static_cast<int>(v);
 }
 
-Result<std::vector<SimWindow>> CapacityPart(std::string part, const WorkloadOptions& o, std::string* label,
-                                            bool* synthetic) {
+Result<std::vector<SimWindow>> CapacityPart(std::string part, const WorkloadOptions& o,
+                                            std::string* label, bool* synthetic) {
   bool spot = false;
   if (part.size() > 5 && part.compare(part.size() - 5, 5, "@spot") == 0) {
     spot = true;
@@ -43,7 +43,8 @@ Result<std::vector<SimWindow>> CapacityPart(std::string part, const WorkloadOpti
   if (type == "fixed") {
     STINT_ASSIGN_OR_RETURN(int gpus, PositiveInt(rest, "fixed:GPUS"));
     out = FixedCapacity(gpus);
-    *label = "fixed " + std::to_string(gpus) + " GPUs (synthetic: one hard window for the whole replay)";
+    *label =
+        "fixed " + std::to_string(gpus) + " GPUs (synthetic: one hard window for the whole replay)";
     *synthetic = true;
   } else if (type == "helios") {
     // PATH[:COLUMN[:GPUS]]; a path has no ':' in our use.
@@ -53,7 +54,8 @@ Result<std::vector<SimWindow>> CapacityPart(std::string part, const WorkloadOpti
     double scale = 1.0;
     if (f.size() > 2) {
       STINT_ASSIGN_OR_RETURN(int gpus, PositiveInt(f[2], "helios GPUS"));
-      if (steps[0].second <= 0) return Status::InvalidArgument("helios column " + column + " starts at 0 GPUs");
+      if (steps[0].second <= 0)
+        return Status::InvalidArgument("helios column " + column + " starts at 0 GPUs");
       scale = static_cast<double>(gpus) / steps[0].second;
       STINT_ASSIGN_OR_RETURN(steps, LoadHeliosCapacity(f[0], column, scale));
     }
@@ -69,7 +71,8 @@ Result<std::vector<SimWindow>> CapacityPart(std::string part, const WorkloadOpti
     }
     STINT_ASSIGN_OR_RETURN(out, LoadBambooNodes(f[0], per, o.notice_lead_s));
     for (SimWindow& w : out) w.pool = "p0";
-    *label = "bamboo node events " + f[0] + " x" + std::to_string(per) + " GPUs/node (real spot add/remove)";
+    *label = "bamboo node events " + f[0] + " x" + std::to_string(per) +
+             " GPUs/node (real spot add/remove)";
   } else if (type == "bamboo-avail") {
     const std::vector<std::string> f = SplitOn(rest, ':');
     int per = 8;
@@ -78,14 +81,16 @@ Result<std::vector<SimWindow>> CapacityPart(std::string part, const WorkloadOpti
     }
     const bool hours = f.size() > 2 && f[2] == "h";
     STINT_ASSIGN_OR_RETURN(auto steps, LoadBambooAvailability(f[0], hours, per));
-    out = StepsToWindows(steps, kLongSeconds, spot ? kind : stintd::WindowKind::kSpot, o.notice_lead_s, "p0");
-    *label = "bamboo availability " + f[0] + " x" + std::to_string(per) + " GPUs (real spot series)";
+    out = StepsToWindows(steps, kLongSeconds, spot ? kind : stintd::WindowKind::kSpot,
+                         o.notice_lead_s, "p0");
+    *label =
+        "bamboo availability " + f[0] + " x" + std::to_string(per) + " GPUs (real spot series)";
   } else if (type == "synthetic") {
     out = GenerateWindows(o.synthetic_windows);
-    *label = "synthetic windows (base " + std::to_string(o.synthetic_windows.base_gpus) + " GPUs, " +
-             std::to_string(o.synthetic_windows.fragments) + " hard fragments, " +
-             std::to_string(o.synthetic_windows.spot) + " spot, seed " + std::to_string(o.synthetic_windows.seed) +
-             ") (SYNTHETIC)";
+    *label = "synthetic windows (base " + std::to_string(o.synthetic_windows.base_gpus) +
+             " GPUs, " + std::to_string(o.synthetic_windows.fragments) + " hard fragments, " +
+             std::to_string(o.synthetic_windows.spot) + " spot, seed " +
+             std::to_string(o.synthetic_windows.seed) + ") (SYNTHETIC)";
     *synthetic = true;
   } else {
     return Status::InvalidArgument("unknown capacity \"" + type +
@@ -107,15 +112,18 @@ Result<std::vector<SimWindow>> CapacityPart(std::string part, const WorkloadOpti
 
 }  // namespace
 
-Result<Workload> BuildWorkload(const std::string& trace, const std::string& capacity, const WorkloadOptions& o) {
+Result<Workload> BuildWorkload(const std::string& trace, const std::string& capacity,
+                               const WorkloadOptions& o) {
   Workload w;
   const size_t colon = trace.find(':');
   const std::string type = trace.substr(0, colon);
   const std::string path = colon == std::string::npos ? "" : trace.substr(colon + 1);
   if (type == "philly") {
     STINT_ASSIGN_OR_RETURN(w.jobs, LoadPhilly(path, o.jobs));
-    w.job_source = "philly " + path + " (real arrivals and GPU counts; work = total_steps scaled so each job "
-                   "type's median runs " + std::to_string(static_cast<int>(o.jobs.philly_median_s)) + " s)";
+    w.job_source = "philly " + path +
+                   " (real arrivals and GPU counts; work = total_steps scaled so each job "
+                   "type's median runs " +
+                   std::to_string(static_cast<int>(o.jobs.philly_median_s)) + " s)";
   } else if (type == "tiresias") {
     STINT_ASSIGN_OR_RETURN(w.jobs, LoadTiresias(path, o.jobs));
     w.job_source = "tiresias " + path + " (real arrivals, GPUs, durations)";
@@ -130,11 +138,12 @@ Result<Workload> BuildWorkload(const std::string& trace, const std::string& capa
     g.seed = o.jobs.seed;
     w.jobs = GenerateJobs(g, o.jobs);
     w.job_source = "synthetic jobs (" + std::to_string(g.jobs) + " jobs, mean gap " +
-                   std::to_string(static_cast<int>(g.mean_interarrival_s)) + " s, seed " + std::to_string(g.seed) +
-                   ") (SYNTHETIC)";
+                   std::to_string(static_cast<int>(g.mean_interarrival_s)) + " s, seed " +
+                   std::to_string(g.seed) + ") (SYNTHETIC)";
     w.synthetic_jobs = true;
   } else {
-    return Status::InvalidArgument("unknown trace \"" + type + "\" (philly:, tiresias:, helios:, alibaba:, synthetic)");
+    return Status::InvalidArgument("unknown trace \"" + type +
+                                   "\" (philly:, tiresias:, helios:, alibaba:, synthetic)");
   }
   if (o.max_jobs > 0 && static_cast<int>(w.jobs.size()) > o.max_jobs) w.jobs.resize(o.max_jobs);
   for (SimJob& j : w.jobs) j.submit_s *= o.arrival_scale;
@@ -143,13 +152,17 @@ Result<Workload> BuildWorkload(const std::string& trace, const std::string& capa
     std::uniform_real_distribution<double> u(0, 1);
     for (SimJob& j : w.jobs) {
       const double p = u(rng);
-      j.priority = p < 0.3 ? stintd::Priority::kLow : p < 0.85 ? stintd::Priority::kMedium : stintd::Priority::kHigh;
+      j.priority = p < 0.3    ? stintd::Priority::kLow
+                   : p < 0.85 ? stintd::Priority::kMedium
+                              : stintd::Priority::kHigh;
     }
     w.job_source += "; priorities SYNTHETIC (LOW/MEDIUM/HIGH 30/55/15 %)";
   }
   if (o.max_jobs > 0) w.job_source += "; first " + std::to_string(o.max_jobs) + " jobs";
   if (o.arrival_scale != 1.0) w.job_source += "; arrivals x" + std::to_string(o.arrival_scale);
-  if (o.jobs.max_work_s > 0) w.job_source += "; work capped at " + std::to_string(static_cast<int>(o.jobs.max_work_s)) + " s";
+  if (o.jobs.max_work_s > 0)
+    w.job_source +=
+        "; work capped at " + std::to_string(static_cast<int>(o.jobs.max_work_s)) + " s";
   std::vector<std::string> labels;
   for (const std::string& part : SplitOn(capacity, '+')) {
     std::string label;
@@ -163,7 +176,8 @@ Result<Workload> BuildWorkload(const std::string& trace, const std::string& capa
   std::stable_sort(w.windows.begin(), w.windows.end(),
                    [](const SimWindow& a, const SimWindow& b) { return a.start_s < b.start_s; });
   const int dropped = DropUnplaceable(&w.jobs, w.windows);
-  if (dropped > 0) w.job_source += "; " + std::to_string(dropped) + " jobs larger than any window dropped";
+  if (dropped > 0)
+    w.job_source += "; " + std::to_string(dropped) + " jobs larger than any window dropped";
   if (w.jobs.empty()) return Status::InvalidArgument("the trace has no jobs that fit the capacity");
   return w;
 }

@@ -11,8 +11,8 @@ namespace stint::sim {
 
 struct WorkloadOptions {
   JobDefaults jobs;
-  int max_jobs = 0;            // > 0: only the first N jobs (by submit time)
-  double arrival_scale = 1.0;  // submit times x this (< 1: more load)
+  int max_jobs = 0;                   // > 0: only the first N jobs (by submit time)
+  double arrival_scale = 1.0;         // submit times x this (< 1: more load)
   bool synthetic_priorities = false;  // LOW/MEDIUM/HIGH 30/55/15 % (seeded), labelled synthetic
   SyntheticJobs synthetic_jobs;
   SyntheticWindows synthetic_windows;
@@ -23,7 +23,8 @@ struct WorkloadOptions {
 // capacity (parts joined by '+'): fixed:GPUS | helios:PATH[:COLUMN[:GPUS]] |
 //   bamboo-nodes:PATH[:GPUS_PER_NODE] | bamboo-avail:PATH[:GPUS_PER_INSTANCE[:h]] |
 //   synthetic ; each part may end in @spot to make its windows spot windows.
-Result<Workload> BuildWorkload(const std::string& trace, const std::string& capacity, const WorkloadOptions& o);
+Result<Workload> BuildWorkload(const std::string& trace, const std::string& capacity,
+                               const WorkloadOptions& o);
 
 }  // namespace stint::sim
 

@@ -46,7 +46,9 @@ void Stop(stint::StintdProcess* daemon) {
   }
 }
 
-httplib::Headers Auth(const char* token) { return {{"Authorization", std::string("Bearer ") + token}}; }
+httplib::Headers Auth(const char* token) {
+  return {{"Authorization", std::string("Bearer ") + token}};
+}
 
 json PostJson(httplib::Client& c, const std::string& path, const json& body, const char* token) {
   auto r = c.Post(path.c_str(), Auth(token), body.dump(), "application/json");
@@ -78,7 +80,8 @@ RunResult RunOnce(int port, const std::vector<int64_t>& workers, int connections
       while (!go) std::this_thread::yield();
       const auto until = Clock::now() + end_after;
       for (size_t i = t; Clock::now() < until; i += connections) {
-        const std::string path = "/v1/workers/" + std::to_string(workers[i % workers.size()]) + "/heartbeat";
+        const std::string path =
+            "/v1/workers/" + std::to_string(workers[i % workers.size()]) + "/heartbeat";
         const auto t0 = Clock::now();
         auto r = c.Post(path.c_str(), h, "{\"step\":1}", "application/json");
         const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -107,12 +110,14 @@ RunResult RunOnce(int port, const std::vector<int64_t>& workers, int connections
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"stintd-heartbeat-bench: heartbeats/s and latency against a real stintd on loopback"};
+  CLI::App app{
+      "stintd-heartbeat-bench: heartbeats/s and latency against a real stintd on loopback"};
   std::string stintd;
   int workers = 256, connections = 16, runs = 5;
   double seconds = 3;
   app.add_option("--stintd", stintd, "path of the stintd binary")->required();
-  app.add_option("--workers", workers, "registered workers (spread over 64 jobs)")->capture_default_str();
+  app.add_option("--workers", workers, "registered workers (spread over 64 jobs)")
+      ->capture_default_str();
   app.add_option("--connections", connections, "client threads, one keep-alive connection each")
       ->capture_default_str();
   app.add_option("--seconds", seconds, "duration of one run")->capture_default_str();
@@ -138,7 +143,8 @@ int main(int argc, char** argv) {
     PostJson(admin, "/v1/windows", {{"pool", "bench"}, {"gpus", 64}, {"end_ms", far}}, kAdmin);
     std::vector<int64_t> jobs;
     for (int j = 0; j < 64; j++) {
-      jobs.push_back(PostJson(admin, "/v1/jobs", {{"name", "job" + std::to_string(j)}, {"min_gpus", 1}}, kAdmin)["id"]);
+      jobs.push_back(PostJson(
+          admin, "/v1/jobs", {{"name", "job" + std::to_string(j)}, {"min_gpus", 1}}, kAdmin)["id"]);
     }
     // Wait for the tick to start every job, then register the workers.
     std::vector<int64_t> worker_ids;
@@ -146,26 +152,30 @@ int main(int argc, char** argv) {
       worker_ids.clear();
       for (int w = 0; w < workers; w++) {
         const std::string path = "/v1/jobs/" + std::to_string(jobs[w % jobs.size()]) + "/workers";
-        auto r = admin.Post(path.c_str(), Auth(kWorker), json{{"name", "w" + std::to_string(w)}}.dump(),
-                            "application/json");
+        auto r = admin.Post(path.c_str(), Auth(kWorker),
+                            json{{"name", "w" + std::to_string(w)}}.dump(), "application/json");
         if (!r || r->status != 201) break;
         worker_ids.push_back(json::parse(r->body)["worker_id"]);
       }
-      if (worker_ids.size() < size_t(workers)) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (worker_ids.size() < size_t(workers))
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     if (worker_ids.size() < size_t(workers)) {
       std::fprintf(stderr, "stintd-heartbeat-bench: jobs did not start\n");
       Stop(&daemon);
       return 1;
     }
-    std::printf("stintd-heartbeat-bench: %d workers, %d connections, %d runs of %.1f s (client and server on "
-                "the same %u cores)\n",
-                workers, connections, runs, seconds, std::thread::hardware_concurrency());
+    std::printf(
+        "stintd-heartbeat-bench: %d workers, %d connections, %d runs of %.1f s (client and server "
+        "on "
+        "the same %u cores)\n",
+        workers, connections, runs, seconds, std::thread::hardware_concurrency());
     std::vector<double> rates, p50s, p99s;
     for (int i = 0; i < runs; i++) {
       RunResult r = RunOnce(daemon.port(), worker_ids, connections, seconds);
-      std::printf("  run %d: %8.0f heartbeats/s  p50 %.2f ms  p99 %.2f ms  max %.2f ms  errors %lld\n", i + 1,
-                  r.per_second, r.p50_ms, r.p99_ms, r.max_ms, static_cast<long long>(r.errors));
+      std::printf(
+          "  run %d: %8.0f heartbeats/s  p50 %.2f ms  p99 %.2f ms  max %.2f ms  errors %lld\n",
+          i + 1, r.per_second, r.p50_ms, r.p99_ms, r.max_ms, static_cast<long long>(r.errors));
       rates.push_back(r.per_second);
       p50s.push_back(r.p50_ms);
       p99s.push_back(r.p99_ms);
@@ -174,8 +184,10 @@ int main(int argc, char** argv) {
     // The upper median: for an even --runs, the larger middle run.
     const double rate = stint::UpperMedian(rates);
     const double p50 = stint::UpperMedian(p50s), p99 = stint::UpperMedian(p99s);
-    std::printf("median: %.0f heartbeats/s (target >= 5000: %s)  p50 %.2f ms  p99 %.2f ms (target < 10 ms: %s)\n",
-                rate, rate >= 5000 ? "met" : "NOT met", p50, p99, p99 < 10 ? "met" : "NOT met");
+    std::printf(
+        "median: %.0f heartbeats/s (target >= 5000: %s)  p50 %.2f ms  p99 %.2f ms (target < 10 ms: "
+        "%s)\n",
+        rate, rate >= 5000 ? "met" : "NOT met", p50, p99, p99 < 10 ? "met" : "NOT met");
     Stop(&daemon);
   }
   std::error_code ignored;

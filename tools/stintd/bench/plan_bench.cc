@@ -57,7 +57,9 @@ bool ParseArgs(int argc, char** argv, Options* o) {
     } else if (a == "--seed" && value(&v)) {
       o->seed = static_cast<uint64_t>(v);
     } else {
-      std::fprintf(stderr, "usage: stintd-plan-bench [--runs N] [--jobs N] [--segments N] [--depth N] [--seed N]\n");
+      std::fprintf(
+          stderr,
+          "usage: stintd-plan-bench [--runs N] [--jobs N] [--segments N] [--depth N] [--seed N]\n");
       return false;
     }
   }
@@ -90,7 +92,8 @@ ClusterState BuildState(const Options& o, TimeMs now) {
     s.windows[w.id] = w;
   }
 
-  const std::vector<std::string> teams = {"vision", "speech", "nlp", "rl", "infra", "research", "ads", "search"};
+  const std::vector<std::string> teams = {"vision", "speech",   "nlp", "rl",
+                                          "infra",  "research", "ads", "search"};
   for (size_t i = 0; i < teams.size(); i++) {
     Team t;
     t.name = teams[i];
@@ -107,7 +110,10 @@ ClusterState BuildState(const Options& o, TimeMs now) {
     j.team = teams[uniform(0, static_cast<int>(teams.size()) - 1)];
     j.pool = uniform(0, 9) < 3 ? "" : pools[uniform(0, static_cast<int>(pools.size()) - 1)];
     const int p = uniform(0, 99);
-    j.priority = p < 40 ? Priority::kLow : p < 75 ? Priority::kMedium : p < 95 ? Priority::kHigh : Priority::kCritical;
+    j.priority = p < 40   ? Priority::kLow
+                 : p < 75 ? Priority::kMedium
+                 : p < 95 ? Priority::kHigh
+                          : Priority::kCritical;
     const std::vector<int> mins = {1, 1, 1, 2, 2, 4, 4, 8, 8, 16, 32, 64};
     j.min_gpus = mins[uniform(0, static_cast<int>(mins.size()) - 1)];
     j.max_gpus = uniform(0, 3) == 0 ? j.min_gpus * 2 : j.min_gpus;
@@ -141,11 +147,13 @@ ClusterState BuildState(const Options& o, TimeMs now) {
     seg.job_id = j.id;
     seg.allocs = {Allocation{w.id, j.min_gpus}};
     seg.start_ms = now - uniform(60, 6 * 3600) * 1000LL;
-    seg.planned_end_ms = uniform(0, 1) ? std::min(w.end_ms, now + uniform(1, 20) * kHour) : w.end_ms;
+    seg.planned_end_ms =
+        uniform(0, 1) ? std::min(w.end_ms, now + uniform(1, 20) * kHour) : w.end_ms;
     seg.last_heartbeat_ms = now - 1000;
     seg.fencing_token = static_cast<uint64_t>(seg.id);
     j.segment_id = seg.id;
-    j.checkpoint_ms = seg.start_ms + uniform(0, static_cast<int>((now - seg.start_ms) / 1000)) * 1000LL;
+    j.checkpoint_ms =
+        seg.start_ms + uniform(0, static_cast<int>((now - seg.start_ms) / 1000)) * 1000LL;
     used[w.id] += j.min_gpus;
     s.segments[seg.id] = seg;
     s.jobs[j.id] = j;
@@ -186,16 +194,16 @@ int Main(int argc, char** argv) {
   for (const PendingInfo& p : plan.pending) reasons[BlockReasonName(p.reason)]++;
   int segments = 0;
   for (const auto& [id, seg] : state.segments) segments += SegmentActive(seg.state) ? 1 : 0;
-  std::printf("state: %zu windows, %d running segments, %d pending jobs, plan_depth %d\n", state.windows.size(),
-              segments, plan.stats.pending_jobs, o.depth);
-  std::printf("plan: %zu starts, %zu notices, %zu lost; reasons:", plan.starts.size(), plan.notices.size(),
-              plan.lost.size());
+  std::printf("state: %zu windows, %d running segments, %d pending jobs, plan_depth %d\n",
+              state.windows.size(), segments, plan.stats.pending_jobs, o.depth);
+  std::printf("plan: %zu starts, %zu notices, %zu lost; reasons:", plan.starts.size(),
+              plan.notices.size(), plan.lost.size());
   for (const auto& [name, n] : reasons) std::printf(" %s=%d", name.c_str(), n);
   std::printf("\n");
   const double median = Percentile(ms, 0.5);
   const double p90 = Percentile(ms, 0.9);
-  std::printf("MakePlan over %d runs: median %.2f ms, p90 %.2f ms (target < %.0f ms: %s)\n", o.runs, median, p90,
-              kTargetMs, p90 < kTargetMs ? "met" : "MISSED");
+  std::printf("MakePlan over %d runs: median %.2f ms, p90 %.2f ms (target < %.0f ms: %s)\n", o.runs,
+              median, p90, kTargetMs, p90 < kTargetMs ? "met" : "MISSED");
   return 0;
 }
 

@@ -17,10 +17,14 @@ std::string Upper(std::string_view s) {
 
 const char* PriorityName(Priority p) {
   switch (p) {
-    case Priority::kLow: return "LOW";
-    case Priority::kMedium: return "MEDIUM";
-    case Priority::kHigh: return "HIGH";
-    case Priority::kCritical: return "CRITICAL";
+    case Priority::kLow:
+      return "LOW";
+    case Priority::kMedium:
+      return "MEDIUM";
+    case Priority::kHigh:
+      return "HIGH";
+    case Priority::kCritical:
+      return "CRITICAL";
   }
   return "UNKNOWN";
 }
@@ -40,39 +44,56 @@ Result<WindowKind> ParseWindowKind(std::string_view s) {
   const std::string u = Upper(s);
   if (u == "HARD") return WindowKind::kHard;
   if (u == "SPOT") return WindowKind::kSpot;
-  return Status::InvalidArgument("window kind must be hard or spot (got \"" + std::string(s) + "\")");
+  return Status::InvalidArgument("window kind must be hard or spot (got \"" + std::string(s) +
+                                 "\")");
 }
 
 const char* JobStateName(JobState s) {
   switch (s) {
-    case JobState::kPending: return "PENDING";
-    case JobState::kRunning: return "RUNNING";
-    case JobState::kDone: return "DONE";
-    case JobState::kCancelled: return "CANCELLED";
-    case JobState::kFailed: return "FAILED";
+    case JobState::kPending:
+      return "PENDING";
+    case JobState::kRunning:
+      return "RUNNING";
+    case JobState::kDone:
+      return "DONE";
+    case JobState::kCancelled:
+      return "CANCELLED";
+    case JobState::kFailed:
+      return "FAILED";
   }
   return "UNKNOWN";
 }
 
 const char* SegmentStateName(SegmentState s) {
   switch (s) {
-    case SegmentState::kRunning: return "running";
-    case SegmentState::kNotified: return "notified";
-    case SegmentState::kEnded: return "ended";
-    case SegmentState::kCompleted: return "completed";
-    case SegmentState::kLost: return "lost";
-    case SegmentState::kCancelled: return "cancelled";
+    case SegmentState::kRunning:
+      return "running";
+    case SegmentState::kNotified:
+      return "notified";
+    case SegmentState::kEnded:
+      return "ended";
+    case SegmentState::kCompleted:
+      return "completed";
+    case SegmentState::kLost:
+      return "lost";
+    case SegmentState::kCancelled:
+      return "cancelled";
   }
   return "unknown";
 }
 
 const char* NoticeReasonName(NoticeReason r) {
   switch (r) {
-    case NoticeReason::kNone: return "none";
-    case NoticeReason::kWindowClose: return "window_close";
-    case NoticeReason::kRevoked: return "revoked";
-    case NoticeReason::kPreempted: return "preempted";
-    case NoticeReason::kCancelled: return "cancelled";
+    case NoticeReason::kNone:
+      return "none";
+    case NoticeReason::kWindowClose:
+      return "window_close";
+    case NoticeReason::kRevoked:
+      return "revoked";
+    case NoticeReason::kPreempted:
+      return "preempted";
+    case NoticeReason::kCancelled:
+      return "cancelled";
   }
   return "unknown";
 }

@@ -22,11 +22,13 @@ namespace stint::stintd {
 using TimeMs = int64_t;
 constexpr TimeMs kNever = std::numeric_limits<TimeMs>::max();
 
-inline TimeMs SecondsToMs(double s) { return static_cast<TimeMs>(s * 1000.0 + (s >= 0 ? 0.5 : -0.5)); }
+inline TimeMs SecondsToMs(double s) {
+  return static_cast<TimeMs>(s * 1000.0 + (s >= 0 ? 0.5 : -0.5));
+}
 
 // Ordered: a level preempts only strictly lower levels; kCritical is never preempted.
 enum class Priority : int { kLow = 0, kMedium = 1, kHigh = 2, kCritical = 3 };
-const char* PriorityName(Priority p);  // "LOW", "MEDIUM", "HIGH", "CRITICAL"
+const char* PriorityName(Priority p);                // "LOW", "MEDIUM", "HIGH", "CRITICAL"
 Result<Priority> ParsePriority(std::string_view s);  // case-insensitive
 
 struct Pool {
@@ -46,7 +48,7 @@ struct Window {
   std::string pool;
   int gpus = 0;  // > 0
   TimeMs start_ms = 0;
-  TimeMs end_ms = kNever;     // hard: required and > start_ms
+  TimeMs end_ms = kNever;  // hard: required and > start_ms
   WindowKind kind = WindowKind::kHard;
   TimeMs notice_lead_ms = 0;  // spot: warning the provider gives before revoking
   bool closed_early = false;  // an admin closed or the provider revoked it
@@ -96,13 +98,13 @@ struct Job {
   int64_t segment_id = 0;      // the running segment, 0 when none
   uint64_t fencing_token = 0;  // of the newest incarnation; 0 before the first
   int64_t last_step = 0;
-  int64_t checkpoint_step = -1;       // newest durable checkpoint reported, -1 none
-  TimeMs checkpoint_ms = 0;           // when it was reported durable
-  int segments = 0;                   // started so far
-  int preemptions = 0;                // segments ended by a priority preemption
-  double lost_gpu_seconds = 0;        // work lost by segments that did not checkpoint in time
-  double service_gpu_seconds = 0;     // attained service: GPU-seconds its segments have held
-  std::string message;                // last failure or cancel reason, for visibility
+  int64_t checkpoint_step = -1;    // newest durable checkpoint reported, -1 none
+  TimeMs checkpoint_ms = 0;        // when it was reported durable
+  int segments = 0;                // started so far
+  int preemptions = 0;             // segments ended by a priority preemption
+  double lost_gpu_seconds = 0;     // work lost by segments that did not checkpoint in time
+  double service_gpu_seconds = 0;  // attained service: GPU-seconds its segments have held
+  std::string message;             // last failure or cancel reason, for visibility
 };
 
 struct Allocation {
@@ -142,8 +144,8 @@ struct Segment {
   TimeMs planned_end_ms = kNever;  // window end, a reservation, or the job's estimated finish
   SegmentState state = SegmentState::kRunning;
   NoticeReason notice_reason = NoticeReason::kNone;
-  TimeMs notice_ms = 0;    // when the notice was sent (0: not yet)
-  TimeMs deadline_ms = 0;  // GPUs are gone at this time; ack before it
+  TimeMs notice_ms = 0;       // when the notice was sent (0: not yet)
+  TimeMs deadline_ms = 0;     // GPUs are gone at this time; ack before it
   int64_t preempted_for = 0;  // job that caused a kPreempted notice
   TimeMs ended_ms = 0;
   TimeMs last_heartbeat_ms = 0;  // newest heartbeat of any of its workers (soft state)
@@ -197,17 +199,17 @@ struct Rendezvous {
 struct Counters {
   int64_t segments_started = 0;
   int64_t notices_sent = 0;
-  int64_t preemptions = 0;         // notices with reason kPreempted
-  int64_t revocations = 0;         // notices with reason kRevoked
-  int64_t acks = 0;                // segments ended by a "checkpoint durable" ack
+  int64_t preemptions = 0;  // notices with reason kPreempted
+  int64_t revocations = 0;  // notices with reason kRevoked
+  int64_t acks = 0;         // segments ended by a "checkpoint durable" ack
   int64_t segments_lost = 0;
-  double lost_gpu_seconds = 0;     // work since the last durable checkpoint of lost segments
-  double window_gpu_seconds = 0;   // offered by open windows (advanced by AccountTime)
-  double used_gpu_seconds = 0;     // held by active segments (advanced by AccountTime)
-  double wait_seconds_sum = 0;     // eligible -> start, over started segments
+  double lost_gpu_seconds = 0;    // work since the last durable checkpoint of lost segments
+  double window_gpu_seconds = 0;  // offered by open windows (advanced by AccountTime)
+  double used_gpu_seconds = 0;    // held by active segments (advanced by AccountTime)
+  double wait_seconds_sum = 0;    // eligible -> start, over started segments
   // Cumulative counts of waits <= bound, bounds in kWaitBucketsSeconds.
   std::vector<int64_t> wait_buckets;
-  TimeMs accounted_ms = 0;         // AccountTime has integrated up to here
+  TimeMs accounted_ms = 0;  // AccountTime has integrated up to here
 };
 inline const std::vector<double>& WaitBucketsSeconds() {
   static const std::vector<double> kBounds = {1, 10, 60, 300, 900, 3600, 4 * 3600.0, 24 * 3600.0};

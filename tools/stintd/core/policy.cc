@@ -20,14 +20,17 @@ constexpr int kPreemptScanJobs = 32;
 
 std::string Secs(TimeMs ms) { return std::to_string(std::llround(ms / 1000.0)) + " s"; }
 
-std::string PoolPhrase(const Job& job) { return job.pool.empty() ? "any pool" : "pool " + job.pool; }
+std::string PoolPhrase(const Job& job) {
+  return job.pool.empty() ? "any pool" : "pool " + job.pool;
+}
 
-double ScoreParts(const Job& job, TimeMs now, const PolicyConfig& c, int team_held, const Team* team, double usage_sum,
-                  PendingInfo* info) {
+double ScoreParts(const Job& job, TimeMs now, const PolicyConfig& c, int team_held,
+                  const Team* team, double usage_sum, PendingInfo* info) {
   const double level = c.level_points * static_cast<int>(job.priority);
   const double hours = std::max<TimeMs>(0, now - job.eligible_ms) / 3.6e6;
   const double aging = std::max(0.0, std::min(c.aging_points_per_hour * hours, c.aging_cap_points));
-  const double guarantee = team != nullptr && team_held < team->guaranteed_gpus ? c.guarantee_bonus_points : 0.0;
+  const double guarantee =
+      team != nullptr && team_held < team->guaranteed_gpus ? c.guarantee_bonus_points : 0.0;
   const double share = team != nullptr && usage_sum > 0 ? team->usage_gpu_seconds / usage_sum : 0.0;
   const double fair_share = -c.fair_share_points * share;
   const int service_class = ServiceClass(job, c);
@@ -109,7 +112,7 @@ class Planner {
     TimeMs release;   // when it would have ended
     int team;         // its TeamState::profile
     int service_class;
-    double cost;      // GPU-seconds lost + spent restarting
+    double cost;  // GPU-seconds lost + spent restarting
     std::vector<VictimPart> parts;
     bool taken = false;
   };
@@ -129,7 +132,8 @@ class Planner {
     TeamState* team;
     int position;
     TimeMs len;  // what must fit: the minimum segment (or the rest of the work if shorter)
-    TimeMs run;  // the whole segment it wants: restart + remaining + checkpoint + safety; kNever if unknown
+    TimeMs run;  // the whole segment it wants: restart + remaining + checkpoint + safety; kNever if
+                 // unknown
     std::vector<int> groups;
   };
 
@@ -165,8 +169,8 @@ class Planner {
     if (team == s_.teams.end()) return t;
     t.team = &team->second;
     if (t.team->borrow_limit_gpus >= 0) {
-      t.limit = static_cast<int>(
-          std::min<int64_t>(INT_MAX, static_cast<int64_t>(t.team->guaranteed_gpus) + t.team->borrow_limit_gpus));
+      t.limit = static_cast<int>(std::min<int64_t>(
+          INT_MAX, static_cast<int64_t>(t.team->guaranteed_gpus) + t.team->borrow_limit_gpus));
       t.profile = static_cast<int>(profiles_.teams.size());
       profiles_.teams.emplace_back(now_, now_, kNever, t.limit);
     }
@@ -211,7 +215,8 @@ class Planner {
         d = std::max(d, seg.deadline_ms);
       }
 
-      Victim v{&seg, job, 0, release, team, job != nullptr ? ServiceClass(*job, c_) : 0, 0, {}, false};
+      Victim v{&seg, job, 0,    release, team, job != nullptr ? ServiceClass(*job, c_) : 0,
+               0,    {},  false};
       for (const Allocation& a : seg.allocs) {
         const int slot = SlotOf(a.window_id);
         if (slot < 0) continue;
@@ -221,16 +226,19 @@ class Planner {
         v.parts.push_back(VictimPart{slot, a.gpus, hold_end});
       }
       if (seg.state == SegmentState::kRunning && !noticed && job != nullptr && job->preemptible &&
-          job->priority != Priority::kCritical && now_ - seg.start_ms >= min_run && !v.parts.empty()) {
+          job->priority != Priority::kCritical && now_ - seg.start_ms >= min_run &&
+          !v.parts.empty()) {
         // Checkpoint-aware cost: the work since its last durable checkpoint
         // (at most the segment's age) is redone, and it pays a checkpoint
         // now and a restart later; all of it on every GPU it holds.
         const double age_s = (now_ - seg.start_ms) / 1000.0;
         const double since_ckpt_s =
             job->checkpoint_ms > 0 ? std::max(0.0, (now_ - job->checkpoint_ms) / 1000.0) : age_s;
-        v.cost = seg.gpus() * (std::min(since_ckpt_s, age_s) + job->restart_seconds + job->checkpoint_seconds);
+        v.cost = seg.gpus() *
+                 (std::min(since_ckpt_s, age_s) + job->restart_seconds + job->checkpoint_seconds);
         v.deadline = std::min(
-            release, now_ + SecondsToMs(std::min(job->checkpoint_seconds + c_.safety_seconds, c_.max_grace_seconds)));
+            release, now_ + SecondsToMs(std::min(job->checkpoint_seconds + c_.safety_seconds,
+                                                 c_.max_grace_seconds)));
         victims_.push_back(std::move(v));
       }
     }
@@ -288,9 +296,11 @@ class Planner {
 
   JobCtx MakeCtx(size_t index) {
     const Job& job = *order_[index];
-    JobCtx j{&job, &plan_.pending[index], &TeamOf(job.team), static_cast<int>(index) + 1, 0, kNever, {}};
+    JobCtx j{&job, &plan_.pending[index], &TeamOf(job.team), static_cast<int>(index) + 1, 0, kNever,
+             {}};
     if (job.remaining_seconds > 0) {
-      j.run = SecondsToMs(job.restart_seconds + job.remaining_seconds + job.checkpoint_seconds + c_.safety_seconds);
+      j.run = SecondsToMs(job.restart_seconds + job.remaining_seconds + job.checkpoint_seconds +
+                          c_.safety_seconds);
     }
     // A job about to finish need not fit a whole checkpoint interval: it
     // only has to fit the rest of its work.
@@ -438,7 +448,8 @@ class Planner {
   }
 
   void Reserve(const JobCtx& j, const Fit& fit) {
-    for (const Part& part : fit.parts) profiles_.windows[part.slot].Add(fit.start, fit.end, -part.gpus);
+    for (const Part& part : fit.parts)
+      profiles_.windows[part.slot].Add(fit.start, fit.end, -part.gpus);
     if (j.team->profile >= 0) profiles_.teams[j.team->profile].Add(fit.start, fit.end, -fit.gpus);
   }
 
@@ -450,14 +461,17 @@ class Planner {
   bool FitsAfterPreempting(const JobCtx& j, const std::vector<int>& chosen, int slot, Fit* fit) {
     TimeMs start = now_;
     std::vector<std::pair<int, FreeProfile>> saved_windows, saved_teams;
-    auto save = [](std::vector<std::pair<int, FreeProfile>>& saved, std::vector<FreeProfile>& from, int i) {
+    auto save = [](std::vector<std::pair<int, FreeProfile>>& saved, std::vector<FreeProfile>& from,
+                   int i) {
       if (i < 0) return;
-      const bool have = std::any_of(saved.begin(), saved.end(), [i](const auto& s) { return s.first == i; });
+      const bool have =
+          std::any_of(saved.begin(), saved.end(), [i](const auto& s) { return s.first == i; });
       if (!have) saved.emplace_back(i, from[i]);
     };
     for (int v : chosen) {
       start = std::max(start, victims_[v].deadline);
-      for (const VictimPart& part : victims_[v].parts) save(saved_windows, profiles_.windows, part.slot);
+      for (const VictimPart& part : victims_[v].parts)
+        save(saved_windows, profiles_.windows, part.slot);
       save(saved_teams, profiles_.teams, victims_[v].team);
     }
     ReleaseVictims(chosen);
@@ -473,7 +487,8 @@ class Planner {
       for (const VictimPart& part : victim.parts) {
         profiles_.windows[part.slot].Add(victim.deadline, part.hold_end, part.gpus);
       }
-      if (victim.team >= 0) profiles_.teams[victim.team].Add(victim.deadline, victim.release, victim.seg->gpus());
+      if (victim.team >= 0)
+        profiles_.teams[victim.team].Add(victim.deadline, victim.release, victim.seg->gpus());
     }
   }
 
@@ -484,7 +499,9 @@ class Planner {
   // queue but never gives the right to take GPUs from a running job.
   bool MayPreempt(const Job& job, int job_class, const Victim& victim) const {
     if (victim.job->priority != job.priority) return victim.job->priority < job.priority;
-    if (c_.service_preempt_classes <= 0 || victim.service_class < job_class + c_.service_preempt_classes) return false;
+    if (c_.service_preempt_classes <= 0 ||
+        victim.service_class < job_class + c_.service_preempt_classes)
+      return false;
     const double victim_left = victim.job->remaining_seconds * victim.job->max_gpus;
     const double job_left = job.remaining_seconds * job.max_gpus;
     return victim_left <= 0 || job_left <= 0 || victim_left > job_left;
@@ -505,7 +522,8 @@ class Planner {
     for (int g : j.groups) {
       for (int slot : groups_[g]) {
         const Window& w = *slots_[slot].w;
-        if (!w.open_at(now_) || w.end_ms - now_ < j.len || (job.gang && w.gpus < job.min_gpus)) continue;
+        if (!w.open_at(now_) || w.end_ms - now_ < j.len || (job.gang && w.gpus < job.min_gpus))
+          continue;
         cands.clear();
         for (size_t v = 0; v < victims_.size(); v++) {
           const Victim& victim = victims_[v];
@@ -548,7 +566,8 @@ class Planner {
         if (fit.start >= unassisted) continue;  // it would start as early without taking anything
         double cost = 0;
         for (int v : chosen) cost += victims_[v].cost;
-        if (best_slot < 0 || cost < best_cost || (cost == best_cost && chosen.size() < best.size())) {
+        if (best_slot < 0 || cost < best_cost ||
+            (cost == best_cost && chosen.size() < best.size())) {
           best = chosen;
           best_cost = cost;
           best_slot = slot;
@@ -561,7 +580,8 @@ class Planner {
       Victim& victim = victims_[v];
       victim.taken = true;
       start = std::max(start, victim.deadline);
-      plan_.notices.push_back(NoticeDecision{victim.seg->id, victim.deadline, NoticeReason::kPreempted, job.id});
+      plan_.notices.push_back(
+          NoticeDecision{victim.seg->id, victim.deadline, NoticeReason::kPreempted, job.id});
     }
     ReleaseVictims(best);
     preempting_[job.id] = start;
@@ -589,7 +609,8 @@ class Planner {
       planned[i] = true;
       PlanJob(i);
     }
-    const std::string beyond = "beyond plan depth " + std::to_string(depth) + ": not planned this pass";
+    const std::string beyond =
+        "beyond plan depth " + std::to_string(depth) + ": not planned this pass";
     for (size_t i = 0; i < n; i++) {
       if (planned[i]) continue;
       plan_.pending[i].reason = BlockReason::kDepth;
@@ -610,10 +631,11 @@ class Planner {
       if (fit.start != kNever) Reserve(j, fit);
       const Team& t = *j.team->team;
       info.reason = BlockReason::kQuota;
-      info.detail = "team " + job.team + " is at " + std::to_string(j.team->limit - room_now) + " of its " +
-                    std::to_string(j.team->limit) + " GPUs (guarantee " + std::to_string(t.guaranteed_gpus) +
-                    " + borrow " + std::to_string(t.borrow_limit_gpus) + "); needs " + std::to_string(job.min_gpus) +
-                    "; " + StartPhrase(fit);
+      info.detail = "team " + job.team + " is at " + std::to_string(j.team->limit - room_now) +
+                    " of its " + std::to_string(j.team->limit) + " GPUs (guarantee " +
+                    std::to_string(t.guaranteed_gpus) + " + borrow " +
+                    std::to_string(t.borrow_limit_gpus) + "); needs " +
+                    std::to_string(job.min_gpus) + "; " + StartPhrase(fit);
       info.planned_start_ms = fit.start;
       info.planned_gpus = fit.start == kNever ? 0 : fit.gpus;
       return;
@@ -621,7 +643,8 @@ class Planner {
     if (fit.start == now_) {
       Reserve(j, fit);
       StartDecision d{job.id, {}, fit.end};
-      for (const Part& part : fit.parts) d.allocs.push_back(Allocation{slots_[part.slot].w->id, part.gpus});
+      for (const Part& part : fit.parts)
+        d.allocs.push_back(Allocation{slots_[part.slot].w->id, part.gpus});
       std::sort(d.allocs.begin(), d.allocs.end(),
                 [](const Allocation& a, const Allocation& b) { return a.window_id < b.window_id; });
       plan_.starts.push_back(std::move(d));
@@ -646,7 +669,8 @@ class Planner {
   }
 
   std::string StartPhrase(const Fit& fit) const {
-    return fit.start == kNever ? "no planned start within the plan" : "planned start in " + Secs(fit.start - now_);
+    return fit.start == kNever ? "no planned start within the plan"
+                               : "planned start in " + Secs(fit.start - now_);
   }
 
   bool FitsOnEmptyWindows(const JobCtx& j) const {
@@ -669,7 +693,8 @@ class Planner {
     PendingInfo& info = *j.info;
     if (preempting) {
       info.reason = BlockReason::kPreempting;
-      info.detail = "segments of a lower priority or service class were notified to make room; " + StartPhrase(fit);
+      info.detail = "segments of a lower priority or service class were notified to make room; " +
+                    StartPhrase(fit);
       return;
     }
     if (FitAt(j, now_, base_).start == now_) {
@@ -679,8 +704,8 @@ class Planner {
     }
     if (FitsOnEmptyWindows(j)) {
       info.reason = BlockReason::kPriority;
-      info.detail =
-          "the " + std::to_string(job.min_gpus) + " GPUs it needs are held by running segments; " + StartPhrase(fit);
+      info.detail = "the " + std::to_string(job.min_gpus) +
+                    " GPUs it needs are held by running segments; " + StartPhrase(fit);
       return;
     }
     // What is free now in open windows that last a minimum segment.
@@ -691,7 +716,8 @@ class Planner {
         const Window& w = *slots_[slot].w;
         if (!w.open_at(now_)) continue;
         open_windows++;
-        if ((!job.gang || w.gpus >= job.min_gpus) && (longest_slot < 0 || w.end_ms > slots_[longest_slot].w->end_ms)) {
+        if ((!job.gang || w.gpus >= job.min_gpus) &&
+            (longest_slot < 0 || w.end_ms > slots_[longest_slot].w->end_ms)) {
           longest_slot = slot;
         }
         if (w.end_ms - now_ < j.len) continue;
@@ -705,8 +731,9 @@ class Planner {
     // rule even while some of the GPUs are in use (FitsOnEmptyWindows failed).
     if (job.gang && (free_sum >= job.min_gpus || capacity_sum >= job.min_gpus)) {
       info.reason = BlockReason::kGang;
-      info.detail = "gang of " + std::to_string(job.min_gpus) + " GPUs: " + std::to_string(free_sum) +
-                    " free in total, at most " + std::to_string(free_max) + " in one window; " + StartPhrase(fit);
+      info.detail = "gang of " + std::to_string(job.min_gpus) +
+                    " GPUs: " + std::to_string(free_sum) + " free in total, at most " +
+                    std::to_string(free_max) + " in one window; " + StartPhrase(fit);
       return;
     }
     info.reason = BlockReason::kWindow;
@@ -719,12 +746,14 @@ class Planner {
       }
     } else if (longest_slot >= 0 && slots_[longest_slot].w->end_ms - now_ < j.len) {
       const Window& w = *slots_[longest_slot].w;
-      detail = "window " + std::to_string(w.id) + " closes in " + Secs(w.end_ms - now_) + "; needs " + Secs(j.len);
+      detail = "window " + std::to_string(w.id) + " closes in " + Secs(w.end_ms - now_) +
+               "; needs " + Secs(j.len);
     } else {
-      detail = job.gang ? "needs " + std::to_string(job.min_gpus) + " GPUs in one window; the largest open window in " +
-                              PoolPhrase(job) + " has fewer"
-                        : "needs " + std::to_string(job.min_gpus) + " GPUs; the open windows in " + PoolPhrase(job) +
-                              " have fewer in total";
+      detail = job.gang ? "needs " + std::to_string(job.min_gpus) +
+                              " GPUs in one window; the largest open window in " + PoolPhrase(job) +
+                              " has fewer"
+                        : "needs " + std::to_string(job.min_gpus) + " GPUs; the open windows in " +
+                              PoolPhrase(job) + " have fewer in total";
     }
     if (fit.start != kNever) detail += "; " + StartPhrase(fit);
     info.detail = std::move(detail);
@@ -794,13 +823,20 @@ class Planner {
 
 const char* BlockReasonName(BlockReason r) {
   switch (r) {
-    case BlockReason::kNone: return "none";
-    case BlockReason::kQuota: return "quota";
-    case BlockReason::kWindow: return "window";
-    case BlockReason::kGang: return "gang";
-    case BlockReason::kPriority: return "priority";
-    case BlockReason::kPreempting: return "preempting";
-    case BlockReason::kDepth: return "depth";
+    case BlockReason::kNone:
+      return "none";
+    case BlockReason::kQuota:
+      return "quota";
+    case BlockReason::kWindow:
+      return "window";
+    case BlockReason::kGang:
+      return "gang";
+    case BlockReason::kPriority:
+      return "priority";
+    case BlockReason::kPreempting:
+      return "preempting";
+    case BlockReason::kDepth:
+      return "depth";
   }
   return "unknown";
 }
@@ -816,11 +852,12 @@ int ServiceClass(const Job& job, const PolicyConfig& config) {
 }
 
 TimeMs MinSegmentMs(const Job& job, const PolicyConfig& config) {
-  return SecondsToMs(job.restart_seconds + job.checkpoint_interval_seconds + job.checkpoint_seconds +
-                     config.safety_seconds);
+  return SecondsToMs(job.restart_seconds + job.checkpoint_interval_seconds +
+                     job.checkpoint_seconds + config.safety_seconds);
 }
 
-double JobScore(const ClusterState& state, const Job& job, TimeMs now, const PolicyConfig& config, PendingInfo* info) {
+double JobScore(const ClusterState& state, const Job& job, TimeMs now, const PolicyConfig& config,
+                PendingInfo* info) {
   int held = 0;
   for (const auto& [id, seg] : state.segments) {
     if (!SegmentActive(seg.state)) continue;
@@ -828,7 +865,8 @@ double JobScore(const ClusterState& state, const Job& job, TimeMs now, const Pol
     if (j != state.jobs.end() && j->second.team == job.team) held += seg.gpus();
   }
   auto team = state.teams.find(job.team);
-  return ScoreParts(job, now, config, held, team == state.teams.end() ? nullptr : &team->second, UsageSum(state), info);
+  return ScoreParts(job, now, config, held, team == state.teams.end() ? nullptr : &team->second,
+                    UsageSum(state), info);
 }
 
 Plan MakePlan(const ClusterState& state, TimeMs now, const PolicyConfig& config) {

@@ -18,11 +18,10 @@
 // Ordering: base level (1000 points per priority level) + aging (points per
 // hour of waiting since the job became eligible, capped) + a bonus while the
 // job's team is below its guarantee - a fair-share penalty from the team's
-// decayed usage - a penalty per attained-service class. Planning is conservative backfill over a per-window
-// free-GPU profile: every job within plan_depth gets the earliest start that
-// delays no job ahead of it, so backfill never delays the head reservation.
-// Gangs are admitted atomically: a job gets >= min_gpus at once or nothing,
-// and nothing is held for a partial gang.
+// decayed usage - a penalty per attained-service class. Planning is conservative backfill over a
+// per-window free-GPU profile: every job within plan_depth gets the earliest start that delays no
+// job ahead of it, so backfill never delays the head reservation. Gangs are admitted atomically: a
+// job gets >= min_gpus at once or nothing, and nothing is held for a partial gang.
 //
 // No I/O, no clock, no randomness: the same inputs give the same plan, which
 // is what lets stint-sim replay traces through this exact code.
@@ -38,17 +37,17 @@
 namespace stint::stintd {
 
 struct PolicyConfig {
-  double level_points = 1000;          // per priority level
-  double aging_points_per_hour = 100;  // a LOW job overtakes fresh MEDIUM ones after 10 h
-  double aging_cap_points = 1500;      // aging lifts at most 1.5 levels (never above CRITICAL)
-  double guarantee_bonus_points = 500; // while the team is below its guarantee
-  double fair_share_points = 200;      // x the team's share of all decayed usage
+  double level_points = 1000;           // per priority level
+  double aging_points_per_hour = 100;   // a LOW job overtakes fresh MEDIUM ones after 10 h
+  double aging_cap_points = 1500;       // aging lifts at most 1.5 levels (never above CRITICAL)
+  double guarantee_bonus_points = 500;  // while the team is below its guarantee
+  double fair_share_points = 200;       // x the team's share of all decayed usage
   double usage_half_life_seconds = 7 * 24 * 3600.0;
-  double safety_seconds = 10;          // margin added to the checkpoint estimate for notices
-  double max_grace_seconds = 600;      // bound on a preemption notice's grace
-  double min_run_seconds = 600;        // a segment younger than this is not preempted for priority
-  double lease_ttl_seconds = 30;       // a worker not heard from for this long has left
-  double start_grace_seconds = 120;    // a new segment's workers have this long to register
+  double safety_seconds = 10;        // margin added to the checkpoint estimate for notices
+  double max_grace_seconds = 600;    // bound on a preemption notice's grace
+  double min_run_seconds = 600;      // a segment younger than this is not preempted for priority
+  double lease_ttl_seconds = 30;     // a worker not heard from for this long has left
+  double start_grace_seconds = 120;  // a new segment's workers have this long to register
   // Attained-service classes (Tiresias' discretised least-attained-service,
   // no runtime estimate needed): a job's class is the number of thresholds
   // its service_gpu_seconds has passed, the first at service_class_gpu_hours,
@@ -85,17 +84,19 @@ enum class BlockReason : int {
   kPreempting = 5,  // victims were notified; it starts when they release
   kDepth = 6,       // beyond plan_depth: not planned this pass
 };
-const char* BlockReasonName(BlockReason r);  // "none", "quota", "window", "gang", "priority", "preempting", "depth"
+const char* BlockReasonName(
+    BlockReason r);  // "none", "quota", "window", "gang", "priority", "preempting", "depth"
 
 struct PendingInfo {
   int64_t job_id = 0;
   int position = 0;  // 1-based, in scheduling order
   double score = 0;  // the ordering score (sprio-style breakdown below)
-  double score_level = 0, score_aging = 0, score_guarantee = 0, score_fair_share = 0, score_service = 0;
+  double score_level = 0, score_aging = 0, score_guarantee = 0, score_fair_share = 0,
+         score_service = 0;
   int service_class = 0;  // see PolicyConfig::service_class_points
   BlockReason reason = BlockReason::kNone;
-  std::string detail;                 // one line, e.g. "window 3 closes in 120 s; needs 700 s"
-  TimeMs planned_start_ms = kNever;   // from the backfill plan; kNever: not within the plan
+  std::string detail;                // one line, e.g. "window 3 closes in 120 s; needs 700 s"
+  TimeMs planned_start_ms = kNever;  // from the backfill plan; kNever: not within the plan
   int planned_gpus = 0;
 };
 
@@ -121,7 +122,7 @@ struct PlanStats {
   int open_window_gpus = 0;  // capacity of the windows open now
   int allocated_gpus = 0;    // held by active segments
   int free_gpus = 0;
-  int fragmented_gpus = 0;   // free, but in windows where the head pending job cannot start
+  int fragmented_gpus = 0;  // free, but in windows where the head pending job cannot start
   int pending_jobs = 0;
   int running_jobs = 0;
 };

@@ -18,7 +18,8 @@ Limits LimitsOf(const ClusterState& s, int64_t job_id) {
   l.min = std::max(1, job->second.min_gpus);
   l.max = std::max(l.min, job->second.max_gpus);
   auto seg = s.segments.find(job->second.segment_id);
-  if (seg != s.segments.end() && SegmentActive(seg->second.state)) l.max = std::max(l.min, seg->second.gpus());
+  if (seg != s.segments.end() && SegmentActive(seg->second.state))
+    l.max = std::max(l.min, seg->second.gpus());
   return l;
 }
 
@@ -46,12 +47,14 @@ void OpenRound(Rendezvous& r, TimeMs now) {
 void Form(Rendezvous& r, TimeMs now) {
   auto old_rank = [&](int64_t worker_id) {
     auto it = std::find(r.previous.begin(), r.previous.end(), worker_id);
-    return it == r.previous.end() ? r.previous.size() : static_cast<size_t>(it - r.previous.begin());
+    return it == r.previous.end() ? r.previous.size()
+                                  : static_cast<size_t>(it - r.previous.begin());
   };
   // Stable: new workers (all "after the previous generation") keep join order.
-  std::stable_sort(r.members.begin(), r.members.end(), [&](const RendezvousMember& a, const RendezvousMember& b) {
-    return old_rank(a.worker_id) < old_rank(b.worker_id);
-  });
+  std::stable_sort(r.members.begin(), r.members.end(),
+                   [&](const RendezvousMember& a, const RendezvousMember& b) {
+                     return old_rank(a.worker_id) < old_rank(b.worker_id);
+                   });
   for (size_t i = 0; i < r.members.size(); ++i) r.members[i].rank = static_cast<int>(i);
   r.phase = RendezvousPhase::kFormed;
   r.formed_ms = now;
@@ -102,7 +105,9 @@ bool Changed(const Rendezvous& a, const Rendezvous& b) {
     return true;
   }
   for (size_t i = 0; i < a.members.size(); ++i) {
-    if (a.members[i].worker_id != b.members[i].worker_id || a.members[i].endpoint != b.members[i].endpoint) return true;
+    if (a.members[i].worker_id != b.members[i].worker_id ||
+        a.members[i].endpoint != b.members[i].endpoint)
+      return true;
   }
   return false;
 }
@@ -116,16 +121,18 @@ bool MemberGone(const ClusterState& s, const RendezvousMember& m, TimeMs now, Ti
 
 }  // namespace
 
-Result<RendezvousView> JoinRendezvous(ClusterState& s, int64_t worker_id, const std::string& endpoint,
-                                      uint64_t known_generation, TimeMs now, const PolicyConfig& config,
-                                      Changes* changes) {
+Result<RendezvousView> JoinRendezvous(ClusterState& s, int64_t worker_id,
+                                      const std::string& endpoint, uint64_t known_generation,
+                                      TimeMs now, const PolicyConfig& config, Changes* changes) {
   if (endpoint.empty() || endpoint.size() > 256 || endpoint.find(':') == std::string::npos) {
-    return Status::InvalidArgument("endpoint must be host:port, 1 to 256 characters (got \"" + endpoint + "\")");
+    return Status::InvalidArgument("endpoint must be host:port, 1 to 256 characters (got \"" +
+                                   endpoint + "\")");
   }
   STINT_ASSIGN_OR_RETURN(WorkerView wv, ViewWorker(s, worker_id));
   if (!wv.active) {
     return Status::Aborted("worker " + std::to_string(worker_id) + " is fenced: segment " +
-                           std::to_string(wv.segment_id) + " is no longer active; it cannot join the rendezvous");
+                           std::to_string(wv.segment_id) +
+                           " is no longer active; it cannot join the rendezvous");
   }
   const int64_t job_id = s.workers.at(worker_id).job_id;
   const Limits l = LimitsOf(s, job_id);
@@ -158,7 +165,8 @@ Result<RendezvousView> JoinRendezvous(ClusterState& s, int64_t worker_id, const 
 
 Result<RendezvousView> ViewRendezvous(const ClusterState& s, int64_t worker_id) {
   auto w = s.workers.find(worker_id);
-  if (w == s.workers.end()) return Status::NotFound("worker " + std::to_string(worker_id) + " is not registered");
+  if (w == s.workers.end())
+    return Status::NotFound("worker " + std::to_string(worker_id) + " is not registered");
   const int64_t job_id = w->second.job_id;
   const Limits l = LimitsOf(s, job_id);
   auto r = s.rendezvous.find(job_id);
@@ -174,15 +182,16 @@ void AdvanceRendezvous(ClusterState& s, TimeMs now, const PolicyConfig& config, 
   const TimeMs ttl = SecondsToMs(config.lease_ttl_seconds);
   for (auto& [job_id, r] : s.rendezvous) {
     const Rendezvous before = r;
-    const bool lost_member = std::any_of(r.members.begin(), r.members.end(), [&](const RendezvousMember& m) {
-      return MemberGone(s, m, now, ttl);
-    });
+    const bool lost_member =
+        std::any_of(r.members.begin(), r.members.end(),
+                    [&](const RendezvousMember& m) { return MemberGone(s, m, now, ttl); });
     if (lost_member && r.phase == RendezvousPhase::kFormed) {
       OpenRound(r, now);
     } else if (lost_member) {
-      r.members.erase(std::remove_if(r.members.begin(), r.members.end(),
-                                     [&](const RendezvousMember& m) { return MemberGone(s, m, now, ttl); }),
-                      r.members.end());
+      r.members.erase(
+          std::remove_if(r.members.begin(), r.members.end(),
+                         [&](const RendezvousMember& m) { return MemberGone(s, m, now, ttl); }),
+          r.members.end());
     }
     MaybeClose(r, LimitsOf(s, job_id), now, config);
     if (Changed(before, r)) changes->rendezvous.insert(job_id);
@@ -192,7 +201,8 @@ void AdvanceRendezvous(ClusterState& s, TimeMs now, const PolicyConfig& config, 
 TimeMs NextRendezvousDeadline(const ClusterState& s) {
   TimeMs next = kNever;
   for (const auto& [job_id, r] : s.rendezvous) {
-    if (r.phase == RendezvousPhase::kJoining && r.last_call_ms != 0) next = std::min(next, r.last_call_ms);
+    if (r.phase == RendezvousPhase::kJoining && r.last_call_ms != 0)
+      next = std::min(next, r.last_call_ms);
   }
   return next;
 }

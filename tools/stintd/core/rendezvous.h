@@ -60,9 +60,9 @@ struct RendezvousView {
 // collective failed in generation G re-joins with G and opens the next
 // round. kAborted when the worker is fenced (its segment ended or it was
 // released); kNotFound for an unknown worker.
-Result<RendezvousView> JoinRendezvous(ClusterState& s, int64_t worker_id, const std::string& endpoint,
-                                      uint64_t known_generation, TimeMs now, const PolicyConfig& config,
-                                      Changes* changes);
+Result<RendezvousView> JoinRendezvous(ClusterState& s, int64_t worker_id,
+                                      const std::string& endpoint, uint64_t known_generation,
+                                      TimeMs now, const PolicyConfig& config, Changes* changes);
 
 // The worker's view; kNotFound for an unknown worker.
 Result<RendezvousView> ViewRendezvous(const ClusterState& s, int64_t worker_id);

@@ -17,16 +17,17 @@ bool ValidName(const std::string& s) {
 
 Status CheckFinite(const char* field, double v, double min) {
   if (!std::isfinite(v) || v < min) {
-    return Status::InvalidArgument(std::string(field) + " must be a number >= " +
-                                   std::to_string(static_cast<int64_t>(min)) + " (got " +
-                                   std::to_string(v) + ")");
+    return Status::InvalidArgument(
+        std::string(field) + " must be a number >= " + std::to_string(static_cast<int64_t>(min)) +
+        " (got " + std::to_string(v) + ")");
   }
   return Status::OK();
 }
 
 Result<Job*> FindJob(ClusterState& s, int64_t job_id) {
   auto it = s.jobs.find(job_id);
-  if (it == s.jobs.end()) return Status::NotFound("job " + std::to_string(job_id) + " does not exist");
+  if (it == s.jobs.end())
+    return Status::NotFound("job " + std::to_string(job_id) + " does not exist");
   return &it->second;
 }
 
@@ -93,9 +94,11 @@ void Changes::Merge(const Changes& o) {
 
 Status AddPool(ClusterState& s, const Pool& pool, Changes* changes) {
   if (!ValidName(pool.name)) {
-    return Status::InvalidArgument("pool name must match [A-Za-z0-9._-]{1,64} (got \"" + pool.name + "\")");
+    return Status::InvalidArgument("pool name must match [A-Za-z0-9._-]{1,64} (got \"" + pool.name +
+                                   "\")");
   }
-  if (s.pools.count(pool.name)) return Status::AlreadyExists("pool " + pool.name + " already exists");
+  if (s.pools.count(pool.name))
+    return Status::AlreadyExists("pool " + pool.name + " already exists");
   s.pools[pool.name] = pool;
   changes->pools.insert(pool.name);
   return Status::OK();
@@ -103,7 +106,8 @@ Status AddPool(ClusterState& s, const Pool& pool, Changes* changes) {
 
 Result<int64_t> AddWindow(ClusterState& s, Window w, TimeMs now, Changes* changes) {
   if (!s.pools.count(w.pool)) return Status::NotFound("pool \"" + w.pool + "\" does not exist");
-  if (w.gpus <= 0) return Status::InvalidArgument("gpus must be >= 1 (got " + std::to_string(w.gpus) + ")");
+  if (w.gpus <= 0)
+    return Status::InvalidArgument("gpus must be >= 1 (got " + std::to_string(w.gpus) + ")");
   if (w.kind == WindowKind::kHard && w.end_ms == kNever) {
     return Status::InvalidArgument("end_ms is required for a hard window");
   }
@@ -118,12 +122,15 @@ Result<int64_t> AddWindow(ClusterState& s, Window w, TimeMs now, Changes* change
   return w.id;
 }
 
-Status CloseWindow(ClusterState& s, int64_t window_id, TimeMs lead_ms, TimeMs now, Changes* changes) {
+Status CloseWindow(ClusterState& s, int64_t window_id, TimeMs lead_ms, TimeMs now,
+                   Changes* changes) {
   auto it = s.windows.find(window_id);
-  if (it == s.windows.end()) return Status::NotFound("window " + std::to_string(window_id) + " does not exist");
+  if (it == s.windows.end())
+    return Status::NotFound("window " + std::to_string(window_id) + " does not exist");
   if (lead_ms < 0) return Status::InvalidArgument("lead_seconds must be >= 0");
   Window& w = it->second;
-  if (w.end_ms <= now) return Status::FailedPrecondition("window " + std::to_string(window_id) + " is already closed");
+  if (w.end_ms <= now)
+    return Status::FailedPrecondition("window " + std::to_string(window_id) + " is already closed");
   // A future window closed before it opens becomes empty (end = start).
   w.end_ms = std::max(w.start_ms, std::max(now, std::min(w.end_ms, now + lead_ms)));
   w.closed_early = true;
@@ -133,10 +140,12 @@ Status CloseWindow(ClusterState& s, int64_t window_id, TimeMs lead_ms, TimeMs no
 
 Status PutTeam(ClusterState& s, const Team& team, Changes* changes) {
   if (!ValidName(team.name)) {
-    return Status::InvalidArgument("team name must match [A-Za-z0-9._-]{1,64} (got \"" + team.name + "\")");
+    return Status::InvalidArgument("team name must match [A-Za-z0-9._-]{1,64} (got \"" + team.name +
+                                   "\")");
   }
   if (team.guaranteed_gpus < 0) return Status::InvalidArgument("guaranteed_gpus must be >= 0");
-  if (team.borrow_limit_gpus < -1) return Status::InvalidArgument("borrow_limit_gpus must be >= -1 (-1: unlimited)");
+  if (team.borrow_limit_gpus < -1)
+    return Status::InvalidArgument("borrow_limit_gpus must be >= -1 (-1: unlimited)");
   Team& t = s.teams[team.name];
   t.name = team.name;
   t.guaranteed_gpus = team.guaranteed_gpus;
@@ -146,21 +155,29 @@ Status PutTeam(ClusterState& s, const Team& team, Changes* changes) {
 }
 
 Result<int64_t> SubmitJob(ClusterState& s, Job j, TimeMs now, Changes* changes) {
-  if (j.name.empty() || j.name.size() > 128) return Status::InvalidArgument("name must be 1 to 128 characters");
+  if (j.name.empty() || j.name.size() > 128)
+    return Status::InvalidArgument("name must be 1 to 128 characters");
   if (j.team.empty()) j.team = kDefaultTeam;
-  if (!ValidName(j.team)) return Status::InvalidArgument("team name must match [A-Za-z0-9._-]{1,64}");
+  if (!ValidName(j.team))
+    return Status::InvalidArgument("team name must match [A-Za-z0-9._-]{1,64}");
   if (j.team != kDefaultTeam && !s.teams.count(j.team)) {
-    return Status::NotFound("team \"" + j.team + "\" does not exist (create it with PUT /v1/teams/" + j.team + ")");
+    return Status::NotFound("team \"" + j.team +
+                            "\" does not exist (create it with PUT /v1/teams/" + j.team + ")");
   }
-  if (!j.pool.empty() && !s.pools.count(j.pool)) return Status::NotFound("pool \"" + j.pool + "\" does not exist");
-  if (j.min_gpus < 1) return Status::InvalidArgument("min_gpus must be >= 1 (got " + std::to_string(j.min_gpus) + ")");
+  if (!j.pool.empty() && !s.pools.count(j.pool))
+    return Status::NotFound("pool \"" + j.pool + "\" does not exist");
+  if (j.min_gpus < 1)
+    return Status::InvalidArgument("min_gpus must be >= 1 (got " + std::to_string(j.min_gpus) +
+                                   ")");
   if (j.max_gpus < j.min_gpus) {
-    return Status::InvalidArgument("max_gpus must be >= min_gpus (got " + std::to_string(j.max_gpus) + " < " +
-                                   std::to_string(j.min_gpus) + ")");
+    return Status::InvalidArgument("max_gpus must be >= min_gpus (got " +
+                                   std::to_string(j.max_gpus) + " < " + std::to_string(j.min_gpus) +
+                                   ")");
   }
   STINT_RETURN_IF_ERROR(CheckFinite("checkpoint_seconds", j.checkpoint_seconds, 0));
   STINT_RETURN_IF_ERROR(CheckFinite("restart_seconds", j.restart_seconds, 0));
-  STINT_RETURN_IF_ERROR(CheckFinite("checkpoint_interval_seconds", j.checkpoint_interval_seconds, 0));
+  STINT_RETURN_IF_ERROR(
+      CheckFinite("checkpoint_interval_seconds", j.checkpoint_interval_seconds, 0));
   STINT_RETURN_IF_ERROR(CheckFinite("remaining_seconds", j.remaining_seconds, 0));
   if (j.team == kDefaultTeam && !s.teams.count(kDefaultTeam)) {
     s.teams[kDefaultTeam] = Team{kDefaultTeam, 0, -1, 0, now};
@@ -186,10 +203,12 @@ Result<int64_t> SubmitJob(ClusterState& s, Job j, TimeMs now, Changes* changes) 
   return j.id;
 }
 
-Status CancelJob(ClusterState& s, int64_t job_id, const std::string& reason, TimeMs now, Changes* changes) {
+Status CancelJob(ClusterState& s, int64_t job_id, const std::string& reason, TimeMs now,
+                 Changes* changes) {
   STINT_ASSIGN_OR_RETURN(Job * j, FindJob(s, job_id));
   if (j->state != JobState::kPending && j->state != JobState::kRunning) {
-    return Status::FailedPrecondition("job " + std::to_string(job_id) + " is already " + JobStateName(j->state));
+    return Status::FailedPrecondition("job " + std::to_string(job_id) + " is already " +
+                                      JobStateName(j->state));
   }
   if (j->segment_id != 0) {
     auto seg = s.segments.find(j->segment_id);
@@ -207,7 +226,8 @@ Status CancelJob(ClusterState& s, int64_t job_id, const std::string& reason, Tim
 Status SetPriority(ClusterState& s, int64_t job_id, Priority priority, Changes* changes) {
   STINT_ASSIGN_OR_RETURN(Job * j, FindJob(s, job_id));
   if (j->state != JobState::kPending && j->state != JobState::kRunning) {
-    return Status::FailedPrecondition("job " + std::to_string(job_id) + " is already " + JobStateName(j->state));
+    return Status::FailedPrecondition("job " + std::to_string(job_id) + " is already " +
+                                      JobStateName(j->state));
   }
   j->priority = priority;
   changes->jobs.insert(job_id);
@@ -216,7 +236,8 @@ Status SetPriority(ClusterState& s, int64_t job_id, Priority priority, Changes* 
 
 void ApplyPlan(ClusterState& s, const Plan& plan, TimeMs now, Changes* changes) {
   Counters& c = s.counters;
-  if (c.wait_buckets.size() != WaitBucketsSeconds().size()) c.wait_buckets.assign(WaitBucketsSeconds().size(), 0);
+  if (c.wait_buckets.size() != WaitBucketsSeconds().size())
+    c.wait_buckets.assign(WaitBucketsSeconds().size(), 0);
   // Losses and notices first: they are decisions about the present segments.
   for (const LostDecision& d : plan.lost) {
     auto seg = s.segments.find(d.segment_id);
@@ -283,11 +304,14 @@ void ApplyPlan(ClusterState& s, const Plan& plan, TimeMs now, Changes* changes) 
 Result<Worker> RegisterWorker(ClusterState& s, int64_t job_id, const std::string& name, TimeMs now,
                               Changes* changes) {
   STINT_ASSIGN_OR_RETURN(Job * j, FindJob(s, job_id));
-  if (name.empty() || name.size() > 256) return Status::InvalidArgument("worker name must be 1 to 256 characters");
+  if (name.empty() || name.size() > 256)
+    return Status::InvalidArgument("worker name must be 1 to 256 characters");
   auto seg = s.segments.find(j->segment_id);
-  if (j->state != JobState::kRunning || seg == s.segments.end() || !SegmentActive(seg->second.state)) {
-    return Status::FailedPrecondition("job " + std::to_string(job_id) + " has no running segment (state " +
-                                      JobStateName(j->state) + ")");
+  if (j->state != JobState::kRunning || seg == s.segments.end() ||
+      !SegmentActive(seg->second.state)) {
+    return Status::FailedPrecondition("job " + std::to_string(job_id) +
+                                      " has no running segment (state " + JobStateName(j->state) +
+                                      ")");
   }
   Worker w;
   w.id = s.next_id++;
@@ -306,7 +330,8 @@ Result<Worker> RegisterWorker(ClusterState& s, int64_t job_id, const std::string
 
 Result<WorkerView> ViewWorker(const ClusterState& s, int64_t worker_id) {
   auto w = s.workers.find(worker_id);
-  if (w == s.workers.end()) return Status::NotFound("worker " + std::to_string(worker_id) + " is not registered");
+  if (w == s.workers.end())
+    return Status::NotFound("worker " + std::to_string(worker_id) + " is not registered");
   WorkerView v;
   v.segment_id = w->second.segment_id;
   v.fencing_token = w->second.fencing_token;
@@ -335,8 +360,8 @@ Result<WorkerView> Heartbeat(ClusterState& s, int64_t worker_id, int64_t step, T
   return v;
 }
 
-Status ReportCheckpoint(ClusterState& s, int64_t worker_id, int64_t step, double seconds, uint64_t bytes,
-                        TimeMs now, Changes* changes) {
+Status ReportCheckpoint(ClusterState& s, int64_t worker_id, int64_t step, double seconds,
+                        uint64_t bytes, TimeMs now, Changes* changes) {
   STINT_RETURN_IF_ERROR(CheckFinite("seconds", seconds, 0));
   if (step < 0) return Status::InvalidArgument("step must be >= 0");
   STINT_ASSIGN_OR_RETURN(WorkerContext ctx, FindActiveWorker(s, worker_id));
@@ -353,8 +378,8 @@ Status ReportCheckpoint(ClusterState& s, int64_t worker_id, int64_t step, double
   return Status::OK();
 }
 
-Status ReportProgress(ClusterState& s, int64_t worker_id, int64_t step, double remaining_seconds, TimeMs now,
-                      Changes* changes) {
+Status ReportProgress(ClusterState& s, int64_t worker_id, int64_t step, double remaining_seconds,
+                      TimeMs now, Changes* changes) {
   STINT_RETURN_IF_ERROR(CheckFinite("remaining_seconds", remaining_seconds, 0));
   STINT_ASSIGN_OR_RETURN(WorkerContext ctx, FindActiveWorker(s, worker_id));
   Job& j = *ctx.job;
@@ -388,7 +413,8 @@ Status FinishJob(ClusterState& s, int64_t worker_id, TimeMs now, Changes* change
 
 Status ReleaseWorker(ClusterState& s, int64_t worker_id, TimeMs now, Changes* changes) {
   auto w = s.workers.find(worker_id);
-  if (w == s.workers.end()) return Status::NotFound("worker " + std::to_string(worker_id) + " is not registered");
+  if (w == s.workers.end())
+    return Status::NotFound("worker " + std::to_string(worker_id) + " is not registered");
   if (!w->second.released) {
     w->second.released = true;
     changes->workers.insert(worker_id);
@@ -396,7 +422,8 @@ Status ReleaseWorker(ClusterState& s, int64_t worker_id, TimeMs now, Changes* ch
   return Status::OK();
 }
 
-bool FencingValid(const ClusterState& s, int64_t job_id, uint64_t token, TimeMs now, TimeMs* valid_until_ms) {
+bool FencingValid(const ClusterState& s, int64_t job_id, uint64_t token, TimeMs now,
+                  TimeMs* valid_until_ms) {
   *valid_until_ms = kNever;
   auto job = s.jobs.find(job_id);
   if (job == s.jobs.end() || token == 0 || job->second.fencing_token != token) return false;

@@ -25,7 +25,7 @@ struct Changes {
   std::set<int64_t> segments;
   std::set<int64_t> workers;
   std::set<int64_t> rendezvous;  // by job id
-  bool counters = false;  // next_id / next_fencing_token / Counters
+  bool counters = false;         // next_id / next_fencing_token / Counters
   bool empty() const {
     return pools.empty() && windows.empty() && teams.empty() && jobs.empty() && segments.empty() &&
            workers.empty() && rendezvous.empty() && !counters;
@@ -44,7 +44,8 @@ Result<int64_t> AddWindow(ClusterState& s, Window window, TimeMs now, Changes* c
 
 // Ends a window early: end = max(now, min(end, now + lead_ms)). Its
 // segments get their notices from the next plan (deadline = the new end).
-Status CloseWindow(ClusterState& s, int64_t window_id, TimeMs lead_ms, TimeMs now, Changes* changes);
+Status CloseWindow(ClusterState& s, int64_t window_id, TimeMs lead_ms, TimeMs now,
+                   Changes* changes);
 
 // Creates or updates a team's guarantee and borrowing limit (usage kept).
 Status PutTeam(ClusterState& s, const Team& team, Changes* changes);
@@ -65,8 +66,8 @@ void ApplyPlan(ClusterState& s, const Plan& plan, TimeMs now, Changes* changes);
 
 // A worker joins the job's running segment and gets its fencing token.
 // kFailedPrecondition when the job has no active segment.
-Result<Worker> RegisterWorker(ClusterState& s, int64_t job_id, const std::string& name,
-                              TimeMs now, Changes* changes);
+Result<Worker> RegisterWorker(ClusterState& s, int64_t job_id, const std::string& name, TimeMs now,
+                              Changes* changes);
 
 // What a worker learns from a heartbeat.
 struct WorkerView {

@@ -28,21 +28,25 @@ bool AnyEqual(const std::vector<std::string>& tokens, const std::string& t) {
 
 }  // namespace
 
-Result<TokenAuth> TokenAuth::Create(std::vector<std::string> admin, std::vector<std::string> worker) {
+Result<TokenAuth> TokenAuth::Create(std::vector<std::string> admin,
+                                    std::vector<std::string> worker) {
   for (const auto* list : {&admin, &worker}) {
     const char* what = list == &admin ? "admin" : "worker";
     if (list->empty()) {
       return Status::InvalidArgument(std::string("no ") + what + " token: give --" + what +
-                                     "-token-file or $STINTD_" + (list == &admin ? "ADMIN" : "WORKER") + "_TOKEN");
+                                     "-token-file or $STINTD_" +
+                                     (list == &admin ? "ADMIN" : "WORKER") + "_TOKEN");
     }
     for (const std::string& t : *list) {
       if (t.size() < 16) {
-        return Status::InvalidArgument(std::string("an ") + what + " token is shorter than 16 characters");
+        return Status::InvalidArgument(std::string("an ") + what +
+                                       " token is shorter than 16 characters");
       }
     }
   }
   for (const std::string& t : admin) {
-    if (AnyEqual(worker, t)) return Status::InvalidArgument("a token is listed as both admin and worker");
+    if (AnyEqual(worker, t))
+      return Status::InvalidArgument("a token is listed as both admin and worker");
   }
   TokenAuth auth;
   auth.admin_ = std::move(admin);

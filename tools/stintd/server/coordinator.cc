@@ -14,14 +14,16 @@ TimeMs SystemNowMs() {
 
 // Keys: [A-Za-z0-9._/-]{1,200}; values up to 1 MiB (API.md).
 Status CheckKv(const std::string& key, const std::string* value) {
-  if (key.empty() || key.size() > 200) return Status::InvalidArgument("kv key must be 1 to 200 characters");
+  if (key.empty() || key.size() > 200)
+    return Status::InvalidArgument("kv key must be 1 to 200 characters");
   for (char c : key) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-                    c == '_' || c == '/' || c == '-';
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '/' || c == '-';
     if (!ok) return Status::InvalidArgument("kv key \"" + key + "\" may only hold [A-Za-z0-9._/-]");
   }
   if (value != nullptr && value->size() > (1u << 20)) {
-    return Status::InvalidArgument("kv value is " + std::to_string(value->size()) + " bytes; the limit is 1 MiB");
+    return Status::InvalidArgument("kv value is " + std::to_string(value->size()) +
+                                   " bytes; the limit is 1 MiB");
   }
   return Status::OK();
 }
@@ -51,9 +53,12 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions option
       new Coordinator(std::move(options), std::move(store), std::move(state), std::move(kv)));
 }
 
-Coordinator::Coordinator(CoordinatorOptions options, std::unique_ptr<Store> store, ClusterState state,
-                         std::map<std::pair<int64_t, std::string>, KvRecord> kv)
-    : options_(std::move(options)), store_(std::move(store)), state_(std::move(state)), kv_(std::move(kv)) {
+Coordinator::Coordinator(CoordinatorOptions options, std::unique_ptr<Store> store,
+                         ClusterState state, std::map<std::pair<int64_t, std::string>, KvRecord> kv)
+    : options_(std::move(options)),
+      store_(std::move(store)),
+      state_(std::move(state)),
+      kv_(std::move(kv)) {
   usage_flushed_ms_ = options_.clock();
   Tick();  // a plan exists before the first request is served
   tick_thread_ = std::thread([this] { TickLoop(); });
@@ -70,7 +75,8 @@ Coordinator::~Coordinator() {
   tick_thread_.join();
 }
 
-void Coordinator::Read(const std::function<void(const ClusterState&, const Plan&, TimeMs)>& fn) const {
+void Coordinator::Read(
+    const std::function<void(const ClusterState&, const Plan&, TimeMs)>& fn) const {
   std::shared_lock<std::shared_mutex> lock(mu_);
   fn(state_, last_plan_, options_.clock());
 }
@@ -113,7 +119,8 @@ Status Coordinator::Mutate(const std::function<Status(ClusterState&, TimeMs, Cha
 }
 
 Result<Pool> Coordinator::AddPool(const Pool& pool) {
-  STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs, Changes* c) { return stintd::AddPool(s, pool, c); }));
+  STINT_RETURN_IF_ERROR(
+      Mutate([&](ClusterState& s, TimeMs, Changes* c) { return stintd::AddPool(s, pool, c); }));
   return pool;
 }
 
@@ -130,7 +137,8 @@ Result<Window> Coordinator::AddWindow(const Window& window) {
 Result<Window> Coordinator::CloseWindow(int64_t window_id, std::optional<TimeMs> lead_ms) {
   STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs now, Changes* c) -> Status {
     auto it = s.windows.find(window_id);
-    const TimeMs lead = lead_ms ? *lead_ms : (it == s.windows.end() ? 0 : it->second.notice_lead_ms);
+    const TimeMs lead =
+        lead_ms ? *lead_ms : (it == s.windows.end() ? 0 : it->second.notice_lead_ms);
     return stintd::CloseWindow(s, window_id, lead, now, c);
   }));
   std::shared_lock<std::shared_mutex> lock(mu_);
@@ -138,7 +146,8 @@ Result<Window> Coordinator::CloseWindow(int64_t window_id, std::optional<TimeMs>
 }
 
 Result<Team> Coordinator::PutTeam(const Team& team) {
-  STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs, Changes* c) { return stintd::PutTeam(s, team, c); }));
+  STINT_RETURN_IF_ERROR(
+      Mutate([&](ClusterState& s, TimeMs, Changes* c) { return stintd::PutTeam(s, team, c); }));
   std::shared_lock<std::shared_mutex> lock(mu_);
   return state_.teams.at(team.name);
 }
@@ -154,15 +163,17 @@ Result<Job> Coordinator::SubmitJob(const Job& spec) {
 }
 
 Result<Job> Coordinator::CancelJob(int64_t job_id, const std::string& reason) {
-  STINT_RETURN_IF_ERROR(Mutate(
-      [&](ClusterState& s, TimeMs now, Changes* c) { return stintd::CancelJob(s, job_id, reason, now, c); }));
+  STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs now, Changes* c) {
+    return stintd::CancelJob(s, job_id, reason, now, c);
+  }));
   std::shared_lock<std::shared_mutex> lock(mu_);
   return state_.jobs.at(job_id);
 }
 
 Result<Job> Coordinator::SetPriority(int64_t job_id, Priority priority) {
-  STINT_RETURN_IF_ERROR(
-      Mutate([&](ClusterState& s, TimeMs, Changes* c) { return stintd::SetPriority(s, job_id, priority, c); }));
+  STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs, Changes* c) {
+    return stintd::SetPriority(s, job_id, priority, c);
+  }));
   std::shared_lock<std::shared_mutex> lock(mu_);
   return state_.jobs.at(job_id);
 }
@@ -196,7 +207,8 @@ Result<WorkerView> Coordinator::Heartbeat(int64_t worker_id, int64_t step) {
 std::chrono::milliseconds Coordinator::LongPollLimit(std::chrono::milliseconds wait) const {
   // A worker waiting in a long-poll is alive: the poll renews its lease on
   // entry and on return, and never waits longer than half a lease.
-  return std::min(wait, std::chrono::milliseconds(SecondsToMs(options_.policy.lease_ttl_seconds / 2)));
+  return std::min(wait,
+                  std::chrono::milliseconds(SecondsToMs(options_.policy.lease_ttl_seconds / 2)));
 }
 
 Result<WorkerView> Coordinator::WaitNotice(int64_t worker_id, std::chrono::milliseconds wait) {
@@ -213,7 +225,8 @@ Result<WorkerView> Coordinator::WaitNotice(int64_t worker_id, std::chrono::milli
       std::shared_lock<std::shared_mutex> lock(mu_);
       return ViewWorker(state_, worker_id);
     }();
-    if (!view.ok() || !view->active || view->notice_reason != NoticeReason::kNone || stop_) return view;
+    if (!view.ok() || !view->active || view->notice_reason != NoticeReason::kNone || stop_)
+      return view;
     std::unique_lock<std::mutex> lock(event_mu_);
     if (!event_cv_.wait_until(lock, until, [&] { return event_seq_ != seen || stop_.load(); })) {
       lock.unlock();
@@ -228,24 +241,29 @@ Status Coordinator::ReportProgress(int64_t worker_id, int64_t step, double remai
   });
 }
 
-Status Coordinator::ReportCheckpoint(int64_t worker_id, int64_t step, double seconds, uint64_t bytes) {
+Status Coordinator::ReportCheckpoint(int64_t worker_id, int64_t step, double seconds,
+                                     uint64_t bytes) {
   return Mutate([&](ClusterState& s, TimeMs now, Changes* c) {
     return stintd::ReportCheckpoint(s, worker_id, step, seconds, bytes, now, c);
   });
 }
 
 Status Coordinator::Ack(int64_t worker_id, int64_t step) {
-  return Mutate(
-      [&](ClusterState& s, TimeMs now, Changes* c) { return stintd::AckSegment(s, worker_id, step, now, c); });
+  return Mutate([&](ClusterState& s, TimeMs now, Changes* c) {
+    return stintd::AckSegment(s, worker_id, step, now, c);
+  });
 }
 
 Status Coordinator::Finish(int64_t worker_id) {
-  return Mutate([&](ClusterState& s, TimeMs now, Changes* c) { return stintd::FinishJob(s, worker_id, now, c); });
+  return Mutate([&](ClusterState& s, TimeMs now, Changes* c) {
+    return stintd::FinishJob(s, worker_id, now, c);
+  });
 }
 
 Status Coordinator::Leave(int64_t worker_id) {
-  return Mutate(
-      [&](ClusterState& s, TimeMs now, Changes* c) { return stintd::ReleaseWorker(s, worker_id, now, c); });
+  return Mutate([&](ClusterState& s, TimeMs now, Changes* c) {
+    return stintd::ReleaseWorker(s, worker_id, now, c);
+  });
 }
 
 bool Coordinator::CheckFencing(int64_t job_id, uint64_t token, TimeMs* valid_until_ms) const {
@@ -254,18 +272,20 @@ bool Coordinator::CheckFencing(int64_t job_id, uint64_t token, TimeMs* valid_unt
 }
 
 Result<RendezvousView> Coordinator::JoinRendezvous(int64_t worker_id, const std::string& endpoint,
-                                                   uint64_t known_generation, std::chrono::milliseconds wait) {
+                                                   uint64_t known_generation,
+                                                   std::chrono::milliseconds wait) {
   const auto until = std::chrono::steady_clock::now() + LongPollLimit(wait);
   STINT_RETURN_IF_ERROR(Heartbeat(worker_id, 0).status());
   RendezvousView joined;
   STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs now, Changes* c) -> Status {
-    STINT_ASSIGN_OR_RETURN(joined, stintd::JoinRendezvous(s, worker_id, endpoint, known_generation, now,
-                                                         options_.policy, c));
+    STINT_ASSIGN_OR_RETURN(joined, stintd::JoinRendezvous(s, worker_id, endpoint, known_generation,
+                                                          now, options_.policy, c));
     return Status::OK();
   }));
   if (joined.ready(known_generation)) return joined;
   return AwaitRendezvous(
-      worker_id, [known_generation](const RendezvousView& v) { return v.ready(known_generation); }, until);
+      worker_id, [known_generation](const RendezvousView& v) { return v.ready(known_generation); },
+      until);
 }
 
 Result<RendezvousView> Coordinator::WaitRendezvous(int64_t worker_id, uint64_t known_generation,
@@ -273,12 +293,14 @@ Result<RendezvousView> Coordinator::WaitRendezvous(int64_t worker_id, uint64_t k
   const auto until = std::chrono::steady_clock::now() + LongPollLimit(wait);
   STINT_RETURN_IF_ERROR(Heartbeat(worker_id, 0).status());
   return AwaitRendezvous(
-      worker_id, [known_generation](const RendezvousView& v) { return v.generation != known_generation; }, until);
+      worker_id,
+      [known_generation](const RendezvousView& v) { return v.generation != known_generation; },
+      until);
 }
 
-Result<RendezvousView> Coordinator::AwaitRendezvous(int64_t worker_id,
-                                                    const std::function<bool(const RendezvousView&)>& done,
-                                                    std::chrono::steady_clock::time_point until) {
+Result<RendezvousView> Coordinator::AwaitRendezvous(
+    int64_t worker_id, const std::function<bool(const RendezvousView&)>& done,
+    std::chrono::steady_clock::time_point until) {
   for (;;) {
     uint64_t seen;
     {
@@ -292,7 +314,8 @@ Result<RendezvousView> Coordinator::AwaitRendezvous(int64_t worker_id,
       if (!w.ok()) return w.status();
       if (!w->active) {
         return Status::Aborted("worker " + std::to_string(worker_id) + " is fenced: segment " +
-                               std::to_string(w->segment_id) + " is " + SegmentStateName(w->segment_state));
+                               std::to_string(w->segment_id) + " is " +
+                               SegmentStateName(w->segment_state));
       }
       deadline = NextRendezvousDeadline(state_);
       return ViewRendezvous(state_, worker_id);
@@ -302,7 +325,8 @@ Result<RendezvousView> Coordinator::AwaitRendezvous(int64_t worker_id,
     // round (its clock is the coordinator's; the wait is on steady time).
     auto wake = until;
     if (deadline != kNever) {
-      const auto to_deadline = std::chrono::milliseconds(std::max<TimeMs>(0, deadline - options_.clock()));
+      const auto to_deadline =
+          std::chrono::milliseconds(std::max<TimeMs>(0, deadline - options_.clock()));
       wake = std::min(wake, std::chrono::steady_clock::now() + to_deadline);
     }
     bool event;
@@ -330,7 +354,8 @@ Result<int64_t> Coordinator::PutKv(int64_t job_id, const std::string& key, const
   {
     std::lock_guard<std::mutex> writer(write_mu_);
     std::unique_lock<std::shared_mutex> lock(mu_);
-    if (!state_.jobs.count(job_id)) return Status::NotFound("job " + std::to_string(job_id) + " does not exist");
+    if (!state_.jobs.count(job_id))
+      return Status::NotFound("job " + std::to_string(job_id) + " does not exist");
     auto it = kv_.find({job_id, key});
     const int64_t current = it == kv_.end() ? 0 : it->second.version;
     if (if_version && *if_version != current) {
@@ -347,7 +372,7 @@ Result<int64_t> Coordinator::PutKv(int64_t job_id, const std::string& key, const
 }
 
 Result<KvRecord> Coordinator::GetKv(int64_t job_id, const std::string& key, int64_t min_version,
-                                   std::chrono::milliseconds wait) {
+                                    std::chrono::milliseconds wait) {
   STINT_RETURN_IF_ERROR(CheckKv(key, nullptr));
   const auto until = std::chrono::steady_clock::now() + wait;
   for (;;) {
@@ -362,7 +387,8 @@ Result<KvRecord> Coordinator::GetKv(int64_t job_id, const std::string& key, int6
       if (it != kv_.end() && it->second.version >= min_version) return it->second;
     }
     std::unique_lock<std::mutex> lock(event_mu_);
-    if (stop_ || !event_cv_.wait_until(lock, until, [&] { return event_seq_ != seen || stop_.load(); })) {
+    if (stop_ ||
+        !event_cv_.wait_until(lock, until, [&] { return event_seq_ != seen || stop_.load(); })) {
       return Status::NotFound("kv " + key + " of job " + std::to_string(job_id) +
                               (min_version > 1 ? " has no version >= " + std::to_string(min_version)
                                                : std::string(" does not exist")));
@@ -375,7 +401,8 @@ Status Coordinator::DeleteKv(int64_t job_id, const std::string& key) {
   std::lock_guard<std::mutex> writer(write_mu_);
   std::unique_lock<std::shared_mutex> lock(mu_);
   auto it = kv_.find({job_id, key});
-  if (it == kv_.end()) return Status::NotFound("kv " + key + " of job " + std::to_string(job_id) + " does not exist");
+  if (it == kv_.end())
+    return Status::NotFound("kv " + key + " of job " + std::to_string(job_id) + " does not exist");
   STINT_RETURN_IF_ERROR(store_->DeleteKv(job_id, key));
   kv_.erase(it);
   return Status::OK();
@@ -397,7 +424,8 @@ void Coordinator::MergeHeartbeats() {
     if (w == state_.workers.end()) continue;
     w->second.last_heartbeat_ms = std::max(w->second.last_heartbeat_ms, b.at);
     auto seg = state_.segments.find(w->second.segment_id);
-    if (seg != state_.segments.end()) seg->second.last_heartbeat_ms = std::max(seg->second.last_heartbeat_ms, b.at);
+    if (seg != state_.segments.end())
+      seg->second.last_heartbeat_ms = std::max(seg->second.last_heartbeat_ms, b.at);
     auto job = state_.jobs.find(w->second.job_id);
     if (job != state_.jobs.end() && b.step > job->second.last_step) job->second.last_step = b.step;
   }
@@ -439,7 +467,8 @@ void Coordinator::Tick() {
     }
     std::unique_lock<std::shared_mutex> lock(mu_);
     ApplyPlan(state_, plan, now, &changes);
-    events = rendezvous_changed || !plan.starts.empty() || !plan.notices.empty() || !plan.lost.empty();
+    events =
+        rendezvous_changed || !plan.starts.empty() || !plan.notices.empty() || !plan.lost.empty();
     Status saved = SaveOrRollback(changes);
     if (!saved.ok()) {
       std::fprintf(stderr, "stintd: tick not applied: %s\n", saved.ToString().c_str());
@@ -447,7 +476,8 @@ void Coordinator::Tick() {
     }
     last_plan_ = std::move(plan);
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   {
     std::lock_guard<std::mutex> lock(counters_mu_);
     counters_.plans++;

@@ -7,9 +7,9 @@
 // write_mu_; state_ is guarded by a shared mutex that writers take
 // exclusively only to change memory and write SQLite. Reads (the queue, job
 // views), heartbeats and the tick's MakePlan take it shared, so a long plan
-// never blocks heartbeats, and no change is visible before it is durable. Heartbeat times are soft state kept in their own table
-// and merged into the state by the tick; a restart gives every lease a
-// fresh TTL instead of persisting thousands of heartbeats per second.
+// never blocks heartbeats, and no change is visible before it is durable. Heartbeat times are soft
+// state kept in their own table and merged into the state by the tick; a restart gives every lease
+// a fresh TTL instead of persisting thousands of heartbeats per second.
 #ifndef STINT_TOOLS_STINTD_SERVER_COORDINATOR_H_
 #define STINT_TOOLS_STINTD_SERVER_COORDINATOR_H_
 
@@ -93,11 +93,12 @@ class Coordinator {
   // the current view (not ready); the worker joins again, which is
   // idempotent. A round whose last call passes during the wait is closed
   // by the wait itself, not left to the next tick.
-  Result<RendezvousView> JoinRendezvous(int64_t worker_id, const std::string& endpoint, uint64_t known_generation,
-                                        std::chrono::milliseconds wait);
+  Result<RendezvousView> JoinRendezvous(int64_t worker_id, const std::string& endpoint,
+                                        uint64_t known_generation, std::chrono::milliseconds wait);
   // Answers when the job's generation is no longer `known_generation`, or
   // after `wait` (at most half a lease; renews the lease).
-  Result<RendezvousView> WaitRendezvous(int64_t worker_id, uint64_t known_generation, std::chrono::milliseconds wait);
+  Result<RendezvousView> WaitRendezvous(int64_t worker_id, uint64_t known_generation,
+                                        std::chrono::milliseconds wait);
 
   // Job-scoped KV. if_version: nullopt = unconditional, 0 = only if absent,
   // n = only if the current version is n (else kAborted).
@@ -105,7 +106,7 @@ class Coordinator {
                         std::optional<int64_t> if_version);
   // Waits up to `wait` for the entry to exist with version >= min_version.
   Result<KvRecord> GetKv(int64_t job_id, const std::string& key, int64_t min_version,
-                        std::chrono::milliseconds wait);
+                         std::chrono::milliseconds wait);
   Status DeleteKv(int64_t job_id, const std::string& key);
 
   ServerCounters server_counters() const;
@@ -124,9 +125,10 @@ class Coordinator {
   // so memory never holds a change the disk does not.
   Status Mutate(const std::function<Status(ClusterState&, TimeMs, Changes*)>& fn);
   Status SaveOrRollback(const Changes& changes);  // REQUIRES: mu_ held exclusively
-  void MergeHeartbeats();                          // REQUIRES: mu_ held exclusively
+  void MergeHeartbeats();                         // REQUIRES: mu_ held exclusively
   // Waits until `done(view)` or `until`, closing rounds whose last call passes.
-  Result<RendezvousView> AwaitRendezvous(int64_t worker_id, const std::function<bool(const RendezvousView&)>& done,
+  Result<RendezvousView> AwaitRendezvous(int64_t worker_id,
+                                         const std::function<bool(const RendezvousView&)>& done,
                                          std::chrono::steady_clock::time_point until);
   std::chrono::milliseconds LongPollLimit(std::chrono::milliseconds wait) const;
   void WakeTick();

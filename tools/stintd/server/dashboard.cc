@@ -10,7 +10,8 @@ namespace stint::stintd {
 // DOM with textContent and setAttribute (never innerHTML): job names and
 // messages are user input.
 std::string_view DashboardHtml() {
-  return std::string_view(reinterpret_cast<const char*>(embedded::kDashboardHtml), embedded::kDashboardHtmlSize);
+  return std::string_view(reinterpret_cast<const char*>(embedded::kDashboardHtml),
+                          embedded::kDashboardHtmlSize);
 }
 
 }  // namespace stint::stintd

@@ -15,25 +15,35 @@ namespace {
 
 struct Reply {
   int status = 200;
-  json body;                 // sent as JSON unless `text` is set
+  json body;  // sent as JSON unless `text` is set
   std::string text;
   std::string content_type;  // for `text`
 };
 
 int HttpStatus(Code code) {
   switch (code) {
-    case Code::kOk: return 200;
-    case Code::kInvalidArgument: return 400;
-    case Code::kUnauthenticated: return 401;
-    case Code::kPermissionDenied: return 403;
-    case Code::kNotFound: return 404;
+    case Code::kOk:
+      return 200;
+    case Code::kInvalidArgument:
+      return 400;
+    case Code::kUnauthenticated:
+      return 401;
+    case Code::kPermissionDenied:
+      return 403;
+    case Code::kNotFound:
+      return 404;
     case Code::kAlreadyExists:
     case Code::kFailedPrecondition:
-    case Code::kAborted: return 409;
-    case Code::kResourceExhausted: return 429;
-    case Code::kUnavailable: return 503;
-    case Code::kDeadlineExceeded: return 504;
-    default: return 500;
+    case Code::kAborted:
+      return 409;
+    case Code::kResourceExhausted:
+      return 429;
+    case Code::kUnavailable:
+      return 503;
+    case Code::kDeadlineExceeded:
+      return 504;
+    default:
+      return 500;
   }
 }
 
@@ -41,7 +51,9 @@ json ErrorBody(const char* code, const std::string& message) {
   return {{"error", {{"code", code}, {"message", message}}}};
 }
 
-Reply ErrorReply(const Status& s) { return {HttpStatus(s.code()), ErrorBody(CodeName(s.code()), s.message()), {}, {}}; }
+Reply ErrorReply(const Status& s) {
+  return {HttpStatus(s.code()), ErrorBody(CodeName(s.code()), s.message()), {}, {}};
+}
 
 // A worker whose segment ended or whose incarnation is stale must stop:
 // 410 Gone, distinct from every retryable or caller error.
@@ -61,13 +73,15 @@ Result<int64_t> PathId(const httplib::Request& req, size_t i, const char* what) 
   return v;
 }
 
-Result<double> QuerySeconds(const httplib::Request& req, const char* name, double dflt, double max) {
+Result<double> QuerySeconds(const httplib::Request& req, const char* name, double dflt,
+                            double max) {
   if (!req.has_param(name)) return dflt;
   const std::string v = req.get_param_value(name);
   char* end = nullptr;
   const double d = std::strtod(v.c_str(), &end);
   if (v.empty() || end != v.c_str() + v.size() || !(d >= 0)) {
-    return Status::InvalidArgument(std::string(name) + " must be a number of seconds >= 0 (got \"" + v + "\")");
+    return Status::InvalidArgument(std::string(name) + " must be a number of seconds >= 0 (got \"" +
+                                   v + "\")");
   }
   return std::min(d, max);
 }
@@ -78,8 +92,8 @@ Result<int64_t> QueryInt(const httplib::Request& req, const char* name, int64_t 
   int64_t out = 0;
   auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
   if (ec != std::errc() || p != v.data() + v.size() || out < min) {
-    return Status::InvalidArgument(std::string(name) + " must be an integer >= " + std::to_string(min) + " (got \"" +
-                                   v + "\")");
+    return Status::InvalidArgument(std::string(name) + " must be an integer >= " +
+                                   std::to_string(min) + " (got \"" + v + "\")");
   }
   return out;
 }
@@ -100,13 +114,16 @@ Result<Job> ParseJobSpec(const RequestBody& b) {
   STINT_ASSIGN_OR_RETURN(std::optional<bool> preemptible, b.OptionalBool("preemptible"));
   STINT_ASSIGN_OR_RETURN(std::optional<double> ckpt, b.OptionalNumber("checkpoint_seconds"));
   STINT_ASSIGN_OR_RETURN(std::optional<double> restart, b.OptionalNumber("restart_seconds"));
-  STINT_ASSIGN_OR_RETURN(std::optional<double> interval, b.OptionalNumber("checkpoint_interval_seconds"));
+  STINT_ASSIGN_OR_RETURN(std::optional<double> interval,
+                         b.OptionalNumber("checkpoint_interval_seconds"));
   STINT_ASSIGN_OR_RETURN(std::optional<double> remaining, b.OptionalNumber("remaining_seconds"));
   if (min_gpus < 1 || min_gpus > 1000000) {
-    return Status::InvalidArgument("min_gpus must be between 1 and 1000000 (got " + std::to_string(min_gpus) + ")");
+    return Status::InvalidArgument("min_gpus must be between 1 and 1000000 (got " +
+                                   std::to_string(min_gpus) + ")");
   }
   if (max_gpus && (*max_gpus < 1 || *max_gpus > 1000000)) {
-    return Status::InvalidArgument("max_gpus must be between 1 and 1000000 (got " + std::to_string(*max_gpus) + ")");
+    return Status::InvalidArgument("max_gpus must be between 1 and 1000000 (got " +
+                                   std::to_string(*max_gpus) + ")");
   }
   j.team = team.value_or("");
   j.pool = pool.value_or("");
@@ -133,7 +150,8 @@ Result<Window> ParseWindowSpec(const RequestBody& b, TimeMs now) {
   STINT_ASSIGN_OR_RETURN(std::optional<std::string> kind, b.OptionalString("kind"));
   STINT_ASSIGN_OR_RETURN(std::optional<double> lead, b.OptionalNumber("notice_lead_seconds"));
   if (gpus < 1 || gpus > 1000000) {
-    return Status::InvalidArgument("gpus must be between 1 and 1000000 (got " + std::to_string(gpus) + ")");
+    return Status::InvalidArgument("gpus must be between 1 and 1000000 (got " +
+                                   std::to_string(gpus) + ")");
   }
   w.gpus = static_cast<int>(gpus);
   w.start_ms = start.value_or(now);
@@ -141,7 +159,8 @@ Result<Window> ParseWindowSpec(const RequestBody& b, TimeMs now) {
   if (kind) {
     STINT_ASSIGN_OR_RETURN(w.kind, ParseWindowKind(*kind));
   }
-  if (lead && !(*lead >= 0 && *lead < 1e9)) return Status::InvalidArgument("notice_lead_seconds must be >= 0");
+  if (lead && !(*lead >= 0 && *lead < 1e9))
+    return Status::InvalidArgument("notice_lead_seconds must be >= 0");
   w.notice_lead_ms = lead ? SecondsToMs(*lead) : 0;
   return w;
 }
@@ -149,12 +168,15 @@ Result<Window> ParseWindowSpec(const RequestBody& b, TimeMs now) {
 }  // namespace
 
 HttpApi::HttpApi(Coordinator* coordinator, TokenAuth auth, HttpOptions options)
-    : coordinator_(coordinator), auth_(std::move(auth)), options_(std::move(options)),
+    : coordinator_(coordinator),
+      auth_(std::move(auth)),
+      options_(std::move(options)),
       server_(std::make_unique<httplib::Server>()) {}
 
 HttpApi::~HttpApi() = default;
 
-Result<std::unique_ptr<HttpApi>> HttpApi::Bind(Coordinator* coordinator, TokenAuth auth, HttpOptions options) {
+Result<std::unique_ptr<HttpApi>> HttpApi::Bind(Coordinator* coordinator, TokenAuth auth,
+                                               HttpOptions options) {
   if (options.threads < 4) return Status::InvalidArgument("threads must be >= 4");
   std::unique_ptr<HttpApi> api(new HttpApi(coordinator, std::move(auth), options));
   const int threads = options.threads;
@@ -171,8 +193,8 @@ Result<std::unique_ptr<HttpApi>> HttpApi::Bind(Coordinator* coordinator, TokenAu
     if (api->port_ <= 0) return Status::IoError("cannot listen on " + options.host + " (any port)");
   } else {
     if (!api->server_->bind_to_port(options.host, options.port)) {
-      return Status::IoError("cannot listen on " + options.host + ":" + std::to_string(options.port) +
-                             " (address in use or not local?)");
+      return Status::IoError("cannot listen on " + options.host + ":" +
+                             std::to_string(options.port) + " (address in use or not local?)");
     }
     api->port_ = options.port;
   }
@@ -204,7 +226,8 @@ void HttpApi::InstallRoutes() {
   auto route = [this](Method method, const char* pattern, Right need, Handler handler) {
     auto wrapped = [this, need, handler](const httplib::Request& req, httplib::Response& res) {
       Reply reply;
-      const Right have = need == Right::kNone ? Right::kNone : auth_.Check(req.get_header_value("Authorization"));
+      const Right have =
+          need == Right::kNone ? Right::kNone : auth_.Check(req.get_header_value("Authorization"));
       if (need != Right::kNone && have == Right::kNone) {
         reply = ErrorReply(Status::Unauthenticated("missing or unknown bearer token"));
       } else if (static_cast<int>(have) < static_cast<int>(need)) {
@@ -224,24 +247,35 @@ void HttpApi::InstallRoutes() {
       }
     };
     switch (method) {
-      case kGet: server_->Get(pattern, wrapped); break;
-      case kPost: server_->Post(pattern, wrapped); break;
-      case kPut: server_->Put(pattern, wrapped); break;
-      case kDelete: server_->Delete(pattern, wrapped); break;
+      case kGet:
+        server_->Get(pattern, wrapped);
+        break;
+      case kPost:
+        server_->Post(pattern, wrapped);
+        break;
+      case kPut:
+        server_->Put(pattern, wrapped);
+        break;
+      case kDelete:
+        server_->Delete(pattern, wrapped);
+        break;
     }
   };
   Coordinator* c = coordinator_;
   const double max_wait = options_.max_wait_seconds;
-#define STINT_HTTP_TRY(expr)              \
-  ({                                      \
-    auto _r = (expr);                     \
+#define STINT_HTTP_TRY(expr)                      \
+  ({                                              \
+    auto _r = (expr);                             \
     if (!_r.ok()) return ErrorReply(_r.status()); \
-    std::move(_r).value();                \
+    std::move(_r).value();                        \
   })
 
-  route(kGet, "/healthz", Right::kNone, [](const httplib::Request&) { return Reply{200, {{"ok", true}}, {}, {}}; });
+  route(kGet, "/healthz", Right::kNone, [](const httplib::Request&) {
+    return Reply{200, {{"ok", true}}, {}, {}};
+  });
 
-  // Static HTML without data: its script fetches the views below with the token from its URL fragment.
+  // Static HTML without data: its script fetches the views below with the token from its URL
+  // fragment.
   route(kGet, "/dashboard", Right::kNone, [](const httplib::Request&) {
     return Reply{200, {}, std::string(DashboardHtml()), "text/html; charset=utf-8"};
   });
@@ -249,7 +283,9 @@ void HttpApi::InstallRoutes() {
   route(kGet, "/metrics", Right::kWorker, [c](const httplib::Request&) {
     Reply r;
     const ServerCounters sc = c->server_counters();
-    c->Read([&](const ClusterState& s, const Plan& plan, TimeMs now) { r.text = RenderMetrics(s, plan, now, sc); });
+    c->Read([&](const ClusterState& s, const Plan& plan, TimeMs now) {
+      r.text = RenderMetrics(s, plan, now, sc);
+    });
     r.content_type = "text/plain; version=0.0.4";
     return r;
   });
@@ -271,8 +307,8 @@ void HttpApi::InstallRoutes() {
     return Reply{200, {{"pools", pools}}, {}, {}};
   });
   route(kPost, "/v1/windows", Right::kAdmin, [c](const httplib::Request& req) {
-    RequestBody b = STINT_HTTP_TRY(
-        RequestBody::Parse(req.body, {"pool", "gpus", "start_ms", "end_ms", "kind", "notice_lead_seconds"}));
+    RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(
+        req.body, {"pool", "gpus", "start_ms", "end_ms", "kind", "notice_lead_seconds"}));
     Window spec = STINT_HTTP_TRY(ParseWindowSpec(b, c->now()));
     Window w = STINT_HTTP_TRY(c->AddWindow(spec));
     Reply r{201, {}, {}, {}};
@@ -301,13 +337,15 @@ void HttpApi::InstallRoutes() {
     return r;
   });
   route(kPut, R"(/v1/teams/([^/]+))", Right::kAdmin, [c](const httplib::Request& req) {
-    RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"guaranteed_gpus", "borrow_limit_gpus"}));
+    RequestBody b =
+        STINT_HTTP_TRY(RequestBody::Parse(req.body, {"guaranteed_gpus", "borrow_limit_gpus"}));
     Team t;
     t.name = req.matches[1];
     std::optional<int64_t> g = STINT_HTTP_TRY(b.OptionalInt64("guaranteed_gpus"));
     std::optional<int64_t> bl = STINT_HTTP_TRY(b.OptionalInt64("borrow_limit_gpus"));
     if ((g && (*g < 0 || *g > 1000000)) || (bl && (*bl < -1 || *bl > 1000000))) {
-      return ErrorReply(Status::InvalidArgument("guaranteed_gpus must be 0..1000000 and borrow_limit_gpus -1..1000000"));
+      return ErrorReply(Status::InvalidArgument(
+          "guaranteed_gpus must be 0..1000000 and borrow_limit_gpus -1..1000000"));
     }
     // An update keeps the fields it does not name.
     c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
@@ -332,8 +370,9 @@ void HttpApi::InstallRoutes() {
   // --- jobs, queue, segments ---
   route(kPost, "/v1/jobs", Right::kAdmin, [c](const httplib::Request& req) {
     RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(
-        req.body, {"name", "team", "pool", "priority", "min_gpus", "max_gpus", "gang", "preemptible",
-                   "checkpoint_seconds", "restart_seconds", "checkpoint_interval_seconds", "remaining_seconds"}));
+        req.body, {"name", "team", "pool", "priority", "min_gpus", "max_gpus", "gang",
+                   "preemptible", "checkpoint_seconds", "restart_seconds",
+                   "checkpoint_interval_seconds", "remaining_seconds"}));
     Job spec = STINT_HTTP_TRY(ParseJobSpec(b));
     Job j = STINT_HTTP_TRY(c->SubmitJob(spec));
     return Reply{201, ToJson(j), {}, {}};
@@ -342,12 +381,13 @@ void HttpApi::InstallRoutes() {
     std::optional<JobState> filter;
     if (req.has_param("state")) {
       const std::string want = req.get_param_value("state");
-      for (JobState st : {JobState::kPending, JobState::kRunning, JobState::kDone, JobState::kCancelled,
-                          JobState::kFailed}) {
+      for (JobState st : {JobState::kPending, JobState::kRunning, JobState::kDone,
+                          JobState::kCancelled, JobState::kFailed}) {
         if (want == JobStateName(st)) filter = st;
       }
       if (!filter) {
-        return ErrorReply(Status::InvalidArgument("state must be PENDING, RUNNING, DONE, CANCELLED or FAILED"));
+        return ErrorReply(
+            Status::InvalidArgument("state must be PENDING, RUNNING, DONE, CANCELLED or FAILED"));
       }
     }
     json jobs = json::array();
@@ -402,19 +442,24 @@ void HttpApi::InstallRoutes() {
       for (const PendingInfo& p : plan.pending) {
         auto job = s.jobs.find(p.job_id);
         // A job cancelled or started since the plan is no longer pending.
-        if (job != s.jobs.end() && job->second.state == JobState::kPending) pending.push_back(ToJson(s, p, now));
+        if (job != s.jobs.end() && job->second.state == JobState::kPending)
+          pending.push_back(ToJson(s, p, now));
       }
       json running = json::array();
       for (const auto& [id, j] : s.jobs) {
         if (j.state != JobState::kRunning) continue;
         auto seg = s.segments.find(j.segment_id);
-        running.push_back({{"job_id", id},
-                           {"name", j.name},
-                           {"team", j.team},
-                           {"priority", PriorityName(j.priority)},
-                           {"segment", seg == s.segments.end() ? json(nullptr) : ToJson(seg->second)}});
+        running.push_back(
+            {{"job_id", id},
+             {"name", j.name},
+             {"team", j.team},
+             {"priority", PriorityName(j.priority)},
+             {"segment", seg == s.segments.end() ? json(nullptr) : ToJson(seg->second)}});
       }
-      r.body = {{"now_ms", now}, {"pending", pending}, {"running", running}, {"stats", ToJson(plan.stats)}};
+      r.body = {{"now_ms", now},
+                {"pending", pending},
+                {"running", running},
+                {"stats", ToJson(plan.stats)}};
     });
     return r;
   });
@@ -439,37 +484,39 @@ void HttpApi::InstallRoutes() {
   // --- workers ---
   const double hb_interval = coordinator_->options().heartbeat_interval_seconds;
   const double ttl = coordinator_->options().policy.lease_ttl_seconds;
-  route(kPost, R"(/v1/jobs/(\d+)/workers)", Right::kWorker, [c, hb_interval, ttl](const httplib::Request& req) {
-    const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "job"));
-    RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"name"}));
-    const std::string name = STINT_HTTP_TRY(b.String("name"));
-    Worker w = STINT_HTTP_TRY(c->RegisterWorker(id, name));
-    return Reply{201,
-                 {{"worker_id", w.id},
-                  {"job_id", w.job_id},
-                  {"segment_id", w.segment_id},
-                  {"fencing_token", w.fencing_token},
-                  {"lease_ttl_seconds", ttl},
-                  {"heartbeat_interval_seconds", hb_interval}},
-                 {},
-                 {}};
-  });
+  route(kPost, R"(/v1/jobs/(\d+)/workers)", Right::kWorker,
+        [c, hb_interval, ttl](const httplib::Request& req) {
+          const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "job"));
+          RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"name"}));
+          const std::string name = STINT_HTTP_TRY(b.String("name"));
+          Worker w = STINT_HTTP_TRY(c->RegisterWorker(id, name));
+          return Reply{201,
+                       {{"worker_id", w.id},
+                        {"job_id", w.job_id},
+                        {"segment_id", w.segment_id},
+                        {"fencing_token", w.fencing_token},
+                        {"lease_ttl_seconds", ttl},
+                        {"heartbeat_interval_seconds", hb_interval}},
+                       {},
+                       {}};
+        });
   auto view_reply = [](const Result<WorkerView>& v) {
     if (!v.ok()) return WorkerErrorReply(v.status());
     if (!v->active) {
-      Reply r = GoneReply("segment " + std::to_string(v->segment_id) + " is " + SegmentStateName(v->segment_state) +
-                          ": this worker is fenced");
+      Reply r = GoneReply("segment " + std::to_string(v->segment_id) + " is " +
+                          SegmentStateName(v->segment_state) + ": this worker is fenced");
       r.body["view"] = ToJson(*v);
       return r;
     }
     return Reply{200, ToJson(*v), {}, {}};
   };
-  route(kPost, R"(/v1/workers/(\d+)/heartbeat)", Right::kWorker, [c, view_reply](const httplib::Request& req) {
-    const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
-    RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"step"}));
-    const int64_t step = STINT_HTTP_TRY(b.OptionalInt64("step")).value_or(0);
-    return view_reply(c->Heartbeat(id, step));
-  });
+  route(kPost, R"(/v1/workers/(\d+)/heartbeat)", Right::kWorker,
+        [c, view_reply](const httplib::Request& req) {
+          const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
+          RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"step"}));
+          const int64_t step = STINT_HTTP_TRY(b.OptionalInt64("step")).value_or(0);
+          return view_reply(c->Heartbeat(id, step));
+        });
   route(kGet, R"(/v1/workers/(\d+)/notice)", Right::kWorker,
         [c, view_reply, max_wait](const httplib::Request& req) {
           const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
@@ -479,48 +526,56 @@ void HttpApi::InstallRoutes() {
   auto worker_status = [](const Status& s) {
     return s.ok() ? Reply{200, {{"ok", true}}, {}, {}} : WorkerErrorReply(s);
   };
-  route(kPost, R"(/v1/workers/(\d+)/progress)", Right::kWorker, [c, worker_status](const httplib::Request& req) {
-    const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
-    RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"step", "remaining_seconds"}));
-    const int64_t step = STINT_HTTP_TRY(b.Int64("step"));
-    std::optional<double> remaining = STINT_HTTP_TRY(b.OptionalNumber("remaining_seconds"));
-    double keep = 0;
-    if (!remaining) {
-      c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
-        auto w = s.workers.find(id);
-        if (w == s.workers.end()) return;
-        auto j = s.jobs.find(w->second.job_id);
-        if (j != s.jobs.end()) keep = j->second.remaining_seconds;
+  route(
+      kPost, R"(/v1/workers/(\d+)/progress)", Right::kWorker,
+      [c, worker_status](const httplib::Request& req) {
+        const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
+        RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"step", "remaining_seconds"}));
+        const int64_t step = STINT_HTTP_TRY(b.Int64("step"));
+        std::optional<double> remaining = STINT_HTTP_TRY(b.OptionalNumber("remaining_seconds"));
+        double keep = 0;
+        if (!remaining) {
+          c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+            auto w = s.workers.find(id);
+            if (w == s.workers.end()) return;
+            auto j = s.jobs.find(w->second.job_id);
+            if (j != s.jobs.end()) keep = j->second.remaining_seconds;
+          });
+        }
+        return worker_status(c->ReportProgress(id, step, remaining.value_or(keep)));
       });
-    }
-    return worker_status(c->ReportProgress(id, step, remaining.value_or(keep)));
-  });
-  route(kPost, R"(/v1/workers/(\d+)/checkpoint)", Right::kWorker, [c, worker_status](const httplib::Request& req) {
-    const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
-    RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"step", "seconds", "bytes"}));
-    const int64_t step = STINT_HTTP_TRY(b.Int64("step"));
-    std::optional<double> seconds = STINT_HTTP_TRY(b.OptionalNumber("seconds"));
-    std::optional<int64_t> bytes = STINT_HTTP_TRY(b.OptionalInt64("bytes"));
-    if (!seconds) return ErrorReply(Status::InvalidArgument("seconds is required"));
-    if (bytes && *bytes < 0) return ErrorReply(Status::InvalidArgument("bytes must be >= 0"));
-    return worker_status(c->ReportCheckpoint(id, step, *seconds, static_cast<uint64_t>(bytes.value_or(0))));
-  });
-  route(kPost, R"(/v1/workers/(\d+)/ack)", Right::kWorker, [c, worker_status](const httplib::Request& req) {
-    const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
-    RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"step"}));
-    const int64_t step = STINT_HTTP_TRY(b.OptionalInt64("step")).value_or(-1);
-    return worker_status(c->Ack(id, step));
-  });
-  route(kPost, R"(/v1/workers/(\d+)/finished)", Right::kWorker, [c, worker_status](const httplib::Request& req) {
-    const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
-    STINT_HTTP_TRY(RequestBody::Parse(req.body, {}));
-    return worker_status(c->Finish(id));
-  });
-  route(kPost, R"(/v1/workers/(\d+)/leave)", Right::kWorker, [c, worker_status](const httplib::Request& req) {
-    const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
-    STINT_HTTP_TRY(RequestBody::Parse(req.body, {}));
-    return worker_status(c->Leave(id));
-  });
+  route(
+      kPost, R"(/v1/workers/(\d+)/checkpoint)", Right::kWorker,
+      [c, worker_status](const httplib::Request& req) {
+        const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
+        RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"step", "seconds", "bytes"}));
+        const int64_t step = STINT_HTTP_TRY(b.Int64("step"));
+        std::optional<double> seconds = STINT_HTTP_TRY(b.OptionalNumber("seconds"));
+        std::optional<int64_t> bytes = STINT_HTTP_TRY(b.OptionalInt64("bytes"));
+        if (!seconds) return ErrorReply(Status::InvalidArgument("seconds is required"));
+        if (bytes && *bytes < 0) return ErrorReply(Status::InvalidArgument("bytes must be >= 0"));
+        return worker_status(
+            c->ReportCheckpoint(id, step, *seconds, static_cast<uint64_t>(bytes.value_or(0))));
+      });
+  route(kPost, R"(/v1/workers/(\d+)/ack)", Right::kWorker,
+        [c, worker_status](const httplib::Request& req) {
+          const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
+          RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"step"}));
+          const int64_t step = STINT_HTTP_TRY(b.OptionalInt64("step")).value_or(-1);
+          return worker_status(c->Ack(id, step));
+        });
+  route(kPost, R"(/v1/workers/(\d+)/finished)", Right::kWorker,
+        [c, worker_status](const httplib::Request& req) {
+          const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
+          STINT_HTTP_TRY(RequestBody::Parse(req.body, {}));
+          return worker_status(c->Finish(id));
+        });
+  route(kPost, R"(/v1/workers/(\d+)/leave)", Right::kWorker,
+        [c, worker_status](const httplib::Request& req) {
+          const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
+          STINT_HTTP_TRY(RequestBody::Parse(req.body, {}));
+          return worker_status(c->Leave(id));
+        });
   // --- rendezvous ---
   auto rendezvous_reply = [](const Result<RendezvousView>& v) {
     return v.ok() ? Reply{200, ToJson(*v), {}, {}} : WorkerErrorReply(v.status());
@@ -528,23 +583,28 @@ void HttpApi::InstallRoutes() {
   route(kPost, R"(/v1/workers/(\d+)/rendezvous/join)", Right::kWorker,
         [c, rendezvous_reply, max_wait](const httplib::Request& req) {
           const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
-          RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"endpoint", "known_generation", "wait_seconds"}));
+          RequestBody b = STINT_HTTP_TRY(
+              RequestBody::Parse(req.body, {"endpoint", "known_generation", "wait_seconds"}));
           const std::string endpoint = STINT_HTTP_TRY(b.String("endpoint"));
           const int64_t known = STINT_HTTP_TRY(b.OptionalInt64("known_generation")).value_or(0);
           const double wait = STINT_HTTP_TRY(b.OptionalNumber("wait_seconds")).value_or(30);
-          if (known < 0) return ErrorReply(Status::InvalidArgument("known_generation must be >= 0"));
+          if (known < 0)
+            return ErrorReply(Status::InvalidArgument("known_generation must be >= 0"));
           if (!(wait >= 0 && wait <= max_wait)) {
-            return ErrorReply(Status::InvalidArgument("wait_seconds must be in [0, " + std::to_string(max_wait) + "]"));
+            return ErrorReply(Status::InvalidArgument("wait_seconds must be in [0, " +
+                                                      std::to_string(max_wait) + "]"));
           }
-          return rendezvous_reply(c->JoinRendezvous(id, endpoint, static_cast<uint64_t>(known), Millis(wait)));
+          return rendezvous_reply(
+              c->JoinRendezvous(id, endpoint, static_cast<uint64_t>(known), Millis(wait)));
         });
-  route(kGet, R"(/v1/workers/(\d+)/rendezvous)", Right::kWorker,
-        [c, rendezvous_reply, max_wait](const httplib::Request& req) {
-          const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
-          const double wait = STINT_HTTP_TRY(QuerySeconds(req, "wait_seconds", 0, max_wait));
-          const int64_t known = STINT_HTTP_TRY(QueryInt(req, "known_generation", 0, 0));
-          return rendezvous_reply(c->WaitRendezvous(id, static_cast<uint64_t>(known), Millis(wait)));
-        });
+  route(
+      kGet, R"(/v1/workers/(\d+)/rendezvous)", Right::kWorker,
+      [c, rendezvous_reply, max_wait](const httplib::Request& req) {
+        const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
+        const double wait = STINT_HTTP_TRY(QuerySeconds(req, "wait_seconds", 0, max_wait));
+        const int64_t known = STINT_HTTP_TRY(QueryInt(req, "known_generation", 0, 0));
+        return rendezvous_reply(c->WaitRendezvous(id, static_cast<uint64_t>(known), Millis(wait)));
+      });
 
   route(kPost, "/v1/fencing/check", Right::kWorker, [c](const httplib::Request& req) {
     RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"job_id", "fencing_token"}));
@@ -553,18 +613,22 @@ void HttpApi::InstallRoutes() {
     if (token < 0) return ErrorReply(Status::InvalidArgument("fencing_token must be >= 0"));
     TimeMs until = kNever;
     const bool valid = c->CheckFencing(job, static_cast<uint64_t>(token), &until);
-    return Reply{200, {{"valid", valid}, {"valid_until_ms", valid ? TimeJson(until) : json(nullptr)}}, {}, {}};
+    return Reply{200,
+                 {{"valid", valid}, {"valid_until_ms", valid ? TimeJson(until) : json(nullptr)}},
+                 {},
+                 {}};
   });
 
   // --- KV ---
-  route(kPut, R"(/v1/jobs/(\d+)/kv/([A-Za-z0-9._/-]+))", Right::kWorker, [c](const httplib::Request& req) {
-    const int64_t job = STINT_HTTP_TRY(PathId(req, 1, "job"));
-    RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"value", "if_version"}));
-    const std::string value = STINT_HTTP_TRY(b.String("value"));
-    std::optional<int64_t> if_version = STINT_HTTP_TRY(b.OptionalInt64("if_version"));
-    const int64_t version = STINT_HTTP_TRY(c->PutKv(job, req.matches[2], value, if_version));
-    return Reply{200, {{"version", version}}, {}, {}};
-  });
+  route(kPut, R"(/v1/jobs/(\d+)/kv/([A-Za-z0-9._/-]+))", Right::kWorker,
+        [c](const httplib::Request& req) {
+          const int64_t job = STINT_HTTP_TRY(PathId(req, 1, "job"));
+          RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"value", "if_version"}));
+          const std::string value = STINT_HTTP_TRY(b.String("value"));
+          std::optional<int64_t> if_version = STINT_HTTP_TRY(b.OptionalInt64("if_version"));
+          const int64_t version = STINT_HTTP_TRY(c->PutKv(job, req.matches[2], value, if_version));
+          return Reply{200, {{"version", version}}, {}, {}};
+        });
   route(kGet, R"(/v1/jobs/(\d+)/kv/([A-Za-z0-9._/-]+))", Right::kWorker,
         [c, max_wait](const httplib::Request& req) {
           const int64_t job = STINT_HTTP_TRY(PathId(req, 1, "job"));
@@ -573,17 +637,19 @@ void HttpApi::InstallRoutes() {
           KvRecord e = STINT_HTTP_TRY(c->GetKv(job, req.matches[2], min_version, Millis(wait)));
           return Reply{200, ToJson(e), {}, {}};
         });
-  route(kDelete, R"(/v1/jobs/(\d+)/kv/([A-Za-z0-9._/-]+))", Right::kWorker, [c](const httplib::Request& req) {
-    const int64_t job = STINT_HTTP_TRY(PathId(req, 1, "job"));
-    Status s = c->DeleteKv(job, req.matches[2]);
-    return s.ok() ? Reply{200, {{"ok", true}}, {}, {}} : ErrorReply(s);
-  });
+  route(kDelete, R"(/v1/jobs/(\d+)/kv/([A-Za-z0-9._/-]+))", Right::kWorker,
+        [c](const httplib::Request& req) {
+          const int64_t job = STINT_HTTP_TRY(PathId(req, 1, "job"));
+          Status s = c->DeleteKv(job, req.matches[2]);
+          return s.ok() ? Reply{200, {{"ok", true}}, {}, {}} : ErrorReply(s);
+        });
 #undef STINT_HTTP_TRY
 
   server_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;  // a handler already answered
     if (res.status == 404) {
-      res.set_content(ErrorBody("NOT_FOUND", "no route " + req.method + " " + req.path).dump(), "application/json");
+      res.set_content(ErrorBody("NOT_FOUND", "no route " + req.method + " " + req.path).dump(),
+                      "application/json");
     } else if (res.status == 413) {
       res.set_content(ErrorBody("INVALID_ARGUMENT", "request body too large (limit 2 MiB)").dump(),
                       "application/json");

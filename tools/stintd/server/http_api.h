@@ -19,15 +19,16 @@ namespace stint::stintd {
 
 struct HttpOptions {
   std::string host = "127.0.0.1";
-  int port = 7077;         // 0: any free port (see port())
-  int threads = 128;       // one per open connection (keep-alive) or long-poll
+  int port = 7077;               // 0: any free port (see port())
+  int threads = 128;             // one per open connection (keep-alive) or long-poll
   double max_wait_seconds = 60;  // cap on long-poll waits
 };
 
 class HttpApi {
  public:
   // Binds the socket (so a bad address fails here, before serving).
-  static Result<std::unique_ptr<HttpApi>> Bind(Coordinator* coordinator, TokenAuth auth, HttpOptions options);
+  static Result<std::unique_ptr<HttpApi>> Bind(Coordinator* coordinator, TokenAuth auth,
+                                               HttpOptions options);
   ~HttpApi();
 
   int port() const { return port_; }

@@ -80,12 +80,9 @@ json MembersJson(const std::vector<RendezvousMember>& members) {
 }  // namespace
 
 json ToJson(const Rendezvous& r) {
-  return {{"generation", r.generation},
-          {"phase", RendezvousPhaseName(r.phase)},
-          {"members", MembersJson(r.members)},
-          {"previous", r.previous},
-          {"opened_ms", r.opened_ms},
-          {"last_call_ms", r.last_call_ms},
+  return {{"generation", r.generation},        {"phase", RendezvousPhaseName(r.phase)},
+          {"members", MembersJson(r.members)}, {"previous", r.previous},
+          {"opened_ms", r.opened_ms},          {"last_call_ms", r.last_call_ms},
           {"formed_ms", r.formed_ms}};
 }
 
@@ -108,7 +105,8 @@ json ToJson(const RendezvousView& v) {
 
 json ToJson(const Segment& seg) {
   json allocs = json::array();
-  for (const Allocation& a : seg.allocs) allocs.push_back({{"window_id", a.window_id}, {"gpus", a.gpus}});
+  for (const Allocation& a : seg.allocs)
+    allocs.push_back({{"window_id", a.window_id}, {"gpus", a.gpus}});
   return {{"id", seg.id},
           {"job_id", seg.job_id},
           {"allocs", allocs},
@@ -170,9 +168,12 @@ json ToJson(const ClusterState& s, const PendingInfo& p, TimeMs now) {
 }
 
 json ToJson(const PlanStats& st) {
-  return {{"open_window_gpus", st.open_window_gpus}, {"allocated_gpus", st.allocated_gpus},
-          {"free_gpus", st.free_gpus},               {"fragmented_gpus", st.fragmented_gpus},
-          {"pending_jobs", st.pending_jobs},         {"running_jobs", st.running_jobs}};
+  return {{"open_window_gpus", st.open_window_gpus},
+          {"allocated_gpus", st.allocated_gpus},
+          {"free_gpus", st.free_gpus},
+          {"fragmented_gpus", st.fragmented_gpus},
+          {"pending_jobs", st.pending_jobs},
+          {"running_jobs", st.running_jobs}};
 }
 
 namespace {
@@ -181,9 +182,11 @@ constexpr internal::JsonFieldPolicy kRequestFields{/*null_is_absent=*/true,
                                                    internal::DefaultJsonFieldError};
 }  // namespace
 
-RequestBody::RequestBody(std::unique_ptr<const json> j) : JsonFields(*j, "", kRequestFields), j_(std::move(j)) {}
+RequestBody::RequestBody(std::unique_ptr<const json> j)
+    : JsonFields(*j, "", kRequestFields), j_(std::move(j)) {}
 
-Result<RequestBody> RequestBody::Parse(const std::string& body, std::initializer_list<const char*> allowed) {
+Result<RequestBody> RequestBody::Parse(const std::string& body,
+                                       std::initializer_list<const char*> allowed) {
   auto j = std::make_unique<json>();
   if (body.empty()) {
     *j = json::object();
@@ -198,7 +201,8 @@ Result<RequestBody> RequestBody::Parse(const std::string& body, std::initializer
     if (!known) {
       std::string list;
       for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
-      return Status::InvalidArgument("unknown field \"" + item.key() + "\" (allowed: " + list + ")");
+      return Status::InvalidArgument("unknown field \"" + item.key() + "\" (allowed: " + list +
+                                     ")");
     }
   }
   return RequestBody(std::move(j));

@@ -43,11 +43,13 @@ json ToJson(const RendezvousView& v);
 class RequestBody : public internal::JsonFields {
  public:
   // kInvalidArgument for bad JSON, a non-object, or a field not in `allowed`.
-  static Result<RequestBody> Parse(const std::string& body, std::initializer_list<const char*> allowed);
+  static Result<RequestBody> Parse(const std::string& body,
+                                   std::initializer_list<const char*> allowed);
 
  private:
   explicit RequestBody(std::unique_ptr<const json> j);
-  std::unique_ptr<const json> j_;  // what the JsonFields base reads; on the heap, so a move keeps it
+  std::unique_ptr<const json>
+      j_;  // what the JsonFields base reads; on the heap, so a move keeps it
 };
 
 }  // namespace stint::stintd

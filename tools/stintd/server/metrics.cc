@@ -26,11 +26,14 @@ class Exposition {
 };
 
 // Names are [A-Za-z0-9._-] (validated on creation), so no escaping is needed.
-std::string Label(const char* key, const std::string& value) { return std::string(key) + "=\"" + value + "\""; }
+std::string Label(const char* key, const std::string& value) {
+  return std::string(key) + "=\"" + value + "\"";
+}
 
 }  // namespace
 
-std::string RenderMetrics(const ClusterState& s, const Plan& plan, TimeMs now, const ServerCounters& server) {
+std::string RenderMetrics(const ClusterState& s, const Plan& plan, TimeMs now,
+                          const ServerCounters& server) {
   Exposition e;
   const Counters& c = s.counters;
 
@@ -40,7 +43,8 @@ std::string RenderMetrics(const ClusterState& s, const Plan& plan, TimeMs now, c
     by_state[st] = 0;
   }
   std::map<Priority, int> pending_by_priority;
-  for (Priority p : {Priority::kLow, Priority::kMedium, Priority::kHigh, Priority::kCritical}) pending_by_priority[p] = 0;
+  for (Priority p : {Priority::kLow, Priority::kMedium, Priority::kHigh, Priority::kCritical})
+    pending_by_priority[p] = 0;
   double oldest_wait = 0;
   for (const auto& [id, j] : s.jobs) {
     by_state[j.state]++;
@@ -52,18 +56,21 @@ std::string RenderMetrics(const ClusterState& s, const Plan& plan, TimeMs now, c
   e.Family("stintd_jobs", "gauge", "Jobs by state.");
   for (const auto& [st, n] : by_state) e.Sample("stintd_jobs", n, Label("state", JobStateName(st)));
   e.Family("stintd_queue_length", "gauge", "Pending jobs by priority.");
-  for (const auto& [p, n] : pending_by_priority) e.Sample("stintd_queue_length", n, Label("priority", PriorityName(p)));
+  for (const auto& [p, n] : pending_by_priority)
+    e.Sample("stintd_queue_length", n, Label("priority", PriorityName(p)));
   std::map<BlockReason, int> by_reason;
-  for (BlockReason r : {BlockReason::kQuota, BlockReason::kWindow, BlockReason::kGang, BlockReason::kPriority,
-                        BlockReason::kPreempting, BlockReason::kDepth}) {
+  for (BlockReason r : {BlockReason::kQuota, BlockReason::kWindow, BlockReason::kGang,
+                        BlockReason::kPriority, BlockReason::kPreempting, BlockReason::kDepth}) {
     by_reason[r] = 0;
   }
   for (const PendingInfo& p : plan.pending) {
     if (p.reason != BlockReason::kNone) by_reason[p.reason]++;
   }
   e.Family("stintd_queue_blocked", "gauge", "Pending jobs by blocking reason (last plan).");
-  for (const auto& [r, n] : by_reason) e.Sample("stintd_queue_blocked", n, Label("reason", BlockReasonName(r)));
-  e.Family("stintd_oldest_pending_wait_seconds", "gauge", "Wait of the longest-waiting pending job.");
+  for (const auto& [r, n] : by_reason)
+    e.Sample("stintd_queue_blocked", n, Label("reason", BlockReasonName(r)));
+  e.Family("stintd_oldest_pending_wait_seconds", "gauge",
+           "Wait of the longest-waiting pending job.");
   e.Sample("stintd_oldest_pending_wait_seconds", oldest_wait);
 
   e.Family("stintd_gpus", "gauge", "GPUs of the windows open now, by state (last plan).");
@@ -79,8 +86,10 @@ std::string RenderMetrics(const ClusterState& s, const Plan& plan, TimeMs now, c
   e.Sample("stintd_window_gpu_seconds_total", c.window_gpu_seconds);
   e.Family("stintd_used_gpu_seconds_total", "counter", "GPU-seconds held by segments.");
   e.Sample("stintd_used_gpu_seconds_total", c.used_gpu_seconds);
-  e.Family("stintd_window_utilization", "gauge", "Used / offered GPU-seconds since the state was created.");
-  e.Sample("stintd_window_utilization", c.window_gpu_seconds > 0 ? c.used_gpu_seconds / c.window_gpu_seconds : 0);
+  e.Family("stintd_window_utilization", "gauge",
+           "Used / offered GPU-seconds since the state was created.");
+  e.Sample("stintd_window_utilization",
+           c.window_gpu_seconds > 0 ? c.used_gpu_seconds / c.window_gpu_seconds : 0);
 
   e.Family("stintd_wait_seconds", "histogram", "Wait from eligible to segment start.");
   for (size_t i = 0; i < WaitBucketsSeconds().size(); i++) {
@@ -89,7 +98,8 @@ std::string RenderMetrics(const ClusterState& s, const Plan& plan, TimeMs now, c
     std::snprintf(le, sizeof(le), "%g", WaitBucketsSeconds()[i]);
     e.Sample("stintd_wait_seconds_bucket", static_cast<double>(n), Label("le", le));
   }
-  e.Sample("stintd_wait_seconds_bucket", static_cast<double>(c.segments_started), Label("le", "+Inf"));
+  e.Sample("stintd_wait_seconds_bucket", static_cast<double>(c.segments_started),
+           Label("le", "+Inf"));
   e.Sample("stintd_wait_seconds_sum", c.wait_seconds_sum);
   e.Sample("stintd_wait_seconds_count", static_cast<double>(c.segments_started));
 
@@ -98,17 +108,23 @@ std::string RenderMetrics(const ClusterState& s, const Plan& plan, TimeMs now, c
     const char* help;
     double value;
   } counters[] = {
-      {"stintd_segments_started_total", "Segments started.", static_cast<double>(c.segments_started)},
+      {"stintd_segments_started_total", "Segments started.",
+       static_cast<double>(c.segments_started)},
       {"stintd_notices_total", "Notices sent to segments.", static_cast<double>(c.notices_sent)},
-      {"stintd_preemptions_total", "Priority preemption notices.", static_cast<double>(c.preemptions)},
-      {"stintd_revocations_total", "Notices for revoked or early-closed windows.", static_cast<double>(c.revocations)},
-      {"stintd_acks_total", "Segments ended by a checkpoint-durable ack.", static_cast<double>(c.acks)},
+      {"stintd_preemptions_total", "Priority preemption notices.",
+       static_cast<double>(c.preemptions)},
+      {"stintd_revocations_total", "Notices for revoked or early-closed windows.",
+       static_cast<double>(c.revocations)},
+      {"stintd_acks_total", "Segments ended by a checkpoint-durable ack.",
+       static_cast<double>(c.acks)},
       {"stintd_segments_lost_total", "Segments lost (no ack by the deadline, or leases expired).",
        static_cast<double>(c.segments_lost)},
-      {"stintd_lost_work_gpu_seconds_total", "GPU-seconds of work lost since the last durable checkpoint.",
-       c.lost_gpu_seconds},
-      {"stintd_heartbeats_total", "Heartbeats served since stintd started.", static_cast<double>(server.heartbeats)},
-      {"stintd_plans_total", "Policy passes since stintd started.", static_cast<double>(server.plans)},
+      {"stintd_lost_work_gpu_seconds_total",
+       "GPU-seconds of work lost since the last durable checkpoint.", c.lost_gpu_seconds},
+      {"stintd_heartbeats_total", "Heartbeats served since stintd started.",
+       static_cast<double>(server.heartbeats)},
+      {"stintd_plans_total", "Policy passes since stintd started.",
+       static_cast<double>(server.plans)},
       {"stintd_store_errors_total", "SQLite writes refused since stintd started.",
        static_cast<double>(server.store_errors)},
   };
@@ -127,11 +143,14 @@ std::string RenderMetrics(const ClusterState& s, const Plan& plan, TimeMs now, c
     if (job != s.jobs.end()) team_alloc[job->second.team] += seg.gpus();
   }
   e.Family("stintd_team_allocated_gpus", "gauge", "GPUs held by a team's segments.");
-  for (const auto& [name, t] : s.teams) e.Sample("stintd_team_allocated_gpus", team_alloc[name], Label("team", name));
+  for (const auto& [name, t] : s.teams)
+    e.Sample("stintd_team_allocated_gpus", team_alloc[name], Label("team", name));
   e.Family("stintd_team_guaranteed_gpus", "gauge", "A team's guarantee.");
-  for (const auto& [name, t] : s.teams) e.Sample("stintd_team_guaranteed_gpus", t.guaranteed_gpus, Label("team", name));
+  for (const auto& [name, t] : s.teams)
+    e.Sample("stintd_team_guaranteed_gpus", t.guaranteed_gpus, Label("team", name));
   e.Family("stintd_team_usage_gpu_seconds", "gauge", "A team's decayed usage.");
-  for (const auto& [name, t] : s.teams) e.Sample("stintd_team_usage_gpu_seconds", t.usage_gpu_seconds, Label("team", name));
+  for (const auto& [name, t] : s.teams)
+    e.Sample("stintd_team_usage_gpu_seconds", t.usage_gpu_seconds, Label("team", name));
   return e.str();
 }
 

@@ -10,7 +10,8 @@
 
 namespace stint::stintd {
 
-std::string RenderMetrics(const ClusterState& s, const Plan& plan, TimeMs now, const ServerCounters& server);
+std::string RenderMetrics(const ClusterState& s, const Plan& plan, TimeMs now,
+                          const ServerCounters& server);
 
 }  // namespace stint::stintd
 

@@ -84,10 +84,18 @@ struct Table {
     for (const Column& c : columns) {
       sql += c.name;
       switch (c.type) {
-        case Type::kInt: sql += " INTEGER NOT NULL, "; break;
-        case Type::kReal: sql += " REAL, "; break;  // NULL is how SQLite stores NaN
-        case Type::kText: sql += " TEXT NOT NULL, "; break;
-        case Type::kBlob: sql += " BLOB NOT NULL, "; break;
+        case Type::kInt:
+          sql += " INTEGER NOT NULL, ";
+          break;
+        case Type::kReal:
+          sql += " REAL, ";
+          break;  // NULL is how SQLite stores NaN
+        case Type::kText:
+          sql += " TEXT NOT NULL, ";
+          break;
+        case Type::kBlob:
+          sql += " BLOB NOT NULL, ";
+          break;
       }
     }
     sql += "PRIMARY KEY (" + Join(key, ", ") + ")) STRICT";
@@ -240,8 +248,8 @@ const Table kMeta = {"meta",
                       {"accounted_ms", Type::kInt}}};
 
 const std::vector<const Table*>& AllTables() {
-  static const std::vector<const Table*> kAll = {&kPools, &kWindows, &kTeams, &kJobs,      &kSegments,
-                                                 &kWorkers, &kKv,    &kMeta, &kRendezvous};
+  static const std::vector<const Table*> kAll = {
+      &kPools, &kWindows, &kTeams, &kJobs, &kSegments, &kWorkers, &kKv, &kMeta, &kRendezvous};
   return kAll;
 }
 
@@ -526,8 +534,8 @@ Status MembersFromJson(const std::string& text, std::vector<RendezvousMember>* m
     RendezvousMember m;
     if (!x.is_object() || !JsonInt(x, "worker_id", &m.worker_id) || !JsonInt(x, "rank", &m.rank) ||
         !x.contains("endpoint") || !x["endpoint"].is_string()) {
-      return Status::DataLoss("rendezvous member is not {\"worker_id\":int,\"endpoint\":str,\"rank\":int}: " +
-                              text);
+      return Status::DataLoss(
+          "rendezvous member is not {\"worker_id\":int,\"endpoint\":str,\"rank\":int}: " + text);
     }
     m.endpoint = x["endpoint"].get<std::string>();
     members->push_back(std::move(m));
@@ -838,7 +846,8 @@ Status SqliteStore::Init() {
   if (version == 1) STINT_RETURN_IF_ERROR(Migrate(kRendezvous.Create(), 2));
   if (version <= 2 && version != 0) {
     // Appended, as the column is last in kJobs.
-    STINT_RETURN_IF_ERROR(Migrate("ALTER TABLE jobs ADD COLUMN service_gpu_seconds REAL DEFAULT 0", 3));
+    STINT_RETURN_IF_ERROR(
+        Migrate("ALTER TABLE jobs ADD COLUMN service_gpu_seconds REAL DEFAULT 0", 3));
   }
   return PrepareAll();
 }
@@ -862,9 +871,11 @@ Status SqliteStore::CreateSchema() {
 Status SqliteStore::Migrate(const std::string& ddl, int64_t to_version) {
   sqlite3* db = db_.get();
   // One transaction: a crash leaves the file at the old version, unchanged.
-  const std::string sql = "BEGIN;\n" + ddl + ";\nPRAGMA user_version=" + std::to_string(to_version) + ";\nCOMMIT;";
+  const std::string sql =
+      "BEGIN;\n" + ddl + ";\nPRAGMA user_version=" + std::to_string(to_version) + ";\nCOMMIT;";
   Status s = Exec(db, sql.c_str(), "migrate the schema to version " + std::to_string(to_version));
-  if (!s.ok() && !sqlite3_get_autocommit(db)) Exec(db, "ROLLBACK", "roll back the migration").IgnoreError();
+  if (!s.ok() && !sqlite3_get_autocommit(db))
+    Exec(db, "ROLLBACK", "roll back the migration").IgnoreError();
   return s;
 }
 
