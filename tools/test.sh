@@ -22,7 +22,7 @@ run bash tools/check_install.sh
 run bash tools/check_pip_install.sh
 
 echo "test.sh: ASan+UBSan build of the unit and integration tests in $SANITIZE_DIR"
-cmake -S . -B "$SANITIZE_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSTINT_SANITIZE=address,undefined \
+cmake -S . -B "$SANITIZE_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" -DSTINT_SANITIZE=address,undefined \
   -DBUILD_SHARED_LIBS=ON -DSTINT_CHECK_LAYERS=ON -DSTINT_WITH_TORCH=OFF -DSTINT_WITH_CUDA=OFF >/dev/null
 if ninja -C "$SANITIZE_DIR" -j"$jobs"; then
   # halt_on_error: a finding fails the test that triggered it.

@@ -9,7 +9,6 @@
 #include <deque>
 #include <mutex>
 #include <cstdio>
-#include <random>
 #include <thread>
 
 #include "base/clock.h"
@@ -34,12 +33,6 @@ std::shared_future<Status> ReadyFuture(Status s) {
   std::promise<Status> p;
   p.set_value(std::move(s));
   return p.get_future().share();
-}
-
-uint64_t RandomNonce() {
-  std::random_device rd;
-  return (uint64_t(rd()) << 32) ^ rd() ^
-         uint64_t(std::chrono::system_clock::now().time_since_epoch().count());
 }
 
 // Damage means "try an older checkpoint"; anything else (a destination that

@@ -1,7 +1,9 @@
 #include "checkpoint/commit.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <random>
 
 #include "format/manifest.h"
 
@@ -31,6 +33,12 @@ std::string RankFileName(int rank) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "rank-%05d.stint", rank);
   return buf;
+}
+
+uint64_t RandomNonce() {
+  std::random_device rd;
+  return (uint64_t(rd()) << 32) ^ rd() ^
+         uint64_t(std::chrono::system_clock::now().time_since_epoch().count());
 }
 
 std::string TmpDirName(uint64_t step, uint64_t nonce) {

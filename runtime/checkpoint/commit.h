@@ -29,6 +29,9 @@ std::string StepDirName(uint64_t step);  // "step-00001200"
 std::optional<uint64_t> ParseStepDirName(const std::string& name);
 std::string RankFileName(int rank);  // "rank-00000.stint"
 std::string TmpDirName(uint64_t step, uint64_t nonce);
+// A nonce for TmpDirName and quarantine names: random bits mixed with the
+// clock, so two processes (or a restarted one) never pick the same name.
+uint64_t RandomNonce();
 // The step of a ".tmp-<step>-<nonce>" save or a ".tmp-deleting-step-<step>"
 // deletion left behind; nullopt for any other name.
 std::optional<uint64_t> ParseTmpDirStep(const std::string& name);

@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <random>
 #include <vector>
 
 #include "base/clock.h"
@@ -13,12 +12,6 @@
 
 namespace stint {
 namespace {
-
-uint64_t Nonce() {
-  std::random_device rd;
-  return (uint64_t(rd()) << 32) ^ rd() ^
-         uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
-}
 
 Status CopyFile(Env* src_env, const std::string& from, Env* dst_env, const std::string& to,
                 std::vector<char>* buf, uint64_t* copied) {
@@ -63,7 +56,7 @@ Status ReplicateCheckpoint(Env* src_env, const std::string& src_root, Env* dst_e
   STINT_ASSIGN_OR_RETURN(std::string manifest,
                          ReadFileToString(src_env, src + "/" + kManifestName));
   STINT_ASSIGN_OR_RETURN(auto children, src_env->GetChildren(src));
-  const std::string tmp = dst_root + "/" + TmpDirName(step, Nonce());
+  const std::string tmp = dst_root + "/" + TmpDirName(step, RandomNonce());
   STINT_RETURN_IF_ERROR(dst_env->CreateDir(tmp));
   std::vector<char> buf(options.copy_bytes == 0 ? (1u << 20) : options.copy_bytes);
   Status s;

@@ -61,26 +61,32 @@ std::vector<std::string> Split(const std::string& s, char sep) {
   return out;
 }
 
-bool ParseDouble(const std::string& raw, double* out) {
+// The whole field (spaces trimmed) must be one number that `convert`
+// (strtod or strtoll) reads; `finite` also refuses inf and nan.
+template <typename T, typename Convert>
+bool ParseNumber(const std::string& raw, T* out, Convert convert) {
   const std::string s = Trim(raw);
   if (s.empty()) return false;
   char* end = nullptr;
   errno = 0;
-  const double v = std::strtod(s.c_str(), &end);
-  if (errno != 0 || end != s.c_str() + s.size() || !std::isfinite(v)) return false;
+  const auto v = convert(s.c_str(), &end);
+  if (errno != 0 || end != s.c_str() + s.size()) return false;
+  *out = static_cast<T>(v);
+  return true;
+}
+
+bool ParseDouble(const std::string& raw, double* out) {
+  double v = 0;
+  if (!ParseNumber(raw, &v, [](const char* s, char** end) { return std::strtod(s, end); }) ||
+      !std::isfinite(v)) {
+    return false;
+  }
   *out = v;
   return true;
 }
 
 bool ParseInt(const std::string& raw, int64_t* out) {
-  const std::string s = Trim(raw);
-  if (s.empty()) return false;
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(s.c_str(), &end, 10);
-  if (errno != 0 || end != s.c_str() + s.size()) return false;
-  *out = v;
-  return true;
+  return ParseNumber(raw, out, [](const char* s, char** end) { return std::strtoll(s, end, 10); });
 }
 
 // "YYYY-MM-DD HH:MM:SS" (UTC) or plain seconds.
