@@ -449,8 +449,9 @@ TEST_F(StintdTest, KillNineUnderLoadLosesNothingAcknowledged) {
   }
   // Ids are never reused across restarts.
   std::set<int64_t> ids;
-  for (const json& j : admin_->Get("/v1/jobs").body["jobs"])
-    EXPECT_TRUE(ids.insert(j["id"].get<int64_t>()).second);
+  // The reply is kept: a range-for over a member of the temporary would dangle.
+  auto jobs = admin_->Get("/v1/jobs");
+  for (const json& j : jobs.body["jobs"]) EXPECT_TRUE(ids.insert(j["id"].get<int64_t>()).second);
 }
 
 TEST_F(StintdTest, SecondDaemonOnTheSameDatabaseIsRefused) {

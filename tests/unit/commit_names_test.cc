@@ -73,7 +73,8 @@ TEST(ParseStepDirNameTest, Junk) {
                            "rank-00000.stint"}) {
     EXPECT_FALSE(ParseStepDirName(junk)) << "'" << junk << "'";
   }
-  EXPECT_FALSE(ParseStepDirName(std::string("step-0000\0001", 13)));
+  // A NUL inside the digits: 13 characters, as long as a real step directory name.
+  EXPECT_FALSE(ParseStepDirName(std::string("step-0000") + '\0' + "001"));
 }
 
 TEST(RankFileNameTest, Format) {
