@@ -19,70 +19,59 @@
 
 namespace stint {
 
-class CudaStream {
+// Owns one handle that `Release` frees: move-only, empty when default
+// constructed or moved from. The three handles below differ only in how
+// they are made.
+template <typename Handle, cudaError_t (*Release)(Handle)>
+class CudaOwned {
  public:
+  CudaOwned() = default;
+  explicit CudaOwned(Handle handle) : handle_(handle) {}  // adopts it
+  ~CudaOwned() { Reset(); }
+  CudaOwned(CudaOwned&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  CudaOwned& operator=(CudaOwned&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      handle_ = std::exchange(other.handle_, nullptr);
+    }
+    return *this;
+  }
+  CudaOwned(const CudaOwned&) = delete;
+  CudaOwned& operator=(const CudaOwned&) = delete;
+
+  Handle get() const { return handle_; }
+  // Releases the handle (if any); empty afterwards.
+  void Reset() {
+    if (handle_ != nullptr && Release(handle_) != cudaSuccess) cudaGetLastError();
+    handle_ = nullptr;
+  }
+
+ private:
+  Handle handle_ = nullptr;
+};
+
+class CudaStream : public CudaOwned<cudaStream_t, cudaStreamDestroy> {
+ public:
+  using CudaOwned::CudaOwned;
   // A new non-blocking stream (no implicit ordering with the legacy default
   // stream) on the current device.
   static Result<CudaStream> Create();
-
-  CudaStream() = default;
-  explicit CudaStream(cudaStream_t stream) : stream_(stream) {}  // adopts it
-  ~CudaStream() { Reset(); }
-  CudaStream(CudaStream&& other) noexcept : stream_(std::exchange(other.stream_, nullptr)) {}
-  CudaStream& operator=(CudaStream&& other) noexcept;
-  CudaStream(const CudaStream&) = delete;
-  CudaStream& operator=(const CudaStream&) = delete;
-
-  cudaStream_t get() const { return stream_; }
-  // Destroys the stream (if any); the handle is empty afterwards.
-  void Reset();
-
- private:
-  cudaStream_t stream_ = nullptr;
 };
 
-class CudaEvent {
+class CudaEvent : public CudaOwned<cudaEvent_t, cudaEventDestroy> {
  public:
+  using CudaOwned::CudaOwned;
   // A new event without timing (the cheapest to record and query) on the
   // current device.
   static Result<CudaEvent> Create();
-
-  CudaEvent() = default;
-  explicit CudaEvent(cudaEvent_t event) : event_(event) {}  // adopts it
-  ~CudaEvent() { Reset(); }
-  CudaEvent(CudaEvent&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
-  CudaEvent& operator=(CudaEvent&& other) noexcept;
-  CudaEvent(const CudaEvent&) = delete;
-  CudaEvent& operator=(const CudaEvent&) = delete;
-
-  cudaEvent_t get() const { return event_; }
-  // Destroys the event (if any); the handle is empty afterwards.
-  void Reset();
-
- private:
-  cudaEvent_t event_ = nullptr;
 };
 
 // Device memory from cudaMalloc, released with cudaFree.
-class CudaDeviceBuffer {
+class CudaDeviceBuffer : public CudaOwned<void*, cudaFree> {
  public:
+  using CudaOwned::CudaOwned;
   // `bytes` of uninitialized memory on the current device.
   static Result<CudaDeviceBuffer> Allocate(size_t bytes);
-
-  CudaDeviceBuffer() = default;
-  explicit CudaDeviceBuffer(void* ptr) : ptr_(ptr) {}  // adopts it
-  ~CudaDeviceBuffer() { Reset(); }
-  CudaDeviceBuffer(CudaDeviceBuffer&& other) noexcept : ptr_(std::exchange(other.ptr_, nullptr)) {}
-  CudaDeviceBuffer& operator=(CudaDeviceBuffer&& other) noexcept;
-  CudaDeviceBuffer(const CudaDeviceBuffer&) = delete;
-  CudaDeviceBuffer& operator=(const CudaDeviceBuffer&) = delete;
-
-  void* get() const { return ptr_; }
-  // Frees the memory (if any); the handle is empty afterwards.
-  void Reset();
-
- private:
-  void* ptr_ = nullptr;
 };
 
 // Makes a device the calling thread's current device until it goes out of
