@@ -3,13 +3,15 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <condition_variable>
+#include <deque>
+#include <map>
 #include <mutex>
 #include <thread>
 
 #include "base/thread_pool.h"
 #include "format/manifest.h"
+#include "format/shard_layout.h"
 #include "io/io_engine.h"
 #include "stint/checkpoint_reader.h"
 
@@ -21,15 +23,78 @@ struct FreeDeleter {
   void operator()(char* p) const { std::free(p); }
 };
 
-// One chunk to read: where it is, and what to do with its decoded bytes.
+// A strided copy of one box of elements out of a stored entry's row-major
+// bytes into a row-major destination: `runs` contiguous runs of run_bytes,
+// run r starting at src_base + sum(i[k] * src_stride[k]) in the entry and at
+// dst_base + sum(i[k] * dst_stride[k]) in the destination, where i is r as a
+// row-major index over `counts`. A whole entry is one run.
+struct BoxCopy {
+  std::vector<uint64_t> counts, src_stride, dst_stride;
+  uint64_t src_base = 0, run_bytes = 0, runs = 0;
+  char* dst_base = nullptr;
+
+  // Where run r starts: in the entry and relative to dst_base.
+  void Offsets(uint64_t r, uint64_t* src, uint64_t* dst) const {
+    *src = src_base;
+    *dst = 0;
+    for (size_t k = counts.size(); k-- > 0;) {
+      *src += (r % counts[k]) * src_stride[k];
+      *dst += (r % counts[k]) * dst_stride[k];
+      r /= counts[k];
+    }
+  }
+  uint64_t SrcOffset(uint64_t r) const {
+    uint64_t src = 0, dst = 0;
+    Offsets(r, &src, &dst);
+    return src;
+  }
+  // Copies the parts of runs [first, end) that lie in entry bytes
+  // [begin, begin + len), held at `src`.
+  void Scatter(uint64_t first, uint64_t end, uint64_t begin, uint64_t len, const char* src) const {
+    std::vector<uint64_t> i(counts.size());
+    uint64_t rest = first;
+    for (size_t k = counts.size(); k-- > 0;) {
+      i[k] = rest % counts[k];
+      rest /= counts[k];
+    }
+    for (uint64_t r = first; r < end; ++r) {
+      uint64_t s = src_base, d = 0;
+      for (size_t k = 0; k < counts.size(); ++k) {
+        s += i[k] * src_stride[k];
+        d += i[k] * dst_stride[k];
+      }
+      uint64_t lo = std::max(s, begin), hi = std::min(s + run_bytes, begin + len);
+      if (lo < hi) std::memcpy(dst_base + d + (lo - s), src + (lo - begin), hi - lo);
+      for (size_t k = counts.size(); k-- > 0;) {  // next row-major index
+        if (++i[k] < counts[k]) break;
+        i[k] = 0;
+      }
+    }
+  }
+};
+
+// The runs [first, end) of `copy` that take bytes from one chunk.
+struct Piece {
+  const BoxCopy* copy;
+  uint64_t first, end;
+};
+
+// One chunk to read: where it is, and where its decoded bytes go.
 struct ChunkRead {
   const std::string* file;
   const ChunkRecord* rec;
-  std::string where;  // "dir/file chunk k (tensor x)"
-  // Decoded bytes [src_begin, src_end) of the chunk go to dst; dst == null
-  // means verify only.
-  char* dst = nullptr;
-  uint64_t src_begin = 0, src_end = 0;
+  std::string where;    // "dir/file chunk k (tensor x)"
+  uint64_t begin = 0;   // offset of the chunk's raw bytes in its entry
+  bool verify = false;  // check the checksum only
+  std::vector<Piece> pieces;
+};
+
+// Chunk reads of one Read() or ReadBlob(): each chunk once, whatever number
+// of destinations it feeds, and the copies its pieces point to.
+struct ReadPlan {
+  std::vector<ChunkRead> reads;
+  std::map<const ChunkRecord*, size_t> index;
+  std::deque<BoxCopy> copies;  // stable addresses for Piece::copy
 };
 
 class CheckpointReaderImpl final : public CheckpointReader {
@@ -83,7 +148,13 @@ class CheckpointReaderImpl final : public CheckpointReader {
       for (const auto& s : t.shards) {
         for (const auto& c : s.chunks) bytes += c.raw_len;
       }
-      out.push_back(TensorInfo{t.name, t.dtype, t.global_shape, t.shards.size(), bytes});
+      TensorInfo info{t.name, t.dtype, t.global_shape, t.shards.size(), bytes, {}};
+      for (const auto& s : t.shards) {
+        uint64_t raw = 0;
+        for (const auto& c : s.chunks) raw += c.raw_len;
+        info.shard_boxes.push_back(ShardInfo{s.offsets, s.extents, s.file, raw});
+      }
+      out.push_back(std::move(info));
     }
     return out;
   }
@@ -95,9 +166,9 @@ class CheckpointReaderImpl final : public CheckpointReader {
   }
 
   Status Read(const std::vector<TensorDest>& dests) const override {
-    std::vector<ChunkRead> reads;
-    for (const auto& d : dests) STINT_RETURN_IF_ERROR(PlanTensor(d, &reads));
-    return Execute(reads);
+    ReadPlan plan;
+    for (const auto& d : dests) STINT_RETURN_IF_ERROR(PlanTensor(d, &plan));
+    return Execute(plan.reads);
   }
 
   Result<std::string> ReadBlob(const std::string& name) const override {
@@ -106,15 +177,13 @@ class CheckpointReaderImpl final : public CheckpointReader {
     uint64_t total = 0;
     for (const auto& c : b->chunks) total += c.raw_len;
     std::string out(total, '\0');
-    std::vector<ChunkRead> reads;
-    uint64_t pos = 0;
-    for (size_t i = 0; i < b->chunks.size(); ++i) {
-      const ChunkRecord& c = b->chunks[i];
-      reads.push_back(ChunkRead{&b->file, &c, Where(b->file, i, "blob " + name), out.data() + pos,
-                                0, c.raw_len});
-      pos += c.raw_len;
-    }
-    STINT_RETURN_IF_ERROR(Execute(reads));
+    ReadPlan plan;
+    BoxCopy& whole = plan.copies.emplace_back();
+    whole.run_bytes = total;
+    whole.runs = 1;
+    whole.dst_base = out.data();
+    AddCopy(b->file, b->chunks, "blob " + name, whole, &plan);
+    STINT_RETURN_IF_ERROR(Execute(plan.reads));
     return out;
   }
 
@@ -124,7 +193,7 @@ class CheckpointReaderImpl final : public CheckpointReader {
     auto add = [&](const std::string& file, const std::vector<ChunkRecord>& chunks,
                    const std::string& what) {
       for (size_t i = 0; i < chunks.size(); ++i) {
-        reads.push_back(ChunkRead{&file, &chunks[i], Where(file, i, what), nullptr, 0, 0});
+        reads.push_back(ChunkRead{&file, &chunks[i], Where(file, i, what), 0, /*verify=*/true, {}});
         report.stored_bytes += chunks[i].stored_len;
       }
     };
@@ -168,25 +237,85 @@ class CheckpointReaderImpl final : public CheckpointReader {
     return out + "]";
   }
 
-  // Adds the chunk reads that fill bytes [begin, end) of `shard` into dst.
-  void AddShardRange(const TensorRecord& t, size_t shard_index, uint64_t begin, uint64_t end,
-                     char* dst, std::vector<ChunkRead>* reads) const {
-    const ShardRecord& s = t.shards[shard_index];
-    uint64_t pos = 0;
-    for (size_t i = 0; i < s.chunks.size(); ++i) {
-      const ChunkRecord& c = s.chunks[i];
-      uint64_t c0 = pos, c1 = pos + c.raw_len;
-      pos = c1;
-      uint64_t lo = std::max(begin, c0), hi = std::min(end, c1);
-      if (lo >= hi && !(c.raw_len == 0 && begin == end)) continue;
-      reads->push_back(
-          ChunkRead{&s.file, &c,
-                    Where(s.file, i, "tensor " + t.name + " shard " + std::to_string(shard_index)),
-                    dst + (lo - begin), lo - c0, hi - c0});
+  // Adds the chunks of an entry (a shard or a blob) that `copy` takes bytes
+  // from, and only those: a chunk none of whose bytes a run needs is not read.
+  // A chunk already in the plan (another destination needs it too) gets one
+  // more piece instead of a second read.
+  void AddCopy(const std::string& file, const std::vector<ChunkRecord>& chunks,
+               const std::string& what, const BoxCopy& copy, ReadPlan* plan) const {
+    if (copy.runs == 0 || copy.run_bytes == 0) return;
+    const uint64_t lo = copy.SrcOffset(0);
+    const uint64_t hi = copy.SrcOffset(copy.runs - 1) + copy.run_bytes;
+    // Runs start at increasing offsets and do not overlap, so the runs that
+    // meet a chunk's bytes [c0, c1) are one range, found by binary search:
+    // the first run for which `past` holds, `past` false then true over runs.
+    auto first_run = [&](auto past) {
+      uint64_t a = 0, b = copy.runs;
+      while (a < b) {
+        uint64_t mid = a + (b - a) / 2;
+        if (past(copy.SrcOffset(mid))) {
+          b = mid;
+        } else {
+          a = mid + 1;
+        }
+      }
+      return a;
+    };
+    uint64_t c0 = 0;
+    for (size_t i = 0; i < chunks.size(); c0 += chunks[i].raw_len, ++i) {
+      const uint64_t c1 = c0 + chunks[i].raw_len;
+      if (c1 <= lo || c0 >= hi) continue;
+      const uint64_t first = first_run([&](uint64_t start) { return start + copy.run_bytes > c0; });
+      const uint64_t end = first_run([&](uint64_t start) { return start >= c1; });
+      if (first >= end) continue;  // the chunk lies between two runs
+      auto [it, fresh] = plan->index.emplace(&chunks[i], plan->reads.size());
+      if (fresh)
+        plan->reads.push_back(ChunkRead{&file, &chunks[i], Where(file, i, what), c0, false, {}});
+      plan->reads[it->second].pieces.push_back(Piece{&copy, first, end});
     }
   }
 
-  Status PlanTensor(const TensorDest& d, std::vector<ChunkRead>* reads) const {
+  // The copy of box `part` of a stored shard (box `src`) into a destination
+  // buffer holding box `dst`; every box in global coordinates. Dimensions
+  // whose full extent both sides hold merge into the run, so a part made of
+  // whole rows is one run.
+  static BoxCopy MakeBoxCopy(const Box& src, const Box& dst, const Box& part, uint64_t elem,
+                             char* dst_data) {
+    const size_t rank = part.extents.size();
+    std::vector<uint64_t> src_stride(rank), dst_stride(rank);  // bytes
+    uint64_t ss = elem, ds = elem;
+    for (size_t k = rank; k-- > 0;) {
+      src_stride[k] = ss;
+      dst_stride[k] = ds;
+      ss *= uint64_t(src.extents[k]);
+      ds *= uint64_t(dst.extents[k]);
+    }
+    BoxCopy copy;
+    uint64_t dst_off = 0;
+    for (size_t k = 0; k < rank; ++k) {
+      copy.src_base += uint64_t(part.offsets[k] - src.offsets[k]) * src_stride[k];
+      dst_off += uint64_t(part.offsets[k] - dst.offsets[k]) * dst_stride[k];
+    }
+    copy.dst_base = dst_data + dst_off;
+    size_t outer = rank;  // dims [outer, rank) form one contiguous run
+    copy.run_bytes = elem;
+    while (outer > 0) {
+      --outer;
+      copy.run_bytes *= uint64_t(part.extents[outer]);
+      if (part.extents[outer] != src.extents[outer] || part.extents[outer] != dst.extents[outer])
+        break;
+    }
+    copy.runs = 1;
+    for (size_t k = 0; k < outer; ++k) {
+      copy.counts.push_back(uint64_t(part.extents[k]));
+      copy.src_stride.push_back(src_stride[k]);
+      copy.dst_stride.push_back(dst_stride[k]);
+      copy.runs *= uint64_t(part.extents[k]);
+    }
+    return copy;
+  }
+
+  Status PlanTensor(const TensorDest& d, ReadPlan* plan) const {
     const TensorRecord* t = m_.FindTensor(d.name);
     std::string ctx = dir_ + ": tensor '" + d.name + "'";
     if (t == nullptr) return Status::NotFound(ctx + " is not in this checkpoint");
@@ -199,63 +328,57 @@ class CheckpointReaderImpl final : public CheckpointReader {
                                      ", destination expects " + ShapeString(d.global_shape));
     }
     const size_t rank = t->global_shape.size();
-    std::vector<int64_t> off = d.offsets.empty() ? std::vector<int64_t>(rank, 0) : d.offsets;
-    std::vector<int64_t> ext = d.extents.empty() ? t->global_shape : d.extents;
-    if (off.size() != rank || ext.size() != rank) {
+    Box want{d.offsets.empty() ? std::vector<int64_t>(rank, 0) : d.offsets,
+             d.extents.empty() ? t->global_shape : d.extents};
+    if (want.offsets.size() != rank || want.extents.size() != rank) {
       return Status::InvalidArgument(ctx + ": destination offsets/extents need " +
                                      std::to_string(rank) + " entries");
     }
     for (size_t k = 0; k < rank; ++k) {
-      if (off[k] < 0 || ext[k] < 0 || off[k] + ext[k] > t->global_shape[k]) {
-        return Status::InvalidArgument(ctx + ": destination region lies outside the shape in dim " +
-                                       std::to_string(k));
+      if (want.offsets[k] < 0 || want.extents[k] < 0 || want.offsets[k] > t->global_shape[k] ||
+          want.extents[k] > t->global_shape[k] - want.offsets[k]) {
+        return Status::InvalidArgument(ctx + ": destination region " + BoxString(want) +
+                                       " lies outside the shape " + ShapeString(t->global_shape) +
+                                       " in dim " + std::to_string(k));
       }
     }
-    if (NumElements(ext) > 0 && d.data == nullptr)
+    const uint64_t volume = BoxVolume(want);
+    if (volume > 0 && d.data == nullptr)
       return Status::InvalidArgument(ctx + ": destination is null");
     char* dst = static_cast<char*>(d.data);
     const uint64_t elem = DTypeSize(t->dtype);
+    auto what = [&](size_t k) { return "tensor " + t->name + " shard " + std::to_string(k); };
 
     // A stored shard equal to the region: copy it whole.
     for (size_t k = 0; k < t->shards.size(); ++k) {
-      if (t->shards[k].offsets == off && t->shards[k].extents == ext) {
-        AddShardRange(*t, k, 0, uint64_t(NumElements(ext)) * elem, dst, reads);
+      if (t->shards[k].offsets == want.offsets && t->shards[k].extents == want.extents) {
+        BoxCopy& whole = plan->copies.emplace_back();
+        whole.run_bytes = volume * elem;
+        whole.runs = 1;
+        whole.dst_base = dst;
+        AddCopy(t->shards[k].file, t->shards[k].chunks, what(k), whole, plan);
         return Status::OK();
       }
     }
-    // Reshard along dim 0: every shard involved spans all other dimensions.
-    auto full_rows = [&](const std::vector<int64_t>& o, const std::vector<int64_t>& e) {
-      for (size_t k = 1; k < rank; ++k) {
-        if (o[k] != 0 || e[k] != t->global_shape[k]) return false;
-      }
-      return true;
-    };
-    if (rank == 0 || !full_rows(off, ext)) {
-      return Status::Unimplemented(ctx + ": destination region " + ShapeString(off) + "+" +
-                                   ShapeString(ext) +
-                                   " matches no stored shard and is not a dim-0 slice");
-    }
-    std::vector<int64_t> inner(t->global_shape.begin() + 1, t->global_shape.end());
-    const uint64_t row_bytes = uint64_t(NumElements(inner)) * elem;
-    const int64_t r0 = off[0], r1 = off[0] + ext[0];
-    int64_t covered = 0;
+    // Any other region: its intersection with each stored shard. The manifest
+    // holds no overlaps, so the parts cover the region iff their volumes add up.
+    std::vector<Box> stored;
+    uint64_t covered = 0;
     for (size_t k = 0; k < t->shards.size(); ++k) {
       const ShardRecord& s = t->shards[k];
-      int64_t s0 = s.offsets[0], s1 = s.offsets[0] + s.extents[0];
-      int64_t lo = std::max(r0, s0), hi = std::min(r1, s1);
-      if (lo >= hi) continue;
-      if (!full_rows(s.offsets, s.extents)) {
-        return Status::Unimplemented(ctx + ": stored shard " + std::to_string(k) +
-                                     " is not a dim-0 slice; cannot reshard");
-      }
-      covered += hi - lo;
-      AddShardRange(*t, k, uint64_t(lo - s0) * row_bytes, uint64_t(hi - s0) * row_bytes,
-                    dst + uint64_t(lo - r0) * row_bytes, reads);
+      stored.push_back(ShardBox(s));
+      Box part = Intersect(want, stored.back());
+      uint64_t n = BoxVolume(part);
+      if (n == 0) continue;
+      covered += n;
+      plan->copies.push_back(MakeBoxCopy(stored.back(), want, part, elem, dst));
+      AddCopy(s.file, s.chunks, what(k), plan->copies.back(), plan);
     }
-    if (covered != r1 - r0) {
-      return Status::DataLoss(ctx + ": stored shards cover " + std::to_string(covered) +
-                              " of rows [" + std::to_string(r0) + ", " + std::to_string(r1) +
-                              ") (missing or overlapping shards)");
+    if (covered < volume) {
+      std::optional<Box> gap = FindUncovered(want, stored);
+      return Status::NotFound(dir_ + ": region " + BoxString(gap ? *gap : want) + " of tensor '" +
+                              d.name + "' is not covered by the stored shards (destination " +
+                              BoxString(want) + ")");
     }
     return Status::OK();
   }
@@ -362,7 +485,7 @@ class CheckpointReaderImpl final : public CheckpointReader {
 
   static Status DecodeInto(const ChunkRead& r, const char* stored) {
     const ChunkRecord& c = *r.rec;
-    if (r.dst == nullptr) {  // verify only
+    if (r.verify) {
       uint64_t h = Xxh3(stored, c.stored_len);
       if (h != c.xxh3) {
         return Status::DataLoss(r.where + ": checksum mismatch (stored " + HashToHex(c.xxh3) +
@@ -370,10 +493,20 @@ class CheckpointReaderImpl final : public CheckpointReader {
       }
       return Status::OK();
     }
-    if (r.src_begin == 0 && r.src_end == c.raw_len) return DecodeChunk(c, stored, r.dst, r.where);
+    // The whole chunk inside one run: decode straight into the destination.
+    if (r.pieces.size() == 1 && r.pieces[0].end - r.pieces[0].first == 1) {
+      const Piece& p = r.pieces[0];
+      uint64_t src = 0, dst = 0;
+      p.copy->Offsets(p.first, &src, &dst);
+      if (src <= r.begin && r.begin + c.raw_len <= src + p.copy->run_bytes) {
+        return DecodeChunk(c, stored, p.copy->dst_base + dst + (r.begin - src), r.where);
+      }
+    }
     std::string scratch(c.raw_len, '\0');
     STINT_RETURN_IF_ERROR(DecodeChunk(c, stored, scratch.data(), r.where));
-    std::memcpy(r.dst, scratch.data() + r.src_begin, r.src_end - r.src_begin);
+    for (const Piece& p : r.pieces) {
+      p.copy->Scatter(p.first, p.end, r.begin, c.raw_len, scratch.data());
+    }
     return Status::OK();
   }
 

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "base/json_fields.h"
+#include "format/shard_layout.h"
 #include "stint/version.h"
 
 namespace stint {
@@ -364,6 +365,11 @@ Status ValidateManifest(const Manifest& m, std::string_view origin_view) {
       STINT_RETURN_IF_ERROR(
           ValidateChunks(s.chunks, elems * DTypeSize(t.dtype), m.FindFile(s.file), sctx));
     }
+    // Overlapping shards would make a read's bytes depend on which shard it
+    // took. Gaps are left to the reader: asking for an uncovered region is
+    // kNotFound there, and the rest of the tensor still loads.
+    std::string problem = FindShardLayoutProblem(t, /*require_cover=*/false);
+    if (!problem.empty()) return Status::DataLoss(origin + ": " + problem);
   }
   names.clear();
   for (const auto& b : m.blobs) {

@@ -70,8 +70,10 @@ struct Manifest {
 std::string EncodeManifest(const Manifest& m);
 // `origin` (the manifest's path) prefixes every error.
 Result<Manifest> DecodeManifest(std::string_view bytes, std::string_view origin);
-// Structural checks (shards inside the global shape, chunk lengths add up,
-// aligned offsets inside the recorded file sizes, no duplicate names).
+// Structural checks (shards inside the global shape and not overlapping,
+// chunk lengths add up, aligned offsets inside the recorded file sizes, no
+// duplicate names). Shards need not cover the tensor: a gap is reported by
+// the reader when a read asks for it (see shard_layout.h).
 Status ValidateManifest(const Manifest& m, std::string_view origin);
 
 }  // namespace stint

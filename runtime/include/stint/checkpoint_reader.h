@@ -31,12 +31,21 @@ struct ReaderOptions {
   unsigned threads = 0;
 };
 
+// One stored shard: a box of the global tensor, stored row-major.
+struct ShardInfo {
+  std::vector<int64_t> offsets;
+  std::vector<int64_t> extents;
+  std::string file;    // data file name inside the checkpoint directory
+  uint64_t raw_bytes;  // before compression
+};
+
 struct TensorInfo {
   std::string name;
   DType dtype;
-  std::vector<int64_t> shape;  // global
-  size_t shards;
-  uint64_t raw_bytes;  // stored shards, before compression
+  std::vector<int64_t> shape;          // global
+  size_t shards;                       // shard_boxes.size()
+  uint64_t raw_bytes;                  // stored shards, before compression
+  std::vector<ShardInfo> shard_boxes;  // in manifest order; never overlapping
 };
 
 struct VerifyReport {
@@ -58,10 +67,18 @@ class CheckpointReader {
   virtual std::vector<TensorInfo> tensors() const = 0;
   virtual std::vector<std::string> blob_names() const = 0;
 
-  // Fills each destination region from the stored shards, whatever their
-  // layout: shards split along dim 0 are re-assembled or re-split (the
-  // reshard plan); otherwise the region must equal a stored shard.
-  // kInvalidArgument for a name, dtype or shape that does not match.
+  // Fills each destination region (any box of the global tensor) from the
+  // stored shards, whatever their layout: each stored box that meets the
+  // region gives its intersection, copied row by row, and only the chunks
+  // holding bytes of an intersection are read (each once per call, however
+  // many destinations it feeds). A destination equal to a stored shard is
+  // filled by decoding that shard straight into it.
+  // kNotFound for a tensor not in the checkpoint, or a part of a region no
+  // stored shard covers ("<dir>: region [o..]+[e..] of tensor 'x' is not
+  // covered by the stored shards ..."); kInvalidArgument for a dtype or
+  // global shape that does not match, or a region outside the shape;
+  // kDataLoss only for damaged bytes (a checksum mismatch, a short file).
+  // On error the destinations may be partly written.
   virtual Status Read(const std::vector<TensorDest>& dests) const = 0;
   virtual Result<std::string> ReadBlob(const std::string& name) const = 0;
   // Reads every chunk and checks every checksum and file digest.
