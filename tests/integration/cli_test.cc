@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -259,6 +260,79 @@ TEST_F(CliTest, VerifyFindsFlippedByte) {
   EXPECT_TRUE(Contains(r.output, "verified step-00000001")) << r.output;
   EXPECT_TRUE(Contains(r.output, "FAILED step-00000002")) << r.output;
   EXPECT_TRUE(Contains(r.output, "1 of 2 checkpoints verified, 1 failed")) << r.output;
+}
+
+TEST_F(CliTest, InspectShowsShardLayout) {
+  RunResult r = RunCli({"inspect", step2_});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "\nshards\n")) << r.output;
+  EXPECT_TRUE(Contains(r.output, "  layer.w [300, 100]\n")) << r.output;
+  EXPECT_TRUE(Contains(LineWith(r.output, "[0, 0]+[300, 100]"), "rank 0")) << r.output;
+  EXPECT_TRUE(Contains(LineWith(r.output, "[0, 0]+[300, 100]"), "117.19 KiB")) << r.output;
+
+  r = RunCli({"inspect", step2_, "--json"}, /*with_stderr=*/false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  json j = ParseJson(r.output);
+  for (const auto& t : j["tensors"]) {
+    if (t["name"] != "layer.w") continue;
+    ASSERT_EQ(t["shard_layout"].size(), 1u);
+    EXPECT_EQ(t["shard_layout"][0]["offsets"], json::array({0, 0}));
+    EXPECT_EQ(t["shard_layout"][0]["extents"], json::array({300, 100}));
+    EXPECT_EQ(t["shard_layout"][0]["file"], "rank-00000.stint");
+    EXPECT_EQ(t["shard_layout"][0]["raw_bytes"], 300 * 100 * 4);
+  }
+}
+
+// A tensor saved as 12 row shards: one summary line unless --all-shards;
+// verify checks that the shards cover every tensor, and finds a hole.
+TEST_F(CliTest, ManyShardsAndCoverage) {
+  CheckpointOptions o;
+  o.root = dir_.Sub("many");
+  auto ckpt = Checkpointer::Open(o);
+  ASSERT_OK(ckpt);
+  std::vector<float> rows(12 * 4, 1.0f);
+  State s;
+  for (int64_t i = 0; i < 12; ++i) {
+    s.tensors.push_back({"rows", DType::kFloat32, {12, 4}, {i, 0}, {1, 4}, rows.data() + 4 * i});
+  }
+  auto h = (*ckpt)->Save(1, s);
+  ASSERT_OK(h);
+  ASSERT_OK(h->durable.get());
+  const std::string step = o.root + "/" + StepDirName(1);
+
+  RunResult r = RunCli({"inspect", step});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output,
+                       "    12 shards in 1 file, split along dim 0, each [1, 4] "
+                       "(--all-shards lists them)\n"))
+      << r.output;
+  EXPECT_FALSE(Contains(r.output, "[11, 0]+[1, 4]")) << r.output;
+  r = RunCli({"inspect", step, "--all-shards"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(LineWith(r.output, "[11, 0]+[1, 4]"), "rank 0")) << r.output;
+
+  r = RunCli({"verify", step});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "; shards cover all 1 tensors")) << r.output;
+
+  // Drop shard [5, 0]+[1, 4] from the manifest (fixing the file digest, which
+  // binds the file's chunk list): the checkpoint opens, verify reports the hole.
+  Manifest m = ReadManifest(step);
+  auto& shards = m.tensors[0].shards;
+  shards.erase(shards.begin() + 5);
+  std::vector<ChunkRecord> in_file;
+  for (const auto& sh : shards) in_file.insert(in_file.end(), sh.chunks.begin(), sh.chunks.end());
+  std::sort(in_file.begin(), in_file.end(), [](const ChunkRecord& a, const ChunkRecord& b) {
+    return a.file_offset < b.file_offset;
+  });
+  m.files[0].digest = FileDigest(in_file, m.files[0].size);
+  ASSERT_OK(WriteStringToFileSync(Env::Default(), step + "/" + kManifestName, EncodeManifest(m)));
+  r = RunCli({"verify", step});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(
+      Contains(r.output, "FAILED step-00000001: INVALID_ARGUMENT: " + step +
+                             ": tensor 'rows': region [5, 0]+[1, 4] is covered by no shard"))
+      << r.output;
 }
 
 TEST_F(CliTest, DamagedManifest) {

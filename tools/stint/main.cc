@@ -1,8 +1,11 @@
 // stint: look at and check checkpoints on disk.
 //
 //   stint ls <root> [--json]                  committed checkpoints and leftovers
-//   stint inspect <dir-or-root> [--json]      what one manifest records
-//   stint verify <dir-or-root> [--all]        full checksum pass
+//   stint inspect <dir-or-root> [--json] [--all-shards]
+//                                             what one manifest records, with
+//                                             each tensor's shard boxes
+//   stint verify <dir-or-root> [--all]        full checksum pass, and that the
+//                                             shards of each tensor cover it
 //
 // A root stands for the checkpoint LATEST names. Exit codes: 0 success, 1 a
 // checkpoint failed to verify or could not be read, 2 usage error (bad flags,
@@ -27,6 +30,7 @@
 #include "base/strings.h"
 #include "checkpoint/commit.h"
 #include "format/manifest.h"
+#include "format/shard_layout.h"
 #include "stint/checkpoint_reader.h"
 #include "stint/env.h"
 #include "stint/status.h"
@@ -300,13 +304,53 @@ struct ChunkStats {
   }
 };
 
+// A tensor with more shards than this gets one summary line in `inspect`
+// unless --all-shards asks for every box.
+constexpr size_t kShardLinesPerTensor = 8;
+
+uint64_t RawBytes(const std::vector<ChunkRecord>& chunks) {
+  uint64_t n = 0;
+  for (const auto& c : chunks) n += c.raw_len;
+  return n;
+}
+
+// "64 shards in 8 files, split along dims 0 and 1, each [128, 4096]": what a
+// long list of boxes has in common.
+std::string ShardSummary(const TensorRecord& t) {
+  std::vector<std::string> files;
+  std::vector<size_t> split;
+  bool same_extents = true;
+  for (const auto& s : t.shards) {
+    if (std::find(files.begin(), files.end(), s.file) == files.end()) files.push_back(s.file);
+    same_extents = same_extents && s.extents == t.shards[0].extents;
+  }
+  for (size_t d = 0; d < t.global_shape.size(); ++d) {
+    for (const auto& s : t.shards) {
+      if (d < s.offsets.size() && s.offsets[d] != t.shards[0].offsets[d]) {
+        split.push_back(d);
+        break;
+      }
+    }
+  }
+  std::string out = std::to_string(t.shards.size()) + " shards in " + std::to_string(files.size()) +
+                    (files.size() == 1 ? " file" : " files");
+  if (!split.empty()) {
+    out += ", split along dim" + std::string(split.size() > 1 ? "s " : " ");
+    for (size_t i = 0; i < split.size(); ++i) {
+      out += (i == 0 ? "" : i + 1 == split.size() ? " and " : ", ") + std::to_string(split[i]);
+    }
+  }
+  if (same_extents) out += ", each " + ShapeString(t.shards[0].extents);
+  return out + " (--all-shards lists them)";
+}
+
 std::string RatioString(double r) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.2fx", r);
   return buf;
 }
 
-int RunInspect(const std::string& path, bool json) {
+int RunInspect(const std::string& path, bool json, bool all_shards) {
   Env* env = Env::Default();
   auto dir = ResolveCheckpointDir(env, path);
   if (!dir.ok()) return Fail(dir.status());
@@ -333,7 +377,17 @@ int RunInspect(const std::string& path, bool json) {
     Json tensors = Json::array();
     for (const auto& t : m->tensors) {
       ChunkStats st;
-      for (const auto& s : t.shards) st.Add(s.chunks);
+      Json layout = Json::array();
+      for (const auto& s : t.shards) {
+        st.Add(s.chunks);
+        ChunkStats shard;
+        shard.Add(s.chunks);
+        layout.push_back({{"offsets", s.offsets},
+                          {"extents", s.extents},
+                          {"file", s.file},
+                          {"raw_bytes", shard.raw},
+                          {"stored_bytes", shard.stored}});
+      }
       tensors.push_back({{"name", t.name},
                          {"dtype", DTypeName(t.dtype)},
                          {"shape", t.global_shape},
@@ -342,7 +396,8 @@ int RunInspect(const std::string& path, bool json) {
                          {"raw_bytes", st.raw},
                          {"stored_bytes", st.stored},
                          {"codecs", st.CodecJson()},
-                         {"compression_ratio", st.Ratio()}});
+                         {"compression_ratio", st.Ratio()},
+                         {"shard_layout", std::move(layout)}});
     }
     out["tensors"] = std::move(tensors);
     Json blobs = Json::array();
@@ -389,6 +444,22 @@ int RunInspect(const std::string& path, bool json) {
   }
   PrintTable(rows, "  ");
 
+  // One line per shard box: where each part of a tensor lives.
+  std::cout << "\nshards\n";
+  for (const auto& t : m->tensors) {
+    std::cout << "  " << t.name << " " << ShapeString(t.global_shape) << "\n";
+    if (t.shards.size() > kShardLinesPerTensor && !all_shards) {
+      std::cout << "    " << ShardSummary(t) << "\n";
+      continue;
+    }
+    rows.clear();
+    for (const auto& s : t.shards) {
+      rows.push_back(
+          {BoxString(ShardBox(s)), ShardFileLabel(s.file), HumanBytes(RawBytes(s.chunks))});
+    }
+    PrintTable(rows, "    ");
+  }
+
   std::cout << "\nblobs (" << m->blobs.size() << ")\n";
   rows = {{"NAME", "BYTES", "STORED"}};
   for (const auto& b : m->blobs) {
@@ -405,6 +476,20 @@ int RunInspect(const std::string& path, bool json) {
 
 // ---------------------------------------------------------------- verify
 
+// Every tensor's shards cover it exactly. A manifest with overlapping shards
+// does not open at all; one with a gap opens (the covered parts load), so
+// this is the check that finds it.
+Status CheckCoverage(const CheckpointReader& reader) {
+  for (const TensorInfo& info : reader.tensors()) {
+    TensorRecord t{info.name, info.dtype, info.shape, {}};
+    for (const ShardInfo& s : info.shard_boxes) {
+      t.shards.push_back(ShardRecord{s.offsets, s.extents, s.file, {}});
+    }
+    STINT_RETURN_IF_ERROR(CheckShardLayout(t, reader.dir()));
+  }
+  return Status::OK();
+}
+
 // One line per checkpoint on stdout, pass or fail, so a log of `verify --all`
 // reads top to bottom.
 bool VerifyOne(const std::string& dir) {
@@ -412,12 +497,15 @@ bool VerifyOne(const std::string& dir) {
   auto reader = CheckpointReader::Open(dir);
   Result<VerifyReport> report =
       reader.ok() ? (*reader)->Verify() : Result<VerifyReport>(reader.status());
-  if (!report.ok()) {
-    std::cout << "FAILED " << name << ": " << report.status().ToString() << "\n";
+  Status coverage = report.ok() ? CheckCoverage(**reader) : Status::OK();
+  if (!report.ok() || !coverage.ok()) {
+    std::cout << "FAILED " << name << ": " << (report.ok() ? coverage : report.status()).ToString()
+              << "\n";
     return false;
   }
   std::cout << "verified " << name << ": " << report->files << " files, " << report->chunks
-            << " chunks, " << HumanBytes(report->stored_bytes) << "\n";
+            << " chunks, " << HumanBytes(report->stored_bytes) << "; shards cover all "
+            << (*reader)->tensors().size() << " tensors\n";
   return true;
 }
 
@@ -453,7 +541,7 @@ int main(int argc, char** argv) {
   CLI::App app{"stint: list, inspect and verify stint checkpoints"};
   app.require_subcommand(1);
   std::string path;
-  bool json = false, all = false;
+  bool json = false, all = false, all_shards = false;
 
   CLI::App* ls = app.add_subcommand("ls", "List the checkpoints and leftovers in a root");
   ls->add_option("root", path, "Checkpoint root (holds LATEST and step-* directories)")->required();
@@ -463,8 +551,11 @@ int main(int argc, char** argv) {
   inspect->add_option("path", path, "Checkpoint directory, or a root (meaning its LATEST)")
       ->required();
   inspect->add_flag("--json", json, "Machine-readable output");
+  inspect->add_flag("--all-shards", all_shards,
+                    "List every shard box, also of tensors with more than 8 shards");
 
-  CLI::App* verify = app.add_subcommand("verify", "Check every chunk checksum and file digest");
+  CLI::App* verify = app.add_subcommand(
+      "verify", "Check every chunk checksum and file digest, and that shards cover each tensor");
   verify->add_option("path", path, "Checkpoint directory, or a root (meaning its LATEST)")
       ->required();
   verify->add_flag("--all", all, "Verify every committed checkpoint in the root");
@@ -477,6 +568,6 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : stint::kExitUsage;
   }
   if (ls->parsed()) return stint::RunLs(path, json);
-  if (inspect->parsed()) return stint::RunInspect(path, json);
+  if (inspect->parsed()) return stint::RunInspect(path, json, all_shards);
   return stint::RunVerify(path, all);
 }
