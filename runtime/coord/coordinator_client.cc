@@ -411,6 +411,9 @@ Result<FencingCheck> CoordinatorClient::CheckFencing(uint64_t job_id, uint64_t f
   FencingCheck check;
   STINT_ASSIGN_OR_RETURN(check.valid, r.Bool("valid"));
   STINT_ASSIGN_OR_RETURN(check.valid_until_ms, r.OptionalInt64("valid_until_ms"));
+  // Absent from older stintds (and from valid answers).
+  STINT_ASSIGN_OR_RETURN(std::optional<std::string> reason, r.OptionalString("reason"));
+  check.reason = reason.value_or("");
   return check;
 }
 
@@ -424,10 +427,12 @@ Status CoordinatorClient::GuardCommit(uint64_t step) {
     return check.status().WithContext("cannot confirm " + who + ", " + what);
   }
   if (!check->valid) {
-    return Status::Aborted("fenced: " + who +
-                           " is stale (stintd gave the job to a newer incarnation or "
-                           "ended its segment): " +
-                           what);
+    // The token names this incarnation: it is stale once this worker left,
+    // its segment ended, or the job's rendezvous dropped it.
+    const std::string why =
+        check->reason.empty() ? "this worker incarnation left or was dropped, or its segment ended"
+                              : check->reason;
+    return Status::Aborted("fenced: " + who + " is stale (" + why + "): " + what);
   }
   if (check->valid_until_ms) {
     const int64_t left_ms = *check->valid_until_ms - internal::WallNowMs();

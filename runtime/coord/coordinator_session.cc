@@ -130,6 +130,10 @@ class CoordinatorSession::Impl {
       MarkFenced("stintd reports the worker inactive (segment " + std::to_string(view->segment_id) +
                  " " + view->segment_state + ")");
     } else if (view->fencing_token != 0 && view->fencing_token != reg_.fencing_token) {
+      // A view carries the token of the incarnation stintd knows under this
+      // worker id (its own, not the job's or the segment's): another one
+      // means stintd's state no longer matches this registration (e.g. it
+      // was restored from a backup), so this incarnation cannot commit.
       MarkFenced("stintd reports fencing token " + std::to_string(view->fencing_token) +
                  ", ours is " + std::to_string(reg_.fencing_token));
     }

@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include "stint/coordinator_client.h"
 #include "util/stintd_process.h"
 #include "util/temp_dir.h"
 
@@ -149,7 +150,11 @@ TEST_F(StintdTest, SegmentLifecycleNoticeAckAndFencing) {
   json reg = Register(job);
   const int64_t wid = reg["worker_id"];
   const uint64_t token = reg["fencing_token"];
-  EXPECT_EQ(token, j["fencing_token"].get<uint64_t>());
+  // The worker's token is its own, newer than its segment's, and the job
+  // shows the newest token issued for it.
+  EXPECT_EQ(j["fencing_token"], j["segments"][0]["fencing_token"]);
+  EXPECT_GT(token, j["fencing_token"].get<uint64_t>());
+  EXPECT_EQ(token, Job(job)["fencing_token"].get<uint64_t>());
   auto hb = worker_->Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", {{"step", 10}});
   ASSERT_EQ(hb.status, 200) << hb.text;
   EXPECT_TRUE(hb.body["active"].get<bool>());
@@ -203,6 +208,108 @@ TEST_F(StintdTest, SegmentLifecycleNoticeAckAndFencing) {
     queue = admin_->Get("/v1/queue").body;
     return queue["pending"].size() == 1 && queue["pending"][0]["reason"] == "window";
   })) << queue.dump();
+}
+
+// Fencing per worker incarnation through real HTTP: two workers of one
+// segment hold different tokens and may both commit; once B's lease expires
+// and the group re-forms without it, B's commit is refused while A's goes
+// on, and B registering again gets a newer token.
+TEST_F(StintdTest, ARankDroppedFromTheRendezvousCannotCommitWhileTheOthersCan) {
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
+  AddWindow("p", 2, WallNowMs() + 3600000);
+  const int64_t job = Submit({{"name", "elastic"},
+                              {"min_gpus", 1},
+                              {"max_gpus", 2},
+                              {"checkpoint_seconds", 1},
+                              {"restart_seconds", 0},
+                              {"checkpoint_interval_seconds", 1}});
+  ASSERT_TRUE(Eventually([&] { return JobIn(job, "RUNNING"); }));
+  auto client = [&](const std::string& name) {
+    CoordinatorOptions o;
+    o.url = daemon_->url();
+    o.token = StintdProcess::kWorkerToken;
+    o.job_id = uint64_t(job);
+    o.worker_name = name;
+    o.retry.initial_backoff = std::chrono::milliseconds(10);
+    o.retry.max_backoff = std::chrono::milliseconds(200);
+    auto c = CoordinatorClient::Create(o);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? std::move(*c) : nullptr;
+  };
+  auto a = client("a"), b = client("b");
+  ASSERT_TRUE(a && b);
+  auto reg_a = a->Register();
+  auto reg_b = b->Register();
+  ASSERT_TRUE(reg_a.ok() && reg_b.ok()) << reg_a.status().ToString() << reg_b.status().ToString();
+  const uint64_t segment_token = Job(job)["segments"][0]["fencing_token"];
+  EXPECT_NE(reg_a->fencing_token, reg_b->fencing_token);
+  EXPECT_GT(reg_a->fencing_token, segment_token);
+  EXPECT_GT(reg_b->fencing_token, segment_token);
+  EXPECT_FALSE(a->CheckFencing(uint64_t(job), segment_token)->valid)
+      << "a segment's token is no worker's";
+
+  // Both join; the segment's two GPUs are there, so generation 1 forms at once.
+  Result<RendezvousInfo> joined_a = Status::Internal("not run");
+  std::thread join_a(
+      [&] { joined_a = a->JoinRendezvous("127.0.0.1:1", 0, std::chrono::seconds(20)); });
+  auto joined_b = b->JoinRendezvous("127.0.0.1:2", 0, std::chrono::seconds(20));
+  join_a.join();
+  ASSERT_TRUE(joined_a.ok() && joined_b.ok()) << joined_a.status().ToString();
+  ASSERT_TRUE(joined_a->ready(0) && joined_b->ready(0));
+  EXPECT_TRUE(a->CheckFencing()->valid);
+  EXPECT_TRUE(b->CheckFencing()->valid);
+  EXPECT_TRUE(a->GuardCommit(1).ok());
+  EXPECT_TRUE(b->GuardCommit(1).ok());
+
+  // B falls silent; A keeps its lease.
+  std::atomic<bool> stop{false};
+  std::thread beats([&] {
+    while (!stop) {
+      a->Heartbeat(2).status().IgnoreError();
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  });
+  // Joined on every way out, a failed ASSERT included.
+  struct Joiner {
+    std::atomic<bool>* stop;
+    std::thread* t;
+    ~Joiner() {
+      *stop = true;
+      t->join();
+    }
+  } joiner{&stop, &beats};
+  ASSERT_TRUE(Eventually([&] { return !b->CheckFencing()->valid; }, 15)) << Job(job).dump();
+  EXPECT_TRUE(a->CheckFencing()->valid) << "a survivor keeps its token while the round is open";
+  EXPECT_TRUE(a->GuardCommit(2).ok());
+  // A re-forms the group without B (the last call closes it with A alone;
+  // a join waits at most half a lease, so A joins until it is answered).
+  Result<RendezvousInfo> reformed = Status::Internal("not run");
+  ASSERT_TRUE(Eventually([&] {
+    reformed = a->JoinRendezvous("127.0.0.1:1", 1, std::chrono::seconds(20));
+    return reformed.ok() && reformed->ready(1);
+  })) << reformed.status().ToString()
+      << Job(job).dump();
+  EXPECT_EQ(reformed->world_size, 1);
+  EXPECT_TRUE(a->GuardCommit(3).ok());
+  auto check_b = b->CheckFencing();
+  ASSERT_TRUE(check_b.ok());
+  EXPECT_FALSE(check_b->valid);
+  EXPECT_FALSE(check_b->reason.empty());
+  const Status refused = b->GuardCommit(3);
+  EXPECT_TRUE(IsFenced(refused)) << refused.ToString();
+  // B is not released: it may re-join, but its incarnation cannot commit.
+  auto view_b = b->Heartbeat(3);
+  ASSERT_TRUE(view_b.ok()) << view_b.status().ToString();
+  EXPECT_TRUE(view_b->active);
+  EXPECT_EQ(view_b->fencing_token, reg_b->fencing_token);
+  EXPECT_FALSE(b->CheckFencing()->valid);
+  // A new incarnation of B gets a newer token.
+  auto b2 = client("b");
+  ASSERT_TRUE(b2);
+  auto reg_b2 = b2->Register();
+  ASSERT_TRUE(reg_b2.ok()) << reg_b2.status().ToString();
+  EXPECT_GT(reg_b2->fencing_token, reg_b->fencing_token);
+  EXPECT_GT(reg_b2->fencing_token, reg_a->fencing_token);
 }
 
 TEST_F(StintdTest, NoAckByTheDeadlineMarksTheSegmentLost) {

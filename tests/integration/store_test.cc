@@ -160,6 +160,7 @@ ClusterState RichState() {
   r.phase = RendezvousPhase::kFormed;
   r.members = {{31, "10.0.0.1:29500", 0}, {30, "[::1]:1", 1}, {32, "hôte:65535", 2}};
   r.previous = {30, std::numeric_limits<int64_t>::min()};
+  r.dropped = {std::numeric_limits<int64_t>::max(), 30};
   r.opened_ms = -1;
   r.last_call_ms = kNever;
   r.formed_ms = 1700000000011;
@@ -292,6 +293,7 @@ void ExpectSame(const Rendezvous& a, const Rendezvous& b) {
     EXPECT_EQ(a.members[i].rank, b.members[i].rank);
   }
   EXPECT_EQ(a.previous, b.previous);
+  EXPECT_EQ(a.dropped, b.dropped);
   EXPECT_EQ(a.opened_ms, b.opened_ms);
   EXPECT_EQ(a.last_call_ms, b.last_call_ms);
   EXPECT_EQ(a.formed_ms, b.formed_ms);
@@ -607,15 +609,15 @@ TEST(StoreOpen, NewerSchemaVersionIsRefusedAndTheFileLeftAsItWas) {
     ClusterState s = RichState();
     ASSERT_OK(store->Save(s, All(s)));
   }
-  ASSERT_EQ(RawSql(path, "PRAGMA user_version=4; PRAGMA user_version"), "4");
+  ASSERT_EQ(RawSql(path, "PRAGMA user_version=5; PRAGMA user_version"), "5");
   const std::string bytes = ReadWholeFile(path);
   auto store = Store::Open(path);
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), Code::kFailedPrecondition) << store.status().ToString();
   EXPECT_NE(store.status().message().find(path), std::string::npos) << store.status().ToString();
-  EXPECT_NE(store.status().message().find("version 4"), std::string::npos)
+  EXPECT_NE(store.status().message().find("version 5"), std::string::npos)
       << store.status().ToString();
-  EXPECT_NE(store.status().message().find("1 to 3"), std::string::npos)
+  EXPECT_NE(store.status().message().find("1 to 4"), std::string::npos)
       << store.status().ToString();
   EXPECT_TRUE(ReadWholeFile(path) == bytes) << "a refused open changed the file";
   EXPECT_FALSE(Exists(path + "-wal"));
@@ -732,7 +734,7 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
     ASSERT_NE(store, nullptr);
   }
   EXPECT_EQ(RawSql(path, "PRAGMA journal_mode"), "wal");
-  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "3");
+  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "4");
   EXPECT_EQ(RawSql(path, "PRAGMA quick_check"), "ok");
   // Reopened as often as wanted.
   for (int i = 0; i < 3; ++i) {
@@ -742,10 +744,11 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
 }
 
 // Older files open with everything they held and gain what they lack: a
-// version-1 file the rendezvous table (and the column below), a version-2
-// file the jobs column service_gpu_seconds, 0 for the jobs already there.
+// version-1 file the rendezvous table (and the columns below), a version-2
+// file the jobs column service_gpu_seconds, 0 for the jobs already there,
+// a version-3 file the rendezvous column dropped, empty for the rows there.
 void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::string& version,
-                                  bool had_rendezvous) {
+                                  bool had_rendezvous, bool had_service = false) {
   TempDir dir;
   const std::string path = dir.Sub("stintd.db");
   ClusterState s = RichState();
@@ -758,7 +761,10 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
   ASSERT_EQ(
       RawSql(path, downgrade_sql + " PRAGMA user_version=" + version + "; PRAGMA user_version"),
       version);
-  for (auto& [id, job] : s.jobs) job.service_gpu_seconds = 0;
+  if (!had_service) {
+    for (auto& [id, job] : s.jobs) job.service_gpu_seconds = 0;
+  }
+  for (auto& [id, r] : s.rendezvous) r.dropped.clear();
   {
     auto store = OpenOrDie(path);
     ASSERT_NE(store, nullptr);
@@ -768,7 +774,7 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
     s = RichState();
     ASSERT_OK(store->Save(s, All(s)));
   }
-  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "3");
+  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "4");
   auto store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
   Result<ClusterState> loaded = store->Load();
@@ -783,8 +789,18 @@ TEST(StoreOpen, VersionOneFileIsMigratedKeepingItsRows) {
 }
 
 TEST(StoreOpen, VersionTwoFileIsMigratedKeepingItsRows) {
-  ExpectMigratedKeepingItsRows("ALTER TABLE jobs DROP COLUMN service_gpu_seconds;", "2",
-                               /*had_rendezvous=*/true);
+  ExpectMigratedKeepingItsRows(
+      "ALTER TABLE jobs DROP COLUMN service_gpu_seconds; ALTER TABLE rendezvous DROP COLUMN "
+      "dropped;",
+      "2", /*had_rendezvous=*/true);
+}
+
+// Version 3 fenced per segment: its workers of one segment may share a
+// token, which the migration keeps as it is (FencingValid accepts it while
+// any holder may commit).
+TEST(StoreOpen, VersionThreeFileIsMigratedKeepingItsRows) {
+  ExpectMigratedKeepingItsRows("ALTER TABLE rendezvous DROP COLUMN dropped;", "3",
+                               /*had_rendezvous=*/true, /*had_service=*/true);
 }
 
 // ---------------------------------------------------------------------------

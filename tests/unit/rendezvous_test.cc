@@ -61,6 +61,12 @@ class RendezvousTest : public ::testing::Test {
     for (int64_t w : workers) s_.workers.at(w).last_heartbeat_ms = now;
   }
 
+  // Whether `worker`'s own token passes the commit check at `now`.
+  bool Valid(int64_t worker, TimeMs now) {
+    TimeMs until = 0;
+    return FencingValid(s_, job_, s_.workers.at(worker).fencing_token, now, &until);
+  }
+
   ClusterState s_;
   PolicyConfig config_;
   int64_t job_ = 0;
@@ -169,6 +175,8 @@ TEST_F(RendezvousTest, AWorkerBeyondTheSegmentSizeIsAStandbyUntilAMemberLeaves) 
   EXPECT_TRUE(vd.standby);
   EXPECT_FALSE(vd.member);
   EXPECT_EQ(vd.generation, 1u) << "a standby does not disturb the formed group";
+  EXPECT_FALSE(Valid(d, kT0 + 10)) << "a standby has saved nothing of the group";
+  EXPECT_TRUE(Valid(a, kT0 + 10));
   Changes ch;
   ASSERT_OK(ReleaseWorker(s_, b, kT0 + 20, &ch));
   Advance(kT0 + 20);
@@ -180,6 +188,123 @@ TEST_F(RendezvousTest, AWorkerBeyondTheSegmentSizeIsAStandbyUntilAMemberLeaves) 
   EXPECT_EQ(View(a).rank, 0);
   EXPECT_EQ(vc.rank, 1);
   EXPECT_EQ(View(d).rank, 2);
+  EXPECT_TRUE(Valid(d, kT0 + 30)) << "a member of the formed generation now";
+  EXPECT_FALSE(Valid(b, kT0 + 30));
+}
+
+TEST_F(RendezvousTest, EachWorkerHoldsItsOwnTokenAndAllMembersAreValid) {
+  const int64_t a = Register("a"), b = Register("b");
+  EXPECT_NE(s_.workers.at(a).fencing_token, s_.workers.at(b).fencing_token);
+  // Before anyone joins, the segment does not use the rendezvous.
+  EXPECT_TRUE(Valid(a, kT0));
+  Join(a, 0, kT0);
+  EXPECT_FALSE(Valid(a, kT0)) << "the first round is open: nobody is in a group yet";
+  EXPECT_FALSE(Valid(b, kT0)) << "b has not joined, but a worker of its segment has";
+  Join(b, 0, kT0);
+  Advance(kT0 + 2000);
+  ASSERT_TRUE(View(a).ready(0));
+  EXPECT_TRUE(Valid(a, kT0 + 2000));
+  EXPECT_TRUE(Valid(b, kT0 + 2000));
+}
+
+TEST_F(RendezvousTest, AWorkerDroppedForLeaseExpiryIsFencedWhileTheOthersStayValid) {
+  const int64_t a = Register("a"), b = Register("b"), c = Register("c");
+  Join(a, 0, kT0);
+  Join(b, 0, kT0);
+  Join(c, 0, kT0);
+  ASSERT_TRUE(View(a).ready(0));
+  Beat({a, c}, kT0 + 9000);
+  Advance(kT0 + 10'001);  // b was last heard at T0
+  EXPECT_EQ(View(a).generation, 2u);
+  EXPECT_EQ(s_.rendezvous.at(job_).dropped, (std::vector<int64_t>{b}));
+  EXPECT_FALSE(Valid(b, kT0 + 10'001)) << "dropped: its lease expired";
+  EXPECT_TRUE(Valid(a, kT0 + 10'001)) << "survivors keep their tokens while the round is open";
+  EXPECT_TRUE(Valid(c, kT0 + 10'001));
+  EXPECT_TRUE(ViewWorker(s_, b)->active) << "b may come back, but not commit";
+  TimeMs until = 0;
+  std::string why;
+  EXPECT_FALSE(FencingValid(s_, job_, s_.workers.at(b).fencing_token, kT0 + 10'001, &until, &why));
+  EXPECT_NE(why.find("dropped"), std::string::npos) << why;
+
+  // The survivors re-form without b.
+  Join(a, 1, kT0 + 10'100);
+  Join(c, 1, kT0 + 10'100);
+  Beat({a, c}, kT0 + 12'100);
+  Advance(kT0 + 12'100);
+  ASSERT_TRUE(View(a).ready(1));
+  EXPECT_TRUE(s_.rendezvous.at(job_).dropped.empty());
+  EXPECT_TRUE(Valid(a, kT0 + 12'100));
+  EXPECT_TRUE(Valid(c, kT0 + 12'100));
+  EXPECT_FALSE(Valid(b, kT0 + 12'100));
+
+  // b comes back: a grow round, in which a and c stay valid and b not yet.
+  Beat({a, b, c}, kT0 + 13'000);
+  RendezvousView vb = Join(b, 0, kT0 + 13'000);
+  EXPECT_EQ(vb.generation, 3u);
+  EXPECT_FALSE(Valid(b, kT0 + 13'000));
+  EXPECT_TRUE(Valid(a, kT0 + 13'000));
+  Join(a, 2, kT0 + 13'100);
+  ASSERT_TRUE(Join(c, 2, kT0 + 13'100).ready(2));
+  EXPECT_TRUE(Valid(b, kT0 + 13'100)) << "a member of the newest generation";
+}
+
+TEST_F(RendezvousTest, AGenerationFormedWithoutAWorkerFencesIt) {
+  const int64_t a = Register("a"), b = Register("b"), c = Register("c");
+  Join(a, 0, kT0);
+  Join(b, 0, kT0);
+  Join(c, 0, kT0);
+  // a's collective failed: the round it opens does not fence anyone yet.
+  Join(a, 1, kT0 + 100);
+  EXPECT_TRUE(Valid(b, kT0 + 100));
+  Join(c, 1, kT0 + 200);
+  Beat({a, b, c}, kT0 + 2200);
+  Advance(kT0 + 2200);
+  ASSERT_TRUE(View(a).ready(1));
+  EXPECT_EQ(View(a).world_size, 2);
+  // b's lease is fine and it is still active, but it is not in the group.
+  EXPECT_TRUE(ViewWorker(s_, b)->active);
+  EXPECT_FALSE(Valid(b, kT0 + 2200));
+  EXPECT_TRUE(Valid(a, kT0 + 2200));
+  EXPECT_TRUE(Valid(c, kT0 + 2200));
+}
+
+TEST_F(RendezvousTest, AWorkerThatLeavesIsFencedAtOnceAndDroppedFromTheRound) {
+  const int64_t a = Register("a"), b = Register("b");
+  Join(a, 0, kT0);
+  Join(b, 0, kT0);
+  Advance(kT0 + 2000);
+  ASSERT_TRUE(View(a).ready(0));
+  const int64_t c = Register("c");
+  Join(c, 0, kT0 + 3000);  // grows: round 2 opens
+  EXPECT_FALSE(Valid(c, kT0 + 3000)) << "a newcomer in an open round";
+  EXPECT_TRUE(Valid(b, kT0 + 3000));
+  Changes ch;
+  ASSERT_OK(ReleaseWorker(s_, b, kT0 + 3100, &ch));
+  EXPECT_FALSE(Valid(b, kT0 + 3100)) << "no tick needed";
+  Beat({a, c}, kT0 + 3200);
+  EXPECT_FALSE(Advance(kT0 + 3200).rendezvous.empty());
+  EXPECT_EQ(s_.rendezvous.at(job_).dropped, (std::vector<int64_t>{b}));
+  EXPECT_TRUE(Valid(a, kT0 + 3200));
+}
+
+TEST_F(RendezvousTest, ANewSegmentIsNotFencedByTheOldSegmentsGroup) {
+  const int64_t a = Register("a"), b = Register("b");
+  Join(a, 0, kT0);
+  Join(b, 0, kT0);
+  Advance(kT0 + 2000);
+  ASSERT_TRUE(View(a).ready(0));
+  Changes ch;
+  ASSERT_OK(AckSegment(s_, a, 5, kT0 + 3000, &ch));
+  Advance(kT0 + 3000);
+  Plan plan;
+  plan.starts.push_back(StartDecision{job_, {Allocation{s_.windows.begin()->first, 2}}, kNever});
+  ApplyPlan(s_, plan, kT0 + 4000, &ch);
+  const int64_t d = Register("d");
+  EXPECT_GT(s_.workers.at(d).fencing_token, s_.workers.at(b).fencing_token);
+  EXPECT_TRUE(Valid(d, kT0 + 4000)) << "no worker of the new segment joined yet";
+  EXPECT_FALSE(Valid(a, kT0 + 4000));
+  Join(d, 0, kT0 + 4000);
+  EXPECT_FALSE(Valid(d, kT0 + 4000)) << "its segment uses the rendezvous now";
 }
 
 TEST_F(RendezvousTest, AnExpiredLeaseRemovesTheMemberAndBumpsTheGeneration) {

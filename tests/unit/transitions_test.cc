@@ -99,14 +99,18 @@ TEST_F(TransitionsTest, JobsWithoutATeamGoToTheDefaultTeam) {
 TEST_F(TransitionsTest, EachSegmentGetsANewFencingToken) {
   const int64_t job = Submit(4);
   const int64_t seg1 = Start(job, 4);
-  const uint64_t token1 = s_.jobs.at(job).fencing_token;
-  EXPECT_EQ(s_.segments.at(seg1).fencing_token, token1);
+  const uint64_t seg_token1 = s_.jobs.at(job).fencing_token;
+  EXPECT_EQ(s_.segments.at(seg1).fencing_token, seg_token1);
   TimeMs until = 0;
-  EXPECT_TRUE(FencingValid(s_, job, token1, kT0, &until));
-  EXPECT_EQ(until, kNever);
+  // The segment's own token is no worker's: it never passes.
+  EXPECT_FALSE(FencingValid(s_, job, seg_token1, kT0, &until));
 
   Worker w = RegisterWorker(s_, job, "host:1", kT0, &c_).value();
-  EXPECT_EQ(w.fencing_token, token1);
+  const uint64_t token1 = w.fencing_token;
+  EXPECT_GT(token1, seg_token1);
+  EXPECT_EQ(s_.jobs.at(job).fencing_token, token1) << "the job shows the newest token";
+  EXPECT_TRUE(FencingValid(s_, job, token1, kT0, &until));
+  EXPECT_EQ(until, kNever);
   Changes ch;
   ASSERT_OK(AckSegment(s_, w.id, 100, kT0 + 1000, &ch));
   EXPECT_EQ(s_.segments.at(seg1).state, SegmentState::kEnded);
@@ -117,14 +121,76 @@ TEST_F(TransitionsTest, EachSegmentGetsANewFencingToken) {
   EXPECT_FALSE(FencingValid(s_, job, token1, kT0 + 1000, &until));
 
   const int64_t seg2 = Start(job, 4, kT0 + 2000);
-  const uint64_t token2 = s_.jobs.at(job).fencing_token;
-  EXPECT_GT(token2, token1);
+  EXPECT_GT(s_.segments.at(seg2).fencing_token, token1);
+  const uint64_t token2 = RegisterWorker(s_, job, "host:2", kT0 + 2000, &c_)->fencing_token;
+  EXPECT_GT(token2, s_.segments.at(seg2).fencing_token);
   EXPECT_NE(seg2, seg1);
   // The old worker stays fenced: it cannot act for the new incarnation.
   EXPECT_EQ(AckSegment(s_, w.id, 200, kT0 + 3000, &ch).code(), Code::kAborted);
   EXPECT_FALSE(ViewWorker(s_, w.id)->active);
   EXPECT_FALSE(FencingValid(s_, job, token1, kT0 + 3000, &until));
   EXPECT_TRUE(FencingValid(s_, job, token2, kT0 + 3000, &until));
+}
+
+TEST_F(TransitionsTest, EachWorkerIncarnationHoldsATokenOfItsOwn) {
+  const int64_t job = Submit(4);
+  const int64_t seg = Start(job, 4);
+  const Worker a = RegisterWorker(s_, job, "host:1", kT0, &c_).value();
+  const Worker b = RegisterWorker(s_, job, "host:2", kT0, &c_).value();
+  EXPECT_NE(a.fencing_token, b.fencing_token);
+  EXPECT_GT(a.fencing_token, s_.segments.at(seg).fencing_token);
+  EXPECT_GT(b.fencing_token, a.fencing_token) << "drawn from one growing counter";
+  EXPECT_EQ(ViewWorker(s_, b.id)->fencing_token, b.fencing_token) << "views carry the worker's own";
+  TimeMs until = 0;
+  EXPECT_TRUE(FencingValid(s_, job, a.fencing_token, kT0, &until));
+  EXPECT_TRUE(FencingValid(s_, job, b.fencing_token, kT0, &until));
+
+  // b leaves: its token is stale, a's is not, and the segment goes on.
+  Changes ch;
+  ASSERT_OK(ReleaseWorker(s_, b.id, kT0 + 10, &ch));
+  std::string why;
+  EXPECT_FALSE(FencingValid(s_, job, b.fencing_token, kT0 + 10, &until, &why));
+  EXPECT_NE(why.find("left"), std::string::npos) << why;
+  EXPECT_TRUE(FencingValid(s_, job, a.fencing_token, kT0 + 10, &until));
+  EXPECT_TRUE(ViewWorker(s_, a.id)->active);
+  // The same process registering again is a new incarnation, newer token.
+  const Worker b2 = RegisterWorker(s_, job, "host:2", kT0 + 20, &c_).value();
+  EXPECT_GT(b2.fencing_token, b.fencing_token);
+  EXPECT_TRUE(FencingValid(s_, job, b2.fencing_token, kT0 + 20, &until));
+  EXPECT_FALSE(FencingValid(s_, job, b.fencing_token, kT0 + 20, &until));
+  // A token of another job, or one never issued, is refused with a reason.
+  EXPECT_FALSE(FencingValid(s_, job, b2.fencing_token + 100, kT0 + 20, &until, &why));
+  EXPECT_NE(why.find("holds it"), std::string::npos) << why;
+  EXPECT_FALSE(FencingValid(s_, job, 0, kT0 + 20, &until));
+
+  // The next segment's tokens are larger than every token of this one.
+  ASSERT_OK(AckSegment(s_, a.id, 10, kT0 + 30, &ch));
+  EXPECT_FALSE(FencingValid(s_, job, a.fencing_token, kT0 + 30, &until));
+  const int64_t seg2 = Start(job, 4, kT0 + 40);
+  const Worker c = RegisterWorker(s_, job, "host:3", kT0 + 40, &c_).value();
+  EXPECT_GT(s_.segments.at(seg2).fencing_token, b2.fencing_token);
+  EXPECT_GT(c.fencing_token, s_.segments.at(seg2).fencing_token);
+  EXPECT_TRUE(FencingValid(s_, job, c.fencing_token, kT0 + 40, &until));
+  EXPECT_FALSE(FencingValid(s_, job, b2.fencing_token, kT0 + 40, &until));
+}
+
+// A store from before schema version 4 gave all workers of a segment one
+// token: it stays valid while any of them may commit.
+TEST_F(TransitionsTest, ATokenSharedByOldWorkersIsValidWhileAnyHolderIs) {
+  const int64_t job = Submit(4);
+  const int64_t seg = Start(job, 4);
+  const uint64_t shared = s_.segments.at(seg).fencing_token;
+  const int64_t a = RegisterWorker(s_, job, "host:1", kT0, &c_)->id;
+  const int64_t b = RegisterWorker(s_, job, "host:2", kT0, &c_)->id;
+  s_.workers.at(a).fencing_token = shared;
+  s_.workers.at(b).fencing_token = shared;
+  TimeMs until = 0;
+  EXPECT_TRUE(FencingValid(s_, job, shared, kT0, &until));
+  Changes ch;
+  ASSERT_OK(ReleaseWorker(s_, a, kT0 + 1, &ch));
+  EXPECT_TRUE(FencingValid(s_, job, shared, kT0 + 1, &until));
+  ASSERT_OK(ReleaseWorker(s_, b, kT0 + 2, &ch));
+  EXPECT_FALSE(FencingValid(s_, job, shared, kT0 + 2, &until));
 }
 
 TEST_F(TransitionsTest, ANoticedSegmentIsFencedAtItsDeadline) {
@@ -140,7 +206,7 @@ TEST_F(TransitionsTest, ANoticedSegmentIsFencedAtItsDeadline) {
   EXPECT_EQ(sg.preempted_for, 77);
   EXPECT_EQ(s_.counters.preemptions, 1);
   TimeMs until = 0;
-  const uint64_t token = s_.jobs.at(job).fencing_token;
+  const uint64_t token = RegisterWorker(s_, job, "host:1", kT0 + 10'000, &c_)->fencing_token;
   EXPECT_TRUE(FencingValid(s_, job, token, kT0 + 29'999, &until));
   EXPECT_EQ(until, kT0 + 30'000);
   EXPECT_FALSE(FencingValid(s_, job, token, kT0 + 30'000, &until));

@@ -107,7 +107,7 @@ struct WorkerRegistration {
   uint64_t worker_id = 0;
   uint64_t job_id = 0;
   uint64_t segment_id = 0;
-  uint64_t fencing_token = 0;                       // what checkpoints of this segment carry
+  uint64_t fencing_token = 0;                       // this incarnation's: its checkpoints carry it
   std::chrono::milliseconds lease_ttl{0};           // heartbeat within this or be fenced
   std::chrono::milliseconds heartbeat_interval{0};  // the server's advice
 };
@@ -130,6 +130,7 @@ struct WorkerView {
 struct FencingCheck {
   bool valid = false;
   std::optional<int64_t> valid_until_ms;  // wall clock; nullopt: no known end
+  std::string reason;                     // why not valid, as stintd says ("" if it does not)
 };
 
 struct KvEntry {
@@ -204,9 +205,12 @@ class CoordinatorClient {
   // This worker leaves (e.g. a failed rank) without ending the job.
   Status Leave();
 
-  // Asks whether `fencing_token` is still the job's current one. The first
-  // form checks this worker's registration (kFailedPrecondition before
-  // Register()).
+  // Asks whether the worker incarnation that `fencing_token` names may still
+  // commit for the job: every registration gets a token of its own, stale
+  // once that worker left, its segment ended (or passed its deadline), or
+  // the job's rendezvous dropped it (tools/stintd/API.md, "Fencing"). The
+  // first form checks this worker's registration (kFailedPrecondition
+  // before Register()).
   Result<FencingCheck> CheckFencing();
   Result<FencingCheck> CheckFencing(uint64_t job_id, uint64_t fencing_token);
 

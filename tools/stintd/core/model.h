@@ -95,8 +95,11 @@ struct Job {
   TimeMs submit_ms = 0;
   TimeMs eligible_ms = 0;  // when it last became pending: aging counts from here
   JobState state = JobState::kPending;
-  int64_t segment_id = 0;      // the running segment, 0 when none
-  uint64_t fencing_token = 0;  // of the newest incarnation; 0 before the first
+  int64_t segment_id = 0;  // the running segment, 0 when none
+  // The newest token issued for the job: its newest segment's at start, then
+  // each registered worker's. For display only: commits are checked per
+  // worker incarnation (FencingValid). 0 before the first segment.
+  uint64_t fencing_token = 0;
   int64_t last_step = 0;
   int64_t checkpoint_step = -1;    // newest durable checkpoint reported, -1 none
   TimeMs checkpoint_ms = 0;        // when it was reported durable
@@ -139,6 +142,9 @@ struct Segment {
   int64_t id = 0;
   int64_t job_id = 0;
   std::vector<Allocation> allocs;
+  // Drawn when the segment starts: every token of its workers is larger,
+  // every token of a later segment larger still. It is no worker's token,
+  // so it never passes FencingValid.
   uint64_t fencing_token = 0;
   TimeMs start_ms = 0;
   TimeMs planned_end_ms = kNever;  // window end, a reservation, or the job's estimated finish
@@ -157,12 +163,16 @@ struct Segment {
 };
 
 // A worker process of a running segment. Its lease lasts lease_ttl from the
-// last heartbeat; its fencing token is the segment's.
+// last heartbeat. Each registration is one incarnation with a token of its
+// own (FencingValid says while it may commit); a worker that registers
+// again is a new incarnation with a new, larger token.
 struct Worker {
   int64_t id = 0;
   int64_t job_id = 0;
   int64_t segment_id = 0;
   std::string name;  // host:pid or what the worker calls itself
+  // Unique per registration (stores written before schema version 4 may
+  // hold one token shared by all workers of a segment).
   uint64_t fencing_token = 0;
   TimeMs registered_ms = 0;
   TimeMs last_heartbeat_ms = 0;  // soft state: not persisted per heartbeat
@@ -189,6 +199,10 @@ struct Rendezvous {
   RendezvousPhase phase = RendezvousPhase::kJoining;
   std::vector<RendezvousMember> members;  // joining: in join order; formed: by rank
   std::vector<int64_t> previous;          // worker ids of the last formed generation, by rank
+  // While a round is open: the workers of `previous` removed since it opened
+  // (lease expired, left, segment ended). Their tokens are stale; the others
+  // of `previous` keep theirs until the round forms. Empty once formed.
+  std::vector<int64_t> dropped;
   TimeMs opened_ms = 0;
   TimeMs last_call_ms = 0;  // the open round closes by then once it has min workers (0: not yet)
   TimeMs formed_ms = 0;

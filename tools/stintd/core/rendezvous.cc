@@ -23,6 +23,10 @@ Limits LimitsOf(const ClusterState& s, int64_t job_id) {
   return l;
 }
 
+bool Contains(const std::vector<int64_t>& ids, int64_t id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
 int MemberIndex(const Rendezvous& r, int64_t worker_id) {
   for (size_t i = 0; i < r.members.size(); ++i) {
     if (r.members[i].worker_id == worker_id) return static_cast<int>(i);
@@ -39,6 +43,7 @@ void OpenRound(Rendezvous& r, TimeMs now) {
   r.generation++;
   r.phase = RendezvousPhase::kJoining;
   r.members.clear();
+  r.dropped.clear();
   r.opened_ms = now;
   r.last_call_ms = 0;
   r.formed_ms = 0;
@@ -59,6 +64,9 @@ void Form(Rendezvous& r, TimeMs now) {
   r.phase = RendezvousPhase::kFormed;
   r.formed_ms = now;
   r.last_call_ms = 0;
+  // Membership alone decides now: whoever of `previous` is not a member is
+  // stale anyway.
+  r.dropped.clear();
 }
 
 // Closes an open round that is full, or has min workers and its last call passed.
@@ -101,7 +109,7 @@ RendezvousView MakeView(const Rendezvous& r, const Limits& l, int64_t worker_id)
 
 bool Changed(const Rendezvous& a, const Rendezvous& b) {
   if (a.generation != b.generation || a.phase != b.phase || a.last_call_ms != b.last_call_ms ||
-      a.members.size() != b.members.size()) {
+      a.members.size() != b.members.size() || a.dropped != b.dropped) {
     return true;
   }
   for (size_t i = 0; i < a.members.size(); ++i) {
@@ -112,11 +120,38 @@ bool Changed(const Rendezvous& a, const Rendezvous& b) {
   return false;
 }
 
-bool MemberGone(const ClusterState& s, const RendezvousMember& m, TimeMs now, TimeMs ttl) {
-  auto w = s.workers.find(m.worker_id);
+bool WorkerGone(const ClusterState& s, int64_t worker_id, TimeMs now, TimeMs ttl) {
+  auto w = s.workers.find(worker_id);
   if (w == s.workers.end()) return true;
-  Result<WorkerView> v = ViewWorker(s, m.worker_id);
+  Result<WorkerView> v = ViewWorker(s, worker_id);
   return !v.ok() || !v->active || now - w->second.last_heartbeat_ms > ttl;
+}
+
+bool MemberGone(const ClusterState& s, const RendezvousMember& m, TimeMs now, TimeMs ttl) {
+  return WorkerGone(s, m.worker_id, now, ttl);
+}
+
+// While a round is open the previous generation's workers keep their tokens
+// (a grow or a failure report must not fence a survivor in the middle of a
+// save), except those gone since: they are dropped for good, which a later
+// return does not undo until a generation forms with them.
+void DropGonePrevious(const ClusterState& s, Rendezvous& r, TimeMs now, TimeMs ttl) {
+  if (r.phase != RendezvousPhase::kJoining) return;
+  for (int64_t id : r.previous) {
+    if (!Contains(r.dropped, id) && WorkerGone(s, id, now, ttl)) r.dropped.push_back(id);
+  }
+}
+
+// True when a worker of `segment_id` is in the round, the group or the
+// generation before: the rendezvous then governs that segment's fencing.
+bool SegmentTookPart(const ClusterState& s, const Rendezvous& r, int64_t segment_id) {
+  auto of_segment = [&](int64_t worker_id) {
+    auto w = s.workers.find(worker_id);
+    return w != s.workers.end() && w->second.segment_id == segment_id;
+  };
+  return std::any_of(r.members.begin(), r.members.end(),
+                     [&](const RendezvousMember& m) { return of_segment(m.worker_id); }) ||
+         std::any_of(r.previous.begin(), r.previous.end(), of_segment);
 }
 
 }  // namespace
@@ -193,9 +228,33 @@ void AdvanceRendezvous(ClusterState& s, TimeMs now, const PolicyConfig& config, 
                          [&](const RendezvousMember& m) { return MemberGone(s, m, now, ttl); }),
           r.members.end());
     }
+    DropGonePrevious(s, r, now, ttl);
     MaybeClose(r, LimitsOf(s, job_id), now, config);
     if (Changed(before, r)) changes->rendezvous.insert(job_id);
   }
+}
+
+bool RendezvousKeeps(const ClusterState& s, const Worker& w, std::string* why) {
+  auto it = s.rendezvous.find(w.job_id);
+  if (it == s.rendezvous.end()) return true;
+  const Rendezvous& r = it->second;
+  if (!SegmentTookPart(s, r, w.segment_id)) return true;
+  std::string reason;
+  if (r.phase == RendezvousPhase::kFormed) {
+    if (MemberIndex(r, w.id) >= 0) return true;
+    reason = "is not a member of rendezvous generation " + std::to_string(r.generation) +
+             " (a standby, or left out when it formed)";
+  } else if (Contains(r.previous, w.id)) {
+    if (!Contains(r.dropped, w.id)) return true;
+    reason = "was dropped from rendezvous generation " + std::to_string(r.generation - 1) +
+             " (lease expired, or it left)";
+  } else {
+    // A standby or a newcomer: it holds none of the group's state yet.
+    reason = "is not yet a member of a formed rendezvous generation (round " +
+             std::to_string(r.generation) + " is open)";
+  }
+  if (why != nullptr) *why = "worker " + std::to_string(w.id) + " " + reason;
+  return false;
 }
 
 TimeMs NextRendezvousDeadline(const ClusterState& s) {

@@ -18,6 +18,14 @@
 //     number and re-join at their next step boundary.
 //   * A worker joining a formed group that is already at max waits as a
 //     standby until a member leaves.
+//   * Fencing (RendezvousKeeps): once a worker of a segment took part in
+//     the rendezvous, only the group's workers of that segment may commit:
+//     the members of the formed generation, or, while a round is open, the
+//     members of the previous generation that were not removed since it
+//     opened. Anyone else (a standby, a newcomer waiting in an open round, a
+//     worker removed for lease expiry or for leaving, one left out of a
+//     generation that formed without it) has a stale token until it is a
+//     member of a newer formed generation.
 // Pure (no I/O; time passed in), like transitions.h.
 #ifndef STINT_TOOLS_STINTD_CORE_RENDEZVOUS_H_
 #define STINT_TOOLS_STINTD_CORE_RENDEZVOUS_H_
@@ -69,8 +77,16 @@ Result<RendezvousView> ViewRendezvous(const ClusterState& s, int64_t worker_id);
 
 // Removes members whose worker is released, fenced or silent for longer than
 // the lease TTL (opening the next round when a formed generation loses
-// one), and closes open rounds whose last call has passed. The tick calls it.
+// one), marks such workers of the previous generation as dropped while a
+// round is open, and closes open rounds whose last call has passed. The
+// tick calls it, so a lease expiry fences a token within one tick.
 void AdvanceRendezvous(ClusterState& s, TimeMs now, const PolicyConfig& config, Changes* changes);
+
+// Whether the job's rendezvous lets worker `w` commit (the fencing rule in
+// this file's comment). True when no worker of w's segment has taken part
+// in the rendezvous (the job does not use it, or not in this segment).
+// When false and `why` is not null, *why says why, for the worker's error.
+bool RendezvousKeeps(const ClusterState& s, const Worker& w, std::string* why);
 
 // The earliest last-call time of an open round (kNever when none): when
 // AdvanceRendezvous next has something to close.

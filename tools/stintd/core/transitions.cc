@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "stintd/core/rendezvous.h"
+
 namespace stint::stintd {
 namespace {
 
@@ -45,7 +47,7 @@ Result<WorkerContext> FindActiveWorker(ClusterState& s, int64_t worker_id) {
   auto seg = s.segments.find(w->second.segment_id);
   auto job = s.jobs.find(w->second.job_id);
   if (w->second.released || seg == s.segments.end() || job == s.jobs.end() ||
-      !SegmentActive(seg->second.state) || job->second.fencing_token != w->second.fencing_token) {
+      !SegmentActive(seg->second.state) || job->second.segment_id != w->second.segment_id) {
     return Status::Aborted("worker " + std::to_string(worker_id) + " is fenced: segment " +
                            std::to_string(w->second.segment_id) + " of job " +
                            std::to_string(w->second.job_id) + " is no longer active");
@@ -318,7 +320,12 @@ Result<Worker> RegisterWorker(ClusterState& s, int64_t job_id, const std::string
   w.job_id = job_id;
   w.segment_id = seg->second.id;
   w.name = name;
-  w.fencing_token = seg->second.fencing_token;
+  // One token per incarnation, from the counter segments draw theirs from:
+  // a rank dropped from the group can then be refused while the others of
+  // its segment go on committing.
+  w.fencing_token = s.next_fencing_token++;
+  j->fencing_token = w.fencing_token;
+  changes->jobs.insert(job_id);
   w.registered_ms = now;
   w.last_heartbeat_ms = now;
   seg->second.last_heartbeat_ms = std::max(seg->second.last_heartbeat_ms, now);
@@ -344,7 +351,7 @@ Result<WorkerView> ViewWorker(const ClusterState& s, int64_t worker_id) {
     v.deadline_ms = seg->second.deadline_ms;
   }
   v.active = !w->second.released && seg != s.segments.end() && SegmentActive(seg->second.state) &&
-             job != s.jobs.end() && job->second.fencing_token == w->second.fencing_token;
+             job != s.jobs.end() && job->second.segment_id == w->second.segment_id;
   return v;
 }
 
@@ -423,17 +430,56 @@ Status ReleaseWorker(ClusterState& s, int64_t worker_id, TimeMs now, Changes* ch
 }
 
 bool FencingValid(const ClusterState& s, int64_t job_id, uint64_t token, TimeMs now,
-                  TimeMs* valid_until_ms) {
+                  TimeMs* valid_until_ms, std::string* why) {
   *valid_until_ms = kNever;
+  std::string ignored;
+  if (why == nullptr) why = &ignored;
+  const std::string what =
+      "fencing token " + std::to_string(token) + " of job " + std::to_string(job_id);
   auto job = s.jobs.find(job_id);
-  if (job == s.jobs.end() || token == 0 || job->second.fencing_token != token) return false;
-  auto seg = s.segments.find(job->second.segment_id);
-  if (seg == s.segments.end() || !SegmentActive(seg->second.state)) return false;
-  if (seg->second.state == SegmentState::kNotified) {
-    if (now >= seg->second.deadline_ms) return false;
-    *valid_until_ms = seg->second.deadline_ms;
+  if (job == s.jobs.end()) {
+    *why = "job " + std::to_string(job_id) + " does not exist";
+    return false;
   }
-  return true;
+  if (token == 0) {
+    *why = "fencing token 0 is never issued";
+    return false;
+  }
+  auto seg = s.segments.find(job->second.segment_id);
+  if (seg == s.segments.end() || !SegmentActive(seg->second.state)) {
+    *why = what + ": the job has no active segment";
+    return false;
+  }
+  const Segment& sg = seg->second;
+  if (sg.state == SegmentState::kNotified && now >= sg.deadline_ms) {
+    *why = what + ": segment " + std::to_string(sg.id) + " is past its deadline";
+    return false;
+  }
+  // Only a worker of the active segment can hold a valid token, and it
+  // registered after the segment started, so its id (same counter) is
+  // larger: the scan skips every older worker.
+  bool held = false;
+  for (auto it = s.workers.upper_bound(sg.id); it != s.workers.end(); ++it) {
+    const Worker& w = it->second;
+    if (w.fencing_token != token || w.segment_id != sg.id) continue;
+    held = true;
+    if (w.released) {
+      *why = what + ": worker " + std::to_string(w.id) + " left or was released";
+      continue;
+    }
+    std::string dropped;
+    if (!RendezvousKeeps(s, w, &dropped)) {
+      *why = what + ": " + dropped;
+      continue;
+    }
+    if (sg.state == SegmentState::kNotified) *valid_until_ms = sg.deadline_ms;
+    return true;
+  }
+  if (!held) {
+    *why = what + ": no worker of the active segment " + std::to_string(sg.id) +
+           " holds it (an earlier incarnation's, or never issued)";
+  }
+  return false;
 }
 
 void AccountTime(ClusterState& s, TimeMs now, const PolicyConfig& config, Changes* changes) {

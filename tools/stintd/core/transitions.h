@@ -64,15 +64,20 @@ Status SetPriority(ClusterState& s, int64_t job_id, Priority priority, Changes* 
 // Starts, notices and losses of `plan` (made from this same state at `now`).
 void ApplyPlan(ClusterState& s, const Plan& plan, TimeMs now, Changes* changes);
 
-// A worker joins the job's running segment and gets its fencing token.
-// kFailedPrecondition when the job has no active segment.
+// A worker joins the job's running segment as a new incarnation with a
+// fencing token of its own, the next of s.next_fencing_token (so larger
+// than its segment's and every earlier token); the job's fencing_token
+// becomes it. kFailedPrecondition when the job has no active segment.
 Result<Worker> RegisterWorker(ClusterState& s, int64_t job_id, const std::string& name, TimeMs now,
                               Changes* changes);
 
 // What a worker learns from a heartbeat.
 struct WorkerView {
-  bool active = false;  // false: its segment ended or it was fenced: stop
-  uint64_t fencing_token = 0;
+  // false: it left, or its segment ended: stop. A worker dropped from the
+  // rendezvous stays active (it may re-join), but FencingValid refuses its
+  // token until a generation forms with it.
+  bool active = false;
+  uint64_t fencing_token = 0;  // the worker's own (what it got at registration)
   int64_t segment_id = 0;
   SegmentState segment_state = SegmentState::kRunning;
   NoticeReason notice_reason = NoticeReason::kNone;
@@ -104,11 +109,17 @@ Status FinishJob(ClusterState& s, int64_t worker_id, TimeMs now, Changes* change
 // A worker leaves its segment (its lease is released); the segment goes on.
 Status ReleaseWorker(ClusterState& s, int64_t worker_id, TimeMs now, Changes* changes);
 
-// True iff `token` is the job's newest fencing token, its segment is active
-// and its deadline (if noticed) has not passed: a commit may proceed.
-// `valid_until_ms` gets the segment's deadline or kNever.
+// True iff `token` belongs to a worker incarnation of the job that may
+// still commit: the worker is registered in the job's active segment and
+// not released, the segment's deadline (if noticed) has not passed, and
+// the job's rendezvous, if the segment uses it, still counts the worker in
+// its group (RendezvousKeeps in rendezvous.h). A segment's own token is no
+// worker's and never valid. `valid_until_ms` gets the segment's deadline or
+// kNever. When false and `why` is not null, *why says why.
+// Stores from before schema version 4 hold one token for all workers of a
+// segment: such a token is valid while any of its holders is.
 bool FencingValid(const ClusterState& s, int64_t job_id, uint64_t token, TimeMs now,
-                  TimeMs* valid_until_ms);
+                  TimeMs* valid_until_ms, std::string* why = nullptr);
 
 // Integrates team usage (with half-life decay), each running job's attained
 // service and the window/used GPU-second counters from

@@ -266,9 +266,10 @@ Status Coordinator::Leave(int64_t worker_id) {
   });
 }
 
-bool Coordinator::CheckFencing(int64_t job_id, uint64_t token, TimeMs* valid_until_ms) const {
+bool Coordinator::CheckFencing(int64_t job_id, uint64_t token, TimeMs* valid_until_ms,
+                               std::string* why) const {
   std::shared_lock<std::shared_mutex> lock(mu_);
-  return FencingValid(state_, job_id, token, options_.clock(), valid_until_ms);
+  return FencingValid(state_, job_id, token, options_.clock(), valid_until_ms, why);
 }
 
 Result<RendezvousView> Coordinator::JoinRendezvous(int64_t worker_id, const std::string& endpoint,

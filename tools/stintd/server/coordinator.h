@@ -85,7 +85,9 @@ class Coordinator {
   Status Ack(int64_t worker_id, int64_t step);
   Status Finish(int64_t worker_id);
   Status Leave(int64_t worker_id);
-  bool CheckFencing(int64_t job_id, uint64_t token, TimeMs* valid_until_ms) const;
+  // FencingValid (transitions.h) on the current state; `why` may be null.
+  bool CheckFencing(int64_t job_id, uint64_t token, TimeMs* valid_until_ms,
+                    std::string* why = nullptr) const;
 
   // Joins the job's rendezvous (rendezvous.h) and waits up to `wait` (at
   // most half a lease; the wait renews the lease) for a generation newer

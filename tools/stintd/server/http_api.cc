@@ -612,11 +612,12 @@ void HttpApi::InstallRoutes() {
     const int64_t token = STINT_HTTP_TRY(b.Int64("fencing_token"));
     if (token < 0) return ErrorReply(Status::InvalidArgument("fencing_token must be >= 0"));
     TimeMs until = kNever;
-    const bool valid = c->CheckFencing(job, static_cast<uint64_t>(token), &until);
-    return Reply{200,
-                 {{"valid", valid}, {"valid_until_ms", valid ? TimeJson(until) : json(nullptr)}},
-                 {},
-                 {}};
+    std::string why;
+    const bool valid = c->CheckFencing(job, static_cast<uint64_t>(token), &until, &why);
+    json answer = {{"valid", valid}, {"valid_until_ms", valid ? TimeJson(until) : json(nullptr)}};
+    // Why a token is stale, for the worker's error message (API.md).
+    if (!valid) answer["reason"] = why;
+    return Reply{200, std::move(answer), {}, {}};
   });
 
   // --- KV ---

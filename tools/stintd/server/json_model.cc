@@ -80,9 +80,13 @@ json MembersJson(const std::vector<RendezvousMember>& members) {
 }  // namespace
 
 json ToJson(const Rendezvous& r) {
-  return {{"generation", r.generation},        {"phase", RendezvousPhaseName(r.phase)},
-          {"members", MembersJson(r.members)}, {"previous", r.previous},
-          {"opened_ms", r.opened_ms},          {"last_call_ms", r.last_call_ms},
+  return {{"generation", r.generation},
+          {"phase", RendezvousPhaseName(r.phase)},
+          {"members", MembersJson(r.members)},
+          {"previous", r.previous},
+          {"dropped", r.dropped},
+          {"opened_ms", r.opened_ms},
+          {"last_call_ms", r.last_call_ms},
           {"formed_ms", r.formed_ms}};
 }
 

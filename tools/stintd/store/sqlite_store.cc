@@ -1,7 +1,7 @@
 // Store on SQLite: one file, WAL journal, synchronous=FULL, exclusive
 // locking (one stintd per file), schema version in PRAGMA user_version.
 //
-// Schema version 3 (tables are STRICT, so a value of the wrong type is
+// Schema version 4 (tables are STRICT, so a value of the wrong type is
 // refused when written, not discovered when read):
 //   pools, windows, teams, jobs, segments, workers: one row per object,
 //     one column per field of model.h, named as the field; enums as their
@@ -9,14 +9,19 @@
 //     Segment.allocs as JSON [{"window_id":W,"gpus":N},...], NaN as NULL;
 //   kv: (job_id, key) -> value BLOB, version, updated_ms;
 //   rendezvous (added in version 2): one row per job, members as JSON
-//     [{"worker_id":W,"endpoint":"h:p","rank":R},...], previous as a JSON
-//     array of worker ids;
+//     [{"worker_id":W,"endpoint":"h:p","rank":R},...], previous and
+//     dropped (version 4) as JSON arrays of worker ids;
 //   meta: the one row (id 0) of next_id, next_fencing_token and every
 //     Counters field, wait_buckets as a JSON array.
 // A change to this layout raises kSchemaVersion and migrates older files in
 // Init(): version 1 -> 2 adds the rendezvous table, 2 -> 3 the jobs column
 // service_gpu_seconds (0 for the jobs already there: their service so far
-// is unknown, and counts from the migration on).
+// is unknown, and counts from the migration on), 3 -> 4 the rendezvous
+// column dropped ('[]' for the rows already there: nobody was dropped from
+// an open round yet, as version 3 did not fence per worker).
+// Since version 4 each worker row holds a token of its own; the rows of
+// older files keep the one token their segment's workers shared (the
+// workers hold it), and FencingValid accepts it while any holder may commit.
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -44,7 +49,7 @@ using internal::SqliteStmt;
 using internal::StatusFromSqlite;
 using internal::StepDone;
 
-constexpr int64_t kSchemaVersion = 3;
+constexpr int64_t kSchemaVersion = 4;
 // STRICT tables need 3.37. Checked at run time too: the shared library
 // loaded may be older than the header compiled against.
 constexpr int kMinSqliteVersion = 3037000;
@@ -227,7 +232,8 @@ const Table kRendezvous = {"rendezvous",
                             {"previous", Type::kText},
                             {"opened_ms", Type::kInt},
                             {"last_call_ms", Type::kInt},
-                            {"formed_ms", Type::kInt}}};
+                            {"formed_ms", Type::kInt},
+                            {"dropped", Type::kText}}};
 
 const Table kMeta = {"meta",
                      {"id"},
@@ -543,12 +549,14 @@ Status MembersFromJson(const std::string& text, std::vector<RendezvousMember>* m
   return Status::OK();
 }
 
-Status IdsFromJson(const std::string& text, std::vector<int64_t>* ids) {
+Status IdsFromJson(const char* what, const std::string& text, std::vector<int64_t>* ids) {
   const nlohmann::json a = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!a.is_array()) return Status::DataLoss("rendezvous previous is not a JSON array: " + text);
+  if (!a.is_array()) {
+    return Status::DataLoss(std::string("rendezvous ") + what + " is not a JSON array: " + text);
+  }
   for (const nlohmann::json& x : a) {
     if (!x.is_number_integer() || (x.is_number_unsigned() && x.get<uint64_t>() > INT64_MAX)) {
-      return Status::DataLoss("rendezvous previous holds a non-int64: " + text);
+      return Status::DataLoss(std::string("rendezvous ") + what + " holds a non-int64: " + text);
     }
     ids->push_back(x.get<int64_t>());
   }
@@ -564,6 +572,7 @@ Status BindRow(Binder& b, const Rendezvous& r) {
   b.Int(r.opened_ms);
   b.Int(r.last_call_ms);
   b.Int(r.formed_ms);
+  b.Text(nlohmann::json(r.dropped).dump());
   return Status::OK();
 }
 
@@ -576,8 +585,10 @@ Status ReadRow(RowReader& r, Rendezvous* z) {
   z->opened_ms = r.Int();
   z->last_call_ms = r.Int();
   z->formed_ms = r.Int();
+  const std::string dropped = r.Text();
   STINT_RETURN_IF_ERROR(MembersFromJson(members, &z->members));
-  return IdsFromJson(previous, &z->previous);
+  STINT_RETURN_IF_ERROR(IdsFromJson("previous", previous, &z->previous));
+  return IdsFromJson("dropped", dropped, &z->dropped);
 }
 
 Status BindRow(Binder& b, const KvRecord& e) {
@@ -844,10 +855,18 @@ Status SqliteStore::Init() {
 
   if (version == 0) STINT_RETURN_IF_ERROR(CreateSchema());
   if (version == 1) STINT_RETURN_IF_ERROR(Migrate(kRendezvous.Create(), 2));
-  if (version <= 2 && version != 0) {
-    // Appended, as the column is last in kJobs.
+  if (version == 1 || version == 2) {
+    // Appended, as the column is last in kJobs. A version-1 file is done
+    // after this step: the rendezvous table it just got already has the
+    // version-4 column `dropped`.
+    STINT_RETURN_IF_ERROR(Migrate("ALTER TABLE jobs ADD COLUMN service_gpu_seconds REAL DEFAULT 0",
+                                  version == 1 ? 4 : 3));
+  }
+  if (version == 2 || version == 3) {
+    // Appended, as the column is last in kRendezvous; the default fills the
+    // rows already there.
     STINT_RETURN_IF_ERROR(
-        Migrate("ALTER TABLE jobs ADD COLUMN service_gpu_seconds REAL DEFAULT 0", 3));
+        Migrate("ALTER TABLE rendezvous ADD COLUMN dropped TEXT NOT NULL DEFAULT '[]'", 4));
   }
   return PrepareAll();
 }
