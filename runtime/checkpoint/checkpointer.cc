@@ -17,11 +17,13 @@
 #include "checkpoint/device_load.h"
 #include "checkpoint/in_memory_checkpoint.h"
 #include "checkpoint/persist.h"
+#include "checkpoint/rank_commit.h"
 #include "checkpoint/replica.h"
 #include "checkpoint/retention.h"
 #include "checkpoint/snapshot.h"
 #include "checkpoint/staging_pool.h"
 #include "format/manifest.h"
+#include "format/shard_layout.h"
 #include "io/io_engine.h"
 
 namespace stint {
@@ -39,6 +41,26 @@ std::shared_future<Status> ReadyFuture(Status s) {
 // does not match, an I/O error) goes straight back to the caller.
 bool IsCheckpointDamage(const Status& s) {
   return s.code() == Code::kDataLoss || s.code() == Code::kUnimplemented;
+}
+
+// Shards of one tensor must not overlap (nor, from a single rank, leave a
+// gap): refused here, at Save(), rather than found by a reader later. With
+// several ranks the committer checks the whole job's layout.
+Status CheckSnapshotLayout(const SnapshotLayout& layout, bool require_cover) {
+  std::map<std::string, TensorRecord> tensors;
+  for (const SnapshotEntry& e : layout.entries) {
+    if (e.is_blob) continue;
+    TensorRecord& t = tensors[e.name];
+    t.name = e.name;
+    t.dtype = e.dtype;
+    t.global_shape = e.global_shape;
+    t.shards.push_back(ShardRecord{e.offsets, e.extents, "this state", {}});
+  }
+  for (const auto& [name, t] : tensors) {
+    std::string problem = FindShardLayoutProblem(t, require_cover);
+    if (!problem.empty()) return Status::InvalidArgument("save: " + problem);
+  }
+  return Status::OK();
 }
 
 // The staged future of a save with device tensors: set once, by the copier's
@@ -59,6 +81,7 @@ struct StagedSignal {
 
 struct PersistJob {
   Snapshot snapshot;
+  uint64_t save_number = 0;  // this Checkpointer's count of Save() calls before this one
   std::promise<Status> durable;
   std::promise<Status> replicated;
   SaveStats stats;
@@ -92,7 +115,7 @@ class CheckpointerImpl final : public Checkpointer {
             options.keep_in_memory ? 3 : 2) {
     options_.env = env;
     options_.replica_env = replica_env_;
-    if (!options_.replica_root.empty()) {
+    if (!options_.replica_root.empty() && options_.rank == 0) {
       replicator_ = std::make_unique<Replicator>(options_, &tier1_guard_, replica_open_error);
     }
     persist_thread_ = std::thread([this] { PersistLoop(); });
@@ -111,6 +134,20 @@ class CheckpointerImpl final : public Checkpointer {
   }
 
   Result<SaveHandle> Save(uint64_t step, const State& state) override {
+    const uint64_t number = saves_started_++;
+    auto handle = StartSave(step, state, number);
+    if (options_.world_size > 1) {
+      // Every rank counts saves alike, so a save this rank cannot take part
+      // in must still be told to the others, or they wait out the deadline.
+      Status why = !handle.ok()      ? handle.status()
+                   : handle->skipped ? handle->durable.get()
+                                     : Status::OK();
+      if (!why.ok()) RankSave(options_, env_, number, step).Abandon(why);
+    }
+    return handle;
+  }
+
+  Result<SaveHandle> StartSave(uint64_t step, const State& state, uint64_t number) {
     STINT_RETURN_IF_ERROR(TakeBackgroundError());
     if (env_->FileExists(options_.root + "/" + StepDirName(step))) {
       return Status::AlreadyExists(options_.root + "/" + StepDirName(step) +
@@ -124,6 +161,7 @@ class CheckpointerImpl final : public Checkpointer {
       }
     }
     STINT_ASSIGN_OR_RETURN(SnapshotLayout layout, PlanSnapshot(state, options_.chunk_size));
+    STINT_RETURN_IF_ERROR(CheckSnapshotLayout(layout, options_.world_size == 1));
     auto t0 = Clock::now();
     auto wait = options_.busy_policy == BusyPolicy::kBlock ? options_.block_timeout
                                                            : std::chrono::milliseconds(0);
@@ -160,6 +198,7 @@ class CheckpointerImpl final : public Checkpointer {
     CopyIntoStaging(state, layout, (*buffer)->data(), &pool_, &copies);
 
     auto job = std::make_unique<PersistJob>();
+    job->save_number = number;
     job->snapshot.step = step;
     job->snapshot.layout = std::move(layout);
     job->snapshot.buffer = std::move(*buffer);
@@ -289,12 +328,23 @@ class CheckpointerImpl final : public Checkpointer {
   }
 
   Status Quarantine(uint64_t step) override {
-    char suffix[24];
-    std::snprintf(suffix, sizeof(suffix), "-%016llx",
-                  static_cast<unsigned long long>(RandomNonce()));
-    STINT_RETURN_IF_ERROR(
-        env_->RenameFile(options_.root + "/" + StepDirName(step),
-                         options_.root + "/quarantine-" + StepDirName(step) + suffix));
+    if (options_.rank != 0) return Status::OK();  // the committer moves it, once
+    const std::string dir = options_.root + "/" + StepDirName(step);
+    if (env_->FileExists(dir)) {
+      char suffix[24];
+      std::snprintf(suffix, sizeof(suffix), "-%016llx",
+                    static_cast<unsigned long long>(RandomNonce()));
+      STINT_RETURN_IF_ERROR(
+          env_->RenameFile(dir, options_.root + "/quarantine-" + StepDirName(step) + suffix));
+      STINT_RETURN_IF_ERROR(env_->SyncDir(options_.root));
+    }
+    // LATEST must not go on naming what is gone, or every later Load tries
+    // (and every later Quarantine moves) it again.
+    STINT_ASSIGN_OR_RETURN(auto latest, ReadLatest(env_, options_.root));
+    if (!latest || *latest != StepDirName(step)) return Status::OK();
+    STINT_ASSIGN_OR_RETURN(auto steps, ListCheckpointSteps(env_, options_.root));
+    if (!steps.empty()) return WriteLatest(env_, options_.root, StepDirName(steps.back()));
+    STINT_RETURN_IF_ERROR(env_->RemoveFile(options_.root + "/" + kLatestName));
     return env_->SyncDir(options_.root);
   }
 
@@ -345,10 +395,11 @@ class CheckpointerImpl final : public Checkpointer {
     if (options.verify_all) STINT_RETURN_IF_ERROR(reader->Verify().status());
     STINT_ASSIGN_OR_RETURN(auto dests, planner(*reader));
     STINT_RETURN_IF_ERROR(ReadIntoDests(*reader, dests, copier_, options_.block_timeout));
-    result->blobs.clear();
+    std::map<std::string, std::string> blobs;
     for (const auto& name : reader->blob_names()) {
-      STINT_ASSIGN_OR_RETURN(result->blobs[name], reader->ReadBlob(name));
+      STINT_ASSIGN_OR_RETURN(blobs[name], reader->ReadBlob(name));
     }
+    result->blobs = BlobsForRank(std::move(blobs), options_.rank);
     result->step = reader->step();
     result->tier = c.tier;
     result->dir = dir;
@@ -400,7 +451,7 @@ class CheckpointerImpl final : public Checkpointer {
       // Stats and the buffer are settled first, so a caller woken here sees both.
       durable.set_value(s);
       if (keep) KeepInMemory(std::move(keep));
-      if (s.ok()) {
+      if (s.ok() && options_.rank == 0) {
         // Retention runs after the commit is reported: it is not part of time-to-durable.
         Status r = ApplyRetention(env_, options_.root, options_.keep_last, options_.keep_every,
                                   &tier1_guard_);
@@ -415,9 +466,19 @@ class CheckpointerImpl final : public Checkpointer {
 
   Status PersistAndCommit(PersistJob* job) {
     const uint64_t step = job->snapshot.step;
-    const std::string tmp = options_.root + "/" + TmpDirName(step, RandomNonce());
     auto t0 = Clock::now();
-    Status s = env_->CreateDir(tmp);
+    std::string tmp;
+    Status s;
+    std::optional<RankSave> ranks;  // with several ranks
+    if (options_.world_size > 1) {
+      ranks.emplace(options_, env_, job->save_number, step);
+      auto started = ranks->Start(CommitTimeout(options_, last_persist_seconds_));
+      if (!started.ok()) return started.status();
+      tmp = *started;
+    } else {
+      tmp = options_.root + "/" + TmpDirName(step, RandomNonce());
+      s = env_->CreateDir(tmp);
+    }
     PersistedFile file;
     if (s.ok()) {
       // Registered once for the buffer's life (the pool unregisters it before
@@ -432,13 +493,21 @@ class CheckpointerImpl final : public Checkpointer {
       if (s.ok() && options_.keep_in_memory) job->file = file;
     }
     job->stats.persist_seconds = SecondsSince(t0);
+    last_persist_seconds_ = job->stats.persist_seconds;
+    job->stats.stored_bytes = file.stored_bytes;
+    job->stats.engine = engine_->name();
+    if (ranks) {
+      auto t1 = Clock::now();
+      Manifest part = s.ok() ? BuildManifest(options_, job->snapshot, file) : Manifest();
+      s = ranks->Finish(s, part, CommitTimeout(options_, job->stats.persist_seconds));
+      job->stats.commit_seconds = SecondsSince(t1);
+      return s;  // the committer removed the tmp directory unless committed
+    }
     if (s.ok()) {
       auto t1 = Clock::now();
       std::string manifest = EncodeManifest(BuildManifest(options_, job->snapshot, file));
       s = CommitCheckpoint(env_, options_.root, tmp, step, manifest, options_.commit_guard);
       job->stats.commit_seconds = SecondsSince(t1);
-      job->stats.stored_bytes = file.stored_bytes;
-      job->stats.engine = engine_->name();
     }
     if (!s.ok()) {
       // Best effort: a crash here leaves a .tmp- dir that the next Open removes.
@@ -508,6 +577,8 @@ class CheckpointerImpl final : public Checkpointer {
   Status background_error_;  // first error not yet returned by Save/Flush
   CheckpointerStats stats_;
   std::shared_ptr<InMemoryCheckpoint> tier0_;  // tier 0; a Load holds its own reference
+  uint64_t saves_started_ = 0;                 // the training thread's
+  double last_persist_seconds_ = 0;            // the persist thread's
 
   RetentionGuard tier1_guard_;              // tier-1 retention skips the step being replicated
   std::unique_ptr<Replicator> replicator_;  // tier 2; with a replica_root only
@@ -522,17 +593,20 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Open(const CheckpointOptions
     return Status::InvalidArgument("chunk_size must be a positive multiple of 4096, got " +
                                    std::to_string(options.chunk_size));
   }
-  if (options.world_size > 1) {
-    // Each rank would commit its own step directory; the cross-rank commit
-    // (rank 0 commits after every rank reported its file digest) needs the
-    // job's store, which comes with the coordinator and elastic groups.
-    return Status::Unimplemented("world_size " + std::to_string(options.world_size) +
-                                 ": multi-process commit is not available yet; save every shard "
-                                 "from one process (State may hold several shards of a tensor)");
-  }
   if (options.rank < 0 || options.world_size < 1 || options.rank >= options.world_size) {
     return Status::InvalidArgument("rank " + std::to_string(options.rank) + " is not in world of " +
                                    std::to_string(options.world_size));
+  }
+  if (options.world_size > 1 && options.commit_channel == nullptr) {
+    return Status::InvalidArgument("world_size " + std::to_string(options.world_size) +
+                                   " needs CheckpointOptions.commit_channel (the job's store) for "
+                                   "the commit across ranks");
+  }
+  if (options.world_size > 1 && options.keep_in_memory) {
+    // One rank's image is not a checkpoint of the job; tier 1/2 are.
+    return Status::InvalidArgument(
+        "keep_in_memory (tier 0) holds one process's image and is not "
+        "available with world_size > 1");
   }
   Env* env = options.env != nullptr ? options.env : Env::Default();
   Status made = env->CreateDir(options.root);
@@ -549,7 +623,9 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Open(const CheckpointOptions
   if (!env->IsDirectory(options.root)) {
     return Status::InvalidArgument(options.root + " exists and is not a directory");
   }
-  STINT_RETURN_IF_ERROR(CleanLeftovers(env, options.root));
+  // With several ranks only the committer owns the leftovers: another rank's
+  // Open must not remove the tmp directory of a save that is under way.
+  if (options.rank == 0) STINT_RETURN_IF_ERROR(CleanLeftovers(env, options.root));
   Status replica_open;
   if (!options.replica_root.empty()) {
     STINT_RETURN_IF_ERROR(CheckReplicaRoot(options.root, options.replica_root));

@@ -10,19 +10,13 @@
 #include <string>
 
 #include "stint_torch.h"
+#include "torch_guard.h"
 
 namespace stint {
 namespace {
 
-// c10d reports a Gloo timeout as "Timed out waiting ..." and a lost peer as
-// "Connection closed by peer" or a read/write error.
 Status FromException(const std::exception& e, const std::string& what) {
-  const std::string m = e.what();
-  const std::string first = m.substr(0, m.find('\n'));
-  const bool timed_out =
-      m.find("imed out") != std::string::npos || m.find("imeout") != std::string::npos;
-  return Status(timed_out ? Code::kDeadlineExceeded : Code::kUnavailable,
-                "gloo " + what + ": " + first);
+  return StatusFromC10dError(e, "gloo " + what);
 }
 
 c10d::ReduceOp ToC10d(ReduceOp op) {

@@ -40,15 +40,24 @@ Result<std::unique_ptr<ResumableTraining>> ResumableTraining::Create(
 }
 
 Result<uint64_t> ResumableTraining::Resume() {
+  // A fresh start only when no tier holds a checkpoint: a node with an empty
+  // local directory resumes from the shared tier 2.
   STINT_ASSIGN_OR_RETURN(auto committed, checkpointer_->ListCommitted());
-  if (committed.empty()) return uint64_t{0};  // a fresh start
+  if (committed.empty()) {
+    auto replicated = checkpointer_->ListReplicated();
+    if (!replicated.ok()) {
+      return replicated.status().WithContext(
+          "resume: tier 1 is empty and tier 2 cannot be listed; refusing to start from step 0");
+    }
+    if (replicated->empty()) return uint64_t{0};
+  }
   TorchStateLoader loader;
   STINT_RETURN_IF_ERROR(loader.AddModule(kModelPrefix, model_));
   STINT_RETURN_IF_ERROR(loader.AddOptimizer(kOptimizerPrefix, optimizer_));
   STINT_ASSIGN_OR_RETURN(LoadResult loaded_value, loader.Load(*checkpointer_));
   const LoadResult* loaded = &loaded_value;
   resume_skipped_ = loaded->skipped;
-  for (uint64_t damaged : loaded->skipped_steps)
+  for (uint64_t damaged : loaded->skipped_steps)  // rank 0 acts, see Quarantine
     STINT_RETURN_IF_ERROR(checkpointer_->Quarantine(damaged));
   const auto& blobs = loaded->blobs;
   auto step_blob = blobs.find(kStepBlob);
@@ -115,8 +124,10 @@ CheckpointCost ResumableTraining::Cost(uint64_t step) const {
 Status ResumableTraining::SaveNow(uint64_t step, bool wait_durable) {
   if (!(saved_any_ && step == last_saved_step_)) {
     TorchStateBuilder state;
-    STINT_RETURN_IF_ERROR(state.AddModule(kModelPrefix, model_));
-    STINT_RETURN_IF_ERROR(state.AddOptimizer(kOptimizerPrefix, optimizer_));
+    if (OwnsModelState()) {
+      STINT_RETURN_IF_ERROR(state.AddModule(kModelPrefix, model_));
+      STINT_RETURN_IF_ERROR(state.AddOptimizer(kOptimizerPrefix, optimizer_));
+    }
     STINT_RETURN_IF_ERROR(state.AddBlob(kStepBlob, std::to_string(step)));
     if (sampler_ != nullptr)
       STINT_RETURN_IF_ERROR(state.AddBlob(kSamplerBlob, sampler_->SaveState()));

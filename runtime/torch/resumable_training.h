@@ -18,6 +18,12 @@
 // user state (an LR scheduler's JSON, counters). Resume() restores all of
 // it from the newest checkpoint that verifies.
 //
+// Several ranks (data parallel: options.checkpoint.world_size > 1 with a
+// commit_channel, see stint/checkpointer.h): every rank calls the same
+// methods at the same steps; each saves its own sampler cursor, generators
+// and user state, rank 0 alone the module and optimizer (the same on every
+// rank, so written once), and every rank loads them on Resume().
+//
 // On a preemption notice (signal or Notify()), StepBoundary() takes an
 // emergency checkpoint when it fits in the remaining grace, otherwise reports
 // how many steps will be lost, and asks the loop to exit with kExitRequeue.
@@ -95,6 +101,8 @@ class ResumableTraining {
   ResumableTraining(const ResumableTrainingOptions& options, torch::nn::Module& model,
                     torch::optim::Optimizer& optimizer, ResumableSampler* sampler);
   CheckpointCost Cost(uint64_t step) const;
+  // Whether this rank writes the module and optimizer (rank 0 of a data-parallel job).
+  bool OwnsModelState() const { return options_.checkpoint.rank == 0; }
   // Reaps finished background saves into last_durable_step_.
   void ReapDurable();
 

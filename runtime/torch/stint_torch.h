@@ -58,6 +58,10 @@ c10::ScalarType TorchScalarType(DType dtype);
 // contiguous CPU tensor that this builder keeps alive. CUDA tensors are copied
 // synchronously for now; the pinned-memory, stream-ordered path comes later.
 //
+// Sharded state: AddShard() records a tensor as a box of its global shape;
+// with CheckpointOptions::world_size > 1 every rank builds its own State and
+// calls Save() (see stint/checkpointer.h).
+//
 // The State returned by state() is valid as long as the builder is.
 class TorchStateBuilder {
  public:
@@ -69,6 +73,13 @@ class TorchStateBuilder {
   // kInvalidArgument for an unsupported dtype or layout (naming the tensor),
   // kAlreadyExists for a name added before.
   Status AddTensor(const std::string& name, const torch::Tensor& tensor);
+  // One shard of a tensor sharded over ranks (FSDP, tensor parallel): `tensor`
+  // is the box at `offsets` (one per dim; its sizes are the extents) of a
+  // tensor of `global_shape`. With several ranks each saves its own boxes
+  // (together covering the tensor once; a replicated tensor from one rank
+  // only) and the commit checks they neither overlap nor leave a gap.
+  Status AddShard(const std::string& name, const torch::Tensor& tensor,
+                  std::vector<int64_t> global_shape, std::vector<int64_t> offsets);
 
   // Every parameter and buffer of `module` and its submodules, as
   // "<prefix>.<name>" ("model.fc1.weight"); `prefix` may be empty.
@@ -126,6 +137,11 @@ class TorchStateLoader {
 
   // Loads into `tensor` in place (its shape and dtype must match).
   Status AddTensor(const std::string& name, torch::Tensor tensor);
+  // Loads the box at `offsets` of a tensor of `global_shape` into `tensor`
+  // (its sizes are the box's extents), whatever the shards it was saved as:
+  // any world size, any layout.
+  Status AddShard(const std::string& name, torch::Tensor tensor, std::vector<int64_t> global_shape,
+                  std::vector<int64_t> offsets);
   Status AddModule(const std::string& prefix, torch::nn::Module& module);
   // Adam, AdamW or SGD; kUnimplemented for other optimizers.
   Status AddOptimizer(const std::string& prefix, torch::optim::Optimizer& optimizer);
@@ -146,6 +162,8 @@ class TorchStateLoader {
   struct TensorTarget {
     std::string name;
     torch::Tensor tensor;
+    std::vector<int64_t> global_shape;
+    std::vector<int64_t> offsets;  // of the box `tensor` holds
   };
   struct OptimizerTarget {
     std::string prefix;

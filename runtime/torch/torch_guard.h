@@ -28,6 +28,18 @@ auto Guard(const std::string& what, F&& body) -> decltype(body()) {
   }
 }
 
+// A c10d call's exception (a store or a process group): its message's first
+// line, kDeadlineExceeded for c10d's timeouts ("Timed out waiting ...") and
+// kUnavailable otherwise (a lost peer: "Connection closed by peer", a
+// read/write error), prefixed with `what`.
+inline Status StatusFromC10dError(const std::exception& e, const std::string& what) {
+  const std::string m = e.what();
+  const bool timed_out =
+      m.find("imed out") != std::string::npos || m.find("imeout") != std::string::npos;
+  return Status(timed_out ? Code::kDeadlineExceeded : Code::kUnavailable,
+                what + ": " + m.substr(0, m.find('\n')));
+}
+
 }  // namespace stint
 
 #endif  // STINT_TORCH_TORCH_GUARD_H_

@@ -40,6 +40,29 @@ Result<DType> CheckNewTensor(const std::string& name, const torch::Tensor& tenso
   return *dtype;
 }
 
+// A shard's box: `offsets` (one per dim, or empty with `global_shape` empty
+// too: the whole tensor) and the tensor's sizes as extents, inside `global_shape`.
+Status CheckBox(const std::string& name, const torch::Tensor& tensor,
+                const std::vector<int64_t>& global_shape, const std::vector<int64_t>& offsets) {
+  if (global_shape.empty() && offsets.empty()) return Status::OK();
+  const auto sizes = tensor.sizes();
+  if (global_shape.size() != sizes.size() || offsets.size() != sizes.size()) {
+    return Status::InvalidArgument("tensor '" + name + "': a shard of " +
+                                   std::to_string(sizes.size()) + " dims needs as many global " +
+                                   "dims and offsets (got " + std::to_string(global_shape.size()) +
+                                   " and " + std::to_string(offsets.size()) + ")");
+  }
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (offsets[d] < 0 || global_shape[d] < 0 || offsets[d] + sizes[d] > global_shape[d]) {
+      return Status::InvalidArgument(
+          "tensor '" + name + "': the shard at offset " + std::to_string(offsets[d]) + " of size " +
+          std::to_string(sizes[d]) + " leaves the global size " + std::to_string(global_shape[d]) +
+          " in dim " + std::to_string(d));
+    }
+  }
+  return Status::OK();
+}
+
 std::string Join(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
 }
@@ -295,9 +318,16 @@ c10::ScalarType TorchScalarType(DType dtype) {
 // ---- saving -----------------------------------------------------------------
 
 Status TorchStateBuilder::AddTensor(const std::string& name, const torch::Tensor& tensor) {
+  return AddShard(name, tensor, {}, {});
+}
+
+Status TorchStateBuilder::AddShard(const std::string& name, const torch::Tensor& tensor,
+                                   std::vector<int64_t> global_shape,
+                                   std::vector<int64_t> offsets) {
   return Guard("tensor '" + name + "'", [&]() -> Status {
     if (!tensor.defined()) return Status::OK();
     STINT_ASSIGN_OR_RETURN(DType dtype, CheckNewTensor(name, tensor, names_));
+    STINT_RETURN_IF_ERROR(CheckBox(name, tensor, global_shape, offsets));
 
     torch::Tensor data = tensor;
     if (!IsDirectTarget(tensor)) {
@@ -310,7 +340,13 @@ Status TorchStateBuilder::AddTensor(const std::string& name, const torch::Tensor
     TensorShard shard;
     shard.name = name;
     shard.dtype = dtype;
-    shard.global_shape = data.sizes().vec();
+    if (global_shape.empty() && offsets.empty()) {
+      shard.global_shape = data.sizes().vec();
+    } else {
+      shard.global_shape = std::move(global_shape);
+      shard.offsets = std::move(offsets);
+      shard.extents = data.sizes().vec();
+    }
     shard.data = data.numel() > 0 ? data.data_ptr() : nullptr;
     state_.tensors.push_back(std::move(shard));
     names_.insert(name);
@@ -419,10 +455,18 @@ struct TorchStateLoader::Pending {
 };
 
 Status TorchStateLoader::AddTensor(const std::string& name, torch::Tensor tensor) {
+  return AddShard(name, std::move(tensor), {}, {});
+}
+
+Status TorchStateLoader::AddShard(const std::string& name, torch::Tensor tensor,
+                                  std::vector<int64_t> global_shape, std::vector<int64_t> offsets) {
   return Guard("tensor '" + name + "'", [&]() -> Status {
     if (!tensor.defined()) return Status::OK();
     STINT_RETURN_IF_ERROR(CheckNewTensor(name, tensor, names_).status());
-    tensors_.push_back({name, std::move(tensor)});
+    STINT_RETURN_IF_ERROR(CheckBox(name, tensor, global_shape, offsets));
+    if (global_shape.empty() && offsets.empty()) global_shape = tensor.sizes().vec();
+    if (offsets.empty()) offsets.assign(global_shape.size(), 0);
+    tensors_.push_back({name, std::move(tensor), std::move(global_shape), std::move(offsets)});
     names_.insert(name);
     return Status::OK();
   });
@@ -464,11 +508,17 @@ Result<std::vector<TensorDest>> TorchStateLoader::Plan(const CheckpointReader& r
   std::vector<TensorDest> dests;
   const std::string where = reader.dir() + ": ";
 
-  auto dest_for = [&](const std::string& name, const torch::Tensor& t, DType dtype) {
+  auto dest_for = [&](const std::string& name, const torch::Tensor& t, DType dtype,
+                      const std::vector<int64_t>& global_shape = {},
+                      const std::vector<int64_t>& offsets = {}) {
     TensorDest d;
     d.name = name;
     d.dtype = dtype;
-    d.global_shape = t.sizes().vec();
+    d.global_shape = global_shape.empty() ? t.sizes().vec() : global_shape;
+    if (!offsets.empty()) {
+      d.offsets = offsets;
+      d.extents = t.sizes().vec();
+    }
     d.data = t.numel() > 0 ? t.data_ptr() : nullptr;
     dests.push_back(std::move(d));
     claimed.insert(name);
@@ -488,17 +538,17 @@ Result<std::vector<TensorDest>> TorchStateLoader::Plan(const CheckpointReader& r
                                      DTypeName(info.dtype) + " in the checkpoint, " +
                                      DTypeName(dtype) + " here");
     }
-    if (info.shape != t.sizes().vec()) {
+    if (info.shape != target.global_shape) {
       return Status::InvalidArgument(where + "tensor '" + target.name + "' has shape " +
                                      ShapeString(info.shape) + " in the checkpoint, " +
-                                     ShapeString(t.sizes()) + " here");
+                                     ShapeString(target.global_shape) + " here");
     }
     if (IsDirectTarget(t)) {
-      dest_for(target.name, t, dtype);
+      dest_for(target.name, t, dtype, target.global_shape, target.offsets);
       pending->direct.push_back(t);
     } else {
       torch::Tensor staging = torch::empty(t.sizes(), at::TensorOptions().dtype(t.scalar_type()));
-      dest_for(target.name, staging, dtype);
+      dest_for(target.name, staging, dtype, target.global_shape, target.offsets);
       pending->copies.push_back({staging, t});
     }
   }

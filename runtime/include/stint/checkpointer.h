@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "stint/checkpoint_reader.h"
+#include "stint/commit_channel.h"
 #include "stint/device_copier.h"
 #include "stint/env.h"
 #include "stint/state.h"
@@ -61,12 +62,31 @@ enum class BusyPolicy {
 };
 
 struct CheckpointOptions {
-  std::string root;                // REQUIRES: non-empty; created if missing
-  Env* env = nullptr;              // Default: Env::Default(); must outlive the Checkpointer
-  std::string job_id;              // recorded in the manifest. Default: ""
-  uint64_t fencing_token = 0;      // recorded in the manifest. Default: 0
-  int rank = 0;                    // this process's data file is rank-<rank>.stint. Default: 0
-  int world_size = 1;              // Default: 1
+  std::string root;            // REQUIRES: non-empty; created if missing
+  Env* env = nullptr;          // Default: Env::Default(); must outlive the Checkpointer
+  std::string job_id;          // recorded in the manifest. Default: ""
+  uint64_t fencing_token = 0;  // recorded in the manifest. Default: 0
+  int rank = 0;                // this process's data file is rank-<rank>.stint. Default: 0
+  int world_size = 1;          // Default: 1
+  // Several ranks (world_size > 1): every rank of the job opens a
+  // Checkpointer on the same shared `root` with its own `rank`, and calls
+  // Save() and Load() collectively (the same steps, in the same order). Each
+  // rank writes only its own shards (TensorShard offsets/extents within the
+  // global shape); rank 0 commits once every rank's part is durable, and every
+  // rank's durable future gets the same outcome (see stint/commit_channel.h).
+  // Each rank's blobs are kept apart: Load() gives a rank its own blobs, or
+  // rank 0's where it saved none (e.g. a rank that did not exist at save).
+  // REQUIRED with world_size > 1; must outlive the Checkpointer.
+  CommitChannel* commit_channel = nullptr;
+  // How long the committer waits for the other ranks' reports once its own
+  // part is durable; the other ranks wait twice as long for its decision.
+  // 0: max(60 s, 10 x this save's persist time). Default: 0
+  std::chrono::milliseconds commit_timeout{0};
+  // Multi-rank saves: asked on the committer about every rank's fencing
+  // token right before the rename; an error aborts the commit, naming the
+  // rank (CoordinatorTokenGuard: is that worker incarnation still current?).
+  // Default: none
+  std::function<Status(uint64_t fencing_token)> token_guard;
   uint64_t chunk_size = 8u << 20;  // REQUIRES: multiple of 4096. Default: 8 MiB
   bool compress = false;           // zstd per chunk, independent frames. Default: false
   int zstd_level = 1;              // Default: 1
@@ -199,13 +219,17 @@ class Checkpointer {
                 options);
   }
 
-  // Committed steps on tier 1, oldest first.
+  // Committed steps on tier 1, oldest first. (Tier 2 may hold more: see
+  // ListReplicated; Load considers every tier.)
   virtual Result<std::vector<uint64_t>> ListCommitted() = 0;
   // Committed steps on tier 2, oldest first; empty without a replica_root.
   virtual Result<std::vector<uint64_t>> ListReplicated() = 0;
-  // Moves a checkpoint that failed to load out of the way, to
+  // Moves a tier-1 checkpoint that failed to load out of the way, to
   // "quarantine-step-<step>-<nonce>" (kept for inspection, never loaded or
-  // deleted by retention), so a resumed run can save that step again.
+  // deleted by retention), so a resumed run can save that step again, and
+  // points LATEST at the newest one left if it named this step. OK when tier
+  // 1 holds no such step (e.g. it failed on tier 2, or was moved already).
+  // With several ranks only rank 0 acts; the others return OK.
   virtual Status Quarantine(uint64_t step) = 0;
   virtual CheckpointerStats stats() const = 0;
   virtual const CheckpointOptions& options() const = 0;

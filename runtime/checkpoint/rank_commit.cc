@@ -1,0 +1,379 @@
+// The multi-rank commit's messages and the committer's gather and merge.
+#include "checkpoint/rank_commit.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "base/json_fields.h"
+#include "checkpoint/commit.h"
+#include "format/shard_layout.h"
+
+namespace stint {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// A report or decision is written by another rank of the same job: malformed
+// means a bug or a foreign writer on the channel, reported as such.
+Status ChannelFieldError(const internal::JsonFieldError& e) {
+  return Status::DataLoss("malformed commit message: " + e.path() + " " +
+                          (e.detail.empty() ? "is missing or of the wrong type" : e.detail));
+}
+constexpr internal::JsonFieldPolicy kChannelFields{
+    /*null_is_absent=*/false, internal::JsonFieldPolicy::Floats::kRefuse, ChannelFieldError};
+
+json StatusJson(const Status& s) {
+  return json{{"code", static_cast<int>(s.code())}, {"message", s.message()}};
+}
+
+// The Status that `f` describes into *out; the error if `f` is malformed.
+Status StatusFromJson(const internal::JsonFields& f, Status* out) {
+  STINT_ASSIGN_OR_RETURN(int64_t code, f.Int64("code"));
+  STINT_ASSIGN_OR_RETURN(std::string message, f.String("message"));
+  if (code < 0 || code > static_cast<int64_t>(Code::kPermissionDenied)) {
+    return f.BadValue("code", "is not a status code");
+  }
+  *out = Status(static_cast<Code>(code), std::move(message));
+  return Status::OK();
+}
+
+// Sleeps before the next poll: 2 ms at first, doubling up to 100 ms, so a
+// quick commit costs little latency and a long wait little traffic. False
+// once `deadline` has passed.
+bool PauseBeforeNextPoll(Deadline deadline, std::chrono::milliseconds* pause) {
+  auto now = Clock::now();
+  if (now >= deadline) return false;
+  std::this_thread::sleep_for(std::min<Clock::duration>(*pause, deadline - now));
+  *pause = std::min(*pause * 2, std::chrono::milliseconds(100));
+  return true;
+}
+
+Result<json> ParseMessage(std::string_view bytes, std::string_view origin) {
+  json top = json::parse(bytes.begin(), bytes.end(), nullptr, /*allow_exceptions=*/false);
+  if (top.is_discarded() || !top.is_object()) {
+    return Status::DataLoss(std::string(origin) + ": commit message is not a JSON object");
+  }
+  return top;
+}
+
+}  // namespace
+
+std::string EncodeRankReport(const RankReport& report) {
+  json j{{"rank", report.rank}, {"fencing_token", report.fencing_token}, {"tmp", report.tmp}};
+  if (report.status.ok()) {
+    j["part"] = EncodeManifest(report.part);
+  } else {
+    j["error"] = StatusJson(report.status);
+  }
+  return j.dump();
+}
+
+Result<RankReport> DecodeRankReport(std::string_view bytes, std::string_view origin) {
+  STINT_ASSIGN_OR_RETURN(json top, ParseMessage(bytes, origin));
+  internal::JsonFields f(top, std::string(origin), kChannelFields);
+  RankReport r;
+  STINT_ASSIGN_OR_RETURN(int64_t rank, f.Int64("rank"));
+  r.rank = static_cast<int>(rank);
+  STINT_ASSIGN_OR_RETURN(r.fencing_token, f.Uint64("fencing_token"));
+  STINT_ASSIGN_OR_RETURN(r.tmp, f.String("tmp"));
+  STINT_ASSIGN_OR_RETURN(const json* error, f.OptionalObject("error"));
+  if (error != nullptr) {
+    STINT_RETURN_IF_ERROR(StatusFromJson(f.Child(*error, "error"), &r.status));
+    if (r.status.ok()) return f.BadValue("error", "holds no error");
+    return r;
+  }
+  STINT_ASSIGN_OR_RETURN(std::string part, f.String("part"));
+  STINT_ASSIGN_OR_RETURN(r.part, DecodeManifest(part, std::string(origin) + " part"));
+  return r;
+}
+
+std::string EncodeDecision(const Status& outcome) { return StatusJson(outcome).dump(); }
+
+Status DecodeDecision(std::string_view bytes, std::string_view origin) {
+  auto top = ParseMessage(bytes, origin);
+  if (!top.ok()) return top.status();
+  internal::JsonFields f(*top, std::string(origin), kChannelFields);
+  Status decided;
+  STINT_RETURN_IF_ERROR(StatusFromJson(f, &decided));
+  return decided;
+}
+
+std::string RankBlobName(int rank, const std::string& name) {
+  if (rank == 0) return name;
+  char prefix[24];
+  std::snprintf(prefix, sizeof(prefix), "rank-%05d/", rank);
+  return prefix + name;
+}
+
+std::map<std::string, std::string> BlobsForRank(std::map<std::string, std::string> stored,
+                                                int rank) {
+  std::map<std::string, std::string> out;
+  const std::string own = rank == 0 ? std::string() : RankBlobName(rank, "");
+  for (auto& [name, bytes] : stored) {
+    if (name.compare(0, 5, "rank-") == 0 && name.find('/') != std::string::npos) {
+      if (!own.empty() && name.compare(0, own.size(), own) == 0) {
+        out[name.substr(own.size())] = std::move(bytes);
+      }
+      continue;
+    }
+    out.emplace(name, std::move(bytes));  // a rank's own blob, set above, wins
+  }
+  return out;
+}
+
+Result<Manifest> MergeRankReports(const Manifest& header, const std::vector<RankReport>& reports) {
+  Manifest m = header;
+  m.tensors.clear();
+  m.blobs.clear();
+  m.files.clear();
+  for (const RankReport& r : reports) {
+    const std::string who = "rank " + std::to_string(r.rank);
+    for (const FileRecord& f : r.part.files) {
+      if (m.FindFile(f.name) != nullptr) {
+        return Status::InvalidArgument(who + " reports data file " + f.name +
+                                       ", which another rank reported too");
+      }
+      m.files.push_back(f);
+    }
+    for (const BlobRecord& b : r.part.blobs) {
+      m.blobs.push_back(BlobRecord{RankBlobName(r.rank, b.name), b.file, b.chunks});
+    }
+    for (const TensorRecord& t : r.part.tensors) {
+      auto it = std::find_if(m.tensors.begin(), m.tensors.end(),
+                             [&](const TensorRecord& x) { return x.name == t.name; });
+      if (it == m.tensors.end()) {
+        m.tensors.push_back(t);
+        continue;
+      }
+      if (it->dtype != t.dtype || it->global_shape != t.global_shape) {
+        return Status::InvalidArgument(
+            "tensor '" + t.name + "': " + who + " saves it as " + DTypeName(t.dtype) + " of " +
+            std::to_string(t.global_shape.size()) + " dims, another rank as " +
+            DTypeName(it->dtype) + " of " + std::to_string(it->global_shape.size()) +
+            " dims (or another global shape)");
+      }
+      it->shards.insert(it->shards.end(), t.shards.begin(), t.shards.end());
+    }
+  }
+  for (const TensorRecord& t : m.tensors) {
+    STINT_RETURN_IF_ERROR(CheckShardLayout(t, "step " + std::to_string(m.step)));
+  }
+  return m;
+}
+
+SaveKeys::SaveKeys(const std::string& prefix, uint64_t save_number, uint64_t step)
+    : base_(prefix + "/save-" + std::to_string(save_number) + "-step-" + std::to_string(step) +
+            "/") {}
+
+Result<std::optional<KeyValue>> PollKeys(CommitChannel* channel,
+                                         const std::vector<std::string>& keys, Deadline deadline) {
+  auto pause = std::chrono::milliseconds(2);
+  for (;;) {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      STINT_ASSIGN_OR_RETURN(std::optional<std::string> v, channel->Get(keys[i]));
+      if (v) return std::optional<KeyValue>(KeyValue{i, std::move(*v)});
+    }
+    if (!PauseBeforeNextPoll(deadline, &pause)) return std::optional<KeyValue>();
+  }
+}
+
+Result<std::vector<RankReport>> GatherRankReports(CommitChannel* channel, const SaveKeys& keys,
+                                                  int world_size, RankReport own,
+                                                  Deadline deadline) {
+  std::vector<std::optional<RankReport>> got(world_size);
+  const int own_rank = own.rank;
+  got[own_rank] = std::move(own);
+  int missing = world_size - 1;
+  auto pause = std::chrono::milliseconds(2);
+  for (;;) {
+    for (int r = 0; r < world_size; ++r) {
+      if (got[r]) continue;
+      const std::string key = keys.report(r);
+      STINT_ASSIGN_OR_RETURN(std::optional<std::string> v, channel->Get(key));
+      if (!v) continue;
+      STINT_ASSIGN_OR_RETURN(RankReport report, DecodeRankReport(*v, key));
+      if (!report.tmp.empty() && report.tmp != got[own_rank]->tmp) continue;  // stale
+      if (report.rank != r) {
+        return Status::DataLoss(key + ": holds the report of rank " + std::to_string(report.rank));
+      }
+      if (!report.status.ok()) {
+        return report.status.WithContext("rank " + std::to_string(r) + " failed its part");
+      }
+      got[r] = std::move(report);
+      --missing;
+    }
+    if (missing == 0) break;
+    if (!PauseBeforeNextPoll(deadline, &pause)) {
+      std::string ranks;
+      int listed = 0;
+      for (int r = 0; r < world_size; ++r) {
+        if (got[r]) continue;
+        if (listed++ == 16) {
+          ranks += ", ...";
+          break;
+        }
+        ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+      }
+      return Status::DeadlineExceeded(
+          "rank" + std::string(missing > 1 ? "s " : " ") + ranks + " did not report within the " +
+          "commit deadline (lost, killed or still writing) on " + channel->Describe());
+    }
+  }
+  std::vector<RankReport> out;
+  out.reserve(world_size);
+  for (auto& r : got) out.push_back(std::move(*r));
+  return out;
+}
+
+std::chrono::milliseconds CommitTimeout(const CheckpointOptions& options, double persist_seconds) {
+  if (options.commit_timeout.count() > 0) return options.commit_timeout;
+  auto derived = std::chrono::milliseconds(static_cast<int64_t>(persist_seconds * 10'000));
+  return std::max<std::chrono::milliseconds>(std::chrono::seconds(60), derived);
+}
+
+RankSave::RankSave(const CheckpointOptions& options, Env* env, uint64_t save_number, uint64_t step)
+    : options_(options),
+      env_(env),
+      channel_(options.commit_channel),
+      keys_("stint-ckpt" + (options.job_id.empty() ? std::string() : "/" + options.job_id),
+            save_number, step),
+      step_(step) {}
+
+void RankSave::Publish(const std::string& key, const std::string& value) {
+  // Best effort: a rank that cannot reach the channel is a rank that did not
+  // report, which the deadline covers.
+  channel_->Set(key, value).IgnoreError();
+}
+
+Result<std::string> RankSave::Start(std::chrono::milliseconds timeout) {
+  const std::string what = "step " + std::to_string(step_);
+  if (committer()) {
+    const std::string name = TmpDirName(step_, RandomNonce());
+    Status s = channel_->Delete(keys_.abort());  // one left by an earlier incarnation
+    if (s.ok()) s = env_->CreateDir(options_.root + "/" + name);
+    if (s.ok()) s = channel_->Set(keys_.tmp(), name);
+    if (!s.ok()) {
+      Abandon(s.WithContext("could not start " + what));
+      return s;
+    }
+    tmp_name_ = name;
+    return options_.root + "/" + name;
+  }
+  STINT_ASSIGN_OR_RETURN(auto found, PollKeys(channel_, {keys_.tmp(), keys_.abort()},
+                                              std::chrono::steady_clock::now() + timeout));
+  if (!found) {
+    Status s = Status::DeadlineExceeded("rank 0 (the committer) did not start " + what +
+                                        " within " + std::to_string(timeout.count()) + " ms on " +
+                                        channel_->Describe());
+    Abandon(s);
+    return s;
+  }
+  if (found->index == 1) {
+    Status aborted = DecodeDecision(found->value, keys_.abort());
+    return aborted.ok() ? Status::DataLoss(keys_.abort() + ": holds no error") : aborted;
+  }
+  const std::string& name = found->value;
+  if (ParseTmpDirStep(name) != step_ || name.find('/') != std::string::npos) {
+    return Status::DataLoss(keys_.tmp() + ": '" + name.substr(0, 64) +
+                            "' is not a tmp directory name of " + what);
+  }
+  tmp_name_ = name;
+  return options_.root + "/" + name;
+}
+
+void RankSave::Abandon(const Status& why) {
+  if (committer()) {
+    Publish(keys_.abort(), EncodeDecision(why.WithContext("rank 0 failed its part")));
+  } else {
+    Publish(keys_.report(options_.rank),
+            EncodeRankReport(RankReport{options_.rank, options_.fencing_token, "", why, {}}));
+  }
+}
+
+Status RankSave::Finish(const Status& persisted, const Manifest& part,
+                        std::chrono::milliseconds timeout) {
+  if (!committer()) {
+    Publish(keys_.report(options_.rank),
+            EncodeRankReport(
+                RankReport{options_.rank, options_.fencing_token, tmp_name_, persisted, part}));
+    // Its own error is this rank's outcome (the committer decides "aborted"
+    // for everyone else when it reads the report), unless the save was
+    // aborted already: then that is the cause (e.g. the tmp directory this
+    // rank could not write into was removed because rank 0 failed).
+    if (!persisted.ok()) {
+      auto aborted = channel_->Get(keys_.abort());
+      if (aborted.ok() && aborted->has_value()) {
+        Status cause = DecodeDecision(**aborted, keys_.abort());
+        if (!cause.ok()) return cause.WithContext(persisted.ToString() + "; the save was aborted");
+      }
+      return persisted;
+    }
+    return AwaitDecision(2 * timeout, part);
+  }
+  Status outcome = persisted.WithContext("rank 0 failed its part");
+  if (persisted.ok()) {
+    auto reports =
+        GatherRankReports(channel_, keys_, options_.world_size,
+                          RankReport{0, options_.fencing_token, tmp_name_, persisted, part},
+                          std::chrono::steady_clock::now() + timeout);
+    outcome = reports.ok() ? Commit(*reports, part) : reports.status();
+  }
+  if (!outcome.ok()) {
+    outcome = outcome.WithContext("step " + std::to_string(step_) + " not committed");
+    // A crash here: the next Open removes it.
+    RemoveRecursively(env_, options_.root + "/" + tmp_name_).IgnoreError();
+  }
+  Publish(keys_.decision(tmp_name_), EncodeDecision(outcome));
+  // A rank that has not even started (not read the tmp name) learns it too.
+  if (!outcome.ok()) Publish(keys_.abort(), EncodeDecision(outcome));
+  // The reports are read; the decision stays for ranks still polling.
+  for (int r = 0; r < options_.world_size; ++r) channel_->Delete(keys_.report(r)).IgnoreError();
+  channel_->Delete(keys_.tmp()).IgnoreError();
+  return outcome;
+}
+
+Status RankSave::Commit(const std::vector<RankReport>& reports, const Manifest& part) {
+  Manifest header = part;
+  header.world_size = options_.world_size;
+  STINT_ASSIGN_OR_RETURN(Manifest merged, MergeRankReports(header, reports));
+  auto guard = [&](uint64_t step) -> Status {
+    if (options_.token_guard) {
+      for (const RankReport& r : reports) {
+        STINT_RETURN_IF_ERROR(options_.token_guard(r.fencing_token)
+                                  .WithContext("rank " + std::to_string(r.rank) + " (token " +
+                                               std::to_string(r.fencing_token) + ")"));
+      }
+    }
+    return options_.commit_guard ? options_.commit_guard(step) : Status::OK();
+  };
+  return CommitCheckpoint(env_, options_.root, options_.root + "/" + tmp_name_, step_,
+                          EncodeManifest(merged), guard);
+}
+
+Status RankSave::AwaitDecision(std::chrono::milliseconds timeout, const Manifest& part) {
+  const std::string key = keys_.decision(tmp_name_);
+  STINT_ASSIGN_OR_RETURN(auto found,
+                         PollKeys(channel_, {key}, std::chrono::steady_clock::now() + timeout));
+  if (found) return DecodeDecision(found->value, key);
+  // The committer may have died between its rename and its decision: the
+  // committed manifest, if it lists this rank's file as written, says so.
+  const std::string dir = options_.root + "/" + StepDirName(step_);
+  auto bytes = ReadFileToString(env_, dir + "/" + kManifestName);
+  if (bytes.ok() && !part.files.empty()) {
+    auto committed = DecodeManifest(*bytes, dir);
+    const FileRecord* mine = committed.ok() ? committed->FindFile(part.files[0].name) : nullptr;
+    if (mine != nullptr && mine->digest == part.files[0].digest &&
+        mine->size == part.files[0].size) {
+      return Status::OK();
+    }
+  }
+  return Status::DeadlineExceeded(
+      "rank 0 (the committer) gave no decision on step " + std::to_string(step_) + " within " +
+      std::to_string(timeout.count()) + " ms on " + channel_->Describe() + "; not committed");
+}
+
+}  // namespace stint

@@ -1,0 +1,149 @@
+// The commit of a save that several ranks write, through a CommitChannel
+// (stint/commit_channel.h). For save number n (every rank counts its Save()
+// calls, which are collective) of step s, under "<prefix>/save-<n>-step-<s>/":
+//
+//   committer  creates .tmp-<s>-<nonce>/, publishes its name      -> tmp
+//              (or, when it cannot take part, its error            -> abort)
+//   each rank  waits for tmp (or abort), writes and fdatasyncs
+//              rank-<r>.stint there, publishes                    -> report/<r>
+//              (the tmp name, files, digests, shard boxes, fencing token;
+//              or its error)
+//   committer  gathers every report until its deadline; merges them into
+//              the manifest, checks the shard layout and every rank's
+//              token, commits (MANIFEST, rename, fsync, LATEST), publishes -> decision/<tmp>
+//   each rank  waits for the decision until its deadline: that is its
+//              durable outcome
+//
+// The tmp name carries a random nonce, so a report or decision left on a
+// reused channel by an earlier incarnation never passes for this save's:
+// stale reports are ignored and decisions are keyed by the tmp name.
+//
+// One rank's failure, or a rank that does not report in time, makes the
+// committer decide "aborted" at once, naming the rank; nothing is committed.
+// A rank that gets no decision in time fails too, unless the committed
+// manifest already lists its file with its digest (the committer died after
+// the rename).
+#ifndef STINT_RUNTIME_CHECKPOINT_RANK_COMMIT_H_
+#define STINT_RUNTIME_CHECKPOINT_RANK_COMMIT_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "format/manifest.h"
+#include "stint/checkpointer.h"
+#include "stint/commit_channel.h"
+#include "stint/status.h"
+
+namespace stint {
+
+// One rank's account of its part of a save.
+struct RankReport {
+  int rank = 0;
+  uint64_t fencing_token = 0;
+  std::string tmp;  // the tmp directory's name it wrote into; empty if it never started
+  Status status;    // OK: `part`'s files are durable in the tmp directory
+  Manifest part;    // this rank's tensors, blobs and files (blob names as given)
+};
+
+std::string EncodeRankReport(const RankReport& report);
+// `origin` (the key) prefixes every error.
+Result<RankReport> DecodeRankReport(std::string_view bytes, std::string_view origin);
+
+std::string EncodeDecision(const Status& outcome);
+Status DecodeDecision(std::string_view bytes, std::string_view origin);
+
+// The blob name under which rank `rank`'s blob `name` is stored: rank 0's
+// keep their names (so a one-rank checkpoint reads as before), the others'
+// become "rank-<rrrrr>/<name>".
+std::string RankBlobName(int rank, const std::string& name);
+// The blobs rank `rank` sees on load: every rank-0 blob, replaced by this
+// rank's own where it saved one; other ranks' blobs are left out.
+std::map<std::string, std::string> BlobsForRank(std::map<std::string, std::string> stored,
+                                                int rank);
+
+// The manifest of the whole save: `header`'s fields, every rank's tensors
+// (shards of one name merged; dtype and global shape must agree), blobs
+// (renamed with RankBlobName) and files. kInvalidArgument naming the tensor
+// and the ranks for shards that overlap, leave the shape or leave a gap.
+Result<Manifest> MergeRankReports(const Manifest& header, const std::vector<RankReport>& reports);
+
+// The keys of one save on the channel.
+class SaveKeys {
+ public:
+  SaveKeys(const std::string& prefix, uint64_t save_number, uint64_t step);
+  std::string tmp() const { return base_ + "tmp"; }
+  std::string abort() const { return base_ + "abort"; }
+  std::string report(int rank) const { return base_ + "report/" + std::to_string(rank); }
+  std::string decision(const std::string& tmp_name) const { return base_ + "decision/" + tmp_name; }
+  const std::string& base() const { return base_; }
+
+ private:
+  std::string base_;
+};
+
+using Deadline = std::chrono::steady_clock::time_point;
+
+// Polls `keys` until one exists: its index and value; nullopt once `deadline`
+// passed.
+struct KeyValue {
+  size_t index;
+  std::string value;
+};
+Result<std::optional<KeyValue>> PollKeys(CommitChannel* channel,
+                                         const std::vector<std::string>& keys, Deadline deadline);
+
+// The committer's gather: `own` and every other rank's report for the tmp
+// directory own.tmp, by rank, or the first failure (a rank's own error,
+// naming it; kDeadlineExceeded naming the ranks that did not report by
+// `deadline`). Reports of another tmp directory are stale and ignored;
+// reports are checked to come from the rank whose key they are under.
+Result<std::vector<RankReport>> GatherRankReports(CommitChannel* channel, const SaveKeys& keys,
+                                                  int world_size, RankReport own,
+                                                  Deadline deadline);
+
+// The commit deadline of one save: options.commit_timeout, or max(60 s,
+// 10 x `persist_seconds`).
+std::chrono::milliseconds CommitTimeout(const CheckpointOptions& options, double persist_seconds);
+
+// One rank's side of one multi-rank save. REQUIRES: options.world_size > 1
+// and options.commit_channel set.
+class RankSave {
+ public:
+  RankSave(const CheckpointOptions& options, Env* env, uint64_t save_number, uint64_t step);
+
+  // The tmp directory (full path) to write this rank's file into: the
+  // committer creates it and publishes its name; the others wait for it until
+  // `timeout`, or fail with the committer's early decision.
+  Result<std::string> Start(std::chrono::milliseconds timeout);
+  // Reports this rank's part (`persisted` OK: `part` lists its durable
+  // files) or its error, and returns the save's outcome: on the committer,
+  // gather + merge + commit (removing the tmp directory unless committed);
+  // on the others, the committer's decision. `timeout` as CommitTimeout.
+  Status Finish(const Status& persisted, const Manifest& part, std::chrono::milliseconds timeout);
+  // The save failed before Start() (e.g. BusyPolicy::kSkip, a bad state):
+  // tells the other ranks at once rather than letting them wait.
+  void Abandon(const Status& why);
+
+  bool committer() const { return options_.rank == 0; }
+
+ private:
+  Status Commit(const std::vector<RankReport>& reports, const Manifest& part);
+  Status AwaitDecision(std::chrono::milliseconds timeout, const Manifest& part);
+  void Publish(const std::string& key, const std::string& value);
+
+  const CheckpointOptions& options_;
+  Env* const env_;
+  CommitChannel* const channel_;
+  const SaveKeys keys_;
+  const uint64_t step_;
+  std::string tmp_name_;  // the tmp directory's name in the root; set by Start()
+};
+
+}  // namespace stint
+
+#endif  // STINT_RUNTIME_CHECKPOINT_RANK_COMMIT_H_

@@ -1,0 +1,52 @@
+// CommitChannel: how the ranks of one job agree on a checkpoint commit.
+//
+// A save with CheckpointOptions::world_size > 1 is collective: every rank
+// writes its own data file into the step's tmp directory on the shared path,
+// fdatasyncs it and publishes a report (its files, digests, shard boxes and
+// fencing token, or its error) on the channel; the committer (rank 0) writes
+// the manifest only once every rank reported success, renames, syncs and
+// moves LATEST, then publishes its decision, which becomes every rank's
+// durable outcome. Nobody waits without a deadline (commit_timeout).
+//
+// The channel is a small key-value store the job already has. Implementations:
+//   stint::C10dCommitChannel  (stint_torch.h)  the c10d Store of the job's
+//                              process group: TCPStore, FileStore, PrefixStore
+//   stint::CoordinatorCommitChannel (coordinator_commit_channel.h)  the job's
+//                              KV store in stintd
+// and, in Python, any torch.distributed Store.
+//
+// Keys are unique per save of one job incarnation. A channel whose keys
+// outlive the job (a FileStore reused across launches, the coordinator's KV
+// across segments) must be given a prefix unique to the incarnation, e.g. the
+// segment id or the rendezvous generation.
+//
+// Thread-safe: the Checkpointer calls it from its persist thread and from the
+// thread that calls Load().
+#ifndef STINT_INCLUDE_STINT_COMMIT_CHANNEL_H_
+#define STINT_INCLUDE_STINT_COMMIT_CHANNEL_H_
+
+#include <optional>
+#include <string>
+
+#include "stint/status.h"
+
+namespace stint {
+
+class CommitChannel {
+ public:
+  virtual ~CommitChannel() = default;
+
+  // Publishes `value` under `key`, replacing any value there.
+  virtual Status Set(const std::string& key, const std::string& value) = 0;
+  // The value under `key`; nullopt when there is none (yet). Never blocks
+  // for long: the caller polls, with its own deadline.
+  virtual Result<std::optional<std::string>> Get(const std::string& key) = 0;
+  // Removes `key`; OK when it does not exist.
+  virtual Status Delete(const std::string& key) = 0;
+  // For error messages, e.g. "c10d TCPStore" or "stintd KV of job 7".
+  virtual std::string Describe() const = 0;
+};
+
+}  // namespace stint
+
+#endif  // STINT_INCLUDE_STINT_COMMIT_CHANNEL_H_

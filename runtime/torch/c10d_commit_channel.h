@@ -1,0 +1,42 @@
+// C10dCommitChannel: the commit channel of a multi-rank save (see
+// stint/commit_channel.h) over a c10d Store, the key-value store every
+// torch.distributed job already has: the TCPStore torchrun or
+// init_process_group made, a FileStore on a shared path, or a PrefixStore
+// over either.
+//
+//   auto store = c10::make_intrusive<c10d::TCPStore>(host, opts);
+//   stint::C10dCommitChannel channel(store);
+//   options.rank = rank; options.world_size = world; options.commit_channel = &channel;
+//
+// Store exceptions become Status (kUnavailable; kDeadlineExceeded for the
+// store's own timeouts). Thread-safe as the store is (c10d stores are).
+#ifndef STINT_TORCH_C10D_COMMIT_CHANNEL_H_
+#define STINT_TORCH_C10D_COMMIT_CHANNEL_H_
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <string>
+
+#include "stint/commit_channel.h"
+
+namespace stint {
+
+class C10dCommitChannel final : public CommitChannel {
+ public:
+  // `description` names the store in errors. Default: "c10d store".
+  explicit C10dCommitChannel(c10::intrusive_ptr<c10d::Store> store,
+                             std::string description = "c10d store");
+
+  Status Set(const std::string& key, const std::string& value) override;
+  Result<std::optional<std::string>> Get(const std::string& key) override;
+  Status Delete(const std::string& key) override;
+  std::string Describe() const override { return description_; }
+
+ private:
+  c10::intrusive_ptr<c10d::Store> store_;
+  const std::string description_;
+};
+
+}  // namespace stint
+
+#endif  // STINT_TORCH_C10D_COMMIT_CHANNEL_H_

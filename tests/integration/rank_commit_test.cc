@@ -1,0 +1,204 @@
+// The commit across ranks with real processes (rank_saver) that agree
+// through a real c10d TCPStore served by this test: every rank's part or
+// nothing, the same outcome on every rank, a lost rank named within the
+// deadline, SIGKILL at many points of a save, ENOSPC and fsync failures on
+// one rank, loads at other world sizes.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "checkpoint/commit.h"
+#include "stint/checkpoint_reader.h"
+#include "util/status_matchers.h"
+#include "util/subprocess.h"
+#include "util/temp_dir.h"
+
+namespace stint {
+namespace {
+
+struct RankRun {
+  int exit_code = -1;  // -1: killed by a signal
+  std::string output;
+  double seconds = 0;
+  bool ok() const { return exit_code == 0; }
+};
+
+class RankCommitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    c10d::TCPStoreOptions so;
+    so.port = 0;
+    so.isServer = true;
+    so.waitWorkers = false;
+    store_ = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+  }
+
+  // Runs `world` ranks to completion (each bounded: a hung rank fails the test).
+  std::vector<RankRun> Run(const std::string& mode, int world, uint64_t step,
+                           const std::map<int, std::string>& faults = {}, int64_t timeout_ms = 0) {
+    std::vector<std::unique_ptr<ChildProcess>> children;
+    auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < world; ++r) {
+      auto fault = faults.find(r);
+      children.push_back(std::make_unique<ChildProcess>(
+          STINT_RANK_SAVER,
+          std::vector<std::string>{mode, dir_.path(), std::to_string(store_->getPort()),
+                                   std::to_string(r), std::to_string(world), std::to_string(step),
+                                   fault == faults.end() ? "none" : fault->second,
+                                   std::to_string(timeout_ms)}));
+    }
+    std::vector<RankRun> runs(world);
+    for (int r = 0; r < world; ++r) {
+      bool killed = false;
+      // Far above any deadline involved: the bound only turns a hang into a failure.
+      int status = children[r]->WaitAtMost(180, &killed);
+      EXPECT_FALSE(killed) << "rank " << r << " hung:\n" << children[r]->output();
+      runs[r].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      runs[r].output = children[r]->output();
+      runs[r].seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    return runs;
+  }
+
+  std::vector<uint64_t> Committed() {
+    return ListCheckpointSteps(Env::Default(), dir_.path()).value();
+  }
+  std::string Latest() {
+    auto latest = ReadLatest(Env::Default(), dir_.path());
+    return latest.ok() && latest->has_value() ? **latest : std::string();
+  }
+  void ExpectVerifies(uint64_t step) {
+    auto reader = CheckpointReader::Open(dir_.path() + "/" + StepDirName(step));
+    ASSERT_OK(reader.status());
+    ASSERT_OK((*reader)->Verify().status());
+  }
+
+  TempDir dir_;
+  c10::intrusive_ptr<c10d::TCPStore> store_;
+};
+
+std::string All(const std::vector<RankRun>& runs) {
+  std::string out;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    out += "--- rank " + std::to_string(r) + " exit " + std::to_string(runs[r].exit_code) + "\n" +
+           runs[r].output;
+  }
+  return out;
+}
+
+TEST_F(RankCommitTest, EveryRankCommitsOneCheckpointThatLoadsAtOtherWorldSizes) {
+  auto runs = Run("save", 3, 10);
+  for (const auto& r : runs) ASSERT_TRUE(r.ok()) << All(runs);
+  EXPECT_EQ(Committed(), std::vector<uint64_t>{10});
+  EXPECT_EQ(Latest(), StepDirName(10));
+  ExpectVerifies(10);
+  auto reader = CheckpointReader::Open(dir_.path() + "/" + StepDirName(10));
+  ASSERT_OK(reader.status());
+  EXPECT_EQ((*reader)->world_size(), 3);
+  for (const auto& t : (*reader)->tensors()) {
+    // "w" from every rank; "bias" (replicated) written once.
+    EXPECT_EQ(t.shards, t.name == "w" ? 3u : 1u) << t.name;
+  }
+  for (int world : {2, 1, 4}) {
+    auto loads = Run("load", world, 0);
+    for (int r = 0; r < world; ++r) {
+      ASSERT_TRUE(loads[r].ok()) << All(loads);
+      // A rank's own blob where it saved one, else rank 0's.
+      const std::string who = r < 3 ? "rank " + std::to_string(r) : "rank 0";
+      EXPECT_NE(loads[r].output.find("loaded 10 who=" + who), std::string::npos) << All(loads);
+    }
+  }
+  // The next save by a job of another size commits beside it.
+  runs = Run("save", 2, 11);
+  for (const auto& r : runs) ASSERT_TRUE(r.ok()) << All(runs);
+  EXPECT_EQ(Committed(), (std::vector<uint64_t>{10, 11}));
+}
+
+TEST_F(RankCommitTest, EnospcOnOneRankFailsEveryRankAndCommitsNothing) {
+  ASSERT_TRUE(Run("save", 3, 1)[0].ok());
+  auto runs = Run("save", 3, 2, {{1, "enospc"}});
+  for (const auto& r : runs) EXPECT_EQ(r.exit_code, 3) << All(runs);
+  EXPECT_NE(runs[0].output.find("rank 1"), std::string::npos) << All(runs);
+  EXPECT_NE(runs[2].output.find("rank 1"), std::string::npos) << All(runs);
+  EXPECT_NE(runs[1].output.find("o space"), std::string::npos) << All(runs);
+  EXPECT_EQ(Committed(), std::vector<uint64_t>{1});
+  EXPECT_EQ(Latest(), StepDirName(1));
+  ExpectVerifies(1);
+}
+
+TEST_F(RankCommitTest, FsyncFailureOnOneRankFailsEveryRankAndCommitsNothing) {
+  ASSERT_TRUE(Run("save", 2, 1)[0].ok());
+  auto runs = Run("save", 2, 2, {{1, "fsync"}});
+  for (const auto& r : runs) EXPECT_EQ(r.exit_code, 3) << All(runs);
+  EXPECT_NE(runs[0].output.find("rank 1"), std::string::npos) << All(runs);
+  EXPECT_EQ(Committed(), std::vector<uint64_t>{1});
+  EXPECT_EQ(Latest(), StepDirName(1));
+}
+
+TEST_F(RankCommitTest, FailureOfTheCommitterFailsEveryRank) {
+  auto runs = Run("save", 3, 5, {{0, "enospc"}});
+  for (const auto& r : runs) EXPECT_EQ(r.exit_code, 3) << All(runs);
+  EXPECT_NE(runs[1].output.find("rank 0 failed its part"), std::string::npos) << All(runs);
+  EXPECT_TRUE(Committed().empty());
+  EXPECT_EQ(Latest(), "");
+}
+
+// SIGKILL one rank at its N-th file-system or channel operation, for many
+// (rank, N): the survivors agree (all durable and the step committed, or all
+// failed, within the deadline, naming the lost rank, and nothing committed);
+// the newest committed checkpoint always verifies.
+TEST_F(RankCommitTest, SigkillOfOneRankAtManyPointsOfASave) {
+  constexpr int kWorld = 3;
+  constexpr int64_t kTimeoutMs = 1500;
+  ASSERT_TRUE(Run("save", kWorld, 1)[0].ok());
+  uint64_t step = 1;
+  int killed_cases = 0, committed_cases = 0;
+  for (int c = 0; c < 24; ++c) {
+    const int victim = c % kWorld;
+    const uint64_t at = 1 + (c * 5) % 17;
+    ++step;
+    const std::string before = Latest();
+    auto runs = Run("save", kWorld, step, {{victim, "kill@" + std::to_string(at)}}, kTimeoutMs);
+    SCOPED_TRACE("case " + std::to_string(c) + ": rank " + std::to_string(victim) +
+                 " killed at op " + std::to_string(at) + "\n" + All(runs));
+    const bool died = runs[victim].exit_code == -1;
+    killed_cases += died;
+    bool all_ok = true, all_failed = true;
+    for (int r = 0; r < kWorld; ++r) {
+      if (r == victim && died) continue;
+      all_ok &= runs[r].ok();
+      all_failed &= runs[r].exit_code == 3;
+    }
+    ASSERT_TRUE(all_ok || all_failed) << "survivors disagree";
+    auto committed = Committed();
+    const bool has_step = !committed.empty() && committed.back() == step;
+    if (all_ok) {
+      ASSERT_TRUE(has_step);
+      ++committed_cases;
+    } else {
+      ASSERT_FALSE(has_step);
+      EXPECT_EQ(Latest(), before);
+      // A lost rank is named: the committer names the rank that did not
+      // report; the others name the committer when it is the one lost.
+      const std::string named = victim == 0 ? "rank 0" : "rank " + std::to_string(victim);
+      for (int r = 0; r < kWorld; ++r) {
+        if (r == victim) continue;
+        EXPECT_NE(runs[r].output.find(named), std::string::npos) << "rank " << r;
+      }
+    }
+    ExpectVerifies(committed.back());
+  }
+  // The points must really have stopped ranks mid-save, in both outcomes' ways.
+  EXPECT_GE(killed_cases, 20);
+  EXPECT_LT(committed_cases, 24);
+}
+
+}  // namespace
+}  // namespace stint
