@@ -74,6 +74,16 @@ py::list TensorInfos(const CheckpointReader& reader) {
     d["dtype"] = std::string(DTypeName(t.dtype));
     d["shape"] = py::tuple(py::cast(t.shape));
     d["shards"] = t.shards;
+    py::list boxes;
+    for (const ShardInfo& s : t.shard_boxes) {
+      py::dict b;
+      b["offsets"] = py::tuple(py::cast(s.offsets));
+      b["extents"] = py::tuple(py::cast(s.extents));
+      b["file"] = s.file;
+      b["raw_bytes"] = s.raw_bytes;
+      boxes.append(std::move(b));
+    }
+    d["shard_boxes"] = std::move(boxes);
     d["raw_bytes"] = t.raw_bytes;
     out.append(std::move(d));
   }
@@ -118,6 +128,72 @@ py::dict TensorDict(std::vector<std::pair<std::string, at::Tensor>> tensors) {
   return d;
 }
 
+// ---- The commit channel over a torch.distributed Store ------------------------
+
+// A CommitChannel over any Python object with the c10d Store methods set,
+// get, check and delete_key (TCPStore, FileStore, PrefixStore, HashStore,
+// the default group's store). Called from the persist thread: it takes the
+// GIL for each call, and the Store's own methods release it while they wait.
+class PyStoreChannel final : public CommitChannel {
+ public:
+  explicit PyStoreChannel(py::object store)
+      : store_(std::move(store)), description_(py::str(py::type::of(store_).attr("__name__"))) {}
+  ~PyStoreChannel() override {
+    py::gil_scoped_acquire gil;
+    store_ = py::object();
+  }
+
+  Status Set(const std::string& key, const std::string& value) override {
+    return Call("set " + key, [&] { store_.attr("set")(key, py::bytes(value)); });
+  }
+  Result<std::optional<std::string>> Get(const std::string& key) override {
+    std::optional<std::string> out;
+    Status s = Call("get " + key, [&] {
+      // check() never blocks; get() would wait for the store's whole timeout.
+      py::list keys;
+      keys.append(key);
+      if (store_.attr("check")(keys).cast<bool>()) {
+        out = store_.attr("get")(key).cast<std::string>();
+      }
+    });
+    if (!s.ok()) return s;
+    return out;
+  }
+  Status Delete(const std::string& key) override {
+    return Call("delete " + key, [&] { store_.attr("delete_key")(key); });
+  }
+  std::string Describe() const override { return "torch.distributed " + description_; }
+
+ private:
+  template <typename F>
+  Status Call(const std::string& what, F&& body) {
+    if (!Py_IsInitialized() || PythonIsFinalizing()) {
+      return Status::Unavailable(Describe() + ": " + what + ": the interpreter is shutting down");
+    }
+    py::gil_scoped_acquire gil;
+    try {
+      body();
+      return Status::OK();
+    } catch (py::error_already_set& e) {
+      const bool timed_out = e.matches(PyExc_TimeoutError);
+      return Status(timed_out ? Code::kDeadlineExceeded : Code::kUnavailable,
+                    Describe() + ": " + what + ": " + e.what());
+    } catch (const std::exception& e) {
+      return Status::Unavailable(Describe() + ": " + what + ": " + e.what());
+    }
+  }
+  static bool PythonIsFinalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing();
+#else
+    return _Py_IsFinalizing();
+#endif
+  }
+
+  py::object store_;
+  const std::string description_;
+};
+
 // ---- Checkpointer ------------------------------------------------------------
 
 struct PySaveHandle {
@@ -149,6 +225,17 @@ py::dict StatsDict(const CheckpointerStats& s) {
   return d;
 }
 
+// A shard's place in its tensor: (global shape, offsets); its extents are the
+// tensor's sizes.
+using Box = std::pair<std::vector<int64_t>, std::vector<int64_t>>;
+
+// One in-place destination a load planner returned.
+struct InPlaceTarget {
+  std::string name;
+  at::Tensor tensor;
+  std::optional<Box> box;  // none: the whole tensor
+};
+
 // What a load planner call prepared; replaced by every call (the runtime
 // falls back to older checkpoints and plans each).
 struct LoadPlan {
@@ -162,11 +249,16 @@ struct LoadPlan {
 // threads would interleave).
 class PyCheckpointer {
  public:
-  explicit PyCheckpointer(std::unique_ptr<Checkpointer> ckpt) : ckpt_(std::move(ckpt)) {}
-  // Finishes queued saves (the Checkpointer's destructor). The GIL stays held:
-  // the persist thread never needs it, and releasing it during interpreter
-  // shutdown is not safe.
-  ~PyCheckpointer() = default;
+  PyCheckpointer(std::unique_ptr<Checkpointer> ckpt, std::unique_ptr<PyStoreChannel> channel)
+      : channel_(std::move(channel)), ckpt_(std::move(ckpt)) {}
+  // Finishes queued saves (the Checkpointer's destructor). Without a store
+  // the GIL stays held: the persist thread never needs it, and releasing it
+  // during interpreter shutdown is not safe. With one, the persist thread
+  // takes the GIL to reach the store, so it is released (the channel refuses
+  // calls once the interpreter is finalizing).
+  ~PyCheckpointer() {
+    if (channel_ != nullptr && ckpt_ != nullptr) Close();
+  }
 
   Checkpointer& get() const {
     if (ckpt_ == nullptr) ThrowStatus(Status::FailedPrecondition("the checkpointer is closed"));
@@ -177,16 +269,19 @@ class PyCheckpointer {
     std::unique_ptr<Checkpointer> c = std::move(ckpt_);
     pending_.clear();
     py::gil_scoped_release nogil;
-    c.reset();  // waits for pending saves
+    c.reset();  // waits for pending saves; before channel_, which they use
   }
   bool closed() const { return ckpt_ == nullptr; }
 
   PySaveHandle Save(uint64_t step, const std::vector<std::string>& names,
-                    const std::vector<at::Tensor>& tensors, const py::dict& blobs) {
+                    const std::vector<at::Tensor>& tensors, const py::dict& blobs,
+                    const std::optional<std::vector<std::optional<Box>>>& boxes) {
     Checkpointer& ckpt = get();
-    if (names.size() != tensors.size()) {
-      ThrowStatus(Status::InvalidArgument("save: " + std::to_string(names.size()) + " names for " +
-                                          std::to_string(tensors.size()) + " tensors"));
+    if (names.size() != tensors.size() || (boxes && boxes->size() != tensors.size())) {
+      ThrowStatus(
+          Status::InvalidArgument("save: " + std::to_string(names.size()) + " names and " +
+                                  (boxes ? std::to_string(boxes->size()) : std::string("no")) +
+                                  " boxes for " + std::to_string(tensors.size()) + " tensors"));
     }
     std::vector<std::pair<std::string, std::string>> blob_bytes;
     for (auto item : blobs) {
@@ -197,8 +292,12 @@ class PyCheckpointer {
       py::gil_scoped_release nogil;
       TorchStateBuilder builder;  // borrows from `tensors`; must outlive Save()
       Status s;
-      for (size_t i = 0; i < names.size() && s.ok(); ++i)
-        s = builder.AddTensor(names[i], tensors[i]);
+      for (size_t i = 0; i < names.size() && s.ok(); ++i) {
+        const std::optional<Box>* box = boxes ? &(*boxes)[i] : nullptr;
+        s = box != nullptr && box->has_value()
+                ? builder.AddShard(names[i], tensors[i], (*box)->first, (*box)->second)
+                : builder.AddTensor(names[i], tensors[i]);
+      }
       for (auto& [name, bytes] : blob_bytes) {
         if (!s.ok()) break;
         s = builder.AddBlob(name, std::move(bytes));
@@ -263,23 +362,37 @@ class PyCheckpointer {
         return Status::Cancelled("the load planner raised a Python exception");
       }
       view.cast<PyReader&>().Invalidate();
-      std::vector<std::pair<std::string, at::Tensor>> in_place;
+      std::vector<InPlaceTarget> in_place;
       std::vector<std::string> fresh_names;
       try {
-        auto parsed = out.cast<
-            std::pair<std::vector<std::pair<std::string, at::Tensor>>, std::vector<std::string>>>();
-        in_place = std::move(parsed.first);
+        auto parsed = out.cast<std::pair<py::list, std::vector<std::string>>>();
+        for (const auto& item : parsed.first) {
+          auto t = item.cast<py::tuple>();
+          if (t.size() != 2 && t.size() != 4) throw py::cast_error();
+          InPlaceTarget target{t[0].cast<std::string>(), t[1].cast<at::Tensor>(), std::nullopt};
+          if (t.size() == 4) {
+            target.box.emplace(t[2].cast<std::vector<int64_t>>(),
+                               t[3].cast<std::vector<int64_t>>());
+          }
+          in_place.push_back(std::move(target));
+        }
         fresh_names = std::move(parsed.second);
       } catch (const py::cast_error&) {
         return Status::InvalidArgument(
-            "the load planner must return ([(name, tensor), ...], [name, ...])");
+            "the load planner must return ([(name, tensor) or (name, tensor, global_shape, "
+            "offsets), ...], [name, ...])");
       }
       py::gil_scoped_release nogil;
       plan.loader = std::make_unique<TorchStateLoader>();
-      for (auto& [name, t] : in_place) STINT_RETURN_IF_ERROR(plan.loader->AddTensor(name, t));
+      for (auto& target : in_place) {
+        STINT_RETURN_IF_ERROR(target.box
+                                  ? plan.loader->AddShard(target.name, target.tensor,
+                                                          target.box->first, target.box->second)
+                                  : plan.loader->AddTensor(target.name, target.tensor));
+      }
       STINT_ASSIGN_OR_RETURN(std::vector<TensorDest> dests, plan.loader->Planner()(reader));
       std::set<std::string> targets;
-      for (auto& [name, t] : in_place) targets.insert(name);
+      for (auto& target : in_place) targets.insert(target.name);
       for (const auto& name : fresh_names) {
         if (targets.count(name) != 0) {
           return Status::InvalidArgument("tensor '" + name +
@@ -345,6 +458,7 @@ class PyCheckpointer {
     pending_ = std::move(left);
   }
 
+  std::unique_ptr<PyStoreChannel> channel_;  // outlives ckpt_ (declared first)
   std::unique_ptr<Checkpointer> ckpt_;
   std::vector<std::shared_future<Status>> pending_;  // durable futures not seen done
 };
@@ -353,8 +467,18 @@ std::unique_ptr<PyCheckpointer> OpenCheckpointer(
     const std::string& root, const std::string& job_id, uint64_t fencing_token, uint64_t chunk_size,
     bool compress, int zstd_level, size_t staging_bytes, const std::string& busy_policy,
     double block_timeout, int keep_last, uint64_t keep_every, const std::string& io_engine,
-    bool direct_io, unsigned io_queue_depth, unsigned io_size, unsigned threads) {
+    bool direct_io, unsigned io_queue_depth, unsigned io_size, unsigned threads, int rank,
+    int world_size, const py::object& store, double commit_timeout) {
   CheckpointOptions o;
+  o.rank = rank;
+  o.world_size = world_size;
+  std::unique_ptr<PyStoreChannel> channel;
+  if (!store.is_none()) {
+    channel = std::make_unique<PyStoreChannel>(store);
+    o.commit_channel = channel.get();
+  }
+  if (commit_timeout < 0) ThrowStatus(Status::InvalidArgument("commit_timeout must be >= 0"));
+  o.commit_timeout = Millis(commit_timeout);
   o.root = root;
   o.job_id = job_id;
   o.fencing_token = fencing_token;
@@ -385,7 +509,7 @@ std::unique_ptr<PyCheckpointer> OpenCheckpointer(
     py::gil_scoped_release nogil;
     opened.emplace(Checkpointer::Open(o));
   }
-  return std::make_unique<PyCheckpointer>(ValueOrThrow(std::move(*opened)));
+  return std::make_unique<PyCheckpointer>(ValueOrThrow(std::move(*opened)), std::move(channel));
 }
 
 }  // namespace
@@ -421,15 +545,19 @@ void BindCheckpointer(py::module_& m) {
            py::arg("busy_policy") = "block", py::arg("block_timeout") = 600.0,
            py::arg("keep_last") = 3, py::arg("keep_every") = 0, py::arg("io_engine") = "auto",
            py::arg("direct_io") = true, py::arg("io_queue_depth") = 32,
-           py::arg("io_size") = 4u << 20, py::arg("threads") = 0)
+           py::arg("io_size") = 4u << 20, py::arg("threads") = 0, py::arg("rank") = 0,
+           py::arg("world_size") = 1, py::arg("store") = py::none(),
+           py::arg("commit_timeout") = 0.0)
       .def("save", &PyCheckpointer::Save, py::arg("step"), py::arg("names"), py::arg("tensors"),
-           py::arg("blobs"),
+           py::arg("blobs"), py::arg("boxes") = py::none(),
            "Snapshots the tensors and blobs (GIL released) and returns a SaveHandle; the data "
-           "is persisted and committed in the background.")
+           "is persisted and committed in the background. boxes: per tensor None (the whole "
+           "tensor) or (global_shape, offsets) of the shard it holds.")
       .def("load", &PyCheckpointer::Load, py::arg("planner"), py::arg("step") = py::none(),
            py::arg("verify_all") = false,
            "Loads the newest checkpoint that verifies (or `step`). planner(reader) returns "
-           "([(name, tensor to fill in place)], [names to read into new tensors]).")
+           "([(name, tensor to fill in place) or (name, tensor, global_shape, offsets) for a "
+           "shard], [names to read into new tensors]).")
       .def("flush", &PyCheckpointer::Flush, py::arg("timeout") = 600.0,
            "Waits until every save is durable or failed; raises the first background error.")
       .def("list_committed", &PyCheckpointer::ListCommitted)

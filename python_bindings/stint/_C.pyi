@@ -1,7 +1,7 @@
 # Type stubs for stint._C, the pybind11 module (python_bindings/*.cc), written
 # by hand from the bindings: keep them in step with the .def() calls there.
 # The public API is the `stint` package; these describe what it calls.
-from typing import Any, Callable, ClassVar, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, ClassVar, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -151,7 +151,9 @@ class CheckpointReader:
     def verify(self) -> Dict[str, int]: ...  # {'files', 'chunks', 'stored_bytes'}
 
 # planner(reader) -> ([(name, tensor filled in place), ...], [names read into new tensors])
-_LoadPlanner = Callable[[CheckpointReader], Tuple[List[Tuple[str, torch.Tensor]], List[str]]]
+# In place: (name, tensor) for a whole tensor, (name, tensor, global_shape, offsets) for a shard.
+_InPlace = Union[Tuple[str, torch.Tensor], Tuple[str, torch.Tensor, Sequence[int], Sequence[int]]]
+_LoadPlanner = Callable[[CheckpointReader], Tuple[List[_InPlace], List[str]]]
 
 class Checkpointer:
     def __init__(self, root: str, *, job_id: str = "", fencing_token: int = 0,
@@ -159,9 +161,13 @@ class Checkpointer:
                  staging_bytes: int = 0, busy_policy: str = "block", block_timeout: float = 600.0,
                  keep_last: int = 3, keep_every: int = 0, io_engine: str = "auto",
                  direct_io: bool = True, io_queue_depth: int = 32, io_size: int = 4194304,
-                 threads: int = 0) -> None: ...
+                 threads: int = 0, rank: int = 0, world_size: int = 1,
+                 store: Optional[Any] = None, commit_timeout: float = 0.0) -> None: ...
+    # boxes: per tensor None (the whole tensor) or (global_shape, offsets) of the shard it holds.
     def save(self, step: int, names: List[str], tensors: List[torch.Tensor],
-             blobs: Dict[str, bytes]) -> SaveHandle: ...
+             blobs: Dict[str, bytes],
+             boxes: Optional[List[Optional[Tuple[Sequence[int], Sequence[int]]]]] = None
+             ) -> SaveHandle: ...
     # {'step', 'dir', 'blobs': {name: bytes}, 'tensors': {name: new tensor}, 'skipped', 'skipped_steps'}
     def load(self, planner: _LoadPlanner, step: Optional[int] = None,
              verify_all: bool = False) -> Dict[str, Any]: ...
