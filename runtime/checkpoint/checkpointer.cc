@@ -258,6 +258,31 @@ class CheckpointerImpl final : public Checkpointer {
   }
 
   Result<LoadResult> Load(const DestPlanner& planner, const LoadOptions& options) override {
+    if (options_.world_size == 1) return LoadNewest(planner, options);
+    // Every rank must resume from the same step: a rank whose newest step
+    // does not load (damage it alone read) or is missing takes the others
+    // back to the oldest step every rank loaded.
+    const uint64_t number = loads_started_++;
+    auto t0 = Clock::now();
+    Result<LoadResult> loaded = LoadNewest(planner, options);
+    STINT_ASSIGN_OR_RETURN(
+        uint64_t agreed,
+        AgreeOnLoadedStep(options_, number, loaded.status(), loaded.ok() ? loaded->step : 0,
+                          CommitTimeout(options_, SecondsSince(t0))));
+    if (agreed == loaded->step) return loaded;
+    LoadOptions again = options;
+    again.step = agreed;
+    auto older = LoadNewest(planner, again);
+    if (!older.ok()) {
+      return older.status().WithContext("step " + std::to_string(agreed) +
+                                        ", the newest step every rank loaded");
+    }
+    older->skipped.insert(older->skipped.begin(), loaded->skipped.begin(), loaded->skipped.end());
+    older->skipped.push_back(StepDirName(loaded->step) + ": another rank could not load it");
+    return older;
+  }
+
+  Result<LoadResult> LoadNewest(const DestPlanner& planner, const LoadOptions& options) {
     const bool tiered = options_.keep_in_memory || !options_.replica_root.empty();
     std::vector<Candidate> candidates;
     LoadResult result;
@@ -578,6 +603,7 @@ class CheckpointerImpl final : public Checkpointer {
   CheckpointerStats stats_;
   std::shared_ptr<InMemoryCheckpoint> tier0_;  // tier 0; a Load holds its own reference
   uint64_t saves_started_ = 0;                 // the training thread's
+  uint64_t loads_started_ = 0;                 // the training thread's
   double last_persist_seconds_ = 0;            // the persist thread's
 
   RetentionGuard tier1_guard_;              // tier-1 retention skips the step being replicated

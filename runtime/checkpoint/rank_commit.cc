@@ -229,6 +229,43 @@ Result<std::vector<RankReport>> GatherRankReports(CommitChannel* channel, const 
   return out;
 }
 
+std::string ChannelPrefix(const CheckpointOptions& options) {
+  return "stint-ckpt" + (options.job_id.empty() ? std::string() : "/" + options.job_id);
+}
+
+Result<uint64_t> AgreeOnLoadedStep(const CheckpointOptions& options, uint64_t load_number,
+                                   const Status& loaded, uint64_t step,
+                                   std::chrono::milliseconds timeout) {
+  CommitChannel* channel = options.commit_channel;
+  const std::string base = ChannelPrefix(options) + "/load-" + std::to_string(load_number) + "/";
+  auto key = [&](int rank) { return base + std::to_string(rank); };
+  json mine = loaded.ok() ? json{{"step", step}} : json{{"error", StatusJson(loaded)}};
+  STINT_RETURN_IF_ERROR(channel->Set(key(options.rank), mine.dump()));
+  const Deadline deadline = Clock::now() + timeout;
+  uint64_t oldest = step;
+  for (int r = 0; r < options.world_size; ++r) {
+    if (r == options.rank) continue;
+    STINT_ASSIGN_OR_RETURN(auto found, PollKeys(channel, {key(r)}, deadline));
+    if (!found) {
+      return Status::DeadlineExceeded("rank " + std::to_string(r) + " did not say which step it " +
+                                      "loaded within " + std::to_string(timeout.count()) +
+                                      " ms on " + channel->Describe());
+    }
+    STINT_ASSIGN_OR_RETURN(json theirs, ParseMessage(found->value, key(r)));
+    internal::JsonFields f(theirs, key(r), kChannelFields);
+    STINT_ASSIGN_OR_RETURN(const json* error, f.OptionalObject("error"));
+    if (error != nullptr) {
+      Status why;
+      STINT_RETURN_IF_ERROR(StatusFromJson(f.Child(*error, "error"), &why));
+      return why.WithContext("rank " + std::to_string(r) + " could not load");
+    }
+    STINT_ASSIGN_OR_RETURN(uint64_t s, f.Uint64("step"));
+    oldest = std::min(oldest, s);
+  }
+  if (!loaded.ok()) return loaded;
+  return oldest;
+}
+
 std::chrono::milliseconds CommitTimeout(const CheckpointOptions& options, double persist_seconds) {
   if (options.commit_timeout.count() > 0) return options.commit_timeout;
   auto derived = std::chrono::milliseconds(static_cast<int64_t>(persist_seconds * 10'000));
@@ -239,8 +276,7 @@ RankSave::RankSave(const CheckpointOptions& options, Env* env, uint64_t save_num
     : options_(options),
       env_(env),
       channel_(options.commit_channel),
-      keys_("stint-ckpt" + (options.job_id.empty() ? std::string() : "/" + options.job_id),
-            save_number, step),
+      keys_(ChannelPrefix(options), save_number, step),
       step_(step) {}
 
 void RankSave::Publish(const std::string& key, const std::string& value) {

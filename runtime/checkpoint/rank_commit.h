@@ -110,6 +110,19 @@ Result<std::vector<RankReport>> GatherRankReports(CommitChannel* channel, const 
 // 10 x `persist_seconds`).
 std::chrono::milliseconds CommitTimeout(const CheckpointOptions& options, double persist_seconds);
 
+// The prefix of every key a Checkpointer of `options` puts on its channel.
+std::string ChannelPrefix(const CheckpointOptions& options);
+
+// A multi-rank load (load number `load_number` of every rank) must end on one
+// step everywhere: each rank publishes the step it loaded (or why it could
+// not) and learns the others'. Returns the oldest step every rank loaded
+// (the caller loads that one again if it is ahead), or the error of the
+// first rank that could not load, naming it; kDeadlineExceeded naming the
+// ranks that did not answer within `timeout`.
+Result<uint64_t> AgreeOnLoadedStep(const CheckpointOptions& options, uint64_t load_number,
+                                   const Status& loaded, uint64_t step,
+                                   std::chrono::milliseconds timeout);
+
 // One rank's side of one multi-rank save. REQUIRES: options.world_size > 1
 // and options.commit_channel set.
 class RankSave {

@@ -15,6 +15,7 @@
 
 #include "checkpoint/commit.h"
 #include "stint/checkpointer.h"
+#include "stint/coordinator_commit_channel.h"
 #include "stint/coordinator_client.h"
 #include "stint/preemption.h"
 #include "util/status_matchers.h"
@@ -207,6 +208,68 @@ TEST_F(CoordClientTest, FencingGuardsARealCommitAndRefusesOnceTheSegmentEnded) {
   ASSERT_OK(latest);
   EXPECT_EQ(*latest, StepDirName(1));
   EXPECT_TRUE(IsFenced((*client)->Heartbeat(2).status()));
+}
+
+// Two ranks of one job commit through the job's KV in stintd; once rank 1's
+// worker incarnation is gone (it left), its report's token is stale and the
+// commit is refused on both ranks, naming it.
+TEST_F(CoordClientTest, RanksCommitThroughTheJobKvAndAStaleRankCannot) {
+  const int64_t job = RunningJob();
+  std::unique_ptr<CoordinatorClient> clients[2];
+  WorkerRegistration regs[2];
+  for (int r = 0; r < 2; ++r) {
+    auto client = CoordinatorClient::Create(WorkerOptions(job));
+    ASSERT_OK(client);
+    auto reg = (*client)->Register();
+    ASSERT_OK(reg);
+    clients[r] = std::move(*client);
+    regs[r] = *reg;
+  }
+  EXPECT_NE(regs[0].fencing_token, regs[1].fencing_token);
+  std::unique_ptr<CoordinatorCommitChannel> channels[2];
+  std::unique_ptr<Checkpointer> ckpts[2];
+  std::vector<float> rows(2 * 1024, 1.0f);
+  for (int r = 0; r < 2; ++r) {
+    channels[r] = std::make_unique<CoordinatorCommitChannel>(
+        clients[r].get(), "seg-" + std::to_string(regs[r].segment_id));
+    CheckpointOptions co;
+    co.root = dir_.Sub("ckpt");
+    co.job_id = std::to_string(job);
+    co.rank = r;
+    co.world_size = 2;
+    co.commit_channel = channels[r].get();
+    co.commit_timeout = std::chrono::seconds(30);
+    co.fencing_token = regs[r].fencing_token;
+    co.token_guard = CoordinatorTokenGuard(clients[0].get());
+    co.io_engine = "posix";
+    auto ckpt = Checkpointer::Open(co);
+    ASSERT_OK(ckpt);
+    ckpts[r] = std::move(*ckpt);
+  }
+  auto save = [&](uint64_t step) {
+    std::vector<Status> out;
+    std::vector<SaveHandle> handles;
+    for (int r = 0; r < 2; ++r) {
+      State state;
+      state.tensors.push_back(
+          {"w", DType::kFloat32, {4, 1024}, {2 * r, 0}, {2, 1024}, rows.data()});
+      auto h = ckpts[r]->Save(step, state);
+      EXPECT_OK(h);
+      if (h.ok()) handles.push_back(*h);
+    }
+    for (auto& h : handles) out.push_back(h.durable.get());
+    return out;
+  };
+  for (const Status& s : save(1)) ASSERT_OK(s);
+  EXPECT_TRUE(Env::Default()->FileExists(dir_.Sub("ckpt") + "/" + StepDirName(1)));
+
+  ASSERT_OK(clients[1]->Leave());  // rank 1's incarnation ends; its process goes on as a zombie
+  for (const Status& s : save(2)) {
+    EXPECT_TRUE(IsFenced(s)) << s.ToString();
+    EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s.ToString();
+  }
+  EXPECT_FALSE(Env::Default()->FileExists(dir_.Sub("ckpt") + "/" + StepDirName(2)));
+  EXPECT_EQ(*ReadLatest(Env::Default(), dir_.Sub("ckpt")), StepDirName(1));
 }
 
 TEST_F(CoordClientTest, ACallRidesOutAStintdRestart) {

@@ -121,6 +121,27 @@ TEST_F(RankCommitTest, EveryRankCommitsOneCheckpointThatLoadsAtOtherWorldSizes) 
   EXPECT_EQ(Committed(), (std::vector<uint64_t>{10, 11}));
 }
 
+// A rank that alone reads a damaged chunk of the newest checkpoint takes
+// every rank back to the newest step all of them load: no mixed resume.
+TEST_F(RankCommitTest, RanksLoadTheSameStepWhenOnlyOneSeesDamage) {
+  for (uint64_t step : {1, 2}) {
+    auto runs = Run("save", 2, step);
+    for (const auto& r : runs) ASSERT_TRUE(r.ok()) << All(runs);
+  }
+  // Rank 1's rows of "w" are the first chunk of rank-00001.stint; rank 0 does
+  // not read that file at all at world size 2.
+  const std::string file = dir_.path() + "/" + StepDirName(2) + "/" + RankFileName(1);
+  auto bytes = ReadFileToString(Env::Default(), file);
+  ASSERT_OK(bytes.status());
+  (*bytes)[8] ^= 0x20;
+  ASSERT_OK(WriteStringToFileSync(Env::Default(), file, *bytes));
+  auto loads = Run("load", 2, 0);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(loads[r].ok()) << All(loads);
+    EXPECT_NE(loads[r].output.find("loaded 1 "), std::string::npos) << All(loads);
+  }
+}
+
 TEST_F(RankCommitTest, EnospcOnOneRankFailsEveryRankAndCommitsNothing) {
   ASSERT_TRUE(Run("save", 3, 1)[0].ok());
   auto runs = Run("save", 3, 2, {{1, "enospc"}});
