@@ -16,14 +16,21 @@
 #include <torch/optim/sgd.h>
 #include <torch/utils.h>
 
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
 #include <memory>
 #include <sstream>
 #include <string>
+#include <functional>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
 #include "stint/checkpoint_reader.h"
 #include "stint/checkpointer.h"
+#include "stint/env.h"
+#include "c10d_commit_channel.h"
+#include "resumable_training.h"
 #include "util/status_matchers.h"
 #include "util/temp_dir.h"
 
@@ -586,6 +593,183 @@ TEST(TorchRng, CaptureRestoreEveryGenerator) {
   bad["cpu"] = "too short";
   EXPECT_EQ(RestoreTorchRng(bad).code(), Code::kInvalidArgument);
   EXPECT_EQ(RestoreTorchRng({}).code(), Code::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace stint
+
+namespace stint {
+namespace {
+
+// Two ranks (threads here; rank_commit_test runs processes) save the row
+// halves of one parameter with AddShard through a real c10d store; one
+// process then loads any box of it, or all of it.
+TEST_F(TorchStateTest, ShardsFromTwoRanksLoadIntoAnyBox) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  C10dCommitChannel channel(store, "c10d HashStore");
+  torch::Tensor full = torch::arange(24, torch::kFloat32).reshape({4, 6});
+  std::unique_ptr<Checkpointer> ranks[2];
+  std::vector<std::thread> threads;
+  Status durable[2];
+  for (int r = 0; r < 2; ++r) {
+    CheckpointOptions o;
+    o.root = dir_.Sub("ckpt");
+    o.rank = r;
+    o.world_size = 2;
+    o.commit_channel = &channel;
+    auto ckpt = Checkpointer::Open(o);
+    ASSERT_OK(ckpt);
+    ranks[r] = std::move(*ckpt);
+  }
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      TorchStateBuilder b;
+      Status s = b.AddShard("w", full.slice(0, 2 * r, 2 * r + 2), {4, 6}, {2 * r, 0});
+      if (s.ok()) {
+        auto h = ranks[r]->Save(1, b.state());
+        s = h.ok() ? h->durable.get() : h.status();
+      }
+      durable[r] = s;
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_OK(durable[0]);
+  ASSERT_OK(durable[1]);
+
+  auto one = Open();  // world size 1 reads what two ranks wrote
+  ASSERT_NE(one, nullptr);
+  torch::Tensor box = torch::zeros({3, 4}), whole = torch::zeros({4, 6});
+  TorchStateLoader loader;
+  ASSERT_OK(loader.AddShard("w", box, {4, 6}, {1, 2}));
+  ASSERT_OK(loader.Load(*one).status());
+  EXPECT_TRUE(torch::equal(box, full.slice(0, 1, 4).slice(1, 2, 6)));
+  TorchStateLoader whole_loader;
+  ASSERT_OK(whole_loader.AddTensor("w", whole));
+  ASSERT_OK(whole_loader.Load(*one).status());
+  EXPECT_TRUE(torch::equal(whole, full));
+
+  // A box that leaves the shape is refused before anything is read.
+  TorchStateLoader bad;
+  EXPECT_EQ(bad.AddShard("w", torch::zeros({2, 6}), {4, 6}, {3, 0}).code(), Code::kInvalidArgument);
+}
+
+ResumableTrainingOptions RunOptions(const std::string& root, const std::string& replica) {
+  ResumableTrainingOptions o;
+  o.checkpoint.root = root;
+  o.checkpoint.replica_root = replica;
+  o.checkpoint.chunk_size = 4096;
+  o.save_every = 0;
+  o.watch_signals = false;
+  return o;
+}
+
+// A node whose local directory is empty resumes from tier 2, not from step 0.
+TEST_F(TorchStateTest, ResumesFromTier2WhenTheLocalDirectoryIsEmpty) {
+  Data data = MakeData();
+  nn::Sequential model = MakeMlp(5);
+  optim::SGD opt(model->parameters(), optim::SGDOptions(0.05).momentum(0.9));
+  Train(model, opt, data, 3);
+  {
+    auto run = ResumableTraining::Create(RunOptions(dir_.Sub("node-a"), dir_.Sub("shared")), *model,
+                                         opt, nullptr);
+    ASSERT_OK(run);
+    ASSERT_OK((*run)->Finish(3));
+    ASSERT_OK((*run)->checkpointer().FlushReplication());
+  }
+  nn::Sequential fresh = MakeMlp(6);
+  optim::SGD fresh_opt(fresh->parameters(), optim::SGDOptions(0.5));
+  auto run = ResumableTraining::Create(RunOptions(dir_.Sub("node-b"), dir_.Sub("shared")), *fresh,
+                                       fresh_opt, nullptr);
+  ASSERT_OK(run);
+  auto step = (*run)->Resume();
+  ASSERT_OK(step);
+  EXPECT_EQ(*step, 3u);
+  ExpectSameModule(model, fresh);
+}
+
+// A damaged newest checkpoint is quarantined by the first resume; a second
+// resume (a second restart) loads the same older one again, skipping nothing.
+TEST_F(TorchStateTest, ASecondResumeAfterAQuarantineWorks) {
+  Data data = MakeData();
+  nn::Sequential model = MakeMlp(5);
+  optim::SGD opt(model->parameters(), optim::SGDOptions(0.05));
+  const std::string root = dir_.Sub("run");
+  {
+    auto run = ResumableTraining::Create(RunOptions(root, ""), *model, opt, nullptr);
+    ASSERT_OK(run);
+    ASSERT_OK((*run)->SaveNow(1, true));
+    Train(model, opt, data, 1);
+    ASSERT_OK((*run)->Finish(2));
+  }
+  const std::string file = root + "/step-00000002/rank-00000.stint";
+  auto bytes = ReadFileToString(Env::Default(), file);
+  ASSERT_OK(bytes.status());
+  (*bytes)[10] ^= 0x10;
+  ASSERT_OK(WriteStringToFileSync(Env::Default(), file, *bytes));
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto run = ResumableTraining::Create(RunOptions(root, ""), *model, opt, nullptr);
+    ASSERT_OK(run);
+    auto step = (*run)->Resume();
+    ASSERT_OK(step) << "resume " << attempt;
+    EXPECT_EQ(*step, 1u);
+    EXPECT_EQ((*run)->resume_skipped().size(), attempt == 0 ? 1u : 0u);
+  }
+}
+
+}  // namespace
+}  // namespace stint
+
+namespace stint {
+namespace {
+
+// Data parallel under ResumableTraining with a channel: every rank saves (its
+// own user state; rank 0 alone the module and optimizer) and resumes the same
+// step, with the module on every rank and each rank's own user state back.
+TEST_F(TorchStateTest, ResumableTrainingSavesAndResumesOnEveryRank) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  C10dCommitChannel channel(store, "c10d HashStore");
+  Data data = MakeData();
+  nn::Sequential model = MakeMlp(5);
+  optim::AdamW opt(model->parameters(), optim::AdamWOptions(0.01));
+  Train(model, opt, data, 2);
+  auto options = [&](int rank) {
+    ResumableTrainingOptions o = RunOptions(dir_.Sub("dp"), "");
+    o.checkpoint.rank = rank;
+    o.checkpoint.world_size = 2;
+    o.checkpoint.commit_channel = &channel;
+    return o;
+  };
+  auto on_both_ranks = [](const std::function<void(int)>& body) {
+    std::thread other(body, 1);
+    body(0);
+    other.join();
+  };
+  on_both_ranks([&](int rank) {
+    auto run = ResumableTraining::Create(options(rank), *model, opt, nullptr);
+    ASSERT_OK(run);
+    (*run)->SetUserState("who", "rank " + std::to_string(rank));
+    ASSERT_OK((*run)->Finish(2));
+  });
+  auto reader = CheckpointReader::Open(dir_.Sub("dp") + "/step-00000002");
+  ASSERT_OK(reader.status());
+  for (const auto& t : (*reader)->tensors()) EXPECT_EQ(t.shards, 1u) << t.name;  // written once
+
+  nn::Sequential fresh[2] = {MakeMlp(6), MakeMlp(7)};
+  std::vector<std::unique_ptr<optim::AdamW>> fresh_opt;
+  for (auto& m : fresh) fresh_opt.push_back(std::make_unique<optim::AdamW>(m->parameters()));
+  std::string who[2];
+  on_both_ranks([&](int rank) {
+    auto run = ResumableTraining::Create(options(rank), *fresh[rank], *fresh_opt[rank], nullptr);
+    ASSERT_OK(run);
+    auto step = (*run)->Resume();
+    ASSERT_OK(step);
+    EXPECT_EQ(*step, 2u);
+    who[rank] = (*run)->UserState("who").value_or("");
+  });
+  ExpectSameModule(model, fresh[0]);
+  ExpectSameModule(model, fresh[1]);
+  EXPECT_EQ(who[0], "rank 0");
+  EXPECT_EQ(who[1], "rank 1");
 }
 
 }  // namespace
