@@ -29,6 +29,7 @@ from typing import Any, Dict, Iterable, List, Literal, Optional, Tuple, Union
 import torch
 
 from . import _C
+from . import distributed
 from . import pytree
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -85,13 +86,27 @@ class Checkpointer:
                  staging_bytes: int = 0, busy_policy: str = "block", block_timeout: float = 600.0,
                  io_engine: str = "auto", direct_io: bool = True, io_queue_depth: int = 32,
                  io_size: int = 4 << 20, threads: int = 0, job_id: str = "",
-                 fencing_token: int = 0) -> None:
+                 fencing_token: int = 0, process_group: Any = None,
+                 collective: Optional[bool] = None, commit_timeout: float = 0.0) -> None:
+        if collective is None:
+            collective = process_group is not None or distributed.available()
+        elif not collective and process_group is not None:
+            raise _C.InvalidArgumentError("process_group= was given with collective=False")
+        self._group: Optional[distributed.Group] = (
+            distributed.Group.resolve(process_group) if collective else None)
+        rank, world_size, store = 0, 1, None
+        if self._group is not None:
+            rank, world_size = self._group.rank, self._group.world_size
+            if world_size > 1:
+                store = self._group.store
+        self._rank = rank
         self._c = _C.Checkpointer(
             os.fspath(root), keep_last=keep_last, keep_every=keep_every, compress=compress,
             zstd_level=zstd_level, chunk_size=chunk_size, staging_bytes=staging_bytes,
             busy_policy=busy_policy, block_timeout=block_timeout, io_engine=io_engine,
             direct_io=direct_io, io_queue_depth=io_queue_depth, io_size=io_size, threads=threads,
-            job_id=job_id, fencing_token=fencing_token)
+            job_id=job_id, fencing_token=fencing_token, rank=rank, world_size=world_size,
+            store=store, commit_timeout=commit_timeout)
 
     # -- saving ---------------------------------------------------------------
 
@@ -102,9 +117,11 @@ class Checkpointer:
         already; a background failure of an earlier save is raised here once.
         """
         _check_step(step)
-        flat = pytree.flatten(state)
+        flat = pytree.flatten(state, self._rank)
         blobs = flat.blobs
         blobs[pytree.STRUCTURE_BLOB] = flat.structure
+        if flat.sharded():
+            return self._c.save(step, flat.names, flat.tensors, blobs, flat.boxes)
         return self._c.save(step, flat.names, flat.tensors, blobs)
 
     def flush(self, timeout: float = 600.0) -> None:
@@ -137,17 +154,57 @@ class Checkpointer:
         """load(), returning a LoadResult (step, state, dir, skipped, skipped_steps)."""
         if step is not None:
             _check_step(step)
-        plans: Dict[str, Any] = {}
+        if self._group is None or self._group.world_size == 1:
+            return self._load_one(into, step, verify, map_location, strict)
+        # Collective: every rank loads, then all agree on the outcome, so no
+        # rank trains on while another raised, and all hold the same step.
+        group = self._group
+        result: Optional[LoadResult] = None
+        error: Optional[BaseException] = None
+        for attempt in range(2):
+            try:
+                result = self._load_one(into, step, verify, map_location, strict)
+                error = None
+                mine: Any = ("ok", result.step)
+            except Exception as e:  # reported to every rank, re-raised below
+                error = e
+                mine = ("error", type(e).__name__, str(e))
+            outcomes = distributed.gather(group, mine)
+            failed = distributed.first_error(outcomes)
+            if failed is not None:
+                if error is not None:
+                    raise error
+                raise distributed.error_from(*failed)
+            steps = {o[1] for o in outcomes}
+            if len(steps) == 1:
+                break
+            # Ranks saw different newest checkpoints (one was committed or
+            # skipped as damaged meanwhile): all load the oldest of them.
+            step = min(steps)
+        else:
+            raise _C.AbortedError("%s: the ranks loaded different steps %s twice in a row"
+                                  % (self.root, sorted(steps)))
+        assert result is not None
+        return result
 
-        def planner(reader: _C.CheckpointReader) -> Tuple[List[Tuple[str, torch.Tensor]], List[str]]:
+    def _load_one(self, into: Any, step: Optional[int], verify: bool,
+                  map_location: Optional[Device], strict: bool) -> LoadResult:
+        plans: Dict[str, Any] = {}
+        structure_blob = pytree.STRUCTURE_BLOB
+        if self._rank != 0:
+            structure_blob = "rank-%05d/%s" % (self._rank, pytree.STRUCTURE_BLOB)
+
+        def planner(reader: _C.CheckpointReader) -> Tuple[List[pytree.InPlace], List[str]]:
             where = reader.dir
             plans.clear()
-            if pytree.STRUCTURE_BLOB not in reader.blob_names():
+            blob_names = reader.blob_names()
+            if pytree.STRUCTURE_BLOB not in blob_names:
                 # Not written from Python (e.g. by the C++ API): a flat {name: tensor}.
                 names = [t["name"] for t in reader.tensors()]
                 targets = into if isinstance(into, dict) else {}
-                in_place = [(n, targets[n]) for n in names if n in targets and _is_tensor(targets[n])]
-                taken = {n for n, _ in in_place}
+                taken = {n for n in names if n in targets and _is_tensor(targets[n])}
+                in_place = [item for item in (pytree.in_place_item(n, targets[n]) for n in names
+                                              if n in taken) if item is not None]
                 if strict and isinstance(into, dict):
                     missing = [k for k, v in into.items() if _is_tensor(v) and k not in names]
                     if missing:
@@ -155,16 +212,18 @@ class Checkpointer:
                             where, ", ".join("'%s'" % m for m in missing[:5])))
                 plans.update(root=None, in_place=taken, where=where)
                 return in_place, [n for n in names if n not in taken]
-            root = pytree.parse_structure(reader.read_blob(pytree.STRUCTURE_BLOB), where)
+            # A rank's own structure (its own non-tensor leaves), else rank 0's.
+            own = structure_blob if structure_blob in blob_names else pytree.STRUCTURE_BLOB
+            root = pytree.parse_structure(reader.read_blob(own), where)
+            targets: Dict[str, torch.Tensor] = {}
             if into is None:
                 tensor_names = pytree.tensor_names(root)
                 if tensor_names is None:
                     raise _C.DataLossError("%s: malformed state structure" % where)
                 in_place, fresh = [], tensor_names
             else:
-                in_place, fresh = pytree.plan_in_place(root, into, strict, where)
-            plans.update(root=root, in_place={n for n, _ in in_place}, where=where,
-                         targets=dict(in_place))
+                in_place, fresh = pytree.plan_in_place(root, into, strict, where, targets)
+            plans.update(root=root, in_place=set(targets), where=where, targets=targets)
             return in_place, fresh
 
         r = self._c.load(planner, step, verify)

@@ -26,6 +26,7 @@ except ImportError:  # pragma: no cover - numpy is installed with torch in pract
     _np = None  # type: ignore[assignment]
 
 from . import _C
+from . import distributed
 
 Node = Any  # a structure node: a JSON value (see FORMAT.md)
 Path = List[Any]  # the keys and indices from the root to a value
@@ -39,20 +40,29 @@ _MISSING = object()
 
 
 class Flat:
-    """What flatten() produces: the arguments of _C.Checkpointer.save()."""
+    """What flatten() produces: the arguments of _C.Checkpointer.save().
 
-    __slots__ = ("names", "tensors", "blobs", "structure")
+    boxes is parallel to tensors: None for a whole tensor, (global_shape,
+    offsets) for a DTensor's local shard. Only the tensors this rank writes
+    are listed; the structure names every tensor of the state."""
+
+    __slots__ = ("names", "tensors", "blobs", "structure", "boxes")
 
     names: List[str]
     tensors: List[torch.Tensor]
     blobs: Dict[str, bytes]
     structure: bytes
+    boxes: List[Optional[Tuple[List[int], List[int]]]]
 
     def __init__(self) -> None:
         self.names = []
         self.tensors = []
         self.blobs = {}
         self.structure = b""
+        self.boxes = []
+
+    def sharded(self) -> bool:
+        return any(b is not None for b in self.boxes)
 
 
 def _path_str(path: Path) -> str:
@@ -73,12 +83,14 @@ def _component(key: Any) -> str:
 
 
 class _Flattener:
-    def __init__(self) -> None:
+    def __init__(self, rank: int) -> None:
+        self.rank = rank  # plain tensors are written by rank 0 only
         self.flat = Flat()
         self.tensor_names: Set[str] = set()
         self.blob_names: Set[str] = {STRUCTURE_BLOB}
         # (storage, offset, shape, stride, dtype, device) -> name
         self.by_view: Dict[Tuple[Any, ...], str] = {}
+        self.by_id: Dict[int, str] = {}  # id(DTensor) -> name
 
     @staticmethod
     def _unique(name: str, used: Set[str]) -> str:
@@ -111,10 +123,24 @@ class _Flattener:
         if key is not None and key in self.by_view:
             return self.by_view[key]
         name = self._unique(self._name(path), self.tensor_names)
-        self.flat.names.append(name)
-        self.flat.tensors.append(t)
+        if self.rank == 0:
+            self.flat.names.append(name)
+            self.flat.tensors.append(t)
+            self.flat.boxes.append(None)
         if key is not None:
             self.by_view[key] = name
+        return name
+
+    def dtensor(self, dt: Any, path: Path) -> str:
+        if id(dt) in self.by_id:
+            return self.by_id[id(dt)]
+        name = self._unique(self._name(path), self.tensor_names)
+        box = distributed.dtensor_box(dt, "%s (%s)" % (_path_str(path), name))
+        if box is not None and distributed.writes(dt):
+            self.flat.names.append(name)
+            self.flat.tensors.append(distributed.local_tensor(dt))
+            self.flat.boxes.append(box)
+        self.by_id[id(dt)] = name
         return name
 
     def key(self, k: Any, path: Path) -> Node:
@@ -140,9 +166,18 @@ class _Flattener:
                 raise TypeError("%s: cannot checkpoint an object of type %s, a subclass of %s: it "
                                 "would load as a plain %s" % (_path_str(path), type(x).__qualname__,
                                                               base.__name__, base.__name__))
+        if distributed.is_dtensor(x):
+            name = self.dtensor(x, path)
+            meta: Any = {"dtensor": distributed.dtensor_meta(x)}
+            local = distributed.local_tensor(x)
+            if local.device.type != "cpu":
+                meta["device"] = str(local.device)
+            if x.requires_grad:
+                meta["grad"] = True
+            return ["tensor", name, meta]
         if isinstance(x, torch.Tensor):
             name = self.tensor(x, path)
-            meta: Any = {}
+            meta = {}
             if x.device.type != "cpu":
                 meta["device"] = str(x.device)
             if x.requires_grad:
@@ -178,9 +213,12 @@ class _Flattener:
                         "use its state_dict())" % (_path_str(path), type(x).__qualname__))
 
 
-def flatten(state: Any) -> Flat:
-    """Splits `state` into named tensors, blobs and the structure (see module doc)."""
-    f = _Flattener()
+def flatten(state: Any, rank: int = 0) -> Flat:
+    """Splits `state` into named tensors, blobs and the structure (see module
+    doc). rank: this process's rank in a collective save; plain tensors are
+    replicated state written by rank 0 only, DTensors are written as local
+    shards by the ranks stint.distributed.writes() picks."""
+    f = _Flattener(rank)
     root = f.node(state, [])
     doc = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "root": root}
     f.flat.structure = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode("utf-8")
@@ -244,13 +282,31 @@ def _decode_key(node: Node, where: str) -> Any:
     return decode(node, {}, {}, where, None)
 
 
-def plan_in_place(root: Node, into: Any, strict: bool,
-                  where: str) -> Tuple[List[Tuple[str, torch.Tensor]], List[str]]:
+InPlace = Tuple[Any, ...]  # (name, tensor) or (name, local shard, global_shape, offsets)
+
+
+def in_place_item(name: str, target: torch.Tensor) -> Optional[InPlace]:
+    """What a load planner returns for filling `target` in place: (name,
+    tensor) for a plain tensor, (name, local shard, global_shape, offsets)
+    for a DTensor, None for a DTensor this rank holds no part of."""
+    if distributed.is_dtensor(target):
+        box = distributed.dtensor_box(target, "tensor '%s' of `into`" % name)
+        if box is None:
+            return None
+        return (name, distributed.local_tensor(target), box[0], box[1])
+    return (name, target)
+
+
+def plan_in_place(root: Node, into: Any, strict: bool, where: str,
+                  targets: Optional[Dict[str, torch.Tensor]] = None
+                  ) -> Tuple[List[InPlace], List[str]]:
     """Matches the structure against `into` (a state of the same shape whose
-    tensors are to be filled in place). Returns (in_place [(name, tensor)],
-    fresh [name]). With strict, NotFoundError names every tensor of `into`
-    that the checkpoint does not hold."""
-    in_place: List[Tuple[str, torch.Tensor]] = []
+    tensors are to be filled in place). Returns (in_place, fresh [name]);
+    in_place items are in_place_item()'s. targets, when given, receives
+    {name: the tensor of `into`} for every tensor filled in place (DTensors
+    whose shard is empty on this rank included). With strict, NotFoundError
+    names every tensor of `into` that the checkpoint does not hold."""
+    in_place: List[InPlace] = []
     fresh: List[str] = []
     placed: Set[str] = set()
     fresh_set: Set[str] = set()
@@ -260,7 +316,11 @@ def plan_in_place(root: Node, into: Any, strict: bool,
         if isinstance(target, torch.Tensor):
             if name not in placed:
                 placed.add(name)
-                in_place.append((name, target))
+                item = in_place_item(name, target)
+                if item is not None:
+                    in_place.append(item)
+                if targets is not None:
+                    targets[name] = target
             matched.add(id(target))
         elif name not in fresh_set:
             fresh_set.add(name)
