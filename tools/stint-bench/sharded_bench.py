@@ -167,7 +167,11 @@ class StintSave:
         t1 = time.monotonic()
         h.staged.result(600.0)  # already done when save() returns
         h.durable.result(600.0)
-        return t0, t1, time.monotonic()
+        t2 = time.monotonic()
+        last = self.ckpt.stats().get("last") or {}
+        self.phases = [last.get(k, float("nan")) for k in
+                       ("snapshot_seconds", "persist_seconds", "commit_seconds")]
+        return t0, t1, t2
 
     def after(self):
         pass
@@ -233,6 +237,7 @@ class DcpSave:
 def save_job(r):
     cfg = r.cfg
     samples, skipped, notes = {}, {}, {}
+    phases = []  # stint's own (snapshot, persist, commit) seconds of each measured save
     methods = []
     for name in cfg["methods"]:
         try:
@@ -266,6 +271,8 @@ def save_job(r):
             m.after()
             if run > 0:
                 samples[m.name].append(t)
+                if hasattr(m, "phases"):
+                    phases.append(m.phases)
         if r.rank == 0:
             print("  N=%d run %d%s done" % (r.world, run, " (warm-up)" if run == 0 else ""),
                   flush=True)
@@ -274,7 +281,7 @@ def save_job(r):
         if m.name not in skipped:
             paths.update(m.close())
     return {"samples": samples, "skipped": skipped, "notes": notes, "paths": paths,
-            "sums": r.sums()}
+            "sums": r.sums(), "phases": phases}
 
 
 def load_job(r):
@@ -519,6 +526,11 @@ def bench_world(args, world, base, nbytes_target):
             "fio write (reference)", "-", "-", nbytes / fio_w, fio_w / 1e9, "1.00",
             "%.3f (read)" % (nbytes / fio_r) if fio_r else "-"))
 
+    ph = [x for o in outs for x in o.get("phases", [])]
+    if ph:
+        print("stint's stats() per rank, median: snapshot %.4f s, persist %.3f s, commit %.3f s "
+              "(commit: reports gathered, merged and decided over the store)" % tuple(
+                  med([x[i] for x in ph]) for i in range(3)))
     s = saved.get("stint")
     asyncs = {n: saved[n] for n in ("dcp.async_save", "dcp.async_save process") if n in saved}
     dcps = {n: saved[n] for n in DCP_MODES if n in saved}
