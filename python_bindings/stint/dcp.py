@@ -1,0 +1,561 @@
+"""torch.distributed.checkpoint storage on stint: StorageWriter and StorageReader.
+
+    import torch.distributed.checkpoint as dcp
+    import stint.dcp
+
+    dcp.save(state_dict, storage_writer=stint.dcp.StorageWriter("/nvme/ckpt/job-42"))
+    dcp.async_save(state_dict, storage_writer=stint.dcp.StorageWriter("/nvme/ckpt/job-42"))
+    dcp.load(state_dict, storage_reader=stint.dcp.StorageReader("/nvme/ckpt/job-42"))
+
+Each DCP save is one stint checkpoint `<root>/step-<N>`: every rank writes
+its own shards with stint's engine and checksums, rank 0 commits once every
+rank reported (one atomic rename, LATEST, retention, fencing), and every
+rank's save fails if one rank's fails. What DCP writes maps onto stint as:
+
+- a tensor chunk (a whole tensor, or a DTensor/ShardedTensor shard) is the
+  stint tensor named by its fully qualified name (`MetadataIndex.fqn`), the
+  chunk being the box (global size, offsets) that rank saved;
+- a bytes item (torch.save'd non-tensor values) is the blob of that name
+  (stored as `rank-<r>/<fqn>` when rank r > 0 wrote it);
+- DCP's `Metadata` is not stored: read_metadata() rebuilds it from the
+  manifest (`TensorStorageMetadata` with one chunk per saved box,
+  `BytesStorageMetadata` per blob), so DCP also loads checkpoints written by
+  plain stint, and what DCP plans always matches what is on disk.
+
+Loads read, for each tensor a rank needs, the one box around its ReadItems
+(any layout and world size: stint reads only the chunks that overlap it and
+verifies their checksums), then copy into DCP's targets. A damaged chunk
+raises stint.DataLossError on the rank that read it (DCP reports it wrapped
+in a CheckpointException; `stint_errors(e)` unwraps it).
+
+The step: `step=` fixes it; by default a save takes the newest committed
+step + 1 and a load the newest committed step. DCP's `checkpoint_id` may be
+an int step, "<root>/step-<N>" (any spelling of N) or the root itself.
+
+With torch.distributed initialised the writer and reader use the default
+group's store (or `store=`) as stint's commit channel, under a key prefix
+that rank 0 draws per save and DCP's plan carries to every rank.
+Planner plan caching (`DefaultSavePlanner(enable_plan_caching=True)`) is not
+supported: the cached plan would carry an old save's prefix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import re
+import uuid
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.metadata import (
+    BytesStorageMetadata,
+    ChunkStorageMetadata,
+    Metadata,
+    MetadataIndex,
+    StorageMeta,
+    TensorProperties,
+    TensorStorageMetadata,
+)
+from torch.distributed.checkpoint.planner import (
+    LoadItemType,
+    LoadPlan,
+    LoadPlanner,
+    ReadItem,
+    SavePlan,
+    SavePlanner,
+    WriteItemType,
+)
+from torch.distributed.checkpoint.storage import StorageReader as _DcpStorageReader
+from torch.distributed.checkpoint.storage import StorageWriter as _DcpStorageWriter
+from torch.distributed.checkpoint.storage import WriteResult
+from torch.futures import Future
+
+from . import _C
+
+__all__ = ["StorageWriter", "StorageReader", "stint_errors"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+CheckpointId = Union[PathLike, int]
+
+_STEP_DIR = re.compile(r"^step-(\d{1,20})$")
+
+
+def _step_dir_name(step: int) -> str:
+    return "step-%08d" % step  # StepDirName in runtime/checkpoint/commit.cc
+
+
+def _committed_steps(root: str) -> List[int]:
+    """Steps committed under root (canonical step-N directories), oldest first."""
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        return []
+    steps = []
+    for name in names:
+        m = _STEP_DIR.match(name)
+        if m and _step_dir_name(int(m.group(1))) == name and os.path.isdir(os.path.join(root, name)):
+            steps.append(int(m.group(1)))
+    return sorted(steps)
+
+
+def _check_step(step: Any) -> int:
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise _C.InvalidArgumentError("step must be a non-negative int, got %r" % (step,))
+    return step
+
+
+def _parse_checkpoint_id(checkpoint_id: Any) -> Optional[Tuple[Optional[str], Optional[int]]]:
+    """(root or None, step or None) for a checkpoint_id stint understands, else None.
+
+    An int (or a string of digits) is a step under the configured root;
+    ".../step-<N>" is step N of root "..."; any other path is a root.
+    """
+    if isinstance(checkpoint_id, bool):
+        return None
+    if isinstance(checkpoint_id, int):
+        return (None, checkpoint_id) if checkpoint_id >= 0 else None
+    if isinstance(checkpoint_id, (str, os.PathLike)):
+        text = os.fspath(checkpoint_id)
+        if not isinstance(text, str) or not text or "://" in text:
+            return None
+        if text.isdigit():
+            return (None, int(text))
+        path = os.path.normpath(text)
+        m = _STEP_DIR.match(os.path.basename(path))
+        if m:
+            return (os.path.dirname(path) or ".", int(m.group(1)))
+        return (path, None)
+    return None
+
+
+def _default_store() -> Optional[Any]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.distributed_c10d._get_default_store()
+    return None
+
+
+def _channel(store: Any, nonce: str) -> Any:
+    # A fresh prefix per save/load: stint's keys count saves and loads per
+    # Checkpointer, and each DCP call opens a new one.
+    return dist.PrefixStore("stint-dcp/%s/" % nonce, store)
+
+
+def stint_errors(error: BaseException) -> List[_C.Error]:
+    """The stint errors behind `error`: itself, or the per-rank causes of a DCP CheckpointException."""
+    if isinstance(error, _C.Error):
+        return [error]
+    out: List[_C.Error] = []
+    failures = getattr(error, "failures", None)
+    if isinstance(failures, dict):
+        for rank in sorted(failures):
+            cause = failures[rank]
+            cause = cause[0] if isinstance(cause, tuple) else cause
+            if isinstance(cause, BaseException):
+                out.extend(stint_errors(cause))
+    cause = error.__cause__ or error.__context__
+    if not out and cause is not None and cause is not error:
+        out.extend(stint_errors(cause))
+    return out
+
+
+def _rank_from(kwargs: Dict[str, Any]) -> int:
+    rank = kwargs.get("rank")
+    if rank is None:
+        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    return int(rank)
+
+
+class StorageWriter(_DcpStorageWriter):
+    """A DCP StorageWriter that saves each dcp.save as one stint checkpoint under `root`.
+
+    root: the stint checkpoint root (shared by every rank).
+    step: the step to save; default: the newest committed step + 1, per save.
+    keep_last, keep_every, job_id, fencing_token, chunk_size, compress,
+    zstd_level, io_engine, direct_io, threads: stint.Checkpointer options
+    (retention and fencing are applied by rank 0 at commit).
+    commit_timeout: seconds rank 0 waits for every rank's report (0: stint's
+    default, derived from the persist time, at least 60 s).
+    timeout: seconds write_data waits for the save to be durable.
+    store: the commit channel; default: the default group's store.
+
+    After a save, `last_step` is the step it committed.
+    """
+
+    def __init__(self, root: PathLike, *, step: Optional[int] = None, keep_last: int = 3,
+                 commit_timeout: float = 0.0, timeout: float = 600.0, store: Any = None,
+                 **checkpointer_options: Any) -> None:
+        super().__init__()
+        self.root = os.fspath(root)
+        self._configured_step = None if step is None else _check_step(step)
+        self._step = self._configured_step
+        self._options = dict(checkpointer_options, keep_last=keep_last,
+                             commit_timeout=commit_timeout)
+        self._timeout = float(timeout)
+        self._store = store
+        self._rank = 0
+        self._save_id = uuid.uuid4().hex
+        self._last_nonce: Optional[str] = None
+        self.last_step: Optional[int] = None
+
+    # The process-based async_save pickles the writer into its own process,
+    # which has its own default group (and store).
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_store"] = None
+        return state
+
+    @property
+    def checkpoint_id(self) -> str:
+        step = self.last_step if self._step is None else self._step
+        return self.root if step is None else os.path.join(self.root, _step_dir_name(step))
+
+    def reset(self, checkpoint_id: Optional[CheckpointId] = None) -> None:
+        self._save_id = uuid.uuid4().hex
+        self._step = self._configured_step
+        if checkpoint_id is None:
+            return
+        parsed = _parse_checkpoint_id(checkpoint_id)
+        if parsed is None:
+            raise _C.InvalidArgumentError(
+                "stint.dcp: checkpoint_id must be a step, '<root>/step-<N>' or a root path, "
+                "got %r" % (checkpoint_id,))
+        root, step = parsed
+        if root is not None:
+            self.root = root
+        self._step = step
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: CheckpointId) -> bool:
+        parsed = _parse_checkpoint_id(checkpoint_id)
+        return parsed is not None and parsed[1] is not None
+
+    def storage_meta(self) -> Optional[StorageMeta]:
+        return StorageMeta(checkpoint_id=self.checkpoint_id, save_id=self._save_id)
+
+    def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
+        self._rank = _rank_from(kwargs)
+        if not kwargs.get("use_collectives", True) and dist.is_available() and \
+                dist.is_initialized() and dist.get_world_size() > 1:
+            raise _C.UnimplementedError(
+                "stint.dcp.StorageWriter needs use_collectives=True: the ranks agree on the "
+                "step and commit channel through DCP's plan")
+
+    def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        if self._step is not None:
+            step = self._step
+        else:
+            committed = _committed_steps(self.root)
+            step = committed[-1] + 1 if committed else 0
+        return dataclasses.replace(plan, storage_data={"stint_step": step})
+
+    def prepare_global_plan(self, plans: List[SavePlan]) -> List[SavePlan]:
+        steps = [p.storage_data["stint_step"] for p in plans
+                 if isinstance(p.storage_data, dict) and "stint_step" in p.storage_data]
+        if not steps:
+            raise _C.UnimplementedError(
+                "stint.dcp.StorageWriter: the plans carry no step (planner plan caching is not "
+                "supported)")
+        agreed = {"stint_step": max(steps), "stint_world_size": len(plans),
+                  "stint_nonce": uuid.uuid4().hex}
+        return [dataclasses.replace(p, storage_data=dict(agreed)) for p in plans]
+
+    def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future:
+        data = plan.storage_data
+        if not isinstance(data, dict) or "stint_nonce" not in data or \
+                data["stint_nonce"] == self._last_nonce:
+            raise _C.UnimplementedError(
+                "stint.dcp.StorageWriter: the final plan is not the one this save planned "
+                "(planner plan caching is not supported)")
+        self._last_nonce = data["stint_nonce"]
+        step, world_size = data["stint_step"], data["stint_world_size"]
+
+        names: List[str] = []
+        tensors: List[torch.Tensor] = []
+        boxes: List[Optional[Tuple[Tuple[int, ...], Tuple[int, ...]]]] = []
+        blobs: Dict[str, bytes] = {}
+        results: List[WriteResult] = []
+        for item in plan.items:
+            fqn = item.index.fqn
+            if item.type == WriteItemType.BYTE_IO:
+                value = planner.resolve_data(item)
+                raw = value.getvalue() if isinstance(value, io.BytesIO) else bytes(value)
+                if fqn in blobs:
+                    raise _C.InvalidArgumentError("stint.dcp: bytes item '%s' twice" % fqn)
+                blobs[fqn] = raw
+                results.append(WriteResult(index=item.index, size_in_bytes=len(raw),
+                                           storage_data={"blob": fqn}))
+                continue
+            if fqn in names:
+                raise _C.UnimplementedError(
+                    "stint.dcp: rank %d holds two chunks of '%s'; stint saves one box per "
+                    "tensor per rank" % (self._rank, fqn))
+            tensor = planner.resolve_data(item).detach()
+            td = item.tensor_data
+            size = tuple(int(d) for d in td.size)
+            offsets = tuple(int(o) for o in td.chunk.offsets)
+            extents = tuple(int(e) for e in td.chunk.sizes)
+            if tuple(tensor.shape) != extents:
+                raise _C.InvalidArgumentError(
+                    "stint.dcp: '%s' resolved to shape %s for a chunk of %s" %
+                    (fqn, tuple(tensor.shape), extents))
+            whole = extents == size and not any(offsets)
+            names.append(fqn)
+            tensors.append(tensor)
+            boxes.append(None if whole else (size, offsets))
+            results.append(WriteResult(
+                index=item.index, size_in_bytes=tensor.numel() * tensor.element_size(),
+                storage_data={"tensor": fqn, "offsets": offsets, "extents": extents}))
+
+        store = self._store if self._store is not None else _default_store()
+        if world_size > 1 and store is None:
+            raise _C.FailedPreconditionError(
+                "stint.dcp: a save over %d ranks needs torch.distributed initialised (or "
+                "store=)" % world_size)
+        kwargs = dict(self._options)
+        if world_size > 1:
+            kwargs.update(rank=self._rank, world_size=world_size,
+                          store=_channel(store, data["stint_nonce"]))
+        ckpt = _C.Checkpointer(self.root, **kwargs)
+        try:
+            handle = ckpt.save(step, names, tensors, blobs, boxes)
+            handle.durable.result(self._timeout)
+        finally:
+            ckpt.close()
+        self.last_step = step
+        fut: Future = Future()
+        fut.set_result(results)
+        return fut
+
+    def finish(self, metadata: Metadata, results: List[List[WriteResult]]) -> None:
+        # Nothing left: the commit across ranks happened when every rank's
+        # write_data saw its save durable, and read_metadata() rebuilds the
+        # Metadata from the manifest.
+        pass
+
+
+class StorageReader(_DcpStorageReader):
+    """A DCP StorageReader that loads one stint checkpoint under `root`.
+
+    step: the step to load; default: the newest committed step (all ranks
+    must see the same; a load that finds them differ raises).
+    verify_all: verify every chunk's checksum before reading (default: only
+    the chunks read are verified, as they are read).
+    commit_timeout: seconds a rank waits for the others to report their read.
+    store: the channel the ranks report over; default: the default group's store.
+    """
+
+    def __init__(self, root: PathLike, *, step: Optional[int] = None, verify_all: bool = False,
+                 commit_timeout: float = 0.0, store: Any = None,
+                 **checkpointer_options: Any) -> None:
+        super().__init__()
+        self.root = os.fspath(root)
+        self._configured_step = None if step is None else _check_step(step)
+        self._step = self._configured_step
+        self._verify_all = verify_all
+        self._options = dict(checkpointer_options, commit_timeout=commit_timeout)
+        self._store = store
+        self._rank = 0
+        self._load_id = uuid.uuid4().hex
+        self._loaded_step: Optional[int] = None  # the step read_metadata() chose
+        self._blobs: Dict[str, str] = {}  # fqn -> stored blob name
+        self._dtypes: Dict[str, torch.dtype] = {}
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_store"] = None
+        return state
+
+    @property
+    def checkpoint_id(self) -> str:
+        step = self._loaded_step if self._step is None else self._step
+        return self.root if step is None else os.path.join(self.root, _step_dir_name(step))
+
+    def reset(self, checkpoint_id: Optional[CheckpointId] = None) -> None:
+        self._load_id = uuid.uuid4().hex
+        self._step = self._configured_step
+        self._loaded_step = None
+        if checkpoint_id is None:
+            return
+        parsed = _parse_checkpoint_id(checkpoint_id)
+        if parsed is None:
+            raise _C.InvalidArgumentError(
+                "stint.dcp: checkpoint_id must be a step, '<root>/step-<N>' or a root path, "
+                "got %r" % (checkpoint_id,))
+        root, step = parsed
+        if root is not None:
+            self.root = root
+        self._step = step
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: CheckpointId) -> bool:
+        parsed = _parse_checkpoint_id(checkpoint_id)
+        if parsed is None or parsed[0] is None:
+            return False
+        root, step = parsed
+        if step is None:
+            return bool(_committed_steps(root))
+        return os.path.isfile(os.path.join(root, _step_dir_name(step), "MANIFEST.json"))
+
+    def _choose_step(self) -> int:
+        if self._step is not None:
+            return self._step
+        committed = _committed_steps(self.root)
+        if not committed:
+            raise _C.NotFoundError("%s: no committed checkpoint to load" % self.root)
+        return committed[-1]
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        step = self._choose_step()
+        directory = os.path.join(self.root, _step_dir_name(step))
+        reader = _C.CheckpointReader.open(directory)
+        state: Dict[str, Any] = {}
+        dtypes: Dict[str, torch.dtype] = {}
+        for info in reader.tensors():
+            dtype = getattr(torch, info["dtype"])
+            dtypes[info["name"]] = dtype
+            chunks = [ChunkStorageMetadata(offsets=torch.Size(b["offsets"]),
+                                           sizes=torch.Size(b["extents"]))
+                      for b in info["shard_boxes"]]
+            state[info["name"]] = TensorStorageMetadata(
+                properties=TensorProperties(dtype=dtype), size=torch.Size(info["shape"]),
+                chunks=chunks)
+        blobs: Dict[str, str] = {}
+        # Rank 0's own blobs first, then rank r's "rank-<r>/<fqn>" in rank order.
+        def order(name: str) -> Tuple[int, str]:
+            m = re.match(r"^rank-(\d+)/", name)
+            return (int(m.group(1)) if m else -1, name)
+        for name in sorted(reader.blob_names(), key=order):
+            m = re.match(r"^rank-\d+/(.+)$", name)
+            fqn = m.group(1) if m else name
+            if fqn in state:
+                continue  # a tensor of the same name wins
+            blobs.setdefault(fqn, name)
+            state[fqn] = BytesStorageMetadata()
+        self._loaded_step = step
+        self._blobs = blobs
+        self._dtypes = dtypes
+        return Metadata(
+            state_dict_metadata=state,
+            storage_data={"stint_step": step, "stint_blobs": dict(blobs)},
+            storage_meta=StorageMeta(checkpoint_id=directory, load_id=self._load_id))
+
+    def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any,
+                              **kwargs: Any) -> None:
+        self._rank = _rank_from(kwargs)
+        data = metadata.storage_data
+        if not isinstance(data, dict) or "stint_step" not in data:
+            raise _C.InvalidArgumentError(
+                "stint.dcp.StorageReader: this Metadata was not read by a stint StorageReader")
+        self._loaded_step = data["stint_step"]
+        self._blobs = dict(data["stint_blobs"])
+        self._dtypes = {fqn: md.properties.dtype
+                        for fqn, md in metadata.state_dict_metadata.items()
+                        if isinstance(md, TensorStorageMetadata)}
+
+    def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
+        return dataclasses.replace(plan, storage_data={"stint_step": self._loaded_step})
+
+    def prepare_global_plan(self, plans: List[LoadPlan]) -> List[LoadPlan]:
+        steps = sorted({p.storage_data["stint_step"] for p in plans})
+        if len(steps) != 1:
+            raise _C.FailedPreconditionError(
+                "stint.dcp: the ranks chose different steps to load (%s): a checkpoint was "
+                "committed during the load; pass step=" % steps)
+        agreed = {"stint_step": steps[0], "stint_world_size": len(plans),
+                  "stint_nonce": uuid.uuid4().hex}
+        return [dataclasses.replace(p, storage_data=dict(agreed)) for p in plans]
+
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future:
+        data = plan.storage_data
+        step, world_size = data["stint_step"], data["stint_world_size"]
+        directory = os.path.join(self.root, _step_dir_name(step))
+
+        # Tensors: per name, the one box around every region this rank reads.
+        by_name: Dict[str, List[Tuple[ReadItem, Tuple[int, ...]]]] = {}
+        byte_items: List[ReadItem] = []
+        for item in plan.items:
+            if item.type == LoadItemType.BYTE_IO:
+                byte_items.append(item)
+                continue
+            base = item.storage_index.offset
+            base = tuple(base) if base is not None else (0,) * len(item.storage_offsets)
+            start = tuple(int(b) + int(o) for b, o in zip(base, item.storage_offsets))
+            by_name.setdefault(item.storage_index.fqn, []).append((item, start))
+
+        targets: List[Tuple[str, torch.Tensor, Tuple[int, ...], Tuple[int, ...],
+                            List[Tuple[ReadItem, Tuple[int, ...]]], Optional[torch.Tensor]]] = []
+        for fqn, items in by_name.items():
+            ndim = len(items[0][1])
+            lo = tuple(min(s[d] for _, s in items) for d in range(ndim))
+            hi = tuple(max(s[d] + int(it.lengths[d]) for it, s in items) for d in range(ndim))
+            extents = tuple(h - l for l, h in zip(lo, hi))
+            dtype = self._dtypes[fqn]
+            direct = None
+            if len(items) == 1:
+                # Straight into DCP's tensor when it is a plain CPU box of the stored dtype.
+                dest = planner.resolve_tensor(items[0][0]).detach()
+                if dest.device.type == "cpu" and dest.dtype == dtype and dest.is_contiguous() \
+                        and tuple(dest.shape) == extents:
+                    direct = dest
+            buf = direct if direct is not None else torch.empty(extents, dtype=dtype)
+            targets.append((fqn, buf, lo, extents, items, direct))
+
+        global_shapes: Dict[str, Tuple[int, ...]] = {}
+
+        def stint_planner(reader: Any) -> Tuple[List[Any], List[str]]:
+            for info in reader.tensors():
+                global_shapes[info["name"]] = tuple(info["shape"])
+            in_place = []
+            for fqn, buf, lo, _, _, _ in targets:
+                if fqn not in global_shapes:
+                    raise _C.NotFoundError("%s: no tensor '%s'" % (reader.dir, fqn))
+                in_place.append((fqn, buf, global_shapes[fqn], lo))
+            return in_place, []
+
+        store = self._store if self._store is not None else _default_store()
+        if world_size > 1 and store is None:
+            raise _C.FailedPreconditionError(
+                "stint.dcp: a load over %d ranks needs torch.distributed initialised (or "
+                "store=)" % world_size)
+        kwargs = dict(self._options)
+        if world_size > 1:
+            kwargs.update(rank=self._rank, world_size=world_size,
+                          store=_channel(store, data["stint_nonce"]))
+        ckpt = _C.Checkpointer(self.root, **kwargs)
+        try:
+            # Every rank loads once (the load is collective: a rank's failure fails all).
+            ckpt.load(stint_planner, step=step, verify_all=self._verify_all)
+        finally:
+            ckpt.close()
+
+        for fqn, buf, lo, _, items, direct in targets:
+            for item, start in items:
+                if direct is not None:
+                    planner.commit_tensor(item, direct)
+                    continue
+                part = buf
+                for d, (s, n) in enumerate(zip(start, item.lengths)):
+                    part = part.narrow(d, s - lo[d], int(n))
+                dest = planner.resolve_tensor(item).detach()
+                if tuple(dest.shape) != tuple(part.shape):
+                    raise _C.InvalidArgumentError(
+                        "stint.dcp: '%s': DCP's target has shape %s for a read of %s" %
+                        (fqn, tuple(dest.shape), tuple(part.shape)))
+                dest.copy_(part)
+                planner.commit_tensor(item, dest)
+
+        if byte_items:
+            reader = _C.CheckpointReader.open(directory)
+            for item in byte_items:
+                fqn = item.storage_index.fqn
+                if fqn not in self._blobs:
+                    raise _C.NotFoundError("%s: no blob for '%s'" % (directory, fqn))
+                value = io.BytesIO(reader.read_blob(self._blobs[fqn]))
+                planner.load_bytes(item, value)
+
+        fut: Future = Future()
+        fut.set_result(None)
+        return fut
