@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import os
 import re
 import uuid
@@ -81,6 +82,9 @@ PathLike = Union[str, "os.PathLike[str]"]
 CheckpointId = Union[PathLike, int]
 
 _STEP_DIR = re.compile(r"^step-(\d{1,20})$")
+# Rank 0's blob holding DCP's planner_data (the flattened key -> state dict
+# path mapping) as JSON, when the save planner had one.
+_PLANNER_DATA_BLOB = "__stint_dcp__/planner_data.json"
 
 
 def _step_dir_name(step: int) -> str:
@@ -161,6 +165,21 @@ def stint_errors(error: BaseException) -> List[_C.Error]:
     return out
 
 
+def _planner_data_json(planner: SavePlanner) -> Optional[bytes]:
+    """DefaultSavePlanner's planner_data as JSON, if it has one made of str/int paths."""
+    metadata = getattr(planner, "metadata", None)
+    data = getattr(metadata, "planner_data", None)
+    if not isinstance(data, dict) or not data:
+        return None
+    rows = []
+    for fqn, path in data.items():
+        if not isinstance(fqn, str) or not isinstance(path, (tuple, list)) or not all(
+                isinstance(k, (str, int)) and not isinstance(k, bool) for k in path):
+            return None
+        rows.append([fqn, list(path)])
+    return json.dumps(rows).encode()
+
+
 def _rank_from(kwargs: Dict[str, Any]) -> int:
     rank = kwargs.get("rank")
     if rank is None:
@@ -196,6 +215,7 @@ class StorageWriter(_DcpStorageWriter):
         self._timeout = float(timeout)
         self._store = store
         self._rank = 0
+        self._is_coordinator = True
         self._save_id = uuid.uuid4().hex
         self._last_nonce: Optional[str] = None
         self.last_step: Optional[int] = None
@@ -237,6 +257,7 @@ class StorageWriter(_DcpStorageWriter):
 
     def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
         self._rank = _rank_from(kwargs)
+        self._is_coordinator = is_coordinator
         if not kwargs.get("use_collectives", True) and dist.is_available() and \
                 dist.is_initialized() and dist.get_world_size() > 1:
             raise _C.UnimplementedError(
@@ -308,6 +329,11 @@ class StorageWriter(_DcpStorageWriter):
             results.append(WriteResult(
                 index=item.index, size_in_bytes=tensor.numel() * tensor.element_size(),
                 storage_data={"tensor": fqn, "offsets": offsets, "extents": extents}))
+
+        if self._is_coordinator:
+            planner_data = _planner_data_json(planner)
+            if planner_data is not None:
+                blobs[_PLANNER_DATA_BLOB] = planner_data
 
         store = self._store if self._store is not None else _default_store()
         if world_size > 1 and store is None:
@@ -423,11 +449,17 @@ class StorageReader(_DcpStorageReader):
                 properties=TensorProperties(dtype=dtype), size=torch.Size(info["shape"]),
                 chunks=chunks)
         blobs: Dict[str, str] = {}
+        planner_data: Dict[str, Tuple[Union[str, int], ...]] = {}
+        if _PLANNER_DATA_BLOB in reader.blob_names():
+            planner_data = {fqn: tuple(path) for fqn, path in
+                            json.loads(reader.read_blob(_PLANNER_DATA_BLOB).decode())}
         # Rank 0's own blobs first, then rank r's "rank-<r>/<fqn>" in rank order.
         def order(name: str) -> Tuple[int, str]:
             m = re.match(r"^rank-(\d+)/", name)
             return (int(m.group(1)) if m else -1, name)
         for name in sorted(reader.blob_names(), key=order):
+            if name == _PLANNER_DATA_BLOB:
+                continue
             m = re.match(r"^rank-\d+/(.+)$", name)
             fqn = m.group(1) if m else name
             if fqn in state:
@@ -437,8 +469,12 @@ class StorageReader(_DcpStorageReader):
         self._loaded_step = step
         self._blobs = blobs
         self._dtypes = dtypes
+        for fqn in state:
+            # Checkpoints not written through DCP: its flattening rule.
+            planner_data.setdefault(fqn, tuple(fqn.split(".")))
         return Metadata(
             state_dict_metadata=state,
+            planner_data=planner_data,
             storage_data={"stint_step": step, "stint_blobs": dict(blobs)},
             storage_meta=StorageMeta(checkpoint_id=directory, load_id=self._load_id))
 

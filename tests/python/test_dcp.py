@@ -256,6 +256,18 @@ def test_single_process_save_and_load(root):
     assert sd2["meta"] == {"epoch": 3, "name": "single"}
     _assert_same(sd2["scalar"], torch.tensor(-0.0))
 
+    # The Metadata DCP gets is rebuilt from the manifest, with the planner's key paths.
+    metadata = stint.dcp.StorageReader(root).read_metadata()
+    exp_avg = metadata.state_dict_metadata["optim.state.0.exp_avg"]
+    assert exp_avg.size == torch.Size([7, 6]) and exp_avg.properties.dtype == torch.float32
+    assert [(c.offsets, c.sizes) for c in exp_avg.chunks] == [((0, 0), (7, 6))]
+    assert metadata.planner_data["optim.state.0.exp_avg"] == ("optim", "state", "0", "exp_avg")
+    assert metadata.planner_data["meta.name"] == ("meta", "name")
+    assert "__stint_dcp__/planner_data.json" in _C.CheckpointReader.open(
+        os.path.join(root, "step-00000002")).blob_names()
+    assert "__stint_dcp__/planner_data.json" not in metadata.state_dict_metadata
+    assert type(metadata.state_dict_metadata["meta.name"]).__name__ == "BytesStorageMetadata"
+
 
 def test_checkpoint_id_selects_the_step(root):
     import stint.dcp
