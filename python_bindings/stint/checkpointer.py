@@ -154,41 +154,8 @@ class Checkpointer:
         """load(), returning a LoadResult (step, state, dir, skipped, skipped_steps)."""
         if step is not None:
             _check_step(step)
-        if self._group is None or self._group.world_size == 1:
-            return self._load_one(into, step, verify, map_location, strict)
-        # Collective: every rank loads, then all agree on the outcome, so no
-        # rank trains on while another raised, and all hold the same step.
-        group = self._group
-        result: Optional[LoadResult] = None
-        error: Optional[BaseException] = None
-        for attempt in range(2):
-            try:
-                result = self._load_one(into, step, verify, map_location, strict)
-                error = None
-                mine: Any = ("ok", result.step)
-            except Exception as e:  # reported to every rank, re-raised below
-                error = e
-                mine = ("error", type(e).__name__, str(e))
-            outcomes = distributed.gather(group, mine)
-            failed = distributed.first_error(outcomes)
-            if failed is not None:
-                if error is not None:
-                    raise error
-                raise distributed.error_from(*failed)
-            steps = {o[1] for o in outcomes}
-            if len(steps) == 1:
-                break
-            # Ranks saw different newest checkpoints (one was committed or
-            # skipped as damaged meanwhile): all load the oldest of them.
-            step = min(steps)
-        else:
-            raise _C.AbortedError("%s: the ranks loaded different steps %s twice in a row"
-                                  % (self.root, sorted(steps)))
-        assert result is not None
-        return result
-
-    def _load_one(self, into: Any, step: Optional[int], verify: bool,
-                  map_location: Optional[Device], strict: bool) -> LoadResult:
+        # Collective: the C++ side makes every rank load the same step (the
+        # newest step every rank loaded) and all fail when one cannot load.
         plans: Dict[str, Any] = {}
         structure_blob = pytree.STRUCTURE_BLOB
         if self._rank != 0:
@@ -262,6 +229,26 @@ class Checkpointer:
     @property
     def root(self) -> str:
         return self._c.root
+
+    @property
+    def collective(self) -> bool:
+        """True when saves and loads are collective over a process group."""
+        return self._group is not None
+
+    @property
+    def process_group(self) -> Any:
+        """The process group of a collective checkpointer (None otherwise)."""
+        return self._group.pg if self._group is not None else None
+
+    @property
+    def rank(self) -> int:
+        """This process's rank in the group (0 when not collective)."""
+        return self._rank
+
+    @property
+    def world_size(self) -> int:
+        """The group's size (1 when not collective)."""
+        return self._group.world_size if self._group is not None else 1
 
     @property
     def closed(self) -> bool:

@@ -23,7 +23,8 @@ at all is written, empty, by the rank at coordinate 0 of every mesh dim.
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Tuple
+import os
+from typing import Any, List, Optional, Tuple
 
 import torch
 
@@ -60,14 +61,18 @@ def is_dtensor(x: Any) -> bool:
 class Group:
     """The ranks one collective Checkpointer serves.
 
-    rank/world_size are the process's rank and size in `pg`; store is the
-    c10d Store the C++ commit channel talks over:
-      the default group   PrefixStore("stint", the default store)
-      a subgroup          PrefixStore("stint", the subgroup's own store): the
-                          PrefixStore("<group name>/", default store) that
-                          new_group() made for it (so two groups never share
-                          keys); when torch keeps no store for the group,
-                          PrefixStore("stint/<group name>", default store).
+    rank/world_size are the process's rank and size in `pg`. store is the
+    c10d Store the C++ commit channel talks over, a PrefixStore
+    "stint/<nonce>" (the nonce drawn by the group's rank 0 when the
+    checkpointer is made, so two checkpointers, or two incarnations of a job
+    on a store that outlives them, never read each other's keys) over
+      the default group   the default store (_get_default_store())
+      a subgroup          the subgroup's own store: the PrefixStore
+                          "<group name>/" over the default store that
+                          new_group() made for it and torch keeps in its
+                          group table; failing that, "<group name>/" over the
+                          default store, built here.
+    Making one is collective over the group (one broadcast).
     """
 
     __slots__ = ("pg", "rank", "world_size", "store")
@@ -92,19 +97,18 @@ class Group:
             raise _C.InvalidArgumentError("this process (global rank %d) is not a member of the "
                                           "process group it was given" % _dist.get_rank())
         world_size = _dist.get_world_size(pg)
-        default_store = dc._get_default_store()
-        if pg is default_pg:
-            base = default_store
-            prefix = STORE_PREFIX
-        else:
-            entry = getattr(dc, "_world").pg_map.get(pg) if hasattr(dc, "_world") else None
-            base = entry[1] if entry is not None and len(entry) > 1 and entry[1] is not None else None
-            if base is not None:
-                prefix = STORE_PREFIX
+        base = dc._get_default_store()
+        if pg is not default_pg:
+            world = getattr(dc, "_world", None)
+            entry = world.pg_map.get(pg) if world is not None else None
+            if entry is not None and len(entry) > 1 and entry[1] is not None:
+                base = entry[1]
             else:
-                base = default_store
-                prefix = "%s/%s" % (STORE_PREFIX, dc._get_process_group_name(pg))
-        return Group(pg, rank, world_size, _dist.PrefixStore(prefix, base))
+                base = _dist.PrefixStore("%s/" % dc._get_process_group_name(pg), base)
+        nonce = [os.urandom(8).hex() if rank == 0 else None]
+        if world_size > 1:
+            _dist.broadcast_object_list(nonce, src=_dist.get_global_rank(pg, 0), group=pg)
+        return Group(pg, rank, world_size, _dist.PrefixStore("%s/%s" % (STORE_PREFIX, nonce[0]), base))
 
 
 # -- DTensor <-> boxes ------------------------------------------------------------
@@ -175,31 +179,3 @@ def dtensor_meta(dt: Any) -> dict:
     if names:
         meta["mesh_dims"] = list(names)
     return meta
-
-
-# -- agreement ----------------------------------------------------------------------
-
-
-def gather(group: Group, value: Any) -> List[Any]:
-    """Every rank's `value` (picklable), in group rank order. Bounded by the
-    process group's timeout."""
-    out: List[Any] = [None] * group.world_size
-    _dist.all_gather_object(out, value, group=group.pg)
-    return out
-
-
-def error_from(rank: int, kind: str, message: str) -> BaseException:
-    """An exception of the stint error class `kind` (RuntimeError for anything
-    else) naming the rank it happened on."""
-    cls = getattr(_C, kind, None)
-    text = "rank %d: %s" % (rank, message)
-    if isinstance(cls, type) and issubclass(cls, _C.Error):
-        return cls(text)
-    return RuntimeError(text + " (%s)" % kind)
-
-
-def first_error(results: Sequence[Any]) -> Optional[Tuple[int, str, str]]:
-    for rank, r in enumerate(results):
-        if r is not None and r[0] == "error":
-            return rank, r[1], r[2]
-    return None

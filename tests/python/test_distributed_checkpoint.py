@@ -1,14 +1,15 @@
 """The collective stint.Checkpointer with real processes (gloo on CPU).
 
-Each test starts a small job: one subprocess per rank running this file as a
-script (`python test_distributed_checkpoint.py SCENARIO RANK WORLD DIR`),
-joined over a FileStore; every wait has a deadline and a job past it is
-killed. The ranks check their own results and exit non-zero on failure; the
-test shows their output.
+A job is one subprocess per rank running this file as a script
+(`python test_distributed_checkpoint.py JOB RANK WORLD DIR`), joined over a
+FileStore: a 4-process job saves (FSDP2 + AdamW, a 2 x 2 mesh, subgroups, a
+bad layout), then load jobs on 2, 3 and 1 processes read it back. Each rank
+runs the parts of its job in order and leaves a marker per part (.ok, or .err
+with the traceback); the tests check the markers. Every wait has a deadline:
+the process group's timeout inside a job, JOB_DEADLINE for a whole job.
 """
 
 import datetime
-import json
 import os
 import subprocess
 import sys
@@ -23,10 +24,19 @@ SEED = 1234
 
 # -- the parent side ------------------------------------------------------------------
 
+# What each job runs, in order, on every rank: one process start (torch import
+# included) is the dominant cost, so each job checks several things. A part
+# that fails writes its traceback and the job goes on with the next part.
+JOBS = {
+    "save": ["fsdp_save", "mesh_save", "subgroups", "mismatch"],
+    "load": {2: ["fsdp_load"], 3: ["fsdp_load", "mesh_load", "refuse"], 1: ["fsdp_load"]},
+}
 
-def run_job(scenario, world, work, python_env, tag=None):
-    """Runs `scenario` on `world` processes; returns after all exited 0."""
-    tag = tag or "%s-%d" % (scenario, world)
+
+def run_job(job, world, work, python_env):
+    """Runs `job` on `world` processes, each past its deadline killed; fails
+    when a process did not exit 0 (parts report through markers)."""
+    tag = "%s-%d" % (job, world)
     store = os.path.join(work, "store-" + tag)
     logs, procs = [], []
     for rank in range(world):
@@ -35,7 +45,7 @@ def run_job(scenario, world, work, python_env, tag=None):
         env = dict(python_env)
         env.update(OMP_NUM_THREADS="1", STINT_TEST_STORE=store)
         procs.append(subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), scenario, str(rank), str(world), work],
+            [sys.executable, os.path.abspath(__file__), job, str(rank), str(world), work],
             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=HERE))
     deadline = time.monotonic() + JOB_DEADLINE
     timed_out = False
@@ -57,41 +67,75 @@ def run_job(scenario, world, work, python_env, tag=None):
         out.append("---- rank %d (exit %s) ----\n%s" % (rank, p.returncode, log.read()[-6000:]))
         log.close()
     if timed_out or any(p.returncode != 0 for p in procs):
-        pytest.fail("%s on %d processes %s:\n%s" % (
-            scenario, world, "timed out after %.0f s" % JOB_DEADLINE if timed_out else "failed",
+        pytest.fail("job %s on %d processes %s:\n%s" % (
+            job, world, "timed out after %.0f s" % JOB_DEADLINE if timed_out else "failed",
             "\n".join(out)))
 
 
+def check_part(work, part, world):
+    """Fails with the ranks' tracebacks unless every rank passed `part`."""
+    errors = []
+    for rank in range(world):
+        base = os.path.join(work, "%s-%d-rank%d" % (part, world, rank))
+        if os.path.exists(base + ".err"):
+            with open(base + ".err") as f:
+                errors.append("---- rank %d ----\n%s" % (rank, f.read()))
+        elif not os.path.exists(base + ".ok"):
+            errors.append("---- rank %d: did not run ----" % rank)
+    if errors:
+        pytest.fail("%s on %d processes:\n%s" % (part, world, "\n".join(errors)))
+
+
 @pytest.fixture(scope="module")
-def saved(tmp_path_factory, request):
-    """A 4-process job that saved an FSDP2 model + AdamW and a 2 x 2 mesh state."""
+def jobs(tmp_path_factory):
+    """run(world): the 4-process save job once, then the load job on `world`
+    processes once; returns the shared work directory."""
     import stint
     env = dict(os.environ)
     env["PYTHONPATH"] = os.path.dirname(os.path.dirname(stint.__file__)) + os.pathsep + \
         env.get("PYTHONPATH", "")
+    env.pop("STINT_GRACE_SECONDS", None)
     work = str(tmp_path_factory.mktemp("dist"))
-    run_job("save", 4, work, env)
-    return work, env
+    done = set()
+
+    def run(world=None):
+        if "save" not in done:
+            done.add("save")
+            run_job("save", 4, work, env)
+        if world is not None and world not in done:
+            done.add(world)
+            run_job("load", world, work, env)
+        return work
+
+    return run
 
 
 @pytest.mark.parametrize("world", [2, 3, 1])
-def test_fsdp2_saved_on_4_loads_on_other_world_sizes(saved, world):
-    work, env = saved
-    run_job("load_fsdp", world, work, env)
+def test_fsdp2_saved_on_4_loads_on_other_world_sizes(jobs, world):
+    """FSDP2 + AdamW on 4 processes; loaded on `world`: parameters and optimizer
+    state bit for bit, one more training step works, load() gives full tensors."""
+    work = jobs(world)
+    check_part(work, "fsdp_save", 4)
+    check_part(work, "fsdp_load", world)
 
 
-def test_2d_mesh_shards_load_on_1d_mesh_of_3(saved):
-    work, env = saved
-    run_job("load_mesh", 3, work, env)
+def test_2d_mesh_shards_load_on_1d_mesh_of_3(jobs):
+    work = jobs(3)
+    check_part(work, "mesh_save", 4)
+    check_part(work, "mesh_load", 3)
 
 
-def test_unservable_layout_is_refused_and_not_quarantined(saved):
-    work, env = saved
-    run_job("refuse", 2, work, env)
+def test_unservable_layout_is_refused_and_not_quarantined(jobs):
+    work = jobs(3)
+    check_part(work, "refuse", 3)
 
 
-def test_mismatched_global_shape_fails_on_every_rank(tmp_path, python_env):
-    run_job("mismatch", 2, str(tmp_path), python_env)
+def test_mismatched_global_shape_fails_on_every_rank(jobs):
+    check_part(jobs(), "mismatch", 4)
+
+
+def test_subgroups_checkpoint_over_their_own_store(jobs):
+    check_part(jobs(), "subgroups", 4)
 
 
 # -- the rank side --------------------------------------------------------------------
@@ -189,20 +233,17 @@ def _mesh_state(mesh, rank):
     return full, {k: distribute_tensor(full[k], mesh, placements[k]) for k in full}
 
 
-def rank_save(rank, world, work):
+def rank_fsdp_save(rank, world, work):
     import torch
-    import torch.distributed as dist
     from torch.distributed.checkpoint.state_dict import get_state_dict
-    from torch.distributed.device_mesh import init_device_mesh
     import stint
-    _init(rank, world)
     model, opt = _fsdp(world)
     for step in range(2):
         _train_step(model, opt, rank, step)
     msd, osd = get_state_dict(model, opt)
     state = {"model": msd, "optim": osd, "rank": rank, "note": b"from rank %d" % rank}
     ckpt = stint.Checkpointer(os.path.join(work, "fsdp"), commit_timeout=60.0)
-    assert ckpt.root
+    assert ckpt.collective and (ckpt.rank, ckpt.world_size) == (rank, world)
     staged, durable = ckpt.save(2, state)
     durable.result(timeout=90)
     ref = _full_tree({"model": msd, "optim": osd})
@@ -210,6 +251,11 @@ def rank_save(rank, world, work):
         torch.save(ref, os.path.join(work, "fsdp-ref.pt"))
     ckpt.close()
 
+
+def rank_mesh_save(rank, world, work):
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    import stint
     mesh = init_device_mesh("cpu", (2, 2))
     full, dts = _mesh_state(mesh, rank)
     with stint.Checkpointer(os.path.join(work, "mesh"), commit_timeout=60.0) as ck:
@@ -224,16 +270,34 @@ def rank_save(rank, world, work):
     _compare(back["t"], full)
     assert back["t"]["a"] is fresh["a"]
     assert back["step"] == 5
-    dist.barrier()
-    dist.destroy_process_group()
 
 
-def rank_load_fsdp(rank, world, work):
+def rank_subgroups(rank, world, work):
     import torch
-    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    import stint
+    # Two subgroups, {0, 1} and {2, 3} (the "s" dim of a 2 x 2 mesh), each a
+    # collective checkpointer of its own over its own store.
+    from torch.distributed.tensor import Shard, distribute_tensor
+    mesh2d = init_device_mesh("cpu", (2, 2), mesh_dim_names=("g", "s"))
+    mine = mesh2d.get_group("s")
+    base = torch.arange(12.0).reshape(4, 3) + 100 * (rank // 2)
+    sub = {"w": distribute_tensor(base.clone(), mesh2d["s"], [Shard(0)]), "who": rank}
+    sub_root = os.path.join(work, "group%d" % (rank // 2))
+    with stint.Checkpointer(sub_root, process_group=mine, commit_timeout=60.0) as ck:
+        assert ck.rank == rank % 2 and ck.world_size == 2
+        _, durable = ck.save(3, sub)
+        durable.result(timeout=90)
+        sub["w"]._local_tensor.zero_()
+        back = ck.load(into=sub)
+    _compare(back["w"], base)
+    assert back["who"] == rank
+
+
+def rank_fsdp_load(rank, world, work):
+    import torch
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
     import stint
-    _init(rank, world)
     ref = torch.load(os.path.join(work, "fsdp-ref.pt"))
     model, opt = _fsdp(world)
     msd, osd = get_state_dict(model, opt)  # initialises AdamW's state (exp_avg, ...)
@@ -252,22 +316,23 @@ def rank_load_fsdp(rank, world, work):
         assert loss == loss
         after = {k: _full(v) for k, v in model.state_dict().items()}
         assert any(not torch.equal(before[k], after[k]) for k in before)
+        # Straight into the parameters of another FSDP2 model: its state_dict()
+        # DTensors share storage with the sharded parameters.
+        model2, _ = _fsdp(world)
+        ck.load(into={"model": model2.state_dict()}, strict=False)
+        _compare(_full_tree(model2.state_dict()), ref["model"])
         # Without `into`: full plain tensors.
         plain = ck.load()
         _compare(plain["model"], ref["model"])
         _compare(plain["optim"], ref["optim"])
         assert not any(isinstance(v, torch.distributed.tensor.DTensor) for v in plain["model"].values())
-    dist.barrier()
-    dist.destroy_process_group()
 
 
-def rank_load_mesh(rank, world, work):
+def rank_mesh_load(rank, world, work):
     import torch
-    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
     import stint
-    _init(rank, world)
     mesh = init_device_mesh("cpu", (world,))
     g = torch.Generator().manual_seed(SEED)
     full = {
@@ -285,17 +350,13 @@ def rank_load_mesh(rank, world, work):
         assert back["t"][k] is into[k]
     assert torch.equal(plain, torch.full((3,), 7.0)) and back["plain"] is plain
     assert back["step"] == 5
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 def rank_refuse(rank, world, work):
     import torch
-    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard, distribute_tensor
     import stint
-    _init(rank, world)
     mesh = init_device_mesh("cpu", (world,))
     root = os.path.join(work, "mesh")
     steps = stint.Checkpointer(root).list_committed()  # collective over the default group
@@ -312,23 +373,19 @@ def rank_refuse(rank, world, work):
         assert not [n for n in os.listdir(root) if "quarantine" in n]
         # The checkpoint still loads.
         assert ck.load()["step"] == 5
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 def rank_mismatch(rank, world, work):
     import torch
-    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Shard
     import stint
-    _init(rank, world)
     mesh = init_device_mesh("cpu", (world,))
-    # Rank 1 claims a global shape of 9 rows, rank 0 of 8.
-    rows = 8 + rank
-    local = torch.ones(4, 3)
-    dt = DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=torch.Size([rows, 3]),
-                            stride=(3, 1))
+    # Every rank's DTensor is consistent in itself, but rank 1 says the
+    # tensor has 4 columns where the others say 3.
+    cols = 4 if rank == 1 else 3
+    dt = DTensor.from_local(torch.ones(4, cols), mesh, [Shard(0)], run_check=False,
+                            shape=torch.Size([4 * world, cols]), stride=(cols, 1))
     with stint.Checkpointer(os.path.join(work, "bad"), commit_timeout=30.0) as ck:
         try:
             _, durable = ck.save(1, {"w": dt})
@@ -338,12 +395,28 @@ def rank_mismatch(rank, world, work):
         else:
             raise AssertionError("rank %d: the save committed" % rank)
         assert ck.list_committed() == []
-    dist.barrier()
+
+
+def main(job, rank, world, work):
+    import traceback
+    import torch.distributed as dist
+    sys.path.insert(0, HERE)
+    _init(rank, world)
+    parts = JOBS[job] if job == "save" else JOBS[job][world]
+    for part in parts:
+        base = os.path.join(work, "%s-%d-rank%d" % (part, world, rank))
+        try:
+            globals()["rank_" + part](rank, world, work)
+        except BaseException:
+            with open(base + ".err", "w") as f:
+                f.write(traceback.format_exc())
+            print("rank %d: %s FAILED\n%s" % (rank, part, traceback.format_exc()), flush=True)
+        else:
+            open(base + ".ok", "w").close()
+            print("rank %d: %s ok" % (rank, part), flush=True)
+        dist.barrier()
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    scenario, rank, world, work = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    sys.path.insert(0, HERE)
-    globals()["rank_" + scenario](rank, world, work)
-    print("rank %d: %s ok" % (rank, scenario), flush=True)
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
