@@ -294,6 +294,7 @@ class StorageWriter(_DcpStorageWriter):
         step, world_size = data["stint_step"], data["stint_world_size"]
 
         names: List[str] = []
+        seen = set()
         tensors: List[torch.Tensor] = []
         boxes: List[Optional[Tuple[Tuple[int, ...], Tuple[int, ...]]]] = []
         blobs: Dict[str, bytes] = {}
@@ -309,7 +310,7 @@ class StorageWriter(_DcpStorageWriter):
                 results.append(WriteResult(index=item.index, size_in_bytes=len(raw),
                                            storage_data={"blob": fqn}))
                 continue
-            if fqn in names:
+            if fqn in seen:
                 raise _C.UnimplementedError(
                     "stint.dcp: rank %d holds two chunks of '%s'; stint saves one box per "
                     "tensor per rank" % (self._rank, fqn))
@@ -323,6 +324,7 @@ class StorageWriter(_DcpStorageWriter):
                     "stint.dcp: '%s' resolved to shape %s for a chunk of %s" %
                     (fqn, tuple(tensor.shape), extents))
             whole = extents == size and not any(offsets)
+            seen.add(fqn)
             names.append(fqn)
             tensors.append(tensor)
             boxes.append(None if whole else (size, offsets))
