@@ -109,6 +109,15 @@ def _worker(phase):
         set_state_dict(model, opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
         assert sd["meta"] == {"epoch": 7, "tag": "dcp"}, sd["meta"]
         dump("loaded2.pt")
+    elif phase == "load_damaged":
+        from stint import _C
+        try:
+            dcp.load(state(), storage_reader=stint.dcp.StorageReader(root, commit_timeout=30))
+        except BaseException as e:  # DCP raises a CheckpointException (a BaseException)
+            errors = stint.dcp.stint_errors(e)
+            assert errors and all(isinstance(x, _C.DataLossError) for x in errors), repr(e)
+        else:
+            raise AssertionError("rank %d loaded a damaged checkpoint" % rank)
     elif phase in ("load", "load_plain"):
         _train(model, opt, 1, seed=9)  # optimizer state to be overwritten
         sd = state()
@@ -221,6 +230,23 @@ def test_multi_rank_checkpoint_loads_into_one_process_without_a_group(fsdp_run):
     for i, name in enumerate(["0.weight", "0.bias", "2.weight", "2.bias"]):
         for key in ("exp_avg", "exp_avg_sq", "step"):
             _assert_same(loaded["optim"]["state"][i][key], saved["optim"]["state"][name][key])
+
+
+def test_damaged_chunk_of_one_rank_fails_the_load_on_every_rank(fsdp_run, tmp_path):
+    import shutil
+    root, _, env = fsdp_run
+    damaged = str(tmp_path / "damaged")
+    os.makedirs(damaged)
+    shutil.copytree(os.path.join(root, "step-00000000"), os.path.join(damaged, "step-00000000"))
+    # Rank 1's file: the first byte of every 4 KiB block (every chunk starts on one).
+    path = os.path.join(damaged, "step-00000000", "rank-00001.stint")
+    with open(path, "r+b") as f:
+        data = bytearray(f.read())
+        for off in range(0, len(data), 4096):
+            data[off] ^= 0x5A
+        f.seek(0)
+        f.write(bytes(data))
+    _run_ranks("load_damaged", 2, damaged, tmp_path, env)
 
 
 def _plain_state():
