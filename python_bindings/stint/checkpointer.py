@@ -18,6 +18,25 @@ the newest older one that verifies and reports what it skipped
 (load_result().skipped); errors raise stint exceptions carrying the
 runtime's message.
 
+In a distributed job (torch.distributed initialised, or process_group=
+given) the Checkpointer is collective: every rank makes it and calls save()
+and load() with its own state, in the same order.
+
+    ckpt = stint.Checkpointer("/shared/ckpt/job-42")     # on every rank
+    msd, osd = get_state_dict(model, opt)                # FSDP2: DTensors inside
+    ckpt.save(step, {"model": msd, "optim": osd})        # each rank writes its shards
+    ckpt.load(into={"model": msd, "optim": osd})         # any mesh, any world size
+    set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
+
+Each rank writes its own shards and rank 0 commits once every rank reported;
+every rank's durable future gets the same outcome. DTensors are written as
+their local shards, boxes of the global tensor (see stint.distributed;
+a Replicate() box once, by the lowest rank holding it); plain tensors are
+taken as replicated and written by rank 0 only (as torch.distributed.checkpoint
+does); non-tensor leaves and bytes are kept per rank. load(into=) reads each
+DTensor's own box, whatever layout was saved; load() without `into` returns
+full plain tensors.
+
 Thread-compatible: use one Checkpointer from one thread at a time.
 """
 
@@ -79,6 +98,17 @@ class Checkpointer:
       io_engine="auto"   "uring" or "posix" (STINT_IO overrides); direct_io=True
       io_queue_depth=32, io_size=4 MiB, threads=0 (hardware threads - 1)
       job_id="", fencing_token=0   recorded in the manifest
+
+    Collective options:
+      collective=None    None: collective when torch.distributed is
+                         initialised or process_group is given; False: this
+                         process alone (e.g. a rank-0-only checkpoint)
+      process_group=None the group (default: the default group); the commit
+                         uses its c10d store, see stint.distributed.Group
+      commit_timeout=0.0 seconds a rank waits for the others' reports and
+                         the commit decision (0: derived from persist time)
+    Making a collective Checkpointer is itself collective (rank 0 draws the
+    store key prefix and broadcasts it).
     """
 
     def __init__(self, root: PathLike, *, keep_last: int = 3, keep_every: int = 0,
@@ -115,6 +145,8 @@ class Checkpointer:
         unpacks as (staged, durable) futures; `state` may be modified as soon
         as save() returns. AlreadyExistsError if the step is committed
         already; a background failure of an earlier save is raised here once.
+        Collective: every rank calls it with the same step; durable fails on
+        every rank when one rank fails or the shards do not tile a tensor.
         """
         _check_step(step)
         flat = pytree.flatten(state, self._rank)
@@ -145,6 +177,9 @@ class Checkpointer:
         map_location: device for new tensors (default: the device saved from).
         NotFoundError when there is no checkpoint; DataLossError when none
         verifies.
+        Collective: every rank calls it; a DTensor of `into` is filled with
+        its own shard (any mesh and world size), plain tensors whole; all
+        ranks load the same step and raise together when one cannot load.
         """
         return self.load_result(into, step=step, verify=verify, map_location=map_location,
                                 strict=strict).state

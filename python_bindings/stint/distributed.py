@@ -115,7 +115,7 @@ class Group:
 
 
 def _placement_str(p: Any) -> str:
-    return str(p)
+    return repr(p)  # Shard(dim=0), Replicate(), _StridedShard(dim=0, sf=2)
 
 
 def _check_placements(dt: Any, what: str) -> None:

@@ -9,6 +9,14 @@ load() rebuilds exactly the nesting that was saved.
 The structure format (version 1: the node grammar, how names are made,
 shared tensors, reading rules) is written down in runtime/format/FORMAT.md,
 section "Python state structure".
+
+A DTensor leaf is a "tensor" node whose meta carries "dtensor": {"mesh":
+[sizes], "placements": ["Shard(dim=0)", "Replicate()", ...], "mesh_dims":
+[names] when named}, recorded for reading only: a load rebuilds it as a full
+plain tensor unless `into` holds a DTensor there, whose own layout is read
+(readers of version 1 that predate it ignore the key). In a collective save
+every rank writes its own structure; the tensors each rank lists are only
+those it writes (flatten(state, rank)).
 """
 
 from __future__ import annotations

@@ -214,23 +214,38 @@ def _compare(got, want, path="state"):
         assert got == want, "%s: %r vs %r" % (path, got, want)
 
 
-def _mesh_state(mesh, rank):
-    """Full tensors and their 2 x 2 (or any) mesh DTensors: Shard(0) x Shard(1),
-    Shard(0) x Replicate(), Replicate() x Shard(1) with uneven columns."""
+def _mesh_full():
     import torch
-    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
     g = torch.Generator().manual_seed(SEED)
-    full = {
+    return {
         "a": torch.randn(6, 8, generator=g),
         "b": torch.randn(5, 3, generator=g).to(torch.float64),
         "c": torch.arange(7 * 5, dtype=torch.int32).reshape(7, 5),
+        "d": torch.randn(8, 3, generator=g).to(torch.bfloat16),
     }
+
+
+def _mesh_state(mesh, rank):
+    """Full tensors and their DTensors on a 2 x 2 mesh: Shard(0) x Shard(1),
+    Shard(0) x Replicate(), Replicate() x Shard(1) with uneven columns, and
+    rows split over the second mesh dim first, then the first (2-D FSDP over
+    TP: _StridedShard(0, split_factor=2) x Shard(0))."""
+    import torch
+    from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.placement_types import _StridedShard
+    full = _mesh_full()
     placements = {
         "a": [Shard(0), Shard(1)],
         "b": [Shard(0), Replicate()],
         "c": [Replicate(), Shard(1)],
     }
-    return full, {k: distribute_tensor(full[k], mesh, placements[k]) for k in full}
+    dts = {k: distribute_tensor(full[k], mesh, placements[k]) for k in placements}
+    i, j = mesh.get_coordinate()
+    local = full["d"][4 * j + 2 * i:4 * j + 2 * i + 2].clone()
+    dts["d"] = DTensor.from_local(local, mesh, [_StridedShard(0, split_factor=2), Shard(0)],
+                                  run_check=False, shape=full["d"].shape, stride=(3, 1))
+    assert torch.equal(dts["d"].full_tensor(), full["d"])  # the layout is what we think
+    return full, dts
 
 
 def rank_fsdp_save(rank, world, work):
@@ -334,13 +349,8 @@ def rank_mesh_load(rank, world, work):
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
     import stint
     mesh = init_device_mesh("cpu", (world,))
-    g = torch.Generator().manual_seed(SEED)
-    full = {
-        "a": torch.randn(6, 8, generator=g),
-        "b": torch.randn(5, 3, generator=g).to(torch.float64),
-        "c": torch.arange(7 * 5, dtype=torch.int32).reshape(7, 5),
-    }
-    placements = {"a": [Shard(1)], "b": [Shard(0)], "c": [Replicate()]}
+    full = _mesh_full()
+    placements = {"a": [Shard(1)], "b": [Shard(0)], "c": [Replicate()], "d": [Shard(0)]}
     into = {k: distribute_tensor(torch.zeros_like(v), mesh, placements[k]) for k, v in full.items()}
     plain = torch.zeros(3)
     with stint.Checkpointer(os.path.join(work, "mesh"), commit_timeout=60.0) as ck:
