@@ -100,7 +100,8 @@ def _committed_steps(root: str) -> List[int]:
     steps = []
     for name in names:
         m = _STEP_DIR.match(name)
-        if m and _step_dir_name(int(m.group(1))) == name and os.path.isdir(os.path.join(root, name)):
+        canonical = m is not None and _step_dir_name(int(m.group(1))) == name
+        if canonical and os.path.isdir(os.path.join(root, name)):
             steps.append(int(m.group(1)))
     return sorted(steps)
 
@@ -148,7 +149,7 @@ def _channel(store: Any, nonce: str) -> Any:
 
 
 def stint_errors(error: BaseException) -> List[_C.Error]:
-    """The stint errors behind `error`: itself, or the per-rank causes of a DCP CheckpointException."""
+    """The stint errors behind `error`: itself, or each rank's cause in a CheckpointException."""
     if isinstance(error, _C.Error):
         return [error]
     out: List[_C.Error] = []
