@@ -216,11 +216,10 @@ Result<std::vector<RankReport>> GatherRankReports(CommitChannel* channel, const 
           ranks += ", ...";
           break;
         }
-        ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+        ranks += (ranks.empty() ? "rank " : ", rank ") + std::to_string(r);
       }
-      return Status::DeadlineExceeded(
-          "rank" + std::string(missing > 1 ? "s " : " ") + ranks + " did not report within the " +
-          "commit deadline (lost, killed or still writing) on " + channel->Describe());
+      return Status::DeadlineExceeded(ranks + " did not report within the commit deadline (lost, " +
+                                      "killed or still writing) on " + channel->Describe());
     }
   }
   std::vector<RankReport> out;

@@ -2,7 +2,7 @@
 // sharded checkpoint through the job's c10d TCPStore, for rank_commit_test.
 //
 //   rank_saver save ROOT PORT RANK WORLD STEP [FAULT] [TIMEOUT_MS]
-//   rank_saver load ROOT PORT RANK WORLD
+//   rank_saver load ROOT PORT RANK WORLD RUN
 //
 // The state (RankState below): tensor "w" of [kRowsPerRank * WORLD, kCols]
 // int64, of which each rank saves rows [kRowsPerRank * RANK, +kRowsPerRank);
@@ -13,6 +13,9 @@
 // rank's data file); "kill@N": SIGKILL itself at its N-th operation (file
 // system or channel), so the test can stop a rank at any point of a save.
 //
+// Every rank waits for the others before it starts (RUN, or STEP, names the
+// barrier on the store).
+//
 // Prints "outcome OK" or "outcome <status>"; exit 0 when durable, 3 when the
 // save failed, 4 when a load read wrong values, 1 on a setup error.
 #include <signal.h>
@@ -20,10 +23,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "c10d_commit_channel.h"
@@ -41,17 +46,19 @@ int64_t Value(uint64_t step, int64_t row, int64_t col) {
   return int64_t(step) * 100000 + row * 100 + col;
 }
 
-// Counts operations of the Env and the channel alike; SIGKILLs this process
-// at the N-th (0: never).
+// Counts operations of the Env and the channel alike once armed (at the
+// start of the save); SIGKILLs this process at the N-th (0: never).
 class Killer {
  public:
   explicit Killer(uint64_t at) : at_(at) {}
+  void Arm() { armed_ = true; }
   void Tick() {
-    if (at_ != 0 && ++count_ == at_) kill(getpid(), SIGKILL);
+    if (armed_ && at_ != 0 && ++count_ == at_) kill(getpid(), SIGKILL);
   }
 
  private:
   const uint64_t at_;
+  std::atomic<bool> armed_{false};
   std::atomic<uint64_t> count_{0};
 };
 
@@ -148,6 +155,20 @@ int Run(int argc, char** argv) {
     return 1;
   }
 
+  // Start together: a rank still loading its libraries must not look lost
+  // to a rank that is already waiting for its report.
+  const std::string ready = mode + "-ready-" + std::to_string(step);
+  store->add(ready, 1);
+  const auto start_by = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (store->add(ready, 0) < world) {
+    if (std::chrono::steady_clock::now() > start_by) {
+      std::printf("outcome the other ranks did not start\n");
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+
+  killer.Arm();
   const int64_t rows = kRowsPerRank * world;
   if (mode == "save") {
     std::vector<int64_t> w(kRowsPerRank * kCols), bias(kBias);
