@@ -1,0 +1,121 @@
+// The multi-rank commit's messages and merge, without processes: reports and
+// decisions round-trip and refuse malformed input, ranks' shards merge into
+// one manifest, overlapping or missing shards are refused naming the ranks,
+// and each rank sees its own blobs.
+#include <gtest/gtest.h>
+
+#include "checkpoint/rank_commit.h"
+#include "util/status_matchers.h"
+
+namespace stint {
+namespace {
+
+// Rank `rank`'s report: rows [first, first + count) of an [8, 4] float32
+// tensor "w", and a blob "rng".
+RankReport Report(int rank, int64_t first, int64_t count) {
+  RankReport r;
+  r.rank = rank;
+  r.fencing_token = 40 + rank;
+  r.tmp = ".tmp-7-00000000000000ab";
+  const std::string file = "rank-0000" + std::to_string(rank) + ".stint";
+  const uint64_t bytes = uint64_t(count) * 4 * 4;
+  ChunkRecord chunk;
+  chunk.file_offset = 0;
+  chunk.stored_len = chunk.raw_len = bytes;
+  chunk.xxh3 = 0x1234 + rank;
+  r.part.step = 7;
+  r.part.tensors.push_back(TensorRecord{
+      "w", DType::kFloat32, {8, 4}, {ShardRecord{{first, 0}, {count, 4}, file, {chunk}}}});
+  ChunkRecord blob_chunk = chunk;
+  blob_chunk.file_offset = 4096;
+  blob_chunk.stored_len = blob_chunk.raw_len = 3;
+  r.part.blobs.push_back(BlobRecord{"rng", file, {blob_chunk}});
+  r.part.files.push_back(FileRecord{file, 8192, FileDigest({chunk, blob_chunk}, 8192)});
+  return r;
+}
+
+TEST(RankReport, RoundTripsWithItsPartOrItsError) {
+  RankReport ok = Report(2, 4, 4);
+  auto decoded = DecodeRankReport(EncodeRankReport(ok), "report/2");
+  ASSERT_OK(decoded.status());
+  EXPECT_EQ(decoded->rank, 2);
+  EXPECT_EQ(decoded->fencing_token, 42u);
+  EXPECT_EQ(decoded->tmp, ok.tmp);
+  ASSERT_OK(decoded->status);
+  EXPECT_EQ(EncodeManifest(decoded->part), EncodeManifest(ok.part));
+
+  RankReport failed{1, 41, "", Status::ResourceExhausted("write x: No space left on device"), {}};
+  decoded = DecodeRankReport(EncodeRankReport(failed), "report/1");
+  ASSERT_OK(decoded.status());
+  EXPECT_EQ(decoded->status.code(), Code::kResourceExhausted);
+  EXPECT_EQ(decoded->status.message(), "write x: No space left on device");
+}
+
+TEST(RankReport, MalformedMessagesAreRefusedNamingTheKey) {
+  for (const char* bad : {"", "[]", "{\"rank\": 1}", "{\"rank\": 1, \"fencing_token\": 2}",
+                          "{\"rank\": 1, \"fencing_token\": 2, \"tmp\": \"t\", \"part\": \"{}\"}",
+                          "{\"rank\": 1, \"fencing_token\": 2, \"tmp\": \"t\", \"error\": "
+                          "{\"code\": 99, \"message\": \"x\"}}"}) {
+    auto r = DecodeRankReport(bad, "k/report/1");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), Code::kDataLoss) << bad;
+    EXPECT_NE(r.status().message().find("k/report/1"), std::string::npos) << r.status().ToString();
+  }
+  EXPECT_EQ(DecodeDecision("not json", "k/decision").code(), Code::kDataLoss);
+  Status aborted = Status::Aborted("fenced: token 3 is stale");
+  Status back = DecodeDecision(EncodeDecision(aborted), "k/decision");
+  EXPECT_EQ(back.code(), Code::kAborted);
+  EXPECT_EQ(back.message(), aborted.message());
+  EXPECT_OK(DecodeDecision(EncodeDecision(Status::OK()), "k/decision"));
+}
+
+TEST(RankReport, MergeJoinsShardsBlobsAndFilesOfEveryRank) {
+  Manifest header;
+  header.step = 7;
+  header.world_size = 2;
+  auto merged = MergeRankReports(header, {Report(0, 0, 4), Report(1, 4, 4)});
+  ASSERT_OK(merged.status());
+  ASSERT_EQ(merged->tensors.size(), 1u);
+  EXPECT_EQ(merged->tensors[0].shards.size(), 2u);
+  ASSERT_EQ(merged->files.size(), 2u);
+  ASSERT_EQ(merged->blobs.size(), 2u);
+  EXPECT_EQ(merged->blobs[0].name, "rng");
+  EXPECT_EQ(merged->blobs[1].name, "rank-00001/rng");
+  EXPECT_EQ(merged->world_size, 2);
+  EXPECT_OK(ValidateManifest(*merged, "merged"));
+}
+
+TEST(RankReport, OverlappingOrMissingShardsAcrossRanksAreRefusedNamingThem) {
+  Manifest header;
+  header.step = 7;
+  auto overlap = MergeRankReports(header, {Report(0, 0, 5), Report(1, 4, 4)});
+  ASSERT_EQ(overlap.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(overlap.status().message().find("'w'"), std::string::npos);
+  EXPECT_NE(overlap.status().message().find("rank 0"), std::string::npos);
+  EXPECT_NE(overlap.status().message().find("rank 1"), std::string::npos);
+  auto gap = MergeRankReports(header, {Report(0, 0, 3), Report(1, 4, 4)});
+  ASSERT_EQ(gap.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(gap.status().message().find("covered by no shard"), std::string::npos);
+
+  RankReport other_shape = Report(1, 4, 4);
+  other_shape.part.tensors[0].global_shape = {8, 5};
+  auto shape = MergeRankReports(header, {Report(0, 0, 4), other_shape});
+  ASSERT_EQ(shape.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(shape.status().message().find("rank 1"), std::string::npos);
+}
+
+TEST(RankReport, EachRankSeesItsOwnBlobsElseRankZeros) {
+  std::map<std::string, std::string> stored = {
+      {"rng", "r0"}, {"cfg", "c0"}, {"rank-00001/rng", "r1"}, {"rank-00002/rng", "r2"}};
+  auto r0 = BlobsForRank(stored, 0);
+  EXPECT_EQ(r0, (std::map<std::string, std::string>{{"rng", "r0"}, {"cfg", "c0"}}));
+  auto r1 = BlobsForRank(stored, 1);
+  EXPECT_EQ(r1, (std::map<std::string, std::string>{{"rng", "r1"}, {"cfg", "c0"}}));
+  auto r5 = BlobsForRank(stored, 5);  // a rank that did not exist at save
+  EXPECT_EQ(r5, (std::map<std::string, std::string>{{"rng", "r0"}, {"cfg", "c0"}}));
+  EXPECT_EQ(RankBlobName(0, "x"), "x");
+  EXPECT_EQ(RankBlobName(12, "x"), "rank-00012/x");
+}
+
+}  // namespace
+}  // namespace stint
