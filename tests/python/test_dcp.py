@@ -17,7 +17,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-WORKER_TIMEOUT = 120  # seconds per multi-process phase, start-up included
+WORKER_TIMEOUT = 180  # seconds per multi-process phase, start-up included (2 loaded cores)
 
 
 # ---- the model both sides use ------------------------------------------------------
