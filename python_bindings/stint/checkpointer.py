@@ -86,7 +86,8 @@ class LoadResult:
 
 
 class Checkpointer:
-    """Checkpoints of one process's state under `root` (created if missing).
+    """Checkpoints of this process's state, or collectively of a distributed
+    job's, under `root` (created if missing; a path every rank sees).
 
     Options (all keyword-only; defaults as in the C++ CheckpointOptions):
       keep_last=3        newest K committed checkpoints kept (0: all)
