@@ -565,11 +565,6 @@ TEST_F(TorchStateTest, CudaTensorsAreCopiedToHost) {
   EXPECT_TRUE(s->exp_avg().is_cuda());
 }
 
-}  // namespace
-}  // namespace stint
-
-namespace stint {
-namespace {
 
 TEST(TorchRng, CaptureRestoreEveryGenerator) {
   torch::manual_seed(5);
@@ -595,11 +590,6 @@ TEST(TorchRng, CaptureRestoreEveryGenerator) {
   EXPECT_EQ(RestoreTorchRng({}).code(), Code::kInvalidArgument);
 }
 
-}  // namespace
-}  // namespace stint
-
-namespace stint {
-namespace {
 
 // Two ranks (threads here; rank_commit_test runs processes) save the row
 // halves of one parameter with AddShard through a real c10d store; one
@@ -716,11 +706,6 @@ TEST_F(TorchStateTest, ASecondResumeAfterAQuarantineWorks) {
   }
 }
 
-}  // namespace
-}  // namespace stint
-
-namespace stint {
-namespace {
 
 // Data parallel under ResumableTraining with a channel: every rank saves (its
 // own user state; rank 0 alone the module and optimizer) and resumes the same
