@@ -47,7 +47,8 @@ AsyncCheckpointerType.PROCESS and a DefaultStager(StagingOptions(pinned,
 shared memory, synchronous staging)) kept across saves. Pinned memory needs
 CUDA: on a CPU-only torch the stager warns and ignores it (the script says
 so); shared memory is used. A mode that fails is skipped with its reason.
-This is a benchmark, not a test: it asserts nothing but that the loads agree.
+This is a benchmark, not a test: it asserts nothing (it prints whether each
+load gave the saved values back: the sums of every shard, save vs load).
 """
 
 import argparse
