@@ -468,8 +468,9 @@ std::unique_ptr<PyCheckpointer> OpenCheckpointer(
     bool compress, int zstd_level, size_t staging_bytes, const std::string& busy_policy,
     double block_timeout, int keep_last, uint64_t keep_every, const std::string& io_engine,
     bool direct_io, unsigned io_queue_depth, unsigned io_size, unsigned threads, int rank,
-    int world_size, const py::object& store, double commit_timeout) {
+    int world_size, const py::object& store, double commit_timeout, bool read_only) {
   CheckpointOptions o;
+  o.read_only = read_only;
   o.rank = rank;
   o.world_size = world_size;
   std::unique_ptr<PyStoreChannel> channel;
@@ -547,7 +548,7 @@ void BindCheckpointer(py::module_& m) {
            py::arg("direct_io") = true, py::arg("io_queue_depth") = 32,
            py::arg("io_size") = 4u << 20, py::arg("threads") = 0, py::arg("rank") = 0,
            py::arg("world_size") = 1, py::arg("store") = py::none(),
-           py::arg("commit_timeout") = 0.0)
+           py::arg("commit_timeout") = 0.0, py::arg("read_only") = false)
       .def("save", &PyCheckpointer::Save, py::arg("step"), py::arg("names"), py::arg("tensors"),
            py::arg("blobs"), py::arg("boxes") = py::none(),
            "Snapshots the tensors and blobs (GIL released) and returns a SaveHandle; the data "

@@ -162,7 +162,8 @@ class Checkpointer:
                  keep_last: int = 3, keep_every: int = 0, io_engine: str = "auto",
                  direct_io: bool = True, io_queue_depth: int = 32, io_size: int = 4194304,
                  threads: int = 0, rank: int = 0, world_size: int = 1,
-                 store: Optional[Any] = None, commit_timeout: float = 0.0) -> None: ...
+                 store: Optional[Any] = None, commit_timeout: float = 0.0,
+                 read_only: bool = False) -> None: ...
     # boxes: per tensor None (the whole tensor) or (global_shape, offsets) of the shard it holds.
     def save(self, step: int, names: List[str], tensors: List[torch.Tensor],
              blobs: Dict[str, bytes],

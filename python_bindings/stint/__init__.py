@@ -8,8 +8,10 @@
     sampler = stint.ResumableSampler(len(dataset), global_batch=64)
     run = stint.Resumable("/nvme/ckpt/job-42", model=model, optimizer=opt, sampler=sampler)
 
-See the docstrings of Checkpointer, Resumable, ResumableSampler,
-PreemptionWatcher and capture_rng. Every error is a stint.Error subclass
+See the docstrings of Checkpointer (collective over the ranks of a
+torch.distributed job: DTensor/FSDP2 state dicts as they are), Resumable,
+ResumableSampler, PreemptionWatcher and capture_rng; stint.dcp has a
+StorageWriter and StorageReader for torch.distributed.checkpoint. Every error is a stint.Error subclass
 (DataLossError, NotFoundError, ...; most also subclass the closest builtin,
 e.g. NotFoundError is a FileNotFoundError) carrying the runtime's message.
 """
@@ -54,6 +56,14 @@ EXIT_DO_NOT_REQUEUE: int = _C.EXIT_DO_NOT_REQUEUE  # 76: a fatal error a restart
 def launch_env() -> Dict[str, Any]:
     """{'rank', 'world_size', 'local_rank', 'launcher'} from torchrun's or Slurm's environment."""
     return _C.launch_env()
+
+
+def __getattr__(name: str) -> Any:
+    # stint.dcp imports torch.distributed.checkpoint (seconds): only when used.
+    if name == "dcp":
+        import importlib
+        return importlib.import_module(".dcp", __name__)
+    raise AttributeError("module 'stint' has no attribute %r" % name)
 
 
 # project(stint VERSION ...) in CMakeLists.txt, compiled into _C (stint/version.h);

@@ -559,7 +559,8 @@ class StorageReader(_DcpStorageReader):
             raise _C.FailedPreconditionError(
                 "stint.dcp: a load over %d ranks needs torch.distributed initialised (or "
                 "store=)" % world_size)
-        kwargs = dict(self._options)
+        # read_only: opening must not clean the root, where an async_save may be writing.
+        kwargs = dict(self._options, read_only=True)
         if world_size > 1:
             kwargs.update(rank=self._rank, world_size=world_size,
                           store=_channel(store, data["stint_nonce"]))

@@ -115,7 +115,7 @@ class CheckpointerImpl final : public Checkpointer {
             options.keep_in_memory ? 3 : 2) {
     options_.env = env;
     options_.replica_env = replica_env_;
-    if (!options_.replica_root.empty() && options_.rank == 0) {
+    if (!options_.replica_root.empty() && options_.rank == 0 && !options_.read_only) {
       replicator_ = std::make_unique<Replicator>(options_, &tier1_guard_, replica_open_error);
     }
     persist_thread_ = std::thread([this] { PersistLoop(); });
@@ -148,6 +148,10 @@ class CheckpointerImpl final : public Checkpointer {
   }
 
   Result<SaveHandle> StartSave(uint64_t step, const State& state, uint64_t number) {
+    if (options_.read_only) {
+      return Status::FailedPrecondition(options_.root + ": opened read_only; not saving step " +
+                                        std::to_string(step));
+    }
     STINT_RETURN_IF_ERROR(TakeBackgroundError());
     if (env_->FileExists(options_.root + "/" + StepDirName(step))) {
       return Status::AlreadyExists(options_.root + "/" + StepDirName(step) +
@@ -611,6 +615,37 @@ class CheckpointerImpl final : public Checkpointer {
   std::thread persist_thread_;              // started in the constructor, joined in the destructor
 };
 
+// Creates the root (and syncs its parent), removes leftovers and prepares
+// tier 2, whose state goes to *replica_open: an error there is reported
+// later, not fatal.
+Status PrepareRoots(Env* env, const CheckpointOptions& options, Status* replica_open) {
+  Status made = env->CreateDir(options.root);
+  if (made.ok()) {
+    // The root's own entry must survive a power cut, or every checkpoint in it goes too.
+    size_t slash = options.root.find_last_of('/');
+    std::string parent = slash == std::string::npos ? "."
+                         : slash == 0               ? "/"
+                                                    : options.root.substr(0, slash);
+    STINT_RETURN_IF_ERROR(env->SyncDir(parent));
+  } else if (made.code() != Code::kAlreadyExists) {
+    return made;
+  }
+  if (!env->IsDirectory(options.root)) {
+    return Status::InvalidArgument(options.root + " exists and is not a directory");
+  }
+  // With several ranks only the committer owns the leftovers: another rank's
+  // Open must not remove the tmp directory of a save that is under way.
+  if (options.rank == 0) STINT_RETURN_IF_ERROR(CleanLeftovers(env, options.root));
+  if (!options.replica_root.empty()) {
+    STINT_RETURN_IF_ERROR(CheckReplicaRoot(options.root, options.replica_root));
+    // Tier 2 never stops tier 1: a replica path that is down now is reported
+    // (stats, FlushReplication) and tried again at every replication.
+    Env* renv = options.replica_env != nullptr ? options.replica_env : env;
+    *replica_open = PrepareReplicaRoot(renv, options.replica_root).WithContext("tier 2 at open");
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Checkpointer>> Checkpointer::Open(const CheckpointOptions& options) {
@@ -635,30 +670,13 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Open(const CheckpointOptions
         "available with world_size > 1");
   }
   Env* env = options.env != nullptr ? options.env : Env::Default();
-  Status made = env->CreateDir(options.root);
-  if (made.ok()) {
-    // The root's own entry must survive a power cut, or every checkpoint in it goes too.
-    size_t slash = options.root.find_last_of('/');
-    std::string parent = slash == std::string::npos ? "."
-                         : slash == 0               ? "/"
-                                                    : options.root.substr(0, slash);
-    STINT_RETURN_IF_ERROR(env->SyncDir(parent));
-  } else if (made.code() != Code::kAlreadyExists) {
-    return made;
-  }
-  if (!env->IsDirectory(options.root)) {
-    return Status::InvalidArgument(options.root + " exists and is not a directory");
-  }
-  // With several ranks only the committer owns the leftovers: another rank's
-  // Open must not remove the tmp directory of a save that is under way.
-  if (options.rank == 0) STINT_RETURN_IF_ERROR(CleanLeftovers(env, options.root));
   Status replica_open;
-  if (!options.replica_root.empty()) {
-    STINT_RETURN_IF_ERROR(CheckReplicaRoot(options.root, options.replica_root));
-    // Tier 2 never stops tier 1: a replica path that is down now is reported
-    // (stats, FlushReplication) and tried again at every replication.
-    Env* renv = options.replica_env != nullptr ? options.replica_env : env;
-    replica_open = PrepareReplicaRoot(renv, options.replica_root).WithContext("tier 2 at open");
+  if (options.read_only) {
+    if (!env->IsDirectory(options.root)) {
+      return Status::NotFound(options.root + ": no such checkpoint directory");
+    }
+  } else {
+    STINT_RETURN_IF_ERROR(PrepareRoots(env, options, &replica_open));
   }
   STINT_ASSIGN_OR_RETURN(IoEngineKind kind, ParseIoEngineKind(options.io_engine));
   IoEngineOptions io;

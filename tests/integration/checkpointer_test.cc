@@ -188,6 +188,35 @@ TEST_P(CheckpointerTest, OverlappingOrMissingShardsAreRefusedAtSave) {
   EXPECT_TRUE((*ckpt)->ListCommitted()->empty());
 }
 
+// A reader next to a running writer: opening read_only neither creates the
+// root nor removes a save's tmp directory, and refuses to save.
+TEST_P(CheckpointerTest, ReadOnlyOpenLoadsAndTouchesNothing) {
+  CheckpointOptions o = Options();
+  o.read_only = true;
+  EXPECT_EQ(Checkpointer::Open(o).status().code(), Code::kNotFound);
+  EXPECT_FALSE(Env::Default()->FileExists(o.root));
+  o.read_only = false;
+  Model m = MakeModel(1, 10);
+  {
+    auto writer = Checkpointer::Open(o);
+    ASSERT_OK(writer);
+    auto h = (*writer)->Save(1, m.AsState());
+    ASSERT_OK(h);
+    ASSERT_OK(h->durable.get());
+  }
+  const std::string in_flight = o.root + "/" + TmpDirName(2, 7);
+  ASSERT_OK(Env::Default()->CreateDir(in_flight));
+  o.read_only = true;
+  auto reader = Checkpointer::Open(o);
+  ASSERT_OK(reader);
+  EXPECT_TRUE(Env::Default()->FileExists(in_flight));
+  Model out = MakeModel(0, 10);
+  auto r = (*reader)->Load(out.Dests());
+  ASSERT_OK(r);
+  EXPECT_EQ(out.w, m.w);
+  EXPECT_EQ((*reader)->Save(2, m.AsState()).status().code(), Code::kFailedPrecondition);
+}
+
 TEST_P(CheckpointerTest, WrongDtypeOrShapeIsAClearError) {
   auto ckpt = Checkpointer::Open(Options());
   ASSERT_OK(ckpt);

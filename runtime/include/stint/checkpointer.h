@@ -68,6 +68,11 @@ struct CheckpointOptions {
   uint64_t fencing_token = 0;  // recorded in the manifest. Default: 0
   int rank = 0;                // this process's data file is rank-<rank>.stint. Default: 0
   int world_size = 1;          // Default: 1
+  // Open only to load: the root must exist and is not touched (no leftovers
+  // removed: another process may be saving into it right now); Save() is
+  // refused with kFailedPrecondition and there is no retention or tier-2
+  // replication. Default: false
+  bool read_only = false;
   // Several ranks (world_size > 1): every rank of the job opens a
   // Checkpointer on the same shared `root` with its own `rank`, and calls
   // Save() and Load() collectively (the same steps, in the same order). Each
