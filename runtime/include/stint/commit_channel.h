@@ -15,7 +15,10 @@
 //                              KV store in stintd
 // and, in Python, any torch.distributed Store.
 //
-// Keys are unique per save of one job incarnation. A channel whose keys
+// One channel per Checkpointer: two Checkpointers of one job (two roots) need
+// two channels with different prefixes (a c10d PrefixStore;
+// CoordinatorCommitChannel's prefix), since each counts its saves and loads
+// from 0. Keys are unique per save of one job incarnation. A channel whose keys
 // outlive the job (a FileStore reused across launches, the coordinator's KV
 // across segments) must be given a prefix unique to the incarnation, e.g. the
 // segment id or the rendezvous generation.
