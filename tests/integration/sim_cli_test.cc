@@ -2,7 +2,9 @@
 // events (skipped where ../shared/traces is absent) it writes the report
 // files and two runs give the same event log; on the synthetic workload
 // (always) the report says it is synthetic, and a malformed trace line is
-// reported with its file and line.
+// reported with its file and line; on the Alibaba excerpt in
+// tests/data/traces the report counts the skipped rows by reason, the
+// censored and fractional pods and the trimmed lead-in.
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -76,6 +78,50 @@ TEST(SimCli, SyntheticReplayIsLabelledAndBadInputNamesFileAndLine) {
                   "/bad.txt 2>&1"),
             2);
   EXPECT_NE(Slurp(dir + "/bad.txt").find(dir + "/bad.csv:2: expected 7"), std::string::npos)
+      << Slurp(dir + "/bad.txt");
+  Shell("rm -rf " + dir);
+}
+
+TEST(SimCli, AlibabaExcerptReportsSkipsCensoredFractionalAndTrim) {
+  const std::string dir = TempDir();
+  ASSERT_FALSE(dir.empty());
+  const std::string sim = STINT_SIM_PATH;
+  const std::string pods =
+      std::string(STINT_TEST_TRACES) + "/alibaba-gpu-v2023-openb_pod_list_default-head91.csv";
+  ASSERT_EQ(Shell(sim + " --trace alibaba:" + pods +
+                  " --capacity fixed:16 --start-at auto --policies fifo,stint --out " + dir +
+                  "/a > " + dir + "/a.txt 2>&1"),
+            0)
+      << Slurp(dir + "/a.txt");
+  const std::string table = Slurp(dir + "/a/table.md");
+  EXPECT_NE(table.find("- trace input: 91 rows; skipped 6 CPU-only pods, 3 never-scheduled pods; "
+                       "15 censored (still running at the trace end: replayed up to it); 29 "
+                       "fractional-GPU requests rounded up to whole GPUs; replay starts at trace "
+                       "time 9437497 s (9437497 s of lead-in trimmed, 15 lead-in jobs still "
+                       "running join at 0)"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("| stint | 82/82 |"), std::string::npos) << table;
+  EXPECT_NE(Slurp(dir + "/a.txt").find("stint-sim: trace: 91 rows; skipped 6 CPU-only pods"),
+            std::string::npos);
+  const std::string json = Slurp(dir + "/a/results.json");
+  EXPECT_NE(json.find("\"never-scheduled pods\": 3"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"censored\": 15"), std::string::npos) << json;
+
+  EXPECT_EQ(Shell(sim + " --trace alibaba:" + pods + " --capacity fixed:16 --start-at soon > " +
+                  dir + "/s.txt 2>&1"),
+            2);
+  EXPECT_NE(Slurp(dir + "/s.txt").find("--start-at"), std::string::npos);
+  std::ofstream(dir + "/bad.csv")
+      << "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+         "deletion_time,scheduled_time\n"
+         "p0,1000,100,1,1000,,LS,Running,0,,\n"
+         "p1,1000,100,1,x,,LS,Running,0,10,5\n";
+  EXPECT_EQ(Shell(sim + " --trace alibaba:" + dir + "/bad.csv --capacity fixed:8 > " + dir +
+                  "/bad.txt 2>&1"),
+            2);
+  EXPECT_NE(Slurp(dir + "/bad.txt").find(dir + "/bad.csv:3: gpu_milli (column 5)"),
+            std::string::npos)
       << Slurp(dir + "/bad.txt");
   Shell("rm -rf " + dir);
 }

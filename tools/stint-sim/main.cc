@@ -90,6 +90,10 @@ int main(int argc, char** argv) {
   app.add_flag("--synthetic-priorities", wo.synthetic_priorities,
                "assign LOW/MEDIUM/HIGH (labelled synthetic)");
   app.add_option("--notice-lead-s", wo.notice_lead_s, "spot revocation notice, s");
+  std::string start_at = "first";
+  app.add_option("--start-at", start_at,
+                 "real traces: start the replay at the first arrival (first), where arrivals "
+                 "begin in earnest (auto), or at SECONDS of the trace's clock");
   app.add_option("--synthetic-jobs", wo.synthetic_jobs.jobs, "synthetic: number of jobs");
   app.add_option("--synthetic-gap-s", wo.synthetic_jobs.mean_interarrival_s,
                  "synthetic: mean inter-arrival, s");
@@ -120,6 +124,12 @@ int main(int argc, char** argv) {
   eo.horizon_s = horizon_days * 86400;
   eo.keep_log = !out_dir.empty();
 
+  auto start = ParseStartAt(start_at);
+  if (!start.ok()) {
+    std::fprintf(stderr, "stint-sim: %s\n", start.status().message().c_str());
+    return 2;
+  }
+  wo.start_at = start.value();
   auto workload = BuildWorkload(trace, capacity, wo);
   if (!workload.ok()) {
     std::fprintf(stderr, "stint-sim: %s\n", workload.status().message().c_str());
@@ -146,11 +156,20 @@ int main(int argc, char** argv) {
   }
 
   const Workload& w = workload.value();
+  if (!w.synthetic_jobs) std::fprintf(stderr, "stint-sim: trace: %s\n", w.load.Summary().c_str());
   std::vector<SimResult> results;
   std::vector<Metrics> rows;
   nlohmann::json js;
   js["jobs"] = w.job_source;
   js["capacity"] = w.capacity_source;
+  if (!w.synthetic_jobs) {
+    js["input"] = {
+        {"rows", w.load.rows},           {"skipped", w.load.skipped},
+        {"censored", w.load.censored},   {"fractional_gpus_rounded_up", w.load.fractional},
+        {"work_capped", w.load.capped},  {"start_s", w.load.start_s},
+        {"trimmed_s", w.load.trimmed_s}, {"lead_in_joined", w.load.lead_in_joined},
+        {"summary", w.load.Summary()}};
+  }
   for (const PolicySpec& spec : specs) {
     EngineOptions e = eo;
     e.workers_ignore_notices = spec.workers_ignore_notices;
@@ -197,6 +216,7 @@ int main(int argc, char** argv) {
           (w.synthetic_jobs ? " **[SYNTHETIC]**" : ""),
       std::string("- capacity: ") + w.capacity_source + " — " + std::to_string(w.windows.size()) +
           " windows" + (w.synthetic_capacity ? " **[SYNTHETIC]**" : ""),
+      std::string("- trace input: ") + (w.synthetic_jobs ? "synthetic" : w.load.Summary()),
       "- job model: C = " + std::to_string(wo.jobs.checkpoint_s) +
           " s, R = " + std::to_string(wo.jobs.restart_s) +
           " s, I = " + std::to_string(wo.jobs.interval_s) + " s; estimates x" +

@@ -36,6 +36,12 @@ class LineReader {
   Status Error(const std::string& what) const {
     return Status::InvalidArgument(path_ + ":" + std::to_string(line_no_) + ": " + what);
   }
+  // A field of a row: names the file, the line and the column (1-based).
+  Status FieldError(size_t column, const std::string& name, const std::string& what,
+                    const std::string& got) const {
+    return Error(name + " (column " + std::to_string(column + 1) + ") " + what + " (got \"" +
+                 Trim(got) + "\")");
+  }
   Status OpenError() const {
     return Status::NotFound("cannot open " + path_ + ": " + std::strerror(errno));
   }
@@ -118,7 +124,7 @@ std::string TeamName(const std::string& raw) {
 }
 
 SimJob MakeJob(const JobDefaults& d, std::string name, std::string team, double submit_s, int gpus,
-               double work_s) {
+               double work_s, LoadReport* report = nullptr) {
   SimJob j;
   j.name = std::move(name);
   j.team = TeamName(team);
@@ -126,6 +132,7 @@ SimJob MakeJob(const JobDefaults& d, std::string name, std::string team, double 
   j.min_gpus = gpus;
   j.max_gpus = gpus;
   j.work_s = d.max_work_s > 0 ? std::min(work_s, d.max_work_s) : work_s;
+  if (report != nullptr && j.work_s < work_s) report->capped++;
   j.work_s = std::max(1.0, j.work_s);
   j.checkpoint_s = d.checkpoint_s;
   j.restart_s = d.restart_s;
@@ -161,11 +168,11 @@ Status LoadPhillyFile(const std::string& path, const std::string& team, std::vec
     double total_steps = 0, arrival = 0;
     int64_t gpus = 0;
     if (!ParseDouble(f[4], &total_steps) || total_steps <= 0)
-      return in.Error("total_steps is not a positive number");
+      return in.FieldError(4, "total_steps", "is not a positive number", f[4]);
     if (!ParseDouble(f[5], &arrival) || arrival < 0)
-      return in.Error("arrival_time is not a number >= 0");
+      return in.FieldError(5, "arrival_time", "is not a number >= 0", f[5]);
     if (!ParseInt(f[6], &gpus) || gpus < 1 || gpus > 4096)
-      return in.Error("scale_factor is not an integer in [1, 4096]");
+      return in.FieldError(6, "scale_factor", "is not an integer in [1, 4096]", f[6]);
     SimJob j;
     j.name = team + "/" + std::to_string(out->size());
     j.team = team;
@@ -185,7 +192,8 @@ std::string Stem(const std::string& path) {
 
 }  // namespace
 
-Result<std::vector<SimJob>> LoadPhilly(const std::string& path, const JobDefaults& d) {
+Result<std::vector<SimJob>> LoadPhilly(const std::string& path, const JobDefaults& d,
+                                       LoadReport* report) {
   std::vector<std::string> files;
   struct stat st {};
   if (stat(path.c_str(), &st) != 0)
@@ -219,14 +227,19 @@ Result<std::vector<SimJob>> LoadPhilly(const std::string& path, const JobDefault
   out.reserve(jobs.size());
   for (size_t i = 0; i < jobs.size(); i++) {
     const double work = steps[i].second / median[steps[i].first] * d.philly_median_s;
-    out.push_back(MakeJob(d, jobs[i].name, jobs[i].team, jobs[i].submit_s, jobs[i].max_gpus, work));
+    out.push_back(
+        MakeJob(d, jobs[i].name, jobs[i].team, jobs[i].submit_s, jobs[i].max_gpus, work, report));
   }
+  if (report != nullptr) report->rows += static_cast<int64_t>(jobs.size());
   Normalize(&out);
   ApplyElastic(&out, d);
   return out;
 }
 
-Result<std::vector<SimJob>> LoadTiresias(const std::string& path, const JobDefaults& d) {
+Result<std::vector<SimJob>> LoadTiresias(const std::string& path, const JobDefaults& d,
+                                         LoadReport* report) {
+  LoadReport unused;
+  LoadReport* r = report != nullptr ? report : &unused;
   LineReader in(path);
   if (!in.ok()) return in.OpenError();
   std::string line;
@@ -238,15 +251,25 @@ Result<std::vector<SimJob>> LoadTiresias(const std::string& path, const JobDefau
     const std::vector<std::string> f = Split(line, ',');
     if (f.size() != 7)
       return in.Error("expected 7 comma-separated fields, got " + std::to_string(f.size()));
+    r->rows++;
     int64_t gpus = 0;
     double submit = 0, duration = 0;
-    if (!ParseInt(f[1], &gpus) || gpus < 1) return in.Error("num_gpu is not an integer >= 1");
+    if (!ParseInt(f[1], &gpus) || gpus < 0)
+      return in.FieldError(1, "num_gpu", "is not an integer >= 0", f[1]);
+    if (gpus == 0) {
+      r->skipped["CPU-only jobs"]++;
+      continue;
+    }
     if (!ParseDouble(f[2], &submit) || submit < 0)
-      return in.Error("submit_time is not a number >= 0");
-    if (!ParseDouble(f[5], &duration) || duration <= 0)
-      return in.Error("duration is not a positive number");
+      return in.FieldError(2, "submit_time", "is not a number >= 0", f[2]);
+    if (!ParseDouble(f[5], &duration) || duration < 0)
+      return in.FieldError(5, "duration", "is not a number >= 0", f[5]);
+    if (duration == 0) {
+      r->skipped["zero-length jobs"]++;
+      continue;
+    }
     out.push_back(MakeJob(d, "tiresias/" + Trim(f[0]) + "-" + Trim(f[4]), "default", submit,
-                          static_cast<int>(gpus), duration));
+                          static_cast<int>(gpus), duration, r));
   }
   Normalize(&out);
   ApplyElastic(&out, d);
@@ -292,6 +315,10 @@ class HeaderCsv {
   // The current row's field of a column Open() required.
   const std::string& operator[](const char* column) const { return row_[col_.at(column)]; }
   Status Error(const std::string& what) const { return in_.Error(what); }
+  // The current row's `column` is not what it should be.
+  Status FieldError(const char* column, const std::string& what) const {
+    return in_.FieldError(col_.at(column), column, what, (*this)[column]);
+  }
 
  private:
   LineReader in_;
@@ -300,64 +327,214 @@ class HeaderCsv {
   std::vector<std::string> row_;
 };
 
-Result<std::vector<SimJob>> LoadHeliosJobs(const std::string& path, const JobDefaults& d) {
+Result<std::vector<SimJob>> LoadHeliosJobs(const std::string& path, const JobDefaults& d,
+                                           LoadReport* report) {
+  LoadReport unused;
+  LoadReport* r = report != nullptr ? report : &unused;
   HeaderCsv in(path);
   STINT_RETURN_IF_ERROR(in.Open({"job_id", "vc", "gpu_num", "submit_time", "duration"}));
   std::vector<SimJob> out;
-  double t0 = kForever;
   for (;;) {
     STINT_ASSIGN_OR_RETURN(bool row, in.Next());
     if (!row) break;
+    r->rows++;
     int64_t gpus = 0;
     double submit = 0, duration = 0;
     if (!ParseInt(in["gpu_num"], &gpus) || gpus < 0)
-      return in.Error("gpu_num is not an integer >= 0");
-    if (!ParseTime(in["submit_time"], &submit)) return in.Error("submit_time is not a time");
+      return in.FieldError("gpu_num", "is not an integer >= 0");
+    if (gpus == 0) {
+      r->skipped["CPU-only jobs"]++;
+      continue;
+    }
+    // A job cancelled in the queue never started: no start_time, duration 0.
+    if (Trim(in["duration"]).empty()) {
+      r->skipped["never-started jobs"]++;
+      continue;
+    }
     if (!ParseDouble(in["duration"], &duration) || duration < 0)
-      return in.Error("duration is not a number >= 0");
-    if (gpus == 0 || duration <= 0) continue;  // CPU-only or zero-length jobs
-    t0 = std::min(t0, submit);
+      return in.FieldError("duration", "is not a number >= 0");
+    if (duration == 0) {
+      r->skipped["never-started jobs"]++;
+      continue;
+    }
+    if (!ParseTime(in["submit_time"], &submit))
+      return in.FieldError("submit_time", "is not a time (YYYY-MM-DD HH:MM:SS or seconds)");
     out.push_back(MakeJob(d, "helios/" + Trim(in["job_id"]), Trim(in["vc"]), submit,
-                          static_cast<int>(gpus), duration));
+                          static_cast<int>(gpus), duration, r));
   }
-  for (SimJob& j : out) j.submit_s -= t0;
   Normalize(&out);
   ApplyElastic(&out, d);
   return out;
 }
 
-Result<std::vector<SimJob>> LoadAlibabaPods(const std::string& path, const JobDefaults& d) {
+Result<std::vector<SimJob>> LoadAlibabaPods(const std::string& path, const JobDefaults& d,
+                                            LoadReport* report) {
+  LoadReport unused;
+  LoadReport* r = report != nullptr ? report : &unused;
   HeaderCsv in(path);
-  STINT_RETURN_IF_ERROR(
-      in.Open({"name", "num_gpu", "qos", "creation_time", "deletion_time", "scheduled_time"}));
-  std::vector<SimJob> out;
-  double t0 = kForever;
+  STINT_RETURN_IF_ERROR(in.Open({"name", "num_gpu", "gpu_milli", "qos", "pod_phase",
+                                 "creation_time", "deletion_time", "scheduled_time"}));
+  // A GPU pod that ran; its end is known once the whole file is read (the
+  // trace end is the largest deletion_time).
+  struct Pod {
+    SimJob job;
+    double scheduled = 0;
+    double deleted = 0;  // kForever: empty deletion_time
+    bool running = false;
+  };
+  std::vector<Pod> pods;
+  double trace_end = -kForever;
   for (;;) {
     STINT_ASSIGN_OR_RETURN(bool row, in.Next());
     if (!row) break;
+    r->rows++;
+    double deleted = 0;
+    const bool has_deletion = !Trim(in["deletion_time"]).empty();
+    if (has_deletion && ParseDouble(in["deletion_time"], &deleted))
+      trace_end = std::max(trace_end, deleted);
     int64_t gpus = 0;
-    double created = 0, deleted = 0, scheduled = 0;
     if (!ParseInt(in["num_gpu"], &gpus) || gpus < 0)
-      return in.Error("num_gpu is not an integer >= 0");
+      return in.FieldError("num_gpu", "is not an integer >= 0");
+    if (gpus == 0) {
+      r->skipped["CPU-only pods"]++;
+      continue;
+    }
+    if (Trim(in["scheduled_time"]).empty()) {
+      r->skipped["never-scheduled pods"]++;
+      continue;
+    }
+    Pod p;
+    double created = 0, milli = 0;
     if (!ParseDouble(in["creation_time"], &created))
-      return in.Error("creation_time is not a number");
-    if (!ParseDouble(in["deletion_time"], &deleted))
-      return in.Error("deletion_time is not a number");
-    if (!ParseDouble(in["scheduled_time"], &scheduled))
-      return in.Error("scheduled_time is not a number");
-    if (gpus == 0 || deleted <= scheduled) continue;
-    t0 = std::min(t0, created);
-    SimJob j = MakeJob(d, "alibaba/" + Trim(in["name"]), "default", created, static_cast<int>(gpus),
-                       deleted - scheduled);
+      return in.FieldError("creation_time", "is not a number");
+    if (!ParseDouble(in["scheduled_time"], &p.scheduled))
+      return in.FieldError("scheduled_time", "is not a number");
+    if (has_deletion && !ParseDouble(in["deletion_time"], &deleted))
+      return in.FieldError("deletion_time", "is not a number");
+    if (!ParseDouble(in["gpu_milli"], &milli) || milli < 0)
+      return in.FieldError("gpu_milli", "is not a number >= 0");
+    p.deleted = has_deletion ? deleted : kForever;
+    p.running = Trim(in["pod_phase"]) == "Running";
+    // A share of a GPU (GPU-sharing pods) is rounded up to a whole GPU.
+    if (milli < 1000) r->fractional++;
+    p.job.name = "alibaba/" + Trim(in["name"]);
+    p.job.submit_s = created;
+    p.job.max_gpus = static_cast<int>(gpus);
     const std::string qos = Trim(in["qos"]);
-    if (qos == "LS" || qos == "Guaranteed") j.priority = stintd::Priority::kHigh;
-    if (qos == "BE") j.priority = stintd::Priority::kLow;
+    if (qos == "LS" || qos == "Guaranteed") p.job.priority = stintd::Priority::kHigh;
+    if (qos == "BE") p.job.priority = stintd::Priority::kLow;
+    pods.push_back(std::move(p));
+  }
+  std::vector<SimJob> out;
+  for (const Pod& p : pods) {
+    const bool censored = p.deleted == kForever || (p.running && p.deleted >= trace_end);
+    const double end = censored ? trace_end : p.deleted;
+    if (!(end > p.scheduled)) {
+      r->skipped["zero-length pods"]++;
+      continue;
+    }
+    if (censored) r->censored++;
+    SimJob j =
+        MakeJob(d, p.job.name, "default", p.job.submit_s, p.job.max_gpus, end - p.scheduled, r);
+    j.priority = p.job.priority;
     out.push_back(j);
   }
-  for (SimJob& j : out) j.submit_s -= t0;
   Normalize(&out);
   ApplyElastic(&out, d);
   return out;
+}
+
+int64_t LoadReport::skipped_total() const {
+  int64_t n = 0;
+  for (const auto& [reason, count] : skipped) n += count;
+  return n;
+}
+
+std::string LoadReport::Summary() const {
+  std::string s = std::to_string(rows) + " rows";
+  if (!skipped.empty()) {
+    s += "; skipped";
+    const char* sep = " ";
+    for (const auto& [reason, count] : skipped) {
+      s += sep + std::to_string(count) + " " + reason;
+      sep = ", ";
+    }
+  }
+  if (censored > 0)
+    s += "; " + std::to_string(censored) +
+         " censored (still running at the trace end: replayed up to it)";
+  if (fractional > 0)
+    s += "; " + std::to_string(fractional) + " fractional-GPU requests rounded up to whole GPUs";
+  if (capped > 0) s += "; " + std::to_string(capped) + " jobs' work capped";
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "; replay starts at trace time %.0f s (%.0f s of lead-in trimmed",
+                start_s, trimmed_s);
+  s += buf;
+  if (lead_in_joined > 0)
+    s += ", " + std::to_string(lead_in_joined) + " lead-in jobs still running join at 0";
+  return s + ")";
+}
+
+Result<StartAt> ParseStartAt(const std::string& s) {
+  StartAt at;
+  if (s == "first") return at;
+  if (s == "auto") {
+    at.mode = StartAt::Mode::kAuto;
+    return at;
+  }
+  if (!ParseDouble(s, &at.seconds) || at.seconds < 0) {
+    return Status::InvalidArgument("--start-at must be first, auto or seconds >= 0 (got \"" + s +
+                                   "\")");
+  }
+  at.mode = StartAt::Mode::kSeconds;
+  return at;
+}
+
+double EarnestStart(const std::vector<SimJob>& jobs) {
+  if (jobs.empty()) return 0;
+  std::vector<double> a;
+  a.reserve(jobs.size());
+  for (const SimJob& j : jobs) a.push_back(j.submit_s);
+  std::sort(a.begin(), a.end());
+  const size_t n = a.size();
+  if (n < 2 || a.back() <= a.front()) return a.front();
+  const size_t k = std::max<size_t>(1, (n + 19) / 20);
+  const double mean_gap = (a.back() - a.front()) / static_cast<double>(n - 1);
+  for (size_t i = 0; i + k < n; i++) {
+    if (a[i + k] - a[i] <= 2.0 * static_cast<double>(k) * mean_gap) return a[i];
+  }
+  return a.front();
+}
+
+void TrimLeadIn(std::vector<SimJob>* jobs, const StartAt& at, LoadReport* report) {
+  LoadReport unused;
+  LoadReport* r = report != nullptr ? report : &unused;
+  double first = kForever;
+  for (const SimJob& j : *jobs) first = std::min(first, j.submit_s);
+  if (jobs->empty()) first = 0;
+  double start = first;
+  if (at.mode == StartAt::Mode::kAuto) start = EarnestStart(*jobs);
+  if (at.mode == StartAt::Mode::kSeconds) start = at.seconds;
+  std::vector<SimJob> kept;
+  kept.reserve(jobs->size());
+  for (SimJob j : *jobs) {
+    if (j.submit_s < start) {
+      const double left = j.submit_s + j.work_s - start;
+      if (left <= 0) {
+        r->skipped["lead-in jobs ended before the start"]++;
+        continue;
+      }
+      j.work_s = std::max(1.0, left);
+      j.submit_s = start;
+      r->lead_in_joined++;
+    }
+    j.submit_s -= start;
+    kept.push_back(std::move(j));
+  }
+  *jobs = std::move(kept);
+  Normalize(jobs);
+  r->start_s = start;
+  r->trimmed_s = std::max(0.0, start - std::min(first, start));
 }
 
 std::vector<SimWindow> FixedCapacity(int gpus) {

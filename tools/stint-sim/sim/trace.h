@@ -2,15 +2,19 @@
 // the start of the replay, plus the adapters that read the public trace
 // formats into them and a seeded synthetic generator.
 //
-// Every adapter validates each line and fails with kInvalidArgument naming
-// the file and the 1-based line ("philly.trace:17: ..."). Nothing here keeps
-// state; the functions are thread-compatible. METHOD.md describes how each
-// published format is mapped onto this model.
+// Every adapter reads the files as published: rows it cannot replay (a pod
+// never scheduled, a CPU-only job, ...) are skipped and counted by reason
+// in a LoadReport. Only a malformed file is an error: kInvalidArgument
+// naming the file, the 1-based line and the column ("pods.csv:17:
+// scheduled_time (column 11) is not a number (got \"x\")"). Nothing here
+// keeps state; the functions are thread-compatible. METHOD.md describes how
+// each published format is mapped onto this model.
 #ifndef STINT_TOOLS_STINT_SIM_SIM_TRACE_H_
 #define STINT_TOOLS_STINT_SIM_SIM_TRACE_H_
 
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -53,6 +57,25 @@ struct SimWindow {
   double gone_s() const { return kind == stintd::WindowKind::kSpot ? revoke_s : end_s; }
 };
 
+// What a job reader did not replay as written, for the run's report.
+struct LoadReport {
+  int64_t rows = 0;                        // data rows read
+  std::map<std::string, int64_t> skipped;  // reason ("never-scheduled pods") -> rows
+  int64_t censored = 0;    // still running at the trace end: replayed with the duration up to it
+  int64_t fractional = 0;  // a share of a GPU (gpu_milli < 1000): rounded up to whole GPUs
+  int64_t capped = 0;      // work above JobDefaults::max_work_s, cut to it
+  // Set by TrimLeadIn: the trace time the replay starts at, how much of the
+  // trace before it was cut, and the lead-in jobs still running there.
+  double start_s = 0;
+  double trimmed_s = 0;
+  int64_t lead_in_joined = 0;
+
+  int64_t skipped_total() const;
+  // One line: "8152 rows; skipped 897 never-scheduled pods, 12 CPU-only
+  // pods; 40 censored ...; trimmed 9437497 s of lead-in".
+  std::string Summary() const;
+};
+
 struct Workload {
   std::vector<SimJob> jobs;
   std::vector<SimWindow> windows;
@@ -60,6 +83,7 @@ struct Workload {
   std::string capacity_source;  // e.g. "fixed:64 GPUs (synthetic)"
   bool synthetic_jobs = false;
   bool synthetic_capacity = false;
+  LoadReport load;  // what the job reader skipped, censored, rounded and trimmed (real traces)
 };
 
 // Job-side defaults applied by every adapter (a trace gives arrivals, GPU
@@ -76,26 +100,63 @@ struct JobDefaults {
 };
 
 // ---- Job traces ----
+//
+// Every reader returns jobs with submit times on the trace's own clock (the
+// file's seconds; Helios dates as Unix seconds); TrimLeadIn moves the start
+// of the replay to 0. `report` (optional) receives the counts.
 
 // Gavel's per-VC Philly traces (7 tab-separated fields, see the traces
 // README). `path` is one .trace file (team = its stem) or a directory of
 // them (all files, one team per file, merged by arrival).
-Result<std::vector<SimJob>> LoadPhilly(const std::string& path, const JobDefaults& d);
+Result<std::vector<SimJob>> LoadPhilly(const std::string& path, const JobDefaults& d,
+                                       LoadReport* report = nullptr);
 
 // Tiresias CSV: header job_id,num_gpu,submit_time,iterations,model_name,duration,interval (CRLF
-// ok).
-Result<std::vector<SimJob>> LoadTiresias(const std::string& path, const JobDefaults& d);
+// ok). Skips num_gpu 0 ("CPU-only jobs") and duration 0 ("zero-length jobs").
+Result<std::vector<SimJob>> LoadTiresias(const std::string& path, const JobDefaults& d,
+                                         LoadReport* report = nullptr);
 
 // Helios cluster_log.csv: header job_id,user,vc,gpu_num,cpu_num,node_num,state,
-// submit_time,start_time,end_time,duration,queue. GPU jobs only; team = vc;
-// submit_time may be "YYYY-MM-DD HH:MM:SS" or seconds.
-Result<std::vector<SimJob>> LoadHeliosJobs(const std::string& path, const JobDefaults& d);
+// submit_time,start_time,end_time,duration,queue. Team = vc; submit_time may
+// be "YYYY-MM-DD HH:MM:SS" (UTC) or seconds. Skips gpu_num 0 ("CPU-only
+// jobs") and an empty or 0 duration ("never-started jobs").
+Result<std::vector<SimJob>> LoadHeliosJobs(const std::string& path, const JobDefaults& d,
+                                           LoadReport* report = nullptr);
 
 // Alibaba cluster-trace-gpu-v2023 pod list: header name,cpu_milli,memory_mib,
 // num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,
-// scheduled_time. Pods with num_gpu >= 1; work = deletion - scheduled;
-// qos LS/Guaranteed -> HIGH, BE -> LOW, else MEDIUM.
-Result<std::vector<SimJob>> LoadAlibabaPods(const std::string& path, const JobDefaults& d);
+// scheduled_time. work = deletion - scheduled; qos LS/Guaranteed -> HIGH,
+// BE -> LOW, else MEDIUM. Skips num_gpu 0 ("CPU-only pods"), an empty
+// scheduled_time ("never-scheduled pods"), deletion <= scheduled
+// ("zero-length pods"). A pod still running at the trace end (deletion_time
+// empty, or pod_phase Running with the file's largest deletion_time, the
+// collection's end) is censored: replayed with the duration up to that end.
+// gpu_milli < 1000 (a share of one GPU) is rounded up to a whole GPU.
+Result<std::vector<SimJob>> LoadAlibabaPods(const std::string& path, const JobDefaults& d,
+                                            LoadReport* report = nullptr);
+
+// Where the replay starts, on the trace's clock.
+struct StartAt {
+  enum class Mode { kFirst, kAuto, kSeconds };
+  Mode mode = Mode::kFirst;
+  double seconds = 0;  // kSeconds
+};
+// "first" | "auto" | SECONDS (>= 0).
+Result<StartAt> ParseStartAt(const std::string& s);
+
+// The start of arrivals in earnest: the first arrival a_i (submit order)
+// from which the next k = ceil(N / 20) arrivals come at least half as fast
+// as the trace's mean rate, a_{i+k} - a_i <= 2 k (a_{N-1} - a_0) / (N - 1);
+// the first arrival when none does.
+double EarnestStart(const std::vector<SimJob>& jobs);
+
+// Starts the replay at `at` (first arrival, EarnestStart, or seconds): a job
+// submitted before the start that would have ended by then (submit + work
+// <= start, run on arrival) is skipped ("lead-in jobs ended before the
+// start"); one still running joins at the start with the work left
+// (submit + work - start); then every submit time is shifted by -start.
+// Records start_s, trimmed_s and lead_in_joined in `report`; renumbers.
+void TrimLeadIn(std::vector<SimJob>* jobs, const StartAt& at, LoadReport* report);
 
 // ---- Capacity traces ----
 

@@ -119,20 +119,21 @@ Result<Workload> BuildWorkload(const std::string& trace, const std::string& capa
   const std::string type = trace.substr(0, colon);
   const std::string path = colon == std::string::npos ? "" : trace.substr(colon + 1);
   if (type == "philly") {
-    STINT_ASSIGN_OR_RETURN(w.jobs, LoadPhilly(path, o.jobs));
+    STINT_ASSIGN_OR_RETURN(w.jobs, LoadPhilly(path, o.jobs, &w.load));
     w.job_source = "philly " + path +
                    " (real arrivals and GPU counts; work = total_steps scaled so each job "
                    "type's median runs " +
                    std::to_string(static_cast<int>(o.jobs.philly_median_s)) + " s)";
   } else if (type == "tiresias") {
-    STINT_ASSIGN_OR_RETURN(w.jobs, LoadTiresias(path, o.jobs));
+    STINT_ASSIGN_OR_RETURN(w.jobs, LoadTiresias(path, o.jobs, &w.load));
     w.job_source = "tiresias " + path + " (real arrivals, GPUs, durations)";
   } else if (type == "helios") {
-    STINT_ASSIGN_OR_RETURN(w.jobs, LoadHeliosJobs(path, o.jobs));
+    STINT_ASSIGN_OR_RETURN(w.jobs, LoadHeliosJobs(path, o.jobs, &w.load));
     w.job_source = "helios " + path + " (real)";
   } else if (type == "alibaba") {
-    STINT_ASSIGN_OR_RETURN(w.jobs, LoadAlibabaPods(path, o.jobs));
-    w.job_source = "alibaba " + path + " (real)";
+    STINT_ASSIGN_OR_RETURN(w.jobs, LoadAlibabaPods(path, o.jobs, &w.load));
+    w.job_source = "alibaba " + path +
+                   " (real; fractional GPUs rounded up, censored pods run to the trace end)";
   } else if (type == "synthetic") {
     SyntheticJobs g = o.synthetic_jobs;
     g.seed = o.jobs.seed;
@@ -144,6 +145,10 @@ Result<Workload> BuildWorkload(const std::string& trace, const std::string& capa
   } else {
     return Status::InvalidArgument("unknown trace \"" + type +
                                    "\" (philly:, tiresias:, helios:, alibaba:, synthetic)");
+  }
+  if (!w.synthetic_jobs) {
+    TrimLeadIn(&w.jobs, o.start_at, &w.load);
+    if (w.jobs.empty()) return Status::InvalidArgument("the trace has no jobs to replay");
   }
   if (o.max_jobs > 0 && static_cast<int>(w.jobs.size()) > o.max_jobs) w.jobs.resize(o.max_jobs);
   for (SimJob& j : w.jobs) j.submit_s *= o.arrival_scale;
@@ -176,8 +181,10 @@ Result<Workload> BuildWorkload(const std::string& trace, const std::string& capa
   std::stable_sort(w.windows.begin(), w.windows.end(),
                    [](const SimWindow& a, const SimWindow& b) { return a.start_s < b.start_s; });
   const int dropped = DropUnplaceable(&w.jobs, w.windows);
-  if (dropped > 0)
+  if (dropped > 0) {
     w.job_source += "; " + std::to_string(dropped) + " jobs larger than any window dropped";
+    if (!w.synthetic_jobs) w.load.skipped["jobs larger than any window"] += dropped;
+  }
   if (w.jobs.empty()) return Status::InvalidArgument("the trace has no jobs that fit the capacity");
   return w;
 }

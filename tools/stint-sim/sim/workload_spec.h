@@ -17,6 +17,7 @@ struct WorkloadOptions {
   SyntheticJobs synthetic_jobs;
   SyntheticWindows synthetic_windows;
   double notice_lead_s = 120;  // spot capacity from step series / node traces
+  StartAt start_at;            // real job traces: where the replay starts (TrimLeadIn)
 };
 
 // trace: philly:PATH | tiresias:PATH | helios:PATH | alibaba:PATH | synthetic
