@@ -465,7 +465,7 @@ std::string LoadReport::Summary() const {
          " censored (still running at the trace end: replayed up to it)";
   if (fractional > 0)
     s += "; " + std::to_string(fractional) + " fractional-GPU requests rounded up to whole GPUs";
-  if (capped > 0) s += "; " + std::to_string(capped) + " jobs' work capped";
+  if (capped > 0) s += "; work capped for " + std::to_string(capped) + " jobs";
   char buf[96];
   std::snprintf(buf, sizeof(buf), "; replay starts at trace time %.0f s (%.0f s of lead-in trimmed",
                 start_s, trimmed_s);
