@@ -365,9 +365,10 @@ Status RankSave::Finish(const Status& persisted, const Manifest& part,
   Publish(keys_.decision(tmp_name_), EncodeDecision(outcome));
   // A rank that has not even started (not read the tmp name) learns it too.
   if (!outcome.ok()) Publish(keys_.abort(), EncodeDecision(outcome));
-  // The reports are read; the decision stays for ranks still polling.
+  // Only the committer reads reports, so they can go. Keys other ranks may
+  // be polling (tmp, abort, the decision) stay: a store's get() of a key
+  // deleted after its check() waits for the store's whole timeout.
   for (int r = 0; r < options_.world_size; ++r) channel_->Delete(keys_.report(r)).IgnoreError();
-  channel_->Delete(keys_.tmp()).IgnoreError();
   return outcome;
 }
 

@@ -42,7 +42,9 @@ class CommitChannel {
   // Publishes `value` under `key`, replacing any value there.
   virtual Status Set(const std::string& key, const std::string& value) = 0;
   // The value under `key`; nullopt when there is none (yet). Never blocks
-  // for long: the caller polls, with its own deadline.
+  // for long: the caller polls, with its own deadline. (A c10d store checks,
+  // then gets: a key deleted in between would block the get for the store's
+  // timeout, so the protocol never deletes a key another rank may poll.)
   virtual Result<std::optional<std::string>> Get(const std::string& key) = 0;
   // Removes `key`; OK when it does not exist.
   virtual Status Delete(const std::string& key) = 0;
