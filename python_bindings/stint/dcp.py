@@ -136,6 +136,17 @@ def _parse_checkpoint_id(checkpoint_id: Any) -> Optional[Tuple[Optional[str], Op
     return None
 
 
+def _checkpoint_target(checkpoint_id: Any, root: str) -> Tuple[str, Optional[int]]:
+    """(root, step) that reset(checkpoint_id) selects: the id's root, else `root`.
+    InvalidArgumentError for an id stint does not understand."""
+    parsed = _parse_checkpoint_id(checkpoint_id)
+    if parsed is None:
+        raise _C.InvalidArgumentError(
+            "stint.dcp: checkpoint_id must be a step, '<root>/step-<N>' or a root path, "
+            "got %r" % (checkpoint_id,))
+    return parsed[0] if parsed[0] is not None else root, parsed[1]
+
+
 def _default_store() -> Optional[Any]:
     if dist.is_available() and dist.is_initialized():
         return dist.distributed_c10d._get_default_store()
@@ -236,17 +247,8 @@ class StorageWriter(_DcpStorageWriter):
     def reset(self, checkpoint_id: Optional[CheckpointId] = None) -> None:
         self._save_id = uuid.uuid4().hex
         self._step = self._configured_step
-        if checkpoint_id is None:
-            return
-        parsed = _parse_checkpoint_id(checkpoint_id)
-        if parsed is None:
-            raise _C.InvalidArgumentError(
-                "stint.dcp: checkpoint_id must be a step, '<root>/step-<N>' or a root path, "
-                "got %r" % (checkpoint_id,))
-        root, step = parsed
-        if root is not None:
-            self.root = root
-        self._step = step
+        if checkpoint_id is not None:
+            self.root, self._step = _checkpoint_target(checkpoint_id, self.root)
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: CheckpointId) -> bool:
@@ -406,17 +408,8 @@ class StorageReader(_DcpStorageReader):
         self._load_id = uuid.uuid4().hex
         self._step = self._configured_step
         self._loaded_step = None
-        if checkpoint_id is None:
-            return
-        parsed = _parse_checkpoint_id(checkpoint_id)
-        if parsed is None:
-            raise _C.InvalidArgumentError(
-                "stint.dcp: checkpoint_id must be a step, '<root>/step-<N>' or a root path, "
-                "got %r" % (checkpoint_id,))
-        root, step = parsed
-        if root is not None:
-            self.root = root
-        self._step = step
+        if checkpoint_id is not None:
+            self.root, self._step = _checkpoint_target(checkpoint_id, self.root)
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: CheckpointId) -> bool:

@@ -79,7 +79,10 @@ def evict(path):
     files = [path] if os.path.isfile(path) else [
         os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs]
     for f in files:
-        fd = os.open(f, os.O_RDONLY)
+        try:
+            fd = os.open(f, os.O_RDONLY)
+        except OSError:
+            continue  # removed meanwhile (retention, a lock file)
         try:
             os.fsync(fd)
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)

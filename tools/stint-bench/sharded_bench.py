@@ -64,6 +64,8 @@ import time
 import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from python_bench import evict  # noqa: E402  (the same cold-read preparation)
 WIDTH = 2048  # float32 columns of every tensor
 FRACTIONS = (2, 4, 8, 8)  # tensor i holds 1/FRACTIONS[i] of the state
 JOB_DEADLINE = 1800.0  # seconds for one job of N processes
@@ -89,22 +91,6 @@ def rows_of(global_rows, rank, world):
     share = -(-global_rows // world)
     off = min(rank * share, global_rows)
     return off, min(share, global_rows - off)
-
-
-def evict(path):
-    """Drops a checkpoint's clean pages from the page cache, so a load reads the disk."""
-    files = [path] if os.path.isfile(path) else [
-        os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs]
-    for f in files:
-        try:
-            fd = os.open(f, os.O_RDONLY)
-        except OSError:
-            continue  # removed meanwhile (retention, a lock file)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 # -- the rank side ------------------------------------------------------------------
