@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -15,9 +17,12 @@
 #include "cuda_handles.h"
 #include "cuda_status.h"
 #include "device_probe.h"
+#include "nccl_recovery.h"
+#include "nccl_staging.h"
 #include "nccl_status.h"
 #include "nccl_types.h"
 #include "nccl_unique_id.h"
+#include "pinned_host.h"
 
 namespace stint {
 namespace {
@@ -29,13 +34,6 @@ std::string Millis(std::chrono::milliseconds ms) { return std::to_string(ms.coun
 std::chrono::milliseconds Remaining(Clock::time_point deadline) {
   return std::max(std::chrono::milliseconds(0),
                   std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
-}
-
-std::string VersionText(int code) {
-  // NCCL_VERSION(): X*1000+Y*100+Z up to 2.8, X*10000+Y*100+Z after.
-  const int major = code >= 10000 ? code / 10000 : code / 1000;
-  const int minor = code >= 10000 ? code / 100 % 100 : code / 100 % 10;
-  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(code % 100);
 }
 
 void CloseFd(int fd) {
@@ -84,7 +82,16 @@ struct StreamResources {
   CudaStream owned_stream;  // empty when the stream is the caller's
   cudaStream_t stream = nullptr;
   CudaEvent done;            // recorded after each collective; its completion is polled
+  CudaEvent ready;           // recorded on the caller's stream; `stream` waits on it
   CudaDeviceBuffer scratch;  // Barrier()'s one float
+};
+
+// The staging pair for host data (nccl_staging.h), allocated at the first
+// host collective and grown up to kNcclStagingCapacity.
+struct Staging {
+  CudaDeviceBuffer device;
+  std::unique_ptr<PinnedHostBuffer> host;
+  size_t size = 0;  // of each
 };
 
 // REQUIRES: the communicator's device is current.
@@ -98,6 +105,7 @@ Result<StreamResources> MakeStreamResources(cudaStream_t external) {
     r.stream = r.owned_stream.get();
   }
   STINT_ASSIGN_OR_RETURN(r.done, CudaEvent::Create());
+  STINT_ASSIGN_OR_RETURN(r.ready, CudaEvent::Create());
   Result<CudaDeviceBuffer> scratch = CudaDeviceBuffer::Allocate(sizeof(float));
   if (!scratch.ok()) return scratch.status().WithContext("barrier scratch");
   r.scratch = std::move(*scratch);
@@ -170,10 +178,12 @@ Status PollUntilDone(const PollTarget& t, Clock::time_point deadline,
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(const GroupMembership& membership, int device, std::chrono::milliseconds timeout,
-                   StreamResources resources, NcclComm comm)
+                   std::function<Result<void*>(int)> current_stream, StreamResources resources,
+                   NcclComm comm)
       : membership_(membership),
         device_(device),
         timeout_(timeout),
+        current_stream_(std::move(current_stream)),
         res_(std::move(resources)),
         comm_(std::move(comm)) {
     membership_.master_listen_fd = -1;
@@ -186,7 +196,9 @@ class NcclCommunicator final : public Communicator {
     ScopedCudaDevice device;
     device.Enter(device_).IgnoreError();  // teardown goes on regardless
     comm_.Abort();
+    ReleaseStaging();
     res_.scratch.Reset();
+    res_.ready.Reset();
     res_.done.Reset();
     res_.owned_stream.Reset();
   }
@@ -203,9 +215,21 @@ class NcclCommunicator final : public Communicator {
         "nccl allreduce (" + std::to_string(count) + " x " + DTypeName(dtype) + ")";
     Result<ncclDataType_t> type = NcclDataType(dtype);
     Result<ncclRedOp_t> red = NcclRedOp(op);
-    Status check = !type.ok()  ? type.status()
-                   : !red.ok() ? red.status()
-                               : CheckDeviceData(data, count);
+    Result<NcclRoute> route = RouteOf(data, count);
+    Status check = !type.ok()    ? type.status()
+                   : !red.ok()   ? red.status()
+                   : !route.ok() ? route.status()
+                                 : Status::OK();
+    if (check.ok() && *route == NcclRoute::kStaged) {
+      StagedCopy copy;
+      copy.host = static_cast<char*>(data);
+      copy.bytes = count * DTypeSize(dtype);
+      copy.element_bytes = DTypeSize(dtype);
+      return RunStaged(
+          what, copy, [&](void* dev, size_t bytes, ncclComm_t comm, cudaStream_t stream) {
+            return ncclAllReduce(dev, dev, bytes / copy.element_bytes, *type, *red, comm, stream);
+          });
+    }
     return Run(what, check, [&](ncclComm_t comm, cudaStream_t stream) {
       return ncclAllReduce(data, data, count, *type, *red, comm, stream);
     });
@@ -214,11 +238,24 @@ class NcclCommunicator final : public Communicator {
   Status Broadcast(void* data, size_t bytes, int root) override {
     const std::string what = "nccl broadcast (" + std::to_string(bytes) + " bytes from rank " +
                              std::to_string(root) + ")";
+    Result<NcclRoute> route = RouteOf(data, bytes);
     Status check = root < 0 || root >= membership_.world_size
                        ? Status::InvalidArgument("root " + std::to_string(root) +
                                                  " is not a rank of a world of " +
                                                  std::to_string(membership_.world_size))
-                       : CheckDeviceData(data, bytes);
+                       : route.status();
+    if (check.ok() && *route == NcclRoute::kStaged) {
+      StagedCopy copy;
+      copy.host = static_cast<char*>(data);
+      copy.bytes = bytes;
+      copy.element_bytes = 1;
+      // Only the root's data goes in, and the root's own stays as it is.
+      copy.copy_in = membership_.rank == root;
+      copy.copy_out = membership_.rank != root;
+      return RunStaged(what, copy, [&](void* dev, size_t n, ncclComm_t comm, cudaStream_t stream) {
+        return ncclBroadcast(dev, dev, n, ncclUint8, root, comm, stream);
+      });
+    }
     return Run(what, check, [&](ncclComm_t comm, cudaStream_t stream) {
       return ncclBroadcast(data, data, bytes, ncclUint8, root, comm, stream);
     });
@@ -300,23 +337,185 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
-  // Rejects data that is not device memory of this communicator's device:
-  // NCCL would not check it (NCCL_CHECK_POINTERS is off by default) and a
-  // host pointer would fault the kernel and poison the CUDA context.
-  Status CheckDeviceData(const void* data, size_t count) const {
-    if (count == 0) return Status::OK();
+  // A staged call that failed may have left its copies queued behind the
+  // collective's kernels; ncclCommAbort (before this) stops those, so the
+  // stream drains. Polled within the timeout; buffers a copy may still
+  // touch after it are leaked, never freed under the copy.
+  void ReleaseStaging() {
+    if (staging_in_flight_) {
+      const Clock::time_point deadline = Clock::now() + timeout_;
+      Backoff backoff;
+      for (;;) {
+        const cudaError_t err = cudaStreamQuery(res_.stream);
+        if (err == cudaSuccess) break;
+        if (err != cudaErrorNotReady) cudaGetLastError();  // a broken stream runs nothing more
+        if (err != cudaErrorNotReady || Clock::now() >= deadline) {
+          new Staging(std::move(staging_));  // leaked on purpose
+          break;
+        }
+        backoff.Wait();
+      }
+      staging_in_flight_ = false;
+    }
+    staging_ = Staging();
+  }
+
+  // Where `data` may be used from (nccl_staging.h): device memory of this
+  // communicator's device and managed memory in place, host memory staged.
+  // Anything else is refused before NCCL sees it: NCCL would not check it
+  // (NCCL_CHECK_POINTERS is off by default) and a foreign pointer would
+  // fault the kernel and poison the CUDA context.
+  Result<NcclRoute> RouteOf(const void* data, size_t count) const {
+    if (count == 0) return NcclRoute::kDirect;
     if (data == nullptr) return Status::InvalidArgument("data is null");
     cudaPointerAttributes attr;
     const cudaError_t err = cudaPointerGetAttributes(&attr, data);
+    NcclMemoryKind kind = NcclMemoryKind::kUnregistered;
     if (err == cudaErrorInvalidValue) {
-      cudaGetLastError();
-      return Status::InvalidArgument("data is not a pointer CUDA knows");
+      cudaGetLastError();  // an old runtime's answer for pageable host memory
+    } else if (err != cudaSuccess) {
+      return StatusFromCuda(err, "cudaPointerGetAttributes");
+    } else if (attr.type == cudaMemoryTypeDevice) {
+      kind = NcclMemoryKind::kDevice;
+    } else if (attr.type == cudaMemoryTypeManaged) {
+      kind = NcclMemoryKind::kManaged;
+    } else if (attr.type == cudaMemoryTypeHost) {
+      kind = NcclMemoryKind::kHost;
     }
-    if (err != cudaSuccess) return StatusFromCuda(err, "cudaPointerGetAttributes");
-    if (attr.type == cudaMemoryTypeManaged) return Status::OK();
-    if (attr.type != cudaMemoryTypeDevice || attr.device != device_) {
-      return Status::InvalidArgument("data is not device memory of CUDA device " +
+    const NcclRoute route = RouteNcclBuffer(kind, attr.device, device_);
+    if (route == NcclRoute::kRefused) {
+      return Status::InvalidArgument("data is device memory of CUDA device " +
+                                     std::to_string(attr.device) + ", not of the communicator's " +
                                      std::to_string(device_));
+    }
+    return route;
+  }
+
+  // The first steps of every call, under mu_: refuses once aborted, takes
+  // the arguments' verdict, makes the device current.
+  Status BeginLocked(const std::string& what, const Status& check, ScopedCudaDevice& device) {
+    if (aborted_.load(std::memory_order_relaxed)) return AbortedLocked(what);
+    if (abort_requested_.load(std::memory_order_acquire)) {
+      FailLocked(Status::Aborted("Abort() was called")).IgnoreError();
+      return AbortedLocked(what);
+    }
+    if (!check.ok()) return FailLocked(check.WithContext(what));
+    Status s = device.Enter(device_);
+    if (!s.ok()) return FailLocked(s.WithContext(what));
+    return Status::OK();
+  }
+
+  // REQUIRES: mu_ held, the device current. The stream rule
+  // (nccl_communicator.h): res_.stream waits for the caller's current
+  // stream, unless it is that stream.
+  Status OrderAfterCallerLocked(const std::string& what) {
+    void* caller = nullptr;  // the legacy default stream
+    if (current_stream_) {
+      Result<void*> current = current_stream_(device_);
+      if (!current.ok()) return current.status().WithContext(what + ": the caller's stream");
+      caller = *current;
+    }
+    cudaStream_t theirs = static_cast<cudaStream_t>(caller);
+    if (theirs == res_.stream) return Status::OK();
+    cudaError_t err = cudaEventRecord(res_.ready.get(), theirs);
+    if (err != cudaSuccess) return StatusFromCuda(err, what + ": cudaEventRecord(caller's stream)");
+    err = cudaStreamWaitEvent(res_.stream, res_.ready.get(), 0);
+    if (err != cudaSuccess) return StatusFromCuda(err, what + ": cudaStreamWaitEvent");
+    return Status::OK();
+  }
+
+  // REQUIRES: mu_ held, the device current. Enqueues with `enqueue(comm,
+  // stream)`, then `after(stream)` (more work on the stream once NCCL has
+  // enqueued; may be null), and polls to completion by `deadline`. The
+  // caller fails the communicator on an error.
+  template <typename Enqueue>
+  Status CollectiveLocked(const std::string& what, Clock::time_point deadline, Enqueue&& enqueue,
+                          const std::function<cudaError_t(cudaStream_t)>& after) {
+    const ncclResult_t r = enqueue(comm_.get(), res_.stream);
+    if (r != ncclSuccess && r != ncclInProgress) return StatusFromNccl(r, comm_.get(), what);
+    // Nothing else may go on the stream while the comm is still enqueueing
+    // (ncclInProgress); the copies and the event go after the collective's
+    // kernels once it is done.
+    Status s = PollUntilDone({comm_.get(), nullptr, &abort_requested_}, deadline, timeout_, what);
+    if (!s.ok()) return s;
+    if (after) {
+      const cudaError_t err = after(res_.stream);
+      if (err != cudaSuccess) return StatusFromCuda(err, what + ": staging copy out");
+    }
+    const cudaError_t err = cudaEventRecord(res_.done.get(), res_.stream);
+    if (err != cudaSuccess) return StatusFromCuda(err, what + ": cudaEventRecord");
+    return PollUntilDone({comm_.get(), res_.done.get(), &abort_requested_}, deadline, timeout_,
+                         what);
+  }
+
+  // REQUIRES: mu_ held, the device current. Staging buffers of at least
+  // NcclStagingAllocation(bytes) each.
+  Status EnsureStagingLocked(size_t bytes, const std::string& what) {
+    const size_t want = NcclStagingAllocation(bytes, kNcclStagingCapacity);
+    if (staging_.size >= want) return Status::OK();
+    // The old pair may still be read by nothing: every staged call waited
+    // for its copies before returning.
+    staging_ = Staging();
+    Result<CudaDeviceBuffer> device = CudaDeviceBuffer::Allocate(want);
+    if (!device.ok()) return device.status().WithContext(what + ": device staging");
+    Result<std::unique_ptr<PinnedHostBuffer>> host = PinnedHostBuffer::Allocate(want);
+    if (!host.ok()) return host.status().WithContext(what + ": pinned staging");
+    staging_.device = std::move(*device);
+    staging_.host = std::move(*host);
+    staging_.size = want;
+    return Status::OK();
+  }
+
+  struct StagedCopy {
+    char* host = nullptr;
+    size_t bytes = 0;
+    size_t element_bytes = 1;  // chunks never split an element
+    bool copy_in = true;       // the host data is an input
+    bool copy_out = true;      // the result goes back to the host
+  };
+
+  // A collective over host memory through the staging pair, chunk by
+  // chunk (every rank cuts the same chunks: same sizes on every rank),
+  // within one deadline. `enqueue(device_chunk, chunk_bytes, comm, stream)`.
+  template <typename Enqueue>
+  Status RunStaged(const std::string& what, const StagedCopy& copy, Enqueue&& enqueue) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ScopedCudaDevice device;
+    STINT_RETURN_IF_ERROR(BeginLocked(what, Status::OK(), device));
+    const Clock::time_point deadline = Clock::now() + timeout_;
+    Status s = EnsureStagingLocked(copy.bytes, what);
+    if (s.ok()) s = OrderAfterCallerLocked(what);
+    if (!s.ok()) return FailLocked(s);
+    // A function of the call alone, never of this rank's staging history:
+    // every rank must cut the same chunks.
+    const size_t chunk = NcclStagingChunkBytes(copy.element_bytes, kNcclStagingCapacity);
+    void* dev = staging_.device.get();
+    char* pinned = staging_.host->data();
+    for (size_t at = 0; at < copy.bytes; at += chunk) {
+      const size_t n = std::min(chunk, copy.bytes - at);
+      const std::string part = copy.bytes > chunk ? what + " [staged bytes " + std::to_string(at) +
+                                                        "+" + std::to_string(n) + "]"
+                                                  : what + " [staged]";
+      staging_in_flight_ = true;  // until the chunk's event completed
+      if (copy.copy_in) {
+        std::memcpy(pinned, copy.host + at, n);
+        const cudaError_t err =
+            cudaMemcpyAsync(dev, pinned, n, cudaMemcpyHostToDevice, res_.stream);
+        if (err != cudaSuccess) return FailLocked(StatusFromCuda(err, part + ": staging copy in"));
+      }
+      std::function<cudaError_t(cudaStream_t)> out;
+      if (copy.copy_out) {
+        out = [&](cudaStream_t stream) {
+          return cudaMemcpyAsync(pinned, dev, n, cudaMemcpyDeviceToHost, stream);
+        };
+      }
+      s = CollectiveLocked(
+          part, deadline,
+          [&](ncclComm_t comm, cudaStream_t stream) { return enqueue(dev, n, comm, stream); }, out);
+      if (!s.ok()) return FailLocked(s);
+      staging_in_flight_ = false;
+      // The event after the copy out completed: the pinned bytes are final.
+      if (copy.copy_out) std::memcpy(copy.host + at, pinned, n);
     }
     return Status::OK();
   }
@@ -326,27 +525,11 @@ class NcclCommunicator final : public Communicator {
   template <typename Enqueue>
   Status Run(const std::string& what, const Status& check, Enqueue&& enqueue) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (aborted_.load(std::memory_order_relaxed)) return AbortedLocked(what);
-    if (abort_requested_.load(std::memory_order_acquire)) {
-      FailLocked(Status::Aborted("Abort() was called")).IgnoreError();
-      return AbortedLocked(what);
-    }
-    if (!check.ok()) return FailLocked(check.WithContext(what));
     ScopedCudaDevice device;
-    Status s = device.Enter(device_);
-    if (!s.ok()) return FailLocked(s.WithContext(what));
+    STINT_RETURN_IF_ERROR(BeginLocked(what, check, device));
     const Clock::time_point deadline = Clock::now() + timeout_;
-    const ncclResult_t r = enqueue(comm_.get(), res_.stream);
-    if (r != ncclSuccess && r != ncclInProgress)
-      return FailLocked(StatusFromNccl(r, comm_.get(), what));
-    // Nothing else may go on the stream while the comm is still enqueueing
-    // (ncclInProgress); the event goes after the collective's kernels once
-    // it is done.
-    s = PollUntilDone({comm_.get(), nullptr, &abort_requested_}, deadline, timeout_, what);
-    if (!s.ok()) return FailLocked(s);
-    const cudaError_t err = cudaEventRecord(res_.done.get(), res_.stream);
-    if (err != cudaSuccess) return FailLocked(StatusFromCuda(err, what + ": cudaEventRecord"));
-    s = PollUntilDone({comm_.get(), res_.done.get(), &abort_requested_}, deadline, timeout_, what);
+    Status s = OrderAfterCallerLocked(what);
+    if (s.ok()) s = CollectiveLocked(what, deadline, std::forward<Enqueue>(enqueue), nullptr);
     if (!s.ok()) return FailLocked(s);
     return Status::OK();
   }
@@ -371,6 +554,7 @@ class NcclCommunicator final : public Communicator {
   GroupMembership membership_;
   const int device_;
   const std::chrono::milliseconds timeout_;
+  const std::function<Result<void*>(int)> current_stream_;
   StreamResources res_;
 
   std::atomic<bool> abort_requested_{false};  // set by Abort(), from any thread
@@ -378,11 +562,20 @@ class NcclCommunicator final : public Communicator {
   // Held across every NCCL call on comm_ (a collective's whole poll loop
   // included), so ncclCommAbort never runs alongside one.
   std::mutex mu_;
-  Status first_error_;  // guarded by mu_
-  NcclComm comm_;       // guarded by mu_
+  Status first_error_;              // guarded by mu_
+  NcclComm comm_;                   // guarded by mu_
+  Staging staging_;                 // guarded by mu_
+  bool staging_in_flight_ = false;  // guarded by mu_: copies may be queued
 };
 
 }  // namespace
+
+Result<NcclRecoveryPlan> LoadedNcclRecoveryPlan() {
+  int version = 0;
+  const ncclResult_t r = ncclGetVersion(&version);
+  if (r != ncclSuccess) return StatusFromNccl(r, nullptr, "ncclGetVersion");
+  return PlanNcclRecovery(version);
+}
 
 NcclCommunicatorFactory::NcclCommunicatorFactory(NcclCommunicatorOptions options)
     : options_(std::move(options)) {}
@@ -442,8 +635,9 @@ Result<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Form(
   // usage such as two ranks on one GPU is not a transient failure).
   STINT_RETURN_IF_ERROR(
       PollUntilDone({comm.get(), nullptr, nullptr}, deadline, options_.comm.timeout, what));
-  return std::unique_ptr<Communicator>(new NcclCommunicator(
-      membership, device, options_.comm.timeout, std::move(*resources), std::move(comm)));
+  return std::unique_ptr<Communicator>(
+      new NcclCommunicator(membership, device, options_.comm.timeout, options_.current_stream,
+                           std::move(*resources), std::move(comm)));
 }
 
 Result<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Shrink(
@@ -453,13 +647,12 @@ Result<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Shrink(
                            std::to_string(old.rank()) + " of " + std::to_string(old.world_size()) +
                            " -> " + std::to_string(next.rank) + " of " +
                            std::to_string(next.world_size) + ")";
-  int version = 0;
-  const ncclResult_t vr = ncclGetVersion(&version);
-  if (vr != ncclSuccess) return StatusFromNccl(vr, nullptr, what + ": ncclGetVersion");
-  if (version < NCCL_VERSION(2, 27, 0)) {
-    return Status::Unimplemented(what + ": ncclCommShrink needs NCCL >= 2.27, the library is " +
-                                 VersionText(version));
-  }
+  // The ladder of the library loaded now, not of the headers.
+  Result<NcclRecoveryPlan> loaded = LoadedNcclRecoveryPlan();
+  if (!loaded.ok()) return loaded.status().WithContext(what);
+  const NcclRecoveryPlan& plan = *loaded;
+  if (!plan.shrink)
+    return Status::Unimplemented(what + ": no shrink on this library: " + plan.summary);
   auto* parent = dynamic_cast<NcclCommunicator*>(&old);
   if (parent == nullptr) {
     return Status::InvalidArgument(what + ": the old communicator is " + old.backend() +
@@ -499,8 +692,9 @@ Result<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Shrink(
   STINT_ASSIGN_OR_RETURN(NcclComm child,
                          parent->ShrinkComm(std::move(excluded), next.generation, deadline, what));
   CloseFd(next.master_listen_fd);  // Form() will not be called for this generation
-  return std::unique_ptr<Communicator>(new NcclCommunicator(
-      next, parent->device(), options_.comm.timeout, std::move(*resources), std::move(child)));
+  return std::unique_ptr<Communicator>(
+      new NcclCommunicator(next, parent->device(), options_.comm.timeout, options_.current_stream,
+                           std::move(*resources), std::move(child)));
 }
 
 }  // namespace stint

@@ -18,15 +18,20 @@
 //   STINT_RETURN_IF_ERROR(comm->AllReduce(grads_dev, n, stint::DType::kFloat32,
 //   stint::ReduceOp::kSum));
 //
+//   options.current_stream = stint::CurrentCudaStream;   // LibTorch: order after torch
+//
 // Without a CUDA device Form() returns kUnavailable ("no CUDA device: ...").
+// Built only where NCCL is found (STINT_HAVE_NCCL, cuda/CMakeLists.txt).
 // The factory is thread-compatible; its communicators are thread-compatible
 // except Abort() (see stint/communicator.h).
 #ifndef STINT_CUDA_NCCL_COMMUNICATOR_H_
 #define STINT_CUDA_NCCL_COMMUNICATOR_H_
 
+#include <functional>
 #include <memory>
 #include <vector>
 
+#include "nccl_recovery.h"
 #include "stint/communicator.h"
 #include "stint/status.h"
 
@@ -36,28 +41,52 @@ namespace stint {
 
 struct NcclCommunicatorOptions {
   // timeout: the deadline of Form() and Shrink() (unique-id exchange and
-  // NCCL init together) and of each collective. local_host is not used:
-  // NCCL picks its own interface (NCCL_SOCKET_IFNAME).
+  // NCCL init together) and of each collective (all its staged chunks
+  // together). local_host is not used: NCCL picks its own interface
+  // (NCCL_SOCKET_IFNAME).
   // Default: CommunicatorOptions defaults (60 s)
   CommunicatorOptions comm;
-  // The CUDA stream (a cudaStream_t) every collective is enqueued on,
-  // ordered after the work already on it; borrowed: it must outlive every
-  // communicator formed with it. nullptr: each communicator creates its own
-  // non-blocking stream and destroys it with itself. Default: nullptr
+  // The CUDA stream (a cudaStream_t) every collective is enqueued on;
+  // borrowed: it must outlive every communicator formed with it. nullptr:
+  // each communicator creates its own non-blocking stream and destroys it
+  // with itself. Default: nullptr
   CUstream_st* stream = nullptr;
+  // The caller's current stream on `device` (a cudaStream_t as void*) at
+  // the time of each call: every collective waits on the device (an event,
+  // no host sync) for the work already enqueued there before it reads its
+  // data. For LibTorch pass stint::CurrentCudaStream (runtime/torch/
+  // torch_device.h), so a collective never reads a tensor before the
+  // kernel that writes it. Unset: the legacy default stream (nullptr),
+  // LibTorch's current stream unless the program changed it. An error it
+  // returns fails (and aborts) the call. Default: unset
+  std::function<Result<void*>(int device)> current_stream;
   // The CUDA device ordinal the communicator binds to. -1: the calling
   // thread's current device at Form(). Default: -1
   int device = -1;
 };
 
-// Forms NCCL communicators. The data of every collective must be device
-// memory on the communicator's device (managed memory is accepted);
-// anything else is kInvalidArgument. A collective returns once its kernels
-// have completed on the device, so `data` holds the result on return.
+// The stream rule. A collective is enqueued on the communicator's stream
+// (options.stream, or its own) after that stream waited for the caller's
+// current stream (options.current_stream); it returns once its kernels
+// (and staging copies) completed on the device, so the result is visible
+// to any later work on any stream. Where the two streams are the same
+// stream no event is needed and none is used.
+
+// Forms NCCL communicators. The data of a collective is device memory of
+// the communicator's device or managed memory (used in place), or host
+// memory, pageable or pinned (copied through bounded staging buffers in
+// chunks, nccl_staging.h): the step-boundary agreement and the state sync
+// of ElasticGroup pass small host buffers. Device memory of another
+// device is kInvalidArgument. A collective returns once its kernels have
+// completed on the device, so `data` holds the result on return.
 //
 // Any failed call (an argument refused, a deadline, an NCCL or CUDA error)
 // aborts the communicator: every later call returns kAborted naming the
 // first error, as stint/communicator.h requires.
+//
+// Recovery ladder (nccl_recovery.h), chosen from ncclGetVersion() at run
+// time: Shrink() where the library can (>= 2.27.3, not 2.28.3-2.28.8),
+// else kUnimplemented and the caller aborts and re-inits with Form().
 class NcclCommunicatorFactory final : public CommunicatorFactory {
  public:
   explicit NcclCommunicatorFactory(NcclCommunicatorOptions options = {});
@@ -78,8 +107,9 @@ class NcclCommunicatorFactory final : public CommunicatorFactory {
   // terminated and the child shares no resources with it, so a dead
   // excluded rank cannot hold it up. `old` is then aborted (never
   // destroyed), whether the shrink worked or not: its later calls return
-  // kAborted. kUnimplemented when the NCCL library is older than 2.27 (the
-  // caller then aborts `old` and calls Form()); kInvalidArgument when `old`
+  // kAborted. kUnimplemented, `old` untouched, when the loaded library's
+  // ladder has no shrink (PlanNcclRecovery: older than 2.27.3, or 2.28.3 to
+  // 2.28.8; the caller then aborts `old` and calls Form()); kInvalidArgument when `old`
   // is not an NCCL communicator or the ranks do not add up;
   // kFailedPrecondition when this rank is among the excluded; kAborted when
   // `old` is already aborted. Closes next.master_listen_fd on success only
@@ -92,6 +122,11 @@ class NcclCommunicatorFactory final : public CommunicatorFactory {
  private:
   const NcclCommunicatorOptions options_;
 };
+
+// The recovery ladder of the NCCL library loaded in this process
+// (ncclGetVersion), the one Shrink() follows; kUnavailable naming the error
+// when the library does not answer.
+Result<NcclRecoveryPlan> LoadedNcclRecoveryPlan();
 
 // The GroupKv key Form() exchanges the ncclUniqueId under.
 inline constexpr char kNcclIdKey[] = "nccl-id";

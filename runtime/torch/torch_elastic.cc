@@ -4,7 +4,9 @@
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
+#include <optional>
 #include <sstream>
+#include <utility>
 
 #include "stint_torch.h"
 #include "torch_guard.h"
@@ -41,7 +43,15 @@ Status TorchElasticState::Deserialize(const std::string& bytes) {
   STINT_RETURN_IF_ERROR(Guard("load the elastic state from rank 0", [&]() -> Status {
     std::istringstream in(bytes);
     torch::serialize::InputArchive archive;
-    archive.load_from(in);
+    // Rank 0's tensors come tagged with rank 0's device (cuda:0); loading
+    // them as they are would move this rank's parameters there (Module::load
+    // adopts a tensor of another device). Map them to this model's device.
+    std::optional<torch::Device> device;
+    for (const torch::Tensor& p : model_.parameters()) {
+      device = p.device();
+      break;
+    }
+    archive.load_from(in, device);
     torch::serialize::InputArchive model_archive, optimizer_archive;
     archive.read("model", model_archive);
     archive.read("optimizer", optimizer_archive);
@@ -53,6 +63,7 @@ Status TorchElasticState::Deserialize(const std::string& bytes) {
     if (sampler_ != nullptr) {
       torch::Tensor cursor;
       archive.read("sampler", cursor);
+      cursor = cursor.to(torch::kCPU).contiguous();  // mapped to the model's device above
       const std::string text(static_cast<const char*>(cursor.data_ptr()),
                              static_cast<size_t>(cursor.numel()));
       return sampler_->LoadState(text);
@@ -78,13 +89,17 @@ Status TorchElasticState::Synchronize(Communicator& comm) {
 
 Status AllReduceGradients(Communicator& comm, torch::nn::Module& model, torch::Tensor* extra) {
   return Guard("allreduce gradients", [&]() -> Status {
-    std::map<c10::ScalarType, std::vector<torch::Tensor>> by_dtype;
+    // One flat buffer per (device, dtype): torch::cat needs one device, and
+    // the NCCL backend takes host buffers too (staged), so a CPU `extra`
+    // next to CUDA parameters is one more collective, not an error.
+    std::map<std::pair<std::string, c10::ScalarType>, std::vector<torch::Tensor>> by_dtype;
     for (torch::Tensor& p : model.parameters()) {
       if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-      by_dtype[p.scalar_type()].push_back(p.grad());
+      by_dtype[{p.device().str(), p.scalar_type()}].push_back(p.grad());
     }
-    if (extra != nullptr) by_dtype[extra->scalar_type()].push_back(*extra);
-    for (auto& [type, tensors] : by_dtype) {
+    if (extra != nullptr) by_dtype[{extra->device().str(), extra->scalar_type()}].push_back(*extra);
+    for (auto& [key, tensors] : by_dtype) {
+      const c10::ScalarType type = key.second;
       std::vector<torch::Tensor> flat_parts;
       for (const torch::Tensor& t : tensors) flat_parts.push_back(t.reshape({-1}));
       torch::Tensor flat = torch::cat(flat_parts).contiguous();

@@ -29,7 +29,10 @@ namespace stint {
 // collective failed mid-step (one applied it, one did not) agree again. The
 // data each rank trains on next follows from the synchronized cursor and
 // the new (rank, world_size), so every sample is used exactly once per
-// epoch across any resize.
+// epoch across any resize. The broadcast is of one host blob (its size
+// first), so it works over Gloo and over NCCL (staged through the device);
+// CUDA tensors are loaded onto this rank's model device, whatever device
+// rank 0 had.
 class TorchElasticState final : public ElasticState {
  public:
   // All must outlive this object; `sampler` may be null.
@@ -48,9 +51,21 @@ class TorchElasticState final : public ElasticState {
 };
 
 // Sums the gradients of `model`'s parameters (and `extra`, e.g. a sample
-// counter, when not null) over the group in one flat float32/float64
-// allreduce per dtype. Parameters without a gradient contribute zeros.
+// counter, when not null) over the group in one flat allreduce per
+// (device, dtype). Parameters without a gradient contribute zeros.
 // REQUIRES: CPU tensors for Gloo; same model on every rank.
+//
+// CUDA tensors (the NCCL backend): the flat buffer is written by
+// torch::cat on the device's current stream, and read by the collective on
+// the communicator's stream. The collective must wait for the current
+// stream: build the NCCL factory with
+//   NcclCommunicatorOptions::current_stream = stint::CurrentCudaStream;
+// (torch_device.h; cuda/nccl_communicator.h, the stream rule). Without it
+// the communicator waits for the legacy default stream, which is torch's
+// current stream only while the program has not set another one. The
+// collective completes before this returns, so the copies back into the
+// gradients (on the current stream) see the sums. CPU tensors (e.g. a
+// sample counter) go through the NCCL backend's host staging.
 Status AllReduceGradients(Communicator& comm, torch::nn::Module& model,
                           torch::Tensor* extra = nullptr);
 

@@ -25,6 +25,7 @@
 #include <gtest/gtest.h>
 
 #include "device_probe.h"
+#include "nccl_staging.h"
 #include "nccl_types.h"
 #include "nccl_unique_id.h"
 #include "util/status_matchers.h"
@@ -352,18 +353,93 @@ TEST(NcclSingleRank, AbortFromAnotherThreadStopsALoopOfCollectivesPromptly) {
   EXPECT_TRUE(comm->aborted());
 }
 
-TEST(NcclSingleRank, HostMemoryIsRefusedAndAbortsTheCommunicator) {
+TEST(NcclSingleRank, HostMemoryIsStagedThroughTheDevice) {
   SKIP_UNLESS_GPUS(1);
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   MemKv kv;
   std::unique_ptr<Communicator> comm = FormSingle(kv);
   ASSERT_NE(comm, nullptr);
-  std::vector<float> host(4, 1.0f);
-  Status s = comm->AllReduce(host.data(), host.size(), DType::kFloat32, ReduceOp::kSum);
+  // The step-boundary agreement: two int64 flags in pageable host memory.
+  int64_t flags[2] = {1, 0};
+  ASSERT_OK(comm->AllReduce(flags, 2, DType::kInt64, ReduceOp::kMax));
+  EXPECT_EQ(flags[0], 1);
+  EXPECT_EQ(flags[1], 0);
+  // A blob larger than the staging buffers goes in several chunks; an odd
+  // size ends in a partial one.
+  std::string blob(kNcclStagingCapacity * 2 + 12345, '\0');
+  for (size_t i = 0; i < blob.size(); ++i) blob[i] = static_cast<char>(i * 31 + 7);
+  const std::string want = blob;
+  ASSERT_OK(comm->Broadcast(blob.data(), blob.size(), 0));
+  EXPECT_EQ(blob, want);
+  std::vector<double> values(kNcclStagingCapacity / sizeof(double) + 3, 0.5);
+  ASSERT_OK(comm->AllReduce(values.data(), values.size(), DType::kFloat64, ReduceOp::kSum));
+  EXPECT_EQ(values.back(), 0.5);
+  // Pinned host memory takes the same path.
+  float* pinned = nullptr;
+  ASSERT_EQ(cudaMallocHost(reinterpret_cast<void**>(&pinned), 4 * sizeof(float)), cudaSuccess);
+  for (int i = 0; i < 4; ++i) pinned[i] = 1.5f * static_cast<float>(i);
+  ASSERT_OK(comm->AllReduce(pinned, 4, DType::kFloat32, ReduceOp::kMin));
+  EXPECT_EQ(pinned[3], 4.5f);
+  cudaFreeHost(pinned);
+  EXPECT_FALSE(comm->aborted());
+}
+
+TEST(NcclSingleRank, DeviceMemoryOfAnotherDeviceIsRefusedAndAbortsTheCommunicator) {
+  SKIP_UNLESS_GPUS(2);
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  DeviceArray<float> elsewhere({1.0f});
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  MemKv kv;
+  std::unique_ptr<Communicator> comm = FormSingle(kv);
+  ASSERT_NE(comm, nullptr);
+  Status s = comm->AllReduce(elsewhere.get(), 1, DType::kFloat32, ReduceOp::kSum);
   EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
-  EXPECT_NE(s.message().find("not device memory"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("CUDA device 1"), std::string::npos) << s.ToString();
   EXPECT_TRUE(comm->aborted()) << "a failed call leaves the communicator unusable";
   EXPECT_EQ(comm->Barrier().code(), Code::kAborted);
+}
+
+TEST(NcclSingleRank, CollectiveWaitsForTheCallersCurrentStream) {
+  SKIP_UNLESS_GPUS(1);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  cudaStream_t caller = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&caller, cudaStreamNonBlocking), cudaSuccess);
+  {
+    NcclCommunicatorOptions options;
+    options.device = 0;
+    int asked = -1;
+    options.current_stream = [&](int device) -> Result<void*> {
+      asked = device;
+      return static_cast<void*>(caller);
+    };
+    MemKv kv;
+    std::unique_ptr<Communicator> comm = FormSingle(kv, options);
+    ASSERT_NE(comm, nullptr);
+    // The caller's stream writes the buffer (a large copy, still running
+    // when the collective is enqueued); the collective must see its result.
+    const size_t n = size_t{1} << 24;  // 64 MiB of int32
+    std::vector<int32_t> ones(n, 1);
+    DeviceArray<int32_t> dst(std::vector<int32_t>(n, 0));
+    int32_t* pinned = nullptr;
+    ASSERT_EQ(cudaMallocHost(reinterpret_cast<void**>(&pinned), n * sizeof(int32_t)), cudaSuccess);
+    std::memcpy(pinned, ones.data(), n * sizeof(int32_t));
+    ASSERT_EQ(
+        cudaMemcpyAsync(dst.get(), pinned, n * sizeof(int32_t), cudaMemcpyHostToDevice, caller),
+        cudaSuccess);
+    ASSERT_OK(comm->AllReduce(dst.get(), n, DType::kInt32, ReduceOp::kSum));
+    EXPECT_EQ(asked, 0);
+    EXPECT_EQ(dst.ToHost(), ones);
+    cudaFreeHost(pinned);
+    // An error from the provider fails the call and aborts.
+    options.current_stream = [](int) -> Result<void*> { return Status::Unavailable("no torch"); };
+    MemKv kv2;
+    std::unique_ptr<Communicator> failing = FormSingle(kv2, options);
+    ASSERT_NE(failing, nullptr);
+    Status s = failing->Barrier();
+    EXPECT_EQ(s.code(), Code::kUnavailable) << s.ToString();
+    EXPECT_TRUE(failing->aborted());
+  }
+  EXPECT_EQ(cudaStreamDestroy(caller), cudaSuccess);
 }
 
 TEST(NcclSingleRank, UnreducibleDTypeIsRefusedNamingIt) {
@@ -474,6 +550,45 @@ TEST(NcclTwoRanks, AllReduceBroadcastBarrierAcrossTwoThreads) {
   }
 }
 
+TEST(NcclTwoRanks, HostFlagsAndABlobLargerThanTheStagingAreStagedOnBothRanks) {
+  SKIP_UNLESS_GPUS(2);
+  MemKv kv;
+  std::vector<std::unique_ptr<Communicator>> comms = FormPair(kv, std::chrono::seconds(60));
+  ASSERT_EQ(comms.size(), 2u);
+  const size_t n = kNcclStagingCapacity + 1000;  // two chunks, the second partial
+  std::vector<std::vector<int64_t>> flags(2);
+  std::vector<std::string> blobs(2);
+  std::vector<Status> status(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      if (cudaSetDevice(rank) != cudaSuccess) return;
+      Communicator& c = *comms[rank];
+      // The step-boundary agreement: rank 1 wants a new generation.
+      flags[rank] = {rank == 1 ? 1 : 0, 0};
+      Status s = c.AllReduce(flags[rank].data(), 2, DType::kInt64, ReduceOp::kMax);
+      // The state sync: rank 0's blob, size first.
+      std::string& blob = blobs[rank];
+      if (rank == 0) {
+        blob.resize(n);
+        for (size_t i = 0; i < n; ++i) blob[i] = static_cast<char>(i % 251);
+      }
+      uint64_t size = blob.size();
+      if (s.ok()) s = c.Broadcast(&size, sizeof(size), 0);
+      blob.resize(size);
+      if (s.ok()) s = c.Broadcast(blob.data(), blob.size(), 0);
+      status[rank] = s;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_OK(status[rank]) << "rank " << rank;
+    EXPECT_EQ(flags[rank], (std::vector<int64_t>{1, 0})) << "rank " << rank;
+    EXPECT_EQ(blobs[rank], blobs[0]) << "rank " << rank;
+  }
+  EXPECT_EQ(blobs[1].size(), n);
+}
+
 TEST(NcclTwoRanks, CollectiveWithoutItsPeerTimesOutAndAborts) {
   SKIP_UNLESS_GPUS(2);
   MemKv kv;
@@ -522,11 +637,11 @@ TEST(NcclTwoRanks, ShrinkKeepsTheSurvivorAndAbortsTheParent) {
   options.device = 0;
   NcclCommunicatorFactory factory(options);
   Result<std::unique_ptr<Communicator>> shrunk = factory.Shrink(*comms[0], Member(2, 0, 1), {1});
-  int version = 0;
-  ASSERT_EQ(ncclGetVersion(&version), ncclSuccess);
-  if (version < NCCL_VERSION(2, 27, 0)) {
+  Result<NcclRecoveryPlan> ladder = LoadedNcclRecoveryPlan();
+  ASSERT_OK(ladder);
+  if (!ladder->shrink) {
     EXPECT_EQ(shrunk.status().code(), Code::kUnimplemented) << shrunk.status().ToString();
-    GTEST_SKIP() << "NCCL " << version << " cannot shrink";
+    GTEST_SKIP() << ladder->summary;
   }
   ASSERT_OK(shrunk);
   EXPECT_TRUE(comms[0]->aborted()) << "the parent is aborted after an aborting shrink";
