@@ -127,7 +127,9 @@ class CudaDeviceCopier final : public DeviceCopier {
       return s.WithContext("device-to-host copy");
     }
     uint64_t ticket = ++next_ticket_;
-    tickets_[ticket] = std::move(done);
+    std::vector<int> devices;
+    for (const auto& entry : by_device) devices.push_back(entry.first);  // the order of `done`
+    tickets_[ticket] = Ticket{std::move(devices), std::move(done)};
     return ticket;
   }
 
@@ -137,7 +139,7 @@ class CudaDeviceCopier final : public DeviceCopier {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = tickets_.find(ticket);
       if (it == tickets_.end()) return Status::NotFound("copy ticket " + std::to_string(ticket));
-      events = it->second;
+      events = it->second.events;
     }
     Status s = WaitEvents(events, timeout, "device-to-host copy");
     if (s.code() != Code::kDeadlineExceeded) {
@@ -161,6 +163,26 @@ class CudaDeviceCopier final : public DeviceCopier {
     STINT_RETURN_IF_ERROR(scope.Enter(device));
     STINT_CUDA_RETURN_IF_ERROR(
         cudaStreamWaitEvent(AsStream(stream), it->second.last_d2h->get(), 0));
+    return Status::OK();
+  }
+
+  Status OrderAfter(uint64_t ticket, int device, void* stream) override {
+    std::shared_ptr<CudaEvent> event;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = tickets_.find(ticket);
+      if (it == tickets_.end()) return Status::OK();  // retired: completed or failed
+      for (size_t i = 0; i < it->second.devices.size(); ++i) {
+        if (it->second.devices[i] == device) event = it->second.events[i];
+      }
+    }
+    if (event == nullptr) return Status::OK();
+    cudaError_t q = cudaEventQuery(event->get());
+    if (q == cudaSuccess) return Status::OK();
+    if (q != cudaErrorNotReady) return StatusFromCuda(q, "lazy barrier: copy failed");
+    ScopedCudaDevice scope;
+    STINT_RETURN_IF_ERROR(scope.Enter(device));
+    STINT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(AsStream(stream), event->get(), 0));
     return Status::OK();
   }
 
@@ -252,7 +274,11 @@ class CudaDeviceCopier final : public DeviceCopier {
   // Guarded by mu_.
   std::map<int, DeviceStreams> devices_;
   std::map<void*, std::unique_ptr<HostRegistration>> registrations_;
-  std::map<uint64_t, std::vector<std::shared_ptr<CudaEvent>>> tickets_;
+  struct Ticket {
+    std::vector<int> devices;                         // devices[i] recorded events[i]
+    std::vector<std::shared_ptr<CudaEvent>> events;  // each device's copies' completion
+  };
+  std::map<uint64_t, Ticket> tickets_;
   uint64_t next_ticket_ = 0;
 };
 

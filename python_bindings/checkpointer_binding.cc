@@ -29,6 +29,7 @@
 #include "stint/checkpoint_reader.h"
 #include "stint/checkpointer.h"
 #include "stint_torch.h"
+#include "torch_device.h"
 #include "torch_guard.h"
 
 namespace stint {
@@ -218,6 +219,8 @@ py::dict StatsDict(const CheckpointerStats& s) {
     last["persist_seconds"] = s.last->persist_seconds;
     last["commit_seconds"] = s.last->commit_seconds;
     last["engine"] = s.last->engine;
+    last["staged_seconds"] = s.last->staged_seconds;
+    last["device_copy_seconds"] = s.last->device_copy_seconds;
     d["last"] = std::move(last);
   } else {
     d["last"] = py::none();
@@ -249,8 +252,9 @@ struct LoadPlan {
 // threads would interleave).
 class PyCheckpointer {
  public:
-  PyCheckpointer(std::unique_ptr<Checkpointer> ckpt, std::unique_ptr<PyStoreChannel> channel)
-      : channel_(std::move(channel)), ckpt_(std::move(ckpt)) {}
+  PyCheckpointer(std::unique_ptr<Checkpointer> ckpt, std::unique_ptr<PyStoreChannel> channel,
+                 std::unique_ptr<DeviceCopier> copier)
+      : copier_(std::move(copier)), channel_(std::move(channel)), ckpt_(std::move(ckpt)) {}
   // Finishes queued saves (the Checkpointer's destructor). Without a store
   // the GIL stays held: the persist thread never needs it, and releasing it
   // during interpreter shutdown is not safe. With one, the persist thread
@@ -275,9 +279,11 @@ class PyCheckpointer {
 
   PySaveHandle Save(uint64_t step, const std::vector<std::string>& names,
                     const std::vector<at::Tensor>& tensors, const py::dict& blobs,
-                    const std::optional<std::vector<std::optional<Box>>>& boxes) {
+                    const std::optional<std::vector<std::optional<Box>>>& boxes,
+                    const std::optional<std::vector<bool>>& forward) {
     Checkpointer& ckpt = get();
-    if (names.size() != tensors.size() || (boxes && boxes->size() != tensors.size())) {
+    if (names.size() != tensors.size() || (boxes && boxes->size() != tensors.size()) ||
+        (forward && forward->size() != tensors.size())) {
       ThrowStatus(
           Status::InvalidArgument("save: " + std::to_string(names.size()) + " names and " +
                                   (boxes ? std::to_string(boxes->size()) : std::string("no")) +
@@ -290,13 +296,16 @@ class PyCheckpointer {
     std::optional<Result<SaveHandle>> handle;
     {
       py::gil_scoped_release nogil;
-      TorchStateBuilder builder;  // borrows from `tensors`; must outlive Save()
+      // The State it builds holds the tensors until their copies completed.
+      TorchStateBuilder builder;
       Status s;
       for (size_t i = 0; i < names.size() && s.ok(); ++i) {
         const std::optional<Box>* box = boxes ? &(*boxes)[i] : nullptr;
+        const WriteBarrier when = forward && (*forward)[i] ? WriteBarrier::kForward
+                                                           : WriteBarrier::kOptimizerStep;
         s = box != nullptr && box->has_value()
-                ? builder.AddShard(names[i], tensors[i], (*box)->first, (*box)->second)
-                : builder.AddTensor(names[i], tensors[i]);
+                ? builder.AddShard(names[i], tensors[i], (*box)->first, (*box)->second, when)
+                : builder.AddTensor(names[i], tensors[i], when);
       }
       for (auto& [name, bytes] : blob_bytes) {
         if (!s.ok()) break;
@@ -313,6 +322,35 @@ class PyCheckpointer {
     pending_.push_back(h.durable);
     return PySaveHandle{h.step, h.skipped, Future(h.staged, h.step, "staged"),
                         Future(h.durable, h.step, "durable")};
+  }
+
+  void BeforeWrite(const std::string& barrier, double timeout_seconds) {
+    Checkpointer& ckpt = get();
+    WriteBarrier when;
+    if (barrier == "forward") {
+      when = WriteBarrier::kForward;
+    } else if (barrier == "optimizer_step") {
+      when = WriteBarrier::kOptimizerStep;
+    } else {
+      ThrowStatus(Status::InvalidArgument("barrier must be 'forward' or 'optimizer_step', got '" +
+                                          barrier + "'"));
+    }
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = ckpt.BeforeWrite(when, Millis(timeout_seconds));
+    }
+    ThrowIfError(s);
+  }
+
+  void WaitStaged(double timeout_seconds) {
+    Checkpointer& ckpt = get();
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = ckpt.WaitStaged(Millis(timeout_seconds));
+    }
+    ThrowIfError(s);
   }
 
   void Flush(double timeout_seconds) {
@@ -383,7 +421,9 @@ class PyCheckpointer {
             "offsets), ...], [name, ...])");
       }
       py::gil_scoped_release nogil;
-      plan.loader = std::make_unique<TorchStateLoader>();
+      TorchLoadOptions load_options;
+      load_options.device_destinations = copier_ != nullptr;
+      plan.loader = std::make_unique<TorchStateLoader>(load_options);
       for (auto& target : in_place) {
         STINT_RETURN_IF_ERROR(target.box
                                   ? plan.loader->AddShard(target.name, target.tensor,
@@ -458,6 +498,7 @@ class PyCheckpointer {
     pending_ = std::move(left);
   }
 
+  std::unique_ptr<DeviceCopier> copier_;      // outlives ckpt_ (declared first); may be null
   std::unique_ptr<PyStoreChannel> channel_;  // outlives ckpt_ (declared first)
   std::unique_ptr<Checkpointer> ckpt_;
   std::vector<std::shared_future<Status>> pending_;  // durable futures not seen done
@@ -468,8 +509,24 @@ std::unique_ptr<PyCheckpointer> OpenCheckpointer(
     bool compress, int zstd_level, size_t staging_bytes, const std::string& busy_policy,
     double block_timeout, int keep_last, uint64_t keep_every, const std::string& io_engine,
     bool direct_io, unsigned io_queue_depth, unsigned io_size, unsigned threads, int rank,
-    int world_size, const py::object& store, double commit_timeout, bool read_only) {
+    int world_size, const py::object& store, double commit_timeout, bool read_only,
+    const std::string& snapshot, bool cuda) {
   CheckpointOptions o;
+  if (snapshot == "eager") {
+    o.snapshot = SnapshotMode::kEager;
+  } else if (snapshot == "lazy") {
+    o.snapshot = SnapshotMode::kLazy;
+  } else {
+    ThrowStatus(Status::InvalidArgument("snapshot must be 'eager' or 'lazy', got '" + snapshot + "'"));
+  }
+  std::unique_ptr<DeviceCopier> copier;
+  if (cuda) {
+    // CUDA tensors go through pinned staging on copy streams; without a
+    // usable device they are refused at save with a clear error.
+    auto made = NewTorchDeviceCopier();
+    if (made.ok()) copier = std::move(*made);
+    o.device_copier = copier.get();
+  }
   o.read_only = read_only;
   o.rank = rank;
   o.world_size = world_size;
@@ -510,7 +567,8 @@ std::unique_ptr<PyCheckpointer> OpenCheckpointer(
     py::gil_scoped_release nogil;
     opened.emplace(Checkpointer::Open(o));
   }
-  return std::make_unique<PyCheckpointer>(ValueOrThrow(std::move(*opened)), std::move(channel));
+  return std::make_unique<PyCheckpointer>(ValueOrThrow(std::move(*opened)), std::move(channel),
+                                          std::move(copier));
 }
 
 }  // namespace
@@ -548,12 +606,23 @@ void BindCheckpointer(py::module_& m) {
            py::arg("direct_io") = true, py::arg("io_queue_depth") = 32,
            py::arg("io_size") = 4u << 20, py::arg("threads") = 0, py::arg("rank") = 0,
            py::arg("world_size") = 1, py::arg("store") = py::none(),
-           py::arg("commit_timeout") = 0.0, py::arg("read_only") = false)
+           py::arg("commit_timeout") = 0.0, py::arg("read_only") = false,
+           py::arg("snapshot") = "eager", py::arg("cuda") = false)
       .def("save", &PyCheckpointer::Save, py::arg("step"), py::arg("names"), py::arg("tensors"),
-           py::arg("blobs"), py::arg("boxes") = py::none(),
+           py::arg("blobs"), py::arg("boxes") = py::none(), py::arg("forward") = py::none(),
            "Snapshots the tensors and blobs (GIL released) and returns a SaveHandle; the data "
            "is persisted and committed in the background. boxes: per tensor None (the whole "
-           "tensor) or (global_shape, offsets) of the shard it holds.")
+           "tensor) or (global_shape, offsets) of the shard it holds. forward: per tensor True "
+           "when the forward pass writes it (a BatchNorm buffer), so its copy goes first and "
+           "before_write('forward') waits for it. CUDA tensors and lazy host snapshots are "
+           "copied after save() returned: see before_write().")
+      .def("before_write", &PyCheckpointer::BeforeWrite, py::arg("barrier"),
+           py::arg("timeout") = 600.0,
+           "The lazy barrier: 'forward' before the forward pass, 'optimizer_step' before the "
+           "optimizer step. Blocks on host copies still running; CUDA tensors' current streams "
+           "wait on the device instead.")
+      .def("wait_staged", &PyCheckpointer::WaitStaged, py::arg("timeout") = 600.0,
+           "Blocks until every save's copies (host and CUDA) completed.")
       .def("load", &PyCheckpointer::Load, py::arg("planner"), py::arg("step") = py::none(),
            py::arg("verify_all") = false,
            "Loads the newest checkpoint that verifies (or `step`). planner(reader) returns "

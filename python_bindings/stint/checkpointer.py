@@ -10,9 +10,28 @@ state dicts (model.state_dict(), optimizer.state_dict(), plain values).
     state = ckpt.load()                   # newest checkpoint that verifies, new tensors
     ckpt.load(into={"model": model.state_dict()}, strict=False)  # fill in place
 
-save() copies every tensor into a bounded staging pool on the calling
-thread (the only time training stalls), then background threads checksum,
-optionally compress, write with io_uring + O_DIRECT and commit atomically.
+save() copies every tensor into a bounded staging pool, then background
+threads checksum, optionally compress, write with io_uring + O_DIRECT and
+commit atomically. The copy is the only time training may stall, and it need
+not: after attach(), snapshots are lazy.
+
+    ckpt = stint.Checkpointer(root)       # snapshot="auto"
+    ckpt.attach(model, optimizer)         # forward pre-hook + optimizer step pre-hook
+    for step in ...:
+        loss = model(x).sum(); loss.backward()   # copies of the last save run meanwhile
+        optimizer.step()                  # the hook waited until they read the parameters
+        if step % k == 0: ckpt.save(step, {"model": model.state_dict(), "optim": optimizer.state_dict()})
+
+CUDA tensors are copied device-to-host into pinned staging on copy streams
+ordered after their current stream; save() returns after issuing the copies.
+CPU tensors (snapshot="lazy") are copied by copy threads while the next
+forward and backward compute. A tensor must not be written before its copy
+read it: parameters and optimizer state are protected up to the next
+optimizer step, buffers (BatchNorm statistics) up to the next forward. The
+hooks attach() installs enforce it; on a GPU the compute stream waits for
+the copy (no host synchronisation), on the CPU the hook waits for the copy
+threads. Without hooks, call wait_staged() before writing the state, or use
+snapshot="eager", where save() returns once every copy is done.
 A checkpoint that fails verification is never loaded: load() falls back to
 the newest older one that verifies and reports what it skipped
 (load_result().skipped); errors raise stint exceptions carrying the
@@ -52,7 +71,9 @@ from . import distributed
 from . import pytree
 
 PathLike = Union[str, "os.PathLike[str]"]
-Device = Union[str, torch.device, int]  # what torch.device() accepts, for map_location
+Device = Union[str, torch.device, int]  # what torch.device() accepts
+# map_location: a device, or {saved device: device} as torch.load takes it
+MapLocation = Union[Device, Dict[str, Device]]
 
 
 def _check_step(step: int) -> int:
@@ -99,6 +120,12 @@ class Checkpointer:
       io_engine="auto"   "uring" or "posix" (STINT_IO overrides); direct_io=True
       io_queue_depth=32, io_size=4 MiB, threads=0 (hardware threads - 1)
       job_id="", fencing_token=0   recorded in the manifest
+      snapshot="auto"    "eager": save() returns once every tensor is copied;
+                         "lazy": save() returns after issuing the copies
+                         (see attach(), before_write(), wait_staged());
+                         "auto": lazy once attach() was called, else eager
+      cuda=None          copy CUDA tensors through pinned staging on copy
+                         streams (None: when torch.cuda.is_available())
 
     Collective options:
       collective=None    None: collective when torch.distributed is
@@ -118,7 +145,16 @@ class Checkpointer:
                  io_engine: str = "auto", direct_io: bool = True, io_queue_depth: int = 32,
                  io_size: int = 4 << 20, threads: int = 0, job_id: str = "",
                  fencing_token: int = 0, process_group: Any = None,
-                 collective: Optional[bool] = None, commit_timeout: float = 0.0) -> None:
+                 collective: Optional[bool] = None, commit_timeout: float = 0.0,
+                 snapshot: str = "auto", cuda: Optional[bool] = None) -> None:
+        if snapshot not in ("auto", "eager", "lazy"):
+            raise _C.InvalidArgumentError(
+                "snapshot must be 'auto', 'eager' or 'lazy', got %r" % (snapshot,))
+        if cuda is None:
+            cuda = torch.cuda.is_available()
+        self._snapshot = snapshot
+        self._hooks: List[Any] = []
+        self._attached_modules: List[torch.nn.Module] = []
         if collective is None:
             collective = process_group is not None or distributed.available()
         elif not collective and process_group is not None:
@@ -137,14 +173,16 @@ class Checkpointer:
             busy_policy=busy_policy, block_timeout=block_timeout, io_engine=io_engine,
             direct_io=direct_io, io_queue_depth=io_queue_depth, io_size=io_size, threads=threads,
             job_id=job_id, fencing_token=fencing_token, rank=rank, world_size=world_size,
-            store=store, commit_timeout=commit_timeout)
+            store=store, commit_timeout=commit_timeout,
+            snapshot="eager" if snapshot == "eager" else "lazy", cuda=bool(cuda))
 
     # -- saving ---------------------------------------------------------------
 
     def save(self, step: int, state: Any) -> _C.SaveHandle:
         """Checkpoints `state` as step `step`. Returns a SaveHandle that
-        unpacks as (staged, durable) futures; `state` may be modified as soon
-        as save() returns. AlreadyExistsError if the step is committed
+        unpacks as (staged, durable) futures. Eager snapshots: `state` may be
+        modified as soon as save() returns. Lazy: once staged is done, or
+        through the hooks (attach()) or before_write(). AlreadyExistsError if the step is committed
         already; a background failure of an earlier save is raised here once.
         Collective: every rank calls it with the same step; durable fails on
         every rank when one rank fails or the shards do not tile a tensor.
@@ -153,9 +191,65 @@ class Checkpointer:
         flat = pytree.flatten(state, self._rank)
         blobs = flat.blobs
         blobs[pytree.STRUCTURE_BLOB] = flat.structure
-        if flat.sharded():
-            return self._c.save(step, flat.names, flat.tensors, blobs, flat.boxes)
-        return self._c.save(step, flat.names, flat.tensors, blobs)
+        forward = self._written_by_forward(flat.tensors)
+        handle = self._c.save(step, flat.names, flat.tensors, blobs,
+                              flat.boxes if flat.sharded() else None, forward)
+        if not self.lazy:
+            # Eager: nothing may still be reading the state when save() returns.
+            self._c.wait_staged()
+        return handle
+
+    @property
+    def lazy(self) -> bool:
+        """Whether save() returns before the copies finished (see attach())."""
+        return self._snapshot == "lazy" or (self._snapshot == "auto" and bool(self._hooks))
+
+    def attach(self, model: Optional[torch.nn.Module] = None,
+               optimizer: Optional[torch.optim.Optimizer] = None) -> "Checkpointer":
+        """Makes snapshots lazy and safe for this training loop: a forward
+        pre-hook on `model` waits for the copies of its buffers (and of every
+        tensor a save marks as written by the forward) and an optimizer step
+        pre-hook on `optimizer` waits for the copies of everything else,
+        before either writes. On a GPU the current stream waits on the copy
+        (no host synchronisation). May be called for several models and
+        optimizers; detach() removes the hooks. Returns self."""
+        if model is not None:
+            self._hooks.append(model.register_forward_pre_hook(
+                lambda module, args: self.before_write("forward")))
+            self._attached_modules.append(model)
+        if optimizer is not None:
+            self._hooks.append(optimizer.register_step_pre_hook(
+                lambda opt, args, kwargs: self.before_write("optimizer_step")))
+        return self
+
+    def detach(self) -> None:
+        """Removes the hooks attach() installed, after waiting for every copy
+        still running (the loop may then write the state at any time)."""
+        if not self._c.closed:
+            self._c.wait_staged()
+        for h in self._hooks:
+            h.remove()
+        self._hooks.clear()
+        self._attached_modules.clear()
+
+    def before_write(self, barrier: str = "optimizer_step", timeout: float = 600.0) -> None:
+        """The lazy barrier, for loops without attach(): call with "forward"
+        before the forward pass and "optimizer_step" before the optimizer
+        step. Blocks on CPU copies still running; CUDA tensors' current
+        streams wait on the device."""
+        self._c.before_write(barrier, timeout)
+
+    def wait_staged(self, timeout: float = 600.0) -> None:
+        """Blocks until every save's copies (CPU and CUDA) completed: the
+        state may then be written by anything."""
+        self._c.wait_staged(timeout)
+
+    def _written_by_forward(self, tensors: List[torch.Tensor]) -> Optional[List[bool]]:
+        if not self._attached_modules:
+            return None
+        ptrs = {b.data_ptr() for m in self._attached_modules for b in m.buffers()
+                if b.numel() > 0}
+        return [t.numel() > 0 and t.data_ptr() in ptrs for t in tensors]
 
     def flush(self, timeout: float = 600.0) -> None:
         """Waits until every save is durable or failed; raises the first
@@ -165,7 +259,7 @@ class Checkpointer:
     # -- loading --------------------------------------------------------------
 
     def load(self, into: Any = None, *, step: Optional[int] = None, verify: bool = False,
-             map_location: Optional[Device] = None, strict: bool = True) -> Any:
+             map_location: Optional[MapLocation] = None, strict: bool = True) -> Any:
         """Loads the newest checkpoint that verifies (or `step`) and returns
         the saved object, rebuilt.
 
@@ -175,7 +269,9 @@ class Checkpointer:
           `into` load as new tensors. With strict (the default), a tensor of
           `into` the checkpoint lacks raises NotFoundError.
         verify: check every checksum before reading (reads are always checked).
-        map_location: device for new tensors (default: the device saved from).
+        map_location: device for new tensors, or a dict {"cuda:1": "cuda:0"}
+          (default: the device saved from; a GPU this process lacks maps to
+          the same index modulo the visible GPUs, or to the CPU without any).
         NotFoundError when there is no checkpoint; DataLossError when none
         verifies.
         Collective: every rank calls it; a DTensor of `into` is filled with
@@ -186,7 +282,7 @@ class Checkpointer:
                                 strict=strict).state
 
     def load_result(self, into: Any = None, *, step: Optional[int] = None, verify: bool = False,
-                    map_location: Optional[Device] = None, strict: bool = True) -> LoadResult:
+                    map_location: Optional[MapLocation] = None, strict: bool = True) -> LoadResult:
         """load(), returning a LoadResult (step, state, dir, skipped, skipped_steps)."""
         if step is not None:
             _check_step(step)
@@ -292,6 +388,10 @@ class Checkpointer:
 
     def close(self) -> None:
         """Waits for pending saves (GIL released) and closes. Idempotent."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks.clear()
+        self._attached_modules.clear()
         self._c.close()
 
     def __enter__(self) -> Checkpointer:
@@ -354,7 +454,7 @@ class CheckpointReader:
         """{'files', 'chunks', 'stored_bytes'}; DataLossError naming the file and chunk."""
         return self._c.verify()
 
-    def state(self, map_location: Optional[Device] = None) -> Any:
+    def state(self, map_location: Optional[MapLocation] = None) -> Any:
         """The whole saved object, rebuilt (as Checkpointer.load does)."""
         if pytree.STRUCTURE_BLOB not in self._c.blob_names():
             out: Dict[str, Any] = {n: self._c.read_blob(n) for n in self._c.blob_names()}

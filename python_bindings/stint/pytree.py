@@ -379,17 +379,27 @@ def plan_in_place(root: Node, into: Any, strict: bool, where: str,
     return in_place, fresh
 
 
-def _device_for(saved: Optional[str], map_location: Optional[Device], name: str,
+def _device_for(saved: Optional[str], map_location: Any, name: str,
                 where: str) -> Optional[torch.device]:
+    if isinstance(map_location, dict):
+        # {"cuda:1": "cuda:0", ...}, as torch.load takes it; others as saved.
+        if saved is not None and saved in map_location:
+            return torch.device(map_location[saved])
+        map_location = None
     if map_location is not None:
         return torch.device(map_location)
     if saved is None:
         return None
     device = torch.device(saved)
-    if device.type == "cuda" and (not torch.cuda.is_available() or
-                                  (device.index or 0) >= torch.cuda.device_count()):
-        raise _C.InvalidArgumentError("%s: tensor '%s' was saved on %s, which this process does not "
-                                      "have; pass map_location='cpu'" % (where, name, saved))
+    if device.type != "cuda":
+        return device
+    # Saved on a GPU this process lacks: the same index modulo the visible
+    # GPUs, or the CPU when there are none (never refused).
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        return torch.device("cpu")
+    if (device.index or 0) >= count:
+        return torch.device("cuda", (device.index or 0) % count)
     return device
 
 

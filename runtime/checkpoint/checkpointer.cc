@@ -7,8 +7,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <cstdio>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "base/clock.h"
@@ -16,11 +17,13 @@
 #include "checkpoint/commit.h"
 #include "checkpoint/device_load.h"
 #include "checkpoint/in_memory_checkpoint.h"
+#include "checkpoint/lazy_copy_thread.h"
 #include "checkpoint/persist.h"
 #include "checkpoint/rank_commit.h"
 #include "checkpoint/replica.h"
 #include "checkpoint/retention.h"
 #include "checkpoint/snapshot.h"
+#include "checkpoint/snapshot_progress.h"
 #include "checkpoint/staging_pool.h"
 #include "format/manifest.h"
 #include "format/shard_layout.h"
@@ -63,22 +66,6 @@ Status CheckSnapshotLayout(const SnapshotLayout& layout, bool require_cover) {
   return Status::OK();
 }
 
-// The staged future of a save with device tensors: set once, by the copier's
-// completion callback or, when a copy failed, by the persist thread.
-struct StagedSignal {
-  std::mutex mu;
-  bool set = false;
-  Clock::time_point done_at;
-  std::promise<Status> promise;
-  void Set(Status s) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (set) return;
-    set = true;
-    done_at = Clock::now();
-    promise.set_value(std::move(s));
-  }
-};
-
 struct PersistJob {
   Snapshot snapshot;
   uint64_t save_number = 0;  // this Checkpointer's count of Save() calls before this one
@@ -86,8 +73,8 @@ struct PersistJob {
   std::promise<Status> replicated;
   SaveStats stats;
   Clock::time_point saved_at;
-  std::optional<uint64_t> device_ticket;  // device-to-host copies still to wait for
-  std::shared_ptr<StagedSignal> staged;   // with device_ticket
+  // Copies still running after Save() returned (lazy host, device); null if none.
+  std::shared_ptr<SnapshotProgress> progress;
   PersistedFile file;                     // set by a successful persist
 };
 
@@ -128,6 +115,7 @@ class CheckpointerImpl final : public Checkpointer {
     }
     work_cv_.notify_all();
     persist_thread_.join();  // finishes every queued save first: nothing is dropped
+    in_flight_.clear();      // what the shards borrowed goes on this thread
     replicator_.reset();     // replicates the newest queued step first
     std::lock_guard<std::mutex> lock(mu_);
     tier0_.reset();  // its buffer goes back to staging_ before staging_ goes
@@ -198,8 +186,10 @@ class CheckpointerImpl final : public Checkpointer {
       Status why = buffer.status().WithContext("step " + std::to_string(step) + " skipped");
       return SaveHandle{step, true, ReadyFuture(why), ReadyFuture(why), ReadyFuture(why)};
     }
-    std::vector<DeviceCopy> copies;
-    CopyIntoStaging(state, layout, (*buffer)->data(), &pool_, &copies);
+    char* image = (*buffer)->data();
+    StagingCopies copies =
+        PlanStagingCopies(state, layout, image, options_.snapshot == SnapshotMode::kLazy);
+    RunStagingCopies(copies.now, image, &pool_);
 
     auto job = std::make_unique<PersistJob>();
     job->save_number = number;
@@ -212,18 +202,18 @@ class CheckpointerImpl final : public Checkpointer {
     SaveHandle handle{
         step, false, ReadyFuture(Status::OK()), job->durable.get_future().share(),
         replicator_ == nullptr ? ReadyFuture(Status::OK()) : job->replicated.get_future().share()};
-    if (!copies.empty()) {
-      // The copies run on the copier's streams; the persist thread waits for
-      // them before it reads the buffer, and the staged future says when the
-      // device tensors may be written again (or use OrderBeforeWrite).
-      job->staged = std::make_shared<StagedSignal>();
-      handle.staged = job->staged->promise.get_future().share();
-      auto ticket =
-          copier_->CopyToHostAsync(copies, [signal = job->staged] { signal->Set(Status::OK()); });
-      if (!ticket.ok()) return ticket.status().WithContext("save step " + std::to_string(step));
-      job->device_ticket = *ticket;
+    STINT_ASSIGN_OR_RETURN(job->progress, StartLaterCopies(step, t0, image, &copies));
+    if (job->progress != nullptr) {
+      // The persist thread waits for these copies before it reads the
+      // buffer; the staged future and BeforeWrite() say when the tensors may
+      // be written again.
+      handle.staged = job->progress->staged();
+      job->progress->set_owner(state.owner);
+      std::lock_guard<std::mutex> lock(in_flight_mu_);
+      in_flight_.push_back(job->progress);
     }
     job->stats.snapshot_seconds = SecondsSince(t0);
+    if (job->progress == nullptr) job->stats.staged_seconds = job->stats.snapshot_seconds;
     {
       std::lock_guard<std::mutex> lock(mu_);
       queue_.push_back(std::move(job));
@@ -232,7 +222,49 @@ class CheckpointerImpl final : public Checkpointer {
     return handle;
   }
 
+  Status BeforeWrite(WriteBarrier barrier, std::chrono::milliseconds timeout) override {
+    const auto deadline = Clock::now() + timeout;
+    const bool forward = barrier == WriteBarrier::kForward;
+    for (const auto& p : PendingCopies()) {
+      if (!p->WaitHost(barrier, deadline)) {
+        return Status::DeadlineExceeded("lazy barrier: host copies of step " +
+                                        std::to_string(p->step()) + " still running after " +
+                                        std::to_string(timeout.count()) + " ms");
+      }
+      // kForward: the forward pass writes the kForward shards on the streams
+      // they were saved from. kOptimizerStep: every stream, every copy.
+      std::set<std::pair<int, void*>> streams;
+      for (WriteBarrier w : {WriteBarrier::kForward, WriteBarrier::kOptimizerStep}) {
+        if (forward && w != WriteBarrier::kForward) continue;
+        for (const auto& ds : p->device_streams(w)) streams.insert(ds);
+      }
+      for (WriteBarrier w : {WriteBarrier::kForward, WriteBarrier::kOptimizerStep}) {
+        auto ticket = p->device_ticket(w);
+        if (!ticket || (forward && w != WriteBarrier::kForward)) continue;
+        for (const auto& [device, stream] : streams) {
+          STINT_RETURN_IF_ERROR(copier_->OrderAfter(*ticket, device, stream)
+                                    .WithContext("lazy barrier, step " + std::to_string(p->step())));
+        }
+      }
+    }
+    return Status::OK();
+  }
+
+  Status WaitStaged(std::chrono::milliseconds timeout) override {
+    const auto deadline = Clock::now() + timeout;
+    for (const auto& p : PendingCopies()) {
+      if (p->staged().wait_until(deadline) != std::future_status::ready) {
+        return Status::DeadlineExceeded("copies of step " + std::to_string(p->step()) +
+                                        " still running after " + std::to_string(timeout.count()) +
+                                        " ms");
+      }
+    }
+    PendingCopies();  // releases what they borrowed
+    return Status::OK();
+  }
+
   Status Flush(std::chrono::milliseconds timeout) override {
+    PendingCopies();
     std::unique_lock<std::mutex> lock(mu_);
     if (!idle_cv_.wait_for(lock, timeout, [this] { return queue_.empty() && !busy_; })) {
       return Status::DeadlineExceeded("flush: checkpoints still persisting after " +
@@ -445,7 +477,7 @@ class CheckpointerImpl final : public Checkpointer {
       busy_ = true;
       lock.unlock();
 
-      Status s = WaitForDeviceCopies(job.get());
+      Status s = WaitForCopies(job.get());
       if (s.ok()) s = PersistAndCommit(job.get());
       const uint64_t step = job->stats.step;
       std::promise<Status> durable = std::move(job->durable);
@@ -550,24 +582,87 @@ class CheckpointerImpl final : public Checkpointer {
     if (background_error_.ok()) background_error_ = s;
   }
 
-  // The persist thread's first step for a save with device tensors: the
-  // buffer is read only after the copies wrote it, and returned to the pool
-  // only once no copy can still write it, however long that takes.
-  Status WaitForDeviceCopies(PersistJob* job) {
-    if (!job->device_ticket) return Status::OK();
-    Status s = copier_->Wait(*job->device_ticket, options_.block_timeout);
+  // Starts the copies that outlast Save(): device tensors on the copier's
+  // streams (kForward shards first), lazy host tensors on lazy_. Null when
+  // everything was copied already. On error nothing still writes `image`.
+  Result<std::shared_ptr<SnapshotProgress>> StartLaterCopies(uint64_t step, Clock::time_point t0,
+                                                             char* image, StagingCopies* copies) {
+    const WriteBarrier order[2] = {WriteBarrier::kForward, WriteBarrier::kOptimizerStep};
+    bool host[2];
+    int device_tickets = 0;
+    for (WriteBarrier w : order) {
+      host[int(w)] = !copies->later[int(w)].empty();
+      device_tickets += copies->device[int(w)].empty() ? 0 : 1;
+    }
+    if (!host[0] && !host[1] && device_tickets == 0) return std::shared_ptr<SnapshotProgress>();
+    auto progress = std::make_shared<SnapshotProgress>(step, t0, host, device_tickets);
+    std::vector<uint64_t> started;
+    for (WriteBarrier w : order) {
+      const auto& list = copies->device[int(w)];
+      if (list.empty()) continue;
+      auto ticket = copier_->CopyToHostAsync(list, [progress] { progress->DeviceTicketDone(); });
+      if (!ticket.ok()) {
+        for (uint64_t t : started) WaitTicket(t).IgnoreError();  // they write `image`
+        return ticket.status().WithContext("save step " + std::to_string(step));
+      }
+      started.push_back(*ticket);
+      std::set<std::pair<int, void*>> streams;
+      for (const DeviceCopy& c : list) streams.emplace(c.device, c.stream);
+      progress->AddDeviceTicket(w, *ticket, {streams.begin(), streams.end()});
+    }
+    if (host[0] || host[1]) {
+      LazyCopyThread::Task task{image, {}, progress};
+      for (WriteBarrier w : order) task.pieces[int(w)] = std::move(copies->later[int(w)]);
+      lazy_.Enqueue(std::move(task));
+    }
+    return progress;
+  }
+
+  // Waits for a device ticket however long it takes: the copies write into
+  // a buffer that must not go back to the pool before they finished.
+  Status WaitTicket(uint64_t ticket) {
+    Status s = copier_->Wait(ticket, options_.block_timeout);
     Status first = s;
-    while (s.code() == Code::kDeadlineExceeded)
-      s = copier_->Wait(*job->device_ticket, options_.block_timeout);
-    if (!first.ok())
+    while (s.code() == Code::kDeadlineExceeded) s = copier_->Wait(ticket, options_.block_timeout);
+    return first;
+  }
+
+  // The persist thread's first step: the buffer is read only after every
+  // copy wrote it.
+  Status WaitForCopies(PersistJob* job) {
+    SnapshotProgress* p = job->progress.get();
+    if (p == nullptr) return Status::OK();
+    while (!p->WaitHost(WriteBarrier::kOptimizerStep, Clock::now() + options_.block_timeout)) {
+    }
+    Status first;
+    for (WriteBarrier w : {WriteBarrier::kForward, WriteBarrier::kOptimizerStep}) {
+      if (auto ticket = p->device_ticket(w)) {
+        Status s = WaitTicket(*ticket);
+        if (first.ok() && !s.ok()) first = s;
+      }
+    }
+    if (!first.ok()) {
       first = first.WithContext("device-to-host copy of step " + std::to_string(job->stats.step));
-    job->staged->Set(first);
-    {
-      std::lock_guard<std::mutex> lock(job->staged->mu);
-      job->stats.device_copy_seconds =
-          std::chrono::duration<double>(job->staged->done_at - job->saved_at).count();
+      p->Fail(first);
+    }
+    job->stats.staged_seconds = p->staged_seconds();
+    if (p->device_ticket(WriteBarrier::kForward) || p->device_ticket(WriteBarrier::kOptimizerStep)) {
+      job->stats.device_copy_seconds = job->stats.staged_seconds;
     }
     return first;
+  }
+
+  // Drops the saves whose copies completed (and what their shards borrowed,
+  // here on the calling thread); returns the others, oldest first.
+  std::vector<std::shared_ptr<SnapshotProgress>> PendingCopies() {
+    std::vector<std::shared_ptr<SnapshotProgress>> done, left;
+    {
+      std::lock_guard<std::mutex> lock(in_flight_mu_);
+      for (auto& p : in_flight_) (p->staged_ready() ? done : left).push_back(p);
+      in_flight_ = left;
+    }
+    for (auto& p : done) p->TakeOwner().reset();
+    return left;
   }
 
   // Tier 0: the committed image replaces the one held so far.
@@ -596,6 +691,11 @@ class CheckpointerImpl final : public Checkpointer {
   std::unique_ptr<IoEngine> engine_;  // the persist thread's; the pool only unregisters buffers
   ThreadPool pool_;
   StagingPool staging_;
+  LazyCopyThread lazy_{&pool_};  // lazy host copies
+
+  std::mutex in_flight_mu_;
+  // Saves whose copies may still run, oldest first. Guarded by in_flight_mu_.
+  std::vector<std::shared_ptr<SnapshotProgress>> in_flight_;
 
   mutable std::mutex mu_;
   std::condition_variable work_cv_, idle_cv_;

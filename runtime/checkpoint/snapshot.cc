@@ -82,45 +82,47 @@ Result<SnapshotLayout> PlanSnapshot(const State& state, uint64_t chunk_size) {
   return layout;
 }
 
-void CopyIntoStaging(const State& state, const SnapshotLayout& layout, char* buffer,
-                     ThreadPool* pool, std::vector<DeviceCopy>* device_copies) {
-  struct Piece {
-    const char* src;
-    uint64_t dst;
-    uint64_t len;
-    uint64_t padded;
-  };
-  std::vector<Piece> pieces;
+StagingCopies PlanStagingCopies(const State& state, const SnapshotLayout& layout, char* buffer,
+                                bool lazy_host) {
+  StagingCopies out;
   size_t tensor_index = 0;
   auto blob = state.blobs.begin();
   for (const auto& e : layout.entries) {
     const char* src;
     bool on_device = false;
+    std::vector<StagingPiece>* pieces = &out.now;
     if (e.is_blob) {
       src = (blob++)->second.data();
     } else {
       const TensorShard& t = state.tensors[tensor_index++];
+      const int when = static_cast<int>(t.written_at);
       src = static_cast<const char*>(t.data);
       on_device = t.device != kHostDevice;
       if (on_device && e.raw_bytes > 0) {
         // Every chunk but the last is a whole multiple of 4 KiB, so the
         // tensor's chunks are back to back: one copy fills them all.
-        device_copies->push_back(
+        out.device[when].push_back(
             DeviceCopy{t.device, t.stream, buffer + e.chunk_offset[0], src, size_t(e.raw_bytes)});
       }
+      if (!on_device && lazy_host) pieces = &out.later[when];
     }
     uint64_t done = 0;
     for (size_t c = 0; c < e.chunk_len.size(); ++c) {
       uint64_t len = e.chunk_len[c];
       // Device bytes arrive by DMA; only the padding is written here.
-      pieces.push_back(
-          on_device ? Piece{nullptr, e.chunk_offset[c] + len, 0, AlignUp(len == 0 ? 1 : len) - len}
-                    : Piece{src + done, e.chunk_offset[c], len, AlignUp(len == 0 ? 1 : len)});
+      pieces->push_back(on_device ? StagingPiece{nullptr, e.chunk_offset[c] + len, 0,
+                                                 AlignUp(len == 0 ? 1 : len) - len}
+                                  : StagingPiece{src + done, e.chunk_offset[c], len,
+                                                 AlignUp(len == 0 ? 1 : len)});
       done += len;
     }
   }
+  return out;
+}
+
+void RunStagingCopies(const std::vector<StagingPiece>& pieces, char* buffer, ThreadPool* pool) {
   pool->ParallelFor(pieces.size(), [&](size_t i) {
-    const Piece& p = pieces[i];
+    const StagingPiece& p = pieces[i];
     if (p.len > 0) std::memcpy(buffer + p.dst, p.src, p.len);
     std::memset(buffer + p.dst + p.len, 0, p.padded - p.len);
   });

@@ -37,14 +37,31 @@ struct SnapshotLayout {
 // shapes, data present) and plans the staging layout.
 Result<SnapshotLayout> PlanSnapshot(const State& state, uint64_t chunk_size);
 
-// Copies every host tensor and blob into `buffer` (REQUIRES: size >=
-// image_bytes) with the pool's threads, and zeroes the padding. Device
-// tensors (device >= 0) are not touched: one DeviceCopy per tensor (its
-// chunks are contiguous in the buffer) is appended to `device_copies`, for
-// the caller to start. REQUIRES: device_copies != null if any tensor is on a
-// device.
-void CopyIntoStaging(const State& state, const SnapshotLayout& layout, char* buffer,
-                     ThreadPool* pool, std::vector<DeviceCopy>* device_copies = nullptr);
+// One host copy into a staging buffer: `len` bytes from `src` (may be null
+// when len is 0) to buffer + dst, then zeroes up to dst + padded.
+struct StagingPiece {
+  const char* src;
+  uint64_t dst;
+  uint64_t len;
+  uint64_t padded;
+};
+
+// Every copy that fills a staging buffer, by when it runs. Indexed by
+// WriteBarrier: [kOptimizerStep], [kForward].
+struct StagingCopies {
+  std::vector<StagingPiece> now;       // blobs, padding, and host tensors unless lazy
+  std::vector<StagingPiece> later[2];  // lazy: host tensors, after Save() returned
+  std::vector<DeviceCopy> device[2];   // device tensors: one copy per tensor
+};
+
+// Plans the copies of `state` into `buffer` (REQUIRES: size >= image_bytes).
+// Device tensors (device >= 0) go into `device`: each tensor's chunks are
+// back to back in the buffer, so one copy fills them. With `lazy_host`,
+// host tensors go into `later`, else into `now`.
+StagingCopies PlanStagingCopies(const State& state, const SnapshotLayout& layout, char* buffer,
+                                bool lazy_host);
+// Runs `pieces` into `buffer` with the pool's threads.
+void RunStagingCopies(const std::vector<StagingPiece>& pieces, char* buffer, ThreadPool* pool);
 
 struct Snapshot {
   uint64_t step = 0;

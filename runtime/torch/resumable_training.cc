@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "stint_torch.h"
+#include "torch_device.h"
 #include "torch_guard.h"
 
 namespace stint {
@@ -16,6 +17,16 @@ constexpr char kRngPrefix[] = "stint.rng.";
 constexpr char kUserPrefix[] = "user.";
 
 bool StartsWith(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+bool OnCudaDevice(const torch::nn::Module& model) {
+  for (const auto& p : model.parameters(/*recurse=*/true)) {
+    if (p.defined() && p.is_cuda()) return true;
+  }
+  for (const auto& b : model.buffers(/*recurse=*/true)) {
+    if (b.defined() && b.is_cuda()) return true;
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -32,7 +43,11 @@ Result<std::unique_ptr<ResumableTraining>> ResumableTraining::Create(
     const ResumableTrainingOptions& options, torch::nn::Module& model,
     torch::optim::Optimizer& optimizer, ResumableSampler* sampler) {
   std::unique_ptr<ResumableTraining> run(new ResumableTraining(options, model, optimizer, sampler));
-  STINT_ASSIGN_OR_RETURN(run->checkpointer_, Checkpointer::Open(options.checkpoint));
+  if (run->options_.checkpoint.device_copier == nullptr && OnCudaDevice(model)) {
+    STINT_ASSIGN_OR_RETURN(run->device_copier_, NewTorchDeviceCopier());
+    run->options_.checkpoint.device_copier = run->device_copier_.get();
+  }
+  STINT_ASSIGN_OR_RETURN(run->checkpointer_, Checkpointer::Open(run->options_.checkpoint));
   if (options.watch_signals) {
     STINT_ASSIGN_OR_RETURN(run->watcher_, PreemptionWatcher::Install(options.preemption));
   }
@@ -136,9 +151,19 @@ Status ResumableTraining::SaveNow(uint64_t step, bool wait_durable) {
       STINT_RETURN_IF_ERROR(state.AddBlob(kRngPrefix + name, std::move(bytes)));
     for (const auto& [name, bytes] : user_state_)
       STINT_RETURN_IF_ERROR(state.AddBlob(kUserPrefix + name, bytes));
-    // Save() returns after the snapshot: `state` may go out of scope then.
+    // The State holds what it borrows until its copies completed: `state`
+    // may go out of scope after Save().
     STINT_ASSIGN_OR_RETURN(SaveHandle handle, checkpointer_->Save(step, state.state()));
     if (handle.skipped) return handle.durable.get();
+    if (options_.checkpoint.snapshot == SnapshotMode::kEager) {
+      // Eager: the loop may write anything once this returns (device copies too).
+      STINT_RETURN_IF_ERROR(checkpointer_->WaitStaged());
+    } else {
+      // Lazy: the next write after this boundary is the forward pass
+      // (buffers); the parameters wait in BeforeOptimizerStep(). On a device
+      // only the compute stream waits.
+      STINT_RETURN_IF_ERROR(checkpointer_->BeforeWrite(WriteBarrier::kForward));
+    }
     pending_.push_back(Pending{step, handle.durable});
     last_saved_step_ = step;
     saved_any_ = true;
@@ -151,6 +176,10 @@ Status ResumableTraining::SaveNow(uint64_t step, bool wait_durable) {
   }
   ReapDurable();
   return Status::OK();
+}
+
+Status ResumableTraining::BeforeOptimizerStep() {
+  return checkpointer_->BeforeWrite(WriteBarrier::kOptimizerStep);
 }
 
 Result<StepAction> ResumableTraining::StepBoundary(uint64_t step) {

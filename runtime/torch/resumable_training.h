@@ -6,7 +6,9 @@
 //   uint64_t step = run->Resume().value();             // 0 on a fresh start
 //   while (step < total_steps) {
 //     auto ids = sampler.RankIndices(rank, world).value();
-//     ...forward, backward, optimizer.step()...
+//     ...forward, backward...
+//     run->BeforeOptimizerStep();                      // the lazy barrier (SnapshotMode::kLazy)
+//     optimizer.step();
 //     auto action = run->StepBoundary(++step).value(); // commits the data cursor, saves,
 //     preemption if (action.exit) return action.exit_code;        // kExitRequeue: run me again
 //   }
@@ -23,6 +25,15 @@
 // methods at the same steps; each saves its own sampler cursor, generators
 // and user state, rank 0 alone the module and optimizer (the same on every
 // rank, so written once), and every rank loads them on Resume().
+//
+// Snapshots: a model on a CUDA device is copied device-to-host into pinned
+// staging on copy streams (a CUDA copier is made when
+// options.checkpoint.device_copier is null). With SnapshotMode::kEager (the
+// default) the save waits for those copies; with kLazy it returns at once,
+// the next forward pass waits for the buffers' copies (StepBoundary orders
+// it) and BeforeOptimizerStep() for the parameters' and optimizer state's.
+// On a device only the compute stream waits; on the CPU the copy threads
+// run while the forward and backward passes compute.
 //
 // On a preemption notice (signal or Notify()), StepBoundary() takes an
 // emergency checkpoint when it fits in the remaining grace, otherwise reports
@@ -41,6 +52,7 @@
 #include <string>
 
 #include "stint/checkpointer.h"
+#include "stint/device_copier.h"
 #include "stint/preemption.h"
 #include "stint/resumable_sampler.h"
 #include "stint/status.h"
@@ -84,6 +96,10 @@ class ResumableTraining {
 
   // Call once per step, after the optimizer step; `step` counts committed steps.
   Result<StepAction> StepBoundary(uint64_t step);
+  // Call right before optimizer.step(): waits (lazy snapshots) until a save's
+  // copies of the parameters and optimizer state are done; on a device the
+  // compute stream waits, not the host. Cheap when nothing is in flight.
+  Status BeforeOptimizerStep();
   // Checkpoints now; with wait_durable, returns once it is committed.
   Status SaveNow(uint64_t step, bool wait_durable);
   // Final checkpoint (unless this step is already durable), then waits for all.
@@ -107,6 +123,7 @@ class ResumableTraining {
   void ReapDurable();
 
   ResumableTrainingOptions options_;
+  std::unique_ptr<DeviceCopier> device_copier_;  // made for a CUDA model; outlives checkpointer_
   torch::nn::Module& model_;
   torch::optim::Optimizer& optimizer_;
   ResumableSampler* sampler_;

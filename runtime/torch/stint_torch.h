@@ -34,6 +34,7 @@
 #include <torch/optim/optimizer.h>
 
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -53,10 +54,17 @@ c10::ScalarType TorchScalarType(DType dtype);
 // Collects a State that borrows from torch tensors.
 //
 // A CPU tensor that is contiguous (and has no lazy conj/neg bit) is borrowed
-// as is: it must not be modified until the Save() it is passed to returns.
-// Any other tensor (a transposed view, a CUDA tensor) is copied into a
-// contiguous CPU tensor that this builder keeps alive. CUDA tensors are copied
-// synchronously for now; the pinned-memory, stream-ordered path comes later.
+// as is; another CPU tensor (a transposed view) is copied into a contiguous
+// one first. A CUDA tensor becomes a device shard: the Checkpointer copies it
+// device-to-host into pinned staging on a copy stream ordered after the
+// tensor's current stream (CheckpointOptions::device_copier, e.g.
+// NewTorchDeviceCopier() in torch_device.h), and Save() returns without
+// waiting for it. A borrowed tensor must not be written until its copy read
+// it: after Save() returned (SnapshotMode::kEager, host), or after
+// Checkpointer::BeforeWrite() for its WriteBarrier (lazy host snapshots and
+// every device tensor). The State holds references to every tensor
+// (State::owner) until the save's copies completed, so the builder itself
+// may go away after Save().
 //
 // Sharded state: AddShard() records a tensor as a box of its global shape;
 // with CheckpointOptions::world_size > 1 every rank builds its own State and
@@ -65,24 +73,29 @@ c10::ScalarType TorchScalarType(DType dtype);
 // The State returned by state() is valid as long as the builder is.
 class TorchStateBuilder {
  public:
-  TorchStateBuilder() = default;
+  TorchStateBuilder();
   TorchStateBuilder(const TorchStateBuilder&) = delete;
   TorchStateBuilder& operator=(const TorchStateBuilder&) = delete;
 
   // One tensor under `name`. An undefined tensor is skipped.
   // kInvalidArgument for an unsupported dtype or layout (naming the tensor),
   // kAlreadyExists for a name added before.
-  Status AddTensor(const std::string& name, const torch::Tensor& tensor);
+  // `written_at`: when training writes it next (WriteBarrier::kForward for a
+  // buffer the forward pass updates).
+  Status AddTensor(const std::string& name, const torch::Tensor& tensor,
+                   WriteBarrier written_at = WriteBarrier::kOptimizerStep);
   // One shard of a tensor sharded over ranks (FSDP, tensor parallel): `tensor`
   // is the box at `offsets` (one per dim; its sizes are the extents) of a
   // tensor of `global_shape`. With several ranks each saves its own boxes
   // (together covering the tensor once; a replicated tensor from one rank
   // only) and the commit checks they neither overlap nor leave a gap.
   Status AddShard(const std::string& name, const torch::Tensor& tensor,
-                  std::vector<int64_t> global_shape, std::vector<int64_t> offsets);
+                  std::vector<int64_t> global_shape, std::vector<int64_t> offsets,
+                  WriteBarrier written_at = WriteBarrier::kOptimizerStep);
 
   // Every parameter and buffer of `module` and its submodules, as
-  // "<prefix>.<name>" ("model.fc1.weight"); `prefix` may be empty.
+  // "<prefix>.<name>" ("model.fc1.weight"); `prefix` may be empty. Buffers
+  // are marked WriteBarrier::kForward.
   Status AddModule(const std::string& prefix, const torch::nn::Module& module);
 
   // Per-parameter state and the param groups' hyper-parameters of an Adam,
@@ -97,8 +110,9 @@ class TorchStateBuilder {
  private:
   State state_;
   std::set<std::string> names_;
-  // Contiguous CPU copies (and scalars such as Adam's step) that state_ points into.
-  std::vector<torch::Tensor> keep_alive_;
+  // Every tensor added, and the contiguous copies (and scalars such as Adam's
+  // step) that state_ points into; shared with state_.owner.
+  std::shared_ptr<std::vector<torch::Tensor>> held_;
 };
 
 struct TorchLoadOptions {
@@ -106,6 +120,10 @@ struct TorchLoadOptions {
   // prefix that nothing registered here claims (a module with a layer removed).
   // Default: true.
   bool strict = true;
+  // Fill contiguous CUDA tensors host-to-device through the Checkpointer's
+  // device_copier (REQUIRES one) instead of through a CPU copy in Finish().
+  // Load(Checkpointer&) sets it from the Checkpointer's options. Default: false
+  bool device_destinations = false;
 };
 
 // Restores modules, optimizers and single tensors from one checkpoint.
@@ -118,8 +136,9 @@ struct TorchLoadOptions {
 // the tensor.
 //
 // Bytes are read straight into the storage of contiguous CPU parameters and
-// buffers; other tensors are read into a CPU staging copy and copied in under
-// torch::NoGradGuard by Finish(). Optimizer state is read into new tensors of
+// buffers, and host-to-device into contiguous CUDA ones on a copy stream
+// (TorchLoadOptions::device_destinations); other tensors are read into a CPU
+// staging copy and copied in under torch::NoGradGuard by Finish(). Optimizer state is read into new tensors of
 // the stored shape and dtype and installed by Finish() (moved to the
 // parameter's device), replacing whatever state the optimizer had; a parameter
 // without saved state ends up without state. Param group hyper-parameters

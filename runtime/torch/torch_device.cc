@@ -6,12 +6,24 @@
 #include <c10/core/Stream.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
-#include <set>
-
 #include "stint_torch.h"
 #include "torch_guard.h"
+#if STINT_TORCH_HAVE_CUDA
+#include "cuda_copier.h"
+#endif
 
 namespace stint {
+
+Result<std::unique_ptr<DeviceCopier>> NewTorchDeviceCopier() {
+#if STINT_TORCH_HAVE_CUDA
+  if (!c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA)) {
+    return Status::Unavailable("no CUDA device: LibTorch has no CUDA support loaded");
+  }
+  return NewCudaDeviceCopier();
+#else
+  return Status::Unavailable("no CUDA device copier: stint was built without the CUDA toolkit");
+#endif
+}
 
 Result<void*> CurrentCudaStream(int device) {
   return Guard("current CUDA stream", [&]() -> Result<void*> {
@@ -51,26 +63,6 @@ Result<TensorShard> CudaShard(const std::string& name, const torch::Tensor& tens
   });
 }
 
-Status AddCudaModule(const std::string& prefix, const torch::nn::Module& module, State* state,
-                     std::vector<torch::Tensor>* keep_alive) {
-  return Guard("module '" + prefix + "'", [&]() -> Status {
-    auto add = [&](const std::string& name, const torch::Tensor& t) -> Status {
-      if (!t.defined()) return Status::OK();
-      STINT_ASSIGN_OR_RETURN(TensorShard shard,
-                             CudaShard(prefix.empty() ? name : prefix + "." + name, t, keep_alive));
-      state->tensors.push_back(std::move(shard));
-      return Status::OK();
-    };
-    for (const auto& item : module.named_parameters(/*recurse=*/true)) {
-      STINT_RETURN_IF_ERROR(add(item.key(), item.value()));
-    }
-    for (const auto& item : module.named_buffers(/*recurse=*/true)) {
-      STINT_RETURN_IF_ERROR(add(item.key(), item.value()));
-    }
-    return Status::OK();
-  });
-}
-
 Result<TensorDest> CudaDest(const std::string& name, const torch::Tensor& tensor) {
   return Guard("tensor '" + name + "'", [&]() -> Result<TensorDest> {
     if (!tensor.is_contiguous()) {
@@ -89,18 +81,6 @@ Result<TensorDest> CudaDest(const std::string& name, const torch::Tensor& tensor
     }
     return dest;
   });
-}
-
-Status OrderBeforeOptimizerStep(DeviceCopier& copier, const State& state) {
-  std::set<int> devices;
-  for (const auto& t : state.tensors) {
-    if (t.device != kHostDevice) devices.insert(t.device);
-  }
-  for (int device : devices) {
-    STINT_ASSIGN_OR_RETURN(void* stream, CurrentCudaStream(device));
-    STINT_RETURN_IF_ERROR(copier.OrderBeforeWrite(device, stream).WithContext("lazy barrier"));
-  }
-  return Status::OK();
 }
 
 }  // namespace stint

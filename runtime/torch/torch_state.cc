@@ -4,6 +4,7 @@
 // throwing c10::Error, and stint's runtime never lets an exception escape, so
 // this is where they become a Status, once.
 #include "stint_torch.h"
+#include "torch_device.h"
 #include "torch_guard.h"
 
 #include <c10/core/TensorImpl.h>
@@ -317,37 +318,49 @@ c10::ScalarType TorchScalarType(DType dtype) {
 
 // ---- saving -----------------------------------------------------------------
 
-Status TorchStateBuilder::AddTensor(const std::string& name, const torch::Tensor& tensor) {
-  return AddShard(name, tensor, {}, {});
+TorchStateBuilder::TorchStateBuilder() : held_(std::make_shared<std::vector<torch::Tensor>>()) {
+  state_.owner = held_;
+}
+
+Status TorchStateBuilder::AddTensor(const std::string& name, const torch::Tensor& tensor,
+                                    WriteBarrier written_at) {
+  return AddShard(name, tensor, {}, {}, written_at);
 }
 
 Status TorchStateBuilder::AddShard(const std::string& name, const torch::Tensor& tensor,
-                                   std::vector<int64_t> global_shape,
-                                   std::vector<int64_t> offsets) {
+                                   std::vector<int64_t> global_shape, std::vector<int64_t> offsets,
+                                   WriteBarrier written_at) {
   return Guard("tensor '" + name + "'", [&]() -> Status {
     if (!tensor.defined()) return Status::OK();
     STINT_ASSIGN_OR_RETURN(DType dtype, CheckNewTensor(name, tensor, names_));
     STINT_RETURN_IF_ERROR(CheckBox(name, tensor, global_shape, offsets));
 
-    torch::Tensor data = tensor;
-    if (!IsDirectTarget(tensor)) {
-      // A private contiguous CPU copy: the checkpoint format is row-major and
-      // the snapshot copies from host memory. Not tracked by autograd.
-      torch::NoGradGuard no_grad;
-      data = tensor.detach().resolve_conj().resolve_neg().to(c10::kCPU).contiguous();
-      keep_alive_.push_back(data);
-    }
     TensorShard shard;
-    shard.name = name;
-    shard.dtype = dtype;
-    if (global_shape.empty() && offsets.empty()) {
-      shard.global_shape = data.sizes().vec();
+    if (tensor.is_cuda()) {
+      // Copied device-to-host on a copy stream after Save() returned.
+      STINT_ASSIGN_OR_RETURN(shard, CudaShard(name, tensor, held_.get()));
     } else {
+      torch::Tensor data = tensor;
+      if (!IsDirectTarget(tensor)) {
+        // A private contiguous CPU copy: the checkpoint format is row-major
+        // and the snapshot copies from host memory. Not tracked by autograd.
+        torch::NoGradGuard no_grad;
+        data = tensor.detach().resolve_conj().resolve_neg().to(c10::kCPU).contiguous();
+      }
+      held_->push_back(data);
+      shard.name = name;
+      shard.dtype = dtype;
+      shard.global_shape = data.sizes().vec();
+      shard.data = data.numel() > 0 ? data.data_ptr() : nullptr;
+    }
+    // Held until the save's copies completed, whatever the caller does with it.
+    held_->push_back(tensor);
+    if (!global_shape.empty() || !offsets.empty()) {
+      shard.extents = shard.global_shape;
       shard.global_shape = std::move(global_shape);
       shard.offsets = std::move(offsets);
-      shard.extents = data.sizes().vec();
     }
-    shard.data = data.numel() > 0 ? data.data_ptr() : nullptr;
+    shard.written_at = written_at;
     state_.tensors.push_back(std::move(shard));
     names_.insert(name);
     return Status::OK();
@@ -359,8 +372,10 @@ Status TorchStateBuilder::AddModule(const std::string& prefix, const torch::nn::
     for (const auto& item : module.named_parameters(/*recurse=*/true)) {
       STINT_RETURN_IF_ERROR(AddTensor(Join(prefix, item.key()), item.value()));
     }
+    // Buffers (BatchNorm's running statistics) change in the forward pass.
     for (const auto& item : module.named_buffers(/*recurse=*/true)) {
-      STINT_RETURN_IF_ERROR(AddTensor(Join(prefix, item.key()), item.value()));
+      STINT_RETURN_IF_ERROR(
+          AddTensor(Join(prefix, item.key()), item.value(), WriteBarrier::kForward));
     }
     return Status::OK();
   });
@@ -401,7 +416,6 @@ Status TorchStateBuilder::AddOptimizer(const std::string& prefix,
           // The step count is an int64_t field, not a tensor: keep a scalar alive.
           torch::Tensor step = at::scalar_tensor(c10::Scalar(static_cast<int64_t>(s->step())),
                                                  at::TensorOptions().dtype(c10::kLong));
-          keep_alive_.push_back(step);
           STINT_RETURN_IF_ERROR(AddTensor(name("step"), step));
           STINT_RETURN_IF_ERROR(AddTensor(name("exp_avg"), s->exp_avg()));
           STINT_RETURN_IF_ERROR(AddTensor(name("exp_avg_sq"), s->exp_avg_sq()));
@@ -545,6 +559,16 @@ Result<std::vector<TensorDest>> TorchStateLoader::Plan(const CheckpointReader& r
     }
     if (IsDirectTarget(t)) {
       dest_for(target.name, t, dtype, target.global_shape, target.offsets);
+      pending->direct.push_back(t);
+    } else if (options_.device_destinations && t.is_cuda() && t.is_contiguous()) {
+      // Host-to-device on the copier's stream, ordered before the next use
+      // on the tensor's current stream.
+      STINT_ASSIGN_OR_RETURN(TensorDest d, CudaDest(target.name, t));
+      d.global_shape = target.global_shape;
+      d.offsets = target.offsets;
+      d.extents = t.sizes().vec();
+      dests.push_back(std::move(d));
+      claimed.insert(target.name);
       pending->direct.push_back(t);
     } else {
       torch::Tensor staging = torch::empty(t.sizes(), at::TensorOptions().dtype(t.scalar_type()));
@@ -759,6 +783,7 @@ Status TorchStateLoader::Finish() {
 }
 
 Result<LoadResult> TorchStateLoader::Load(Checkpointer& checkpointer, const LoadOptions& options) {
+  options_.device_destinations = checkpointer.options().device_copier != nullptr;
   Result<LoadResult> result = checkpointer.Load(Planner(), options);
   if (!result.ok()) {
     pending_.reset();  // a later Finish() must not install a plan that was never read
@@ -769,6 +794,7 @@ Result<LoadResult> TorchStateLoader::Load(Checkpointer& checkpointer, const Load
 }
 
 Status TorchStateLoader::LoadFrom(const CheckpointReader& reader) {
+  options_.device_destinations = false;  // a bare reader has no device copier
   STINT_ASSIGN_OR_RETURN(std::vector<TensorDest> dests, Planner()(reader));
   Status s = reader.Read(dests);
   if (!s.ok()) {

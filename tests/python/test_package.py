@@ -55,7 +55,7 @@ _OPTIONS = {
     "staging_bytes": 0, "busy_policy": "block", "block_timeout": 600.0, "keep_last": 3,
     "keep_every": 0, "io_engine": "auto", "direct_io": True, "io_queue_depth": 32,
     "io_size": 4 << 20, "threads": 0, "process_group": None, "collective": None,
-    "commit_timeout": 0.0,
+    "commit_timeout": 0.0, "snapshot": "auto", "cuda": None,
 }
 
 

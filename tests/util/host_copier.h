@@ -1,8 +1,10 @@
 // HostCopier: a DeviceCopier test double that treats "device" memory as host
 // memory and copies with memcpy on its own thread, so the whole device path
 // of the Checkpointer (staged future, copy tickets, pinned registration,
-// load bounce buffers) runs in CPU-only CI. Knobs inject a failed copy and a
-// slow one.
+// load bounce buffers, the lazy barrier) runs in CPU-only CI. Knobs inject a
+// failed copy, a slow one, and a gate that holds every copy until opened.
+// A host thread stands for a stream here: OrderAfter() blocks it until the
+// ticket's copies are done, as the device would hold the stream.
 //
 // Thread-safe. Header-only.
 #ifndef STINT_TESTS_UTIL_HOST_COPIER_H_
@@ -24,6 +26,7 @@ namespace stint {
 class HostCopier final : public DeviceCopier {
  public:
   ~HostCopier() override {
+    Release();
     std::map<uint64_t, std::thread> threads;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -58,6 +61,10 @@ class HostCopier final : public DeviceCopier {
     auto delay = copy_delay;
     threads_[t] = std::thread([this, t, copies, on_done, fail, delay] {
       std::this_thread::sleep_for(delay);
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [this] { return !held_; });
+      }
       for (const auto& c : copies) std::memcpy(c.dst, c.src, c.bytes);
       std::lock_guard<std::mutex> l(mu_);
       done_[t] = fail ? Status::Internal("simulated copy failure") : Status::OK();
@@ -84,6 +91,34 @@ class HostCopier final : public DeviceCopier {
   Status OrderBeforeWrite(int, void*) override {
     ++barriers;
     return Status::OK();
+  }
+
+  Status OrderAfter(uint64_t ticket, int, void*) override {
+    ++barriers;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (threads_.count(ticket) == 0) return Status::OK();  // retired
+    cv_.wait(lock, [&] { return done_.count(ticket) != 0; });
+    return Status::OK();
+  }
+
+  // While held, no copy runs (a copy engine still busy with earlier work).
+  void Hold() {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_ = true;
+  }
+  void Release() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      held_ = false;
+    }
+    cv_.notify_all();
+  }
+  // Tickets whose copies have not completed yet.
+  int copies_pending() {
+    std::lock_guard<std::mutex> lock(mu_);
+    int n = 0;
+    for (const auto& [t, th] : threads_) n += done_.count(t) == 0 ? 1 : 0;
+    return n;
   }
 
   Status CopyToDevice(const std::vector<DeviceCopy>& copies, std::chrono::milliseconds) override {
@@ -118,6 +153,7 @@ class HostCopier final : public DeviceCopier {
   std::map<uint64_t, std::thread> threads_;
   std::map<uint64_t, Status> done_;
   uint64_t next_ = 0;
+  bool held_ = false;
 };
 
 }  // namespace stint

@@ -31,8 +31,18 @@
 // tier 1 before tier 2 for the same step) and reports every one passed over.
 //
 // Device tensors (TensorShard::device >= 0) are copied device-to-host through
-// `device_copier` (see stint/device_copier.h for the lazy barrier); loading
-// into device destinations goes host-to-device on a copy stream.
+// `device_copier` after Save() returned; loading into device destinations
+// goes host-to-device on a copy stream.
+//
+// The snapshot rule: a tensor may be written again only once its copy read
+// it. Host tensors are copied inside Save() (SnapshotMode::kEager) or after
+// it returned (kLazy: copy threads run while the next forward and backward
+// compute); device tensors always after it returned. The training loop calls
+// BeforeWrite(WriteBarrier::kForward) before the forward pass and
+// BeforeWrite(WriteBarrier::kOptimizerStep) before the optimizer step (the
+// Python hooks and ResumableTraining do this); on a device the compute
+// stream then waits for the copy, the host never does. WaitStaged() is the
+// blunt form for other loops.
 //
 // Thread-compatible: one training thread calls Save/Load/Flush.
 #ifndef STINT_INCLUDE_STINT_CHECKPOINTER_H_
@@ -55,6 +65,11 @@
 #include "stint/status.h"
 
 namespace stint {
+
+enum class SnapshotMode {
+  kEager,  // host tensors copied inside Save()
+  kLazy,   // host tensors copied after Save() returned; see BeforeWrite()
+};
 
 enum class BusyPolicy {
   kBlock,  // wait for a persisting checkpoint to free the staging pool
@@ -118,6 +133,10 @@ struct CheckpointOptions {
   // behind it. Default: none (always commit).
   std::function<Status(uint64_t step)> commit_guard;
 
+  // When host tensors are copied; device tensors are always copied after
+  // Save() returned. Default: kEager
+  SnapshotMode snapshot = SnapshotMode::kEager;
+
   // Copies device tensors (TensorShard/TensorDest with device >= 0) and pins
   // the staging pool's buffers (page-locked, exact size). Must outlive the
   // Checkpointer. Default: none (device tensors are refused).
@@ -163,6 +182,9 @@ struct SaveStats {
   // Device tensors: from Save() until their device-to-host copies completed.
   // 0 without device tensors.
   double device_copy_seconds = 0;
+  // From Save() until every copy (host and device) completed: when the
+  // staged future became ready.
+  double staged_seconds = 0;
 };
 
 struct ReplicaStats {
@@ -209,6 +231,19 @@ class Checkpointer {
   static Result<std::unique_ptr<Checkpointer>> Open(const CheckpointOptions& options);
 
   virtual Result<SaveHandle> Save(uint64_t step, const State& state) = 0;
+
+  // The lazy barrier. Call right before the training loop writes saved
+  // tensors again: kForward before the forward pass (it waits for the shards
+  // marked kForward), kOptimizerStep before the optimizer step (every shard).
+  // Host copies still running: blocks until they are done. Device copies:
+  // the stream each shard was saved from waits for its copy on the device,
+  // the host does not. Cheap when nothing is in flight. kDeadlineExceeded
+  // after `timeout`; a failed copy is reported by its save's futures, not here.
+  virtual Status BeforeWrite(WriteBarrier barrier,
+                             std::chrono::milliseconds timeout = std::chrono::minutes(10)) = 0;
+  // Blocks until every save's copies completed (host and device): anything
+  // may write the state then. kDeadlineExceeded after `timeout`.
+  virtual Status WaitStaged(std::chrono::milliseconds timeout = std::chrono::minutes(10)) = 0;
   // Waits until every pending save is durable or failed; returns the first
   // background error not yet returned. kDeadlineExceeded on timeout.
   virtual Status Flush(std::chrono::milliseconds timeout = std::chrono::minutes(10)) = 0;

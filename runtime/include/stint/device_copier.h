@@ -74,6 +74,10 @@ class DeviceCopier {
   // every device-to-host copy from `device` enqueued so far has completed.
   // Cheap when nothing is in flight.
   virtual Status OrderBeforeWrite(int device, void* stream) = 0;
+  // The same for one ticket's copies from `device` only: `stream` waits for
+  // them on the device. OK at once when they completed, or when the ticket
+  // was retired by Wait() or never copied from `device`.
+  virtual Status OrderAfter(uint64_t ticket, int device, void* stream) = 0;
 
   // Copies host to device on a copy stream, ordered after the work already on
   // each copy's `stream`, and makes that stream wait for the copy. Returns

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,6 +42,14 @@ Result<DType> ParseDType(std::string_view name);
 // Where a tensor's bytes live: host memory, or device memory on `device`.
 constexpr int kHostDevice = -1;
 
+// The point of a training step before which a saved tensor may next be
+// written, so a snapshot still copying it must be waited for there (see
+// Checkpointer::BeforeWrite).
+enum class WriteBarrier : uint8_t {
+  kOptimizerStep,  // parameters and optimizer state: the next optimizer step
+  kForward,        // buffers the forward pass updates (BatchNorm running statistics)
+};
+
 // A shard of a global tensor to save. `data` is borrowed: it must stay valid
 // and unmodified until Save()'s staged future is ready. A shard on a device
 // (device >= 0, e.g. a CUDA tensor's data_ptr) is copied through
@@ -59,6 +68,9 @@ struct TensorShard {
   // The stream that produces `data` (a cudaStream_t); nullptr: the legacy
   // default stream. Device shards only. Default: nullptr
   void* stream = nullptr;
+  // When the training loop writes it next; copies of kForward shards are
+  // issued first. Default: kOptimizerStep
+  WriteBarrier written_at = WriteBarrier::kOptimizerStep;
 };
 
 // A region of a global tensor to load into. Same conventions as TensorShard;
@@ -78,6 +90,11 @@ struct TensorDest {
 struct State {
   std::vector<TensorShard> tensors;
   std::map<std::string, std::string> blobs;  // copied at Save()
+  // Whatever owns the memory `tensors` borrow (e.g. the tensors themselves).
+  // A save whose copies outlast Save() (device tensors, lazy snapshots) holds
+  // it until they completed, and releases it on the thread that calls the
+  // Checkpointer, never on a background thread. May be null.
+  std::shared_ptr<const void> owner;
 };
 
 // Product of `dims`; 1 for a scalar (no dims).
