@@ -236,7 +236,10 @@ class Checkpointer:
         """The lazy barrier, for loops without attach(): call with "forward"
         before the forward pass and "optimizer_step" before the optimizer
         step. Blocks on CPU copies still running; CUDA tensors' current
-        streams wait on the device."""
+        streams wait on the device. Without an attached model nothing says
+        which tensors the forward writes, so "forward" waits for every copy."""
+        if barrier == "forward" and not self._attached_modules:
+            barrier = "optimizer_step"
         self._c.before_write(barrier, timeout)
 
     def wait_staged(self, timeout: float = 600.0) -> None:

@@ -144,10 +144,6 @@ def test_explicit_barriers_and_wait_staged_without_hooks(root):
         assert_same_state(before_wait, ckpt.load(step=4, map_location="cpu"), "step 4")
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "library bug: without attach(), save() marks no tensor as written by the forward pass "
-    "(Checkpointer._written_by_forward returns None), so before_write('forward') waits for "
-    "nothing and the forward pass may overwrite BatchNorm buffers still being copied"))
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
 def test_before_write_forward_without_attach_protects_buffers(root, device):
     """The documented loop without attach(): before_write("forward") before

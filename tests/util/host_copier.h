@@ -63,7 +63,7 @@ class HostCopier final : public DeviceCopier {
       std::this_thread::sleep_for(delay);
       {
         std::unique_lock<std::mutex> l(mu_);
-        cv_.wait(l, [this] { return !held_; });
+        cv_.wait(l, [this, t] { return held_from_ == 0 || t < held_from_; });
       }
       for (const auto& c : copies) std::memcpy(c.dst, c.src, c.bytes);
       std::lock_guard<std::mutex> l(mu_);
@@ -85,6 +85,7 @@ class HostCopier final : public DeviceCopier {
     done_.erase(ticket);
     threads_[ticket].join();
     threads_.erase(ticket);
+    cv_.notify_all();
     return s;
   }
 
@@ -96,20 +97,21 @@ class HostCopier final : public DeviceCopier {
   Status OrderAfter(uint64_t ticket, int, void*) override {
     ++barriers;
     std::unique_lock<std::mutex> lock(mu_);
-    if (threads_.count(ticket) == 0) return Status::OK();  // retired
-    cv_.wait(lock, [&] { return done_.count(ticket) != 0; });
+    // Done, or retired by Wait() meanwhile.
+    cv_.wait(lock, [&] { return done_.count(ticket) != 0 || threads_.count(ticket) == 0; });
     return Status::OK();
   }
 
-  // While held, no copy runs (a copy engine still busy with earlier work).
-  void Hold() {
+  // Until Release(), the copies of tickets numbered `from_ticket` and later
+  // (tickets count from 1) do not run: a copy engine still busy.
+  void Hold(uint64_t from_ticket = 1) {
     std::lock_guard<std::mutex> lock(mu_);
-    held_ = true;
+    held_from_ = from_ticket;
   }
   void Release() {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      held_ = false;
+      held_from_ = 0;
     }
     cv_.notify_all();
   }
@@ -153,7 +155,7 @@ class HostCopier final : public DeviceCopier {
   std::map<uint64_t, std::thread> threads_;
   std::map<uint64_t, Status> done_;
   uint64_t next_ = 0;
-  bool held_ = false;
+  uint64_t held_from_ = 0;  // 0: nothing held
 };
 
 }  // namespace stint
