@@ -51,6 +51,7 @@ struct Flags {
   std::string log;      // one line per committed step: "step S: id id id ..."
   int64_t step_ms = 0;  // extra time per step (makes signal timing in tests easy)
   double grace = 30;
+  bool lazy = true;  // --snapshot lazy|eager
 };
 
 bool ParseFlags(int argc, char** argv, Flags* f) {
@@ -72,6 +73,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       f->step_ms = std::atoll(v.c_str());
     else if (a == "--grace")
       f->grace = std::atof(v.c_str());
+    else if (a == "--snapshot" && (v == "lazy" || v == "eager"))
+      f->lazy = v == "lazy";
     else
       return false;
   }
@@ -114,7 +117,7 @@ int main(int argc, char** argv) {
   if (!ParseFlags(argc, argv, &flags)) {
     std::fprintf(stderr,
                  "usage: %s --ckpt-dir DIR [--steps N] [--every N] [--seed S] [--log FILE] "
-                 "[--step-ms MS] [--grace SECONDS]\n",
+                 "[--step-ms MS] [--grace SECONDS] [--snapshot lazy|eager]\n",
                  argv[0]);
     return 2;
   }
@@ -146,6 +149,9 @@ int main(int argc, char** argv) {
   options.checkpoint.root = flags.ckpt_dir;
   options.checkpoint.job_id = "resumable_training";
   options.save_every = uint64_t(flags.every);
+  // Lazy: a save returns at once; its copy threads run during the next
+  // forward and backward, and BeforeOptimizerStep() below waits for them.
+  options.checkpoint.snapshot = flags.lazy ? stint::SnapshotMode::kLazy : stint::SnapshotMode::kEager;
   options.preemption.grace = std::chrono::milliseconds(int64_t(flags.grace * 1000));
   auto run = stint::ResumableTraining::Create(options, *model, optimizer, &*sampler);
   if (!run.ok()) return Fail("open", run.status());
@@ -182,6 +188,8 @@ int main(int argc, char** argv) {
     torch::Tensor loss =
         torch::nn::functional::cross_entropy(model->forward(x), labels.index_select(0, idx));
     loss.backward();
+    auto barrier = (*run)->BeforeOptimizerStep();  // stint: the snapshot's copies are done
+    if (!barrier.ok()) return Fail("lazy barrier", barrier);
     optimizer.step();
     ema_loss = step == 0 ? loss.item<double>() : 0.98 * ema_loss + 0.02 * loss.item<double>();
     if (flags.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(flags.step_ms));

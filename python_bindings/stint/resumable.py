@@ -26,6 +26,12 @@ measured throughput, otherwise logs how many steps will be lost, then
 returns True: exit with stint.EXIT_REQUEUE (75) so the scheduler requeues
 the job.
 
+With both a model and an optimizer, snapshots are lazy (see
+Checkpointer.attach()): the training thread does not wait for the copy. The
+tensors in `objects`' state_dict()s must then not be changed in place
+before the next optimizer step (LR schedulers and GradScaler hold plain
+numbers); pass snapshot="eager" otherwise.
+
 For bit-exact resumes give the DataLoader its own generator
 (DataLoader(..., generator=torch.Generator())): creating a DataLoader
 iterator otherwise draws from the global torch RNG, and a resumed run
@@ -83,6 +89,11 @@ class Resumable:
         self._last_saved_step: Optional[int] = None
         self._pending: List[Tuple[int, _C.Future]] = []  # (step, durable future)
         self.checkpointer = Checkpointer(root, **checkpoint_options)
+        if model is not None and optimizer is not None:
+            # Lazy snapshots: a save returns at once and its copies run during
+            # the next forward and backward; the hooks wait before the forward
+            # (buffers) and the optimizer step (parameters, optimizer state).
+            self.checkpointer.attach(model, optimizer)
         self.watcher: Optional[PreemptionWatcher] = None
         if watch_signals:
             try:
