@@ -290,6 +290,9 @@ Result<WorkerRegistration> CoordinatorClient::Register() {
                          r.OptionalNonNegativeNumber("heartbeat_interval_seconds"));
   reg.lease_ttl = SecondsToMs(ttl.value_or(0));
   reg.heartbeat_interval = SecondsToMs(interval.value_or(0));
+  // Absent from a stintd older than per-worker secrets.
+  STINT_ASSIGN_OR_RETURN(std::optional<std::string> secret, r.OptionalString("worker_secret"));
+  reg.secret = secret.value_or("");
   std::lock_guard<std::mutex> lock(mu_);
   registration_ = reg;
   return reg;
@@ -300,6 +303,7 @@ Result<WorkerView> CoordinatorClient::Heartbeat(std::optional<uint64_t> step) {
   HttpRequest req;
   req.method = "POST";
   req.path = "/v1/workers/" + std::to_string(reg.worker_id) + "/heartbeat";
+  req.token = reg.secret;
   req.body = Json::object();
   if (step) (*req.body)["step"] = *step;
   STINT_ASSIGN_OR_RETURN(HttpReply reply, http_->Call(req));
@@ -313,6 +317,7 @@ Result<WorkerView> CoordinatorClient::WaitNotice(std::chrono::seconds wait) {
   req.method = "GET";
   req.path = "/v1/workers/" + std::to_string(reg.worker_id) +
              "/notice?wait_seconds=" + std::to_string(seconds);
+  req.token = reg.secret;
   req.server_wait = std::chrono::seconds(seconds);
   STINT_ASSIGN_OR_RETURN(HttpReply reply, http_->Call(req));
   return ParseView(reply, req.method + " " + req.path);
@@ -327,6 +332,7 @@ Result<RendezvousInfo> CoordinatorClient::JoinRendezvous(const std::string& endp
   HttpRequest req;
   req.method = "POST";
   req.path = "/v1/workers/" + std::to_string(reg.worker_id) + "/rendezvous/join";
+  req.token = reg.secret;
   req.body = Json{{"endpoint", endpoint},
                   {"known_generation", known_generation},
                   {"wait_seconds", wait.count() / 1000.0}};
@@ -345,6 +351,7 @@ Result<RendezvousInfo> CoordinatorClient::WaitRendezvous(uint64_t known_generati
   req.path = "/v1/workers/" + std::to_string(reg.worker_id) +
              "/rendezvous?known_generation=" + std::to_string(known_generation) +
              "&wait_seconds=" + std::to_string(wait.count() / 1000.0);
+  req.token = reg.secret;
   req.server_wait = wait;
   STINT_ASSIGN_OR_RETURN(HttpReply reply, http_->Call(req));
   return ParseRendezvous(reply, req.method + " " + req.path);
@@ -352,10 +359,12 @@ Result<RendezvousInfo> CoordinatorClient::WaitRendezvous(uint64_t known_generati
 
 namespace {
 
-Status PostWorker(internal::HttpJsonClient* http, uint64_t worker_id, const char* what, Json body) {
+Status PostWorker(internal::HttpJsonClient* http, const WorkerRegistration& reg, const char* what,
+                  Json body) {
   HttpRequest req;
   req.method = "POST";
-  req.path = "/v1/workers/" + std::to_string(worker_id) + "/" + what;
+  req.path = "/v1/workers/" + std::to_string(reg.worker_id) + "/" + what;
+  req.token = reg.secret;
   req.body = std::move(body);
   return http->Call(req).status();
 }
@@ -366,7 +375,7 @@ Status CoordinatorClient::ReportProgress(uint64_t step, std::optional<double> re
   Json body{{"step", step}};
   if (remaining_seconds) body["remaining_seconds"] = *remaining_seconds;
   STINT_ASSIGN_OR_RETURN(WorkerRegistration reg, RequireRegistration());
-  return PostWorker(http_.get(), reg.worker_id, "progress", std::move(body));
+  return PostWorker(http_.get(), reg, "progress", std::move(body));
 }
 
 Status CoordinatorClient::ReportCheckpoint(uint64_t step, double seconds,
@@ -377,22 +386,22 @@ Status CoordinatorClient::ReportCheckpoint(uint64_t step, double seconds,
   Json body{{"step", step}, {"seconds", seconds}};
   if (bytes) body["bytes"] = *bytes;
   STINT_ASSIGN_OR_RETURN(WorkerRegistration reg, RequireRegistration());
-  return PostWorker(http_.get(), reg.worker_id, "checkpoint", std::move(body));
+  return PostWorker(http_.get(), reg, "checkpoint", std::move(body));
 }
 
 Status CoordinatorClient::Ack(uint64_t step) {
   STINT_ASSIGN_OR_RETURN(WorkerRegistration reg, RequireRegistration());
-  return PostWorker(http_.get(), reg.worker_id, "ack", Json{{"step", step}});
+  return PostWorker(http_.get(), reg, "ack", Json{{"step", step}});
 }
 
 Status CoordinatorClient::Finished() {
   STINT_ASSIGN_OR_RETURN(WorkerRegistration reg, RequireRegistration());
-  return PostWorker(http_.get(), reg.worker_id, "finished", Json::object());
+  return PostWorker(http_.get(), reg, "finished", Json::object());
 }
 
 Status CoordinatorClient::Leave() {
   STINT_ASSIGN_OR_RETURN(WorkerRegistration reg, RequireRegistration());
-  return PostWorker(http_.get(), reg.worker_id, "leave", Json::object());
+  return PostWorker(http_.get(), reg, "leave", Json::object());
 }
 
 Result<FencingCheck> CoordinatorClient::CheckFencing() {

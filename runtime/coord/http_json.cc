@@ -209,7 +209,6 @@ Result<httplib::Client*> HttpJsonClient::Acquire() {
     client->set_tcp_nodelay(true);
     client->set_connection_timeout(options_.connect_timeout);
     client->set_write_timeout(options_.request_timeout);
-    if (!options_.token.empty()) client->set_bearer_token_auth(options_.token);
   }
   httplib::Client* raw = client.get();
   std::lock_guard<std::mutex> lock(mu_);
@@ -242,12 +241,17 @@ HttpJsonClient::Attempt HttpJsonClient::Once(const HttpRequest& request, const s
   }
   httplib::Client* client = *acquired;
   client->set_read_timeout(options_.request_timeout + request.server_wait);
+  // Per request, not per connection: a worker's calls carry its own secret
+  // and the rest the configured token, over the same pool.
+  httplib::Headers headers;
+  const std::string& token = request.token.empty() ? options_.token : request.token;
+  if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
   auto send = [&]() -> httplib::Result {
     const char* type = "application/json";
-    if (request.method == "GET") return client->Get(request.path);
-    if (request.method == "POST") return client->Post(request.path, body, type);
-    if (request.method == "PUT") return client->Put(request.path, body, type);
-    return client->Delete(request.path);
+    if (request.method == "GET") return client->Get(request.path, headers);
+    if (request.method == "POST") return client->Post(request.path, headers, body, type);
+    if (request.method == "PUT") return client->Put(request.path, headers, body, type);
+    return client->Delete(request.path, headers);
   };
   httplib::Result r = send();
   if (r) {

@@ -73,6 +73,8 @@ struct HttpRequest {
   bool idempotent = true;
   // Added to request_timeout for the read: the server's long-poll wait.
   std::chrono::milliseconds server_wait{0};
+  // The bearer token of this request; empty: HttpJsonOptions::token.
+  std::string token;
 };
 
 struct HttpReply {

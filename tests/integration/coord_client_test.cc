@@ -104,6 +104,51 @@ class CoordClientTest : public ::testing::Test {
   std::unique_ptr<HttpJson> admin_;
 };
 
+// The client keeps the secret Register() got and sends it on every worker
+// call by itself; a registration naming another job's worker, or one
+// without its secret (the shared token is then sent), is refused (403) and
+// changes nothing; a worker that left is fenced (410).
+TEST_F(CoordClientTest, TheClientActsWithItsOwnSecretAndForNoOtherWorker) {
+  const int64_t job_a = RunningJob();
+  auto j = admin_->Post("/v1/jobs", {{"name", "other"}, {"pool", "p"}, {"min_gpus", 1}});
+  ASSERT_EQ(j.status, 201) << j.text;
+  const int64_t job_b = j.body.value("id", int64_t{0});
+  ASSERT_TRUE(Eventually([&] { return JobIn(job_b, "RUNNING"); })) << Job(job_b).dump();
+
+  auto a = CoordinatorClient::Create(WorkerOptions(job_a));
+  auto b = CoordinatorClient::Create(WorkerOptions(job_b));
+  ASSERT_OK(a);
+  ASSERT_OK(b);
+  Result<WorkerRegistration> reg_a = (*a)->Register();
+  Result<WorkerRegistration> reg_b = (*b)->Register();
+  ASSERT_OK(reg_a);
+  ASSERT_OK(reg_b);
+  EXPECT_EQ(reg_a->secret.rfind("stw1." + std::to_string(reg_a->worker_id) + ".", 0), 0u)
+      << reg_a->secret;
+  ASSERT_OK((*a)->Heartbeat(3));
+  ASSERT_OK((*a)->ReportProgress(3));
+
+  // A's client made to act for B's worker: with A's secret, and with none.
+  auto forger = CoordinatorClient::Create(WorkerOptions(job_a));
+  ASSERT_OK(forger);
+  WorkerRegistration stolen = *reg_b;
+  stolen.secret = reg_a->secret;
+  (*forger)->UseRegistration(stolen);
+  EXPECT_EQ((*forger)->Finished().code(), Code::kPermissionDenied);
+  EXPECT_EQ((*forger)->Ack(1).code(), Code::kPermissionDenied);
+  stolen.secret.clear();
+  (*forger)->UseRegistration(stolen);
+  EXPECT_EQ((*forger)->Finished().code(), Code::kPermissionDenied);
+  EXPECT_EQ((*forger)->Heartbeat().status().code(), Code::kPermissionDenied);
+  EXPECT_TRUE(JobIn(job_b, "RUNNING")) << Job(job_b).dump();
+
+  ASSERT_OK((*a)->Leave());
+  Result<WorkerView> after = (*a)->Heartbeat();
+  EXPECT_TRUE(IsFenced(after.status())) << after.status().ToString();
+  ASSERT_OK((*b)->Finished());
+  EXPECT_TRUE(JobIn(job_b, "DONE")) << Job(job_b).dump();
+}
+
 TEST_F(CoordClientTest, RegisterBeforeTheJobRunsIsAFailedPrecondition) {
   ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
   auto j =

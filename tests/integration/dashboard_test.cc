@@ -459,7 +459,9 @@ class DashboardTest : public ::testing::Test {
     auto reg = worker_->Post("/v1/jobs/" + std::to_string(job) + "/workers", {{"name", "w0"}});
     EXPECT_EQ(reg.status, 201) << reg.text;
     const int64_t wid = reg.body.value("worker_id", int64_t{0});
-    auto hb = worker_->Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", {{"step", 1}});
+    secrets_[wid] = reg.body.value("worker_secret", "");
+    HttpJson as_worker(daemon_->port(), secrets_[wid]);
+    auto hb = as_worker.Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", {{"step", 1}});
     EXPECT_EQ(hb.status, 200) << hb.text;
     return wid;
   }
@@ -468,6 +470,7 @@ class DashboardTest : public ::testing::Test {
   std::string chromium_;
   std::unique_ptr<StintdProcess> daemon_;
   std::unique_ptr<HttpJson> admin_, worker_;
+  std::map<int64_t, std::string> secrets_;  // worker id -> its worker_secret
 };
 
 TEST_F(DashboardTest, ServedWithoutATokenSelfContainedAndTheDataStaysProtected) {
@@ -549,8 +552,9 @@ TEST_F(DashboardTest, ChromiumDrawsWindowsSegmentsQueueAndMetrics) {
   const int64_t warmup = Submit("warmup", "beta", 2);
   ASSERT_TRUE(Eventually([&] { return JobState(warmup) == "RUNNING"; }));
   const int64_t warmup_worker = Attach(warmup);
+  HttpJson warmup_as(daemon_->port(), secrets_[warmup_worker]);
   auto finished =
-      worker_->Post("/v1/workers/" + std::to_string(warmup_worker) + "/finished", json::object());
+      warmup_as.Post("/v1/workers/" + std::to_string(warmup_worker) + "/finished", json::object());
   ASSERT_EQ(finished.status, 200) << finished.text;
   ASSERT_TRUE(Eventually([&] { return JobState(warmup) == "DONE"; }));
 

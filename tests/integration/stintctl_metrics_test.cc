@@ -115,7 +115,8 @@ TEST_F(StintctlMetricsTest, StatusAndQueueCountsEqualTheMetrics) {
   auto reg = worker_->Post("/v1/jobs/" + std::to_string(done) + "/workers", {{"name", "w0"}});
   ASSERT_EQ(reg.status, 201) << reg.text;
   const int64_t wid = reg.body["worker_id"];
-  auto fin = worker_->Post("/v1/workers/" + std::to_string(wid) + "/finished", json::object());
+  HttpJson as_worker(daemon_->port(), reg.body.value("worker_secret", ""));
+  auto fin = as_worker.Post("/v1/workers/" + std::to_string(wid) + "/finished", json::object());
   ASSERT_EQ(fin.status, 200) << fin.text;
   const int64_t cancelled = Submit("cancelled", "alpha", 64, "LOW");
   ASSERT_EQ(Post("/v1/jobs/" + std::to_string(cancelled) + "/cancel", json::object(), 200)

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <chrono>
 #include <set>
@@ -39,6 +40,13 @@ class StintdTest : public ::testing::Test {
   void Connect() {
     admin_ = std::make_unique<HttpJson>(daemon_->port(), StintdProcess::kAdminToken);
     worker_ = std::make_unique<HttpJson>(daemon_->port(), StintdProcess::kWorkerToken);
+    as_worker_.clear();
+  }
+  // A client with worker `wid`'s own secret (from Register()).
+  HttpJson& As(int64_t wid) {
+    auto& c = as_worker_[wid];
+    if (!c) c = std::make_unique<HttpJson>(daemon_->port(), secrets_[wid]);
+    return *c;
   }
   void Restart(int sig) {
     daemon_->Kill(sig);
@@ -64,12 +72,15 @@ class StintdTest : public ::testing::Test {
   json Register(int64_t job) {
     auto r = worker_->Post("/v1/jobs/" + std::to_string(job) + "/workers", {{"name", "w0"}});
     EXPECT_EQ(r.status, 201) << r.text;
+    secrets_[r.body.value("worker_id", int64_t{0})] = r.body.value("worker_secret", "");
     return r.body;
   }
 
   TempDir dir_;
   std::unique_ptr<StintdProcess> daemon_;
   std::unique_ptr<HttpJson> admin_, worker_;
+  std::map<int64_t, std::string> secrets_;  // worker id -> worker_secret
+  std::map<int64_t, std::unique_ptr<HttpJson>> as_worker_;
 };
 
 TEST_F(StintdTest, TokensSeparateAdminAndWorkerRights) {
@@ -126,7 +137,90 @@ TEST_F(StintdTest, MalformedRequestsAreRefusedAndChangeNothing) {
   EXPECT_EQ(admin_->Get("/v1/jobs/12345").status, 404);
   EXPECT_EQ(admin_->Get("/v1/jobs/abc").status, 404);  // no route matches
   EXPECT_EQ(admin_->Post("/v1/jobs/999/cancel", json::object()).status, 404);
-  EXPECT_EQ(worker_->Post("/v1/workers/999/heartbeat", json::object()).status, 404);
+  EXPECT_EQ(admin_->Post("/v1/workers/999/heartbeat", json::object()).status, 404);
+}
+
+// Per-worker secrets (API.md, "Credentials"): the shared worker token only
+// registers and reads; /v1/workers/{wid}/* takes that worker's own secret
+// and nothing else, so a worker of one job can never change another job,
+// nor act for another worker of its own; a fenced worker's secret is dead,
+// and secrets survive a restart of stintd.
+TEST_F(StintdTest, WorkerSecretsActOnlyForTheirOwnWorker) {
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
+  AddWindow("p", 8, WallNowMs() + 3600000);
+  const int64_t job_a = Submit({{"name", "a"}, {"pool", "p"}, {"min_gpus", 4}});
+  const int64_t job_b = Submit({{"name", "b"}, {"pool", "p"}, {"min_gpus", 4}});
+  ASSERT_TRUE(Eventually([&] { return JobIn(job_a, "RUNNING") && JobIn(job_b, "RUNNING"); }))
+      << Job(job_a).dump() << Job(job_b).dump();
+  json reg_a = Register(job_a);
+  json reg_a2 = Register(job_a);
+  json reg_b = Register(job_b);
+  const int64_t wa = reg_a["worker_id"], wa2 = reg_a2["worker_id"], wb = reg_b["worker_id"];
+  const std::string secret_a = reg_a.value("worker_secret", "");
+  ASSERT_EQ(secret_a.rfind("stw1." + std::to_string(wa) + ".", 0), 0u) << reg_a.dump();
+  EXPECT_NE(secret_a, reg_a2.value("worker_secret", "")) << "each incarnation gets its own";
+  auto path = [](int64_t wid, const char* what) {
+    return "/v1/workers/" + std::to_string(wid) + "/" + what;
+  };
+  auto code = [](const HttpJson::Response& r) {
+    return r.body.is_object() && r.body.contains("error") ? r.body["error"].value("code", "")
+                                                          : std::string();
+  };
+
+  // The shared worker token registers and reads, but acts for nobody.
+  for (const char* what : {"heartbeat", "finished", "leave", "ack"}) {
+    auto r = worker_->Post(path(wa, what), json::object());
+    EXPECT_EQ(r.status, 403) << what << ": " << r.text;
+    EXPECT_EQ(code(r), "PERMISSION_DENIED") << r.text;
+  }
+  EXPECT_EQ(worker_->Get(path(wa, "notice") + "?wait_seconds=0").status, 403);
+  EXPECT_EQ(worker_->Get("/v1/jobs/" + std::to_string(job_a)).status, 200);
+
+  // A's secret cannot touch B, nor A's other worker.
+  HttpJson& a = As(wa);
+  for (const char* what : {"finished", "ack", "leave", "heartbeat"}) {
+    auto r = a.Post(path(wb, what), json::object());
+    EXPECT_EQ(r.status, 403) << what << ": " << r.text;
+    EXPECT_NE(r.text.find("job " + std::to_string(job_b)), std::string::npos) << r.text;
+  }
+  EXPECT_EQ(a.Post(path(wa2, "leave"), json::object()).status, 403);
+  EXPECT_EQ(a.Post(path(wb, "rendezvous/join"), {{"endpoint", "127.0.0.1:1"}}).status, 403);
+  EXPECT_TRUE(JobIn(job_b, "RUNNING")) << Job(job_b).dump();
+  EXPECT_EQ(As(wb).Post(path(wb, "heartbeat"), json::object()).status, 200);
+  EXPECT_EQ(As(wa2).Post(path(wa2, "heartbeat"), json::object()).status, 200);
+
+  // A secret is no admin or reading token, and a forged one is nobody's.
+  EXPECT_EQ(a.Get("/v1/jobs").status, 401);
+  EXPECT_EQ(a.Post("/v1/jobs", {{"name", "x"}, {"min_gpus", 1}}).status, 401);
+  std::string forged = secret_a;
+  forged.back() = forged.back() == '0' ? '1' : '0';
+  for (const std::string& t : {forged, "stw1." + std::to_string(wb) + secret_a.substr(secret_a.rfind('.')),
+                               std::string("stw1.999.") + std::string(64, 'a'), std::string("garbage")}) {
+    HttpJson f(daemon_->port(), t);
+    auto r = f.Post(path(wa, "heartbeat"), json::object());
+    EXPECT_EQ(r.status, 401) << t << ": " << r.text;
+    EXPECT_EQ(code(r), "UNAUTHENTICATED") << r.text;
+  }
+  // The admin token has every right, these included.
+  EXPECT_EQ(admin_->Post(path(wa, "heartbeat"), json::object()).status, 200);
+
+  // Secrets live in the database: they work across a restart.
+  Restart(SIGKILL);
+  EXPECT_EQ(As(wa).Post(path(wa, "heartbeat"), json::object()).status, 200);
+
+  // Once A's worker left, its secret is dead (410), for every endpoint.
+  ASSERT_EQ(As(wa).Post(path(wa, "leave"), json::object()).status, 200);
+  for (const char* what : {"heartbeat", "finished", "leave", "progress"}) {
+    auto r = As(wa).Post(path(wa, what), {{"step", 1}});
+    EXPECT_EQ(r.status, 410) << what << ": " << r.text;
+    EXPECT_EQ(code(r), "GONE") << r.text;
+  }
+  EXPECT_TRUE(JobIn(job_a, "RUNNING")) << "the left worker's calls changed its job";
+  // B finishes with its own secret; then B's secret is dead too.
+  ASSERT_EQ(As(wb).Post(path(wb, "finished"), json::object()).status, 200);
+  EXPECT_TRUE(JobIn(job_b, "DONE"));
+  EXPECT_EQ(As(wb).Post(path(wb, "heartbeat"), json::object()).status, 410);
+  EXPECT_EQ(As(wa2).Post(path(wa2, "heartbeat"), json::object()).status, 200);
 }
 
 TEST_F(StintdTest, SegmentLifecycleNoticeAckAndFencing) {
@@ -155,7 +249,7 @@ TEST_F(StintdTest, SegmentLifecycleNoticeAckAndFencing) {
   EXPECT_EQ(j["fencing_token"], j["segments"][0]["fencing_token"]);
   EXPECT_GT(token, j["fencing_token"].get<uint64_t>());
   EXPECT_EQ(token, Job(job)["fencing_token"].get<uint64_t>());
-  auto hb = worker_->Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", {{"step", 10}});
+  auto hb = As(wid).Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", {{"step", 10}});
   ASSERT_EQ(hb.status, 200) << hb.text;
   EXPECT_TRUE(hb.body["active"].get<bool>());
   EXPECT_TRUE(hb.body["notice"].is_null());
@@ -166,7 +260,7 @@ TEST_F(StintdTest, SegmentLifecycleNoticeAckAndFencing) {
                    .get<bool>());
 
   // The long-poll answers with the notice at close - (checkpoint + safety).
-  HttpJson poller(daemon_->port(), StintdProcess::kWorkerToken, 30);
+  HttpJson poller(daemon_->port(), reg["worker_secret"].get<std::string>(), 30);
   json notice;
   ASSERT_TRUE(Eventually(
       [&] {
@@ -183,12 +277,12 @@ TEST_F(StintdTest, SegmentLifecycleNoticeAckAndFencing) {
   EXPECT_GE(seg["notice_ms"].get<int64_t>(), end - 2000)
       << "notice sent before close - (checkpoint + safety)";
 
-  ASSERT_EQ(worker_
-                ->Post("/v1/workers/" + std::to_string(wid) + "/checkpoint",
+  ASSERT_EQ(As(wid)
+                .Post("/v1/workers/" + std::to_string(wid) + "/checkpoint",
                        {{"step", 42}, {"seconds", 0.5}, {"bytes", 1 << 20}})
                 .status,
             200);
-  ASSERT_EQ(worker_->Post("/v1/workers/" + std::to_string(wid) + "/ack", {{"step", 42}}).status,
+  ASSERT_EQ(As(wid).Post("/v1/workers/" + std::to_string(wid) + "/ack", {{"step", 42}}).status,
             200);
   j = Job(job);
   EXPECT_EQ(j["state"], "PENDING");
@@ -198,9 +292,9 @@ TEST_F(StintdTest, SegmentLifecycleNoticeAckAndFencing) {
   EXPECT_FALSE(worker_->Post("/v1/fencing/check", {{"job_id", job}, {"fencing_token", token}})
                    .body["valid"]
                    .get<bool>());
-  auto gone = worker_->Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", json::object());
+  auto gone = As(wid).Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", json::object());
   EXPECT_EQ(gone.status, 410) << gone.text;
-  EXPECT_EQ(worker_->Post("/v1/workers/" + std::to_string(wid) + "/ack", {{"step", 43}}).status,
+  EXPECT_EQ(As(wid).Post("/v1/workers/" + std::to_string(wid) + "/ack", {{"step", 43}}).status,
             410);
   // The window ends in < 2 s: a minimum segment (3 s) no longer fits.
   auto queue = admin_->Get("/v1/queue").body;
@@ -330,7 +424,7 @@ TEST_F(StintdTest, NoAckByTheDeadlineMarksTheSegmentLost) {
   EXPECT_TRUE(closed.body["closed_early"].get<bool>());
   std::string reason;
   ASSERT_TRUE(Eventually([&] {
-    auto hb = worker_->Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", json::object());
+    auto hb = As(wid).Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", json::object());
     if (hb.status == 200 && !hb.body["notice"].is_null()) reason = hb.body["notice"]["reason"];
     return hb.status == 410;
   }));
@@ -383,7 +477,7 @@ TEST_F(StintdTest, HigherPriorityPreemptsWithNoticeAndStartsOnAck) {
                                {"checkpoint_interval_seconds", 1}});
   json notice;
   ASSERT_TRUE(Eventually([&] {
-    auto hb = worker_->Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", json::object());
+    auto hb = As(wid).Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", json::object());
     notice = hb.body["notice"];
     return !notice.is_null();
   }));
@@ -393,7 +487,7 @@ TEST_F(StintdTest, HigherPriorityPreemptsWithNoticeAndStartsOnAck) {
   EXPECT_EQ(queue["pending"][0]["job_id"], high);
   EXPECT_EQ(queue["pending"][0]["reason"], "preempting");
   EXPECT_EQ(queue["pending"][0]["planned_start_ms"], notice["deadline_ms"]);
-  ASSERT_EQ(worker_->Post("/v1/workers/" + std::to_string(wid) + "/ack", {{"step", 7}}).status,
+  ASSERT_EQ(As(wid).Post("/v1/workers/" + std::to_string(wid) + "/ack", {{"step", 7}}).status,
             200);
   // The ack releases the GPUs before the deadline.
   ASSERT_TRUE(Eventually([&] { return JobIn(high, "RUNNING"); }));
@@ -521,7 +615,7 @@ TEST_F(StintdTest, KillNineUnderLoadLosesNothingAcknowledged) {
       });
     }
     std::thread heartbeats([&] {
-      HttpJson client(daemon_->port(), StintdProcess::kWorkerToken, 2);
+      HttpJson client(daemon_->port(), reg["worker_secret"].get<std::string>(), 2);
       while (!stop) {
         if (client.Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", json::object())
                 .status == 0)
@@ -551,7 +645,7 @@ TEST_F(StintdTest, KillNineUnderLoadLosesNothingAcknowledged) {
     auto check = worker_->Post("/v1/fencing/check", {{"job_id", runner}, {"fencing_token", token}});
     EXPECT_TRUE(check.body["valid"].get<bool>()) << check.text;
     EXPECT_EQ(
-        worker_->Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", json::object()).status,
+        As(wid).Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", json::object()).status,
         200);
   }
   // Ids are never reused across restarts.

@@ -152,6 +152,7 @@ ClusterState RichState() {
   k.registered_ms = 1700000000008;
   k.last_heartbeat_ms = 1700000000009;
   k.released = true;
+  k.secret_hash = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
   s.workers[k.id] = k;
 
   Rendezvous r;
@@ -280,6 +281,7 @@ void ExpectSame(const Worker& a, const Worker& b) {
   EXPECT_EQ(a.registered_ms, b.registered_ms);
   EXPECT_EQ(a.last_heartbeat_ms, b.last_heartbeat_ms);
   EXPECT_EQ(a.released, b.released);
+  EXPECT_EQ(a.secret_hash, b.secret_hash);
 }
 
 void ExpectSame(const Rendezvous& a, const Rendezvous& b) {
@@ -609,15 +611,15 @@ TEST(StoreOpen, NewerSchemaVersionIsRefusedAndTheFileLeftAsItWas) {
     ClusterState s = RichState();
     ASSERT_OK(store->Save(s, All(s)));
   }
-  ASSERT_EQ(RawSql(path, "PRAGMA user_version=5; PRAGMA user_version"), "5");
+  ASSERT_EQ(RawSql(path, "PRAGMA user_version=6; PRAGMA user_version"), "6");
   const std::string bytes = ReadWholeFile(path);
   auto store = Store::Open(path);
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), Code::kFailedPrecondition) << store.status().ToString();
   EXPECT_NE(store.status().message().find(path), std::string::npos) << store.status().ToString();
-  EXPECT_NE(store.status().message().find("version 5"), std::string::npos)
+  EXPECT_NE(store.status().message().find("version 6"), std::string::npos)
       << store.status().ToString();
-  EXPECT_NE(store.status().message().find("1 to 4"), std::string::npos)
+  EXPECT_NE(store.status().message().find("1 to 5"), std::string::npos)
       << store.status().ToString();
   EXPECT_TRUE(ReadWholeFile(path) == bytes) << "a refused open changed the file";
   EXPECT_FALSE(Exists(path + "-wal"));
@@ -734,7 +736,7 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
     ASSERT_NE(store, nullptr);
   }
   EXPECT_EQ(RawSql(path, "PRAGMA journal_mode"), "wal");
-  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "4");
+  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "5");
   EXPECT_EQ(RawSql(path, "PRAGMA quick_check"), "ok");
   // Reopened as often as wanted.
   for (int i = 0; i < 3; ++i) {
@@ -746,9 +748,11 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
 // Older files open with everything they held and gain what they lack: a
 // version-1 file the rendezvous table (and the columns below), a version-2
 // file the jobs column service_gpu_seconds, 0 for the jobs already there,
-// a version-3 file the rendezvous column dropped, empty for the rows there.
+// a version-3 file the rendezvous column dropped, empty for the rows there,
+// a version-4 file the workers column secret_hash, empty for the rows there.
 void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::string& version,
-                                  bool had_rendezvous, bool had_service = false) {
+                                  bool had_rendezvous, bool had_service = false,
+                                  bool had_dropped = false) {
   TempDir dir;
   const std::string path = dir.Sub("stintd.db");
   ClusterState s = RichState();
@@ -764,7 +768,10 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
   if (!had_service) {
     for (auto& [id, job] : s.jobs) job.service_gpu_seconds = 0;
   }
-  for (auto& [id, r] : s.rendezvous) r.dropped.clear();
+  if (!had_dropped) {
+    for (auto& [id, r] : s.rendezvous) r.dropped.clear();
+  }
+  for (auto& [id, w] : s.workers) w.secret_hash.clear();
   {
     auto store = OpenOrDie(path);
     ASSERT_NE(store, nullptr);
@@ -774,7 +781,7 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
     s = RichState();
     ASSERT_OK(store->Save(s, All(s)));
   }
-  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "4");
+  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "5");
   auto store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
   Result<ClusterState> loaded = store->Load();
@@ -784,14 +791,16 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
 
 TEST(StoreOpen, VersionOneFileIsMigratedKeepingItsRows) {
   ExpectMigratedKeepingItsRows(
-      "DROP TABLE rendezvous; ALTER TABLE jobs DROP COLUMN service_gpu_seconds;", "1",
+      "DROP TABLE rendezvous; ALTER TABLE jobs DROP COLUMN service_gpu_seconds; ALTER TABLE "
+      "workers DROP COLUMN secret_hash;",
+      "1",
       /*had_rendezvous=*/false);
 }
 
 TEST(StoreOpen, VersionTwoFileIsMigratedKeepingItsRows) {
   ExpectMigratedKeepingItsRows(
       "ALTER TABLE jobs DROP COLUMN service_gpu_seconds; ALTER TABLE rendezvous DROP COLUMN "
-      "dropped;",
+      "dropped; ALTER TABLE workers DROP COLUMN secret_hash;",
       "2", /*had_rendezvous=*/true);
 }
 
@@ -799,8 +808,17 @@ TEST(StoreOpen, VersionTwoFileIsMigratedKeepingItsRows) {
 // token, which the migration keeps as it is (FencingValid accepts it while
 // any holder may commit).
 TEST(StoreOpen, VersionThreeFileIsMigratedKeepingItsRows) {
-  ExpectMigratedKeepingItsRows("ALTER TABLE rendezvous DROP COLUMN dropped;", "3",
-                               /*had_rendezvous=*/true, /*had_service=*/true);
+  ExpectMigratedKeepingItsRows(
+      "ALTER TABLE rendezvous DROP COLUMN dropped; ALTER TABLE workers DROP COLUMN secret_hash;",
+      "3", /*had_rendezvous=*/true, /*had_service=*/true);
+}
+
+// Version 4 gave workers no secret: their rows keep an empty secret_hash,
+// which lets them act with the shared worker token (API.md, Credentials).
+TEST(StoreOpen, VersionFourFileIsMigratedKeepingItsRows) {
+  ExpectMigratedKeepingItsRows("ALTER TABLE workers DROP COLUMN secret_hash;", "4",
+                               /*had_rendezvous=*/true, /*had_service=*/true,
+                               /*had_dropped=*/true);
 }
 
 // ---------------------------------------------------------------------------

@@ -71,8 +71,9 @@ struct CoordinatorOptions {
   // "http://host:port" (a trailing "/" is allowed, no other path).
   // Default: http://127.0.0.1:7077, stintd's default.
   std::string url = "http://127.0.0.1:7077";
-  // Sent as "Authorization: Bearer <token>". A worker token suffices for every
-  // call here. Default: "" (the server then answers 401).
+  // Sent as "Authorization: Bearer <token>" by Register(), the KV calls and
+  // CheckFencing; the worker calls send the secret Register() got instead
+  // (WorkerRegistration::secret). Default: "" (the server then answers 401).
   std::string token;
   // The stintd job this process works for. REQUIRES: non-zero for every call
   // except CheckFencing with an explicit job.
@@ -110,6 +111,11 @@ struct WorkerRegistration {
   uint64_t fencing_token = 0;                       // this incarnation's: its checkpoints carry it
   std::chrono::milliseconds lease_ttl{0};           // heartbeat within this or be fenced
   std::chrono::milliseconds heartbeat_interval{0};  // the server's advice
+  // This incarnation's own credential: the worker calls below send it
+  // instead of options().token (stintd accepts nothing else on
+  // /v1/workers/{id}/*). Empty from a stintd older than per-worker secrets;
+  // the calls then send options().token, as before.
+  std::string secret;
 };
 
 struct CoordinatorNotice {

@@ -65,7 +65,15 @@ struct RunResult {
   int64_t errors = 0;
 };
 
-RunResult RunOnce(int port, const std::vector<int64_t>& workers, int connections, double seconds) {
+// A registered worker: its id and its own secret (the only token its
+// heartbeat is accepted with).
+struct BenchWorker {
+  int64_t id = 0;
+  std::string secret;
+};
+
+RunResult RunOnce(int port, const std::vector<BenchWorker>& workers, int connections,
+                  double seconds) {
   std::vector<std::vector<double>> latencies(connections);
   std::atomic<int64_t> errors{0};
   std::atomic<bool> go{false};
@@ -76,14 +84,13 @@ RunResult RunOnce(int port, const std::vector<int64_t>& workers, int connections
       httplib::Client c("127.0.0.1", port);
       c.set_keep_alive(true);
       c.set_tcp_nodelay(true);  // header and body are two writes: no Nagle wait between them
-      const httplib::Headers h = Auth(kWorker);
       while (!go) std::this_thread::yield();
       const auto until = Clock::now() + end_after;
       for (size_t i = t; Clock::now() < until; i += connections) {
-        const std::string path =
-            "/v1/workers/" + std::to_string(workers[i % workers.size()]) + "/heartbeat";
+        const BenchWorker& w = workers[i % workers.size()];
+        const std::string path = "/v1/workers/" + std::to_string(w.id) + "/heartbeat";
         const auto t0 = Clock::now();
-        auto r = c.Post(path.c_str(), h, "{\"step\":1}", "application/json");
+        auto r = c.Post(path.c_str(), Auth(w.secret.c_str()), "{\"step\":1}", "application/json");
         const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
         if (!r || r->status != 200) errors++;
         latencies[t].push_back(ms);
@@ -147,7 +154,7 @@ int main(int argc, char** argv) {
           admin, "/v1/jobs", {{"name", "job" + std::to_string(j)}, {"min_gpus", 1}}, kAdmin)["id"]);
     }
     // Wait for the tick to start every job, then register the workers.
-    std::vector<int64_t> worker_ids;
+    std::vector<BenchWorker> worker_ids;
     for (int attempt = 0; attempt < 100 && worker_ids.size() < size_t(workers); attempt++) {
       worker_ids.clear();
       for (int w = 0; w < workers; w++) {
@@ -155,7 +162,8 @@ int main(int argc, char** argv) {
         auto r = admin.Post(path.c_str(), Auth(kWorker),
                             json{{"name", "w" + std::to_string(w)}}.dump(), "application/json");
         if (!r || r->status != 201) break;
-        worker_ids.push_back(json::parse(r->body)["worker_id"]);
+        const json reg = json::parse(r->body);
+        worker_ids.push_back({reg["worker_id"].get<int64_t>(), reg.value("worker_secret", "")});
       }
       if (worker_ids.size() < size_t(workers))
         std::this_thread::sleep_for(std::chrono::milliseconds(100));

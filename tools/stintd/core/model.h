@@ -177,6 +177,10 @@ struct Worker {
   TimeMs registered_ms = 0;
   TimeMs last_heartbeat_ms = 0;  // soft state: not persisted per heartbeat
   bool released = false;         // its segment ended or it left
+  // Lowercase hex SHA-256 of the random part of the worker's secret
+  // (server/worker_secret.h). Empty for workers registered before schema
+  // version 5: they still act with the shared worker token.
+  std::string secret_hash;
 };
 
 // The elastic group of a job: rounds of joining workers, each closing into

@@ -4,21 +4,10 @@
 #include <fstream>
 
 #include "base/strings.h"
+#include "stintd/server/worker_secret.h"
 
 namespace stint::stintd {
 namespace {
-
-// Timing must not tell how many leading characters of a guess were right.
-bool ConstantTimeEqual(const std::string& a, const std::string& b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  const size_t n = std::max(a.size(), b.size());
-  for (size_t i = 0; i < n; i++) {
-    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
-    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
-    diff |= x ^ y;
-  }
-  return diff == 0;
-}
 
 bool AnyEqual(const std::vector<std::string>& tokens, const std::string& t) {
   bool found = false;
@@ -70,10 +59,14 @@ Result<std::vector<std::string>> TokenAuth::Load(const std::string& file, const 
   return tokens;
 }
 
-Right TokenAuth::Check(const std::string& header) const {
+std::string BearerToken(const std::string& header) {
   static const std::string kBearer = "Bearer ";
-  if (header.compare(0, kBearer.size(), kBearer) != 0) return Right::kNone;
-  const std::string token = Trim(header.substr(kBearer.size()));
+  if (header.compare(0, kBearer.size(), kBearer) != 0) return "";
+  return Trim(header.substr(kBearer.size()));
+}
+
+Right TokenAuth::Check(const std::string& header) const {
+  const std::string token = BearerToken(header);
   if (token.empty()) return Right::kNone;
   if (AnyEqual(admin_, token)) return Right::kAdmin;
   if (AnyEqual(worker_, token)) return Right::kWorker;

@@ -13,6 +13,10 @@ namespace stint::stintd {
 
 enum class Right : int { kNone = 0, kWorker = 1, kAdmin = 2 };
 
+// The token of an "Authorization: Bearer <token>" header value, trimmed; ""
+// for any other value.
+std::string BearerToken(const std::string& authorization_header);
+
 class TokenAuth {
  public:
   // Each list must hold at least one token of >= 16 characters, and no
@@ -22,6 +26,8 @@ class TokenAuth {
   static Result<std::vector<std::string>> Load(const std::string& file, const char* env_var);
 
   // The right an "Authorization: Bearer <token>" header value carries.
+  // Per-worker secrets (worker_secret.h) carry none here: the worker
+  // endpoints check them against the worker they name.
   Right Check(const std::string& authorization_header) const;
 
  private:

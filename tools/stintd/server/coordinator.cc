@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "stintd/server/worker_secret.h"
+
 namespace stint::stintd {
 namespace {
 
@@ -178,12 +180,18 @@ Result<Job> Coordinator::SetPriority(int64_t job_id, Priority priority) {
   return state_.jobs.at(job_id);
 }
 
-Result<Worker> Coordinator::RegisterWorker(int64_t job_id, const std::string& name) {
+Result<Worker> Coordinator::RegisterWorker(int64_t job_id, const std::string& name,
+                                           std::string* secret) {
+  // Drawn outside the lock; the id it is bound to only inside.
+  STINT_ASSIGN_OR_RETURN(WorkerSecret fresh, NewWorkerSecret());
   Worker worker;
   STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs now, Changes* c) -> Status {
     STINT_ASSIGN_OR_RETURN(worker, stintd::RegisterWorker(s, job_id, name, now, c));
+    worker.secret_hash = fresh.hash;
+    s.workers[worker.id].secret_hash = fresh.hash;  // saved with the row RegisterWorker marked
     return Status::OK();
   }));
+  *secret = fresh.For(worker.id);
   return worker;
 }
 

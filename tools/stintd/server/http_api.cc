@@ -9,6 +9,7 @@
 #include "stintd/server/dashboard.h"
 #include "stintd/server/json_model.h"
 #include "stintd/server/metrics.h"
+#include "stintd/server/worker_secret.h"
 
 namespace stint::stintd {
 namespace {
@@ -165,6 +166,66 @@ Result<Window> ParseWindowSpec(const RequestBody& b, TimeMs now) {
   return w;
 }
 
+// Who may act on /v1/workers/{wid}/* (API.md, "Credentials"): that
+// worker's own secret while it is active (410 once it left or its segment
+// ended), an admin token, or the shared worker token for a worker
+// registered before per-worker secrets (no secret_hash). nullopt: allowed.
+std::optional<Reply> AuthorizeWorker(const TokenAuth& auth, Coordinator* c,
+                                     const httplib::Request& req) {
+  const std::string header = req.get_header_value("Authorization");
+  const Right right = auth.Check(header);
+  if (right == Right::kAdmin) return std::nullopt;
+  Result<int64_t> wid = PathId(req, 1, "worker");
+  if (!wid.ok()) return ErrorReply(wid.status());
+  const std::string token = BearerToken(header);
+  int64_t owner = 0;
+  std::string random;
+  if (right == Right::kNone && ParseWorkerSecret(token, &owner, &random)) {
+    // Hashed before the lock; compared in constant time.
+    const std::string hash = Sha256Hex(random);
+    bool known = false, active = false;
+    int64_t owner_job = 0, target_job = 0;
+    c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+      auto w = s.workers.find(owner);
+      if (w == s.workers.end() || w->second.secret_hash.empty()) return;
+      known = ConstantTimeEqual(w->second.secret_hash, hash);
+      if (!known) return;
+      owner_job = w->second.job_id;
+      Result<WorkerView> v = ViewWorker(s, owner);
+      active = v.ok() && v->active;
+      auto t = s.workers.find(*wid);
+      if (t != s.workers.end()) target_job = t->second.job_id;
+    });
+    if (!known) return ErrorReply(Status::Unauthenticated("unknown or revoked worker secret"));
+    if (owner != *wid) {
+      std::string whose = "worker " + std::to_string(owner) + " (job " +
+                          std::to_string(owner_job) + ")";
+      std::string target = "worker " + std::to_string(*wid);
+      if (target_job != 0) target += " (job " + std::to_string(target_job) + ")";
+      return ErrorReply(Status::PermissionDenied("the secret of " + whose +
+                                                 " cannot act for " + target));
+    }
+    if (!active) {
+      return GoneReply("worker " + std::to_string(owner) +
+                       " is fenced (it left, or its segment ended): its secret is dead");
+    }
+    return std::nullopt;
+  }
+  if (right == Right::kWorker) {
+    bool legacy = false;
+    c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+      auto w = s.workers.find(*wid);
+      legacy = w != s.workers.end() && w->second.secret_hash.empty();
+    });
+    if (legacy) return std::nullopt;
+    return ErrorReply(Status::PermissionDenied(
+        "/v1/workers/" + std::to_string(*wid) +
+        "/* needs that worker's own secret (worker_secret from its registration); the shared "
+        "worker token only registers and reads"));
+  }
+  return ErrorReply(Status::Unauthenticated("missing or unknown bearer token"));
+}
+
 }  // namespace
 
 HttpApi::HttpApi(Coordinator* coordinator, TokenAuth auth, HttpOptions options)
@@ -260,6 +321,16 @@ void HttpApi::InstallRoutes() {
         server_->Delete(pattern, wrapped);
         break;
     }
+  };
+  // The endpoints of one worker, /v1/workers/{wid}/...: AuthorizeWorker
+  // instead of a right.
+  auto worker_route = [this, &route](Method method, const char* pattern, Handler handler) {
+    const TokenAuth* auth = &auth_;
+    Coordinator* c = coordinator_;
+    route(method, pattern, Right::kNone, [auth, c, handler](const httplib::Request& req) {
+      if (std::optional<Reply> refused = AuthorizeWorker(*auth, c, req)) return *refused;
+      return handler(req);
+    });
   };
   Coordinator* c = coordinator_;
   const double max_wait = options_.max_wait_seconds;
@@ -489,9 +560,11 @@ void HttpApi::InstallRoutes() {
           const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "job"));
           RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"name"}));
           const std::string name = STINT_HTTP_TRY(b.String("name"));
-          Worker w = STINT_HTTP_TRY(c->RegisterWorker(id, name));
+          std::string secret;
+          Worker w = STINT_HTTP_TRY(c->RegisterWorker(id, name, &secret));
           return Reply{201,
                        {{"worker_id", w.id},
+                        {"worker_secret", secret},
                         {"job_id", w.job_id},
                         {"segment_id", w.segment_id},
                         {"fencing_token", w.fencing_token},
@@ -510,14 +583,14 @@ void HttpApi::InstallRoutes() {
     }
     return Reply{200, ToJson(*v), {}, {}};
   };
-  route(kPost, R"(/v1/workers/(\d+)/heartbeat)", Right::kWorker,
+  worker_route(kPost, R"(/v1/workers/(\d+)/heartbeat)",
         [c, view_reply](const httplib::Request& req) {
           const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
           RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"step"}));
           const int64_t step = STINT_HTTP_TRY(b.OptionalInt64("step")).value_or(0);
           return view_reply(c->Heartbeat(id, step));
         });
-  route(kGet, R"(/v1/workers/(\d+)/notice)", Right::kWorker,
+  worker_route(kGet, R"(/v1/workers/(\d+)/notice)",
         [c, view_reply, max_wait](const httplib::Request& req) {
           const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
           const double wait = STINT_HTTP_TRY(QuerySeconds(req, "wait_seconds", 30, max_wait));
@@ -526,8 +599,7 @@ void HttpApi::InstallRoutes() {
   auto worker_status = [](const Status& s) {
     return s.ok() ? Reply{200, {{"ok", true}}, {}, {}} : WorkerErrorReply(s);
   };
-  route(
-      kPost, R"(/v1/workers/(\d+)/progress)", Right::kWorker,
+  worker_route(kPost, R"(/v1/workers/(\d+)/progress)",
       [c, worker_status](const httplib::Request& req) {
         const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
         RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"step", "remaining_seconds"}));
@@ -544,8 +616,7 @@ void HttpApi::InstallRoutes() {
         }
         return worker_status(c->ReportProgress(id, step, remaining.value_or(keep)));
       });
-  route(
-      kPost, R"(/v1/workers/(\d+)/checkpoint)", Right::kWorker,
+  worker_route(kPost, R"(/v1/workers/(\d+)/checkpoint)",
       [c, worker_status](const httplib::Request& req) {
         const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
         RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"step", "seconds", "bytes"}));
@@ -557,20 +628,20 @@ void HttpApi::InstallRoutes() {
         return worker_status(
             c->ReportCheckpoint(id, step, *seconds, static_cast<uint64_t>(bytes.value_or(0))));
       });
-  route(kPost, R"(/v1/workers/(\d+)/ack)", Right::kWorker,
+  worker_route(kPost, R"(/v1/workers/(\d+)/ack)",
         [c, worker_status](const httplib::Request& req) {
           const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
           RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"step"}));
           const int64_t step = STINT_HTTP_TRY(b.OptionalInt64("step")).value_or(-1);
           return worker_status(c->Ack(id, step));
         });
-  route(kPost, R"(/v1/workers/(\d+)/finished)", Right::kWorker,
+  worker_route(kPost, R"(/v1/workers/(\d+)/finished)",
         [c, worker_status](const httplib::Request& req) {
           const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
           STINT_HTTP_TRY(RequestBody::Parse(req.body, {}));
           return worker_status(c->Finish(id));
         });
-  route(kPost, R"(/v1/workers/(\d+)/leave)", Right::kWorker,
+  worker_route(kPost, R"(/v1/workers/(\d+)/leave)",
         [c, worker_status](const httplib::Request& req) {
           const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
           STINT_HTTP_TRY(RequestBody::Parse(req.body, {}));
@@ -580,7 +651,7 @@ void HttpApi::InstallRoutes() {
   auto rendezvous_reply = [](const Result<RendezvousView>& v) {
     return v.ok() ? Reply{200, ToJson(*v), {}, {}} : WorkerErrorReply(v.status());
   };
-  route(kPost, R"(/v1/workers/(\d+)/rendezvous/join)", Right::kWorker,
+  worker_route(kPost, R"(/v1/workers/(\d+)/rendezvous/join)",
         [c, rendezvous_reply, max_wait](const httplib::Request& req) {
           const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
           RequestBody b = STINT_HTTP_TRY(
@@ -597,8 +668,7 @@ void HttpApi::InstallRoutes() {
           return rendezvous_reply(
               c->JoinRendezvous(id, endpoint, static_cast<uint64_t>(known), Millis(wait)));
         });
-  route(
-      kGet, R"(/v1/workers/(\d+)/rendezvous)", Right::kWorker,
+  worker_route(kGet, R"(/v1/workers/(\d+)/rendezvous)",
       [c, rendezvous_reply, max_wait](const httplib::Request& req) {
         const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
         const double wait = STINT_HTTP_TRY(QuerySeconds(req, "wait_seconds", 0, max_wait));

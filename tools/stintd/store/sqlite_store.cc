@@ -1,7 +1,7 @@
 // Store on SQLite: one file, WAL journal, synchronous=FULL, exclusive
 // locking (one stintd per file), schema version in PRAGMA user_version.
 //
-// Schema version 4 (tables are STRICT, so a value of the wrong type is
+// Schema version 5 (tables are STRICT, so a value of the wrong type is
 // refused when written, not discovered when read):
 //   pools, windows, teams, jobs, segments, workers: one row per object,
 //     one column per field of model.h, named as the field; enums as their
@@ -22,6 +22,9 @@
 // Since version 4 each worker row holds a token of its own; the rows of
 // older files keep the one token their segment's workers shared (the
 // workers hold it), and FencingValid accepts it while any holder may commit.
+// Version 4 -> 5 adds the workers column secret_hash ('' for the rows
+// already there: those workers got no secret and keep acting with the
+// shared worker token until their segment ends).
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -49,7 +52,7 @@ using internal::SqliteStmt;
 using internal::StatusFromSqlite;
 using internal::StepDone;
 
-constexpr int64_t kSchemaVersion = 4;
+constexpr int64_t kSchemaVersion = 5;
 // STRICT tables need 3.37. Checked at run time too: the shared library
 // loaded may be older than the header compiled against.
 constexpr int kMinSqliteVersion = 3037000;
@@ -213,7 +216,8 @@ const Table kWorkers = {"workers",
                          {"fencing_token", Type::kInt},
                          {"registered_ms", Type::kInt},
                          {"last_heartbeat_ms", Type::kInt},
-                         {"released", Type::kInt}}};
+                         {"released", Type::kInt},
+                         {"secret_hash", Type::kText}}};
 
 const Table kKv = {"kv",
                    {"job_id", "key"},
@@ -510,6 +514,7 @@ Status BindRow(Binder& b, const Worker& w) {
   b.Int(w.registered_ms);
   b.Int(w.last_heartbeat_ms);
   b.Bool(w.released);
+  b.Text(w.secret_hash);
   return Status::OK();
 }
 
@@ -522,6 +527,7 @@ Status ReadRow(RowReader& r, Worker* w) {
   w->registered_ms = r.Int();
   w->last_heartbeat_ms = r.Int();
   w->released = r.Bool();
+  w->secret_hash = r.Text();
   return Status::OK();
 }
 
@@ -867,6 +873,11 @@ Status SqliteStore::Init() {
     // rows already there.
     STINT_RETURN_IF_ERROR(
         Migrate("ALTER TABLE rendezvous ADD COLUMN dropped TEXT NOT NULL DEFAULT '[]'", 4));
+  }
+  if (version >= 1 && version <= 4) {
+    // Appended, as the column is last in kWorkers.
+    STINT_RETURN_IF_ERROR(
+        Migrate("ALTER TABLE workers ADD COLUMN secret_hash TEXT NOT NULL DEFAULT ''", 5));
   }
   return PrepareAll();
 }

@@ -1,0 +1,37 @@
+// Per-worker secrets: registration hands each worker incarnation a secret of
+// its own, "stw1.<worker id>.<64 hex digits>"; /v1/workers/{wid}/* accepts
+// only that worker's secret. stintd keeps the SHA-256 of the random part,
+// never the secret. Thread-safe (no state).
+#ifndef STINT_TOOLS_STINTD_SERVER_WORKER_SECRET_H_
+#define STINT_TOOLS_STINTD_SERVER_WORKER_SECRET_H_
+
+#include <cstdint>
+#include <string>
+
+#include "stint/status.h"
+
+namespace stint::stintd {
+
+struct WorkerSecret {
+  std::string random;  // 64 hex digits from the kernel's CSPRNG
+  std::string hash;    // lowercase hex SHA-256 of `random`: what the store keeps
+  // The secret the worker sends: "stw1.<worker_id>.<random>".
+  std::string For(int64_t worker_id) const;
+};
+
+// A fresh secret; kIoError if the kernel's random source fails.
+Result<WorkerSecret> NewWorkerSecret();
+
+// Splits a bearer token of the "stw1." form. False for any other token (an
+// admin or shared worker token, garbage).
+bool ParseWorkerSecret(const std::string& token, int64_t* worker_id, std::string* random);
+
+// Lowercase hex SHA-256 (FIPS 180-4) of `data`.
+std::string Sha256Hex(const std::string& data);
+
+// Compares without letting the time tell how many leading bytes matched.
+bool ConstantTimeEqual(const std::string& a, const std::string& b);
+
+}  // namespace stint::stintd
+
+#endif  // STINT_TOOLS_STINTD_SERVER_WORKER_SECRET_H_
