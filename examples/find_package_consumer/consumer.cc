@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "stint_torch.h"
+#include "torch_device.h"
 #endif
 
 namespace {
@@ -60,6 +61,10 @@ bool RoundTripTorch(stint::Checkpointer& ckpt) {
     return false;
   }
   std::printf("consumer: a LibTorch module round-tripped through stint::torch\n");
+  // The CUDA copier links in with stint::torch; without a device it says why.
+  auto copier = stint::NewTorchDeviceCopier();
+  std::printf("consumer: CUDA device copier: %s\n",
+              copier.ok() ? (*copier)->name() : copier.status().ToString().c_str());
   return true;
 }
 #endif
