@@ -74,6 +74,8 @@ ClusterState RichState() {
   w.kind = WindowKind::kSpot;
   w.notice_lead_ms = 120000;
   w.closed_early = true;
+  w.node = "node-7";
+  w.node_gpus = {0, 3, 7};
   s.windows[w.id] = w;
   Window w2 = w;
   w2.id = std::numeric_limits<int64_t>::max();
@@ -212,6 +214,8 @@ void ExpectSame(const Window& a, const Window& b) {
   EXPECT_EQ(a.kind, b.kind);
   EXPECT_EQ(a.notice_lead_ms, b.notice_lead_ms);
   EXPECT_EQ(a.closed_early, b.closed_early);
+  EXPECT_EQ(a.node, b.node);
+  EXPECT_EQ(a.node_gpus, b.node_gpus);
 }
 
 void ExpectSame(const Team& a, const Team& b) {
@@ -611,15 +615,15 @@ TEST(StoreOpen, NewerSchemaVersionIsRefusedAndTheFileLeftAsItWas) {
     ClusterState s = RichState();
     ASSERT_OK(store->Save(s, All(s)));
   }
-  ASSERT_EQ(RawSql(path, "PRAGMA user_version=6; PRAGMA user_version"), "6");
+  ASSERT_EQ(RawSql(path, "PRAGMA user_version=7; PRAGMA user_version"), "7");
   const std::string bytes = ReadWholeFile(path);
   auto store = Store::Open(path);
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), Code::kFailedPrecondition) << store.status().ToString();
   EXPECT_NE(store.status().message().find(path), std::string::npos) << store.status().ToString();
-  EXPECT_NE(store.status().message().find("version 6"), std::string::npos)
+  EXPECT_NE(store.status().message().find("version 7"), std::string::npos)
       << store.status().ToString();
-  EXPECT_NE(store.status().message().find("1 to 5"), std::string::npos)
+  EXPECT_NE(store.status().message().find("1 to 6"), std::string::npos)
       << store.status().ToString();
   EXPECT_TRUE(ReadWholeFile(path) == bytes) << "a refused open changed the file";
   EXPECT_FALSE(Exists(path + "-wal"));
@@ -736,7 +740,7 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
     ASSERT_NE(store, nullptr);
   }
   EXPECT_EQ(RawSql(path, "PRAGMA journal_mode"), "wal");
-  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "5");
+  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "6");
   EXPECT_EQ(RawSql(path, "PRAGMA quick_check"), "ok");
   // Reopened as often as wanted.
   for (int i = 0; i < 3; ++i) {
@@ -749,10 +753,15 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
 // version-1 file the rendezvous table (and the columns below), a version-2
 // file the jobs column service_gpu_seconds, 0 for the jobs already there,
 // a version-3 file the rendezvous column dropped, empty for the rows there,
-// a version-4 file the workers column secret_hash, empty for the rows there.
+// a version-4 file the workers column secret_hash, empty for the rows there,
+// a version-5 file the windows columns node and node_gpus, empty.
+// What a file older than version 6 lacks (the node of a window).
+#define kDropNodeColumns \
+  " ALTER TABLE windows DROP COLUMN node; ALTER TABLE windows DROP COLUMN node_gpus;"
+
 void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::string& version,
                                   bool had_rendezvous, bool had_service = false,
-                                  bool had_dropped = false) {
+                                  bool had_dropped = false, bool had_secrets = false) {
   TempDir dir;
   const std::string path = dir.Sub("stintd.db");
   ClusterState s = RichState();
@@ -771,7 +780,13 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
   if (!had_dropped) {
     for (auto& [id, r] : s.rendezvous) r.dropped.clear();
   }
-  for (auto& [id, w] : s.workers) w.secret_hash.clear();
+  if (!had_secrets) {
+    for (auto& [id, w] : s.workers) w.secret_hash.clear();
+  }
+  for (auto& [id, w] : s.windows) {
+    w.node.clear();
+    w.node_gpus.clear();
+  }
   {
     auto store = OpenOrDie(path);
     ASSERT_NE(store, nullptr);
@@ -781,7 +796,7 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
     s = RichState();
     ASSERT_OK(store->Save(s, All(s)));
   }
-  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "5");
+  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "6");
   auto store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
   Result<ClusterState> loaded = store->Load();
@@ -792,7 +807,7 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
 TEST(StoreOpen, VersionOneFileIsMigratedKeepingItsRows) {
   ExpectMigratedKeepingItsRows(
       "DROP TABLE rendezvous; ALTER TABLE jobs DROP COLUMN service_gpu_seconds; ALTER TABLE "
-      "workers DROP COLUMN secret_hash;",
+      "workers DROP COLUMN secret_hash;" kDropNodeColumns,
       "1",
       /*had_rendezvous=*/false);
 }
@@ -800,7 +815,7 @@ TEST(StoreOpen, VersionOneFileIsMigratedKeepingItsRows) {
 TEST(StoreOpen, VersionTwoFileIsMigratedKeepingItsRows) {
   ExpectMigratedKeepingItsRows(
       "ALTER TABLE jobs DROP COLUMN service_gpu_seconds; ALTER TABLE rendezvous DROP COLUMN "
-      "dropped; ALTER TABLE workers DROP COLUMN secret_hash;",
+      "dropped; ALTER TABLE workers DROP COLUMN secret_hash;" kDropNodeColumns,
       "2", /*had_rendezvous=*/true);
 }
 
@@ -809,16 +824,24 @@ TEST(StoreOpen, VersionTwoFileIsMigratedKeepingItsRows) {
 // any holder may commit).
 TEST(StoreOpen, VersionThreeFileIsMigratedKeepingItsRows) {
   ExpectMigratedKeepingItsRows(
-      "ALTER TABLE rendezvous DROP COLUMN dropped; ALTER TABLE workers DROP COLUMN secret_hash;",
+      "ALTER TABLE rendezvous DROP COLUMN dropped; ALTER TABLE workers DROP COLUMN secret_hash;"
+      kDropNodeColumns,
       "3", /*had_rendezvous=*/true, /*had_service=*/true);
 }
 
 // Version 4 gave workers no secret: their rows keep an empty secret_hash,
 // which lets them act with the shared worker token (API.md, Credentials).
 TEST(StoreOpen, VersionFourFileIsMigratedKeepingItsRows) {
-  ExpectMigratedKeepingItsRows("ALTER TABLE workers DROP COLUMN secret_hash;", "4",
-                               /*had_rendezvous=*/true, /*had_service=*/true,
+  ExpectMigratedKeepingItsRows("ALTER TABLE workers DROP COLUMN secret_hash;" kDropNodeColumns,
+                               "4", /*had_rendezvous=*/true, /*had_service=*/true,
                                /*had_dropped=*/true);
+}
+
+// Version 5 knew no nodes: its windows are admin-declared ones.
+TEST(StoreOpen, VersionFiveFileIsMigratedKeepingItsRows) {
+  ExpectMigratedKeepingItsRows(kDropNodeColumns, "5", /*had_rendezvous=*/true,
+                               /*had_service=*/true, /*had_dropped=*/true,
+                               /*had_secrets=*/true);
 }
 
 // ---------------------------------------------------------------------------

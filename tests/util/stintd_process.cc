@@ -63,6 +63,7 @@ StintdProcess::StintdProcess(std::string binary, std::string dir,
     : binary_(std::move(binary)), dir_(std::move(dir)), extra_args_(std::move(extra_args)) {
   std::ofstream(dir_ + "/admin.tokens") << "# test admin token\n" << kAdminToken << "\n";
   std::ofstream(dir_ + "/worker.tokens") << kWorkerToken << "\n";
+  std::ofstream(agent_token_file()) << kAgentToken << "\n";
 }
 
 StintdProcess::~StintdProcess() {
@@ -78,7 +79,9 @@ bool StintdProcess::Start() {
                                    "--admin-token-file",
                                    dir_ + "/admin.tokens",
                                    "--worker-token-file",
-                                   dir_ + "/worker.tokens"};
+                                   dir_ + "/worker.tokens",
+                                   "--agent-token-file",
+                                   agent_token_file()};
   args.insert(args.end(), extra_args_.begin(), extra_args_.end());
   child_ = std::make_unique<ChildProcess>(binary_, args);
   if (!child_->started() || !child_->WaitForLine("stintd: listening on ")) {

@@ -44,6 +44,9 @@ class StintdProcess {
  public:
   static constexpr const char* kAdminToken = "admin-token-0123456789abcdef";
   static constexpr const char* kWorkerToken = "worker-token-0123456789abcdef";
+  static constexpr const char* kAgentToken = "agent-token-0123456789abcdef";
+  // dir/agent.tokens holds kAgentToken (stint-agent's --token-file).
+  std::string agent_token_file() const { return dir_ + "/agent.tokens"; }
 
   // `dir` holds the database (dir/stintd.db) and the token files; it
   // outlives restarts, which is the point.

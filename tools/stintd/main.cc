@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
       "notices)"};
   std::string listen = "127.0.0.1:7077";
   std::string db = "stintd.db";
-  std::string admin_file, worker_file;
+  std::string admin_file, worker_file, agent_file;
   CoordinatorOptions options;
   HttpOptions http;
   PolicyConfig& p = options.policy;
@@ -36,6 +36,12 @@ int main(int argc, char** argv) {
                  "admin bearer tokens, one per line (or $STINTD_ADMIN_TOKEN)");
   app.add_option("--worker-token-file", worker_file,
                  "worker bearer tokens, one per line (or $STINTD_WORKER_TOKEN)");
+  app.add_option("--agent-token-file", agent_file,
+                 "stint-agent bearer tokens, one per line (or $STINTD_AGENT_TOKEN); none: no nodes");
+  app.add_option("--node-ttl-seconds", options.node_ttl_seconds,
+                 "a node (stint-agent) silent this long has its window closed")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--http-threads", http.threads,
                  "HTTP threads: one per open connection or long-poll")
       ->capture_default_str()
@@ -128,7 +134,10 @@ int main(int argc, char** argv) {
   if (!admin.ok()) return fail(admin.status());
   Result<std::vector<std::string>> worker = TokenAuth::Load(worker_file, "STINTD_WORKER_TOKEN");
   if (!worker.ok()) return fail(worker.status());
-  Result<TokenAuth> auth = TokenAuth::Create(std::move(*admin), std::move(*worker));
+  Result<std::vector<std::string>> agent = TokenAuth::Load(agent_file, "STINTD_AGENT_TOKEN");
+  if (!agent.ok()) return fail(agent.status());
+  Result<TokenAuth> auth =
+      TokenAuth::Create(std::move(*admin), std::move(*worker), std::move(*agent));
   if (!auth.ok()) return fail(auth.status());
 
   // Every thread started from here on inherits the blocked set, so only

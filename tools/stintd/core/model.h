@@ -52,6 +52,10 @@ struct Window {
   WindowKind kind = WindowKind::kHard;
   TimeMs notice_lead_ms = 0;  // spot: warning the provider gives before revoking
   bool closed_early = false;  // an admin closed or the provider revoked it
+  // The node (stint-agent) whose GPUs this window lends, and their indices
+  // on it (gpus == node_gpus.size()); empty for an admin-declared window.
+  std::string node;
+  std::vector<int> node_gpus;
   bool open_at(TimeMs t) const { return start_ms <= t && t < end_ms; }
 };
 

@@ -17,8 +17,19 @@ bool AnyEqual(const std::vector<std::string>& tokens, const std::string& t) {
 
 }  // namespace
 
-Result<TokenAuth> TokenAuth::Create(std::vector<std::string> admin,
-                                    std::vector<std::string> worker) {
+bool Allows(Right have, Right need) {
+  if (need == Right::kNone || have == Right::kAdmin) return true;
+  if (need == Right::kWorker) return have == Right::kWorker || have == Right::kAgent;
+  return have == need;
+}
+
+Result<TokenAuth> TokenAuth::Create(std::vector<std::string> admin, std::vector<std::string> worker,
+                                    std::vector<std::string> agent) {
+  for (const std::string& t : agent) {
+    if (t.size() < 16) return Status::InvalidArgument("an agent token is shorter than 16 characters");
+    if (AnyEqual(admin, t) || AnyEqual(worker, t))
+      return Status::InvalidArgument("a token is listed as agent and as admin or worker");
+  }
   for (const auto* list : {&admin, &worker}) {
     const char* what = list == &admin ? "admin" : "worker";
     if (list->empty()) {
@@ -40,6 +51,7 @@ Result<TokenAuth> TokenAuth::Create(std::vector<std::string> admin,
   TokenAuth auth;
   auth.admin_ = std::move(admin);
   auth.worker_ = std::move(worker);
+  auth.agent_ = std::move(agent);
   return auth;
 }
 
@@ -70,6 +82,7 @@ Right TokenAuth::Check(const std::string& header) const {
   if (token.empty()) return Right::kNone;
   if (AnyEqual(admin_, token)) return Right::kAdmin;
   if (AnyEqual(worker_, token)) return Right::kWorker;
+  if (AnyEqual(agent_, token)) return Right::kAgent;
   return Right::kNone;
 }
 

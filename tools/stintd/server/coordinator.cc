@@ -1,5 +1,7 @@
 #include "stintd/server/coordinator.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 
@@ -145,6 +147,117 @@ Result<Window> Coordinator::CloseWindow(int64_t window_id, std::optional<TimeMs>
   }));
   std::shared_lock<std::shared_mutex> lock(mu_);
   return state_.windows.at(window_id);
+}
+
+namespace {
+
+// The node's newest window that has not ended (nullptr: none).
+const Window* NodeWindow(const ClusterState& s, const std::string& node, TimeMs now) {
+  const Window* found = nullptr;
+  for (const auto& [id, w] : s.windows) {
+    if (w.node == node && now < w.end_ms && (found == nullptr || w.id > found->id)) found = &w;
+  }
+  return found;
+}
+
+const Window* NewestNodeWindow(const ClusterState& s, const std::string& node) {
+  const Window* found = nullptr;
+  for (const auto& [id, w] : s.windows) {
+    if (w.node == node && (found == nullptr || w.id > found->id)) found = &w;
+  }
+  return found;
+}
+
+bool ValidNodeName(const std::string& name) {
+  if (name.empty() || name.size() > 128) return false;
+  for (unsigned char c : name) {
+    if (!(std::isalnum(c) || c == '.' || c == '_' || c == '-')) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<Window> Coordinator::RegisterNode(const Window& spec, bool* created) {
+  if (!ValidNodeName(spec.node)) {
+    return Status::InvalidArgument("node name must match [A-Za-z0-9._-]{1,128} (got \"" +
+                                   spec.node + "\")");
+  }
+  if (spec.node_gpus.empty()) return Status::InvalidArgument("gpus must list at least one index");
+  std::vector<int> sorted = spec.node_gpus;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+    return Status::InvalidArgument("gpus lists an index twice");
+  int64_t id = 0;
+  *created = false;
+  STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs now, Changes* c) -> Status {
+    if (const Window* open = NodeWindow(s, spec.node, now)) {
+      if (open->closed_early) {
+        return Status::AlreadyExists("node " + spec.node + "'s window " +
+                                     std::to_string(open->id) + " is closing");
+      }
+      if (open->pool != spec.pool || open->node_gpus != spec.node_gpus) {
+        return Status::AlreadyExists("node " + spec.node + " is registered with window " +
+                                     std::to_string(open->id) + " in pool " + open->pool +
+                                     " and other GPUs; close it first");
+      }
+      id = open->id;  // an agent restarted: the same node, the same window
+      return Status::OK();
+    }
+    Window w = spec;
+    w.gpus = static_cast<int>(spec.node_gpus.size());
+    w.start_ms = now;
+    STINT_ASSIGN_OR_RETURN(id, stintd::AddWindow(s, w, now, c));
+    *created = true;
+    return Status::OK();
+  }));
+  {
+    std::lock_guard<std::mutex> lock(beats_mu_);
+    node_beats_[id] = options_.clock();
+  }
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  return state_.windows.at(id);
+}
+
+Result<Window> Coordinator::NodeHeartbeat(const std::string& node) {
+  Window w;
+  {
+    std::shared_lock<std::shared_mutex> lock(mu_);
+    const Window* newest = NewestNodeWindow(state_, node);
+    if (newest == nullptr) return Status::NotFound("node " + node + " is not registered");
+    w = *newest;
+  }
+  if (options_.clock() >= w.end_ms) {
+    return Status::Aborted("node " + node + "'s window " + std::to_string(w.id) +
+                           " has closed: register again");
+  }
+  std::lock_guard<std::mutex> lock(beats_mu_);
+  node_beats_[w.id] = options_.clock();
+  return w;
+}
+
+Result<Window> Coordinator::CloseNode(const std::string& node) {
+  int64_t id = 0;
+  STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs now, Changes* c) -> Status {
+    const Window* open = NodeWindow(s, node, now);
+    if (open == nullptr) {
+      const Window* newest = NewestNodeWindow(s, node);
+      if (newest == nullptr) return Status::NotFound("node " + node + " is not registered");
+      id = newest->id;  // closed already: closing again changes nothing
+      return Status::OK();
+    }
+    id = open->id;
+    if (open->closed_early) return Status::OK();
+    return stintd::CloseWindow(s, id, open->notice_lead_ms, now, c);
+  }));
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  return state_.windows.at(id);
+}
+
+TimeMs Coordinator::NodeLastHeartbeat(int64_t window_id) const {
+  std::lock_guard<std::mutex> lock(beats_mu_);
+  auto it = node_beats_.find(window_id);
+  return it == node_beats_.end() ? 0 : it->second;
 }
 
 Result<Team> Coordinator::PutTeam(const Team& team) {
@@ -443,6 +556,7 @@ void Coordinator::MergeHeartbeats() {
 void Coordinator::Tick() {
   const auto t0 = std::chrono::steady_clock::now();
   bool events = false;
+  bool nodes_closed = false;
   {
     // No other writer may change the state between the plan and its
     // application; readers and heartbeats go on meanwhile.
@@ -452,10 +566,11 @@ void Coordinator::Tick() {
     {
       std::unique_lock<std::shared_mutex> lock(mu_);
       MergeHeartbeats();
+      nodes_closed = CloseSilentNodes(now, &changes);
       AccountTime(state_, now, options_.policy, &changes);
       AdvanceRendezvous(state_, now, options_.policy, &changes);
     }
-    const bool rendezvous_changed = !changes.rendezvous.empty();
+    const bool rendezvous_changed = !changes.rendezvous.empty() || nodes_closed;
     // Usage, attained service and the GPU-second counters are integrated
     // every tick but written with the next decision or once per flush
     // period: a crash loses at most that much accounting, and an idle tick
@@ -494,6 +609,21 @@ void Coordinator::Tick() {
     counters_.max_plan_seconds = std::max(counters_.max_plan_seconds, seconds);
   }
   if (events) NotifyEvent();
+}
+
+bool Coordinator::CloseSilentNodes(TimeMs now, Changes* changes) {
+  const TimeMs ttl = SecondsToMs(options_.node_ttl_seconds);
+  bool closed = false;
+  std::lock_guard<std::mutex> lock(beats_mu_);
+  for (auto& [id, w] : state_.windows) {
+    if (w.node.empty() || w.closed_early || now >= w.end_ms) continue;
+    auto [beat, fresh] = node_beats_.emplace(id, now);
+    if (fresh || now - beat->second < ttl) continue;
+    std::fprintf(stderr, "stintd: node %s silent for %.1f s: closing its window %lld\n",
+                 w.node.c_str(), double(now - beat->second) / 1000, static_cast<long long>(id));
+    if (stintd::CloseWindow(state_, id, w.notice_lead_ms, now, changes).ok()) closed = true;
+  }
+  return closed;
 }
 
 void Coordinator::WakeTick() {

@@ -40,6 +40,7 @@ struct CoordinatorOptions {
   double tick_seconds = 0.5;
   double heartbeat_interval_seconds = 5;  // suggested to workers
   double usage_flush_seconds = 60;        // team usage and job service written this often
+  double node_ttl_seconds = 30;           // a node silent this long has its window closed
   // Milliseconds since the epoch; the system clock unless a test replaces it.
   std::function<TimeMs()> clock;
 };
@@ -73,6 +74,21 @@ class Coordinator {
   Result<Job> SubmitJob(const Job& spec);
   Result<Job> CancelJob(int64_t job_id, const std::string& reason);
   Result<Job> SetPriority(int64_t job_id, Priority priority);
+
+  // Node requests (stint-agent). A node is the window registered under its
+  // name that has not ended; its GPUs are that window's. RegisterNode makes
+  // the window (`spec.node`, `spec.node_gpus`, pool, end, kind, lead), or,
+  // when the node's window is open and has the same pool and GPUs (an agent
+  // restarted), answers that one with *created false; kAlreadyExists when
+  // it differs, or is closing. NodeHeartbeat keeps it: a node silent for
+  // node_ttl_seconds has its window closed by the tick with the window's
+  // notice lead. kNotFound: no such node; kAborted: its window closed (the
+  // agent stops). CloseNode closes it now with its notice lead.
+  Result<Window> RegisterNode(const Window& spec, bool* created);
+  Result<Window> NodeHeartbeat(const std::string& node);
+  Result<Window> CloseNode(const std::string& node);
+  // Soft state: when the node's window was last heard from (0: never).
+  TimeMs NodeLastHeartbeat(int64_t window_id) const;
 
   // Worker requests.
   // Each registration gets a fresh secret (worker_secret.h): `*secret` is
@@ -138,6 +154,9 @@ class Coordinator {
   void WakeTick();
   void NotifyEvent();
   void TickLoop();
+  // Closes the windows of nodes silent for node_ttl_seconds, with their
+  // notice lead. REQUIRES: mu_ held exclusively. True if one closed.
+  bool CloseSilentNodes(TimeMs now, Changes* changes);
 
   const CoordinatorOptions options_;
   std::unique_ptr<Store> store_;
@@ -156,6 +175,10 @@ class Coordinator {
   };
   mutable std::mutex beats_mu_;
   std::unordered_map<int64_t, Beat> beats_;
+  // Soft node heartbeats: window id -> time (guarded by beats_mu_). A
+  // window missing here counts from the first tick that sees it, so a
+  // restarted stintd gives every node a whole TTL to come back.
+  std::unordered_map<int64_t, TimeMs> node_beats_;
 
   // Long-polls wait for event_seq_ to move.
   mutable std::mutex event_mu_;

@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cstdio>
+#include <map>
 #include <thread>
 
 #include "stintd/server/dashboard.h"
@@ -211,11 +212,11 @@ std::optional<Reply> AuthorizeWorker(const TokenAuth& auth, Coordinator* c,
     }
     return std::nullopt;
   }
-  if (right == Right::kWorker) {
+  if (right == Right::kWorker || right == Right::kAgent) {
     bool legacy = false;
     c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
       auto w = s.workers.find(*wid);
-      legacy = w != s.workers.end() && w->second.secret_hash.empty();
+      legacy = right == Right::kWorker && w != s.workers.end() && w->second.secret_hash.empty();
     });
     if (legacy) return std::nullopt;
     return ErrorReply(Status::PermissionDenied(
@@ -291,8 +292,10 @@ void HttpApi::InstallRoutes() {
           need == Right::kNone ? Right::kNone : auth_.Check(req.get_header_value("Authorization"));
       if (need != Right::kNone && have == Right::kNone) {
         reply = ErrorReply(Status::Unauthenticated("missing or unknown bearer token"));
-      } else if (static_cast<int>(have) < static_cast<int>(need)) {
-        reply = ErrorReply(Status::PermissionDenied("this endpoint needs an admin token"));
+      } else if (!Allows(have, need)) {
+        reply = ErrorReply(Status::PermissionDenied(need == Right::kAgent
+                                                        ? "this endpoint needs an agent token"
+                                                        : "this endpoint needs an admin token"));
       } else {
         try {
           reply = handler(req);
@@ -551,6 +554,79 @@ void HttpApi::InstallRoutes() {
     });
     return Reply{200, {{"segments", segments}}, {}, {}};
   });
+
+  // --- nodes (stint-agent) ---
+  route(kPost, "/v1/nodes", Right::kAgent, [c](const httplib::Request& req) {
+    RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(
+        req.body, {"name", "pool", "gpus", "end_ms", "kind", "notice_lead_seconds"}));
+    Window spec;
+    spec.node = STINT_HTTP_TRY(b.String("name"));
+    spec.pool = STINT_HTTP_TRY(b.String("pool"));
+    const json* gpus = STINT_HTTP_TRY(b.Array("gpus"));
+    for (const json& g : *gpus) {
+      if (!g.is_number_integer() || g.get<int64_t>() < 0 || g.get<int64_t>() > 1000000)
+        return ErrorReply(Status::InvalidArgument("gpus must be an array of GPU indices >= 0"));
+      spec.node_gpus.push_back(g.get<int>());
+    }
+    std::optional<int64_t> end = STINT_HTTP_TRY(b.OptionalInt64("end_ms"));
+    std::optional<std::string> kind = STINT_HTTP_TRY(b.OptionalString("kind"));
+    std::optional<double> lead = STINT_HTTP_TRY(b.OptionalNumber("notice_lead_seconds"));
+    spec.end_ms = end.value_or(kNever);
+    if (kind) spec.kind = STINT_HTTP_TRY(ParseWindowKind(*kind));
+    if (lead && !(*lead >= 0 && *lead < 1e9))
+      return ErrorReply(Status::InvalidArgument("notice_lead_seconds must be >= 0"));
+    spec.notice_lead_ms = lead ? SecondsToMs(*lead) : 0;
+    bool created = false;
+    Window w = STINT_HTTP_TRY(c->RegisterNode(spec, &created));
+    Reply r{created ? 201 : 200, {}, {}, {}};
+    c->Read([&](const ClusterState& s, const Plan&, TimeMs now) {
+      r.body = {{"name", w.node}, {"window", ToJson(s, w, now)}};
+    });
+    return r;
+  });
+  route(kGet, "/v1/nodes", Right::kWorker, [c](const httplib::Request&) {
+    // Each node once, with its newest window.
+    json nodes = json::array();
+    c->Read([&](const ClusterState& s, const Plan&, TimeMs now) {
+      std::map<std::string, const Window*> newest;
+      for (const auto& [id, w] : s.windows) {
+        if (w.node.empty()) continue;
+        const Window*& n = newest[w.node];
+        if (n == nullptr || w.id > n->id) n = &w;
+      }
+      for (const auto& [name, w] : newest) {
+        const TimeMs beat = c->NodeLastHeartbeat(w->id);
+        nodes.push_back({{"name", name},
+                         {"pool", w->pool},
+                         {"gpus", w->node_gpus},
+                         {"open", w->open_at(now)},
+                         {"last_heartbeat_ms", beat == 0 ? json(nullptr) : json(beat)},
+                         {"window", ToJson(s, *w, now)}});
+      }
+    });
+    return Reply{200, {{"nodes", nodes}}, {}, {}};
+  });
+  route(kPost, R"(/v1/nodes/([A-Za-z0-9._-]+)/heartbeat)", Right::kAgent,
+        [c](const httplib::Request& req) {
+          STINT_HTTP_TRY(RequestBody::Parse(req.body, {}));
+          Result<Window> w = c->NodeHeartbeat(req.matches[1]);
+          if (!w.ok()) return WorkerErrorReply(w.status());
+          Reply r;
+          c->Read([&](const ClusterState& s, const Plan&, TimeMs now) {
+            r.body = {{"name", w->node}, {"window", ToJson(s, *w, now)}};
+          });
+          return r;
+        });
+  route(kPost, R"(/v1/nodes/([A-Za-z0-9._-]+)/close)", Right::kAgent,
+        [c](const httplib::Request& req) {
+          STINT_HTTP_TRY(RequestBody::Parse(req.body, {}));
+          Window w = STINT_HTTP_TRY(c->CloseNode(req.matches[1]));
+          Reply r;
+          c->Read([&](const ClusterState& s, const Plan&, TimeMs now) {
+            r.body = {{"name", w.node}, {"window", ToJson(s, w, now)}};
+          });
+          return r;
+        });
 
   // --- workers ---
   const double hb_interval = coordinator_->options().heartbeat_interval_seconds;

@@ -23,7 +23,9 @@ json ToJson(const ClusterState& s, const Window& w, TimeMs now) {
           {"notice_lead_seconds", w.notice_lead_ms / 1000.0},
           {"closed_early", w.closed_early},
           {"open", w.open_at(now)},
-          {"allocated_gpus", allocated}};
+          {"allocated_gpus", allocated},
+          {"node", w.node.empty() ? json(nullptr) : json(w.node)},
+          {"node_gpus", w.node_gpus}};
 }
 
 json ToJson(const ClusterState& s, const Team& t) {

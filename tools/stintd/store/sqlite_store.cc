@@ -1,7 +1,7 @@
 // Store on SQLite: one file, WAL journal, synchronous=FULL, exclusive
 // locking (one stintd per file), schema version in PRAGMA user_version.
 //
-// Schema version 5 (tables are STRICT, so a value of the wrong type is
+// Schema version 6 (tables are STRICT, so a value of the wrong type is
 // refused when written, not discovered when read):
 //   pools, windows, teams, jobs, segments, workers: one row per object,
 //     one column per field of model.h, named as the field; enums as their
@@ -24,7 +24,9 @@
 // workers hold it), and FencingValid accepts it while any holder may commit.
 // Version 4 -> 5 adds the workers column secret_hash ('' for the rows
 // already there: those workers got no secret and keep acting with the
-// shared worker token until their segment ends).
+// shared worker token until their segment ends). Version 5 -> 6 adds the
+// windows columns node and node_gpus ('' and '[]' for the rows already
+// there: admin-declared windows, on no node).
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -52,7 +54,7 @@ using internal::SqliteStmt;
 using internal::StatusFromSqlite;
 using internal::StepDone;
 
-constexpr int64_t kSchemaVersion = 5;
+constexpr int64_t kSchemaVersion = 6;
 // STRICT tables need 3.37. Checked at run time too: the shared library
 // loaded may be older than the header compiled against.
 constexpr int kMinSqliteVersion = 3037000;
@@ -152,7 +154,9 @@ const Table kWindows = {"windows",
                          {"end_ms", Type::kInt},
                          {"kind", Type::kInt},
                          {"notice_lead_ms", Type::kInt},
-                         {"closed_early", Type::kInt}}};
+                         {"closed_early", Type::kInt},
+                         {"node", Type::kText},
+                         {"node_gpus", Type::kText}}};
 
 const Table kTeams = {"teams",
                       {"name"},
@@ -373,6 +377,8 @@ Status BindRow(Binder& b, const Window& w) {
   b.Int(static_cast<int64_t>(w.kind));
   b.Int(w.notice_lead_ms);
   b.Bool(w.closed_early);
+  b.Text(w.node);
+  b.Text(nlohmann::json(w.node_gpus).dump());
   return Status::OK();
 }
 
@@ -385,6 +391,15 @@ Status ReadRow(RowReader& r, Window* w) {
   w->kind = static_cast<WindowKind>(r.Ranged(0, kMaxWindowKind));
   w->notice_lead_ms = r.Int();
   w->closed_early = r.Bool();
+  w->node = r.Text();
+  const std::string gpus = r.Text();
+  const nlohmann::json a = nlohmann::json::parse(gpus, nullptr, /*allow_exceptions=*/false);
+  if (!a.is_array()) return Status::DataLoss("node_gpus is not a JSON array: " + gpus);
+  for (const nlohmann::json& x : a) {
+    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > 1000000)
+      return Status::DataLoss("node_gpus holds a value that is not a GPU index: " + gpus);
+    w->node_gpus.push_back(x.get<int>());
+  }
   return Status::OK();
 }
 
@@ -878,6 +893,13 @@ Status SqliteStore::Init() {
     // Appended, as the column is last in kWorkers.
     STINT_RETURN_IF_ERROR(
         Migrate("ALTER TABLE workers ADD COLUMN secret_hash TEXT NOT NULL DEFAULT ''", 5));
+  }
+  if (version >= 1 && version <= 5) {
+    // Appended, as the columns are last in kWindows.
+    STINT_RETURN_IF_ERROR(
+        Migrate("ALTER TABLE windows ADD COLUMN node TEXT NOT NULL DEFAULT '';\n"
+                "ALTER TABLE windows ADD COLUMN node_gpus TEXT NOT NULL DEFAULT '[]'",
+                6));
   }
   return PrepareAll();
 }

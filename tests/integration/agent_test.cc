@@ -1,0 +1,239 @@
+// stint-agent end to end: a real stintd and real agent processes on
+// loopback. A node lends its GPUs as a window a job runs in; SIGTERM closes
+// it and the job's segment goes; a restarted agent finds its window again;
+// a silent node's window is closed by stintd; agent tokens have a right of
+// their own.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "util/stintd_process.h"
+#include "util/subprocess.h"
+#include "util/temp_dir.h"
+
+#ifndef STINTD_PATH
+#error "STINTD_PATH must name the stintd binary"
+#endif
+#ifndef STINT_AGENT_PATH
+#error "STINT_AGENT_PATH must name the stint-agent binary"
+#endif
+
+namespace stint {
+namespace {
+
+using nlohmann::json;
+
+// Fast ticks; leases long enough that nothing expires unless a test means it.
+std::vector<std::string> DaemonArgs(const std::string& node_ttl_seconds = "30") {
+  return {"--tick-seconds",      "0.05", "--safety-seconds",      "1",
+          "--min-run-seconds",   "0",    "--lease-ttl-seconds",   "20",
+          "--start-grace-seconds", "20", "--node-ttl-seconds", node_ttl_seconds};
+}
+
+class AgentTest : public ::testing::Test {
+ protected:
+  void Start(const std::vector<std::string>& args = DaemonArgs()) {
+    daemon_ = std::make_unique<StintdProcess>(STINTD_PATH, dir_.path(), args);
+    ASSERT_TRUE(daemon_->Start()) << daemon_->output();
+    admin_ = std::make_unique<HttpJson>(daemon_->port(), StintdProcess::kAdminToken);
+    ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "gpu"}}).status, 201);
+  }
+
+  // An agent for `node`; `extra` e.g. {"--spot"}. Not yet waited for.
+  std::unique_ptr<ChildProcess> Agent(const std::string& node, const std::string& gpus,
+                                      std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--coord",       daemon_->url(),
+                                     "--token-file",  daemon_->agent_token_file(),
+                                     "--pool",        "gpu",
+                                     "--gpus",        gpus,
+                                     "--node",        node,
+                                     "--heartbeat-seconds", "0.1",
+                                     "--workdir",     dir_.Sub("agent-" + node)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return std::make_unique<ChildProcess>(STINT_AGENT_PATH, args);
+  }
+
+  json NodeInfo(const std::string& name) {
+    for (const json& n : admin_->Get("/v1/nodes").body.value("nodes", json::array())) {
+      if (n.value("name", "") == name) return n;
+    }
+    return json();
+  }
+  json Window(int64_t id) {
+    for (const json& w : admin_->Get("/v1/windows").body.value("windows", json::array())) {
+      if (w.value("id", int64_t{0}) == id) return w;
+    }
+    return json();
+  }
+  json Job(int64_t id) { return admin_->Get("/v1/jobs/" + std::to_string(id)).body; }
+
+  TempDir dir_;
+  std::unique_ptr<StintdProcess> daemon_;
+  std::unique_ptr<HttpJson> admin_;
+};
+
+// The window id an agent printed when it registered.
+int64_t RegisteredWindow(const std::string& output) {
+  const std::string marker = "registered: window ";
+  const size_t at = output.find(marker);
+  return at == std::string::npos ? 0 : std::stoll(output.substr(at + marker.size()));
+}
+
+TEST_F(AgentTest, ANodeLendsItsGpusAndSigtermClosesItsWindow) {
+  Start();
+  auto agent = Agent("n1", "0,1", {"--spot", "--notice-lead", "0"});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n1 registered: window ")) << agent->output();
+  const int64_t window = RegisteredWindow(agent->output());
+  ASSERT_GT(window, 0) << agent->output();
+  json node = NodeInfo("n1");
+  ASSERT_TRUE(node.is_object()) << admin_->Get("/v1/nodes").text;
+  EXPECT_EQ(node["gpus"], json::array({0, 1}));
+  EXPECT_EQ(node["pool"], "gpu");
+  EXPECT_TRUE(node["open"].get<bool>());
+  EXPECT_EQ(node["window"]["id"], window);
+  json w = Window(window);
+  EXPECT_EQ(w["node"], "n1");
+  EXPECT_EQ(w["node_gpus"], json::array({0, 1}));
+  EXPECT_EQ(w["gpus"], 2);
+  EXPECT_EQ(w["kind"], "spot");
+
+  auto submitted = admin_->Post("/v1/jobs", {{"name", "j"}, {"pool", "gpu"}, {"min_gpus", 2}});
+  ASSERT_EQ(submitted.status, 201) << submitted.text;
+  const int64_t job = submitted.body["id"];
+  ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "RUNNING"; }))
+      << Job(job).dump();
+  EXPECT_EQ(Job(job)["segments"][0]["allocs"][0]["window_id"], window);
+
+  ASSERT_EQ(kill(agent->pid(), SIGTERM), 0);
+  bool killed = false;
+  const int status = agent->WaitAtMost(20, &killed);
+  ASSERT_FALSE(killed) << "stint-agent did not stop on SIGTERM: " << agent->output();
+  ASSERT_TRUE(WIFEXITED(status)) << agent->output();
+  EXPECT_EQ(WEXITSTATUS(status), 0) << agent->output();
+  EXPECT_NE(agent->output().find("window " + std::to_string(window) + " closed"),
+            std::string::npos)
+      << agent->output();
+  w = Window(window);
+  EXPECT_TRUE(w["closed_early"].get<bool>()) << w.dump();
+  EXPECT_FALSE(w["open"].get<bool>()) << w.dump();
+  EXPECT_FALSE(NodeInfo("n1")["open"].get<bool>());
+  // No notice lead and no ack: the segment is lost and the job queued again.
+  ASSERT_TRUE(Eventually([&] { return Job(job)["segments"][0].value("state", "") == "lost"; }))
+      << Job(job).dump();
+  EXPECT_EQ(Job(job)["state"], "PENDING");
+}
+
+TEST_F(AgentTest, ARestartedAgentFindsItsWindowAndOtherGpusAreRefused) {
+  Start();
+  auto first = Agent("n2", "0,1,2,3", {"--for", "1h"});
+  ASSERT_TRUE(first->WaitForLine("stint-agent: node n2 registered: window ")) << first->output();
+  const int64_t window = RegisteredWindow(first->output());
+  EXPECT_NE(first->output().find("(new)"), std::string::npos) << first->output();
+  EXPECT_EQ(Window(window)["kind"], "hard");
+  EXPECT_FALSE(Window(window)["end_ms"].is_null());
+  ASSERT_EQ(kill(first->pid(), SIGKILL), 0);
+  first->Wait();
+
+  auto again = Agent("n2", "0,1,2,3", {"--for", "1h"});
+  ASSERT_TRUE(again->WaitForLine("stint-agent: node n2 registered: window ")) << again->output();
+  EXPECT_EQ(RegisteredWindow(again->output()), window);
+  EXPECT_NE(again->output().find("(found again)"), std::string::npos) << again->output();
+  EXPECT_TRUE(Window(window)["open"].get<bool>());
+
+  // The same node name with other GPUs is another machine's claim: refused.
+  auto other = Agent("n2", "0", {"--for", "1h"});
+  bool killed = false;
+  const int status = other->WaitAtMost(20, &killed);
+  ASSERT_FALSE(killed) << other->output();
+  EXPECT_EQ(WEXITSTATUS(status), 1) << other->output();
+  EXPECT_NE(other->output().find("is registered with window " + std::to_string(window)),
+            std::string::npos)
+      << other->output();
+  EXPECT_EQ(admin_->Get("/v1/windows").body["windows"].size(), 1u);
+}
+
+TEST_F(AgentTest, ASilentNodeHasItsWindowClosedAndAnAdminCloseStopsTheAgent) {
+  Start(DaemonArgs("2"));
+  auto silent = Agent("quiet", "0", {"--spot"});
+  ASSERT_TRUE(silent->WaitForLine("stint-agent: node quiet registered: window "))
+      << silent->output();
+  const int64_t quiet_window = RegisteredWindow(silent->output());
+  // Heartbeats keep it open past the TTL...
+  ASSERT_TRUE(Eventually([&] { return !NodeInfo("quiet")["last_heartbeat_ms"].is_null(); }));
+  const int64_t registered_ms = WallNowMs();
+  ASSERT_TRUE(Eventually([&] { return WallNowMs() - registered_ms > 2500; }, 10));
+  EXPECT_TRUE(Window(quiet_window)["open"].get<bool>()) << Window(quiet_window).dump();
+  // ...and once it is gone, stintd closes the window within the TTL.
+  ASSERT_EQ(kill(silent->pid(), SIGKILL), 0);
+  silent->Wait();
+  ASSERT_TRUE(Eventually([&] { return !Window(quiet_window)["open"].get<bool>(); }, 20))
+      << Window(quiet_window).dump();
+  EXPECT_TRUE(Window(quiet_window)["closed_early"].get<bool>());
+
+  auto agent = Agent("closed-by-admin", "1", {"--spot"});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node closed-by-admin registered: window "))
+      << agent->output();
+  const int64_t window = RegisteredWindow(agent->output());
+  ASSERT_EQ(admin_->Post("/v1/windows/" + std::to_string(window) + "/close", json::object()).status,
+            200);
+  bool killed = false;
+  const int status = agent->WaitAtMost(20, &killed);
+  ASSERT_FALSE(killed) << agent->output();
+  EXPECT_EQ(WEXITSTATUS(status), 0) << agent->output();
+  EXPECT_NE(agent->output().find("stintd closed window " + std::to_string(window)),
+            std::string::npos)
+      << agent->output();
+}
+
+TEST_F(AgentTest, AgentTokensHaveARightOfTheirOwn) {
+  Start();
+  HttpJson agent(daemon_->port(), StintdProcess::kAgentToken);
+  HttpJson worker(daemon_->port(), StintdProcess::kWorkerToken);
+  HttpJson nobody(daemon_->port(), "");
+  const json spec = {{"name", "n3"}, {"pool", "gpu"}, {"gpus", {0, 1}}, {"kind", "spot"}};
+  EXPECT_EQ(worker.Post("/v1/nodes", spec).status, 403);
+  EXPECT_EQ(nobody.Post("/v1/nodes", spec).status, 401);
+  EXPECT_EQ(agent.Post("/v1/jobs", {{"name", "x"}, {"min_gpus", 1}}).status, 403);
+  EXPECT_EQ(agent.Post("/v1/pools", {{"name", "x"}}).status, 403);
+  EXPECT_EQ(agent.Get("/v1/jobs").status, 200);
+  struct Bad {
+    json body;
+    int status;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {{{"name", "n3"}, {"pool", "gpu"}, {"gpus", json::array()}, {"kind", "spot"}}, 400},
+           {{{"name", "n3"}, {"pool", "gpu"}, {"gpus", {0, 0}}, {"kind", "spot"}}, 400},
+           {{{"name", "n 3"}, {"pool", "gpu"}, {"gpus", {0}}, {"kind", "spot"}}, 400},
+           {{{"name", "n3"}, {"pool", "gpu"}, {"gpus", {-1}}, {"kind", "spot"}}, 400},
+           {{{"name", "n3"}, {"pool", "nope"}, {"gpus", {0}}, {"kind", "spot"}}, 404},
+           {{{"name", "n3"}, {"pool", "gpu"}, {"gpus", {0}}}, 400},  // hard without an end
+           {{{"name", "n3"}, {"pool", "gpu"}, {"gpus", {0}}, {"typo", 1}}, 400}}) {
+    auto r = agent.Post("/v1/nodes", b.body);
+    EXPECT_EQ(r.status, b.status) << b.body.dump() << " -> " << r.text;
+  }
+  EXPECT_EQ(admin_->Get("/v1/windows").body["windows"].size(), 0u) << "a refusal changed something";
+  auto made = agent.Post("/v1/nodes", spec);
+  ASSERT_EQ(made.status, 201) << made.text;
+  EXPECT_EQ(agent.Post("/v1/nodes", spec).status, 200);  // the same node again
+  EXPECT_EQ(agent.Post("/v1/nodes/n3/heartbeat", json::object()).status, 200);
+  EXPECT_EQ(worker.Post("/v1/nodes/n3/heartbeat", json::object()).status, 403);
+  EXPECT_EQ(agent.Post("/v1/nodes/unknown/heartbeat", json::object()).status, 404);
+  EXPECT_EQ(worker.Post("/v1/nodes/n3/close", json::object()).status, 403);
+  EXPECT_EQ(agent.Post("/v1/nodes/n3/close", json::object()).status, 200);
+  auto gone = agent.Post("/v1/nodes/n3/heartbeat", json::object());
+  EXPECT_EQ(gone.status, 410) << gone.text;
+  // The agent itself refuses a hard window without an end before sending.
+  RunResult r = RunProgram(STINT_AGENT_PATH, {"--coord", daemon_->url(), "--token-file",
+                                              daemon_->agent_token_file(), "--pool", "gpu",
+                                              "--gpus", "0", "--node", "n4"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--for or --until"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace stint

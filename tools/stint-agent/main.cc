@@ -1,0 +1,133 @@
+// stint-agent: lends this machine's GPUs to stintd (tools/stintd/API.md,
+// "Nodes").
+//
+//   stint-agent --coord URL --token-file F --pool NAME --gpus 0,1,2,3
+//               [--node NAME] [--for D | --until T] [--spot --notice-lead S]
+//               [--workdir DIR] [--heartbeat-seconds S]
+//
+// Registers the node (a window of its GPUs in the pool: hard with an end,
+// or spot with a notice lead), heartbeats, and closes the window on SIGTERM
+// or SIGINT. Times T and durations D as stintctl reads them.
+//
+// Exit codes: 0 stopped by a signal (window closed) or the window ended;
+// 1 stintd refused or could not be told; 2 usage error; 3 stintd could not
+// be reached to register.
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "base/strings.h"
+#include "coord/wall_clock.h"
+#include "stint-agent/node_agent.h"
+#include "stintctl/parse.h"
+
+namespace {
+
+int Usage(const std::string& message) {
+  std::fprintf(stderr, "stint-agent: %s\n", message.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using stint::agent::AgentExit;
+  using stint::agent::NodeAgentOptions;
+  CLI::App app{"stint-agent: lends this machine's GPUs to stintd as a window"};
+  NodeAgentOptions o;
+  std::string token_file, gpus, for_duration, until;
+  double heartbeat_seconds = 5;
+  app.add_option("--coord", o.url, "stintd's URL")->capture_default_str();
+  app.add_option("--token-file", token_file, "file holding an agent token (or $STINT_AGENT_TOKEN)");
+  app.add_option("--pool", o.pool, "the pool the GPUs join")->required();
+  app.add_option("--gpus", gpus, "GPU indices on this machine, e.g. 0,1,2,3")->required();
+  app.add_option("--node", o.node, "node name (default: the host name)");
+  app.add_option("--for", for_duration, "lend the GPUs this long (hard window): 90m, 8h, 1d");
+  app.add_option("--until", until, "lend the GPUs until then (hard window)");
+  app.add_flag("--spot", o.spot, "revocable window: it may close any time, with --notice-lead");
+  app.add_option("--notice-lead", o.notice_lead_seconds,
+                 "seconds of notice a segment gets when the window closes")
+      ->capture_default_str();
+  app.add_option("--workdir", o.workdir, "per-segment logs go here");
+  app.add_option("--heartbeat-seconds", heartbeat_seconds, "between heartbeats")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+
+  if (!for_duration.empty() && !until.empty()) return Usage("give --for or --until, not both");
+  const int64_t now_ms = stint::internal::WallNowMs();
+  if (!for_duration.empty()) {
+    auto d = stint::ctl::ParseDuration(for_duration);
+    if (!d.ok()) return Usage("--for: " + d.status().message());
+    o.end_ms = now_ms + *d * 1000;
+  }
+  if (!until.empty()) {
+    auto t = stint::ctl::ParseTime(until, now_ms);
+    if (!t.ok()) return Usage("--until: " + t.status().message());
+    o.end_ms = *t;
+  }
+  std::vector<std::string> parts(1);
+  for (char ch : gpus) {
+    if (ch == ',')
+      parts.emplace_back();
+    else
+      parts.back() += ch;
+  }
+  for (const std::string& part : parts) {
+    char* end = nullptr;
+    const long g = std::strtol(part.c_str(), &end, 10);
+    if (part.empty() || *end != '\0' || g < 0 || g > 1000000)
+      return Usage("--gpus: \"" + part + "\" is not a GPU index");
+    o.gpus.push_back(static_cast<int>(g));
+  }
+  if (o.node.empty()) {
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) != 0) return Usage("no --node and no host name");
+    o.node = host;
+  }
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    if (!in) return Usage("cannot read --token-file " + token_file);
+    std::string line;
+    while (std::getline(in, line)) {
+      line = stint::Trim(line);
+      if (!line.empty() && line[0] != '#') {
+        o.token = line;
+        break;
+      }
+    }
+  } else if (const char* t = std::getenv("STINT_AGENT_TOKEN")) {
+    o.token = stint::Trim(t);
+  }
+  if (o.token.empty()) return Usage("no agent token: give --token-file or $STINT_AGENT_TOKEN");
+  o.heartbeat_interval = std::chrono::milliseconds(static_cast<int64_t>(heartbeat_seconds * 1000));
+
+  // Before any thread exists, so only Run()'s sigtimedwait sees them.
+  const std::vector<int> stop_signals = {SIGTERM, SIGINT};
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : stop_signals) sigaddset(&set, sig);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+
+  auto agent = stint::agent::NodeAgent::Create(o);
+  if (!agent.ok()) return Usage(agent.status().message());
+  stint::Status registered = (*agent)->Register();
+  if (!registered.ok()) {
+    std::fprintf(stderr, "stint-agent: cannot register node %s: %s\n", o.node.c_str(),
+                 registered.ToString().c_str());
+    return registered.code() == stint::Code::kUnavailable ? 3 : 1;
+  }
+  switch ((*agent)->Run(stop_signals)) {
+    case AgentExit::kStopped:
+    case AgentExit::kWindowClosed:
+      return 0;
+    case AgentExit::kCloseFailed:
+      return 1;
+  }
+  return 1;
+}
