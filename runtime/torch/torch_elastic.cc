@@ -9,7 +9,12 @@
 #include <utility>
 
 #include "stint_torch.h"
+#include "torch_device.h"
 #include "torch_guard.h"
+#if defined(STINT_HAVE_NCCL) && STINT_HAVE_NCCL  // stint_cuda's define
+#include "nccl_communicator.h"
+#define STINT_TORCH_HAVE_NCCL 1
+#endif
 
 namespace stint {
 
@@ -115,6 +120,21 @@ Status AllReduceGradients(Communicator& comm, torch::nn::Module& model, torch::T
     }
     return Status::OK();
   });
+}
+
+Result<std::unique_ptr<CommunicatorFactory>> NewTorchNcclCommunicatorFactory(
+    const CommunicatorOptions& comm, int device) {
+#ifdef STINT_TORCH_HAVE_NCCL
+  NcclCommunicatorOptions options;
+  options.comm = comm;
+  options.device = device;
+  options.current_stream = CurrentCudaStream;
+  return std::unique_ptr<CommunicatorFactory>(new NcclCommunicatorFactory(std::move(options)));
+#else
+  (void)comm;
+  (void)device;
+  return Status::Unavailable("no NCCL communicator: stint was built without NCCL");
+#endif
 }
 
 }  // namespace stint

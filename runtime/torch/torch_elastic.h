@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,15 @@ class TorchElasticState final : public ElasticState {
 // sample counter) go through the NCCL backend's host staging.
 Status AllReduceGradients(Communicator& comm, torch::nn::Module& model,
                           torch::Tensor* extra = nullptr);
+
+// The NCCL communicator factory (cuda/nccl_communicator.h) for a LibTorch
+// job: every collective waits for torch's current stream on `device` (the
+// stream rule above), `device` -1 meaning the current device at Form().
+// kUnavailable when stint was built without NCCL.
+//   auto nccl = stint::NewTorchNcclCommunicatorFactory(eo.comm, local_rank).value();
+//   auto group = stint::ElasticGroup::Create(client, nccl.get(), eo);
+Result<std::unique_ptr<CommunicatorFactory>> NewTorchNcclCommunicatorFactory(
+    const CommunicatorOptions& comm, int device = -1);
 
 }  // namespace stint
 

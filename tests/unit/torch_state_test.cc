@@ -31,6 +31,7 @@
 #include "stint/env.h"
 #include "c10d_commit_channel.h"
 #include "resumable_training.h"
+#include "torch_elastic.h"
 #include "util/status_matchers.h"
 #include "util/temp_dir.h"
 
@@ -706,6 +707,66 @@ TEST_F(TorchStateTest, ASecondResumeAfterAQuarantineWorks) {
   }
 }
 
+
+// Lazy snapshots under ResumableTraining on the CPU: saves return before the
+// copies, BeforeOptimizerStep() and StepBoundary's forward barrier keep
+// training from writing under them, and every checkpoint holds exactly the
+// state of its step (the one a copy taken at the step holds).
+TEST_F(TorchStateTest, LazyResumableTrainingCheckpointsHoldTheirStep) {
+  Data data = MakeData();
+  nn::Sequential model = MakeMlp(5, /*hidden=*/512);
+  optim::AdamW opt(model->parameters(), optim::AdamWOptions(1e-3));
+  ResumableTrainingOptions o = RunOptions(dir_.Sub("lazy"), "");
+  o.checkpoint.snapshot = SnapshotMode::kLazy;
+  o.checkpoint.keep_last = 0;
+  o.save_every = 2;
+  std::map<uint64_t, nn::Sequential> expected;
+  {
+    auto run = ResumableTraining::Create(o, *model, opt, nullptr);
+    ASSERT_OK(run);
+    model->train();
+    for (uint64_t step = 1; step <= 6; ++step) {
+      opt.zero_grad();
+      torch::mse_loss(model->forward(data.x), data.y).backward();
+      ASSERT_OK((*run)->BeforeOptimizerStep());
+      opt.step();
+      if (step % 2 == 0) {
+        // What the checkpoint of this step must hold, copied before it is taken.
+        nn::Sequential copy = MakeMlp(0, 512);
+        {
+          torch::NoGradGuard no_grad;
+          auto src = model->named_parameters();
+          for (auto& p : copy->named_parameters()) p.value().copy_(src[p.key()]);
+          auto bsrc = model->named_buffers();
+          for (auto& b : copy->named_buffers()) b.value().copy_(bsrc[b.key()]);
+        }
+        expected.emplace(step, copy);
+      }
+      ASSERT_OK((*run)->StepBoundary(step));
+    }
+    ASSERT_OK((*run)->checkpointer().Flush());
+  }
+  for (auto& [step, want] : expected) {
+    nn::Sequential back = MakeMlp(9, 512);
+    optim::AdamW back_opt(back->parameters(), optim::AdamWOptions(1e-3));
+    ResumableTrainingOptions ro = RunOptions(dir_.Sub("lazy"), "");
+    auto ckpt = Checkpointer::Open(ro.checkpoint);
+    ASSERT_OK(ckpt);
+    auto loaded = LoadModule(**ckpt, "model", *back, LoadOptions{step});
+    ASSERT_OK(loaded) << "step " << step;
+    ExpectSameModule(want, back);
+  }
+}
+
+TEST(TorchNccl, TheLibTorchFactoryIsNcclWhenStintHasNccl) {
+  auto factory = NewTorchNcclCommunicatorFactory(CommunicatorOptions{});
+#if defined(STINT_HAVE_NCCL) && STINT_HAVE_NCCL
+  ASSERT_OK(factory);
+  EXPECT_STREQ((*factory)->Name(), "nccl");
+#else
+  EXPECT_EQ(factory.status().code(), Code::kUnavailable);
+#endif
+}
 
 // Data parallel under ResumableTraining with a channel: every rank saves (its
 // own user state; rank 0 alone the module and optimizer) and resumes the same
