@@ -140,6 +140,7 @@ class CheckpointerImpl final : public Checkpointer {
       return Status::FailedPrecondition(options_.root + ": opened read_only; not saving step " +
                                         std::to_string(step));
     }
+    PendingCopies();  // releases what finished saves borrowed
     STINT_RETURN_IF_ERROR(TakeBackgroundError());
     if (env_->FileExists(options_.root + "/" + StepDirName(step))) {
       return Status::AlreadyExists(options_.root + "/" + StepDirName(step) +

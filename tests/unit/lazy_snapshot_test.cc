@@ -236,6 +236,31 @@ TEST(LazySnapshot, OwnerIsReleasedOnTheCallingThreadAfterTheCopies) {
   ASSERT_OK((*ckpt)->Flush());
 }
 
+TEST(LazySnapshot, TheNextSaveReleasesWhatFinishedSavesBorrowed) {
+  // A loop that never calls a barrier (eager host mode, device copies) must
+  // not pile up every save's borrowed tensors.
+  TempDir dir;
+  HostCopier copier;
+  auto ckpt = Checkpointer::Open(Options(dir.Sub("c"), SnapshotMode::kEager, &copier));
+  ASSERT_OK(ckpt);
+  Model m(1u << 16);
+  std::weak_ptr<const void> first;
+  {
+    State s = m.AsState(/*device=*/0);
+    auto owner = std::make_shared<int>(1);
+    first = owner;
+    s.owner = std::move(owner);
+    auto h = (*ckpt)->Save(1, s);
+    ASSERT_OK(h);
+    ASSERT_OK(h->staged.get());
+  }
+  EXPECT_FALSE(first.expired());  // held until a call on this thread
+  auto h2 = (*ckpt)->Save(2, m.AsState(/*device=*/0));
+  ASSERT_OK(h2);
+  EXPECT_TRUE(first.expired());
+  ASSERT_OK((*ckpt)->Flush());
+}
+
 TEST(LazySnapshot, FailedDeviceCopyFailsTheSaveNotTheBarrier) {
   TempDir dir;
   HostCopier copier;
