@@ -4,11 +4,15 @@
 // a silent node's window is closed by stintd; agent tokens have a right of
 // their own.
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -233,6 +237,153 @@ TEST_F(AgentTest, AgentTokensHaveARightOfTheirOwn) {
                                               "--gpus", "0", "--node", "n4"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--for or --until"), std::string::npos) << r.output;
+}
+
+// --- launching ---
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A job of `gpus` GPUs in pool gpu whose workers run `script` with sh.
+int64_t SubmitLaunch(HttpJson& admin, int gpus, const std::string& script,
+                     const json& env = json::object(), double checkpoint_seconds = 0) {
+  json spec = {{"name", "launched"},
+               {"pool", "gpu"},
+               {"min_gpus", gpus},
+               {"checkpoint_seconds", checkpoint_seconds},
+               {"restart_seconds", 0},
+               {"launch",
+                {{"command", {"/bin/sh", "-c", script}}, {"env", env}, {"gpus_per_worker", 1}}}};
+  auto r = admin.Post("/v1/jobs", spec);
+  EXPECT_EQ(r.status, 201) << r.text;
+  return r.body.value("id", int64_t{0});
+}
+
+TEST_F(AgentTest, AJobRunsOnItsNodeWithTorchrunsEnvironmentAndCompletes) {
+  Start();
+  auto agent = Agent("n5", "2,3", {"--spot", "--addr", "127.0.0.1"});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n5 registered: window ")) << agent->output();
+  const std::string out = dir_.Sub("out");
+  ASSERT_EQ(mkdir(out.c_str(), 0755), 0);
+  const int64_t job =
+      SubmitLaunch(*admin_, 2, "env > \"$OUT/env-$RANK\"; echo hello from rank $RANK", {{"OUT", out}});
+  ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "DONE"; }, 30))
+      << Job(job).dump() << agent->output();
+  const json seg = Job(job)["segments"][0];
+  EXPECT_EQ(seg["state"], "completed");
+  ASSERT_EQ(seg["placement"].size(), 1u) << seg.dump();
+  EXPECT_EQ(seg["placement"][0]["gpus"], json::array({2, 3}));
+  const int64_t sid = seg["id"];
+  for (int rank = 0; rank < 2; rank++) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    const std::string env = ReadFile(out + "/env-" + std::to_string(rank));
+    EXPECT_NE(env.find("\nCUDA_VISIBLE_DEVICES=" + std::to_string(2 + rank) + "\n"),
+              std::string::npos)
+        << env;
+    EXPECT_NE(env.find("\nRANK=" + std::to_string(rank) + "\n"), std::string::npos) << env;
+    EXPECT_NE(env.find("\nLOCAL_RANK=" + std::to_string(rank) + "\n"), std::string::npos) << env;
+    EXPECT_NE(env.find("\nWORLD_SIZE=2\n"), std::string::npos) << env;
+    EXPECT_NE(env.find("\nLOCAL_WORLD_SIZE=2\n"), std::string::npos) << env;
+    EXPECT_NE(env.find("\nMASTER_ADDR=127.0.0.1\n"), std::string::npos) << env;
+    EXPECT_NE(env.find("\nMASTER_PORT=" + std::to_string(20000 + sid % 20000) + "\n"),
+              std::string::npos)
+        << env;
+    EXPECT_NE(env.find("\nSTINT_COORD_URL=" + daemon_->url() + "\n"), std::string::npos) << env;
+    EXPECT_NE(env.find("\nSTINT_JOB_ID=" + std::to_string(job) + "\n"), std::string::npos) << env;
+    const std::string log = ReadFile(dir_.Sub("agent-n5") + "/job-" + std::to_string(job) +
+                                     "/segment-" + std::to_string(sid) + "/rank-" +
+                                     std::to_string(rank) + ".log");
+    EXPECT_NE(log.find("hello from rank " + std::to_string(rank)), std::string::npos) << log;
+  }
+}
+
+TEST_F(AgentTest, ANoticeIsForwardedAsTheSignalAndExit75RequeuesTheJob) {
+  Start();
+  // The notice goes out at close - (checkpoint 5 s + safety 1 s): 2 s after
+  // the close, 6 s before the deadline.
+  auto agent = Agent("n6", "0", {"--spot", "--notice-lead", "8"});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n6 registered: window ")) << agent->output();
+  const int64_t window = RegisteredWindow(agent->output());
+  const std::string out = dir_.Sub("started");
+  const int64_t job = SubmitLaunch(
+      *admin_, 1,
+      "trap 'echo got TERM; exit 75' TERM; touch \"$OUT\"; while :; do sleep 0.05; done",
+      {{"OUT", out}}, /*checkpoint_seconds=*/5);
+  ASSERT_TRUE(Eventually([&] { return access(out.c_str(), F_OK) == 0; }, 30))
+      << Job(job).dump() << agent->output();
+  ASSERT_EQ(admin_->Post("/v1/windows/" + std::to_string(window) + "/close", json::object()).status,
+            200);
+  // The notice reaches the worker as SIGTERM; it exits 75 and the job waits
+  // in the queue again, before the deadline (a segment not ended by then is
+  // lost, not ended).
+  ASSERT_TRUE(Eventually([&] { return Job(job)["segments"][0].value("state", "") == "ended"; }, 25))
+      << Job(job).dump() << agent->output();
+  EXPECT_EQ(Job(job)["state"], "PENDING");
+  const int64_t sid = Job(job)["segments"][0]["id"];
+  const std::string log = ReadFile(dir_.Sub("agent-n6") + "/job-" + std::to_string(job) +
+                                   "/segment-" + std::to_string(sid) + "/rank-0.log");
+  EXPECT_NE(log.find("got TERM"), std::string::npos) << log;
+  // Printed (and flushed) before the signal was sent, so already in the pipe.
+  EXPECT_TRUE(agent->WaitForLine("stint-agent: segment " + std::to_string(sid) +
+                                 ": notice (revoked), signal"))
+      << agent->output();
+}
+
+TEST_F(AgentTest, Exit76FailsTheJobWithTheWorkersLastMessage) {
+  Start();
+  auto agent = Agent("n7", "0", {"--spot"});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n7 registered: window ")) << agent->output();
+  const int64_t job = SubmitLaunch(*admin_, 1, "echo loading; echo 'bad config: lr < 0'; exit 76");
+  ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "FAILED"; }, 30))
+      << Job(job).dump() << agent->output();
+  EXPECT_NE(Job(job)["message"].get<std::string>().find("bad config: lr < 0"), std::string::npos)
+      << Job(job).dump();
+}
+
+// A process that is gone or a zombie no one reaped yet.
+bool ProcessGone(pid_t pid) {
+  if (kill(pid, 0) != 0) return true;
+  const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  const size_t close = stat.rfind(')');
+  return close == std::string::npos || (close + 2 < stat.size() && stat[close + 2] == 'Z');
+}
+
+TEST_F(AgentTest, WorkersDieWithTheirAgentAndTheSegmentIsLost) {
+  Start(DaemonArgs("2"));
+  auto agent = Agent("n8", "0,1", {"--spot"});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n8 registered: window ")) << agent->output();
+  const std::string out = dir_.Sub("pids");
+  ASSERT_EQ(mkdir(out.c_str(), 0755), 0);
+  const int64_t job =
+      SubmitLaunch(*admin_, 2, "echo $$ > \"$OUT/$RANK.tmp\"; mv \"$OUT/$RANK.tmp\" \"$OUT/$RANK\"; exec sleep 1000",
+                   {{"OUT", out}});
+  std::vector<pid_t> pids;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        pids.clear();
+        for (int rank = 0; rank < 2; rank++) {
+          const std::string text = ReadFile(out + "/" + std::to_string(rank));
+          if (text.empty()) return false;
+          pids.push_back(static_cast<pid_t>(std::stol(text)));
+        }
+        return true;
+      },
+      30))
+      << Job(job).dump() << agent->output();
+  for (pid_t pid : pids) ASSERT_FALSE(ProcessGone(pid)) << pid;
+  ASSERT_EQ(kill(agent->pid(), SIGKILL), 0);
+  agent->Wait();
+  for (pid_t pid : pids) {
+    EXPECT_TRUE(Eventually([&] { return ProcessGone(pid); }, 10)) << "worker " << pid << " outlived its agent";
+  }
+  // The node falls silent: its window closes and the segment is lost.
+  ASSERT_TRUE(Eventually([&] { return Job(job)["segments"][0].value("state", "") == "lost"; }, 20))
+      << Job(job).dump();
+  EXPECT_EQ(Job(job)["state"], "PENDING");
 }
 
 }  // namespace

@@ -76,6 +76,7 @@ ClusterState RichState() {
   w.closed_early = true;
   w.node = "node-7";
   w.node_gpus = {0, 3, 7};
+  w.node_addr = "10.0.0.7";
   s.windows[w.id] = w;
   Window w2 = w;
   w2.id = std::numeric_limits<int64_t>::max();
@@ -116,6 +117,7 @@ ClusterState RichState() {
   j.lost_gpu_seconds = 1e300;
   j.service_gpu_seconds = 123456.25;
   j.message = std::string("nul\0inside", 10) + "\n\ttabs; DROP TABLE jobs; --";
+  j.launch = R"({"command":["python","train.py"],"env":{"K":"V"}})";
   s.jobs[j.id] = j;
   Job j2;  // defaults but for the id: the other end of every range
   j2.id = -1;
@@ -127,6 +129,7 @@ ClusterState RichState() {
   g.id = 77;
   g.job_id = 42;
   g.allocs = {{11, 8}, {std::numeric_limits<int64_t>::max(), 2}, {-4, -1}};
+  g.placement = {{11, {0, 3, 7}}, {12, {}}};
   g.fencing_token = (uint64_t{1} << 63) + 5;
   g.start_ms = 1700000000003;
   g.planned_end_ms = kNever;
@@ -216,6 +219,7 @@ void ExpectSame(const Window& a, const Window& b) {
   EXPECT_EQ(a.closed_early, b.closed_early);
   EXPECT_EQ(a.node, b.node);
   EXPECT_EQ(a.node_gpus, b.node_gpus);
+  EXPECT_EQ(a.node_addr, b.node_addr);
 }
 
 void ExpectSame(const Team& a, const Team& b) {
@@ -253,6 +257,7 @@ void ExpectSame(const Job& a, const Job& b) {
   EXPECT_EQ(a.preemptions, b.preemptions);
   ExpectSameDouble(a.lost_gpu_seconds, b.lost_gpu_seconds, "lost_gpu_seconds");
   EXPECT_EQ(a.message, b.message);
+  EXPECT_EQ(a.launch, b.launch);
   ExpectSameDouble(a.service_gpu_seconds, b.service_gpu_seconds, "service_gpu_seconds");
 }
 
@@ -274,6 +279,11 @@ void ExpectSame(const Segment& a, const Segment& b) {
   EXPECT_EQ(a.preempted_for, b.preempted_for);
   EXPECT_EQ(a.ended_ms, b.ended_ms);
   EXPECT_EQ(a.last_heartbeat_ms, b.last_heartbeat_ms);
+  ASSERT_EQ(a.placement.size(), b.placement.size());
+  for (size_t i = 0; i < a.placement.size(); i++) {
+    EXPECT_EQ(a.placement[i].window_id, b.placement[i].window_id);
+    EXPECT_EQ(a.placement[i].gpus, b.placement[i].gpus);
+  }
 }
 
 void ExpectSame(const Worker& a, const Worker& b) {
@@ -615,15 +625,15 @@ TEST(StoreOpen, NewerSchemaVersionIsRefusedAndTheFileLeftAsItWas) {
     ClusterState s = RichState();
     ASSERT_OK(store->Save(s, All(s)));
   }
-  ASSERT_EQ(RawSql(path, "PRAGMA user_version=7; PRAGMA user_version"), "7");
+  ASSERT_EQ(RawSql(path, "PRAGMA user_version=8; PRAGMA user_version"), "8");
   const std::string bytes = ReadWholeFile(path);
   auto store = Store::Open(path);
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), Code::kFailedPrecondition) << store.status().ToString();
   EXPECT_NE(store.status().message().find(path), std::string::npos) << store.status().ToString();
-  EXPECT_NE(store.status().message().find("version 7"), std::string::npos)
+  EXPECT_NE(store.status().message().find("version 8"), std::string::npos)
       << store.status().ToString();
-  EXPECT_NE(store.status().message().find("1 to 6"), std::string::npos)
+  EXPECT_NE(store.status().message().find("1 to 7"), std::string::npos)
       << store.status().ToString();
   EXPECT_TRUE(ReadWholeFile(path) == bytes) << "a refused open changed the file";
   EXPECT_FALSE(Exists(path + "-wal"));
@@ -740,7 +750,7 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
     ASSERT_NE(store, nullptr);
   }
   EXPECT_EQ(RawSql(path, "PRAGMA journal_mode"), "wal");
-  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "6");
+  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "7");
   EXPECT_EQ(RawSql(path, "PRAGMA quick_check"), "ok");
   // Reopened as often as wanted.
   for (int i = 0; i < 3; ++i) {
@@ -754,14 +764,19 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
 // file the jobs column service_gpu_seconds, 0 for the jobs already there,
 // a version-3 file the rendezvous column dropped, empty for the rows there,
 // a version-4 file the workers column secret_hash, empty for the rows there,
-// a version-5 file the windows columns node and node_gpus, empty.
+// a version-5 file the windows columns node and node_gpus, empty, a
+// version-6 file jobs.launch, segments.placement and windows.node_addr.
 // What a file older than version 6 lacks (the node of a window).
+#define kDropLaunchColumns                                                                 \
+  " ALTER TABLE jobs DROP COLUMN launch; ALTER TABLE segments DROP COLUMN placement; ALTER " \
+  "TABLE windows DROP COLUMN node_addr;"
 #define kDropNodeColumns \
-  " ALTER TABLE windows DROP COLUMN node; ALTER TABLE windows DROP COLUMN node_gpus;"
+  " ALTER TABLE windows DROP COLUMN node; ALTER TABLE windows DROP COLUMN node_gpus;" kDropLaunchColumns
 
 void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::string& version,
                                   bool had_rendezvous, bool had_service = false,
-                                  bool had_dropped = false, bool had_secrets = false) {
+                                  bool had_dropped = false, bool had_secrets = false,
+                                  bool had_nodes = false) {
   TempDir dir;
   const std::string path = dir.Sub("stintd.db");
   ClusterState s = RichState();
@@ -784,9 +799,14 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
     for (auto& [id, w] : s.workers) w.secret_hash.clear();
   }
   for (auto& [id, w] : s.windows) {
-    w.node.clear();
-    w.node_gpus.clear();
+    if (!had_nodes) {
+      w.node.clear();
+      w.node_gpus.clear();
+    }
+    w.node_addr.clear();
   }
+  for (auto& [id, j] : s.jobs) j.launch.clear();
+  for (auto& [id, seg] : s.segments) seg.placement.clear();
   {
     auto store = OpenOrDie(path);
     ASSERT_NE(store, nullptr);
@@ -796,7 +816,7 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
     s = RichState();
     ASSERT_OK(store->Save(s, All(s)));
   }
-  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "6");
+  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "7");
   auto store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
   Result<ClusterState> loaded = store->Load();
@@ -842,6 +862,13 @@ TEST(StoreOpen, VersionFiveFileIsMigratedKeepingItsRows) {
   ExpectMigratedKeepingItsRows(kDropNodeColumns, "5", /*had_rendezvous=*/true,
                                /*had_service=*/true, /*had_dropped=*/true,
                                /*had_secrets=*/true);
+}
+
+// Version 6 knew no launch specs, placements or node addresses.
+TEST(StoreOpen, VersionSixFileIsMigratedKeepingItsRows) {
+  ExpectMigratedKeepingItsRows(kDropLaunchColumns, "6", /*had_rendezvous=*/true,
+                               /*had_service=*/true, /*had_dropped=*/true,
+                               /*had_secrets=*/true, /*had_nodes=*/true);
 }
 
 // ---------------------------------------------------------------------------

@@ -53,7 +53,9 @@ int main(int argc, char** argv) {
   app.add_option("--notice-lead", o.notice_lead_seconds,
                  "seconds of notice a segment gets when the window closes")
       ->capture_default_str();
-  app.add_option("--workdir", o.workdir, "per-segment logs go here");
+  app.add_option("--workdir", o.workdir, "per-segment logs go here")->capture_default_str();
+  app.add_option("--addr", o.addr,
+                 "address this node's workers are reached at (MASTER_ADDR; default: the node name)");
   app.add_option("--heartbeat-seconds", heartbeat_seconds, "between heartbeats")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

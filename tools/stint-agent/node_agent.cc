@@ -1,12 +1,19 @@
 #include "stint-agent/node_agent.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <fstream>
+#include <set>
 
 #include "coord/http_json.h"
 #include "coord/wall_clock.h"
@@ -43,6 +50,27 @@ Status MakeDirs(const std::string& path) {
     }
   }
   return Status::OK();
+}
+
+int SignalNumber(const std::string& name) {
+  if (name == "INT") return SIGINT;
+  if (name == "HUP") return SIGHUP;
+  if (name == "USR1") return SIGUSR1;
+  if (name == "USR2") return SIGUSR2;
+  return SIGTERM;
+}
+
+// The last non-empty line of a log (its last 4 KiB), for a failure message.
+std::string LastLine(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return "";
+  const std::streamoff size = in.tellg();
+  const std::streamoff from = size > 4096 ? size - 4096 : 0;
+  in.seekg(from);
+  std::string tail((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!tail.empty() && (tail.back() == '\n' || tail.back() == '\r')) tail.pop_back();
+  const size_t nl = tail.rfind('\n');
+  return nl == std::string::npos ? tail : tail.substr(nl + 1);
 }
 
 }  // namespace
@@ -91,6 +119,7 @@ Status NodeAgent::Register() {
             {"kind", options_.spot ? "spot" : "hard"},
             {"notice_lead_seconds", options_.notice_lead_seconds}};
   if (options_.end_ms) body["end_ms"] = *options_.end_ms;
+  if (!options_.addr.empty()) body["addr"] = options_.addr;
   req.body = std::move(body);
   // Registering again finds the same window (stintd answers it when pool
   // and GPUs match), so a lost answer may be repeated.
@@ -118,18 +147,239 @@ Status NodeAgent::CloseWindow() {
   return http_->Call(req).status();
 }
 
+bool NodeAgent::AnyRunning() const {
+  for (const auto& [id, run] : runs_) {
+    if (!run.done) return true;
+  }
+  return false;
+}
+
+void NodeAgent::KillRun(int64_t segment_id, int sig) {
+  auto it = runs_.find(segment_id);
+  if (it == runs_.end()) return;
+  for (const WorkerProc& p : it->second.procs) {
+    if (!p.exited) kill(-p.pid, sig);  // the whole process group
+  }
+}
+
+void NodeAgent::Reap() {
+  for (;;) {
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) break;
+    for (auto& [sid, run] : runs_) {
+      for (WorkerProc& p : run.procs) {
+        if (p.pid != pid) continue;
+        p.exited = true;
+        p.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        // What is left of its group goes with it: a worker's children must
+        // not outlive the worker the segment accounts for.
+        kill(-p.pid, SIGKILL);
+        std::printf("stint-agent: segment %lld rank %d exited %d\n",
+                    static_cast<long long>(sid), p.rank, p.code);
+      }
+    }
+  }
+  for (auto& [sid, run] : runs_) {
+    if (run.done) continue;
+    bool all = true;
+    for (const WorkerProc& p : run.procs) all = all && p.exited;
+    if (!all) continue;
+    run.done = true;
+    // 76 (fail) wins over 75 (requeue) over any other failure over 0.
+    const WorkerProc* decisive = nullptr;
+    auto rank_of = [](int code) { return code == 76 ? 3 : code == 75 ? 2 : code != 0 ? 1 : 0; };
+    for (const WorkerProc& p : run.procs) {
+      if (decisive == nullptr || rank_of(p.code) > rank_of(decisive->code)) decisive = &p;
+    }
+    run.exit_code = decisive == nullptr ? 0 : decisive->code;
+    if (decisive != nullptr && decisive->code != 0) {
+      run.message = "rank " + std::to_string(decisive->rank) + ": " + LastLine(decisive->log);
+    }
+    std::printf("stint-agent: segment %lld: workers done, exit %d\n", static_cast<long long>(sid),
+                run.exit_code);
+  }
+  std::fflush(stdout);
+}
+
+void NodeAgent::Launch(const void* assignment) {
+  const Json& a = *static_cast<const Json*>(assignment);
+  const int64_t sid = a.value("segment_id", int64_t{0});
+  const int64_t job = a.value("job_id", int64_t{0});
+  const Json launch = a.value("launch", Json::object());
+  const int gpw = std::max(1, launch.value("gpus_per_worker", 1));
+  const std::vector<int> gpus = a.value("gpus", std::vector<int>());
+  const int local = static_cast<int>(gpus.size()) / gpw;
+  const int rank_base = a.value("rank_base", 0);
+  const int world = a.value("world_size", local);
+  std::vector<std::string> command = launch.value("command", std::vector<std::string>());
+  SegmentRun run;
+  run.job_id = job;
+  run.signal = SignalNumber(launch.value("signal", std::string("TERM")));
+  const std::string dir =
+      options_.workdir + "/job-" + std::to_string(job) + "/segment-" + std::to_string(sid);
+  Status made = MakeDirs(dir);
+  if (command.empty() || local < 1 || !made.ok()) {
+    run.done = true;
+    run.exit_code = 127;
+    run.message = command.empty() ? "no command" : !made.ok() ? made.ToString() : "no GPUs here";
+    runs_[sid] = std::move(run);
+    return;
+  }
+  const std::string workdir = launch.value("workdir", std::string());
+  const Json env = launch.value("env", Json::object());
+  const pid_t agent = getpid();
+  for (int i = 0; i < local; i++) {
+    WorkerProc p;
+    p.rank = rank_base + i;
+    p.log = dir + "/rank-" + std::to_string(p.rank) + ".log";
+    std::string visible;
+    for (int g = i * gpw; g < (i + 1) * gpw; g++)
+      visible += (visible.empty() ? "" : ",") + std::to_string(gpus[g]);
+    // Everything the child needs, made before fork.
+    std::vector<std::pair<std::string, std::string>> vars = {
+        {"CUDA_VISIBLE_DEVICES", visible},
+        {"RANK", std::to_string(p.rank)},
+        {"LOCAL_RANK", std::to_string(i)},
+        {"WORLD_SIZE", std::to_string(world)},
+        {"LOCAL_WORLD_SIZE", std::to_string(local)},
+        {"MASTER_ADDR", a.value("master_addr", std::string("127.0.0.1"))},
+        {"MASTER_PORT", std::to_string(a.value("master_port", 29500))},
+        {"STINT_COORD_URL", options_.url},
+        {"STINT_JOB_ID", std::to_string(job)},
+        {"STINT_SEGMENT_ID", std::to_string(sid)},
+        {"STINT_WORKER_NAME", options_.node + ":" + std::to_string(p.rank)}};
+    for (const auto& [k, v] : env.items()) vars.emplace_back(k, v.get<std::string>());
+    std::vector<char*> argv;
+    for (std::string& arg : command) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      setpgid(0, 0);
+      // Workers never outlive the agent: killed when it dies, however it dies.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != agent) _exit(125);  // it died before the line above
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);  // the agent blocks its stop signals
+      const int fd = open(p.log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        dup2(fd, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
+      }
+      const int null_fd = open("/dev/null", O_RDONLY);
+      if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
+      if (!workdir.empty() && chdir(workdir.c_str()) != 0) {
+        std::fprintf(stderr, "stint-agent: chdir %s: %s\n", workdir.c_str(), std::strerror(errno));
+        _exit(127);
+      }
+      for (const auto& [k, v] : vars) setenv(k.c_str(), v.c_str(), 1);
+      execvp(argv[0], argv.data());
+      std::fprintf(stderr, "stint-agent: exec %s: %s\n", argv[0], std::strerror(errno));
+      _exit(127);
+    }
+    if (pid < 0) {
+      std::fprintf(stderr, "stint-agent: fork: %s\n", std::strerror(errno));
+      continue;
+    }
+    setpgid(pid, pid);  // also here: no race with a kill of the group
+    p.pid = pid;
+    run.procs.push_back(std::move(p));
+  }
+  if (run.procs.empty()) {
+    run.done = true;
+    run.exit_code = 127;
+    run.message = "fork failed";
+  }
+  std::printf("stint-agent: segment %lld of job %lld: started ranks %d..%d of %d on GPUs %s\n",
+              static_cast<long long>(sid), static_cast<long long>(job), rank_base,
+              rank_base + local - 1, world, JoinGpus(gpus).c_str());
+  std::fflush(stdout);
+  runs_[sid] = std::move(run);
+}
+
+Status NodeAgent::Beat() {
+  Reap();
+  Json running = Json::array(), exited = Json::array();
+  for (const auto& [sid, run] : runs_) {
+    if (!run.done) {
+      running.push_back(sid);
+    } else {
+      exited.push_back({{"segment_id", sid}, {"exit_code", run.exit_code}, {"message", run.message}});
+    }
+  }
+  HttpRequest req;
+  req.method = "POST";
+  req.path = "/v1/nodes/" + options_.node + "/heartbeat";
+  req.body = Json{{"running", running}, {"exited", exited}};
+  STINT_ASSIGN_OR_RETURN(HttpReply reply, http_->Call(req));
+  const Json assignments = reply.body.is_object()
+                               ? reply.body.value("assignments", Json::array())
+                               : Json::array();
+  const int64_t now = internal::WallNowMs();
+  std::set<int64_t> listed;
+  for (const Json& a : assignments) {
+    const int64_t sid = a.value("segment_id", int64_t{0});
+    listed.insert(sid);
+    const Json notice = a.value("notice", Json());
+    const int64_t deadline = notice.is_object() ? notice.value("deadline_ms", int64_t{0}) : 0;
+    auto it = runs_.find(sid);
+    if (it == runs_.end()) {
+      if (deadline != 0 && now >= deadline) continue;  // too late to start
+      Launch(&a);
+      it = runs_.find(sid);
+      if (it == runs_.end()) continue;
+    }
+    SegmentRun& run = it->second;
+    if (deadline != 0 && !run.signalled && !run.done) {
+      run.signalled = true;
+      run.deadline_ms = deadline;
+      std::printf("stint-agent: segment %lld: notice (%s), signal %s, deadline in %.1f s\n",
+                  static_cast<long long>(sid), notice.value("reason", std::string()).c_str(),
+                  strsignal(run.signal), double(deadline - now) / 1000);
+      std::fflush(stdout);
+      KillRun(sid, run.signal);
+    }
+    if (run.deadline_ms != 0 && now >= run.deadline_ms && !run.done) KillRun(sid, SIGKILL);
+  }
+  // Segments no longer listed ended (or were fenced): nothing of them runs on.
+  for (auto it = runs_.begin(); it != runs_.end();) {
+    if (listed.count(it->first)) {
+      ++it;
+      continue;
+    }
+    KillRun(it->first, SIGKILL);
+    bool all = true;
+    for (const WorkerProc& p : it->second.procs) all = all && p.exited;
+    if (all) {
+      it = runs_.erase(it);
+    } else {
+      ++it;  // reaped on a later beat
+    }
+  }
+  return Status::OK();
+}
+
 AgentExit NodeAgent::Run(const std::vector<int>& stop_signals) {
   sigset_t set;
   sigemptyset(&set);
   for (int sig : stop_signals) sigaddset(&set, sig);
   auto next_beat = std::chrono::steady_clock::now() + options_.heartbeat_interval;
+  bool stopping = false;
+  auto stop_all = [&] {
+    for (const auto& [sid, run] : runs_) KillRun(sid, SIGKILL);
+    while (AnyRunning()) {
+      Reap();
+      usleep(10000);
+    }
+  };
   for (;;) {
     const auto wait = std::max(std::chrono::steady_clock::duration::zero(),
                                next_beat - std::chrono::steady_clock::now());
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count();
     timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
     const int sig = sigtimedwait(&set, nullptr, &ts);
-    if (sig > 0) {
+    if (sig > 0 && !stopping) {
       std::printf("stint-agent: %s: closing window %lld of node %s\n", strsignal(sig),
                   static_cast<long long>(window_id_), options_.node.c_str());
       std::fflush(stdout);
@@ -137,10 +387,18 @@ AgentExit NodeAgent::Run(const std::vector<int>& stop_signals) {
       if (!closed.ok()) {
         std::fprintf(stderr, "stint-agent: could not close window %lld: %s\n",
                      static_cast<long long>(window_id_), closed.ToString().c_str());
+        stop_all();
         return AgentExit::kCloseFailed;
       }
       std::printf("stint-agent: window %lld closed\n", static_cast<long long>(window_id_));
       std::fflush(stdout);
+      // Its segments get their notices (the window's lead); the workers
+      // checkpoint and exit, which the next beats report.
+      stopping = true;
+      next_beat = std::chrono::steady_clock::now();
+    } else if (sig > 0) {
+      std::printf("stint-agent: %s again: killing the workers\n", strsignal(sig));
+      stop_all();
       return AgentExit::kStopped;
     }
     if (sig < 0 && errno != EAGAIN && errno != EINTR) {
@@ -148,26 +406,29 @@ AgentExit NodeAgent::Run(const std::vector<int>& stop_signals) {
     }
     if (std::chrono::steady_clock::now() < next_beat) continue;  // EINTR
     next_beat += options_.heartbeat_interval;
-    if (window_end_ms_ != 0 && internal::WallNowMs() >= window_end_ms_) {
+    if (window_end_ms_ != 0 && internal::WallNowMs() >= window_end_ms_ && !AnyRunning()) {
       std::printf("stint-agent: window %lld reached its end\n", static_cast<long long>(window_id_));
       std::fflush(stdout);
       return AgentExit::kWindowClosed;
     }
-    HttpRequest req;
-    req.method = "POST";
-    req.path = "/v1/nodes/" + options_.node + "/heartbeat";
-    req.body = Json::object();
-    Result<HttpReply> beat = http_->Call(req);
+    Status beat = Beat();
+    if (stopping && runs_.empty()) return AgentExit::kStopped;
     if (beat.ok()) continue;
-    if (beat.status().code() == Code::kAborted) {  // 410: stintd closed the window
+    if (beat.code() == Code::kAborted) {  // 410: the window closed
+      stop_all();
+      if (stopping) {
+        std::printf("stint-agent: window %lld ended\n", static_cast<long long>(window_id_));
+        std::fflush(stdout);
+        return AgentExit::kStopped;
+      }
       std::printf("stint-agent: stintd closed window %lld: %s\n",
-                  static_cast<long long>(window_id_), beat.status().message().c_str());
+                  static_cast<long long>(window_id_), beat.message().c_str());
       std::fflush(stdout);
       return AgentExit::kWindowClosed;
     }
     // Unreachable past the call deadline, or a refusal: keep beating; stintd
     // closes the window itself if the silence outlasts its node TTL.
-    std::fprintf(stderr, "stint-agent: heartbeat failed: %s\n", beat.status().ToString().c_str());
+    std::fprintf(stderr, "stint-agent: heartbeat failed: %s\n", beat.ToString().c_str());
   }
 }
 

@@ -4,13 +4,23 @@
 // the window, or until stintd closed it (an admin, or a silence longer than
 // stintd's node TTL), or until the window's end passed.
 //
+// Launching (API.md, "Launching"): each heartbeat answers the segments with
+// GPUs here; the agent starts their workers with torchrun's environment,
+// one process group each, killed if the agent dies (PR_SET_PDEATHSIG), logs
+// in the workdir; forwards a notice as the job's signal, SIGKILLs at the
+// deadline or when the segment is no longer listed, and reports how the
+// workers exited.
+//
 // Confined to the thread that calls Run(): the signals it waits for must be
 // blocked in every thread (main() blocks them before anything starts).
 #ifndef STINT_TOOLS_STINT_AGENT_NODE_AGENT_H_
 #define STINT_TOOLS_STINT_AGENT_NODE_AGENT_H_
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,7 +46,12 @@ struct NodeAgentOptions {
   std::optional<int64_t> end_ms;
   bool spot = false;
   double notice_lead_seconds = 0;  // spot: the notice its segments get when it closes
-  std::string workdir;             // per-segment logs go here; created if missing
+  // Per-segment logs go here (job-<id>/segment-<id>/rank-<r>.log); created
+  // if missing. Default: "stint-agent" in the current directory.
+  std::string workdir = "stint-agent";
+  // Where this node's workers reach each other (MASTER_ADDR when one of
+  // them is rank 0). Default: "" (stintd then uses the node name).
+  std::string addr;
   // Between heartbeats. stintd closes the window of a node silent for its
   // --node-ttl-seconds (default 30), so this must be well below that.
   // Default: 5 s.
@@ -74,11 +89,37 @@ class NodeAgent {
  private:
   explicit NodeAgent(NodeAgentOptions options, std::unique_ptr<internal::HttpJsonClient> http);
   Status CloseWindow();
+  // One heartbeat: reports running and exited segments, then acts on the
+  // assignments. kAborted: the window closed.
+  Status Beat();
+  void Launch(const void* assignment);  // a json object; void keeps json out of this header
+  void Reap();
+  void KillRun(int64_t segment_id, int sig);
+  bool AnyRunning() const;
+
+  struct WorkerProc {
+    pid_t pid = 0;  // also its process group
+    int rank = 0;
+    std::string log;
+    bool exited = false;
+    int code = 0;  // exit status, or 128 + signal
+  };
+  struct SegmentRun {
+    int64_t job_id = 0;
+    std::vector<WorkerProc> procs;
+    int signal = 0;            // forwarded on a notice
+    bool signalled = false;
+    int64_t deadline_ms = 0;   // from the notice; 0: none
+    bool done = false;         // every worker exited
+    int exit_code = 0;
+    std::string message;
+  };
 
   const NodeAgentOptions options_;
   const std::unique_ptr<internal::HttpJsonClient> http_;
   int64_t window_id_ = 0;
   int64_t window_end_ms_ = 0;  // 0: none known (open-ended)
+  std::map<int64_t, SegmentRun> runs_;  // by segment id
 };
 
 }  // namespace agent

@@ -56,6 +56,7 @@ struct Window {
   // on it (gpus == node_gpus.size()); empty for an admin-declared window.
   std::string node;
   std::vector<int> node_gpus;
+  std::string node_addr;  // host the node's workers reach each other at (MASTER_ADDR)
   bool open_at(TimeMs t) const { return start_ms <= t && t < end_ms; }
 };
 
@@ -112,6 +113,10 @@ struct Job {
   double lost_gpu_seconds = 0;     // work lost by segments that did not checkpoint in time
   double service_gpu_seconds = 0;  // attained service: GPU-seconds its segments have held
   std::string message;             // last failure or cancel reason, for visibility
+  // How stint-agent starts its workers: the JSON object of API.md's
+  // "launch" ({"command":[...],"env":{},"workdir","gpus_per_worker",
+  // "signal"}); "" for a job whose workers are started some other way.
+  std::string launch;
 };
 
 struct Allocation {
@@ -142,6 +147,13 @@ enum class NoticeReason : int {
 const char* NoticeReasonName(NoticeReason r);
 
 // One run of a job in one allocation, from start to its planned end.
+// The GPU indices a segment holds on one node's window (stint-agent's
+// windows only), chosen by the coordinator when the segment starts.
+struct Placement {
+  int64_t window_id = 0;
+  std::vector<int> gpus;
+};
+
 struct Segment {
   int64_t id = 0;
   int64_t job_id = 0;
@@ -159,6 +171,7 @@ struct Segment {
   int64_t preempted_for = 0;  // job that caused a kPreempted notice
   TimeMs ended_ms = 0;
   TimeMs last_heartbeat_ms = 0;  // newest heartbeat of any of its workers (soft state)
+  std::vector<Placement> placement;  // one per node window of allocs, in allocs' order
   int gpus() const {
     int n = 0;
     for (const Allocation& a : allocs) n += a.gpus;

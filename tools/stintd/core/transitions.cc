@@ -429,6 +429,41 @@ Status ReleaseWorker(ClusterState& s, int64_t worker_id, TimeMs now, Changes* ch
   return Status::OK();
 }
 
+Status ReportSegmentExit(ClusterState& s, int64_t segment_id, int exit_code, bool all_nodes_done,
+                         const std::string& message, TimeMs now, Changes* changes) {
+  auto it = s.segments.find(segment_id);
+  if (it == s.segments.end())
+    return Status::NotFound("segment " + std::to_string(segment_id) + " does not exist");
+  Segment& seg = it->second;
+  if (!SegmentActive(seg.state)) {
+    return Status::FailedPrecondition("segment " + std::to_string(segment_id) + " already ended");
+  }
+  auto job = s.jobs.find(seg.job_id);
+  const std::string what = "workers exited " + std::to_string(exit_code) +
+                           (message.empty() ? std::string() : ": " + message);
+  switch (exit_code) {
+    case 0:
+      if (!all_nodes_done) return Status::OK();
+      if (job != s.jobs.end()) job->second.remaining_seconds = 0;
+      EndSegment(s, seg, SegmentState::kCompleted, JobState::kDone, now, changes);
+      break;
+    case 75:  // EX_TEMPFAIL: checkpointed, run me again
+      if (seg.notice_reason == NoticeReason::kPreempted && job != s.jobs.end())
+        job->second.preemptions++;
+      EndSegment(s, seg, SegmentState::kEnded, JobState::kPending, now, changes);
+      break;
+    case 76:  // EX_PROTOCOL: the job failed for good
+      if (job != s.jobs.end()) job->second.message = what;
+      EndSegment(s, seg, SegmentState::kEnded, JobState::kFailed, now, changes);
+      break;
+    default:
+      if (job != s.jobs.end()) job->second.message = what;
+      EndSegment(s, seg, SegmentState::kLost, JobState::kPending, now, changes);
+      break;
+  }
+  return Status::OK();
+}
+
 bool FencingValid(const ClusterState& s, int64_t job_id, uint64_t token, TimeMs now,
                   TimeMs* valid_until_ms, std::string* why) {
   *valid_until_ms = kNever;

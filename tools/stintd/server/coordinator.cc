@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 
 #include "stintd/server/worker_secret.h"
 
@@ -219,7 +220,9 @@ Result<Window> Coordinator::RegisterNode(const Window& spec, bool* created) {
   return state_.windows.at(id);
 }
 
-Result<Window> Coordinator::NodeHeartbeat(const std::string& node) {
+Result<Window> Coordinator::NodeHeartbeat(const std::string& node,
+                                          const std::vector<int64_t>& running,
+                                          const std::vector<NodeExit>& exits) {
   Window w;
   {
     std::shared_lock<std::shared_mutex> lock(mu_);
@@ -227,12 +230,46 @@ Result<Window> Coordinator::NodeHeartbeat(const std::string& node) {
     if (newest == nullptr) return Status::NotFound("node " + node + " is not registered");
     w = *newest;
   }
-  if (options_.clock() >= w.end_ms) {
+  const TimeMs now = options_.clock();
+  {
+    std::lock_guard<std::mutex> lock(beats_mu_);
+    if (now < w.end_ms) node_beats_[w.id] = now;
+    for (int64_t sid : running) segment_beats_[sid] = now;
+  }
+  if (!exits.empty()) {
+    STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs t, Changes* c) -> Status {
+      for (const NodeExit& e : exits) {
+        auto seg = s.segments.find(e.segment_id);
+        if (seg == s.segments.end() || !SegmentActive(seg->second.state)) continue;
+        bool on_node = false;
+        for (const Placement& p : seg->second.placement) {
+          auto pw = s.windows.find(p.window_id);
+          on_node = on_node || (pw != s.windows.end() && pw->second.node == node);
+        }
+        if (!on_node) {
+          return Status::PermissionDenied("segment " + std::to_string(e.segment_id) +
+                                          " has no workers on node " + node);
+        }
+        bool all_done = false;
+        if (e.exit_code == 0) {
+          std::set<int64_t>& done = exited_ok_[e.segment_id];
+          for (const Placement& p : seg->second.placement) {
+            auto pw = s.windows.find(p.window_id);
+            if (pw != s.windows.end() && pw->second.node == node) done.insert(p.window_id);
+          }
+          all_done = done.size() >= seg->second.placement.size();
+        }
+        STINT_RETURN_IF_ERROR(
+            ReportSegmentExit(s, e.segment_id, e.exit_code, all_done, e.message, t, c));
+        if (!SegmentActive(seg->second.state)) exited_ok_.erase(e.segment_id);
+      }
+      return Status::OK();
+    }));
+  }
+  if (now >= w.end_ms) {
     return Status::Aborted("node " + node + "'s window " + std::to_string(w.id) +
                            " has closed: register again");
   }
-  std::lock_guard<std::mutex> lock(beats_mu_);
-  node_beats_[w.id] = options_.clock();
   return w;
 }
 
@@ -537,9 +574,16 @@ ServerCounters Coordinator::server_counters() const {
 
 void Coordinator::MergeHeartbeats() {
   std::unordered_map<int64_t, Beat> beats;
+  std::unordered_map<int64_t, TimeMs> segment_beats;
   {
     std::lock_guard<std::mutex> lock(beats_mu_);
     beats.swap(beats_);
+    segment_beats.swap(segment_beats_);
+  }
+  for (const auto& [id, at] : segment_beats) {
+    auto seg = state_.segments.find(id);
+    if (seg != state_.segments.end())
+      seg->second.last_heartbeat_ms = std::max(seg->second.last_heartbeat_ms, at);
   }
   for (const auto& [id, b] : beats) {
     auto w = state_.workers.find(id);
@@ -591,6 +635,7 @@ void Coordinator::Tick() {
     }
     std::unique_lock<std::shared_mutex> lock(mu_);
     ApplyPlan(state_, plan, now, &changes);
+    PlaceSegments(changes, &changes);
     events =
         rendezvous_changed || !plan.starts.empty() || !plan.notices.empty() || !plan.lost.empty();
     Status saved = SaveOrRollback(changes);
@@ -624,6 +669,36 @@ bool Coordinator::CloseSilentNodes(TimeMs now, Changes* changes) {
     if (stintd::CloseWindow(state_, id, w.notice_lead_ms, now, changes).ok()) closed = true;
   }
   return closed;
+}
+
+void Coordinator::PlaceSegments(const Changes& started, Changes* changes) {
+  std::vector<int64_t> ids(started.segments.begin(), started.segments.end());
+  for (int64_t id : ids) {
+    auto it = state_.segments.find(id);
+    if (it == state_.segments.end()) continue;
+    Segment& seg = it->second;
+    if (!SegmentActive(seg.state) || !seg.placement.empty()) continue;
+    for (const Allocation& a : seg.allocs) {
+      auto w = state_.windows.find(a.window_id);
+      if (w == state_.windows.end() || w->second.node.empty()) continue;
+      // The indices other active segments hold on this window.
+      std::set<int> used;
+      for (const auto& [oid, other] : state_.segments) {
+        if (oid == id || !SegmentActive(other.state)) continue;
+        for (const Placement& p : other.placement) {
+          if (p.window_id == a.window_id) used.insert(p.gpus.begin(), p.gpus.end());
+        }
+      }
+      Placement p;
+      p.window_id = a.window_id;
+      for (int g : w->second.node_gpus) {
+        if (static_cast<int>(p.gpus.size()) == a.gpus) break;
+        if (!used.count(g)) p.gpus.push_back(g);
+      }
+      seg.placement.push_back(std::move(p));
+    }
+    if (!seg.placement.empty()) changes->segments.insert(id);
+  }
 }
 
 void Coordinator::WakeTick() {

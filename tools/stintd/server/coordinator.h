@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -85,7 +86,18 @@ class Coordinator {
   // notice lead. kNotFound: no such node; kAborted: its window closed (the
   // agent stops). CloseNode closes it now with its notice lead.
   Result<Window> RegisterNode(const Window& spec, bool* created);
-  Result<Window> NodeHeartbeat(const std::string& node);
+  // `running`: segments whose workers the node runs (each counts as a
+  // heartbeat of the segment, whose lease it keeps); `exits`: segments
+  // whose workers on this node all exited (ReportSegmentExit, once every
+  // node of the segment reported 0 for a 0). Reports for segments that
+  // already ended are ignored (the agent repeats them until it sees the end).
+  struct NodeExit {
+    int64_t segment_id = 0;
+    int exit_code = 0;
+    std::string message;
+  };
+  Result<Window> NodeHeartbeat(const std::string& node, const std::vector<int64_t>& running = {},
+                               const std::vector<NodeExit>& exits = {});
   Result<Window> CloseNode(const std::string& node);
   // Soft state: when the node's window was last heard from (0: never).
   TimeMs NodeLastHeartbeat(int64_t window_id) const;
@@ -157,6 +169,9 @@ class Coordinator {
   // Closes the windows of nodes silent for node_ttl_seconds, with their
   // notice lead. REQUIRES: mu_ held exclusively. True if one closed.
   bool CloseSilentNodes(TimeMs now, Changes* changes);
+  // Chooses the GPU indices of segments that started on node windows
+  // (Segment::placement). REQUIRES: mu_ held exclusively.
+  void PlaceSegments(const Changes& started, Changes* changes);
 
   const CoordinatorOptions options_;
   std::unique_ptr<Store> store_;
@@ -179,6 +194,12 @@ class Coordinator {
   // window missing here counts from the first tick that sees it, so a
   // restarted stintd gives every node a whole TTL to come back.
   std::unordered_map<int64_t, TimeMs> node_beats_;
+  // Soft: segment id -> newest node heartbeat naming it running (merged
+  // into Segment::last_heartbeat_ms by the tick), guarded by beats_mu_.
+  std::unordered_map<int64_t, TimeMs> segment_beats_;
+  // Soft: segment id -> windows whose node reported exit 0 (guarded by
+  // write_mu_); a lost entry only delays completion until the agents repeat.
+  std::map<int64_t, std::set<int64_t>> exited_ok_;
 
   // Long-polls wait for event_seq_ to move.
   mutable std::mutex event_mu_;

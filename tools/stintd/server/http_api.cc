@@ -143,6 +143,92 @@ Result<Job> ParseJobSpec(const RequestBody& b) {
   return j;
 }
 
+// A launch spec (API.md, "Launching"): refused whole, naming the field.
+Status CheckLaunch(const json& l, const Job& job) {
+  for (const auto& [key, value] : l.items()) {
+    if (key != "command" && key != "env" && key != "workdir" && key != "gpus_per_worker" &&
+        key != "signal") {
+      return Status::InvalidArgument("launch: unknown field \"" + key + "\"");
+    }
+  }
+  const json command = l.value("command", json());
+  if (!command.is_array() || command.empty())
+    return Status::InvalidArgument("launch.command must be a non-empty array of strings");
+  for (const json& a : command) {
+    if (!a.is_string()) return Status::InvalidArgument("launch.command must hold strings only");
+  }
+  const json env = l.value("env", json::object());
+  if (!env.is_object()) return Status::InvalidArgument("launch.env must be an object of strings");
+  for (const auto& [k, v] : env.items()) {
+    if (!v.is_string() || k.empty() || k.find('=') != std::string::npos)
+      return Status::InvalidArgument("launch.env: \"" + k + "\" must name a string value");
+  }
+  if (l.contains("workdir") && !l["workdir"].is_string())
+    return Status::InvalidArgument("launch.workdir must be a string");
+  const json gpw = l.value("gpus_per_worker", json(1));
+  if (!gpw.is_number_integer() || gpw.get<int64_t>() < 1 || gpw.get<int64_t>() > 1024)
+    return Status::InvalidArgument("launch.gpus_per_worker must be an integer in [1, 1024]");
+  if (job.min_gpus % gpw.get<int>() != 0 || job.max_gpus % gpw.get<int>() != 0) {
+    return Status::InvalidArgument("launch.gpus_per_worker must divide min_gpus and max_gpus");
+  }
+  const json sig = l.value("signal", json("TERM"));
+  static const char* kSignals[] = {"TERM", "INT", "HUP", "USR1", "USR2"};
+  bool known = false;
+  for (const char* name : kSignals) known = known || (sig.is_string() && sig == name);
+  if (!known) return Status::InvalidArgument("launch.signal must be TERM, INT, HUP, USR1 or USR2");
+  return Status::OK();
+}
+
+// What a node's agent runs (API.md, "Launching"): each active segment with
+// GPUs on `window`, with its ranks and the job's launch spec.
+json Assignments(const ClusterState& s, const Window& window) {
+  json out = json::array();
+  for (const auto& [sid, seg] : s.segments) {
+    if (!SegmentActive(seg.state) || seg.placement.empty()) continue;
+    auto job = s.jobs.find(seg.job_id);
+    if (job == s.jobs.end() || job->second.launch.empty()) continue;
+    const json launch = json::parse(job->second.launch, nullptr, /*allow_exceptions=*/false);
+    if (!launch.is_object()) continue;
+    const int gpw = launch.value("gpus_per_worker", 1);
+    int world = 0, rank_base = -1;
+    std::vector<int> gpus;
+    std::string master;
+    for (const Placement& p : seg.placement) {
+      auto w = s.windows.find(p.window_id);
+      if (master.empty() && w != s.windows.end()) {
+        master = w->second.node_addr.empty() ? w->second.node : w->second.node_addr;
+      }
+      if (p.window_id == window.id) {
+        rank_base = world;
+        gpus = p.gpus;
+      }
+      world += static_cast<int>(p.gpus.size()) / gpw;
+    }
+    if (rank_base < 0) continue;
+    json a = {{"segment_id", sid},
+              {"job_id", seg.job_id},
+              {"job_name", job->second.name},
+              {"state", SegmentStateName(seg.state)},
+              {"fencing_token", seg.fencing_token},
+              {"gpus", gpus},
+              {"rank_base", rank_base},
+              {"world_size", world},
+              {"master_addr", master},
+              // One port per segment: a later segment never meets an old
+              // one's listener still closing (TIME_WAIT).
+              {"master_port", 20000 + sid % 20000},
+              {"launch", launch},
+              {"notice", nullptr}};
+    if (seg.state == SegmentState::kNotified) {
+      a["notice"] = {{"reason", NoticeReasonName(seg.notice_reason)},
+                     {"deadline_ms", seg.deadline_ms},
+                     {"notice_ms", seg.notice_ms}};
+    }
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
 Result<Window> ParseWindowSpec(const RequestBody& b, TimeMs now) {
   Window w;
   STINT_ASSIGN_OR_RETURN(w.pool, b.String("pool"));
@@ -446,8 +532,13 @@ void HttpApi::InstallRoutes() {
     RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(
         req.body, {"name", "team", "pool", "priority", "min_gpus", "max_gpus", "gang",
                    "preemptible", "checkpoint_seconds", "restart_seconds",
-                   "checkpoint_interval_seconds", "remaining_seconds"}));
+                   "checkpoint_interval_seconds", "remaining_seconds", "launch"}));
     Job spec = STINT_HTTP_TRY(ParseJobSpec(b));
+    const json* launch = STINT_HTTP_TRY(b.OptionalObject("launch"));
+    if (launch != nullptr) {
+      if (Status bad = CheckLaunch(*launch, spec); !bad.ok()) return ErrorReply(bad);
+      spec.launch = launch->dump();
+    }
     Job j = STINT_HTTP_TRY(c->SubmitJob(spec));
     return Reply{201, ToJson(j), {}, {}};
   });
@@ -558,9 +649,11 @@ void HttpApi::InstallRoutes() {
   // --- nodes (stint-agent) ---
   route(kPost, "/v1/nodes", Right::kAgent, [c](const httplib::Request& req) {
     RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(
-        req.body, {"name", "pool", "gpus", "end_ms", "kind", "notice_lead_seconds"}));
+        req.body, {"name", "pool", "gpus", "end_ms", "kind", "notice_lead_seconds", "addr"}));
     Window spec;
     spec.node = STINT_HTTP_TRY(b.String("name"));
+    spec.node_addr = STINT_HTTP_TRY(b.OptionalString("addr")).value_or("");
+    if (spec.node_addr.size() > 255) return ErrorReply(Status::InvalidArgument("addr is too long"));
     spec.pool = STINT_HTTP_TRY(b.String("pool"));
     const json* gpus = STINT_HTTP_TRY(b.Array("gpus"));
     for (const json& g : *gpus) {
@@ -608,14 +701,35 @@ void HttpApi::InstallRoutes() {
   });
   route(kPost, R"(/v1/nodes/([A-Za-z0-9._-]+)/heartbeat)", Right::kAgent,
         [c](const httplib::Request& req) {
-          STINT_HTTP_TRY(RequestBody::Parse(req.body, {}));
-          Result<Window> w = c->NodeHeartbeat(req.matches[1]);
+          RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"running", "exited"}));
+          std::vector<int64_t> running;
+          std::vector<Coordinator::NodeExit> exits;
+          const json* r = STINT_HTTP_TRY(b.OptionalArray("running"));
+          for (const json& id : r != nullptr ? *r : json::array()) {
+            if (!id.is_number_integer())
+              return ErrorReply(Status::InvalidArgument("running must be an array of segment ids"));
+            running.push_back(id.get<int64_t>());
+          }
+          const json* e = STINT_HTTP_TRY(b.OptionalArray("exited"));
+          for (const json& x : e != nullptr ? *e : json::array()) {
+            if (!x.is_object() || !x.value("segment_id", json()).is_number_integer() ||
+                !x.value("exit_code", json()).is_number_integer() ||
+                !x.value("message", json("")).is_string()) {
+              return ErrorReply(Status::InvalidArgument(
+                  "exited must be an array of {\"segment_id\",\"exit_code\",\"message\"?}"));
+            }
+            exits.push_back({x["segment_id"].get<int64_t>(), x["exit_code"].get<int>(),
+                             x.value("message", "").substr(0, 4096)});
+          }
+          Result<Window> w = c->NodeHeartbeat(req.matches[1], running, exits);
           if (!w.ok()) return WorkerErrorReply(w.status());
-          Reply r;
+          Reply reply;
           c->Read([&](const ClusterState& s, const Plan&, TimeMs now) {
-            r.body = {{"name", w->node}, {"window", ToJson(s, *w, now)}};
+            reply.body = {{"name", w->node},
+                          {"window", ToJson(s, *w, now)},
+                          {"assignments", Assignments(s, *w)}};
           });
-          return r;
+          return reply;
         });
   route(kPost, R"(/v1/nodes/([A-Za-z0-9._-]+)/close)", Right::kAgent,
         [c](const httplib::Request& req) {

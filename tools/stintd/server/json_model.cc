@@ -25,7 +25,8 @@ json ToJson(const ClusterState& s, const Window& w, TimeMs now) {
           {"open", w.open_at(now)},
           {"allocated_gpus", allocated},
           {"node", w.node.empty() ? json(nullptr) : json(w.node)},
-          {"node_gpus", w.node_gpus}};
+          {"node_gpus", w.node_gpus},
+          {"node_addr", w.node_addr}};
 }
 
 json ToJson(const ClusterState& s, const Team& t) {
@@ -43,7 +44,10 @@ json ToJson(const ClusterState& s, const Team& t) {
 }
 
 json ToJson(const Job& j) {
-  return {{"id", j.id},
+  json launch = nullptr;
+  if (!j.launch.empty()) launch = json::parse(j.launch, nullptr, /*allow_exceptions=*/false);
+  return {{"launch", launch.is_discarded() ? json(nullptr) : launch},
+          {"id", j.id},
           {"name", j.name},
           {"team", j.team},
           {"pool", j.pool},
@@ -113,7 +117,11 @@ json ToJson(const Segment& seg) {
   json allocs = json::array();
   for (const Allocation& a : seg.allocs)
     allocs.push_back({{"window_id", a.window_id}, {"gpus", a.gpus}});
-  return {{"id", seg.id},
+  json placement = json::array();
+  for (const Placement& p : seg.placement)
+    placement.push_back({{"window_id", p.window_id}, {"gpus", p.gpus}});
+  return {{"placement", placement},
+          {"id", seg.id},
           {"job_id", seg.job_id},
           {"allocs", allocs},
           {"gpus", seg.gpus()},

@@ -1,7 +1,7 @@
 // Store on SQLite: one file, WAL journal, synchronous=FULL, exclusive
 // locking (one stintd per file), schema version in PRAGMA user_version.
 //
-// Schema version 6 (tables are STRICT, so a value of the wrong type is
+// Schema version 7 (tables are STRICT, so a value of the wrong type is
 // refused when written, not discovered when read):
 //   pools, windows, teams, jobs, segments, workers: one row per object,
 //     one column per field of model.h, named as the field; enums as their
@@ -26,7 +26,9 @@
 // already there: those workers got no secret and keep acting with the
 // shared worker token until their segment ends). Version 5 -> 6 adds the
 // windows columns node and node_gpus ('' and '[]' for the rows already
-// there: admin-declared windows, on no node).
+// there: admin-declared windows, on no node). Version 6 -> 7 adds the
+// columns jobs.launch (''), segments.placement ('[]') and windows.node_addr
+// (''): jobs without a launch spec, segments on no node.
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -54,7 +56,7 @@ using internal::SqliteStmt;
 using internal::StatusFromSqlite;
 using internal::StepDone;
 
-constexpr int64_t kSchemaVersion = 6;
+constexpr int64_t kSchemaVersion = 7;
 // STRICT tables need 3.37. Checked at run time too: the shared library
 // loaded may be older than the header compiled against.
 constexpr int kMinSqliteVersion = 3037000;
@@ -156,7 +158,8 @@ const Table kWindows = {"windows",
                          {"notice_lead_ms", Type::kInt},
                          {"closed_early", Type::kInt},
                          {"node", Type::kText},
-                         {"node_gpus", Type::kText}}};
+                         {"node_gpus", Type::kText},
+                         {"node_addr", Type::kText}}};
 
 const Table kTeams = {"teams",
                       {"name"},
@@ -193,7 +196,8 @@ const Table kJobs = {"jobs",
                       {"preemptions", Type::kInt},
                       {"lost_gpu_seconds", Type::kReal},
                       {"message", Type::kText},
-                      {"service_gpu_seconds", Type::kReal}}};
+                      {"service_gpu_seconds", Type::kReal},
+                      {"launch", Type::kText}}};
 
 const Table kSegments = {"segments",
                          {"id"},
@@ -209,7 +213,8 @@ const Table kSegments = {"segments",
                           {"deadline_ms", Type::kInt},
                           {"preempted_for", Type::kInt},
                           {"ended_ms", Type::kInt},
-                          {"last_heartbeat_ms", Type::kInt}}};
+                          {"last_heartbeat_ms", Type::kInt},
+                          {"placement", Type::kText}}};
 
 const Table kWorkers = {"workers",
                         {"id"},
@@ -379,6 +384,7 @@ Status BindRow(Binder& b, const Window& w) {
   b.Bool(w.closed_early);
   b.Text(w.node);
   b.Text(nlohmann::json(w.node_gpus).dump());
+  b.Text(w.node_addr);
   return Status::OK();
 }
 
@@ -400,6 +406,7 @@ Status ReadRow(RowReader& r, Window* w) {
       return Status::DataLoss("node_gpus holds a value that is not a GPU index: " + gpus);
     w->node_gpus.push_back(x.get<int>());
   }
+  w->node_addr = r.Text();
   return Status::OK();
 }
 
@@ -450,6 +457,7 @@ Status BindRow(Binder& b, const Job& j) {
   b.Double(j.lost_gpu_seconds);
   b.Text(j.message);
   b.Double(j.service_gpu_seconds);
+  b.Text(j.launch);
   return Status::OK();
 }
 
@@ -480,6 +488,7 @@ Status ReadRow(RowReader& r, Job* j) {
   j->lost_gpu_seconds = r.Double();
   j->message = r.Text();
   j->service_gpu_seconds = r.Double();
+  j->launch = r.Text();
   return Status::OK();
 }
 
@@ -500,6 +509,10 @@ Status BindRow(Binder& b, const Segment& s) {
   b.Int(s.preempted_for);
   b.Int(s.ended_ms);
   b.Int(s.last_heartbeat_ms);
+  nlohmann::json placement = nlohmann::json::array();
+  for (const Placement& p : s.placement)
+    placement.push_back({{"window_id", p.window_id}, {"gpus", p.gpus}});
+  b.Text(placement.dump());
   return Status::OK();
 }
 
@@ -517,6 +530,20 @@ Status ReadRow(RowReader& r, Segment* s) {
   s->preempted_for = r.Int();
   s->ended_ms = r.Int();
   s->last_heartbeat_ms = r.Int();
+  const std::string placement = r.Text();
+  const nlohmann::json a = nlohmann::json::parse(placement, nullptr, /*allow_exceptions=*/false);
+  if (!a.is_array()) return Status::DataLoss("placement is not a JSON array: " + placement);
+  for (const nlohmann::json& x : a) {
+    Placement p;
+    const nlohmann::json gpus = x.is_object() ? x.value("gpus", nlohmann::json()) : nlohmann::json();
+    if (!x.is_object() || !JsonInt(x, "window_id", &p.window_id) || !gpus.is_array())
+      return Status::DataLoss("placement entry is not {\"window_id\",\"gpus\"}: " + placement);
+    for (const nlohmann::json& g : gpus) {
+      if (!g.is_number_integer()) return Status::DataLoss("placement holds a non-index: " + placement);
+      p.gpus.push_back(g.get<int>());
+    }
+    s->placement.push_back(std::move(p));
+  }
   return AllocsFromJson(allocs, &s->allocs);
 }
 
@@ -900,6 +927,14 @@ Status SqliteStore::Init() {
         Migrate("ALTER TABLE windows ADD COLUMN node TEXT NOT NULL DEFAULT '';\n"
                 "ALTER TABLE windows ADD COLUMN node_gpus TEXT NOT NULL DEFAULT '[]'",
                 6));
+  }
+  if (version >= 1 && version <= 6) {
+    // Appended, as each column is last in its table.
+    STINT_RETURN_IF_ERROR(
+        Migrate("ALTER TABLE jobs ADD COLUMN launch TEXT NOT NULL DEFAULT '';\n"
+                "ALTER TABLE segments ADD COLUMN placement TEXT NOT NULL DEFAULT '[]';\n"
+                "ALTER TABLE windows ADD COLUMN node_addr TEXT NOT NULL DEFAULT ''",
+                7));
   }
   return PrepareAll();
 }
