@@ -23,6 +23,9 @@
 #ifndef STINTD_PATH
 #error "STINTD_PATH must name the stintd binary"
 #endif
+#ifndef STINTCTL_PATH
+#error "STINTCTL_PATH must name the stintctl binary"
+#endif
 #ifndef STINT_AGENT_PATH
 #error "STINT_AGENT_PATH must name the stint-agent binary"
 #endif
@@ -342,6 +345,40 @@ TEST_F(AgentTest, Exit76FailsTheJobWithTheWorkersLastMessage) {
       << Job(job).dump() << agent->output();
   EXPECT_NE(Job(job)["message"].get<std::string>().find("bad config: lr < 0"), std::string::npos)
       << Job(job).dump();
+}
+
+// stintctl submits the launch spec (everything after --, env, signal) and
+// lists the node; the agent runs the command.
+TEST_F(AgentTest, StintctlSubmitsACommandAndListsNodes) {
+  Start();
+  auto agent = Agent("n9", "0", {"--spot"});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n9 registered: window ")) << agent->output();
+  auto ctl = [&](std::vector<std::string> args) {
+    std::vector<std::string> all = {"--url", daemon_->url(), "--token",
+                                    StintdProcess::kAdminToken};
+    all.insert(all.end(), args.begin(), args.end());
+    return RunProgram(STINTCTL_PATH, all);
+  };
+  RunResult nodes = ctl({"nodes"});
+  EXPECT_EQ(nodes.exit_code, 0) << nodes.output;
+  EXPECT_NE(nodes.output.find("n9"), std::string::npos) << nodes.output;
+  EXPECT_NE(nodes.output.find("open"), std::string::npos) << nodes.output;
+  const std::string out = dir_.Sub("said");
+  RunResult submitted =
+      ctl({"jobs", "submit", "--name", "said", "--gpus", "1", "--pool", "gpu", "--env",
+           "WORD=hello world", "--env", "OUT=" + out, "--signal", "SIGUSR1", "--", "/bin/sh", "-c",
+           "echo \"$WORD\" > \"$OUT\""});
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
+  const int64_t job = std::stoll(submitted.output.substr(submitted.output.find("job ") + 4));
+  const json launch = Job(job)["launch"];
+  EXPECT_EQ(launch["command"], json::array({"/bin/sh", "-c", "echo \"$WORD\" > \"$OUT\""}));
+  EXPECT_EQ(launch["env"]["WORD"], "hello world");
+  EXPECT_EQ(launch["signal"], "USR1");
+  ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "DONE"; }, 30))
+      << Job(job).dump() << agent->output();
+  EXPECT_EQ(ReadFile(out), "hello world\n");
+  RunResult bad = ctl({"jobs", "submit", "--name", "x", "--gpus", "1", "--env", "A=1"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
 }
 
 // A process that is gone or a zombie no one reaped yet.

@@ -8,6 +8,9 @@
 //   stintctl jobs submit --name N --gpus MIN[:MAX] [--team T] [--pool P] [--priority L]
 //                        [--no-gang] [--not-preemptible] [--checkpoint-seconds S]
 //                        [--restart-seconds S] [--interval-seconds S] [--remaining D]
+//                        [--gpus-per-worker N] [--env K=V]... [--workdir DIR]
+//                        [--signal TERM|INT|HUP|USR1|USR2] [-- COMMAND ARGS...]
+//   stintctl nodes                                    (stint-agent nodes, their GPUs and windows)
 //   stintctl jobs list [--state S]   jobs show ID   jobs cancel ID [--reason R]
 //   stintctl jobs priority ID LEVEL
 //   stintctl queue                                    stintctl segments [--job ID]
@@ -306,6 +309,21 @@ int Main(int argc, char** argv) {
           ->check(CLI::NonNegativeNumber);
   auto* j_remaining_opt =
       jobs_submit->add_option("--remaining", j_remaining, "work left, e.g. 12h");
+  // The launch spec: stint-agent starts the command on the segment's nodes.
+  std::vector<std::string> j_command, j_env;
+  std::string j_workdir, j_signal;
+  int j_gpus_per_worker = 1;
+  auto* j_gpw_opt = jobs_submit
+                        ->add_option("--gpus-per-worker", j_gpus_per_worker,
+                                     "GPUs per worker process (with a command)")
+                        ->check(CLI::Range(1, 1024));
+  jobs_submit->add_option("--env", j_env, "K=V for the workers (with a command; repeatable)");
+  auto* j_workdir_opt =
+      jobs_submit->add_option("--workdir", j_workdir, "the workers' directory (with a command)");
+  auto* j_signal_opt = jobs_submit->add_option(
+      "--signal", j_signal, "sent to the workers on a notice: TERM (default), INT, HUP, USR1, USR2");
+  jobs_submit->add_option("command", j_command,
+                          "after --: the command stint-agent starts per worker");
   leaf(jobs_submit, [&](Ctl& c, int64_t) {
     auto gpus = ParseGpuRange(j_gpus);
     if (!gpus.ok()) return Usage(gpus.status().message());
@@ -326,6 +344,24 @@ int Main(int argc, char** argv) {
       auto d = ParseDuration(j_remaining);
       if (!d.ok()) return Usage("--remaining: " + d.status().message());
       body["remaining_seconds"] = *d;
+    }
+    if (!j_command.empty()) {
+      Json env = Json::object();
+      for (const std::string& kv : j_env) {
+        const size_t eq = kv.find('=');
+        if (eq == std::string::npos || eq == 0) return Usage("--env wants K=V (got \"" + kv + "\")");
+        env[kv.substr(0, eq)] = kv.substr(eq + 1);
+      }
+      Json launch{{"command", j_command}, {"env", env}, {"gpus_per_worker", j_gpus_per_worker}};
+      if (*j_workdir_opt) launch["workdir"] = j_workdir;
+      if (*j_signal_opt) {
+        std::string sig = j_signal;
+        if (sig.rfind("SIG", 0) == 0) sig = sig.substr(3);
+        launch["signal"] = sig;
+      }
+      body["launch"] = launch;
+    } else if (!j_env.empty() || *j_workdir_opt || *j_signal_opt || *j_gpw_opt) {
+      return Usage("--env, --workdir, --signal and --gpus-per-worker go with a command after --");
     }
     return c.Run("POST", "/v1/jobs", body, [](const Json& j) {
       return Line("job " + Cell(j, "id") + " submitted (" + Cell(j, "state") + ")");
@@ -390,6 +426,11 @@ int Main(int argc, char** argv) {
     if (*s_job_opt) path += "?job_id=" + std::to_string(s_job);
     return c.Run("GET", path, std::nullopt,
                  [now](const Json& r) { return RenderSegments(r, now); });
+  });
+
+  CLI::App* nodes = app.add_subcommand("nodes", "stint-agent nodes, their GPUs and windows");
+  leaf(nodes, [&](Ctl& c, int64_t) {
+    return c.Run("GET", "/v1/nodes", std::nullopt, RenderNodes);
   });
 
   CLI::App* status = app.add_subcommand(

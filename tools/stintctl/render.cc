@@ -156,6 +156,23 @@ std::string RenderTeams(const Json& reply) {
   return t.Render();
 }
 
+std::string RenderNodes(const Json& reply) {
+  const Json& nodes = List(reply, "nodes");
+  if (nodes.empty()) return "no nodes\n";
+  Table t({"NODE", "POOL", "GPUS", "STATE", "WINDOW", "KIND", "ALLOCATED"});
+  for (const Json& n : nodes) {
+    std::string gpus;
+    for (const Json& g : n.value("gpus", Json::array()))
+      gpus += (gpus.empty() ? "" : ",") + (g.is_number_integer() ? g.dump() : std::string("?"));
+    const Json& w = n.value("window", Json::object()).is_object() ? n["window"] : Json::object();
+    const bool open = n.value("open", false);
+    t.AddRow({Cell(n, "name"), Cell(n, "pool"), gpus.empty() ? "-" : gpus,
+              open ? (w.value("closed_early", false) ? "closing" : "open") : "closed",
+              Cell(w, "id"), Cell(w, "kind"), Cell(w, "allocated_gpus")});
+  }
+  return t.Render();
+}
+
 std::string RenderJobs(const Json& reply, int64_t now_ms) {
   const Json& jobs = List(reply, "jobs");
   if (jobs.empty()) return "no jobs\n";

@@ -20,6 +20,7 @@ std::string RenderTeams(const Json& reply);                     // {"teams":[...
 std::string RenderJobs(const Json& reply, int64_t now_ms);      // {"jobs":[...]}
 std::string RenderJob(const Json& job, int64_t now_ms);         // GET /v1/jobs/{id}
 std::string RenderSegments(const Json& reply, int64_t now_ms);  // {"segments":[...]}
+std::string RenderNodes(const Json& reply);                      // {"nodes":[...]}
 // GET /v1/queue; times are relative to the answer's own now_ms.
 std::string RenderQueue(const Json& reply);
 // `stintctl status`: one screen of counts from GET /v1/queue, /v1/jobs and
