@@ -196,24 +196,58 @@ Result<CoordinatorOptions> CoordinatorOptionsFromLookup(
     o.url = url;
   }
   o.token = lookup("STINT_COORD_TOKEN");
-  if (o.token.empty()) {
+  const std::string secret = lookup("STINT_WORKER_SECRET");
+  if (o.token.empty() && secret.empty()) {
     return Status::InvalidArgument(
         "STINT_COORD_TOKEN is not set (the worker token stintd was started with)");
   }
-  std::string job = lookup("STINT_JOB_ID");
-  if (job.empty())
-    return Status::InvalidArgument("STINT_JOB_ID is not set (the stintd job this process runs)");
-  uint64_t id = 0;
-  for (char c : job) {
-    if (c < '0' || c > '9' || id > (std::numeric_limits<uint64_t>::max() - 9) / 10) {
-      return Status::InvalidArgument("STINT_JOB_ID='" + job + "' is not a positive integer");
+  auto parse_id = [&](const char* name, bool required, uint64_t* out) -> Status {
+    const std::string text = lookup(name);
+    if (text.empty()) {
+      if (!required) return Status::OK();
+      return Status::InvalidArgument(std::string(name) + " is not set");
     }
-    id = id * 10 + uint64_t(c - '0');
-  }
-  if (id == 0)
-    return Status::InvalidArgument("STINT_JOB_ID='" + job + "' is not a positive integer");
-  o.job_id = id;
+    uint64_t id = 0;
+    for (char c : text) {
+      if (c < '0' || c > '9' || id > (std::numeric_limits<uint64_t>::max() - 9) / 10) {
+        return Status::InvalidArgument(std::string(name) + "='" + text +
+                                       "' is not a positive integer");
+      }
+      id = id * 10 + uint64_t(c - '0');
+    }
+    if (id == 0 && std::string(name) != "STINT_FENCING_TOKEN") {
+      return Status::InvalidArgument(std::string(name) + "='" + text +
+                                     "' is not a positive integer");
+    }
+    *out = id;
+    return Status::OK();
+  };
+  if (lookup("STINT_JOB_ID").empty())
+    return Status::InvalidArgument("STINT_JOB_ID is not set (the stintd job this process runs)");
+  STINT_RETURN_IF_ERROR(parse_id("STINT_JOB_ID", true, &o.job_id));
   o.worker_name = lookup("STINT_WORKER_NAME");
+  if (!secret.empty() || !lookup("STINT_WORKER_ID").empty()) {
+    WorkerRegistration reg;
+    reg.job_id = o.job_id;
+    reg.secret = secret;
+    if (secret.empty()) return Status::InvalidArgument("STINT_WORKER_ID without STINT_WORKER_SECRET");
+    STINT_RETURN_IF_ERROR(parse_id("STINT_WORKER_ID", true, &reg.worker_id));
+    STINT_RETURN_IF_ERROR(parse_id("STINT_FENCING_TOKEN", true, &reg.fencing_token));
+    STINT_RETURN_IF_ERROR(parse_id("STINT_SEGMENT_ID", false, &reg.segment_id));
+    auto seconds = [&](const char* name, std::chrono::milliseconds* out) -> Status {
+      const std::string text = lookup(name);
+      if (text.empty()) return Status::OK();
+      char* end = nullptr;
+      const double v = std::strtod(text.c_str(), &end);
+      if (end != text.c_str() + text.size() || !(v >= 0 && v < 1e9))
+        return Status::InvalidArgument(std::string(name) + "='" + text + "' is not seconds");
+      *out = SecondsToMs(v);
+      return Status::OK();
+    };
+    STINT_RETURN_IF_ERROR(seconds("STINT_LEASE_TTL_SECONDS", &reg.lease_ttl));
+    STINT_RETURN_IF_ERROR(seconds("STINT_HEARTBEAT_INTERVAL_SECONDS", &reg.heartbeat_interval));
+    o.preregistered = reg;
+  }
   return o;
 }
 
@@ -266,6 +300,15 @@ Result<WorkerRegistration> CoordinatorClient::RequireRegistration() const {
 
 Result<WorkerRegistration> CoordinatorClient::Register() {
   if (options_.job_id == 0) return Status::InvalidArgument("CoordinatorOptions.job_id is not set");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (options_.preregistered && !adopted_) {
+      adopted_ = true;
+      registration_ = *options_.preregistered;
+      if (registration_->job_id == 0) registration_->job_id = options_.job_id;
+      return *registration_;
+    }
+  }
   HttpRequest req;
   req.method = "POST";
   req.path = "/v1/jobs/" + std::to_string(options_.job_id) + "/workers";
@@ -409,8 +452,16 @@ Result<FencingCheck> CoordinatorClient::CheckFencing() {
   return CheckFencing(reg.job_id, reg.fencing_token);
 }
 
+std::string CoordinatorClient::JobToken() const {
+  if (!options_.token.empty()) return "";  // the client's own
+  std::lock_guard<std::mutex> lock(mu_);
+  if (registration_) return registration_->secret;
+  return options_.preregistered ? options_.preregistered->secret : "";
+}
+
 Result<FencingCheck> CoordinatorClient::CheckFencing(uint64_t job_id, uint64_t fencing_token) {
   HttpRequest req;
+  req.token = JobToken();
   req.method = "POST";
   req.path = "/v1/fencing/check";
   req.body = Json{{"job_id", job_id}, {"fencing_token", fencing_token}};
@@ -474,6 +525,7 @@ Result<uint64_t> CoordinatorClient::Put(const std::string& key, const std::strin
   HttpRequest req;
   req.method = "PUT";
   req.path = "/v1/jobs/" + std::to_string(options_.job_id) + "/kv/" + key;
+  req.token = JobToken();
   req.body = Json{{"value", value}};
   if (if_version) (*req.body)["if_version"] = *if_version;
   // Repeating a compare-and-set whose answer was lost would report kAborted
@@ -494,6 +546,7 @@ Result<KvEntry> CoordinatorClient::Get(const std::string& key, std::chrono::seco
   const int64_t seconds = std::max<int64_t>(0, wait.count());
   HttpRequest req;
   req.method = "GET";
+  req.token = JobToken();
   req.path = "/v1/jobs/" + std::to_string(options_.job_id) + "/kv/" + key +
              "?wait_seconds=" + std::to_string(seconds);
   // Versions start at 1, and stintd refuses min_version=0: "any" is no parameter.
@@ -522,6 +575,7 @@ Status CoordinatorClient::Delete(const std::string& key) {
   HttpRequest req;
   req.method = "DELETE";
   req.path = "/v1/jobs/" + std::to_string(options_.job_id) + "/kv/" + key;
+  req.token = JobToken();
   return http_->Call(req).status();
 }
 

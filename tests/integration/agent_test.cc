@@ -381,6 +381,39 @@ TEST_F(AgentTest, StintctlSubmitsACommandAndListsNodes) {
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
 }
 
+// A launched worker holds its own credential and no shared token: its
+// CoordinatorSession adopts the agent's registration, its KV and fencing
+// calls work for its job and are refused for another one.
+TEST_F(AgentTest, LaunchedWorkersActWithTheirOwnCredentialOnly) {
+  Start();
+  // Another job (pending in a pool with no GPUs) the workers must not reach.
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "elsewhere"}}).status, 201);
+  auto other = admin_->Post("/v1/jobs", {{"name", "other"}, {"pool", "elsewhere"}, {"min_gpus", 1}});
+  ASSERT_EQ(other.status, 201) << other.text;
+  auto agent = Agent("n10", "0,1", {"--spot"});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n10 registered: window ")) << agent->output();
+  json spec = {{"name", "client"},
+               {"pool", "gpu"},
+               {"min_gpus", 2},
+               {"launch",
+                {{"command", {STINT_COORD_WORKER}},
+                 {"env", {{"OTHER_JOB", std::to_string(other.body["id"].get<int64_t>())}}}}}};
+  auto r = admin_->Post("/v1/jobs", spec);
+  ASSERT_EQ(r.status, 201) << r.text;
+  const int64_t job = r.body["id"];
+  ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "DONE"; }, 30))
+      << Job(job).dump() << agent->output();
+  const int64_t sid = Job(job)["segments"][0]["id"];
+  for (int rank = 0; rank < 2; rank++) {
+    const std::string log = ReadFile(dir_.Sub("agent-n10") + "/job-" + std::to_string(job) +
+                                     "/segment-" + std::to_string(sid) + "/rank-" +
+                                     std::to_string(rank) + ".log");
+    EXPECT_NE(log.find("coord_worker: ok"), std::string::npos) << log;
+    auto kv = admin_->Get("/v1/jobs/" + std::to_string(job) + "/kv/hello-" + std::to_string(rank));
+    EXPECT_EQ(kv.status, 200) << kv.text;
+  }
+}
+
 // A process that is gone or a zombie no one reaped yet.
 bool ProcessGone(pid_t pid) {
   if (kill(pid, 0) != 0) return true;

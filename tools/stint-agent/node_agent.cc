@@ -228,10 +228,32 @@ void NodeAgent::Launch(const void* assignment) {
   }
   const std::string workdir = launch.value("workdir", std::string());
   const Json env = launch.value("env", Json::object());
+  // Each worker's credential: a registration made for it (the agent token
+  // carries the worker right), whose secret acts for that worker and, in
+  // the KV and the fencing check, for this job only. All of them before
+  // any process starts: a refusal (the segment just ended) starts nothing,
+  // and the next beat decides again.
+  std::vector<Json> regs;
+  for (int i = 0; i < local; i++) {
+    HttpRequest req;
+    req.method = "POST";
+    req.path = "/v1/jobs/" + std::to_string(job) + "/workers";
+    req.body = Json{{"name", options_.node + ":" + std::to_string(rank_base + i)}};
+    req.idempotent = false;
+    Result<HttpReply> reg = http_->Call(req);
+    if (!reg.ok() || !reg->body.is_object()) {
+      std::fprintf(stderr, "stint-agent: segment %lld: cannot register rank %d: %s\n",
+                   static_cast<long long>(sid), rank_base + i,
+                   reg.ok() ? "no answer" : reg.status().ToString().c_str());
+      return;
+    }
+    regs.push_back(reg->body);
+  }
   const pid_t agent = getpid();
   for (int i = 0; i < local; i++) {
     WorkerProc p;
     p.rank = rank_base + i;
+    const Json& reg = regs[i];
     p.log = dir + "/rank-" + std::to_string(p.rank) + ".log";
     std::string visible;
     for (int g = i * gpw; g < (i + 1) * gpw; g++)
@@ -248,7 +270,13 @@ void NodeAgent::Launch(const void* assignment) {
         {"STINT_COORD_URL", options_.url},
         {"STINT_JOB_ID", std::to_string(job)},
         {"STINT_SEGMENT_ID", std::to_string(sid)},
-        {"STINT_WORKER_NAME", options_.node + ":" + std::to_string(p.rank)}};
+        {"STINT_WORKER_NAME", options_.node + ":" + std::to_string(p.rank)},
+        {"STINT_WORKER_ID", std::to_string(reg.value("worker_id", int64_t{0}))},
+        {"STINT_WORKER_SECRET", reg.value("worker_secret", std::string())},
+        {"STINT_FENCING_TOKEN", std::to_string(reg.value("fencing_token", uint64_t{0}))},
+        {"STINT_LEASE_TTL_SECONDS", std::to_string(reg.value("lease_ttl_seconds", 0.0))},
+        {"STINT_HEARTBEAT_INTERVAL_SECONDS",
+         std::to_string(reg.value("heartbeat_interval_seconds", 0.0))}};
     for (const auto& [k, v] : env.items()) vars.emplace_back(k, v.get<std::string>());
     std::vector<char*> argv;
     for (std::string& arg : command) argv.push_back(arg.data());
@@ -273,6 +301,7 @@ void NodeAgent::Launch(const void* assignment) {
         std::fprintf(stderr, "stint-agent: chdir %s: %s\n", workdir.c_str(), std::strerror(errno));
         _exit(127);
       }
+      unsetenv("STINT_AGENT_TOKEN");  // the agent's right is not the worker's
       for (const auto& [k, v] : vars) setenv(k.c_str(), v.c_str(), 1);
       execvp(argv[0], argv.data());
       std::fprintf(stderr, "stint-agent: exec %s: %s\n", argv[0], std::strerror(errno));

@@ -67,6 +67,20 @@ struct RetryPolicy {
   std::function<void(int attempt, const Status& error)> on_retry;
 };
 
+struct WorkerRegistration {
+  uint64_t worker_id = 0;
+  uint64_t job_id = 0;
+  uint64_t segment_id = 0;
+  uint64_t fencing_token = 0;                       // this incarnation's: its checkpoints carry it
+  std::chrono::milliseconds lease_ttl{0};           // heartbeat within this or be fenced
+  std::chrono::milliseconds heartbeat_interval{0};  // the server's advice
+  // This incarnation's own credential: the worker calls below send it
+  // instead of options().token (stintd accepts nothing else on
+  // /v1/workers/{id}/*). Empty from a stintd older than per-worker secrets;
+  // the calls then send options().token, as before.
+  std::string secret;
+};
+
 struct CoordinatorOptions {
   // "http://host:port" (a trailing "/" is allowed, no other path).
   // Default: http://127.0.0.1:7077, stintd's default.
@@ -89,13 +103,23 @@ struct CoordinatorOptions {
   // expires sooner than this (it also absorbs clock skew between this host
   // and stintd's). Default: 1 s.
   std::chrono::milliseconds fencing_margin{std::chrono::seconds(1)};
+  // A registration its launcher (stint-agent) made for this process: the
+  // first Register() adopts it instead of calling stintd, and with its
+  // secret `token` may stay empty (the secret then serves the KV and the
+  // fencing check too, for this job only). Default: none.
+  std::optional<WorkerRegistration> preregistered;
 };
 
 // Options from the environment a launcher sets for a worker:
 //   STINT_COORD_URL    (optional; default http://127.0.0.1:7077)
-//   STINT_COORD_TOKEN  (required)
+//   STINT_COORD_TOKEN  (required unless STINT_WORKER_SECRET is set)
 //   STINT_JOB_ID       (required; a positive integer)
 //   STINT_WORKER_NAME  (optional; default <hostname>:<pid>)
+//   STINT_WORKER_ID, STINT_WORKER_SECRET, STINT_FENCING_TOKEN,
+//   STINT_SEGMENT_ID, STINT_LEASE_TTL_SECONDS, STINT_HEARTBEAT_INTERVAL_SECONDS
+//                      (stint-agent: the registration it made for this
+//                      process, CoordinatorOptions::preregistered; the first
+//                      three together or none)
 // Empty counts as unset. kInvalidArgument naming the variable when a
 // required one is missing or a value is malformed.
 Result<CoordinatorOptions> CoordinatorOptionsFromEnvironment();
@@ -104,19 +128,6 @@ Result<CoordinatorOptions> CoordinatorOptionsFromEnvironment();
 // means "this worker is fenced: stop, do not commit, do not retry".
 bool IsFenced(const Status& status);
 
-struct WorkerRegistration {
-  uint64_t worker_id = 0;
-  uint64_t job_id = 0;
-  uint64_t segment_id = 0;
-  uint64_t fencing_token = 0;                       // this incarnation's: its checkpoints carry it
-  std::chrono::milliseconds lease_ttl{0};           // heartbeat within this or be fenced
-  std::chrono::milliseconds heartbeat_interval{0};  // the server's advice
-  // This incarnation's own credential: the worker calls below send it
-  // instead of options().token (stintd accepts nothing else on
-  // /v1/workers/{id}/*). Empty from a stintd older than per-worker secrets;
-  // the calls then send options().token, as before.
-  std::string secret;
-};
 
 struct CoordinatorNotice {
   std::string reason;       // "window_close", "revoked", "preempted", "cancelled"
@@ -183,7 +194,9 @@ class CoordinatorClient {
 
   // Joins options().job_id as a new worker. On success the client remembers
   // the registration: the worker calls below use it. kFailedPrecondition when
-  // the job has no running segment (it is pending: try again later).
+  // the job has no running segment (it is pending: try again later). The
+  // first call adopts options().preregistered when there is one, without
+  // calling stintd.
   Result<WorkerRegistration> Register();
   // The last successful Register(); nullopt before.
   std::optional<WorkerRegistration> registration() const;
@@ -264,11 +277,15 @@ class CoordinatorClient {
   CoordinatorClient(const CoordinatorOptions& options,
                     std::unique_ptr<internal::HttpJsonClient> http);
   Result<WorkerRegistration> RequireRegistration() const;
+  // The bearer token of the job-scoped calls (KV, fencing check): "" for
+  // options().token, else the worker's secret.
+  std::string JobToken() const;
 
   const CoordinatorOptions options_;
   const std::unique_ptr<internal::HttpJsonClient> http_;
   mutable std::mutex mu_;
   std::optional<WorkerRegistration> registration_;  // guarded by mu_
+  bool adopted_ = false;                            // guarded by mu_: preregistered was used
 };
 
 // A registered worker kept alive: a heartbeat every interval and a standing

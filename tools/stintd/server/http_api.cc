@@ -313,6 +313,44 @@ std::optional<Reply> AuthorizeWorker(const TokenAuth& auth, Coordinator* c,
   return ErrorReply(Status::Unauthenticated("missing or unknown bearer token"));
 }
 
+// The job-scoped worker calls (KV, fencing check) of job `job`: the worker
+// token (or an agent's, or an admin's), or the secret of an active worker of
+// that job (a process stint-agent launched holds only its secret).
+// nullopt: allowed.
+std::optional<Reply> AuthorizeJob(const TokenAuth& auth, Coordinator* c,
+                                  const httplib::Request& req, int64_t job) {
+  const std::string header = req.get_header_value("Authorization");
+  const Right right = auth.Check(header);
+  if (Allows(right, Right::kWorker)) return std::nullopt;
+  int64_t owner = 0;
+  std::string random;
+  if (right != Right::kNone || !ParseWorkerSecret(BearerToken(header), &owner, &random))
+    return ErrorReply(Status::Unauthenticated("missing or unknown bearer token"));
+  const std::string hash = Sha256Hex(random);
+  bool known = false, active = false;
+  int64_t owner_job = 0;
+  c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+    auto w = s.workers.find(owner);
+    if (w == s.workers.end() || w->second.secret_hash.empty()) return;
+    known = ConstantTimeEqual(w->second.secret_hash, hash);
+    if (!known) return;
+    owner_job = w->second.job_id;
+    Result<WorkerView> v = ViewWorker(s, owner);
+    active = v.ok() && v->active;
+  });
+  if (!known) return ErrorReply(Status::Unauthenticated("unknown or revoked worker secret"));
+  if (owner_job != job) {
+    return ErrorReply(Status::PermissionDenied("the secret of worker " + std::to_string(owner) +
+                                               " (job " + std::to_string(owner_job) +
+                                               ") cannot act for job " + std::to_string(job)));
+  }
+  if (!active) {
+    return GoneReply("worker " + std::to_string(owner) +
+                     " is fenced (it left, or its segment ended): its secret is dead");
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 HttpApi::HttpApi(Coordinator* coordinator, TokenAuth auth, HttpOptions options)
@@ -866,9 +904,11 @@ void HttpApi::InstallRoutes() {
         return rendezvous_reply(c->WaitRendezvous(id, static_cast<uint64_t>(known), Millis(wait)));
       });
 
-  route(kPost, "/v1/fencing/check", Right::kWorker, [c](const httplib::Request& req) {
+  const TokenAuth* auth = &auth_;
+  route(kPost, "/v1/fencing/check", Right::kNone, [c, auth](const httplib::Request& req) {
     RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"job_id", "fencing_token"}));
     const int64_t job = STINT_HTTP_TRY(b.Int64("job_id"));
+    if (std::optional<Reply> refused = AuthorizeJob(*auth, c, req, job)) return *refused;
     const int64_t token = STINT_HTTP_TRY(b.Int64("fencing_token"));
     if (token < 0) return ErrorReply(Status::InvalidArgument("fencing_token must be >= 0"));
     TimeMs until = kNever;
@@ -881,26 +921,29 @@ void HttpApi::InstallRoutes() {
   });
 
   // --- KV ---
-  route(kPut, R"(/v1/jobs/(\d+)/kv/([A-Za-z0-9._/-]+))", Right::kWorker,
-        [c](const httplib::Request& req) {
+  route(kPut, R"(/v1/jobs/(\d+)/kv/([A-Za-z0-9._/-]+))", Right::kNone,
+        [c, auth](const httplib::Request& req) {
           const int64_t job = STINT_HTTP_TRY(PathId(req, 1, "job"));
+          if (std::optional<Reply> refused = AuthorizeJob(*auth, c, req, job)) return *refused;
           RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"value", "if_version"}));
           const std::string value = STINT_HTTP_TRY(b.String("value"));
           std::optional<int64_t> if_version = STINT_HTTP_TRY(b.OptionalInt64("if_version"));
           const int64_t version = STINT_HTTP_TRY(c->PutKv(job, req.matches[2], value, if_version));
           return Reply{200, {{"version", version}}, {}, {}};
         });
-  route(kGet, R"(/v1/jobs/(\d+)/kv/([A-Za-z0-9._/-]+))", Right::kWorker,
-        [c, max_wait](const httplib::Request& req) {
+  route(kGet, R"(/v1/jobs/(\d+)/kv/([A-Za-z0-9._/-]+))", Right::kNone,
+        [c, auth, max_wait](const httplib::Request& req) {
           const int64_t job = STINT_HTTP_TRY(PathId(req, 1, "job"));
+          if (std::optional<Reply> refused = AuthorizeJob(*auth, c, req, job)) return *refused;
           const double wait = STINT_HTTP_TRY(QuerySeconds(req, "wait_seconds", 0, max_wait));
           const int64_t min_version = STINT_HTTP_TRY(QueryInt(req, "min_version", 1, 1));
           KvRecord e = STINT_HTTP_TRY(c->GetKv(job, req.matches[2], min_version, Millis(wait)));
           return Reply{200, ToJson(e), {}, {}};
         });
-  route(kDelete, R"(/v1/jobs/(\d+)/kv/([A-Za-z0-9._/-]+))", Right::kWorker,
-        [c](const httplib::Request& req) {
+  route(kDelete, R"(/v1/jobs/(\d+)/kv/([A-Za-z0-9._/-]+))", Right::kNone,
+        [c, auth](const httplib::Request& req) {
           const int64_t job = STINT_HTTP_TRY(PathId(req, 1, "job"));
+          if (std::optional<Reply> refused = AuthorizeJob(*auth, c, req, job)) return *refused;
           Status s = c->DeleteKv(job, req.matches[2]);
           return s.ok() ? Reply{200, {{"ok", true}}, {}, {}} : ErrorReply(s);
         });
