@@ -414,6 +414,28 @@ TEST_F(AgentTest, LaunchedWorkersActWithTheirOwnCredentialOnly) {
   }
 }
 
+// A command that keeps crashing is started again until the crash-loop guard
+// (--crash-limit 2) fails the job with its reason.
+TEST_F(AgentTest, ACrashLoopEndsFailedWithItsReason) {
+  std::vector<std::string> args = DaemonArgs();
+  args.insert(args.end(), {"--crash-limit", "2", "--crash-window-seconds", "600"});
+  Start(args);
+  auto agent = Agent("n11", "0", {"--spot"});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n11 registered: window ")) << agent->output();
+  const int64_t job = SubmitLaunch(*admin_, 1, "echo 'segfault in step 3'; exit 3");
+  ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "FAILED"; }, 30))
+      << Job(job).dump() << agent->output();
+  const json j = Job(job);
+  EXPECT_EQ(j["segments"].size(), 2u) << j.dump();
+  EXPECT_EQ(j["recent_crashes"], 2) << j.dump();
+  const std::string message = j["message"];
+  EXPECT_NE(message.find("crash loop: 2 crashes"), std::string::npos) << message;
+  EXPECT_NE(message.find("segfault in step 3"), std::string::npos) << message;
+  RunResult queue = RunProgram(STINTCTL_PATH, {"--url", daemon_->url(), "--token",
+                                               StintdProcess::kAdminToken, "jobs", "list"});
+  EXPECT_NE(queue.output.find("crash loop"), std::string::npos) << queue.output;
+}
+
 // A process that is gone or a zombie no one reaped yet.
 bool ProcessGone(pid_t pid) {
   if (kill(pid, 0) != 0) return true;

@@ -118,6 +118,7 @@ ClusterState RichState() {
   j.service_gpu_seconds = 123456.25;
   j.message = std::string("nul\0inside", 10) + "\n\ttabs; DROP TABLE jobs; --";
   j.launch = R"({"command":["python","train.py"],"env":{"K":"V"}})";
+  j.crash_ms = {1700000000001, -3};
   s.jobs[j.id] = j;
   Job j2;  // defaults but for the id: the other end of every range
   j2.id = -1;
@@ -258,6 +259,7 @@ void ExpectSame(const Job& a, const Job& b) {
   ExpectSameDouble(a.lost_gpu_seconds, b.lost_gpu_seconds, "lost_gpu_seconds");
   EXPECT_EQ(a.message, b.message);
   EXPECT_EQ(a.launch, b.launch);
+  EXPECT_EQ(a.crash_ms, b.crash_ms);
   ExpectSameDouble(a.service_gpu_seconds, b.service_gpu_seconds, "service_gpu_seconds");
 }
 
@@ -625,15 +627,15 @@ TEST(StoreOpen, NewerSchemaVersionIsRefusedAndTheFileLeftAsItWas) {
     ClusterState s = RichState();
     ASSERT_OK(store->Save(s, All(s)));
   }
-  ASSERT_EQ(RawSql(path, "PRAGMA user_version=8; PRAGMA user_version"), "8");
+  ASSERT_EQ(RawSql(path, "PRAGMA user_version=9; PRAGMA user_version"), "9");
   const std::string bytes = ReadWholeFile(path);
   auto store = Store::Open(path);
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), Code::kFailedPrecondition) << store.status().ToString();
   EXPECT_NE(store.status().message().find(path), std::string::npos) << store.status().ToString();
-  EXPECT_NE(store.status().message().find("version 8"), std::string::npos)
+  EXPECT_NE(store.status().message().find("version 9"), std::string::npos)
       << store.status().ToString();
-  EXPECT_NE(store.status().message().find("1 to 7"), std::string::npos)
+  EXPECT_NE(store.status().message().find("1 to 8"), std::string::npos)
       << store.status().ToString();
   EXPECT_TRUE(ReadWholeFile(path) == bytes) << "a refused open changed the file";
   EXPECT_FALSE(Exists(path + "-wal"));
@@ -750,7 +752,7 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
     ASSERT_NE(store, nullptr);
   }
   EXPECT_EQ(RawSql(path, "PRAGMA journal_mode"), "wal");
-  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "7");
+  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "8");
   EXPECT_EQ(RawSql(path, "PRAGMA quick_check"), "ok");
   // Reopened as often as wanted.
   for (int i = 0; i < 3; ++i) {
@@ -767,16 +769,17 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
 // a version-5 file the windows columns node and node_gpus, empty, a
 // version-6 file jobs.launch, segments.placement and windows.node_addr.
 // What a file older than version 6 lacks (the node of a window).
+#define kDropCrashColumn " ALTER TABLE jobs DROP COLUMN crash_ms;"
 #define kDropLaunchColumns                                                                 \
   " ALTER TABLE jobs DROP COLUMN launch; ALTER TABLE segments DROP COLUMN placement; ALTER " \
-  "TABLE windows DROP COLUMN node_addr;"
+  "TABLE windows DROP COLUMN node_addr;" kDropCrashColumn
 #define kDropNodeColumns \
   " ALTER TABLE windows DROP COLUMN node; ALTER TABLE windows DROP COLUMN node_gpus;" kDropLaunchColumns
 
 void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::string& version,
                                   bool had_rendezvous, bool had_service = false,
                                   bool had_dropped = false, bool had_secrets = false,
-                                  bool had_nodes = false) {
+                                  bool had_nodes = false, bool had_launch = false) {
   TempDir dir;
   const std::string path = dir.Sub("stintd.db");
   ClusterState s = RichState();
@@ -803,10 +806,15 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
       w.node.clear();
       w.node_gpus.clear();
     }
-    w.node_addr.clear();
+    if (!had_launch) w.node_addr.clear();
   }
-  for (auto& [id, j] : s.jobs) j.launch.clear();
-  for (auto& [id, seg] : s.segments) seg.placement.clear();
+  for (auto& [id, j] : s.jobs) {
+    if (!had_launch) j.launch.clear();
+    j.crash_ms.clear();
+  }
+  if (!had_launch) {
+    for (auto& [id, seg] : s.segments) seg.placement.clear();
+  }
   {
     auto store = OpenOrDie(path);
     ASSERT_NE(store, nullptr);
@@ -816,7 +824,7 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
     s = RichState();
     ASSERT_OK(store->Save(s, All(s)));
   }
-  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "7");
+  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "8");
   auto store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
   Result<ClusterState> loaded = store->Load();
@@ -862,6 +870,13 @@ TEST(StoreOpen, VersionFiveFileIsMigratedKeepingItsRows) {
   ExpectMigratedKeepingItsRows(kDropNodeColumns, "5", /*had_rendezvous=*/true,
                                /*had_service=*/true, /*had_dropped=*/true,
                                /*had_secrets=*/true);
+}
+
+// Version 7 knew no crash-loop guard.
+TEST(StoreOpen, VersionSevenFileIsMigratedKeepingItsRows) {
+  ExpectMigratedKeepingItsRows(kDropCrashColumn, "7", /*had_rendezvous=*/true,
+                               /*had_service=*/true, /*had_dropped=*/true,
+                               /*had_secrets=*/true, /*had_nodes=*/true, /*had_launch=*/true);
 }
 
 // Version 6 knew no launch specs, placements or node addresses.

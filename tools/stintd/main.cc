@@ -104,6 +104,14 @@ int main(int argc, char** argv) {
                  "a job preempts its own level's segments this many classes above it (0: never)")
       ->capture_default_str()
       ->check(CLI::Range(0, 64));
+  app.add_option("--crash-limit", p.crash_limit,
+                 "a job whose launched workers crash this often within --crash-window-seconds "
+                 "fails (0: never)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000000));
+  app.add_option("--crash-window-seconds", p.crash_window_seconds, "the crash-loop guard's window")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--plan-depth", p.plan_depth, "pending jobs planned per pass")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));

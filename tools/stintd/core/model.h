@@ -117,6 +117,9 @@ struct Job {
   // "launch" ({"command":[...],"env":{},"workdir","gpus_per_worker",
   // "signal"}); "" for a job whose workers are started some other way.
   std::string launch;
+  // When its launched workers crashed (exited neither 0, 75 nor 76) within
+  // the crash window, oldest first: the crash-loop guard's memory.
+  std::vector<TimeMs> crash_ms;
 };
 
 struct Allocation {

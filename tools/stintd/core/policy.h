@@ -48,6 +48,10 @@ struct PolicyConfig {
   double min_run_seconds = 600;      // a segment younger than this is not preempted for priority
   double lease_ttl_seconds = 30;     // a worker not heard from for this long has left
   double start_grace_seconds = 120;  // a new segment's workers have this long to register
+  // Crash-loop guard: a job whose launched workers crash this many times
+  // within crash_window_seconds is FAILED instead of queued again.
+  int crash_limit = 3;
+  double crash_window_seconds = 600;
   // Attained-service classes (Tiresias' discretised least-attained-service,
   // no runtime estimate needed): a job's class is the number of thresholds
   // its service_gpu_seconds has passed, the first at service_class_gpu_hours,

@@ -430,7 +430,8 @@ Status ReleaseWorker(ClusterState& s, int64_t worker_id, TimeMs now, Changes* ch
 }
 
 Status ReportSegmentExit(ClusterState& s, int64_t segment_id, int exit_code, bool all_nodes_done,
-                         const std::string& message, TimeMs now, Changes* changes) {
+                         const std::string& message, int crash_limit, TimeMs crash_window_ms,
+                         TimeMs now, Changes* changes) {
   auto it = s.segments.find(segment_id);
   if (it == s.segments.end())
     return Status::NotFound("segment " + std::to_string(segment_id) + " does not exist");
@@ -456,10 +457,26 @@ Status ReportSegmentExit(ClusterState& s, int64_t segment_id, int exit_code, boo
       if (job != s.jobs.end()) job->second.message = what;
       EndSegment(s, seg, SegmentState::kEnded, JobState::kFailed, now, changes);
       break;
-    default:
-      if (job != s.jobs.end()) job->second.message = what;
-      EndSegment(s, seg, SegmentState::kLost, JobState::kPending, now, changes);
+    default: {
+      JobState next = JobState::kPending;
+      if (job != s.jobs.end()) {
+        Job& j = job->second;
+        std::vector<TimeMs> recent;
+        for (TimeMs t : j.crash_ms) {
+          if (now - t < crash_window_ms) recent.push_back(t);
+        }
+        recent.push_back(now);
+        j.crash_ms = std::move(recent);
+        j.message = what;
+        if (crash_limit > 0 && static_cast<int>(j.crash_ms.size()) >= crash_limit) {
+          next = JobState::kFailed;
+          j.message = "crash loop: " + std::to_string(j.crash_ms.size()) + " crashes within " +
+                      std::to_string(crash_window_ms / 1000) + " s; last: " + what;
+        }
+      }
+      EndSegment(s, seg, SegmentState::kLost, next, now, changes);
       break;
+    }
   }
   return Status::OK();
 }

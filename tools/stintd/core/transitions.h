@@ -112,12 +112,14 @@ Status ReleaseWorker(ClusterState& s, int64_t worker_id, TimeMs now, Changes* ch
 // stint-agent reports how the workers it launched for a segment exited
 // (API.md, "Launching"): 75 ends the segment and queues the job again, 76
 // fails it (FAILED, `message` kept), 0 completes it once every node of the
-// segment reported 0 (`all_nodes_done`), any other code ends the segment as
-// lost and queues the job again with `message`. kNotFound for an unknown
-// segment; kFailedPrecondition for one that already ended (a repeated
-// report is answered OK by the caller, not here).
+// segment reported 0 (`all_nodes_done`), any other code is a crash: the
+// segment is lost and the job queued again with `message`, unless it is the
+// job's `crash_limit`-th crash within `crash_window_ms`: then it FAILED
+// ("crash loop"). kNotFound for an unknown segment; kFailedPrecondition for
+// one that already ended (a repeated report is answered OK by the caller).
 Status ReportSegmentExit(ClusterState& s, int64_t segment_id, int exit_code, bool all_nodes_done,
-                         const std::string& message, TimeMs now, Changes* changes);
+                         const std::string& message, int crash_limit, TimeMs crash_window_ms,
+                         TimeMs now, Changes* changes);
 
 // True iff `token` belongs to a worker incarnation of the job that may
 // still commit: the worker is registered in the job's active segment and

@@ -259,8 +259,9 @@ Result<Window> Coordinator::NodeHeartbeat(const std::string& node,
           }
           all_done = done.size() >= seg->second.placement.size();
         }
-        STINT_RETURN_IF_ERROR(
-            ReportSegmentExit(s, e.segment_id, e.exit_code, all_done, e.message, t, c));
+        STINT_RETURN_IF_ERROR(ReportSegmentExit(
+            s, e.segment_id, e.exit_code, all_done, e.message, options_.policy.crash_limit,
+            SecondsToMs(options_.policy.crash_window_seconds), t, c));
         if (!SegmentActive(seg->second.state)) exited_ok_.erase(e.segment_id);
       }
       return Status::OK();

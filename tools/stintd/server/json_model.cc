@@ -47,6 +47,7 @@ json ToJson(const Job& j) {
   json launch = nullptr;
   if (!j.launch.empty()) launch = json::parse(j.launch, nullptr, /*allow_exceptions=*/false);
   return {{"launch", launch.is_discarded() ? json(nullptr) : launch},
+          {"recent_crashes", j.crash_ms.size()},
           {"id", j.id},
           {"name", j.name},
           {"team", j.team},

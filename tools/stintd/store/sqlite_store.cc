@@ -1,7 +1,7 @@
 // Store on SQLite: one file, WAL journal, synchronous=FULL, exclusive
 // locking (one stintd per file), schema version in PRAGMA user_version.
 //
-// Schema version 7 (tables are STRICT, so a value of the wrong type is
+// Schema version 8 (tables are STRICT, so a value of the wrong type is
 // refused when written, not discovered when read):
 //   pools, windows, teams, jobs, segments, workers: one row per object,
 //     one column per field of model.h, named as the field; enums as their
@@ -28,7 +28,8 @@
 // windows columns node and node_gpus ('' and '[]' for the rows already
 // there: admin-declared windows, on no node). Version 6 -> 7 adds the
 // columns jobs.launch (''), segments.placement ('[]') and windows.node_addr
-// (''): jobs without a launch spec, segments on no node.
+// (''): jobs without a launch spec, segments on no node. Version 7 -> 8
+// adds jobs.crash_ms ('[]': no crash remembered).
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -56,7 +57,7 @@ using internal::SqliteStmt;
 using internal::StatusFromSqlite;
 using internal::StepDone;
 
-constexpr int64_t kSchemaVersion = 7;
+constexpr int64_t kSchemaVersion = 8;
 // STRICT tables need 3.37. Checked at run time too: the shared library
 // loaded may be older than the header compiled against.
 constexpr int kMinSqliteVersion = 3037000;
@@ -197,7 +198,8 @@ const Table kJobs = {"jobs",
                       {"lost_gpu_seconds", Type::kReal},
                       {"message", Type::kText},
                       {"service_gpu_seconds", Type::kReal},
-                      {"launch", Type::kText}}};
+                      {"launch", Type::kText},
+                      {"crash_ms", Type::kText}}};
 
 const Table kSegments = {"segments",
                          {"id"},
@@ -458,6 +460,7 @@ Status BindRow(Binder& b, const Job& j) {
   b.Text(j.message);
   b.Double(j.service_gpu_seconds);
   b.Text(j.launch);
+  b.Text(BucketsToJson(j.crash_ms));
   return Status::OK();
 }
 
@@ -489,7 +492,7 @@ Status ReadRow(RowReader& r, Job* j) {
   j->message = r.Text();
   j->service_gpu_seconds = r.Double();
   j->launch = r.Text();
-  return Status::OK();
+  return BucketsFromJson(r.Text(), &j->crash_ms);
 }
 
 Status BindRow(Binder& b, const Segment& s) {
@@ -935,6 +938,10 @@ Status SqliteStore::Init() {
                 "ALTER TABLE segments ADD COLUMN placement TEXT NOT NULL DEFAULT '[]';\n"
                 "ALTER TABLE windows ADD COLUMN node_addr TEXT NOT NULL DEFAULT ''",
                 7));
+  }
+  if (version >= 1 && version <= 7) {
+    STINT_RETURN_IF_ERROR(
+        Migrate("ALTER TABLE jobs ADD COLUMN crash_ms TEXT NOT NULL DEFAULT '[]'", 8));
   }
   return PrepareAll();
 }
