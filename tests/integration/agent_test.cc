@@ -414,6 +414,66 @@ TEST_F(AgentTest, LaunchedWorkersActWithTheirOwnCredentialOnly) {
   }
 }
 
+// A process that is gone or a zombie no one reaped yet.
+bool ProcessGone(pid_t pid) {
+  if (kill(pid, 0) != 0) return true;
+  const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  const size_t close = stat.rfind(')');
+  return close == std::string::npos || (close + 2 < stat.size() && stat[close + 2] == 'Z');
+}
+
+// SIGTERM to the agent drains: its window closes with the notice lead, the
+// workers get the notice as their signal, checkpoint (exit 75), the job is
+// queued again, and only then the agent exits.
+TEST_F(AgentTest, SigtermDrainsTheNodeThroughTheNotice) {
+  Start();
+  auto agent = Agent("n12", "0", {"--spot", "--notice-lead", "8"});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n12 registered: window ")) << agent->output();
+  const std::string out = dir_.Sub("drain-started");
+  const int64_t job = SubmitLaunch(
+      *admin_, 1,
+      "trap 'echo checkpointed; exit 75' TERM; touch \"$OUT\"; while :; do sleep 0.05; done",
+      {{"OUT", out}}, /*checkpoint_seconds=*/5);
+  ASSERT_TRUE(Eventually([&] { return access(out.c_str(), F_OK) == 0; }, 30))
+      << Job(job).dump() << agent->output();
+  ASSERT_EQ(kill(agent->pid(), SIGTERM), 0);
+  bool killed = false;
+  const int status = agent->WaitAtMost(30, &killed);
+  ASSERT_FALSE(killed) << agent->output();
+  EXPECT_EQ(WEXITSTATUS(status), 0) << agent->output();
+  EXPECT_NE(agent->output().find("workers done, exit 75"), std::string::npos) << agent->output();
+  const json j = Job(job);
+  EXPECT_EQ(j["state"], "PENDING") << j.dump();
+  EXPECT_EQ(j["segments"][0]["state"], "ended") << j.dump();
+}
+
+// A worker that ignores the notice's signal is SIGKILLed at the deadline.
+TEST_F(AgentTest, AWorkerIgnoringTheNoticeIsKilledAtTheDeadline) {
+  Start();
+  auto agent = Agent("n13", "0", {"--spot", "--notice-lead", "3"});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n13 registered: window ")) << agent->output();
+  const int64_t window = RegisteredWindow(agent->output());
+  const std::string out = dir_.Sub("stubborn");
+  const int64_t job = SubmitLaunch(
+      *admin_, 1, "trap '' TERM; echo $$ > \"$OUT.tmp\"; mv \"$OUT.tmp\" \"$OUT\"; while :; do sleep 0.05; done",
+      {{"OUT", out}}, /*checkpoint_seconds=*/1);
+  pid_t pid = 0;
+  ASSERT_TRUE(Eventually([&] {
+    const std::string text = ReadFile(out);
+    if (text.empty()) return false;
+    pid = static_cast<pid_t>(std::stol(text));
+    return true;
+  }, 30)) << Job(job).dump() << agent->output();
+  ASSERT_EQ(admin_->Post("/v1/windows/" + std::to_string(window) + "/close", json::object()).status,
+            200);
+  const int64_t closed_ms = WallNowMs();
+  ASSERT_TRUE(Eventually([&] { return ProcessGone(pid); }, 20)) << agent->output();
+  // Not before the deadline (close + 3 s lead), which the signal alone did not reach.
+  EXPECT_GE(WallNowMs() - closed_ms, 2500) << agent->output();
+  ASSERT_TRUE(Eventually([&] { return Job(job)["segments"][0].value("state", "") == "lost"; }, 20))
+      << Job(job).dump();
+}
+
 // A command that keeps crashing is started again until the crash-loop guard
 // (--crash-limit 2) fails the job with its reason.
 TEST_F(AgentTest, ACrashLoopEndsFailedWithItsReason) {
@@ -436,13 +496,6 @@ TEST_F(AgentTest, ACrashLoopEndsFailedWithItsReason) {
   EXPECT_NE(queue.output.find("crash loop"), std::string::npos) << queue.output;
 }
 
-// A process that is gone or a zombie no one reaped yet.
-bool ProcessGone(pid_t pid) {
-  if (kill(pid, 0) != 0) return true;
-  const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
-  const size_t close = stat.rfind(')');
-  return close == std::string::npos || (close + 2 < stat.size() && stat[close + 2] == 'Z');
-}
 
 TEST_F(AgentTest, WorkersDieWithTheirAgentAndTheSegmentIsLost) {
   Start(DaemonArgs("2"));
