@@ -474,6 +474,38 @@ TEST_F(AgentTest, AWorkerIgnoringTheNoticeIsKilledAtTheDeadline) {
       << Job(job).dump();
 }
 
+// An agent restarted after a kill -9 finds its window but does not start
+// the segment a second time: it reports it lost (its workers died with the
+// old agent), the job is queued again and runs anew on the node.
+TEST_F(AgentTest, ARestartedAgentDoesNotLaunchASegmentTwice) {
+  Start();
+  const std::string out = dir_.Sub("starts");
+  auto agent = Agent("n14", "0", {"--spot"});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n14 registered: window ")) << agent->output();
+  const int64_t job = SubmitLaunch(
+      *admin_, 1, "echo \"$STINT_SEGMENT_ID\" >> \"$OUT\"; while :; do sleep 0.05; done",
+      {{"OUT", out}});
+  ASSERT_TRUE(Eventually([&] { return !ReadFile(out).empty(); }, 30))
+      << Job(job).dump() << agent->output();
+  const int64_t first = Job(job)["segments"][0]["id"];
+  ASSERT_EQ(kill(agent->pid(), SIGKILL), 0);
+  agent->Wait();
+  auto again = Agent("n14", "0", {"--spot"});
+  ASSERT_TRUE(again->WaitForLine("stint-agent: node n14 registered: window ")) << again->output();
+  ASSERT_TRUE(again->WaitForLine("stint-agent: segment " + std::to_string(first) +
+                                 " ran under an earlier agent"))
+      << again->output();
+  // The old segment is lost; a new one starts, once.
+  ASSERT_TRUE(Eventually([&] {
+    const json j = Job(job);
+    return j["segments"].size() == 2 && j["segments"][0]["state"] == "lost" &&
+           ReadFile(out).find(std::to_string(j["segments"][1]["id"].get<int64_t>())) !=
+               std::string::npos;
+  }, 30)) << Job(job).dump() << ReadFile(out);
+  EXPECT_EQ(ReadFile(out), std::to_string(first) + "\n" +
+                               std::to_string(Job(job)["segments"][1]["id"].get<int64_t>()) + "\n");
+}
+
 // A command that keeps crashing is started again until the crash-loop guard
 // (--crash-limit 2) fails the job with its reason.
 TEST_F(AgentTest, ACrashLoopEndsFailedWithItsReason) {

@@ -130,6 +130,10 @@ Status NodeAgent::Register() {
     return Status::Internal("stintd's answer to POST /v1/nodes has no window: " + reply.text);
   }
   window_id_ = w["id"].get<int64_t>();
+  // Found again: an earlier agent of this node died, and its workers with
+  // it (PR_SET_PDEATHSIG). The segments it ran are not started a second
+  // time; the first beat reports them as crashed, so stintd queues them.
+  adopted_window_ = reply.status != 201;
   const Json end = w.value("end_ms", Json());
   window_end_ms_ = end.is_number_integer() ? end.get<int64_t>() : 0;
   std::printf("stint-agent: node %s registered: window %lld in pool %s, GPUs %s (%s)\n",
@@ -342,6 +346,8 @@ Status NodeAgent::Beat() {
   req.path = "/v1/nodes/" + options_.node + "/heartbeat";
   req.body = Json{{"running", running}, {"exited", exited}};
   STINT_ASSIGN_OR_RETURN(HttpReply reply, http_->Call(req));
+  const bool first_beat = !beaten_;
+  beaten_ = true;
   const Json assignments = reply.body.is_object()
                                ? reply.body.value("assignments", Json::array())
                                : Json::array();
@@ -353,6 +359,18 @@ Status NodeAgent::Beat() {
     const Json notice = a.value("notice", Json());
     const int64_t deadline = notice.is_object() ? notice.value("deadline_ms", int64_t{0}) : 0;
     auto it = runs_.find(sid);
+    if (it == runs_.end() && first_beat && adopted_window_) {
+      SegmentRun orphan;
+      orphan.job_id = a.value("job_id", int64_t{0});
+      orphan.done = true;
+      orphan.exit_code = 128 + SIGKILL;
+      orphan.message = "the agent of node " + options_.node + " restarted; its workers died with it";
+      std::printf("stint-agent: segment %lld ran under an earlier agent: reporting it lost\n",
+                  static_cast<long long>(sid));
+      std::fflush(stdout);
+      runs_[sid] = std::move(orphan);
+      continue;
+    }
     if (it == runs_.end()) {
       if (deadline != 0 && now >= deadline) continue;  // too late to start
       Launch(&a);

@@ -120,6 +120,8 @@ class NodeAgent {
   int64_t window_id_ = 0;
   int64_t window_end_ms_ = 0;  // 0: none known (open-ended)
   std::map<int64_t, SegmentRun> runs_;  // by segment id
+  bool adopted_window_ = false;  // Register() found the window of an earlier agent
+  bool beaten_ = false;          // a heartbeat was answered
 };
 
 }  // namespace agent
