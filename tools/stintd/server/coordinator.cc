@@ -246,10 +246,9 @@ Result<Window> Coordinator::NodeHeartbeat(const std::string& node,
           auto pw = s.windows.find(p.window_id);
           on_node = on_node || (pw != s.windows.end() && pw->second.node == node);
         }
-        if (!on_node) {
-          return Status::PermissionDenied("segment " + std::to_string(e.segment_id) +
-                                          " has no workers on node " + node);
-        }
+        // Not this node's to report: ignored, not refused, so that one odd
+        // report cannot stop the heartbeat that keeps the node's window.
+        if (!on_node) continue;
         bool all_done = false;
         if (e.exit_code == 0) {
           std::set<int64_t>& done = exited_ok_[e.segment_id];
