@@ -18,6 +18,7 @@
 
 #include "stint/coordinator_client.h"
 #include "util/stintd_process.h"
+#include "util/subprocess.h"
 #include "util/temp_dir.h"
 
 namespace stint {
@@ -676,6 +677,30 @@ TEST_F(StintdTest, CorruptDatabaseIsRefusedWithItsPath) {
 // A SIGTERM that arrives as soon as stintd says it listens, while its HTTP
 // thread may not have begun to accept yet, stops it (it once hung there:
 // cpp-httplib's stop() does nothing before listen starts).
+// Plain HTTP beyond loopback would send every token in clear: refused at
+// start unless --insecure says so explicitly.
+TEST(StintdListen, ANonLoopbackAddressNeedsInsecure) {
+  TempDir dir;
+  std::ofstream(dir.path() + "/admin.tokens") << StintdProcess::kAdminToken << "\n";
+  std::ofstream(dir.path() + "/worker.tokens") << StintdProcess::kWorkerToken << "\n";
+  const std::vector<std::string> base = {"--db",          dir.path() + "/stintd.db",
+                                         "--admin-token-file", dir.path() + "/admin.tokens",
+                                         "--worker-token-file", dir.path() + "/worker.tokens",
+                                         "--listen",      "0.0.0.0:0"};
+  RunResult refused = RunProgram(STINTD_PATH, base);
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("not a loopback address"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("--insecure"), std::string::npos) << refused.output;
+  std::vector<std::string> insecure = base;
+  insecure.push_back("--insecure");
+  ChildProcess daemon(STINTD_PATH, insecure);
+  ASSERT_TRUE(daemon.WaitForLine("stintd: listening on ")) << daemon.output();
+  ASSERT_EQ(kill(daemon.pid(), SIGTERM), 0);
+  bool killed = false;
+  const int status = daemon.WaitAtMost(30, &killed);
+  EXPECT_TRUE(!killed && WIFEXITED(status) && WEXITSTATUS(status) == 0) << daemon.output();
+}
+
 TEST(StintdStop, SigtermRightAfterListeningExitsCleanly) {
   TempDir dir;
   for (int i = 0; i < 100; ++i) {

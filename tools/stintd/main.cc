@@ -4,12 +4,14 @@
 //
 // Prints "stintd: listening on HOST:PORT" once it serves. SIGTERM or SIGINT
 // stop it cleanly; kill -9 loses nothing that was acknowledged.
+#include <arpa/inet.h>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 
 #include "stintd/server/auth.h"
@@ -19,6 +21,23 @@
 using namespace stint;
 using namespace stint::stintd;
 
+namespace {
+
+// 127.0.0.0/8, ::1 and "localhost": addresses no other machine reaches.
+bool IsLoopback(const std::string& host) {
+  if (host == "localhost") return true;
+  in_addr v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
+    const in6_addr any = IN6ADDR_LOOPBACK_INIT;
+    return std::memcmp(&v6, &any, sizeof(v6)) == 0;
+  }
+  return false;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{
       "stintd: queue coordinator for stint training jobs (fragment/spot windows, priorities, "
@@ -26,6 +45,7 @@ int main(int argc, char** argv) {
   std::string listen = "127.0.0.1:7077";
   std::string db = "stintd.db";
   std::string admin_file, worker_file, agent_file;
+  bool insecure = false;
   CoordinatorOptions options;
   HttpOptions http;
   PolicyConfig& p = options.policy;
@@ -36,6 +56,8 @@ int main(int argc, char** argv) {
                  "admin bearer tokens, one per line (or $STINTD_ADMIN_TOKEN)");
   app.add_option("--worker-token-file", worker_file,
                  "worker bearer tokens, one per line (or $STINTD_WORKER_TOKEN)");
+  app.add_flag("--insecure", insecure,
+               "serve beyond loopback over plain HTTP (bearer tokens cross the network in clear)");
   app.add_option("--agent-token-file", agent_file,
                  "stint-agent bearer tokens, one per line (or $STINTD_AGENT_TOKEN); none: no nodes");
   app.add_option("--node-ttl-seconds", options.node_ttl_seconds,
@@ -130,6 +152,15 @@ int main(int argc, char** argv) {
   }
   if (http.port < 0 || http.port > 65535) {
     std::fprintf(stderr, "stintd: --listen port must be 0..65535 (got \"%s\")\n", listen.c_str());
+    return 2;
+  }
+  if (!IsLoopback(http.host) && !insecure) {
+    // No TLS yet: a token sent to a non-loopback address travels in clear.
+    std::fprintf(stderr,
+                 "stintd: --listen %s is not a loopback address, and stintd speaks plain HTTP: "
+                 "every bearer token would cross the network in clear. Listen on 127.0.0.1, or "
+                 "pass --insecure to accept that explicitly\n",
+                 http.host.c_str());
     return 2;
   }
   options.db_path = db;
