@@ -415,7 +415,10 @@ AgentExit NodeAgent::Run(const std::vector<int>& stop_signals) {
   bool stopping = false;
   auto stop_all = [&] {
     for (const auto& [sid, run] : runs_) KillRun(sid, SIGKILL);
-    while (AnyRunning()) {
+    // Bounded: a process stuck in the kernel (D state) must not keep the
+    // agent; PR_SET_PDEATHSIG finishes it once the agent is gone.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (AnyRunning() && std::chrono::steady_clock::now() < until) {
       Reap();
       usleep(10000);
     }
