@@ -1,10 +1,12 @@
 #include "util/subprocess.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -50,7 +52,9 @@ ChildProcess::~ChildProcess() {
   if (out_ >= 0) close(out_);
 }
 
-bool ChildProcess::WaitForLine(const std::string& prefix) {
+bool ChildProcess::WaitForLine(const std::string& prefix, double timeout_seconds) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(int64_t(timeout_seconds * 1000));
   for (;;) {
     // Complete lines not yet searched.
     size_t nl;
@@ -60,6 +64,13 @@ bool ChildProcess::WaitForLine(const std::string& prefix) {
       if (hit) return true;
     }
     if (out_ < 0) return false;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd pfd{out_, POLLIN, 0};
+    int ready = poll(&pfd, 1, int(std::min<int64_t>(left.count(), 1000)));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) continue;  // re-check the deadline
     char buf[4096];
     ssize_t n = read(out_, buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;

@@ -21,8 +21,9 @@ class ChildProcess {
 
   pid_t pid() const { return pid_; }
   bool started() const { return pid_ > 0; }
-  // Reads output until a line starting with `prefix`; false at end of output.
-  bool WaitForLine(const std::string& prefix);
+  // Reads output until a line starting with `prefix`; false at the end of
+  // the output or after `timeout_seconds` (a stuck child fails, not hangs).
+  bool WaitForLine(const std::string& prefix, double timeout_seconds = 120);
   // Reads the rest of the output and reaps the child; returns its wait status.
   int Wait();
   // Wait(), but a child still running after `seconds` is SIGKILLed (and
