@@ -479,11 +479,7 @@ TEST_F(AgentTest, AWorkerIgnoringTheNoticeIsKilledAtTheDeadline) {
 // An agent restarted after a kill -9 finds its window but does not start
 // the segment a second time: it reports it lost (its workers died with the
 // old agent), the job is queued again and runs anew on the node.
-// DISABLED: under ASan (slower processes) the restarted agent launched the
-// old segment a second time ("3\n3\n" in the starts file, the segment still
-// RUNNING): its first beat did not take the assigned segment as an orphan.
-// Not understood yet; the bug is real, see the issue 20 notes.
-TEST_F(AgentTest, DISABLED_ARestartedAgentDoesNotLaunchASegmentTwice) {
+TEST_F(AgentTest, ARestartedAgentDoesNotLaunchASegmentTwice) {
   Start();
   const std::string out = dir_.Sub("starts");
   auto agent = Agent("n14", "0", {"--spot"});
