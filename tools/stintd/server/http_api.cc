@@ -253,6 +253,40 @@ Result<Window> ParseWindowSpec(const RequestBody& b, TimeMs now) {
   return w;
 }
 
+// What a worker secret (parsed by ParseWorkerSecret) says: whether it is
+// the current secret of worker `owner`, that worker's job, whether it is
+// still active, and the job of worker `target` (0: none or unknown).
+struct SecretHolder {
+  bool known = false;
+  bool active = false;
+  int64_t job = 0;
+  int64_t target_job = 0;
+};
+
+SecretHolder LookUpSecret(Coordinator* c, int64_t owner, const std::string& random,
+                          int64_t target = 0) {
+  // Hashed before the lock; compared in constant time.
+  const std::string hash = Sha256Hex(random);
+  SecretHolder h;
+  c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+    auto w = s.workers.find(owner);
+    if (w == s.workers.end() || w->second.secret_hash.empty()) return;
+    h.known = ConstantTimeEqual(w->second.secret_hash, hash);
+    if (!h.known) return;
+    h.job = w->second.job_id;
+    Result<WorkerView> v = ViewWorker(s, owner);
+    h.active = v.ok() && v->active;
+    auto t = s.workers.find(target);
+    if (t != s.workers.end()) h.target_job = t->second.job_id;
+  });
+  return h;
+}
+
+Reply FencedSecretReply(int64_t owner) {
+  return GoneReply("worker " + std::to_string(owner) +
+                   " is fenced (it left, or its segment ended): its secret is dead");
+}
+
 // Who may act on /v1/workers/{wid}/* (API.md, "Credentials"): that
 // worker's own secret while it is active (410 once it left or its segment
 // ended), an admin token, or the shared worker token for a worker
@@ -268,34 +302,17 @@ std::optional<Reply> AuthorizeWorker(const TokenAuth& auth, Coordinator* c,
   int64_t owner = 0;
   std::string random;
   if (right == Right::kNone && ParseWorkerSecret(token, &owner, &random)) {
-    // Hashed before the lock; compared in constant time.
-    const std::string hash = Sha256Hex(random);
-    bool known = false, active = false;
-    int64_t owner_job = 0, target_job = 0;
-    c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
-      auto w = s.workers.find(owner);
-      if (w == s.workers.end() || w->second.secret_hash.empty()) return;
-      known = ConstantTimeEqual(w->second.secret_hash, hash);
-      if (!known) return;
-      owner_job = w->second.job_id;
-      Result<WorkerView> v = ViewWorker(s, owner);
-      active = v.ok() && v->active;
-      auto t = s.workers.find(*wid);
-      if (t != s.workers.end()) target_job = t->second.job_id;
-    });
-    if (!known) return ErrorReply(Status::Unauthenticated("unknown or revoked worker secret"));
+    const SecretHolder h = LookUpSecret(c, owner, random, *wid);
+    if (!h.known) return ErrorReply(Status::Unauthenticated("unknown or revoked worker secret"));
     if (owner != *wid) {
-      std::string whose = "worker " + std::to_string(owner) + " (job " +
-                          std::to_string(owner_job) + ")";
+      std::string whose =
+          "worker " + std::to_string(owner) + " (job " + std::to_string(h.job) + ")";
       std::string target = "worker " + std::to_string(*wid);
-      if (target_job != 0) target += " (job " + std::to_string(target_job) + ")";
+      if (h.target_job != 0) target += " (job " + std::to_string(h.target_job) + ")";
       return ErrorReply(Status::PermissionDenied("the secret of " + whose +
                                                  " cannot act for " + target));
     }
-    if (!active) {
-      return GoneReply("worker " + std::to_string(owner) +
-                       " is fenced (it left, or its segment ended): its secret is dead");
-    }
+    if (!h.active) return FencedSecretReply(owner);
     return std::nullopt;
   }
   if (right == Right::kWorker || right == Right::kAgent) {
@@ -326,28 +343,14 @@ std::optional<Reply> AuthorizeJob(const TokenAuth& auth, Coordinator* c,
   std::string random;
   if (right != Right::kNone || !ParseWorkerSecret(BearerToken(header), &owner, &random))
     return ErrorReply(Status::Unauthenticated("missing or unknown bearer token"));
-  const std::string hash = Sha256Hex(random);
-  bool known = false, active = false;
-  int64_t owner_job = 0;
-  c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
-    auto w = s.workers.find(owner);
-    if (w == s.workers.end() || w->second.secret_hash.empty()) return;
-    known = ConstantTimeEqual(w->second.secret_hash, hash);
-    if (!known) return;
-    owner_job = w->second.job_id;
-    Result<WorkerView> v = ViewWorker(s, owner);
-    active = v.ok() && v->active;
-  });
-  if (!known) return ErrorReply(Status::Unauthenticated("unknown or revoked worker secret"));
-  if (owner_job != job) {
+  const SecretHolder h = LookUpSecret(c, owner, random);
+  if (!h.known) return ErrorReply(Status::Unauthenticated("unknown or revoked worker secret"));
+  if (h.job != job) {
     return ErrorReply(Status::PermissionDenied("the secret of worker " + std::to_string(owner) +
-                                               " (job " + std::to_string(owner_job) +
+                                               " (job " + std::to_string(h.job) +
                                                ") cannot act for job " + std::to_string(job)));
   }
-  if (!active) {
-    return GoneReply("worker " + std::to_string(owner) +
-                     " is fenced (it left, or its segment ended): its secret is dead");
-  }
+  if (!h.active) return FencedSecretReply(owner);
   return std::nullopt;
 }
 
