@@ -234,14 +234,15 @@ class CheckpointerImpl final : public Checkpointer {
       }
       // kForward: the forward pass writes the kForward shards on the streams
       // they were saved from. kOptimizerStep: every stream, every copy.
+      std::vector<WriteBarrier> classes = {WriteBarrier::kForward};
+      if (!forward) classes.push_back(WriteBarrier::kOptimizerStep);
       std::set<std::pair<int, void*>> streams;
-      for (WriteBarrier w : {WriteBarrier::kForward, WriteBarrier::kOptimizerStep}) {
-        if (forward && w != WriteBarrier::kForward) continue;
+      for (WriteBarrier w : classes) {
         for (const auto& ds : p->device_streams(w)) streams.insert(ds);
       }
-      for (WriteBarrier w : {WriteBarrier::kForward, WriteBarrier::kOptimizerStep}) {
+      for (WriteBarrier w : classes) {
         auto ticket = p->device_ticket(w);
-        if (!ticket || (forward && w != WriteBarrier::kForward)) continue;
+        if (!ticket) continue;
         for (const auto& [device, stream] : streams) {
           STINT_RETURN_IF_ERROR(copier_->OrderAfter(*ticket, device, stream)
                                     .WithContext("lazy barrier, step " + std::to_string(p->step())));

@@ -346,8 +346,8 @@ Status TorchStateBuilder::AddShard(const std::string& name, const torch::Tensor&
         // and the snapshot copies from host memory. Not tracked by autograd.
         torch::NoGradGuard no_grad;
         data = tensor.detach().resolve_conj().resolve_neg().to(c10::kCPU).contiguous();
+        held_->push_back(data);
       }
-      held_->push_back(data);
       shard.name = name;
       shard.dtype = dtype;
       shard.global_shape = data.sizes().vec();

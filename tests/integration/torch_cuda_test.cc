@@ -31,6 +31,7 @@
 #include "stint/checkpointer.h"
 #include "stint_torch.h"
 #include "torch_device.h"
+#include "util/optimizer_state.h"
 #include "util/status_matchers.h"
 #include "util/temp_dir.h"
 
@@ -71,22 +72,6 @@ struct Batch {
 Batch MakeBatch(int i, const torch::Device& device) {
   torch::manual_seed(1000 + i);
   return {torch::randn({kBatch, kIn}).to(device), torch::randn({kBatch, kOut}).to(device)};
-}
-
-// The optimizer's state key type differs between LibTorch versions (see
-// torch_state.cc); look states up the same way the optimizer does.
-template <typename Map>
-const optim::OptimizerParamState* FindState(const Map& state, const torch::Tensor& p) {
-  using K = typename Map::key_type;
-  if constexpr (std::is_same_v<K, std::string>) {
-    std::ostringstream os;
-    os << p.unsafeGetTensorImpl();
-    auto it = state.find(os.str());
-    return it == state.end() ? nullptr : it->second.get();
-  } else {
-    auto it = state.find(static_cast<K>(p.unsafeGetTensorImpl()));
-    return it == state.end() ? nullptr : it->second.get();
-  }
 }
 
 // Everything a checkpoint of (module, AdamW) holds, as CPU copies: the moment's

@@ -32,6 +32,7 @@
 #include "c10d_commit_channel.h"
 #include "resumable_training.h"
 #include "torch_elastic.h"
+#include "util/optimizer_state.h"
 #include "util/status_matchers.h"
 #include "util/temp_dir.h"
 
@@ -104,22 +105,6 @@ void ExpectSameTensors(const torch::OrderedDict<std::string, torch::Tensor>& a,
 void ExpectSameModule(nn::Sequential& a, nn::Sequential& b) {
   ExpectSameTensors(a->named_parameters(), b->named_parameters());
   ExpectSameTensors(a->named_buffers(), b->named_buffers());
-}
-
-// The optimizer's state key type differs between LibTorch versions (see
-// torch_state.cc); look states up the same way the optimizer does.
-template <typename Map>
-const torch::optim::OptimizerParamState* FindState(const Map& state, const torch::Tensor& p) {
-  using K = typename Map::key_type;
-  if constexpr (std::is_same_v<K, std::string>) {
-    std::ostringstream os;
-    os << p.unsafeGetTensorImpl();
-    auto it = state.find(os.str());
-    return it == state.end() ? nullptr : it->second.get();
-  } else {
-    auto it = state.find(static_cast<K>(p.unsafeGetTensorImpl()));
-    return it == state.end() ? nullptr : it->second.get();
-  }
 }
 
 void ExpectEqualOrBothUndefined(const torch::Tensor& a, const torch::Tensor& b,
