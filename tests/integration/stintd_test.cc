@@ -501,9 +501,10 @@ TEST_F(StintdTest, HigherPriorityPreemptsWithNoticeAndStartsOnAck) {
 
 TEST_F(StintdTest, QueueShowsPositionReasonAndPlannedStart) {
   ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "q"}}).status, 201);
   const int64_t now = WallNowMs();
   AddWindow("p", 4, now + 3600000);
-  AddWindow("p", 4, now + 3600000);
+  AddWindow("q", 4, now + 3600000);  // a gang spans windows of one pool, never two pools
   const int64_t gang = Submit({{"name", "gang8"}, {"min_gpus", 8}, {"checkpoint_seconds", 1}});
   const int64_t small = Submit({{"name", "small"}, {"min_gpus", 2}, {"checkpoint_seconds", 1}});
   ASSERT_TRUE(Eventually([&] { return JobIn(small, "RUNNING"); }));
@@ -516,7 +517,7 @@ TEST_F(StintdTest, QueueShowsPositionReasonAndPlannedStart) {
   EXPECT_EQ(queue["pending"][0]["reason"], "gang");
   EXPECT_FALSE(queue["pending"][0]["detail"].get<std::string>().empty());
   EXPECT_TRUE(queue["pending"][0]["planned_start_ms"].is_null())
-      << "no single window ever holds 8 GPUs";
+      << "no single pool ever holds 8 GPUs";
   EXPECT_EQ(queue["running"].size(), 1u);
   EXPECT_EQ(queue["stats"]["open_window_gpus"], 8);
   // Cancel works for pending and running jobs.

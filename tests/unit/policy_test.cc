@@ -455,23 +455,72 @@ TEST(PolicyQuota, UnlimitedBorrowing) {
 
 // ---------------------------------------------------------------- gangs
 
-TEST(PolicyGang, NeverPartialButNonGangCombinesWindows) {
+TEST(PolicyGang, SpansTheWindowsOfAPoolWhole) {
   Cluster c;
   const int64_t w1 = c.Window(4);
   const int64_t w2 = c.Window(4);
   const int64_t gang = c.Pending(8, Priority::kHigh).id;
-  Job& loose = c.Pending(8);
-  loose.gang = false;
   const Plan plan = PlanAt(c.s);
-  EXPECT_EQ(StartOf(plan, gang), nullptr);
-  EXPECT_EQ(Info(plan, gang).reason, BlockReason::kGang);
-  EXPECT_EQ(Info(plan, gang).planned_start_ms, kNever);
-  const StartDecision* d = StartOf(plan, loose.id);
+  const StartDecision* d = StartOf(plan, gang);
   ASSERT_NE(d, nullptr);
   ASSERT_EQ(d->allocs.size(), 2u);
   EXPECT_EQ(d->allocs[0].window_id, w1);
   EXPECT_EQ(d->allocs[1].window_id, w2);
   EXPECT_EQ(d->allocs[0].gpus + d->allocs[1].gpus, 8);
+}
+
+TEST(PolicyGang, NeverPartialAcrossWindows) {
+  Cluster c;
+  const int64_t w1 = c.Window(4);
+  c.Window(4);
+  c.Running({{w1, 2}}, Priority::kCritical, Hours(1), kNow + Hours(3));  // 6 GPUs free for 3 h
+  const int64_t gang = c.Pending(8, Priority::kHigh).id;
+  const Plan plan = PlanAt(c.s);
+  EXPECT_EQ(StartOf(plan, gang), nullptr);
+  EXPECT_EQ(Info(plan, gang).planned_start_ms, kNow + Hours(3));
+  EXPECT_EQ(Info(plan, gang).planned_gpus, 8);
+}
+
+TEST(PolicyGang, OneWindowBeatsSeveralWithAsManyGpus) {
+  Cluster c;
+  c.Window(4);
+  c.Window(4);
+  const int64_t big = c.Window(8);
+  const int64_t gang = c.Pending(8).id;
+  const Plan plan = PlanAt(c.s);
+  const StartDecision* d = StartOf(plan, gang);
+  ASSERT_NE(d, nullptr);
+  ASSERT_EQ(d->allocs.size(), 1u);
+  EXPECT_EQ(d->allocs[0].window_id, big);
+}
+
+TEST(PolicyGang, SpanningSegmentIsSizedWithTheSlowdown) {
+  Cluster c;
+  c.Window(4);
+  c.Window(4);
+  Job& gang = c.Pending(8);
+  gang.remaining_seconds = 10000;
+  PolicyConfig config;
+  config.gang_span_slowdown = 0.5;  // two windows: 1.5x the run time
+  const Plan plan = PlanAt(c.s, kNow, config);
+  const StartDecision* d = StartOf(plan, gang.id);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->planned_end_ms, kNow + Sec(60 + 15000 + 30 + 10));  // R + 1.5 W + C + safety
+}
+
+TEST(PolicyGang, NeverAcrossPools) {
+  Cluster c;
+  c.Window("a", 4, kNow - Hours(1), kNow + Hours(100));
+  c.Window("b", 4, kNow - Hours(1), kNow + Hours(100));
+  const int64_t gang = c.Pending(8, Priority::kCritical).id;
+  const int64_t small = c.Pending(4, Priority::kLow).id;
+  const Plan plan = PlanAt(c.s);
+  EXPECT_EQ(StartOf(plan, gang), nullptr);
+  EXPECT_EQ(Info(plan, gang).reason, BlockReason::kGang);
+  EXPECT_EQ(Info(plan, gang).planned_start_ms, kNever);
+  const StartDecision* d = StartOf(plan, small);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->planned_end_ms, kNow + Hours(100));  // not cut: nothing is reserved after it
 }
 
 TEST(PolicyGang, NonGangSegmentEndsWithItsShortestPart) {
@@ -495,19 +544,6 @@ TEST(PolicyGang, NonGangNeverMixesPools) {
   const Plan plan = PlanAt(c.s);
   EXPECT_EQ(StartOf(plan, loose.id), nullptr);
   EXPECT_EQ(Info(plan, loose.id).reason, BlockReason::kWindow);
-}
-
-TEST(PolicyGang, BlockedGangHoldsNothingItCannotUse) {
-  Cluster c;
-  c.Window(4);
-  c.Window(4);
-  const int64_t gang = c.Pending(8, Priority::kCritical).id;  // can never fit one window
-  const int64_t small = c.Pending(4, Priority::kLow).id;
-  const Plan plan = PlanAt(c.s);
-  EXPECT_EQ(Info(plan, gang).reason, BlockReason::kGang);
-  const StartDecision* d = StartOf(plan, small);
-  ASSERT_NE(d, nullptr);
-  EXPECT_EQ(d->planned_end_ms, kNow + Hours(100));  // not cut: nothing is reserved after it
 }
 
 // ---------------------------------------------------------------- segment fitting and backfill
@@ -894,13 +930,19 @@ TEST(PolicyPreempt, VictimsAreMinimal) {
   EXPECT_EQ(plan.notices[0].segment_id, big);
 }
 
-TEST(PolicyPreempt, NeverAssemblesAGangFromSeveralWindows) {
+TEST(PolicyPreempt, ASpanningGangTakesVictimsOnSeveralWindowsOrNone) {
   Cluster c;
   const int64_t w1 = c.Window(4);
   const int64_t w2 = c.Window(4);
-  c.Running({{w1, 4}}, Priority::kLow, Hours(1));
-  c.Running({{w2, 4}}, Priority::kLow, Hours(1));
+  const int64_t low1 = c.Running({{w1, 4}}, Priority::kLow, Hours(1)).id;
+  const int64_t low2 = c.Running({{w2, 4}}, Priority::kLow, Hours(1)).id;
   c.Pending(8, Priority::kHigh);
+  const Plan plan = PlanAt(c.s);
+  EXPECT_NE(NoticeOf(plan, low1), nullptr);
+  EXPECT_NE(NoticeOf(plan, low2), nullptr);
+  // With one of the two windows held by a CRITICAL job the gang can never
+  // be whole: nobody is preempted for half of it.
+  c.s.jobs.at(c.s.segments.at(low2).job_id).priority = Priority::kCritical;
   EXPECT_TRUE(PlanAt(c.s).notices.empty());
 }
 
@@ -1109,8 +1151,8 @@ TEST(PolicyStats, CountsAndFragmentation) {
 
 TEST(PolicyStats, HeadThatFitsNowhereFragmentsEverything) {
   Cluster c;
-  c.Window(4);
-  c.Window(4);
+  c.Window("a", 4, kNow - Hours(1), kNow + Hours(100));
+  c.Window("b", 4, kNow - Hours(1), kNow + Hours(100));
   c.Pending(8);
   EXPECT_EQ(PlanAt(c.s).stats.fragmented_gpus, 8);
 }
@@ -1132,15 +1174,15 @@ TEST(PolicyService, ClassesStepAtOneTenAndAHundredGpuHours) {
       {GpuHours(1e6), 3}};  // the deepest class is service_classes - 1
   for (const auto& [service, expected] : steps) {
     j.service_gpu_seconds = service;
-    EXPECT_EQ(ServiceClass(j, config), expected) << service;
+    EXPECT_EQ(ServiceClass(j, j.submit_ms, config), expected) << service;
   }
   PolicyConfig two = config;
   two.service_classes = 2;
-  EXPECT_EQ(ServiceClass(j, two), 1);
+  EXPECT_EQ(ServiceClass(j, j.submit_ms, two), 1);
   PolicyConfig coarse = config;
   coarse.service_class_gpu_hours = 50;
   j.service_gpu_seconds = GpuHours(49);
-  EXPECT_EQ(ServiceClass(j, coarse), 0);
+  EXPECT_EQ(ServiceClass(j, j.submit_ms, coarse), 0);
 }
 
 TEST(PolicyService, LessAttainedServiceGoesFirstWithinALevelButNeverAcrossOne) {

@@ -372,7 +372,7 @@ TEST(SimTraceExcerpt, WorkloadReportsSkipsAndTrim) {
   // A pod larger than every window is counted too.
   auto small = BuildWorkload(std::string("alibaba:") + Data(kAlibaba), "fixed:4", o);
   ASSERT_OK(small);
-  EXPECT_EQ(small.value().load.skipped.at("jobs larger than any window"), 1);  // openb-pod-0017
+  EXPECT_EQ(small.value().load.skipped.at("jobs larger than any pool"), 1);  // openb-pod-0017
 }
 
 }  // namespace

@@ -114,6 +114,9 @@ int main(int argc, char** argv) {
                  "stint min_run_seconds (also Slurm PreemptExemptTime)");
   app.add_option("--safety-s", so.stint.safety_seconds,
                  "stint safety_seconds (also Slurm GraceTime margin)");
+  app.add_option("--gang-span-slowdown", so.stint.gang_span_slowdown,
+                 "a gang on k windows (nodes) runs 1 + this x (k - 1) times slower (every "
+                 "policy; stint's planner sees it)");
   app.add_option("--tick-s", eo.tick_s, "schedule at least this often while jobs wait (virtual s)");
   app.add_option("--horizon-days", horizon_days,
                  "stop the replay here (0: when every job is done)");
@@ -123,6 +126,7 @@ int main(int argc, char** argv) {
   wo.synthetic_windows.seed = wo.jobs.seed;
   eo.horizon_s = horizon_days * 86400;
   eo.keep_log = !out_dir.empty();
+  eo.gang_span_slowdown = so.stint.gang_span_slowdown;
 
   auto start = ParseStartAt(start_at);
   if (!start.ok()) {
@@ -198,6 +202,7 @@ int main(int argc, char** argv) {
                                  {"lost_gpu_h", m.lost_gpu_h},
                                  {"interrupts_per_job", m.interrupts_per_job},
                                  {"preemptions_per_job", m.preemptions_per_job},
+                                 {"resizes_per_job", m.resizes_per_job},
                                  {"fairness_jain", m.fairness_jain},
                                  {"finished", m.finished},
                                  {"jobs", m.jobs},

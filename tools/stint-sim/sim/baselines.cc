@@ -70,8 +70,9 @@ class QueueScheduler : public Scheduler {
     return (segments_[job] > 0 ? j.restart_s : 0) + remaining_[job] * opt_.estimate_factor;
   }
 
-  // Places `job` at max_gpus now: a gang on the tightest window with room,
-  // otherwise the biggest holes of one pool first. `ok(w)` filters windows.
+  // Places `job` at max_gpus now: a gang on the tightest window with room
+  // if one has it, otherwise (a gang spanning nodes, or a non-gang job) the
+  // biggest holes of one pool first. `ok(w)` filters windows.
   template <typename Ok>
   std::vector<SimAlloc> Place(int64_t job, TimeMs now, const std::vector<int>& free, Ok ok) const {
     const SimJob& j = w_->jobs[job];
@@ -82,8 +83,7 @@ class QueueScheduler : public Scheduler {
         if (!Open(static_cast<int>(w), now) || free[w] < need || !ok(static_cast<int>(w))) continue;
         if (best < 0 || free[w] < free[best]) best = static_cast<int>(w);
       }
-      if (best < 0) return {};
-      return {SimAlloc{best, need}};
+      if (best >= 0) return {SimAlloc{best, need}};
     }
     std::map<std::string, std::vector<std::pair<int, int>>> by_pool;  // pool -> (free, window)
     for (size_t w = 0; w < free.size(); w++) {
@@ -134,8 +134,8 @@ class QueueScheduler : public Scheduler {
     d->starts.push_back(StartCmd{job, std::move(allocs)});
   }
 
-  // EASY: the head's reservation. For each group (a window for a gang, a
-  // pool otherwise) the GPUs running jobs return at their time limits are
+  // EASY: the head's reservation. For each pool (a gang may span its
+  // windows) the GPUs running jobs return at their time limits are
   // added in order until the head fits: the shadow time, and the GPUs
   // left over at it (extra). The earliest group wins.
   struct Reservation {
@@ -149,7 +149,7 @@ class QueueScheduler : public Scheduler {
     std::map<std::string, std::vector<int>> groups;
     for (size_t w = 0; w < free.size(); w++) {
       if (!Open(static_cast<int>(w), now)) continue;
-      groups[j.gang ? std::to_string(w) : w_->windows[w].pool].push_back(static_cast<int>(w));
+      groups[w_->windows[w].pool].push_back(static_cast<int>(w));
     }
     Reservation best;
     for (const auto& [key, ws] : groups) {
@@ -345,7 +345,7 @@ class SlurmScheduler : public QueueScheduler {
   }
 
   // QOS preemption for the blocked top job: the fewest lower-QOS victims
-  // (lowest QOS, then youngest) in one group whose release lets it fit.
+  // (lowest QOS, then youngest) in one pool whose release lets it fit.
   void Preempt(int64_t head, TimeMs now, Decisions* d) {
     const SimJob& h = w_->jobs[head];
     if (h.priority == stintd::Priority::kLow) return;
@@ -354,7 +354,7 @@ class SlurmScheduler : public QueueScheduler {
     std::map<std::string, std::vector<int>> groups;
     for (size_t w = 0; w < free.size(); w++) {
       if (!Open(static_cast<int>(w), now) || !FitsWindow(head, static_cast<int>(w), now)) continue;
-      groups[h.gang ? std::to_string(w) : w_->windows[w].pool].push_back(static_cast<int>(w));
+      groups[w_->windows[w].pool].push_back(static_cast<int>(w));
     }
     const TimeMs exempt = Ms(opt_.stint.min_run_seconds);
     for (const auto& [key, ws] : groups) {
@@ -419,6 +419,8 @@ std::vector<std::string> AllPolicyNames() {
           "stint-no-fairshare",
           "stint-no-service",
           "stint-no-service-preemption",
+          "stint-no-shrink",
+          "stint-no-starvation-guard",
           "stint-no-preemption",
           "stint-no-notices",
           "stint-no-estimates"};
@@ -451,6 +453,10 @@ Result<PolicySpec> ParsePolicy(const std::string& name, const SchedulerOptions& 
       p.stint.service_preempt_classes = 0;
     } else if (name == "stint-no-service-preemption") {
       p.stint.service_preempt_classes = 0;
+    } else if (name == "stint-no-shrink") {
+      p.stint.shrink_before_preempt = false;
+    } else if (name == "stint-no-starvation-guard") {
+      p.stint.service_starvation_guard = false;
     } else if (name == "stint-no-notices") {
       p.workers_ignore_notices = true;
     } else if (name == "stint-no-estimates") {

@@ -53,9 +53,15 @@ struct JobRun {
   bool noticed = false;
   bool notice_preempt = false;
   TimeMs deadline = kNever;
+  std::vector<SimAlloc> resize_to;  // a shrink due at resize_at
+  TimeMs resize_at = kNever;
+  double span_slowdown = 0;  // EngineOptions::gang_span_slowdown for a gang, 0 otherwise
   JobResult result;
 
-  double rate() const { return static_cast<double>(gpus) / job->max_gpus; }
+  double rate() const {
+    const double windows = static_cast<double>(std::max<size_t>(1, allocs.size()));
+    return static_cast<double>(gpus) / job->max_gpus / (1.0 + span_slowdown * (windows - 1));
+  }
 };
 
 class Engine {
@@ -67,6 +73,7 @@ class Engine {
     runs_.resize(w_.jobs.size());
     for (size_t i = 0; i < w_.jobs.size(); i++) {
       runs_[i].job = &w_.jobs[i];
+      runs_[i].span_slowdown = w_.jobs[i].gang ? opt_.gang_span_slowdown : 0;
       JobResult& r = runs_[i].result;
       r.id = w_.jobs[i].id;
       r.team = w_.jobs[i].team;
@@ -237,6 +244,77 @@ class Engine {
       if (runs_[n.job].phase == Phase::kRunning) Notice(runs_[n.job], n.deadline, n.preempt, now);
     }
     for (const StartCmd& s : d.starts) Start(s, now);
+    for (const ResizeCmd& c : d.resizes) {
+      if (c.job < 0 || c.job >= static_cast<int64_t>(runs_.size())) continue;
+      JobRun& r = runs_[c.job];
+      if (r.phase != Phase::kRunning || r.stopping) continue;
+      if (c.at <= now) {
+        Resize(r, c.allocs, now);
+      } else {
+        r.resize_to = c.allocs;
+        r.resize_at = c.at;
+      }
+    }
+  }
+
+  // The group re-forms on `allocs`: GPUs it gives up are free from now,
+  // GPUs it adds are checked like a start's; no step for restart_s.
+  void Resize(JobRun& r, const std::vector<SimAlloc>& allocs, TimeMs now) {
+    dirty_ = true;
+    r.resize_to.clear();
+    r.resize_at = kNever;
+    for (const SimAlloc& a : r.allocs) {
+      usage_[a.window] -= a.gpus;
+      allocated_ -= a.gpus;
+    }
+    int gpus = 0;
+    for (const SimAlloc& a : allocs) {
+      gpus += a.gpus;
+      CheckAlloc(r.job->id, a, now);
+      if (a.window >= 0 && a.window < static_cast<int>(usage_.size())) usage_[a.window] += a.gpus;
+      allocated_ += a.gpus;
+    }
+    CheckShape(*r.job, allocs, gpus, now);
+    r.allocs = allocs;
+    r.gpus = std::max(1, gpus);
+    r.compute_from = std::max(now, r.compute_from) + Ms(r.job->restart_s);
+    r.last = now;
+    r.result.resizes++;
+    Log(now, "resize job=%" PRId64 " gpus=%d progress=%.3f%s", r.job->id, gpus, r.progress,
+        Where(allocs).c_str());
+  }
+
+  // A window open and not over-allocated by adding `a`.
+  void CheckAlloc(int64_t job, const SimAlloc& a, TimeMs now) {
+    const bool bad_window = a.window < 0 || a.window >= static_cast<int>(w_.windows.size());
+    if (bad_window || !open_[a.window] || usage_[a.window] + a.gpus > w_.windows[a.window].gpus ||
+        a.gpus <= 0) {
+      result_.conservation_violations++;
+      Log(now, "violation job %" PRId64 " window %d gpus %d (used %d of %d, open %d)", job,
+          a.window, a.gpus, bad_window ? -1 : usage_[a.window],
+          bad_window ? 0 : w_.windows[a.window].gpus,
+          bad_window ? 0 : static_cast<int>(open_[a.window]));
+    }
+  }
+
+  // The job's GPU range, and all of a segment's windows in one pool.
+  void CheckShape(const SimJob& job, const std::vector<SimAlloc>& allocs, int gpus, TimeMs now) {
+    bool one_pool = true;
+    for (const SimAlloc& a : allocs) {
+      one_pool = one_pool && a.window >= 0 && a.window < static_cast<int>(w_.windows.size()) &&
+                 w_.windows[a.window].pool == w_.windows[allocs[0].window].pool;
+    }
+    if (gpus < job.min_gpus || gpus > job.max_gpus || !one_pool) {
+      result_.conservation_violations++;
+      Log(now, "violation job %" PRId64 " with %d GPUs in %zu windows", job.id, gpus, allocs.size());
+    }
+  }
+
+  static std::string Where(const std::vector<SimAlloc>& allocs) {
+    std::string where;
+    for (const SimAlloc& a : allocs)
+      where += " w" + std::to_string(a.window) + ":" + std::to_string(a.gpus);
+    return where;
   }
 
   void Start(const StartCmd& s, TimeMs now) {
@@ -250,22 +328,10 @@ class Engine {
     int gpus = 0;
     for (const SimAlloc& a : s.allocs) {
       gpus += a.gpus;
-      const bool bad_window = a.window < 0 || a.window >= static_cast<int>(w_.windows.size());
-      if (bad_window || !open_[a.window] || usage_[a.window] + a.gpus > w_.windows[a.window].gpus ||
-          a.gpus <= 0) {
-        result_.conservation_violations++;
-        Log(now, "violation job %" PRId64 " window %d gpus %d (used %d of %d, open %d)", s.job,
-            a.window, a.gpus, bad_window ? -1 : usage_[a.window],
-            bad_window ? 0 : w_.windows[a.window].gpus,
-            bad_window ? 0 : static_cast<int>(open_[a.window]));
-      }
-      if (!bad_window) usage_[a.window] += a.gpus;
+      CheckAlloc(s.job, a, now);
+      if (a.window >= 0 && a.window < static_cast<int>(usage_.size())) usage_[a.window] += a.gpus;
     }
-    if (gpus < r.job->min_gpus || gpus > r.job->max_gpus || (r.job->gang && s.allocs.size() != 1)) {
-      result_.conservation_violations++;
-      Log(now, "violation job %" PRId64 " started with %d GPUs in %zu windows", s.job, gpus,
-          s.allocs.size());
-    }
+    CheckShape(*r.job, s.allocs, gpus, now);
     r.phase = Phase::kRunning;
     pending_--;
     running_.insert(s.job);
@@ -283,11 +349,8 @@ class Engine {
     r.deadline = kNever;
     r.result.segments++;
     if (r.result.first_start_s < 0) r.result.first_start_s = now / 1000.0;
-    std::string where;
-    for (const SimAlloc& a : s.allocs)
-      where += " w" + std::to_string(a.window) + ":" + std::to_string(a.gpus);
     Log(now, "start job=%" PRId64 " gpus=%d progress=%.3f%s", s.job, gpus, r.progress,
-        where.c_str());
+        Where(s.allocs).c_str());
   }
 
   void Notice(JobRun& r, TimeMs deadline, bool preempt, TimeMs now) {
@@ -328,6 +391,8 @@ class Engine {
       allocated_ -= a.gpus;
     }
     r.allocs.clear();
+    r.resize_to.clear();
+    r.resize_at = kNever;
     running_.erase(r.job->id);
     if (kind == EndKind::kFinished) {
       r.phase = Phase::kDone;
@@ -348,7 +413,7 @@ class Engine {
 
   TimeMs NextInternal(const JobRun& r, TimeMs now) const {
     if (r.stopping) return r.stop_done;
-    TimeMs next = r.deadline;  // GPUs taken at the deadline if still on them
+    TimeMs next = std::min(r.deadline, r.resize_at);  // GPUs taken at the deadline if still on them
     const TimeMs base = std::max(now, r.compute_from);
     next = std::min(next, base + CeilMs((r.job->work_s - r.progress) / r.rate()));
     if (r.job->interval_s > 0)
@@ -401,6 +466,10 @@ class Engine {
         Kill(r, now, "deadline passed", true);
         any = true;
         continue;
+      }
+      if (now >= r.resize_at) {
+        Resize(r, std::vector<SimAlloc>(r.resize_to), now);
+        any = true;
       }
       if (r.job->interval_s > 0 && r.since_ckpt >= r.job->interval_s - kEps &&
           now >= r.compute_from) {

@@ -39,11 +39,23 @@ struct NoticeCmd {
   bool preempt = false;  // for a higher-priority job (counted as a preemption)
 };
 
+// An elastic job's running segment moves to `allocs` at `at` (a shrink at
+// its leaving ranks' deadline, a grow now); the group re-forms: no step for
+// the job's restart_s, nothing lost.
+struct ResizeCmd {
+  int64_t job = 0;
+  std::vector<SimAlloc> allocs;
+  TimeMs at = 0;
+};
+
 struct Decisions {
   std::vector<StartCmd> starts;
   std::vector<NoticeCmd> notices;
+  std::vector<ResizeCmd> resizes;
   std::vector<int64_t> kills;  // the scheduler declares the running segment lost now
-  bool empty() const { return starts.empty() && notices.empty() && kills.empty(); }
+  bool empty() const {
+    return starts.empty() && notices.empty() && resizes.empty() && kills.empty();
+  }
 };
 
 // What a scheduler may read about the truth (for assertions and for the
@@ -87,6 +99,9 @@ struct EngineOptions {
   bool workers_ignore_notices = false;  // ablation: workers never checkpoint on a notice
   double horizon_s = 0;                 // > 0: stop at this time even with jobs left
   bool keep_log = true;                 // keep the event log text (the hash is always computed)
+  // A gang on k windows (nodes) progresses 1 + this x (k - 1) times slower
+  // (PolicyConfig::gang_span_slowdown, the planner's view of the same cost).
+  double gang_span_slowdown = 0.05;
 };
 
 struct JobResult {
@@ -100,6 +115,7 @@ struct JobResult {
   int segments = 0;
   int interruptions = 0;  // segments that ended without finishing the job
   int preemptions = 0;    // of those, for a higher-priority job
+  int resizes = 0;        // shrinks and grows of running segments
   double lost_gpu_s = 0;
 };
 

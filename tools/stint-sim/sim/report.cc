@@ -36,12 +36,17 @@ Metrics ComputeMetrics(const SimResult& r) {
   m.policy = r.policy;
   m.jobs = static_cast<int>(r.jobs.size());
   std::vector<double> jct, queue;
-  std::map<std::string, std::vector<double>> slowdown;
-  int interrupts = 0, preempts = 0;
+  std::map<std::string, std::vector<double>> slowdown, team_queue;
+  int interrupts = 0, preempts = 0, resizes = 0;
   for (const JobResult& j : r.jobs) {
     interrupts += j.interruptions;
     preempts += j.preemptions;
-    if (j.first_start_s >= 0) queue.push_back(j.first_start_s - j.submit_s);
+    resizes += j.resizes;
+    m.teams[j.team].jobs++;
+    if (j.first_start_s >= 0) {
+      queue.push_back(j.first_start_s - j.submit_s);
+      team_queue[j.team].push_back(j.first_start_s - j.submit_s);
+    }
     if (j.finish_s < 0) continue;
     m.finished++;
     jct.push_back(j.finish_s - j.submit_s);
@@ -60,6 +65,11 @@ Metrics ComputeMetrics(const SimResult& r) {
   m.lost_gpu_h = r.lost_gpu_s / 3600.0;
   m.interrupts_per_job = m.jobs > 0 ? static_cast<double>(interrupts) / m.jobs : 0;
   m.preemptions_per_job = m.jobs > 0 ? static_cast<double>(preempts) / m.jobs : 0;
+  m.resizes_per_job = m.jobs > 0 ? static_cast<double>(resizes) / m.jobs : 0;
+  for (auto& [team, t] : m.teams) {
+    t.queue_mean_s = Mean(team_queue[team]);
+    t.slowdown_mean = Mean(slowdown[team]);
+  }
   double sum = 0, sq = 0;
   int n = 0;
   for (const auto& [team, v] : slowdown) {

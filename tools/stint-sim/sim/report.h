@@ -4,12 +4,19 @@
 #ifndef STINT_TOOLS_STINT_SIM_SIM_REPORT_H_
 #define STINT_TOOLS_STINT_SIM_SIM_REPORT_H_
 
+#include <map>
 #include <string>
 #include <vector>
 
 #include "sim/engine.h"
 
 namespace stint::sim {
+
+struct TeamMetrics {
+  int jobs = 0;
+  double queue_mean_s = 0;  // first start - submit, over its started jobs
+  double slowdown_mean = 0;  // JCT / work over its finished jobs (what Jain is taken over)
+};
 
 struct Metrics {
   std::string policy;
@@ -24,7 +31,9 @@ struct Metrics {
   double lost_gpu_h = 0;
   double interrupts_per_job = 0;   // segments ended without finishing
   double preemptions_per_job = 0;  // of those, for a higher-priority job
+  double resizes_per_job = 0;      // shrinks and grows of running segments
   double fairness_jain = 0;        // Jain's index over per-team mean slowdown (JCT / work)
+  std::map<std::string, TeamMetrics> teams;
   double makespan_s = 0;
   int64_t violations = 0;
   uint64_t log_hash = 0;

@@ -46,7 +46,9 @@ struct SchedulerOptions {
 // (fair_share_points = 0, guarantee_bonus_points = 0), stint-no-preemption
 // (min_run_seconds = 1e12), stint-no-service (service_class_points = 0,
 // service_preempt_classes = 0), stint-no-service-preemption
-// (service_preempt_classes = 0), stint-no-notices (workers ignore notices),
+// (service_preempt_classes = 0), stint-no-shrink (shrink_before_preempt =
+// false), stint-no-starvation-guard (service_starvation_guard = false),
+// stint-no-notices (workers ignore notices),
 // stint-no-estimates (remaining_seconds = 0: no runtime knowledge).
 Result<PolicySpec> ParsePolicy(const std::string& name, const SchedulerOptions& options);
 std::vector<std::string> AllPolicyNames();

@@ -151,13 +151,32 @@ class StintScheduler : public Scheduler {
       d.notices.push_back(NoticeCmd{sim_of_job_[seg->second.job_id], n.deadline_ms - kEpochMs,
                                     n.reason == stintd::NoticeReason::kPreempted});
     }
+    // A shrink moves the engine's segment at its deadline, when ApplyPlan
+    // takes the GPUs off the core's; a grow moves both now.
+    for (const stintd::ShrinkDecision& sh : plan.shrinks) {
+      auto seg = s_.segments.find(sh.segment_id);
+      if (seg == s_.segments.end() || seg->second.shrink_deadline_ms == 0) continue;
+      std::vector<stintd::Allocation> after = seg->second.allocs;
+      for (const stintd::Allocation& r : sh.release) {
+        for (stintd::Allocation& a : after) {
+          if (a.window_id == r.window_id) a.gpus -= r.gpus;
+        }
+      }
+      d.resizes.push_back(
+          ResizeCmd{sim_of_job_[seg->second.job_id], SimAllocs(after), sh.deadline_ms - kEpochMs});
+    }
+    for (const stintd::GrowDecision& g : plan.grows) {
+      auto seg = s_.segments.find(g.segment_id);
+      if (seg == s_.segments.end()) continue;
+      d.resizes.push_back(
+          ResizeCmd{sim_of_job_[seg->second.job_id], SimAllocs(seg->second.allocs), now});
+    }
     for (const stintd::StartDecision& st : plan.starts) {
       const stintd::Job& j = s_.jobs[st.job_id];
       if (j.state != stintd::JobState::kRunning) continue;
       StartCmd cmd;
       cmd.job = sim_of_job_[st.job_id];
-      for (const stintd::Allocation& a : st.allocs)
-        cmd.allocs.push_back(SimAlloc{window_of_[a.window_id], a.gpus});
+      cmd.allocs = SimAllocs(st.allocs);
       // The sim plays the job's workers: one registers for the gang.
       auto w = stintd::RegisterWorker(s_, st.job_id, "sim-" + std::to_string(cmd.job), t, &ch);
       if (!w.ok()) {
@@ -186,6 +205,7 @@ class StintScheduler : public Scheduler {
         next = std::min(next, seg.deadline_ms - kEpochMs);
         continue;
       }
+      if (seg.shrink_deadline_ms > t) next = std::min(next, seg.shrink_deadline_ms - kEpochMs);
       // The notice time of a segment's planned end: release - (C + safety).
       TimeMs release = seg.planned_end_ms;
       for (const stintd::Allocation& a : seg.allocs) {
@@ -209,6 +229,14 @@ class StintScheduler : public Scheduler {
   int64_t errors() const { return errors_; }
 
  private:
+  // The engine's allocations for the core's (empty parts left out).
+  std::vector<SimAlloc> SimAllocs(const std::vector<stintd::Allocation>& allocs) {
+    std::vector<SimAlloc> out;
+    for (const stintd::Allocation& a : allocs) {
+      if (a.gpus > 0) out.push_back(SimAlloc{window_of_[a.window_id], a.gpus});
+    }
+    return out;
+  }
   double Estimate(double remaining_s) const {
     return spec_.runtime_estimates ? std::max(0.0, remaining_s * opt_.estimate_factor) : 0.0;
   }

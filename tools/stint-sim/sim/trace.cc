@@ -752,20 +752,16 @@ std::vector<SimWindow> GenerateWindows(const SyntheticWindows& g) {
 }
 
 int DropUnplaceable(std::vector<SimJob>* jobs, const std::vector<SimWindow>& windows) {
-  int max_window = 0;
   std::map<std::string, int> pool_total;
-  for (const SimWindow& w : windows) {
-    max_window = std::max(max_window, w.gpus);
-    pool_total[w.pool] += w.gpus;
-  }
+  for (const SimWindow& w : windows) pool_total[w.pool] += w.gpus;
   int max_pool = 0;
   for (const auto& [p, n] : pool_total) max_pool = std::max(max_pool, n);
   const size_t before = jobs->size();
-  jobs->erase(std::remove_if(
-                  jobs->begin(), jobs->end(),
-                  [&](const SimJob& j) { return j.min_gpus > (j.gang ? max_window : max_pool); }),
+  // A gang may span the windows of a pool, like any job.
+  jobs->erase(std::remove_if(jobs->begin(), jobs->end(),
+                             [&](const SimJob& j) { return j.min_gpus > max_pool; }),
               jobs->end());
-  for (SimJob& j : *jobs) j.max_gpus = std::min(j.max_gpus, j.gang ? max_window : max_pool);
+  for (SimJob& j : *jobs) j.max_gpus = std::min(j.max_gpus, max_pool);
   Normalize(jobs);
   return static_cast<int>(before - jobs->size());
 }

@@ -182,8 +182,8 @@ Result<Workload> BuildWorkload(const std::string& trace, const std::string& capa
                    [](const SimWindow& a, const SimWindow& b) { return a.start_s < b.start_s; });
   const int dropped = DropUnplaceable(&w.jobs, w.windows);
   if (dropped > 0) {
-    w.job_source += "; " + std::to_string(dropped) + " jobs larger than any window dropped";
-    if (!w.synthetic_jobs) w.load.skipped["jobs larger than any window"] += dropped;
+    w.job_source += "; " + std::to_string(dropped) + " jobs larger than any pool dropped";
+    if (!w.synthetic_jobs) w.load.skipped["jobs larger than any pool"] += dropped;
   }
   if (w.jobs.empty()) return Status::InvalidArgument("the trace has no jobs that fit the capacity");
   return w;

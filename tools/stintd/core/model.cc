@@ -94,6 +94,8 @@ const char* NoticeReasonName(NoticeReason r) {
       return "preempted";
     case NoticeReason::kCancelled:
       return "cancelled";
+    case NoticeReason::kShrink:
+      return "shrink";
   }
   return "unknown";
 }

@@ -146,6 +146,7 @@ enum class NoticeReason : int {
   kRevoked = 2,      // spot revocation or an admin closing the window early
   kPreempted = 3,    // a higher-priority job needs the GPUs
   kCancelled = 4,    // the job was cancelled: checkpoint and stop
+  kShrink = 5,       // to the ranks that leave a shrinking segment: checkpoint and exit
 };
 const char* NoticeReasonName(NoticeReason r);
 
@@ -175,6 +176,16 @@ struct Segment {
   TimeMs ended_ms = 0;
   TimeMs last_heartbeat_ms = 0;  // newest heartbeat of any of its workers (soft state)
   std::vector<Placement> placement;  // one per node window of allocs, in allocs' order
+  // A shrink in progress: at shrink_deadline_ms the segment gives up
+  // shrink_release (whole node windows, or GPUs of other windows) for job
+  // shrink_for; the workers in leaving_workers got a kShrink notice at
+  // shrink_notice_ms. Soft state, like last_heartbeat_ms: a restarted
+  // stintd forgets a shrink in flight and the segment keeps its GPUs.
+  std::vector<Allocation> shrink_release;
+  std::vector<int64_t> leaving_workers;
+  TimeMs shrink_notice_ms = 0;
+  TimeMs shrink_deadline_ms = 0;  // 0: no shrink in progress
+  int64_t shrink_for = 0;
   int gpus() const {
     int n = 0;
     for (const Allocation& a : allocs) n += a.gpus;

@@ -33,7 +33,7 @@ double ScoreParts(const Job& job, TimeMs now, const PolicyConfig& c, int team_he
       team != nullptr && team_held < team->guaranteed_gpus ? c.guarantee_bonus_points : 0.0;
   const double share = team != nullptr && usage_sum > 0 ? team->usage_gpu_seconds / usage_sum : 0.0;
   const double fair_share = -c.fair_share_points * share;
-  const int service_class = ServiceClass(job, c);
+  const int service_class = ServiceClass(job, now, c);
   const double service = -c.service_class_points * service_class;
   const double score = level + aging + guarantee + fair_share + service;
   if (info != nullptr) {
@@ -77,6 +77,7 @@ class Planner {
     OrderPending();
     base_ = profiles_;
     Backfill();
+    if (c_.shrink_before_preempt) Grow();
     ComputeStats();
     return std::move(plan_);
   }
@@ -115,6 +116,7 @@ class Planner {
     double cost;  // GPU-seconds lost + spent restarting
     std::vector<VictimPart> parts;
     bool taken = false;
+    bool starving;  // the starvation guard shields it from same-level preemption
   };
   struct Part {
     int slot;
@@ -214,18 +216,30 @@ class Planner {
         TimeMs& d = preempting_[seg.preempted_for];
         d = std::max(d, seg.deadline_ms);
       }
+      const bool shrinking = seg.shrink_deadline_ms != 0;
+      if (shrinking && seg.shrink_for != 0) {
+        TimeMs& d = preempting_[seg.shrink_for];
+        d = std::max(d, seg.shrink_deadline_ms);
+      }
 
-      Victim v{&seg, job, 0,    release, team, job != nullptr ? ServiceClass(*job, c_) : 0,
-               0,    {},  false};
+      Victim v{&seg, job, 0, release, team, job != nullptr ? ServiceClass(*job, now_, c_) : 0,
+               0, {}, false, job != nullptr && Starving(*job, now_, c_)};
       for (const Allocation& a : seg.allocs) {
         const int slot = SlotOf(a.window_id);
         if (slot < 0) continue;
         const TimeMs hold_end = std::min(release, slots_[slot].w->end_ms);
-        profiles_.windows[slot].Add(now_, hold_end, -a.gpus);
+        // A shrinking segment holds what it gives up only to the shrink's deadline.
+        int leaving = 0;
+        for (const Allocation& r : seg.shrink_release)
+          leaving += r.window_id == a.window_id ? std::min(r.gpus, a.gpus) : 0;
+        profiles_.windows[slot].Add(now_, hold_end, -(a.gpus - leaving));
+        if (leaving > 0)
+          profiles_.windows[slot].Add(now_, std::min(hold_end, seg.shrink_deadline_ms), -leaving);
         allocated_now_ += slots_[slot].w->open_at(now_) ? a.gpus : 0;
         v.parts.push_back(VictimPart{slot, a.gpus, hold_end});
       }
-      if (seg.state == SegmentState::kRunning && !noticed && job != nullptr && job->preemptible &&
+      if (seg.state == SegmentState::kRunning && !noticed && !shrinking && job != nullptr &&
+          job->preemptible &&
           job->priority != Priority::kCritical && now_ - seg.start_ms >= min_run &&
           !v.parts.empty()) {
         // Checkpoint-aware cost: the work since its last durable checkpoint
@@ -316,9 +330,11 @@ class Planner {
 
   // ---- Fitting ----
 
-  // The best allocation starting exactly at t on profiles `p`, or none.
-  // only_slot >= 0 restricts a gang to that window and a non-gang job to
-  // that window's pool.
+  // The best allocation starting exactly at t on profiles `p`, or none:
+  // the most GPUs after the span slowdown (one window beats several with as
+  // many GPUs), then the longest segment, then (one window) the tightest.
+  // only_slot >= 0 restricts a single-window gang to that window, and a
+  // spanning allocation to that window's pool.
   Fit FitAt(const JobCtx& j, TimeMs t, const Profiles& profiles, int only_slot = -1) const {
     Fit best;
     if (t == kNever) return best;
@@ -335,22 +351,22 @@ class Planner {
     if (want < job.min_gpus) return best;  // max_gpus < min_gpus: never started short
     // The segment also ends where the team's room drops below what it holds.
     auto team_end = [team, t](int g) { return team == nullptr ? kNever : team->FirstBelow(t, g); };
-    auto better = [&best](int gpus, TimeMs end) {
-      return best.start == kNever || gpus > best.gpus || (gpus == best.gpus && end > best.end);
+    int best_free = 0;
+    auto take = [&](Fit fit, int free) {
+      const double e = SpanEffective(job, fit.gpus, fit.parts.size());
+      const double b = best.start == kNever ? -1 : SpanEffective(job, best.gpus, best.parts.size());
+      if (e > b || (e == b && (fit.end > best.end || (fit.end == best.end && free < best_free)))) {
+        best = std::move(fit);
+        best_free = free;
+      }
     };
     if (job.gang) {
-      int best_free = 0;
       auto consider = [&](int slot) {
         const int free = p[slot].Min(t, t_end);
         if (free < job.min_gpus) return;
         const int g = std::min(want, free);
         const TimeMs end = std::min({p[slot].FirstBelow(t, g), AddMs(t, j.run), team_end(g)});
-        // More GPUs, then a longer segment, then the tightest window (keeps
-        // big holes for big gangs), then the lower window id.
-        if (better(g, end) || (g == best.gpus && end == best.end && free < best_free)) {
-          best = Fit{t, end, g, {Part{slot, g}}};
-          best_free = free;
-        }
+        take(Fit{t, end, g, {Part{slot, g}}}, free);
       };
       if (only_slot >= 0) {
         consider(only_slot);
@@ -359,7 +375,6 @@ class Planner {
           for (int slot : groups_[g]) consider(slot);
         }
       }
-      return best;
     }
     std::vector<std::pair<int, int>> avail;  // (free, slot)
     for (int g : j.groups) {
@@ -378,18 +393,37 @@ class Planner {
         return a.first != b.first ? a.first > b.first : a.second < b.second;
       });
       const int g_total = std::min(want, sum);
-      Fit fit{t, std::min(AddMs(t, j.run), team_end(g_total)), g_total, {}};
+      Fit fit{t, team_end(g_total), g_total, {}};
       int left = g_total;
       for (const auto& [free, slot] : avail) {
         if (left == 0) break;
-        const int take = std::min(free, left);
-        fit.parts.push_back(Part{slot, take});
-        fit.end = std::min(fit.end, p[slot].FirstBelow(t, take));
-        left -= take;
+        const int n = std::min(free, left);
+        fit.parts.push_back(Part{slot, n});
+        fit.end = std::min(fit.end, p[slot].FirstBelow(t, n));
+        left -= n;
       }
-      if (better(fit.gpus, fit.end)) best = std::move(fit);
+      // A gang on one window was weighed above.
+      if (job.gang && fit.parts.size() < 2) continue;
+      fit.end = std::min(fit.end, AddMs(t, SpanRunMs(j, fit.parts.size())));
+      take(std::move(fit), sum);
     }
     return best;
+  }
+
+  // GPUs a gang on `windows` windows is worth (its progress rate in GPUs at
+  // one window's speed); a non-gang job's ranks do not wait on each other.
+  double SpanEffective(const Job& job, int gpus, size_t windows) const {
+    if (!job.gang || windows < 2) return gpus;
+    return gpus / (1.0 + c_.gang_span_slowdown * static_cast<double>(windows - 1));
+  }
+
+  // The whole segment a job wants on `windows` windows: its work runs
+  // slower by the span slowdown.
+  TimeMs SpanRunMs(const JobCtx& j, size_t windows) const {
+    if (j.run == kNever || !j.job->gang || windows < 2) return j.run;
+    const double factor = 1.0 + c_.gang_span_slowdown * static_cast<double>(windows - 1);
+    return SecondsToMs(j.job->restart_seconds + j.job->remaining_seconds * factor +
+                       j.job->checkpoint_seconds + c_.safety_seconds);
   }
 
   // The earliest fit at or after `from` on the current profiles.
@@ -417,7 +451,8 @@ class Planner {
           t_best = std::min(t_best, t);
         }
       }
-      return FitAt(j, t_best, profiles_);
+      // A gang may also span windows of a pool: earlier starts on several
+      // windows are looked for below.
     }
     // Combined windows: the sum of what each window keeps free over the
     // whole minimum segment only grows when some window's free count
@@ -499,12 +534,24 @@ class Planner {
   // queue but never gives the right to take GPUs from a running job.
   bool MayPreempt(const Job& job, int job_class, const Victim& victim) const {
     if (victim.job->priority != job.priority) return victim.job->priority < job.priority;
-    if (c_.service_preempt_classes <= 0 ||
+    if (c_.service_preempt_classes <= 0 || victim.starving ||
         victim.service_class < job_class + c_.service_preempt_classes)
       return false;
     const double victim_left = victim.job->remaining_seconds * victim.job->max_gpus;
     const double job_left = job.remaining_seconds * job.max_gpus;
     return victim_left <= 0 || job_left <= 0 || victim_left > job_left;
+  }
+
+  // Victim order: lowest level first, then the most attained service, then
+  // the cheapest, then the youngest segment.
+  bool VictimBefore(int a, int b) const {
+    const Victim& x = victims_[a];
+    const Victim& y = victims_[b];
+    if (x.job->priority != y.job->priority) return x.job->priority < y.job->priority;
+    if (x.service_class != y.service_class) return x.service_class > y.service_class;
+    if (x.cost != y.cost) return x.cost < y.cost;
+    if (x.seg->start_ms != y.seg->start_ms) return x.seg->start_ms > y.seg->start_ms;
+    return x.seg->id < y.seg->id;
   }
 
   // Looks for the cheapest minimal set of victims, all in one window, whose
@@ -520,31 +567,26 @@ class Planner {
     int best_slot = -1;
     std::vector<int> cands, chosen, trial;
     for (int g : j.groups) {
+      bool spanned = false;  // the pool-wide search for a gang no window holds is done
       for (int slot : groups_[g]) {
         const Window& w = *slots_[slot].w;
-        if (!w.open_at(now_) || w.end_ms - now_ < j.len || (job.gang && w.gpus < job.min_gpus))
-          continue;
+        if (!w.open_at(now_) || w.end_ms - now_ < j.len) continue;
+        // A gang larger than this window spans the pool: victims anywhere in it.
+        const bool span = job.gang && w.gpus < job.min_gpus;
+        if (span && spanned) continue;
+        spanned = spanned || span;
         cands.clear();
         for (size_t v = 0; v < victims_.size(); v++) {
           const Victim& victim = victims_[v];
           if (victim.taken || !MayPreempt(job, job_class, victim)) continue;
-          if (std::any_of(victim.parts.begin(), victim.parts.end(),
-                          [slot](const VictimPart& p) { return p.slot == slot; })) {
+          if (std::any_of(victim.parts.begin(), victim.parts.end(), [&](const VictimPart& p) {
+                return span ? slots_[p.slot].group == g : p.slot == slot;
+              })) {
             cands.push_back(static_cast<int>(v));
           }
         }
         if (cands.empty()) continue;
-        // Lowest level first, then the most attained service, then the
-        // cheapest, then the youngest segment.
-        std::sort(cands.begin(), cands.end(), [this](int a, int b) {
-          const Victim& x = victims_[a];
-          const Victim& y = victims_[b];
-          if (x.job->priority != y.job->priority) return x.job->priority < y.job->priority;
-          if (x.service_class != y.service_class) return x.service_class > y.service_class;
-          if (x.cost != y.cost) return x.cost < y.cost;
-          if (x.seg->start_ms != y.seg->start_ms) return x.seg->start_ms > y.seg->start_ms;
-          return x.seg->id < y.seg->id;
-        });
+        std::sort(cands.begin(), cands.end(), [this](int a, int b) { return VictimBefore(a, b); });
         chosen.clear();
         Fit fit;
         bool fits = false;
@@ -587,6 +629,114 @@ class Planner {
     preempting_[job.id] = start;
     *out = FitAt(j, start, profiles_, best_slot);
     return out->start == start;
+  }
+
+  // ---- Shrink and grow ----
+
+  // What victim `v` can give up and keep >= its job's min_gpus: GPUs from
+  // its last allocation backwards (the highest ranks leave), at most
+  // `wanted`; a node window's part only whole (its ranks leave the node).
+  std::vector<VictimPart> Shrinkable(const Victim& v, int wanted) const {
+    std::vector<VictimPart> out;
+    int spare = v.seg->gpus() - v.job->min_gpus;
+    for (size_t i = v.parts.size(); i-- > 0 && spare > 0 && wanted > 0;) {
+      const VictimPart& part = v.parts[i];
+      const bool node = !slots_[part.slot].w->node.empty();
+      if (node && part.gpus > spare) continue;
+      const int n = node ? part.gpus : std::min({part.gpus, spare, wanted});
+      out.push_back(VictimPart{part.slot, n, part.hold_end});
+      spare -= n;
+      wanted -= n;
+    }
+    return out;
+  }
+
+  // Shrink before preempt: elastic segments the job may preempt, running
+  // above their min_gpus, give up GPUs (in preemption order, each as few as
+  // the job still needs) until the job fits at the latest shrink deadline,
+  // if that is before `unassisted`. On success records the shrinks, counts
+  // the GPUs free from their deadlines on and returns the job's fit.
+  bool TryShrink(const JobCtx& j, TimeMs unassisted, Fit* out) {
+    const Job& job = *j.job;
+    if (!c_.shrink_before_preempt || victims_.empty()) return false;
+    const int job_class = j.info->service_class;
+    std::vector<int> cands;
+    for (size_t v = 0; v < victims_.size(); v++) {
+      const Victim& victim = victims_[v];
+      if (!victim.taken && victim.seg->gpus() > victim.job->min_gpus &&
+          MayPreempt(job, job_class, victim))
+        cands.push_back(static_cast<int>(v));
+    }
+    if (cands.empty()) return false;
+    std::sort(cands.begin(), cands.end(), [this](int a, int b) { return VictimBefore(a, b); });
+    const Profiles saved = profiles_;
+    std::vector<std::pair<int, std::vector<VictimPart>>> shrinks;
+    TimeMs start = now_;
+    for (int v : cands) {
+      const Victim& victim = victims_[v];
+      // GPUs still missing at the shrink's deadline in the job's best pool.
+      const TimeMs at = std::max(start, victim.deadline);
+      int have = 0;
+      for (int g : j.groups) {
+        int sum = 0;
+        for (int slot : groups_[g]) sum += std::max(0, profiles_.windows[slot].Min(at, AddMs(at, j.len)));
+        have = std::max(have, sum);
+      }
+      std::vector<VictimPart> parts = Shrinkable(victim, std::max(1, job.min_gpus - have));
+      if (parts.empty()) continue;
+      for (const VictimPart& part : parts)
+        profiles_.windows[part.slot].Add(victim.deadline, part.hold_end, part.gpus);
+      start = at;
+      shrinks.emplace_back(v, std::move(parts));
+      Fit fit = FitAt(j, start, profiles_);
+      if (fit.start != start) continue;
+      if (start >= unassisted) break;
+      for (auto& [sv, released] : shrinks) {
+        Victim& shrunk = victims_[sv];
+        shrunk.taken = true;
+        ShrinkDecision d{shrunk.seg->id, {}, shrunk.deadline, job.id};
+        for (const VictimPart& part : released)
+          d.release.push_back(Allocation{slots_[part.slot].w->id, part.gpus});
+        plan_.shrinks.push_back(std::move(d));
+      }
+      preempting_[job.id] = start;
+      *out = std::move(fit);
+      return true;
+    }
+    profiles_ = saved;
+    return false;
+  }
+
+  // After the queue is planned: an elastic segment below its max_gpus with
+  // enough work left takes GPUs no job is planned on until its release,
+  // in the windows it already uses or, for a gang, its pool (a re-form
+  // costs about restart_seconds, hence grow_min_seconds). Segments placed
+  // on stint-agent nodes do not grow: the agent starts ranks only with a
+  // segment.
+  void Grow() {
+    for (const auto& [id, seg] : s_.segments) {
+      if (seg.state != SegmentState::kRunning || seg.shrink_deadline_ms != 0 ||
+          !seg.placement.empty())
+        continue;
+      auto job_it = s_.jobs.find(seg.job_id);
+      if (job_it == s_.jobs.end()) continue;
+      const Job& job = job_it->second;
+      const int room = job.max_gpus - seg.gpus();
+      if (room <= 0 || job.remaining_seconds < c_.grow_min_seconds) continue;
+      const TimeMs release = ReleaseMs(s_, seg);
+      GrowDecision d{id, {}};
+      int left = room;
+      for (const Allocation& a : seg.allocs) {
+        const int slot = SlotOf(a.window_id);
+        if (slot < 0 || left == 0) continue;
+        const int n = std::min(left, profiles_.windows[slot].Min(now_, release));
+        if (n <= 0) continue;
+        profiles_.windows[slot].Add(now_, release, -n);
+        d.add.push_back(Allocation{a.window_id, n});
+        left -= n;
+      }
+      if (!d.add.empty()) plan_.grows.push_back(std::move(d));
+    }
   }
 
   // ---- The walk over the queue ----
@@ -656,7 +806,7 @@ class Planner {
     bool preempting = preempting_.count(job.id) > 0;
     if (!preempting && !preempted_ && j.position <= kPreemptScanJobs) {
       Fit assisted;
-      if (TryPreempt(j, fit.start, &assisted)) {
+      if (TryShrink(j, fit.start, &assisted) || TryPreempt(j, fit.start, &assisted)) {
         preempted_ = true;
         preempting = true;
         fit = std::move(assisted);
@@ -680,10 +830,9 @@ class Planner {
       for (int slot : groups_[g]) {
         const Window& w = *slots_[slot].w;
         if (!w.open_at(now_) || w.end_ms - now_ < j.len) continue;
-        if (job.gang && w.gpus >= job.min_gpus) return true;
         sum += w.gpus;
       }
-      if (!job.gang && sum >= job.min_gpus) return true;
+      if (sum >= job.min_gpus) return true;  // a gang too may span the pool's windows
     }
     return false;
   }
@@ -709,31 +858,29 @@ class Planner {
       return;
     }
     // What is free now in open windows that last a minimum segment.
-    int free_sum = 0, free_max = 0, open_windows = 0, capacity_sum = 0;
-    int longest_slot = -1;  // the open window (big enough for a gang) that closes last
+    int free_sum = 0, pool_free_max = 0, open_windows = 0, capacity_sum = 0;
+    int longest_slot = -1;  // the open window that closes last
     for (int g : j.groups) {
+      int pool_free = 0;
       for (int slot : groups_[g]) {
         const Window& w = *slots_[slot].w;
         if (!w.open_at(now_)) continue;
         open_windows++;
-        if ((!job.gang || w.gpus >= job.min_gpus) &&
-            (longest_slot < 0 || w.end_ms > slots_[longest_slot].w->end_ms)) {
-          longest_slot = slot;
-        }
+        if (longest_slot < 0 || w.end_ms > slots_[longest_slot].w->end_ms) longest_slot = slot;
         if (w.end_ms - now_ < j.len) continue;
         capacity_sum += w.gpus;
-        const int free = std::max(0, base_.windows[slot].At(now_));
-        free_sum += free;
-        free_max = std::max(free_max, free);
+        pool_free += std::max(0, base_.windows[slot].At(now_));
       }
+      free_sum += pool_free;
+      pool_free_max = std::max(pool_free_max, pool_free);
     }
-    // A gang that no single window can ever hold is blocked by the gang
-    // rule even while some of the GPUs are in use (FitsOnEmptyWindows failed).
+    // A gang spans the windows of one pool, never several pools: with enough
+    // GPUs only across pools it is blocked by the gang rule.
     if (job.gang && (free_sum >= job.min_gpus || capacity_sum >= job.min_gpus)) {
       info.reason = BlockReason::kGang;
       info.detail = "gang of " + std::to_string(job.min_gpus) +
                     " GPUs: " + std::to_string(free_sum) + " free in total, at most " +
-                    std::to_string(free_max) + " in one window; " + StartPhrase(fit);
+                    std::to_string(pool_free_max) + " in one pool; " + StartPhrase(fit);
       return;
     }
     info.reason = BlockReason::kWindow;
@@ -749,11 +896,8 @@ class Planner {
       detail = "window " + std::to_string(w.id) + " closes in " + Secs(w.end_ms - now_) +
                "; needs " + Secs(j.len);
     } else {
-      detail = job.gang ? "needs " + std::to_string(job.min_gpus) +
-                              " GPUs in one window; the largest open window in " + PoolPhrase(job) +
-                              " has fewer"
-                        : "needs " + std::to_string(job.min_gpus) + " GPUs; the open windows in " +
-                              PoolPhrase(job) + " have fewer in total";
+      detail = "needs " + std::to_string(job.min_gpus) + " GPUs; the open windows in " +
+               PoolPhrase(job) + " have fewer in total";
     }
     if (fit.start != kNever) detail += "; " + StartPhrase(fit);
     info.detail = std::move(detail);
@@ -779,15 +923,8 @@ class Planner {
     const TimeMs t_end = AddMs(now_, head.len);
     for (int g : head.groups) {
       int sum = 0;
-      for (int slot : groups_[g]) {
-        const int free = base_.windows[slot].Min(now_, t_end);
-        if (head.job->gang) {
-          usable[slot] = free >= head.job->min_gpus;
-        } else {
-          sum += std::max(0, free);
-        }
-      }
-      if (!head.job->gang && sum >= head.job->min_gpus) {
+      for (int slot : groups_[g]) sum += std::max(0, base_.windows[slot].Min(now_, t_end));
+      if (sum >= head.job->min_gpus) {
         for (int slot : groups_[g]) usable[slot] = base_.windows[slot].Min(now_, t_end) > 0;
       }
     }
@@ -841,12 +978,36 @@ const char* BlockReasonName(BlockReason r) {
   return "unknown";
 }
 
-int ServiceClass(const Job& job, const PolicyConfig& config) {
+namespace {
+
+// Seconds the job has run (attained GPU-seconds at max_gpus) and waited
+// (the rest of its time since submit) by `now`.
+std::pair<double, double> RunAndWaitSeconds(const Job& job, TimeMs now) {
+  const double run = job.service_gpu_seconds / std::max(1, job.max_gpus);
+  const double since_submit = std::max<TimeMs>(0, now - job.submit_ms) / 1000.0;
+  return {run, std::max(0.0, since_submit - run)};
+}
+
+}  // namespace
+
+bool Starving(const Job& job, TimeMs now, const PolicyConfig& config) {
+  if (!config.service_starvation_guard) return false;
+  const auto [run, wait] = RunAndWaitSeconds(job, now);
+  return run > 0 && wait > run;
+}
+
+int ServiceClass(const Job& job, TimeMs now, const PolicyConfig& config) {
   int k = 0;
   double threshold = config.service_class_gpu_hours * 3600.0;
   while (k + 1 < config.service_classes && threshold > 0 && job.service_gpu_seconds >= threshold) {
     k++;
     threshold *= std::max(1.0, config.service_class_factor);
+  }
+  if (k > 0 && Starving(job, now, config)) {
+    // One class up per run time waited: a long job that new ones keep
+    // passing climbs back within a few of its own run times.
+    const auto [run, wait] = RunAndWaitSeconds(job, now);
+    k = std::max(0, k - static_cast<int>(std::min<double>(k, std::floor(wait / run))));
   }
   return k;
 }

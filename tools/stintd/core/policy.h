@@ -4,6 +4,10 @@
 //   * which pending jobs start now, on which windows, until when (segment
 //     fitting: restart + one checkpoint interval + checkpoint + safety must
 //     fit before the window closes or the GPUs are reserved for another job);
+//   * which elastic segments running above their job's min_gpus shrink now
+//     (a shrink notice to the ranks that leave; the rest re-form smaller)
+//     to let a job ahead start: tried before any whole-segment preemption;
+//     and which grow back into GPUs nothing else is planned on;
 //   * which running segments get a notice now: at planned_end - (checkpoint
 //     estimate + safety) for a closing window or reservation, immediately for
 //     a revoked window, and for priority preemption (victims chosen
@@ -18,10 +22,13 @@
 // Ordering: base level (1000 points per priority level) + aging (points per
 // hour of waiting since the job became eligible, capped) + a bonus while the
 // job's team is below its guarantee - a fair-share penalty from the team's
-// decayed usage - a penalty per attained-service class. Planning is conservative backfill over a
+// decayed usage - a penalty per attained-service class (frozen once the job
+// has waited longer than it has run: the starvation guard). Planning is conservative backfill over a
 // per-window free-GPU profile: every job within plan_depth gets the earliest start that delays no
 // job ahead of it, so backfill never delays the head reservation. Gangs are admitted atomically: a
-// job gets >= min_gpus at once or nothing, and nothing is held for a partial gang.
+// job gets >= min_gpus at once or nothing, and nothing is held for a partial gang. A gang may
+// span several windows (nodes) of one pool; the planner prefers fewer windows and sizes a
+// spanning segment with gang_span_slowdown per extra window.
 //
 // No I/O, no clock, no randomness: the same inputs give the same plan, which
 // is what lets stint-sim replay traces through this exact code.
@@ -72,6 +79,24 @@ struct PolicyConfig {
   // short job need not queue behind long ones. 0: only a higher level
   // preempts.
   int service_preempt_classes = 1;
+  // Starvation guard: a job that has waited (time since submit not spent
+  // running) longer than it has run rises one class per run time waited
+  // (down to class 0), and is not preempted for service class while so.
+  // It bounds how long LAS keeps the longest jobs behind new ones (their
+  // p99 JCT). false: classes follow attained service alone.
+  bool service_starvation_guard = true;
+  // A gang spanning k windows (nodes) of a pool runs 1 + slowdown x (k - 1)
+  // times slower (collectives across nodes): the planner sizes its segment
+  // with it and takes the fit with the most GPUs after it, so one window
+  // wins over several with as many GPUs. 0: spanning is free.
+  double gang_span_slowdown = 0.05;
+  // Shrink before preempt: a job running above its min_gpus gives GPUs back
+  // (a notice to the ranks that leave, deadline C + safety) before any
+  // segment is preempted whole; it grows back when GPUs are free for as
+  // long as its segment runs and it has at least grow_min_seconds of work
+  // left (each resize costs the group a re-form, about restart_seconds).
+  bool shrink_before_preempt = true;
+  double grow_min_seconds = 1800;
   int plan_depth = 256;  // pending jobs planned (and given a planned start) per pass
   // A rendezvous round with at least min workers closes this long after it
   // reached min, or at once when it reaches the segment's size.
@@ -117,6 +142,22 @@ struct NoticeDecision {
   int64_t for_job_id = 0;  // kPreempted: the job the GPUs go to
 };
 
+// The segment gives up `release` (whole parts of node windows, any GPUs of
+// other windows) at `deadline_ms`: the ranks on them get a "shrink" notice
+// now, the group re-forms on what is left, which is >= its job's min_gpus.
+struct ShrinkDecision {
+  int64_t segment_id = 0;
+  std::vector<Allocation> release;
+  TimeMs deadline_ms = 0;
+  int64_t for_job_id = 0;  // the job the GPUs go to
+};
+
+// The segment adds `add` now (GPUs nothing else is planned on until its end).
+struct GrowDecision {
+  int64_t segment_id = 0;
+  std::vector<Allocation> add;
+};
+
 struct LostDecision {
   int64_t segment_id = 0;
   std::string reason;  // "no ack by the deadline", "all worker leases expired"
@@ -134,6 +175,8 @@ struct PlanStats {
 struct Plan {
   std::vector<StartDecision> starts;
   std::vector<NoticeDecision> notices;
+  std::vector<ShrinkDecision> shrinks;
+  std::vector<GrowDecision> grows;
   std::vector<LostDecision> lost;
   std::vector<PendingInfo> pending;  // every pending job, by position
   PlanStats stats;
@@ -144,8 +187,13 @@ struct Plan {
 double JobScore(const ClusterState& state, const Job& job, TimeMs now, const PolicyConfig& config,
                 PendingInfo* info);
 
-// The job's attained-service class, 0 .. service_classes - 1.
-int ServiceClass(const Job& job, const PolicyConfig& config);
+// The job's attained-service class at `now`, 0 .. service_classes - 1,
+// after the starvation guard's lift.
+int ServiceClass(const Job& job, TimeMs now, const PolicyConfig& config);
+
+// Whether the starvation guard holds the job's class at `now`: it has
+// waited longer than it has run (run time = attained GPU-seconds / max_gpus).
+bool Starving(const Job& job, TimeMs now, const PolicyConfig& config);
 
 // Minimum useful segment of a job: restart + one interval + checkpoint + safety.
 TimeMs MinSegmentMs(const Job& job, const PolicyConfig& config);

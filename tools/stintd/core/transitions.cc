@@ -81,6 +81,81 @@ void EndSegment(ClusterState& s, Segment& seg, SegmentState end_state, JobState 
   changes->jobs.insert(j.id);
 }
 
+// The segment's workers, highest rank first: by rank in the job's formed
+// rendezvous generation where they took part in one, then the rest, newest
+// registration first. The ranks of the trailing allocations (the parts a
+// shrink gives up) are the highest, so these leave first.
+std::vector<int64_t> WorkersByRankDescending(const ClusterState& s, const Segment& seg) {
+  std::vector<int64_t> ranked, rest;
+  auto r = s.rendezvous.find(seg.job_id);
+  if (r != s.rendezvous.end()) {
+    const std::vector<int64_t>& by_rank = r->second.previous;
+    for (auto it = by_rank.rbegin(); it != by_rank.rend(); ++it) {
+      auto w = s.workers.find(*it);
+      if (w != s.workers.end() && w->second.segment_id == seg.id && !w->second.released)
+        ranked.push_back(*it);
+    }
+  }
+  for (auto it = s.workers.rbegin(); it != s.workers.rend(); ++it) {
+    const Worker& w = it->second;
+    if (w.segment_id != seg.id || w.released) continue;
+    if (std::find(ranked.begin(), ranked.end(), w.id) == ranked.end()) rest.push_back(w.id);
+  }
+  ranked.insert(ranked.end(), rest.begin(), rest.end());
+  return ranked;
+}
+
+// Starts a shrink: the workers holding the released share of the GPUs
+// (rounded down: the last worker never leaves) get the notice.
+void StartShrink(ClusterState& s, Segment& seg, const ShrinkDecision& d, TimeMs now) {
+  int released = 0;
+  for (const Allocation& a : d.release) released += a.gpus;
+  const std::vector<int64_t> workers = WorkersByRankDescending(s, seg);
+  const size_t stays = workers.empty() ? 0 : 1;
+  const size_t leaving = std::min(
+      workers.size() - stays,
+      seg.gpus() > 0 ? workers.size() * static_cast<size_t>(released) / seg.gpus() : 0);
+  seg.shrink_release = d.release;
+  seg.leaving_workers.assign(workers.begin(), workers.begin() + static_cast<std::ptrdiff_t>(leaving));
+  seg.shrink_notice_ms = now;
+  seg.shrink_deadline_ms = d.deadline_ms;
+  seg.shrink_for = d.for_job_id;
+}
+
+// The shrink's deadline passed: the released GPUs leave the segment's
+// allocation (and placement: the node windows it no longer holds), its
+// leaving workers are released, so the rendezvous re-forms without them.
+void FinishShrink(ClusterState& s, Segment& seg, Changes* changes) {
+  for (const Allocation& r : seg.shrink_release) {
+    for (Allocation& a : seg.allocs) {
+      if (a.window_id == r.window_id) a.gpus -= std::min(a.gpus, r.gpus);
+    }
+  }
+  seg.allocs.erase(std::remove_if(seg.allocs.begin(), seg.allocs.end(),
+                                  [](const Allocation& a) { return a.gpus <= 0; }),
+                   seg.allocs.end());
+  seg.placement.erase(
+      std::remove_if(seg.placement.begin(), seg.placement.end(),
+                     [&](const Placement& p) {
+                       return std::none_of(seg.allocs.begin(), seg.allocs.end(),
+                                           [&](const Allocation& a) {
+                                             return a.window_id == p.window_id;
+                                           });
+                     }),
+      seg.placement.end());
+  for (int64_t id : seg.leaving_workers) {
+    auto w = s.workers.find(id);
+    if (w == s.workers.end() || w->second.released) continue;
+    w->second.released = true;
+    changes->workers.insert(id);
+  }
+  seg.shrink_release.clear();
+  seg.leaving_workers.clear();
+  seg.shrink_notice_ms = seg.shrink_deadline_ms = 0;
+  seg.shrink_for = 0;
+  changes->segments.insert(seg.id);
+}
+
 }  // namespace
 
 void Changes::Merge(const Changes& o) {
@@ -240,6 +315,12 @@ void ApplyPlan(ClusterState& s, const Plan& plan, TimeMs now, Changes* changes) 
   Counters& c = s.counters;
   if (c.wait_buckets.size() != WaitBucketsSeconds().size())
     c.wait_buckets.assign(WaitBucketsSeconds().size(), 0);
+  // Shrinks whose leaving ranks' time is up complete first: the plan
+  // counted those GPUs free from the deadline on.
+  for (auto& [id, seg] : s.segments) {
+    if (SegmentActive(seg.state) && seg.shrink_deadline_ms != 0 && now >= seg.shrink_deadline_ms)
+      FinishShrink(s, seg, changes);
+  }
   // Losses and notices first: they are decisions about the present segments.
   for (const LostDecision& d : plan.lost) {
     auto seg = s.segments.find(d.segment_id);
@@ -272,6 +353,32 @@ void ApplyPlan(ClusterState& s, const Plan& plan, TimeMs now, Changes* changes) 
     if (d.reason == NoticeReason::kPreempted) c.preemptions++;
     if (d.reason == NoticeReason::kRevoked) c.revocations++;
     changes->counters = true;
+  }
+  for (const ShrinkDecision& d : plan.shrinks) {
+    auto seg = s.segments.find(d.segment_id);
+    if (seg == s.segments.end() || seg->second.state != SegmentState::kRunning ||
+        seg->second.shrink_deadline_ms != 0)
+      continue;
+    StartShrink(s, seg->second, d, now);
+    changes->segments.insert(d.segment_id);
+    c.notices_sent++;
+    changes->counters = true;
+  }
+  for (const GrowDecision& d : plan.grows) {
+    auto seg = s.segments.find(d.segment_id);
+    if (seg == s.segments.end() || seg->second.state != SegmentState::kRunning ||
+        seg->second.shrink_deadline_ms != 0)
+      continue;
+    for (const Allocation& add : d.add) {
+      auto a = std::find_if(seg->second.allocs.begin(), seg->second.allocs.end(),
+                            [&](const Allocation& x) { return x.window_id == add.window_id; });
+      if (a != seg->second.allocs.end()) {
+        a->gpus += add.gpus;
+      } else {
+        seg->second.allocs.push_back(add);
+      }
+    }
+    changes->segments.insert(d.segment_id);
   }
   for (const StartDecision& d : plan.starts) {
     auto job = s.jobs.find(d.job_id);
@@ -349,6 +456,14 @@ Result<WorkerView> ViewWorker(const ClusterState& s, int64_t worker_id) {
     v.notice_reason = seg->second.notice_reason;
     v.notice_ms = seg->second.notice_ms;
     v.deadline_ms = seg->second.deadline_ms;
+    const std::vector<int64_t>& leaving = seg->second.leaving_workers;
+    if (seg->second.state == SegmentState::kRunning &&
+        std::find(leaving.begin(), leaving.end(), worker_id) != leaving.end()) {
+      // Only the ranks that leave a shrinking segment see its notice.
+      v.notice_reason = NoticeReason::kShrink;
+      v.notice_ms = seg->second.shrink_notice_ms;
+      v.deadline_ms = seg->second.shrink_deadline_ms;
+    }
   }
   v.active = !w->second.released && seg != s.segments.end() && SegmentActive(seg->second.state) &&
              job != s.jobs.end() && job->second.segment_id == w->second.segment_id;
