@@ -1157,6 +1157,78 @@ TEST(PolicyStats, HeadThatFitsNowhereFragmentsEverything) {
   EXPECT_EQ(PlanAt(c.s).stats.fragmented_gpus, 8);
 }
 
+// ---------------------------------------------------------------- shrink before preempt
+
+TEST(PolicyShrink, AnElasticJobShrinksToItsMinimumBeforeAnyPreemption) {
+  Cluster c;
+  const int64_t w = c.Window(8);
+  Segment& elastic = c.Running({{w, 8}}, Priority::kLow, Hours(1));
+  c.JobOf(elastic).min_gpus = 4;
+  const int64_t elastic_id = elastic.id;
+  const int64_t high = c.Pending(4, Priority::kHigh).id;
+  const Plan plan = PlanAt(c.s);
+  EXPECT_TRUE(plan.notices.empty()) << "nobody is preempted whole";
+  ASSERT_EQ(plan.shrinks.size(), 1u);
+  EXPECT_EQ(plan.shrinks[0].segment_id, elastic_id);
+  EXPECT_EQ(plan.shrinks[0].for_job_id, high);
+  ASSERT_EQ(plan.shrinks[0].release.size(), 1u);
+  EXPECT_EQ(plan.shrinks[0].release[0].gpus, 4);
+  EXPECT_EQ(plan.shrinks[0].deadline_ms, kNow + Sec(30 + 10));  // C + safety
+  EXPECT_EQ(Info(plan, high).reason, BlockReason::kPreempting);
+  EXPECT_EQ(Info(plan, high).planned_start_ms, kNow + Sec(40));
+}
+
+TEST(PolicyShrink, NeverBelowMinGpusAPreemptionWhenAShrinkCannotFreeEnough) {
+  Cluster c;
+  const int64_t w = c.Window(8);
+  Segment& elastic = c.Running({{w, 8}}, Priority::kLow, Hours(1));
+  c.JobOf(elastic).min_gpus = 6;  // can give up 2, the job needs 4
+  const int64_t elastic_id = elastic.id;
+  c.Pending(4, Priority::kHigh);
+  const Plan plan = PlanAt(c.s);
+  EXPECT_TRUE(plan.shrinks.empty());
+  ASSERT_NE(NoticeOf(plan, elastic_id), nullptr);
+  EXPECT_EQ(NoticeOf(plan, elastic_id)->reason, NoticeReason::kPreempted);
+}
+
+TEST(PolicyShrink, AShrinkingSegmentsGpusAreFreeAtItsDeadline) {
+  Cluster c;
+  const int64_t w = c.Window(8);
+  Segment& elastic = c.Running({{w, 8}}, Priority::kLow, Hours(1));
+  c.JobOf(elastic).min_gpus = 4;
+  Job& high = c.Pending(4, Priority::kHigh);
+  elastic.shrink_release = {{w, 4}};
+  elastic.shrink_deadline_ms = kNow + Sec(40);
+  elastic.shrink_for = high.id;
+  const Plan before = PlanAt(c.s);
+  EXPECT_TRUE(before.shrinks.empty() && before.notices.empty()) << "one shrink is enough";
+  EXPECT_EQ(Info(before, high.id).planned_start_ms, kNow + Sec(40));
+  const Plan at = PlanAt(c.s, kNow + Sec(40));
+  EXPECT_NE(StartOf(at, high.id), nullptr);
+}
+
+TEST(PolicyShrink, GrowsBackIntoGpusNobodyIsPlannedOn) {
+  Cluster c;
+  const int64_t w = c.Window(8);
+  Segment& elastic = c.Running({{w, 4}}, Priority::kLow, Hours(1));
+  Job& job = c.JobOf(elastic);
+  job.min_gpus = 4;
+  job.max_gpus = 8;
+  job.remaining_seconds = 3 * 3600;
+  const int64_t elastic_id = elastic.id;
+  const Plan plan = PlanAt(c.s);
+  ASSERT_EQ(plan.grows.size(), 1u);
+  EXPECT_EQ(plan.grows[0].segment_id, elastic_id);
+  ASSERT_EQ(plan.grows[0].add.size(), 1u);
+  EXPECT_EQ(plan.grows[0].add[0].gpus, 4);
+  // Not into GPUs a pending job is planned on, and not with little work left.
+  Cluster busy = c;
+  busy.Pending(2, Priority::kLow);
+  EXPECT_EQ(PlanAt(busy.s).grows.at(0).add.at(0).gpus, 2);
+  job.remaining_seconds = 600;
+  EXPECT_TRUE(PlanAt(c.s).grows.empty());
+}
+
 // ---------------------------------------------------------------- attained service
 
 constexpr double GpuHours(double h) { return h * 3600; }
@@ -1183,6 +1255,37 @@ TEST(PolicyService, ClassesStepAtOneTenAndAHundredGpuHours) {
   coarse.service_class_gpu_hours = 50;
   j.service_gpu_seconds = GpuHours(49);
   EXPECT_EQ(ServiceClass(j, j.submit_ms, coarse), 0);
+}
+
+TEST(PolicyService, StarvationGuardLiftsAJobThatWaitedLongerThanItRan) {
+  PolicyConfig config;
+  Job j;
+  j.max_gpus = 1;
+  j.service_gpu_seconds = GpuHours(100);  // class 3, 100 h run
+  j.submit_ms = kNow;
+  EXPECT_EQ(ServiceClass(j, kNow + Hours(100), config), 3);  // waited 0 h
+  EXPECT_FALSE(Starving(j, kNow + Hours(150), config));      // waited 50 h
+  EXPECT_TRUE(Starving(j, kNow + Hours(201), config));       // waited 101 h
+  EXPECT_EQ(ServiceClass(j, kNow + Hours(201), config), 2);
+  EXPECT_EQ(ServiceClass(j, kNow + Hours(350), config), 1);  // waited 2.5 run times
+  EXPECT_EQ(ServiceClass(j, kNow + Hours(1000), config), 0);
+  config.service_starvation_guard = false;
+  EXPECT_EQ(ServiceClass(j, kNow + Hours(1000), config), 3);
+}
+
+TEST(PolicyService, AStarvingJobIsNotPreemptedForServiceClass) {
+  Cluster c;
+  const int64_t w = c.Window(1);
+  Segment& seg = c.Running({{w, 1}}, Priority::kMedium, Hours(1));
+  Job& old_job = c.JobOf(seg);
+  old_job.service_gpu_seconds = GpuHours(1);  // class 1, ran 1 h ...
+  old_job.submit_ms = kNow - Hours(3);         // ... of 3 h since submit: waited 2 h
+  const int64_t seg_id = seg.id;
+  c.Pending(1, Priority::kMedium);  // class 0
+  EXPECT_EQ(NoticeOf(PlanAt(c.s), seg_id), nullptr);
+  PolicyConfig las_only;
+  las_only.service_starvation_guard = false;
+  EXPECT_NE(NoticeOf(PlanAt(c.s, kNow, las_only), seg_id), nullptr);
 }
 
 TEST(PolicyService, LessAttainedServiceGoesFirstWithinALevelButNeverAcrossOne) {

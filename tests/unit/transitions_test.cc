@@ -322,6 +322,53 @@ TEST_F(TransitionsTest, AccountTimeAddsAttainedServiceOnlyWhileRunning) {
   EXPECT_DOUBLE_EQ(s_.jobs.at(running).service_gpu_seconds, 4 * 25.0);
 }
 
+TEST_F(TransitionsTest, AShrinkNoticesOnlyTheRanksThatLeaveAndReformsWithoutThem) {
+  const int64_t job = Submit(8);
+  const int64_t seg = Start(job, 8);
+  std::vector<int64_t> workers;  // one per 2 GPUs, rank order = registration order
+  for (int i = 0; i < 4; i++) {
+    workers.push_back(RegisterWorker(s_, job, "w" + std::to_string(i), kT0, &c_).value().id);
+  }
+  Plan plan;
+  plan.shrinks.push_back(ShrinkDecision{seg, {Allocation{window_, 4}}, kT0 + 40'000, 99});
+  Changes ch;
+  ApplyPlan(s_, plan, kT0 + 1000, &ch);
+  EXPECT_TRUE(ch.segments.count(seg));
+  // Half the GPUs go: the two newest workers (the highest ranks) leave.
+  for (size_t i = 0; i < workers.size(); i++) {
+    const WorkerView v = ViewWorker(s_, workers[i]).value();
+    EXPECT_TRUE(v.active) << i;
+    if (i >= 2) {
+      EXPECT_EQ(v.notice_reason, NoticeReason::kShrink) << i;
+      EXPECT_EQ(v.deadline_ms, kT0 + 40'000) << i;
+      EXPECT_EQ(v.notice_ms, kT0 + 1000) << i;
+    } else {
+      EXPECT_EQ(v.notice_reason, NoticeReason::kNone) << i;
+    }
+  }
+  EXPECT_EQ(s_.segments.at(seg).gpus(), 8) << "the leaving ranks hold their GPUs to the deadline";
+  Changes at;
+  ApplyPlan(s_, Plan(), kT0 + 40'000, &at);
+  EXPECT_EQ(s_.segments.at(seg).gpus(), 4);
+  EXPECT_EQ(s_.segments.at(seg).state, SegmentState::kRunning);
+  EXPECT_TRUE(at.workers.count(workers[2]) && at.workers.count(workers[3]));
+  EXPECT_FALSE(ViewWorker(s_, workers[3]).value().active) << "a leaving worker is released";
+  EXPECT_TRUE(ViewWorker(s_, workers[0]).value().active);
+  EXPECT_EQ(ViewWorker(s_, workers[0]).value().notice_reason, NoticeReason::kNone);
+}
+
+TEST_F(TransitionsTest, AGrowAddsGpusToTheRunningSegment) {
+  const int64_t job = Submit(4);
+  const int64_t seg = Start(job, 4);
+  Plan plan;
+  plan.grows.push_back(GrowDecision{seg, {Allocation{window_, 2}}});
+  Changes ch;
+  ApplyPlan(s_, plan, kT0 + 1000, &ch);
+  EXPECT_TRUE(ch.segments.count(seg));
+  ASSERT_EQ(s_.segments.at(seg).allocs.size(), 1u);
+  EXPECT_EQ(s_.segments.at(seg).gpus(), 6);
+}
+
 TEST_F(TransitionsTest, StartsRecordTheirWaitInTheHistogram) {
   const int64_t job = Submit(2);
   Start(job, 2, kT0 + 30'000);  // waited 30 s
