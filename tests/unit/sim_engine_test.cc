@@ -202,5 +202,62 @@ TEST(SimReport, TableIsNormalisedToFifo) {
   EXPECT_NE(UtilisationSvg(rs, "t").find("<polyline"), std::string::npos);
 }
 
+// ---------------------------------------------------------------- gangs across nodes, shrink, tail
+
+// Three nodes of 4 GPUs in one pool.
+std::vector<SimWindow> Nodes(int n, int gpus) {
+  std::vector<SimWindow> out(n, FixedCapacity(gpus)[0]);
+  return out;
+}
+
+TEST(SimGang, AGangSpansNodesWholeUnderEveryPolicy) {
+  Workload w;
+  w.windows = Nodes(3, 4);
+  w.jobs = {Job(0, 0, 8, 3600), Job(1, 10, 4, 3600)};
+  for (const char* policy : {"fifo", "easy", "slurm", "stint"}) {
+    const SimResult r = RunPolicy(w, policy);
+    // The engine counts a start below min_gpus or across pools as a violation.
+    EXPECT_EQ(r.conservation_violations, 0) << policy;
+    EXPECT_DOUBLE_EQ(r.jobs[0].first_start_s, 0) << policy;
+    // Two nodes: 1 + 0.05 slower than on one.
+    EXPECT_NEAR(r.jobs[0].finish_s, 3600 * 1.05, 60) << policy;
+    EXPECT_DOUBLE_EQ(r.jobs[1].first_start_s, 10) << policy;  // the third node
+  }
+}
+
+TEST(SimShrink, AnElasticJobShrinksForAHigherOneAndGrowsBack) {
+  Workload w;
+  w.windows = FixedCapacity(8);
+  SimJob elastic = Job(0, 0, 8, 10 * 3600, stintd::Priority::kLow);
+  elastic.min_gpus = 4;
+  w.jobs = {elastic, Job(1, 3600, 4, 3600, stintd::Priority::kHigh)};
+  const SimResult r = RunPolicy(w, "stint");
+  ASSERT_EQ(r.conservation_violations, 0);
+  EXPECT_EQ(r.jobs[0].preemptions, 0) << "shrunk, never preempted whole";
+  EXPECT_EQ(r.jobs[0].resizes, 2) << "a shrink, then a grow once the high job is done";
+  EXPECT_LE(r.jobs[1].first_start_s, 3600 + 30 + 10 + 1);  // the shrink's deadline: C + safety
+  EXPECT_EQ(r.lost_gpu_s, 0);
+  const SimResult preempt = RunPolicy(w, "stint-no-shrink");
+  EXPECT_EQ(preempt.jobs[0].preemptions, 1);
+  EXPECT_LT(r.jobs[0].finish_s, preempt.jobs[0].finish_s);
+}
+
+// One GPU; a 4 h job, then 30-minute jobs arriving as fast as the GPU
+// serves them for 60 h. Least attained service alone keeps the long job
+// (class 1 after its first GPU-hour) behind every new one until the
+// stream ends; the starvation guard lifts it once it has waited longer
+// than it ran.
+TEST(SimService, TheStarvationGuardFinishesALongJobLasAloneStarves) {
+  Workload w;
+  w.windows = FixedCapacity(1);
+  w.jobs.push_back(Job(0, 0, 1, 4 * 3600));
+  for (int i = 1; i <= 120; i++) w.jobs.push_back(Job(i, 60 + 1800.0 * (i - 1), 1, 1800));
+  const SimResult las = RunPolicy(w, "stint-no-starvation-guard");
+  const SimResult guarded = RunPolicy(w, "stint");
+  ASSERT_EQ(las.conservation_violations + guarded.conservation_violations, 0);
+  EXPECT_GT(las.jobs[0].finish_s, 55 * 3600.0) << "starved until the stream ends";
+  EXPECT_LT(guarded.jobs[0].finish_s, 20 * 3600.0);
+}
+
 }  // namespace
 }  // namespace stint::sim
