@@ -195,6 +195,7 @@ Result<CoordinatorOptions> CoordinatorOptionsFromLookup(
       return Status::InvalidArgument("STINT_COORD_URL: " + parsed.status().message());
     o.url = url;
   }
+  o.ca_file = lookup("STINT_CA_FILE");
   o.token = lookup("STINT_COORD_TOKEN");
   const std::string secret = lookup("STINT_WORKER_SECRET");
   if (o.token.empty() && secret.empty()) {
@@ -262,6 +263,7 @@ Result<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Create(
   internal::HttpJsonOptions h;
   h.url = options.url;
   h.token = options.token;
+  h.ca_file = options.ca_file;
   h.connect_timeout = options.connect_timeout;
   h.request_timeout = options.request_timeout;
   h.retry = options.retry;

@@ -1,10 +1,16 @@
 #include "coord/http_json.h"
 
 #include <httplib.h>
+#include <pthread.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <thread>
 
@@ -29,6 +35,13 @@ std::string DescribeTransportError(httplib::Error e) {
       return "could not send the request (connection closed)";
     case httplib::Error::Canceled:
       return "cancelled";
+    case httplib::Error::SSLConnection:
+      return "TLS handshake failed (is the server speaking https?)";
+    case httplib::Error::SSLLoadingCerts:
+      return "cannot load the CA certificates";
+    case httplib::Error::SSLServerVerification:
+      return "TLS: the server's certificate was not verified (is its CA the --ca-file / "
+             "$STINT_CA_FILE given, and does it name this host?)";
     default:
       return httplib::to_string(e);
   }
@@ -38,6 +51,43 @@ bool AllDigits(const std::string& s) {
   return !s.empty() &&
          std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
 }
+
+// Holds SIGPIPE blocked on this thread while it writes to a socket, and
+// swallows one raised meanwhile. OpenSSL writes through write(2), not
+// send(MSG_NOSIGNAL) as httplib does for plain HTTP, so a peer that closed
+// a TLS connection would otherwise kill the whole process (exit 141). A
+// library must not change the process's disposition; a thread's mask is
+// its own, and the signal write(2) raises is directed at the writing thread.
+class ScopedSigpipeBlock {
+ public:
+  ScopedSigpipeBlock() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    Mask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~ScopedSigpipeBlock() {
+    if (!sigismember(&old_, SIGPIPE)) {
+      // Only when it was not blocked already: then it is the caller's.
+      const timespec zero{0, 0};
+      while (sigtimedwait(&pipe_, nullptr, &zero) == SIGPIPE) {
+      }
+    }
+    Mask(SIG_SETMASK, &old_, nullptr);
+  }
+  ScopedSigpipeBlock(const ScopedSigpipeBlock&) = delete;
+  ScopedSigpipeBlock& operator=(const ScopedSigpipeBlock&) = delete;
+
+ private:
+  // pthread_sigmask fails only for a bad `how`: a bug, not a condition.
+  static void Mask(int how, const sigset_t* set, sigset_t* old) {
+    if (int err = pthread_sigmask(how, set, old); err != 0) {
+      std::fprintf(stderr, "stint: pthread_sigmask: %s\n", std::strerror(err));
+      std::abort();
+    }
+  }
+  sigset_t pipe_;
+  sigset_t old_;
+};
 
 std::string Shorten(std::string s, size_t max) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
@@ -55,7 +105,7 @@ std::string ParsedUrl::ToString() const {
 Result<ParsedUrl> ParseCoordinatorUrl(const std::string& url) {
   auto bad = [&](const std::string& why) {
     return Status::InvalidArgument("coordinator url '" + url + "': " + why +
-                                   " (expected http://host:port)");
+                                   " (expected http://host:port or https://host:port)");
   };
   ParsedUrl out;
   std::string rest = url;
@@ -167,6 +217,7 @@ struct HttpJsonClient::Attempt {
   bool cancelled = false;
   int status = 0;                  // 0: no answer
   bool connection_failed = false;  // no answer, and the request never left
+  bool untrusted = false;          // TLS: the server or the CA file refused; never retried
   std::string transport_error;
   std::string body;
 };
@@ -181,13 +232,25 @@ Result<std::unique_ptr<HttpJsonClient>> HttpJsonClient::Create(const HttpJsonOpt
   if (options.connect_timeout.count() <= 0 || options.request_timeout.count() <= 0) {
     return Status::InvalidArgument("connect_timeout and request_timeout must be positive");
   }
+  if (url.scheme == "https" && !options.ca_file.empty()) {
+    // httplib would only say "SSLLoadingCerts" at the first call.
+    std::ifstream in(options.ca_file);
+    if (!in) return Status::InvalidArgument("CA file " + options.ca_file + ": cannot be opened");
+    const std::string pem((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (pem.find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+      return Status::InvalidArgument("CA file " + options.ca_file + ": holds no PEM certificate");
+    }
+  }
   return std::unique_ptr<HttpJsonClient>(new HttpJsonClient(options, std::move(url)));
 }
 
 HttpJsonClient::HttpJsonClient(const HttpJsonOptions& options, ParsedUrl url)
     : options_(options), parsed_(std::move(url)), url_(parsed_.ToString()) {}
 
-HttpJsonClient::~HttpJsonClient() = default;
+HttpJsonClient::~HttpJsonClient() {
+  ScopedSigpipeBlock no_sigpipe;  // closing a TLS connection writes its close_notify
+  idle_.clear();
+}
 
 Result<httplib::Client*> HttpJsonClient::Acquire() {
   std::unique_ptr<httplib::Client> client;
@@ -209,6 +272,10 @@ Result<httplib::Client*> HttpJsonClient::Acquire() {
     client->set_tcp_nodelay(true);
     client->set_connection_timeout(options_.connect_timeout);
     client->set_write_timeout(options_.request_timeout);
+    if (parsed_.scheme == "https") {
+      client->enable_server_certificate_verification(true);
+      if (!options_.ca_file.empty()) client->set_ca_cert_path(options_.ca_file);
+    }
   }
   httplib::Client* raw = client.get();
   std::lock_guard<std::mutex> lock(mu_);
@@ -253,13 +320,18 @@ HttpJsonClient::Attempt HttpJsonClient::Once(const HttpRequest& request, const s
     if (request.method == "PUT") return client->Put(request.path, headers, body, type);
     return client->Delete(request.path, headers);
   };
-  httplib::Result r = send();
+  httplib::Result r = [&] {
+    ScopedSigpipeBlock no_sigpipe;
+    return send();
+  }();
   if (r) {
     a.status = r->status;
     a.body = std::move(r->body);
   } else {
     a.connection_failed =
         r.error() == httplib::Error::Connection || r.error() == httplib::Error::ConnectionTimeout;
+    a.untrusted = r.error() == httplib::Error::SSLServerVerification ||
+                  r.error() == httplib::Error::SSLLoadingCerts;
     a.transport_error = DescribeTransportError(r.error());
   }
   Release(client);
@@ -295,7 +367,8 @@ Result<HttpReply> HttpJsonClient::Call(const HttpRequest& request) {
     Status error = a.status != 0 ? StatusFromHttp(a.status, a.body, what)
                                  : Status::Unavailable("cannot reach stintd at " + url_ + " (" +
                                                        what + "): " + a.transport_error);
-    if (!ShouldRetry(a.status, a.connection_failed, request.idempotent)) return error;
+    if (a.untrusted || !ShouldRetry(a.status, a.connection_failed, request.idempotent))
+      return error;
     // Uniform in [pause/2, pause].
     std::uniform_int_distribution<int64_t> pick(pause.count() / 2, pause.count());
     const std::chrono::milliseconds wait(pick(jitter));
@@ -318,6 +391,7 @@ Result<HttpReply> HttpJsonClient::Call(const HttpRequest& request) {
 }
 
 void HttpJsonClient::Shutdown() {
+  ScopedSigpipeBlock no_sigpipe;  // stop() shuts TLS connections down with a write
   std::unique_lock<std::mutex> lock(mu_);
   shutdown_ = true;
   cv_.notify_all();

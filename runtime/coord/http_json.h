@@ -60,6 +60,11 @@ std::string UrlEncode(const std::string& s);
 struct HttpJsonOptions {
   std::string url;
   std::string token;  // empty: no Authorization header
+  // https only: PEM file of the CA certificates the server's certificate must
+  // chain to (a self-signed server certificate given here pins it); the
+  // host name must match the certificate too. Empty: the system's CAs.
+  // Ignored for http.
+  std::string ca_file;
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(2)};
   std::chrono::milliseconds request_timeout{std::chrono::seconds(10)};
   RetryPolicy retry;

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -106,16 +107,39 @@ int StintdProcess::Kill(int sig, double limit_seconds) {
   return status;
 }
 
+std::string StintdProcess::url() const {
+  const bool tls =
+      std::find(extra_args_.begin(), extra_args_.end(), "--tls-cert") != extra_args_.end();
+  return (tls ? "https://127.0.0.1:" : "http://127.0.0.1:") + std::to_string(port_);
+}
+
 const std::string& StintdProcess::output() const {
   return child_ ? child_->output() : last_output_;
 }
 
+namespace {
+
+std::unique_ptr<httplib::Client> KeepAlive(std::unique_ptr<httplib::Client> client,
+                                           int timeout_seconds) {
+  client->set_read_timeout(timeout_seconds, 0);
+  client->set_connection_timeout(timeout_seconds, 0);
+  client->set_keep_alive(true);
+  client->set_tcp_nodelay(true);
+  return client;
+}
+
+}  // namespace
+
 HttpJson::HttpJson(int port, std::string token, int timeout_seconds)
-    : client_(std::make_unique<httplib::Client>("127.0.0.1", port)), token_(std::move(token)) {
-  client_->set_read_timeout(timeout_seconds, 0);
-  client_->set_connection_timeout(timeout_seconds, 0);
-  client_->set_keep_alive(true);
-  client_->set_tcp_nodelay(true);
+    : client_(KeepAlive(std::make_unique<httplib::Client>("127.0.0.1", port), timeout_seconds)),
+      token_(std::move(token)) {}
+
+HttpJson::HttpJson(int port, std::string token, const std::string& ca_file)
+    : client_(KeepAlive(
+          std::make_unique<httplib::Client>("https://127.0.0.1:" + std::to_string(port)), 10)),
+      token_(std::move(token)) {
+  client_->enable_server_certificate_verification(true);
+  client_->set_ca_cert_path(ca_file.c_str());
 }
 
 HttpJson::~HttpJson() = default;

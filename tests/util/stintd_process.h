@@ -62,7 +62,8 @@ class StintdProcess {
   int Kill(int sig, double limit_seconds = 60);
   bool running() const { return child_ != nullptr; }
   int port() const { return port_; }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  // https when the extra arguments give --tls-cert.
+  std::string url() const;
   std::string db_path() const { return dir_ + "/stintd.db"; }
   const std::string& output() const;  // of the current or last process
 
@@ -82,6 +83,8 @@ class HttpJson {
     std::string text;
   };
   HttpJson(int port, std::string token, int timeout_seconds = 10);
+  // Over https to 127.0.0.1:port, verifying the server against `ca_file`.
+  HttpJson(int port, std::string token, const std::string& ca_file);
   ~HttpJson();
   Response Get(const std::string& path);
   Response Post(const std::string& path, const nlohmann::json& body);

@@ -2,7 +2,7 @@
 // "Nodes").
 //
 //   stint-agent --coord URL --token-file F --pool NAME --gpus 0,1,2,3
-//               [--node NAME] [--for D | --until T] [--spot --notice-lead S]
+//               [--ca-file PEM] [--node NAME] [--for D | --until T] [--spot --notice-lead S]
 //               [--workdir DIR] [--heartbeat-seconds S]
 //
 // Registers the node (a window of its GPUs in the pool: hard with an end,
@@ -44,6 +44,8 @@ int main(int argc, char** argv) {
   double heartbeat_seconds = 5;
   app.add_option("--coord", o.url, "stintd's URL")->capture_default_str();
   app.add_option("--token-file", token_file, "file holding an agent token (or $STINT_AGENT_TOKEN)");
+  app.add_option("--ca-file", o.ca_file,
+                 "https: PEM CA certificates stintd's certificate must chain to (or $STINT_CA_FILE)");
   app.add_option("--pool", o.pool, "the pool the GPUs join")->required();
   app.add_option("--gpus", gpus, "GPU indices on this machine, e.g. 0,1,2,3")->required();
   app.add_option("--node", o.node, "node name (default: the host name)");
@@ -107,6 +109,9 @@ int main(int argc, char** argv) {
     o.token = stint::Trim(t);
   }
   if (o.token.empty()) return Usage("no agent token: give --token-file or $STINT_AGENT_TOKEN");
+  if (o.ca_file.empty()) {
+    if (const char* ca = std::getenv("STINT_CA_FILE")) o.ca_file = ca;
+  }
   o.heartbeat_interval = std::chrono::milliseconds(static_cast<int64_t>(heartbeat_seconds * 1000));
 
   // Before any thread exists, so only Run()'s sigtimedwait sees them.

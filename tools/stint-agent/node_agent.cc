@@ -94,9 +94,17 @@ Result<std::unique_ptr<NodeAgent>> NodeAgent::Create(NodeAgentOptions options) {
   if (options.heartbeat_interval.count() <= 0)
     return Status::InvalidArgument("--heartbeat-seconds must be > 0");
   if (!options.workdir.empty()) STINT_RETURN_IF_ERROR(MakeDirs(options.workdir));
+  if (!options.ca_file.empty()) {
+    // The workers start in their own working directory.
+    char* absolute = realpath(options.ca_file.c_str(), nullptr);
+    if (absolute == nullptr) return StatusFromErrno("--ca-file " + options.ca_file, errno);
+    options.ca_file = absolute;
+    free(absolute);
+  }
   internal::HttpJsonOptions h;
   h.url = options.url;
   h.token = options.token;
+  h.ca_file = options.ca_file;
   h.retry.deadline = options.call_deadline;
   h.retry.initial_backoff = std::chrono::milliseconds(50);
   h.retry.max_backoff = std::chrono::seconds(1);
@@ -281,6 +289,7 @@ void NodeAgent::Launch(const void* assignment) {
         {"STINT_LEASE_TTL_SECONDS", std::to_string(reg.value("lease_ttl_seconds", 0.0))},
         {"STINT_HEARTBEAT_INTERVAL_SECONDS",
          std::to_string(reg.value("heartbeat_interval_seconds", 0.0))}};
+    if (!options_.ca_file.empty()) vars.emplace_back("STINT_CA_FILE", options_.ca_file);
     for (const auto& [k, v] : env.items()) vars.emplace_back(k, v.get<std::string>());
     std::vector<char*> argv;
     for (std::string& arg : command) argv.push_back(arg.data());

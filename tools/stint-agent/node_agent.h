@@ -38,6 +38,10 @@ namespace agent {
 struct NodeAgentOptions {
   std::string url = "http://127.0.0.1:7077";  // stintd
   std::string token;                           // an agent token (--agent-token-file of stintd)
+  // https: PEM file of the CAs stintd's certificate must chain to; passed
+  // to the workers as STINT_CA_FILE (made absolute). Default: "" (the
+  // system's CAs).
+  std::string ca_file;
   std::string node;                            // REQUIRES: [A-Za-z0-9._-]{1,128}
   std::string pool;                            // REQUIRES: exists in stintd
   std::vector<int> gpus;                       // GPU indices on this machine; REQUIRES: non-empty

@@ -17,8 +17,9 @@
 //   stintctl status                                   (counts: jobs, GPUs, windows, queue)
 //
 // Global: --url (or $STINTD_URL; default http://127.0.0.1:7077), --token or
-// --token-file (or $STINTD_TOKEN, $STINTD_TOKEN_FILE), --json (the server's
-// answer, unchanged, for scripts).
+// --token-file (or $STINTD_TOKEN, $STINTD_TOKEN_FILE), --ca-file (or
+// $STINT_CA_FILE: the CAs an https stintd's certificate must chain to),
+// --json (the server's answer, unchanged, for scripts).
 // Times T: now, now+90m, +2h, unix seconds, 2026-12-02T18:00:00Z.
 // Durations D: 90s, 15m, 2h, 1h30m, 1d.
 //
@@ -89,6 +90,7 @@ struct Globals {
   std::string url;
   std::string token;
   std::string token_file;
+  std::string ca_file;
   bool json = false;
 };
 
@@ -155,6 +157,9 @@ int Main(int argc, char** argv) {
   app.add_option("--token", g.token, "bearer token (default $STINTD_TOKEN)");
   app.add_option("--token-file", g.token_file,
                  "file holding the bearer token (default $STINTD_TOKEN_FILE)");
+  app.add_option("--ca-file", g.ca_file,
+                 "https: PEM CA certificates stintd's certificate must chain to "
+                 "(default $STINT_CA_FILE)");
   app.add_flag("--json", g.json, "print stintd's JSON answer unchanged");
 
   // CLI::PositiveNumber's message prints DBL_MAX in full.
@@ -464,9 +469,12 @@ int Main(int argc, char** argv) {
     g.token = *t;
   }
 
+  if (g.ca_file.empty()) g.ca_file = Getenv("STINT_CA_FILE");
+
   internal::HttpJsonOptions options;
   options.url = g.url;
   options.token = g.token;
+  options.ca_file = g.ca_file;
   options.connect_timeout = std::chrono::seconds(3);
   options.request_timeout = std::chrono::seconds(30);
   options.retry.deadline = std::chrono::milliseconds(0);

@@ -2,7 +2,8 @@
 //
 //   STINTD_ADMIN_TOKEN=... STINTD_WORKER_TOKEN=... stintd --db /var/lib/stintd/stintd.db
 //
-// Prints "stintd: listening on HOST:PORT" once it serves. SIGTERM or SIGINT
+// Prints "stintd: listening on HOST:PORT" (with " (https)" given --tls-cert
+// and --tls-key) once it serves. SIGTERM or SIGINT
 // stop it cleanly; kill -9 loses nothing that was acknowledged.
 #include <arpa/inet.h>
 #include <pthread.h>
@@ -56,6 +57,9 @@ int main(int argc, char** argv) {
                  "admin bearer tokens, one per line (or $STINTD_ADMIN_TOKEN)");
   app.add_option("--worker-token-file", worker_file,
                  "worker bearer tokens, one per line (or $STINTD_WORKER_TOKEN)");
+  app.add_option("--tls-cert", http.tls_cert,
+                 "PEM certificate (chain) to serve https with; needs --tls-key");
+  app.add_option("--tls-key", http.tls_key, "PEM private key of --tls-cert");
   app.add_flag("--insecure", insecure,
                "serve beyond loopback over plain HTTP (bearer tokens cross the network in clear)");
   app.add_option("--agent-token-file", agent_file,
@@ -154,12 +158,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "stintd: --listen port must be 0..65535 (got \"%s\")\n", listen.c_str());
     return 2;
   }
-  if (!IsLoopback(http.host) && !insecure) {
-    // No TLS yet: a token sent to a non-loopback address travels in clear.
+  if (http.tls_cert.empty() != http.tls_key.empty()) {
+    std::fprintf(stderr, "stintd: --tls-cert and --tls-key go together\n");
+    return 2;
+  }
+  const bool tls = !http.tls_cert.empty();
+  if (!IsLoopback(http.host) && !tls && !insecure) {
+    // A token sent to a non-loopback address over plain HTTP travels in clear.
     std::fprintf(stderr,
-                 "stintd: --listen %s is not a loopback address, and stintd speaks plain HTTP: "
-                 "every bearer token would cross the network in clear. Listen on 127.0.0.1, or "
-                 "pass --insecure to accept that explicitly\n",
+                 "stintd: --listen %s is not a loopback address, and without --tls-cert/--tls-key "
+                 "stintd speaks plain HTTP: every bearer token would cross the network in clear. "
+                 "Give a certificate, listen on 127.0.0.1, or pass --insecure to accept that "
+                 "explicitly\n",
                  http.host.c_str());
     return 2;
   }
@@ -201,7 +211,8 @@ int main(int argc, char** argv) {
     served = (*api)->Serve();
     if (!served.ok()) kill(getpid(), SIGTERM);  // wakes the sigwait below
   });
-  std::printf("stintd: listening on %s:%d\n", http.host.c_str(), (*api)->port());
+  std::printf("stintd: listening on %s:%d%s\n", http.host.c_str(), (*api)->port(),
+              tls ? " (https)" : "");
   std::fflush(stdout);
 
   int sig = 0;

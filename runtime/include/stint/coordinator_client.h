@@ -30,7 +30,9 @@
 // its state is in SQLite, so it comes back knowing everything). A call whose
 // answer was lost after it was sent is retried only where repeating it is
 // harmless (everything except Register and a KV Put with if_version).
-// 4xx answers are never retried.
+// 4xx answers are never retried, nor an https server whose certificate does
+// not verify against CoordinatorOptions::ca_file (kUnavailable at once, the
+// message says so).
 #ifndef STINT_INCLUDE_STINT_COORDINATOR_CLIENT_H_
 #define STINT_INCLUDE_STINT_COORDINATOR_CLIENT_H_
 
@@ -82,9 +84,14 @@ struct WorkerRegistration {
 };
 
 struct CoordinatorOptions {
-  // "http://host:port" (a trailing "/" is allowed, no other path).
-  // Default: http://127.0.0.1:7077, stintd's default.
+  // "http://host:port" or "https://host:port" (a trailing "/" is allowed,
+  // no other path). Default: http://127.0.0.1:7077, stintd's default.
   std::string url = "http://127.0.0.1:7077";
+  // https: PEM file of the CA certificates stintd's certificate must chain
+  // to (a self-signed stintd certificate given here pins it), and the URL's
+  // host must be named in it. Default: "" (the system's CAs). Ignored for
+  // http.
+  std::string ca_file;
   // Sent as "Authorization: Bearer <token>" by Register(), the KV calls and
   // CheckFencing; the worker calls send the secret Register() got instead
   // (WorkerRegistration::secret). Default: "" (the server then answers 401).
@@ -112,6 +119,7 @@ struct CoordinatorOptions {
 
 // Options from the environment a launcher sets for a worker:
 //   STINT_COORD_URL    (optional; default http://127.0.0.1:7077)
+//   STINT_CA_FILE      (optional; CoordinatorOptions::ca_file)
 //   STINT_COORD_TOKEN  (required unless STINT_WORKER_SECRET is set)
 //   STINT_JOB_ID       (required; a positive integer)
 //   STINT_WORKER_NAME  (optional; default <hostname>:<pid>)

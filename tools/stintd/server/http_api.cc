@@ -1,6 +1,7 @@
 #include "stintd/server/http_api.h"
 
 #include <httplib.h>
+#include <openssl/err.h>
 
 #include <charconv>
 #include <cstdio>
@@ -360,14 +361,26 @@ HttpApi::HttpApi(Coordinator* coordinator, TokenAuth auth, HttpOptions options)
     : coordinator_(coordinator),
       auth_(std::move(auth)),
       options_(std::move(options)),
-      server_(std::make_unique<httplib::Server>()) {}
+      server_(options_.tls_cert.empty()
+                  ? std::make_unique<httplib::Server>()
+                  : std::make_unique<httplib::SSLServer>(options_.tls_cert.c_str(),
+                                                         options_.tls_key.c_str())) {}
 
 HttpApi::~HttpApi() = default;
 
 Result<std::unique_ptr<HttpApi>> HttpApi::Bind(Coordinator* coordinator, TokenAuth auth,
                                                HttpOptions options) {
   if (options.threads < 4) return Status::InvalidArgument("threads must be >= 4");
+  if (options.tls_cert.empty() != options.tls_key.empty())
+    return Status::InvalidArgument("TLS needs both a certificate and its key");
   std::unique_ptr<HttpApi> api(new HttpApi(coordinator, std::move(auth), options));
+  if (!api->server_->is_valid()) {
+    // Only an SSLServer can be invalid: its context refused a file.
+    const unsigned long err = ERR_peek_last_error();
+    return Status::InvalidArgument("cannot load the TLS certificate " + options.tls_cert +
+                                   " with its key " + options.tls_key + ": " +
+                                   (err != 0 ? ERR_reason_error_string(err) : "unknown error"));
+  }
   const int threads = options.threads;
   api->server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   api->server_->set_keep_alive_max_count(1000000);

@@ -22,11 +22,16 @@ struct HttpOptions {
   int port = 7077;               // 0: any free port (see port())
   int threads = 128;             // one per open connection (keep-alive) or long-poll
   double max_wait_seconds = 60;  // cap on long-poll waits
+  // PEM certificate (chain) and private key: serve https. Both or neither;
+  // empty: plain HTTP.
+  std::string tls_cert;
+  std::string tls_key;
 };
 
 class HttpApi {
  public:
-  // Binds the socket (so a bad address fails here, before serving).
+  // Loads the TLS certificate and key (when given) and binds the socket, so
+  // a bad certificate or address fails here, before serving.
   static Result<std::unique_ptr<HttpApi>> Bind(Coordinator* coordinator, TokenAuth auth,
                                                HttpOptions options);
   ~HttpApi();
