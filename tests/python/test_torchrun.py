@@ -1,0 +1,133 @@
+"""torchrun --rdzv-backend=stint against a real stintd on loopback: two
+torchrun processes ("nodes") form one gloo group through the job's KV at
+stintd; one node dies (its agent and its worker SIGKILLed, as a machine
+would); torchrun restarts the survivor's worker, which forms a group of one.
+
+The backend is found the way torchrun finds any out-of-tree one: through
+the `torchrun.handlers` entry point. In a build tree there is no installed
+distribution, so the test writes one (a dist-info holding pyproject.toml's
+entry point) next to the module under test.
+
+Needs the stintd binary ($STINTD_PATH, set by ctest); skipped without it.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+
+import pytest
+
+from test_elastic import ADMIN, REPO, STINTD, WORKER, Stintd
+
+import stint
+
+pytestmark = pytest.mark.skipif(not os.path.exists(STINTD), reason="stintd is not built ($STINTD_PATH)")
+
+TRAIN = r'''
+import os, sys, time
+import torch, torch.distributed as dist
+out, node = sys.argv[1], os.environ["NODE"]
+with open(os.path.join(out, node + ".pid"), "w") as f:
+    f.write(str(os.getpid()))
+dist.init_process_group("gloo")
+with open(os.path.join(out, node + ".log"), "a") as f:
+    f.write("world=%d rank=%d restart=%s\n" % (dist.get_world_size(), dist.get_rank(),
+                                               os.environ["TORCHELASTIC_RESTART_COUNT"]))
+t = torch.ones(1)
+while True:  # a peer that dies fails this; torchrun then restarts us
+    dist.all_reduce(t)
+    time.sleep(0.05)
+'''
+
+
+def entry_point_site(tmp_path):
+    """A folder with a dist-info declaring pyproject.toml's torchrun handler."""
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        handlers = tomllib.load(f)["project"]["entry-points"]["torchrun.handlers"]
+    info = tmp_path / "site" / "stint_torchrun_test-0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: stint-torchrun-test\nVersion: 0\n")
+    (info / "entry_points.txt").write_text(
+        "[torchrun.handlers]\n" + "".join("%s = %s\n" % kv for kv in handlers.items()))
+    return str(tmp_path / "site")
+
+
+def lines(path):
+    try:
+        with open(path) as f:
+            return f.read().splitlines()
+    except FileNotFoundError:
+        return []
+
+
+def wait_until(what, predicate, seconds, procs):
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        for name, p in procs.items():
+            assert p.poll() is None, "torchrun %s exited %s before %s" % (name, p.returncode, what)
+        assert time.monotonic() < deadline, "no %s within %d s" % (what, seconds)
+        time.sleep(0.1)
+
+
+def test_two_nodes_form_one_dies_the_other_reforms(tmp_path):
+    daemon = Stintd(str(tmp_path))
+    procs = {}
+    try:
+        daemon.call("POST", "/v1/pools", {"name": "p"})
+        job = daemon.call("POST", "/v1/jobs", {"name": "torchrun", "pool": "p", "min_gpus": 1})["id"]
+        out = tmp_path / "out"
+        out.mkdir()
+        (tmp_path / "train.py").write_text(TRAIN)
+        module_dir = os.path.dirname(os.path.dirname(os.path.abspath(stint.__file__)))
+        endpoint = daemon.url[len("http://"):]
+        for node in ("a", "b"):
+            env = dict(os.environ, NODE=node, STINT_COORD_TOKEN=WORKER,
+                       PYTHONPATH=os.pathsep.join([entry_point_site(tmp_path / node), module_dir]))
+            log = open(tmp_path / ("torchrun-%s.log" % node), "w")
+            procs[node] = subprocess.Popen(
+                [sys.executable, "-m", "torch.distributed.run", "--rdzv-backend=stint",
+                 "--rdzv-endpoint=" + endpoint, "--rdzv-id=%d" % job, "--nnodes=1:2",
+                 "--nproc-per-node=1", "--max-restarts=5", "--monitor-interval=0.2",
+                 "--local-addr=127.0.0.1",
+                 "--rdzv-conf=join_timeout=120,last_call_timeout=2,keep_alive_interval=1,"
+                 "keep_alive_max_attempt=2,close_timeout=10",
+                 str(tmp_path / "train.py"), str(out)],
+                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        a_log, b_log = str(out / "a.log"), str(out / "b.log")
+
+        def formed_two():
+            return any(l.startswith("world=2") for l in lines(a_log)) and \
+                any(l.startswith("world=2") for l in lines(b_log))
+        # Importing torch and forming on 2 shared cores: generous.
+        wait_until("group of two", formed_two, 180, procs)
+        # The rendezvous lives in the job's KV at stintd.
+        state = daemon.call("GET", "/v1/jobs/%d/kv/torchrun/state" % job)
+        assert state["version"] >= 1
+
+        # Node b dies: its agent, then its worker.
+        b_worker = int((out / "b.pid").read_text())
+        os.killpg(procs["b"].pid, signal.SIGKILL)
+        procs.pop("b").wait(timeout=30)
+        os.kill(b_worker, signal.SIGKILL)
+        formed_before = len(lines(a_log))
+        wait_until("group of one", lambda: any(l.startswith("world=1")
+                                               for l in lines(a_log)[formed_before:]), 120, procs)
+        last = lines(a_log)[-1]
+        assert last.startswith("world=1 rank=0"), lines(a_log)
+        assert int(last.split("restart=")[1]) >= 1, lines(a_log)  # torchrun restarted the worker
+    finally:
+        for p in procs.values():
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait(timeout=30)
+        for pid_file in (tmp_path / "out").glob("*.pid"):
+            try:
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+        daemon.stop()
