@@ -1259,6 +1259,7 @@ TEST(PolicyService, ClassesStepAtOneTenAndAHundredGpuHours) {
 
 TEST(PolicyService, StarvationGuardLiftsAJobThatWaitedLongerThanItRan) {
   PolicyConfig config;
+  config.service_starvation_factor = 1;  // lifted once it waited longer than it ran
   Job j;
   j.max_gpus = 1;
   j.service_gpu_seconds = GpuHours(100);  // class 3, 100 h run
@@ -1269,6 +1270,9 @@ TEST(PolicyService, StarvationGuardLiftsAJobThatWaitedLongerThanItRan) {
   EXPECT_EQ(ServiceClass(j, kNow + Hours(201), config), 2);
   EXPECT_EQ(ServiceClass(j, kNow + Hours(350), config), 1);  // waited 2.5 run times
   EXPECT_EQ(ServiceClass(j, kNow + Hours(1000), config), 0);
+  config.service_starvation_factor = 4;  // the default: 4 run times per class
+  EXPECT_EQ(ServiceClass(j, kNow + Hours(350), config), 3);
+  EXPECT_EQ(ServiceClass(j, kNow + Hours(550), config), 2);
   config.service_starvation_guard = false;
   EXPECT_EQ(ServiceClass(j, kNow + Hours(1000), config), 3);
 }
@@ -1279,7 +1283,7 @@ TEST(PolicyService, AStarvingJobIsNotPreemptedForServiceClass) {
   Segment& seg = c.Running({{w, 1}}, Priority::kMedium, Hours(1));
   Job& old_job = c.JobOf(seg);
   old_job.service_gpu_seconds = GpuHours(1);  // class 1, ran 1 h ...
-  old_job.submit_ms = kNow - Hours(3);         // ... of 3 h since submit: waited 2 h
+  old_job.submit_ms = kNow - Hours(6);         // ... of 6 h since submit: waited 5 h > 4 x 1 h
   const int64_t seg_id = seg.id;
   c.Pending(1, Priority::kMedium);  // class 0
   EXPECT_EQ(NoticeOf(PlanAt(c.s), seg_id), nullptr);

@@ -246,7 +246,7 @@ TEST(SimShrink, AnElasticJobShrinksForAHigherOneAndGrowsBack) {
 // serves them for 60 h. Least attained service alone keeps the long job
 // (class 1 after its first GPU-hour) behind every new one until the
 // stream ends; the starvation guard lifts it once it has waited longer
-// than it ran.
+// than 4 times what it ran.
 TEST(SimService, TheStarvationGuardFinishesALongJobLasAloneStarves) {
   Workload w;
   w.windows = FixedCapacity(1);
@@ -256,7 +256,7 @@ TEST(SimService, TheStarvationGuardFinishesALongJobLasAloneStarves) {
   const SimResult guarded = RunPolicy(w, "stint");
   ASSERT_EQ(las.conservation_violations + guarded.conservation_violations, 0);
   EXPECT_GT(las.jobs[0].finish_s, 55 * 3600.0) << "starved until the stream ends";
-  EXPECT_LT(guarded.jobs[0].finish_s, 20 * 3600.0);
+  EXPECT_LT(guarded.jobs[0].finish_s, 30 * 3600.0);  // 21 h
 }
 
 }  // namespace

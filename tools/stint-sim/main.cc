@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -28,6 +29,20 @@
 #include "sim/workload_spec.h"
 
 namespace {
+
+// Each team's jobs, mean queue delay, mean slowdown and guarantee (stint's).
+nlohmann::json TeamsJson(const stint::sim::Metrics& m, const stint::sim::SchedulerOptions& so) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [team, t] : m.teams) {
+    auto g = so.team_guarantees.find(team);
+    out[team] = {{"jobs", t.jobs},
+                 {"queue_mean_s", t.queue_mean_s},
+                 {"slowdown_mean", t.slowdown_mean},
+                 {"guarantee_gpus", g != so.team_guarantees.end() ? g->second
+                                                                  : so.team_guarantee_gpus}};
+  }
+  return out;
+}
 
 std::vector<std::string> SplitComma(const std::string& s) {
   std::vector<std::string> out;
@@ -90,10 +105,10 @@ int main(int argc, char** argv) {
   app.add_flag("--synthetic-priorities", wo.synthetic_priorities,
                "assign LOW/MEDIUM/HIGH (labelled synthetic)");
   app.add_option("--notice-lead-s", wo.notice_lead_s, "spot revocation notice, s");
-  std::string start_at = "first";
+  std::string start_at = "auto";
   app.add_option("--start-at", start_at,
-                 "real traces: start the replay at the first arrival (first), where arrivals "
-                 "begin in earnest (auto), or at SECONDS of the trace's clock");
+                 "real traces: start the replay where arrivals begin in earnest (auto, default), at the "
+                 "first arrival (first), or at SECONDS of the trace's clock");
   app.add_option("--synthetic-jobs", wo.synthetic_jobs.jobs, "synthetic: number of jobs");
   app.add_option("--synthetic-gap-s", wo.synthetic_jobs.mean_interarrival_s,
                  "synthetic: mean inter-arrival, s");
@@ -101,6 +116,10 @@ int main(int argc, char** argv) {
   app.add_option("--estimate-factor", so.estimate_factor,
                  "runtime estimates / time limits = true x this");
   app.add_option("--team-guarantee", so.team_guarantee_gpus, "stint: every team's guaranteed GPUs");
+  std::string team_guarantees;
+  app.add_option("--team-guarantees", team_guarantees,
+                 "stint: helios:PATH:GPUS: per-team guarantees from the Helios per-VC GPU counts "
+                 "(largest VC to the team with most jobs), scaled to sum to GPUS");
   app.add_option("--plan-depth", so.stint.plan_depth, "stint PolicyConfig.plan_depth");
   app.add_option("--aging-points", so.stint.aging_points_per_hour,
                  "stint PolicyConfig.aging_points_per_hour");
@@ -110,6 +129,8 @@ int main(int argc, char** argv) {
                  "stint PolicyConfig.service_class_points");
   app.add_option("--service-class-gpu-hours", so.stint.service_class_gpu_hours,
                  "stint PolicyConfig.service_class_gpu_hours");
+  app.add_option("--starvation-factor", so.stint.service_starvation_factor,
+                 "stint PolicyConfig.service_starvation_factor");
   app.add_option("--min-run-s", so.stint.min_run_seconds,
                  "stint min_run_seconds (also Slurm PreemptExemptTime)");
   app.add_option("--safety-s", so.stint.safety_seconds,
@@ -160,11 +181,37 @@ int main(int argc, char** argv) {
   }
 
   const Workload& w = workload.value();
+  if (!team_guarantees.empty()) {
+    // helios:PATH:GPUS (PATH may hold ':').
+    const size_t colon = team_guarantees.rfind(':');
+    const std::string prefix = "helios:";
+    char* end = nullptr;
+    const long total = colon == std::string::npos
+                           ? 0
+                           : std::strtol(team_guarantees.c_str() + colon + 1, &end, 10);
+    if (team_guarantees.rfind(prefix, 0) != 0 || colon < prefix.size() || end == nullptr ||
+        *end != '\0' || total <= 0 || total > 1000000) {
+      std::fprintf(stderr, "stint-sim: --team-guarantees expects helios:PATH:GPUS (got \"%s\")\n",
+                   team_guarantees.c_str());
+      return 2;
+    }
+    const std::string path = team_guarantees.substr(prefix.size(), colon - prefix.size());
+    auto g = HeliosTeamGuarantees(path, w.jobs, static_cast<int>(total));
+    if (!g.ok()) {
+      std::fprintf(stderr, "stint-sim: %s\n", g.status().message().c_str());
+      return 2;
+    }
+    so.team_guarantees = std::move(g).value();
+  }
   if (!w.synthetic_jobs) std::fprintf(stderr, "stint-sim: trace: %s\n", w.load.Summary().c_str());
   std::vector<SimResult> results;
   std::vector<Metrics> rows;
   nlohmann::json js;
   js["jobs"] = w.job_source;
+  // The mean JCT with zero queueing and no interruption: no policy's is lower.
+  double work_sum = 0;
+  for (const SimJob& j : w.jobs) work_sum += j.work_s;
+  js["work_mean_s"] = w.jobs.empty() ? 0.0 : work_sum / w.jobs.size();
   js["capacity"] = w.capacity_source;
   if (!w.synthetic_jobs) {
     js["input"] = {
@@ -204,6 +251,7 @@ int main(int argc, char** argv) {
                                  {"preemptions_per_job", m.preemptions_per_job},
                                  {"resizes_per_job", m.resizes_per_job},
                                  {"fairness_jain", m.fairness_jain},
+                                 {"teams", TeamsJson(m, so)},
                                  {"finished", m.finished},
                                  {"jobs", m.jobs},
                                  {"violations", m.violations},

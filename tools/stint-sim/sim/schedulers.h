@@ -15,6 +15,7 @@
 #ifndef STINT_TOOLS_STINT_SIM_SIM_SCHEDULERS_H_
 #define STINT_TOOLS_STINT_SIM_SIM_SCHEDULERS_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,7 +39,8 @@ struct SchedulerOptions {
   double estimate_factor = 1.0;          // runtime estimates (time limits) = true remaining x this
   stintd::PolicyConfig stint;            // the base config for stint and its ablations
   double slurm_age_max_s = 7 * 86400.0;  // PriorityMaxAge
-  int team_guarantee_gpus = 0;           // stint: every team's guarantee (0: none)
+  int team_guarantee_gpus = 0;           // stint: every team's guarantee (0: none) ...
+  std::map<std::string, int> team_guarantees;  // ... unless the team is named here
 };
 
 // Names: fifo, easy, slurm, stint, stint-no-backfill (plan_depth = 1),

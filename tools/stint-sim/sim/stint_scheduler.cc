@@ -33,7 +33,8 @@ class StintScheduler : public Scheduler {
     for (const std::string& t : teams) {
       stintd::Team team;
       team.name = t;
-      team.guaranteed_gpus = opt_.team_guarantee_gpus;
+      auto g = opt_.team_guarantees.find(t);
+      team.guaranteed_gpus = g != opt_.team_guarantees.end() ? g->second : opt_.team_guarantee_gpus;
       team.borrow_limit_gpus = -1;
       Check(stintd::PutTeam(s_, team, &ch));
     }

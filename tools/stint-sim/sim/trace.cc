@@ -631,6 +631,46 @@ Result<std::vector<std::pair<double, int>>> LoadHeliosCapacity(const std::string
   return steps;
 }
 
+Result<std::map<std::string, int>> HeliosTeamGuarantees(const std::string& path,
+                                                        const std::vector<SimJob>& jobs,
+                                                        int total_gpus) {
+  LineReader in(path);
+  if (!in.ok()) return in.OpenError();
+  std::string line;
+  if (!in.Next(&line)) return in.Error("empty file");
+  const std::vector<std::string> header = Split(line, ',');
+  if (Trim(header[0]) != "date") return in.Error("expected a header starting with date");
+  if (!in.Next(&line)) return in.Error("no data rows");
+  const std::vector<std::string> f = Split(line, ',');
+  if (f.size() != header.size()) {
+    return in.Error("expected " + std::to_string(header.size()) + " fields, got " +
+                    std::to_string(f.size()));
+  }
+  std::vector<int> vc_gpus;
+  for (size_t i = 1; i < header.size(); i++) {
+    if (Trim(header[i]) == "total") continue;
+    double gpus = 0;
+    if (!ParseDouble(f[i], &gpus) || gpus < 0)
+      return in.Error(Trim(header[i]) + " is not a number >= 0");
+    if (gpus > 0) vc_gpus.push_back(static_cast<int>(std::lround(gpus)));
+  }
+  std::sort(vc_gpus.rbegin(), vc_gpus.rend());
+  std::map<std::string, int> count;
+  for (const SimJob& j : jobs) count[j.team]++;
+  std::vector<std::pair<int, std::string>> teams;
+  for (const auto& [team, n] : count) teams.emplace_back(-n, team);
+  std::sort(teams.begin(), teams.end());
+  const size_t n = std::min(teams.size(), vc_gpus.size());
+  int64_t sum = 0;
+  for (size_t i = 0; i < n; i++) sum += vc_gpus[i];
+  std::map<std::string, int> out;
+  for (size_t i = 0; i < teams.size(); i++) {
+    out[teams[i].second] =
+        i < n && sum > 0 ? static_cast<int>(static_cast<int64_t>(vc_gpus[i]) * total_gpus / sum) : 0;
+  }
+  return out;
+}
+
 Result<std::vector<SimWindow>> LoadBambooNodes(const std::string& path, int gpus_per_node,
                                                double notice_lead_s) {
   LineReader in(path);

@@ -179,6 +179,15 @@ Result<std::vector<std::pair<double, int>>> LoadHeliosCapacity(const std::string
                                                                const std::string& column,
                                                                double scale);
 
+// Per-team guarantees from a Helios cluster_gpu_number.csv: the first
+// day's GPUs of each VC column (not date or total; VCs with 0 left out),
+// largest first, go to `jobs`' teams ordered by job count (largest first,
+// then name), scaled so they sum to at most `total_gpus` (rounded down).
+// Teams beyond the VCs get 0. Errors name the file and line.
+Result<std::map<std::string, int>> HeliosTeamGuarantees(const std::string& path,
+                                                        const std::vector<SimJob>& jobs,
+                                                        int total_gpus);
+
 // Bamboo node events (ms,add|remove,nodeN): one spot window per node of
 // `gpus_per_node`, revoked at its remove event with `notice_lead_s`.
 Result<std::vector<SimWindow>> LoadBambooNodes(const std::string& path, int gpus_per_node,

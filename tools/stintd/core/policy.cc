@@ -993,7 +993,7 @@ std::pair<double, double> RunAndWaitSeconds(const Job& job, TimeMs now) {
 bool Starving(const Job& job, TimeMs now, const PolicyConfig& config) {
   if (!config.service_starvation_guard) return false;
   const auto [run, wait] = RunAndWaitSeconds(job, now);
-  return run > 0 && wait > run;
+  return run > 0 && wait > config.service_starvation_factor * run;
 }
 
 int ServiceClass(const Job& job, TimeMs now, const PolicyConfig& config) {
@@ -1004,10 +1004,11 @@ int ServiceClass(const Job& job, TimeMs now, const PolicyConfig& config) {
     threshold *= std::max(1.0, config.service_class_factor);
   }
   if (k > 0 && Starving(job, now, config)) {
-    // One class up per run time waited: a long job that new ones keep
-    // passing climbs back within a few of its own run times.
+    // One class up per factor x run time waited: a long job that new ones
+    // keep passing climbs back within a few of its own run times.
     const auto [run, wait] = RunAndWaitSeconds(job, now);
-    k = std::max(0, k - static_cast<int>(std::min<double>(k, std::floor(wait / run))));
+    const double step = std::max(1e-9, config.service_starvation_factor) * run;
+    k = std::max(0, k - static_cast<int>(std::min<double>(k, std::floor(wait / step))));
   }
   return k;
 }

@@ -80,11 +80,13 @@ struct PolicyConfig {
   // preempts.
   int service_preempt_classes = 1;
   // Starvation guard: a job that has waited (time since submit not spent
-  // running) longer than it has run rises one class per run time waited
-  // (down to class 0), and is not preempted for service class while so.
-  // It bounds how long LAS keeps the longest jobs behind new ones (their
-  // p99 JCT). false: classes follow attained service alone.
+  // running) longer than service_starvation_factor x its run time rises one
+  // class per that much waiting (down to class 0), and is not preempted for
+  // service class while so. It bounds how long LAS keeps the longest jobs
+  // behind new ones (their p99 JCT). false: classes follow attained service
+  // alone.
   bool service_starvation_guard = true;
+  double service_starvation_factor = 4;
   // A gang spanning k windows (nodes) of a pool runs 1 + slowdown x (k - 1)
   // times slower (collectives across nodes): the planner sizes its segment
   // with it and takes the fit with the most GPUs after it, so one window
@@ -191,8 +193,9 @@ double JobScore(const ClusterState& state, const Job& job, TimeMs now, const Pol
 // after the starvation guard's lift.
 int ServiceClass(const Job& job, TimeMs now, const PolicyConfig& config);
 
-// Whether the starvation guard holds the job's class at `now`: it has
-// waited longer than it has run (run time = attained GPU-seconds / max_gpus).
+// Whether the starvation guard lifts the job at `now`: it has waited longer
+// than service_starvation_factor x its run time (attained GPU-seconds /
+// max_gpus).
 bool Starving(const Job& job, TimeMs now, const PolicyConfig& config);
 
 // Minimum useful segment of a job: restart + one interval + checkpoint + safety.
