@@ -17,6 +17,7 @@
 #include "checkpoint/commit.h"
 #include "checkpoint/device_load.h"
 #include "checkpoint/in_memory_checkpoint.h"
+#include "checkpoint/incremental_base.h"
 #include "checkpoint/lazy_copy_thread.h"
 #include "checkpoint/persist.h"
 #include "checkpoint/rank_commit.h"
@@ -76,6 +77,9 @@ struct PersistJob {
   // Copies still running after Save() returned (lazy host, device); null if none.
   std::shared_ptr<SnapshotProgress> progress;
   PersistedFile file;                     // set by a successful persist
+  // Incremental: what this save compares against (its files are pinned
+  // against retention until the save is done); null for a full save.
+  std::shared_ptr<const IncrementalBase> base;
 };
 
 class CheckpointerImpl final : public Checkpointer {
@@ -104,6 +108,11 @@ class CheckpointerImpl final : public Checkpointer {
     options_.replica_env = replica_env_;
     if (!options_.replica_root.empty() && options_.rank == 0 && !options_.read_only) {
       replicator_ = std::make_unique<Replicator>(options_, &tier1_guard_, replica_open_error);
+    }
+    if (options_.incremental && !options_.read_only) {
+      // Unreadable root or no checkpoint yet: the first save is a full one.
+      auto base = IncrementalBase::LoadNewest(env_, options_.root);
+      if (base.ok()) base_ = std::move(*base);
     }
     persist_thread_ = std::thread([this] { PersistLoop(); });
   }
@@ -153,7 +162,13 @@ class CheckpointerImpl final : public Checkpointer {
                                           ": CheckpointOptions.device_copier is not set");
       }
     }
-    STINT_ASSIGN_OR_RETURN(SnapshotLayout layout, PlanSnapshot(state, options_.chunk_size));
+    std::shared_ptr<const IncrementalBase> base;
+    if (options_.incremental) {
+      std::lock_guard<std::mutex> lock(mu_);
+      base = base_;
+    }
+    STINT_ASSIGN_OR_RETURN(SnapshotLayout layout,
+                           PlanSnapshot(state, options_.chunk_size, base.get()));
     STINT_RETURN_IF_ERROR(CheckSnapshotLayout(layout, options_.world_size == 1));
     auto t0 = Clock::now();
     auto wait = options_.busy_policy == BusyPolicy::kBlock ? options_.block_timeout
@@ -194,6 +209,7 @@ class CheckpointerImpl final : public Checkpointer {
 
     auto job = std::make_unique<PersistJob>();
     job->save_number = number;
+    job->base = std::move(base);
     job->snapshot.step = step;
     job->snapshot.layout = std::move(layout);
     job->snapshot.buffer = std::move(*buffer);
@@ -400,6 +416,11 @@ class CheckpointerImpl final : public Checkpointer {
       STINT_RETURN_IF_ERROR(
           env_->RenameFile(dir, options_.root + "/quarantine-" + StepDirName(step) + suffix));
       STINT_RETURN_IF_ERROR(env_->SyncDir(options_.root));
+      if (options_.incremental) {
+        // The next save must not reference what was moved away.
+        auto base = IncrementalBase::LoadNewest(env_, options_.root);
+        SetBase(base.ok() ? std::move(*base) : nullptr);
+      }
     }
     // LATEST must not go on naming what is gone, or every later Load tries
     // (and every later Quarantine moves) it again.
@@ -517,7 +538,7 @@ class CheckpointerImpl final : public Checkpointer {
       if (s.ok() && options_.rank == 0) {
         // Retention runs after the commit is reported: it is not part of time-to-durable.
         Status r = ApplyRetention(env_, options_.root, options_.keep_last, options_.keep_every,
-                                  &tier1_guard_);
+                                  &tier1_guard_, PinnedSteps());
         if (!r.ok())
           RecordBackgroundError(r.WithContext("retention after step " + std::to_string(step)));
       }
@@ -548,7 +569,7 @@ class CheckpointerImpl final : public Checkpointer {
       // unmapping): pinning 1 GiB on every save costs more than it saves.
       engine_->RegisterBuffer(job->snapshot.buffer->data(), job->snapshot.buffer->size());
       PersistOptions po{options_.compress, options_.zstd_level, options_.direct_io,
-                        options_.io_size};
+                        options_.io_size, options_.incremental, job->base.get()};
       auto persisted = PersistSnapshot(env_, engine_.get(), &pool_, job->snapshot,
                                        tmp + "/" + RankFileName(options_.rank), po);
       if (persisted.ok()) file = std::move(*persisted);
@@ -558,25 +579,67 @@ class CheckpointerImpl final : public Checkpointer {
     job->stats.persist_seconds = SecondsSince(t0);
     last_persist_seconds_ = job->stats.persist_seconds;
     job->stats.stored_bytes = file.stored_bytes;
+    job->stats.referenced_bytes = file.referenced_bytes;
     job->stats.engine = engine_->name();
     if (ranks) {
       auto t1 = Clock::now();
       Manifest part = s.ok() ? BuildManifest(options_, job->snapshot, file) : Manifest();
       s = ranks->Finish(s, part, CommitTimeout(options_, job->stats.persist_seconds));
       job->stats.commit_seconds = SecondsSince(t1);
+      if (!s.ok() && job->base != nullptr) SetBase(nullptr);  // as below
+      if (s.ok() && options_.incremental) {
+        // Every rank's chunks are in the committed manifest, which only the
+        // committer holds in memory.
+        auto base = IncrementalBase::Load(env_, options_.root, StepDirName(step));
+        if (base.ok()) SetBase(std::move(*base));
+      }
       return s;  // the committer removed the tmp directory unless committed
     }
     if (s.ok()) {
       auto t1 = Clock::now();
-      std::string manifest = EncodeManifest(BuildManifest(options_, job->snapshot, file));
-      s = CommitCheckpoint(env_, options_.root, tmp, step, manifest, options_.commit_guard);
+      Manifest m = BuildManifest(options_, job->snapshot, file);
+      auto guard = [&](uint64_t at) -> Status {
+        STINT_RETURN_IF_ERROR(CheckReferencedFiles(env_, options_.root, m));
+        return options_.commit_guard ? options_.commit_guard(at) : Status::OK();
+      };
+      s = CommitCheckpoint(env_, options_.root, tmp, step, EncodeManifest(m), guard);
       job->stats.commit_seconds = SecondsSince(t1);
+      if (s.ok() && options_.incremental)
+        SetBase(std::make_shared<IncrementalBase>(m, StepDirName(step)));
     }
     if (!s.ok()) {
       // Best effort: a crash here leaves a .tmp- dir that the next Open removes.
       RemoveRecursively(env_, tmp).IgnoreError();
+      // The base may be what failed (a referenced file gone): the next save
+      // writes everything rather than failing the same way forever.
+      if (job->base != nullptr) SetBase(nullptr);
     }
     return s;
+  }
+
+  void SetBase(std::shared_ptr<const IncrementalBase> base) {
+    std::lock_guard<std::mutex> lock(mu_);
+    base_ = std::move(base);
+  }
+
+  // Steps whose files the queued saves and the next save may reference.
+  std::set<uint64_t> PinnedSteps() {
+    std::set<std::string> dirs;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (base_ != nullptr) dirs = base_->Dirs();
+      for (const auto& job : queue_) {
+        if (job->base != nullptr) {
+          auto more = job->base->Dirs();
+          dirs.insert(more.begin(), more.end());
+        }
+      }
+    }
+    std::set<uint64_t> steps;
+    for (const auto& d : dirs) {
+      if (auto step = ParseStepDirName(d)) steps.insert(*step);
+    }
+    return steps;
   }
 
   void RecordBackgroundError(const Status& s) {
@@ -708,6 +771,7 @@ class CheckpointerImpl final : public Checkpointer {
   Status background_error_;  // first error not yet returned by Save/Flush
   CheckpointerStats stats_;
   std::shared_ptr<InMemoryCheckpoint> tier0_;  // tier 0; a Load holds its own reference
+  std::shared_ptr<const IncrementalBase> base_;  // incremental: the newest commit
   uint64_t saves_started_ = 0;                 // the training thread's
   uint64_t loads_started_ = 0;                 // the training thread's
   double last_persist_seconds_ = 0;            // the persist thread's
@@ -764,6 +828,10 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Open(const CheckpointOptions
     return Status::InvalidArgument("world_size " + std::to_string(options.world_size) +
                                    " needs CheckpointOptions.commit_channel (the job's store) for "
                                    "the commit across ranks");
+  }
+  if (options.incremental && options.keep_in_memory) {
+    // A tier-0 image holds only what was written, not the referenced chunks.
+    return Status::InvalidArgument("incremental and keep_in_memory (tier 0) cannot be combined");
   }
   if (options.world_size > 1 && options.keep_in_memory) {
     // One rank's image is not a checkpoint of the job; tier 1/2 are.

@@ -57,11 +57,6 @@ Result<PersistedFile> PersistSnapshot(Env* env, IoEngine* engine, ThreadPool* po
   // Chunks in staging (= raw file) order.
   std::vector<ChunkRef> refs;
   PersistedFile out;
-  out.entry_chunks.resize(layout.entries.size());
-  for (size_t e = 0; e < layout.entries.size(); ++e) {
-    out.entry_chunks[e].resize(layout.entries[e].chunk_len.size());
-    for (size_t c = 0; c < layout.entries[e].chunk_len.size(); ++c) refs.push_back({e, c});
-  }
   auto staging_offset = [&](size_t i) {
     return layout.entries[refs[i].entry].chunk_offset[refs[i].index];
   };
@@ -69,10 +64,37 @@ Result<PersistedFile> PersistSnapshot(Env* env, IoEngine* engine, ThreadPool* po
     return out.entry_chunks[refs[i].entry][refs[i].index];
   };
 
+  out.entry_chunks.resize(layout.entries.size());
+  // Incremental: each tensor entry's chunks in the base, compared by hash.
+  std::vector<const std::vector<ChunkRecord>*> base_chunks(layout.entries.size(), nullptr);
+  for (size_t e = 0; e < layout.entries.size(); ++e) {
+    const SnapshotEntry& se = layout.entries[e];
+    if (!se.reused.empty()) {
+      out.entry_chunks[e] = se.reused;  // frozen: referenced, never staged
+      continue;
+    }
+    if (options.base != nullptr && !se.is_blob) {
+      base_chunks[e] =
+          options.base->FindShard(se.name, se.dtype, se.global_shape, se.offsets, se.extents);
+    }
+    out.entry_chunks[e].resize(se.chunk_len.size());
+    for (size_t c = 0; c < se.chunk_len.size(); ++c) refs.push_back({e, c});
+  }
+  // A chunk the base holds with the same bytes: its record, with `ref` set.
+  auto base_match = [&](size_t i, const RawHash& hash) -> const ChunkRecord* {
+    const auto* chunks = base_chunks[refs[i].entry];
+    if (chunks == nullptr || refs[i].index >= chunks->size()) return nullptr;
+    const ChunkRecord& b = (*chunks)[refs[i].index];
+    return b.raw_hash == hash && b.raw_len == record(i).raw_len ? &b : nullptr;
+  };
+
   STINT_ASSIGN_OR_RETURN(auto file, env->NewWritableFile(path, FileOptions{options.direct_io}));
   Status status;
-  // Raw: the staging image is the file, so its size is known; preallocate it.
-  if (!options.compress) status = file->Allocate(layout.image_bytes);
+  // Raw and complete: the staging image is the file, so its size is known;
+  // preallocate it. Otherwise chunks are packed one after another.
+  const bool image_is_file = !options.compress && !options.incremental;
+  if (image_is_file) status = file->Allocate(layout.image_bytes);
+  std::vector<char> referenced(refs.size(), 0);  // chunk i is in the base, not written
 
   uint64_t file_size = 0;
   std::vector<std::shared_ptr<AlignedBytes>> compressed;
@@ -90,6 +112,15 @@ Result<PersistedFile> PersistSnapshot(Env* env, IoEngine* engine, ThreadPool* po
       rec.raw_len = layout.entries[refs[i].entry].chunk_len[refs[i].index];
       rec.codec = Codec::kNone;
       rec.stored_len = rec.raw_len;
+      if (options.incremental) {
+        RawHash hash = Xxh128(raw, rec.raw_len);
+        if (const ChunkRecord* same = base_match(i, hash)) {
+          rec = *same;
+          referenced[i] = 1;
+          return;
+        }
+        rec.raw_hash = hash;
+      }
       if (options.compress && rec.raw_len > 0) {
         size_t cap = AlignUp(ZstdBound(rec.raw_len));
         AlignedBytes buf = AllocAligned(cap);
@@ -119,7 +150,7 @@ Result<PersistedFile> PersistSnapshot(Env* env, IoEngine* engine, ThreadPool* po
     }
     if (!status.ok()) break;
 
-    if (!options.compress) {
+    if (image_is_file) {
       // One run of large aligned writes straight from the staging image.
       uint64_t from = staging_offset(begin);
       uint64_t to = end < refs.size() ? staging_offset(end) : layout.image_bytes;
@@ -127,16 +158,38 @@ Result<PersistedFile> PersistSnapshot(Env* env, IoEngine* engine, ThreadPool* po
       status = SubmitRange(engine, file.get(), image + from, to - from, from, io_size);
       file_size = to;
     } else {
+      // Packed: raw chunks adjacent in staging go out as one run of writes.
+      uint64_t run_from = 0, run_len = 0, run_at = 0;
+      auto flush_run = [&] {
+        if (run_len > 0 && status.ok()) {
+          status = SubmitRange(engine, file.get(), image + run_from, run_len, run_at, io_size);
+        }
+        run_len = 0;
+      };
       for (size_t i = begin; i < end && status.ok(); ++i) {
         ChunkRecord& rec = record(i);
+        if (referenced[i]) {
+          out.referenced_bytes += rec.raw_len;
+          continue;
+        }
         const auto& buf = compressed[i - begin];
-        const char* src = buf ? buf->get() : image + staging_offset(i);
         rec.file_offset = file_size;
         uint64_t padded = AlignUp(rec.stored_len == 0 ? 1 : rec.stored_len);
-        // A compressed buffer lives until its last write completes.
-        status = SubmitRange(engine, file.get(), src, padded, file_size, io_size, buf);
+        if (buf) {
+          flush_run();
+          // A compressed buffer lives until its last write completes.
+          status = SubmitRange(engine, file.get(), buf->get(), padded, file_size, io_size, buf);
+        } else {
+          if (run_len > 0 && run_from + run_len != staging_offset(i)) flush_run();
+          if (run_len == 0) {
+            run_from = staging_offset(i);
+            run_at = file_size;
+          }
+          run_len += padded;
+        }
         file_size += padded;
       }
+      flush_run();
     }
     begin = end;
   }
@@ -150,13 +203,20 @@ Result<PersistedFile> PersistSnapshot(Env* env, IoEngine* engine, ThreadPool* po
   std::vector<ChunkRecord> in_file_order;
   in_file_order.reserve(refs.size());
   for (size_t i = 0; i < refs.size(); ++i) {
+    if (referenced[i]) continue;
     in_file_order.push_back(record(i));
     out.stored_bytes += record(i).stored_len;
+  }
+  for (const SnapshotEntry& se : layout.entries) {
+    for (const ChunkRecord& c : se.reused) out.referenced_bytes += c.raw_len;
   }
   out.file.size = file_size;
   out.file.digest = FileDigest(in_file_order, file_size);
   size_t slash = path.rfind('/');
   out.file.name = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (options.base != nullptr) {
+    STINT_ASSIGN_OR_RETURN(out.refs, ReferencedFiles(out.entry_chunks, *options.base));
+  }
   return out;
 }
 
@@ -172,6 +232,7 @@ Manifest BuildManifest(const CheckpointOptions& options, const Snapshot& snapsho
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();
   m.files.push_back(file.file);
+  m.refs = file.refs;
   const auto& entries = snapshot.layout.entries;
   for (size_t e = 0; e < entries.size(); ++e) {
     const SnapshotEntry& se = entries[e];

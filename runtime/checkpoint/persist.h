@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "checkpoint/incremental_base.h"
 #include "checkpoint/snapshot.h"
 #include "format/manifest.h"
 #include "io/io_engine.h"
@@ -23,12 +24,18 @@ struct PersistOptions {
   int zstd_level = 1;
   bool direct_io = true;
   uint64_t io_size = 4u << 20;  // bytes per write request (multiple of 4 KiB)
+  // Record every chunk's raw hash; a chunk whose box, index and hash match
+  // `base` (may be null) is referenced there instead of written.
+  bool incremental = false;
+  const IncrementalBase* base = nullptr;
 };
 
 struct PersistedFile {
   FileRecord file;
   std::vector<std::vector<ChunkRecord>> entry_chunks;  // parallel to layout.entries
-  uint64_t stored_bytes = 0;
+  uint64_t stored_bytes = 0;      // written to `file`
+  uint64_t referenced_bytes = 0;  // raw bytes referenced in the base instead
+  std::vector<FileRecord> refs;   // the base's files those chunks live in
 };
 
 Result<PersistedFile> PersistSnapshot(Env* env, IoEngine* engine, ThreadPool* pool,

@@ -9,6 +9,7 @@
 
 #include "base/json_fields.h"
 #include "checkpoint/commit.h"
+#include "checkpoint/incremental_base.h"
 #include "format/shard_layout.h"
 
 namespace stint {
@@ -130,6 +131,7 @@ Result<Manifest> MergeRankReports(const Manifest& header, const std::vector<Rank
   m.tensors.clear();
   m.blobs.clear();
   m.files.clear();
+  m.refs.clear();
   for (const RankReport& r : reports) {
     const std::string who = "rank " + std::to_string(r.rank);
     for (const FileRecord& f : r.part.files) {
@@ -138,6 +140,16 @@ Result<Manifest> MergeRankReports(const Manifest& header, const std::vector<Rank
                                        ", which another rank reported too");
       }
       m.files.push_back(f);
+    }
+    for (const FileRecord& f : r.part.refs) {
+      const FileRecord* known = m.FindRef(f.name);
+      if (known == nullptr) {
+        m.refs.push_back(f);
+      } else if (known->size != f.size) {
+        return Status::InvalidArgument(who + " references " + f.name + " as " +
+                                       std::to_string(f.size) + " bytes, another rank as " +
+                                       std::to_string(known->size));
+      }
     }
     for (const BlobRecord& b : r.part.blobs) {
       m.blobs.push_back(BlobRecord{RankBlobName(r.rank, b.name), b.file, b.chunks});
@@ -377,6 +389,7 @@ Status RankSave::Commit(const std::vector<RankReport>& reports, const Manifest& 
   header.world_size = options_.world_size;
   STINT_ASSIGN_OR_RETURN(Manifest merged, MergeRankReports(header, reports));
   auto guard = [&](uint64_t step) -> Status {
+    STINT_RETURN_IF_ERROR(CheckReferencedFiles(env_, options_.root, merged));
     if (options_.token_guard) {
       for (const RankReport& r : reports) {
         STINT_RETURN_IF_ERROR(options_.token_guard(r.fencing_token)

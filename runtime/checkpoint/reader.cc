@@ -133,6 +133,26 @@ class CheckpointReaderImpl final : public CheckpointReader {
       }
       files_[f.name] = std::move(*file);
     }
+    // Chunks an incremental save did not write again live in an older
+    // checkpoint's file; each is verified against its own XXH3 when read.
+    for (const auto& r : m_.refs) {
+      std::string path = RootOf(dir_) + "/" + r.name;
+      auto file = env_->NewRandomAccessFile(path, FileOptions{options_.direct_io});
+      if (!file.ok()) {
+        if (file.status().code() == Code::kNotFound) {
+          return Status::DataLoss(dir_ + ": references " + path +
+                                  ", which is missing (a referenced checkpoint was deleted)");
+        }
+        return file.status();
+      }
+      STINT_ASSIGN_OR_RETURN(uint64_t size, (*file)->Size());
+      if (size != r.size) {
+        return Status::DataLoss(dir_ + ": references " + path + ", which is " +
+                                std::to_string(size) + " bytes; the manifest says " +
+                                std::to_string(r.size));
+      }
+      files_[r.name] = std::move(*file);
+    }
     return Status::OK();
   }
 
@@ -193,7 +213,8 @@ class CheckpointReaderImpl final : public CheckpointReader {
     auto add = [&](const std::string& file, const std::vector<ChunkRecord>& chunks,
                    const std::string& what) {
       for (size_t i = 0; i < chunks.size(); ++i) {
-        reads.push_back(ChunkRead{&file, &chunks[i], Where(file, i, what), 0, /*verify=*/true, {}});
+        reads.push_back(
+            ChunkRead{&file, &chunks[i], Where(file, chunks[i], i, what), 0, /*verify=*/true, {}});
         report.stored_bytes += chunks[i].stored_len;
       }
     };
@@ -211,19 +232,34 @@ class CheckpointReaderImpl final : public CheckpointReader {
   }
 
  private:
-  std::string Where(const std::string& file, size_t chunk, const std::string& what) const {
-    return dir_ + "/" + file + " chunk " + std::to_string(chunk) + " (" + what + ")";
+  std::string Where(const std::string& file, const ChunkRecord& rec, size_t chunk,
+                    const std::string& what) const {
+    std::string path = rec.ref.empty() ? dir_ + "/" + file : RootOf(dir_) + "/" + rec.ref;
+    return path + " chunk " + std::to_string(chunk) + " (" + what + ")";
+  }
+
+  // The checkpoint root a step directory lies in ("." for a bare name).
+  static std::string RootOf(const std::string& dir) {
+    size_t slash = dir.find_last_of('/');
+    return slash == std::string::npos ? "." : slash == 0 ? "" : dir.substr(0, slash);
+  }
+
+  // The chunks stored in the entry's own file (not referenced elsewhere).
+  static void AppendOwn(const std::vector<ChunkRecord>& chunks, std::vector<ChunkRecord>* out) {
+    for (const auto& c : chunks) {
+      if (c.ref.empty()) out->push_back(c);
+    }
   }
 
   std::vector<ChunkRecord> ChunksOf(const std::string& file) const {
     std::vector<ChunkRecord> out;
     for (const auto& t : m_.tensors) {
       for (const auto& s : t.shards) {
-        if (s.file == file) out.insert(out.end(), s.chunks.begin(), s.chunks.end());
+        if (s.file == file) AppendOwn(s.chunks, &out);
       }
     }
     for (const auto& b : m_.blobs) {
-      if (b.file == file) out.insert(out.end(), b.chunks.begin(), b.chunks.end());
+      if (b.file == file) AppendOwn(b.chunks, &out);
     }
     std::sort(out.begin(), out.end(), [](const ChunkRecord& a, const ChunkRecord& b) {
       return a.file_offset < b.file_offset;
@@ -270,7 +306,8 @@ class CheckpointReaderImpl final : public CheckpointReader {
       if (first >= end) continue;  // the chunk lies between two runs
       auto [it, fresh] = plan->index.emplace(&chunks[i], plan->reads.size());
       if (fresh)
-        plan->reads.push_back(ChunkRead{&file, &chunks[i], Where(file, i, what), c0, false, {}});
+        plan->reads.push_back(
+            ChunkRead{&file, &chunks[i], Where(file, chunks[i], i, what), c0, false, {}});
       plan->reads[it->second].pieces.push_back(Piece{&copy, first, end});
     }
   }
@@ -415,7 +452,7 @@ class CheckpointReaderImpl final : public CheckpointReader {
         std::lock_guard<std::mutex> l(mu);
         if (!first.ok()) break;
       }
-      auto file_it = files_.find(*r.file);
+      auto file_it = files_.find(r.rec->ref.empty() ? *r.file : r.rec->ref);
       if (file_it == files_.end()) return Status::Internal(r.where + ": file not open");
       const uint64_t want = AlignUp(r.rec->stored_len == 0 ? 1 : r.rec->stored_len);
       Slot* slot = nullptr;

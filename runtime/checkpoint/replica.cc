@@ -55,6 +55,19 @@ Status ReplicateCheckpoint(Env* src_env, const std::string& src_root, Env* dst_e
 
   STINT_ASSIGN_OR_RETURN(std::string manifest,
                          ReadFileToString(src_env, src + "/" + kManifestName));
+  // An incremental checkpoint's referenced chunks live in older checkpoints:
+  // the replica gets those first (each committed there on its own), so what
+  // it commits here always loads.
+  STINT_ASSIGN_OR_RETURN(Manifest decoded, DecodeManifest(manifest, src + "/" + kManifestName));
+  for (const std::string& dir : decoded.ReferencedDirs()) {
+    std::optional<uint64_t> ref_step = ParseStepDirName(dir);
+    if (!ref_step || *ref_step == step) {
+      return Status::DataLoss(src + ": references its own or an unnamed step " + dir);
+    }
+    STINT_RETURN_IF_ERROR(ReplicateCheckpoint(src_env, src_root, dst_env, dst_root, *ref_step,
+                                              options, copied)
+                              .WithContext(src + " references " + dir));
+  }
   STINT_ASSIGN_OR_RETURN(auto children, src_env->GetChildren(src));
   const std::string tmp = dst_root + "/" + TmpDirName(step, RandomNonce());
   STINT_RETURN_IF_ERROR(dst_env->CreateDir(tmp));

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "checkpoint/commit.h"
+#include "format/manifest.h"
 
 namespace stint {
 
@@ -40,19 +41,55 @@ void RetentionGuard::Release() {
   held_.reset();
 }
 
+std::optional<uint64_t> RetentionGuard::held() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return held_;
+}
+
 Status RetentionGuard::DeleteUnlessHeld(Env* env, const std::string& root, uint64_t step) {
   std::lock_guard<std::mutex> lock(mu_);
   if (held_ == step) return Status::OK();
   return DeleteCheckpoint(env, root, step);
 }
 
+std::set<uint64_t> ReferencedSteps(Env* env, const std::string& root,
+                                   const std::set<uint64_t>& kept) {
+  std::set<uint64_t> seen = kept, found;
+  std::vector<uint64_t> todo(kept.begin(), kept.end());
+  while (!todo.empty()) {
+    const std::string path = root + "/" + StepDirName(todo.back()) + "/" + kManifestName;
+    todo.pop_back();
+    auto bytes = ReadFileToString(env, path);
+    if (!bytes.ok()) continue;
+    auto m = DecodeManifest(*bytes, path);
+    if (!m.ok()) continue;
+    for (const std::string& dir : m->ReferencedDirs()) {
+      std::optional<uint64_t> step = ParseStepDirName(dir);
+      if (!step) continue;
+      found.insert(*step);
+      if (seen.insert(*step).second) todo.push_back(*step);
+    }
+  }
+  return found;
+}
+
 Status ApplyRetention(Env* env, const std::string& root, int keep_last, uint64_t keep_every,
-                      RetentionGuard* guard) {
+                      RetentionGuard* guard, const std::set<uint64_t>& pinned) {
   STINT_ASSIGN_OR_RETURN(auto steps, ListCheckpointSteps(env, root));
   std::optional<uint64_t> protect;
   auto latest = ReadLatest(env, root);
   if (latest.ok() && latest->has_value()) protect = ParseStepDirName(**latest);
-  for (uint64_t step : StepsToDelete(steps, keep_last, keep_every, protect)) {
+  std::vector<uint64_t> doomed = StepsToDelete(steps, keep_last, keep_every, protect);
+  if (doomed.empty()) return Status::OK();
+  std::set<uint64_t> kept(steps.begin(), steps.end());
+  for (uint64_t s : doomed) kept.erase(s);
+  kept.insert(pinned.begin(), pinned.end());
+  if (guard != nullptr) {
+    if (auto held = guard->held()) kept.insert(*held);
+  }
+  const std::set<uint64_t> referenced = ReferencedSteps(env, root, kept);
+  for (uint64_t step : doomed) {
+    if (referenced.count(step) != 0) continue;  // a kept checkpoint's chunks live there
     Status deleted = guard != nullptr ? guard->DeleteUnlessHeld(env, root, step)
                                       : DeleteCheckpoint(env, root, step);
     STINT_RETURN_IF_ERROR(deleted.WithContext("retention"));

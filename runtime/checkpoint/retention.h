@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,7 @@ class RetentionGuard {
  public:
   void Hold(uint64_t step);
   void Release();
+  std::optional<uint64_t> held();
   // DeleteCheckpoint unless `step` is held (then OK, nothing deleted).
   Status DeleteUnlessHeld(Env* env, const std::string& root, uint64_t step);
 
@@ -42,11 +44,19 @@ class RetentionGuard {
   std::optional<uint64_t> held_;  // guarded by mu_
 };
 
+// The steps whose data files the checkpoints `kept` reference (incremental
+// saves), directly or through a referenced one, read from their manifests
+// every time (never from a cache). A manifest that does not decode adds
+// nothing.
+std::set<uint64_t> ReferencedSteps(Env* env, const std::string& root,
+                                   const std::set<uint64_t>& kept);
+
 // Deletes what StepsToDelete names among the committed steps of `root`, with
-// the step LATEST names protected. `guard` (may be null) keeps its held step.
-// Stops at the first deletion that fails.
+// the step LATEST names protected, and never a step that a kept one, the
+// `guard`'s held step (may be null) or a `pinned` step (a save in progress
+// references it) references. Stops at the first deletion that fails.
 Status ApplyRetention(Env* env, const std::string& root, int keep_last, uint64_t keep_every,
-                      RetentionGuard* guard);
+                      RetentionGuard* guard, const std::set<uint64_t>& pinned = {});
 
 }  // namespace stint
 

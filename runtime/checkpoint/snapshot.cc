@@ -40,9 +40,25 @@ void AddChunks(SnapshotEntry* e, uint64_t chunk_size, uint64_t* cursor) {
   }
 }
 
+// The base's chunks of a frozen shard, if it holds the shard chunked as this
+// save would chunk it.
+std::vector<ChunkRecord> ReusableChunks(const SnapshotEntry& e, uint64_t chunk_size,
+                                        const IncrementalBase& base) {
+  const std::vector<ChunkRecord>* chunks =
+      base.FindShard(e.name, e.dtype, e.global_shape, e.offsets, e.extents);
+  if (chunks == nullptr) return {};
+  std::vector<uint64_t> lens = SplitIntoChunks(e.raw_bytes, chunk_size);
+  if (lens.size() != chunks->size()) return {};
+  for (size_t c = 0; c < lens.size(); ++c) {
+    if ((*chunks)[c].raw_len != lens[c]) return {};
+  }
+  return *chunks;
+}
+
 }  // namespace
 
-Result<SnapshotLayout> PlanSnapshot(const State& state, uint64_t chunk_size) {
+Result<SnapshotLayout> PlanSnapshot(const State& state, uint64_t chunk_size,
+                                    const IncrementalBase* base) {
   if (chunk_size == 0 || chunk_size % kChunkAlignment != 0) {
     return Status::InvalidArgument("chunk_size must be a positive multiple of 4096, got " +
                                    std::to_string(chunk_size));
@@ -59,7 +75,8 @@ Result<SnapshotLayout> PlanSnapshot(const State& state, uint64_t chunk_size) {
     e.global_shape = t.global_shape;
     STINT_RETURN_IF_ERROR(CheckShard(t, &e.offsets, &e.extents));
     e.raw_bytes = uint64_t(NumElements(e.extents)) * DTypeSize(t.dtype);
-    AddChunks(&e, chunk_size, &cursor);
+    if (t.frozen && base != nullptr) e.reused = ReusableChunks(e, chunk_size, *base);
+    if (e.reused.empty()) AddChunks(&e, chunk_size, &cursor);
     layout.raw_bytes += e.raw_bytes;
     auto [it, fresh] = first_shard.emplace(t.name, &t);
     if (!fresh && (it->second->dtype != t.dtype || it->second->global_shape != t.global_shape)) {
@@ -95,6 +112,7 @@ StagingCopies PlanStagingCopies(const State& state, const SnapshotLayout& layout
       src = (blob++)->second.data();
     } else {
       const TensorShard& t = state.tensors[tensor_index++];
+      if (!e.reused.empty()) continue;  // referenced from the base, not copied
       const int when = static_cast<int>(t.written_at);
       src = static_cast<const char*>(t.data);
       on_device = t.device != kHostDevice;

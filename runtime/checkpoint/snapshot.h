@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "checkpoint/incremental_base.h"
 #include "checkpoint/staging_pool.h"
+#include "format/chunk.h"
 #include "stint/device_copier.h"
 #include "stint/state.h"
 
@@ -25,6 +27,9 @@ struct SnapshotEntry {
   uint64_t raw_bytes = 0;
   std::vector<uint64_t> chunk_offset;  // in the staging buffer
   std::vector<uint64_t> chunk_len;     // raw bytes
+  // A frozen shard the incremental base holds: its chunks are referenced as
+  // they are; it takes no staging space (chunk_offset, chunk_len empty).
+  std::vector<ChunkRecord> reused;
 };
 
 struct SnapshotLayout {
@@ -34,8 +39,10 @@ struct SnapshotLayout {
 };
 
 // Validates the state (unique non-empty names, shards inside their global
-// shapes, data present) and plans the staging layout.
-Result<SnapshotLayout> PlanSnapshot(const State& state, uint64_t chunk_size);
+// shapes, data present) and plans the staging layout. With a `base`, frozen
+// shards it holds with the same chunking are reused instead of staged.
+Result<SnapshotLayout> PlanSnapshot(const State& state, uint64_t chunk_size,
+                                    const IncrementalBase* base = nullptr);
 
 // One host copy into a staging buffer: `len` bytes from `src` (may be null
 // when len is 0) to buffer + dst, then zeroes up to dst + padded.

@@ -17,6 +17,21 @@ Result<Codec> ParseCodec(std::string_view name) {
 
 uint64_t Xxh3(const void* data, size_t n) { return XXH3_64bits(data, n); }
 
+RawHash Xxh128(const void* data, size_t n) {
+  XXH128_hash_t h = XXH3_128bits(data, n);
+  return RawHash{h.high64, h.low64};
+}
+
+std::string RawHashToHex(const RawHash& h) { return HashToHex(h.high) + HashToHex(h.low); }
+
+Result<RawHash> HexToRawHash(std::string_view hex) {
+  if (hex.size() != 32)
+    return Status::DataLoss("hash '" + std::string(hex) + "' is not 32 hex digits");
+  STINT_ASSIGN_OR_RETURN(uint64_t high, HexToHash(hex.substr(0, 16)));
+  STINT_ASSIGN_OR_RETURN(uint64_t low, HexToHash(hex.substr(16)));
+  return RawHash{high, low};
+}
+
 std::string HashToHex(uint64_t h) {
   static const char kDigits[] = "0123456789abcdef";
   std::string s(16, '0');

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,20 +23,37 @@ enum class Codec : uint8_t { kNone, kZstd };
 const char* CodecName(Codec codec);
 Result<Codec> ParseCodec(std::string_view name);
 
+// XXH3-128 of a chunk's raw bytes: how an incremental save recognises a
+// chunk it need not write again (128 bits, so a collision is not a concern).
+struct RawHash {
+  uint64_t high = 0, low = 0;
+  bool operator==(const RawHash& o) const { return high == o.high && low == o.low; }
+  bool operator!=(const RawHash& o) const { return !(*this == o); }
+};
+
 struct ChunkRecord {
   uint64_t file_offset = 0;  // multiple of kChunkAlignment
   uint64_t stored_len = 0;   // bytes on disk before padding
   uint64_t raw_len = 0;      // bytes after decoding
   Codec codec = Codec::kNone;
   uint64_t xxh3 = 0;  // XXH3-64 of the stored bytes
+  // Incremental checkpoints (format 1.1). `ref`: the chunk lives in another
+  // committed checkpoint's data file, "step-<step>/<file>" relative to the
+  // checkpoint root; empty: in its entry's own file. `raw_hash`: recorded by
+  // incremental saves so the next one can compare.
+  std::string ref{};
+  std::optional<RawHash> raw_hash{};
 };
 
 constexpr uint64_t kChunkAlignment = 4096;
 inline uint64_t AlignUp(uint64_t n, uint64_t a = kChunkAlignment) { return (n + a - 1) / a * a; }
 
 uint64_t Xxh3(const void* data, size_t n);
+RawHash Xxh128(const void* data, size_t n);
 std::string HashToHex(uint64_t h);  // 16 lowercase hex digits
 Result<uint64_t> HexToHash(std::string_view hex);
+std::string RawHashToHex(const RawHash& h);  // 32 lowercase hex digits, high half first
+Result<RawHash> HexToRawHash(std::string_view hex);
 
 // Splits `len` raw bytes into chunk lengths of at most `chunk_size` (one
 // zero-length chunk for len == 0 so every entry has a checksum).

@@ -15,11 +15,14 @@ namespace {
 using json = nlohmann::json;
 
 json EncodeChunk(const ChunkRecord& c) {
-  return json{{"offset", c.file_offset},
+  json j{{"offset", c.file_offset},
               {"stored", c.stored_len},
               {"raw", c.raw_len},
               {"codec", CodecName(c.codec)},
               {"xxh3", HashToHex(c.xxh3)}};
+  if (!c.ref.empty()) j["ref"] = c.ref;
+  if (c.raw_hash) j["raw_xxh128"] = RawHashToHex(*c.raw_hash);
+  return j;
 }
 
 json EncodeChunks(const std::vector<ChunkRecord>& chunks) {
@@ -83,6 +86,17 @@ Result<ChunkRecord> DecodeChunkRecord(const Fields& f) {
   auto h = HexToHash(hex);
   if (!h.ok()) return f.BadValue("xxh3", h.status().message());
   c.xxh3 = *h;
+  STINT_ASSIGN_OR_RETURN(auto ref, f.OptionalString("ref"));
+  if (ref) {
+    if (!IsValidRefPath(*ref)) return f.BadValue("ref", "is not step-<step>/<data file>");
+    c.ref = *ref;
+  }
+  STINT_ASSIGN_OR_RETURN(auto raw_hex, f.OptionalString("raw_xxh128"));
+  if (raw_hex) {
+    auto raw = HexToRawHash(*raw_hex);
+    if (!raw.ok()) return f.BadValue("raw_xxh128", raw.status().message());
+    c.raw_hash = *raw;
+  }
   return c;
 }
 
@@ -135,6 +149,15 @@ Result<Manifest> DecodeBody(const json& body, const std::string& origin) {
     if (!h.ok()) return ff.BadValue("digest", h.status().message());
     fr.digest = *h;
     m.files.push_back(std::move(fr));
+  }
+  STINT_ASSIGN_OR_RETURN(const json* refs, f.OptionalArray("refs"));
+  for (size_t i = 0; refs != nullptr && i < refs->size(); ++i) {
+    Fields rf = f.Child((*refs)[i], "refs[" + std::to_string(i) + "]");
+    STINT_RETURN_IF_ERROR(rf.CheckObject());
+    FileRecord fr;
+    STINT_ASSIGN_OR_RETURN(fr.name, rf.String("name"));
+    STINT_ASSIGN_OR_RETURN(fr.size, rf.Uint64("size"));
+    m.refs.push_back(std::move(fr));
   }
 
   STINT_ASSIGN_OR_RETURN(const json* tensors, f.Array("tensors"));
@@ -199,7 +222,7 @@ json EncodeBody(const Manifest& m) {
   for (const auto& b : m.blobs) {
     blobs.push_back({{"name", b.name}, {"file", b.file}, {"chunks", EncodeChunks(b.chunks)}});
   }
-  return json{{"version", {m.version_major, m.version_minor}},
+  json body{{"version", {m.version_major, m.version_minor}},
               {"writer", std::string("stint ") + kVersion},  // informational; readers ignore it
               {"job_id", m.job_id},
               {"step", m.step},
@@ -210,17 +233,28 @@ json EncodeBody(const Manifest& m) {
               {"files", std::move(files)},
               {"tensors", std::move(tensors)},
               {"blobs", std::move(blobs)}};
+  if (!m.refs.empty()) {
+    json refs = json::array();
+    for (const auto& r : m.refs) refs.push_back({{"name", r.name}, {"size", r.size}});
+    body["refs"] = std::move(refs);
+  }
+  return body;
 }
 
-// Checks chunks of one entry: aligned, inside the file, raw lengths add up.
-Status ValidateChunks(const std::vector<ChunkRecord>& chunks, uint64_t raw_bytes,
-                      const FileRecord* file, const std::string& ctx) {
-  if (file == nullptr) return Status::DataLoss(ctx + " refers to a data file not in the manifest");
+// Checks chunks of one entry: aligned, inside their file (the entry's own,
+// or the referenced one), raw lengths add up.
+Status ValidateChunks(const Manifest& m, const std::vector<ChunkRecord>& chunks,
+                      uint64_t raw_bytes, const std::string& own_file, const std::string& ctx) {
   if (chunks.empty()) return Status::DataLoss(ctx + " has no chunks");
   uint64_t sum = 0;
   for (size_t i = 0; i < chunks.size(); ++i) {
     const ChunkRecord& c = chunks[i];
     std::string cctx = ctx + " chunk " + std::to_string(i);
+    const FileRecord* file = c.ref.empty() ? m.FindFile(own_file) : m.FindRef(c.ref);
+    if (file == nullptr) {
+      return Status::DataLoss(cctx + " refers to a data file not in the manifest" +
+                              (c.ref.empty() ? "" : " refs (" + c.ref + ")"));
+    }
     if (c.file_offset % kChunkAlignment != 0)
       return Status::DataLoss(cctx + ": offset not 4 KiB aligned");
     if (c.stored_len > file->size || c.file_offset > file->size - c.stored_len ||
@@ -257,6 +291,32 @@ const FileRecord* Manifest::FindFile(std::string_view name) const {
     if (f.name == name) return &f;
   }
   return nullptr;
+}
+
+const FileRecord* Manifest::FindRef(std::string_view path) const {
+  for (const auto& r : refs) {
+    if (r.name == path) return &r;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> Manifest::ReferencedDirs() const {
+  std::set<std::string> dirs;
+  for (const auto& r : refs) dirs.insert(r.name.substr(0, r.name.find('/')));
+  return {dirs.begin(), dirs.end()};
+}
+
+bool IsValidRefPath(std::string_view path) {
+  constexpr std::string_view kStep = "step-";
+  size_t slash = path.find('/');
+  if (slash == std::string_view::npos || path.substr(0, kStep.size()) != kStep) return false;
+  std::string_view digits = path.substr(kStep.size(), slash - kStep.size());
+  std::string_view file = path.substr(slash + 1);
+  if (digits.empty() || digits.size() > 19) return false;  // fits in a uint64_t
+  for (char c : digits) {
+    if (c < '0' || c > '9') return false;
+  }
+  return !file.empty() && file[0] != '.' && file.find('/') == std::string_view::npos;
 }
 
 std::string EncodeManifest(const Manifest& m) {
@@ -338,6 +398,19 @@ Status ValidateManifest(const Manifest& m, std::string_view origin_view) {
     if (!names.insert(f.name).second)
       return Status::DataLoss(origin + ": duplicate file " + f.name);
   }
+  for (const auto& r : m.refs) {
+    if (!IsValidRefPath(r.name)) {
+      return Status::DataLoss(origin + ": bad referenced file '" + r.name +
+                              "' (expected step-<step>/<data file>)");
+    }
+    if (!names.insert(r.name).second)
+      return Status::DataLoss(origin + ": duplicate referenced file " + r.name);
+    // Only older checkpoints: references never form a cycle.
+    if (std::stoull(r.name.substr(5, r.name.find('/') - 5)) >= m.step) {
+      return Status::DataLoss(origin + ": references " + r.name + ", not older than step " +
+                              std::to_string(m.step));
+    }
+  }
   names.clear();
   for (const auto& t : m.tensors) {
     std::string ctx = origin + ": tensor '" + t.name + "'";
@@ -363,7 +436,7 @@ Status ValidateManifest(const Manifest& m, std::string_view origin_view) {
         elems *= uint64_t(s.extents[d]);
       }
       STINT_RETURN_IF_ERROR(
-          ValidateChunks(s.chunks, elems * DTypeSize(t.dtype), m.FindFile(s.file), sctx));
+          ValidateChunks(m, s.chunks, elems * DTypeSize(t.dtype), s.file, sctx));
     }
     // Overlapping shards would make a read's bytes depend on which shard it
     // took. Gaps are left to the reader: asking for an uncovered region is
@@ -377,7 +450,7 @@ Status ValidateManifest(const Manifest& m, std::string_view origin_view) {
     if (!names.insert(b.name).second) return Status::DataLoss(ctx + " appears twice");
     uint64_t sum = 0;
     for (const auto& c : b.chunks) sum += c.raw_len;
-    STINT_RETURN_IF_ERROR(ValidateChunks(b.chunks, sum, m.FindFile(b.file), ctx));
+    STINT_RETURN_IF_ERROR(ValidateChunks(m, b.chunks, sum, b.file, ctx));
   }
   return Status::OK();
 }

@@ -20,7 +20,8 @@
 namespace stint {
 
 constexpr int kFormatMajor = 1;
-constexpr int kFormatMinor = 0;
+// 1.1: chunk `ref` and `raw_xxh128`, manifest `refs` (incremental saves).
+constexpr int kFormatMinor = 1;
 constexpr char kManifestName[] = "MANIFEST.json";
 
 struct ShardRecord {
@@ -61,11 +62,22 @@ struct Manifest {
   std::vector<TensorRecord> tensors;
   std::vector<BlobRecord> blobs;
   std::vector<FileRecord> files;
+  // Data files of other committed checkpoints that chunks reference
+  // (ChunkRecord::ref): name "step-<step>/<file>" relative to the root, and
+  // size; digest unused (each referenced chunk's XXH3 covers its bytes).
+  std::vector<FileRecord> refs;
 
   const TensorRecord* FindTensor(std::string_view name) const;
   const BlobRecord* FindBlob(std::string_view name) const;
   const FileRecord* FindFile(std::string_view name) const;
+  const FileRecord* FindRef(std::string_view path) const;
+  // The step directories this checkpoint's chunks reference, e.g. "step-00000010".
+  std::vector<std::string> ReferencedDirs() const;
 };
+
+// A reference "step-<digits>/<file name>": nothing else is accepted, so a
+// manifest can never point outside its root.
+bool IsValidRefPath(std::string_view path);
 
 std::string EncodeManifest(const Manifest& m);
 // `origin` (the manifest's path) prefixes every error.

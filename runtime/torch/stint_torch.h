@@ -105,6 +105,12 @@ class TorchStateBuilder {
   // A byte blob, copied into the checkpoint at Save().
   Status AddBlob(const std::string& name, std::string bytes);
 
+  // Flags the tensor added as `name` TensorShard::frozen: with
+  // CheckpointOptions::incremental its bytes are promised unchanged since the
+  // previous save (frozen weights), so they are referenced, not copied.
+  // kNotFound if no tensor of that name was added.
+  Status MarkFrozen(const std::string& name);
+
   const State& state() const { return state_; }
 
  private:

@@ -443,6 +443,17 @@ Status TorchStateBuilder::AddBlob(const std::string& name, std::string bytes) {
   return Status::OK();
 }
 
+Status TorchStateBuilder::MarkFrozen(const std::string& name) {
+  bool found = false;
+  for (TensorShard& t : state_.tensors) {
+    if (t.name != name) continue;
+    t.frozen = true;
+    found = true;
+  }
+  if (!found) return Status::NotFound("MarkFrozen: no tensor '" + name + "' was added");
+  return Status::OK();
+}
+
 // ---- loading ----------------------------------------------------------------
 
 struct TorchStateLoader::Pending {

@@ -119,6 +119,72 @@ TEST(ManifestTest, EncodeDecodeRoundTrip) {
   EXPECT_NE(d->FindFile(kFile), nullptr);
 }
 
+Status Validate(const Manifest& m) { return ValidateManifest(m, kOrigin); }
+
+// Format 1.1: a chunk kept in an older checkpoint's file (incremental save).
+Manifest IncrementalManifest() {
+  Manifest m = SampleManifest();
+  ChunkRecord& c = m.tensors[0].shards[0].chunks[1];
+  c.ref = "step-00000010/rank-00001.stint";
+  c.raw_hash = RawHash{0x0011223344556677ULL, 0x8899aabbccddeeffULL};
+  m.refs.push_back(FileRecord{c.ref, 8192, 0});
+  std::vector<ChunkRecord> own = {m.tensors[0].shards[0].chunks[0], m.blobs[0].chunks[0]};
+  own[1].file_offset = 4096;
+  m.blobs[0].chunks[0].file_offset = 4096;
+  m.files[0] = FileRecord{kFile, 2 * 4096, FileDigest(own, 2 * 4096)};
+  return m;
+}
+
+TEST(ManifestTest, ReferencesRoundTrip) {
+  Manifest m = IncrementalManifest();
+  ASSERT_OK(Validate(m));
+  std::string bytes = EncodeManifest(m);
+  auto d = DecodeManifest(bytes, kOrigin);
+  ASSERT_OK(d);
+  const ChunkRecord& c = d->tensors[0].shards[0].chunks[1];
+  EXPECT_EQ(c.ref, "step-00000010/rank-00001.stint");
+  ASSERT_TRUE(c.raw_hash.has_value());
+  EXPECT_EQ(RawHashToHex(*c.raw_hash), "00112233445566778899aabbccddeeff");
+  ASSERT_EQ(d->refs.size(), 1u);
+  EXPECT_EQ(d->refs[0].size, 8192u);
+  EXPECT_EQ(d->ReferencedDirs(), std::vector<std::string>{"step-00000010"});
+  EXPECT_EQ(EncodeManifest(*d), bytes);
+}
+
+TEST(ValidateManifestTest, ReferencesMustNameOlderCheckpointsInTheRoot) {
+  for (const char* bad : {"../etc/passwd", "/abs/rank-00000.stint", "step-12/../x",
+                          "step-00000010/.hidden", "step-/rank-00000.stint",
+                          "step-00000010/a/b", "step-12345678901234567890/x"}) {
+    EXPECT_FALSE(IsValidRefPath(bad)) << bad;
+    Manifest m = IncrementalManifest();
+    m.refs[0].name = bad;
+    m.tensors[0].shards[0].chunks[1].ref = bad;
+    EXPECT_STATUS(Validate(m), Code::kDataLoss, "referenced file");
+  }
+  Manifest m = IncrementalManifest();
+  m.refs[0].name = m.tensors[0].shards[0].chunks[1].ref = "step-00000012/rank-00000.stint";
+  EXPECT_STATUS(Validate(m), Code::kDataLoss, "not older than step 12");
+  m = IncrementalManifest();
+  m.refs.clear();  // a chunk names a file the manifest does not list
+  EXPECT_STATUS(Validate(m), Code::kDataLoss, "not in the manifest refs");
+  m = IncrementalManifest();
+  m.refs[0].size = 4096;  // the referenced chunk lies past its end
+  EXPECT_STATUS(Validate(m), Code::kDataLoss, "extends past the end");
+}
+
+TEST(ManifestCorruptionTest, BadReferenceFieldsNameTheField) {
+  json top = json::parse(EncodeManifest(IncrementalManifest()));
+  json bad = top;
+  bad["manifest"]["tensors"][0]["shards"][0]["chunks"][1]["ref"] = "../x";
+  EXPECT_STATUS(DecodeStatus(Reseal(bad)), Code::kDataLoss, "chunks[1].ref");
+  bad = top;
+  bad["manifest"]["tensors"][0]["shards"][0]["chunks"][1]["raw_xxh128"] = "12";
+  EXPECT_STATUS(DecodeStatus(Reseal(bad)), Code::kDataLoss, "raw_xxh128");
+  bad = top;
+  bad["manifest"]["refs"][0].erase("size");
+  EXPECT_STATUS(DecodeStatus(Reseal(bad)), Code::kDataLoss, "refs[0].size is missing");
+}
+
 TEST(ManifestTest, RoundTripOfEmptyManifestAndExtremeValues) {
   Manifest m;
   m.step = std::numeric_limits<uint64_t>::max();
@@ -388,7 +454,6 @@ TEST(ManifestCorruptionTest, DecodeRunsValidation) {
 
 // ---------------------------------------------------------------- validation
 
-Status Validate(const Manifest& m) { return ValidateManifest(m, kOrigin); }
 
 TEST(ValidateManifestTest, SampleIsValid) { EXPECT_OK(Validate(SampleManifest())); }
 
@@ -496,7 +561,7 @@ TEST(ValidateManifestTest, UnknownDataFile) {
   m = SampleManifest();
   m.blobs[0].file = "";
   EXPECT_STATUS(Validate(m), Code::kDataLoss,
-                "blob 'rng' refers to a data file not in the manifest");
+                "blob 'rng' chunk 0 refers to a data file not in the manifest");
 }
 
 TEST(ValidateManifestTest, BadFileNames) {

@@ -109,6 +109,14 @@ struct CheckpointOptions {
   std::function<Status(uint64_t fencing_token)> token_guard;
   uint64_t chunk_size = 8u << 20;  // REQUIRES: multiple of 4096. Default: 8 MiB
   bool compress = false;           // zstd per chunk, independent frames. Default: false
+  // Incremental checkpoints: a save hashes every chunk (XXH3-128 of its raw
+  // bytes) and, where the newest committed checkpoint holds the same bytes
+  // for the same tensor box and chunk, references that chunk in the new
+  // manifest instead of writing it (TensorShard::frozen shards are not even
+  // copied). A referenced chunk is verified on load like any other;
+  // retention never deletes a checkpoint that a kept one references; tier 2
+  // copies what the replica lacks. Not with keep_in_memory. Default: false
+  bool incremental = false;
   int zstd_level = 1;              // Default: 1
   // Staging pool capacity; 0 = twice the first snapshot. Default: 0
   size_t staging_bytes = 0;
@@ -174,7 +182,8 @@ struct SaveHandle {
 struct SaveStats {
   uint64_t step = 0;
   uint64_t raw_bytes = 0;
-  uint64_t stored_bytes = 0;
+  uint64_t stored_bytes = 0;  // written by this save (referenced chunks not counted)
+  uint64_t referenced_bytes = 0;  // incremental: raw bytes referenced, not written
   double snapshot_seconds = 0;  // in Save(): the training thread's stall
   double persist_seconds = 0;   // data written and fdatasync'ed
   double commit_seconds = 0;    // manifest, renames, LATEST

@@ -71,6 +71,12 @@ struct TensorShard {
   // When the training loop writes it next; copies of kForward shards are
   // issued first. Default: kOptimizerStep
   WriteBarrier written_at = WriteBarrier::kOptimizerStep;
+  // Incremental saves (CheckpointOptions::incremental): a promise that the
+  // bytes are those of the previous save (frozen weights), so when the
+  // previous committed checkpoint holds this very shard it is referenced
+  // without being copied or hashed. Unflagged shards are hashed and only
+  // their changed chunks written. Default: false
+  bool frozen = false;
 };
 
 // A region of a global tensor to load into. Same conventions as TensorShard;
