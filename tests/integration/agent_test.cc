@@ -78,6 +78,12 @@ class AgentTest : public ::testing::Test {
     return json();
   }
   json Job(int64_t id) { return admin_->Get("/v1/jobs/" + std::to_string(id)).body; }
+  // stintctl's arguments: the admin token and `args`.
+  std::vector<std::string> CtlArgs(const std::vector<std::string>& args) {
+    std::vector<std::string> all = {"--url", daemon_->url(), "--token", StintdProcess::kAdminToken};
+    all.insert(all.end(), args.begin(), args.end());
+    return all;
+  }
 
   TempDir dir_;
   std::unique_ptr<StintdProcess> daemon_;
@@ -355,12 +361,7 @@ TEST_F(AgentTest, StintctlSubmitsACommandAndListsNodes) {
   Start();
   auto agent = Agent("n9", "0", {"--spot"});
   ASSERT_TRUE(agent->WaitForLine("stint-agent: node n9 registered: window ")) << agent->output();
-  auto ctl = [&](std::vector<std::string> args) {
-    std::vector<std::string> all = {"--url", daemon_->url(), "--token",
-                                    StintdProcess::kAdminToken};
-    all.insert(all.end(), args.begin(), args.end());
-    return RunProgram(STINTCTL_PATH, all);
-  };
+  auto ctl = [&](std::vector<std::string> args) { return RunProgram(STINTCTL_PATH, CtlArgs(args)); };
   RunResult nodes = ctl({"nodes"});
   EXPECT_EQ(nodes.exit_code, 0) << nodes.output;
   EXPECT_NE(nodes.output.find("n9"), std::string::npos) << nodes.output;
@@ -381,6 +382,49 @@ TEST_F(AgentTest, StintctlSubmitsACommandAndListsNodes) {
   EXPECT_EQ(ReadFile(out), "hello world\n");
   RunResult bad = ctl({"jobs", "submit", "--name", "x", "--gpus", "1", "--env", "A=1"});
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
+}
+
+// The workers' output reaches stintctl through their agent's heartbeats:
+// `logs --follow` prints it as it comes (each line with its rank, bytes that
+// are not UTF-8 replaced) and returns once the job ended; `logs` prints it
+// all again afterwards.
+TEST_F(AgentTest, StintctlLogsFollowsTheWorkersOutputUntilTheJobEnds) {
+  Start();
+  auto agent = Agent("n14", "0,1", {"--spot"});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n14 registered: window ")) << agent->output();
+  const std::string go = dir_.Sub("go");
+  const int64_t job = SubmitLaunch(
+      *admin_, 2,
+      "echo \"start $RANK\"; while [ ! -e \"$GO\" ]; do sleep 0.05; done; "
+      "printf 'caf\\303\\251 \\377 %s\\n' $RANK; printf 'end %s' $RANK",
+      {{"GO", go}});
+  ChildProcess follow(STINTCTL_PATH, CtlArgs({"logs", std::to_string(job), "--follow"}));
+  // Both ranks' first lines arrive while the job still runs.
+  ASSERT_TRUE(follow.WaitForLine("[rank 0] start 0", 30)) << follow.output() << agent->output();
+  EXPECT_EQ(Job(job)["state"], "RUNNING");
+  // stintctl nodes names the job running there.
+  RunResult nodes = RunProgram(STINTCTL_PATH, CtlArgs({"nodes"}));
+  EXPECT_EQ(nodes.exit_code, 0) << nodes.output;
+  EXPECT_NE(nodes.output.find("job " + std::to_string(job) + " launched (segment "),
+            std::string::npos)
+      << nodes.output;
+  EXPECT_NE(nodes.output.find("GPUs 0,1)"), std::string::npos) << nodes.output;
+  std::ofstream(go) << "go\n";
+  bool killed = false;
+  const int status = follow.WaitAtMost(60, &killed);
+  ASSERT_TRUE(!killed && WIFEXITED(status) && WEXITSTATUS(status) == 0) << follow.output();
+  EXPECT_EQ(Job(job)["state"], "DONE");
+  for (const std::string& line : {"[rank 1] start 1", "[rank 0] caf\u00e9 \ufffd 0",
+                                  "[rank 1] caf\u00e9 \ufffd 1", "[rank 0] end 0", "[rank 1] end 1"}) {
+    EXPECT_NE(follow.output().find(line + "\n"), std::string::npos) << line << "\n" << follow.output();
+  }
+  RunResult again = RunProgram(STINTCTL_PATH, CtlArgs({"logs", std::to_string(job)}));
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("[rank 1] end 1\n"), std::string::npos) << again.output;
+  EXPECT_EQ(again.output.find("start 0"), again.output.rfind("start 0")) << "printed twice:\n"
+                                                                        << again.output;
+  RunResult unknown = RunProgram(STINTCTL_PATH, CtlArgs({"logs", "999"}));
+  EXPECT_EQ(unknown.exit_code, 1) << unknown.output;
 }
 
 // A launched worker holds its own credential and no shared token: its

@@ -524,6 +524,36 @@ TEST_F(DashboardTest, WithoutAValidTokenThePageSaysSoAndDrawsNothing) {
   EXPECT_TRUE(wrong.Where("rect", "window", "data-pool", "alpha").empty());
 }
 
+// A stint-agent node is a window inside its pool's lane, named after the
+// node; an admin's window beside it has no node.
+TEST_F(DashboardTest, ANodeIsDrawnInsideItsPoolsLane) {
+  if (chromium_.empty()) GTEST_SKIP() << kNoChromium;
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "alpha"}}).status, 201);
+  const int64_t admin_window =
+      Post("/v1/windows", {{"pool", "alpha"}, {"gpus", 8}, {"end_ms", WallNowMs() + 3600000}}, 201)
+          .value("id", int64_t{0});
+  HttpJson agent(daemon_->port(), StintdProcess::kAgentToken);
+  auto node = agent.Post("/v1/nodes", {{"name", "gpu-host-7"},
+                                       {"pool", "alpha"},
+                                       {"gpus", {2, 3}},
+                                       {"kind", "spot"}});
+  ASSERT_EQ(node.status, 201) << node.text;
+  const std::string node_window = std::to_string(node.body["window"]["id"].get<int64_t>());
+
+  Dom dom(DumpDom(PageUrl(std::string("token=") + StintdProcess::kWorkerToken)));
+  auto drawn = dom.Where("rect", "window", "data-node", "gpu-host-7");
+  ASSERT_EQ(drawn.size(), 1u);
+  EXPECT_EQ(drawn[0].Attr("data-pool"), "alpha");
+  EXPECT_EQ(drawn[0].Attr("data-window"), node_window);
+  EXPECT_EQ(drawn[0].Attr("data-gpus"), "2");
+  auto labels = dom.Where("text", "window-label", "data-window", node_window);
+  ASSERT_EQ(labels.size(), 1u);
+  EXPECT_NE(labels[0].Text().find("gpu-host-7"), std::string::npos) << labels[0].Text();
+  auto plain = dom.Where("rect", "window", "data-window", std::to_string(admin_window));
+  ASSERT_EQ(plain.size(), 1u);
+  EXPECT_FALSE(plain[0].Has("data-node"));
+}
+
 TEST_F(DashboardTest, ChromiumDrawsWindowsSegmentsQueueAndMetrics) {
   if (chromium_.empty()) GTEST_SKIP() << kNoChromium;
   // --- the state: two pools, three windows, four jobs ---

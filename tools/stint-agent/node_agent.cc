@@ -73,6 +73,31 @@ std::string LastLine(const std::string& path) {
   return nl == std::string::npos ? tail : tail.substr(nl + 1);
 }
 
+// Up to `max` bytes of the file from `offset`, without a UTF-8 character
+// cut at the end (it goes whole with the next piece); "" when there is
+// nothing new (or no file yet: the worker opens it after the fork).
+std::string ReadPiece(const std::string& path, uint64_t offset, size_t max) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in || !in.seekg(static_cast<std::streamoff>(offset))) return "";
+  std::string bytes(max, '\0');
+  in.read(bytes.data(), static_cast<std::streamsize>(max));
+  bytes.resize(static_cast<size_t>(in.gcount()));
+  for (size_t back = 1; back <= 3 && back <= bytes.size(); back++) {
+    const unsigned char c = bytes[bytes.size() - back];
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+    const size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    if (need > back) bytes.resize(bytes.size() - back);
+    break;
+  }
+  return bytes;
+}
+
+// JSON strings must be UTF-8: a byte that is not becomes U+FFFD.
+std::string ValidUtf8(const std::string& bytes) {
+  return Json::parse(Json(bytes).dump(-1, ' ', false, Json::error_handler_t::replace))
+      .get<std::string>();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<NodeAgent>> NodeAgent::Create(NodeAgentOptions options) {
@@ -340,6 +365,20 @@ void NodeAgent::Launch(const void* assignment) {
   runs_[sid] = std::move(run);
 }
 
+std::vector<NodeAgent::LogPiece> NodeAgent::CollectLogs() {
+  // Per worker and beat; a worker writing faster gets there over a few beats.
+  constexpr size_t kMaxPiece = 256u << 10;
+  std::vector<LogPiece> pieces;
+  for (auto& [sid, run] : runs_) {
+    for (WorkerProc& p : run.procs) {
+      std::string bytes = ReadPiece(p.log, p.log_sent, kMaxPiece);
+      if (bytes.empty()) continue;
+      pieces.push_back({sid, &p, p.log_sent, bytes.size(), ValidUtf8(bytes)});
+    }
+  }
+  return pieces;
+}
+
 Status NodeAgent::Beat() {
   Reap();
   Json running = Json::array(), exited = Json::array();
@@ -347,14 +386,25 @@ Status NodeAgent::Beat() {
     if (!run.done) {
       running.push_back(sid);
     } else {
-      exited.push_back({{"segment_id", sid}, {"exit_code", run.exit_code}, {"message", run.message}});
+      exited.push_back(
+          {{"segment_id", sid}, {"exit_code", run.exit_code}, {"message", ValidUtf8(run.message)}});
     }
   }
   HttpRequest req;
   req.method = "POST";
   req.path = "/v1/nodes/" + options_.node + "/heartbeat";
-  req.body = Json{{"running", running}, {"exited", exited}};
+  std::vector<LogPiece> pieces = CollectLogs();
+  Json logs = Json::array();
+  for (const LogPiece& l : pieces) {
+    logs.push_back({{"segment_id", l.segment_id},
+                    {"rank", l.proc->rank},
+                    {"offset", l.offset},
+                    {"size", l.size},
+                    {"text", l.text}});
+  }
+  req.body = Json{{"running", running}, {"exited", exited}, {"logs", logs}};
   STINT_ASSIGN_OR_RETURN(HttpReply reply, http_->Call(req));
+  for (const LogPiece& l : pieces) l.proc->log_sent = l.offset + l.size;
   const bool first_beat = !beaten_;
   beaten_ = true;
   const Json assignments = reply.body.is_object()

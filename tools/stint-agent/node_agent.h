@@ -105,6 +105,7 @@ class NodeAgent {
     pid_t pid = 0;  // also its process group
     int rank = 0;
     std::string log;
+    uint64_t log_sent = 0;  // bytes of `log` stintd took (the heartbeat's "logs")
     bool exited = false;
     int code = 0;  // exit status, or 128 + signal
   };
@@ -118,6 +119,16 @@ class NodeAgent {
     int exit_code = 0;
     std::string message;
   };
+
+  // What a worker wrote since stintd last took it (the heartbeat's "logs").
+  struct LogPiece {
+    int64_t segment_id = 0;
+    WorkerProc* proc = nullptr;  // its log_sent becomes offset + size once stintd took it
+    uint64_t offset = 0;
+    uint64_t size = 0;  // file bytes; `text` is them as valid UTF-8
+    std::string text;
+  };
+  std::vector<LogPiece> CollectLogs();
 
   const NodeAgentOptions options_;
   const std::unique_ptr<internal::HttpJsonClient> http_;

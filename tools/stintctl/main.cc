@@ -11,6 +11,7 @@
 //                        [--gpus-per-worker N] [--env K=V]... [--workdir DIR]
 //                        [--signal TERM|INT|HUP|USR1|USR2] [-- COMMAND ARGS...]
 //   stintctl nodes                                    (stint-agent nodes, their GPUs and windows)
+//   stintctl logs JOB [--follow]                      (its workers' output, via their agents)
 //   stintctl jobs list [--state S]   jobs show ID   jobs cancel ID [--reason R]
 //   stintctl jobs priority ID LEVEL
 //   stintctl queue                                    stintctl segments [--job ID]
@@ -36,6 +37,7 @@
 #include <functional>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -132,6 +134,70 @@ class Ctl {
       answers.push_back(std::move(reply->body));
     }
     std::cout << (json_ ? by_path.dump() + "\n" : human(answers));
+    return kExitOk;
+  }
+
+  // stintctl logs: the job's workers' output stintd holds (API.md, "Logs"),
+  // each line prefixed with its rank; --follow long-polls for more until
+  // the job ended and nothing more came. --json prints each answer as is.
+  int Logs(int64_t job, bool follow) {
+    const std::string base = "/v1/jobs/" + std::to_string(job);
+    constexpr int kWaitSeconds = 10;  // also how late a silent job's end is seen
+    std::map<std::pair<int64_t, int64_t>, std::string> partial;  // (segment, rank) -> unended line
+    int64_t after = 0, segment = 0;
+    bool ended = false;
+    auto flush = [&] {
+      for (auto& [key, text] : partial) {
+        if (!text.empty()) std::cout << "[rank " << key.second << "] " << text << "\n";
+      }
+      partial.clear();
+    };
+    for (;;) {
+      HttpRequest req;
+      req.method = "GET";
+      req.path = base + "/logs?after=" + std::to_string(after);
+      if (follow && !ended) {
+        req.path += "&wait_seconds=" + std::to_string(kWaitSeconds);
+        req.server_wait = std::chrono::seconds(kWaitSeconds);
+      }
+      auto reply = http_->Call(req);
+      if (!reply.ok()) return Failed(reply.status());
+      const Json chunks = reply->body.value("chunks", Json::array());
+      after = reply->body.value("next", after);
+      if (json_) {
+        std::cout << reply->text << (reply->text.empty() || reply->text.back() != '\n' ? "\n" : "");
+      } else {
+        if (reply->body.value("dropped", false)) std::cout << "... (older output dropped)\n";
+        for (const Json& ch : chunks) {
+          const int64_t sid = ch.value("segment_id", int64_t{0});
+          const int64_t rank = ch.value("rank", int64_t{0});
+          if (sid != segment) {
+            flush();
+            std::cout << "== segment " << sid << " ==\n";
+            segment = sid;
+          }
+          std::string& text = partial[{sid, rank}];
+          text += ch.value("text", std::string());
+          for (size_t nl; (nl = text.find('\n')) != std::string::npos; text.erase(0, nl + 1)) {
+            std::cout << "[rank " << rank << "] " << text.substr(0, nl) << "\n";
+          }
+        }
+        std::cout.flush();
+      }
+      // Done once a pass after the job ended brought nothing more (stintd
+      // takes a node's output before its exit report).
+      if (!follow || (ended && chunks.empty())) break;
+      if (!ended) {
+        HttpRequest get;
+        get.method = "GET";
+        get.path = base;
+        auto j = http_->Call(get);
+        if (!j.ok()) return Failed(j.status());
+        const std::string state = j->body.value("state", std::string());
+        ended = state == "DONE" || state == "FAILED" || state == "CANCELLED";
+      }
+    }
+    if (!json_) flush();
     return kExitOk;
   }
 
@@ -432,6 +498,13 @@ int Main(int argc, char** argv) {
     return c.Run("GET", path, std::nullopt,
                  [now](const Json& r) { return RenderSegments(r, now); });
   });
+
+  int64_t logs_job = 0;
+  bool logs_follow = false;
+  CLI::App* logs = app.add_subcommand("logs", "a job's workers' output (from its stint-agents)");
+  logs->add_option("job", logs_job, "job id")->required()->check(kId);
+  logs->add_flag("-f,--follow", logs_follow, "keep printing until the job ended");
+  leaf(logs, [&](Ctl& c, int64_t) { return c.Logs(logs_job, logs_follow); });
 
   CLI::App* nodes = app.add_subcommand("nodes", "stint-agent nodes, their GPUs and windows");
   leaf(nodes, [&](Ctl& c, int64_t) {

@@ -159,16 +159,28 @@ std::string RenderTeams(const Json& reply) {
 std::string RenderNodes(const Json& reply) {
   const Json& nodes = List(reply, "nodes");
   if (nodes.empty()) return "no nodes\n";
-  Table t({"NODE", "POOL", "GPUS", "STATE", "WINDOW", "KIND", "ALLOCATED"});
+  Table t({"NODE", "POOL", "GPUS", "STATE", "WINDOW", "KIND", "ALLOCATED", "RUNNING"});
+  auto indices = [](const Json& list) {
+    std::string out;
+    for (const Json& g : list.is_array() ? list : Json::array())
+      out += (out.empty() ? "" : ",") + (g.is_number_integer() ? g.dump() : std::string("?"));
+    return out;
+  };
   for (const Json& n : nodes) {
-    std::string gpus;
-    for (const Json& g : n.value("gpus", Json::array()))
-      gpus += (gpus.empty() ? "" : ",") + (g.is_number_integer() ? g.dump() : std::string("?"));
+    const std::string gpus = indices(n.value("gpus", Json::array()));
     const Json& w = n.value("window", Json::object()).is_object() ? n["window"] : Json::object();
     const bool open = n.value("open", false);
+    // "job 3 llm (segment 4, GPUs 0,1)" per segment running there.
+    std::string running;
+    for (const Json& r : n.value("running", Json::array())) {
+      running += (running.empty() ? "" : "; ") + std::string("job ") + Cell(r, "job_id") + " " +
+                 Cell(r, "job_name") + " (segment " + Cell(r, "segment_id") + ", GPUs " +
+                 indices(r.value("gpus", Json::array())) + ")";
+    }
     t.AddRow({Cell(n, "name"), Cell(n, "pool"), gpus.empty() ? "-" : gpus,
               open ? (w.value("closed_early", false) ? "closing" : "open") : "closed",
-              Cell(w, "id"), Cell(w, "kind"), Cell(w, "allocated_gpus")});
+              Cell(w, "id"), Cell(w, "kind"), Cell(w, "allocated_gpus"),
+              running.empty() ? "-" : running});
   }
   return t.Render();
 }

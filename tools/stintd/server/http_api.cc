@@ -416,6 +416,7 @@ void HttpApi::Stop() {
   // never listens, or this sees serve_entered_ and waits until the listen
   // has begun (or ended), when server_->stop() takes effect.
   stop_requested_ = true;
+  logs_.Shutdown();  // its long-polls answer now
   while (serve_entered_ && !serve_returned_ && !server_->is_running()) std::this_thread::yield();
   server_->stop();
 }
@@ -743,19 +744,35 @@ void HttpApi::InstallRoutes() {
       }
       for (const auto& [name, w] : newest) {
         const TimeMs beat = c->NodeLastHeartbeat(w->id);
+        // The active segments placed on it: the workers it runs.
+        json running = json::array();
+        for (const auto& [sid, seg] : s.segments) {
+          if (!SegmentActive(seg.state)) continue;
+          for (const Placement& p : seg.placement) {
+            if (p.window_id != w->id) continue;
+            auto job = s.jobs.find(seg.job_id);
+            running.push_back({{"segment_id", sid},
+                               {"job_id", seg.job_id},
+                               {"job_name", job != s.jobs.end() ? job->second.name : ""},
+                               {"gpus", p.gpus}});
+          }
+        }
         nodes.push_back({{"name", name},
                          {"pool", w->pool},
                          {"gpus", w->node_gpus},
                          {"open", w->open_at(now)},
                          {"last_heartbeat_ms", beat == 0 ? json(nullptr) : json(beat)},
-                         {"window", ToJson(s, *w, now)}});
+                         {"window", ToJson(s, *w, now)},
+                         {"running", running}});
       }
     });
     return Reply{200, {{"nodes", nodes}}, {}, {}};
   });
+  LogTails* const logs = &logs_;
   route(kPost, R"(/v1/nodes/([A-Za-z0-9._-]+)/heartbeat)", Right::kAgent,
-        [c](const httplib::Request& req) {
-          RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"running", "exited"}));
+        [c, logs](const httplib::Request& req) {
+          RequestBody b =
+              STINT_HTTP_TRY(RequestBody::Parse(req.body, {"running", "exited", "logs"}));
           std::vector<int64_t> running;
           std::vector<Coordinator::NodeExit> exits;
           const json* r = STINT_HTTP_TRY(b.OptionalArray("running"));
@@ -775,7 +792,37 @@ void HttpApi::InstallRoutes() {
             exits.push_back({x["segment_id"].get<int64_t>(), x["exit_code"].get<int>(),
                              x.value("message", "").substr(0, 4096)});
           }
-          Result<Window> w = c->NodeHeartbeat(req.matches[1], running, exits);
+          const json* l = STINT_HTTP_TRY(b.OptionalArray("logs"));
+          for (const json& x : l != nullptr ? *l : json::array()) {
+            auto integer = [&](const char* k) { return x.value(k, json()).is_number_integer(); };
+            if (!x.is_object() || !integer("segment_id") || !integer("rank") ||
+                !integer("offset") || !integer("size") || !x.value("text", json()).is_string() ||
+                x["offset"].get<int64_t>() < 0 || x["size"].get<int64_t>() < 0) {
+              return ErrorReply(Status::InvalidArgument(
+                  "logs must be an array of {\"segment_id\",\"rank\",\"offset\",\"size\","
+                  "\"text\"}"));
+            }
+          }
+          // The output first, then the exits: whoever sees the job end
+          // finds all of it (stintctl logs --follow). Only output of
+          // segments with GPUs on this node is taken.
+          const std::string node = req.matches[1];
+          c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+            for (const json& x : l != nullptr ? *l : json::array()) {
+              auto seg = s.segments.find(x["segment_id"].get<int64_t>());
+              if (seg == s.segments.end()) continue;
+              bool here = false;
+              for (const Allocation& a : seg->second.allocs) {
+                auto win = s.windows.find(a.window_id);
+                here = here || (win != s.windows.end() && win->second.node == node);
+              }
+              if (!here) continue;
+              logs->Append(seg->second.job_id, seg->first, x["rank"].get<int>(),
+                           x["offset"].get<uint64_t>(), x["size"].get<uint64_t>(),
+                           x["text"].get<std::string>());
+            }
+          });
+          Result<Window> w = c->NodeHeartbeat(node, running, exits);
           if (!w.ok()) return WorkerErrorReply(w.status());
           Reply reply;
           c->Read([&](const ClusterState& s, const Plan&, TimeMs now) {
@@ -963,6 +1010,25 @@ void HttpApi::InstallRoutes() {
           Status s = c->DeleteKv(job, req.matches[2]);
           return s.ok() ? Reply{200, {{"ok", true}}, {}, {}} : ErrorReply(s);
         });
+  // --- workers' output (LogTails) ---
+  route(kGet, R"(/v1/jobs/(\d+)/logs)", Right::kWorker, [c, logs, max_wait](const httplib::Request& req) {
+    const int64_t job = STINT_HTTP_TRY(PathId(req, 1, "job"));
+    bool known = false;
+    c->Read([&](const ClusterState& s, const Plan&, TimeMs) { known = s.jobs.count(job) > 0; });
+    if (!known) return ErrorReply(Status::NotFound("no job " + std::to_string(job)));
+    const int64_t after = STINT_HTTP_TRY(QueryInt(req, "after", 0, 0));
+    const double wait = STINT_HTTP_TRY(QuerySeconds(req, "wait_seconds", 0, max_wait));
+    LogTails::Tail tail = logs->Read(job, after, Millis(wait));
+    json chunks = json::array();
+    for (const LogChunk& ch : tail.chunks) {
+      chunks.push_back({{"seq", ch.seq}, {"segment_id", ch.segment_id}, {"rank", ch.rank},
+                        {"text", ch.text}});
+    }
+    return Reply{200,
+                 {{"job_id", job}, {"chunks", chunks}, {"next", tail.next}, {"dropped", tail.dropped}},
+                 {},
+                 {}};
+  });
 #undef STINT_HTTP_TRY
 
   server_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {

@@ -10,6 +10,7 @@
 
 #include "stintd/server/auth.h"
 #include "stintd/server/coordinator.h"
+#include "stintd/server/log_tails.h"
 
 namespace httplib {
 class Server;
@@ -51,6 +52,7 @@ class HttpApi {
   const TokenAuth auth_;
   const HttpOptions options_;
   std::unique_ptr<httplib::Server> server_;
+  LogTails logs_;  // workers' output, from the agents' heartbeats
   int port_ = 0;
   // cpp-httplib's stop() does nothing until listen has begun, so Stop() and
   // Serve() hand over through these (see Stop()).
