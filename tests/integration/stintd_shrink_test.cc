@@ -1,0 +1,89 @@
+// Shrink before preempt through a real stintd: an elastic LOW job running
+// on 8 GPUs above its min_gpus 4 gives up 4 for a HIGH job instead of being
+// preempted whole. The ranks that leave, and only they, see a "shrink"
+// notice in their heartbeat answer; at its deadline they are released and
+// the segment goes on with 4 GPUs while the HIGH job starts on the other 4.
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "util/stintd_process.h"
+#include "util/temp_dir.h"
+
+namespace stint {
+namespace {
+
+using nlohmann::json;
+
+TEST(StintdShrink, TheLeavingRanksGetTheNoticeAndTheRestRunOnSmaller) {
+  TempDir dir;
+  // Fast ticks, no minimum run before a segment may yield, leases long
+  // enough that nothing expires while the test polls.
+  StintdProcess daemon(STINTD_PATH, dir.path(),
+                       {"--tick-seconds", "0.05", "--safety-seconds", "1", "--min-run-seconds", "0",
+                        "--lease-ttl-seconds", "60", "--start-grace-seconds", "60"});
+  ASSERT_TRUE(daemon.Start()) << daemon.output();
+  HttpJson admin(daemon.port(), StintdProcess::kAdminToken);
+  HttpJson worker_token(daemon.port(), StintdProcess::kWorkerToken);
+  ASSERT_EQ(admin.Post("/v1/pools", {{"name", "p"}}).status, 201);
+  ASSERT_EQ(admin.Post("/v1/windows", {{"pool", "p"}, {"gpus", 8}, {"end_ms", WallNowMs() + 3600000}})
+                .status,
+            201);
+  auto submit = [&](json spec) {
+    auto r = admin.Post("/v1/jobs", spec);
+    EXPECT_EQ(r.status, 201) << r.text;
+    return r.body.value("id", int64_t{0});
+  };
+  auto job = [&](int64_t id) { return admin.Get("/v1/jobs/" + std::to_string(id)).body; };
+  const int64_t elastic = submit({{"name", "elastic"}, {"min_gpus", 4}, {"max_gpus", 8},
+                                  {"priority", "LOW"}, {"checkpoint_seconds", 2}});
+  ASSERT_TRUE(Eventually([&] { return job(elastic).value("state", "") == "RUNNING"; }));
+
+  // Four ranks of two GPUs each, registered in rank order.
+  std::vector<int64_t> ids;
+  std::vector<std::unique_ptr<HttpJson>> ranks;
+  for (int i = 0; i < 4; i++) {
+    auto r = worker_token.Post("/v1/jobs/" + std::to_string(elastic) + "/workers",
+                               {{"name", "rank" + std::to_string(i)}});
+    ASSERT_EQ(r.status, 201) << r.text;
+    ids.push_back(r.body.value("worker_id", int64_t{0}));
+    ranks.push_back(std::make_unique<HttpJson>(daemon.port(), r.body.value("worker_secret", "")));
+  }
+  auto beat = [&](int i) {
+    return ranks[i]->Post("/v1/workers/" + std::to_string(ids[i]) + "/heartbeat", json::object());
+  };
+
+  const int64_t high = submit({{"name", "high"}, {"min_gpus", 4}, {"priority", "HIGH"}});
+  HttpJson::Response leaving;
+  ASSERT_TRUE(Eventually([&] {
+    leaving = beat(3);
+    return leaving.body.is_object() && leaving.body["notice"].is_object();
+  })) << leaving.text;
+  EXPECT_EQ(leaving.body["notice"]["reason"], "shrink") << leaving.text;
+  EXPECT_GT(leaving.body["notice"]["deadline_ms"].get<int64_t>(), 0);
+  EXPECT_TRUE(beat(2).body["notice"].is_object()) << "ranks 2 and 3 hold the 4 GPUs that go";
+  for (int i : {0, 1}) {
+    const auto r = beat(i);
+    EXPECT_TRUE(r.body["notice"].is_null()) << i << ": " << r.text;
+    EXPECT_TRUE(r.body.value("active", false)) << i;
+  }
+  EXPECT_EQ(job(elastic).value("state", ""), "RUNNING") << "shrunk, not preempted";
+
+  // At the deadline the leaving ranks are released and the HIGH job starts.
+  ASSERT_TRUE(Eventually([&] { return job(high).value("state", "") == "RUNNING"; }))
+      << job(high).dump();
+  // A released worker's secret is dead: 410, as for a worker that left.
+  HttpJson::Response gone;
+  ASSERT_TRUE(Eventually([&] {
+    gone = beat(3);
+    return gone.status == 410;
+  })) << gone.status << " " << gone.text;
+  EXPECT_TRUE(beat(0).body.value("active", false));
+  const json e = job(elastic);
+  EXPECT_EQ(e.value("state", ""), "RUNNING") << e.dump();
+  EXPECT_EQ(e.value("preemptions", -1), 0) << e.dump();
+}
+
+}  // namespace
+}  // namespace stint
