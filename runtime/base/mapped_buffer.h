@@ -17,8 +17,10 @@ namespace stint {
 class MappedBuffer {
  public:
   // Maps `size` bytes (REQUIRES: size > 0; the mapping covers whole pages),
-  // zero-filled. On failure the error names the size and errno.
-  static Result<MappedBuffer> Map(size_t size);
+  // zero-filled. `populate`: every page faulted in now, in one call, rather
+  // than one fault at a time on first touch. On failure the error names the
+  // size and errno.
+  static Result<MappedBuffer> Map(size_t size, bool populate = false);
 
   MappedBuffer(MappedBuffer&& other) noexcept;
   MappedBuffer& operator=(MappedBuffer&& other) noexcept;

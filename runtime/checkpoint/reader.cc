@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "base/mapped_buffer.h"
 #include "base/thread_pool.h"
 #include "format/manifest.h"
 #include "format/shard_layout.h"
@@ -19,9 +20,8 @@ namespace stint {
 
 namespace {
 
-struct FreeDeleter {
-  void operator()(char* p) const { std::free(p); }
-};
+// Bytes of reads in flight at most (see Open).
+constexpr uint64_t kReadAheadBytes = 64u << 20;
 
 // A strided copy of one box of elements out of a stored entry's row-major
 // bytes into a row-major destination: `runs` contiguous runs of run_bytes,
@@ -100,11 +100,12 @@ struct ReadPlan {
 class CheckpointReaderImpl final : public CheckpointReader {
  public:
   CheckpointReaderImpl(std::string dir, Manifest m, Env* env, std::unique_ptr<IoEngine> engine,
-                       const ReaderOptions& options)
+                       size_t depth, const ReaderOptions& options)
       : dir_(std::move(dir)),
         m_(std::move(m)),
         env_(env),
         engine_(std::move(engine)),
+        depth_(depth),
         options_(options),
         decode_pool_(options.threads != 0 ? options.threads
                                           : std::max(1u, std::thread::hardware_concurrency()) - 1) {
@@ -420,8 +421,43 @@ class CheckpointReaderImpl final : public CheckpointReader {
     return Status::OK();
   }
 
-  // Reads every chunk, `queue_depth` in flight; the decode pool verifies and
-  // decodes each as it arrives, so checksums and zstd overlap the reads.
+  // A raw chunk that exactly fills a page-aligned, whole-page stretch of its
+  // destination: read straight into it (O_DIRECT needs both), and verified
+  // there. Null otherwise (the chunk goes through a bounce slot).
+  static char* DirectTarget(const ChunkRead& r) {
+    const ChunkRecord& c = *r.rec;
+    if (r.verify || c.codec != Codec::kNone || c.stored_len == 0 ||
+        c.stored_len % kChunkAlignment != 0 || r.pieces.size() != 1 ||
+        r.pieces[0].end - r.pieces[0].first != 1) {
+      return nullptr;
+    }
+    const Piece& p = r.pieces[0];
+    uint64_t src = 0, dst = 0;
+    p.copy->Offsets(p.first, &src, &dst);
+    if (src > r.begin || r.begin + c.raw_len > src + p.copy->run_bytes) return nullptr;
+    char* at = p.copy->dst_base + dst + (r.begin - src);
+    return reinterpret_cast<uintptr_t>(at) % kChunkAlignment == 0 ? at : nullptr;
+  }
+
+  // Bounce slots for `count` chunks of up to `bytes` stored bytes: kept for
+  // the reader's life, faulted in at once and registered with the engine,
+  // so a load pays no page fault per chunk.
+  Status EnsureSlots(size_t count, uint64_t bytes) const {
+    if (slots_.size() >= count && slot_bytes_ >= bytes) return Status::OK();
+    for (auto& slot : slots_) engine_->UnregisterBuffer(slot.buf.data());
+    slots_.clear();
+    for (size_t i = 0; i < count; ++i) {
+      STINT_ASSIGN_OR_RETURN(MappedBuffer buf, MappedBuffer::Map(bytes, /*populate=*/true));
+      engine_->RegisterBuffer(buf.data(), buf.size());
+      slots_.push_back(Slot{std::move(buf), false});
+    }
+    slot_bytes_ = bytes;
+    return Status::OK();
+  }
+
+  // Reads every chunk, at most the engine's queue depth (bounded in bytes at
+  // Open) in flight; the decode pool verifies and decodes each as it
+  // arrives, so checksums and copies overlap the reads.
   Status Execute(const std::vector<ChunkRead>& reads) const {
     std::mutex mu;
     std::condition_variable slot_freed;
@@ -430,22 +466,45 @@ class CheckpointReaderImpl final : public CheckpointReader {
       std::lock_guard<std::mutex> l(mu);
       if (first.ok()) first = s;
     };
-    // More buffers than requests in flight: a full set of busy buffers then
+    // More slots than requests in flight: a full set of busy slots then
     // always includes some being decoded, which free themselves, so waiting
     // for one cannot deadlock on completions only Submit/Drain would reap.
-    const size_t depth = std::max<size_t>(options_.queue_depth, 1);
-    const size_t nbuf = depth + 2 * decode_pool_.size() + 1;
-    struct Slot {
-      std::unique_ptr<char, FreeDeleter> buf;
-      size_t cap = 0;
-      bool busy = false;
-    };
-    std::vector<Slot> slots(nbuf);
+    uint64_t largest = kChunkAlignment;
+    for (const ChunkRead& r : reads) {
+      if (DirectTarget(r) == nullptr) largest = std::max(largest, AlignUp(r.rec->stored_len));
+    }
+    STINT_RETURN_IF_ERROR(EnsureSlots(depth_ + 2 * decode_pool_.size() + 1, largest));
     size_t decoding = 0;  // guarded by mu
-    auto release = [&](Slot* slot) {
+    auto done_decoding = [&](Slot* slot) {
       std::lock_guard<std::mutex> l(mu);
-      slot->busy = false;
+      if (slot != nullptr) slot->busy = false;
+      --decoding;
       slot_freed.notify_all();
+    };
+    // On completion: verify (and decode) on the pool, then free the slot.
+    auto on_read = [&](const ChunkRead* rp, Slot* slot, char* data) {
+      return [&, rp, slot, data](const Status& io, size_t bytes) {
+        Status st = io;
+        if (st.ok() && bytes < rp->rec->stored_len) {
+          st = Status::DataLoss(rp->where + ": file ends after " + std::to_string(bytes) +
+                                " of the chunk's " + std::to_string(rp->rec->stored_len) +
+                                " bytes");
+        }
+        {
+          std::lock_guard<std::mutex> l(mu);
+          ++decoding;
+        }
+        if (!st.ok()) {
+          fail(st);
+          done_decoding(slot);
+          return;
+        }
+        decode_pool_.Schedule([&, rp, slot, data] {
+          Status d = slot != nullptr ? DecodeInto(*rp, data) : CheckInPlace(*rp, data);
+          if (!d.ok()) fail(d);
+          done_decoding(slot);
+        });
+      };
     };
     for (const ChunkRead& r : reads) {
       {
@@ -454,12 +513,17 @@ class CheckpointReaderImpl final : public CheckpointReader {
       }
       auto file_it = files_.find(r.rec->ref.empty() ? *r.file : r.rec->ref);
       if (file_it == files_.end()) return Status::Internal(r.where + ": file not open");
-      const uint64_t want = AlignUp(r.rec->stored_len == 0 ? 1 : r.rec->stored_len);
+      if (char* direct = DirectTarget(r)) {
+        Status s = engine_->SubmitRead(file_it->second.get(), direct, r.rec->stored_len,
+                                       r.rec->file_offset, on_read(&r, nullptr, direct));
+        if (!s.ok()) fail(s);
+        continue;
+      }
       Slot* slot = nullptr;
       {
         std::unique_lock<std::mutex> l(mu);
         for (;;) {
-          for (auto& s : slots) {
+          for (auto& s : slots_) {
             if (!s.busy) {
               slot = &s;
               break;
@@ -470,45 +534,13 @@ class CheckpointReaderImpl final : public CheckpointReader {
         }
         slot->busy = true;
       }
-      if (slot->cap < want) {
-        void* p = nullptr;
-        if (posix_memalign(&p, kChunkAlignment, want) != 0) {
-          return Status::ResourceExhausted("read buffer of " + std::to_string(want) + " bytes");
-        }
-        slot->buf.reset(static_cast<char*>(p));
-        slot->cap = want;
-      }
-      const ChunkRead* rp = &r;
-      Status s = engine_->SubmitRead(
-          file_it->second.get(), slot->buf.get(), want, r.rec->file_offset,
-          [&, rp, slot](const Status& io, size_t bytes) {
-            Status st = io;
-            if (st.ok() && bytes < rp->rec->stored_len) {
-              st = Status::DataLoss(rp->where + ": file ends after " + std::to_string(bytes) +
-                                    " of the chunk's " + std::to_string(rp->rec->stored_len) +
-                                    " bytes");
-            }
-            if (!st.ok()) {
-              fail(st);
-              release(slot);
-              return;
-            }
-            {
-              std::lock_guard<std::mutex> l(mu);
-              ++decoding;
-            }
-            decode_pool_.Schedule([&, rp, slot] {
-              Status d = DecodeInto(*rp, slot->buf.get());
-              if (!d.ok()) fail(d);
-              std::lock_guard<std::mutex> l(mu);
-              slot->busy = false;
-              --decoding;
-              slot_freed.notify_all();
-            });
-          });
+      const uint64_t want = AlignUp(r.rec->stored_len == 0 ? 1 : r.rec->stored_len);
+      Status s = engine_->SubmitRead(file_it->second.get(), slot->buf.data(), want,
+                                     r.rec->file_offset, on_read(&r, slot, slot->buf.data()));
       if (!s.ok()) {
         fail(s);
-        release(slot);
+        std::lock_guard<std::mutex> l(mu);
+        slot->busy = false;
       }
     }
     Status drained = engine_->Drain();
@@ -520,16 +552,19 @@ class CheckpointReaderImpl final : public CheckpointReader {
     return drained;
   }
 
+  // A chunk read straight into its destination: its checksum, there.
+  static Status CheckInPlace(const ChunkRead& r, const char* data) {
+    uint64_t h = Xxh3(data, r.rec->stored_len);
+    if (h != r.rec->xxh3) {
+      return Status::DataLoss(r.where + ": checksum mismatch (stored " + HashToHex(r.rec->xxh3) +
+                              ", computed " + HashToHex(h) + ")");
+    }
+    return Status::OK();
+  }
+
   static Status DecodeInto(const ChunkRead& r, const char* stored) {
     const ChunkRecord& c = *r.rec;
-    if (r.verify) {
-      uint64_t h = Xxh3(stored, c.stored_len);
-      if (h != c.xxh3) {
-        return Status::DataLoss(r.where + ": checksum mismatch (stored " + HashToHex(c.xxh3) +
-                                ", computed " + HashToHex(h) + ")");
-      }
-      return Status::OK();
-    }
+    if (r.verify) return CheckInPlace(r, stored);
     // The whole chunk inside one run: decode straight into the destination.
     if (r.pieces.size() == 1 && r.pieces[0].end - r.pieces[0].first == 1) {
       const Piece& p = r.pieces[0];
@@ -539,18 +574,35 @@ class CheckpointReaderImpl final : public CheckpointReader {
         return DecodeChunk(c, stored, p.copy->dst_base + dst + (r.begin - src), r.where);
       }
     }
-    std::string scratch(c.raw_len, '\0');
-    STINT_RETURN_IF_ERROR(DecodeChunk(c, stored, scratch.data(), r.where));
-    for (const Piece& p : r.pieces) {
-      p.copy->Scatter(p.first, p.end, r.begin, c.raw_len, scratch.data());
+    // Pieces of the chunk: raw bytes scatter from the slot once verified;
+    // a zstd frame is decoded to scratch first.
+    std::string scratch;
+    const char* raw = stored;
+    if (c.codec == Codec::kNone) {
+      STINT_RETURN_IF_ERROR(CheckInPlace(r, stored));
+    } else {
+      scratch.resize(c.raw_len);
+      STINT_RETURN_IF_ERROR(DecodeChunk(c, stored, scratch.data(), r.where));
+      raw = scratch.data();
     }
+    for (const Piece& p : r.pieces) p.copy->Scatter(p.first, p.end, r.begin, c.raw_len, raw);
     return Status::OK();
   }
+
+  struct Slot {
+    MappedBuffer buf;
+    bool busy = false;  // guarded by Execute's mutex
+  };
 
   const std::string dir_;
   const Manifest m_;
   Env* const env_;
+  // Declared before engine_: unmapped only after the engine that may hold
+  // them registered is gone.
+  mutable std::vector<Slot> slots_;
+  mutable uint64_t slot_bytes_ = 0;
   std::unique_ptr<IoEngine> engine_;
+  const size_t depth_;  // requests in flight (the engine's queue depth)
   const ReaderOptions options_;
   std::map<std::string, std::unique_ptr<RandomAccessFile>> files_;
   mutable ThreadPool decode_pool_;  // Execute() is logically const
@@ -573,10 +625,15 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(const std::stri
   STINT_ASSIGN_OR_RETURN(IoEngineKind kind, ParseIoEngineKind(options.io_engine));
   IoEngineOptions io;
   io.kind = kind;
-  io.queue_depth = options.queue_depth;
+  // Read-ahead bounded in bytes as well as requests: a deep queue of large
+  // reads gains nothing over ~32 MiB in flight on the disks measured (and
+  // was slower on a virtual one), and each needs a bounce slot.
+  const uint64_t chunk = std::max<uint64_t>(AlignUp(m.chunk_size), kChunkAlignment);
+  io.queue_depth = unsigned(std::clamp<uint64_t>(kReadAheadBytes / chunk, 2,
+                                                 std::max(2u, options.queue_depth)));
   STINT_ASSIGN_OR_RETURN(auto engine, NewIoEngine(io));
-  auto reader =
-      std::make_unique<CheckpointReaderImpl>(dir, std::move(m), env, std::move(engine), options);
+  auto reader = std::make_unique<CheckpointReaderImpl>(dir, std::move(m), env, std::move(engine),
+                                                       io.queue_depth, options);
   STINT_RETURN_IF_ERROR(reader->OpenFiles());
   return std::unique_ptr<CheckpointReader>(std::move(reader));
 }
