@@ -236,6 +236,16 @@ TEST_F(AgentTest, AgentTokensHaveARightOfTheirOwn) {
   ASSERT_EQ(made.status, 201) << made.text;
   EXPECT_EQ(agent.Post("/v1/nodes", spec).status, 200);  // the same node again
   EXPECT_EQ(agent.Post("/v1/nodes/n3/heartbeat", json::object()).status, 200);
+  // An agent registers workers only into a job running on the node it names.
+  auto job = admin_->Post("/v1/jobs", {{"name", "j"}, {"pool", "gpu"}, {"min_gpus", 2}});
+  ASSERT_EQ(job.status, 201) << job.text;
+  const std::string workers = "/v1/jobs/" + std::to_string(job.body["id"].get<int64_t>()) + "/workers";
+  ASSERT_TRUE(Eventually([&] { return Job(job.body["id"])["state"] == "RUNNING"; }));
+  EXPECT_EQ(agent.Post(workers, {{"name", "w"}}).status, 403);
+  EXPECT_EQ(agent.Post(workers, {{"name", "w"}, {"node", "elsewhere"}}).status, 403);
+  EXPECT_EQ(worker.Post(workers, {{"name", "w"}, {"node", "elsewhere"}}).status, 403);
+  EXPECT_EQ(agent.Post(workers, {{"name", "w"}, {"node", "n3"}}).status, 201);
+  EXPECT_EQ(worker.Post(workers, {{"name", "w"}}).status, 201);  // the worker token: as before
   EXPECT_EQ(worker.Post("/v1/nodes/n3/heartbeat", json::object()).status, 403);
   EXPECT_EQ(agent.Post("/v1/nodes/unknown/heartbeat", json::object()).status, 404);
   EXPECT_EQ(worker.Post("/v1/nodes/n3/close", json::object()).status, 403);

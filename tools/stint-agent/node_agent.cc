@@ -275,7 +275,8 @@ void NodeAgent::Launch(const void* assignment) {
     HttpRequest req;
     req.method = "POST";
     req.path = "/v1/jobs/" + std::to_string(job) + "/workers";
-    req.body = Json{{"name", options_.node + ":" + std::to_string(rank_base + i)}};
+    req.body = Json{{"name", options_.node + ":" + std::to_string(rank_base + i)},
+                    {"node", options_.node}};
     req.idempotent = false;
     Result<HttpReply> reg = http_->Call(req);
     if (!reg.ok() || !reg->body.is_object()) {

@@ -142,7 +142,9 @@ class Ctl {
   // the job ended and nothing more came. --json prints each answer as is.
   int Logs(int64_t job, bool follow) {
     const std::string base = "/v1/jobs/" + std::to_string(job);
-    constexpr int kWaitSeconds = 10;  // also how late a silent job's end is seen
+    // Also how late the end of a job is seen that no agent's exit report
+    // ended (those wake the wait).
+    constexpr int kWaitSeconds = 10;
     std::map<std::pair<int64_t, int64_t>, std::string> partial;  // (segment, rank) -> unended line
     int64_t after = 0, segment = 0;
     bool ended = false;
@@ -184,18 +186,12 @@ class Ctl {
         }
         std::cout.flush();
       }
-      // Done once a pass after the job ended brought nothing more (stintd
-      // takes a node's output before its exit report).
+      // Done once a pass asked after an answer that said the job ended
+      // brought nothing more (stintd takes a node's output before its exit
+      // report, so all of it was in by then).
       if (!follow || (ended && chunks.empty())) break;
-      if (!ended) {
-        HttpRequest get;
-        get.method = "GET";
-        get.path = base;
-        auto j = http_->Call(get);
-        if (!j.ok()) return Failed(j.status());
-        const std::string state = j->body.value("state", std::string());
-        ended = state == "DONE" || state == "FAILED" || state == "CANCELLED";
-      }
+      const std::string state = reply->body.value("state", std::string());
+      ended = state == "DONE" || state == "FAILED" || state == "CANCELLED";
     }
     if (!json_) flush();
     return kExitOk;

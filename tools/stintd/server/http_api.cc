@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "stintd/server/dashboard.h"
@@ -807,7 +808,12 @@ void HttpApi::InstallRoutes() {
           // finds all of it (stintctl logs --follow). Only output of
           // segments with GPUs on this node is taken.
           const std::string node = req.matches[1];
+          std::set<int64_t> exit_jobs;  // their followers look again once the exits are in
           c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+            for (const Coordinator::NodeExit& x : exits) {
+              auto seg = s.segments.find(x.segment_id);
+              if (seg != s.segments.end()) exit_jobs.insert(seg->second.job_id);
+            }
             for (const json& x : l != nullptr ? *l : json::array()) {
               auto seg = s.segments.find(x["segment_id"].get<int64_t>());
               if (seg == s.segments.end()) continue;
@@ -823,6 +829,7 @@ void HttpApi::InstallRoutes() {
             }
           });
           Result<Window> w = c->NodeHeartbeat(node, running, exits);
+          for (int64_t job : exit_jobs) logs->Wake(job);
           if (!w.ok()) return WorkerErrorReply(w.status());
           Reply reply;
           c->Read([&](const ClusterState& s, const Plan&, TimeMs now) {
@@ -846,11 +853,36 @@ void HttpApi::InstallRoutes() {
   // --- workers ---
   const double hb_interval = coordinator_->options().heartbeat_interval_seconds;
   const double ttl = coordinator_->options().policy.lease_ttl_seconds;
+  const TokenAuth* const registrar_auth = &auth_;
   route(kPost, R"(/v1/jobs/(\d+)/workers)", Right::kWorker,
-        [c, hb_interval, ttl](const httplib::Request& req) {
+        [c, hb_interval, ttl, registrar_auth](const httplib::Request& req) {
           const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "job"));
-          RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"name"}));
+          RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"name", "node"}));
           const std::string name = STINT_HTTP_TRY(b.String("name"));
+          const std::optional<std::string> node = STINT_HTTP_TRY(b.OptionalString("node"));
+          // An agent registers workers only where it launches them: the
+          // job's active segment must be placed on the node it names.
+          if (!node && registrar_auth->Check(req.get_header_value("Authorization")) == Right::kAgent) {
+            return ErrorReply(Status::PermissionDenied(
+                "an agent token registers workers only for a node it names (\"node\")"));
+          }
+          if (node) {
+            bool placed = false;
+            c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+              auto job = s.jobs.find(id);
+              if (job == s.jobs.end()) return;
+              auto seg = s.segments.find(job->second.segment_id);
+              if (seg == s.segments.end() || !SegmentActive(seg->second.state)) return;
+              for (const Placement& p : seg->second.placement) {
+                auto win = s.windows.find(p.window_id);
+                placed = placed || (win != s.windows.end() && win->second.node == *node);
+              }
+            });
+            if (!placed) {
+              return ErrorReply(Status::PermissionDenied("job " + std::to_string(id) +
+                                                         " has no active segment on node " + *node));
+            }
+          }
           std::string secret;
           Worker w = STINT_HTTP_TRY(c->RegisterWorker(id, name, &secret));
           return Reply{201,
@@ -1019,13 +1051,21 @@ void HttpApi::InstallRoutes() {
     const int64_t after = STINT_HTTP_TRY(QueryInt(req, "after", 0, 0));
     const double wait = STINT_HTTP_TRY(QuerySeconds(req, "wait_seconds", 0, max_wait));
     LogTails::Tail tail = logs->Read(job, after, Millis(wait));
+    std::string state;
+    c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+      state = JobStateName(s.jobs.at(job).state);
+    });
     json chunks = json::array();
     for (const LogChunk& ch : tail.chunks) {
       chunks.push_back({{"seq", ch.seq}, {"segment_id", ch.segment_id}, {"rank", ch.rank},
                         {"text", ch.text}});
     }
     return Reply{200,
-                 {{"job_id", job}, {"chunks", chunks}, {"next", tail.next}, {"dropped", tail.dropped}},
+                 {{"job_id", job},
+                  {"state", state},
+                  {"chunks", chunks},
+                  {"next", tail.next},
+                  {"dropped", tail.dropped}},
                  {},
                  {}};
   });

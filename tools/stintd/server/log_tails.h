@@ -29,8 +29,9 @@ struct LogChunk {
 
 class LogTails {
  public:
-  // A job's chunks beyond `max_bytes_per_job` are dropped oldest first.
-  explicit LogTails(size_t max_bytes_per_job = 4u << 20);
+  // A job's chunks beyond `max_bytes_per_job`, and everyone's beyond
+  // `max_bytes`, are dropped oldest first.
+  explicit LogTails(size_t max_bytes_per_job = 4u << 20, size_t max_bytes = 256u << 20);
 
   // `text` is the log of (segment, rank) from byte `offset` on (offsets
   // count the agent's file bytes, `raw_size` of them in `text`). What this
@@ -48,6 +49,10 @@ class LogTails {
   // is none yet (or until Shutdown()).
   Tail Read(int64_t job_id, int64_t after, std::chrono::milliseconds wait);
 
+  // Read()s of the job in progress answer now (its state changed: a
+  // follower should look again).
+  void Wake(int64_t job_id);
+
   // Read()s in progress answer at once, later ones do not wait.
   void Shutdown();
 
@@ -56,14 +61,21 @@ class LogTails {
     std::deque<LogChunk> chunks;
     size_t bytes = 0;
     int64_t last_seq = 0;
+    int64_t wakes = 0;  // Wake() calls
     std::map<std::pair<int64_t, int>, uint64_t> ends;  // (segment, rank) -> bytes received
   };
 
+  // The front chunk of the job, if it is `seq`, goes.
+  void DropOldest(JobLog* log, int64_t seq);
+
   const size_t max_bytes_per_job_;
+  const size_t max_bytes_;
   std::mutex mu_;
   std::condition_variable cv_;
   // Guarded by mu_.
   std::map<int64_t, JobLog> jobs_;
+  std::deque<std::pair<int64_t, int64_t>> order_;  // (job, seq) of every chunk, oldest first
+  size_t bytes_ = 0;
   bool shutdown_ = false;
 };
 
