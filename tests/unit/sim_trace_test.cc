@@ -112,6 +112,25 @@ TEST_F(SimTraceTest, HeliosJobLogSkipsCpuJobsAndUsesVcAsTeam) {
   EXPECT_DOUBLE_EQ(jobs.value()[1].submit_s, 60);
 }
 
+TEST(SimTraceDrop, AJobFitsAPoolOnlyByWhatIsOpenAtOnce) {
+  std::vector<SimWindow> windows(2);
+  windows[0].gpus = windows[1].gpus = 8;
+  windows[0].start_s = 0;
+  windows[0].end_s = 100;
+  windows[1].start_s = 100;  // follows the first: never 16 at once
+  windows[1].end_s = 200;
+  std::vector<SimJob> jobs(2);
+  jobs[0].min_gpus = jobs[0].max_gpus = 16;
+  jobs[1].min_gpus = jobs[1].max_gpus = 8;
+  EXPECT_EQ(DropUnplaceable(&jobs, windows), 1);
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0].max_gpus, 8);
+  windows[1].start_s = 50;  // overlaps: a gang of 16 spans both
+  jobs.assign(1, SimJob());
+  jobs[0].min_gpus = jobs[0].max_gpus = 16;
+  EXPECT_EQ(DropUnplaceable(&jobs, windows), 0);
+}
+
 TEST_F(SimTraceTest, HeliosCapacityAndStackedWindows) {
   const std::string path = Write(
       "gpus.csv", "date,vcA,vcB,total\n2020-04-01,8,8,16\n2020-04-02,8,12,20\n2020-04-03,4,8,12\n");

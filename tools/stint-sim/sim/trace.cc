@@ -792,10 +792,22 @@ std::vector<SimWindow> GenerateWindows(const SyntheticWindows& g) {
 }
 
 int DropUnplaceable(std::vector<SimJob>* jobs, const std::vector<SimWindow>& windows) {
-  std::map<std::string, int> pool_total;
-  for (const SimWindow& w : windows) pool_total[w.pool] += w.gpus;
+  // The most GPUs a pool ever has open at once: windows that follow each
+  // other in time do not add up.
+  std::map<std::string, std::vector<std::pair<double, int>>> changes;  // pool -> (time, delta)
+  for (const SimWindow& w : windows) {
+    changes[w.pool].emplace_back(w.start_s, w.gpus);
+    changes[w.pool].emplace_back(w.gone_s(), -w.gpus);
+  }
   int max_pool = 0;
-  for (const auto& [p, n] : pool_total) max_pool = std::max(max_pool, n);
+  for (auto& [pool, deltas] : changes) {
+    std::sort(deltas.begin(), deltas.end());  // at one instant a close comes before an open
+    int open = 0;
+    for (const auto& [t, d] : deltas) {
+      open += d;
+      max_pool = std::max(max_pool, open);
+    }
+  }
   const size_t before = jobs->size();
   // A gang may span the windows of a pool, like any job.
   jobs->erase(std::remove_if(jobs->begin(), jobs->end(),

@@ -221,9 +221,9 @@ struct SyntheticWindows {
 };
 std::vector<SimWindow> GenerateWindows(const SyntheticWindows& g);
 
-// Drops jobs that no pool could ever hold (min_gpus above the largest pool
-// total: a gang may span a pool's windows) and renumbers; returns how many
-// were dropped.
+// Drops jobs that no pool could ever hold (min_gpus above the most GPUs a
+// pool has open at once: a gang may span a pool's windows) and renumbers;
+// returns how many were dropped.
 int DropUnplaceable(std::vector<SimJob>* jobs, const std::vector<SimWindow>& windows);
 
 // Sorts by submit time (stable) and renumbers ids 0..n-1.
