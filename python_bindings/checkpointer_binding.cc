@@ -215,6 +215,9 @@ py::dict StatsDict(const CheckpointerStats& s) {
     last["step"] = s.last->step;
     last["raw_bytes"] = s.last->raw_bytes;
     last["stored_bytes"] = s.last->stored_bytes;
+    last["referenced_bytes"] = s.last->referenced_bytes;
+    last["compressed"] = s.last->compressed;
+    last["compress_decision"] = s.last->compress_decision;
     last["snapshot_seconds"] = s.last->snapshot_seconds;
     last["persist_seconds"] = s.last->persist_seconds;
     last["commit_seconds"] = s.last->commit_seconds;
@@ -280,10 +283,12 @@ class PyCheckpointer {
   PySaveHandle Save(uint64_t step, const std::vector<std::string>& names,
                     const std::vector<at::Tensor>& tensors, const py::dict& blobs,
                     const std::optional<std::vector<std::optional<Box>>>& boxes,
-                    const std::optional<std::vector<bool>>& forward) {
+                    const std::optional<std::vector<bool>>& forward,
+                    const std::optional<std::vector<bool>>& frozen) {
     Checkpointer& ckpt = get();
     if (names.size() != tensors.size() || (boxes && boxes->size() != tensors.size()) ||
-        (forward && forward->size() != tensors.size())) {
+        (forward && forward->size() != tensors.size()) ||
+        (frozen && frozen->size() != tensors.size())) {
       ThrowStatus(
           Status::InvalidArgument("save: " + std::to_string(names.size()) + " names and " +
                                   (boxes ? std::to_string(boxes->size()) : std::string("no")) +
@@ -306,6 +311,7 @@ class PyCheckpointer {
         s = box != nullptr && box->has_value()
                 ? builder.AddShard(names[i], tensors[i], (*box)->first, (*box)->second, when)
                 : builder.AddTensor(names[i], tensors[i], when);
+        if (s.ok() && frozen && (*frozen)[i]) s = builder.MarkFrozen(names[i]);
       }
       for (auto& [name, bytes] : blob_bytes) {
         if (!s.ok()) break;
@@ -510,8 +516,10 @@ std::unique_ptr<PyCheckpointer> OpenCheckpointer(
     double block_timeout, int keep_last, uint64_t keep_every, const std::string& io_engine,
     bool direct_io, unsigned io_queue_depth, unsigned io_size, unsigned threads, int rank,
     int world_size, const py::object& store, double commit_timeout, bool read_only,
-    const std::string& snapshot, bool cuda) {
+    const std::string& snapshot, bool cuda, bool incremental, bool compress_auto) {
   CheckpointOptions o;
+  o.incremental = incremental;
+  o.compress_auto = compress_auto;
   if (snapshot == "eager") {
     o.snapshot = SnapshotMode::kEager;
   } else if (snapshot == "lazy") {
@@ -607,15 +615,19 @@ void BindCheckpointer(py::module_& m) {
            py::arg("io_size") = 4u << 20, py::arg("threads") = 0, py::arg("rank") = 0,
            py::arg("world_size") = 1, py::arg("store") = py::none(),
            py::arg("commit_timeout") = 0.0, py::arg("read_only") = false,
-           py::arg("snapshot") = "eager", py::arg("cuda") = false)
+           py::arg("snapshot") = "eager", py::arg("cuda") = false,
+           py::arg("incremental") = false, py::arg("compress_auto") = false)
       .def("save", &PyCheckpointer::Save, py::arg("step"), py::arg("names"), py::arg("tensors"),
            py::arg("blobs"), py::arg("boxes") = py::none(), py::arg("forward") = py::none(),
+           py::arg("frozen") = py::none(),
            "Snapshots the tensors and blobs (GIL released) and returns a SaveHandle; the data "
            "is persisted and committed in the background. boxes: per tensor None (the whole "
            "tensor) or (global_shape, offsets) of the shard it holds. forward: per tensor True "
            "when the forward pass writes it (a BatchNorm buffer), so its copy goes first and "
-           "before_write('forward') waits for it. CUDA tensors and lazy host snapshots are "
-           "copied after save() returned: see before_write().")
+           "before_write('forward') waits for it. frozen: per tensor True when its bytes are "
+           "those of the previous save (incremental checkpoints reference it without copying). "
+           "CUDA tensors and lazy host snapshots are copied after save() returned: see "
+           "before_write().")
       .def("before_write", &PyCheckpointer::BeforeWrite, py::arg("barrier"),
            py::arg("timeout") = 600.0,
            "The lazy barrier: 'forward' before the forward pass, 'optimizer_step' before the "

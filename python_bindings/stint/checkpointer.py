@@ -62,7 +62,7 @@ Thread-compatible: use one Checkpointer from one thread at a time.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterable, List, Literal, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Tuple, Union
 
 import torch
 
@@ -113,7 +113,13 @@ class Checkpointer:
     Options (all keyword-only; defaults as in the C++ CheckpointOptions):
       keep_last=3        newest K committed checkpoints kept (0: all)
       keep_every=0       also keep steps divisible by N forever
-      compress=False     zstd per chunk; zstd_level=1
+      compress=False     zstd per chunk; zstd_level=1. "auto": each save
+                         compresses a sample and uses zstd only where it
+                         writes more logical bytes/s than raw (a slow or
+                         shared path); stats()["last"]["compress_decision"]
+      incremental=False  a save writes only the chunks whose bytes changed since
+                         the newest committed checkpoint and references the
+                         rest there (XXH3-128 of each chunk); see save(frozen=)
       chunk_size=8 MiB   multiple of 4096
       staging_bytes=0    staging pool size (0: twice the first snapshot)
       busy_policy="block" or "skip" when the staging pool is full; block_timeout=600 s
@@ -140,18 +146,23 @@ class Checkpointer:
     """
 
     def __init__(self, root: PathLike, *, keep_last: int = 3, keep_every: int = 0,
-                 compress: bool = False, zstd_level: int = 1, chunk_size: int = 8 << 20,
+                 compress: Union[bool, str] = False, zstd_level: int = 1,
+                 chunk_size: int = 8 << 20,
                  staging_bytes: int = 0, busy_policy: str = "block", block_timeout: float = 600.0,
                  io_engine: str = "auto", direct_io: bool = True, io_queue_depth: int = 32,
                  io_size: int = 4 << 20, threads: int = 0, job_id: str = "",
                  fencing_token: int = 0, process_group: Any = None,
                  collective: Optional[bool] = None, commit_timeout: float = 0.0,
-                 snapshot: str = "auto", cuda: Optional[bool] = None) -> None:
+                 snapshot: str = "auto", cuda: Optional[bool] = None,
+                 incremental: bool = False) -> None:
         if snapshot not in ("auto", "eager", "lazy"):
             raise _C.InvalidArgumentError(
                 "snapshot must be 'auto', 'eager' or 'lazy', got %r" % (snapshot,))
         if cuda is None:
             cuda = torch.cuda.is_available()
+        if compress not in (True, False, "auto"):
+            raise _C.InvalidArgumentError(
+                "compress must be True, False or 'auto', got %r" % (compress,))
         self._snapshot = snapshot
         self._hooks: List[Any] = []
         self._attached_modules: List[torch.nn.Module] = []
@@ -168,17 +179,21 @@ class Checkpointer:
                 store = self._group.store
         self._rank = rank
         self._c = _C.Checkpointer(
-            os.fspath(root), keep_last=keep_last, keep_every=keep_every, compress=compress,
+            os.fspath(root), keep_last=keep_last, keep_every=keep_every,
+            compress=compress is True, compress_auto=compress == "auto",
             zstd_level=zstd_level, chunk_size=chunk_size, staging_bytes=staging_bytes,
             busy_policy=busy_policy, block_timeout=block_timeout, io_engine=io_engine,
             direct_io=direct_io, io_queue_depth=io_queue_depth, io_size=io_size, threads=threads,
             job_id=job_id, fencing_token=fencing_token, rank=rank, world_size=world_size,
             store=store, commit_timeout=commit_timeout,
-            snapshot="eager" if snapshot == "eager" else "lazy", cuda=bool(cuda))
+            snapshot="eager" if snapshot == "eager" else "lazy", cuda=bool(cuda),
+            incremental=incremental)
 
     # -- saving ---------------------------------------------------------------
 
-    def save(self, step: int, state: Any) -> _C.SaveHandle:
+    def save(self, step: int, state: Any,
+             frozen: Union[None, Iterable[str], Callable[[str, torch.Tensor], bool]] = None
+             ) -> _C.SaveHandle:
         """Checkpoints `state` as step `step`. Returns a SaveHandle that
         unpacks as (staged, durable) futures. Eager snapshots: `state` may be
         modified as soon as save() returns. Lazy: once staged is done, or
@@ -186,6 +201,14 @@ class Checkpointer:
         already; a background failure of an earlier save is raised here once.
         Collective: every rank calls it with the same step; durable fails on
         every rank when one rank fails or the shards do not tile a tensor.
+
+        frozen (incremental=True): the tensors whose bytes are those of the
+        previous save, e.g. a frozen base model under LoRA: their names
+        (``"model.base.weight"``, as stint inspect lists them) or a predicate
+        ``(name, tensor) -> bool``. They are referenced in the previous
+        checkpoint without being copied or hashed. A promise: a flagged
+        tensor that did change is saved with its old bytes. Without it every
+        tensor is hashed and only changed chunks are written.
         """
         _check_step(step)
         flat = pytree.flatten(state, self._rank)
@@ -193,7 +216,8 @@ class Checkpointer:
         blobs[pytree.STRUCTURE_BLOB] = flat.structure
         forward = self._written_by_forward(flat.tensors)
         handle = self._c.save(step, flat.names, flat.tensors, blobs,
-                              flat.boxes if flat.sharded() else None, forward)
+                              flat.boxes if flat.sharded() else None, forward,
+                              _frozen_flags(frozen, flat.names, flat.tensors))
         if not self.lazy:
             # Eager: nothing may still be reading the state when save() returns.
             self._c.wait_staged()
@@ -406,6 +430,23 @@ class Checkpointer:
 
     def __repr__(self) -> str:
         return "<stint.Checkpointer %s>" % ("closed" if self._c.closed else self._c.root)
+
+
+def _frozen_flags(frozen: Union[None, Iterable[str], Callable[[str, torch.Tensor], bool]],
+                  names: List[str], tensors: List[torch.Tensor]) -> Optional[List[bool]]:
+    if frozen is None:
+        return None
+    if callable(frozen):
+        return [bool(frozen(n, t)) for n, t in zip(names, tensors)]
+    if isinstance(frozen, str):
+        raise TypeError("frozen= takes tensor names (an iterable of str) or a predicate, "
+                        "not one string %r" % (frozen,))
+    wanted = set(frozen)
+    unknown = wanted.difference(names)
+    if unknown:
+        raise _C.NotFoundError("frozen= names tensors the state does not hold: %s"
+                               % ", ".join(sorted(unknown)))
+    return [n in wanted for n in names]
 
 
 def _is_tensor(x: Any) -> bool:

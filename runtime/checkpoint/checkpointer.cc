@@ -15,6 +15,7 @@
 #include "base/clock.h"
 #include "base/thread_pool.h"
 #include "checkpoint/commit.h"
+#include "checkpoint/compress_policy.h"
 #include "checkpoint/device_load.h"
 #include "checkpoint/in_memory_checkpoint.h"
 #include "checkpoint/incremental_base.h"
@@ -568,8 +569,15 @@ class CheckpointerImpl final : public Checkpointer {
       // Registered once for the buffer's life (the pool unregisters it before
       // unmapping): pinning 1 GiB on every save costs more than it saves.
       engine_->RegisterBuffer(job->snapshot.buffer->data(), job->snapshot.buffer->size());
-      PersistOptions po{options_.compress, options_.zstd_level, options_.direct_io,
-                        options_.io_size, options_.incremental, job->base.get()};
+      bool compress = options_.compress;
+      if (options_.compress_auto) {
+        CompressChoice choice = compress_policy_.Decide(job->snapshot, &pool_);
+        compress = choice.compress;
+        job->stats.compress_decision = std::move(choice.why);
+      }
+      job->stats.compressed = compress;
+      PersistOptions po{compress,          options_.zstd_level, options_.direct_io,
+                        options_.io_size,  options_.incremental, job->base.get()};
       auto persisted = PersistSnapshot(env_, engine_.get(), &pool_, job->snapshot,
                                        tmp + "/" + RankFileName(options_.rank), po);
       if (persisted.ok()) file = std::move(*persisted);
@@ -578,6 +586,10 @@ class CheckpointerImpl final : public Checkpointer {
     }
     job->stats.persist_seconds = SecondsSince(t0);
     last_persist_seconds_ = job->stats.persist_seconds;
+    if (s.ok() && options_.compress_auto) {
+      compress_policy_.Record(job->stats.compressed, file.stored_bytes,
+                              job->stats.persist_seconds);
+    }
     job->stats.stored_bytes = file.stored_bytes;
     job->stats.referenced_bytes = file.referenced_bytes;
     job->stats.engine = engine_->name();
@@ -775,6 +787,7 @@ class CheckpointerImpl final : public Checkpointer {
   uint64_t saves_started_ = 0;                 // the training thread's
   uint64_t loads_started_ = 0;                 // the training thread's
   double last_persist_seconds_ = 0;            // the persist thread's
+  CompressPolicy compress_policy_{options_.zstd_level};  // the persist thread's
 
   RetentionGuard tier1_guard_;              // tier-1 retention skips the step being replicated
   std::unique_ptr<Replicator> replicator_;  // tier 2; with a replica_root only

@@ -109,6 +109,14 @@ struct CheckpointOptions {
   std::function<Status(uint64_t fencing_token)> token_guard;
   uint64_t chunk_size = 8u << 20;  // REQUIRES: multiple of 4096. Default: 8 MiB
   bool compress = false;           // zstd per chunk, independent frames. Default: false
+  // zstd only where it pays: each save compresses a sample of its first
+  // chunks on the helper threads and compresses only if min(zstd's rate,
+  // the raw write rate x zstd's ratio) beats the raw write rate measured on
+  // this Checkpointer's raw saves by 10% (a slow or shared target, not a
+  // fast local disk). The first save, and every 17th after 16 compressed
+  // ones, is written raw to measure the disk. SaveStats::compressed and
+  // compress_decision report the choice. Overrides `compress`. Default: false
+  bool compress_auto = false;
   // Incremental checkpoints: a save hashes every chunk (XXH3-128 of its raw
   // bytes) and, where the newest committed checkpoint holds the same bytes
   // for the same tensor box and chunk, references that chunk in the new
@@ -184,6 +192,8 @@ struct SaveStats {
   uint64_t raw_bytes = 0;
   uint64_t stored_bytes = 0;  // written by this save (referenced chunks not counted)
   uint64_t referenced_bytes = 0;  // incremental: raw bytes referenced, not written
+  bool compressed = false;        // zstd was used (compress, or compress_auto chose it)
+  std::string compress_decision;  // compress_auto: what it chose and the figures why
   double snapshot_seconds = 0;  // in Save(): the training thread's stall
   double persist_seconds = 0;   // data written and fdatasync'ed
   double commit_seconds = 0;    // manifest, renames, LATEST
