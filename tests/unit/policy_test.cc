@@ -1246,35 +1246,31 @@ TEST(PolicyService, ClassesStepAtOneTenAndAHundredGpuHours) {
       {GpuHours(1e6), 3}};  // the deepest class is service_classes - 1
   for (const auto& [service, expected] : steps) {
     j.service_gpu_seconds = service;
-    EXPECT_EQ(ServiceClass(j, j.submit_ms, config), expected) << service;
+    EXPECT_EQ(ServiceClass(j, config), expected) << service;
   }
   PolicyConfig two = config;
   two.service_classes = 2;
-  EXPECT_EQ(ServiceClass(j, j.submit_ms, two), 1);
+  EXPECT_EQ(ServiceClass(j, two), 1);
   PolicyConfig coarse = config;
   coarse.service_class_gpu_hours = 50;
   j.service_gpu_seconds = GpuHours(49);
-  EXPECT_EQ(ServiceClass(j, j.submit_ms, coarse), 0);
+  EXPECT_EQ(ServiceClass(j, coarse), 0);
 }
 
-TEST(PolicyService, StarvationGuardLiftsAJobThatWaitedLongerThanItRan) {
+TEST(PolicyService, AJobStarvesOnceItWaitedFourTimesWhatItRan) {
   PolicyConfig config;
-  config.service_starvation_factor = 1;  // lifted once it waited longer than it ran
   Job j;
-  j.max_gpus = 1;
-  j.service_gpu_seconds = GpuHours(100);  // class 3, 100 h run
+  j.max_gpus = 2;
+  j.service_gpu_seconds = GpuHours(20);  // 10 h run at 2 GPUs
   j.submit_ms = kNow;
-  EXPECT_EQ(ServiceClass(j, kNow + Hours(100), config), 3);  // waited 0 h
-  EXPECT_FALSE(Starving(j, kNow + Hours(150), config));      // waited 50 h
-  EXPECT_TRUE(Starving(j, kNow + Hours(201), config));       // waited 101 h
-  EXPECT_EQ(ServiceClass(j, kNow + Hours(201), config), 2);
-  EXPECT_EQ(ServiceClass(j, kNow + Hours(350), config), 1);  // waited 2.5 run times
-  EXPECT_EQ(ServiceClass(j, kNow + Hours(1000), config), 0);
-  config.service_starvation_factor = 4;  // the default: 4 run times per class
-  EXPECT_EQ(ServiceClass(j, kNow + Hours(350), config), 3);
-  EXPECT_EQ(ServiceClass(j, kNow + Hours(550), config), 2);
+  EXPECT_FALSE(Starving(j, kNow + Hours(50), config));  // waited 40 h
+  EXPECT_TRUE(Starving(j, kNow + Hours(51), config));   // waited 41 h
+  config.service_starvation_factor = 1;
+  EXPECT_TRUE(Starving(j, kNow + Hours(21), config));
   config.service_starvation_guard = false;
-  EXPECT_EQ(ServiceClass(j, kNow + Hours(1000), config), 3);
+  EXPECT_FALSE(Starving(j, kNow + Hours(1000), config));
+  j.service_gpu_seconds = 0;  // never ran: not starved of service, just queued
+  EXPECT_FALSE(Starving(j, kNow + Hours(1000), PolicyConfig()));
 }
 
 TEST(PolicyService, AStarvingJobIsNotPreemptedForServiceClass) {

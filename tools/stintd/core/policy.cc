@@ -33,7 +33,7 @@ double ScoreParts(const Job& job, TimeMs now, const PolicyConfig& c, int team_he
       team != nullptr && team_held < team->guaranteed_gpus ? c.guarantee_bonus_points : 0.0;
   const double share = team != nullptr && usage_sum > 0 ? team->usage_gpu_seconds / usage_sum : 0.0;
   const double fair_share = -c.fair_share_points * share;
-  const int service_class = ServiceClass(job, now, c);
+  const int service_class = ServiceClass(job, c);
   const double service = -c.service_class_points * service_class;
   const double score = level + aging + guarantee + fair_share + service;
   if (info != nullptr) {
@@ -222,7 +222,7 @@ class Planner {
         d = std::max(d, seg.shrink_deadline_ms);
       }
 
-      Victim v{&seg, job, 0, release, team, job != nullptr ? ServiceClass(*job, now_, c_) : 0,
+      Victim v{&seg, job, 0, release, team, job != nullptr ? ServiceClass(*job, c_) : 0,
                0, {}, false, job != nullptr && Starving(*job, now_, c_)};
       for (const Allocation& a : seg.allocs) {
         const int slot = SlotOf(a.window_id);
@@ -978,37 +978,20 @@ const char* BlockReasonName(BlockReason r) {
   return "unknown";
 }
 
-namespace {
-
-// Seconds the job has run (attained GPU-seconds at max_gpus) and waited
-// (the rest of its time since submit) by `now`.
-std::pair<double, double> RunAndWaitSeconds(const Job& job, TimeMs now) {
-  const double run = job.service_gpu_seconds / std::max(1, job.max_gpus);
-  const double since_submit = std::max<TimeMs>(0, now - job.submit_ms) / 1000.0;
-  return {run, std::max(0.0, since_submit - run)};
-}
-
-}  // namespace
-
 bool Starving(const Job& job, TimeMs now, const PolicyConfig& config) {
   if (!config.service_starvation_guard) return false;
-  const auto [run, wait] = RunAndWaitSeconds(job, now);
+  // Run time: attained GPU-seconds at max_gpus; wait: the rest since submit.
+  const double run = job.service_gpu_seconds / std::max(1, job.max_gpus);
+  const double wait = std::max<TimeMs>(0, now - job.submit_ms) / 1000.0 - run;
   return run > 0 && wait > config.service_starvation_factor * run;
 }
 
-int ServiceClass(const Job& job, TimeMs now, const PolicyConfig& config) {
+int ServiceClass(const Job& job, const PolicyConfig& config) {
   int k = 0;
   double threshold = config.service_class_gpu_hours * 3600.0;
   while (k + 1 < config.service_classes && threshold > 0 && job.service_gpu_seconds >= threshold) {
     k++;
     threshold *= std::max(1.0, config.service_class_factor);
-  }
-  if (k > 0 && Starving(job, now, config)) {
-    // One class up per factor x run time waited: a long job that new ones
-    // keep passing climbs back within a few of its own run times.
-    const auto [run, wait] = RunAndWaitSeconds(job, now);
-    const double step = std::max(1e-9, config.service_starvation_factor) * run;
-    k = std::max(0, k - static_cast<int>(std::min<double>(k, std::floor(wait / step))));
   }
   return k;
 }

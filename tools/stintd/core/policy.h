@@ -22,8 +22,7 @@
 // Ordering: base level (1000 points per priority level) + aging (points per
 // hour of waiting since the job became eligible, capped) + a bonus while the
 // job's team is below its guarantee - a fair-share penalty from the team's
-// decayed usage - a penalty per attained-service class (frozen once the job
-// has waited longer than it has run: the starvation guard). Planning is conservative backfill over a
+// decayed usage - a penalty per attained-service class. Planning is conservative backfill over a
 // per-window free-GPU profile: every job within plan_depth gets the earliest start that delays no
 // job ahead of it, so backfill never delays the head reservation. Gangs are admitted atomically: a
 // job gets >= min_gpus at once or nothing, and nothing is held for a partial gang. A gang may
@@ -79,12 +78,13 @@ struct PolicyConfig {
   // short job need not queue behind long ones. 0: only a higher level
   // preempts.
   int service_preempt_classes = 1;
-  // Starvation guard: a job that has waited (time since submit not spent
-  // running) longer than service_starvation_factor x its run time rises one
-  // class per that much waiting (down to class 0), and is not preempted for
-  // service class while so. It bounds how long LAS keeps the longest jobs
-  // behind new ones (their p99 JCT). false: classes follow attained service
-  // alone.
+  // Starvation guard: a running job that has waited (time since submit
+  // not spent running) longer than service_starvation_factor x its run
+  // time is not preempted for service class (only by a higher level) while
+  // so. Under LAS alone such a job restarts at the head (aging lifts it)
+  // and is preempted again by every new job after min_run: it never ends
+  // while new ones keep coming. The guard lets it run until its run time
+  // catches up. false: preemption follows attained service alone.
   bool service_starvation_guard = true;
   double service_starvation_factor = 4;
   // A gang spanning k windows (nodes) of a pool runs 1 + slowdown x (k - 1)
@@ -189,13 +189,12 @@ struct Plan {
 double JobScore(const ClusterState& state, const Job& job, TimeMs now, const PolicyConfig& config,
                 PendingInfo* info);
 
-// The job's attained-service class at `now`, 0 .. service_classes - 1,
-// after the starvation guard's lift.
-int ServiceClass(const Job& job, TimeMs now, const PolicyConfig& config);
+// The job's attained-service class, 0 .. service_classes - 1.
+int ServiceClass(const Job& job, const PolicyConfig& config);
 
-// Whether the starvation guard lifts the job at `now`: it has waited longer
-// than service_starvation_factor x its run time (attained GPU-seconds /
-// max_gpus).
+// Whether the starvation guard shields the job at `now`: it has waited
+// longer than service_starvation_factor x its run time (attained
+// GPU-seconds / max_gpus).
 bool Starving(const Job& job, TimeMs now, const PolicyConfig& config);
 
 // Minimum useful segment of a job: restart + one interval + checkpoint + safety.
