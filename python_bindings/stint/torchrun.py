@@ -81,7 +81,8 @@ class StintKv:
         req = urllib.request.Request(self.url + path, data=data, method=method, headers={
             "Authorization": "Bearer " + self._token, "Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(req, timeout=self._timeout + wait, context=self._context) as r:
+            with urllib.request.urlopen(req, timeout=self._timeout + wait,
+                                        context=self._context) as r:
                 return r.status, json.loads(r.read().decode() or "null")
         except urllib.error.HTTPError as e:
             text = e.read().decode(errors="replace")
@@ -240,7 +241,8 @@ class StintStore(dist.Store):
         while True:
             found = self._kv.get(self._key(key))
             new = change(None if found is None else _decode(found[0]))
-            if self._kv.put(self._key(key), _encode(new), 0 if found is None else found[1]) is not None:
+            version = 0 if found is None else found[1]
+            if self._kv.put(self._key(key), _encode(new), version) is not None:
                 return result(new)
 
 
@@ -254,12 +256,14 @@ def _kv_from_params(params: RendezvousParameters) -> StintKv:
     except ValueError:
         job_id = 0
     if job_id <= 0:
-        raise ValueError("stint rendezvous: --rdzv-id must be the stintd job id (got %r)" % params.run_id)
+        raise ValueError("stint rendezvous: --rdzv-id must be the stintd job id (got %r)"
+                         % params.run_id)
     token = os.environ.get("STINT_COORD_TOKEN") or os.environ.get("STINT_WORKER_SECRET") or ""
     token_file = params.get("token_file")
     if not token and token_file:
         with open(token_file) as f:
-            token = next((line.strip() for line in f if line.strip() and not line.startswith("#")), "")
+            lines = (line.strip() for line in f)
+            token = next((line for line in lines if line and not line.startswith("#")), "")
     if not token:
         raise ValueError("stint rendezvous: no token: set $STINT_COORD_TOKEN (the worker token) "
                          "or --rdzv-conf token_file=PATH")

@@ -239,7 +239,8 @@ TEST_F(AgentTest, AgentTokensHaveARightOfTheirOwn) {
   // An agent registers workers only into a job running on the node it names.
   auto job = admin_->Post("/v1/jobs", {{"name", "j"}, {"pool", "gpu"}, {"min_gpus", 2}});
   ASSERT_EQ(job.status, 201) << job.text;
-  const std::string workers = "/v1/jobs/" + std::to_string(job.body["id"].get<int64_t>()) + "/workers";
+  const std::string workers =
+      "/v1/jobs/" + std::to_string(job.body["id"].get<int64_t>()) + "/workers";
   ASSERT_TRUE(Eventually([&] { return Job(job.body["id"])["state"] == "RUNNING"; }));
   EXPECT_EQ(agent.Post(workers, {{"name", "w"}}).status, 403);
   EXPECT_EQ(agent.Post(workers, {{"name", "w"}, {"node", "elsewhere"}}).status, 403);
@@ -371,7 +372,9 @@ TEST_F(AgentTest, StintctlSubmitsACommandAndListsNodes) {
   Start();
   auto agent = Agent("n9", "0", {"--spot"});
   ASSERT_TRUE(agent->WaitForLine("stint-agent: node n9 registered: window ")) << agent->output();
-  auto ctl = [&](std::vector<std::string> args) { return RunProgram(STINTCTL_PATH, CtlArgs(args)); };
+  auto ctl = [&](std::vector<std::string> args) {
+    return RunProgram(STINTCTL_PATH, CtlArgs(args));
+  };
   RunResult nodes = ctl({"nodes"});
   EXPECT_EQ(nodes.exit_code, 0) << nodes.output;
   EXPECT_NE(nodes.output.find("n9"), std::string::npos) << nodes.output;
@@ -403,11 +406,11 @@ TEST_F(AgentTest, StintctlLogsFollowsTheWorkersOutputUntilTheJobEnds) {
   auto agent = Agent("n14", "0,1", {"--spot"});
   ASSERT_TRUE(agent->WaitForLine("stint-agent: node n14 registered: window ")) << agent->output();
   const std::string go = dir_.Sub("go");
-  const int64_t job = SubmitLaunch(
-      *admin_, 2,
-      "echo \"start $RANK\"; while [ ! -e \"$GO\" ]; do sleep 0.05; done; "
-      "printf 'caf\\303\\251 \\377 %s\\n' $RANK; printf 'end %s' $RANK",
-      {{"GO", go}});
+  const int64_t job =
+      SubmitLaunch(*admin_, 2,
+                   "echo \"start $RANK\"; while [ ! -e \"$GO\" ]; do sleep 0.05; done; "
+                   "printf 'caf\\303\\251 \\377 %s\\n' $RANK; printf 'end %s' $RANK",
+                   {{"GO", go}});
   ChildProcess follow(STINTCTL_PATH, CtlArgs({"logs", std::to_string(job), "--follow"}));
   // Both ranks' first lines arrive while the job still runs.
   ASSERT_TRUE(follow.WaitForLine("[rank 0] start 0", 30)) << follow.output() << agent->output();
@@ -424,15 +427,17 @@ TEST_F(AgentTest, StintctlLogsFollowsTheWorkersOutputUntilTheJobEnds) {
   const int status = follow.WaitAtMost(60, &killed);
   ASSERT_TRUE(!killed && WIFEXITED(status) && WEXITSTATUS(status) == 0) << follow.output();
   EXPECT_EQ(Job(job)["state"], "DONE");
-  for (const std::string& line : {"[rank 1] start 1", "[rank 0] caf\u00e9 \ufffd 0",
-                                  "[rank 1] caf\u00e9 \ufffd 1", "[rank 0] end 0", "[rank 1] end 1"}) {
-    EXPECT_NE(follow.output().find(line + "\n"), std::string::npos) << line << "\n" << follow.output();
+  for (const std::string& line :
+       {"[rank 1] start 1", "[rank 0] caf\u00e9 \ufffd 0", "[rank 1] caf\u00e9 \ufffd 1",
+        "[rank 0] end 0", "[rank 1] end 1"}) {
+    EXPECT_NE(follow.output().find(line + "\n"), std::string::npos) << line << "\n"
+                                                                    << follow.output();
   }
   RunResult again = RunProgram(STINTCTL_PATH, CtlArgs({"logs", std::to_string(job)}));
   EXPECT_EQ(again.exit_code, 0) << again.output;
   EXPECT_NE(again.output.find("[rank 1] end 1\n"), std::string::npos) << again.output;
   EXPECT_EQ(again.output.find("start 0"), again.output.rfind("start 0")) << "printed twice:\n"
-                                                                        << again.output;
+                                                                         << again.output;
   RunResult unknown = RunProgram(STINTCTL_PATH, CtlArgs({"logs", "999"}));
   EXPECT_EQ(unknown.exit_code, 1) << unknown.output;
 }

@@ -38,29 +38,27 @@ using nlohmann::json;
 // A CA (`name`.pem, `name`.key) made by the openssl command; "" on success,
 // else what failed.
 std::string MakeCa(const TempDir& dir, const std::string& name) {
-  RunResult r = RunProgram(
-      "/usr/bin/openssl",
-      {"req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-       "-keyout", dir.Sub(name + ".key"), "-out", dir.Sub(name + ".pem"), "-days", "2", "-subj",
-       "/CN=stint test " + name});
+  RunResult r =
+      RunProgram("/usr/bin/openssl",
+                 {"req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                  "-nodes", "-keyout", dir.Sub(name + ".key"), "-out", dir.Sub(name + ".pem"),
+                  "-days", "2", "-subj", "/CN=stint test " + name});
   return r.exit_code == 0 ? "" : r.output;
 }
 
 // server.pem / server.key for IP 127.0.0.1 only, signed by the CA "ca".
 std::string MakeServerCert(const TempDir& dir) {
-  std::ofstream(dir.Sub("server.ext"))
-      << "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
-         "extendedKeyUsage=serverAuth\n";
+  std::ofstream(dir.Sub("server.ext")) << "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
+                                          "extendedKeyUsage=serverAuth\n";
   RunResult req = RunProgram(
       "/usr/bin/openssl",
       {"req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout",
        dir.Sub("server.key"), "-out", dir.Sub("server.csr"), "-subj", "/CN=127.0.0.1"});
   if (req.exit_code != 0) return req.output;
   RunResult sign = RunProgram(
-      "/usr/bin/openssl",
-      {"x509", "-req", "-in", dir.Sub("server.csr"), "-CA", dir.Sub("ca.pem"), "-CAkey",
-       dir.Sub("ca.key"), "-CAcreateserial", "-out", dir.Sub("server.pem"), "-days", "2",
-       "-extfile", dir.Sub("server.ext")});
+      "/usr/bin/openssl", {"x509", "-req", "-in", dir.Sub("server.csr"), "-CA", dir.Sub("ca.pem"),
+                           "-CAkey", dir.Sub("ca.key"), "-CAcreateserial", "-out",
+                           dir.Sub("server.pem"), "-days", "2", "-extfile", dir.Sub("server.ext")});
   return sign.exit_code == 0 ? "" : sign.output;
 }
 
@@ -73,8 +71,15 @@ class TlsTest : public ::testing::Test {
   }
 
   std::vector<std::string> TlsArgs() const {
-    return {"--tls-cert", certs_.Sub("server.pem"), "--tls-key", certs_.Sub("server.key"),
-            "--tick-seconds", "0.05", "--lease-ttl-seconds", "20", "--start-grace-seconds",
+    return {"--tls-cert",
+            certs_.Sub("server.pem"),
+            "--tls-key",
+            certs_.Sub("server.key"),
+            "--tick-seconds",
+            "0.05",
+            "--lease-ttl-seconds",
+            "20",
+            "--start-grace-seconds",
             "20"};
   }
 
@@ -101,7 +106,8 @@ TEST_F(TlsTest, StintctlReachesStintdOnlyThroughItsCa) {
 
   // No CA (the system's do not know the test CA), or another CA.
   for (const std::vector<std::string>& ca :
-       {std::vector<std::string>{}, std::vector<std::string>{"--ca-file", certs_.Sub("other-ca.pem")}}) {
+       {std::vector<std::string>{},
+        std::vector<std::string>{"--ca-file", certs_.Sub("other-ca.pem")}}) {
     std::vector<std::string> args = ca;
     args.insert(args.end(), {"pools", "add", "refused"});
     RunResult r = Ctl(url, args);
@@ -115,8 +121,8 @@ TEST_F(TlsTest, StintctlReachesStintdOnlyThroughItsCa) {
   EXPECT_NE(wrong_host.output.find("certificate was not verified"), std::string::npos)
       << wrong_host.output;
   // Plain HTTP to the TLS port gets no answer.
-  RunResult plain = Ctl("http://127.0.0.1:" + std::to_string(daemon.port()),
-                        {"pools", "add", "refused"});
+  RunResult plain =
+      Ctl("http://127.0.0.1:" + std::to_string(daemon.port()), {"pools", "add", "refused"});
   EXPECT_EQ(plain.exit_code, 3) << plain.output;
   // A CA file that is not there: a usage error, nothing sent.
   RunResult missing = Ctl(url, {"--ca-file", certs_.Sub("missing.pem"), "pools", "list"});
@@ -144,10 +150,10 @@ TEST_F(TlsTest, AnAgentAndItsWorkersVerifyStintdThroughTheCaFile) {
   ASSERT_EQ(other.status, 201) << other.text;
 
   // Without the CA the agent cannot register: exit 3, stintd unreachable.
-  RunResult refused = RunProgram(
-      STINT_AGENT_PATH, {"--coord", daemon.url(), "--token-file", daemon.agent_token_file(),
-                         "--pool", "gpu", "--gpus", "0", "--node", "n0", "--spot", "--workdir",
-                         dir_.Sub("agent-n0")});
+  RunResult refused =
+      RunProgram(STINT_AGENT_PATH, {"--coord", daemon.url(), "--token-file",
+                                    daemon.agent_token_file(), "--pool", "gpu", "--gpus", "0",
+                                    "--node", "n0", "--spot", "--workdir", dir_.Sub("agent-n0")});
   EXPECT_EQ(refused.exit_code, 3) << refused.output;
   EXPECT_NE(refused.output.find("certificate was not verified"), std::string::npos)
       << refused.output;
@@ -187,9 +193,14 @@ TEST_F(TlsTest, AnAgentAndItsWorkersVerifyStintdThroughTheCaFile) {
 TEST_F(TlsTest, ACertificateLetsStintdListenBeyondLoopback) {
   std::ofstream(dir_.Sub("admin.tokens")) << StintdProcess::kAdminToken << "\n";
   std::ofstream(dir_.Sub("worker.tokens")) << StintdProcess::kWorkerToken << "\n";
-  const std::vector<std::string> base = {
-      "--db",       dir_.Sub("stintd.db"), "--admin-token-file", dir_.Sub("admin.tokens"),
-      "--worker-token-file", dir_.Sub("worker.tokens"), "--listen", "0.0.0.0:0"};
+  const std::vector<std::string> base = {"--db",
+                                         dir_.Sub("stintd.db"),
+                                         "--admin-token-file",
+                                         dir_.Sub("admin.tokens"),
+                                         "--worker-token-file",
+                                         dir_.Sub("worker.tokens"),
+                                         "--listen",
+                                         "0.0.0.0:0"};
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> args = base;
     args.insert(args.end(), extra.begin(), extra.end());
@@ -199,8 +210,9 @@ TEST_F(TlsTest, ACertificateLetsStintdListenBeyondLoopback) {
   EXPECT_EQ(half.exit_code, 2) << half.output;
   EXPECT_NE(half.output.find("go together"), std::string::npos) << half.output;
   // The CA's key is not the server certificate's.
-  RunResult mismatched = RunProgram(
-      STINTD_PATH, with({"--tls-cert", certs_.Sub("server.pem"), "--tls-key", certs_.Sub("ca.key")}));
+  RunResult mismatched =
+      RunProgram(STINTD_PATH,
+                 with({"--tls-cert", certs_.Sub("server.pem"), "--tls-key", certs_.Sub("ca.key")}));
   EXPECT_EQ(mismatched.exit_code, 1) << mismatched.output;
   EXPECT_NE(mismatched.output.find("cannot load the TLS certificate"), std::string::npos)
       << mismatched.output;

@@ -2,6 +2,8 @@
 torchrun processes ("nodes") form one gloo group through the job's KV at
 stintd; one node dies (its agent and its worker SIGKILLed, as a machine
 would); torchrun restarts the survivor's worker, which forms a group of one.
+The backend's client also speaks https to a stintd with a test certificate,
+verified against the test CA (and refused without it).
 
 The backend is found the way torchrun finds any out-of-tree one: through
 the `torchrun.handlers` entry point. In a build tree there is no installed
@@ -11,20 +13,27 @@ entry point) next to the module under test.
 Needs the stintd binary ($STINTD_PATH, set by ctest); skipped without it.
 """
 
+import json
 import os
+import re
 import signal
+import ssl
 import subprocess
 import sys
 import time
 import tomllib
+import urllib.request
 
 import pytest
 
 from test_elastic import ADMIN, REPO, STINTD, WORKER, Stintd
 
 import stint
+from stint.torchrun import StintKv, StintRendezvousBackend
+from torch.distributed.elastic.rendezvous import RendezvousConnectionError
 
-pytestmark = pytest.mark.skipif(not os.path.exists(STINTD), reason="stintd is not built ($STINTD_PATH)")
+pytestmark = pytest.mark.skipif(not os.path.exists(STINTD),
+                                reason="stintd is not built ($STINTD_PATH)")
 
 TRAIN = r'''
 import os, sys, time
@@ -77,7 +86,8 @@ def test_two_nodes_form_one_dies_the_other_reforms(tmp_path):
     procs = {}
     try:
         daemon.call("POST", "/v1/pools", {"name": "p"})
-        job = daemon.call("POST", "/v1/jobs", {"name": "torchrun", "pool": "p", "min_gpus": 1})["id"]
+        job = daemon.call("POST", "/v1/jobs",
+                          {"name": "torchrun", "pool": "p", "min_gpus": 1})["id"]
         out = tmp_path / "out"
         out.mkdir()
         (tmp_path / "train.py").write_text(TRAIN)
@@ -131,3 +141,50 @@ def test_two_nodes_form_one_dies_the_other_reforms(tmp_path):
             except (ProcessLookupError, ValueError):
                 pass
         daemon.stop()
+
+
+def openssl(*args):
+    subprocess.run(["openssl"] + list(args), check=True, capture_output=True)
+
+
+def test_the_backend_verifies_an_https_stintd_against_its_ca(tmp_path):
+    """The backend's KV client over https: with the CA the state goes in and
+    out by compare-and-set; without it nothing is sent."""
+    d = str(tmp_path)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    openssl("req", "-x509", *ec, "-keyout", d + "/ca.key", "-out", d + "/ca.pem", "-days", "2",
+            "-subj", "/CN=stint test CA")
+    openssl("req", *ec, "-keyout", d + "/server.key", "-out", d + "/server.csr",
+            "-subj", "/CN=127.0.0.1")
+    (tmp_path / "ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", d + "/server.csr", "-CA", d + "/ca.pem", "-CAkey", d + "/ca.key",
+            "-CAcreateserial", "-out", d + "/server.pem", "-days", "2", "-extfile", d + "/ext")
+    env = dict(os.environ, STINTD_ADMIN_TOKEN=ADMIN, STINTD_WORKER_TOKEN=WORKER)
+    proc = subprocess.Popen([STINTD, "--listen", "127.0.0.1:0", "--db", d + "/stintd.db",
+                             "--tls-cert", d + "/server.pem", "--tls-key", d + "/server.key"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
+    try:
+        line = proc.stdout.readline()
+        m = re.search(r"listening on [\d.]+:(\d+) \(https\)", line)
+        assert m, line
+        url = "https://127.0.0.1:" + m.group(1)
+        ctx = ssl.create_default_context(cafile=d + "/ca.pem")
+        req = urllib.request.Request(url + "/v1/jobs", method="POST", data=json.dumps(
+            {"name": "j", "min_gpus": 1}).encode(), headers={"Authorization": "Bearer " + ADMIN})
+        with urllib.request.urlopen(req, timeout=10, context=ctx) as r:
+            job = json.loads(r.read())["id"]
+
+        backend = StintRendezvousBackend(StintKv(url, job, WORKER, ca_file=d + "/ca.pem"))
+        assert backend.get_state() is None
+        state, token, ok = backend.set_state(b"first")
+        assert ok and state == b"first"
+        assert backend.set_state(b"stale", token=token + 5) == (b"first", token, False)
+        assert backend.set_state(b"second", token=token)[2]
+        assert backend.get_state()[0] == b"second"
+
+        untrusted = StintRendezvousBackend(StintKv(url, job, WORKER))  # the system's CAs only
+        with pytest.raises(RendezvousConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
+            untrusted.get_state()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -72,7 +72,8 @@ TEST(LogTails, AReadWaitsForOutputOrAWakeAndACursorFromBeforeARestartStartsOver)
   // A cursor of a stintd that held more before it restarted.
   EXPECT_EQ(Text(logs.Read(1, 500, milliseconds(0))), "hi\n");
   logs.Shutdown();
-  EXPECT_TRUE(logs.Read(1, 1, milliseconds(20000)).chunks.empty()) << "does not wait after Shutdown";
+  EXPECT_TRUE(logs.Read(1, 1, milliseconds(20000)).chunks.empty())
+      << "does not wait after Shutdown";
 }
 
 }  // namespace

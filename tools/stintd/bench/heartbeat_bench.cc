@@ -198,8 +198,8 @@ std::vector<Beat> SetUpWorkers(stint::StintdProcess* daemon, int workers) {
   PostJson(admin, "/v1/windows", {{"pool", "bench"}, {"gpus", 64}, {"end_ms", far}}, kAdmin);
   std::vector<int64_t> jobs;
   for (int j = 0; j < 64; j++) {
-    jobs.push_back(PostJson(
-        admin, "/v1/jobs", {{"name", "job" + std::to_string(j)}, {"min_gpus", 1}}, kAdmin)["id"]);
+    jobs.push_back(PostJson(admin, "/v1/jobs",
+                            {{"name", "job" + std::to_string(j)}, {"min_gpus", 1}}, kAdmin)["id"]);
   }
   // Wait for the tick to start every job, then register the workers.
   std::vector<Beat> beats;
@@ -207,13 +207,13 @@ std::vector<Beat> SetUpWorkers(stint::StintdProcess* daemon, int workers) {
     beats.clear();
     for (int w = 0; w < workers; w++) {
       const std::string path = "/v1/jobs/" + std::to_string(jobs[w % jobs.size()]) + "/workers";
-      auto r = admin.Post(path.c_str(), Auth(kWorker), json{{"name", "w" + std::to_string(w)}}.dump(),
-                          "application/json");
+      auto r = admin.Post(path.c_str(), Auth(kWorker),
+                          json{{"name", "w" + std::to_string(w)}}.dump(), "application/json");
       if (!r || r->status != 201) break;
       const json reg = json::parse(r->body);
-      beats.push_back({"/v1/workers/" + std::to_string(reg["worker_id"].get<int64_t>()) +
-                           "/heartbeat",
-                       reg.value("worker_secret", ""), "{\"step\":1}"});
+      beats.push_back(
+          {"/v1/workers/" + std::to_string(reg["worker_id"].get<int64_t>()) + "/heartbeat",
+           reg.value("worker_secret", ""), "{\"step\":1}"});
     }
     if (beats.size() < size_t(workers)) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -270,9 +270,10 @@ int main(int argc, char** argv) {
       return 1;
     }
     if (nodes > 0) {
-      std::printf("stintd-heartbeat-bench: %d nodes heartbeating, %d jobs submitted (%zu running)",
-                  nodes, queued,
-                  json::parse(admin.Get("/v1/jobs?state=RUNNING", Auth(kAdmin))->body)["jobs"].size());
+      std::printf(
+          "stintd-heartbeat-bench: %d nodes heartbeating, %d jobs submitted (%zu running)", nodes,
+          queued,
+          json::parse(admin.Get("/v1/jobs?state=RUNNING", Auth(kAdmin))->body)["jobs"].size());
     } else {
       std::printf("stintd-heartbeat-bench: %d workers", workers);
     }

@@ -862,7 +862,8 @@ void HttpApi::InstallRoutes() {
           const std::optional<std::string> node = STINT_HTTP_TRY(b.OptionalString("node"));
           // An agent registers workers only where it launches them: the
           // job's active segment must be placed on the node it names.
-          if (!node && registrar_auth->Check(req.get_header_value("Authorization")) == Right::kAgent) {
+          if (!node &&
+              registrar_auth->Check(req.get_header_value("Authorization")) == Right::kAgent) {
             return ErrorReply(Status::PermissionDenied(
                 "an agent token registers workers only for a node it names (\"node\")"));
           }
@@ -879,8 +880,8 @@ void HttpApi::InstallRoutes() {
               }
             });
             if (!placed) {
-              return ErrorReply(Status::PermissionDenied("job " + std::to_string(id) +
-                                                         " has no active segment on node " + *node));
+              return ErrorReply(Status::PermissionDenied(
+                  "job " + std::to_string(id) + " has no active segment on node " + *node));
             }
           }
           std::string secret;
@@ -1043,32 +1044,36 @@ void HttpApi::InstallRoutes() {
           return s.ok() ? Reply{200, {{"ok", true}}, {}, {}} : ErrorReply(s);
         });
   // --- workers' output (LogTails) ---
-  route(kGet, R"(/v1/jobs/(\d+)/logs)", Right::kWorker, [c, logs, max_wait](const httplib::Request& req) {
-    const int64_t job = STINT_HTTP_TRY(PathId(req, 1, "job"));
-    bool known = false;
-    c->Read([&](const ClusterState& s, const Plan&, TimeMs) { known = s.jobs.count(job) > 0; });
-    if (!known) return ErrorReply(Status::NotFound("no job " + std::to_string(job)));
-    const int64_t after = STINT_HTTP_TRY(QueryInt(req, "after", 0, 0));
-    const double wait = STINT_HTTP_TRY(QuerySeconds(req, "wait_seconds", 0, max_wait));
-    LogTails::Tail tail = logs->Read(job, after, Millis(wait));
-    std::string state;
-    c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
-      state = JobStateName(s.jobs.at(job).state);
-    });
-    json chunks = json::array();
-    for (const LogChunk& ch : tail.chunks) {
-      chunks.push_back({{"seq", ch.seq}, {"segment_id", ch.segment_id}, {"rank", ch.rank},
-                        {"text", ch.text}});
-    }
-    return Reply{200,
-                 {{"job_id", job},
-                  {"state", state},
-                  {"chunks", chunks},
-                  {"next", tail.next},
-                  {"dropped", tail.dropped}},
-                 {},
-                 {}};
-  });
+  route(
+      kGet, R"(/v1/jobs/(\d+)/logs)", Right::kWorker,
+      [c, logs, max_wait](const httplib::Request& req) {
+        const int64_t job = STINT_HTTP_TRY(PathId(req, 1, "job"));
+        bool known = false;
+        c->Read([&](const ClusterState& s, const Plan&, TimeMs) { known = s.jobs.count(job) > 0; });
+        if (!known) return ErrorReply(Status::NotFound("no job " + std::to_string(job)));
+        const int64_t after = STINT_HTTP_TRY(QueryInt(req, "after", 0, 0));
+        const double wait = STINT_HTTP_TRY(QuerySeconds(req, "wait_seconds", 0, max_wait));
+        LogTails::Tail tail = logs->Read(job, after, Millis(wait));
+        std::string state;
+        c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+          state = JobStateName(s.jobs.at(job).state);
+        });
+        json chunks = json::array();
+        for (const LogChunk& ch : tail.chunks) {
+          chunks.push_back({{"seq", ch.seq},
+                            {"segment_id", ch.segment_id},
+                            {"rank", ch.rank},
+                            {"text", ch.text}});
+        }
+        return Reply{200,
+                     {{"job_id", job},
+                      {"state", state},
+                      {"chunks", chunks},
+                      {"next", tail.next},
+                      {"dropped", tail.dropped}},
+                     {},
+                     {}};
+      });
 #undef STINT_HTTP_TRY
 
   server_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {

@@ -52,8 +52,7 @@ LogTails::Tail LogTails::Read(int64_t job_id, int64_t after, std::chrono::millis
   // (numbering started over): start from the beginning.
   if (after > log.last_seq) after = 0;
   const int64_t wakes = log.wakes;
-  cv_.wait_for(lock, wait,
-               [&] { return shutdown_ || log.last_seq > after || log.wakes != wakes; });
+  cv_.wait_for(lock, wait, [&] { return shutdown_ || log.last_seq > after || log.wakes != wakes; });
   Tail tail;
   tail.dropped = !log.chunks.empty() && log.chunks.front().seq > after + 1;
   for (const LogChunk& c : log.chunks) {

@@ -61,7 +61,7 @@ class LogTails {
     std::deque<LogChunk> chunks;
     size_t bytes = 0;
     int64_t last_seq = 0;
-    int64_t wakes = 0;  // Wake() calls
+    int64_t wakes = 0;                                 // Wake() calls
     std::map<std::pair<int64_t, int>, uint64_t> ends;  // (segment, rank) -> bytes received
   };
 
