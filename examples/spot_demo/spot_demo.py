@@ -5,14 +5,19 @@ Everything is real and on this machine: a stintd (its own SQLite file) on a
 loopback port, two pools ("onprem" hard fragments and "spot" capacity that
 comes and goes), worker processes of the LibTorch example
 examples/elastic_training (data-parallel over Gloo, 1..3 workers), and a
-competing higher-priority job. This script plays two parts that a cluster
-would split: the admin who feeds stintd windows (the scenario below), and the
-node agent that starts one worker per GPU of every running segment (stintd
-itself never starts processes).
+competing higher-priority job. The GPUs are lent by real stint-agent
+processes, one per simulated node (its own node name and GPU indices on this
+machine): an agent started makes its node's window (hard with an end, or spot
+with a notice lead), SIGTERM to it closes the window, and the agents start
+the jobs' workers (launch specs: one process per GPU), forward notices as
+SIGTERM and report their exits (75: requeue). This script plays the admin who
+starts and stops the nodes and submits the jobs, and reads the workers' logs
+from the agents' work directories to tell the story.
 
-What happens to the job "train": it starts on a 3-GPU hard window, loses a
-worker to a crash (the survivors re-form the group, the agent restarts the
-worker and it joins), gets a window-close notice (every rank stops at one
+What happens to the job "train": it starts on a 3-GPU hard node, loses a
+worker to a crash (the survivors re-form the group and go on with two; an
+agent starts a segment's workers once, so the lost GPU idles until the next
+segment), gets a window-close notice (every rank stops at one
 step boundary, rank 0 takes the emergency checkpoint, acks, all exit 75),
 resumes on spot GPUs, is preempted there by the urgent job, resumes on a
 1-GPU fragment while that runs, moves back to the spot pool when the
@@ -29,12 +34,21 @@ The final model of "train" is checked against an uninterrupted one-process
 reference run (float tolerance; every sample trained on exactly once per
 epoch).
 
+elastic_training takes its coordinator from flags (--url, --token, --job), so
+the launch command wraps it in /bin/sh to pass the agent's STINT_COORD_URL and
+STINT_JOB_ID and the demo's worker token: its workers register themselves
+rather than adopting the agent's per-worker registration.
+
   python3 examples/spot_demo/spot_demo.py --build build [--scale 1.0] [--keep 0]
+
+(needs build/examples/elastic_training, build/tools/stintd/stintd and
+build/tools/stint-agent/stint-agent)
 
 Exit status 0 when the model matches and every job finished; 1 otherwise.
 """
 
 import argparse
+import glob
 import json
 import os
 import re
@@ -49,6 +63,7 @@ import urllib.request
 
 ADMIN_TOKEN = "spot-demo-admin-token"
 WORKER_TOKEN = "spot-demo-worker-token"
+AGENT_TOKEN = "spot-demo-agent-token"
 DATASET, GLOBAL_BATCH = 240, 12  # examples/elastic_training
 EXIT_REQUEUE = 75
 
@@ -59,7 +74,8 @@ class Stintd:
     def __init__(self, binary, work, extra_args):
         os.makedirs(work, exist_ok=True)
         self.log_path = os.path.join(work, "stintd.log")
-        env = dict(os.environ, STINTD_ADMIN_TOKEN=ADMIN_TOKEN, STINTD_WORKER_TOKEN=WORKER_TOKEN)
+        env = dict(os.environ, STINTD_ADMIN_TOKEN=ADMIN_TOKEN, STINTD_WORKER_TOKEN=WORKER_TOKEN,
+                   STINTD_AGENT_TOKEN=AGENT_TOKEN)
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
             [binary, "--listen", "127.0.0.1:0", "--db", os.path.join(work, "stintd.db")] + extra_args,
@@ -93,18 +109,61 @@ class Stintd:
         self._log.close()
 
 
-class Worker:
-    """One elastic_training process of one segment."""
+class Agent:
+    """A stint-agent process: one simulated node lending GPU indices to a pool."""
 
-    def __init__(self, binary, stintd, job, segment_id, index, args, logs):
-        self.job_name, self.segment_id = job["name"], segment_id
-        self.name = "%s-s%d-%d" % (job["name"], segment_id, index)
-        self.log_path = os.path.join(logs, self.name + ".log")
+    def __init__(self, binary, stintd, node, pool, gpus, work, until_ms=None, spot_lead=None):
+        self.node, self.stintd = node, stintd
+        self.workdir = os.path.join(work, "agents", node)
+        os.makedirs(self.workdir, exist_ok=True)
+        args = [binary, "--coord", stintd.url, "--pool", pool, "--gpus", ",".join(map(str, gpus)),
+                "--node", node, "--addr", "127.0.0.1", "--heartbeat-seconds", "0.2",
+                "--workdir", self.workdir]
+        if until_ms is not None:
+            args += ["--until", str(until_ms // 1000)]  # unix seconds
+        if spot_lead is not None:
+            args += ["--spot", "--notice-lead", str(spot_lead)]
+        self.log_path = os.path.join(work, "agents", node + ".log")
         self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(
-            [binary, "--url", stintd.url, "--token", WORKER_TOKEN, "--job", str(job["id"]),
-             "--name", self.name] + args,
-            stdout=self._log, stderr=subprocess.STDOUT, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT,
+                                     env=dict(os.environ, STINT_AGENT_TOKEN=AGENT_TOKEN))
+
+    def workers(self, job_id):
+        """pids of the agent's live workers of stintd job `job_id`."""
+        pids = []
+        for tid in os.listdir("/proc/%d/task" % self.proc.pid):
+            with open("/proc/%d/task/%s/children" % (self.proc.pid, tid)) as f:
+                pids += [int(p) for p in f.read().split()]
+        mine = []
+        for pid in pids:
+            try:
+                with open("/proc/%d/environ" % pid, "rb") as f:
+                    env = f.read().split(b"\0")
+            except OSError:
+                continue  # exited meanwhile
+            if b"STINT_JOB_ID=%d" % job_id in env:
+                mine.append(pid)
+        return mine
+
+    def stop(self, wait=30):
+        """SIGTERM: the node's window closes with its notice lead, the agent
+        drains its workers and exits."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+
+class RankLog:
+    """One rank's log of one segment, as an agent writes it
+    (<workdir>/job-<id>/segment-<id>/rank-<r>.log)."""
+
+    def __init__(self, path, job_name, segment_id):
+        self.log_path, self.job_name, self.segment_id = path, job_name, segment_id
         self._offset = 0
 
     def new_lines(self):
@@ -115,15 +174,6 @@ class Worker:
         end = data.rfind(b"\n") + 1
         self._offset += end
         return data[:end].decode(errors="replace").splitlines()
-
-    def alive(self):
-        return self.proc.poll() is None
-
-    def close(self):
-        if self.alive():
-            self.proc.kill()
-            self.proc.wait()
-        self._log.close()
 
 
 class Demo:
@@ -138,9 +188,9 @@ class Demo:
         self.stintd = None     # the cluster's coordinator
         self.reference = None  # a second one, for the continuous runs alone
         self.jobs = {}          # name -> {"id", "name", "args"}
-        self.workers = []       # every Worker ever started
+        self.agents = {}        # node name -> Agent, every one ever started
+        self.rank_logs = {}     # path -> RankLog of every worker the agents started
         self.seen_segments = {}  # (job, segment id) -> last state printed
-        self.hold_respawn_until = {}  # job name -> monotonic time
         self.events = {"reforms": [], "checkpoints": 0, "preempted": 0, "resumed": [], "crashes": 0,
                        "last_step": {}}
         self.open_run = {}  # (job, segment) -> (world, first step) of its current generation
@@ -156,66 +206,73 @@ class Demo:
     def at_ms(self, seconds):
         return self.wall0_ms + int(seconds * 1000 * self.opts.scale)
 
-    # --- stintd as the admin ------------------------------------------
-    def window(self, pool, gpus, start, end=None, kind="hard", lead=0, stintd=None):
-        body = {"pool": pool, "gpus": gpus, "start_ms": self.at_ms(start), "kind": kind,
-                "notice_lead_seconds": lead}
-        if end is not None:
-            body["end_ms"] = self.at_ms(end)
-        w = (stintd or self.stintd).call("POST", "/v1/windows", body)
-        span = "%.0f-%.0fs" % (start * self.opts.scale, end * self.opts.scale) if end is not None \
-            else "from %.0fs, open-ended" % (start * self.opts.scale)
-        self.say("admin: %s window %d in pool %s: %d GPUs, %s" % (kind, w["id"], pool, gpus, span))
-        return w["id"]
+    # --- the nodes: stint-agent processes --------------------------------
+    def node(self, name, pool, gpus, end=None, spot_lead=None, stintd=None):
+        """Starts the agent of node `name`: a hard window until `end` (scenario
+        seconds), or a spot one with a notice lead."""
+        stintd = stintd or self.stintd
+        agent = Agent(os.path.join(self.build, "tools", "stint-agent", "stint-agent"), stintd, name,
+                      pool, gpus, self.work, until_ms=None if end is None else self.at_ms(end),
+                      spot_lead=spot_lead)
+        self.agents[name] = agent
+        kind = "hard, until %.0fs" % (end * self.opts.scale) if end is not None else \
+            "spot, notice lead %ss" % spot_lead
+        self.say("admin: node %s (stint-agent pid %d) lends GPUs %s to pool %s (%s)" % (
+            name, agent.proc.pid, ",".join(map(str, gpus)), pool, kind))
 
     def submit(self, name, pool, steps, min_gpus, max_gpus, priority="MEDIUM", stintd=None):
         stintd = stintd or self.stintd
-        job = stintd.call("POST", "/v1/jobs", {
-            "name": name, "pool": pool, "priority": priority, "min_gpus": min_gpus, "max_gpus": max_gpus,
-            "checkpoint_seconds": 1, "restart_seconds": 2, "checkpoint_interval_seconds": 20})
         ckpt = os.path.join(self.work, "ckpt-" + name)
         args = ["--steps", str(steps), "--sample-ms", str(self.opts.sample_ms), "--ckpt-dir", ckpt,
                 "--save-every", str(self.opts.save_every), "--out", os.path.join(self.work, name + ".json"),
                 "--timeout-ms", "5000"]
+        # The agents start one process per GPU; elastic_training takes its
+        # coordinator from flags, so a shell passes the agent's environment on.
+        wrap = ('exec "$0" --url "$STINT_COORD_URL" --token "$DEMO_TOKEN" --job "$STINT_JOB_ID" '
+                '--name "$STINT_WORKER_NAME" "$@"')
+        binary = os.path.join(self.build, "examples", "elastic_training")
+        launch = {"command": ["/bin/sh", "-c", wrap, binary] + args,
+                  "env": {"DEMO_TOKEN": WORKER_TOKEN, "OMP_NUM_THREADS": "1"}}
+        job = stintd.call("POST", "/v1/jobs", {
+            "name": name, "pool": pool, "priority": priority, "min_gpus": min_gpus, "max_gpus": max_gpus,
+            "checkpoint_seconds": 1, "restart_seconds": 2, "checkpoint_interval_seconds": 20,
+            "launch": launch})
         self.jobs[name] = {"id": job["id"], "name": name, "args": args, "steps": steps, "stintd": stintd}
         self.say("admin: job %d '%s' (%s, %d..%d GPUs, pool %s, %d steps)" %
                  (job["id"], name, priority, min_gpus, max_gpus, pool, steps))
 
-    # --- the node agent -------------------------------------------------
-    def agent_pass(self):
+    # --- what the agents and stintd did ---------------------------------
+    def observe(self):
+        """Narrates segment changes and the workers' new log lines."""
         for stintd in (self.stintd, self.reference):
-            self.start_workers(stintd)
-        for w in self.workers:
-            for line in w.new_lines():
-                self.narrate_worker(w, line)
-
-    def start_workers(self, stintd):
-        now = time.monotonic()
-        segments = stintd.call("GET", "/v1/segments")["segments"]
-        by_job = {j["id"]: j for j in self.jobs.values() if j["stintd"] is stintd}
-        for s in segments:
-            job = by_job.get(s["job_id"])
-            if job is None:
-                continue
-            key = (job["name"], s["id"])  # segment ids are per coordinator
-            if self.seen_segments.get(key) != s["state"]:
-                self.seen_segments[key] = s["state"]
-                if stintd is self.stintd:
-                    self.narrate_segment(job, s)
-            if s["state"] != "running" or now < self.hold_respawn_until.get(job["name"], 0):
-                continue
-            ours = [w for w in self.workers if (w.job_name, w.segment_id) == key]
-            live = [w for w in ours if w.alive()]
-            started = len(ours)
-            for i in range(s["gpus"] - len(live)):
-                self.workers.append(Worker(os.path.join(self.build, "examples", "elastic_training"), stintd,
-                                           job, s["id"], started + i, job["args"], self.logs))
+            by_job = {j["id"]: j for j in self.jobs.values() if j["stintd"] is stintd}
+            for s in stintd.call("GET", "/v1/segments")["segments"]:
+                job = by_job.get(s["job_id"])
+                key = None if job is None else (job["name"], s["id"])  # segment ids are per coordinator
+                if key is not None and self.seen_segments.get(key) != s["state"]:
+                    self.seen_segments[key] = s["state"]
+                    if stintd is self.stintd:
+                        self.narrate_segment(job, s)
+            for agent in self.agents.values():
+                if agent.stintd is not stintd:
+                    continue
+                for path in glob.glob(os.path.join(agent.workdir, "job-*", "segment-*", "rank-*.log")):
+                    if path not in self.rank_logs:
+                        parts = path.split(os.sep)
+                        job = by_job.get(int(parts[-3][len("job-"):]))
+                        if job is not None:
+                            self.rank_logs[path] = RankLog(path, job["name"], int(parts[-2][len("segment-"):]))
+        for log in self.rank_logs.values():
+            for line in log.new_lines():
+                self.narrate_worker(log, line)
 
     def narrate_segment(self, job, s):
         where = ", ".join("window %d x%d" % (a["window_id"], a["gpus"]) for a in s["allocs"])
         if s["state"] == "running":
-            self.say("stintd: segment %d of '%s' starts on %s (%d GPUs); agent starts %d workers" %
-                     (s["id"], job["name"], where, s["gpus"], s["gpus"]))
+            nodes = ", ".join("%s GPUs %s" % (self.node_of(p["window_id"]), ",".join(map(str, p["gpus"])))
+                              for p in s.get("placement", []))
+            self.say("stintd: segment %d of '%s' starts on %s (%d GPUs: %s); its agents start the workers" %
+                     (s["id"], job["name"], where, s["gpus"], nodes))
         elif s["state"] == "notified":
             self.say("stintd: notice to '%s' (segment %d): %s, deadline in %.1fs" %
                      (job["name"], s["id"], s["notice_reason"],
@@ -264,6 +321,12 @@ class Demo:
             self.say("%s: a collective failed (%s): the step is skipped, the group re-forms" %
                      (name, line.split(":", 1)[1].strip()[:70]))
 
+    def node_of(self, window_id):
+        for w in self.stintd.call("GET", "/v1/windows")["windows"]:
+            if w["id"] == window_id:
+                return w.get("node") or "window %d" % window_id
+        return "window %d" % window_id
+
     def close_run(self, name, segment_id, step):
         """Ends the open generation of (name, segment) at `step`."""
         run = self.open_run.pop((name, segment_id), None)
@@ -276,14 +339,18 @@ class Demo:
 
     # --- the scenario -------------------------------------------------
     def crash_one(self, name):
-        live = [w for w in self.workers if w.job_name == name and w.alive()]
-        if not live:
-            return
-        victim = live[-1]
-        os.kill(victim.proc.pid, signal.SIGKILL)
-        self.events["crashes"] += 1
-        self.hold_respawn_until[name] = time.monotonic() + 1.0
-        self.say("chaos: SIGKILL worker %s (pid %d); the agent restarts it in 1s" % (victim.name, victim.proc.pid))
+        job = self.jobs[name]
+        for agent in self.agents.values():
+            if agent.stintd is not job["stintd"] or agent.proc.poll() is not None:
+                continue
+            pids = agent.workers(job["id"])
+            if pids:
+                victim = max(pids)
+                os.kill(victim, signal.SIGKILL)
+                self.events["crashes"] += 1
+                self.say("chaos: SIGKILL a worker of '%s' on node %s (pid %d); the others re-form without it"
+                         % (name, agent.node, victim))
+                return
 
     def run(self):
         o = self.opts
@@ -303,10 +370,9 @@ class Demo:
         self.reference.call("POST", "/v1/pools", {"name": "continuous", "description": "one long window"})
         self.say("reference stintd (the continuous runs alone) on %s" % self.reference.url)
         steps = o.steps
-        self.window("continuous", 6, 0, 3600, stintd=self.reference)
-        self.window("onprem", 3, 0, 50)
-        spot_a = self.window("spot", 2, 30, kind="spot", lead=4)
-        self.window("onprem", 1, 75, 115)
+        # Simulated nodes, each a stint-agent with GPU indices of its own.
+        self.node("ref-node", "continuous", [0, 1, 2, 3, 4, 5], end=3600, stintd=self.reference)
+        self.node("onprem-a", "onprem", [0, 1, 2], end=50)
         self.submit("continuous", "continuous", steps, 1, 3, stintd=self.reference)
         for world in (1, 2):
             self.submit("pace-%d" % world, "continuous", o.pace_steps, world, world, stintd=self.reference)
@@ -314,9 +380,11 @@ class Demo:
         s = o.scale
         scenario = [
             (20, lambda: self.crash_one("train")),
+            (30, lambda: self.node("spot-a", "spot", [0, 1], spot_lead=4)),
             (62, lambda: self.submit("urgent", "spot", o.urgent_steps, 2, 2, priority="HIGH")),
-            (100, lambda: self.window("spot", 2, 100, kind="spot", lead=4)),
-            (140, lambda: self.close_window(spot_a)),
+            (75, lambda: self.node("onprem-b", "onprem", [3], end=115)),
+            (100, lambda: self.node("spot-b", "spot", [2, 3], spot_lead=4)),
+            (140, lambda: self.revoke("spot-a")),
         ]
         scenario.sort(key=lambda e: e[0])
         deadline = self.t0 + o.time_limit
@@ -324,28 +392,35 @@ class Demo:
             elapsed = (time.monotonic() - self.t0) / s
             while scenario and scenario[0][0] <= elapsed:
                 scenario.pop(0)[1]()
-            self.agent_pass()
+            self.observe()
+            broken = [a for a in self.agents.values() if a.proc.poll() not in (None, 0)]
+            if broken:
+                self.failures += ["stint-agent of node %s exited %s (log: %s)" % (
+                    a.node, a.proc.returncode, a.log_path) for a in broken]
+                break
             states = {n: j["stintd"].call("GET", "/v1/jobs/%d" % j["id"])["state"] for n, j in self.jobs.items()}
             if "urgent" in self.jobs and all(v in ("DONE", "FAILED", "CANCELLED") for v in states.values()):
                 break
             time.sleep(0.1)
         else:
             self.failures.append("the jobs did not finish within %ds" % o.time_limit)
-        self.agent_pass()
-        for w in self.workers:
-            try:
-                w.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.failures.append("worker %s did not exit" % w.name)
+        # The nodes go: their agents drain (every job is done) and exit 0.
+        for agent in self.agents.values():
+            agent.stop()
+            if agent.proc.returncode != 0:
+                self.failures.append("stint-agent of node %s exited %s (log: %s)" % (
+                    agent.node, agent.proc.returncode, agent.log_path))
+        self.observe()
         self.summary()
         if o.keep > 0:
             self.say("stintd stays up %ds for the dashboard: %s/dashboard#token=%s" %
                      (o.keep, self.stintd.url, WORKER_TOKEN))
             time.sleep(o.keep)
 
-    def close_window(self, window_id):
-        self.stintd.call("POST", "/v1/windows/%d/close" % window_id, {})
-        self.say("admin: spot window %d is revoked (notice lead 4s)" % window_id)
+    def revoke(self, node):
+        self.agents[node].proc.send_signal(signal.SIGTERM)
+        self.say("admin: spot node %s is revoked: SIGTERM to its agent, which closes its window "
+                 "(notice lead 4s) and drains its workers" % node)
 
     # --- the end ----------------------------------------------------------
     def gpu_seconds(self, name):
@@ -454,8 +529,8 @@ class Demo:
         print("  wall time: %.0fs; logs and checkpoints in %s" % (time.monotonic() - self.t0, self.work))
 
     def close(self):
-        for w in self.workers:
-            w.close()
+        for agent in self.agents.values():
+            agent.stop()
         for stintd in (self.stintd, self.reference):
             if stintd is not None:
                 stintd.stop()
