@@ -242,6 +242,54 @@ TEST(SimShrink, AnElasticJobShrinksForAHigherOneAndGrowsBack) {
   EXPECT_LT(r.jobs[0].finish_s, preempt.jobs[0].finish_s);
 }
 
+// Plays a coordinator that shrinks job 0 (8 -> 4 GPUs at t = 150 s) after
+// noticing it whole at t = 100 s, and gives the 4 GPUs to job 1 at 150 s.
+class ShrinkWhileStopping : public Scheduler {
+ public:
+  std::string Name() const override { return "shrink-while-stopping"; }
+  void Init(const Workload&) override {}
+  void Submit(const SimJob&, TimeMs) override {}
+  void WindowKnown(int, TimeMs) override {}
+  void WindowRevoked(int, TimeMs, TimeMs) override {}
+  void CheckpointDurable(int64_t, double, double, TimeMs) override {}
+  void SegmentEnded(int64_t, EndKind, double, TimeMs) override {}
+  // Called again at one instant until it has nothing to say: each step once.
+  Decisions Schedule(TimeMs now) override {
+    Decisions d;
+    if (now >= step_ms_[step_]) {
+      if (step_ == 0) d.starts.push_back(StartCmd{0, {SimAlloc{0, 8}}});
+      if (step_ == 1) {
+        d.notices.push_back(NoticeCmd{0, 300000, false});
+        d.resizes.push_back(ResizeCmd{0, {SimAlloc{0, 4}}, 150000});
+      }
+      if (step_ == 2) d.starts.push_back(StartCmd{1, {SimAlloc{0, 4}}});
+      step_++;
+    }
+    return d;
+  }
+  TimeMs NextWake(TimeMs) const override { return step_ms_[step_]; }
+
+ private:
+  const TimeMs step_ms_[4] = {0, 100000, 150000, kNever};
+  int step_ = 0;
+};
+
+TEST(SimShrink, TheLeavingRanksGoAtTheDeadlineEvenWhileTheSegmentCheckpoints) {
+  Workload w;
+  w.windows = FixedCapacity(8);
+  SimJob elastic = Job(0, 0, 8, 3600);
+  elastic.min_gpus = 4;
+  elastic.checkpoint_s = 100;  // noticed at 100 s, acks at 200 s
+  w.jobs = {elastic, Job(1, 0, 4, 600)};
+  ShrinkWhileStopping sched;
+  EngineOptions o;
+  o.horizon_s = 1000;  // this coordinator never restarts job 0
+  const SimResult r = Simulate(w, sched, o);
+  EXPECT_EQ(r.conservation_violations, 0) << r.log;
+  EXPECT_EQ(r.jobs[0].resizes, 1);
+  EXPECT_DOUBLE_EQ(r.jobs[1].first_start_s, 150);
+}
+
 // One GPU; a 4 h job, then 30-minute jobs arriving as fast as the GPU
 // serves them for 60 h. Least attained service alone keeps the long job
 // (class 1 after its first GPU-hour) behind every new one until the

@@ -247,7 +247,7 @@ class Engine {
     for (const ResizeCmd& c : d.resizes) {
       if (c.job < 0 || c.job >= static_cast<int64_t>(runs_.size())) continue;
       JobRun& r = runs_[c.job];
-      if (r.phase != Phase::kRunning || r.stopping) continue;
+      if (r.phase != Phase::kRunning) continue;
       if (c.at <= now) {
         Resize(r, c.allocs, now);
       } else {
@@ -412,7 +412,7 @@ class Engine {
   }
 
   TimeMs NextInternal(const JobRun& r, TimeMs now) const {
-    if (r.stopping) return r.stop_done;
+    if (r.stopping) return std::min(r.stop_done, r.resize_at);
     TimeMs next = std::min(r.deadline, r.resize_at);  // GPUs taken at the deadline if still on them
     const TimeMs base = std::max(now, r.compute_from);
     next = std::min(next, base + CeilMs((r.job->work_s - r.progress) / r.rate()));
@@ -441,6 +441,13 @@ class Engine {
     for (int64_t id : std::vector<int64_t>(running_.begin(), running_.end())) {
       JobRun& r = runs_[id];
       if (r.phase != Phase::kRunning) continue;
+      // A shrink's leaving ranks go at its deadline even while the whole
+      // segment checkpoints on a notice: the coordinator gives their GPUs
+      // away then.
+      if (now >= r.resize_at) {
+        Resize(r, std::vector<SimAlloc>(r.resize_to), now);
+        any = true;
+      }
       if (r.stopping) {
         if (now >= r.stop_done) {
           r.durable = r.progress;
@@ -466,10 +473,6 @@ class Engine {
         Kill(r, now, "deadline passed", true);
         any = true;
         continue;
-      }
-      if (now >= r.resize_at) {
-        Resize(r, std::vector<SimAlloc>(r.resize_to), now);
-        any = true;
       }
       if (r.job->interval_s > 0 && r.since_ckpt >= r.job->interval_s - kEps &&
           now >= r.compute_from) {
