@@ -11,7 +11,8 @@ traces and loads, which is what the rows are.
 
 Replays: the 13 Philly VC x cluster-size points (Helios Venus daily capacity
 scaled to G GPUs), the spot mixes (Philly ee9e8c on 24 hard GPUs plus the
-Bamboo g4dn spot nodes of 4 GPUs; the Tiresias jobs on the g4dn nodes alone),
+Bamboo g4dn spot nodes of 4 GPUs, once more with half the multi-GPU jobs
+elastic; the Tiresias jobs on the g4dn nodes alone),
 the multi-team replay (all Philly VCs at once, each a team, guarantees from
 the Helios per-VC GPU counts), and the published Alibaba pod-list excerpt
 (tests/data/traces; no Helios job log is on this machine).
@@ -32,7 +33,7 @@ import sys
 
 PHILLY_POINTS = ("ee9e8c:32,ee9e8c:48,ee9e8c:64,11cb48:24,11cb48:32,6c71a0:48,6c71a0:64,"
                  "6214e9:24,6214e9:64,7f04ca:16,e13805:16,2869ce:16,0e4a51:16")
-POLICIES = "fifo,easy,slurm,stint,stint-no-service,stint-no-starvation-guard"
+POLICIES = "fifo,easy,slurm,stint,stint-no-service,stint-no-starvation-guard,stint-no-shrink"
 
 
 def replays(traces, data):
@@ -47,6 +48,11 @@ def replays(traces, data):
                      "--capacity", f"helios:{helios}:total:{gpus}"]))
     out.append(("spot-philly", ["--trace", f"philly:{traces}/philly-gavel-msr-seed0/ee9e8c.trace",
                                 "--max-work-h", "48", "--capacity", f"fixed:24+bamboo-nodes:{g4dn}:4@spot"]))
+    # The same with half the multi-GPU jobs elastic (min_gpus = max / 2):
+    # shrink before preempt at work.
+    out.append(("spot-philly-elastic", ["--trace", f"philly:{traces}/philly-gavel-msr-seed0/ee9e8c.trace",
+                                        "--max-work-h", "48", "--elastic-fraction", "0.5",
+                                        "--capacity", f"fixed:24+bamboo-nodes:{g4dn}:4@spot"]))
     out.append(("spot-tiresias", ["--trace", f"tiresias:{traces}/tiresias/60_job.csv",
                                   "--capacity", f"bamboo-nodes:{g4dn}:4@spot"]))
     # The first 5000 arrivals of all VCs (the whole 15264 take stint-sim
@@ -102,7 +108,7 @@ def main():
 
     lines = ["| replay | jobs | FIFO queue mean (h) | JCT stint/FIFO ≤ 0.5 (bound) | JCT stint/slurm ≤ 0.8 "
              "| p99 queue stint/EASY ≤ 0.5 | p99 JCT stint/EASY ≤ 1.2 (no guard) | window util ≥ 0.85 "
-             "| lost GPU-h = 0 | Jain stint ≥ slurm | preempt/job | resizes/job | goodput | all met |",
+             "| lost GPU-h = 0 | Jain stint ≥ slurm | preempt/job (no shrink) | resizes/job | goodput | all met |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     met = 0
     team_lines = []
@@ -125,7 +131,8 @@ def main():
             f"| {check(p99, oks[3])} ({p99_las:.2f}) | {check(stint['window_util'], oks[4])} "
             f"| {check(stint['lost_gpu_h'], oks[5], '{:.1f}')} "
             f"| {(check(stint['fairness_jain'], oks[6]) + ' vs ' + format(slurm['fairness_jain'], '.3f')) if teams else '-'} "
-            f"| {stint['preemptions_per_job']:.3f} | {stint.get('resizes_per_job', 0):.3f} "
+            f"| {stint['preemptions_per_job']:.3f} ({p['stint-no-shrink']['preemptions_per_job']:.3f}) "
+            f"| {stint['resizes_per_job']:.3f} "
             f"| {stint['goodput']:.4f} | {'met' if all(oks) else 'missed'} |")
         if teams:
             team_lines += [f"\n{name}: per team (guarantee GPUs, jobs, mean wait h: stint / slurm)", "",
