@@ -395,4 +395,18 @@ TEST(SimTraceExcerpt, WorkloadReportsSkipsAndTrim) {
 }
 
 }  // namespace
+TEST(SimTraceExcerpt, HeliosVcGpusBecomeTeamGuaranteesBySize) {
+  std::vector<SimJob> jobs(6);
+  for (size_t i = 0; i < jobs.size(); i++) jobs[i].team = i < 3 ? "a" : i < 5 ? "b" : "c";
+  // Day one's largest VCs: 88, 80, 80 GPUs (sum 248), scaled to 100.
+  auto g = HeliosTeamGuarantees(Data("helios-venus-cluster_gpu_number-head7.csv"), jobs, 100);
+  ASSERT_OK(g);
+  EXPECT_EQ(g.value(), (std::map<std::string, int>{{"a", 35}, {"b", 32}, {"c", 32}}));
+  auto bad = HeliosTeamGuarantees(Data("tiresias-60_job-head30.csv"), jobs, 100);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("tiresias-60_job-head30.csv:1: expected a header"),
+            std::string::npos)
+      << bad.status().message();
+}
+
 }  // namespace stint::sim

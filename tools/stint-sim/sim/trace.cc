@@ -599,20 +599,31 @@ std::vector<SimWindow> StepsToWindows(const std::vector<std::pair<double, int>>&
   return done;
 }
 
+namespace {
+
+// Opens a Helios cluster_gpu_number.csv and reads its header (date,vc...,total).
+Result<std::vector<std::string>> ReadHeliosGpuHeader(LineReader& in) {
+  if (!in.ok()) return in.OpenError();
+  std::string line;
+  if (!in.Next(&line)) return in.Error("empty file");
+  std::vector<std::string> header = Split(line, ',');
+  if (Trim(header[0]) != "date") return in.Error("expected a header starting with date");
+  return header;
+}
+
+}  // namespace
+
 Result<std::vector<std::pair<double, int>>> LoadHeliosCapacity(const std::string& path,
                                                                const std::string& column,
                                                                double scale) {
   LineReader in(path);
-  if (!in.ok()) return in.OpenError();
-  std::string line;
-  if (!in.Next(&line)) return in.Error("empty file");
-  const std::vector<std::string> header = Split(line, ',');
+  STINT_ASSIGN_OR_RETURN(const std::vector<std::string> header, ReadHeliosGpuHeader(in));
   size_t col = header.size();
   for (size_t i = 0; i < header.size(); i++) {
     if (Trim(header[i]) == column) col = i;
   }
-  if (Trim(header[0]) != "date") return in.Error("expected a header starting with date");
   if (col == header.size()) return in.Error("header has no column " + column);
+  std::string line;
   std::vector<std::pair<double, int>> steps;
   int day = 0;
   while (in.Next(&line)) {
@@ -635,11 +646,8 @@ Result<std::map<std::string, int>> HeliosTeamGuarantees(const std::string& path,
                                                         const std::vector<SimJob>& jobs,
                                                         int total_gpus) {
   LineReader in(path);
-  if (!in.ok()) return in.OpenError();
+  STINT_ASSIGN_OR_RETURN(const std::vector<std::string> header, ReadHeliosGpuHeader(in));
   std::string line;
-  if (!in.Next(&line)) return in.Error("empty file");
-  const std::vector<std::string> header = Split(line, ',');
-  if (Trim(header[0]) != "date") return in.Error("expected a header starting with date");
   if (!in.Next(&line)) return in.Error("no data rows");
   const std::vector<std::string> f = Split(line, ',');
   if (f.size() != header.size()) {
