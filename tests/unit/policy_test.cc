@@ -1216,7 +1216,10 @@ TEST(PolicyShrink, GrowsBackIntoGpusNobodyIsPlannedOn) {
   job.max_gpus = 8;
   job.remaining_seconds = 3 * 3600;
   const int64_t elastic_id = elastic.id;
-  const Plan plan = PlanAt(c.s);
+  EXPECT_TRUE(PlanAt(c.s).grows.empty()) << "off by default: stintd has no launcher for new ranks";
+  PolicyConfig grow;
+  grow.grow_elastic = true;
+  const Plan plan = PlanAt(c.s, kNow, grow);
   ASSERT_EQ(plan.grows.size(), 1u);
   EXPECT_EQ(plan.grows[0].segment_id, elastic_id);
   ASSERT_EQ(plan.grows[0].add.size(), 1u);
@@ -1224,9 +1227,9 @@ TEST(PolicyShrink, GrowsBackIntoGpusNobodyIsPlannedOn) {
   // Not into GPUs a pending job is planned on, and not with little work left.
   Cluster busy = c;
   busy.Pending(2, Priority::kLow);
-  EXPECT_EQ(PlanAt(busy.s).grows.at(0).add.at(0).gpus, 2);
+  EXPECT_EQ(PlanAt(busy.s, kNow, grow).grows.at(0).add.at(0).gpus, 2);
   job.remaining_seconds = 600;
-  EXPECT_TRUE(PlanAt(c.s).grows.empty());
+  EXPECT_TRUE(PlanAt(c.s, kNow, grow).grows.empty());
 }
 
 // ---------------------------------------------------------------- attained service

@@ -455,6 +455,7 @@ Result<PolicySpec> ParsePolicy(const std::string& name, const SchedulerOptions& 
       p.stint.service_preempt_classes = 0;
     } else if (name == "stint-no-shrink") {
       p.stint.shrink_before_preempt = false;
+      p.stint.grow_elastic = false;
     } else if (name == "stint-no-starvation-guard") {
       p.stint.service_starvation_guard = false;
     } else if (name == "stint-no-notices") {

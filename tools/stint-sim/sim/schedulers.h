@@ -35,9 +35,17 @@ struct PolicySpec {
   bool workers_ignore_notices = false;  // an engine-side ablation
 };
 
+// stintd's policy defaults, with grow_elastic on: the sim plays the
+// workers, who can always re-form larger.
+inline stintd::PolicyConfig SimPolicyConfig() {
+  stintd::PolicyConfig c;
+  c.grow_elastic = true;
+  return c;
+}
+
 struct SchedulerOptions {
   double estimate_factor = 1.0;          // runtime estimates (time limits) = true remaining x this
-  stintd::PolicyConfig stint;            // the base config for stint and its ablations
+  stintd::PolicyConfig stint = SimPolicyConfig();  // the base config for stint and its ablations
   double slurm_age_max_s = 7 * 86400.0;  // PriorityMaxAge
   int team_guarantee_gpus = 0;           // stint: every team's guarantee (0: none) ...
   std::map<std::string, int> team_guarantees;  // ... unless the team is named here
@@ -49,7 +57,7 @@ struct SchedulerOptions {
 // (min_run_seconds = 1e12), stint-no-service (service_class_points = 0,
 // service_preempt_classes = 0), stint-no-service-preemption
 // (service_preempt_classes = 0), stint-no-shrink (shrink_before_preempt =
-// false), stint-no-starvation-guard (service_starvation_guard = false),
+// false, grow_elastic = false), stint-no-starvation-guard (service_starvation_guard = false),
 // stint-no-notices (workers ignore notices),
 // stint-no-estimates (remaining_seconds = 0: no runtime knowledge).
 Result<PolicySpec> ParsePolicy(const std::string& name, const SchedulerOptions& options);

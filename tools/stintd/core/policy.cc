@@ -77,7 +77,7 @@ class Planner {
     OrderPending();
     base_ = profiles_;
     Backfill();
-    if (c_.shrink_before_preempt) Grow();
+    if (c_.grow_elastic) Grow();
     ComputeStats();
     return std::move(plan_);
   }

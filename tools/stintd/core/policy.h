@@ -7,7 +7,7 @@
 //   * which elastic segments running above their job's min_gpus shrink now
 //     (a shrink notice to the ranks that leave; the rest re-form smaller)
 //     to let a job ahead start: tried before any whole-segment preemption;
-//     and which grow back into GPUs nothing else is planned on;
+//     and (grow_elastic) which grow into GPUs nothing else is planned on;
 //   * which running segments get a notice now: at planned_end - (checkpoint
 //     estimate + safety) for a closing window or reservation, immediately for
 //     a revoked window, and for priority preemption (victims chosen
@@ -94,10 +94,15 @@ struct PolicyConfig {
   double gang_span_slowdown = 0.05;
   // Shrink before preempt: a job running above its min_gpus gives GPUs back
   // (a notice to the ranks that leave, deadline C + safety) before any
-  // segment is preempted whole; it grows back when GPUs are free for as
-  // long as its segment runs and it has at least grow_min_seconds of work
-  // left (each resize costs the group a re-form, about restart_seconds).
+  // segment is preempted whole.
   bool shrink_before_preempt = true;
+  // Grow: an elastic segment below max_gpus takes GPUs that are free for as
+  // long as it runs, if it has at least grow_min_seconds of work left (each
+  // resize costs the group a re-form, about restart_seconds). Off by
+  // default in stintd: nothing there starts the ranks for added GPUs yet
+  // (stint-agent launches ranks only with a segment), so they would sit
+  // idle; stint-sim, which plays the workers, turns it on.
+  bool grow_elastic = false;
   double grow_min_seconds = 1800;
   int plan_depth = 256;  // pending jobs planned (and given a planned start) per pass
   // A rendezvous round with at least min workers closes this long after it
