@@ -2,7 +2,7 @@
 // (tools/stintd/core, the code stintd runs) and through FIFO, FIFO + EASY
 // backfill and a Slurm-like multifactor scheduler, under a virtual clock.
 //
-//   stint-sim --trace philly:/work/shared/traces/philly-gavel-msr-seed0/6214e9.trace \
+//   stint-sim --trace philly:/work/shared/traces/philly-gavel-msr-seed0/6214e9.trace
 //             --capacity fixed:64 [--policies fifo,easy,slurm,stint] [--out DIR]
 //
 // Prints a Markdown table (absolute, then normalised to FIFO = 1.0). With
