@@ -15,6 +15,7 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <optional>
@@ -91,6 +92,19 @@ py::list TensorInfos(const CheckpointReader& reader) {
   return out;
 }
 
+// A tensor for load() to fill. Large ones get page-aligned memory of their
+// own, so the reader reads their chunks straight into them (O_DIRECT needs
+// the alignment) instead of through a bounce buffer and a copy.
+at::Tensor NewLoadTensor(const TensorInfo& info) {
+  constexpr uint64_t kPageAlignedFrom = 1u << 20;
+  const auto options = at::TensorOptions().dtype(TorchScalarType(info.dtype));
+  const uint64_t bytes = uint64_t(NumElements(info.shape)) * DTypeSize(info.dtype);
+  if (bytes < kPageAlignedFrom) return torch::empty(info.shape, options);
+  void* p = nullptr;
+  if (posix_memalign(&p, 4096, bytes) != 0) return torch::empty(info.shape, options);
+  return torch::from_blob(p, info.shape, [](void* q) { std::free(q); }, options);
+}
+
 // New CPU tensors for `names`, as stored, with their destinations appended to
 // *dests. kDataLoss for a name the checkpoint does not hold (the caller's
 // list comes from the checkpoint's own structure blob).
@@ -109,8 +123,7 @@ Status FreshTensors(const CheckpointReader& reader, const std::vector<std::strin
                                 "' is named by the state structure but not in the manifest");
       }
       const TensorInfo& info = it->second;
-      at::Tensor t =
-          torch::empty(info.shape, at::TensorOptions().dtype(TorchScalarType(info.dtype)));
+      at::Tensor t = NewLoadTensor(info);
       TensorDest d;
       d.name = name;
       d.dtype = info.dtype;

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "checkpoint/commit.h"
+#include "util/engine_params.h"
 #include "util/status_matchers.h"
 #include "util/temp_dir.h"
 
@@ -51,7 +52,7 @@ Model MakeModel(uint32_t seed, size_t rows = 300) {
   return m;
 }
 
-class CheckpointerTest : public ::testing::TestWithParam<std::tuple<const char*, bool>> {
+class CheckpointerTest : public ::testing::TestWithParam<EngineAndCompress> {
  protected:
   CheckpointOptions Options() {
     CheckpointOptions o;
@@ -358,12 +359,8 @@ TEST(CheckpointerOptions, BadOptionsAreRefusedClearly) {
   EXPECT_FALSE(Checkpointer::Open(o).ok());
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, CheckpointerTest,
-                         ::testing::Combine(::testing::Values("uring", "posix"), ::testing::Bool()),
-                         [](const auto& info) {
-                           return std::string(std::get<0>(info.param)) +
-                                  (std::get<1>(info.param) ? "_zstd" : "_raw");
-                         });
+INSTANTIATE_TEST_SUITE_P(Engines, CheckpointerTest, EnginesAndCompression(),
+                         EngineAndCompressName);
 
 }  // namespace
 }  // namespace stint

@@ -17,6 +17,7 @@
 #include "format/shard_layout.h"
 #include "stint/checkpoint_reader.h"
 #include "stint/checkpointer.h"
+#include "util/engine_params.h"
 #include "util/status_matchers.h"
 #include "util/temp_dir.h"
 
@@ -96,7 +97,7 @@ const std::vector<int64_t> kUnevenShape = {5, 10};   // float64, columns 3 + 5 +
 const std::vector<int64_t> kCubeShape = {3, 4, 10};  // int16, split on dim 2: 4 + 3 + 3
 const std::vector<int64_t> kWholeShape = {7, 3};     // float32, one shard
 
-class ReshardTest : public ::testing::TestWithParam<std::tuple<const char*, bool>> {
+class ReshardTest : public ::testing::TestWithParam<EngineAndCompress> {
  protected:
   void SetUp() override {
     CheckpointOptions o;
@@ -417,12 +418,8 @@ TEST_P(ReshardTest, ReadsOnlyNeededChunksOnce) {
   EXPECT_EQ(env.ReadsOf(RankFileName(0)), offsets_of({4, 0}, {0, 1, 2, 3}));
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, ReshardTest,
-                         ::testing::Combine(::testing::Values("uring", "posix"), ::testing::Bool()),
-                         [](const auto& info) {
-                           return std::string(std::get<0>(info.param)) +
-                                  (std::get<1>(info.param) ? "_zstd" : "_raw");
-                         });
+INSTANTIATE_TEST_SUITE_P(Engines, ReshardTest, EnginesAndCompression(),
+                         EngineAndCompressName);
 
 }  // namespace
 }  // namespace stint

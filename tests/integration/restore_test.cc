@@ -13,6 +13,7 @@
 
 #include "stint/checkpoint_reader.h"
 #include "stint/checkpointer.h"
+#include "util/engine_params.h"
 #include "util/status_matchers.h"
 #include "util/temp_dir.h"
 
@@ -40,7 +41,7 @@ struct Buffer {
   char* data;
 };
 
-class RestoreTest : public ::testing::TestWithParam<std::tuple<const char*, bool>> {};
+class RestoreTest : public ::testing::TestWithParam<EngineAndCompress> {};
 
 TEST_P(RestoreTest, EveryDTypeOddSizesAlignedAndNotLoadsBitExactly) {
   const auto [engine, compress] = GetParam();
@@ -131,12 +132,8 @@ TEST(RestoreDirectTest, DamageReadStraightIntoADestinationIsDataLoss) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, RestoreTest,
-                         ::testing::Combine(::testing::Values("uring", "posix"), ::testing::Bool()),
-                         [](const auto& info) {
-                           return std::string(std::get<0>(info.param)) +
-                                  (std::get<1>(info.param) ? "_zstd" : "_raw");
-                         });
+INSTANTIATE_TEST_SUITE_P(Engines, RestoreTest, EnginesAndCompression(),
+                         EngineAndCompressName);
 
 }  // namespace
 }  // namespace stint
