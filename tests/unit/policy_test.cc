@@ -83,6 +83,17 @@ class Cluster {
     return s.segments[seg.id] = seg;
   }
   Job& JobOf(const Segment& seg) { return s.jobs.at(seg.job_id); }
+
+  // `n` live workers of the segment (ranks of an elastic group).
+  void Workers(const Segment& seg, int n) {
+    for (int i = 0; i < n; i++) {
+      Worker w;
+      w.id = s.next_id++;
+      w.job_id = seg.job_id;
+      w.segment_id = seg.id;
+      s.workers[w.id] = w;
+    }
+  }
 };
 
 // Plans at `now` with every active segment's workers heard from just now,
@@ -1164,10 +1175,17 @@ TEST(PolicyShrink, AnElasticJobShrinksToItsMinimumBeforeAnyPreemption) {
   const int64_t w = c.Window(8);
   Segment& elastic = c.Running({{w, 8}}, Priority::kLow, Hours(1));
   c.JobOf(elastic).min_gpus = 4;
+  c.Workers(elastic, 4);
   const int64_t elastic_id = elastic.id;
   const int64_t high = c.Pending(4, Priority::kHigh).id;
   const Plan plan = PlanAt(c.s);
   EXPECT_TRUE(plan.notices.empty()) << "nobody is preempted whole";
+  // One process on all 8 GPUs cannot give 4 back: it is preempted whole.
+  Cluster one = c;
+  const int64_t first = one.s.workers.begin()->first;
+  for (auto& [id, worker] : one.s.workers) worker.released = id != first;
+  EXPECT_TRUE(PlanAt(one.s).shrinks.empty());
+  EXPECT_NE(NoticeOf(PlanAt(one.s), elastic_id), nullptr);
   ASSERT_EQ(plan.shrinks.size(), 1u);
   EXPECT_EQ(plan.shrinks[0].segment_id, elastic_id);
   EXPECT_EQ(plan.shrinks[0].for_job_id, high);
@@ -1183,6 +1201,7 @@ TEST(PolicyShrink, NeverBelowMinGpusAPreemptionWhenAShrinkCannotFreeEnough) {
   const int64_t w = c.Window(8);
   Segment& elastic = c.Running({{w, 8}}, Priority::kLow, Hours(1));
   c.JobOf(elastic).min_gpus = 6;  // can give up 2, the job needs 4
+  c.Workers(elastic, 4);
   const int64_t elastic_id = elastic.id;
   c.Pending(4, Priority::kHigh);
   const Plan plan = PlanAt(c.s);

@@ -35,11 +35,13 @@ struct PolicySpec {
   bool workers_ignore_notices = false;  // an engine-side ablation
 };
 
-// stintd's policy defaults, with grow_elastic on: the sim plays the
-// workers, who can always re-form larger.
+// stintd's policy defaults, except where the sim's workers differ: they
+// can always re-form larger (grow_elastic), and one sim worker stands for
+// every rank of a gang (shrink_min_workers 1).
 inline stintd::PolicyConfig SimPolicyConfig() {
   stintd::PolicyConfig c;
   c.grow_elastic = true;
+  c.shrink_min_workers = 1;
   return c;
 }
 

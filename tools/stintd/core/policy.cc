@@ -117,6 +117,7 @@ class Planner {
     std::vector<VictimPart> parts;
     bool taken = false;
     bool starving;  // the starvation guard shields it from same-level preemption
+    int workers;    // live workers of the segment
   };
   struct Part {
     int slot;
@@ -184,6 +185,10 @@ class Planner {
     const TimeMs lease_ttl = SecondsToMs(c_.lease_ttl_seconds);
     const TimeMs start_grace = SecondsToMs(c_.start_grace_seconds);
     const TimeMs min_run = SecondsToMs(c_.min_run_seconds);
+    std::map<int64_t, int> live_workers;  // by segment
+    for (const auto& [id, w] : s_.workers) {
+      if (!w.released) live_workers[w.segment_id]++;
+    }
     for (const auto& [id, seg] : s_.segments) {
       if (!SegmentActive(seg.state)) continue;
       auto job_it = s_.jobs.find(seg.job_id);
@@ -223,7 +228,7 @@ class Planner {
       }
 
       Victim v{&seg, job, 0, release, team, job != nullptr ? ServiceClass(*job, c_) : 0,
-               0, {}, false, job != nullptr && Starving(*job, now_, c_)};
+               0, {}, false, job != nullptr && Starving(*job, now_, c_), live_workers[id]};
       for (const Allocation& a : seg.allocs) {
         const int slot = SlotOf(a.window_id);
         if (slot < 0) continue;
@@ -664,7 +669,7 @@ class Planner {
     for (size_t v = 0; v < victims_.size(); v++) {
       const Victim& victim = victims_[v];
       if (!victim.taken && victim.seg->gpus() > victim.job->min_gpus &&
-          MayPreempt(job, job_class, victim))
+          victim.workers >= c_.shrink_min_workers && MayPreempt(job, job_class, victim))
         cands.push_back(static_cast<int>(v));
     }
     if (cands.empty()) return false;

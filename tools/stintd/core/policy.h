@@ -96,6 +96,10 @@ struct PolicyConfig {
   // (a notice to the ranks that leave, deadline C + safety) before any
   // segment is preempted whole.
   bool shrink_before_preempt = true;
+  // Only segments with at least this many live workers shrink: the notice
+  // goes to the ranks that leave and the last worker never leaves, so a
+  // segment whose GPUs one process holds cannot give part of them back.
+  int shrink_min_workers = 2;
   // Grow: an elastic segment below max_gpus takes GPUs that are free for as
   // long as it runs, if it has at least grow_min_seconds of work left (each
   // resize costs the group a re-form, about restart_seconds). Off by
