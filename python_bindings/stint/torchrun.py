@@ -23,6 +23,9 @@ Configuration:
                        line of ``--rdzv-conf token_file=PATH``.
   CA (https)           ``--rdzv-conf ca_file=PATH``, else ``$STINT_CA_FILE``,
                        else the system's CAs.
+  key prefix           ``--rdzv-conf prefix=P`` (default ``torchrun``): the
+                       state is ``P/state``, the store ``P/store/...``
+                       (stint-agent gives each segment its own).
 """
 
 import base64
@@ -274,7 +277,12 @@ def _kv_from_params(params: RendezvousParameters) -> StintKv:
 def create_stint_handler(params: RendezvousParameters) -> RendezvousHandler:
     """torch's DynamicRendezvousHandler over stintd's KV (see the module doc)."""
     kv = _kv_from_params(params)
-    return create_handler(StintStore(kv), StintRendezvousBackend(kv), params)
+    prefix = params.get("prefix") or "torchrun"
+    if not re.fullmatch(r"[A-Za-z0-9._/-]{1,100}", prefix):
+        raise ValueError("stint rendezvous: prefix must match [A-Za-z0-9._/-]{1,100} (got %r)"
+                         % prefix)
+    return create_handler(StintStore(kv, prefix + "/store"),
+                          StintRendezvousBackend(kv, prefix + "/state"), params)
 
 
 def handler() -> Callable[[RendezvousParameters], RendezvousHandler]:

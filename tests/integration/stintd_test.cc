@@ -12,6 +12,7 @@
 #include <sstream>
 #include <chrono>
 #include <set>
+#include <filesystem>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -700,6 +701,49 @@ TEST(StintdListen, ANonLoopbackAddressNeedsInsecure) {
   bool killed = false;
   const int status = daemon.WaitAtMost(30, &killed);
   EXPECT_TRUE(!killed && WIFEXITED(status) && WEXITSTATUS(status) == 0) << daemon.output();
+}
+
+// A long-poll in flight does not hold stintd's stop for its wait (the
+// server waits for every request): SIGTERM answers it and stintd exits.
+// (Clients close their connections once answered: an idle keep-alive
+// connection holds a server thread too, up to its 30 s timeout.)
+TEST(StintdStop, SigtermDuringALongPollExitsWithoutWaitingItOut) {
+  TempDir dir;
+  StintdProcess daemon(STINTD_PATH, dir.path(), kFastArgs);
+  ASSERT_TRUE(daemon.Start()) << daemon.output();
+  std::string key;
+  {
+    HttpJson admin(daemon.port(), StintdProcess::kAdminToken);
+    ASSERT_EQ(admin.Post("/v1/pools", {{"name", "p"}}).status, 201);
+    auto job = admin.Post("/v1/jobs", {{"name", "j"}, {"pool", "p"}, {"min_gpus", 1}});
+    ASSERT_EQ(job.status, 201) << job.text;
+    key = "/v1/jobs/" + std::to_string(job.body["id"].get<int64_t>()) + "/kv/never?wait_seconds=60";
+  }
+  // stintd's sockets: the poll's connection is one more.
+  auto sockets = [&] {
+    int n = 0;
+    const std::string fds = "/proc/" + std::to_string(daemon.pid()) + "/fd";
+    for (const auto& e : std::filesystem::directory_iterator(fds)) {
+      std::error_code ec;
+      n += std::filesystem::read_symlink(e.path(), ec).string().rfind("socket:", 0) == 0;
+    }
+    return n;
+  };
+  ASSERT_TRUE(Eventually([&] { return sockets() == 1; })) << "only the listener is left";
+  int answered = -1;
+  std::thread poll([&] {
+    HttpJson poller(daemon.port(), StintdProcess::kAdminToken, /*timeout_seconds=*/90);
+    answered = poller.Get(key).status;
+  });
+  ASSERT_TRUE(Eventually([&] { return sockets() > 1; }));
+  const auto start = std::chrono::steady_clock::now();
+  const int status = daemon.Kill(SIGTERM, 90);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  poll.join();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << daemon.output();
+  EXPECT_LT(seconds, 20) << "the stop waited for the 60 s long-poll";
+  EXPECT_EQ(answered, 404) << "the poll is answered as a wait that ended";
 }
 
 TEST(StintdStop, SigtermRightAfterListeningExitsCleanly) {

@@ -3,7 +3,9 @@ torchrun processes ("nodes") form one gloo group through the job's KV at
 stintd; one node dies (its agent and its worker SIGKILLed, as a machine
 would); torchrun restarts the survivor's worker, which forms a group of one.
 The backend's client also speaks https to a stintd with a test certificate,
-verified against the test CA (and refused without it).
+verified against the test CA (and refused without it). And stint-agent
+launches a job through torchrun when its launch spec says so: one torchrun
+per node, forming the group at stintd.
 
 The backend is found the way torchrun finds any out-of-tree one: through
 the `torchrun.handlers` entry point. In a build tree there is no installed
@@ -188,3 +190,62 @@ def test_the_backend_verifies_an_https_stintd_against_its_ca(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+ALL_REDUCE = r'''
+import os, sys
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(1)
+dist.all_reduce(t)
+with open(os.path.join(sys.argv[1], "rank-%d" % dist.get_rank()), "w") as f:
+    f.write("world=%d sum=%d node=%s" % (dist.get_world_size(), int(t.item()),
+                                         os.environ["STINT_WORKER_NAME"]))
+'''
+
+
+def test_stint_agent_launches_a_job_through_torchrun(tmp_path, monkeypatch):
+    agent_binary = os.path.join(os.path.dirname(os.path.dirname(STINTD)), "stint-agent",
+                                "stint-agent")
+    if not os.path.exists(agent_binary):
+        pytest.skip("stint-agent is not built next to stintd")
+    monkeypatch.setenv("STINTD_AGENT_TOKEN", "test-agent-token")  # for the stintd started here
+    daemon = Stintd(str(tmp_path))
+    agents = []
+    try:
+        daemon.call("POST", "/v1/pools", {"name": "p"})
+        out = tmp_path / "out"
+        out.mkdir()
+        (tmp_path / "all_reduce.py").write_text(ALL_REDUCE)
+        module_dir = os.path.dirname(os.path.dirname(os.path.abspath(stint.__file__)))
+        for node, gpu in (("n1", "0"), ("n2", "1")):
+            agents.append(subprocess.Popen(
+                [agent_binary, "--coord", daemon.url, "--pool", "p", "--gpus", gpu, "--node", node,
+                 "--spot", "--addr", "127.0.0.1", "--heartbeat-seconds", "0.2",
+                 "--workdir", str(tmp_path / node)],
+                env=dict(os.environ, STINT_AGENT_TOKEN="test-agent-token"),
+                stdout=open(tmp_path / (node + ".log"), "w"), stderr=subprocess.STDOUT))
+        launch = {"command": [sys.executable, str(tmp_path / "all_reduce.py"), str(out)],
+                  "torchrun": [sys.executable, "-m", "torch.distributed.run"],
+                  "env": {"PYTHONPATH": os.pathsep.join([entry_point_site(tmp_path), module_dir])}}
+        job = daemon.call("POST", "/v1/jobs", {"name": "through-torchrun", "pool": "p",
+                                               "min_gpus": 2, "launch": launch})["id"]
+        deadline = time.monotonic() + 180  # two torchruns and two workers import torch
+        while daemon.call("GET", "/v1/jobs/%d" % job)["state"] not in ("DONE", "FAILED"):
+            assert time.monotonic() < deadline, daemon.call("GET", "/v1/jobs/%d" % job)
+            for a in agents:
+                assert a.poll() is None, "an agent exited %s" % a.returncode
+            time.sleep(0.1)
+        assert daemon.call("GET", "/v1/jobs/%d" % job)["state"] == "DONE"
+        # One group of two over both nodes, formed through stintd.
+        got = sorted((out / name).read_text() for name in ("rank-0", "rank-1"))
+        assert [g.split(" node=")[0] for g in got] == ["world=2 sum=2"] * 2, got
+        assert {g.split(" node=")[1].split(":")[0] for g in got} == {"n1", "n2"}, got
+        segment = daemon.call("GET", "/v1/jobs/%d" % job)["segments"][0]["id"]
+        state = daemon.call("GET", "/v1/jobs/%d/kv/torchrun/segment-%d/state" % (job, segment))
+        assert state["version"] >= 1
+    finally:
+        for a in agents:
+            a.send_signal(signal.SIGTERM)
+            a.wait(timeout=30)
+        daemon.stop()

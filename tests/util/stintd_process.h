@@ -61,6 +61,7 @@ class StintdProcess {
   // (a shutdown hang) is SIGKILLed. Returns the wait status.
   int Kill(int sig, double limit_seconds = 60);
   bool running() const { return child_ != nullptr; }
+  pid_t pid() const { return child_ ? child_->pid() : -1; }
   int port() const { return port_; }
   // https when the extra arguments give --tls-cert.
   std::string url() const;

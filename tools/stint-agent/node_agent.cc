@@ -250,6 +250,27 @@ void NodeAgent::Launch(const void* assignment) {
   const int rank_base = a.value("rank_base", 0);
   const int world = a.value("world_size", local);
   std::vector<std::string> command = launch.value("command", std::vector<std::string>());
+  // "torchrun": one launcher per node, which starts the local workers and
+  // forms the group at stintd (--rdzv-backend=stint) under a key prefix of
+  // this segment, so an earlier segment's closed rendezvous is not met.
+  const std::vector<std::string> torchrun =
+      launch.value("torchrun", std::vector<std::string>());
+  if (!torchrun.empty() && !command.empty()) {
+    std::string endpoint = options_.url;
+    if (endpoint.rfind("http://", 0) == 0) endpoint = endpoint.substr(7);
+    if (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
+    std::vector<std::string> full = torchrun;
+    full.insert(full.end(),
+                {"--nnodes=" + std::to_string(a.value("nodes", 1)),
+                 "--nproc-per-node=" + std::to_string(local), "--rdzv-backend=stint",
+                 "--rdzv-endpoint=" + endpoint, "--rdzv-id=" + std::to_string(job),
+                 "--rdzv-conf=prefix=torchrun/segment-" + std::to_string(sid),
+                 "--no-python"});  // the command is an argv, as without torchrun
+    if (!options_.addr.empty()) full.push_back("--local-addr=" + options_.addr);
+    full.insert(full.end(), command.begin(), command.end());
+    command = std::move(full);
+  }
+  const int procs = torchrun.empty() ? local : 1;  // processes this agent starts
   SegmentRun run;
   run.job_id = job;
   run.signal = SignalNumber(launch.value("signal", std::string("TERM")));
@@ -271,7 +292,7 @@ void NodeAgent::Launch(const void* assignment) {
   // any process starts: a refusal (the segment just ended) starts nothing,
   // and the next beat decides again.
   std::vector<Json> regs;
-  for (int i = 0; i < local; i++) {
+  for (int i = 0; i < procs; i++) {
     HttpRequest req;
     req.method = "POST";
     req.path = "/v1/jobs/" + std::to_string(job) + "/workers";
@@ -288,23 +309,29 @@ void NodeAgent::Launch(const void* assignment) {
     regs.push_back(reg->body);
   }
   const pid_t agent = getpid();
-  for (int i = 0; i < local; i++) {
+  for (int i = 0; i < procs; i++) {
     WorkerProc p;
-    p.rank = rank_base + i;
+    p.rank = rank_base + i;  // under torchrun: the node's first rank
     const Json& reg = regs[i];
     p.log = dir + "/rank-" + std::to_string(p.rank) + ".log";
     std::string visible;
-    for (int g = i * gpw; g < (i + 1) * gpw; g++)
+    const int first_gpu = torchrun.empty() ? i * gpw : 0;
+    const int end_gpu = torchrun.empty() ? (i + 1) * gpw : static_cast<int>(gpus.size());
+    for (int g = first_gpu; g < end_gpu; g++)
       visible += (visible.empty() ? "" : ",") + std::to_string(gpus[g]);
-    // Everything the child needs, made before fork.
-    std::vector<std::pair<std::string, std::string>> vars = {
-        {"CUDA_VISIBLE_DEVICES", visible},
-        {"RANK", std::to_string(p.rank)},
-        {"LOCAL_RANK", std::to_string(i)},
-        {"WORLD_SIZE", std::to_string(world)},
-        {"LOCAL_WORLD_SIZE", std::to_string(local)},
-        {"MASTER_ADDR", a.value("master_addr", std::string("127.0.0.1"))},
-        {"MASTER_PORT", std::to_string(a.value("master_port", 29500))},
+    // Everything the child needs, made before fork. torchrun sets the
+    // ranks and the master itself.
+    std::vector<std::pair<std::string, std::string>> vars = {{"CUDA_VISIBLE_DEVICES", visible}};
+    if (torchrun.empty()) {
+      vars.insert(vars.end(),
+                  {{"RANK", std::to_string(p.rank)},
+                   {"LOCAL_RANK", std::to_string(i)},
+                   {"WORLD_SIZE", std::to_string(world)},
+                   {"LOCAL_WORLD_SIZE", std::to_string(local)},
+                   {"MASTER_ADDR", a.value("master_addr", std::string("127.0.0.1"))},
+                   {"MASTER_PORT", std::to_string(a.value("master_port", 29500))}});
+    }
+    vars.insert(vars.end(), {
         {"STINT_COORD_URL", options_.url},
         {"STINT_JOB_ID", std::to_string(job)},
         {"STINT_SEGMENT_ID", std::to_string(sid)},
@@ -314,7 +341,7 @@ void NodeAgent::Launch(const void* assignment) {
         {"STINT_FENCING_TOKEN", std::to_string(reg.value("fencing_token", uint64_t{0}))},
         {"STINT_LEASE_TTL_SECONDS", std::to_string(reg.value("lease_ttl_seconds", 0.0))},
         {"STINT_HEARTBEAT_INTERVAL_SECONDS",
-         std::to_string(reg.value("heartbeat_interval_seconds", 0.0))}};
+         std::to_string(reg.value("heartbeat_interval_seconds", 0.0))}});
     if (!options_.ca_file.empty()) vars.emplace_back("STINT_CA_FILE", options_.ca_file);
     for (const auto& [k, v] : env.items()) vars.emplace_back(k, v.get<std::string>());
     std::vector<char*> argv;
@@ -359,9 +386,10 @@ void NodeAgent::Launch(const void* assignment) {
     run.exit_code = 127;
     run.message = "fork failed";
   }
-  std::printf("stint-agent: segment %lld of job %lld: started ranks %d..%d of %d on GPUs %s\n",
+  std::printf("stint-agent: segment %lld of job %lld: started ranks %d..%d of %d on GPUs %s%s\n",
               static_cast<long long>(sid), static_cast<long long>(job), rank_base,
-              rank_base + local - 1, world, JoinGpus(gpus).c_str());
+              rank_base + local - 1, world, JoinGpus(gpus).c_str(),
+              torchrun.empty() ? "" : " (through torchrun)");
   std::fflush(stdout);
   runs_[sid] = std::move(run);
 }

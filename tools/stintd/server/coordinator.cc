@@ -709,6 +709,11 @@ void Coordinator::WakeTick() {
   tick_cv_.notify_one();
 }
 
+void Coordinator::CancelWaits() {
+  stop_ = true;
+  NotifyEvent();
+}
+
 void Coordinator::NotifyEvent() {
   {
     std::lock_guard<std::mutex> lock(event_mu_);

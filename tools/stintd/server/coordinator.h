@@ -61,6 +61,11 @@ class Coordinator {
   // thread.
   static Result<std::unique_ptr<Coordinator>> Open(CoordinatorOptions options);
   ~Coordinator();  // stops and joins the tick thread; wakes every long-poll
+
+  // Every long-poll in progress answers now, and later ones do not wait:
+  // stintd is stopping, and its HTTP server waits for its requests to end.
+  // Thread-safe.
+  void CancelWaits();
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;
 

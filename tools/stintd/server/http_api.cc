@@ -3,6 +3,7 @@
 #include <httplib.h>
 #include <openssl/err.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <map>
@@ -149,7 +150,7 @@ Result<Job> ParseJobSpec(const RequestBody& b) {
 Status CheckLaunch(const json& l, const Job& job) {
   for (const auto& [key, value] : l.items()) {
     if (key != "command" && key != "env" && key != "workdir" && key != "gpus_per_worker" &&
-        key != "signal") {
+        key != "signal" && key != "torchrun") {
       return Status::InvalidArgument("launch: unknown field \"" + key + "\"");
     }
   }
@@ -158,6 +159,13 @@ Status CheckLaunch(const json& l, const Job& job) {
     return Status::InvalidArgument("launch.command must be a non-empty array of strings");
   for (const json& a : command) {
     if (!a.is_string()) return Status::InvalidArgument("launch.command must hold strings only");
+  }
+  const json torchrun = l.value("torchrun", json());
+  if (!torchrun.is_null() &&
+      (!torchrun.is_array() || torchrun.empty() ||
+       !std::all_of(torchrun.begin(), torchrun.end(), [](const json& a) { return a.is_string(); }))) {
+    return Status::InvalidArgument(
+        "launch.torchrun must be a non-empty array of strings (the launcher, e.g. [\"torchrun\"])");
   }
   const json env = l.value("env", json::object());
   if (!env.is_object()) return Status::InvalidArgument("launch.env must be an object of strings");
@@ -215,6 +223,7 @@ json Assignments(const ClusterState& s, const Window& window) {
               {"gpus", gpus},
               {"rank_base", rank_base},
               {"world_size", world},
+              {"nodes", seg.placement.size()},
               {"master_addr", master},
               // One port per segment: a later segment never meets an old
               // one's listener still closing (TIME_WAIT).
@@ -417,7 +426,9 @@ void HttpApi::Stop() {
   // never listens, or this sees serve_entered_ and waits until the listen
   // has begun (or ended), when server_->stop() takes effect.
   stop_requested_ = true;
-  logs_.Shutdown();  // its long-polls answer now
+  // Long-polls answer now: the server's stop waits for every request.
+  coordinator_->CancelWaits();
+  logs_.Shutdown();
   while (serve_entered_ && !serve_returned_ && !server_->is_running()) std::this_thread::yield();
   server_->stop();
 }
