@@ -109,8 +109,9 @@ struct CheckpointOptions {
   std::function<Status(uint64_t fencing_token)> token_guard;
   uint64_t chunk_size = 8u << 20;  // REQUIRES: multiple of 4096. Default: 8 MiB
   bool compress = false;           // zstd per chunk, independent frames. Default: false
-  // zstd only where it pays: each save compresses a sample of its first
-  // chunks on the helper threads and compresses only if min(zstd's rate,
+  // zstd only where it pays: a sample of a save's first chunks is compressed
+  // on the helper threads (every 8th save) and the save compresses only if
+  // min(zstd's rate,
   // the raw write rate x zstd's ratio) beats the raw write rate measured on
   // this Checkpointer's raw saves by 10% (a slow or shared target, not a
   // fast local disk). The first save, and every 17th after 16 compressed
