@@ -176,7 +176,7 @@ TEST_F(CliTest, InspectJson) {
   EXPECT_EQ(j["step"], 2);
   EXPECT_EQ(j["fencing_token"], 5);
   EXPECT_EQ(j["world_size"], 1);
-  EXPECT_EQ(j["format_version"], "1.0");
+  EXPECT_EQ(j["format_version"], "1.1");
   EXPECT_EQ(j["chunk_size"], 16 * 1024);
   ASSERT_EQ(j["files"].size(), 1u);
   EXPECT_EQ(j["files"][0]["name"], "rank-00000.stint");

@@ -154,9 +154,9 @@ class _SaveSpy:
         self.inner = inner
         self.calls = []
 
-    def save(self, step, names, tensors, blobs, boxes, forward):
+    def save(self, step, names, tensors, blobs, boxes, forward, frozen):
         self.calls.append(dict(zip(names, forward or [])))
-        return self.inner.save(step, names, tensors, blobs, boxes, forward)
+        return self.inner.save(step, names, tensors, blobs, boxes, forward, frozen)
 
     def __getattr__(self, name):
         return getattr(self.inner, name)

@@ -29,7 +29,7 @@ def test_one_version_everywhere(root):
     with open(os.path.join(root, "step-00000003", "MANIFEST.json")) as f:
         body = json.load(f)["manifest"]
     assert body["writer"] == "stint " + stint.__version__
-    assert body["version"] == [1, 0]  # the writer field did not change the format version
+    assert body["version"] == [1, 1]  # 1.1: referenced chunks; the writer field changed nothing
 
 
 def test_stubs_and_py_typed_sit_beside_the_module():
@@ -55,7 +55,7 @@ _OPTIONS = {
     "staging_bytes": 0, "busy_policy": "block", "block_timeout": 600.0, "keep_last": 3,
     "keep_every": 0, "io_engine": "auto", "direct_io": True, "io_queue_depth": 32,
     "io_size": 4 << 20, "threads": 0, "process_group": None, "collective": None,
-    "commit_timeout": 0.0, "snapshot": "auto", "cuda": None,
+    "commit_timeout": 0.0, "snapshot": "auto", "cuda": None, "incremental": False,
 }
 
 
