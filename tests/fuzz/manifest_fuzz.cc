@@ -107,6 +107,15 @@ void WriteSeeds(const std::string& dir) {
       put(EncodeManifest(m));
     }
   }
+  // Format 1.1: an incremental save's chunk referenced in an older step's file.
+  Manifest incremental = SeedManifest(false, 1);
+  for (ChunkRecord& c : incremental.tensors[0].shards[0].chunks) c.raw_hash = RawHash{1, 2};
+  ChunkRecord& ref = incremental.tensors[0].shards[0].chunks[1];
+  ref.ref = "step-00000041/rank-00000.stint";
+  incremental.refs.push_back(FileRecord{ref.ref, 1 << 20, 0});
+  Status s = ValidateManifest(incremental, "seed");
+  if (!s.ok()) Die("incremental seed manifest is invalid", s.ToString());
+  put(EncodeManifest(incremental));
   put(EncodeManifest(Manifest{}));
   put(R"({"manifest":{"version":[2,0]},"manifest_xxh3":"0000000000000000"})");
 }
