@@ -123,13 +123,15 @@ void ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
 
 }  // namespace
 
-BenchState BuildState(uint64_t bytes, const std::string& data_kind) {
+BenchState BuildState(uint64_t bytes, const std::string& data_kind, bool aligned_dests) {
   BenchState bs;
   bs.specs = PlanModel(bytes);
   const bool bf16 = data_kind == "bf16";
   bs.description =
       bf16 ? "N(0,0.02) weights (LayerNorm ~N(1,0.05)) rounded to bf16, stored as float32"
            : "full-precision float32 N(0,0.02) weights (LayerNorm ~N(1,0.05))";
+  bs.description += aligned_dests ? "; restored into page-aligned memory"
+                                  : "; restored into new float[] (not page-aligned)";
   struct Block {
     size_t tensor;
     size_t begin, len;
@@ -139,7 +141,11 @@ BenchState BuildState(uint64_t bytes, const std::string& data_kind) {
   for (size_t t = 0; t < bs.specs.size(); ++t) {
     size_t n = size_t(NumElements(bs.specs[t].shape));
     bs.data.emplace_back(new float[n]);
-    bs.dest.emplace_back(new float[n]);
+    // One page more, so the destination can start on a page boundary.
+    bs.dest.emplace_back(new float[n + (aligned_dests ? 1024 : 0)]);
+    const uintptr_t at = reinterpret_cast<uintptr_t>(bs.dest.back().get());
+    bs.dest_at.push_back(reinterpret_cast<float*>(aligned_dests ? (at + 4095) & ~uintptr_t{4095}
+                                                                : at));
     bs.tensor_bytes += n * sizeof(float);
     for (size_t b = 0; b < n; b += kBlock) blocks.push_back({t, b, std::min(kBlock, n - b)});
   }
@@ -149,13 +155,13 @@ BenchState BuildState(uint64_t bytes, const std::string& data_kind) {
     const TensorSpec& s = bs.specs[b.tensor];
     gen.Fill(bs.data[b.tensor].get() + b.begin, b.len, (uint64_t(b.tensor) << 32) + b.begin, s.mean,
              s.sigma, bf16);
-    std::memset(bs.dest[b.tensor].get() + b.begin, 0,
+    std::memset(bs.dest_at[b.tensor] + b.begin, 0,
                 b.len * sizeof(float));  // fault the pages in now
   });
   for (size_t t = 0; t < bs.specs.size(); ++t) {
     const TensorSpec& s = bs.specs[t];
     bs.state.tensors.push_back({s.name, DType::kFloat32, s.shape, {}, {}, bs.data[t].get()});
-    bs.dests.push_back({s.name, DType::kFloat32, s.shape, {}, {}, bs.dest[t].get()});
+    bs.dests.push_back({s.name, DType::kFloat32, s.shape, {}, {}, bs.dest_at[t]});
   }
   // A trainer also saves its RNG and a little metadata next to the weights.
   std::mt19937_64 rng(42);
@@ -170,7 +176,7 @@ BenchState BuildState(uint64_t bytes, const std::string& data_kind) {
 
 void PoisonDests(BenchState* bs) {
   ParallelFor(bs->specs.size(), [&](size_t t) {
-    std::memset(bs->dest[t].get(), 0xA5, size_t(NumElements(bs->specs[t].shape)) * sizeof(float));
+    std::memset(bs->dest_at[t], 0xA5, size_t(NumElements(bs->specs[t].shape)) * sizeof(float));
   });
 }
 
@@ -178,7 +184,7 @@ Status CheckRestored(const BenchState& bs, const LoadResult& r) {
   std::vector<char> bad(bs.specs.size(), 0);
   ParallelFor(bs.specs.size(), [&](size_t t) {
     size_t n = size_t(NumElements(bs.specs[t].shape)) * sizeof(float);
-    bad[t] = std::memcmp(bs.data[t].get(), bs.dest[t].get(), n) != 0;
+    bad[t] = std::memcmp(bs.data[t].get(), bs.dest_at[t], n) != 0;
   });
   for (size_t t = 0; t < bad.size(); ++t) {
     if (bad[t])

@@ -26,7 +26,8 @@ struct TensorSpec {
 struct BenchState {
   std::vector<TensorSpec> specs;
   std::vector<std::unique_ptr<float[]>> data;  // what is saved
-  std::vector<std::unique_ptr<float[]>> dest;  // what restore fills
+  std::vector<std::unique_ptr<float[]>> dest;  // what restore fills, from dest_at
+  std::vector<float*> dest_at;  // page-aligned inside dest with --aligned-dests
   State state;
   std::vector<TensorDest> dests;
   uint64_t tensor_bytes = 0, blob_bytes = 0;
@@ -37,7 +38,9 @@ struct BenchState {
 
 // About `bytes` of float32 tensors; data_kind is "bf16" (values rounded to
 // bf16, stored as float32) or "fp32".
-BenchState BuildState(uint64_t bytes, const std::string& data_kind);
+// aligned_dests: restore destinations start on a page boundary (chunks are
+// then read straight into them), else wherever new float[] puts them.
+BenchState BuildState(uint64_t bytes, const std::string& data_kind, bool aligned_dests);
 
 // Poisons the restore destinations so a load that skips bytes cannot pass.
 void PoisonDests(BenchState* bs);

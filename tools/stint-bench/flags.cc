@@ -32,6 +32,8 @@ const char kUsage[] =
     "  --zstd-level N     CheckpointOptions.zstd_level. Default: runtime default\n"
     "  --python PATH      python for the torch.save reference. Default: <repo>/.venv/bin/python\n"
     "  --torch-ref PATH   torch_save_ref.py. Default: from the source tree\n"
+    "  --aligned-dests    restore into page-aligned destinations (whole chunks are then\n"
+    "                     read straight into them) instead of new float[]\n"
     "  --fork-before-save fork (and reap) a child before every measured save, as a\n"
     "                     fork-started DataLoader does each epoch: shows the copy-on-write\n"
     "                     faults that fork leaves on the staging buffer\n"
@@ -111,6 +113,7 @@ Result<Flags> ParseFlags(int argc, char** argv) {
   app.add_flag("--no-drop-caches", no_drop_caches);
   app.add_flag("--keep", f.keep);
   app.add_flag("--fork-before-save", f.fork_before_save);
+  app.add_flag("--aligned-dests", f.aligned_dests);
   value("--dir", &f.dir);
   value("--python", &f.python);
   value("--torch-ref", &f.torch_ref);

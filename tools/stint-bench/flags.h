@@ -31,6 +31,7 @@ struct Flags {
   bool drop_caches = true;
   bool keep = false;
   bool fork_before_save = false;
+  bool aligned_dests = false;
   // CheckpointOptions overrides; unset fields keep the runtime's defaults.
   std::optional<uint64_t> chunk_size, io_size;
   std::optional<unsigned> io_depth, threads, staging;

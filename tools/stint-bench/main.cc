@@ -81,7 +81,7 @@ int Run(const Flags& flags) {
   const BenchOptions& options = results.options;
 
   auto tgen = Clock::now();
-  BenchState bs = BuildState(flags.size, flags.data);
+  BenchState bs = BuildState(flags.size, flags.data, flags.aligned_dests);
   context.gen_s = SecondsSince(tgen);
   const uint64_t raw_bytes = bs.raw_bytes();
   context.load_before = LoadAverage();
