@@ -503,6 +503,9 @@ class CheckpointerImpl final : public Checkpointer {
 
       Status s = WaitForCopies(job.get());
       if (s.ok()) s = PersistAndCommit(job.get());
+      // The base may be what failed (a referenced file gone): the next save
+      // writes everything rather than failing the same way forever.
+      if (!s.ok() && job->base != nullptr) SetBase(nullptr);
       const uint64_t step = job->stats.step;
       std::promise<Status> durable = std::move(job->durable);
       SaveStats stats = job->stats;
@@ -598,7 +601,6 @@ class CheckpointerImpl final : public Checkpointer {
       Manifest part = s.ok() ? BuildManifest(options_, job->snapshot, file) : Manifest();
       s = ranks->Finish(s, part, CommitTimeout(options_, job->stats.persist_seconds));
       job->stats.commit_seconds = SecondsSince(t1);
-      if (!s.ok() && job->base != nullptr) SetBase(nullptr);  // as below
       if (s.ok() && options_.incremental) {
         // Every rank's chunks are in the committed manifest, which only the
         // committer holds in memory.
@@ -622,9 +624,6 @@ class CheckpointerImpl final : public Checkpointer {
     if (!s.ok()) {
       // Best effort: a crash here leaves a .tmp- dir that the next Open removes.
       RemoveRecursively(env_, tmp).IgnoreError();
-      // The base may be what failed (a referenced file gone): the next save
-      // writes everything rather than failing the same way forever.
-      if (job->base != nullptr) SetBase(nullptr);
     }
     return s;
   }

@@ -16,10 +16,10 @@ using json = nlohmann::json;
 
 json EncodeChunk(const ChunkRecord& c) {
   json j{{"offset", c.file_offset},
-              {"stored", c.stored_len},
-              {"raw", c.raw_len},
-              {"codec", CodecName(c.codec)},
-              {"xxh3", HashToHex(c.xxh3)}};
+         {"stored", c.stored_len},
+         {"raw", c.raw_len},
+         {"codec", CodecName(c.codec)},
+         {"xxh3", HashToHex(c.xxh3)}};
   if (!c.ref.empty()) j["ref"] = c.ref;
   if (c.raw_hash) j["raw_xxh128"] = RawHashToHex(*c.raw_hash);
   return j;
@@ -223,16 +223,16 @@ json EncodeBody(const Manifest& m) {
     blobs.push_back({{"name", b.name}, {"file", b.file}, {"chunks", EncodeChunks(b.chunks)}});
   }
   json body{{"version", {m.version_major, m.version_minor}},
-              {"writer", std::string("stint ") + kVersion},  // informational; readers ignore it
-              {"job_id", m.job_id},
-              {"step", m.step},
-              {"fencing_token", m.fencing_token},
-              {"world_size", m.world_size},
-              {"chunk_size", m.chunk_size},
-              {"created_unix_ms", m.created_unix_ms},
-              {"files", std::move(files)},
-              {"tensors", std::move(tensors)},
-              {"blobs", std::move(blobs)}};
+            {"writer", std::string("stint ") + kVersion},  // informational; readers ignore it
+            {"job_id", m.job_id},
+            {"step", m.step},
+            {"fencing_token", m.fencing_token},
+            {"world_size", m.world_size},
+            {"chunk_size", m.chunk_size},
+            {"created_unix_ms", m.created_unix_ms},
+            {"files", std::move(files)},
+            {"tensors", std::move(tensors)},
+            {"blobs", std::move(blobs)}};
   if (!m.refs.empty()) {
     json refs = json::array();
     for (const auto& r : m.refs) refs.push_back({{"name", r.name}, {"size", r.size}});
@@ -243,8 +243,8 @@ json EncodeBody(const Manifest& m) {
 
 // Checks chunks of one entry: aligned, inside their file (the entry's own,
 // or the referenced one), raw lengths add up.
-Status ValidateChunks(const Manifest& m, const std::vector<ChunkRecord>& chunks,
-                      uint64_t raw_bytes, const std::string& own_file, const std::string& ctx) {
+Status ValidateChunks(const Manifest& m, const std::vector<ChunkRecord>& chunks, uint64_t raw_bytes,
+                      const std::string& own_file, const std::string& ctx) {
   if (chunks.empty()) return Status::DataLoss(ctx + " has no chunks");
   uint64_t sum = 0;
   for (size_t i = 0; i < chunks.size(); ++i) {
@@ -306,8 +306,21 @@ std::vector<std::string> Manifest::ReferencedDirs() const {
   return {dirs.begin(), dirs.end()};
 }
 
+namespace {
+
+constexpr std::string_view kStep = "step-";
+
+// The step a valid ref path names (IsValidRefPath: at most 19 digits, so it fits).
+uint64_t RefPathStep(std::string_view path) {
+  uint64_t step = 0;
+  for (char c : path.substr(kStep.size(), path.find('/') - kStep.size()))
+    step = step * 10 + uint64_t(c - '0');
+  return step;
+}
+
+}  // namespace
+
 bool IsValidRefPath(std::string_view path) {
-  constexpr std::string_view kStep = "step-";
   size_t slash = path.find('/');
   if (slash == std::string_view::npos || path.substr(0, kStep.size()) != kStep) return false;
   std::string_view digits = path.substr(kStep.size(), slash - kStep.size());
@@ -406,7 +419,7 @@ Status ValidateManifest(const Manifest& m, std::string_view origin_view) {
     if (!names.insert(r.name).second)
       return Status::DataLoss(origin + ": duplicate referenced file " + r.name);
     // Only older checkpoints: references never form a cycle.
-    if (std::stoull(r.name.substr(5, r.name.find('/') - 5)) >= m.step) {
+    if (RefPathStep(r.name) >= m.step) {
       return Status::DataLoss(origin + ": references " + r.name + ", not older than step " +
                               std::to_string(m.step));
     }
@@ -435,8 +448,7 @@ Status ValidateManifest(const Manifest& m, std::string_view origin_view) {
         }
         elems *= uint64_t(s.extents[d]);
       }
-      STINT_RETURN_IF_ERROR(
-          ValidateChunks(m, s.chunks, elems * DTypeSize(t.dtype), s.file, sctx));
+      STINT_RETURN_IF_ERROR(ValidateChunks(m, s.chunks, elems * DTypeSize(t.dtype), s.file, sctx));
     }
     // Overlapping shards would make a read's bytes depend on which shard it
     // took. Gaps are left to the reader: asking for an uncovered region is
