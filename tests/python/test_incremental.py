@@ -1,4 +1,4 @@
-"""Incremental checkpoints through the Python API (incremental=True): a
+"""Incremental checkpoints and compress="auto" through the Python API: a
 LoRA-style state whose frozen base is referenced, not rewritten; every step
 loads back bit for bit; frozen= is checked."""
 
@@ -105,3 +105,20 @@ def test_deleted_referenced_checkpoint_is_reported_not_loaded(tmp_path):
     with stint.Checkpointer(root, incremental=True) as ck:
         with pytest.raises(stint.DataLossError, match="step-00000001/rank-00000.stint"):
             ck.load(step=2)
+
+
+def test_compress_auto_reports_its_choice_and_loads_back(tmp_path):
+    x = (torch.randn(1 << 20) * 0.02).bfloat16().float()  # 4 MiB, zstd shrinks it
+    with stint.Checkpointer(tmp_path / "ck", compress="auto", chunk_size=1 << 20) as ck:
+        ck.save(1, {"x": x}).durable.result(timeout=60)
+        first = ck.stats()["last"]
+        assert not first["compressed"]
+        assert "not measured" in first["compress_decision"], first
+        ck.save(2, {"x": x}).durable.result(timeout=60)
+        second = ck.stats()["last"]
+        # Decided on the figures: rate, ratio and the disk's measured write rate.
+        assert "ratio" in second["compress_decision"], second
+        assert second["compressed"] == second["compress_decision"].startswith("zstd"), second
+        assert torch.equal(ck.load()["x"], x)
+    with pytest.raises(stint.InvalidArgumentError):
+        stint.Checkpointer(tmp_path / "bad", compress="zstd")

@@ -177,6 +177,43 @@ class TorchStateTest : public ::testing::Test {
   TempDir dir_;
 };
 
+// LibTorch with incremental saves: a module's frozen part, MarkFrozen, is
+// referenced by the second save without being copied; it loads back intact.
+TEST_F(TorchStateTest, MarkFrozenModuleIsReferencedByTheNextIncrementalSave) {
+  torch::manual_seed(3);
+  torch::nn::Linear base(64, 64), head(64, 4);
+  CheckpointOptions o;
+  o.root = dir_.Sub("incremental");
+  o.chunk_size = 4096;
+  o.incremental = true;
+  auto ckpt = Checkpointer::Open(o);
+  ASSERT_OK(ckpt);
+  for (uint64_t step = 1; step <= 2; ++step) {
+    torch::NoGradGuard no_grad;
+    head->weight.add_(1.0);  // trained between the saves; the base is frozen
+    TorchStateBuilder b;
+    ASSERT_OK(b.AddModule("base", *base));
+    ASSERT_OK(b.AddModule("head", *head));
+    ASSERT_OK(b.MarkFrozen("base.weight"));
+    ASSERT_OK(b.MarkFrozen("base.bias"));
+    EXPECT_EQ(b.MarkFrozen("base.nope").code(), Code::kNotFound);
+    SaveDurable(**ckpt, step, b);
+    ASSERT_OK((*ckpt)->Flush());
+    const SaveStats last = *(*ckpt)->stats().last;
+    // Step 2: the frozen base, and the head's bias, unchanged and found by its hash.
+    EXPECT_EQ(last.referenced_bytes, step == 1 ? 0u : uint64_t(64 * 64 + 64 + 4) * 4);
+  }
+  torch::nn::Linear base2(64, 64), head2(64, 4);
+  TorchStateLoader loader;
+  ASSERT_OK(loader.AddModule("base", *base2));
+  ASSERT_OK(loader.AddModule("head", *head2));
+  auto loaded = loader.Load(**ckpt);
+  ASSERT_OK(loaded);
+  EXPECT_EQ(loaded->step, 2u);
+  EXPECT_TRUE(torch::equal(base2->weight, base->weight));
+  EXPECT_TRUE(torch::equal(head2->weight, head->weight));
+}
+
 TEST_F(TorchStateTest, DTypeMapping) {
   for (DType d : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt8,
                   DType::kUInt8, DType::kInt16, DType::kInt32, DType::kInt64, DType::kBool,
