@@ -275,11 +275,14 @@ class PyRendezvous {
 // Arguments given override the environment; the environment fills in the
 // rest (CoordinatorOptionsFromEnvironment, which requires STINT_COORD_TOKEN
 // and STINT_JOB_ID, is read only when an argument leaves one of them out).
+// The CA file comes from `ca_file`, else $STINT_CA_FILE, on either path, so an
+// https stintd is verified the same way however the session was started.
 CoordinatorOptions MakeOptions(std::optional<std::string> url, std::optional<std::string> token,
                                std::optional<uint64_t> job_id,
                                std::optional<std::string> worker_name,
                                std::optional<double> request_timeout,
-                               std::optional<double> retry_deadline) {
+                               std::optional<double> retry_deadline,
+                               std::optional<std::string> ca_file) {
   CoordinatorOptions o;
   if (!token || !job_id) {
     o = ValueOrThrow(CoordinatorOptionsFromEnvironment());
@@ -288,7 +291,10 @@ CoordinatorOptions MakeOptions(std::optional<std::string> url, std::optional<std
     if (env_url != nullptr && *env_url != '\0') o.url = env_url;
     const char* env_name = std::getenv("STINT_WORKER_NAME");
     if (env_name != nullptr && *env_name != '\0') o.worker_name = env_name;
+    const char* env_ca = std::getenv("STINT_CA_FILE");
+    if (env_ca != nullptr && *env_ca != '\0') o.ca_file = env_ca;
   }
+  if (ca_file) o.ca_file = *ca_file;
   if (url) o.url = *url;
   if (token) o.token = *token;
   if (job_id) o.job_id = *job_id;
@@ -326,9 +332,10 @@ void BindElastic(py::module_& m) {
           "start",
           [](std::optional<std::string> url, std::optional<std::string> token,
              std::optional<uint64_t> job_id, std::optional<std::string> worker_name,
-             std::optional<double> request_timeout, std::optional<double> retry_deadline) {
-            CoordinatorOptions o =
-                MakeOptions(url, token, job_id, worker_name, request_timeout, retry_deadline);
+             std::optional<double> request_timeout, std::optional<double> retry_deadline,
+             std::optional<std::string> ca_file) {
+            CoordinatorOptions o = MakeOptions(url, token, job_id, worker_name, request_timeout,
+                                               retry_deadline, ca_file);
             Result<std::unique_ptr<CoordinatorSession>> s = Status::Internal("not started");
             {
               py::gil_scoped_release nogil;
@@ -340,9 +347,12 @@ void BindElastic(py::module_& m) {
           py::arg("url") = py::none(), py::arg("token") = py::none(),
           py::arg("job_id") = py::none(), py::arg("worker_name") = py::none(),
           py::arg("request_timeout") = py::none(), py::arg("retry_deadline") = py::none(),
+          py::arg("ca_file") = py::none(),
           "Registers a worker of job `job_id` and starts heartbeating. Options not given come "
           "from $STINT_COORD_URL, $STINT_COORD_TOKEN, $STINT_JOB_ID, $STINT_WORKER_NAME (token "
-          "and job_id are then required there). request_timeout: seconds to wait for an answer "
+          "and job_id are then required there). ca_file: the PEM CAs an https stintd's "
+          "certificate must chain to (default $STINT_CA_FILE, else the system's). "
+          "request_timeout: seconds to wait for an answer "
           "(default 10); retry_deadline: seconds a call keeps retrying an unreachable stintd "
           "(default 60; 0: one attempt). UnauthenticatedError for a bad token; "
           "FailedPreconditionError when the job has no running segment yet (retry later); "

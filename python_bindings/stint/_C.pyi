@@ -201,7 +201,8 @@ class CoordinatorSession:
     @staticmethod
     def start(url: Optional[str] = None, token: Optional[str] = None, job_id: Optional[int] = None,
               worker_name: Optional[str] = None, request_timeout: Optional[float] = None,
-              retry_deadline: Optional[float] = None) -> CoordinatorSession: ...
+              retry_deadline: Optional[float] = None,
+              ca_file: Optional[str] = None) -> CoordinatorSession: ...
     @property
     def worker_id(self) -> int: ...
     @property

@@ -99,8 +99,9 @@ Sync = Callable[[], Any]  # makes this rank's state rank 0's (join(), step_bound
 class ElasticWorker:
     """A worker of a stintd job in its elastic group.
 
-    url, token, job_id, worker_name, request_timeout, retry_deadline: as for
-    stint._C.CoordinatorSession.start (unset ones come from the environment);
+    url, token, job_id, worker_name, request_timeout, retry_deadline, ca_file:
+    as for stint._C.CoordinatorSession.start (unset ones come from the
+    environment; ca_file from $STINT_CA_FILE);
     or session=: an already started CoordinatorSession (then close() leaves
     it open). advertise_host: the address peers reach this worker at (default
     $STINT_ADVERTISE_HOST, else 127.0.0.1). join_timeout: seconds join() and a
@@ -114,10 +115,10 @@ class ElasticWorker:
                  advertise_host: Optional[str] = None,
                  join_timeout: float = _DEFAULT_JOIN_TIMEOUT, backend: str = "gloo",
                  pg_timeout: float = _DEFAULT_PG_TIMEOUT, request_timeout: Optional[float] = None,
-                 retry_deadline: Optional[float] = None) -> None:
+                 retry_deadline: Optional[float] = None, ca_file: Optional[str] = None) -> None:
         self._session_args: Dict[str, Any] = dict(
             url=url, token=token, job_id=job_id, worker_name=worker_name,
-            request_timeout=request_timeout, retry_deadline=retry_deadline)
+            request_timeout=request_timeout, retry_deadline=retry_deadline, ca_file=ca_file)
         # Typed Any: None until start() / join(), set for the methods that use them.
         self._session: Any = session  # Optional[_C.CoordinatorSession]
         self._owns_session = session is None

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -30,23 +31,28 @@ pytestmark = pytest.mark.skipif(not os.path.exists(STINTD), reason="stintd is no
 
 
 class Stintd:
-    def __init__(self, work):
+    """tls: (cert, key, ca) files to serve https with (the CA verifies it)."""
+
+    def __init__(self, work, tls=None):
         env = dict(os.environ, STINTD_ADMIN_TOKEN=ADMIN, STINTD_WORKER_TOKEN=WORKER)
         self.log = open(os.path.join(work, "stintd.log"), "w")
+        tls_args = ["--tls-cert", tls[0], "--tls-key", tls[1]] if tls else []
+        self.context = ssl.create_default_context(cafile=tls[2]) if tls else None
         self.proc = subprocess.Popen(
             [STINTD, "--listen", "127.0.0.1:0", "--db", os.path.join(work, "stintd.db"), "--tick-seconds", "0.05",
-             "--lease-ttl-seconds", "3", "--rendezvous-last-call-seconds", "1", "--start-grace-seconds", "120"],
+             "--lease-ttl-seconds", "3", "--rendezvous-last-call-seconds", "1", "--start-grace-seconds", "120"]
+            + tls_args,
             stdout=subprocess.PIPE, stderr=self.log, env=env, text=True)
         line = self.proc.stdout.readline()
         m = re.search(r"listening on ([\d.]+):(\d+)", line)
         assert m, "stintd did not start: %r" % line
-        self.url = "http://%s:%s" % (m.group(1), m.group(2))
+        self.url = "%s://%s:%s" % ("https" if tls else "http", m.group(1), m.group(2))
 
     def call(self, method, path, body=None):
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.url + path, data=data, method=method,
                                      headers={"Authorization": "Bearer " + ADMIN, "Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=10) as r:
+        with urllib.request.urlopen(req, timeout=10, context=self.context) as r:
             return json.loads(r.read().decode())
 
     def running_job(self, gpus, min_gpus=1, max_gpus=None):
@@ -205,3 +211,72 @@ def test_worker_errors_name_the_cause(stintd, tmp_path):
         w.finished()
     with pytest.raises(stint.FailedPreconditionError):
         w.join(init=False)
+
+
+def openssl(*args):
+    subprocess.run(["openssl"] + list(args), check=True, capture_output=True)
+
+
+def make_test_ca(d):
+    """A CA and a server certificate for 127.0.0.1 signed by it: (cert, key, ca)."""
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    openssl("req", "-x509", *ec, "-keyout", d + "/ca.key", "-out", d + "/ca.pem", "-days", "2",
+            "-subj", "/CN=stint test CA")
+    openssl("req", *ec, "-keyout", d + "/server.key", "-out", d + "/server.csr", "-subj", "/CN=127.0.0.1")
+    with open(d + "/ext", "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", d + "/server.csr", "-CA", d + "/ca.pem", "-CAkey", d + "/ca.key",
+            "-CAcreateserial", "-out", d + "/server.pem", "-days", "2", "-extfile", d + "/ext")
+    return d + "/server.pem", d + "/server.key", d + "/ca.pem"
+
+
+# A child that starts a session with url, token and job id given explicitly
+# (argv), ca_file given as argv[4] when not "-", and prints what it got.
+CA_CHILD = r'''
+import sys
+import stint, stint.elastic
+url, token, job = sys.argv[1], sys.argv[2], int(sys.argv[3])
+ca = None if sys.argv[4] == "-" else sys.argv[4]
+try:
+    s = stint._C.CoordinatorSession.start(url, token, job, ca_file=ca, retry_deadline=0)
+    print("SESSION worker=%d" % s.worker_id)
+    s.close()
+    with stint.elastic.ElasticWorker(url, token, job, ca_file=ca, retry_deadline=0) as w:
+        print("ELASTIC worker=%d" % w.session.worker_id)
+except stint.UnavailableError as e:
+    print("ERROR %s: %s" % (type(e).__name__, e))
+'''
+
+
+def test_explicit_url_token_and_job_verify_https_with_the_ca_argument_or_stint_ca_file(tmp_path, python_env):
+    """CoordinatorSession.start and ElasticWorker with url, token and job id
+    given take the CA from ca_file= or, without it, from $STINT_CA_FILE; with
+    neither the test CA is not trusted and nothing registers."""
+    tls = make_test_ca(str(tmp_path))
+    daemon = Stintd(str(tmp_path), tls=tls)
+    try:
+        job = daemon.running_job(gpus=1)
+
+        def child(ca_arg, env_ca):
+            env = dict(python_env)
+            env.pop("STINT_CA_FILE", None)
+            if env_ca:
+                env["STINT_CA_FILE"] = env_ca
+            out = subprocess.run([sys.executable, "-c", CA_CHILD, daemon.url, WORKER, str(job), ca_arg],
+                                 env=env, capture_output=True, text=True, timeout=120)
+            assert out.returncode == 0, out.stdout + out.stderr
+            return out.stdout
+
+        for ca_arg, env_ca in ((tls[2], None), ("-", tls[2])):
+            out = child(ca_arg, env_ca)
+            assert re.search(r"^SESSION worker=\d+\nELASTIC worker=\d+$", out, re.M), out
+        # Neither: the system's CAs do not know the test CA.
+        out = child("-", None)
+        assert re.search(r"^ERROR UnavailableError: .*certificate was not verified", out, re.M), out
+        # An explicit argument wins over the environment (a CA that is not ours fails).
+        other = tmp_path / "other"
+        other.mkdir()
+        out = child(make_test_ca(str(other))[2], tls[2])
+        assert re.search(r"^ERROR UnavailableError: .*certificate was not verified", out, re.M), out
+    finally:
+        daemon.stop()
