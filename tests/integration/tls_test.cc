@@ -3,11 +3,19 @@
 // agent's launched workers (the client library, through STINT_CA_FILE)
 // verify stintd against that CA. Without it, with another CA, for a host
 // the certificate does not name, or over plain HTTP, nothing gets through.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -135,6 +143,38 @@ TEST_F(TlsTest, StintctlReachesStintdOnlyThroughItsCa) {
   ASSERT_EQ(pools.status, 200) << pools.text;
   ASSERT_EQ(pools.body["pools"].size(), 1u) << pools.text;
   EXPECT_EQ(pools.body["pools"][0]["name"], "gpu");
+}
+
+// SIGTERM while a client holds an idle https keep-alive connection and
+// another has connected without starting its TLS handshake: stintd exits 0
+// at once rather than when their keep-alive or read timeout (30 s) ends.
+TEST_F(TlsTest, SigtermEndsStintdPromptlyWithIdleTlsConnections) {
+  StintdProcess daemon(STINTD_PATH, dir_.path(), TlsArgs());
+  ASSERT_TRUE(daemon.Start()) << daemon.output();
+  HttpJson admin(daemon.port(), StintdProcess::kAdminToken, certs_.Sub("ca.pem"));
+  ASSERT_EQ(admin.Get("/v1/pools").status, 200);  // the connection stays open, idle
+
+  const int silent = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(silent, 0) << std::strerror(errno);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(daemon.port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(silent, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0)
+      << std::strerror(errno);
+  // Its connection is accepted and waits for a handshake once another
+  // request on a fresh connection has been answered.
+  HttpJson second(daemon.port(), StintdProcess::kAdminToken, certs_.Sub("ca.pem"));
+  ASSERT_EQ(second.Get("/v1/pools").status, 200);
+
+  const auto start = std::chrono::steady_clock::now();
+  const int status = daemon.Kill(SIGTERM, 10);  // the bound only turns a hang into a failure
+  std::printf("stintd (https) exited %.3f s after SIGTERM\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  ::close(silent);
+  ASSERT_TRUE(WIFEXITED(status)) << "stintd did not exit within 10 s of SIGTERM (SIGKILLed)\n"
+                                 << daemon.output();
+  EXPECT_EQ(WEXITSTATUS(status), 0) << daemon.output();
 }
 
 // The agent registers over https with --ca-file and hands the CA to its

@@ -1,11 +1,19 @@
 #include "stintd/server/http_api.h"
 
+#include <dirent.h>
 #include <httplib.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <openssl/err.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <map>
 #include <set>
 #include <thread>
@@ -17,6 +25,53 @@
 
 namespace stint::stintd {
 namespace {
+
+// Shuts down the reading side of every TCP connection this process accepted
+// on `port` (the sockets whose local port is `port` and that have a peer;
+// the listener has none) unless `spare(peer address, peer port)`. Returns
+// how many. A descriptor closed or reused while the scan runs is skipped:
+// it is no longer a connection to stop.
+Result<int> ShutdownReadsOfAcceptedConnections(
+    int port, const std::function<bool(const std::string&, int)>& spare) {
+  std::unique_ptr<DIR, int (*)(DIR*)> dir(opendir("/proc/self/fd"), closedir);
+  if (dir == nullptr) return StatusFromErrno("opendir /proc/self/fd", errno);
+  auto port_of = [](const sockaddr_storage& a) {
+    if (a.ss_family == AF_INET)
+      return int(ntohs(reinterpret_cast<const sockaddr_in*>(&a)->sin_port));
+    if (a.ss_family == AF_INET6)
+      return int(ntohs(reinterpret_cast<const sockaddr_in6*>(&a)->sin6_port));
+    return -1;
+  };
+  int count = 0;
+  for (;;) {
+    errno = 0;
+    const dirent* entry = readdir(dir.get());
+    if (entry == nullptr) {
+      if (errno != 0) return StatusFromErrno("readdir /proc/self/fd", errno);
+      return count;
+    }
+    char* end = nullptr;
+    const long fd = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || fd == dirfd(dir.get())) continue;
+    struct stat st;
+    if (fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&addr), &len) != 0) continue;
+    if (port_of(addr) != port) continue;
+    len = sizeof(addr);
+    if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&addr), &len) != 0) continue;
+    // The peer as cpp-httplib writes it into Request::remote_addr.
+    char host[NI_MAXHOST] = {};
+    if (getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), nullptr, 0,
+                    NI_NUMERICHOST) == 0 &&
+        spare(host, port_of(addr))) {
+      continue;
+    }
+    // ENOTCONN: the peer went meanwhile, nothing left to wake.
+    if (shutdown(static_cast<int>(fd), SHUT_RD) == 0) count++;
+  }
+}
 
 struct Reply {
   int status = 200;
@@ -416,7 +471,11 @@ Result<std::unique_ptr<HttpApi>> HttpApi::Bind(Coordinator* coordinator, TokenAu
 Status HttpApi::Serve() {
   serve_entered_ = true;
   const bool ok = stop_requested_ || server_->listen_after_bind();
-  serve_returned_ = true;
+  {
+    std::lock_guard<std::mutex> lock(serve_mu_);
+    serve_returned_ = true;
+  }
+  serve_cv_.notify_all();
   if (!ok) return Status::IoError("the HTTP server stopped with an error");
   return Status::OK();
 }
@@ -431,6 +490,37 @@ void HttpApi::Stop() {
   logs_.Shutdown();
   while (serve_entered_ && !serve_returned_ && !server_->is_running()) std::this_thread::yield();
   server_->stop();
+  // cpp-httplib (0.11) returns from listen only once every connection's
+  // thread has, and a thread holding an idle keep-alive connection looks
+  // at the stopped server only after its keep-alive timeout (30 s), one
+  // mid-request after its read timeout. Shutting the reading side of each
+  // accepted connection wakes it at once: it reads end-of-stream and
+  // closes. Not yet for a connection whose answer is being made or written
+  // (a long-poll just cancelled): cpp-httplib takes a socket with nothing
+  // more to read for a closed one and would drop the answer; it closes by
+  // itself once the answer is out, or its turn comes after kAnswerGrace.
+  // Again until Serve() returns: a connection accepted as the listener
+  // closed is caught by the next pass.
+  constexpr auto kAnswerGrace = std::chrono::seconds(5);
+  const auto grace_end = std::chrono::steady_clock::now() + kAnswerGrace;
+  std::unique_lock<std::mutex> lock(serve_mu_);
+  while (serve_entered_ && !serve_returned_) {
+    lock.unlock();
+    const bool in_grace = std::chrono::steady_clock::now() < grace_end;
+    Result<int> woken =
+        ShutdownReadsOfAcceptedConnections(port_, [&](const std::string& addr, int port) {
+          std::lock_guard<std::mutex> answering_lock(answering_mu_);
+          return in_grace && answering_.count({addr, port}) > 0;
+        });
+    if (!woken.ok()) {
+      std::fprintf(stderr, "stintd: stop: %s (idle connections end at their keep-alive timeout)\n",
+                   woken.status().ToString().c_str());
+    }
+    lock.lock();
+    if (!woken.ok()) break;
+    serve_cv_.wait_for(lock, std::chrono::milliseconds(50),
+                       [this] { return serve_returned_.load(); });
+  }
 }
 
 void HttpApi::InstallRoutes() {
@@ -1087,6 +1177,17 @@ void HttpApi::InstallRoutes() {
       });
 #undef STINT_HTTP_TRY
 
+  // A request is being answered from routing until its answer is written
+  // (the logger runs then): Stop() leaves its connection alone meanwhile.
+  server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response&) {
+    std::lock_guard<std::mutex> lock(answering_mu_);
+    answering_.insert({req.remote_addr, req.remote_port});
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  server_->set_logger([this](const httplib::Request& req, const httplib::Response&) {
+    std::lock_guard<std::mutex> lock(answering_mu_);
+    answering_.erase({req.remote_addr, req.remote_port});
+  });
   server_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;  // a handler already answered
     if (res.status == 404) {

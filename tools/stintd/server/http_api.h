@@ -5,8 +5,12 @@
 #define STINT_TOOLS_STINTD_SERVER_HTTP_API_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
+#include <utility>
 
 #include "stintd/server/auth.h"
 #include "stintd/server/coordinator.h"
@@ -41,7 +45,8 @@ class HttpApi {
   // Serves until Stop(); returns an error if the server failed.
   Status Serve();
   // Thread-safe, from any thread, before, during or after Serve(): a
-  // Serve() not yet started returns at once.
+  // Serve() not yet started returns at once. Answers long-polls, closes
+  // idle connections and returns once a running Serve() has returned.
   void Stop();
 
  private:
@@ -58,7 +63,12 @@ class HttpApi {
   // Serve() hand over through these (see Stop()).
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> serve_entered_{false};
-  std::atomic<bool> serve_returned_{false};
+  std::atomic<bool> serve_returned_{false};  // set under serve_mu_, for serve_cv_
+  std::mutex serve_mu_;
+  std::condition_variable serve_cv_;
+  // The peers (address, port) of requests being answered (see Stop()).
+  std::mutex answering_mu_;
+  std::set<std::pair<std::string, int>> answering_;  // guarded by answering_mu_
 };
 
 }  // namespace stint::stintd
