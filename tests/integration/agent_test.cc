@@ -442,6 +442,127 @@ TEST_F(AgentTest, StintctlLogsFollowsTheWorkersOutputUntilTheJobEnds) {
   EXPECT_EQ(unknown.exit_code, 1) << unknown.output;
 }
 
+// The workers' output survives a restart of stintd: `logs` prints what it
+// had, and a `logs --follow` that ran across the restart goes on where it
+// was (nothing twice, nothing missing) until the job ends.
+TEST_F(AgentTest, TheWorkersOutputSurvivesAStintdRestartAndFollowGoesOn) {
+  Start();
+  auto agent = Agent("n15", "0", {"--spot"});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n15 registered: window ")) << agent->output();
+  const std::string go = dir_.Sub("go");
+  const int64_t job = SubmitLaunch(
+      *admin_, 1,
+      "echo \"before $RANK\"; while [ ! -e \"$GO\" ]; do sleep 0.05; done; echo \"after $RANK\"",
+      {{"GO", go}});
+  ChildProcess follow(STINTCTL_PATH, CtlArgs({"logs", std::to_string(job), "--follow"}));
+  ASSERT_TRUE(follow.WaitForLine("[rank 0] before 0", 60)) << follow.output() << agent->output();
+
+  const int stopped = daemon_->Kill(SIGTERM);
+  ASSERT_TRUE(WIFEXITED(stopped) && WEXITSTATUS(stopped) == 0) << daemon_->output();
+  ASSERT_TRUE(daemon_->Start()) << daemon_->output();  // the same port, database and logs
+  admin_ = std::make_unique<HttpJson>(daemon_->port(), StintdProcess::kAdminToken);
+  RunResult held = RunProgram(STINTCTL_PATH, CtlArgs({"logs", std::to_string(job)}));
+  EXPECT_EQ(held.exit_code, 0) << held.output;
+  EXPECT_NE(held.output.find("[rank 0] before 0\n"), std::string::npos) << held.output;
+
+  std::ofstream(go) << "go\n";
+  bool killed = false;
+  const int status = follow.WaitAtMost(120, &killed);
+  ASSERT_TRUE(!killed && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << follow.output() << agent->output();
+  EXPECT_EQ(Job(job)["state"], "DONE");
+  const std::string& out = follow.output();
+  EXPECT_NE(out.find("[rank 0] after 0\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find("before 0"), out.rfind("before 0")) << "printed twice:\n" << out;
+}
+
+// Kept output is bounded per job (the newest 4 MiB in memory and after a
+// restart; at most twice that on disk, in two rotated files) and the output
+// of a job that ended goes once it is older than --log-retention-hours,
+// while a running job's stays.
+TEST_F(AgentTest, KeptOutputIsBoundedPerJobAndAnEndedJobsIsPruned) {
+  Start();
+  auto agent = Agent("n16", "0,1", {"--spot"});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n16 registered: window ")) << agent->output();
+  // 14 MB of numbered lines, then a last line; it ends when told (the
+  // agent uploads 256 KiB a beat while it runs).
+  const std::string go_big = dir_.Sub("go-big");
+  const int64_t big = SubmitLaunch(
+      *admin_, 1,
+      "seq -f '%09g xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx' 0 199999; "
+      "echo LAST-LINE; while [ ! -e \"$GO\" ]; do sleep 0.05; done",
+      {{"GO", go_big}});
+  const std::string go = dir_.Sub("go");
+  const int64_t running = SubmitLaunch(
+      *admin_, 1, "echo still here; while [ ! -e \"$GO\" ]; do sleep 0.05; done", {{"GO", go}});
+  auto reader = std::make_unique<HttpJson>(daemon_->port(), StintdProcess::kWorkerToken);
+  auto logs = [&](int64_t job) { return reader->Get("/v1/jobs/" + std::to_string(job) + "/logs"); };
+  auto text = [](const HttpJson::Response& r) {
+    std::string all;
+    for (const json& c : r.body.value("chunks", json::array())) all += c.value("text", "");
+    return all;
+  };
+  const std::string last_lines = "000199999 " + std::string(61, 'x') + "\nLAST-LINE\n";
+  auto ends_with_last = [&](const std::string& t) {
+    return t.size() >= last_lines.size() && t.substr(t.size() - last_lines.size()) == last_lines;
+  };
+  ASSERT_TRUE(Eventually([&] { return ends_with_last(text(logs(big))); }, 300))
+      << Job(big).dump() << agent->output();
+  ASSERT_TRUE(Eventually([&] { return text(logs(running)) == "still here\n"; }, 60))
+      << logs(running).text;
+
+  auto check_big = [&](const char* when) {
+    const HttpJson::Response r = logs(big);
+    ASSERT_EQ(r.status, 200) << when << ": " << r.text.substr(0, 200);
+    const std::string t = text(r);
+    EXPECT_LE(t.size(), 4u << 20) << when;
+    EXPECT_GT(t.size(), 3u << 20) << when;
+    EXPECT_TRUE(r.body.value("dropped", false)) << when;
+    EXPECT_TRUE(ends_with_last(t)) << when << ": the newest output is kept";
+  };
+  check_big("before the restart");
+  const std::string logs_dir = daemon_->db_path() + ".logs";
+  auto disk_bytes = [&](int64_t job) {
+    uint64_t total = 0;
+    for (const std::string suffix : {".log", ".log.1"}) {
+      struct stat st;
+      if (stat((logs_dir + "/job-" + std::to_string(job) + suffix).c_str(), &st) == 0)
+        total += static_cast<uint64_t>(st.st_size);
+    }
+    return total;
+  };
+  EXPECT_GT(disk_bytes(big), 4u << 20);
+  // Two files of at most 4 MiB each (a record head is some 40 bytes a chunk).
+  EXPECT_LE(disk_bytes(big), 8u << 20);
+
+  int stopped = daemon_->Kill(SIGTERM);
+  ASSERT_TRUE(WIFEXITED(stopped) && WEXITSTATUS(stopped) == 0) << daemon_->output();
+  ASSERT_TRUE(daemon_->Start()) << daemon_->output();
+  reader = std::make_unique<HttpJson>(daemon_->port(), StintdProcess::kWorkerToken);
+  check_big("after a restart");
+  EXPECT_EQ(text(logs(running)), "still here\n");
+
+  // With no retention the ended job's output goes at start; the running
+  // job's stays.
+  std::ofstream(go_big) << "go\n";
+  ASSERT_TRUE(Eventually([&] { return Job(big).value("state", "") == "DONE"; }, 60))
+      << Job(big).dump() << agent->output();
+  stopped = daemon_->Kill(SIGTERM);
+  ASSERT_TRUE(WIFEXITED(stopped) && WEXITSTATUS(stopped) == 0) << daemon_->output();
+  std::vector<std::string> args = DaemonArgs();
+  args.insert(args.end(), {"--log-retention-hours", "0"});
+  daemon_ = std::make_unique<StintdProcess>(STINTD_PATH, dir_.path(), args);
+  ASSERT_TRUE(daemon_->Start()) << daemon_->output();
+  HttpJson after_prune(daemon_->port(), StintdProcess::kWorkerToken);
+  const HttpJson::Response gone = after_prune.Get("/v1/jobs/" + std::to_string(big) + "/logs");
+  ASSERT_EQ(gone.status, 200) << gone.text;
+  EXPECT_TRUE(gone.body["chunks"].empty()) << gone.text.substr(0, 200);
+  EXPECT_EQ(disk_bytes(big), 0u);
+  const HttpJson::Response kept = after_prune.Get("/v1/jobs/" + std::to_string(running) + "/logs");
+  EXPECT_EQ(text(kept), "still here\n") << kept.text;
+  std::ofstream(go) << "go\n";
+}
+
 // A launched worker holds its own credential and no shared token: its
 // CoordinatorSession adopts the agent's registration, its KV and fencing
 // calls work for its job and are refused for another one.

@@ -3,9 +3,15 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <string>
 #include <thread>
+
+#include "util/status_matchers.h"
+#include "util/temp_dir.h"
 
 namespace stint::stintd {
 namespace {
@@ -74,6 +80,80 @@ TEST(LogTails, AReadWaitsForOutputOrAWakeAndACursorFromBeforeARestartStartsOver)
   logs.Shutdown();
   EXPECT_TRUE(logs.Read(1, 1, milliseconds(20000)).chunks.empty())
       << "does not wait after Shutdown";
+}
+
+// Persisted tails come back after a restart with their numbering, so a
+// cursor stays valid and a repeated upload still adds nothing; the files
+// rotate at the per-job cap; a record cut short ends the file and is cut
+// off, so the next append is read back whole.
+TEST(LogTails, PersistedTailsComeBackNumberedAndRotateAtTheCap) {
+  TempDir dir;
+  const std::string logs_dir = dir.Sub("logs");
+  {
+    LogTails logs(/*max_bytes_per_job=*/64);
+    ASSERT_OK(logs.Persist(logs_dir));
+    logs.Append(1, 10, 0, 0, 6, "hello ");
+    logs.Append(1, 10, 0, 6, 6, "world\n");
+    logs.Append(2, 20, 1, 0, 3, "r1\n");
+  }
+  {
+    LogTails logs(64);
+    ASSERT_OK(logs.Persist(logs_dir));
+    LogTails::Tail one = logs.Read(1, 0, milliseconds(0));
+    EXPECT_EQ(Text(one), "hello world\n");
+    EXPECT_EQ(one.next, 2);
+    EXPECT_EQ(Text(logs.Read(1, 1, milliseconds(0))), "world\n") << "the cursor holds";
+    EXPECT_EQ(logs.Read(2, 0, milliseconds(0)).chunks.at(0).rank, 1);
+    logs.Append(1, 10, 0, 6, 6, "world\n");  // a repeat from before the restart
+    logs.Append(1, 10, 0, 12, 3, "ok\n");
+    EXPECT_EQ(Text(logs.Read(1, 0, milliseconds(0))), "hello world\nok\n");
+    EXPECT_EQ(logs.Read(1, 0, milliseconds(0)).next, 3);
+    // 40 bytes a chunk: the file rotates, and only the newest 64 bytes
+    // stay in memory.
+    for (int i = 0; i < 10; i++)
+      logs.Append(1, 11, 0, 40u * i, 40, std::string(39, char('a' + i)) + "\n");
+  }
+  struct stat st;
+  ASSERT_EQ(stat((logs_dir + "/job-1.log.1").c_str(), &st), 0) << "rotated";
+  uint64_t on_disk = st.st_size;
+  ASSERT_EQ(stat((logs_dir + "/job-1.log").c_str(), &st), 0);
+  on_disk += st.st_size;
+  EXPECT_LE(on_disk, 2u * (64 + 40 + 32)) << "two files of about the cap";
+  // A torn record at the end (stintd died mid-write).
+  ASSERT_TRUE(WriteWholeFile(logs_dir + "/job-1.log",
+                             ReadWholeFile(logs_dir + "/job-1.log") + "C 99 11 0 999 50\nshort"));
+  {
+    LogTails logs(64);
+    ASSERT_OK(logs.Persist(logs_dir));
+    LogTails::Tail t = logs.Read(1, 0, milliseconds(0));
+    EXPECT_EQ(Text(t), std::string(39, 'j') + "\n");
+    EXPECT_EQ(t.next, 13);
+    EXPECT_TRUE(t.dropped);
+    logs.Append(1, 11, 0, 400, 4, "end\n");
+  }
+  LogTails logs(64);
+  ASSERT_OK(logs.Persist(logs_dir));
+  EXPECT_EQ(Text(logs.Read(1, 13, milliseconds(0))), "end\n");
+  EXPECT_EQ(logs.Read(1, 0, milliseconds(0)).next, 14);
+}
+
+TEST(LogTails, PruneForgetsOldOutputOfJobsNotKept) {
+  TempDir dir;
+  LogTails logs;
+  ASSERT_OK(logs.Persist(dir.path()));
+  logs.Append(1, 10, 0, 0, 4, "one\n");
+  logs.Append(2, 20, 0, 0, 4, "two\n");
+  Result<int> young = logs.Prune([](int64_t) { return false; }, std::chrono::hours(1));
+  ASSERT_OK(young);
+  EXPECT_EQ(*young, 0) << "written just now";
+  Result<int> pruned = logs.Prune([](int64_t job) { return job == 2; }, std::chrono::seconds(0));
+  ASSERT_OK(pruned);
+  EXPECT_EQ(*pruned, 1);
+  EXPECT_TRUE(logs.Read(1, 0, milliseconds(0)).chunks.empty());
+  EXPECT_EQ(logs.Read(1, 0, milliseconds(0)).next, 1) << "numbering goes on";
+  EXPECT_EQ(access(dir.Sub("job-1.log").c_str(), F_OK), -1);
+  EXPECT_EQ(Text(logs.Read(2, 0, milliseconds(0))), "two\n");
+  EXPECT_EQ(access(dir.Sub("job-2.log").c_str(), F_OK), 0);
 }
 
 }  // namespace

@@ -31,6 +31,7 @@
 // is down (exit 3) instead of a command hanging for a minute.
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -40,6 +41,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "coord/http_json.h"
@@ -163,6 +165,20 @@ class Ctl {
         req.server_wait = std::chrono::seconds(kWaitSeconds);
       }
       auto reply = http_->Call(req);
+      // --follow rides out a restart of stintd, which keeps the output and
+      // its numbering (the cursor stays valid): it asks again for up to
+      // kReconnectSeconds while stintd cannot be reached.
+      constexpr int kReconnectSeconds = 120;
+      const auto unreachable_since = std::chrono::steady_clock::now();
+      for (bool said = false; !reply.ok() && follow &&
+                              reply.status().code() == Code::kUnavailable &&
+                              std::chrono::steady_clock::now() - unreachable_since <
+                                  std::chrono::seconds(kReconnectSeconds);) {
+        if (!said) std::cerr << "stintctl: " << reply.status().message() << "; asking again\n";
+        said = true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        reply = http_->Call(req);
+      }
       if (!reply.ok()) return Failed(reply.status());
       const Json chunks = reply->body.value("chunks", Json::array());
       after = reply->body.value("next", after);

@@ -68,6 +68,14 @@ int main(int argc, char** argv) {
                  "a node (stint-agent) silent this long has its window closed")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  std::string logs_dir;
+  app.add_option("--logs-dir", logs_dir,
+                 "where the workers' output is kept across restarts (default: the --db file's "
+                 "path with .logs added)");
+  app.add_option("--log-retention-hours", http.log_retention_hours,
+                 "the output of a job that ended is deleted once it is this old")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--http-threads", http.threads,
                  "HTTP threads: one per open connection or long-poll")
       ->capture_default_str()
@@ -174,6 +182,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.db_path = db;
+  http.logs_dir = logs_dir.empty() ? db + ".logs" : logs_dir;
 
   auto fail = [](const Status& s) {
     std::fprintf(stderr, "stintd: %s\n", s.ToString().c_str());

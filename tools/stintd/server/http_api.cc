@@ -454,6 +454,12 @@ Result<std::unique_ptr<HttpApi>> HttpApi::Bind(Coordinator* coordinator, TokenAu
   api->server_->set_write_timeout(std::chrono::seconds(30));
   api->server_->set_payload_max_length(2u << 20);
   api->server_->set_tcp_nodelay(true);
+  if (!options.logs_dir.empty()) {
+    if (!(options.log_retention_hours >= 0))
+      return Status::InvalidArgument("log_retention_hours must not be negative");
+    STINT_RETURN_IF_ERROR(api->logs_.Persist(options.logs_dir));
+    api->PruneLogsIfDue();
+  }
   api->InstallRoutes();
   if (options.port == 0) {
     api->port_ = api->server_->bind_to_any_port(options.host);
@@ -521,6 +527,31 @@ void HttpApi::Stop() {
     serve_cv_.wait_for(lock, std::chrono::milliseconds(50),
                        [this] { return serve_returned_.load(); });
   }
+}
+
+void HttpApi::PruneLogs() {
+  std::set<int64_t> live;  // jobs that may still write
+  coordinator_->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+    for (const auto& [id, job] : s.jobs) {
+      if (job.state == JobState::kPending || job.state == JobState::kRunning) live.insert(id);
+    }
+  });
+  Result<int> pruned =
+      logs_.Prune([&](int64_t job) { return live.count(job) > 0; },
+                  std::chrono::seconds(static_cast<int64_t>(options_.log_retention_hours * 3600)));
+  if (!pruned.ok())
+    std::fprintf(stderr, "stintd: pruning old logs: %s\n", pruned.status().ToString().c_str());
+}
+
+void HttpApi::PruneLogsIfDue() {
+  const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  int64_t due = next_log_prune_ns_.load();
+  if (now < due) return;
+  const int64_t next =
+      now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::hours(1))
+                .count();
+  if (!next_log_prune_ns_.compare_exchange_strong(due, next)) return;  // another thread does it
+  PruneLogs();
 }
 
 void HttpApi::InstallRoutes() {
@@ -872,7 +903,8 @@ void HttpApi::InstallRoutes() {
   });
   LogTails* const logs = &logs_;
   route(kPost, R"(/v1/nodes/([A-Za-z0-9._-]+)/heartbeat)", Right::kAgent,
-        [c, logs](const httplib::Request& req) {
+        [this, c, logs](const httplib::Request& req) {
+          PruneLogsIfDue();
           RequestBody b =
               STINT_HTTP_TRY(RequestBody::Parse(req.body, {"running", "exited", "logs"}));
           std::vector<int64_t> running;

@@ -31,6 +31,11 @@ struct HttpOptions {
   // empty: plain HTTP.
   std::string tls_cert;
   std::string tls_key;
+  // Where the workers' output is kept across restarts (LogTails::Persist);
+  // "": in memory only. The output of a job that ended (or is gone) goes
+  // once it is this old; looked at on start and then hourly.
+  std::string logs_dir;
+  double log_retention_hours = 72;
 };
 
 class HttpApi {
@@ -52,12 +57,17 @@ class HttpApi {
  private:
   HttpApi(Coordinator* coordinator, TokenAuth auth, HttpOptions options);
   void InstallRoutes();
+  // Prunes the output of jobs that ended log_retention_hours ago (see
+  // HttpOptions), now or when an hour has passed since the last time.
+  void PruneLogs();
+  void PruneLogsIfDue();
 
   Coordinator* const coordinator_;
   const TokenAuth auth_;
   const HttpOptions options_;
   std::unique_ptr<httplib::Server> server_;
   LogTails logs_;  // workers' output, from the agents' heartbeats
+  std::atomic<int64_t> next_log_prune_ns_{0};  // steady clock
   int port_ = 0;
   // cpp-httplib's stop() does nothing until listen has begun, so Stop() and
   // Serve() hand over through these (see Stop()).
