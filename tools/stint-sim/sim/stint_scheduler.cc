@@ -34,9 +34,9 @@ class StintScheduler : public Scheduler {
     for (const std::string& t : teams) {
       stintd::Team team;
       team.name = t;
-      auto g = opt_.team_guarantees.find(t);
-      team.guaranteed_gpus = g != opt_.team_guarantees.end() ? g->second : opt_.team_guarantee_gpus;
-      team.borrow_limit_gpus = -1;
+      team.guaranteed_gpus = TeamGuarantee(opt_, t);
+      auto b = opt_.team_borrow_limits.find(t);
+      team.borrow_limit_gpus = b != opt_.team_borrow_limits.end() ? b->second : -1;
       Check(stintd::PutTeam(s_, team, &ch));
     }
     s_.counters.accounted_ms = kEpochMs;
