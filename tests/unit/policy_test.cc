@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -462,6 +463,94 @@ TEST(PolicyQuota, UnlimitedBorrowing) {
   Job& j = c.Pending(64);
   j.team = "q";
   EXPECT_NE(StartOf(PlanAt(c.s), j.id), nullptr);
+}
+
+TEST(PolicyQuota, AnElasticSegmentGrowsOnlyUpToItsTeamsLimit) {
+  Cluster c;
+  const int64_t w = c.Window(8);
+  c.Team("q", 4, 2);  // at most 6 GPUs
+  Segment& elastic = c.Running({{w, 4}}, Priority::kLow, Hours(1));
+  Job& job = c.JobOf(elastic);
+  job.team = "q";
+  job.min_gpus = 4;
+  job.max_gpus = 8;
+  job.remaining_seconds = 3 * 3600;
+  PolicyConfig grow;
+  grow.grow_elastic = true;
+  const Plan plan = PlanAt(c.s, kNow, grow);
+  ASSERT_EQ(plan.grows.size(), 1u) << Dump(plan);
+  ASSERT_EQ(plan.grows[0].add.size(), 1u);
+  EXPECT_EQ(plan.grows[0].add[0].gpus, 2) << "4 of 8 free GPUs would put q at 8 of its 6";
+  c.Team("q", 4, 0);
+  EXPECT_TRUE(PlanAt(c.s, kNow, grow).grows.empty());
+}
+
+// Random clusters (teams with limits, running and pending jobs of every
+// shape, elastic ones, several windows): what a team holds after the plan
+// (its active segments, less what shrinks give up, plus starts and grows)
+// is never above its guarantee + borrowing limit.
+TEST(PolicyQuota, NoTeamEverHoldsAboveItsGuaranteePlusBorrowingLimit) {
+  std::mt19937_64 rng(21);
+  auto pick = [&rng](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(rng);
+  };
+  PolicyConfig config;
+  config.grow_elastic = true;
+  config.shrink_min_workers = 1;
+  const std::vector<std::string> teams = {"a", "b", "c"};
+  int checked = 0;
+  for (int round = 0; round < 300; round++) {
+    Cluster c;
+    std::vector<int64_t> windows;
+    for (int i = pick(1, 3); i > 0; i--) windows.push_back(c.Window(pick(4, 16)));
+    std::map<std::string, int> limit, held;
+    for (const std::string& t : teams) {
+      const int guarantee = pick(0, 6), borrow = pick(0, 6);
+      c.Team(t, guarantee, borrow);
+      limit[t] = guarantee + borrow;
+    }
+    // Running segments within their team's limit.
+    for (int64_t w : windows) {
+      int free = c.s.windows.at(w).gpus;
+      for (int i = pick(0, 3); i > 0 && free > 0; i--) {
+        const std::string& t = teams[pick(0, 2)];
+        const int gpus = std::min({free, pick(1, 4), limit[t] - held[t]});
+        if (gpus <= 0) continue;
+        Segment& seg = c.Running({{w, gpus}}, pick(0, 1) ? Priority::kLow : Priority::kMedium,
+                                 Hours(pick(1, 5)));
+        Job& job = c.JobOf(seg);
+        job.team = t;
+        job.min_gpus = pick(1, gpus);
+        job.max_gpus = gpus + pick(0, 4);
+        job.remaining_seconds = pick(1, 20) * 1800;
+        job.service_gpu_seconds = pick(0, 200) * 3600.0;  // 0 .. 200 GPU-h
+        c.Workers(seg, gpus);
+        held[t] += gpus;
+        free -= gpus;
+      }
+    }
+    for (int i = pick(1, 8); i > 0; i--) {
+      Job& job = c.Pending(pick(1, 8), pick(0, 1) ? Priority::kHigh : Priority::kMedium,
+                           Hours(pick(0, 3)));
+      job.team = teams[pick(0, 2)];
+      job.max_gpus = job.min_gpus + pick(0, 4);
+      job.remaining_seconds = pick(1, 20) * 1800;
+    }
+    const Plan plan = PlanAt(c.s, kNow, config);
+    std::map<std::string, int> after = held;
+    auto team_of_segment = [&c](int64_t seg) { return c.s.jobs.at(c.s.segments.at(seg).job_id).team; };
+    for (const ShrinkDecision& d : plan.shrinks)
+      for (const Allocation& a : d.release) after[team_of_segment(d.segment_id)] -= a.gpus;
+    for (const GrowDecision& d : plan.grows)
+      for (const Allocation& a : d.add) after[team_of_segment(d.segment_id)] += a.gpus;
+    for (const StartDecision& d : plan.starts)
+      for (const Allocation& a : d.allocs) after[c.s.jobs.at(d.job_id).team] += a.gpus;
+    for (const std::string& t : teams) {
+      EXPECT_LE(after[t], limit[t]) << "round " << round << " team " << t << "\n" << Dump(plan);
+      checked += after[t] > held[t];
+    }
+  }
+  EXPECT_GT(checked, 50) << "too few rounds where a team took more GPUs to mean anything";
 }
 
 // ---------------------------------------------------------------- gangs
@@ -1293,6 +1382,21 @@ TEST(PolicyService, AJobStarvesOnceItWaitedFourTimesWhatItRan) {
   EXPECT_FALSE(Starving(j, kNow + Hours(1000), config));
   j.service_gpu_seconds = 0;  // never ran: not starved of service, just queued
   EXPECT_FALSE(Starving(j, kNow + Hours(1000), PolicyConfig()));
+}
+
+TEST(PolicyService, WithItsWorkLeftKnownTheGuardBoundsTheSlowdownOfTheWholeJob) {
+  const PolicyConfig config;  // factor 4: projected JCT > 5 x (run + left)
+  Job j;
+  j.max_gpus = 2;
+  j.service_gpu_seconds = GpuHours(20);  // 10 h run at 2 GPUs
+  j.remaining_seconds = 10 * 3600;       // 10 h left: 20 h of work in all
+  j.submit_ms = kNow;
+  EXPECT_FALSE(Starving(j, kNow + Hours(90), config));  // 90 + 10 h projected, 5 x 20 h = 100
+  EXPECT_TRUE(Starving(j, kNow + Hours(91), config));
+  // Near its end the bound is the same as without an estimate.
+  j.remaining_seconds = 1;
+  EXPECT_TRUE(Starving(j, kNow + Hours(51), config));
+  EXPECT_FALSE(Starving(j, kNow + Hours(49), config));
 }
 
 TEST(PolicyService, AStarvingJobIsNotPreemptedForServiceClass) {

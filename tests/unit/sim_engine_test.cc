@@ -308,5 +308,43 @@ TEST(SimService, TheStarvationGuardFinishesALongJobLasAloneStarves) {
   EXPECT_LT(guarded.jobs[0].finish_s, 40 * 3600.0) << guarded.jobs[0].finish_s;  // 26 h
 }
 
+// Two teams on 16 GPUs, guarantee 2 each; team a submits 12 one-GPU jobs
+// at once, b one later. Without a limit a takes every free GPU; with
+// --team-borrow-factor 1 (limit = its guarantee) it never holds more than
+// 4 and its jobs queue, while b's starts at once.
+TEST(SimTeams, ATeamsBorrowingLimitHoldsThroughTheReplay) {
+  Workload w;
+  w.windows = FixedCapacity(16);
+  for (int i = 0; i < 12; i++) {
+    w.jobs.push_back(Job(i, 0, 1, 3600));
+    w.jobs.back().team = "a";
+  }
+  w.jobs.push_back(Job(12, 60, 1, 3600));
+  w.jobs.back().team = "b";
+  auto run = [&w](double factor) {
+    SchedulerOptions o;
+    o.team_guarantee_gpus = 2;
+    if (factor >= 0) o.team_borrow_limits = TeamBorrowLimits(o, w.jobs, factor);
+    auto spec = ParsePolicy("stint", o);
+    EXPECT_OK(spec);
+    auto sched = MakeScheduler(spec.value(), o);
+    EngineOptions e;
+    e.team_guarantee_gpus = 2;
+    return Simulate(w, *sched, e);
+  };
+  const SimResult free = run(-1);
+  const SimResult limited = run(1);
+  ASSERT_EQ(free.conservation_violations + limited.conservation_violations, 0);
+  EXPECT_EQ(free.teams.at("a").peak_gpus, 12);
+  EXPECT_GT(free.teams.at("a").borrowed_gpu_s, 0);
+  EXPECT_EQ(limited.teams.at("a").peak_gpus, 4);
+  EXPECT_NEAR(limited.teams.at("a").borrowed_gpu_s, 2 * 3 * 3600, 2 * 3600)
+      << "2 GPUs borrowed while its 12 jobs run 4 at a time";
+  EXPECT_GE(limited.jobs[11].first_start_s, 2 * 3600.0) << "the last wave waits for the team's room";
+  EXPECT_LE(limited.jobs[12].first_start_s, 60) << "team b is not held back by a's limit";
+  EXPECT_EQ(TeamBorrowLimits(SchedulerOptions(), w.jobs, 1).at("a"), 1)
+      << "no guarantee: the limit still lets its largest job start";
+}
+
 }  // namespace
 }  // namespace stint::sim

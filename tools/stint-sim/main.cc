@@ -31,15 +31,24 @@
 namespace {
 
 // Each team's jobs, mean queue delay, mean slowdown and guarantee (stint's).
-nlohmann::json TeamsJson(const stint::sim::Metrics& m, const stint::sim::SchedulerOptions& so) {
+// Also the GPUs it held: mean, peak and borrowed (above its guarantee),
+// and its borrowing limit (-1: none).
+nlohmann::json TeamsJson(const stint::sim::Metrics& m, const stint::sim::SimResult& r,
+                         const stint::sim::SchedulerOptions& so) {
   nlohmann::json out = nlohmann::json::object();
   for (const auto& [team, t] : m.teams) {
-    auto g = so.team_guarantees.find(team);
+    auto b = so.team_borrow_limits.find(team);
+    auto use = r.teams.find(team);
+    const stint::sim::TeamUse u = use != r.teams.end() ? use->second : stint::sim::TeamUse();
     out[team] = {{"jobs", t.jobs},
                  {"queue_mean_s", t.queue_mean_s},
                  {"slowdown_mean", t.slowdown_mean},
-                 {"guarantee_gpus", g != so.team_guarantees.end() ? g->second
-                                                                  : so.team_guarantee_gpus}};
+                 {"guarantee_gpus", stint::sim::TeamGuarantee(so, team)},
+                 {"borrow_limit_gpus", b != so.team_borrow_limits.end() ? b->second : -1},
+                 {"gpus_mean", r.end_s > 0 ? u.gpu_s / r.end_s : 0.0},
+                 {"gpus_peak", u.peak_gpus},
+                 {"borrowed_gpus_mean", r.end_s > 0 ? u.borrowed_gpu_s / r.end_s : 0.0},
+                 {"borrowed_gpu_h", u.borrowed_gpu_s / 3600}};
   }
   return out;
 }
@@ -117,9 +126,13 @@ int main(int argc, char** argv) {
                  "runtime estimates / time limits = true x this");
   app.add_option("--team-guarantee", so.team_guarantee_gpus, "stint: every team's guaranteed GPUs");
   std::string team_guarantees;
+  double team_borrow_factor = -1;
   app.add_option("--team-guarantees", team_guarantees,
                  "stint: helios:PATH:GPUS: per-team guarantees from the Helios per-VC GPU counts "
                  "(largest VC to the team with most jobs), scaled to sum to GPUS");
+  app.add_option("--team-borrow-factor", team_borrow_factor,
+                 "stint: each team may borrow max(ceil(F x guarantee), its largest job's min_gpus - "
+                 "guarantee) GPUs above its guarantee (< 0: no limit)");
   app.add_option("--plan-depth", so.stint.plan_depth, "stint PolicyConfig.plan_depth");
   app.add_option("--aging-points", so.stint.aging_points_per_hour,
                  "stint PolicyConfig.aging_points_per_hour");
@@ -203,6 +216,9 @@ int main(int argc, char** argv) {
     }
     so.team_guarantees = std::move(g).value();
   }
+  if (team_borrow_factor >= 0) so.team_borrow_limits = TeamBorrowLimits(so, w.jobs, team_borrow_factor);
+  eo.team_guarantees = so.team_guarantees;
+  eo.team_guarantee_gpus = so.team_guarantee_gpus;
   if (!w.synthetic_jobs) std::fprintf(stderr, "stint-sim: trace: %s\n", w.load.Summary().c_str());
   std::vector<SimResult> results;
   std::vector<Metrics> rows;
@@ -251,7 +267,7 @@ int main(int argc, char** argv) {
                                  {"preemptions_per_job", m.preemptions_per_job},
                                  {"resizes_per_job", m.resizes_per_job},
                                  {"fairness_jain", m.fairness_jain},
-                                 {"teams", TeamsJson(m, so)},
+                                 {"teams", TeamsJson(m, r, so)},
                                  {"finished", m.finished},
                                  {"jobs", m.jobs},
                                  {"violations", m.violations},

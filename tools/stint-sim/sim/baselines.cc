@@ -409,6 +409,23 @@ class SlurmScheduler : public QueueScheduler {
 
 }  // namespace
 
+int TeamGuarantee(const SchedulerOptions& o, const std::string& team) {
+  auto g = o.team_guarantees.find(team);
+  return g != o.team_guarantees.end() ? g->second : o.team_guarantee_gpus;
+}
+
+std::map<std::string, int> TeamBorrowLimits(const SchedulerOptions& o,
+                                            const std::vector<SimJob>& jobs, double factor) {
+  std::map<std::string, int> largest;
+  for (const SimJob& j : jobs) largest[j.team] = std::max(largest[j.team], j.min_gpus);
+  std::map<std::string, int> out;
+  for (const auto& [team, gpus] : largest) {
+    const int guarantee = TeamGuarantee(o, team);
+    out[team] = std::max(static_cast<int>(std::ceil(factor * guarantee)), gpus - guarantee);
+  }
+  return out;
+}
+
 std::vector<std::string> AllPolicyNames() {
   return {"fifo",
           "easy",

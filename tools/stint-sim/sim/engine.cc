@@ -80,6 +80,8 @@ class Engine {
       r.gpus = w_.jobs[i].max_gpus;
       r.work_s = w_.jobs[i].work_s;
       r.submit_s = w_.jobs[i].submit_s;
+      team_held_[r.team] = 0;
+      result_.teams[r.team];
     }
     usage_.assign(w_.windows.size(), 0);
     open_.assign(w_.windows.size(), false);
@@ -503,6 +505,23 @@ class Engine {
     result_.allocated_gpu_s += allocated_ * dt;
     result_.demand_capped_gpu_s += std::min<int64_t>(offered, demand_) * dt;
     if (pending_ > 0) result_.idle_while_waiting_gpu_s += std::max(0, offered - allocated_) * dt;
+    IntegrateTeams(dt);
+  }
+
+  // What each team's segments hold, and above its guarantee.
+  void IntegrateTeams(double dt) {
+    for (auto& [team, held] : team_held_) held = 0;
+    for (int64_t id : running_) {
+      for (const SimAlloc& a : runs_[id].allocs) team_held_[runs_[id].job->team] += a.gpus;
+    }
+    for (const auto& [team, held] : team_held_) {
+      auto g = opt_.team_guarantees.find(team);
+      const int guarantee = g != opt_.team_guarantees.end() ? g->second : opt_.team_guarantee_gpus;
+      TeamUse& use = result_.teams[team];
+      use.gpu_s += held * dt;
+      use.borrowed_gpu_s += std::max(0, held - guarantee) * dt;
+      use.peak_gpus = std::max(use.peak_gpus, held);
+    }
   }
 
   void RecordUtil(TimeMs now) {
@@ -528,6 +547,7 @@ class Engine {
   int64_t pending_ = 0;
   int64_t demand_ = 0;
   int allocated_ = 0;
+  std::map<std::string, int> team_held_;  // GPUs held now, by team (scratch of IntegrateTeams)
   uint64_t hash_ = 1469598103934665603ull;
   bool dirty_ = true;        // something the scheduler decides on changed
   TimeMs wake_at_ = kNever;  // the scheduler's wake or the tick, whichever first

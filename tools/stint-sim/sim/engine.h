@@ -10,6 +10,7 @@
 #define STINT_TOOLS_STINT_SIM_SIM_ENGINE_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -102,6 +103,17 @@ struct EngineOptions {
   // A gang on k windows (nodes) progresses 1 + this x (k - 1) times slower
   // (PolicyConfig::gang_span_slowdown, the planner's view of the same cost).
   double gang_span_slowdown = 0.05;
+  // Each team's guarantee (GPUs), for the borrowing figures of TeamUse; a
+  // team not named here has team_guarantee_gpus.
+  std::map<std::string, int> team_guarantees;
+  int team_guarantee_gpus = 0;
+};
+
+// GPUs a team's segments held over the replay.
+struct TeamUse {
+  double gpu_s = 0;           // GPU-seconds held
+  double borrowed_gpu_s = 0;  // GPU-seconds held above the team's guarantee
+  int peak_gpus = 0;          // the most held at once
 };
 
 struct JobResult {
@@ -140,6 +152,7 @@ struct SimResult {
   double lost_gpu_s = 0;
   int64_t conservation_violations = 0;  // a window over-allocated, or used while closed
   int64_t schedule_calls = 0;
+  std::map<std::string, TeamUse> teams;  // every team with a job
   std::string log;        // one line per event (if keep_log)
   uint64_t log_hash = 0;  // FNV-1a 64 of the whole log
 };

@@ -51,7 +51,19 @@ struct SchedulerOptions {
   double slurm_age_max_s = 7 * 86400.0;  // PriorityMaxAge
   int team_guarantee_gpus = 0;           // stint: every team's guarantee (0: none) ...
   std::map<std::string, int> team_guarantees;  // ... unless the team is named here
+  // stint: per-team borrowing limits (GPUs above the guarantee); a team not
+  // named here borrows without limit (see TeamBorrowLimits).
+  std::map<std::string, int> team_borrow_limits;
 };
+
+// The guarantee a team gets under `o` (stint's; the baselines have none).
+int TeamGuarantee(const SchedulerOptions& o, const std::string& team);
+
+// Borrowing limits for --team-borrow-factor F: each team of `jobs` may
+// borrow max(ceil(F x its guarantee), its largest job's min_gpus - its
+// guarantee) GPUs, so that every job can still start.
+std::map<std::string, int> TeamBorrowLimits(const SchedulerOptions& o,
+                                            const std::vector<SimJob>& jobs, double factor);
 
 // Names: fifo, easy, slurm, stint, stint-no-backfill (plan_depth = 1),
 // stint-no-aging (aging_points_per_hour = 0), stint-no-fairshare

@@ -2,6 +2,7 @@
 // tools/stintd/core (MakePlan + ApplyPlan), every worker report goes through
 // its transitions, exactly as stintd would receive them over HTTP.
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <set>
 
@@ -33,9 +34,9 @@ class StintScheduler : public Scheduler {
     for (const std::string& t : teams) {
       stintd::Team team;
       team.name = t;
-      auto g = opt_.team_guarantees.find(t);
-      team.guaranteed_gpus = g != opt_.team_guarantees.end() ? g->second : opt_.team_guarantee_gpus;
-      team.borrow_limit_gpus = -1;
+      team.guaranteed_gpus = TeamGuarantee(opt_, t);
+      auto b = opt_.team_borrow_limits.find(t);
+      team.borrow_limit_gpus = b != opt_.team_borrow_limits.end() ? b->second : -1;
       Check(stintd::PutTeam(s_, team, &ch));
     }
     s_.counters.accounted_ms = kEpochMs;
@@ -131,6 +132,7 @@ class StintScheduler : public Scheduler {
   Decisions Schedule(TimeMs now) override {
     const TimeMs t = kEpochMs + now;
     stintd::Changes ch;
+    Forget();
     for (const auto& [job, worker] : worker_of_) {
       auto hb = stintd::Heartbeat(s_, worker, 0, t);
       if (!hb.ok()) errors_++;
@@ -230,6 +232,32 @@ class StintScheduler : public Scheduler {
   int64_t errors() const { return errors_; }
 
  private:
+  // Drops what no decision reads again: ended segments, released workers,
+  // finished jobs. stintd keeps them (its API and store show them); the
+  // sim would otherwise walk every segment and worker ever created on each
+  // plan, and the replay's cost would grow with its length squared. The
+  // maps are ordered by id, so what is left is walked in the same order
+  // and every plan is the same (the event log hash does not change).
+  void Forget() {
+    for (auto it = s_.segments.begin(); it != s_.segments.end();) {
+      it = stintd::SegmentActive(it->second.state) ? std::next(it) : s_.segments.erase(it);
+    }
+    for (auto it = s_.workers.begin(); it != s_.workers.end();) {
+      it = it->second.released ? s_.workers.erase(it) : std::next(it);
+    }
+    for (auto it = s_.jobs.begin(); it != s_.jobs.end();) {
+      const stintd::JobState st = it->second.state;
+      if (st == stintd::JobState::kPending || st == stintd::JobState::kRunning) {
+        ++it;
+        continue;
+      }
+      s_.rendezvous.erase(it->first);
+      job_of_sim_.erase(sim_of_job_[it->first]);
+      sim_of_job_.erase(it->first);
+      it = s_.jobs.erase(it);
+    }
+  }
+
   // The engine's allocations for the core's (empty parts left out).
   std::vector<SimAlloc> SimAllocs(const std::vector<stintd::Allocation>& allocs) {
     std::vector<SimAlloc> out;

@@ -730,13 +730,16 @@ class Planner {
       if (room <= 0 || job.remaining_seconds < c_.grow_min_seconds) continue;
       const TimeMs release = ReleaseMs(s_, seg);
       GrowDecision d{id, {}};
-      int left = room;
+      // Never above the team's guarantee + borrowing limit.
+      const int team = TeamOf(job.team).profile;
+      int left = team < 0 ? room : std::min(room, profiles_.teams[team].Min(now_, release));
       for (const Allocation& a : seg.allocs) {
         const int slot = SlotOf(a.window_id);
         if (slot < 0 || left == 0) continue;
         const int n = std::min(left, profiles_.windows[slot].Min(now_, release));
         if (n <= 0) continue;
         profiles_.windows[slot].Add(now_, release, -n);
+        if (team >= 0) profiles_.teams[team].Add(now_, release, -n);
         d.add.push_back(Allocation{a.window_id, n});
         left -= n;
       }
@@ -987,8 +990,14 @@ bool Starving(const Job& job, TimeMs now, const PolicyConfig& config) {
   if (!config.service_starvation_guard) return false;
   // Run time: attained GPU-seconds at max_gpus; wait: the rest since submit.
   const double run = job.service_gpu_seconds / std::max(1, job.max_gpus);
-  const double wait = std::max<TimeMs>(0, now - job.submit_ms) / 1000.0 - run;
-  return run > 0 && wait > config.service_starvation_factor * run;
+  if (run <= 0) return false;
+  // With the work left known, its slowdown is bounded against its whole
+  // work: projected JCT (time so far + left) > (1 + factor) x (run + left).
+  // A job with much left may wait longer than one near its end before it is
+  // shielded. Without an estimate (left 0) this is wait > factor x run.
+  const double left = std::max(0.0, job.remaining_seconds);
+  const double elapsed = std::max<TimeMs>(0, now - job.submit_ms) / 1000.0;
+  return elapsed + left > (1 + config.service_starvation_factor) * (run + left);
 }
 
 int ServiceClass(const Job& job, const PolicyConfig& config) {

@@ -81,7 +81,9 @@ struct PolicyConfig {
   // Starvation guard: a running job that has waited (time since submit
   // not spent running) longer than service_starvation_factor x its run
   // time is not preempted for service class (only by a higher level) while
-  // so. Under LAS alone such a job restarts at the head (aging lifts it)
+  // so; with its remaining work known, once time since submit + remaining
+  // exceeds (1 + factor) x (run time + remaining), its projected slowdown.
+  // Under LAS alone such a job restarts at the head (aging lifts it)
   // and is preempted again by every new job after min_run: it never ends
   // while new ones keep coming. The guard lets it run until its run time
   // catches up. false: preemption follows attained service alone.
@@ -201,9 +203,11 @@ double JobScore(const ClusterState& state, const Job& job, TimeMs now, const Pol
 // The job's attained-service class, 0 .. service_classes - 1.
 int ServiceClass(const Job& job, const PolicyConfig& config);
 
-// Whether the starvation guard shields the job at `now`: it has waited
-// longer than service_starvation_factor x its run time (attained
-// GPU-seconds / max_gpus).
+// Whether the starvation guard shields the job at `now`: its time since
+// submit plus its remaining_seconds exceeds (1 + service_starvation_factor)
+// x its whole work (run time + remaining_seconds; run time = attained
+// GPU-seconds / max_gpus). Without an estimate (remaining 0): it has waited
+// longer than service_starvation_factor x its run time.
 bool Starving(const Job& job, TimeMs now, const PolicyConfig& config);
 
 // Minimum useful segment of a job: restart + one interval + checkpoint + safety.
