@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -317,8 +318,10 @@ void NodeAgent::Launch(const void* assignment) {
     std::string visible;
     const int first_gpu = torchrun.empty() ? i * gpw : 0;
     const int end_gpu = torchrun.empty() ? (i + 1) * gpw : static_cast<int>(gpus.size());
-    for (int g = first_gpu; g < end_gpu; g++)
+    for (int g = first_gpu; g < end_gpu; g++) {
       visible += (visible.empty() ? "" : ",") + std::to_string(gpus[g]);
+      p.gpus.push_back(gpus[g]);
+    }
     // Everything the child needs, made before fork. torchrun sets the
     // ranks and the master itself.
     std::vector<std::pair<std::string, std::string>> vars = {{"CUDA_VISIBLE_DEVICES", visible}};
@@ -394,6 +397,34 @@ void NodeAgent::Launch(const void* assignment) {
   runs_[sid] = std::move(run);
 }
 
+void NodeAgent::ShrinkNotice(int64_t sid, SegmentRun& run, const void* notice_json, int64_t now) {
+  const Json& notice = *static_cast<const Json*>(notice_json);
+  const std::vector<int> gone = notice["gpus"].get<std::vector<int>>();
+  const int64_t deadline = notice.value("deadline_ms", int64_t{0});
+  std::string ranks;
+  for (WorkerProc& p : run.procs) {
+    if (p.leaving || p.exited || p.gpus.empty()) continue;
+    bool all = true;
+    for (int g : p.gpus) all = all && std::find(gone.begin(), gone.end(), g) != gone.end();
+    if (!all) continue;  // it keeps a GPU that stays: it stays
+    p.leaving = true;
+    kill(-p.pid, run.signal);
+    ranks += (ranks.empty() ? "" : ",") + std::to_string(p.rank);
+  }
+  if (!ranks.empty()) {
+    run.leave_deadline_ms = deadline;
+    std::printf("stint-agent: segment %lld: shrink notice, ranks %s leave (GPUs %s), signal %s, "
+                "deadline in %.1f s\n",
+                static_cast<long long>(sid), ranks.c_str(), JoinGpus(gone).c_str(),
+                strsignal(run.signal), double(deadline - now) / 1000);
+    std::fflush(stdout);
+  }
+  if (run.leave_deadline_ms == 0 || now < run.leave_deadline_ms) return;
+  for (const WorkerProc& p : run.procs) {
+    if (p.leaving && !p.exited) kill(-p.pid, SIGKILL);
+  }
+}
+
 std::vector<NodeAgent::LogPiece> NodeAgent::CollectLogs() {
   // Per worker and beat; a worker writing faster gets there over a few beats.
   constexpr size_t kMaxPiece = 256u << 10;
@@ -466,6 +497,10 @@ Status NodeAgent::Beat() {
       if (it == runs_.end()) continue;
     }
     SegmentRun& run = it->second;
+    if (notice.is_object() && notice.value("gpus", Json()).is_array()) {
+      ShrinkNotice(sid, run, &notice, now);
+      continue;
+    }
     if (deadline != 0 && !run.signalled && !run.done) {
       run.signalled = true;
       run.deadline_ms = deadline;

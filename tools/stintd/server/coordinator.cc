@@ -249,6 +249,15 @@ Result<Window> Coordinator::NodeHeartbeat(const std::string& node,
         // Not this node's to report: ignored, not refused, so that one odd
         // report cannot stop the heartbeat that keeps the node's window.
         if (!on_node) continue;
+        // Workers of a node a shrink releases: whatever their exit, they
+        // left; the segment goes on elsewhere and gives the GPUs up at the
+        // shrink's deadline.
+        bool leaving = false;
+        for (const Allocation& r : seg->second.shrink_release) {
+          auto rw = s.windows.find(r.window_id);
+          leaving = leaving || (rw != s.windows.end() && rw->second.node == node);
+        }
+        if (leaving) continue;
         bool all_done = false;
         if (e.exit_code == 0) {
           std::set<int64_t>& done = exited_ok_[e.segment_id];
@@ -331,7 +340,7 @@ Result<Job> Coordinator::SetPriority(int64_t job_id, Priority priority) {
 }
 
 Result<Worker> Coordinator::RegisterWorker(int64_t job_id, const std::string& name,
-                                           std::string* secret) {
+                                           std::string* secret, const std::string& node) {
   // Drawn outside the lock; the id it is bound to only inside.
   STINT_ASSIGN_OR_RETURN(WorkerSecret fresh, NewWorkerSecret());
   Worker worker;
@@ -339,6 +348,8 @@ Result<Worker> Coordinator::RegisterWorker(int64_t job_id, const std::string& na
     STINT_ASSIGN_OR_RETURN(worker, stintd::RegisterWorker(s, job_id, name, now, c));
     worker.secret_hash = fresh.hash;
     s.workers[worker.id].secret_hash = fresh.hash;  // saved with the row RegisterWorker marked
+    worker.node = node;
+    s.workers[worker.id].node = node;
     return Status::OK();
   }));
   *secret = fresh.For(worker.id);

@@ -110,7 +110,9 @@ class Coordinator {
   // Worker requests.
   // Each registration gets a fresh secret (worker_secret.h): `*secret` is
   // the only copy, the store keeps its hash. REQUIRES: secret != nullptr.
-  Result<Worker> RegisterWorker(int64_t job_id, const std::string& name, std::string* secret);
+  // `node`: the stint-agent node that launches it ("" for none).
+  Result<Worker> RegisterWorker(int64_t job_id, const std::string& name, std::string* secret,
+                                const std::string& node = "");
   Result<WorkerView> Heartbeat(int64_t worker_id, int64_t step);
   // Answers when the worker has a notice or is no longer active, or after
   // `wait` with the current view.
