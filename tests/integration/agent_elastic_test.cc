@@ -25,6 +25,9 @@
 #ifndef STINTD_PATH
 #error "STINTD_PATH must name the stintd binary"
 #endif
+#ifndef STINTCTL_PATH
+#error "STINTCTL_PATH must name the stintctl binary"
+#endif
 #ifndef STINT_AGENT_PATH
 #error "STINT_AGENT_PATH must name the stint-agent binary"
 #endif
@@ -50,13 +53,14 @@ bool ProcessGone(pid_t pid) {
 }
 
 // A worker that records its pid and environment (written whole: tmp, then
-// mv), says so on a TERM and exits 75, and otherwise runs until killed.
+// mv), says so on a TERM and exits 75, and otherwise runs until the file
+// $OUT/finish-<job id> appears: then it exits 0.
 constexpr const char* kWorker =
     "trap 'echo got TERM; exit 75' TERM; env > \"$OUT/env-$STINT_WORKER_ID.tmp\"; "
     "mv \"$OUT/env-$STINT_WORKER_ID.tmp\" \"$OUT/env-$STINT_WORKER_ID\"; "
     "echo $$ > \"$OUT/pid-$STINT_WORKER_ID.tmp\"; "
     "mv \"$OUT/pid-$STINT_WORKER_ID.tmp\" \"$OUT/pid-$STINT_WORKER_ID\"; "
-    "while :; do sleep 0.05; done";
+    "while [ ! -e \"$OUT/finish-$STINT_JOB_ID\" ]; do sleep 0.05; done; exit 0";
 
 class AgentElasticTest : public ::testing::Test {
  protected:
@@ -223,6 +227,73 @@ TEST_F(AgentElasticTest, AShrinkSignalsOnlyTheLeavingNodesWorkers) {
     EXPECT_EQ(r.status, leaves ? 410 : 200) << "worker " << w << ": " << r.text;
     if (!leaves) EXPECT_TRUE(r.body.value("active", false)) << r.text;
   }
+}
+
+// An elastic job at 2 of its max 4 GPUs on a node grows to 4 when the job
+// beside it finishes: stintd adds the freed GPUs to its segment (allocs and
+// placement, what stintctl shows), and the agent starts the two added
+// ranks on them beside the running two, with the grown layout in their
+// environment (they join the job's group as new members).
+TEST_F(AgentElasticTest, AnElasticJobGrowsOntoFreedGpusAndTheAgentStartsTheAddedRanks) {
+  Start();
+  auto agent = Agent("ng", "0,1,2,3");
+  const int64_t other = Submit({{"name", "other"}, {"min_gpus", 2}});
+  ASSERT_TRUE(Eventually([&] { return PlacedWindows(other).size() == 1; }, 30))
+      << Job(other).dump();
+  const int64_t window = PlacedWindows(other)[0];
+  const json other_gpus = Segment(other)["placement"][0]["gpus"];
+  // Work left beyond stintd's grow threshold (--grow-min-seconds, 1800 s).
+  const int64_t elastic = Submit(
+      {{"name", "elastic"}, {"min_gpus", 2}, {"max_gpus", 4}, {"remaining_seconds", 7200}});
+  ASSERT_TRUE(Eventually([&] { return PlacedWindows(elastic).size() == 1; }, 30))
+      << Job(elastic).dump();
+  ASSERT_EQ(Segment(elastic)["gpus"], 2) << Job(elastic).dump();
+  const int64_t segment = Job(elastic)["segment_id"];
+  std::map<int64_t, pid_t> first;
+  ASSERT_TRUE(WaitForWorkers(segment, 2, &first)) << agent->output();
+
+  // The other job finishes; its GPUs go to the elastic job's segment.
+  std::ofstream(out_ + "/finish-" + std::to_string(other)).put('\n');
+  ASSERT_TRUE(Eventually([&] { return Job(other).value("state", "") == "DONE"; }, 30))
+      << Job(other).dump() << agent->output();
+  ASSERT_TRUE(Eventually([&] { return Segment(elastic).value("gpus", 0) == 4; }, 30))
+      << Job(elastic).dump();
+  const json seg = Segment(elastic);
+  EXPECT_EQ(seg.value("id", int64_t{0}), segment) << "grown in place, not restarted";
+  ASSERT_EQ(seg["placement"].size(), 1u) << seg.dump();
+  const json placed = seg["placement"][0]["gpus"];
+  ASSERT_EQ(placed.size(), 4u) << seg.dump();
+  EXPECT_EQ(json::array({placed[2], placed[3]}), other_gpus) << seg.dump();
+
+  std::map<int64_t, pid_t> all;
+  ASSERT_TRUE(WaitForWorkers(segment, 4, &all)) << agent->output();
+  EXPECT_TRUE(agent->WaitForLine("stint-agent: segment " + std::to_string(segment) + " of job " +
+                                 std::to_string(elastic) + " grew: started ranks 2,3 of 4"))
+      << agent->output();
+  for (const auto& [w, pid] : all) {
+    SCOPED_TRACE("worker " + std::to_string(w));
+    EXPECT_FALSE(ProcessGone(pid));
+    EXPECT_EQ(Env(w, "STINT_JOB_ID"), std::to_string(elastic));
+    if (first.count(w)) continue;  // one of the two it started with
+    const int rank = std::stoi(Env(w, "RANK"));
+    EXPECT_TRUE(rank == 2 || rank == 3) << rank;
+    EXPECT_EQ(Env(w, "LOCAL_RANK"), std::to_string(rank));
+    EXPECT_EQ(Env(w, "WORLD_SIZE"), "4");
+    EXPECT_EQ(Env(w, "LOCAL_WORLD_SIZE"), "4");
+    EXPECT_EQ(Env(w, "CUDA_VISIBLE_DEVICES"), std::to_string(placed[rank].get<int>()));
+    EXPECT_EQ(Env(w, "MASTER_ADDR"), "127.0.0.1");
+    EXPECT_EQ(Env(w, "MASTER_PORT"), std::to_string(20000 + segment % 20000));
+    EXPECT_EQ(Env(w, "STINT_WORKER_NAME"), "ng:" + std::to_string(rank));
+    EXPECT_FALSE(Env(w, "STINT_WORKER_SECRET").empty());
+  }
+  for (const auto& [w, pid] : first) EXPECT_EQ(all.at(w), pid) << "a first worker was restarted";
+  // stintctl shows the grown segment: 4 GPUs, all in the node's window.
+  RunResult ctl = RunProgram(STINTCTL_PATH, {"--url", daemon_->url(), "--token",
+                                             StintdProcess::kAdminToken, "segments", "--job",
+                                             std::to_string(elastic)});
+  ASSERT_EQ(ctl.exit_code, 0) << ctl.output;
+  EXPECT_NE(ctl.output.find(" w" + std::to_string(window) + ":4"), std::string::npos) << ctl.output;
+  EXPECT_EQ(Job(elastic).value("state", ""), "RUNNING");
 }
 
 }  // namespace

@@ -272,12 +272,31 @@ void NodeAgent::Launch(const void* assignment) {
     command = std::move(full);
   }
   const int procs = torchrun.empty() ? local : 1;  // processes this agent starts
-  SegmentRun run;
+  // Which of them to start: all for a new segment; for one that grew (an
+  // elastic job took more GPUs here), the workers of the GPUs no process
+  // of it was given. They join the job's group as new members.
+  auto found = runs_.find(sid);
+  const bool growing = found != runs_.end();
+  std::vector<int> starts;
+  for (int i = 0; i < procs; i++) {
+    bool held = false;
+    for (int g = i * gpw; growing && g < (i + 1) * gpw && g < static_cast<int>(gpus.size()); g++) {
+      for (const WorkerProc& p : found->second.procs)
+        held = held || std::find(p.gpus.begin(), p.gpus.end(), gpus[g]) != p.gpus.end();
+    }
+    if (!held) starts.push_back(i);
+  }
+  if (growing && (!torchrun.empty() || found->second.done || found->second.signalled ||
+                  found->second.leave_deadline_ms != 0 || starts.empty()))
+    return;
+  SegmentRun fresh;
+  SegmentRun& run = growing ? found->second : fresh;
   run.job_id = job;
   run.signal = SignalNumber(launch.value("signal", std::string("TERM")));
   const std::string dir =
       options_.workdir + "/job-" + std::to_string(job) + "/segment-" + std::to_string(sid);
   Status made = MakeDirs(dir);
+  if (growing && (command.empty() || !made.ok())) return;
   if (command.empty() || local < 1 || !made.ok()) {
     run.done = true;
     run.exit_code = 127;
@@ -293,7 +312,7 @@ void NodeAgent::Launch(const void* assignment) {
   // any process starts: a refusal (the segment just ended) starts nothing,
   // and the next beat decides again.
   std::vector<Json> regs;
-  for (int i = 0; i < procs; i++) {
+  for (int i : starts) {
     HttpRequest req;
     req.method = "POST";
     req.path = "/v1/jobs/" + std::to_string(job) + "/workers";
@@ -310,10 +329,11 @@ void NodeAgent::Launch(const void* assignment) {
     regs.push_back(reg->body);
   }
   const pid_t agent = getpid();
-  for (int i = 0; i < procs; i++) {
+  for (size_t k = 0; k < starts.size(); k++) {
+    const int i = starts[k];
     WorkerProc p;
     p.rank = rank_base + i;  // under torchrun: the node's first rank
-    const Json& reg = regs[i];
+    const Json& reg = regs[k];
     p.log = dir + "/rank-" + std::to_string(p.rank) + ".log";
     std::string visible;
     const int first_gpu = torchrun.empty() ? i * gpw : 0;
@@ -384,17 +404,26 @@ void NodeAgent::Launch(const void* assignment) {
     p.pid = pid;
     run.procs.push_back(std::move(p));
   }
-  if (run.procs.empty()) {
+  if (run.procs.empty() && !growing) {
     run.done = true;
     run.exit_code = 127;
     run.message = "fork failed";
+  }
+  if (growing) {
+    std::string ranks;
+    for (int i : starts) ranks += (ranks.empty() ? "" : ",") + std::to_string(rank_base + i);
+    std::printf("stint-agent: segment %lld of job %lld grew: started ranks %s of %d on GPUs %s\n",
+                static_cast<long long>(sid), static_cast<long long>(job), ranks.c_str(), world,
+                JoinGpus(gpus).c_str());
+    std::fflush(stdout);
+    return;
   }
   std::printf("stint-agent: segment %lld of job %lld: started ranks %d..%d of %d on GPUs %s%s\n",
               static_cast<long long>(sid), static_cast<long long>(job), rank_base,
               rank_base + local - 1, world, JoinGpus(gpus).c_str(),
               torchrun.empty() ? "" : " (through torchrun)");
   std::fflush(stdout);
-  runs_[sid] = std::move(run);
+  runs_[sid] = std::move(fresh);
 }
 
 void NodeAgent::ShrinkNotice(int64_t sid, SegmentRun& run, const void* notice_json, int64_t now) {
@@ -495,6 +524,8 @@ Status NodeAgent::Beat() {
       Launch(&a);
       it = runs_.find(sid);
       if (it == runs_.end()) continue;
+    } else if (deadline == 0) {
+      Launch(&a);  // starts the workers of GPUs a grow added, if any
     }
     SegmentRun& run = it->second;
     if (notice.is_object() && notice.value("gpus", Json()).is_array()) {

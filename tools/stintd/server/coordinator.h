@@ -176,8 +176,8 @@ class Coordinator {
   // Closes the windows of nodes silent for node_ttl_seconds, with their
   // notice lead. REQUIRES: mu_ held exclusively. True if one closed.
   bool CloseSilentNodes(TimeMs now, Changes* changes);
-  // Chooses the GPU indices of segments that started on node windows
-  // (Segment::placement). REQUIRES: mu_ held exclusively.
+  // Chooses the GPU indices of segments that started or grew on node
+  // windows (Segment::placement). REQUIRES: mu_ held exclusively.
   void PlaceSegments(const Changes& started, Changes* changes);
 
   const CoordinatorOptions options_;
