@@ -141,6 +141,11 @@ ClusterState RichState() {
   g.preempted_for = -42;
   g.ended_ms = 1700000000006;
   g.last_heartbeat_ms = 1700000000007;
+  g.shrink_release = {{11, 4}, {-4, 0}};
+  g.leaving_workers = {5, std::numeric_limits<int64_t>::min()};
+  g.shrink_notice_ms = 1700000000010;
+  g.shrink_deadline_ms = kNever;
+  g.shrink_for = -7;
   s.segments[g.id] = g;
   Segment g2;  // no allocations at all
   g2.id = 78;
@@ -159,6 +164,7 @@ ClusterState RichState() {
   k.last_heartbeat_ms = 1700000000009;
   k.released = true;
   k.secret_hash = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+  k.node = "nœud-1";
   s.workers[k.id] = k;
 
   Rendezvous r;
@@ -286,6 +292,15 @@ void ExpectSame(const Segment& a, const Segment& b) {
     EXPECT_EQ(a.placement[i].window_id, b.placement[i].window_id);
     EXPECT_EQ(a.placement[i].gpus, b.placement[i].gpus);
   }
+  ASSERT_EQ(a.shrink_release.size(), b.shrink_release.size());
+  for (size_t i = 0; i < a.shrink_release.size(); ++i) {
+    EXPECT_EQ(a.shrink_release[i].window_id, b.shrink_release[i].window_id) << "release " << i;
+    EXPECT_EQ(a.shrink_release[i].gpus, b.shrink_release[i].gpus) << "release " << i;
+  }
+  EXPECT_EQ(a.leaving_workers, b.leaving_workers);
+  EXPECT_EQ(a.shrink_notice_ms, b.shrink_notice_ms);
+  EXPECT_EQ(a.shrink_deadline_ms, b.shrink_deadline_ms);
+  EXPECT_EQ(a.shrink_for, b.shrink_for);
 }
 
 void ExpectSame(const Worker& a, const Worker& b) {
@@ -298,6 +313,7 @@ void ExpectSame(const Worker& a, const Worker& b) {
   EXPECT_EQ(a.last_heartbeat_ms, b.last_heartbeat_ms);
   EXPECT_EQ(a.released, b.released);
   EXPECT_EQ(a.secret_hash, b.secret_hash);
+  EXPECT_EQ(a.node, b.node);
 }
 
 void ExpectSame(const Rendezvous& a, const Rendezvous& b) {
@@ -627,15 +643,15 @@ TEST(StoreOpen, NewerSchemaVersionIsRefusedAndTheFileLeftAsItWas) {
     ClusterState s = RichState();
     ASSERT_OK(store->Save(s, All(s)));
   }
-  ASSERT_EQ(RawSql(path, "PRAGMA user_version=9; PRAGMA user_version"), "9");
+  ASSERT_EQ(RawSql(path, "PRAGMA user_version=10; PRAGMA user_version"), "10");
   const std::string bytes = ReadWholeFile(path);
   auto store = Store::Open(path);
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), Code::kFailedPrecondition) << store.status().ToString();
   EXPECT_NE(store.status().message().find(path), std::string::npos) << store.status().ToString();
-  EXPECT_NE(store.status().message().find("version 9"), std::string::npos)
+  EXPECT_NE(store.status().message().find("version 10"), std::string::npos)
       << store.status().ToString();
-  EXPECT_NE(store.status().message().find("1 to 8"), std::string::npos)
+  EXPECT_NE(store.status().message().find("1 to 9"), std::string::npos)
       << store.status().ToString();
   EXPECT_TRUE(ReadWholeFile(path) == bytes) << "a refused open changed the file";
   EXPECT_FALSE(Exists(path + "-wal"));
@@ -752,7 +768,7 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
     ASSERT_NE(store, nullptr);
   }
   EXPECT_EQ(RawSql(path, "PRAGMA journal_mode"), "wal");
-  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "8");
+  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "9");
   EXPECT_EQ(RawSql(path, "PRAGMA quick_check"), "ok");
   // Reopened as often as wanted.
   for (int i = 0; i < 3; ++i) {
@@ -769,7 +785,12 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
 // a version-5 file the windows columns node and node_gpus, empty, a
 // version-6 file jobs.launch, segments.placement and windows.node_addr.
 // What a file older than version 6 lacks (the node of a window).
-#define kDropCrashColumn " ALTER TABLE jobs DROP COLUMN crash_ms;"
+#define kDropShrinkColumns                                                                \
+  " ALTER TABLE segments DROP COLUMN shrink_release; ALTER TABLE segments DROP COLUMN"       \
+  " leaving_workers; ALTER TABLE segments DROP COLUMN shrink_notice_ms; ALTER TABLE segments" \
+  " DROP COLUMN shrink_deadline_ms; ALTER TABLE segments DROP COLUMN shrink_for; ALTER TABLE" \
+  " workers DROP COLUMN node;"
+#define kDropCrashColumn " ALTER TABLE jobs DROP COLUMN crash_ms;" kDropShrinkColumns
 #define kDropLaunchColumns                                                                 \
   " ALTER TABLE jobs DROP COLUMN launch; ALTER TABLE segments DROP COLUMN placement; ALTER " \
   "TABLE windows DROP COLUMN node_addr;" kDropCrashColumn
@@ -779,7 +800,8 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
 void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::string& version,
                                   bool had_rendezvous, bool had_service = false,
                                   bool had_dropped = false, bool had_secrets = false,
-                                  bool had_nodes = false, bool had_launch = false) {
+                                  bool had_nodes = false, bool had_launch = false,
+                                  bool had_crashes = false) {
   TempDir dir;
   const std::string path = dir.Sub("stintd.db");
   ClusterState s = RichState();
@@ -810,11 +832,21 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
   }
   for (auto& [id, j] : s.jobs) {
     if (!had_launch) j.launch.clear();
-    j.crash_ms.clear();
   }
   if (!had_launch) {
     for (auto& [id, seg] : s.segments) seg.placement.clear();
   }
+  if (!had_crashes) {
+    for (auto& [id, j] : s.jobs) j.crash_ms.clear();
+  }
+  // No file before version 9 held a shrink in flight or a worker's node.
+  for (auto& [id, seg] : s.segments) {
+    seg.shrink_release.clear();
+    seg.leaving_workers.clear();
+    seg.shrink_notice_ms = seg.shrink_deadline_ms = 0;
+    seg.shrink_for = 0;
+  }
+  for (auto& [id, w] : s.workers) w.node.clear();
   {
     auto store = OpenOrDie(path);
     ASSERT_NE(store, nullptr);
@@ -824,7 +856,7 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
     s = RichState();
     ASSERT_OK(store->Save(s, All(s)));
   }
-  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "8");
+  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "9");
   auto store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
   Result<ClusterState> loaded = store->Load();
@@ -877,6 +909,14 @@ TEST(StoreOpen, VersionSevenFileIsMigratedKeepingItsRows) {
   ExpectMigratedKeepingItsRows(kDropCrashColumn, "7", /*had_rendezvous=*/true,
                                /*had_service=*/true, /*had_dropped=*/true,
                                /*had_secrets=*/true, /*had_nodes=*/true, /*had_launch=*/true);
+}
+
+// Version 8 kept a shrink in flight in memory only and no worker's node.
+TEST(StoreOpen, VersionEightFileIsMigratedKeepingItsRows) {
+  ExpectMigratedKeepingItsRows(kDropShrinkColumns, "8", /*had_rendezvous=*/true,
+                               /*had_service=*/true, /*had_dropped=*/true,
+                               /*had_secrets=*/true, /*had_nodes=*/true, /*had_launch=*/true,
+                               /*had_crashes=*/true);
 }
 
 // Version 6 knew no launch specs, placements or node addresses.

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -271,12 +272,31 @@ void NodeAgent::Launch(const void* assignment) {
     command = std::move(full);
   }
   const int procs = torchrun.empty() ? local : 1;  // processes this agent starts
-  SegmentRun run;
+  // Which of them to start: all for a new segment; for one that grew (an
+  // elastic job took more GPUs here), the workers of the GPUs no process
+  // of it was given. They join the job's group as new members.
+  auto found = runs_.find(sid);
+  const bool growing = found != runs_.end();
+  std::vector<int> starts;
+  for (int i = 0; i < procs; i++) {
+    bool held = false;
+    for (int g = i * gpw; growing && g < (i + 1) * gpw && g < static_cast<int>(gpus.size()); g++) {
+      for (const WorkerProc& p : found->second.procs)
+        held = held || std::find(p.gpus.begin(), p.gpus.end(), gpus[g]) != p.gpus.end();
+    }
+    if (!held) starts.push_back(i);
+  }
+  if (growing && (!torchrun.empty() || found->second.done || found->second.signalled ||
+                  found->second.leave_deadline_ms != 0 || starts.empty()))
+    return;
+  SegmentRun fresh;
+  SegmentRun& run = growing ? found->second : fresh;
   run.job_id = job;
   run.signal = SignalNumber(launch.value("signal", std::string("TERM")));
   const std::string dir =
       options_.workdir + "/job-" + std::to_string(job) + "/segment-" + std::to_string(sid);
   Status made = MakeDirs(dir);
+  if (growing && (command.empty() || !made.ok())) return;
   if (command.empty() || local < 1 || !made.ok()) {
     run.done = true;
     run.exit_code = 127;
@@ -292,7 +312,7 @@ void NodeAgent::Launch(const void* assignment) {
   // any process starts: a refusal (the segment just ended) starts nothing,
   // and the next beat decides again.
   std::vector<Json> regs;
-  for (int i = 0; i < procs; i++) {
+  for (int i : starts) {
     HttpRequest req;
     req.method = "POST";
     req.path = "/v1/jobs/" + std::to_string(job) + "/workers";
@@ -309,16 +329,19 @@ void NodeAgent::Launch(const void* assignment) {
     regs.push_back(reg->body);
   }
   const pid_t agent = getpid();
-  for (int i = 0; i < procs; i++) {
+  for (size_t k = 0; k < starts.size(); k++) {
+    const int i = starts[k];
     WorkerProc p;
     p.rank = rank_base + i;  // under torchrun: the node's first rank
-    const Json& reg = regs[i];
+    const Json& reg = regs[k];
     p.log = dir + "/rank-" + std::to_string(p.rank) + ".log";
     std::string visible;
     const int first_gpu = torchrun.empty() ? i * gpw : 0;
     const int end_gpu = torchrun.empty() ? (i + 1) * gpw : static_cast<int>(gpus.size());
-    for (int g = first_gpu; g < end_gpu; g++)
+    for (int g = first_gpu; g < end_gpu; g++) {
       visible += (visible.empty() ? "" : ",") + std::to_string(gpus[g]);
+      p.gpus.push_back(gpus[g]);
+    }
     // Everything the child needs, made before fork. torchrun sets the
     // ranks and the master itself.
     std::vector<std::pair<std::string, std::string>> vars = {{"CUDA_VISIBLE_DEVICES", visible}};
@@ -381,17 +404,54 @@ void NodeAgent::Launch(const void* assignment) {
     p.pid = pid;
     run.procs.push_back(std::move(p));
   }
-  if (run.procs.empty()) {
+  if (run.procs.empty() && !growing) {
     run.done = true;
     run.exit_code = 127;
     run.message = "fork failed";
+  }
+  if (growing) {
+    std::string ranks;
+    for (int i : starts) ranks += (ranks.empty() ? "" : ",") + std::to_string(rank_base + i);
+    std::printf("stint-agent: segment %lld of job %lld grew: started ranks %s of %d on GPUs %s\n",
+                static_cast<long long>(sid), static_cast<long long>(job), ranks.c_str(), world,
+                JoinGpus(gpus).c_str());
+    std::fflush(stdout);
+    return;
   }
   std::printf("stint-agent: segment %lld of job %lld: started ranks %d..%d of %d on GPUs %s%s\n",
               static_cast<long long>(sid), static_cast<long long>(job), rank_base,
               rank_base + local - 1, world, JoinGpus(gpus).c_str(),
               torchrun.empty() ? "" : " (through torchrun)");
   std::fflush(stdout);
-  runs_[sid] = std::move(run);
+  runs_[sid] = std::move(fresh);
+}
+
+void NodeAgent::ShrinkNotice(int64_t sid, SegmentRun& run, const void* notice_json, int64_t now) {
+  const Json& notice = *static_cast<const Json*>(notice_json);
+  const std::vector<int> gone = notice["gpus"].get<std::vector<int>>();
+  const int64_t deadline = notice.value("deadline_ms", int64_t{0});
+  std::string ranks;
+  for (WorkerProc& p : run.procs) {
+    if (p.leaving || p.exited || p.gpus.empty()) continue;
+    bool all = true;
+    for (int g : p.gpus) all = all && std::find(gone.begin(), gone.end(), g) != gone.end();
+    if (!all) continue;  // it keeps a GPU that stays: it stays
+    p.leaving = true;
+    kill(-p.pid, run.signal);
+    ranks += (ranks.empty() ? "" : ",") + std::to_string(p.rank);
+  }
+  if (!ranks.empty()) {
+    run.leave_deadline_ms = deadline;
+    std::printf("stint-agent: segment %lld: shrink notice, ranks %s leave (GPUs %s), signal %s, "
+                "deadline in %.1f s\n",
+                static_cast<long long>(sid), ranks.c_str(), JoinGpus(gone).c_str(),
+                strsignal(run.signal), double(deadline - now) / 1000);
+    std::fflush(stdout);
+  }
+  if (run.leave_deadline_ms == 0 || now < run.leave_deadline_ms) return;
+  for (const WorkerProc& p : run.procs) {
+    if (p.leaving && !p.exited) kill(-p.pid, SIGKILL);
+  }
 }
 
 std::vector<NodeAgent::LogPiece> NodeAgent::CollectLogs() {
@@ -464,8 +524,14 @@ Status NodeAgent::Beat() {
       Launch(&a);
       it = runs_.find(sid);
       if (it == runs_.end()) continue;
+    } else if (deadline == 0) {
+      Launch(&a);  // starts the workers of GPUs a grow added, if any
     }
     SegmentRun& run = it->second;
+    if (notice.is_object() && notice.value("gpus", Json()).is_array()) {
+      ShrinkNotice(sid, run, &notice, now);
+      continue;
+    }
     if (deadline != 0 && !run.signalled && !run.done) {
       run.signalled = true;
       run.deadline_ms = deadline;

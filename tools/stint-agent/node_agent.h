@@ -99,11 +99,18 @@ class NodeAgent {
   void Launch(const void* assignment);  // a json object; void keeps json out of this header
   void Reap();
   void KillRun(int64_t segment_id, int sig);
+  struct SegmentRun;
+  // A shrink notice (`notice`, a json object, names the GPUs that leave):
+  // the workers all of whose GPUs leave get the job's signal, and SIGKILL
+  // once its deadline passed; the others run on.
+  void ShrinkNotice(int64_t segment_id, SegmentRun& run, const void* notice, int64_t now);
   bool AnyRunning() const;
 
   struct WorkerProc {
     pid_t pid = 0;  // also its process group
     int rank = 0;
+    std::vector<int> gpus;  // the GPU indices it was given
+    bool leaving = false;   // a shrink notice named its GPUs: signalled, killed at the deadline
     std::string log;
     uint64_t log_sent = 0;  // bytes of `log` stintd took (the heartbeat's "logs")
     bool exited = false;
@@ -115,6 +122,7 @@ class NodeAgent {
     int signal = 0;            // forwarded on a notice
     bool signalled = false;
     int64_t deadline_ms = 0;   // from the notice; 0: none
+    int64_t leave_deadline_ms = 0;  // from a shrink notice (its leaving ranks); 0: none
     bool done = false;         // every worker exited
     int exit_code = 0;
     std::string message;

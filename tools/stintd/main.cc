@@ -105,6 +105,16 @@ int main(int argc, char** argv) {
   app.add_option("--max-grace-seconds", p.max_grace_seconds, "bound on a preemption notice's grace")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  // stintd keeps only the grows stint-agent launches (coordinator.cc).
+  p.grow_elastic = true;
+  app.add_option("--grow-elastic", p.grow_elastic,
+                 "elastic jobs launched on stint-agent nodes grow into GPUs that free up in "
+                 "their windows (true/false)")
+      ->capture_default_str();
+  app.add_option("--grow-min-seconds", p.grow_min_seconds,
+                 "an elastic job grows only with at least this much work left (remaining_seconds)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--min-run-seconds", p.min_run_seconds,
                  "a segment younger than this is not preempted for priority")
       ->capture_default_str()

@@ -179,8 +179,10 @@ struct Segment {
   // A shrink in progress: at shrink_deadline_ms the segment gives up
   // shrink_release (whole node windows, or GPUs of other windows) for job
   // shrink_for; the workers in leaving_workers got a kShrink notice at
-  // shrink_notice_ms. Soft state, like last_heartbeat_ms: a restarted
-  // stintd forgets a shrink in flight and the segment keeps its GPUs.
+  // shrink_notice_ms. Persisted (schema version 9): a restarted stintd
+  // goes on with a shrink in flight and releases at its deadline. On
+  // stint-agent nodes a shrink releases whole node windows; their agents
+  // get the notice for the GPUs that leave (API.md, "Launching").
   std::vector<Allocation> shrink_release;
   std::vector<int64_t> leaving_workers;
   TimeMs shrink_notice_ms = 0;
@@ -212,6 +214,9 @@ struct Worker {
   // (server/worker_secret.h). Empty for workers registered before schema
   // version 5: they still act with the shared worker token.
   std::string secret_hash;
+  // The stint-agent node that launched it ("" for a worker that registered
+  // itself): a shrink that releases the node's window releases it.
+  std::string node;
 };
 
 // The elastic group of a job: rounds of joining workers, each closing into

@@ -715,14 +715,12 @@ class Planner {
   // After the queue is planned: an elastic segment below its max_gpus with
   // enough work left takes GPUs no job is planned on until its release,
   // in the windows it already uses or, for a gang, its pool (a re-form
-  // costs about restart_seconds, hence grow_min_seconds). Segments placed
-  // on stint-agent nodes do not grow: the agent starts ranks only with a
-  // segment.
+  // costs about restart_seconds, hence grow_min_seconds). On stint-agent
+  // nodes the agents start the added ranks (stintd keeps the grows they
+  // can launch: whole workers, no torchrun).
   void Grow() {
     for (const auto& [id, seg] : s_.segments) {
-      if (seg.state != SegmentState::kRunning || seg.shrink_deadline_ms != 0 ||
-          !seg.placement.empty())
-        continue;
+      if (seg.state != SegmentState::kRunning || seg.shrink_deadline_ms != 0) continue;
       auto job_it = s_.jobs.find(seg.job_id);
       if (job_it == s_.jobs.end()) continue;
       const Job& job = job_it->second;

@@ -105,9 +105,9 @@ struct PolicyConfig {
   // Grow: an elastic segment below max_gpus takes GPUs that are free for as
   // long as it runs, if it has at least grow_min_seconds of work left (each
   // resize costs the group a re-form, about restart_seconds). Off by
-  // default in stintd: nothing there starts the ranks for added GPUs yet
-  // (stint-agent launches ranks only with a segment), so they would sit
-  // idle; stint-sim, which plays the workers, turns it on.
+  // default here. stintd turns it on (--grow-elastic) and keeps only the
+  // grows stint-agent can launch (segments on its nodes with a launch
+  // spec); stint-sim, which plays the workers, turns it on too.
   bool grow_elastic = false;
   double grow_min_seconds = 1800;
   int plan_depth = 256;  // pending jobs planned (and given a planned start) per pass

@@ -106,17 +106,32 @@ std::vector<int64_t> WorkersByRankDescending(const ClusterState& s, const Segmen
 }
 
 // Starts a shrink: the workers holding the released share of the GPUs
-// (rounded down: the last worker never leaves) get the notice.
+// (rounded down: the last worker never leaves) get the notice. On
+// stint-agent nodes (released whole) those are the workers launched on the
+// released windows' nodes.
 void StartShrink(ClusterState& s, Segment& seg, const ShrinkDecision& d, TimeMs now) {
   int released = 0;
   for (const Allocation& a : d.release) released += a.gpus;
   const std::vector<int64_t> workers = WorkersByRankDescending(s, seg);
-  const size_t stays = workers.empty() ? 0 : 1;
-  const size_t leaving = std::min(
-      workers.size() - stays,
-      seg.gpus() > 0 ? workers.size() * static_cast<size_t>(released) / seg.gpus() : 0);
+  std::set<std::string> nodes;
+  for (const Allocation& a : d.release) {
+    auto w = s.windows.find(a.window_id);
+    if (w != s.windows.end() && !w->second.node.empty()) nodes.insert(w->second.node);
+  }
+  seg.leaving_workers.clear();
+  if (!nodes.empty()) {
+    for (int64_t id : workers) {
+      if (nodes.count(s.workers.at(id).node)) seg.leaving_workers.push_back(id);
+    }
+  } else {
+    const size_t stays = workers.empty() ? 0 : 1;
+    const size_t leaving = std::min(
+        workers.size() - stays,
+        seg.gpus() > 0 ? workers.size() * static_cast<size_t>(released) / seg.gpus() : 0);
+    seg.leaving_workers.assign(workers.begin(),
+                               workers.begin() + static_cast<std::ptrdiff_t>(leaving));
+  }
   seg.shrink_release = d.release;
-  seg.leaving_workers.assign(workers.begin(), workers.begin() + static_cast<std::ptrdiff_t>(leaving));
   seg.shrink_notice_ms = now;
   seg.shrink_deadline_ms = d.deadline_ms;
   seg.shrink_for = d.for_job_id;

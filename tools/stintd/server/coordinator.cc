@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "stintd/server/worker_secret.h"
 
 namespace stint::stintd {
@@ -249,6 +251,15 @@ Result<Window> Coordinator::NodeHeartbeat(const std::string& node,
         // Not this node's to report: ignored, not refused, so that one odd
         // report cannot stop the heartbeat that keeps the node's window.
         if (!on_node) continue;
+        // Workers of a node a shrink releases: whatever their exit, they
+        // left; the segment goes on elsewhere and gives the GPUs up at the
+        // shrink's deadline.
+        bool leaving = false;
+        for (const Allocation& r : seg->second.shrink_release) {
+          auto rw = s.windows.find(r.window_id);
+          leaving = leaving || (rw != s.windows.end() && rw->second.node == node);
+        }
+        if (leaving) continue;
         bool all_done = false;
         if (e.exit_code == 0) {
           std::set<int64_t>& done = exited_ok_[e.segment_id];
@@ -331,7 +342,7 @@ Result<Job> Coordinator::SetPriority(int64_t job_id, Priority priority) {
 }
 
 Result<Worker> Coordinator::RegisterWorker(int64_t job_id, const std::string& name,
-                                           std::string* secret) {
+                                           std::string* secret, const std::string& node) {
   // Drawn outside the lock; the id it is bound to only inside.
   STINT_ASSIGN_OR_RETURN(WorkerSecret fresh, NewWorkerSecret());
   Worker worker;
@@ -339,6 +350,8 @@ Result<Worker> Coordinator::RegisterWorker(int64_t job_id, const std::string& na
     STINT_ASSIGN_OR_RETURN(worker, stintd::RegisterWorker(s, job_id, name, now, c));
     worker.secret_hash = fresh.hash;
     s.workers[worker.id].secret_hash = fresh.hash;  // saved with the row RegisterWorker marked
+    worker.node = node;
+    s.workers[worker.id].node = node;
     return Status::OK();
   }));
   *secret = fresh.For(worker.id);
@@ -597,6 +610,42 @@ void Coordinator::MergeHeartbeats() {
   }
 }
 
+// Grows are kept only as far as stint-agent can launch them: for segments
+// on its nodes whose job has a launch spec (nothing starts ranks for the
+// others), whole workers (gpus_per_worker) per node window, and none for a
+// torchrun launch (its one launcher per node started the node's workers).
+// What is dropped stays free for this plan.
+namespace {
+void KeepLaunchableGrows(const ClusterState& s, Plan* plan) {
+  for (GrowDecision& d : plan->grows) {
+    auto seg = s.segments.find(d.segment_id);
+    auto job = seg == s.segments.end() ? s.jobs.end() : s.jobs.find(seg->second.job_id);
+    const nlohmann::json launch =
+        job == s.jobs.end() || seg->second.placement.empty()
+            ? nlohmann::json()
+            : nlohmann::json::parse(job->second.launch, nullptr, /*allow_exceptions=*/false);
+    if (!launch.is_object()) {
+      d.add.clear();
+      continue;
+    }
+    const bool torchrun = launch.value("torchrun", nlohmann::json()).is_array();
+    const nlohmann::json gpw_json = launch.value("gpus_per_worker", nlohmann::json(1));
+    const int gpw = gpw_json.is_number_integer() ? std::max(1, gpw_json.get<int>()) : 1;
+    for (Allocation& a : d.add) {
+      auto w = s.windows.find(a.window_id);
+      const bool node = w != s.windows.end() && !w->second.node.empty();
+      a.gpus = !node || torchrun ? 0 : a.gpus / gpw * gpw;
+    }
+    d.add.erase(std::remove_if(d.add.begin(), d.add.end(),
+                               [](const Allocation& a) { return a.gpus <= 0; }),
+                d.add.end());
+  }
+  plan->grows.erase(std::remove_if(plan->grows.begin(), plan->grows.end(),
+                                   [](const GrowDecision& d) { return d.add.empty(); }),
+                    plan->grows.end());
+}
+}  // namespace
+
 void Coordinator::Tick() {
   const auto t0 = std::chrono::steady_clock::now();
   bool events = false;
@@ -634,6 +683,7 @@ void Coordinator::Tick() {
       plan = MakePlan(state_, now, options_.policy);
     }
     std::unique_lock<std::shared_mutex> lock(mu_);
+    KeepLaunchableGrows(state_, &plan);
     ApplyPlan(state_, plan, now, &changes);
     PlaceSegments(changes, &changes);
     events =
@@ -677,27 +727,35 @@ void Coordinator::PlaceSegments(const Changes& started, Changes* changes) {
     auto it = state_.segments.find(id);
     if (it == state_.segments.end()) continue;
     Segment& seg = it->second;
-    if (!SegmentActive(seg.state) || !seg.placement.empty()) continue;
+    if (!SegmentActive(seg.state)) continue;
+    bool placed = false;
     for (const Allocation& a : seg.allocs) {
       auto w = state_.windows.find(a.window_id);
       if (w == state_.windows.end() || w->second.node.empty()) continue;
-      // The indices other active segments hold on this window.
-      std::set<int> used;
+      // A started segment gets its indices; a grown one keeps those it
+      // holds (its running ranks) and adds more, a new window at the end.
+      auto p = std::find_if(seg.placement.begin(), seg.placement.end(),
+                            [&](const Placement& x) { return x.window_id == a.window_id; });
+      if (p == seg.placement.end()) {
+        p = seg.placement.insert(seg.placement.end(), Placement{a.window_id, {}});
+      } else if (static_cast<int>(p->gpus.size()) >= a.gpus) {
+        continue;
+      }
+      // The indices active segments hold on this window.
+      std::set<int> used(p->gpus.begin(), p->gpus.end());
       for (const auto& [oid, other] : state_.segments) {
         if (oid == id || !SegmentActive(other.state)) continue;
-        for (const Placement& p : other.placement) {
-          if (p.window_id == a.window_id) used.insert(p.gpus.begin(), p.gpus.end());
+        for (const Placement& q : other.placement) {
+          if (q.window_id == a.window_id) used.insert(q.gpus.begin(), q.gpus.end());
         }
       }
-      Placement p;
-      p.window_id = a.window_id;
       for (int g : w->second.node_gpus) {
-        if (static_cast<int>(p.gpus.size()) == a.gpus) break;
-        if (!used.count(g)) p.gpus.push_back(g);
+        if (static_cast<int>(p->gpus.size()) == a.gpus) break;
+        if (!used.count(g)) p->gpus.push_back(g);
       }
-      seg.placement.push_back(std::move(p));
+      placed = true;
     }
-    if (!seg.placement.empty()) changes->segments.insert(id);
+    if (placed) changes->segments.insert(id);
   }
 }
 

@@ -110,7 +110,9 @@ class Coordinator {
   // Worker requests.
   // Each registration gets a fresh secret (worker_secret.h): `*secret` is
   // the only copy, the store keeps its hash. REQUIRES: secret != nullptr.
-  Result<Worker> RegisterWorker(int64_t job_id, const std::string& name, std::string* secret);
+  // `node`: the stint-agent node that launches it ("" for none).
+  Result<Worker> RegisterWorker(int64_t job_id, const std::string& name, std::string* secret,
+                                const std::string& node = "");
   Result<WorkerView> Heartbeat(int64_t worker_id, int64_t step);
   // Answers when the worker has a notice or is no longer active, or after
   // `wait` with the current view.
@@ -174,8 +176,8 @@ class Coordinator {
   // Closes the windows of nodes silent for node_ttl_seconds, with their
   // notice lead. REQUIRES: mu_ held exclusively. True if one closed.
   bool CloseSilentNodes(TimeMs now, Changes* changes);
-  // Chooses the GPU indices of segments that started on node windows
-  // (Segment::placement). REQUIRES: mu_ held exclusively.
+  // Chooses the GPU indices of segments that started or grew on node
+  // windows (Segment::placement). REQUIRES: mu_ held exclusively.
   void PlaceSegments(const Changes& started, Changes* changes);
 
   const CoordinatorOptions options_;

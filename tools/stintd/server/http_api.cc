@@ -289,6 +289,19 @@ json Assignments(const ClusterState& s, const Window& window) {
       a["notice"] = {{"reason", NoticeReasonName(seg.notice_reason)},
                      {"deadline_ms", seg.deadline_ms},
                      {"notice_ms", seg.notice_ms}};
+    } else if (seg.shrink_deadline_ms != 0) {
+      // A shrink giving up GPUs here: the notice names the ones that leave
+      // (the node's highest local ranks); the others run on.
+      int leaving = 0;
+      for (const Allocation& r : seg.shrink_release)
+        leaving += r.window_id == window.id ? r.gpus : 0;
+      leaving = std::min(leaving, static_cast<int>(gpus.size()));
+      if (leaving > 0) {
+        a["notice"] = {{"reason", NoticeReasonName(NoticeReason::kShrink)},
+                       {"deadline_ms", seg.shrink_deadline_ms},
+                       {"notice_ms", seg.shrink_notice_ms},
+                       {"gpus", std::vector<int>(gpus.end() - leaving, gpus.end())}};
+      }
     }
     out.push_back(std::move(a));
   }
@@ -1018,7 +1031,7 @@ void HttpApi::InstallRoutes() {
             }
           }
           std::string secret;
-          Worker w = STINT_HTTP_TRY(c->RegisterWorker(id, name, &secret));
+          Worker w = STINT_HTTP_TRY(c->RegisterWorker(id, name, &secret, node.value_or("")));
           return Reply{201,
                        {{"worker_id", w.id},
                         {"worker_secret", secret},

@@ -1,7 +1,7 @@
 // Store on SQLite: one file, WAL journal, synchronous=FULL, exclusive
 // locking (one stintd per file), schema version in PRAGMA user_version.
 //
-// Schema version 8 (tables are STRICT, so a value of the wrong type is
+// Schema version 9 (tables are STRICT, so a value of the wrong type is
 // refused when written, not discovered when read):
 //   pools, windows, teams, jobs, segments, workers: one row per object,
 //     one column per field of model.h, named as the field; enums as their
@@ -29,7 +29,12 @@
 // there: admin-declared windows, on no node). Version 6 -> 7 adds the
 // columns jobs.launch (''), segments.placement ('[]') and windows.node_addr
 // (''): jobs without a launch spec, segments on no node. Version 7 -> 8
-// adds jobs.crash_ms ('[]': no crash remembered).
+// adds jobs.crash_ms ('[]': no crash remembered). Version 8 -> 9 adds the
+// segments columns shrink_release ('[]', as allocs), leaving_workers ('[]',
+// worker ids), shrink_notice_ms, shrink_deadline_ms and shrink_for (0): no
+// shrink in flight (version 8 kept them in memory only, so a file of a
+// stintd stopped mid-shrink has none), and workers.node ('': a worker
+// registered before, as by itself).
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -57,7 +62,7 @@ using internal::SqliteStmt;
 using internal::StatusFromSqlite;
 using internal::StepDone;
 
-constexpr int64_t kSchemaVersion = 8;
+constexpr int64_t kSchemaVersion = 9;
 // STRICT tables need 3.37. Checked at run time too: the shared library
 // loaded may be older than the header compiled against.
 constexpr int kMinSqliteVersion = 3037000;
@@ -216,7 +221,12 @@ const Table kSegments = {"segments",
                           {"preempted_for", Type::kInt},
                           {"ended_ms", Type::kInt},
                           {"last_heartbeat_ms", Type::kInt},
-                          {"placement", Type::kText}}};
+                          {"placement", Type::kText},
+                          {"shrink_release", Type::kText},
+                          {"leaving_workers", Type::kText},
+                          {"shrink_notice_ms", Type::kInt},
+                          {"shrink_deadline_ms", Type::kInt},
+                          {"shrink_for", Type::kInt}}};
 
 const Table kWorkers = {"workers",
                         {"id"},
@@ -228,7 +238,8 @@ const Table kWorkers = {"workers",
                          {"registered_ms", Type::kInt},
                          {"last_heartbeat_ms", Type::kInt},
                          {"released", Type::kInt},
-                         {"secret_hash", Type::kText}}};
+                         {"secret_hash", Type::kText},
+                         {"node", Type::kText}}};
 
 const Table kKv = {"kv",
                    {"job_id", "key"},
@@ -495,6 +506,20 @@ Status ReadRow(RowReader& r, Job* j) {
   return BucketsFromJson(r.Text(), &j->crash_ms);
 }
 
+Status IdsFromJson(const char* what, const std::string& text, std::vector<int64_t>* ids) {
+  const nlohmann::json a = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!a.is_array()) {
+    return Status::DataLoss(std::string(what) + " is not a JSON array: " + text);
+  }
+  for (const nlohmann::json& x : a) {
+    if (!x.is_number_integer() || (x.is_number_unsigned() && x.get<uint64_t>() > INT64_MAX)) {
+      return Status::DataLoss(std::string(what) + " holds a non-int64: " + text);
+    }
+    ids->push_back(x.get<int64_t>());
+  }
+  return Status::OK();
+}
+
 Status BindRow(Binder& b, const Segment& s) {
   STINT_RETURN_IF_ERROR(CheckEnum("state", static_cast<int64_t>(s.state), kMaxSegmentState));
   STINT_RETURN_IF_ERROR(
@@ -516,6 +541,11 @@ Status BindRow(Binder& b, const Segment& s) {
   for (const Placement& p : s.placement)
     placement.push_back({{"window_id", p.window_id}, {"gpus", p.gpus}});
   b.Text(placement.dump());
+  b.Text(AllocsToJson(s.shrink_release));
+  b.Text(nlohmann::json(s.leaving_workers).dump());
+  b.Int(s.shrink_notice_ms);
+  b.Int(s.shrink_deadline_ms);
+  b.Int(s.shrink_for);
   return Status::OK();
 }
 
@@ -547,6 +577,13 @@ Status ReadRow(RowReader& r, Segment* s) {
     }
     s->placement.push_back(std::move(p));
   }
+  const std::string release = r.Text();
+  const std::string leaving = r.Text();
+  s->shrink_notice_ms = r.Int();
+  s->shrink_deadline_ms = r.Int();
+  s->shrink_for = r.Int();
+  STINT_RETURN_IF_ERROR(AllocsFromJson(release, &s->shrink_release));
+  STINT_RETURN_IF_ERROR(IdsFromJson("segment leaving_workers", leaving, &s->leaving_workers));
   return AllocsFromJson(allocs, &s->allocs);
 }
 
@@ -560,6 +597,7 @@ Status BindRow(Binder& b, const Worker& w) {
   b.Int(w.last_heartbeat_ms);
   b.Bool(w.released);
   b.Text(w.secret_hash);
+  b.Text(w.node);
   return Status::OK();
 }
 
@@ -573,6 +611,7 @@ Status ReadRow(RowReader& r, Worker* w) {
   w->last_heartbeat_ms = r.Int();
   w->released = r.Bool();
   w->secret_hash = r.Text();
+  w->node = r.Text();
   return Status::OK();
 }
 
@@ -596,20 +635,6 @@ Status MembersFromJson(const std::string& text, std::vector<RendezvousMember>* m
     }
     m.endpoint = x["endpoint"].get<std::string>();
     members->push_back(std::move(m));
-  }
-  return Status::OK();
-}
-
-Status IdsFromJson(const char* what, const std::string& text, std::vector<int64_t>* ids) {
-  const nlohmann::json a = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!a.is_array()) {
-    return Status::DataLoss(std::string("rendezvous ") + what + " is not a JSON array: " + text);
-  }
-  for (const nlohmann::json& x : a) {
-    if (!x.is_number_integer() || (x.is_number_unsigned() && x.get<uint64_t>() > INT64_MAX)) {
-      return Status::DataLoss(std::string("rendezvous ") + what + " holds a non-int64: " + text);
-    }
-    ids->push_back(x.get<int64_t>());
   }
   return Status::OK();
 }
@@ -638,8 +663,8 @@ Status ReadRow(RowReader& r, Rendezvous* z) {
   z->formed_ms = r.Int();
   const std::string dropped = r.Text();
   STINT_RETURN_IF_ERROR(MembersFromJson(members, &z->members));
-  STINT_RETURN_IF_ERROR(IdsFromJson("previous", previous, &z->previous));
-  return IdsFromJson("dropped", dropped, &z->dropped);
+  STINT_RETURN_IF_ERROR(IdsFromJson("rendezvous previous", previous, &z->previous));
+  return IdsFromJson("rendezvous dropped", dropped, &z->dropped);
 }
 
 Status BindRow(Binder& b, const KvRecord& e) {
@@ -942,6 +967,17 @@ Status SqliteStore::Init() {
   if (version >= 1 && version <= 7) {
     STINT_RETURN_IF_ERROR(
         Migrate("ALTER TABLE jobs ADD COLUMN crash_ms TEXT NOT NULL DEFAULT '[]'", 8));
+  }
+  if (version >= 1 && version <= 8) {
+    // Appended, as the columns are last in kSegments and kWorkers.
+    STINT_RETURN_IF_ERROR(
+        Migrate("ALTER TABLE segments ADD COLUMN shrink_release TEXT NOT NULL DEFAULT '[]';\n"
+                "ALTER TABLE segments ADD COLUMN leaving_workers TEXT NOT NULL DEFAULT '[]';\n"
+                "ALTER TABLE segments ADD COLUMN shrink_notice_ms INTEGER NOT NULL DEFAULT 0;\n"
+                "ALTER TABLE segments ADD COLUMN shrink_deadline_ms INTEGER NOT NULL DEFAULT 0;\n"
+                "ALTER TABLE segments ADD COLUMN shrink_for INTEGER NOT NULL DEFAULT 0;\n"
+                "ALTER TABLE workers ADD COLUMN node TEXT NOT NULL DEFAULT ''",
+                9));
   }
   return PrepareAll();
 }
