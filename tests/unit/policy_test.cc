@@ -440,7 +440,7 @@ TEST(PolicyQuota, RoomIsPlannedOverTime) {
   Cluster c;
   c.Window(16);
   c.Team("q", 4, 0);
-  Job& first = c.Pending(4, Priority::kMedium, Hours(1));
+  Job& first = c.Pending(4, Priority::kMedium, Hours(4));  // aging 400 > its class 1 (3.3 GPU-h left)
   first.team = "q";
   first.remaining_seconds = 3000;  // starts now, ends at +3100 s
   Job& behind = c.Pending(2);
@@ -1490,15 +1490,66 @@ TEST(PolicyService, NoSameLevelPreemptionOfAJobWithLessWorkLeft) {
   running.remaining_seconds = 600;            // 8 GPUs x 600 s left
   Job& pending = c.Pending(8, Priority::kMedium);
   pending.remaining_seconds = 3600;
-  EXPECT_TRUE(PlanAt(c.s).notices.empty());
+  PolicyConfig las;  // classes by attained service, the work left only compared
+  las.service_class_by_remaining = false;
+  EXPECT_TRUE(PlanAt(c.s, kNow, las).notices.empty());
   pending.remaining_seconds = 599;
-  EXPECT_EQ(PlanAt(c.s).notices.size(), 1u);
+  EXPECT_EQ(PlanAt(c.s, kNow, las).notices.size(), 1u);
   pending.remaining_seconds = 0;  // unknown: the classes alone decide
-  EXPECT_EQ(PlanAt(c.s).notices.size(), 1u);
+  EXPECT_EQ(PlanAt(c.s, kNow, las).notices.size(), 1u);
   // Between levels the work left does not matter.
   pending.remaining_seconds = 3600;
   pending.priority = Priority::kHigh;
-  EXPECT_EQ(PlanAt(c.s).notices.size(), 1u);
+  EXPECT_EQ(PlanAt(c.s, kNow, las).notices.size(), 1u);
+}
+
+TEST(PolicyService, WithTheWorkLeftKnownTheClassCountsItNotTheServiceAttained) {
+  PolicyConfig config;
+  Job j;
+  j.max_gpus = 4;
+  j.service_gpu_seconds = GpuHours(200);
+  EXPECT_EQ(ServiceClass(j, config), 3) << "no estimate: attained service";
+  j.remaining_seconds = 600;  // 4 x 600 s = 0.67 GPU-h left
+  EXPECT_EQ(ServiceClass(j, config), 0);
+  j.remaining_seconds = 3 * 3600;  // 12 GPU-h left
+  EXPECT_EQ(ServiceClass(j, config), 2);
+  config.service_class_by_remaining = false;
+  EXPECT_EQ(ServiceClass(j, config), 3);
+
+  // A long job near its end is neither preempted for a new one nor queued
+  // behind it; one with much left yields to a short new one.
+  Cluster c;
+  Segment& old_seg = FullWindow(c, Priority::kMedium);
+  Job& old_job = c.JobOf(old_seg);
+  old_job.service_gpu_seconds = GpuHours(300);  // class 3 by attained service
+  old_job.remaining_seconds = 400;              // 8 x 400 s = 0.9 GPU-h left: class 0
+  Job& fresh = c.Pending(8, Priority::kMedium);
+  fresh.remaining_seconds = 3600;  // 8 GPU-h: class 1
+  EXPECT_TRUE(PlanAt(c.s).notices.empty());
+  PolicyConfig las;
+  las.service_class_by_remaining = false;
+  fresh.remaining_seconds = 300;  // the attained-service rules need it shorter
+  EXPECT_EQ(PlanAt(c.s, kNow, las).notices.size(), 1u);
+  old_job.remaining_seconds = 20 * 3600;  // 160 GPU-h left: class 3
+  const Plan plan = PlanAt(c.s);
+  ASSERT_EQ(plan.notices.size(), 1u) << Dump(plan);
+  EXPECT_EQ(plan.notices[0].segment_id, old_seg.id);
+  Job& waiting = c.Pending(8, Priority::kMedium, Hours(1));  // preempted earlier, near its end
+  waiting.service_gpu_seconds = GpuHours(300);
+  waiting.remaining_seconds = 400;
+  EXPECT_EQ(Order(PlanAt(c.s)).front(), waiting.id);
+  EXPECT_EQ(Order(PlanAt(c.s, kNow, las)).front(), fresh.id);
+}
+
+TEST(PolicyService, JobsSubmittedTogetherGoShortestFirst) {
+  Cluster c;
+  c.Window(1);
+  Job& unknown = c.Pending(1);
+  Job& longer = c.Pending(1);
+  longer.remaining_seconds = 1800;
+  Job& shorter = c.Pending(1);
+  shorter.remaining_seconds = 900;
+  EXPECT_EQ(Order(PlanAt(c.s)), (std::vector<int64_t>{shorter.id, longer.id, unknown.id}));
 }
 
 TEST(PolicyService, TakesTheMostServedVictimOfTheLevel) {

@@ -34,7 +34,7 @@ import sys
 
 PHILLY_POINTS = ("ee9e8c:32,ee9e8c:48,ee9e8c:64,11cb48:24,11cb48:32,6c71a0:48,6c71a0:64,"
                  "6214e9:24,6214e9:64,7f04ca:16,e13805:16,2869ce:16,0e4a51:16")
-POLICIES = "fifo,easy,slurm,stint,stint-no-service,stint-no-starvation-guard,stint-no-shrink"
+POLICIES = "fifo,easy,slurm,stint,stint-las,stint-no-service,stint-no-starvation-guard,stint-no-shrink"
 
 
 def replays(traces, data):

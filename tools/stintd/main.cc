@@ -133,6 +133,10 @@ int main(int argc, char** argv) {
                  "points off per attained-service class (0: classes do not order the queue)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--service-class-by-remaining", p.service_class_by_remaining,
+                 "a job reporting its remaining work is classed by the GPU-hours it has left "
+                 "(false: by those it has attained)")
+      ->capture_default_str();
   app.add_option("--service-class-gpu-hours", p.service_class_gpu_hours,
                  "attained GPU-hours of the first class step")
       ->capture_default_str()

@@ -438,6 +438,7 @@ std::vector<std::string> AllPolicyNames() {
           "stint-no-service-preemption",
           "stint-no-shrink",
           "stint-no-starvation-guard",
+          "stint-las",
           "stint-no-preemption",
           "stint-no-notices",
           "stint-no-estimates"};
@@ -473,6 +474,8 @@ Result<PolicySpec> ParsePolicy(const std::string& name, const SchedulerOptions& 
     } else if (name == "stint-no-shrink") {
       p.stint.shrink_before_preempt = false;
       p.stint.grow_elastic = false;
+    } else if (name == "stint-las") {
+      p.stint.service_class_by_remaining = false;
     } else if (name == "stint-no-starvation-guard") {
       p.stint.service_starvation_guard = false;
     } else if (name == "stint-no-notices") {

@@ -72,6 +72,7 @@ std::map<std::string, int> TeamBorrowLimits(const SchedulerOptions& o,
 // service_preempt_classes = 0), stint-no-service-preemption
 // (service_preempt_classes = 0), stint-no-shrink (shrink_before_preempt =
 // false, grow_elastic = false), stint-no-starvation-guard (service_starvation_guard = false),
+// stint-las (service_class_by_remaining = false: classes by attained service only),
 // stint-no-notices (workers ignore notices),
 // stint-no-estimates (remaining_seconds = 0: no runtime knowledge).
 Result<PolicySpec> ParsePolicy(const std::string& name, const SchedulerOptions& options);

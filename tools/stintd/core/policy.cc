@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <string>
 #include <utility>
@@ -279,6 +280,7 @@ class Planner {
     // pending jobs this is most of a plan's time.
     struct Key {
       double score;
+      double left;  // GPU-seconds of work left; unknown: infinity
       TimeMs submit_ms;
       int64_t id;
       size_t index;
@@ -295,12 +297,17 @@ class Planner {
       PendingInfo info;
       info.job_id = id;
       ScoreParts(job, now_, c_, t.held_all, t.team, usage_sum, &info);
-      keys.push_back(Key{info.score, job.submit_ms, id, infos.size()});
+      const double left = job.remaining_seconds > 0 ? job.remaining_seconds * job.max_gpus
+                                                    : std::numeric_limits<double>::infinity();
+      keys.push_back(Key{info.score, left, job.submit_ms, id, infos.size()});
       infos.push_back(std::move(info));
       jobs.push_back(&job);
     }
     std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
       if (a.score != b.score) return a.score > b.score;
+      // Equal scores (a burst submitted at once): the least work left first
+      // (shortest-first minimises their mean JCT), unknown last.
+      if (a.left != b.left) return a.left < b.left;
       if (a.submit_ms != b.submit_ms) return a.submit_ms < b.submit_ms;
       return a.id < b.id;
     });
@@ -1001,7 +1008,12 @@ bool Starving(const Job& job, TimeMs now, const PolicyConfig& config) {
 int ServiceClass(const Job& job, const PolicyConfig& config) {
   int k = 0;
   double threshold = config.service_class_gpu_hours * 3600.0;
-  while (k + 1 < config.service_classes && threshold > 0 && job.service_gpu_seconds >= threshold) {
+  // GPU-seconds the class is taken from: the work left where the job
+  // reports it (service_class_by_remaining), else the service attained.
+  const double basis = config.service_class_by_remaining && job.remaining_seconds > 0
+                           ? job.remaining_seconds * job.max_gpus
+                           : job.service_gpu_seconds;
+  while (k + 1 < config.service_classes && threshold > 0 && basis >= threshold) {
     k++;
     threshold *= std::max(1.0, config.service_class_factor);
   }
