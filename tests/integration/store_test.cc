@@ -53,6 +53,7 @@ Changes All(const ClusterState& s) {
   for (const auto& [k, v] : s.segments) c.segments.insert(k);
   for (const auto& [k, v] : s.workers) c.workers.insert(k);
   for (const auto& [k, v] : s.rendezvous) c.rendezvous.insert(k);
+  for (const auto& [k, v] : s.node_credentials) c.node_credentials.insert(k);
   c.counters = true;
   return c;
 }
@@ -77,6 +78,8 @@ ClusterState RichState() {
   w.node = "node-7";
   w.node_gpus = {0, 3, 7};
   w.node_addr = "10.0.0.7";
+  w.declared = true;
+  w.joined = true;
   s.windows[w.id] = w;
   Window w2 = w;
   w2.id = std::numeric_limits<int64_t>::max();
@@ -141,6 +144,7 @@ ClusterState RichState() {
   g.preempted_for = -42;
   g.ended_ms = 1700000000006;
   g.last_heartbeat_ms = 1700000000007;
+  g.master_port = 65535;
   s.segments[g.id] = g;
   Segment g2;  // no allocations at all
   g2.id = 78;
@@ -160,6 +164,10 @@ ClusterState RichState() {
   k.released = true;
   k.secret_hash = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
   s.workers[k.id] = k;
+
+  s.node_credentials["node-7"] = NodeCredential{
+      "node-7", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", -9};
+  s.node_credentials["n.2_x-"] = NodeCredential{"n.2_x-", "", 1700000000012};
 
   Rendezvous r;
   r.job_id = 7;
@@ -221,6 +229,8 @@ void ExpectSame(const Window& a, const Window& b) {
   EXPECT_EQ(a.node, b.node);
   EXPECT_EQ(a.node_gpus, b.node_gpus);
   EXPECT_EQ(a.node_addr, b.node_addr);
+  EXPECT_EQ(a.declared, b.declared);
+  EXPECT_EQ(a.joined, b.joined);
 }
 
 void ExpectSame(const Team& a, const Team& b) {
@@ -286,6 +296,13 @@ void ExpectSame(const Segment& a, const Segment& b) {
     EXPECT_EQ(a.placement[i].window_id, b.placement[i].window_id);
     EXPECT_EQ(a.placement[i].gpus, b.placement[i].gpus);
   }
+  EXPECT_EQ(a.master_port, b.master_port);
+}
+
+void ExpectSame(const NodeCredential& a, const NodeCredential& b) {
+  EXPECT_EQ(a.name, b.name);
+  EXPECT_EQ(a.secret_hash, b.secret_hash);
+  EXPECT_EQ(a.issued_ms, b.issued_ms);
 }
 
 void ExpectSame(const Worker& a, const Worker& b) {
@@ -351,6 +368,7 @@ void ExpectSameState(const ClusterState& a, const ClusterState& b) {
   ExpectSameMap(a.segments, b.segments, "segment");
   ExpectSameMap(a.workers, b.workers, "worker");
   ExpectSameMap(a.rendezvous, b.rendezvous, "rendezvous");
+  ExpectSameMap(a.node_credentials, b.node_credentials, "node credential");
   ExpectSame(a.counters, b.counters);
   EXPECT_EQ(a.next_id, b.next_id);
   EXPECT_EQ(a.next_fencing_token, b.next_fencing_token);
@@ -627,15 +645,15 @@ TEST(StoreOpen, NewerSchemaVersionIsRefusedAndTheFileLeftAsItWas) {
     ClusterState s = RichState();
     ASSERT_OK(store->Save(s, All(s)));
   }
-  ASSERT_EQ(RawSql(path, "PRAGMA user_version=9; PRAGMA user_version"), "9");
+  ASSERT_EQ(RawSql(path, "PRAGMA user_version=10; PRAGMA user_version"), "10");
   const std::string bytes = ReadWholeFile(path);
   auto store = Store::Open(path);
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), Code::kFailedPrecondition) << store.status().ToString();
   EXPECT_NE(store.status().message().find(path), std::string::npos) << store.status().ToString();
-  EXPECT_NE(store.status().message().find("version 9"), std::string::npos)
+  EXPECT_NE(store.status().message().find("version 10"), std::string::npos)
       << store.status().ToString();
-  EXPECT_NE(store.status().message().find("1 to 8"), std::string::npos)
+  EXPECT_NE(store.status().message().find("1 to 9"), std::string::npos)
       << store.status().ToString();
   EXPECT_TRUE(ReadWholeFile(path) == bytes) << "a refused open changed the file";
   EXPECT_FALSE(Exists(path + "-wal"));
@@ -752,7 +770,7 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
     ASSERT_NE(store, nullptr);
   }
   EXPECT_EQ(RawSql(path, "PRAGMA journal_mode"), "wal");
-  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "8");
+  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "9");
   EXPECT_EQ(RawSql(path, "PRAGMA quick_check"), "ok");
   // Reopened as often as wanted.
   for (int i = 0; i < 3; ++i) {
@@ -769,7 +787,10 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
 // a version-5 file the windows columns node and node_gpus, empty, a
 // version-6 file jobs.launch, segments.placement and windows.node_addr.
 // What a file older than version 6 lacks (the node of a window).
-#define kDropCrashColumn " ALTER TABLE jobs DROP COLUMN crash_ms;"
+#define kDropVersion9                                                                       \
+  " ALTER TABLE windows DROP COLUMN declared; ALTER TABLE windows DROP COLUMN joined; ALTER " \
+  "TABLE segments DROP COLUMN master_port; DROP TABLE node_credentials;"
+#define kDropCrashColumn " ALTER TABLE jobs DROP COLUMN crash_ms;" kDropVersion9
 #define kDropLaunchColumns                                                                 \
   " ALTER TABLE jobs DROP COLUMN launch; ALTER TABLE segments DROP COLUMN placement; ALTER " \
   "TABLE windows DROP COLUMN node_addr;" kDropCrashColumn
@@ -779,7 +800,8 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
 void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::string& version,
                                   bool had_rendezvous, bool had_service = false,
                                   bool had_dropped = false, bool had_secrets = false,
-                                  bool had_nodes = false, bool had_launch = false) {
+                                  bool had_nodes = false, bool had_launch = false,
+                                  bool had_crash = false) {
   TempDir dir;
   const std::string path = dir.Sub("stintd.db");
   ClusterState s = RichState();
@@ -807,10 +829,14 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
       w.node_gpus.clear();
     }
     if (!had_launch) w.node_addr.clear();
+    w.declared = false;
+    w.joined = false;
   }
+  s.node_credentials.clear();
+  for (auto& [id, seg] : s.segments) seg.master_port = 0;
   for (auto& [id, j] : s.jobs) {
     if (!had_launch) j.launch.clear();
-    j.crash_ms.clear();
+    if (!had_crash) j.crash_ms.clear();
   }
   if (!had_launch) {
     for (auto& [id, seg] : s.segments) seg.placement.clear();
@@ -824,7 +850,7 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
     s = RichState();
     ASSERT_OK(store->Save(s, All(s)));
   }
-  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "8");
+  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "9");
   auto store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
   Result<ClusterState> loaded = store->Load();
@@ -870,6 +896,15 @@ TEST(StoreOpen, VersionFiveFileIsMigratedKeepingItsRows) {
   ExpectMigratedKeepingItsRows(kDropNodeColumns, "5", /*had_rendezvous=*/true,
                                /*had_service=*/true, /*had_dropped=*/true,
                                /*had_secrets=*/true);
+}
+
+// Version 8 knew no admin windows on nodes, master ports or node
+// credentials.
+TEST(StoreOpen, VersionEightFileIsMigratedKeepingItsRows) {
+  ExpectMigratedKeepingItsRows(kDropVersion9, "8", /*had_rendezvous=*/true,
+                               /*had_service=*/true, /*had_dropped=*/true,
+                               /*had_secrets=*/true, /*had_nodes=*/true, /*had_launch=*/true,
+                               /*had_crash=*/true);
 }
 
 // Version 7 knew no crash-loop guard.

@@ -29,7 +29,12 @@
 // there: admin-declared windows, on no node). Version 6 -> 7 adds the
 // columns jobs.launch (''), segments.placement ('[]') and windows.node_addr
 // (''): jobs without a launch spec, segments on no node. Version 7 -> 8
-// adds jobs.crash_ms ('[]': no crash remembered).
+// adds jobs.crash_ms ('[]': no crash remembered). Version 8 -> 9 adds the
+// windows columns declared and joined (0: windows an agent made, or none),
+// segments.master_port (0: started before ports were assigned; stintd then
+// answers the old port, 20000 + id % 20000, which its workers already use)
+// and the table node_credentials (name, secret_hash, issued_ms): no node
+// has a credential of its own yet.
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -57,7 +62,7 @@ using internal::SqliteStmt;
 using internal::StatusFromSqlite;
 using internal::StepDone;
 
-constexpr int64_t kSchemaVersion = 8;
+constexpr int64_t kSchemaVersion = 9;
 // STRICT tables need 3.37. Checked at run time too: the shared library
 // loaded may be older than the header compiled against.
 constexpr int kMinSqliteVersion = 3037000;
@@ -160,7 +165,9 @@ const Table kWindows = {"windows",
                          {"closed_early", Type::kInt},
                          {"node", Type::kText},
                          {"node_gpus", Type::kText},
-                         {"node_addr", Type::kText}}};
+                         {"node_addr", Type::kText},
+                         {"declared", Type::kInt},
+                         {"joined", Type::kInt}}};
 
 const Table kTeams = {"teams",
                       {"name"},
@@ -216,7 +223,8 @@ const Table kSegments = {"segments",
                           {"preempted_for", Type::kInt},
                           {"ended_ms", Type::kInt},
                           {"last_heartbeat_ms", Type::kInt},
-                          {"placement", Type::kText}}};
+                          {"placement", Type::kText},
+                          {"master_port", Type::kInt}}};
 
 const Table kWorkers = {"workers",
                         {"id"},
@@ -250,6 +258,12 @@ const Table kRendezvous = {"rendezvous",
                             {"formed_ms", Type::kInt},
                             {"dropped", Type::kText}}};
 
+const Table kNodeCredentials = {"node_credentials",
+                                {"name"},
+                                {{"name", Type::kText},
+                                 {"secret_hash", Type::kText},
+                                 {"issued_ms", Type::kInt}}};
+
 const Table kMeta = {"meta",
                      {"id"},
                      {{"id", Type::kInt},
@@ -270,7 +284,8 @@ const Table kMeta = {"meta",
 
 const std::vector<const Table*>& AllTables() {
   static const std::vector<const Table*> kAll = {
-      &kPools, &kWindows, &kTeams, &kJobs, &kSegments, &kWorkers, &kKv, &kMeta, &kRendezvous};
+      &kPools, &kWindows,    &kTeams, &kJobs,      &kSegments,
+      &kWorkers, &kKv, &kMeta, &kRendezvous, &kNodeCredentials};
   return kAll;
 }
 
@@ -351,6 +366,7 @@ int64_t KeyOf(const Job& j) { return j.id; }
 int64_t KeyOf(const Segment& s) { return s.id; }
 int64_t KeyOf(const Worker& w) { return w.id; }
 int64_t KeyOf(const Rendezvous& r) { return r.job_id; }
+const std::string& KeyOf(const NodeCredential& n) { return n.name; }
 
 void BindKey(Binder& b, const std::string& k) { b.Text(k); }
 void BindKey(Binder& b, int64_t k) { b.Int(k); }
@@ -387,6 +403,8 @@ Status BindRow(Binder& b, const Window& w) {
   b.Text(w.node);
   b.Text(nlohmann::json(w.node_gpus).dump());
   b.Text(w.node_addr);
+  b.Bool(w.declared);
+  b.Bool(w.joined);
   return Status::OK();
 }
 
@@ -409,6 +427,22 @@ Status ReadRow(RowReader& r, Window* w) {
     w->node_gpus.push_back(x.get<int>());
   }
   w->node_addr = r.Text();
+  w->declared = r.Bool();
+  w->joined = r.Bool();
+  return Status::OK();
+}
+
+Status BindRow(Binder& b, const NodeCredential& n) {
+  b.Text(n.name);
+  b.Text(n.secret_hash);
+  b.Int(n.issued_ms);
+  return Status::OK();
+}
+
+Status ReadRow(RowReader& r, NodeCredential* n) {
+  n->name = r.Text();
+  n->secret_hash = r.Text();
+  n->issued_ms = r.Int();
   return Status::OK();
 }
 
@@ -516,6 +550,7 @@ Status BindRow(Binder& b, const Segment& s) {
   for (const Placement& p : s.placement)
     placement.push_back({{"window_id", p.window_id}, {"gpus", p.gpus}});
   b.Text(placement.dump());
+  b.Int(s.master_port);
   return Status::OK();
 }
 
@@ -547,6 +582,7 @@ Status ReadRow(RowReader& r, Segment* s) {
     }
     s->placement.push_back(std::move(p));
   }
+  s->master_port = static_cast<int>(r.Ranged(0, 65535));
   return AllocsFromJson(allocs, &s->allocs);
 }
 
@@ -807,6 +843,7 @@ class SqliteStore final : public Store {
   SqliteDb db_;
 
   TableStmts pools_, windows_, teams_, jobs_, segments_, workers_, kv_, meta_, rendezvous_;
+  TableStmts node_credentials_;
   SqliteStmt begin_read_, begin_write_, commit_, rollback_;
 
   // Set when the connection's state is no longer known (a failed rollback,
@@ -943,6 +980,15 @@ Status SqliteStore::Init() {
     STINT_RETURN_IF_ERROR(
         Migrate("ALTER TABLE jobs ADD COLUMN crash_ms TEXT NOT NULL DEFAULT '[]'", 8));
   }
+  if (version >= 1 && version <= 8) {
+    // Appended, as the columns are last in kWindows and kSegments.
+    STINT_RETURN_IF_ERROR(
+        Migrate("ALTER TABLE windows ADD COLUMN declared INTEGER NOT NULL DEFAULT 0;\n"
+                "ALTER TABLE windows ADD COLUMN joined INTEGER NOT NULL DEFAULT 0;\n"
+                "ALTER TABLE segments ADD COLUMN master_port INTEGER NOT NULL DEFAULT 0;\n" +
+                    kNodeCredentials.Create(),
+                9));
+  }
   return PrepareAll();
 }
 
@@ -992,6 +1038,7 @@ Status SqliteStore::PrepareAll() {
   STINT_RETURN_IF_ERROR(PrepareTable(kKv, &kv_));
   STINT_RETURN_IF_ERROR(PrepareTable(kMeta, &meta_));
   STINT_RETURN_IF_ERROR(PrepareTable(kRendezvous, &rendezvous_));
+  STINT_RETURN_IF_ERROR(PrepareTable(kNodeCredentials, &node_credentials_));
   sqlite3* db = db_.get();
   STINT_ASSIGN_OR_RETURN(begin_read_, Prepare(db, "BEGIN", true, "prepare begin"));
   // IMMEDIATE: take the write lock at BEGIN (it is ours already, held since
@@ -1041,6 +1088,8 @@ Status SqliteStore::ReadAll(ClusterState* s) {
   STINT_RETURN_IF_ERROR(LoadTable("segment", segments_, &s->segments));
   STINT_RETURN_IF_ERROR(LoadTable("worker", workers_, &s->workers));
   STINT_RETURN_IF_ERROR(LoadTable("rendezvous", rendezvous_, &s->rendezvous));
+  STINT_RETURN_IF_ERROR(
+      LoadTable("node credential", node_credentials_, &s->node_credentials));
   // No meta row yet (nothing saved with counters): the defaults stand.
   return ForEachRow(meta_.select.get(), "load meta", [&](RowReader& r) { return ReadMeta(r, s); });
 }
@@ -1059,6 +1108,8 @@ Status SqliteStore::WriteChanges(const ClusterState& s, const Changes& c) {
   STINT_RETURN_IF_ERROR(SaveTable("segment", segments_, c.segments, s.segments));
   STINT_RETURN_IF_ERROR(SaveTable("worker", workers_, c.workers, s.workers));
   STINT_RETURN_IF_ERROR(SaveTable("rendezvous", rendezvous_, c.rendezvous, s.rendezvous));
+  STINT_RETURN_IF_ERROR(SaveTable("node credential", node_credentials_, c.node_credentials,
+                                  s.node_credentials));
   if (c.counters) {
     STINT_RETURN_IF_ERROR(
         Run(meta_.upsert.get(), "save counters", [&](Binder& b) { return BindMeta(b, s); }));
