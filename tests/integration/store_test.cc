@@ -53,6 +53,7 @@ Changes All(const ClusterState& s) {
   for (const auto& [k, v] : s.segments) c.segments.insert(k);
   for (const auto& [k, v] : s.workers) c.workers.insert(k);
   for (const auto& [k, v] : s.rendezvous) c.rendezvous.insert(k);
+  for (const auto& [k, v] : s.node_credentials) c.node_credentials.insert(k);
   c.counters = true;
   return c;
 }
@@ -77,6 +78,8 @@ ClusterState RichState() {
   w.node = "node-7";
   w.node_gpus = {0, 3, 7};
   w.node_addr = "10.0.0.7";
+  w.declared = true;
+  w.joined = true;
   s.windows[w.id] = w;
   Window w2 = w;
   w2.id = std::numeric_limits<int64_t>::max();
@@ -146,6 +149,7 @@ ClusterState RichState() {
   g.shrink_notice_ms = 1700000000010;
   g.shrink_deadline_ms = kNever;
   g.shrink_for = -7;
+  g.master_port = 65535;
   s.segments[g.id] = g;
   Segment g2;  // no allocations at all
   g2.id = 78;
@@ -166,6 +170,10 @@ ClusterState RichState() {
   k.secret_hash = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
   k.node = "nœud-1";
   s.workers[k.id] = k;
+
+  s.node_credentials["node-7"] = NodeCredential{
+      "node-7", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", -9};
+  s.node_credentials["n.2_x-"] = NodeCredential{"n.2_x-", "", 1700000000012};
 
   Rendezvous r;
   r.job_id = 7;
@@ -227,6 +235,8 @@ void ExpectSame(const Window& a, const Window& b) {
   EXPECT_EQ(a.node, b.node);
   EXPECT_EQ(a.node_gpus, b.node_gpus);
   EXPECT_EQ(a.node_addr, b.node_addr);
+  EXPECT_EQ(a.declared, b.declared);
+  EXPECT_EQ(a.joined, b.joined);
 }
 
 void ExpectSame(const Team& a, const Team& b) {
@@ -301,6 +311,13 @@ void ExpectSame(const Segment& a, const Segment& b) {
   EXPECT_EQ(a.shrink_notice_ms, b.shrink_notice_ms);
   EXPECT_EQ(a.shrink_deadline_ms, b.shrink_deadline_ms);
   EXPECT_EQ(a.shrink_for, b.shrink_for);
+  EXPECT_EQ(a.master_port, b.master_port);
+}
+
+void ExpectSame(const NodeCredential& a, const NodeCredential& b) {
+  EXPECT_EQ(a.name, b.name);
+  EXPECT_EQ(a.secret_hash, b.secret_hash);
+  EXPECT_EQ(a.issued_ms, b.issued_ms);
 }
 
 void ExpectSame(const Worker& a, const Worker& b) {
@@ -367,6 +384,7 @@ void ExpectSameState(const ClusterState& a, const ClusterState& b) {
   ExpectSameMap(a.segments, b.segments, "segment");
   ExpectSameMap(a.workers, b.workers, "worker");
   ExpectSameMap(a.rendezvous, b.rendezvous, "rendezvous");
+  ExpectSameMap(a.node_credentials, b.node_credentials, "node credential");
   ExpectSame(a.counters, b.counters);
   EXPECT_EQ(a.next_id, b.next_id);
   EXPECT_EQ(a.next_fencing_token, b.next_fencing_token);
@@ -785,12 +803,13 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
 // a version-5 file the windows columns node and node_gpus, empty, a
 // version-6 file jobs.launch, segments.placement and windows.node_addr.
 // What a file older than version 6 lacks (the node of a window).
-#define kDropShrinkColumns                                                                \
-  " ALTER TABLE segments DROP COLUMN shrink_release; ALTER TABLE segments DROP COLUMN"       \
-  " leaving_workers; ALTER TABLE segments DROP COLUMN shrink_notice_ms; ALTER TABLE segments" \
-  " DROP COLUMN shrink_deadline_ms; ALTER TABLE segments DROP COLUMN shrink_for; ALTER TABLE" \
-  " workers DROP COLUMN node;"
-#define kDropCrashColumn " ALTER TABLE jobs DROP COLUMN crash_ms;" kDropShrinkColumns
+#define kDropVersion9                                                                          \
+  " ALTER TABLE segments DROP COLUMN shrink_release; ALTER TABLE segments DROP COLUMN"          \
+  " leaving_workers; ALTER TABLE segments DROP COLUMN shrink_notice_ms; ALTER TABLE segments"    \
+  " DROP COLUMN shrink_deadline_ms; ALTER TABLE segments DROP COLUMN shrink_for; ALTER TABLE"    \
+  " workers DROP COLUMN node; ALTER TABLE windows DROP COLUMN declared; ALTER TABLE windows DROP" \
+  " COLUMN joined; ALTER TABLE segments DROP COLUMN master_port; DROP TABLE node_credentials;"
+#define kDropCrashColumn " ALTER TABLE jobs DROP COLUMN crash_ms;" kDropVersion9
 #define kDropLaunchColumns                                                                 \
   " ALTER TABLE jobs DROP COLUMN launch; ALTER TABLE segments DROP COLUMN placement; ALTER " \
   "TABLE windows DROP COLUMN node_addr;" kDropCrashColumn
@@ -829,7 +848,11 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
       w.node_gpus.clear();
     }
     if (!had_launch) w.node_addr.clear();
+    w.declared = false;
+    w.joined = false;
   }
+  s.node_credentials.clear();
+  for (auto& [id, seg] : s.segments) seg.master_port = 0;
   for (auto& [id, j] : s.jobs) {
     if (!had_launch) j.launch.clear();
   }
@@ -839,7 +862,8 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
   if (!had_crashes) {
     for (auto& [id, j] : s.jobs) j.crash_ms.clear();
   }
-  // No file before version 9 held a shrink in flight or a worker's node.
+  // No file before version 9 held a shrink in flight, a worker's node, an
+  // admin window on nodes, a master port or a node credential.
   for (auto& [id, seg] : s.segments) {
     seg.shrink_release.clear();
     seg.leaving_workers.clear();
@@ -911,9 +935,10 @@ TEST(StoreOpen, VersionSevenFileIsMigratedKeepingItsRows) {
                                /*had_secrets=*/true, /*had_nodes=*/true, /*had_launch=*/true);
 }
 
-// Version 8 kept a shrink in flight in memory only and no worker's node.
+// Version 8 kept a shrink in flight in memory only, no worker's node, no
+// admin windows on nodes, master ports or node credentials.
 TEST(StoreOpen, VersionEightFileIsMigratedKeepingItsRows) {
-  ExpectMigratedKeepingItsRows(kDropShrinkColumns, "8", /*had_rendezvous=*/true,
+  ExpectMigratedKeepingItsRows(kDropVersion9, "8", /*had_rendezvous=*/true,
                                /*had_service=*/true, /*had_dropped=*/true,
                                /*had_secrets=*/true, /*had_nodes=*/true, /*had_launch=*/true,
                                /*had_crashes=*/true);

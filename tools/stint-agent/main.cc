@@ -7,7 +7,12 @@
 //
 // Registers the node (a window of its GPUs in the pool: hard with an end,
 // or spot with a notice lead), heartbeats, and closes the window on SIGTERM
-// or SIGINT. Times T and durations D as stintctl reads them.
+// or SIGINT. Times T and durations D as stintctl reads them. Without
+// --for, --until and --spot the node joins the admin window that names it
+// (stintctl windows add --nodes ...; --pool is then optional) and launches
+// what is granted there; SIGTERM closes that window for this node too.
+// --token-file holds the shared agent token or the node's own
+// (stintctl nodes add NAME).
 //
 // Exit codes: 0 stopped by a signal (window closed) or the window ended;
 // 1 stintd refused or could not be told; 2 usage error; 3 stintd could not
@@ -46,7 +51,8 @@ int main(int argc, char** argv) {
   app.add_option("--token-file", token_file, "file holding an agent token (or $STINT_AGENT_TOKEN)");
   app.add_option("--ca-file", o.ca_file,
                  "https: PEM CA certificates stintd's certificate must chain to (or $STINT_CA_FILE)");
-  app.add_option("--pool", o.pool, "the pool the GPUs join")->required();
+  app.add_option("--pool", o.pool,
+                 "the pool the GPUs join (required unless joining an admin window)");
   app.add_option("--gpus", gpus, "GPU indices on this machine, e.g. 0,1,2,3")->required();
   app.add_option("--node", o.node, "node name (default: the host name)");
   app.add_option("--for", for_duration, "lend the GPUs this long (hard window): 90m, 8h, 1d");

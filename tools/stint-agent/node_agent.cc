@@ -106,14 +106,11 @@ Result<std::unique_ptr<NodeAgent>> NodeAgent::Create(NodeAgentOptions options) {
     return Status::InvalidArgument("--node must match [A-Za-z0-9._-]{1,128} (got \"" +
                                    options.node + "\")");
   }
-  if (options.pool.empty()) return Status::InvalidArgument("--pool is required");
+  const bool join = !options.spot && !options.end_ms;
+  if (options.pool.empty() && !join) return Status::InvalidArgument("--pool is required");
   if (options.gpus.empty()) return Status::InvalidArgument("--gpus must list at least one index");
   for (int g : options.gpus) {
     if (g < 0) return Status::InvalidArgument("--gpus: an index is negative");
-  }
-  if (!options.spot && !options.end_ms) {
-    return Status::InvalidArgument(
-        "a hard window needs an end: give --for or --until, or --spot for a revocable window");
   }
   if (options.notice_lead_seconds < 0)
     return Status::InvalidArgument("--notice-lead must be >= 0");
@@ -147,11 +144,17 @@ Status NodeAgent::Register() {
   HttpRequest req;
   req.method = "POST";
   req.path = "/v1/nodes";
-  Json body{{"name", options_.node},
-            {"pool", options_.pool},
-            {"gpus", options_.gpus},
-            {"kind", options_.spot ? "spot" : "hard"},
-            {"notice_lead_seconds", options_.notice_lead_seconds}};
+  // Neither an end nor --spot: the node joins the admin window that names
+  // it (API.md, "Windows on nodes") instead of lending one of its own.
+  const bool join = !options_.spot && !options_.end_ms;
+  Json body{{"name", options_.node}, {"gpus", options_.gpus}};
+  if (!options_.pool.empty()) body["pool"] = options_.pool;
+  if (join) {
+    body["join"] = true;
+  } else {
+    body["kind"] = options_.spot ? "spot" : "hard";
+    body["notice_lead_seconds"] = options_.notice_lead_seconds;
+  }
   if (options_.end_ms) body["end_ms"] = *options_.end_ms;
   if (!options_.addr.empty()) body["addr"] = options_.addr;
   req.body = std::move(body);
@@ -170,9 +173,10 @@ Status NodeAgent::Register() {
   adopted_window_ = reply.status != 201;
   const Json end = w.value("end_ms", Json());
   window_end_ms_ = end.is_number_integer() ? end.get<int64_t>() : 0;
-  std::printf("stint-agent: node %s registered: window %lld in pool %s, GPUs %s (%s)\n",
-              options_.node.c_str(), static_cast<long long>(window_id_), options_.pool.c_str(),
-              JoinGpus(options_.gpus).c_str(), reply.status == 201 ? "new" : "found again");
+  std::printf("stint-agent: node %s registered: window %lld in pool %s, GPUs %s (%s%s)\n",
+              options_.node.c_str(), static_cast<long long>(window_id_),
+              w.value("pool", std::string()).c_str(), JoinGpus(options_.gpus).c_str(),
+              reply.status == 201 ? "new" : "found again", join ? ", an admin's window" : "");
   std::fflush(stdout);
   return Status::OK();
 }
@@ -213,15 +217,23 @@ void NodeAgent::Reap() {
         // What is left of its group goes with it: a worker's children must
         // not outlive the worker the segment accounts for.
         kill(-p.pid, SIGKILL);
-        std::printf("stint-agent: segment %lld rank %d exited %d\n",
-                    static_cast<long long>(sid), p.rank, p.code);
+        // A crash while the segment runs on: the others go on without it
+        // (an elastic group re-forms), and it is started again once stintd
+        // counted the crash, rather than leaving its GPUs idle until the
+        // segment ends.
+        const bool crash = p.code != 0 && p.code != 75 && p.code != 76;
+        p.relaunch = crash && !p.leaving && !run.signalled && !run.done;
+        p.crash_sent = false;
+        std::printf("stint-agent: segment %lld rank %d exited %d%s\n",
+                    static_cast<long long>(sid), p.rank, p.code,
+                    p.relaunch ? " (a crash: reported, then started again)" : "");
       }
     }
   }
   for (auto& [sid, run] : runs_) {
     if (run.done) continue;
     bool all = true;
-    for (const WorkerProc& p : run.procs) all = all && p.exited;
+    for (const WorkerProc& p : run.procs) all = all && p.exited && !p.relaunch;
     if (!all) continue;
     run.done = true;
     // 76 (fail) wins over 75 (requeue) over any other failure over 0.
@@ -240,7 +252,7 @@ void NodeAgent::Reap() {
   std::fflush(stdout);
 }
 
-void NodeAgent::Launch(const void* assignment) {
+void NodeAgent::Launch(const void* assignment, int only_process) {
   const Json& a = *static_cast<const Json*>(assignment);
   const int64_t sid = a.value("segment_id", int64_t{0});
   const int64_t job = a.value("job_id", int64_t{0});
@@ -272,13 +284,31 @@ void NodeAgent::Launch(const void* assignment) {
     command = std::move(full);
   }
   const int procs = torchrun.empty() ? local : 1;  // processes this agent starts
-  // Which of them to start: all for a new segment; for one that grew (an
-  // elastic job took more GPUs here), the workers of the GPUs no process
-  // of it was given. They join the job's group as new members.
+  // Which of them to start: all for a new segment; `only_process` alone in
+  // place of a crashed one; for one that grew (an elastic job took more
+  // GPUs here), the workers of the GPUs no process of it was given. They
+  // join the job's group as new members.
   auto found = runs_.find(sid);
-  const bool growing = found != runs_.end();
+  const bool relaunch = only_process >= 0;
+  const bool growing = !relaunch && found != runs_.end();
   std::vector<int> starts;
-  for (int i = 0; i < procs; i++) {
+  if (relaunch) {
+    if (only_process >= procs || found == runs_.end()) return;
+    // Only on the GPUs it had: after a shrink or grow the index may stand
+    // for others, and then the segment goes on without it.
+    const size_t first = torchrun.empty() ? static_cast<size_t>(only_process) * gpw : 0;
+    const size_t end = torchrun.empty() ? std::min(gpus.size(), first + gpw) : gpus.size();
+    const std::vector<int> slice(gpus.begin() + std::min(first, gpus.size()), gpus.begin() + end);
+    bool same = false;
+    for (WorkerProc& p : found->second.procs) {
+      if (p.index != only_process) continue;
+      same = same || p.gpus == slice;
+      if (p.gpus != slice) p.relaunch = false;  // its exit code counts with the rest
+    }
+    if (!same) return;
+    starts.push_back(only_process);
+  }
+  for (int i = 0; i < procs && !relaunch; i++) {
     bool held = false;
     for (int g = i * gpw; growing && g < (i + 1) * gpw && g < static_cast<int>(gpus.size()); g++) {
       for (const WorkerProc& p : found->second.procs)
@@ -296,7 +326,8 @@ void NodeAgent::Launch(const void* assignment) {
   const std::string dir =
       options_.workdir + "/job-" + std::to_string(job) + "/segment-" + std::to_string(sid);
   Status made = MakeDirs(dir);
-  if (growing && (command.empty() || !made.ok())) return;
+  // Started before: the next beat tries again.
+  if ((growing || relaunch) && (command.empty() || !made.ok())) return;
   if (command.empty() || local < 1 || !made.ok()) {
     run.done = true;
     run.exit_code = 127;
@@ -326,12 +357,13 @@ void NodeAgent::Launch(const void* assignment) {
                    reg.ok() ? "no answer" : reg.status().ToString().c_str());
       return;
     }
-    regs.push_back(reg->body);
+    regs[i] = reg->body;
   }
   const pid_t agent = getpid();
   for (size_t k = 0; k < starts.size(); k++) {
     const int i = starts[k];
     WorkerProc p;
+    p.index = i;
     p.rank = rank_base + i;  // under torchrun: the node's first rank
     const Json& reg = regs[k];
     p.log = dir + "/rank-" + std::to_string(p.rank) + ".log";
@@ -402,8 +434,21 @@ void NodeAgent::Launch(const void* assignment) {
     }
     setpgid(pid, pid);  // also here: no race with a kill of the group
     p.pid = pid;
+    if (relaunch) {
+      // In place of the crashed process; its log goes on in the same file.
+      for (WorkerProc& old : runs_[sid].procs) {
+        if (old.index != i) continue;
+        p.log_sent = old.log_sent;
+        old = std::move(p);
+      }
+      std::printf("stint-agent: segment %lld: rank %d started again\n",
+                  static_cast<long long>(sid), rank_base + i);
+      std::fflush(stdout);
+      return;
+    }
     run.procs.push_back(std::move(p));
   }
+  if (relaunch) return;  // the fork failed: the next beat tries again
   if (run.procs.empty() && !growing) {
     run.done = true;
     run.exit_code = 127;
@@ -470,8 +515,17 @@ std::vector<NodeAgent::LogPiece> NodeAgent::CollectLogs() {
 
 Status NodeAgent::Beat() {
   Reap();
-  Json running = Json::array(), exited = Json::array();
-  for (const auto& [sid, run] : runs_) {
+  Json running = Json::array(), exited = Json::array(), crashed = Json::array();
+  std::vector<WorkerProc*> crash_reports;
+  for (auto& [sid, run] : runs_) {
+    for (WorkerProc& p : run.procs) {
+      if (!p.relaunch || p.crash_sent) continue;
+      crashed.push_back({{"segment_id", sid},
+                         {"exit_code", p.code},
+                         {"message", ValidUtf8("rank " + std::to_string(p.rank) + ": " +
+                                               LastLine(p.log))}});
+      crash_reports.push_back(&p);
+    }
     if (!run.done) {
       running.push_back(sid);
     } else {
@@ -491,8 +545,11 @@ Status NodeAgent::Beat() {
                     {"size", l.size},
                     {"text", l.text}});
   }
-  req.body = Json{{"running", running}, {"exited", exited}, {"logs", logs}};
+  Json body{{"running", running}, {"exited", exited}, {"logs", logs}};
+  if (!crashed.empty()) body["crashed"] = crashed;
+  req.body = std::move(body);
   STINT_ASSIGN_OR_RETURN(HttpReply reply, http_->Call(req));
+  for (WorkerProc* p : crash_reports) p->crash_sent = true;
   for (const LogPiece& l : pieces) l.proc->log_sent = l.offset + l.size;
   const bool first_beat = !beaten_;
   beaten_ = true;
@@ -531,6 +588,17 @@ Status NodeAgent::Beat() {
     if (notice.is_object() && notice.value("gpus", Json()).is_array()) {
       ShrinkNotice(sid, run, &notice, now);
       continue;
+    }
+    // Crashed workers stintd counted: started again while there is no
+    // notice; with one, they stay exited (their code decides with the rest).
+    for (size_t i = 0; i < run.procs.size(); i++) {
+      WorkerProc& p = run.procs[i];
+      if (!p.relaunch || !p.crash_sent) continue;
+      if (deadline != 0) {
+        p.relaunch = false;
+        continue;
+      }
+      Launch(&a, p.index);
     }
     if (deadline != 0 && !run.signalled && !run.done) {
       run.signalled = true;

@@ -9,7 +9,9 @@
 // one process group each, killed if the agent dies (PR_SET_PDEATHSIG), logs
 // in the workdir; forwards a notice as the job's signal, SIGKILLs at the
 // deadline or when the segment is no longer listed, and reports how the
-// workers exited.
+// workers exited. A worker that crashes while its segment runs (no notice)
+// is reported and started again, so it rejoins the elastic group; the
+// crash-loop guard at stintd ends a job that keeps crashing.
 //
 // Confined to the thread that calls Run(): the signals it waits for must be
 // blocked in every thread (main() blocks them before anything starts).
@@ -43,10 +45,12 @@ struct NodeAgentOptions {
   // system's CAs).
   std::string ca_file;
   std::string node;                            // REQUIRES: [A-Za-z0-9._-]{1,128}
-  std::string pool;                            // REQUIRES: exists in stintd
+  std::string pool;                            // REQUIRES: exists in stintd; joining: may be empty
   std::vector<int> gpus;                       // GPU indices on this machine; REQUIRES: non-empty
   // The window's end (ms since the epoch); nullopt: open-ended, which
-  // stintd accepts only for spot windows.
+  // stintd accepts only for spot windows. Neither an end nor `spot`: the
+  // agent joins the admin window that names the node (it lends none of
+  // its own; the window's end, kind and lead are the admin's).
   std::optional<int64_t> end_ms;
   bool spot = false;
   double notice_lead_seconds = 0;  // spot: the notice its segments get when it closes
@@ -96,7 +100,9 @@ class NodeAgent {
   // One heartbeat: reports running and exited segments, then acts on the
   // assignments. kAborted: the window closed.
   Status Beat();
-  void Launch(const void* assignment);  // a json object; void keeps json out of this header
+  // Starts the segment's workers; with `only_process` >= 0 that one of them
+  // again (a crashed worker), in place of its earlier process.
+  void Launch(const void* assignment, int only_process = -1);  // void: json stays out of here
   void Reap();
   void KillRun(int64_t segment_id, int sig);
   struct SegmentRun;
@@ -115,6 +121,11 @@ class NodeAgent {
     uint64_t log_sent = 0;  // bytes of `log` stintd took (the heartbeat's "logs")
     bool exited = false;
     int code = 0;  // exit status, or 128 + signal
+    int index = 0;  // among the processes this agent starts for the segment
+    // Crashed while the segment runs: reported to stintd ("crashed"), then
+    // started again unless the crash-loop guard ended the segment.
+    bool relaunch = false;
+    bool crash_sent = false;
   };
   struct SegmentRun {
     int64_t job_id = 0;

@@ -3,14 +3,18 @@
 //   stintctl pools add NAME [--description TEXT]      stintctl pools list
 //   stintctl windows add --pool P --gpus N [--start T] (--end T | --duration D)
 //                        [--kind hard|spot] [--notice-lead D]
+//                        [--nodes N1,N2 | --node NAME[:0,1,...]]...  (one window per node;
+//                        --gpus is then per node, or the GPUs listed after the name)
 //   stintctl windows list                             stintctl windows close ID [--lead D]
 //   stintctl teams set NAME --guaranteed N [--borrow-limit N]    stintctl teams list
 //   stintctl jobs submit --name N --gpus MIN[:MAX] [--team T] [--pool P] [--priority L]
 //                        [--no-gang] [--not-preemptible] [--checkpoint-seconds S]
 //                        [--restart-seconds S] [--interval-seconds S] [--remaining D]
 //                        [--gpus-per-worker N] [--env K=V]... [--workdir DIR]
-//                        [--signal TERM|INT|HUP|USR1|USR2] [-- COMMAND ARGS...]
+//                        [--signal TERM|INT|HUP|USR1|USR2] [--torchrun[=LAUNCHER]]
+//                        [-- COMMAND ARGS...]
 //   stintctl nodes                                    (stint-agent nodes, their GPUs and windows)
+//   stintctl nodes add NAME   (prints the node's own agent token)   nodes revoke NAME
 //   stintctl logs JOB [--follow]                      (its workers' output, via their agents)
 //   stintctl jobs list [--state S]   jobs show ID   jobs cancel ID [--reason R]
 //   stintctl jobs priority ID LEVEL
@@ -39,6 +43,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <sstream>
 #include <optional>
 #include <string>
 #include <thread>
@@ -271,9 +276,13 @@ int Main(int argc, char** argv) {
   int w_gpus = 0;
   CLI::App* windows_add = windows->add_subcommand("add", "offer GPUs of a pool for a time window");
   windows_add->add_option("--pool", w_pool, "pool name")->required();
-  windows_add->add_option("--gpus", w_gpus, "number of GPUs")
-      ->required()
-      ->check(CLI::Range(1, 1 << 20));
+  auto* w_gpus_opt = windows_add->add_option("--gpus", w_gpus, "number of GPUs (per node with nodes)")
+                         ->check(CLI::Range(1, 1 << 20));
+  std::vector<std::string> w_nodes, w_node;
+  windows_add->add_option("--nodes", w_nodes, "nodes the window covers, N1,N2 (their agents launch)")
+      ->delimiter(',');
+  windows_add->add_option("--node", w_node,
+                          "a node the window covers with its GPU indices, NAME:0,1,2 (repeatable)");
   auto* w_start_opt = windows_add->add_option("--start", w_start, "start time (default now)");
   auto* w_end_opt = windows_add->add_option("--end", w_end, "end time");
   auto* w_duration_opt =
@@ -284,7 +293,33 @@ int Main(int argc, char** argv) {
   auto* w_lead_opt =
       windows_add->add_option("--notice-lead", w_lead, "notice a spot revocation gives");
   leaf(windows_add, [&](Ctl& c, int64_t now) {
-    Json body{{"pool", w_pool}, {"gpus", w_gpus}, {"kind", w_kind}};
+    Json body{{"pool", w_pool}, {"kind", w_kind}};
+    Json nodes = Json::array();
+    for (const std::string& n : w_nodes) nodes.push_back(n);
+    for (const std::string& n : w_node) {
+      const size_t colon = n.find(':');
+      if (colon == std::string::npos) {
+        nodes.push_back(n);
+        continue;
+      }
+      Json gpus = Json::array();
+      std::string part;
+      std::istringstream in(n.substr(colon + 1));
+      while (std::getline(in, part, ',')) {
+        char* end = nullptr;
+        const long g = std::strtol(part.c_str(), &end, 10);
+        if (part.empty() || *end != '\0' || g < 0 || g > 1000000)
+          return Usage("--node " + n + ": \"" + part + "\" is not a GPU index");
+        gpus.push_back(g);
+      }
+      nodes.push_back({{"name", n.substr(0, colon)}, {"gpus", gpus}});
+    }
+    if (*w_gpus_opt) body["gpus"] = w_gpus;
+    if (!nodes.empty()) {
+      body["nodes"] = nodes;
+    } else if (!*w_gpus_opt) {
+      return Usage("--gpus is required (or --nodes / --node)");
+    }
     int64_t start = now;
     if (*w_start_opt) {
       auto t = ParseTime(w_start, now);
@@ -308,12 +343,19 @@ int Main(int argc, char** argv) {
       if (!d.ok()) return Usage("--notice-lead: " + d.status().message());
       body["notice_lead_seconds"] = *d;
     }
-    return c.Run("POST", "/v1/windows", body, [&](const Json& w) {
-      std::string end =
-          w.contains("end_ms") && !w["end_ms"].is_null() ? TimeCell(w, "end_ms", now) : "revoked";
-      return Line("window " + Cell(w, "id") + ": pool " + Cell(w, "pool") + ", " + Cell(w, "gpus") +
-                  " GPUs, " + Cell(w, "kind") + ", from " + TimeCell(w, "start_ms", now) +
-                  " until " + end);
+    return c.Run("POST", "/v1/windows", body, [&](const Json& reply) {
+      std::string out;
+      const Json made = reply.contains("windows") ? reply["windows"] : Json::array({reply});
+      for (const Json& w : made) {
+        std::string end =
+            w.contains("end_ms") && !w["end_ms"].is_null() ? TimeCell(w, "end_ms", now) : "revoked";
+        std::string node;
+        if (w.value("node", Json()).is_string()) node = " on node " + Cell(w, "node");
+        out += Line("window " + Cell(w, "id") + ": pool " + Cell(w, "pool") + ", " +
+                    Cell(w, "gpus") + " GPUs" + node + ", " + Cell(w, "kind") + ", from " +
+                    TimeCell(w, "start_ms", now) + " until " + end);
+      }
+      return out;
     });
   });
   CLI::App* windows_list = windows->add_subcommand("list", "list windows");
@@ -405,6 +447,14 @@ int Main(int argc, char** argv) {
       jobs_submit->add_option("--workdir", j_workdir, "the workers' directory (with a command)");
   auto* j_signal_opt = jobs_submit->add_option(
       "--signal", j_signal, "sent to the workers on a notice: TERM (default), INT, HUP, USR1, USR2");
+  std::string j_torchrun;
+  auto* j_torchrun_opt =
+      jobs_submit
+          ->add_option("--torchrun", j_torchrun,
+                       "start the command through torchrun, one launcher per node "
+                       "(--rdzv-backend=stint); LAUNCHER: the torchrun executable")
+          ->expected(0, 1)
+          ->default_str("torchrun");
   jobs_submit->add_option("command", j_command,
                           "after --: the command stint-agent starts per worker");
   leaf(jobs_submit, [&](Ctl& c, int64_t) {
@@ -437,14 +487,17 @@ int Main(int argc, char** argv) {
       }
       Json launch{{"command", j_command}, {"env", env}, {"gpus_per_worker", j_gpus_per_worker}};
       if (*j_workdir_opt) launch["workdir"] = j_workdir;
+      if (*j_torchrun_opt) launch["torchrun"] = Json::array({j_torchrun.empty() ? "torchrun" : j_torchrun});
       if (*j_signal_opt) {
         std::string sig = j_signal;
         if (sig.rfind("SIG", 0) == 0) sig = sig.substr(3);
         launch["signal"] = sig;
       }
       body["launch"] = launch;
-    } else if (!j_env.empty() || *j_workdir_opt || *j_signal_opt || *j_gpw_opt) {
-      return Usage("--env, --workdir, --signal and --gpus-per-worker go with a command after --");
+    } else if (!j_env.empty() || *j_workdir_opt || *j_signal_opt || *j_gpw_opt ||
+               *j_torchrun_opt) {
+      return Usage(
+          "--env, --workdir, --signal, --gpus-per-worker and --torchrun go with a command after --");
     }
     return c.Run("POST", "/v1/jobs", body, [](const Json& j) {
       return Line("job " + Cell(j, "id") + " submitted (" + Cell(j, "state") + ")");
@@ -519,6 +572,26 @@ int Main(int argc, char** argv) {
   leaf(logs, [&](Ctl& c, int64_t) { return c.Logs(logs_job, logs_follow); });
 
   CLI::App* nodes = app.add_subcommand("nodes", "stint-agent nodes, their GPUs and windows");
+  // Before the leaf of `nodes` itself, which is parsed along with them.
+  std::string node_name;
+  CLI::App* nodes_add = nodes->add_subcommand(
+      "add", "give a node its own agent token (printed once; replaces an earlier one)");
+  nodes_add->add_option("name", node_name, "node name")->required();
+  leaf(nodes_add, [&](Ctl& c, int64_t) {
+    return c.Run("POST", "/v1/nodes/" + node_name + "/token", Json::object(), [](const Json& r) {
+      return Line("node " + Cell(r, "name") + "'s agent token (shown once; stint-agent --node " +
+                  Cell(r, "name") + " --token-file FILE):") +
+             Line(r.value("token", std::string()));
+    });
+  });
+  CLI::App* nodes_revoke =
+      nodes->add_subcommand("revoke", "revoke a node's own agent token (its agent is refused)");
+  nodes_revoke->add_option("name", node_name, "node name")->required();
+  leaf(nodes_revoke, [&](Ctl& c, int64_t) {
+    return c.Run("DELETE", "/v1/nodes/" + node_name + "/token", std::nullopt, [&](const Json&) {
+      return Line("node " + node_name + "'s agent token revoked");
+    });
+  });
   leaf(nodes, [&](Ctl& c, int64_t) {
     return c.Run("GET", "/v1/nodes", std::nullopt, RenderNodes);
   });

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -160,6 +161,11 @@ int main(int argc, char** argv) {
   app.add_option("--crash-window-seconds", p.crash_window_seconds, "the crash-loop guard's window")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  std::string master_ports = "29500-29999";
+  app.add_option("--master-ports", master_ports,
+                 "MASTER_PORT range of launched segments, FIRST-LAST (each active segment on a "
+                 "master node gets one of its own)")
+      ->capture_default_str();
   app.add_option("--plan-depth", p.plan_depth, "pending jobs planned per pass")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
@@ -194,6 +200,24 @@ int main(int argc, char** argv) {
                  "explicitly\n",
                  http.host.c_str());
     return 2;
+  }
+  {
+    const size_t dash = master_ports.find('-');
+    int first = -1, last = -1;
+    if (dash != std::string::npos) {
+      const char* b = master_ports.data();
+      const char* e = b + master_ports.size();
+      auto [p1, ec1] = std::from_chars(b, b + dash, first);
+      auto [p2, ec2] = std::from_chars(b + dash + 1, e, last);
+      if (ec1 != std::errc() || p1 != b + dash || ec2 != std::errc() || p2 != e) first = -1;
+    }
+    if (first < 1 || last > 65535 || first > last) {
+      std::fprintf(stderr, "stintd: --master-ports must be FIRST-LAST in 1..65535 (got \"%s\")\n",
+                   master_ports.c_str());
+      return 2;
+    }
+    options.master_port_first = first;
+    options.master_port_last = last;
   }
   options.db_path = db;
   http.logs_dir = logs_dir.empty() ? db + ".logs" : logs_dir;

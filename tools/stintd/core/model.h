@@ -57,6 +57,11 @@ struct Window {
   std::string node;
   std::vector<int> node_gpus;
   std::string node_addr;  // host the node's workers reach each other at (MASTER_ADDR)
+  // Declared by an admin for a named node (POST /v1/windows "nodes"): the
+  // node's agent joins it instead of making its own. node_gpus is empty
+  // until the agent joins when the admin gave only a count.
+  bool declared = false;
+  bool joined = false;  // declared: an agent has joined it
   bool open_at(TimeMs t) const { return start_ms <= t && t < end_ms; }
 };
 
@@ -176,6 +181,10 @@ struct Segment {
   TimeMs ended_ms = 0;
   TimeMs last_heartbeat_ms = 0;  // newest heartbeat of any of its workers (soft state)
   std::vector<Placement> placement;  // one per node window of allocs, in allocs' order
+  // MASTER_PORT of its workers: unique among the active segments with the
+  // same master node, from stintd's --master-ports range; 0 when it has no
+  // node placement (or was started before ports were assigned).
+  int master_port = 0;
   // A shrink in progress: at shrink_deadline_ms the segment gives up
   // shrink_release (whole node windows, or GPUs of other windows) for job
   // shrink_for; the workers in leaving_workers got a kShrink notice at
@@ -217,6 +226,15 @@ struct Worker {
   // The stint-agent node that launched it ("" for a worker that registered
   // itself): a shrink that releases the node's window releases it.
   std::string node;
+};
+
+// A node's own credential (POST /v1/nodes/{name}/token): its bearer token
+// acts as that node's agent only. The token is "stn1.<name>.<64 hex>"; the
+// store keeps the SHA-256 of the random part.
+struct NodeCredential {
+  std::string name;
+  std::string secret_hash;
+  TimeMs issued_ms = 0;
 };
 
 // The elastic group of a job: rounds of joining workers, each closing into
@@ -280,6 +298,7 @@ struct ClusterState {
   std::map<int64_t, Segment> segments;
   std::map<int64_t, Worker> workers;
   std::map<int64_t, Rendezvous> rendezvous;  // by job id
+  std::map<std::string, NodeCredential> node_credentials;  // by node name
   Counters counters;
   // Counters for ids and fencing tokens; persisted with the objects.
   int64_t next_id = 1;

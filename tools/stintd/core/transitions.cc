@@ -181,6 +181,7 @@ void Changes::Merge(const Changes& o) {
   segments.insert(o.segments.begin(), o.segments.end());
   workers.insert(o.workers.begin(), o.workers.end());
   rendezvous.insert(o.rendezvous.begin(), o.rendezvous.end());
+  node_credentials.insert(o.node_credentials.begin(), o.node_credentials.end());
   counters = counters || o.counters;
 }
 
@@ -608,6 +609,40 @@ Status ReportSegmentExit(ClusterState& s, int64_t segment_id, int exit_code, boo
       break;
     }
   }
+  return Status::OK();
+}
+
+Status ReportWorkerCrash(ClusterState& s, int64_t segment_id, int exit_code,
+                         const std::string& message, int crash_limit, TimeMs crash_window_ms,
+                         TimeMs now, Changes* changes, bool* relaunch) {
+  *relaunch = false;
+  auto it = s.segments.find(segment_id);
+  if (it == s.segments.end())
+    return Status::NotFound("segment " + std::to_string(segment_id) + " does not exist");
+  Segment& seg = it->second;
+  if (!SegmentActive(seg.state)) {
+    return Status::FailedPrecondition("segment " + std::to_string(segment_id) + " already ended");
+  }
+  auto job = s.jobs.find(seg.job_id);
+  if (job == s.jobs.end()) return Status::OK();
+  Job& j = job->second;
+  const std::string what = "a worker exited " + std::to_string(exit_code) +
+                           (message.empty() ? std::string() : ": " + message);
+  std::vector<TimeMs> recent;
+  for (TimeMs t : j.crash_ms) {
+    if (now - t < crash_window_ms) recent.push_back(t);
+  }
+  recent.push_back(now);
+  j.crash_ms = std::move(recent);
+  j.message = what + " (started again)";
+  changes->jobs.insert(j.id);
+  if (crash_limit > 0 && static_cast<int>(j.crash_ms.size()) >= crash_limit) {
+    j.message = "crash loop: " + std::to_string(j.crash_ms.size()) + " crashes within " +
+                std::to_string(crash_window_ms / 1000) + " s; last: " + what;
+    EndSegment(s, seg, SegmentState::kLost, JobState::kFailed, now, changes);
+    return Status::OK();
+  }
+  *relaunch = true;
   return Status::OK();
 }
 

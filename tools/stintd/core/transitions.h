@@ -25,10 +25,11 @@ struct Changes {
   std::set<int64_t> segments;
   std::set<int64_t> workers;
   std::set<int64_t> rendezvous;  // by job id
+  std::set<std::string> node_credentials;
   bool counters = false;         // next_id / next_fencing_token / Counters
   bool empty() const {
     return pools.empty() && windows.empty() && teams.empty() && jobs.empty() && segments.empty() &&
-           workers.empty() && rendezvous.empty() && !counters;
+           workers.empty() && rendezvous.empty() && node_credentials.empty() && !counters;
   }
   void Merge(const Changes& other);
 };
@@ -120,6 +121,17 @@ Status ReleaseWorker(ClusterState& s, int64_t worker_id, TimeMs now, Changes* ch
 Status ReportSegmentExit(ClusterState& s, int64_t segment_id, int exit_code, bool all_nodes_done,
                          const std::string& message, int crash_limit, TimeMs crash_window_ms,
                          TimeMs now, Changes* changes);
+
+// stint-agent reports that a worker of an active segment crashed (exited
+// neither 0, 75 nor 76) while the segment goes on; the agent starts it
+// again (API.md, "Launching"). The crash counts for the crash-loop guard as
+// ReportSegmentExit's do: the job's `crash_limit`-th within
+// `crash_window_ms` fails it ("crash loop", the segment lost) and
+// *relaunch is false; otherwise *relaunch is true and nothing else changes.
+// kNotFound / kFailedPrecondition as ReportSegmentExit.
+Status ReportWorkerCrash(ClusterState& s, int64_t segment_id, int exit_code,
+                         const std::string& message, int crash_limit, TimeMs crash_window_ms,
+                         TimeMs now, Changes* changes, bool* relaunch);
 
 // True iff `token` belongs to a worker incarnation of the job that may
 // still commit: the worker is registered in the job's active segment and

@@ -181,7 +181,53 @@ bool ValidNodeName(const std::string& name) {
 
 }  // namespace
 
-Result<Window> Coordinator::RegisterNode(const Window& spec, bool* created) {
+Result<std::vector<Window>> Coordinator::AddNodeWindows(const Window& spec,
+                                                       const std::vector<DeclaredNode>& nodes) {
+  if (nodes.empty()) return Status::InvalidArgument("nodes must name at least one node");
+  std::set<std::string> names;
+  for (const DeclaredNode& n : nodes) {
+    if (!ValidNodeName(n.name)) {
+      return Status::InvalidArgument("node name must match [A-Za-z0-9._-]{1,128} (got \"" +
+                                     n.name + "\")");
+    }
+    if (!names.insert(n.name).second)
+      return Status::InvalidArgument("nodes names " + n.name + " twice");
+    std::vector<int> sorted = n.gpus;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+      return Status::InvalidArgument("node " + n.name + "'s gpus list an index twice");
+    if (n.gpus.empty() && spec.gpus < 1) {
+      return Status::InvalidArgument("node " + n.name +
+                                     " has no GPU indices: give them, or gpus (a count per node)");
+    }
+  }
+  std::vector<int64_t> ids;
+  STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs now, Changes* c) -> Status {
+    for (const DeclaredNode& n : nodes) {
+      if (const Window* open = NodeWindow(s, n.name, now)) {
+        return Status::AlreadyExists("node " + n.name + " has window " + std::to_string(open->id) +
+                                     " until it ends; close it first");
+      }
+    }
+    for (const DeclaredNode& n : nodes) {
+      Window w = spec;
+      w.node = n.name;
+      w.node_gpus = n.gpus;
+      w.gpus = n.gpus.empty() ? spec.gpus : static_cast<int>(n.gpus.size());
+      w.declared = true;
+      w.joined = false;
+      STINT_ASSIGN_OR_RETURN(int64_t id, stintd::AddWindow(s, w, now, c));
+      ids.push_back(id);
+    }
+    return Status::OK();
+  }));
+  std::vector<Window> out;
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  for (int64_t id : ids) out.push_back(state_.windows.at(id));
+  return out;
+}
+
+Result<Window> Coordinator::RegisterNode(const Window& spec, bool* created, bool join) {
   if (!ValidNodeName(spec.node)) {
     return Status::InvalidArgument("node name must match [A-Za-z0-9._-]{1,128} (got \"" +
                                    spec.node + "\")");
@@ -194,7 +240,72 @@ Result<Window> Coordinator::RegisterNode(const Window& spec, bool* created) {
   int64_t id = 0;
   *created = false;
   STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs now, Changes* c) -> Status {
+    if (join) {
+      const Window* open = NodeWindow(s, spec.node, now);
+      if (open == nullptr || !open->declared) {
+        return Status::NotFound(
+            "no admin window names node " + spec.node +
+            (open != nullptr ? " (it lends window " + std::to_string(open->id) + " of its own)"
+                             : "") +
+            ": give --for, --until or --spot to lend it yourself");
+      }
+      if (open->closed_early) {
+        return Status::AlreadyExists("node " + spec.node + "'s window " +
+                                     std::to_string(open->id) + " is closing");
+      }
+      if (!spec.pool.empty() && spec.pool != open->pool) {
+        return Status::AlreadyExists("node " + spec.node + "'s admin window " +
+                                     std::to_string(open->id) + " is in pool " + open->pool +
+                                     ", not " + spec.pool);
+      }
+      Window& w = s.windows.at(open->id);
+      id = w.id;
+      *created = !w.joined;
+      if (!w.node_gpus.empty()) {
+        for (int g : w.node_gpus) {
+          if (std::find(spec.node_gpus.begin(), spec.node_gpus.end(), g) == spec.node_gpus.end()) {
+            return Status::FailedPrecondition(
+                "admin window " + std::to_string(w.id) + " lends GPU " + std::to_string(g) +
+                " of node " + spec.node + ", which its agent does not list (--gpus)");
+          }
+        }
+      } else {
+        if (static_cast<int>(spec.node_gpus.size()) < w.gpus) {
+          return Status::FailedPrecondition(
+              "admin window " + std::to_string(w.id) + " lends " + std::to_string(w.gpus) +
+              " GPUs of node " + spec.node + "; its agent lists only " +
+              std::to_string(spec.node_gpus.size()));
+        }
+        w.node_gpus.assign(spec.node_gpus.begin(), spec.node_gpus.begin() + w.gpus);
+        // Segments placed before the GPUs were known get theirs now, in
+        // start order.
+        std::set<int> used;
+        for (auto& [sid, seg] : s.segments) {
+          if (!SegmentActive(seg.state)) continue;
+          for (size_t i = 0; i < seg.placement.size() && i < seg.allocs.size(); i++) {
+            Placement& p = seg.placement[i];
+            if (p.window_id != w.id) continue;
+            for (int g : w.node_gpus) {
+              if (static_cast<int>(p.gpus.size()) >= seg.allocs[i].gpus) break;
+              if (used.insert(g).second) p.gpus.push_back(g);
+            }
+            c->segments.insert(sid);
+          }
+        }
+      }
+      if (!w.joined || (!spec.node_addr.empty() && spec.node_addr != w.node_addr)) {
+        w.joined = true;
+        if (!spec.node_addr.empty()) w.node_addr = spec.node_addr;
+        c->windows.insert(w.id);
+      }
+      return Status::OK();
+    }
     if (const Window* open = NodeWindow(s, spec.node, now)) {
+      if (open->declared) {
+        return Status::AlreadyExists("node " + spec.node + " is covered by admin window " +
+                                     std::to_string(open->id) +
+                                     ": join it (stint-agent without --for, --until or --spot)");
+      }
       if (open->closed_early) {
         return Status::AlreadyExists("node " + spec.node + "'s window " +
                                      std::to_string(open->id) + " is closing");
@@ -224,7 +335,8 @@ Result<Window> Coordinator::RegisterNode(const Window& spec, bool* created) {
 
 Result<Window> Coordinator::NodeHeartbeat(const std::string& node,
                                           const std::vector<int64_t>& running,
-                                          const std::vector<NodeExit>& exits) {
+                                          const std::vector<NodeExit>& exits,
+                                          const std::vector<NodeExit>& crashes) {
   Window w;
   {
     std::shared_lock<std::shared_mutex> lock(mu_);
@@ -237,6 +349,26 @@ Result<Window> Coordinator::NodeHeartbeat(const std::string& node,
     std::lock_guard<std::mutex> lock(beats_mu_);
     if (now < w.end_ms) node_beats_[w.id] = now;
     for (int64_t sid : running) segment_beats_[sid] = now;
+  }
+  if (!crashes.empty()) {
+    STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs t, Changes* c) -> Status {
+      std::set<int64_t> counted;
+      for (const NodeExit& e : crashes) {
+        auto seg = s.segments.find(e.segment_id);
+        if (seg == s.segments.end() || !SegmentActive(seg->second.state)) continue;
+        bool on_node = false;
+        for (const Placement& p : seg->second.placement) {
+          auto pw = s.windows.find(p.window_id);
+          on_node = on_node || (pw != s.windows.end() && pw->second.node == node);
+        }
+        if (!on_node || !counted.insert(e.segment_id).second) continue;
+        bool relaunch = false;
+        STINT_RETURN_IF_ERROR(ReportWorkerCrash(
+            s, e.segment_id, e.exit_code, e.message, options_.policy.crash_limit,
+            SecondsToMs(options_.policy.crash_window_seconds), t, c, &relaunch));
+      }
+      return Status::OK();
+    }));
   }
   if (!exits.empty()) {
     STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs t, Changes* c) -> Status {
@@ -306,6 +438,42 @@ TimeMs Coordinator::NodeLastHeartbeat(int64_t window_id) const {
   std::lock_guard<std::mutex> lock(beats_mu_);
   auto it = node_beats_.find(window_id);
   return it == node_beats_.end() ? 0 : it->second;
+}
+
+Result<NodeCredential> Coordinator::IssueNodeToken(const std::string& name, std::string* token) {
+  if (!ValidNodeName(name)) {
+    return Status::InvalidArgument("node name must match [A-Za-z0-9._-]{1,128} (got \"" + name +
+                                   "\")");
+  }
+  STINT_ASSIGN_OR_RETURN(WorkerSecret fresh, NewWorkerSecret());
+  NodeCredential cred;
+  STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs now, Changes* c) -> Status {
+    cred = NodeCredential{name, fresh.hash, now};
+    s.node_credentials[name] = cred;
+    c->node_credentials.insert(name);
+    return Status::OK();
+  }));
+  *token = NodeTokenFor(name, fresh.random);
+  return cred;
+}
+
+Status Coordinator::RevokeNodeToken(const std::string& name) {
+  return Mutate([&](ClusterState& s, TimeMs, Changes* c) -> Status {
+    if (s.node_credentials.erase(name) == 0)
+      return Status::NotFound("node " + name + " has no credential of its own");
+    c->node_credentials.insert(name);
+    return Status::OK();
+  });
+}
+
+Coordinator::NodeToken Coordinator::CheckNodeToken(const std::string& name,
+                                                   const std::string& random) const {
+  const std::string hash = random.empty() ? std::string() : Sha256Hex(random);
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  auto it = state_.node_credentials.find(name);
+  if (it == state_.node_credentials.end()) return NodeToken::kNoCredential;
+  return !hash.empty() && ConstantTimeEqual(it->second.secret_hash, hash) ? NodeToken::kMatch
+                                                                          : NodeToken::kMismatch;
 }
 
 Result<Team> Coordinator::PutTeam(const Team& team) {
@@ -711,7 +879,7 @@ bool Coordinator::CloseSilentNodes(TimeMs now, Changes* changes) {
   bool closed = false;
   std::lock_guard<std::mutex> lock(beats_mu_);
   for (auto& [id, w] : state_.windows) {
-    if (w.node.empty() || w.closed_early || now >= w.end_ms) continue;
+    if (w.node.empty() || w.closed_early || now >= w.end_ms || now < w.start_ms) continue;
     auto [beat, fresh] = node_beats_.emplace(id, now);
     if (fresh || now - beat->second < ttl) continue;
     std::fprintf(stderr, "stintd: node %s silent for %.1f s: closing its window %lld\n",
@@ -755,8 +923,38 @@ void Coordinator::PlaceSegments(const Changes& started, Changes* changes) {
       }
       placed = true;
     }
-    if (placed) changes->segments.insert(id);
+    if (!placed) continue;
+    // Chosen once: the ranks a grow adds join the same master.
+    if (seg.master_port == 0) seg.master_port = ChooseMasterPort(seg);
+    changes->segments.insert(id);
   }
+}
+
+int Coordinator::ChooseMasterPort(const Segment& seg) const {
+  // The master is the node of the first placement (Assignments, http_api.cc).
+  auto master_node = [&](const Segment& g) -> std::string {
+    if (g.placement.empty()) return "";
+    auto w = state_.windows.find(g.placement.front().window_id);
+    return w == state_.windows.end() ? "" : w->second.node;
+  };
+  const std::string node = master_node(seg);
+  std::set<int> used;
+  for (const auto& [oid, other] : state_.segments) {
+    if (oid == seg.id || !SegmentActive(other.state) || other.master_port == 0) continue;
+    if (master_node(other) == node) used.insert(other.master_port);
+  }
+  const int first = options_.master_port_first;
+  const int size = options_.master_port_last - first + 1;
+  for (int i = 0; i < size; i++) {
+    const int port = first + static_cast<int>((seg.id + i) % size);
+    if (!used.count(port)) return port;
+  }
+  std::fprintf(stderr,
+               "stintd: every port of --master-ports %d-%d is held by an active segment on node "
+               "%s; segment %lld shares port %d\n",
+               first, options_.master_port_last, node.c_str(), static_cast<long long>(seg.id),
+               first + static_cast<int>(seg.id % size));
+  return first + static_cast<int>(seg.id % size);
 }
 
 void Coordinator::WakeTick() {

@@ -42,6 +42,10 @@ struct CoordinatorOptions {
   double heartbeat_interval_seconds = 5;  // suggested to workers
   double usage_flush_seconds = 60;        // team usage and job service written this often
   double node_ttl_seconds = 30;           // a node silent this long has its window closed
+  // MASTER_PORT of launched segments: from this range (inclusive), unique
+  // among the active segments with the same master node.
+  int master_port_first = 29500;
+  int master_port_last = 29999;
   // Milliseconds since the epoch; the system clock unless a test replaces it.
   std::function<TimeMs()> clock;
 };
@@ -75,6 +79,18 @@ class Coordinator {
   // Admin requests. Each answers the object as it is after the change.
   Result<Pool> AddPool(const Pool& pool);
   Result<Window> AddWindow(const Window& window);
+  // An admin window on named nodes: one window per node, each a copy of
+  // `spec` (pool, start, end, kind, lead) with declared set, the node's
+  // name and either its GPU indices or, when `node_gpus` is empty there,
+  // spec.gpus GPUs the node's agent reports when it joins (RegisterNode
+  // with join). kAlreadyExists when a node has a window that has not ended;
+  // nothing is made then.
+  struct DeclaredNode {
+    std::string name;
+    std::vector<int> gpus;  // empty: spec.gpus of the agent's
+  };
+  Result<std::vector<Window>> AddNodeWindows(const Window& spec,
+                                             const std::vector<DeclaredNode>& nodes);
   Result<Window> CloseWindow(int64_t window_id, std::optional<TimeMs> lead_ms);
   Result<Team> PutTeam(const Team& team);
   Result<Job> SubmitJob(const Job& spec);
@@ -90,7 +106,14 @@ class Coordinator {
   // node_ttl_seconds has its window closed by the tick with the window's
   // notice lead. kNotFound: no such node; kAborted: its window closed (the
   // agent stops). CloseNode closes it now with its notice lead.
-  Result<Window> RegisterNode(const Window& spec, bool* created);
+  //
+  // With `join`, the agent lends no window of its own: it joins the open
+  // admin window that names the node (AddNodeWindows), which must lie in
+  // spec.pool (when not empty) and, if it names GPU indices, among
+  // spec.node_gpus; one declared as a count takes the first of
+  // spec.node_gpus. *created is true for the first join. kNotFound when no
+  // admin window names the node.
+  Result<Window> RegisterNode(const Window& spec, bool* created, bool join = false);
   // `running`: segments whose workers the node runs (each counts as a
   // heartbeat of the segment, whose lease it keeps); `exits`: segments
   // whose workers on this node all exited (ReportSegmentExit, once every
@@ -101,11 +124,26 @@ class Coordinator {
     int exit_code = 0;
     std::string message;
   };
+  // `crashes`: workers of segments still running here that crashed; the
+  // agent starts them again unless the crash-loop guard failed the job
+  // (ReportWorkerCrash). Several crashes of one segment in one heartbeat
+  // count as one.
   Result<Window> NodeHeartbeat(const std::string& node, const std::vector<int64_t>& running = {},
-                               const std::vector<NodeExit>& exits = {});
+                               const std::vector<NodeExit>& exits = {},
+                               const std::vector<NodeExit>& crashes = {});
   Result<Window> CloseNode(const std::string& node);
   // Soft state: when the node's window was last heard from (0: never).
   TimeMs NodeLastHeartbeat(int64_t window_id) const;
+  // Node credentials (API.md, "Credentials"). IssueNodeToken makes node
+  // `name`'s own token (replacing an earlier one, which stops working);
+  // `*token` is the only copy, the store keeps its hash.
+  // REQUIRES: token != nullptr.
+  Result<NodeCredential> IssueNodeToken(const std::string& name, std::string* token);
+  Status RevokeNodeToken(const std::string& name);
+  // Whether node `name` has a credential of its own, and whether `random`
+  // (the random part of a "stn1." token) is it, compared in constant time.
+  enum class NodeToken { kNoCredential, kMatch, kMismatch };
+  NodeToken CheckNodeToken(const std::string& name, const std::string& random) const;
 
   // Worker requests.
   // Each registration gets a fresh secret (worker_secret.h): `*secret` is
@@ -179,6 +217,10 @@ class Coordinator {
   // Chooses the GPU indices of segments that started or grew on node
   // windows (Segment::placement). REQUIRES: mu_ held exclusively.
   void PlaceSegments(const Changes& started, Changes* changes);
+  // The segment's MASTER_PORT: the first free one of the range from a
+  // place that moves with its id, so a later segment does not meet an
+  // earlier one's port still closing (TIME_WAIT).
+  int ChooseMasterPort(const Segment& seg) const;
 
   const CoordinatorOptions options_;
   std::unique_ptr<Store> store_;

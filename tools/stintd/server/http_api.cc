@@ -280,9 +280,9 @@ json Assignments(const ClusterState& s, const Window& window) {
               {"world_size", world},
               {"nodes", seg.placement.size()},
               {"master_addr", master},
-              // One port per segment: a later segment never meets an old
-              // one's listener still closing (TIME_WAIT).
-              {"master_port", 20000 + sid % 20000},
+              // Chosen when the segment started (ChooseMasterPort); a
+              // segment started before that keeps the port it was given.
+              {"master_port", seg.master_port != 0 ? seg.master_port : 20000 + sid % 20000},
               {"launch", launch},
               {"notice", nullptr}};
     if (seg.state == SegmentState::kNotified) {
@@ -308,10 +308,15 @@ json Assignments(const ClusterState& s, const Window& window) {
   return out;
 }
 
-Result<Window> ParseWindowSpec(const RequestBody& b, TimeMs now) {
+// `gpus_required` false: an absent "gpus" leaves Window::gpus 0 (an admin
+// window on nodes that each name their GPU indices).
+Result<Window> ParseWindowSpec(const RequestBody& b, TimeMs now, bool gpus_required = true) {
   Window w;
   STINT_ASSIGN_OR_RETURN(w.pool, b.String("pool"));
-  STINT_ASSIGN_OR_RETURN(int64_t gpus, b.Int64("gpus"));
+  STINT_ASSIGN_OR_RETURN(std::optional<int64_t> given, b.OptionalInt64("gpus"));
+  if (!given && gpus_required) return b.Int64("gpus").status();  // "gpus is required"
+  if (!given) given = 1;  // checked below, then cleared
+  const int64_t gpus = *given;
   STINT_ASSIGN_OR_RETURN(std::optional<int64_t> start, b.OptionalInt64("start_ms"));
   STINT_ASSIGN_OR_RETURN(std::optional<int64_t> end, b.OptionalInt64("end_ms"));
   STINT_ASSIGN_OR_RETURN(std::optional<std::string> kind, b.OptionalString("kind"));
@@ -320,7 +325,7 @@ Result<Window> ParseWindowSpec(const RequestBody& b, TimeMs now) {
     return Status::InvalidArgument("gpus must be between 1 and 1000000 (got " +
                                    std::to_string(gpus) + ")");
   }
-  w.gpus = static_cast<int>(gpus);
+  w.gpus = b.Find("gpus") != nullptr ? static_cast<int>(gpus) : 0;
   w.start_ms = start.value_or(now);
   w.end_ms = end.value_or(kNever);
   if (kind) {
@@ -430,6 +435,60 @@ std::optional<Reply> AuthorizeJob(const TokenAuth& auth, Coordinator* c,
                                                ") cannot act for job " + std::to_string(job)));
   }
   if (!h.active) return FencedSecretReply(owner);
+  return std::nullopt;
+}
+
+// The node a node-endpoint request acts for: the path's name, or for
+// registration the body's "name", or for a worker registration the body's
+// "node". nullopt: the request names no node (not a node endpoint).
+std::optional<std::string> NodeActedFor(const std::string& pattern, const httplib::Request& req) {
+  if (pattern.rfind("/v1/nodes/(", 0) == 0 && req.matches.size() > 1) return req.matches[1];
+  const char* field = pattern == "/v1/nodes" ? "name"
+                      : pattern == R"(/v1/jobs/(\d+)/workers)" ? "node"
+                                                               : nullptr;
+  if (field == nullptr || req.method != "POST") return std::nullopt;
+  const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  const json v = body.is_object() ? body.value(field, json()) : json();
+  return v.is_string() ? v.get<std::string>() : std::string();
+}
+
+// Node credentials (API.md, "Credentials"): a node's own token ("stn1.")
+// acts only as that node's agent: its node endpoints, registering workers
+// on it, and reads; the shared agent token cannot act for a node that has
+// a credential of its own. nullopt: allowed; `*node_token` says whether the
+// caller holds a node token (its right is then the agent's).
+std::optional<Reply> AuthorizeNodeCaller(const TokenAuth& auth, const Coordinator* c,
+                                         const std::string& pattern, Right need,
+                                         const httplib::Request& req, bool* node_token) {
+  *node_token = false;
+  const std::string header = req.get_header_value("Authorization");
+  std::string own, random;
+  if (ParseNodeToken(BearerToken(header), &own, &random)) {
+    if (c->CheckNodeToken(own, random) != Coordinator::NodeToken::kMatch)
+      return ErrorReply(Status::Unauthenticated("unknown or revoked node token"));
+    *node_token = true;
+    const std::optional<std::string> acted = NodeActedFor(pattern, req);
+    const bool read = req.method == "GET" && need == Right::kWorker;
+    if (!acted && !read) {
+      return ErrorReply(Status::PermissionDenied(
+          "the token of node " + own +
+          " acts only as that node's agent (its node endpoints, registering workers on it, "
+          "reads)"));
+    }
+    if (acted && *acted != own) {
+      return ErrorReply(Status::PermissionDenied("the token of node " + own +
+                                                 " cannot act for node \"" + *acted + "\""));
+    }
+    return std::nullopt;
+  }
+  if (auth.Check(header) != Right::kAgent) return std::nullopt;
+  const std::optional<std::string> acted = NodeActedFor(pattern, req);
+  if (acted && !acted->empty() &&
+      c->CheckNodeToken(*acted, "") != Coordinator::NodeToken::kNoCredential) {
+    return ErrorReply(Status::PermissionDenied(
+        "node " + *acted +
+        " has a credential of its own: the shared agent token cannot act for it"));
+  }
   return std::nullopt;
 }
 
@@ -573,11 +632,19 @@ void HttpApi::InstallRoutes() {
   // One wrapper: authentication, exceptions (never expected: every parse is
   // checked, but a throw must not take the server down), the JSON answer.
   auto route = [this](Method method, const char* pattern, Right need, Handler handler) {
-    auto wrapped = [this, need, handler](const httplib::Request& req, httplib::Response& res) {
+    const std::string route_pattern = pattern;
+    auto wrapped = [this, need, handler, route_pattern](const httplib::Request& req,
+                                                        httplib::Response& res) {
       Reply reply;
-      const Right have =
-          need == Right::kNone ? Right::kNone : auth_.Check(req.get_header_value("Authorization"));
-      if (need != Right::kNone && have == Right::kNone) {
+      bool node_token = false;
+      const std::optional<Reply> node_refused =
+          AuthorizeNodeCaller(auth_, coordinator_, route_pattern, need, req, &node_token);
+      const Right have = need == Right::kNone ? Right::kNone
+                         : node_token ? Right::kAgent
+                                      : auth_.Check(req.get_header_value("Authorization"));
+      if (node_refused) {
+        reply = *node_refused;
+      } else if (need != Right::kNone && have == Right::kNone) {
         reply = ErrorReply(Status::Unauthenticated("missing or unknown bearer token"));
       } else if (!Allows(have, need)) {
         reply = ErrorReply(Status::PermissionDenied(need == Right::kAgent
@@ -669,8 +736,38 @@ void HttpApi::InstallRoutes() {
   });
   route(kPost, "/v1/windows", Right::kAdmin, [c](const httplib::Request& req) {
     RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(
-        req.body, {"pool", "gpus", "start_ms", "end_ms", "kind", "notice_lead_seconds"}));
-    Window spec = STINT_HTTP_TRY(ParseWindowSpec(b, c->now()));
+        req.body, {"pool", "gpus", "start_ms", "end_ms", "kind", "notice_lead_seconds", "nodes"}));
+    const json* nodes = STINT_HTTP_TRY(b.OptionalArray("nodes"));
+    Window spec = STINT_HTTP_TRY(ParseWindowSpec(b, c->now(), /*gpus_required=*/nodes == nullptr));
+    if (nodes != nullptr) {
+      // One window per named node (API.md, "Windows on nodes").
+      std::vector<Coordinator::DeclaredNode> declared;
+      for (const json& n : *nodes) {
+        Coordinator::DeclaredNode d;
+        const json gpus = n.is_object() ? n.value("gpus", json::array()) : json::array();
+        const bool named = n.is_string() || (n.is_object() && n.value("name", json()).is_string());
+        if (!named || !gpus.is_array() ||
+            (n.is_object() && n.size() != (n.contains("gpus") ? 2u : 1u))) {
+          return ErrorReply(Status::InvalidArgument(
+              "nodes must be an array of node names or {\"name\",\"gpus\":[indices]?}"));
+        }
+        d.name = n.is_string() ? n.get<std::string>() : n["name"].get<std::string>();
+        for (const json& g : gpus) {
+          if (!g.is_number_integer() || g.get<int64_t>() < 0 || g.get<int64_t>() > 1000000)
+            return ErrorReply(Status::InvalidArgument("nodes[].gpus must hold GPU indices >= 0"));
+          d.gpus.push_back(g.get<int>());
+        }
+        declared.push_back(std::move(d));
+      }
+      std::vector<Window> made = STINT_HTTP_TRY(c->AddNodeWindows(spec, declared));
+      Reply r{201, {}, {}, {}};
+      c->Read([&](const ClusterState& s, const Plan&, TimeMs now) {
+        json windows = json::array();
+        for (const Window& w : made) windows.push_back(ToJson(s, w, now));
+        r.body = {{"windows", windows}};
+      });
+      return r;
+    }
     Window w = STINT_HTTP_TRY(c->AddWindow(spec));
     Reply r{201, {}, {}, {}};
     c->Read([&](const ClusterState& s, const Plan&, TimeMs now) { r.body = ToJson(s, w, now); });
@@ -850,12 +947,22 @@ void HttpApi::InstallRoutes() {
   // --- nodes (stint-agent) ---
   route(kPost, "/v1/nodes", Right::kAgent, [c](const httplib::Request& req) {
     RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(
-        req.body, {"name", "pool", "gpus", "end_ms", "kind", "notice_lead_seconds", "addr"}));
+        req.body,
+        {"name", "pool", "gpus", "end_ms", "kind", "notice_lead_seconds", "addr", "join"}));
     Window spec;
     spec.node = STINT_HTTP_TRY(b.String("name"));
     spec.node_addr = STINT_HTTP_TRY(b.OptionalString("addr")).value_or("");
     if (spec.node_addr.size() > 255) return ErrorReply(Status::InvalidArgument("addr is too long"));
-    spec.pool = STINT_HTTP_TRY(b.String("pool"));
+    // "join": the node joins the admin window naming it; it lends none of
+    // its own, so pool is optional and end, kind and lead are refused.
+    const bool join = STINT_HTTP_TRY(b.OptionalBool("join")).value_or(false);
+    if (join && (b.Find("end_ms") || b.Find("kind") || b.Find("notice_lead_seconds"))) {
+      return ErrorReply(Status::InvalidArgument(
+          "join takes the admin window's end, kind and lead: give none of end_ms, kind, "
+          "notice_lead_seconds"));
+    }
+    spec.pool = join ? STINT_HTTP_TRY(b.OptionalString("pool")).value_or("")
+                     : STINT_HTTP_TRY(b.String("pool"));
     const json* gpus = STINT_HTTP_TRY(b.Array("gpus"));
     for (const json& g : *gpus) {
       if (!g.is_number_integer() || g.get<int64_t>() < 0 || g.get<int64_t>() > 1000000)
@@ -871,13 +978,27 @@ void HttpApi::InstallRoutes() {
       return ErrorReply(Status::InvalidArgument("notice_lead_seconds must be >= 0"));
     spec.notice_lead_ms = lead ? SecondsToMs(*lead) : 0;
     bool created = false;
-    Window w = STINT_HTTP_TRY(c->RegisterNode(spec, &created));
+    Window w = STINT_HTTP_TRY(c->RegisterNode(spec, &created, join));
     Reply r{created ? 201 : 200, {}, {}, {}};
     c->Read([&](const ClusterState& s, const Plan&, TimeMs now) {
       r.body = {{"name", w.node}, {"window", ToJson(s, w, now)}};
     });
     return r;
   });
+  // A node's own credential (API.md, "Credentials"): issued (or replaced)
+  // by an admin, shown once.
+  route(kPost, R"(/v1/nodes/([A-Za-z0-9._-]+)/token)", Right::kAdmin,
+        [c](const httplib::Request& req) {
+          STINT_HTTP_TRY(RequestBody::Parse(req.body.empty() ? "{}" : req.body, {}));
+          std::string token;
+          NodeCredential n = STINT_HTTP_TRY(c->IssueNodeToken(req.matches[1], &token));
+          return Reply{201, {{"name", n.name}, {"token", token}, {"issued_ms", n.issued_ms}}, {}, {}};
+        });
+  route(kDelete, R"(/v1/nodes/([A-Za-z0-9._-]+)/token)", Right::kAdmin,
+        [c](const httplib::Request& req) {
+          Status s = c->RevokeNodeToken(req.matches[1]);
+          return s.ok() ? Reply{200, {{"ok", true}}, {}, {}} : ErrorReply(s);
+        });
   route(kGet, "/v1/nodes", Right::kWorker, [c](const httplib::Request&) {
     // Each node once, with its newest window.
     json nodes = json::array();
@@ -918,8 +1039,8 @@ void HttpApi::InstallRoutes() {
   route(kPost, R"(/v1/nodes/([A-Za-z0-9._-]+)/heartbeat)", Right::kAgent,
         [this, c, logs](const httplib::Request& req) {
           PruneLogsIfDue();
-          RequestBody b =
-              STINT_HTTP_TRY(RequestBody::Parse(req.body, {"running", "exited", "logs"}));
+          RequestBody b = STINT_HTTP_TRY(
+              RequestBody::Parse(req.body, {"running", "exited", "logs", "crashed"}));
           std::vector<int64_t> running;
           std::vector<Coordinator::NodeExit> exits;
           const json* r = STINT_HTTP_TRY(b.OptionalArray("running"));
@@ -938,6 +1059,18 @@ void HttpApi::InstallRoutes() {
             }
             exits.push_back({x["segment_id"].get<int64_t>(), x["exit_code"].get<int>(),
                              x.value("message", "").substr(0, 4096)});
+          }
+          std::vector<Coordinator::NodeExit> crashes;
+          const json* cr = STINT_HTTP_TRY(b.OptionalArray("crashed"));
+          for (const json& x : cr != nullptr ? *cr : json::array()) {
+            if (!x.is_object() || !x.value("segment_id", json()).is_number_integer() ||
+                !x.value("exit_code", json()).is_number_integer() ||
+                !x.value("message", json("")).is_string()) {
+              return ErrorReply(Status::InvalidArgument(
+                  "crashed must be an array of {\"segment_id\",\"exit_code\",\"message\"?}"));
+            }
+            crashes.push_back({x["segment_id"].get<int64_t>(), x["exit_code"].get<int>(),
+                               x.value("message", "").substr(0, 4096)});
           }
           const json* l = STINT_HTTP_TRY(b.OptionalArray("logs"));
           for (const json& x : l != nullptr ? *l : json::array()) {
@@ -974,7 +1107,7 @@ void HttpApi::InstallRoutes() {
                            x["text"].get<std::string>());
             }
           });
-          Result<Window> w = c->NodeHeartbeat(node, running, exits);
+          Result<Window> w = c->NodeHeartbeat(node, running, exits, crashes);
           for (int64_t job : exit_jobs) logs->Wake(job);
           if (!w.ok()) return WorkerErrorReply(w.status());
           Reply reply;

@@ -26,7 +26,9 @@ json ToJson(const ClusterState& s, const Window& w, TimeMs now) {
           {"allocated_gpus", allocated},
           {"node", w.node.empty() ? json(nullptr) : json(w.node)},
           {"node_gpus", w.node_gpus},
-          {"node_addr", w.node_addr}};
+          {"node_addr", w.node_addr},
+          {"declared", w.declared},
+          {"joined", w.joined}};
 }
 
 json ToJson(const ClusterState& s, const Team& t) {
@@ -134,7 +136,8 @@ json ToJson(const Segment& seg) {
           {"notice_ms", seg.notice_ms},
           {"deadline_ms", seg.deadline_ms},
           {"preempted_for", seg.preempted_for},
-          {"ended_ms", seg.ended_ms}};
+          {"ended_ms", seg.ended_ms},
+          {"master_port", seg.master_port}};
 }
 
 json ToJson(const WorkerView& v) {

@@ -148,4 +148,21 @@ bool ParseWorkerSecret(const std::string& token, int64_t* worker_id, std::string
   return true;
 }
 
+std::string NodeTokenFor(const std::string& node, const std::string& random) {
+  return "stn1." + node + "." + random;
+}
+
+bool ParseNodeToken(const std::string& token, std::string* node, std::string* random) {
+  static const std::string kNodePrefix = "stn1.";
+  if (token.compare(0, kNodePrefix.size(), kNodePrefix) != 0) return false;
+  // Node names may hold dots; the random part holds none.
+  const size_t dot = token.rfind('.');
+  if (dot == std::string::npos || dot <= kNodePrefix.size()) return false;
+  std::string r = token.substr(dot + 1);
+  if (r.size() != 2 * kRandomBytes) return false;
+  *node = token.substr(kNodePrefix.size(), dot - kNodePrefix.size());
+  *random = std::move(r);
+  return true;
+}
+
 }  // namespace stint::stintd

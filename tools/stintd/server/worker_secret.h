@@ -26,6 +26,12 @@ Result<WorkerSecret> NewWorkerSecret();
 // admin or shared worker token, garbage).
 bool ParseWorkerSecret(const std::string& token, int64_t* worker_id, std::string* random);
 
+// A node's own token (POST /v1/nodes/{name}/token), "stn1.<node>.<random>"
+// with `random` from NewWorkerSecret(); the store keeps the same hash.
+std::string NodeTokenFor(const std::string& node, const std::string& random);
+// Splits a bearer token of the "stn1." form. False for any other token.
+bool ParseNodeToken(const std::string& token, std::string* node, std::string* random);
+
 // Lowercase hex SHA-256 (FIPS 180-4) of `data`.
 std::string Sha256Hex(const std::string& data);
 

@@ -34,7 +34,11 @@
 // worker ids), shrink_notice_ms, shrink_deadline_ms and shrink_for (0): no
 // shrink in flight (version 8 kept them in memory only, so a file of a
 // stintd stopped mid-shrink has none), and workers.node ('': a worker
-// registered before, as by itself).
+// registered before, as by itself), the windows columns declared and joined (0: windows an agent made, or none),
+// segments.master_port (0: started before ports were assigned; stintd then
+// answers the old port, 20000 + id % 20000, which its workers already use)
+// and the table node_credentials (name, secret_hash, issued_ms): no node
+// has a credential of its own yet.
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -165,7 +169,9 @@ const Table kWindows = {"windows",
                          {"closed_early", Type::kInt},
                          {"node", Type::kText},
                          {"node_gpus", Type::kText},
-                         {"node_addr", Type::kText}}};
+                         {"node_addr", Type::kText},
+                         {"declared", Type::kInt},
+                         {"joined", Type::kInt}}};
 
 const Table kTeams = {"teams",
                       {"name"},
@@ -226,7 +232,8 @@ const Table kSegments = {"segments",
                           {"leaving_workers", Type::kText},
                           {"shrink_notice_ms", Type::kInt},
                           {"shrink_deadline_ms", Type::kInt},
-                          {"shrink_for", Type::kInt}}};
+                          {"shrink_for", Type::kInt},
+                          {"master_port", Type::kInt}}};
 
 const Table kWorkers = {"workers",
                         {"id"},
@@ -261,6 +268,12 @@ const Table kRendezvous = {"rendezvous",
                             {"formed_ms", Type::kInt},
                             {"dropped", Type::kText}}};
 
+const Table kNodeCredentials = {"node_credentials",
+                                {"name"},
+                                {{"name", Type::kText},
+                                 {"secret_hash", Type::kText},
+                                 {"issued_ms", Type::kInt}}};
+
 const Table kMeta = {"meta",
                      {"id"},
                      {{"id", Type::kInt},
@@ -281,7 +294,8 @@ const Table kMeta = {"meta",
 
 const std::vector<const Table*>& AllTables() {
   static const std::vector<const Table*> kAll = {
-      &kPools, &kWindows, &kTeams, &kJobs, &kSegments, &kWorkers, &kKv, &kMeta, &kRendezvous};
+      &kPools, &kWindows,    &kTeams, &kJobs,      &kSegments,
+      &kWorkers, &kKv, &kMeta, &kRendezvous, &kNodeCredentials};
   return kAll;
 }
 
@@ -362,6 +376,7 @@ int64_t KeyOf(const Job& j) { return j.id; }
 int64_t KeyOf(const Segment& s) { return s.id; }
 int64_t KeyOf(const Worker& w) { return w.id; }
 int64_t KeyOf(const Rendezvous& r) { return r.job_id; }
+const std::string& KeyOf(const NodeCredential& n) { return n.name; }
 
 void BindKey(Binder& b, const std::string& k) { b.Text(k); }
 void BindKey(Binder& b, int64_t k) { b.Int(k); }
@@ -398,6 +413,8 @@ Status BindRow(Binder& b, const Window& w) {
   b.Text(w.node);
   b.Text(nlohmann::json(w.node_gpus).dump());
   b.Text(w.node_addr);
+  b.Bool(w.declared);
+  b.Bool(w.joined);
   return Status::OK();
 }
 
@@ -420,6 +437,22 @@ Status ReadRow(RowReader& r, Window* w) {
     w->node_gpus.push_back(x.get<int>());
   }
   w->node_addr = r.Text();
+  w->declared = r.Bool();
+  w->joined = r.Bool();
+  return Status::OK();
+}
+
+Status BindRow(Binder& b, const NodeCredential& n) {
+  b.Text(n.name);
+  b.Text(n.secret_hash);
+  b.Int(n.issued_ms);
+  return Status::OK();
+}
+
+Status ReadRow(RowReader& r, NodeCredential* n) {
+  n->name = r.Text();
+  n->secret_hash = r.Text();
+  n->issued_ms = r.Int();
   return Status::OK();
 }
 
@@ -546,6 +579,7 @@ Status BindRow(Binder& b, const Segment& s) {
   b.Int(s.shrink_notice_ms);
   b.Int(s.shrink_deadline_ms);
   b.Int(s.shrink_for);
+  b.Int(s.master_port);
   return Status::OK();
 }
 
@@ -584,6 +618,7 @@ Status ReadRow(RowReader& r, Segment* s) {
   s->shrink_for = r.Int();
   STINT_RETURN_IF_ERROR(AllocsFromJson(release, &s->shrink_release));
   STINT_RETURN_IF_ERROR(IdsFromJson("segment leaving_workers", leaving, &s->leaving_workers));
+  s->master_port = static_cast<int>(r.Ranged(0, 65535));
   return AllocsFromJson(allocs, &s->allocs);
 }
 
@@ -832,6 +867,7 @@ class SqliteStore final : public Store {
   SqliteDb db_;
 
   TableStmts pools_, windows_, teams_, jobs_, segments_, workers_, kv_, meta_, rendezvous_;
+  TableStmts node_credentials_;
   SqliteStmt begin_read_, begin_write_, commit_, rollback_;
 
   // Set when the connection's state is no longer known (a failed rollback,
@@ -969,14 +1005,18 @@ Status SqliteStore::Init() {
         Migrate("ALTER TABLE jobs ADD COLUMN crash_ms TEXT NOT NULL DEFAULT '[]'", 8));
   }
   if (version >= 1 && version <= 8) {
-    // Appended, as the columns are last in kSegments and kWorkers.
+    // Appended, as the columns are last in kSegments, kWorkers and kWindows.
     STINT_RETURN_IF_ERROR(
         Migrate("ALTER TABLE segments ADD COLUMN shrink_release TEXT NOT NULL DEFAULT '[]';\n"
                 "ALTER TABLE segments ADD COLUMN leaving_workers TEXT NOT NULL DEFAULT '[]';\n"
                 "ALTER TABLE segments ADD COLUMN shrink_notice_ms INTEGER NOT NULL DEFAULT 0;\n"
                 "ALTER TABLE segments ADD COLUMN shrink_deadline_ms INTEGER NOT NULL DEFAULT 0;\n"
                 "ALTER TABLE segments ADD COLUMN shrink_for INTEGER NOT NULL DEFAULT 0;\n"
-                "ALTER TABLE workers ADD COLUMN node TEXT NOT NULL DEFAULT ''",
+                "ALTER TABLE segments ADD COLUMN master_port INTEGER NOT NULL DEFAULT 0;\n"
+                "ALTER TABLE workers ADD COLUMN node TEXT NOT NULL DEFAULT '';\n"
+                "ALTER TABLE windows ADD COLUMN declared INTEGER NOT NULL DEFAULT 0;\n"
+                "ALTER TABLE windows ADD COLUMN joined INTEGER NOT NULL DEFAULT 0;\n" +
+                    kNodeCredentials.Create(),
                 9));
   }
   return PrepareAll();
@@ -1028,6 +1068,7 @@ Status SqliteStore::PrepareAll() {
   STINT_RETURN_IF_ERROR(PrepareTable(kKv, &kv_));
   STINT_RETURN_IF_ERROR(PrepareTable(kMeta, &meta_));
   STINT_RETURN_IF_ERROR(PrepareTable(kRendezvous, &rendezvous_));
+  STINT_RETURN_IF_ERROR(PrepareTable(kNodeCredentials, &node_credentials_));
   sqlite3* db = db_.get();
   STINT_ASSIGN_OR_RETURN(begin_read_, Prepare(db, "BEGIN", true, "prepare begin"));
   // IMMEDIATE: take the write lock at BEGIN (it is ours already, held since
@@ -1077,6 +1118,8 @@ Status SqliteStore::ReadAll(ClusterState* s) {
   STINT_RETURN_IF_ERROR(LoadTable("segment", segments_, &s->segments));
   STINT_RETURN_IF_ERROR(LoadTable("worker", workers_, &s->workers));
   STINT_RETURN_IF_ERROR(LoadTable("rendezvous", rendezvous_, &s->rendezvous));
+  STINT_RETURN_IF_ERROR(
+      LoadTable("node credential", node_credentials_, &s->node_credentials));
   // No meta row yet (nothing saved with counters): the defaults stand.
   return ForEachRow(meta_.select.get(), "load meta", [&](RowReader& r) { return ReadMeta(r, s); });
 }
@@ -1095,6 +1138,8 @@ Status SqliteStore::WriteChanges(const ClusterState& s, const Changes& c) {
   STINT_RETURN_IF_ERROR(SaveTable("segment", segments_, c.segments, s.segments));
   STINT_RETURN_IF_ERROR(SaveTable("worker", workers_, c.workers, s.workers));
   STINT_RETURN_IF_ERROR(SaveTable("rendezvous", rendezvous_, c.rendezvous, s.rendezvous));
+  STINT_RETURN_IF_ERROR(SaveTable("node credential", node_credentials_, c.node_credentials,
+                                  s.node_credentials));
   if (c.counters) {
     STINT_RETURN_IF_ERROR(
         Run(meta_.upsert.get(), "save counters", [&](Binder& b) { return BindMeta(b, s); }));
