@@ -282,7 +282,8 @@ TEST_F(AgentElasticTest, AnElasticJobGrowsOntoFreedGpusAndTheAgentStartsTheAdded
     EXPECT_EQ(Env(w, "LOCAL_WORLD_SIZE"), "4");
     EXPECT_EQ(Env(w, "CUDA_VISIBLE_DEVICES"), std::to_string(placed[rank].get<int>()));
     EXPECT_EQ(Env(w, "MASTER_ADDR"), "127.0.0.1");
-    EXPECT_EQ(Env(w, "MASTER_PORT"), std::to_string(20000 + segment % 20000));
+    // The port the segment was given when it started, kept by the grow.
+    EXPECT_EQ(Env(w, "MASTER_PORT"), std::to_string(seg.value("master_port", 0)));
     EXPECT_EQ(Env(w, "STINT_WORKER_NAME"), "ng:" + std::to_string(rank));
     EXPECT_FALSE(Env(w, "STINT_WORKER_SECRET").empty());
   }

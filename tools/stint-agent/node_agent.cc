@@ -357,7 +357,7 @@ void NodeAgent::Launch(const void* assignment, int only_process) {
                    reg.ok() ? "no answer" : reg.status().ToString().c_str());
       return;
     }
-    regs[i] = reg->body;
+    regs.push_back(reg->body);
   }
   const pid_t agent = getpid();
   for (size_t k = 0; k < starts.size(); k++) {
