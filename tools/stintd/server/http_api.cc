@@ -985,12 +985,16 @@ void HttpApi::InstallRoutes() {
           // segments with GPUs on this node is taken.
           const std::string node = req.matches[1];
           std::set<int64_t> exit_jobs;  // their followers look again once the exits are in
+          // (job, index into logs) of the entries taken: appended after the
+          // read, so the file writes never hold the coordinator's lock.
+          std::vector<std::pair<int64_t, size_t>> taken;
           c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
             for (const Coordinator::NodeExit& x : exits) {
               auto seg = s.segments.find(x.segment_id);
               if (seg != s.segments.end()) exit_jobs.insert(seg->second.job_id);
             }
-            for (const json& x : l != nullptr ? *l : json::array()) {
+            for (size_t i = 0; l != nullptr && i < l->size(); i++) {
+              const json& x = (*l)[i];
               auto seg = s.segments.find(x["segment_id"].get<int64_t>());
               if (seg == s.segments.end()) continue;
               bool here = false;
@@ -998,12 +1002,15 @@ void HttpApi::InstallRoutes() {
                 auto win = s.windows.find(a.window_id);
                 here = here || (win != s.windows.end() && win->second.node == node);
               }
-              if (!here) continue;
-              logs->Append(seg->second.job_id, seg->first, x["rank"].get<int>(),
-                           x["offset"].get<uint64_t>(), x["size"].get<uint64_t>(),
-                           x["text"].get<std::string>());
+              if (here) taken.emplace_back(seg->second.job_id, i);
             }
           });
+          for (const auto& [job, i] : taken) {
+            const json& x = (*l)[i];
+            logs->Append(job, x["segment_id"].get<int64_t>(), x["rank"].get<int>(),
+                         x["offset"].get<uint64_t>(), x["size"].get<uint64_t>(),
+                         x["text"].get<std::string>());
+          }
           Result<Window> w = c->NodeHeartbeat(node, running, exits);
           for (int64_t job : exit_jobs) logs->Wake(job);
           if (!w.ok()) return WorkerErrorReply(w.status());
