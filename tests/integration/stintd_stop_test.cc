@@ -4,12 +4,14 @@
 // long-poll is answered and the idle connections are closed, instead of the
 // server waiting out their keep-alive (30 s) before it can return.
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -17,7 +19,11 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <iterator>
+#include <memory>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -209,6 +215,55 @@ TEST(StintdStop, SigtermEndsPromptlyWithIdleKeepAliveConnectionsAndALongPoll) {
     ASSERT_TRUE(c->ReadUntil([](const std::string&) { return false; }, 10)) << c->error();
     EXPECT_TRUE(c->closed());
   }
+}
+
+// The nice values of a process's threads (field 19 of /proc/PID/task/TID/stat).
+std::vector<int> ThreadNiceValues(pid_t pid) {
+  std::vector<int> out;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  std::unique_ptr<DIR, int (*)(DIR*)> d(opendir(dir.c_str()), closedir);
+  if (d == nullptr) return out;
+  while (const dirent* e = readdir(d.get())) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream in(dir + "/" + e->d_name + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t paren = stat.rfind(')');  // the name may hold spaces
+    if (paren == std::string::npos) continue;
+    std::istringstream fields(stat.substr(paren + 2));
+    std::string f;
+    // Fields 3.. follow the name; nice is field 19.
+    for (int i = 3; i <= 19 && fields >> f; i++) {
+      if (i == 19) out.push_back(std::stoi(f));
+    }
+  }
+  return out;
+}
+
+// --http-nice: the threads that answer requests run at that nice value, the
+// rest (the tick thread that plans, the accepting thread) at the process's.
+TEST(StintdThreads, HttpThreadsRunAtTheirNiceValueAndThePlannerDoesNot) {
+  TempDir dir;
+  std::vector<std::string> args = SteadyStintdArgs();
+  args.insert(args.end(), {"--http-nice", "7", "--http-threads", "4"});
+  StintdProcess daemon(STINTD_PATH, dir.path(), args);
+  ASSERT_TRUE(daemon.Start()) << daemon.output();
+  // Four connections at once: every pool thread has answered a request.
+  std::vector<std::unique_ptr<RawConnection>> conns;
+  for (int i = 0; i < 4; i++) {
+    conns.push_back(std::make_unique<RawConnection>(daemon.port()));
+    ASSERT_EQ(conns.back()->error(), "");
+    ASSERT_TRUE(conns.back()->Send(Request("/v1/pools", StintdProcess::kAdminToken)));
+  }
+  for (auto& c : conns) {
+    ASSERT_TRUE(c->ReadUntil(HasWholeResponse, 30)) << c->error();
+    ASSERT_EQ(c->received().rfind("HTTP/1.1 200", 0), 0u) << c->received();
+  }
+  std::vector<int> nice = ThreadNiceValues(daemon.pid());
+  EXPECT_EQ(std::count(nice.begin(), nice.end(), 7), 4) << ::testing::PrintToString(nice);
+  EXPECT_GE(std::count(nice.begin(), nice.end(), 0), 2)
+      << "main, tick and accepting threads: " << ::testing::PrintToString(nice);
+  const int status = daemon.Kill(SIGTERM, 30);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << daemon.output();
 }
 
 }  // namespace

@@ -77,6 +77,11 @@ int main(int argc, char** argv) {
                  "the output of a job that ended is deleted once it is this old")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--http-nice", http.thread_nice,
+                 "nice value the HTTP threads add, so a flood of requests does not starve the "
+                 "policy pass (0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 19));
   app.add_option("--http-threads", http.threads,
                  "HTTP threads: one per open connection or long-poll")
       ->capture_default_str()

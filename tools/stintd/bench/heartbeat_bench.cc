@@ -95,7 +95,15 @@ RunResult RunOnce(int port, const std::vector<Beat>& beats, int connections, dou
         const auto t0 = Clock::now();
         auto r = c.Post(b.path.c_str(), Auth(b.token.c_str()), b.body, "application/json");
         const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-        if (!r || r->status != 200) errors++;
+        if (!r || r->status != 200) {
+          // The first few say what went wrong (a status, or cpp-httplib's error).
+          if (errors++ < 3) {
+            std::fprintf(stderr, "stintd-heartbeat-bench: %s after %.1f ms\n",
+                         r ? ("HTTP " + std::to_string(r->status)).c_str()
+                           : httplib::to_string(r.error()).c_str(),
+                         std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+          }
+        }
         latencies[t].push_back(ms);
       }
     });
@@ -241,6 +249,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seconds", seconds, "duration of one run")->capture_default_str();
   app.add_option("--runs", runs, "runs; medians are reported")->capture_default_str();
+  std::string http_nice = "5";
+  app.add_option("--http-nice", http_nice, "stintd's --http-nice")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   char tmpl[] = "/tmp/stintd-bench-XXXXXX";
@@ -253,9 +263,10 @@ int main(int argc, char** argv) {
   {
     // Leases and start grace outlast the bench: segments that no worker
     // joins (node mode) keep their GPUs instead of churning.
-    stint::StintdProcess daemon(stintd, dir,
-                                {"--http-threads", "256", "--start-grace-seconds", "3600",
-                                 "--lease-ttl-seconds", "3600", "--node-ttl-seconds", "300"});
+    stint::StintdProcess daemon(
+        stintd, dir,
+        {"--http-threads", "256", "--start-grace-seconds", "3600", "--lease-ttl-seconds", "3600",
+         "--node-ttl-seconds", "300", "--http-nice", http_nice});
     if (!daemon.Start()) {
       std::fprintf(stderr, "stintd-heartbeat-bench: could not start %s\n", stintd.c_str());
       return 1;

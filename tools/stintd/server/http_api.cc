@@ -5,8 +5,11 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <openssl/err.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -72,6 +75,39 @@ Result<int> ShutdownReadsOfAcceptedConnections(
     if (shutdown(static_cast<int>(fd), SHUT_RD) == 0) count++;
   }
 }
+
+// cpp-httplib's thread pool, whose threads run their requests at `nice`
+// (HttpOptions::thread_nice): under a flood of requests the coordinator's
+// tick thread, at the process's own priority, then gets the CPU its policy
+// pass needs instead of one share among hundreds. Each thread raises its
+// nice value before its first request (no privilege needed for that); the
+// accepting thread keeps the process's, so connections are taken promptly.
+class NicedThreadPool : public httplib::TaskQueue {
+ public:
+  NicedThreadPool(size_t threads, int nice) : pool_(threads), nice_(nice) {}
+
+  void enqueue(std::function<void()> fn) override {
+    pool_.enqueue([nice = nice_, fn = std::move(fn)] {
+      thread_local bool niced = false;
+      if (!niced && nice != 0) {
+        niced = true;
+        if (setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), nice) != 0) {
+          static std::atomic<bool> said{false};
+          if (!said.exchange(true)) {
+            std::fprintf(stderr, "stintd: %s (HTTP threads keep the tick thread's priority)\n",
+                         StatusFromErrno("setpriority", errno).ToString().c_str());
+          }
+        }
+      }
+      fn();
+    });
+  }
+  void shutdown() override { pool_.shutdown(); }
+
+ private:
+  httplib::ThreadPool pool_;
+  const int nice_;
+};
 
 struct Reply {
   int status = 200;
@@ -250,6 +286,12 @@ json Assignments(const ClusterState& s, const Window& window) {
   json out = json::array();
   for (const auto& [sid, seg] : s.segments) {
     if (!SegmentActive(seg.state) || seg.placement.empty()) continue;
+    // Every node's heartbeat asks, for each active segment: the cheap test
+    // (is it placed here?) before the job's lookup and its launch's parse.
+    if (std::none_of(seg.placement.begin(), seg.placement.end(),
+                     [&](const Placement& p) { return p.window_id == window.id; })) {
+      continue;
+    }
     auto job = s.jobs.find(seg.job_id);
     if (job == s.jobs.end() || job->second.launch.empty()) continue;
     const json launch = json::parse(job->second.launch, nullptr, /*allow_exceptions=*/false);
@@ -519,7 +561,8 @@ Result<std::unique_ptr<HttpApi>> HttpApi::Bind(Coordinator* coordinator, TokenAu
                                    (err != 0 ? ERR_reason_error_string(err) : "unknown error"));
   }
   const int threads = options.threads;
-  api->server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  const int nice = options.thread_nice;
+  api->server_->new_task_queue = [threads, nice] { return new NicedThreadPool(threads, nice); };
   api->server_->set_keep_alive_max_count(1000000);
   api->server_->set_keep_alive_timeout(30);
   api->server_->set_read_timeout(std::chrono::seconds(30));
@@ -1088,12 +1131,16 @@ void HttpApi::InstallRoutes() {
           // segments with GPUs on this node is taken.
           const std::string node = req.matches[1];
           std::set<int64_t> exit_jobs;  // their followers look again once the exits are in
+          // (job, index into logs) of the entries taken: appended after the
+          // read, so the file writes never hold the coordinator's lock.
+          std::vector<std::pair<int64_t, size_t>> taken;
           c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
             for (const Coordinator::NodeExit& x : exits) {
               auto seg = s.segments.find(x.segment_id);
               if (seg != s.segments.end()) exit_jobs.insert(seg->second.job_id);
             }
-            for (const json& x : l != nullptr ? *l : json::array()) {
+            for (size_t i = 0; l != nullptr && i < l->size(); i++) {
+              const json& x = (*l)[i];
               auto seg = s.segments.find(x["segment_id"].get<int64_t>());
               if (seg == s.segments.end()) continue;
               bool here = false;
@@ -1101,12 +1148,15 @@ void HttpApi::InstallRoutes() {
                 auto win = s.windows.find(a.window_id);
                 here = here || (win != s.windows.end() && win->second.node == node);
               }
-              if (!here) continue;
-              logs->Append(seg->second.job_id, seg->first, x["rank"].get<int>(),
-                           x["offset"].get<uint64_t>(), x["size"].get<uint64_t>(),
-                           x["text"].get<std::string>());
+              if (here) taken.emplace_back(seg->second.job_id, i);
             }
           });
+          for (const auto& [job, i] : taken) {
+            const json& x = (*l)[i];
+            logs->Append(job, x["segment_id"].get<int64_t>(), x["rank"].get<int>(),
+                         x["offset"].get<uint64_t>(), x["size"].get<uint64_t>(),
+                         x["text"].get<std::string>());
+          }
           Result<Window> w = c->NodeHeartbeat(node, running, exits, crashes);
           for (int64_t job : exit_jobs) logs->Wake(job);
           if (!w.ok()) return WorkerErrorReply(w.status());

@@ -36,6 +36,9 @@ struct HttpOptions {
   // once it is this old; looked at on start and then hourly.
   std::string logs_dir;
   double log_retention_hours = 72;
+  // Nice value of the HTTP threads that answer requests (0..19), so that
+  // the tick thread's policy pass is not starved by a flood of requests.
+  int thread_nice = 5;
 };
 
 class HttpApi {
