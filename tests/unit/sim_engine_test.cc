@@ -329,6 +329,25 @@ TEST(SimService, ALongJobNearItsEndIsNotOvertakenByEveryShorterNewJob) {
   EXPECT_GT(stint.jobs[1].first_start_s, las.jobs[1].first_start_s);
 }
 
+// The capacity-aware lower bound on mean JCT: one GPU, jobs of 1 h and 2 h
+// at 0 end at best at 1 h and 3 h (mean 2 h, above the mean work 1.5 h);
+// no policy's mean is below it, on a busier trace too.
+TEST(SimBound, MeanJctLowerBoundCountsCapacityAndHoldsForEveryPolicy) {
+  Workload two;
+  two.windows = FixedCapacity(1);
+  two.jobs = {Job(0, 0, 1, 2 * 3600), Job(1, 0, 1, 3600)};
+  EXPECT_NEAR(MeanJctLowerBoundS(two), 2 * 3600, 1e-6);
+  Workload busy = HeadOfLine(100);
+  for (int i = 3; i < 40; i++)
+    busy.jobs.push_back(Job(i, 100.0 * i, 1 + i % 8, 300.0 * (1 + i % 5)));
+  const double bound = MeanJctLowerBoundS(busy);
+  for (const std::string policy : {"fifo", "easy", "slurm", "stint"}) {
+    const Metrics m = ComputeMetrics(RunPolicy(busy, policy));
+    ASSERT_EQ(m.finished, static_cast<int>(busy.jobs.size())) << policy;
+    EXPECT_GE(m.jct_mean_s, bound) << policy;
+  }
+}
+
 // Two teams on 16 GPUs, guarantee 2 each; team a submits 12 one-GPU jobs
 // at once, b one later. Without a limit a takes every free GPU; with
 // --team-borrow-factor 1 (limit = its guarantee) it never holds more than
