@@ -228,6 +228,8 @@ int main(int argc, char** argv) {
   double work_sum = 0;
   for (const SimJob& j : w.jobs) work_sum += j.work_s;
   js["work_mean_s"] = w.jobs.empty() ? 0.0 : work_sum / w.jobs.size();
+  // ... and with the capacity counted (pooled, shortest remaining first).
+  js["jct_bound_s"] = MeanJctLowerBoundS(w);
   js["capacity"] = w.capacity_source;
   if (!w.synthetic_jobs) {
     js["input"] = {

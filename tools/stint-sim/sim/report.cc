@@ -4,7 +4,11 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <limits>
 #include <map>
+#include <queue>
+#include <utility>
 
 namespace stint::sim {
 namespace {
@@ -30,6 +34,64 @@ std::string Fmt(const char* fmt, double v) {
 }
 
 }  // namespace
+
+double MeanJctLowerBoundS(const Workload& w) {
+  if (w.jobs.empty()) return 0;
+  // Capacity steps: (time, +gpus / -gpus).
+  std::vector<std::pair<double, int>> steps;
+  for (const SimWindow& win : w.windows) {
+    if (win.gpus <= 0 || win.gone_s() <= win.start_s) continue;
+    steps.emplace_back(win.start_s, win.gpus);
+    steps.emplace_back(win.gone_s(), -win.gpus);
+  }
+  std::sort(steps.begin(), steps.end());
+  std::vector<std::pair<double, double>> arrivals;  // (submit, volume)
+  double work_sum = 0;
+  for (const SimJob& j : w.jobs) {
+    arrivals.emplace_back(j.submit_s, j.work_s * std::max(1, j.max_gpus));
+    work_sum += j.work_s;
+  }
+  std::sort(arrivals.begin(), arrivals.end());
+  // Remaining volume and submit time of the jobs in the system, smallest first.
+  std::priority_queue<std::pair<double, double>, std::vector<std::pair<double, double>>,
+                      std::greater<>>
+      queue;
+  size_t next_arrival = 0, next_step = 0;
+  double t = std::min(arrivals[0].first, steps.empty() ? arrivals[0].first : steps[0].first);
+  double capacity = 0, flow_sum = 0;
+  size_t done = 0;
+  while (next_arrival < arrivals.size() || (!queue.empty() && next_step < steps.size()) ||
+         (!queue.empty() && capacity > 0)) {
+    while (next_step < steps.size() && steps[next_step].first <= t)
+      capacity += steps[next_step++].second;
+    while (next_arrival < arrivals.size() && arrivals[next_arrival].first <= t) {
+      queue.emplace(arrivals[next_arrival].second, arrivals[next_arrival].first);
+      next_arrival++;
+    }
+    double next_event = std::numeric_limits<double>::infinity();
+    if (next_step < steps.size()) next_event = steps[next_step].first;
+    if (next_arrival < arrivals.size())
+      next_event = std::min(next_event, arrivals[next_arrival].first);
+    // Serve the smallest until it ends or the next event.
+    while (!queue.empty() && capacity > 0) {
+      const auto [left, submit] = queue.top();
+      const double end = t + left / capacity;
+      if (end > next_event) {
+        queue.pop();
+        queue.emplace(left - capacity * (next_event - t), submit);
+        break;
+      }
+      queue.pop();
+      flow_sum += end - submit;
+      done++;
+      t = end;
+    }
+    if (next_event == std::numeric_limits<double>::infinity()) break;
+    t = next_event;
+  }
+  const double fluid = done > 0 ? flow_sum / done : 0;
+  return std::max(fluid, work_sum / w.jobs.size());
+}
 
 Metrics ComputeMetrics(const SimResult& r) {
   Metrics m;

@@ -41,6 +41,17 @@ struct Metrics {
 
 Metrics ComputeMetrics(const SimResult& r);
 
+// A lower bound on any policy's mean JCT over `w` that counts capacity:
+// the GPUs of every window (spot ones until their revocation) pooled into
+// one server of rate C(t) GPU-seconds per second, each job a volume of
+// work_s x max_gpus arriving at its submit, served shortest remaining
+// first, which minimises the mean completion time on one server whatever
+// its speed profile; any real schedule is such a schedule with more
+// constraints. The larger of that mean and the mean work_s (no job runs
+// faster than its work). Jobs the pooled capacity never finishes are left
+// out.
+double MeanJctLowerBoundS(const Workload& w);
+
 // Markdown: the absolute values, then every column divided by the row of
 // `baseline` (FIFO = 1.0). `header` lines are printed first (sources, labels).
 std::string FormatTable(const std::vector<Metrics>& rows, const std::string& baseline,
