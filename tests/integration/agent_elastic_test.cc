@@ -83,8 +83,8 @@ class AgentElasticTest : public ::testing::Test {
         STINT_AGENT_PATH,
         std::vector<std::string>{"--coord", daemon_->url(), "--token-file",
                                  daemon_->agent_token_file(), "--pool", "gpu", "--gpus", gpus,
-                                 "--node", node, "--spot", "--heartbeat-seconds", "0.1",
-                                 "--addr", "127.0.0.1", "--workdir", dir_.Sub("agent-" + node)});
+                                 "--node", node, "--spot", "--heartbeat-seconds", "0.1", "--addr",
+                                 "127.0.0.1", "--workdir", dir_.Sub("agent-" + node)});
     EXPECT_TRUE(agent->WaitForLine("stint-agent: node " + node + " registered: window "))
         << agent->output();
     return agent;
@@ -93,9 +93,8 @@ class AgentElasticTest : public ::testing::Test {
   int64_t Submit(json spec) {
     spec["pool"] = "gpu";
     spec["restart_seconds"] = 0;
-    spec["launch"] = {{"command", {"/bin/sh", "-c", kWorker}},
-                      {"env", {{"OUT", out_}}},
-                      {"gpus_per_worker", 1}};
+    spec["launch"] = {
+        {"command", {"/bin/sh", "-c", kWorker}}, {"env", {{"OUT", out_}}}, {"gpus_per_worker", 1}};
     auto r = admin_->Post("/v1/jobs", spec);
     EXPECT_EQ(r.status, 201) << r.text;
     return r.body.value("id", int64_t{0});
@@ -159,7 +158,7 @@ class AgentElasticTest : public ::testing::Test {
 // other node, whose workers run on untouched, and the HIGH job starts on
 // the released node.
 TEST_F(AgentElasticTest, AShrinkSignalsOnlyTheLeavingNodesWorkers) {
-  Start();
+  ASSERT_NO_FATAL_FAILURE(Start());
   auto a = Agent("na", "0,1");
   auto b = Agent("nb", "0,1");
   const int64_t elastic = Submit({{"name", "elastic"},
@@ -196,17 +195,17 @@ TEST_F(AgentElasticTest, AShrinkSignalsOnlyTheLeavingNodesWorkers) {
   for (int64_t w : leaving) {
     SCOPED_TRACE("leaving worker " + std::to_string(w));
     EXPECT_TRUE(ProcessGone(pids[w]));
-    const std::string log = ReadFile(dir_.Sub("agent-nb") + "/job-" + std::to_string(elastic) +
-                                     "/segment-" + std::to_string(segment) + "/rank-" +
-                                     Env(w, "RANK") + ".log");
+    const std::string log =
+        ReadFile(dir_.Sub("agent-nb") + "/job-" + std::to_string(elastic) + "/segment-" +
+                 std::to_string(segment) + "/rank-" + Env(w, "RANK") + ".log");
     EXPECT_NE(log.find("got TERM"), std::string::npos) << log;
   }
   for (int64_t w : staying) {
     SCOPED_TRACE("staying worker " + std::to_string(w));
     EXPECT_FALSE(ProcessGone(pids[w])) << a->output();
-    const std::string log = ReadFile(dir_.Sub("agent-na") + "/job-" + std::to_string(elastic) +
-                                     "/segment-" + std::to_string(segment) + "/rank-" +
-                                     Env(w, "RANK") + ".log");
+    const std::string log =
+        ReadFile(dir_.Sub("agent-na") + "/job-" + std::to_string(elastic) + "/segment-" +
+                 std::to_string(segment) + "/rank-" + Env(w, "RANK") + ".log");
     EXPECT_EQ(log.find("got TERM"), std::string::npos) << log;
   }
   EXPECT_EQ(a->output().find("notice"), std::string::npos) << a->output();
@@ -235,7 +234,7 @@ TEST_F(AgentElasticTest, AShrinkSignalsOnlyTheLeavingNodesWorkers) {
 // ranks on them beside the running two, with the grown layout in their
 // environment (they join the job's group as new members).
 TEST_F(AgentElasticTest, AnElasticJobGrowsOntoFreedGpusAndTheAgentStartsTheAddedRanks) {
-  Start();
+  ASSERT_NO_FATAL_FAILURE(Start());
   auto agent = Agent("ng", "0,1,2,3");
   const int64_t other = Submit({{"name", "other"}, {"min_gpus", 2}});
   ASSERT_TRUE(Eventually([&] { return PlacedWindows(other).size() == 1; }, 30))
@@ -243,8 +242,8 @@ TEST_F(AgentElasticTest, AnElasticJobGrowsOntoFreedGpusAndTheAgentStartsTheAdded
   const int64_t window = PlacedWindows(other)[0];
   const json other_gpus = Segment(other)["placement"][0]["gpus"];
   // Work left beyond stintd's grow threshold (--grow-min-seconds, 1800 s).
-  const int64_t elastic = Submit(
-      {{"name", "elastic"}, {"min_gpus", 2}, {"max_gpus", 4}, {"remaining_seconds", 7200}});
+  const int64_t elastic =
+      Submit({{"name", "elastic"}, {"min_gpus", 2}, {"max_gpus", 4}, {"remaining_seconds", 7200}});
   ASSERT_TRUE(Eventually([&] { return PlacedWindows(elastic).size() == 1; }, 30))
       << Job(elastic).dump();
   ASSERT_EQ(Segment(elastic)["gpus"], 2) << Job(elastic).dump();
@@ -276,7 +275,7 @@ TEST_F(AgentElasticTest, AnElasticJobGrowsOntoFreedGpusAndTheAgentStartsTheAdded
     EXPECT_EQ(Env(w, "STINT_JOB_ID"), std::to_string(elastic));
     if (first.count(w)) continue;  // one of the two it started with
     const int rank = std::stoi(Env(w, "RANK"));
-    EXPECT_TRUE(rank == 2 || rank == 3) << rank;
+    ASSERT_TRUE(rank == 2 || rank == 3) << rank;
     EXPECT_EQ(Env(w, "LOCAL_RANK"), std::to_string(rank));
     EXPECT_EQ(Env(w, "WORLD_SIZE"), "4");
     EXPECT_EQ(Env(w, "LOCAL_WORLD_SIZE"), "4");
@@ -288,9 +287,9 @@ TEST_F(AgentElasticTest, AnElasticJobGrowsOntoFreedGpusAndTheAgentStartsTheAdded
   }
   for (const auto& [w, pid] : first) EXPECT_EQ(all.at(w), pid) << "a first worker was restarted";
   // stintctl shows the grown segment: 4 GPUs, all in the node's window.
-  RunResult ctl = RunProgram(STINTCTL_PATH, {"--url", daemon_->url(), "--token",
-                                             StintdProcess::kAdminToken, "segments", "--job",
-                                             std::to_string(elastic)});
+  RunResult ctl =
+      RunProgram(STINTCTL_PATH, {"--url", daemon_->url(), "--token", StintdProcess::kAdminToken,
+                                 "segments", "--job", std::to_string(elastic)});
   ASSERT_EQ(ctl.exit_code, 0) << ctl.output;
   EXPECT_NE(ctl.output.find(" w" + std::to_string(window) + ":4"), std::string::npos) << ctl.output;
   EXPECT_EQ(Job(elastic).value("state", ""), "RUNNING");

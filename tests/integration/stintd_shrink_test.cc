@@ -101,14 +101,18 @@ TEST(StintdShrink, AShrinkInFlightSurvivesARestartOfStintd) {
   auto admin = std::make_unique<HttpJson>(daemon.port(), StintdProcess::kAdminToken);
   HttpJson worker_token(daemon.port(), StintdProcess::kWorkerToken);
   ASSERT_EQ(admin->Post("/v1/pools", {{"name", "p"}}).status, 201);
-  ASSERT_EQ(admin->Post("/v1/windows", {{"pool", "p"}, {"gpus", 4}, {"end_ms", WallNowMs() + 3600000}})
-                .status,
-            201);
+  ASSERT_EQ(
+      admin->Post("/v1/windows", {{"pool", "p"}, {"gpus", 4}, {"end_ms", WallNowMs() + 3600000}})
+          .status,
+      201);
   auto job = [&](int64_t id) { return admin->Get("/v1/jobs/" + std::to_string(id)).body; };
   // The shrink's deadline is 20 s + 1 s safety after its notice: room for
   // the restart on a loaded machine.
-  auto r = admin->Post("/v1/jobs", {{"name", "elastic"}, {"min_gpus", 2}, {"max_gpus", 4},
-                                    {"priority", "LOW"}, {"checkpoint_seconds", 20}});
+  auto r = admin->Post("/v1/jobs", {{"name", "elastic"},
+                                    {"min_gpus", 2},
+                                    {"max_gpus", 4},
+                                    {"priority", "LOW"},
+                                    {"checkpoint_seconds", 20}});
   ASSERT_EQ(r.status, 201) << r.text;
   const int64_t elastic = r.body["id"];
   ASSERT_TRUE(Eventually([&] { return job(elastic).value("state", "") == "RUNNING"; }));

@@ -785,8 +785,8 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
 // a version-5 file the windows columns node and node_gpus, empty, a
 // version-6 file jobs.launch, segments.placement and windows.node_addr.
 // What a file older than version 6 lacks (the node of a window).
-#define kDropShrinkColumns                                                                \
-  " ALTER TABLE segments DROP COLUMN shrink_release; ALTER TABLE segments DROP COLUMN"       \
+#define kDropShrinkColumns                                                                    \
+  " ALTER TABLE segments DROP COLUMN shrink_release; ALTER TABLE segments DROP COLUMN"        \
   " leaving_workers; ALTER TABLE segments DROP COLUMN shrink_notice_ms; ALTER TABLE segments" \
   " DROP COLUMN shrink_deadline_ms; ALTER TABLE segments DROP COLUMN shrink_for; ALTER TABLE" \
   " workers DROP COLUMN node;"

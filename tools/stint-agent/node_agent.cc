@@ -442,10 +442,11 @@ void NodeAgent::ShrinkNotice(int64_t sid, SegmentRun& run, const void* notice_js
   }
   if (!ranks.empty()) {
     run.leave_deadline_ms = deadline;
-    std::printf("stint-agent: segment %lld: shrink notice, ranks %s leave (GPUs %s), signal %s, "
-                "deadline in %.1f s\n",
-                static_cast<long long>(sid), ranks.c_str(), JoinGpus(gone).c_str(),
-                strsignal(run.signal), double(deadline - now) / 1000);
+    std::printf(
+        "stint-agent: segment %lld: shrink notice, ranks %s leave (GPUs %s), signal %s, "
+        "deadline in %.1f s\n",
+        static_cast<long long>(sid), ranks.c_str(), JoinGpus(gone).c_str(), strsignal(run.signal),
+        double(deadline - now) / 1000);
     std::fflush(stdout);
   }
   if (run.leave_deadline_ms == 0 || now < run.leave_deadline_ms) return;
