@@ -53,10 +53,13 @@ bool ProcessGone(pid_t pid) {
 }
 
 // A worker that records its pid and environment (written whole: tmp, then
-// mv), says so on a TERM and exits 75, and otherwise runs until the file
-// $OUT/finish-<job id> appears: then it exits 0.
+// mv), says so on a TERM and exits 75 (or ignores it where its name starts
+// with $STUBBORN), and otherwise runs until the file $OUT/finish-<job id>
+// appears: then it exits 0.
 constexpr const char* kWorker =
-    "trap 'echo got TERM; exit 75' TERM; env > \"$OUT/env-$STINT_WORKER_ID.tmp\"; "
+    "case \"$STINT_WORKER_NAME\" in \"${STUBBORN:-none}\"*) trap '' TERM ;; "
+    "*) trap 'echo got TERM; exit 75' TERM ;; esac; "
+    "env > \"$OUT/env-$STINT_WORKER_ID.tmp\"; "
     "mv \"$OUT/env-$STINT_WORKER_ID.tmp\" \"$OUT/env-$STINT_WORKER_ID\"; "
     "echo $$ > \"$OUT/pid-$STINT_WORKER_ID.tmp\"; "
     "mv \"$OUT/pid-$STINT_WORKER_ID.tmp\" \"$OUT/pid-$STINT_WORKER_ID\"; "
@@ -90,11 +93,12 @@ class AgentElasticTest : public ::testing::Test {
     return agent;
   }
 
-  int64_t Submit(json spec) {
+  int64_t Submit(json spec, json env = json::object()) {
     spec["pool"] = "gpu";
     spec["restart_seconds"] = 0;
+    env["OUT"] = out_;
     spec["launch"] = {
-        {"command", {"/bin/sh", "-c", kWorker}}, {"env", {{"OUT", out_}}}, {"gpus_per_worker", 1}};
+        {"command", {"/bin/sh", "-c", kWorker}}, {"env", env}, {"gpus_per_worker", 1}};
     auto r = admin_->Post("/v1/jobs", spec);
     EXPECT_EQ(r.status, 201) << r.text;
     return r.body.value("id", int64_t{0});
@@ -226,6 +230,48 @@ TEST_F(AgentElasticTest, AShrinkSignalsOnlyTheLeavingNodesWorkers) {
     EXPECT_EQ(r.status, leaves ? 410 : 200) << "worker " << w << ": " << r.text;
     if (!leaves) EXPECT_TRUE(r.body.value("active", false)) << r.text;
   }
+}
+
+// A leaving worker that ignores the signal is SIGKILLed at the shrink's
+// deadline; being killed is its leave too, not a crash of the job, whose
+// segment runs on with the other node's workers.
+TEST_F(AgentElasticTest, ALeaverIgnoringTheSignalIsKilledAtTheDeadlineAndTheJobRunsOn) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  auto a = Agent("na", "0,1");
+  auto b = Agent("nb", "0,1");
+  const int64_t elastic = Submit({{"name", "elastic"},
+                                  {"min_gpus", 2},
+                                  {"max_gpus", 4},
+                                  {"gang", false},
+                                  {"priority", "LOW"},
+                                  {"checkpoint_seconds", 2}},
+                                 {{"STUBBORN", "nb:"}});
+  ASSERT_TRUE(Eventually([&] { return PlacedWindows(elastic).size() == 2; }, 30))
+      << Job(elastic).dump();
+  const int64_t segment = Job(elastic)["segment_id"];
+  std::map<int64_t, pid_t> pids;
+  ASSERT_TRUE(WaitForWorkers(segment, 4, &pids)) << a->output() << b->output();
+  const int64_t high = Submit({{"name", "high"}, {"min_gpus", 2}, {"priority", "HIGH"}});
+  ASSERT_TRUE(b->WaitForLine("stint-agent: segment " + std::to_string(segment) +
+                             ": shrink notice, ranks 2,3 leave"))
+      << b->output();
+  for (const auto& [w, pid] : pids) {
+    if (Env(w, "STINT_WORKER_NAME").rfind("nb:", 0) != 0) continue;
+    ASSERT_TRUE(Eventually([&, pid = pid] { return ProcessGone(pid); }, 60)) << b->output();
+  }
+  ASSERT_TRUE(Eventually([&] { return Job(high).value("state", "") == "RUNNING"; }, 60))
+      << Job(high).dump() << Job(elastic).dump();
+  EXPECT_TRUE(b->WaitForLine("stint-agent: segment " + std::to_string(segment) +
+                             " rank 2 exited 137"))
+      << b->output();
+  for (const auto& [w, pid] : pids) {
+    if (Env(w, "STINT_WORKER_NAME").rfind("na:", 0) == 0) EXPECT_FALSE(ProcessGone(pid)) << w;
+  }
+  const json e = Job(elastic);
+  EXPECT_EQ(e.value("state", ""), "RUNNING") << e.dump();
+  EXPECT_EQ(e.value("segment_id", int64_t{0}), segment) << e.dump();
+  EXPECT_EQ(e.value("recent_crashes", -1), 0) << e.dump();
+  EXPECT_EQ(Segment(elastic)["allocs"].size(), 1u) << e.dump();
 }
 
 // An elastic job at 2 of its max 4 GPUs on a node grows to 4 when the job
