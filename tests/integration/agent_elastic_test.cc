@@ -160,7 +160,7 @@ class AgentElasticTest : public ::testing::Test {
 // of 2: the node of its last allocation is released whole. Only the
 // workers there get SIGTERM (and exit 75); the job stays RUNNING on the
 // other node, whose workers run on untouched, and the HIGH job starts on
-// the released node.
+// the released node. When it is done, the elastic job grows back there.
 TEST_F(AgentElasticTest, AShrinkSignalsOnlyTheLeavingNodesWorkers) {
   ASSERT_NO_FATAL_FAILURE(Start());
   auto a = Agent("na", "0,1");
@@ -170,7 +170,8 @@ TEST_F(AgentElasticTest, AShrinkSignalsOnlyTheLeavingNodesWorkers) {
                                   {"max_gpus", 4},
                                   {"gang", false},
                                   {"priority", "LOW"},
-                                  {"checkpoint_seconds", 4}});
+                                  {"checkpoint_seconds", 4},
+                                  {"remaining_seconds", 7200}});
   ASSERT_TRUE(Eventually([&] { return PlacedWindows(elastic).size() == 2; }, 30))
       << Job(elastic).dump();
   const int64_t segment = Job(elastic)["segment_id"];
@@ -230,6 +231,21 @@ TEST_F(AgentElasticTest, AShrinkSignalsOnlyTheLeavingNodesWorkers) {
     EXPECT_EQ(r.status, leaves ? 410 : 200) << "worker " << w << ": " << r.text;
     if (!leaves) EXPECT_TRUE(r.body.value("active", false)) << r.text;
   }
+
+  // The HIGH job finishes: the elastic job grows back onto node nb, whose
+  // agent starts ranks 2 and 3 of the same segment again.
+  std::ofstream(out_ + "/finish-" + std::to_string(high)).put('\n');
+  ASSERT_TRUE(Eventually([&] { return PlacedWindows(elastic) == windows; }, 60))
+      << Job(elastic).dump() << Job(high).dump();
+  EXPECT_EQ(Job(high).value("state", ""), "DONE") << Job(high).dump();
+  EXPECT_EQ(Segment(elastic).value("gpus", 0), 4) << Job(elastic).dump();
+  EXPECT_EQ(Job(elastic).value("segment_id", int64_t{0}), segment);
+  EXPECT_TRUE(b->WaitForLine("stint-agent: segment " + std::to_string(segment) + " of job " +
+                             std::to_string(elastic) + ": started ranks 2..3 of 4"))
+      << b->output();
+  std::map<int64_t, pid_t> again;
+  ASSERT_TRUE(WaitForWorkers(segment, 6, &again)) << b->output();
+  for (int64_t w : staying) EXPECT_EQ(again.at(w), pids.at(w)) << "a staying worker was restarted";
 }
 
 // A leaving worker that ignores the signal is SIGKILLed at the shrink's
