@@ -428,7 +428,10 @@ void NodeAgent::Launch(const void* assignment) {
 
 void NodeAgent::ShrinkNotice(int64_t sid, SegmentRun& run, const void* notice_json, int64_t now) {
   const Json& notice = *static_cast<const Json*>(notice_json);
-  const std::vector<int> gone = notice["gpus"].get<std::vector<int>>();
+  std::vector<int> gone;
+  for (const Json& g : notice["gpus"]) {
+    if (g.is_number_integer()) gone.push_back(g.get<int>());
+  }
   const int64_t deadline = notice.value("deadline_ms", int64_t{0});
   std::string ranks;
   for (WorkerProc& p : run.procs) {
