@@ -53,10 +53,13 @@ bool ProcessGone(pid_t pid) {
 }
 
 // A worker that records its pid and environment (written whole: tmp, then
-// mv), says so on a TERM and exits 75, and otherwise runs until the file
-// $OUT/finish-<job id> appears: then it exits 0.
+// mv), says so on a TERM and exits 75 (or ignores it where its name starts
+// with $STUBBORN), and otherwise runs until the file $OUT/finish-<job id>
+// appears: then it exits 0.
 constexpr const char* kWorker =
-    "trap 'echo got TERM; exit 75' TERM; env > \"$OUT/env-$STINT_WORKER_ID.tmp\"; "
+    "case \"$STINT_WORKER_NAME\" in \"${STUBBORN:-none}\"*) trap '' TERM ;; "
+    "*) trap 'echo got TERM; exit 75' TERM ;; esac; "
+    "env > \"$OUT/env-$STINT_WORKER_ID.tmp\"; "
     "mv \"$OUT/env-$STINT_WORKER_ID.tmp\" \"$OUT/env-$STINT_WORKER_ID\"; "
     "echo $$ > \"$OUT/pid-$STINT_WORKER_ID.tmp\"; "
     "mv \"$OUT/pid-$STINT_WORKER_ID.tmp\" \"$OUT/pid-$STINT_WORKER_ID\"; "
@@ -83,19 +86,19 @@ class AgentElasticTest : public ::testing::Test {
         STINT_AGENT_PATH,
         std::vector<std::string>{"--coord", daemon_->url(), "--token-file",
                                  daemon_->agent_token_file(), "--pool", "gpu", "--gpus", gpus,
-                                 "--node", node, "--spot", "--heartbeat-seconds", "0.1",
-                                 "--addr", "127.0.0.1", "--workdir", dir_.Sub("agent-" + node)});
+                                 "--node", node, "--spot", "--heartbeat-seconds", "0.1", "--addr",
+                                 "127.0.0.1", "--workdir", dir_.Sub("agent-" + node)});
     EXPECT_TRUE(agent->WaitForLine("stint-agent: node " + node + " registered: window "))
         << agent->output();
     return agent;
   }
 
-  int64_t Submit(json spec) {
+  int64_t Submit(json spec, json env = json::object()) {
     spec["pool"] = "gpu";
     spec["restart_seconds"] = 0;
-    spec["launch"] = {{"command", {"/bin/sh", "-c", kWorker}},
-                      {"env", {{"OUT", out_}}},
-                      {"gpus_per_worker", 1}};
+    env["OUT"] = out_;
+    spec["launch"] = {
+        {"command", {"/bin/sh", "-c", kWorker}}, {"env", env}, {"gpus_per_worker", 1}};
     auto r = admin_->Post("/v1/jobs", spec);
     EXPECT_EQ(r.status, 201) << r.text;
     return r.body.value("id", int64_t{0});
@@ -157,9 +160,9 @@ class AgentElasticTest : public ::testing::Test {
 // of 2: the node of its last allocation is released whole. Only the
 // workers there get SIGTERM (and exit 75); the job stays RUNNING on the
 // other node, whose workers run on untouched, and the HIGH job starts on
-// the released node.
+// the released node. When it is done, the elastic job grows back there.
 TEST_F(AgentElasticTest, AShrinkSignalsOnlyTheLeavingNodesWorkers) {
-  Start();
+  ASSERT_NO_FATAL_FAILURE(Start());
   auto a = Agent("na", "0,1");
   auto b = Agent("nb", "0,1");
   const int64_t elastic = Submit({{"name", "elastic"},
@@ -167,7 +170,8 @@ TEST_F(AgentElasticTest, AShrinkSignalsOnlyTheLeavingNodesWorkers) {
                                   {"max_gpus", 4},
                                   {"gang", false},
                                   {"priority", "LOW"},
-                                  {"checkpoint_seconds", 4}});
+                                  {"checkpoint_seconds", 4},
+                                  {"remaining_seconds", 7200}});
   ASSERT_TRUE(Eventually([&] { return PlacedWindows(elastic).size() == 2; }, 30))
       << Job(elastic).dump();
   const int64_t segment = Job(elastic)["segment_id"];
@@ -196,17 +200,17 @@ TEST_F(AgentElasticTest, AShrinkSignalsOnlyTheLeavingNodesWorkers) {
   for (int64_t w : leaving) {
     SCOPED_TRACE("leaving worker " + std::to_string(w));
     EXPECT_TRUE(ProcessGone(pids[w]));
-    const std::string log = ReadFile(dir_.Sub("agent-nb") + "/job-" + std::to_string(elastic) +
-                                     "/segment-" + std::to_string(segment) + "/rank-" +
-                                     Env(w, "RANK") + ".log");
+    const std::string log =
+        ReadFile(dir_.Sub("agent-nb") + "/job-" + std::to_string(elastic) + "/segment-" +
+                 std::to_string(segment) + "/rank-" + Env(w, "RANK") + ".log");
     EXPECT_NE(log.find("got TERM"), std::string::npos) << log;
   }
   for (int64_t w : staying) {
     SCOPED_TRACE("staying worker " + std::to_string(w));
     EXPECT_FALSE(ProcessGone(pids[w])) << a->output();
-    const std::string log = ReadFile(dir_.Sub("agent-na") + "/job-" + std::to_string(elastic) +
-                                     "/segment-" + std::to_string(segment) + "/rank-" +
-                                     Env(w, "RANK") + ".log");
+    const std::string log =
+        ReadFile(dir_.Sub("agent-na") + "/job-" + std::to_string(elastic) + "/segment-" +
+                 std::to_string(segment) + "/rank-" + Env(w, "RANK") + ".log");
     EXPECT_EQ(log.find("got TERM"), std::string::npos) << log;
   }
   EXPECT_EQ(a->output().find("notice"), std::string::npos) << a->output();
@@ -227,6 +231,63 @@ TEST_F(AgentElasticTest, AShrinkSignalsOnlyTheLeavingNodesWorkers) {
     EXPECT_EQ(r.status, leaves ? 410 : 200) << "worker " << w << ": " << r.text;
     if (!leaves) EXPECT_TRUE(r.body.value("active", false)) << r.text;
   }
+
+  // The HIGH job finishes: the elastic job grows back onto node nb, whose
+  // agent starts ranks 2 and 3 of the same segment again.
+  std::ofstream(out_ + "/finish-" + std::to_string(high)).put('\n');
+  ASSERT_TRUE(Eventually([&] { return PlacedWindows(elastic) == windows; }, 60))
+      << Job(elastic).dump() << Job(high).dump();
+  EXPECT_EQ(Job(high).value("state", ""), "DONE") << Job(high).dump();
+  EXPECT_EQ(Segment(elastic).value("gpus", 0), 4) << Job(elastic).dump();
+  EXPECT_EQ(Job(elastic).value("segment_id", int64_t{0}), segment);
+  EXPECT_TRUE(b->WaitForLine("stint-agent: segment " + std::to_string(segment) + " of job " +
+                             std::to_string(elastic) + ": started ranks 2..3 of 4"))
+      << b->output();
+  std::map<int64_t, pid_t> again;
+  ASSERT_TRUE(WaitForWorkers(segment, 6, &again)) << b->output();
+  for (int64_t w : staying) EXPECT_EQ(again.at(w), pids.at(w)) << "a staying worker was restarted";
+}
+
+// A leaving worker that ignores the signal is SIGKILLed at the shrink's
+// deadline; being killed is its leave too, not a crash of the job, whose
+// segment runs on with the other node's workers.
+TEST_F(AgentElasticTest, ALeaverIgnoringTheSignalIsKilledAtTheDeadlineAndTheJobRunsOn) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  auto a = Agent("na", "0,1");
+  auto b = Agent("nb", "0,1");
+  const int64_t elastic = Submit({{"name", "elastic"},
+                                  {"min_gpus", 2},
+                                  {"max_gpus", 4},
+                                  {"gang", false},
+                                  {"priority", "LOW"},
+                                  {"checkpoint_seconds", 2}},
+                                 {{"STUBBORN", "nb:"}});
+  ASSERT_TRUE(Eventually([&] { return PlacedWindows(elastic).size() == 2; }, 30))
+      << Job(elastic).dump();
+  const int64_t segment = Job(elastic)["segment_id"];
+  std::map<int64_t, pid_t> pids;
+  ASSERT_TRUE(WaitForWorkers(segment, 4, &pids)) << a->output() << b->output();
+  const int64_t high = Submit({{"name", "high"}, {"min_gpus", 2}, {"priority", "HIGH"}});
+  ASSERT_TRUE(b->WaitForLine("stint-agent: segment " + std::to_string(segment) +
+                             ": shrink notice, ranks 2,3 leave"))
+      << b->output();
+  for (const auto& [w, pid] : pids) {
+    if (Env(w, "STINT_WORKER_NAME").rfind("nb:", 0) != 0) continue;
+    ASSERT_TRUE(Eventually([&, pid = pid] { return ProcessGone(pid); }, 60)) << b->output();
+  }
+  ASSERT_TRUE(Eventually([&] { return Job(high).value("state", "") == "RUNNING"; }, 60))
+      << Job(high).dump() << Job(elastic).dump();
+  EXPECT_TRUE(b->WaitForLine("stint-agent: segment " + std::to_string(segment) +
+                             " rank 2 exited 137"))
+      << b->output();
+  for (const auto& [w, pid] : pids) {
+    if (Env(w, "STINT_WORKER_NAME").rfind("na:", 0) == 0) EXPECT_FALSE(ProcessGone(pid)) << w;
+  }
+  const json e = Job(elastic);
+  EXPECT_EQ(e.value("state", ""), "RUNNING") << e.dump();
+  EXPECT_EQ(e.value("segment_id", int64_t{0}), segment) << e.dump();
+  EXPECT_EQ(e.value("recent_crashes", -1), 0) << e.dump();
+  EXPECT_EQ(Segment(elastic)["allocs"].size(), 1u) << e.dump();
 }
 
 // An elastic job at 2 of its max 4 GPUs on a node grows to 4 when the job
@@ -235,7 +296,7 @@ TEST_F(AgentElasticTest, AShrinkSignalsOnlyTheLeavingNodesWorkers) {
 // ranks on them beside the running two, with the grown layout in their
 // environment (they join the job's group as new members).
 TEST_F(AgentElasticTest, AnElasticJobGrowsOntoFreedGpusAndTheAgentStartsTheAddedRanks) {
-  Start();
+  ASSERT_NO_FATAL_FAILURE(Start());
   auto agent = Agent("ng", "0,1,2,3");
   const int64_t other = Submit({{"name", "other"}, {"min_gpus", 2}});
   ASSERT_TRUE(Eventually([&] { return PlacedWindows(other).size() == 1; }, 30))
@@ -243,8 +304,8 @@ TEST_F(AgentElasticTest, AnElasticJobGrowsOntoFreedGpusAndTheAgentStartsTheAdded
   const int64_t window = PlacedWindows(other)[0];
   const json other_gpus = Segment(other)["placement"][0]["gpus"];
   // Work left beyond stintd's grow threshold (--grow-min-seconds, 1800 s).
-  const int64_t elastic = Submit(
-      {{"name", "elastic"}, {"min_gpus", 2}, {"max_gpus", 4}, {"remaining_seconds", 7200}});
+  const int64_t elastic =
+      Submit({{"name", "elastic"}, {"min_gpus", 2}, {"max_gpus", 4}, {"remaining_seconds", 7200}});
   ASSERT_TRUE(Eventually([&] { return PlacedWindows(elastic).size() == 1; }, 30))
       << Job(elastic).dump();
   ASSERT_EQ(Segment(elastic)["gpus"], 2) << Job(elastic).dump();
@@ -276,7 +337,7 @@ TEST_F(AgentElasticTest, AnElasticJobGrowsOntoFreedGpusAndTheAgentStartsTheAdded
     EXPECT_EQ(Env(w, "STINT_JOB_ID"), std::to_string(elastic));
     if (first.count(w)) continue;  // one of the two it started with
     const int rank = std::stoi(Env(w, "RANK"));
-    EXPECT_TRUE(rank == 2 || rank == 3) << rank;
+    ASSERT_TRUE(rank == 2 || rank == 3) << rank;
     EXPECT_EQ(Env(w, "LOCAL_RANK"), std::to_string(rank));
     EXPECT_EQ(Env(w, "WORLD_SIZE"), "4");
     EXPECT_EQ(Env(w, "LOCAL_WORLD_SIZE"), "4");
@@ -289,9 +350,9 @@ TEST_F(AgentElasticTest, AnElasticJobGrowsOntoFreedGpusAndTheAgentStartsTheAdded
   }
   for (const auto& [w, pid] : first) EXPECT_EQ(all.at(w), pid) << "a first worker was restarted";
   // stintctl shows the grown segment: 4 GPUs, all in the node's window.
-  RunResult ctl = RunProgram(STINTCTL_PATH, {"--url", daemon_->url(), "--token",
-                                             StintdProcess::kAdminToken, "segments", "--job",
-                                             std::to_string(elastic)});
+  RunResult ctl =
+      RunProgram(STINTCTL_PATH, {"--url", daemon_->url(), "--token", StintdProcess::kAdminToken,
+                                 "segments", "--job", std::to_string(elastic)});
   ASSERT_EQ(ctl.exit_code, 0) << ctl.output;
   EXPECT_NE(ctl.output.find(" w" + std::to_string(window) + ":4"), std::string::npos) << ctl.output;
   EXPECT_EQ(Job(elastic).value("state", ""), "RUNNING");

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "util/stintd_process.h"
+#include "util/subprocess.h"
 #include "util/temp_dir.h"
 
 namespace stint {
@@ -101,14 +102,18 @@ TEST(StintdShrink, AShrinkInFlightSurvivesARestartOfStintd) {
   auto admin = std::make_unique<HttpJson>(daemon.port(), StintdProcess::kAdminToken);
   HttpJson worker_token(daemon.port(), StintdProcess::kWorkerToken);
   ASSERT_EQ(admin->Post("/v1/pools", {{"name", "p"}}).status, 201);
-  ASSERT_EQ(admin->Post("/v1/windows", {{"pool", "p"}, {"gpus", 4}, {"end_ms", WallNowMs() + 3600000}})
-                .status,
-            201);
+  ASSERT_EQ(
+      admin->Post("/v1/windows", {{"pool", "p"}, {"gpus", 4}, {"end_ms", WallNowMs() + 3600000}})
+          .status,
+      201);
   auto job = [&](int64_t id) { return admin->Get("/v1/jobs/" + std::to_string(id)).body; };
   // The shrink's deadline is 20 s + 1 s safety after its notice: room for
   // the restart on a loaded machine.
-  auto r = admin->Post("/v1/jobs", {{"name", "elastic"}, {"min_gpus", 2}, {"max_gpus", 4},
-                                    {"priority", "LOW"}, {"checkpoint_seconds", 20}});
+  auto r = admin->Post("/v1/jobs", {{"name", "elastic"},
+                                    {"min_gpus", 2},
+                                    {"max_gpus", 4},
+                                    {"priority", "LOW"},
+                                    {"checkpoint_seconds", 20}});
   ASSERT_EQ(r.status, 201) << r.text;
   const int64_t elastic = r.body["id"];
   ASSERT_TRUE(Eventually([&] { return job(elastic).value("state", "") == "RUNNING"; }));
@@ -147,6 +152,20 @@ TEST(StintdShrink, AShrinkInFlightSurvivesARestartOfStintd) {
   EXPECT_EQ(after.body["notice"]["deadline_ms"], deadline) << after.text;
   const HttpJson::Response stays = beat(0);
   EXPECT_TRUE(stays.body["notice"].is_null()) << stays.text;
+  // The segment shows the shrink in flight: what it gives up, who leaves.
+  const json shrink = job(elastic)["segments"][0]["shrink"];
+  ASSERT_TRUE(shrink.is_object()) << job(elastic).dump();
+  EXPECT_EQ(shrink["deadline_ms"], deadline) << shrink.dump();
+  EXPECT_EQ(shrink["leaving_workers"], json::array({ids[1]})) << shrink.dump();
+  EXPECT_EQ(shrink["for_job_id"], high) << shrink.dump();
+  ASSERT_EQ(shrink["release"].size(), 1u) << shrink.dump();
+  EXPECT_EQ(shrink["release"][0]["gpus"], 2) << shrink.dump();
+  // stintctl shows it too.
+  RunResult ctl = RunProgram(STINTCTL_PATH, {"--url", daemon.url(), "--token",
+                                             StintdProcess::kAdminToken, "segments", "--job",
+                                             std::to_string(elastic)});
+  ASSERT_EQ(ctl.exit_code, 0) << ctl.output;
+  EXPECT_NE(ctl.output.find("shrink -2"), std::string::npos) << ctl.output;
   EXPECT_EQ(job(high).value("state", ""), "PENDING") << job(high).dump();
 
   // At the deadline the restarted stintd releases the leaving rank and the
@@ -158,6 +177,8 @@ TEST(StintdShrink, AShrinkInFlightSurvivesARestartOfStintd) {
   const json e = job(elastic);
   EXPECT_EQ(e.value("state", ""), "RUNNING") << e.dump();
   EXPECT_EQ(e.value("preemptions", -1), 0) << e.dump();
+  EXPECT_TRUE(e["segments"][0]["shrink"].is_null()) << e.dump();
+  EXPECT_EQ(e["segments"][0]["gpus"], 2) << e.dump();
 }
 
 }  // namespace

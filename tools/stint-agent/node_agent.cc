@@ -473,7 +473,10 @@ void NodeAgent::Launch(const void* assignment, int only_process) {
 
 void NodeAgent::ShrinkNotice(int64_t sid, SegmentRun& run, const void* notice_json, int64_t now) {
   const Json& notice = *static_cast<const Json*>(notice_json);
-  const std::vector<int> gone = notice["gpus"].get<std::vector<int>>();
+  std::vector<int> gone;
+  for (const Json& g : notice["gpus"]) {
+    if (g.is_number_integer()) gone.push_back(g.get<int>());
+  }
   const int64_t deadline = notice.value("deadline_ms", int64_t{0});
   std::string ranks;
   for (WorkerProc& p : run.procs) {
@@ -487,10 +490,11 @@ void NodeAgent::ShrinkNotice(int64_t sid, SegmentRun& run, const void* notice_js
   }
   if (!ranks.empty()) {
     run.leave_deadline_ms = deadline;
-    std::printf("stint-agent: segment %lld: shrink notice, ranks %s leave (GPUs %s), signal %s, "
-                "deadline in %.1f s\n",
-                static_cast<long long>(sid), ranks.c_str(), JoinGpus(gone).c_str(),
-                strsignal(run.signal), double(deadline - now) / 1000);
+    std::printf(
+        "stint-agent: segment %lld: shrink notice, ranks %s leave (GPUs %s), signal %s, "
+        "deadline in %.1f s\n",
+        static_cast<long long>(sid), ranks.c_str(), JoinGpus(gone).c_str(), strsignal(run.signal),
+        double(deadline - now) / 1000);
     std::fflush(stdout);
   }
   if (run.leave_deadline_ms == 0 || now < run.leave_deadline_ms) return;

@@ -209,9 +209,21 @@ std::string RenderSegments(const Json& reply, int64_t now_ms) {
   for (const Json& s : segments) {
     std::string notice = Cell(s, "notice_reason");
     if (notice == "none") notice = "-";
+    std::string deadline = TimeCell(s, "deadline_ms", now_ms);
+    // A shrink in flight: "shrink -N" (GPUs it gives up) and its deadline.
+    const Json shrink = s.is_object() ? s.value("shrink", Json()) : Json();
+    if (notice == "-" && shrink.is_object()) {
+      int64_t released = 0;
+      for (const Json& r : List(shrink, "release")) {
+        int64_t n = 0;
+        if (Int(r, "gpus", &n)) released += n;
+      }
+      notice = "shrink -" + std::to_string(released);
+      deadline = TimeCell(shrink, "deadline_ms", now_ms);
+    }
     t.AddRow({Cell(s, "id"), Cell(s, "job_id"), Cell(s, "state"), Cell(s, "gpus"), AllocsCell(s),
               Cell(s, "fencing_token"), TimeCell(s, "start_ms", now_ms),
-              TimeCell(s, "planned_end_ms", now_ms), notice, TimeCell(s, "deadline_ms", now_ms),
+              TimeCell(s, "planned_end_ms", now_ms), notice, deadline,
               TimeCell(s, "ended_ms", now_ms)});
   }
   return t.Render();

@@ -107,8 +107,8 @@ std::vector<int64_t> WorkersByRankDescending(const ClusterState& s, const Segmen
 
 // Starts a shrink: the workers holding the released share of the GPUs
 // (rounded down: the last worker never leaves) get the notice. On
-// stint-agent nodes (released whole) those are the workers launched on the
-// released windows' nodes.
+// stint-agent nodes (released whole) those are the workers the agents
+// launched on the released windows' nodes.
 void StartShrink(ClusterState& s, Segment& seg, const ShrinkDecision& d, TimeMs now) {
   int released = 0;
   for (const Allocation& a : d.release) released += a.gpus;
@@ -118,16 +118,18 @@ void StartShrink(ClusterState& s, Segment& seg, const ShrinkDecision& d, TimeMs 
     auto w = s.windows.find(a.window_id);
     if (w != s.windows.end() && !w->second.node.empty()) nodes.insert(w->second.node);
   }
+  const bool launched = std::any_of(workers.begin(), workers.end(),
+                                    [&](int64_t id) { return !s.workers.at(id).node.empty(); });
   seg.leaving_workers.clear();
-  if (!nodes.empty()) {
+  if (!nodes.empty() && launched) {
     for (int64_t id : workers) {
       if (nodes.count(s.workers.at(id).node)) seg.leaving_workers.push_back(id);
     }
   } else {
     const size_t stays = workers.empty() ? 0 : 1;
-    const size_t leaving = std::min(
-        workers.size() - stays,
-        seg.gpus() > 0 ? workers.size() * static_cast<size_t>(released) / seg.gpus() : 0);
+    const size_t leaving =
+        std::min(workers.size() - stays,
+                 seg.gpus() > 0 ? workers.size() * static_cast<size_t>(released) / seg.gpus() : 0);
     seg.leaving_workers.assign(workers.begin(),
                                workers.begin() + static_cast<std::ptrdiff_t>(leaving));
   }

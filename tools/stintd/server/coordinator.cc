@@ -804,9 +804,9 @@ void KeepLaunchableGrows(const ClusterState& s, Plan* plan) {
       const bool node = w != s.windows.end() && !w->second.node.empty();
       a.gpus = !node || torchrun ? 0 : a.gpus / gpw * gpw;
     }
-    d.add.erase(std::remove_if(d.add.begin(), d.add.end(),
-                               [](const Allocation& a) { return a.gpus <= 0; }),
-                d.add.end());
+    d.add.erase(
+        std::remove_if(d.add.begin(), d.add.end(), [](const Allocation& a) { return a.gpus <= 0; }),
+        d.add.end());
   }
   plan->grows.erase(std::remove_if(plan->grows.begin(), plan->grows.end(),
                                    [](const GrowDecision& d) { return d.add.empty(); }),

@@ -123,7 +123,19 @@ json ToJson(const Segment& seg) {
   json placement = json::array();
   for (const Placement& p : seg.placement)
     placement.push_back({{"window_id", p.window_id}, {"gpus", p.gpus}});
+  json shrink = nullptr;
+  if (seg.shrink_deadline_ms != 0) {
+    json release = json::array();
+    for (const Allocation& a : seg.shrink_release)
+      release.push_back({{"window_id", a.window_id}, {"gpus", a.gpus}});
+    shrink = {{"release", release},
+              {"leaving_workers", seg.leaving_workers},
+              {"notice_ms", seg.shrink_notice_ms},
+              {"deadline_ms", seg.shrink_deadline_ms},
+              {"for_job_id", seg.shrink_for}};
+  }
   return {{"placement", placement},
+          {"shrink", shrink},
           {"id", seg.id},
           {"job_id", seg.job_id},
           {"allocs", allocs},
