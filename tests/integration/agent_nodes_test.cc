@@ -53,12 +53,10 @@ class AgentNodesTest : public ::testing::Test {
   // Fast ticks; leases and start grace long enough that nothing expires
   // unless a test means it; `extra` appended.
   void Start(std::vector<std::string> extra = {}, const std::string& node_ttl_seconds = "5") {
-    std::vector<std::string> args = {"--tick-seconds",    "0.05", "--safety-seconds",
-                                     "1",                 "--min-run-seconds",
-                                     "0",                 "--lease-ttl-seconds",
-                                     "60",                "--start-grace-seconds",
-                                     "60",                "--node-ttl-seconds",
-                                     node_ttl_seconds};
+    std::vector<std::string> args = {
+        "--tick-seconds",        "0.05", "--safety-seconds",    "1",
+        "--min-run-seconds",     "0",    "--lease-ttl-seconds", "60",
+        "--start-grace-seconds", "60",   "--node-ttl-seconds",  node_ttl_seconds};
     args.insert(args.end(), extra.begin(), extra.end());
     daemon_ = std::make_unique<StintdProcess>(STINTD_PATH, dir_.path(), args);
     ASSERT_TRUE(daemon_->Start()) << daemon_->output();
@@ -69,13 +67,12 @@ class AgentNodesTest : public ::testing::Test {
   // An agent for `node` with `token_file`; `extra` e.g. {"--spot"}. Not
   // yet waited for.
   std::unique_ptr<ChildProcess> Agent(const std::string& node, const std::string& gpus,
-                                      std::vector<std::string> extra,
-                                      std::string token_file = "") {
+                                      std::vector<std::string> extra, std::string token_file = "") {
     if (token_file.empty()) token_file = daemon_->agent_token_file();
-    std::vector<std::string> args = {"--coord",     daemon_->url(), "--token-file",
-                                     token_file,    "--gpus",       gpus,
-                                     "--node",      node,           "--heartbeat-seconds",
-                                     "0.1",         "--workdir",    dir_.Sub("agent-" + node)};
+    std::vector<std::string> args = {"--coord",  daemon_->url(), "--token-file",
+                                     token_file, "--gpus",       gpus,
+                                     "--node",   node,           "--heartbeat-seconds",
+                                     "0.1",      "--workdir",    dir_.Sub("agent-" + node)};
     args.insert(args.end(), extra.begin(), extra.end());
     return std::make_unique<ChildProcess>(STINT_AGENT_PATH, args);
   }
@@ -231,11 +228,10 @@ TEST_F(AgentNodesTest, ANodesOwnTokenActsOnlyAsThatNodeAndTheSharedTokenCannotTa
 TEST_F(AgentNodesTest, SegmentsOnOneNodeGetTheirOwnMasterPortKeptOverARestart) {
   Start({"--master-ports", "31000-31001"}, "60");
   HttpJson agent(daemon_->port(), StintdProcess::kAgentToken);
-  ASSERT_EQ(agent
-                .Post("/v1/nodes",
-                      {{"name", "np"}, {"pool", "gpu"}, {"gpus", {0, 1}}, {"kind", "spot"}})
-                .status,
-            201);
+  ASSERT_EQ(
+      agent.Post("/v1/nodes", {{"name", "np"}, {"pool", "gpu"}, {"gpus", {0, 1}}, {"kind", "spot"}})
+          .status,
+      201);
   const int64_t first = SubmitLaunch(1, "sleep 600");
   const int64_t second = SubmitLaunch(1, "sleep 600");
   ASSERT_TRUE(Eventually([&] {
@@ -284,9 +280,11 @@ TEST_F(AgentNodesTest, StintctlSubmitsATorchrunLaunchThatTheAgentRunsThroughTheL
   const std::string args_file = dir_.Sub("torchrun-args");
   WriteFile(launcher,
             "#!/bin/sh\n"
-            "for a in \"$@\"; do echo \"$a\"; done > " + args_file + "\n"
-            "while [ \"$1\" != --no-python ]; do shift; done; shift\n"
-            "exec \"$@\"\n",
+            "for a in \"$@\"; do echo \"$a\"; done > " +
+                args_file +
+                "\n"
+                "while [ \"$1\" != --no-python ]; do shift; done; shift\n"
+                "exec \"$@\"\n",
             0755);
   RunResult submitted =
       Ctl({"jobs", "submit", "--name", "tr", "--gpus", "2", "--pool", "gpu",
@@ -297,8 +295,9 @@ TEST_F(AgentNodesTest, StintctlSubmitsATorchrunLaunchThatTheAgentRunsThroughTheL
   ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "DONE"; }, 60))
       << Job(job).dump() << agent->output();
   const std::string args = ReadFile(args_file);
-  for (const std::string& want : std::vector<std::string>{"--nnodes=1", "--nproc-per-node=2", "--rdzv-backend=stint", "--rdzv-id=" + std::to_string(job),
-        "--no-python", "/bin/sh"}) {
+  for (const std::string& want :
+       std::vector<std::string>{"--nnodes=1", "--nproc-per-node=2", "--rdzv-backend=stint",
+                                "--rdzv-id=" + std::to_string(job), "--no-python", "/bin/sh"}) {
     EXPECT_NE(args.find(want + "\n"), std::string::npos) << want << " missing in:\n" << args;
   }
   // --torchrun without a value: the launcher on the PATH (in a pool with
@@ -317,8 +316,8 @@ TEST_F(AgentNodesTest, StintctlSubmitsATorchrunLaunchThatTheAgentRunsThroughTheL
 
 TEST_F(AgentNodesTest, AnAdminWindowNamesItsNodesWhoseAgentsJoinItAndLaunch) {
   Start();
-  RunResult added = Ctl({"windows", "add", "--pool", "gpu", "--nodes", "a1,a2", "--gpus", "1",
-                         "--duration", "1h"});
+  RunResult added = Ctl(
+      {"windows", "add", "--pool", "gpu", "--nodes", "a1,a2", "--gpus", "1", "--duration", "1h"});
   ASSERT_EQ(added.exit_code, 0) << added.output;
   EXPECT_NE(added.output.find("on node a1"), std::string::npos) << added.output;
   EXPECT_NE(added.output.find("on node a2"), std::string::npos) << added.output;
@@ -367,8 +366,7 @@ TEST_F(AgentNodesTest, AnAdminWindowNamesItsNodesWhoseAgentsJoinItAndLaunch) {
   // A covered node whose agent goes silent loses its window, as an agent's own.
   ASSERT_EQ(kill(a2->pid(), SIGKILL), 0);
   a2->Wait();
-  ASSERT_TRUE(Eventually([&] { return !Window(w2)["open"].get<bool>(); }, 30))
-      << Window(w2).dump();
+  ASSERT_TRUE(Eventually([&] { return !Window(w2)["open"].get<bool>(); }, 30)) << Window(w2).dump();
   EXPECT_TRUE(Window(w1)["open"].get<bool>());
   // SIGTERM of a joined agent closes its node's part of the admin window.
   ASSERT_EQ(kill(a1->pid(), SIGTERM), 0);

@@ -787,7 +787,7 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
 // a version-5 file the windows columns node and node_gpus, empty, a
 // version-6 file jobs.launch, segments.placement and windows.node_addr.
 // What a file older than version 6 lacks (the node of a window).
-#define kDropVersion9                                                                       \
+#define kDropVersion9                                                                         \
   " ALTER TABLE windows DROP COLUMN declared; ALTER TABLE windows DROP COLUMN joined; ALTER " \
   "TABLE segments DROP COLUMN master_port; DROP TABLE node_credentials;"
 #define kDropCrashColumn " ALTER TABLE jobs DROP COLUMN crash_ms;" kDropVersion9
