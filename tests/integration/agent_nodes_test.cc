@@ -376,6 +376,48 @@ TEST_F(AgentNodesTest, AnAdminWindowNamesItsNodesWhoseAgentsJoinItAndLaunch) {
   EXPECT_FALSE(Window(w1)["open"].get<bool>()) << Window(w1).dump();
 }
 
+// GPU indices named per node must be among the agent's; the window, joined,
+// is in the store: a restarted stintd and a restarted agent find it again.
+TEST_F(AgentNodesTest, AnAdminWindowsGpuIndicesBindTheAgentAndItOutlivesRestarts) {
+  Start({}, "60");
+  RunResult added = Ctl({"windows", "add", "--pool", "gpu", "--node", "b1:1,2", "--duration", "1h"});
+  ASSERT_EQ(added.exit_code, 0) << added.output;
+  ASSERT_EQ(Windows().size(), 1u);
+  const int64_t window = Windows()[0]["id"];
+  EXPECT_EQ(Windows()[0]["node_gpus"], json::array({1, 2}));
+  EXPECT_EQ(Windows()[0]["gpus"], 2);
+  // Declaring the node again while its window lasts is refused.
+  RunResult again = Ctl({"windows", "add", "--pool", "gpu", "--nodes", "b1", "--gpus", "1",
+                         "--duration", "1h"});
+  EXPECT_EQ(again.exit_code, 1) << again.output;
+  auto wrong = Agent("b1", "0,1", {});
+  bool killed = false;
+  int status = wrong->WaitAtMost(30, &killed);
+  ASSERT_FALSE(killed) << wrong->output();
+  EXPECT_EQ(WEXITSTATUS(status), 1) << wrong->output();
+  EXPECT_NE(wrong->output().find("lends GPU 2 of node b1"), std::string::npos) << wrong->output();
+  EXPECT_FALSE(Window(window)["joined"].get<bool>());
+
+  auto first = Agent("b1", "0,1,2", {});
+  ASSERT_TRUE(first->WaitForLine("stint-agent: node b1 registered: window ")) << first->output();
+  EXPECT_EQ(RegisteredWindow(first->output()), window);
+  EXPECT_NE(first->output().find("(new, an admin's window)"), std::string::npos)
+      << first->output();
+  ASSERT_EQ(kill(first->pid(), SIGKILL), 0);
+  first->Wait();
+  daemon_->Kill(SIGKILL);
+  ASSERT_TRUE(daemon_->Start()) << daemon_->output();
+  admin_ = std::make_unique<HttpJson>(daemon_->port(), StintdProcess::kAdminToken);
+  EXPECT_TRUE(Window(window)["declared"].get<bool>()) << Window(window).dump();
+  EXPECT_TRUE(Window(window)["joined"].get<bool>()) << Window(window).dump();
+  auto second = Agent("b1", "0,1,2", {});
+  ASSERT_TRUE(second->WaitForLine("stint-agent: node b1 registered: window ")) << second->output();
+  EXPECT_EQ(RegisteredWindow(second->output()), window);
+  EXPECT_NE(second->output().find("(found again, an admin's window)"), std::string::npos)
+      << second->output();
+  EXPECT_EQ(Windows().size(), 1u);
+}
+
 // --- a crashed worker is started again ---
 
 TEST_F(AgentNodesTest, ACrashedWorkerIsStartedAgainInItsSegmentAndTheJobCompletes) {
