@@ -174,6 +174,19 @@ TEST_F(AgentNodesTest, ANodesOwnTokenActsOnlyAsThatNodeAndTheSharedTokenCannotTa
   EXPECT_NE(taken.text.find("credential of its own"), std::string::npos) << taken.text;
   EXPECT_EQ(shared.Post("/v1/nodes/na/heartbeat", json::object()).status, 403);
   EXPECT_EQ(shared.Post("/v1/nodes/na/close", json::object()).status, 403);
+  // stintctl nodes says which node has a token of its own.
+  RunResult listed = Ctl({"nodes"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.output;
+  const size_t row_a = listed.output.find("\nna "), row_c = listed.output.find("\nnc ");
+  ASSERT_NE(row_a, std::string::npos) << listed.output;
+  ASSERT_NE(row_c, std::string::npos) << listed.output;
+  EXPECT_NE(listed.output.substr(row_a, listed.output.find('\n', row_a + 1) - row_a).find(" own "),
+            std::string::npos)
+      << listed.output;
+  EXPECT_NE(
+      listed.output.substr(row_c, listed.output.find('\n', row_c + 1) - row_c).find(" shared "),
+      std::string::npos)
+      << listed.output;
 
   // Nor does A's token act as a worker or an admin.
   auto job = admin_->Post("/v1/jobs", {{"name", "j"}, {"pool", "gpu"}, {"min_gpus", 4}});
@@ -326,6 +339,9 @@ TEST_F(AgentNodesTest, AnAdminWindowNamesItsNodesWhoseAgentsJoinItAndLaunch) {
     EXPECT_TRUE(w["declared"].get<bool>()) << w.dump();
     EXPECT_FALSE(w["joined"].get<bool>()) << w.dump();
   }
+  RunResult listed = Ctl({"nodes"});
+  EXPECT_NE(listed.output.find("open, no agent yet"), std::string::npos) << listed.output;
+  EXPECT_NE(listed.output.find("hard (admin)"), std::string::npos) << listed.output;
   // A node that no admin window names cannot join; a covered node cannot
   // lend a window of its own.
   auto stray = Agent("a3", "0", {});

@@ -891,6 +891,7 @@ void HttpApi::InstallRoutes() {
           }
         }
         nodes.push_back({{"name", name},
+                         {"own_token", s.node_credentials.count(name) > 0},
                          {"pool", w->pool},
                          {"gpus", w->node_gpus},
                          {"open", w->open_at(now)},
