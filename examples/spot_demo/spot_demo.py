@@ -15,9 +15,10 @@ starts and stops the nodes and submits the jobs, and reads the workers' logs
 from the agents' work directories to tell the story.
 
 What happens to the job "train": it starts on a 3-GPU hard node, loses a
-worker to a crash (the survivors re-form the group and go on with two; an
-agent starts a segment's workers once, so the lost GPU idles until the next
-segment), gets a window-close notice (every rank stops at one
+worker to a crash (the survivors re-form; the agent reports the crash,
+stintd counts it for the crash-loop guard, and the agent starts the worker
+again in the still-live segment, so the group re-forms with three), gets a
+window-close notice (every rank stops at one
 step boundary, rank 0 takes the emergency checkpoint, acks, all exit 75),
 resumes on spot GPUs, is preempted there by the urgent job, resumes on a
 1-GPU fragment while that runs, moves back to the spot pool when the
@@ -348,7 +349,7 @@ class Demo:
                 victim = max(pids)
                 os.kill(victim, signal.SIGKILL)
                 self.events["crashes"] += 1
-                self.say("chaos: SIGKILL a worker of '%s' on node %s (pid %d); the others re-form without it"
+                self.say("chaos: SIGKILL a worker of '%s' on node %s (pid %d); its agent starts it again and the group re-forms"
                          % (name, agent.node, victim))
                 return
 

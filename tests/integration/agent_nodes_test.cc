@@ -53,12 +53,10 @@ class AgentNodesTest : public ::testing::Test {
   // Fast ticks; leases and start grace long enough that nothing expires
   // unless a test means it; `extra` appended.
   void Start(std::vector<std::string> extra = {}, const std::string& node_ttl_seconds = "5") {
-    std::vector<std::string> args = {"--tick-seconds",    "0.05", "--safety-seconds",
-                                     "1",                 "--min-run-seconds",
-                                     "0",                 "--lease-ttl-seconds",
-                                     "60",                "--start-grace-seconds",
-                                     "60",                "--node-ttl-seconds",
-                                     node_ttl_seconds};
+    std::vector<std::string> args = {
+        "--tick-seconds",        "0.05", "--safety-seconds",    "1",
+        "--min-run-seconds",     "0",    "--lease-ttl-seconds", "60",
+        "--start-grace-seconds", "60",   "--node-ttl-seconds",  node_ttl_seconds};
     args.insert(args.end(), extra.begin(), extra.end());
     daemon_ = std::make_unique<StintdProcess>(STINTD_PATH, dir_.path(), args);
     ASSERT_TRUE(daemon_->Start()) << daemon_->output();
@@ -69,13 +67,12 @@ class AgentNodesTest : public ::testing::Test {
   // An agent for `node` with `token_file`; `extra` e.g. {"--spot"}. Not
   // yet waited for.
   std::unique_ptr<ChildProcess> Agent(const std::string& node, const std::string& gpus,
-                                      std::vector<std::string> extra,
-                                      std::string token_file = "") {
+                                      std::vector<std::string> extra, std::string token_file = "") {
     if (token_file.empty()) token_file = daemon_->agent_token_file();
-    std::vector<std::string> args = {"--coord",     daemon_->url(), "--token-file",
-                                     token_file,    "--gpus",       gpus,
-                                     "--node",      node,           "--heartbeat-seconds",
-                                     "0.1",         "--workdir",    dir_.Sub("agent-" + node)};
+    std::vector<std::string> args = {"--coord",  daemon_->url(), "--token-file",
+                                     token_file, "--gpus",       gpus,
+                                     "--node",   node,           "--heartbeat-seconds",
+                                     "0.1",      "--workdir",    dir_.Sub("agent-" + node)};
     args.insert(args.end(), extra.begin(), extra.end());
     return std::make_unique<ChildProcess>(STINT_AGENT_PATH, args);
   }
@@ -177,6 +174,19 @@ TEST_F(AgentNodesTest, ANodesOwnTokenActsOnlyAsThatNodeAndTheSharedTokenCannotTa
   EXPECT_NE(taken.text.find("credential of its own"), std::string::npos) << taken.text;
   EXPECT_EQ(shared.Post("/v1/nodes/na/heartbeat", json::object()).status, 403);
   EXPECT_EQ(shared.Post("/v1/nodes/na/close", json::object()).status, 403);
+  // stintctl nodes says which node has a token of its own.
+  RunResult listed = Ctl({"nodes"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.output;
+  const size_t row_a = listed.output.find("\nna "), row_c = listed.output.find("\nnc ");
+  ASSERT_NE(row_a, std::string::npos) << listed.output;
+  ASSERT_NE(row_c, std::string::npos) << listed.output;
+  EXPECT_NE(listed.output.substr(row_a, listed.output.find('\n', row_a + 1) - row_a).find(" own "),
+            std::string::npos)
+      << listed.output;
+  EXPECT_NE(
+      listed.output.substr(row_c, listed.output.find('\n', row_c + 1) - row_c).find(" shared "),
+      std::string::npos)
+      << listed.output;
 
   // Nor does A's token act as a worker or an admin.
   auto job = admin_->Post("/v1/jobs", {{"name", "j"}, {"pool", "gpu"}, {"min_gpus", 4}});
@@ -231,11 +241,10 @@ TEST_F(AgentNodesTest, ANodesOwnTokenActsOnlyAsThatNodeAndTheSharedTokenCannotTa
 TEST_F(AgentNodesTest, SegmentsOnOneNodeGetTheirOwnMasterPortKeptOverARestart) {
   Start({"--master-ports", "31000-31001"}, "60");
   HttpJson agent(daemon_->port(), StintdProcess::kAgentToken);
-  ASSERT_EQ(agent
-                .Post("/v1/nodes",
-                      {{"name", "np"}, {"pool", "gpu"}, {"gpus", {0, 1}}, {"kind", "spot"}})
-                .status,
-            201);
+  ASSERT_EQ(
+      agent.Post("/v1/nodes", {{"name", "np"}, {"pool", "gpu"}, {"gpus", {0, 1}}, {"kind", "spot"}})
+          .status,
+      201);
   const int64_t first = SubmitLaunch(1, "sleep 600");
   const int64_t second = SubmitLaunch(1, "sleep 600");
   ASSERT_TRUE(Eventually([&] {
@@ -284,9 +293,11 @@ TEST_F(AgentNodesTest, StintctlSubmitsATorchrunLaunchThatTheAgentRunsThroughTheL
   const std::string args_file = dir_.Sub("torchrun-args");
   WriteFile(launcher,
             "#!/bin/sh\n"
-            "for a in \"$@\"; do echo \"$a\"; done > " + args_file + "\n"
-            "while [ \"$1\" != --no-python ]; do shift; done; shift\n"
-            "exec \"$@\"\n",
+            "for a in \"$@\"; do echo \"$a\"; done > " +
+                args_file +
+                "\n"
+                "while [ \"$1\" != --no-python ]; do shift; done; shift\n"
+                "exec \"$@\"\n",
             0755);
   RunResult submitted =
       Ctl({"jobs", "submit", "--name", "tr", "--gpus", "2", "--pool", "gpu",
@@ -297,8 +308,9 @@ TEST_F(AgentNodesTest, StintctlSubmitsATorchrunLaunchThatTheAgentRunsThroughTheL
   ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "DONE"; }, 60))
       << Job(job).dump() << agent->output();
   const std::string args = ReadFile(args_file);
-  for (const std::string& want : std::vector<std::string>{"--nnodes=1", "--nproc-per-node=2", "--rdzv-backend=stint", "--rdzv-id=" + std::to_string(job),
-        "--no-python", "/bin/sh"}) {
+  for (const std::string& want :
+       std::vector<std::string>{"--nnodes=1", "--nproc-per-node=2", "--rdzv-backend=stint",
+                                "--rdzv-id=" + std::to_string(job), "--no-python", "/bin/sh"}) {
     EXPECT_NE(args.find(want + "\n"), std::string::npos) << want << " missing in:\n" << args;
   }
   // --torchrun without a value: the launcher on the PATH (in a pool with
@@ -317,8 +329,8 @@ TEST_F(AgentNodesTest, StintctlSubmitsATorchrunLaunchThatTheAgentRunsThroughTheL
 
 TEST_F(AgentNodesTest, AnAdminWindowNamesItsNodesWhoseAgentsJoinItAndLaunch) {
   Start();
-  RunResult added = Ctl({"windows", "add", "--pool", "gpu", "--nodes", "a1,a2", "--gpus", "1",
-                         "--duration", "1h"});
+  RunResult added = Ctl(
+      {"windows", "add", "--pool", "gpu", "--nodes", "a1,a2", "--gpus", "1", "--duration", "1h"});
   ASSERT_EQ(added.exit_code, 0) << added.output;
   EXPECT_NE(added.output.find("on node a1"), std::string::npos) << added.output;
   EXPECT_NE(added.output.find("on node a2"), std::string::npos) << added.output;
@@ -327,6 +339,9 @@ TEST_F(AgentNodesTest, AnAdminWindowNamesItsNodesWhoseAgentsJoinItAndLaunch) {
     EXPECT_TRUE(w["declared"].get<bool>()) << w.dump();
     EXPECT_FALSE(w["joined"].get<bool>()) << w.dump();
   }
+  RunResult listed = Ctl({"nodes"});
+  EXPECT_NE(listed.output.find("open, no agent yet"), std::string::npos) << listed.output;
+  EXPECT_NE(listed.output.find("hard (admin)"), std::string::npos) << listed.output;
   // A node that no admin window names cannot join; a covered node cannot
   // lend a window of its own.
   auto stray = Agent("a3", "0", {});
@@ -367,8 +382,7 @@ TEST_F(AgentNodesTest, AnAdminWindowNamesItsNodesWhoseAgentsJoinItAndLaunch) {
   // A covered node whose agent goes silent loses its window, as an agent's own.
   ASSERT_EQ(kill(a2->pid(), SIGKILL), 0);
   a2->Wait();
-  ASSERT_TRUE(Eventually([&] { return !Window(w2)["open"].get<bool>(); }, 30))
-      << Window(w2).dump();
+  ASSERT_TRUE(Eventually([&] { return !Window(w2)["open"].get<bool>(); }, 30)) << Window(w2).dump();
   EXPECT_TRUE(Window(w1)["open"].get<bool>());
   // SIGTERM of a joined agent closes its node's part of the admin window.
   ASSERT_EQ(kill(a1->pid(), SIGTERM), 0);
@@ -376,6 +390,48 @@ TEST_F(AgentNodesTest, AnAdminWindowNamesItsNodesWhoseAgentsJoinItAndLaunch) {
   ASSERT_FALSE(killed) << a1->output();
   EXPECT_EQ(WEXITSTATUS(status), 0) << a1->output();
   EXPECT_FALSE(Window(w1)["open"].get<bool>()) << Window(w1).dump();
+}
+
+// GPU indices named per node must be among the agent's; the window, joined,
+// is in the store: a restarted stintd and a restarted agent find it again.
+TEST_F(AgentNodesTest, AnAdminWindowsGpuIndicesBindTheAgentAndItOutlivesRestarts) {
+  Start({}, "60");
+  RunResult added = Ctl({"windows", "add", "--pool", "gpu", "--node", "b1:1,2", "--duration", "1h"});
+  ASSERT_EQ(added.exit_code, 0) << added.output;
+  ASSERT_EQ(Windows().size(), 1u);
+  const int64_t window = Windows()[0]["id"];
+  EXPECT_EQ(Windows()[0]["node_gpus"], json::array({1, 2}));
+  EXPECT_EQ(Windows()[0]["gpus"], 2);
+  // Declaring the node again while its window lasts is refused.
+  RunResult again = Ctl({"windows", "add", "--pool", "gpu", "--nodes", "b1", "--gpus", "1",
+                         "--duration", "1h"});
+  EXPECT_EQ(again.exit_code, 1) << again.output;
+  auto wrong = Agent("b1", "0,1", {});
+  bool killed = false;
+  int status = wrong->WaitAtMost(30, &killed);
+  ASSERT_FALSE(killed) << wrong->output();
+  EXPECT_EQ(WEXITSTATUS(status), 1) << wrong->output();
+  EXPECT_NE(wrong->output().find("lends GPU 2 of node b1"), std::string::npos) << wrong->output();
+  EXPECT_FALSE(Window(window)["joined"].get<bool>());
+
+  auto first = Agent("b1", "0,1,2", {});
+  ASSERT_TRUE(first->WaitForLine("stint-agent: node b1 registered: window ")) << first->output();
+  EXPECT_EQ(RegisteredWindow(first->output()), window);
+  EXPECT_NE(first->output().find("(new, an admin's window)"), std::string::npos)
+      << first->output();
+  ASSERT_EQ(kill(first->pid(), SIGKILL), 0);
+  first->Wait();
+  daemon_->Kill(SIGKILL);
+  ASSERT_TRUE(daemon_->Start()) << daemon_->output();
+  admin_ = std::make_unique<HttpJson>(daemon_->port(), StintdProcess::kAdminToken);
+  EXPECT_TRUE(Window(window)["declared"].get<bool>()) << Window(window).dump();
+  EXPECT_TRUE(Window(window)["joined"].get<bool>()) << Window(window).dump();
+  auto second = Agent("b1", "0,1,2", {});
+  ASSERT_TRUE(second->WaitForLine("stint-agent: node b1 registered: window ")) << second->output();
+  EXPECT_EQ(RegisteredWindow(second->output()), window);
+  EXPECT_NE(second->output().find("(found again, an admin's window)"), std::string::npos)
+      << second->output();
+  EXPECT_EQ(Windows().size(), 1u);
 }
 
 // --- a crashed worker is started again ---

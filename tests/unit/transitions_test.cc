@@ -381,5 +381,40 @@ TEST_F(TransitionsTest, StartsRecordTheirWaitInTheHistogram) {
   EXPECT_EQ(s_.counters.segments_started, 1);
 }
 
+// A worker crash reported while the segment runs (the agent starts the
+// worker again) counts for the crash-loop guard but leaves the segment
+// running; the limit-th crash in the window fails the job and loses the
+// segment; a crash of an ended segment is refused.
+TEST_F(TransitionsTest, AWorkerCrashIsCountedAndOnlyTheLimitEndsTheSegment) {
+  const int64_t job = Submit(2);
+  const int64_t seg = Start(job, 2);
+  Changes ch;
+  bool relaunch = false;
+  ASSERT_OK(ReportWorkerCrash(s_, seg, 9, "rank 1: boom", 3, 60'000, kT0 + 1000, &ch, &relaunch));
+  EXPECT_TRUE(relaunch);
+  EXPECT_EQ(s_.segments.at(seg).state, SegmentState::kRunning);
+  EXPECT_EQ(s_.jobs.at(job).state, JobState::kRunning);
+  EXPECT_EQ(s_.jobs.at(job).crash_ms, (std::vector<TimeMs>{kT0 + 1000}));
+  EXPECT_TRUE(ch.jobs.count(job));
+  // Out of the window: forgotten.
+  ASSERT_OK(ReportWorkerCrash(s_, seg, 9, "", 3, 60'000, kT0 + 70'000, &ch, &relaunch));
+  EXPECT_TRUE(relaunch);
+  ASSERT_OK(ReportWorkerCrash(s_, seg, 9, "", 3, 60'000, kT0 + 71'000, &ch, &relaunch));
+  EXPECT_TRUE(relaunch);
+  EXPECT_EQ(s_.jobs.at(job).crash_ms.size(), 2u);
+  ASSERT_OK(
+      ReportWorkerCrash(s_, seg, 9, "rank 0: again", 3, 60'000, kT0 + 72'000, &ch, &relaunch));
+  EXPECT_FALSE(relaunch);
+  EXPECT_EQ(s_.segments.at(seg).state, SegmentState::kLost);
+  EXPECT_EQ(s_.jobs.at(job).state, JobState::kFailed);
+  EXPECT_NE(s_.jobs.at(job).message.find("crash loop: 3 crashes"), std::string::npos)
+      << s_.jobs.at(job).message;
+  EXPECT_NE(s_.jobs.at(job).message.find("rank 0: again"), std::string::npos);
+  EXPECT_EQ(ReportWorkerCrash(s_, seg, 9, "", 3, 60'000, kT0 + 73'000, &ch, &relaunch).code(),
+            Code::kFailedPrecondition);
+  EXPECT_EQ(ReportWorkerCrash(s_, 999, 9, "", 3, 60'000, kT0, &ch, &relaunch).code(),
+            Code::kNotFound);
+}
+
 }  // namespace
 }  // namespace stint::stintd

@@ -224,9 +224,8 @@ void NodeAgent::Reap() {
         const bool crash = p.code != 0 && p.code != 75 && p.code != 76;
         p.relaunch = crash && !p.leaving && !run.signalled && !run.done;
         p.crash_sent = false;
-        std::printf("stint-agent: segment %lld rank %d exited %d%s\n",
-                    static_cast<long long>(sid), p.rank, p.code,
-                    p.relaunch ? " (a crash: reported, then started again)" : "");
+        std::printf("stint-agent: segment %lld rank %d exited %d%s\n", static_cast<long long>(sid),
+                    p.rank, p.code, p.relaunch ? " (a crash: reported, then started again)" : "");
       }
     }
   }
@@ -441,8 +440,8 @@ void NodeAgent::Launch(const void* assignment, int only_process) {
         p.log_sent = old.log_sent;
         old = std::move(p);
       }
-      std::printf("stint-agent: segment %lld: rank %d started again\n",
-                  static_cast<long long>(sid), rank_base + i);
+      std::printf("stint-agent: segment %lld: rank %d started again\n", static_cast<long long>(sid),
+                  rank_base + i);
       std::fflush(stdout);
       return;
     }
@@ -524,10 +523,10 @@ Status NodeAgent::Beat() {
   for (auto& [sid, run] : runs_) {
     for (WorkerProc& p : run.procs) {
       if (!p.relaunch || p.crash_sent) continue;
-      crashed.push_back({{"segment_id", sid},
-                         {"exit_code", p.code},
-                         {"message", ValidUtf8("rank " + std::to_string(p.rank) + ": " +
-                                               LastLine(p.log))}});
+      crashed.push_back(
+          {{"segment_id", sid},
+           {"exit_code", p.code},
+           {"message", ValidUtf8("rank " + std::to_string(p.rank) + ": " + LastLine(p.log))}});
       crash_reports.push_back(&p);
     }
     if (!run.done) {

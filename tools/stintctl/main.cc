@@ -276,10 +276,12 @@ int Main(int argc, char** argv) {
   int w_gpus = 0;
   CLI::App* windows_add = windows->add_subcommand("add", "offer GPUs of a pool for a time window");
   windows_add->add_option("--pool", w_pool, "pool name")->required();
-  auto* w_gpus_opt = windows_add->add_option("--gpus", w_gpus, "number of GPUs (per node with nodes)")
-                         ->check(CLI::Range(1, 1 << 20));
+  auto* w_gpus_opt =
+      windows_add->add_option("--gpus", w_gpus, "number of GPUs (per node with nodes)")
+          ->check(CLI::Range(1, 1 << 20));
   std::vector<std::string> w_nodes, w_node;
-  windows_add->add_option("--nodes", w_nodes, "nodes the window covers, N1,N2 (their agents launch)")
+  windows_add
+      ->add_option("--nodes", w_nodes, "nodes the window covers, N1,N2 (their agents launch)")
       ->delimiter(',');
   windows_add->add_option("--node", w_node,
                           "a node the window covers with its GPU indices, NAME:0,1,2 (repeatable)");
@@ -487,17 +489,18 @@ int Main(int argc, char** argv) {
       }
       Json launch{{"command", j_command}, {"env", env}, {"gpus_per_worker", j_gpus_per_worker}};
       if (*j_workdir_opt) launch["workdir"] = j_workdir;
-      if (*j_torchrun_opt) launch["torchrun"] = Json::array({j_torchrun.empty() ? "torchrun" : j_torchrun});
+      if (*j_torchrun_opt)
+        launch["torchrun"] = Json::array({j_torchrun.empty() ? "torchrun" : j_torchrun});
       if (*j_signal_opt) {
         std::string sig = j_signal;
         if (sig.rfind("SIG", 0) == 0) sig = sig.substr(3);
         launch["signal"] = sig;
       }
       body["launch"] = launch;
-    } else if (!j_env.empty() || *j_workdir_opt || *j_signal_opt || *j_gpw_opt ||
-               *j_torchrun_opt) {
+    } else if (!j_env.empty() || *j_workdir_opt || *j_signal_opt || *j_gpw_opt || *j_torchrun_opt) {
       return Usage(
-          "--env, --workdir, --signal, --gpus-per-worker and --torchrun go with a command after --");
+          "--env, --workdir, --signal, --gpus-per-worker and --torchrun go with a command after "
+          "--");
     }
     return c.Run("POST", "/v1/jobs", body, [](const Json& j) {
       return Line("job " + Cell(j, "id") + " submitted (" + Cell(j, "state") + ")");
@@ -588,9 +591,8 @@ int Main(int argc, char** argv) {
       nodes->add_subcommand("revoke", "revoke a node's own agent token (its agent is refused)");
   nodes_revoke->add_option("name", node_name, "node name")->required();
   leaf(nodes_revoke, [&](Ctl& c, int64_t) {
-    return c.Run("DELETE", "/v1/nodes/" + node_name + "/token", std::nullopt, [&](const Json&) {
-      return Line("node " + node_name + "'s agent token revoked");
-    });
+    return c.Run("DELETE", "/v1/nodes/" + node_name + "/token", std::nullopt,
+                 [&](const Json&) { return Line("node " + node_name + "'s agent token revoked"); });
   });
   leaf(nodes, [&](Ctl& c, int64_t) {
     return c.Run("GET", "/v1/nodes", std::nullopt, RenderNodes);

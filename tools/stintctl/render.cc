@@ -159,7 +159,7 @@ std::string RenderTeams(const Json& reply) {
 std::string RenderNodes(const Json& reply) {
   const Json& nodes = List(reply, "nodes");
   if (nodes.empty()) return "no nodes\n";
-  Table t({"NODE", "POOL", "GPUS", "STATE", "WINDOW", "KIND", "ALLOCATED", "RUNNING"});
+  Table t({"NODE", "POOL", "GPUS", "STATE", "WINDOW", "KIND", "TOKEN", "ALLOCATED", "RUNNING"});
   auto indices = [](const Json& list) {
     std::string out;
     for (const Json& g : list.is_array() ? list : Json::array())
@@ -177,9 +177,14 @@ std::string RenderNodes(const Json& reply) {
                  Cell(r, "job_name") + " (segment " + Cell(r, "segment_id") + ", GPUs " +
                  indices(r.value("gpus", Json::array())) + ")";
     }
-    t.AddRow({Cell(n, "name"), Cell(n, "pool"), gpus.empty() ? "-" : gpus,
-              open ? (w.value("closed_early", false) ? "closing" : "open") : "closed",
-              Cell(w, "id"), Cell(w, "kind"), Cell(w, "allocated_gpus"),
+    // An admin's window on the node (API.md, "Windows on nodes"), which
+    // its agent may not have joined yet.
+    const bool declared = w.value("declared", false);
+    std::string state = open ? (w.value("closed_early", false) ? "closing" : "open") : "closed";
+    if (open && declared && !w.value("joined", false)) state += ", no agent yet";
+    t.AddRow({Cell(n, "name"), Cell(n, "pool"), gpus.empty() ? "-" : gpus, state, Cell(w, "id"),
+              Cell(w, "kind") + (declared ? " (admin)" : ""),
+              n.value("own_token", false) ? "own" : "shared", Cell(w, "allocated_gpus"),
               running.empty() ? "-" : running});
   }
   return t.Render();

@@ -182,13 +182,13 @@ bool ValidNodeName(const std::string& name) {
 }  // namespace
 
 Result<std::vector<Window>> Coordinator::AddNodeWindows(const Window& spec,
-                                                       const std::vector<DeclaredNode>& nodes) {
+                                                        const std::vector<DeclaredNode>& nodes) {
   if (nodes.empty()) return Status::InvalidArgument("nodes must name at least one node");
   std::set<std::string> names;
   for (const DeclaredNode& n : nodes) {
     if (!ValidNodeName(n.name)) {
-      return Status::InvalidArgument("node name must match [A-Za-z0-9._-]{1,128} (got \"" +
-                                     n.name + "\")");
+      return Status::InvalidArgument("node name must match [A-Za-z0-9._-]{1,128} (got \"" + n.name +
+                                     "\")");
     }
     if (!names.insert(n.name).second)
       return Status::InvalidArgument("nodes names " + n.name + " twice");
@@ -250,8 +250,8 @@ Result<Window> Coordinator::RegisterNode(const Window& spec, bool* created, bool
             ": give --for, --until or --spot to lend it yourself");
       }
       if (open->closed_early) {
-        return Status::AlreadyExists("node " + spec.node + "'s window " +
-                                     std::to_string(open->id) + " is closing");
+        return Status::AlreadyExists("node " + spec.node + "'s window " + std::to_string(open->id) +
+                                     " is closing");
       }
       if (!spec.pool.empty() && spec.pool != open->pool) {
         return Status::AlreadyExists("node " + spec.node + "'s admin window " +
@@ -271,10 +271,10 @@ Result<Window> Coordinator::RegisterNode(const Window& spec, bool* created, bool
         }
       } else {
         if (static_cast<int>(spec.node_gpus.size()) < w.gpus) {
-          return Status::FailedPrecondition(
-              "admin window " + std::to_string(w.id) + " lends " + std::to_string(w.gpus) +
-              " GPUs of node " + spec.node + "; its agent lists only " +
-              std::to_string(spec.node_gpus.size()));
+          return Status::FailedPrecondition("admin window " + std::to_string(w.id) + " lends " +
+                                            std::to_string(w.gpus) + " GPUs of node " + spec.node +
+                                            "; its agent lists only " +
+                                            std::to_string(spec.node_gpus.size()));
         }
         w.node_gpus.assign(spec.node_gpus.begin(), spec.node_gpus.begin() + w.gpus);
         // Segments placed before the GPUs were known get theirs now, in
@@ -363,9 +363,9 @@ Result<Window> Coordinator::NodeHeartbeat(const std::string& node,
         }
         if (!on_node || !counted.insert(e.segment_id).second) continue;
         bool relaunch = false;
-        STINT_RETURN_IF_ERROR(ReportWorkerCrash(
-            s, e.segment_id, e.exit_code, e.message, options_.policy.crash_limit,
-            SecondsToMs(options_.policy.crash_window_seconds), t, c, &relaunch));
+        STINT_RETURN_IF_ERROR(
+            ReportWorkerCrash(s, e.segment_id, e.exit_code, e.message, options_.policy.crash_limit,
+                              SecondsToMs(options_.policy.crash_window_seconds), t, c, &relaunch));
       }
       return Status::OK();
     }));

@@ -357,8 +357,7 @@ Result<Window> ParseWindowSpec(const RequestBody& b, TimeMs now, bool gpus_requi
   STINT_ASSIGN_OR_RETURN(w.pool, b.String("pool"));
   STINT_ASSIGN_OR_RETURN(std::optional<int64_t> given, b.OptionalInt64("gpus"));
   if (!given && gpus_required) return b.Int64("gpus").status();  // "gpus is required"
-  if (!given) given = 1;  // checked below, then cleared
-  const int64_t gpus = *given;
+  const int64_t gpus = given.value_or(1);  // absent: passes the check below, w.gpus stays 0
   STINT_ASSIGN_OR_RETURN(std::optional<int64_t> start, b.OptionalInt64("start_ms"));
   STINT_ASSIGN_OR_RETURN(std::optional<int64_t> end, b.OptionalInt64("end_ms"));
   STINT_ASSIGN_OR_RETURN(std::optional<std::string> kind, b.OptionalString("kind"));
@@ -485,7 +484,7 @@ std::optional<Reply> AuthorizeJob(const TokenAuth& auth, Coordinator* c,
 // "node". nullopt: the request names no node (not a node endpoint).
 std::optional<std::string> NodeActedFor(const std::string& pattern, const httplib::Request& req) {
   if (pattern.rfind("/v1/nodes/(", 0) == 0 && req.matches.size() > 1) return req.matches[1];
-  const char* field = pattern == "/v1/nodes" ? "name"
+  const char* field = pattern == "/v1/nodes"                   ? "name"
                       : pattern == R"(/v1/jobs/(\d+)/workers)" ? "node"
                                                                : nullptr;
   if (field == nullptr || req.method != "POST") return std::nullopt;
@@ -683,8 +682,8 @@ void HttpApi::InstallRoutes() {
       const std::optional<Reply> node_refused =
           AuthorizeNodeCaller(auth_, coordinator_, route_pattern, need, req, &node_token);
       const Right have = need == Right::kNone ? Right::kNone
-                         : node_token ? Right::kAgent
-                                      : auth_.Check(req.get_header_value("Authorization"));
+                         : node_token         ? Right::kAgent
+                                              : auth_.Check(req.get_header_value("Authorization"));
       if (node_refused) {
         reply = *node_refused;
       } else if (need != Right::kNone && have == Right::kNone) {
@@ -989,9 +988,9 @@ void HttpApi::InstallRoutes() {
 
   // --- nodes (stint-agent) ---
   route(kPost, "/v1/nodes", Right::kAgent, [c](const httplib::Request& req) {
-    RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(
-        req.body,
-        {"name", "pool", "gpus", "end_ms", "kind", "notice_lead_seconds", "addr", "join"}));
+    RequestBody b =
+        STINT_HTTP_TRY(RequestBody::Parse(req.body, {"name", "pool", "gpus", "end_ms", "kind",
+                                                     "notice_lead_seconds", "addr", "join"}));
     Window spec;
     spec.node = STINT_HTTP_TRY(b.String("name"));
     spec.node_addr = STINT_HTTP_TRY(b.OptionalString("addr")).value_or("");
@@ -1030,13 +1029,14 @@ void HttpApi::InstallRoutes() {
   });
   // A node's own credential (API.md, "Credentials"): issued (or replaced)
   // by an admin, shown once.
-  route(kPost, R"(/v1/nodes/([A-Za-z0-9._-]+)/token)", Right::kAdmin,
-        [c](const httplib::Request& req) {
-          STINT_HTTP_TRY(RequestBody::Parse(req.body.empty() ? "{}" : req.body, {}));
-          std::string token;
-          NodeCredential n = STINT_HTTP_TRY(c->IssueNodeToken(req.matches[1], &token));
-          return Reply{201, {{"name", n.name}, {"token", token}, {"issued_ms", n.issued_ms}}, {}, {}};
-        });
+  route(
+      kPost, R"(/v1/nodes/([A-Za-z0-9._-]+)/token)", Right::kAdmin,
+      [c](const httplib::Request& req) {
+        STINT_HTTP_TRY(RequestBody::Parse(req.body.empty() ? "{}" : req.body, {}));
+        std::string token;
+        NodeCredential n = STINT_HTTP_TRY(c->IssueNodeToken(req.matches[1], &token));
+        return Reply{201, {{"name", n.name}, {"token", token}, {"issued_ms", n.issued_ms}}, {}, {}};
+      });
   route(kDelete, R"(/v1/nodes/([A-Za-z0-9._-]+)/token)", Right::kAdmin,
         [c](const httplib::Request& req) {
           Status s = c->RevokeNodeToken(req.matches[1]);
@@ -1068,6 +1068,7 @@ void HttpApi::InstallRoutes() {
           }
         }
         nodes.push_back({{"name", name},
+                         {"own_token", s.node_credentials.count(name) > 0},
                          {"pool", w->pool},
                          {"gpus", w->node_gpus},
                          {"open", w->open_at(now)},

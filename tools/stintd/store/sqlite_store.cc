@@ -268,11 +268,10 @@ const Table kRendezvous = {"rendezvous",
                             {"formed_ms", Type::kInt},
                             {"dropped", Type::kText}}};
 
-const Table kNodeCredentials = {"node_credentials",
-                                {"name"},
-                                {{"name", Type::kText},
-                                 {"secret_hash", Type::kText},
-                                 {"issued_ms", Type::kInt}}};
+const Table kNodeCredentials = {
+    "node_credentials",
+    {"name"},
+    {{"name", Type::kText}, {"secret_hash", Type::kText}, {"issued_ms", Type::kInt}}};
 
 const Table kMeta = {"meta",
                      {"id"},
@@ -293,9 +292,9 @@ const Table kMeta = {"meta",
                       {"accounted_ms", Type::kInt}}};
 
 const std::vector<const Table*>& AllTables() {
-  static const std::vector<const Table*> kAll = {
-      &kPools, &kWindows,    &kTeams, &kJobs,      &kSegments,
-      &kWorkers, &kKv, &kMeta, &kRendezvous, &kNodeCredentials};
+  static const std::vector<const Table*> kAll = {&kPools,      &kWindows,        &kTeams, &kJobs,
+                                                 &kSegments,   &kWorkers,        &kKv,    &kMeta,
+                                                 &kRendezvous, &kNodeCredentials};
   return kAll;
 }
 
@@ -1118,8 +1117,7 @@ Status SqliteStore::ReadAll(ClusterState* s) {
   STINT_RETURN_IF_ERROR(LoadTable("segment", segments_, &s->segments));
   STINT_RETURN_IF_ERROR(LoadTable("worker", workers_, &s->workers));
   STINT_RETURN_IF_ERROR(LoadTable("rendezvous", rendezvous_, &s->rendezvous));
-  STINT_RETURN_IF_ERROR(
-      LoadTable("node credential", node_credentials_, &s->node_credentials));
+  STINT_RETURN_IF_ERROR(LoadTable("node credential", node_credentials_, &s->node_credentials));
   // No meta row yet (nothing saved with counters): the defaults stand.
   return ForEachRow(meta_.select.get(), "load meta", [&](RowReader& r) { return ReadMeta(r, s); });
 }
@@ -1138,8 +1136,8 @@ Status SqliteStore::WriteChanges(const ClusterState& s, const Changes& c) {
   STINT_RETURN_IF_ERROR(SaveTable("segment", segments_, c.segments, s.segments));
   STINT_RETURN_IF_ERROR(SaveTable("worker", workers_, c.workers, s.workers));
   STINT_RETURN_IF_ERROR(SaveTable("rendezvous", rendezvous_, c.rendezvous, s.rendezvous));
-  STINT_RETURN_IF_ERROR(SaveTable("node credential", node_credentials_, c.node_credentials,
-                                  s.node_credentials));
+  STINT_RETURN_IF_ERROR(
+      SaveTable("node credential", node_credentials_, c.node_credentials, s.node_credentials));
   if (c.counters) {
     STINT_RETURN_IF_ERROR(
         Run(meta_.upsert.get(), "save counters", [&](Binder& b) { return BindMeta(b, s); }));
