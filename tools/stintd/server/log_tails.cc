@@ -69,6 +69,24 @@ std::string LogTails::JobPath(int64_t job_id) const {
   return dir_ + "/job-" + std::to_string(job_id) + ".log";
 }
 
+void LogTails::Trim(JobLog* log) {
+  while (log->bytes > max_bytes_per_job_ && log->chunks.size() > 1) {
+    DropOldest(log, log->chunks.front().seq);
+  }
+  while (bytes_ > max_bytes_ && order_.size() > 1) {
+    auto [job, seq] = order_.front();
+    order_.pop_front();
+    DropOldest(&jobs_[job], seq);
+  }
+  // Entries of chunks the per-job cap dropped go once they are oldest, so
+  // order_ holds at most the chunks appended since the oldest one held.
+  while (!order_.empty()) {
+    const JobLog& front = jobs_[order_.front().first];
+    if (!front.chunks.empty() && front.chunks.front().seq <= order_.front().second) break;
+    order_.pop_front();
+  }
+}
+
 Status LogTails::WriteChunk(int64_t job_id, JobLog* log, const LogChunk& chunk, uint64_t end) {
   char head[128];
   std::snprintf(head, sizeof(head), "C %" PRId64 " %" PRId64 " %d %" PRIu64 " %zu\n", chunk.seq,
@@ -180,20 +198,8 @@ Status LogTails::Persist(const std::string& dir) {
       bytes_ += c.text.size();
       order_.emplace_back(job, c.seq);
       log.chunks.push_back(std::move(c));
-      while (log.bytes > max_bytes_per_job_ && log.chunks.size() > 1) {
-        DropOldest(&log, log.chunks.front().seq);
-      }
+      Trim(&log);
     }
-  }
-  while (bytes_ > max_bytes_ && order_.size() > 1) {
-    auto [job, seq] = order_.front();
-    order_.pop_front();
-    DropOldest(&jobs_[job], seq);
-  }
-  while (!order_.empty()) {
-    const JobLog& front = jobs_[order_.front().first];
-    if (!front.chunks.empty() && front.chunks.front().seq <= order_.front().second) break;
-    order_.pop_front();
   }
   return Status::OK();
 }
@@ -265,21 +271,7 @@ void LogTails::Append(int64_t job_id, int64_t segment_id, int rank, uint64_t off
     log.bytes += text.size();
     bytes_ += text.size();
     order_.emplace_back(job_id, log.last_seq);
-    while (log.bytes > max_bytes_per_job_ && log.chunks.size() > 1) {
-      DropOldest(&log, log.chunks.front().seq);
-    }
-    while (bytes_ > max_bytes_ && order_.size() > 1) {
-      auto [job, seq] = order_.front();
-      order_.pop_front();
-      DropOldest(&jobs_[job], seq);
-    }
-    // Entries of chunks the per-job cap dropped go once they are oldest, so
-    // order_ holds at most the chunks appended since the oldest one held.
-    while (!order_.empty()) {
-      const JobLog& front = jobs_[order_.front().first];
-      if (!front.chunks.empty() && front.chunks.front().seq <= order_.front().second) break;
-      order_.pop_front();
-    }
+    Trim(&log);
   }
   cv_.notify_all();
 }

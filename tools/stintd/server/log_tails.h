@@ -103,6 +103,9 @@ class LogTails {
 
   // The front chunk of the job, if it is `seq`, goes.
   void DropOldest(JobLog* log, int64_t seq);
+  // Holds the caps after `log` grew: its own, then the total (the oldest
+  // chunks of all jobs go first).
+  void Trim(JobLog* log);
 
   const size_t max_bytes_per_job_;
   const size_t max_bytes_;
