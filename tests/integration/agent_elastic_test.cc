@@ -104,13 +104,19 @@ class AgentElasticTest : public ::testing::Test {
     return r.body.value("id", int64_t{0});
   }
 
-  json Job(int64_t id) { return admin_->Get("/v1/jobs/" + std::to_string(id)).body; }
+  // The job; {} when stintd did not answer it.
+  json Job(int64_t id) {
+    json j = admin_->Get("/v1/jobs/" + std::to_string(id)).body;
+    return j.is_object() ? j : json::object();
+  }
+  // The job's running segment; {} while it has none.
   json Segment(int64_t job) {
     const json j = Job(job);
+    const json id = j.value("segment_id", json());
     for (const json& s : j.value("segments", json::array())) {
-      if (s.value("id", int64_t{0}) == j.value("segment_id", int64_t{-1})) return s;
+      if (s.is_object() && s.value("id", json()) == id) return s;
     }
-    return json();
+    return json::object();
   }
   // The node window ids of the job's running segment, in placement order.
   std::vector<int64_t> PlacedWindows(int64_t job) {
