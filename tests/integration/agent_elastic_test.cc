@@ -235,7 +235,9 @@ TEST_F(AgentElasticTest, AShrinkSignalsOnlyTheLeavingNodesWorkers) {
     const auto r = worker.Post("/v1/workers/" + std::to_string(w) + "/heartbeat", json::object());
     const bool leaves = std::find(leaving.begin(), leaving.end(), w) != leaving.end();
     EXPECT_EQ(r.status, leaves ? 410 : 200) << "worker " << w << ": " << r.text;
-    if (!leaves) EXPECT_TRUE(r.body.value("active", false)) << r.text;
+    if (!leaves) {
+      EXPECT_TRUE(r.body.value("active", false)) << r.text;
+    }
   }
 
   // The HIGH job finishes: the elastic job grows back onto node nb, whose
@@ -287,7 +289,9 @@ TEST_F(AgentElasticTest, ALeaverIgnoringTheSignalIsKilledAtTheDeadlineAndTheJobR
                              " rank 2 exited 137"))
       << b->output();
   for (const auto& [w, pid] : pids) {
-    if (Env(w, "STINT_WORKER_NAME").rfind("na:", 0) == 0) EXPECT_FALSE(ProcessGone(pid)) << w;
+    if (Env(w, "STINT_WORKER_NAME").rfind("na:", 0) == 0) {
+      EXPECT_FALSE(ProcessGone(pid)) << w;
+    }
   }
   const json e = Job(elastic);
   EXPECT_EQ(e.value("state", ""), "RUNNING") << e.dump();

@@ -430,10 +430,10 @@ TEST_F(AgentTest, StintctlLogsFollowsTheWorkersOutputUntilTheJobEnds) {
   const int status = follow.WaitAtMost(60, &killed);
   ASSERT_TRUE(!killed && WIFEXITED(status) && WEXITSTATUS(status) == 0) << follow.output();
   EXPECT_EQ(Job(job)["state"], "DONE");
-  for (const std::string& line :
+  for (const char* line :
        {"[rank 1] start 1", "[rank 0] caf\u00e9 \ufffd 0", "[rank 1] caf\u00e9 \ufffd 1",
         "[rank 0] end 0", "[rank 1] end 1"}) {
-    EXPECT_NE(follow.output().find(line + "\n"), std::string::npos) << line << "\n"
+    EXPECT_NE(follow.output().find(std::string(line) + "\n"), std::string::npos) << line << "\n"
                                                                     << follow.output();
   }
   RunResult again = RunProgram(STINTCTL_PATH, CtlArgs({"logs", std::to_string(job)}));
