@@ -144,6 +144,8 @@ int main(int argc, char** argv) {
                  "stint PolicyConfig.service_class_gpu_hours");
   app.add_option("--starvation-factor", so.stint.service_starvation_factor,
                  "stint PolicyConfig.service_starvation_factor");
+  app.add_option("--queue-guard-factor", so.stint.service_queue_guard_factor,
+                 "stint PolicyConfig.service_queue_guard_factor (0: off)");
   app.add_option("--min-run-s", so.stint.min_run_seconds,
                  "stint min_run_seconds (also Slurm PreemptExemptTime)");
   app.add_option("--safety-s", so.stint.safety_seconds,
