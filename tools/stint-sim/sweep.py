@@ -20,7 +20,9 @@ unlimited, once with each team's borrowing limited), and the published Alibaba p
 
 Targets (stint against the baselines): mean JCT <= 0.5 x FIFO and <= 0.8 x
 Slurm-like; p99 queue delay <= 0.5 x FIFO+EASY; p99 JCT <= 1.2 x EASY; window
-utilisation >= 0.85; Jain fairness >= Slurm-like's (multi-team); lost work 0.
+utilisation >= 0.85; Jain fairness >= Slurm-like's (multi-team; with
+borrowing limits, Slurm-like's under the same limits, slurm-limits); lost
+work 0.
 Where the JCT target is out of reach for any policy, the bound is printed
 beside the figure: the mean work over FIFO's mean JCT (zero queueing, no
 interruption).
