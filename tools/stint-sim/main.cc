@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
                  "bamboo-nodes:PATH[:GPUS_PER_NODE] "
                  "| bamboo-avail:PATH[:GPUS[:h]] | synthetic; a part may end in @spot");
   app.add_option("--policies", policies,
-                 "comma-separated, or 'all' (fifo,easy,slurm,stint,stint-no-*)");
+                 "comma-separated, or 'all' (fifo,easy,slurm,slurm-limits,stint,stint-*)");
   app.add_option("--out", out_dir,
                  "write table.md, results.json, utilisation.svg, events-<policy>.log here");
   app.add_option("--seed", wo.jobs.seed, "seed for synthetic parts");
