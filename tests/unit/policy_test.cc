@@ -1552,6 +1552,48 @@ TEST(PolicyService, JobsSubmittedTogetherGoShortestFirst) {
   EXPECT_EQ(Order(PlanAt(c.s)), (std::vector<int64_t>{shorter.id, longer.id, unknown.id}));
 }
 
+// The queue guard: counting the work left, a long job that never ran is
+// in a deep class; once it has waited 0.4 x its length it is ordered in
+// class 0, as a new job is, and goes before the shorter jobs that came
+// after it.
+TEST(PolicyService, ALongJobThatNeverRanRisesToClassZeroAfterWaitingPartOfItsLength) {
+  const PolicyConfig config;  // service_queue_guard_factor 0.4
+  Job j;
+  j.max_gpus = 4;
+  j.remaining_seconds = 10 * 3600;  // 40 GPU-h left: class 2
+  j.submit_ms = kNow;
+  EXPECT_EQ(ServiceClass(j, config), 2);
+  EXPECT_FALSE(QueueGuarded(j, kNow + Hours(3.9), config));
+  EXPECT_TRUE(QueueGuarded(j, kNow + Hours(4.1), config));
+  j.service_gpu_seconds = 1;  // it has run: the classes alone (and the starvation guard)
+  EXPECT_FALSE(QueueGuarded(j, kNow + Hours(100), config));
+  j.service_gpu_seconds = 0;
+  j.remaining_seconds = 0;  // no estimate: attained service already gives class 0
+  EXPECT_FALSE(QueueGuarded(j, kNow + Hours(100), config));
+  j.remaining_seconds = 10 * 3600;
+  PolicyConfig off;
+  off.service_queue_guard_factor = 0;
+  EXPECT_FALSE(QueueGuarded(j, kNow + Hours(100), off));
+  PolicyConfig las;
+  las.service_class_by_remaining = false;
+  EXPECT_FALSE(QueueGuarded(j, kNow + Hours(100), las));
+
+  // In the plan: the long job, submitted 4.1 h ago, against a short one
+  // submitted 4 h ago (same level, 0.1 h less aging, class 0).
+  Cluster c;
+  c.Window(4);
+  Job& long_job = c.Pending(4, Priority::kMedium, Hours(4.1));
+  long_job.remaining_seconds = 10 * 3600;
+  Job& short_job = c.Pending(4, Priority::kMedium, Hours(4));
+  short_job.remaining_seconds = 1800;  // 2 GPU-h: class 1
+  const Plan guarded = PlanAt(c.s, kNow, config);
+  EXPECT_EQ(Info(guarded, long_job.id).service_class, 0);
+  EXPECT_EQ(Order(guarded), (std::vector<int64_t>{long_job.id, short_job.id}));
+  const Plan unguarded = PlanAt(c.s, kNow, off);
+  EXPECT_EQ(Info(unguarded, long_job.id).service_class, 2);
+  EXPECT_EQ(Order(unguarded), (std::vector<int64_t>{short_job.id, long_job.id}));
+}
+
 TEST(PolicyService, TakesTheMostServedVictimOfTheLevel) {
   Cluster c;
   const int64_t w = c.Window(8);

@@ -320,13 +320,72 @@ TEST(SimService, ALongJobNearItsEndIsNotOvertakenByEveryShorterNewJob) {
   w.jobs.push_back(Job(0, 0, 1, 20 * 3600));
   for (int i = 1; i <= 20; i++) w.jobs.push_back(Job(i, 15 * 3600 + 9000.0 * (i - 1), 1, 2 * 3600));
   const SimResult las = RunPolicy(w, "stint-las");
-  const SimResult stint = RunPolicy(w, "stint");
+  const SimResult stint = RunPolicy(w, "stint-no-queue-guard");
+  const SimResult guarded = RunPolicy(w, "stint");
   ASSERT_EQ(las.conservation_violations + stint.conservation_violations, 0);
   EXPECT_GT(las.jobs[0].finish_s, 30 * 3600.0) << "preempted by every new job";
   EXPECT_LT(stint.jobs[0].finish_s, 21 * 3600.0) << stint.jobs[0].finish_s;
   // The price: the 2 h jobs arriving meanwhile wait for its end (here the
   // mean JCT is 7 % higher).
   EXPECT_GT(stint.jobs[1].first_start_s, las.jobs[1].first_start_s);
+  // The queue guard (on by default) undoes this here: a 2 h job that has
+  // waited 0.4 x 2 h is class 0 and preempts the long one (it has more
+  // left), so the new jobs wait at most about 0.8 h and the long job ends
+  // after the stream, as by attained service (METHOD.md).
+  ASSERT_EQ(guarded.conservation_violations, 0);
+  EXPECT_GT(guarded.jobs[0].finish_s, 30 * 3600.0) << guarded.jobs[0].finish_s;
+  EXPECT_LT(guarded.jobs[1].first_start_s - w.jobs[1].submit_s, 3600.0);
+}
+
+// The queue guard: on one GPU a 10 h job arrives just before a backlog
+// of forty 54-minute jobs. Counting the work left it is class 2 and they
+// are class 0, and as all of them age alike it first starts after the
+// whole backlog (about 36 h). Once it has waited 0.4 x its length (4 h)
+// it is ordered as a new job and starts at the next free GPU.
+TEST(SimService, TheQueueGuardStartsALongJobBehindABacklogOfShortOnes) {
+  Workload w;
+  w.windows = FixedCapacity(1);
+  w.jobs.push_back(Job(0, 0, 1, 2 * 3600));    // holds the GPU first
+  w.jobs.push_back(Job(1, 10, 1, 10 * 3600));  // the long job
+  for (int i = 2; i < 42; i++) w.jobs.push_back(Job(i, 20, 1, 0.9 * 3600));
+  const SimResult guarded = RunPolicy(w, "stint");
+  const SimResult unguarded = RunPolicy(w, "stint-no-queue-guard");
+  ASSERT_EQ(guarded.conservation_violations + unguarded.conservation_violations, 0);
+  EXPECT_GT(unguarded.jobs[1].first_start_s, 30 * 3600.0) << "behind the whole backlog";
+  EXPECT_LT(guarded.jobs[1].first_start_s, 8 * 3600.0) << guarded.jobs[1].first_start_s;
+}
+
+// Slurm-like with the teams' borrowing limits as GrpTRES caps
+// (slurm-limits): a team at its cap has its jobs held, neither started nor
+// reserved for, so the other team's jobs behind them start at once.
+TEST(SimTeams, SlurmLimitsHoldsATeamAtItsCapWithoutBlockingOthers) {
+  Workload w;
+  w.windows = FixedCapacity(16);
+  for (int i = 0; i < 12; i++) {
+    w.jobs.push_back(Job(i, 0, 1, 3600));
+    w.jobs.back().team = "a";
+  }
+  w.jobs.push_back(Job(12, 60, 1, 3600));
+  w.jobs.back().team = "b";
+  SchedulerOptions o;
+  o.team_guarantee_gpus = 2;
+  o.team_borrow_limits = TeamBorrowLimits(o, w.jobs, 1);  // cap: 2 + 2 GPUs
+  auto run = [&](const std::string& policy) {
+    auto spec = ParsePolicy(policy, o);
+    EXPECT_OK(spec);
+    auto sched = MakeScheduler(spec.value(), o);
+    EngineOptions e;
+    e.team_guarantee_gpus = 2;
+    return Simulate(w, *sched, e);
+  };
+  const SimResult free = run("slurm");
+  const SimResult limited = run("slurm-limits");
+  ASSERT_EQ(free.conservation_violations + limited.conservation_violations, 0);
+  EXPECT_EQ(free.teams.at("a").peak_gpus, 12);
+  EXPECT_EQ(limited.teams.at("a").peak_gpus, 4);
+  EXPECT_GE(limited.jobs[11].first_start_s, 2 * 3600.0)
+      << "the last wave waits for the team's room";
+  EXPECT_LE(limited.jobs[12].first_start_s, 60) << "team b is not held back by a's cap";
 }
 
 // The capacity-aware lower bound on mean JCT: one GPU, jobs of 1 h and 2 h

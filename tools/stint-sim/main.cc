@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
                  "bamboo-nodes:PATH[:GPUS_PER_NODE] "
                  "| bamboo-avail:PATH[:GPUS[:h]] | synthetic; a part may end in @spot");
   app.add_option("--policies", policies,
-                 "comma-separated, or 'all' (fifo,easy,slurm,stint,stint-no-*)");
+                 "comma-separated, or 'all' (fifo,easy,slurm,slurm-limits,stint,stint-*)");
   app.add_option("--out", out_dir,
                  "write table.md, results.json, utilisation.svg, events-<policy>.log here");
   app.add_option("--seed", wo.jobs.seed, "seed for synthetic parts");
@@ -144,6 +144,8 @@ int main(int argc, char** argv) {
                  "stint PolicyConfig.service_class_gpu_hours");
   app.add_option("--starvation-factor", so.stint.service_starvation_factor,
                  "stint PolicyConfig.service_starvation_factor");
+  app.add_option("--queue-guard-factor", so.stint.service_queue_guard_factor,
+                 "stint PolicyConfig.service_queue_guard_factor (0: off)");
   app.add_option("--min-run-s", so.stint.min_run_seconds,
                  "stint min_run_seconds (also Slurm PreemptExemptTime)");
   app.add_option("--safety-s", so.stint.safety_seconds,

@@ -20,7 +20,9 @@ unlimited, once with each team's borrowing limited), and the published Alibaba p
 
 Targets (stint against the baselines): mean JCT <= 0.5 x FIFO and <= 0.8 x
 Slurm-like; p99 queue delay <= 0.5 x FIFO+EASY; p99 JCT <= 1.2 x EASY; window
-utilisation >= 0.85; Jain fairness >= Slurm-like's (multi-team); lost work 0.
+utilisation >= 0.85; Jain fairness >= Slurm-like's (multi-team; with
+borrowing limits, Slurm-like's under the same limits, slurm-limits); lost
+work 0.
 Where the JCT target is out of reach for any policy, the bound is printed
 beside the figure: the mean work over FIFO's mean JCT (zero queueing, no
 interruption).
@@ -34,7 +36,7 @@ import sys
 
 PHILLY_POINTS = ("ee9e8c:32,ee9e8c:48,ee9e8c:64,11cb48:24,11cb48:32,6c71a0:48,6c71a0:64,"
                  "6214e9:24,6214e9:64,7f04ca:16,e13805:16,2869ce:16,0e4a51:16")
-POLICIES = "fifo,easy,slurm,stint,stint-las,stint-no-service,stint-no-starvation-guard,stint-no-shrink"
+POLICIES = "fifo,easy,slurm,slurm-limits,stint,stint-las,stint-no-queue-guard,stint-no-service,stint-no-starvation-guard,stint-no-shrink"
 
 
 def replays(traces, data):
@@ -116,7 +118,7 @@ def main():
         rows = list(pool.map(lambda r: run_one(args.sim, args.out, r[0], r[1], args.extra, args.reuse), todo))
 
     lines = ["| replay | jobs | FIFO queue mean (h) | JCT stint/FIFO ≤ 0.5 (bound) | JCT stint/slurm ≤ 0.8 "
-             "| p99 queue stint/EASY ≤ 0.5 | p99 JCT stint/EASY ≤ 1.2 (no guard) "
+             "| p99 queue stint/EASY ≤ 0.5 (no queue guard) | p99 JCT stint/EASY ≤ 1.2 (no guard) "
              "| stint-las: JCT/FIFO, p99 JCT/EASY, p99 queue/EASY | window util ≥ 0.85 "
              "| lost GPU-h = 0 | Jain stint ≥ slurm | preempt/job (no shrink) | resizes/job | goodput | all met |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
@@ -138,33 +140,45 @@ def main():
         las_cell = (f"{ratio(las['jct_mean_s'], fifo['jct_mean_s']):.3f}, {ratio(las['jct_p99_s'], easy['jct_p99_s']):.3f}, "
                     f"{ratio(las['queue_p99_s'], easy['queue_p99_s']) if easy['queue_p99_s'] > 0 else 0.0:.3f}")
         teams = len(stint["teams"]) > 1
+        # With borrowing limits stint's fairness is compared with Slurm-like
+        # under the same caps (slurm-limits, GrpTRES); unlimited Slurm-like's
+        # is printed beside it.
+        limited = any(t.get("borrow_limit_gpus", -1) >= 0 for t in stint["teams"].values())
+        fair_base = p["slurm-limits"] if limited else slurm
         oks = [jct <= 0.5, jct_slurm <= 0.8, q99 <= 0.5, p99 <= 1.2, stint["window_util"] >= 0.85,
-               stint["lost_gpu_h"] == 0, (stint["fairness_jain"] >= slurm["fairness_jain"]) or not teams]
+               stint["lost_gpu_h"] == 0, (stint["fairness_jain"] >= fair_base["fairness_jain"]) or not teams]
+        nqg = p["stint-no-queue-guard"]
+        q99_nqg = ratio(nqg["queue_p99_s"], easy["queue_p99_s"]) if easy["queue_p99_s"] > 0 else 0.0
         met += all(oks)
         lines.append(
             f"| {name} | {stint['jobs']} | {fifo['queue_mean_s'] / 3600:.2f} "
-            f"| {check(jct, oks[0])} ({bound:.2f}) | {check(jct_slurm, oks[1])} | {check(q99, oks[2])} "
+            f"| {check(jct, oks[0])} ({bound:.2f}) | {check(jct_slurm, oks[1])} | {check(q99, oks[2])} ({q99_nqg:.2f}) "
             f"| {check(p99, oks[3])} ({p99_las:.2f}) | {las_cell} | {check(stint['window_util'], oks[4])} "
             f"| {check(stint['lost_gpu_h'], oks[5], '{:.1f}')} "
-            f"| {(check(stint['fairness_jain'], oks[6]) + ' vs ' + format(slurm['fairness_jain'], '.3f')) if teams else '-'} "
+            f"| {(check(stint['fairness_jain'], oks[6]) + ' vs ' + format(fair_base['fairness_jain'], '.3f') + (' (same limits; unlimited ' + format(slurm['fairness_jain'], '.3f') + ')' if limited else '')) if teams else '-'} "
             f"| {stint['preemptions_per_job']:.3f} ({p['stint-no-shrink']['preemptions_per_job']:.3f}) "
             f"| {stint['resizes_per_job']:.3f} "
             f"| {stint['goodput']:.4f} | {'met' if all(oks) else 'missed'} |")
         if teams:
-            team_lines += [f"\n{name}: per team (stint; Slurm-like has no limit). Jain over the teams' mean "
-                           f"slowdown: stint {stint['fairness_jain']:.3f}, Slurm-like {slurm['fairness_jain']:.3f}", "",
+            sl = p["slurm-limits"]
+            team_lines += [f"\n{name}: per team (stint; Slurm-like without limits, slurm-limits with the same caps "
+                           f"as GrpTRES). Jain over the teams' mean slowdown: stint {stint['fairness_jain']:.3f}, "
+                           f"Slurm-like {slurm['fairness_jain']:.3f}, slurm-limits {sl['fairness_jain']:.3f}", "",
                            "| team | guarantee | borrow limit | jobs | GPUs held mean | peak (≤ guarantee + limit) "
-                           "| borrowed mean | wait stint (h) | wait slurm (h) | slowdown stint | slowdown slurm |",
-                           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                           "| borrowed mean | wait stint (h) | wait slurm (h) | wait slurm-limits (h) "
+                           "| slowdown stint | slowdown slurm | slowdown slurm-limits |",
+                           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
             for team, t in sorted(stint["teams"].items(), key=lambda kv: -kv[1]["guarantee_gpus"]):
                 s = slurm["teams"][team]
+                sl_t = sl["teams"][team]
                 limit = t.get("borrow_limit_gpus", -1)
                 cap = t["guarantee_gpus"] + limit if limit >= 0 else None
                 peak = f"{t['gpus_peak']}" + ("" if cap is None else f" {'✓' if t['gpus_peak'] <= cap else '✗'}")
                 team_lines.append(f"| {team} | {t['guarantee_gpus']} | {limit if limit >= 0 else 'none'} | {t['jobs']} "
                                   f"| {t['gpus_mean']:.1f} | {peak} | {t['borrowed_gpus_mean']:.2f} "
                                   f"| {t['queue_mean_s'] / 3600:.2f} | {s['queue_mean_s'] / 3600:.2f} "
-                                  f"| {t['slowdown_mean']:.2f} | {s['slowdown_mean']:.2f} |")
+                                  f"| {sl_t['queue_mean_s'] / 3600:.2f} "
+                                  f"| {t['slowdown_mean']:.2f} | {s['slowdown_mean']:.2f} | {sl_t['slowdown_mean']:.2f} |")
     lines.append("")
     lines.append(f"all targets met in {met} of {len(rows)} replays")
     text = "\n".join(lines + team_lines) + "\n"

@@ -143,6 +143,11 @@ int main(int argc, char** argv) {
                  "a job reporting its remaining work is classed by the GPU-hours it has left "
                  "(false: by those it has attained)")
       ->capture_default_str();
+  app.add_option("--service-queue-guard-factor", p.service_queue_guard_factor,
+                 "a pending job that never ran and waited longer than this x its remaining work "
+                 "is classed 0 (0: off)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--service-class-gpu-hours", p.service_class_gpu_hours,
                  "attained GPU-hours of the first class step")
       ->capture_default_str()

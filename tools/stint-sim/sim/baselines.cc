@@ -187,15 +187,19 @@ class QueueScheduler : public Scheduler {
   }
 
   // Starts what fits of `order` (queue order) with EASY backfill behind
-  // the first job that does not fit. `ok(job, w)` filters windows.
-  template <typename Ok>
-  void EasyPass(const std::vector<int64_t>& order, TimeMs now, Decisions* d, bool backfill, Ok ok) {
+  // the first job that does not fit. `ok(job, w)` filters windows; a job
+  // `held(job)` says may not start now is passed over (neither started nor
+  // reserved for, as Slurm does with a job over its association's limit).
+  template <typename Ok, typename Held>
+  void EasyPass(const std::vector<int64_t>& order, TimeMs now, Decisions* d, bool backfill, Ok ok,
+                Held held) {
     std::vector<int> free = FreeNow();
     Reservation res;
     bool blocked = false;
     size_t scanned = 0;
     for (int64_t job : order) {
       if (++scanned > 4096) break;
+      if (held(job)) continue;
       auto allocs = Place(job, now, free, [&](int w) { return ok(job, w); });
       if (!blocked) {
         if (!allocs.empty()) {
@@ -240,7 +244,9 @@ class FifoScheduler : public QueueScheduler {
   Decisions Schedule(TimeMs now) override {
     Decisions d;
     std::vector<int64_t> order(pending_.begin(), pending_.end());
-    EasyPass(order, now, &d, backfill_, [](int64_t, int) { return true; });
+    EasyPass(
+        order, now, &d, backfill_, [](int64_t, int) { return true; },
+        [](int64_t) { return false; });
     return d;
   }
 
@@ -256,10 +262,21 @@ class FifoScheduler : public QueueScheduler {
 // PreemptExemptTime = min_run; reservations (windows) end known, and a
 // job's limit is shortened to the window (--time-min = one minimum
 // segment) with the GraceTime signal before the end.
+//
+// With team_limits (policy `slurm-limits`), each team is an association
+// with GrpTRES=gres/gpu = its guarantee + its borrowing limit (the same
+// caps stint gets from --team-borrow-factor): a job that would take its
+// team above the cap stays pending (reason AssocGrpGRES) and is neither
+// started nor reserved for; teams without a limit are unlimited.
 class SlurmScheduler : public QueueScheduler {
  public:
-  SlurmScheduler(std::string name, const SchedulerOptions& o)
-      : QueueScheduler(std::move(name), o) {}
+  SlurmScheduler(std::string name, const SchedulerOptions& o, bool team_limits)
+      : QueueScheduler(std::move(name), o) {
+    if (team_limits) {
+      for (const auto& [team, limit] : o.team_borrow_limits)
+        team_cap_[team] = TeamGuarantee(o, team) + limit;
+    }
+  }
 
   void Init(const Workload& w) override {
     QueueScheduler::Init(w);
@@ -286,7 +303,27 @@ class SlurmScheduler : public QueueScheduler {
     std::stable_sort(order.begin(), order.end(),
                      [&](int64_t a, int64_t b) { return prio[a] > prio[b]; });
     blocked_head_ = -1;
-    EasyPass(order, now, &d, true, [&](int64_t job, int w) { return FitsWindow(job, w, now); });
+    // GPUs each limited team holds: the running jobs, then every start of
+    // this pass (d.starts grows as EasyPass launches).
+    std::map<std::string, int> team_held;
+    size_t counted = 0;
+    if (!team_cap_.empty()) {
+      for (const auto& [job, r] : running_)
+        for (const SimAlloc& a : r.allocs) team_held[w_->jobs[job].team] += a.gpus;
+      counted = d.starts.size();
+    }
+    auto over_cap = [&](int64_t job) {
+      if (team_cap_.empty()) return false;
+      for (; counted < d.starts.size(); counted++)
+        for (const SimAlloc& a : d.starts[counted].allocs)
+          team_held[w_->jobs[d.starts[counted].job].team] += a.gpus;
+      const SimJob& j = w_->jobs[job];
+      auto cap = team_cap_.find(j.team);
+      return cap != team_cap_.end() && team_held[j.team] + j.max_gpus > cap->second;
+    };
+    EasyPass(
+        order, now, &d, true, [&](int64_t job, int w) { return FitsWindow(job, w, now); },
+        over_cap);
     if (blocked_head_ >= 0) Preempt(blocked_head_, now, &d);
     return d;
   }
@@ -403,6 +440,7 @@ class SlurmScheduler : public QueueScheduler {
   }
 
   std::map<std::string, double> usage_;
+  std::map<std::string, int> team_cap_;  // GrpTRES gres/gpu per team (slurm-limits)
   TimeMs usage_at_ = 0;
   TimeMs preempt_until_ = 0;
 };
@@ -430,6 +468,7 @@ std::vector<std::string> AllPolicyNames() {
   return {"fifo",
           "easy",
           "slurm",
+          "slurm-limits",
           "stint",
           "stint-no-backfill",
           "stint-no-aging",
@@ -439,6 +478,7 @@ std::vector<std::string> AllPolicyNames() {
           "stint-no-shrink",
           "stint-no-starvation-guard",
           "stint-las",
+          "stint-no-queue-guard",
           "stint-no-preemption",
           "stint-no-notices",
           "stint-no-estimates"};
@@ -452,8 +492,9 @@ Result<PolicySpec> ParsePolicy(const std::string& name, const SchedulerOptions& 
     p.kind = PolicyKind::kFifo;
   } else if (name == "easy") {
     p.kind = PolicyKind::kEasy;
-  } else if (name == "slurm") {
+  } else if (name == "slurm" || name == "slurm-limits") {
     p.kind = PolicyKind::kSlurm;
+    p.team_limits = name == "slurm-limits";
   } else if (name.rfind("stint", 0) == 0) {
     p.kind = PolicyKind::kStint;
     if (name == "stint") {
@@ -474,6 +515,8 @@ Result<PolicySpec> ParsePolicy(const std::string& name, const SchedulerOptions& 
     } else if (name == "stint-no-shrink") {
       p.stint.shrink_before_preempt = false;
       p.stint.grow_elastic = false;
+    } else if (name == "stint-no-queue-guard") {
+      p.stint.service_queue_guard_factor = 0;
     } else if (name == "stint-las") {
       p.stint.service_class_by_remaining = false;
     } else if (name == "stint-no-starvation-guard") {
@@ -499,7 +542,7 @@ std::unique_ptr<Scheduler> MakeScheduler(const PolicySpec& spec, const Scheduler
     case PolicyKind::kEasy:
       return std::make_unique<FifoScheduler>(spec.name, options, true);
     case PolicyKind::kSlurm:
-      return std::make_unique<SlurmScheduler>(spec.name, options);
+      return std::make_unique<SlurmScheduler>(spec.name, options, spec.team_limits);
     case PolicyKind::kStint:
       return MakeStintScheduler(spec, options);
   }

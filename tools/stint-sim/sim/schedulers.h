@@ -33,6 +33,7 @@ struct PolicySpec {
   stintd::PolicyConfig stint;           // kStint: the config MakePlan gets
   bool runtime_estimates = true;        // kStint: submit remaining_seconds (false: unknown)
   bool workers_ignore_notices = false;  // an engine-side ablation
+  bool team_limits = false;             // kSlurm: team_borrow_limits as GrpTRES caps (slurm-limits)
 };
 
 // stintd's policy defaults, except where the sim's workers differ: they
@@ -65,7 +66,8 @@ int TeamGuarantee(const SchedulerOptions& o, const std::string& team);
 std::map<std::string, int> TeamBorrowLimits(const SchedulerOptions& o,
                                             const std::vector<SimJob>& jobs, double factor);
 
-// Names: fifo, easy, slurm, stint, stint-no-backfill (plan_depth = 1),
+// Names: fifo, easy, slurm, slurm-limits (Slurm-like with team_borrow_limits
+// as GrpTRES caps), stint, stint-no-backfill (plan_depth = 1),
 // stint-no-aging (aging_points_per_hour = 0), stint-no-fairshare
 // (fair_share_points = 0, guarantee_bonus_points = 0), stint-no-preemption
 // (min_run_seconds = 1e12), stint-no-service (service_class_points = 0,

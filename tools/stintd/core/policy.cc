@@ -34,7 +34,7 @@ double ScoreParts(const Job& job, TimeMs now, const PolicyConfig& c, int team_he
       team != nullptr && team_held < team->guaranteed_gpus ? c.guarantee_bonus_points : 0.0;
   const double share = team != nullptr && usage_sum > 0 ? team->usage_gpu_seconds / usage_sum : 0.0;
   const double fair_share = -c.fair_share_points * share;
-  const int service_class = ServiceClass(job, c);
+  const int service_class = QueueGuarded(job, now, c) ? 0 : ServiceClass(job, c);
   const double service = -c.service_class_points * service_class;
   const double score = level + aging + guarantee + fair_share + service;
   if (info != nullptr) {
@@ -544,6 +544,7 @@ class Planner {
   // near its end is not stopped for one that needs longer, the case where
   // sharing by attained service is worse than FIFO). Aging orders the
   // queue but never gives the right to take GPUs from a running job.
+  // A job the queue guard lifted preempts with its lifted class (class 0).
   bool MayPreempt(const Job& job, int job_class, const Victim& victim) const {
     if (victim.job->priority != job.priority) return victim.job->priority < job.priority;
     if (c_.service_preempt_classes <= 0 || victim.starving ||
@@ -1020,6 +1021,14 @@ bool Starving(const Job& job, TimeMs now, const PolicyConfig& config) {
   const double left = std::max(0.0, job.remaining_seconds);
   const double elapsed = std::max<TimeMs>(0, now - job.submit_ms) / 1000.0;
   return elapsed + left > (1 + config.service_starvation_factor) * (run + left);
+}
+
+bool QueueGuarded(const Job& job, TimeMs now, const PolicyConfig& config) {
+  if (!config.service_class_by_remaining || config.service_queue_guard_factor <= 0 ||
+      job.service_gpu_seconds > 0 || job.remaining_seconds <= 0)
+    return false;
+  const double waited = std::max<TimeMs>(0, now - job.submit_ms) / 1000.0;
+  return waited > config.service_queue_guard_factor * job.remaining_seconds;
 }
 
 int ServiceClass(const Job& job, const PolicyConfig& config) {

@@ -98,6 +98,15 @@ struct PolicyConfig {
   // catches up. false: preemption follows attained service alone.
   bool service_starvation_guard = true;
   double service_starvation_factor = 4;
+  // Queue guard (classes by the work left only): a pending job that has
+  // never run and has waited (since submit) longer than
+  // service_queue_guard_factor x its remaining_seconds is in class 0, as a
+  // new job is by attained service: in the queue order and for preempting
+  // a running job of its level (one class above, more work left). Counting the work left, a long
+  // job that never started sits in a deep class until the shorter work
+  // clears, so it is the one whose first start comes last (p99 queue delay
+  // up to 0.87 x EASY's on Philly replays; METHOD.md). 0: off.
+  double service_queue_guard_factor = 0.4;
   // A gang spanning k windows (nodes) of a pool runs 1 + slowdown x (k - 1)
   // times slower (collectives across nodes): the planner sizes its segment
   // with it and takes the fit with the most GPUs after it, so one window
@@ -220,6 +229,12 @@ int ServiceClass(const Job& job, const PolicyConfig& config);
 // GPU-seconds / max_gpus). Without an estimate (remaining 0): it has waited
 // longer than service_starvation_factor x its run time.
 bool Starving(const Job& job, TimeMs now, const PolicyConfig& config);
+
+// Whether the queue guard lifts the pending job to class 0 at `now`:
+// service_class_by_remaining, the job has never run (no attained service),
+// reports its remaining work and has waited since submit longer than
+// service_queue_guard_factor x remaining_seconds.
+bool QueueGuarded(const Job& job, TimeMs now, const PolicyConfig& config);
 
 // Minimum useful segment of a job: restart + one interval + checkpoint + safety.
 TimeMs MinSegmentMs(const Job& job, const PolicyConfig& config);
