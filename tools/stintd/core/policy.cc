@@ -447,10 +447,23 @@ class Planner {
       from = team->EarliestFit(from, j.len, job.min_gpus);
       if (from == kNever) return Fit();
     }
+    // The windows of each group that have a GPU free at some time >= from
+    // (or min_gpus, should that be <= 0), with the most they ever have free: the others add nothing to any fit
+    // from here on, so every loop below skips them (with 1,000 full node
+    // windows, most of them). The same answers, far fewer profile walks.
+    std::vector<std::vector<std::pair<int, int>>> live(j.groups.size());  // (slot, max free)
+    for (size_t k = 0; k < j.groups.size(); k++) {
+      for (int slot : groups_[j.groups[k]]) {
+        const int most = p[slot].MaxFrom(from);
+        if (most > 0 || most >= job.min_gpus) live[k].emplace_back(slot, most);
+      }
+    }
     TimeMs t_best = kNever;
     if (job.gang) {
-      for (int g : j.groups) {
-        for (int slot : groups_[g]) {
+      for (size_t k = 0; k < j.groups.size(); k++) {
+        for (const auto& [slot, most] : live[k]) {
+          // Never min_gpus free from `from` on: no fit in this window alone.
+          if (most < job.min_gpus) continue;
           // Leapfrog the window's and the team's earliest fits until they agree.
           TimeMs t = from;
           while (t < t_best) {
@@ -469,13 +482,18 @@ class Planner {
     // Combined windows: the sum of what each window keeps free over the
     // whole minimum segment only grows when some window's free count
     // rises, so those are the only candidate starts.
+    // A window with nothing free from `from` on adds 0 to every sum, and its
+    // rises change no sum: between two kept candidates no counted window
+    // rises, so no sum grows and no later start fits where the earlier did
+    // not.
     std::vector<TimeMs> candidates;
-    for (int g : j.groups) {
+    for (size_t k = 0; k < j.groups.size(); k++) {
+      const int g = j.groups[k];
       int capacity = 0;
       for (int slot : groups_[g]) capacity += slots_[slot].w->gpus;
       if (capacity < job.min_gpus) continue;
       candidates.assign(1, from);
-      for (int slot : groups_[g]) p[slot].AppendRises(from, &candidates);
+      for (const auto& [slot, most] : live[k]) p[slot].AppendRises(from, &candidates);
       if (team != nullptr) team->AppendRises(from, &candidates);
       std::sort(candidates.begin(), candidates.end());
       candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
@@ -484,7 +502,10 @@ class Planner {
         const TimeMs t_end = AddMs(t, j.len);
         if (team != nullptr && team->Min(t, t_end) < job.min_gpus) continue;
         int sum = 0;
-        for (int slot : groups_[g]) sum += std::max(0, p[slot].Min(t, t_end));
+        for (const auto& [slot, most] : live[k]) {
+          sum += std::max(0, p[slot].Min(t, t_end));
+          if (sum >= job.min_gpus) break;
+        }
         if (sum >= job.min_gpus) {
           t_best = t;
           break;
@@ -853,6 +874,32 @@ class Planner {
                                : "planned start in " + Secs(fit.start - now_);
   }
 
+  // FitAt(j, now_, base_).start == now_, without building the fit: the
+  // team has room for min_gpus and some group of the job keeps min_gpus free
+  // over the minimum segment (a window that alone holds a gang is such a
+  // group too). base_ does not change during Backfill, so each group's sum
+  // is taken once per segment length.
+  bool FitsNowOnBase(const JobCtx& j) {
+    const Job& job = *j.job;
+    if (job.min_gpus <= 0) return FitAt(j, now_, base_).start == now_;
+    const TimeMs t_end = AddMs(now_, j.len);
+    int want = job.max_gpus;
+    if (j.team->profile >= 0) {
+      const int room = base_.teams[j.team->profile].Min(now_, t_end);
+      if (room < job.min_gpus) return false;
+      want = std::min(want, room);
+    }
+    if (want < job.min_gpus) return false;
+    for (int g : j.groups) {
+      auto [it, fresh] = base_group_free_.emplace(std::make_pair(g, j.len), 0);
+      if (fresh) {
+        for (int slot : groups_[g]) it->second += std::max(0, base_.windows[slot].Min(now_, t_end));
+      }
+      if (it->second >= job.min_gpus) return true;
+    }
+    return false;
+  }
+
   bool FitsOnEmptyWindows(const JobCtx& j) const {
     const Job& job = *j.job;
     for (int g : j.groups) {
@@ -876,7 +923,7 @@ class Planner {
                     StartPhrase(fit);
       return;
     }
-    if (FitAt(j, now_, base_).start == now_) {
+    if (FitsNowOnBase(j)) {
       info.reason = BlockReason::kPriority;
       info.detail = "fits now, but the GPUs are reserved for jobs ahead; " + StartPhrase(fit);
       return;
@@ -977,6 +1024,7 @@ class Planner {
   std::map<int64_t, int> slot_of_;  // window id -> slot
   Profiles profiles_;               // after the active segments and the reservations so far
   Profiles base_;                   // after the active segments only
+  std::map<std::pair<int, TimeMs>, int> base_group_free_;  // (group, length) -> free GPUs on base_
   int allocated_now_ = 0;
 
   std::map<std::string, TeamState> teams_;
