@@ -448,9 +448,9 @@ class Planner {
       if (from == kNever) return Fit();
     }
     // The windows of each group that have a GPU free at some time >= from
-    // (or min_gpus, should that be <= 0), with the most they ever have free: the others add nothing to any fit
-    // from here on, so every loop below skips them (with 1,000 full node
-    // windows, most of them). The same answers, far fewer profile walks.
+    // (or min_gpus, should that be <= 0), with the most they ever have free: the others add nothing
+    // to any fit from here on, so every loop below skips them (with 1,000 full node windows, most
+    // of them). The same answers, far fewer profile walks.
     std::vector<std::vector<std::pair<int, int>>> live(j.groups.size());  // (slot, max free)
     for (size_t k = 0; k < j.groups.size(); k++) {
       for (int slot : groups_[j.groups[k]]) {
