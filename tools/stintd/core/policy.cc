@@ -158,6 +158,11 @@ class Planner {
     }
     for (auto& [pool, g] : group_of) group_by_pool_[pool] = g;
     for (size_t g = 0; g < groups_.size(); g++) all_groups_.push_back(static_cast<int>(g));
+    for (const std::vector<int>& group : groups_) {
+      int capacity = 0;
+      for (int slot : group) capacity += slots_[slot].w->gpus;
+      group_capacity_.push_back(capacity);
+    }
   }
 
   int SlotOf(int64_t window_id) const {
@@ -489,9 +494,7 @@ class Planner {
     std::vector<TimeMs> candidates;
     for (size_t k = 0; k < j.groups.size(); k++) {
       const int g = j.groups[k];
-      int capacity = 0;
-      for (int slot : groups_[g]) capacity += slots_[slot].w->gpus;
-      if (capacity < job.min_gpus) continue;
+      if (group_capacity_[g] < job.min_gpus) continue;
       candidates.assign(1, from);
       for (const auto& [slot, most] : live[k]) p[slot].AppendRises(from, &candidates);
       if (team != nullptr) team->AppendRises(from, &candidates);
@@ -900,16 +903,19 @@ class Planner {
     return false;
   }
 
-  bool FitsOnEmptyWindows(const JobCtx& j) const {
+  // Kept per (group, length): every window walk is the same for jobs alike.
+  bool FitsOnEmptyWindows(const JobCtx& j) {
     const Job& job = *j.job;
     for (int g : j.groups) {
-      int sum = 0;
-      for (int slot : groups_[g]) {
-        const Window& w = *slots_[slot].w;
-        if (!w.open_at(now_) || w.end_ms - now_ < j.len) continue;
-        sum += w.gpus;
+      auto [it, fresh] = empty_group_gpus_.emplace(std::make_pair(g, j.len), 0);
+      if (fresh) {
+        for (int slot : groups_[g]) {
+          const Window& w = *slots_[slot].w;
+          if (!w.open_at(now_) || w.end_ms - now_ < j.len) continue;
+          it->second += w.gpus;
+        }
       }
-      if (sum >= job.min_gpus) return true;  // a gang too may span the pool's windows
+      if (it->second >= job.min_gpus) return true;  // a gang too may span the pool's windows
     }
     return false;
   }
@@ -1025,6 +1031,8 @@ class Planner {
   Profiles profiles_;               // after the active segments and the reservations so far
   Profiles base_;                   // after the active segments only
   std::map<std::pair<int, TimeMs>, int> base_group_free_;  // (group, length) -> free GPUs on base_
+  std::map<std::pair<int, TimeMs>, int> empty_group_gpus_;  // (group, length) -> open window GPUs
+  std::vector<int> group_capacity_;                         // GPUs of each group's windows
   int allocated_now_ = 0;
 
   std::map<std::string, TeamState> teams_;
