@@ -598,6 +598,21 @@ class Planner {
     if (victims_.empty()) return false;
     if (job.priority == Priority::kLow && c_.service_preempt_classes <= 0) return false;
     const int job_class = j.info->service_class;
+    // The victims this job may take, by window and by pool (ascending):
+    // the lists a walk over every victim for every window would build.
+    std::map<int, std::vector<int>> by_slot, by_group;
+    for (size_t v = 0; v < victims_.size(); v++) {
+      const Victim& victim = victims_[v];
+      if (victim.taken || !MayPreempt(job, job_class, victim)) continue;
+      const int vi = static_cast<int>(v);
+      for (const VictimPart& part : victim.parts) {
+        std::vector<int>& in_slot = by_slot[part.slot];
+        if (in_slot.empty() || in_slot.back() != vi) in_slot.push_back(vi);
+        std::vector<int>& in_group = by_group[slots_[part.slot].group];
+        if (in_group.empty() || in_group.back() != vi) in_group.push_back(vi);
+      }
+    }
+    if (by_slot.empty()) return false;
     std::vector<int> best;
     double best_cost = 0;
     int best_slot = -1;
@@ -611,17 +626,10 @@ class Planner {
         const bool span = job.gang && w.gpus < job.min_gpus;
         if (span && spanned) continue;
         spanned = spanned || span;
-        cands.clear();
-        for (size_t v = 0; v < victims_.size(); v++) {
-          const Victim& victim = victims_[v];
-          if (victim.taken || !MayPreempt(job, job_class, victim)) continue;
-          if (std::any_of(victim.parts.begin(), victim.parts.end(), [&](const VictimPart& p) {
-                return span ? slots_[p.slot].group == g : p.slot == slot;
-              })) {
-            cands.push_back(static_cast<int>(v));
-          }
-        }
-        if (cands.empty()) continue;
+        const std::map<int, std::vector<int>>& index = span ? by_group : by_slot;
+        auto found = index.find(span ? g : slot);
+        if (found == index.end()) continue;
+        cands = found->second;
         std::sort(cands.begin(), cands.end(), [this](int a, int b) { return VictimBefore(a, b); });
         chosen.clear();
         Fit fit;
