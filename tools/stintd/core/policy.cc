@@ -498,6 +498,10 @@ class Planner {
       candidates.assign(1, from);
       for (const auto& [slot, most] : live[k]) p[slot].AppendRises(from, &candidates);
       if (team != nullptr) team->AppendRises(from, &candidates);
+      // The walk below stops at t_best: later candidates need no sorting.
+      candidates.erase(std::remove_if(candidates.begin(), candidates.end(),
+                                      [t_best](TimeMs t) { return t >= t_best; }),
+                       candidates.end());
       std::sort(candidates.begin(), candidates.end());
       candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
       for (TimeMs t : candidates) {
