@@ -1,7 +1,7 @@
 // stintd-plan-bench: the time of one MakePlan on a big, busy cluster.
 //
 //   stintd-plan-bench [--runs 15] [--jobs 10000] [--segments 300] [--depth 256] [--seed 1]
-//                     [--nodes N]
+//                     [--nodes N] [--history N]
 //
 // Builds one ClusterState: --jobs pending jobs (all four levels, eight
 // teams with guarantees and borrowing limits, 1 to 64 GPUs, gang and
@@ -16,6 +16,9 @@
 // segments of 4 GPUs filling them (half until a planned end within 20 h, so
 // the free profiles rise), and --jobs pending 4-GPU jobs in that pool. The
 // policy pass alone, without stintd's tick around it.
+//
+// --history N: N finished jobs, each with an ended segment and four released
+// workers, as a long-running stintd keeps them (the policy reads none).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -42,6 +45,7 @@ struct Options {
   int depth = 256;
   uint64_t seed = 1;
   int nodes = 0;
+  int history = 0;
 };
 
 bool ParseArgs(int argc, char** argv, Options* o) {
@@ -62,6 +66,8 @@ bool ParseArgs(int argc, char** argv, Options* o) {
       o->segments = static_cast<int>(v);
     } else if (a == "--depth" && value(&v)) {
       o->depth = static_cast<int>(v);
+    } else if (a == "--history" && value(&v)) {
+      o->history = static_cast<int>(v);
     } else if (a == "--nodes" && value(&v)) {
       o->nodes = static_cast<int>(v);
     } else if (a == "--seed" && value(&v)) {
@@ -70,7 +76,7 @@ bool ParseArgs(int argc, char** argv, Options* o) {
       std::fprintf(
           stderr,
           "usage: stintd-plan-bench [--runs N] [--jobs N] [--segments N] [--depth N] [--seed N] "
-          "[--nodes N]\n");
+          "[--nodes N] [--history N]\n");
       return false;
     }
   }
@@ -229,6 +235,36 @@ ClusterState BuildNodeState(const Options& o, TimeMs now) {
   return s;
 }
 
+// What a long-running stintd keeps of finished work: done jobs, their ended
+// segments and released workers, with ids above everything else.
+void AddHistory(int n, TimeMs now, ClusterState* s) {
+  for (int i = 0; i < n; i++) {
+    Job j;
+    j.id = s->next_id++;
+    j.name = "done" + std::to_string(j.id);
+    j.min_gpus = j.max_gpus = 4;
+    j.submit_ms = j.eligible_ms = now - 48 * kHour;
+    j.state = JobState::kDone;
+    Segment seg;
+    seg.id = s->next_id++;
+    seg.job_id = j.id;
+    seg.state = SegmentState::kCompleted;
+    seg.start_ms = now - 47 * kHour;
+    seg.ended_ms = now - 46 * kHour;
+    j.segment_id = seg.id;
+    for (int k = 0; k < 4; k++) {
+      Worker w;
+      w.id = s->next_id++;
+      w.job_id = j.id;
+      w.segment_id = seg.id;
+      w.released = true;
+      s->workers[w.id] = w;
+    }
+    s->segments[seg.id] = seg;
+    s->jobs[j.id] = j;
+  }
+}
+
 double Percentile(std::vector<double> v, double p) {
   std::sort(v.begin(), v.end());
   const size_t i = static_cast<size_t>(p * (v.size() - 1) + 0.5);
@@ -239,7 +275,8 @@ int Main(int argc, char** argv) {
   Options o;
   if (!ParseArgs(argc, argv, &o)) return 2;
   const TimeMs now = 1767225600000;  // 2026-01-01T00:00:00Z: any fixed instant will do
-  const ClusterState state = o.nodes > 0 ? BuildNodeState(o, now) : BuildState(o, now);
+  ClusterState state = o.nodes > 0 ? BuildNodeState(o, now) : BuildState(o, now);
+  AddHistory(o.history, now, &state);
   PolicyConfig config;
   config.plan_depth = o.depth;
 
