@@ -1,6 +1,7 @@
 // stintd-plan-bench: the time of one MakePlan on a big, busy cluster.
 //
 //   stintd-plan-bench [--runs 15] [--jobs 10000] [--segments 300] [--depth 256] [--seed 1]
+//                     [--nodes N] [--history N]
 //
 // Builds one ClusterState: --jobs pending jobs (all four levels, eight
 // teams with guarantees and borrowing limits, 1 to 64 GPUs, gang and
@@ -9,6 +10,15 @@
 // MakePlan --runs times and prints the median and p90. stintd plans on every
 // tick and on every change, so the target is < 50 ms per plan. A benchmark
 // only: nothing here asserts a time (a shared machine would make that flaky).
+//
+// --nodes N: instead, the shape of stintd-heartbeat-bench --nodes (issue 20):
+// N stint-agent node windows of 8 GPUs in one spot pool (no end), 2N running
+// segments of 4 GPUs filling them (half until a planned end within 20 h, so
+// the free profiles rise), and --jobs pending 4-GPU jobs in that pool. The
+// policy pass alone, without stintd's tick around it.
+//
+// --history N: N finished jobs, each with an ended segment and four released
+// workers, as a long-running stintd keeps them (the policy reads none).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -34,6 +44,8 @@ struct Options {
   int segments = 300;
   int depth = 256;
   uint64_t seed = 1;
+  int nodes = 0;
+  int history = 0;
 };
 
 bool ParseArgs(int argc, char** argv, Options* o) {
@@ -54,12 +66,17 @@ bool ParseArgs(int argc, char** argv, Options* o) {
       o->segments = static_cast<int>(v);
     } else if (a == "--depth" && value(&v)) {
       o->depth = static_cast<int>(v);
+    } else if (a == "--history" && value(&v)) {
+      o->history = static_cast<int>(v);
+    } else if (a == "--nodes" && value(&v)) {
+      o->nodes = static_cast<int>(v);
     } else if (a == "--seed" && value(&v)) {
       o->seed = static_cast<uint64_t>(v);
     } else {
       std::fprintf(
           stderr,
-          "usage: stintd-plan-bench [--runs N] [--jobs N] [--segments N] [--depth N] [--seed N]\n");
+          "usage: stintd-plan-bench [--runs N] [--jobs N] [--segments N] [--depth N] [--seed N] "
+          "[--nodes N] [--history N]\n");
       return false;
     }
   }
@@ -167,6 +184,87 @@ ClusterState BuildState(const Options& o, TimeMs now) {
   return s;
 }
 
+// stintd-heartbeat-bench's cluster: full 8-GPU nodes and a queue of 4-GPU jobs.
+ClusterState BuildNodeState(const Options& o, TimeMs now) {
+  std::mt19937_64 rng(o.seed);
+  auto uniform = [&rng](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  ClusterState s;
+  int64_t next_id = 1;
+  s.pools["bench"] = Pool{"bench", ""};
+  auto make_job = [&](JobState state) {
+    Job j;
+    j.id = next_id++;
+    j.name = "job" + std::to_string(j.id);
+    j.pool = "bench";
+    j.min_gpus = j.max_gpus = 4;
+    j.submit_ms = j.eligible_ms = now - uniform(0, 3600) * 1000LL;
+    j.state = state;
+    return j;
+  };
+  for (int i = 0; i < o.nodes; i++) {
+    Window w;
+    w.id = next_id++;
+    w.pool = "bench";
+    w.node = "node-" + std::to_string(i);
+    w.node_gpus = {0, 1, 2, 3, 4, 5, 6, 7};
+    w.gpus = 8;
+    w.kind = WindowKind::kSpot;
+    w.start_ms = now - kHour;
+    w.end_ms = kNever;
+    s.windows[w.id] = w;
+    for (int k = 0; k < 2; k++) {
+      Job j = make_job(JobState::kRunning);
+      Segment seg;
+      seg.id = next_id++;
+      seg.job_id = j.id;
+      seg.allocs = {Allocation{w.id, 4}};
+      seg.start_ms = now - uniform(60, 3600) * 1000LL;
+      seg.planned_end_ms = uniform(0, 1) ? now + uniform(60, 20 * 3600) * 1000LL : kNever;
+      seg.last_heartbeat_ms = now - 1000;
+      seg.fencing_token = static_cast<uint64_t>(seg.id);
+      j.segment_id = seg.id;
+      s.segments[seg.id] = seg;
+      s.jobs[j.id] = j;
+    }
+  }
+  for (int i = 0; i < o.jobs; i++) {
+    Job j = make_job(JobState::kPending);
+    s.jobs[j.id] = j;
+  }
+  s.next_id = next_id;
+  return s;
+}
+
+// What a long-running stintd keeps of finished work: done jobs, their ended
+// segments and released workers, with ids above everything else.
+void AddHistory(int n, TimeMs now, ClusterState* s) {
+  for (int i = 0; i < n; i++) {
+    Job j;
+    j.id = s->next_id++;
+    j.name = "done" + std::to_string(j.id);
+    j.min_gpus = j.max_gpus = 4;
+    j.submit_ms = j.eligible_ms = now - 48 * kHour;
+    j.state = JobState::kDone;
+    Segment seg;
+    seg.id = s->next_id++;
+    seg.job_id = j.id;
+    seg.state = SegmentState::kCompleted;
+    seg.start_ms = now - 47 * kHour;
+    seg.ended_ms = now - 46 * kHour;
+    j.segment_id = seg.id;
+    for (int k = 0; k < 4; k++) {
+      Worker w;
+      w.id = s->next_id++;
+      w.job_id = j.id;
+      w.segment_id = seg.id;
+      w.released = true;
+      s->workers[w.id] = w;
+    }
+    s->segments[seg.id] = seg;
+    s->jobs[j.id] = j;
+  }
+}
+
 double Percentile(std::vector<double> v, double p) {
   std::sort(v.begin(), v.end());
   const size_t i = static_cast<size_t>(p * (v.size() - 1) + 0.5);
@@ -177,7 +275,8 @@ int Main(int argc, char** argv) {
   Options o;
   if (!ParseArgs(argc, argv, &o)) return 2;
   const TimeMs now = 1767225600000;  // 2026-01-01T00:00:00Z: any fixed instant will do
-  const ClusterState state = BuildState(o, now);
+  ClusterState state = o.nodes > 0 ? BuildNodeState(o, now) : BuildState(o, now);
+  AddHistory(o.history, now, &state);
   PolicyConfig config;
   config.plan_depth = o.depth;
 

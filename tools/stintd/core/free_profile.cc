@@ -88,6 +88,13 @@ void FreeProfile::Add(TimeMs from, TimeMs to, int delta) {
   free_.resize(out + 1);
 }
 
+int FreeProfile::MaxFrom(TimeMs from) const {
+  size_t i = StepAt(from);
+  int m = free_[i];
+  for (++i; i < times_.size(); ++i) m = std::max(m, free_[i]);
+  return m;
+}
+
 void FreeProfile::AppendRises(TimeMs from, std::vector<TimeMs>* out) const {
   for (size_t i = StepAt(from) + 1; i < times_.size(); ++i) {
     if (free_[i] > free_[i - 1]) out->push_back(times_[i]);

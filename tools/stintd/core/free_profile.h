@@ -42,6 +42,9 @@ class FreeProfile {
   // Adds `delta` (negative: takes GPUs) over [from, to); to may be kNever.
   void Add(TimeMs from, TimeMs to, int delta);
 
+  // The most GPUs free at any time >= from (t >= origin).
+  int MaxFrom(TimeMs from) const;
+
   // Appends the times > from at which the free count rises: the only
   // places (besides `from`) where a job that does not fit at `from` can
   // start to fit.

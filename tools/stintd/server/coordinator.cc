@@ -67,6 +67,7 @@ Coordinator::Coordinator(CoordinatorOptions options, std::unique_ptr<Store> stor
       state_(std::move(state)),
       kv_(std::move(kv)) {
   usage_flushed_ms_ = options_.clock();
+  placed_.Rebuild(state_);
   Tick();  // a plan exists before the first request is served
   tick_thread_ = std::thread([this] { TickLoop(); });
 }
@@ -88,10 +89,20 @@ void Coordinator::Read(
   fn(state_, last_plan_, options_.clock());
 }
 
+void Coordinator::ReadPlacedOn(
+    int64_t window_id,
+    const std::function<void(const ClusterState&, const std::set<int64_t>&, TimeMs)>& fn) const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  fn(state_, placed_.On(window_id), options_.clock());
+}
+
 Status Coordinator::SaveOrRollback(const Changes& changes) {
   if (changes.empty()) return Status::OK();
   Status saved = store_->Save(state_, changes);
-  if (saved.ok()) return saved;
+  if (saved.ok()) {
+    placed_.Update(state_, changes.segments);
+    return saved;
+  }
   {
     std::lock_guard<std::mutex> lock(counters_mu_);
     counters_.store_errors++;
@@ -106,6 +117,7 @@ Status Coordinator::SaveOrRollback(const Changes& changes) {
     std::_Exit(70);
   }
   state_ = std::move(*reloaded);
+  placed_.Rebuild(state_);
   ResetLeases(state_, options_.clock());
   return saved.WithContext("stintd could not make the change durable; nothing was changed");
 }

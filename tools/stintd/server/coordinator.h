@@ -31,6 +31,7 @@
 #include "stintd/core/policy.h"
 #include "stintd/core/rendezvous.h"
 #include "stintd/core/transitions.h"
+#include "stintd/server/placement_index.h"
 #include "stintd/store/store.h"
 
 namespace stint::stintd {
@@ -75,6 +76,11 @@ class Coordinator {
 
   // Reads under the shared lock: `fn(state, last_plan, now)`.
   void Read(const std::function<void(const ClusterState&, const Plan&, TimeMs)>& fn) const;
+  // Reads under the shared lock with the ids (ascending) of the active
+  // segments placed on node window `window_id`: `fn(state, ids, now)`.
+  void ReadPlacedOn(
+      int64_t window_id,
+      const std::function<void(const ClusterState&, const std::set<int64_t>&, TimeMs)>& fn) const;
 
   // Admin requests. Each answers the object as it is after the change.
   Result<Pool> AddPool(const Pool& pool);
@@ -228,6 +234,7 @@ class Coordinator {
   std::mutex write_mu_;  // acquired before mu_
   mutable std::shared_mutex mu_;
   ClusterState state_;
+  PlacementIndex placed_;  // state_'s active segments by node window
   Plan last_plan_;
   std::map<std::pair<int64_t, std::string>, KvRecord> kv_;
   TimeMs usage_flushed_ms_ = 0;

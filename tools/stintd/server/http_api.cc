@@ -282,16 +282,14 @@ Status CheckLaunch(const json& l, const Job& job) {
 
 // What a node's agent runs (API.md, "Launching"): each active segment with
 // GPUs on `window`, with its ranks and the job's launch spec.
-json Assignments(const ClusterState& s, const Window& window) {
+// `placed`: the active segments placed on the window (PlacementIndex).
+json Assignments(const ClusterState& s, const Window& window, const std::set<int64_t>& placed) {
   json out = json::array();
-  for (const auto& [sid, seg] : s.segments) {
+  for (int64_t sid : placed) {
+    auto seg_it = s.segments.find(sid);
+    if (seg_it == s.segments.end()) continue;
+    const Segment& seg = seg_it->second;
     if (!SegmentActive(seg.state) || seg.placement.empty()) continue;
-    // Every node's heartbeat asks, for each active segment: the cheap test
-    // (is it placed here?) before the job's lookup and its launch's parse.
-    if (std::none_of(seg.placement.begin(), seg.placement.end(),
-                     [&](const Placement& p) { return p.window_id == window.id; })) {
-      continue;
-    }
     auto job = s.jobs.find(seg.job_id);
     if (job == s.jobs.end() || job->second.launch.empty()) continue;
     const json launch = json::parse(job->second.launch, nullptr, /*allow_exceptions=*/false);
@@ -1162,10 +1160,11 @@ void HttpApi::InstallRoutes() {
           for (int64_t job : exit_jobs) logs->Wake(job);
           if (!w.ok()) return WorkerErrorReply(w.status());
           Reply reply;
-          c->Read([&](const ClusterState& s, const Plan&, TimeMs now) {
+          c->ReadPlacedOn(w->id, [&](const ClusterState& s, const std::set<int64_t>& placed,
+                                     TimeMs now) {
             reply.body = {{"name", w->node},
                           {"window", ToJson(s, *w, now)},
-                          {"assignments", Assignments(s, *w)}};
+                          {"assignments", Assignments(s, *w, placed)}};
           });
           return reply;
         });
