@@ -545,9 +545,9 @@ TEST_F(StintdTest, AJobItsQuotaBlocksPreemptsOnlyItsOwnTeamsJob) {
   ASSERT_EQ(queue["pending"].size(), 1u) << queue.dump();
   EXPECT_EQ(queue["pending"][0]["job_id"], high);
   EXPECT_EQ(queue["pending"][0]["reason"], "preempting");
-  ASSERT_EQ(As(own_wid).Post("/v1/workers/" + std::to_string(own_wid) + "/ack", {{"step", 3}})
-                .status,
-            200);
+  ASSERT_EQ(
+      As(own_wid).Post("/v1/workers/" + std::to_string(own_wid) + "/ack", {{"step", 3}}).status,
+      200);
   ASSERT_TRUE(Eventually([&] {
     EXPECT_TRUE(beat(other_wid).body["notice"].is_null()) << "the other team's job was noticed";
     return JobIn(high, "RUNNING");
