@@ -500,6 +500,66 @@ TEST_F(StintdTest, HigherPriorityPreemptsWithNoticeAndStartsOnAck) {
   EXPECT_EQ(l["segments"][0]["preempted_for"], high);
 }
 
+// A team at its cap (guarantee 0 + borrow 8): its HIGH job preempts the
+// team's own LOW job through the public API, never the other team's
+// equally cheap one, and starts on the GPUs the ack gives back.
+TEST_F(StintdTest, AJobItsQuotaBlocksPreemptsOnlyItsOwnTeamsJob) {
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
+  ASSERT_EQ(admin_->Put("/v1/teams/q", {{"guaranteed_gpus", 0}, {"borrow_limit_gpus", 8}}).status,
+            200);
+  ASSERT_EQ(admin_->Put("/v1/teams/r", {{"guaranteed_gpus", 0}}).status, 200);
+  AddWindow("p", 16, WallNowMs() + 600000);
+  const json low_spec = {{"priority", "LOW"},
+                         {"min_gpus", 8},
+                         {"checkpoint_seconds", 2},
+                         {"restart_seconds", 0},
+                         {"checkpoint_interval_seconds", 1}};
+  json own_spec = low_spec, other_spec = low_spec;
+  own_spec["name"] = "own";
+  own_spec["team"] = "q";
+  other_spec["name"] = "other";
+  other_spec["team"] = "r";
+  const int64_t own = Submit(own_spec);
+  const int64_t other = Submit(other_spec);
+  ASSERT_TRUE(Eventually([&] { return JobIn(own, "RUNNING") && JobIn(other, "RUNNING"); }));
+  const int64_t own_wid = Register(own)["worker_id"];
+  const int64_t other_wid = Register(other)["worker_id"];
+  auto beat = [&](int64_t wid) {
+    return As(wid).Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", json::object());
+  };
+  const int64_t high = Submit({{"name", "high"},
+                               {"team", "q"},
+                               {"priority", "HIGH"},
+                               {"min_gpus", 8},
+                               {"checkpoint_seconds", 1},
+                               {"restart_seconds", 0},
+                               {"checkpoint_interval_seconds", 1}});
+  json notice;
+  ASSERT_TRUE(Eventually([&] {
+    EXPECT_TRUE(beat(other_wid).body["notice"].is_null()) << "the other team's job was noticed";
+    notice = beat(own_wid).body["notice"];
+    return !notice.is_null();
+  }));
+  EXPECT_EQ(notice["reason"], "preempted");
+  json queue = admin_->Get("/v1/queue").body;
+  ASSERT_EQ(queue["pending"].size(), 1u) << queue.dump();
+  EXPECT_EQ(queue["pending"][0]["job_id"], high);
+  EXPECT_EQ(queue["pending"][0]["reason"], "preempting");
+  ASSERT_EQ(
+      As(own_wid).Post("/v1/workers/" + std::to_string(own_wid) + "/ack", {{"step", 3}}).status,
+      200);
+  ASSERT_TRUE(Eventually([&] {
+    EXPECT_TRUE(beat(other_wid).body["notice"].is_null()) << "the other team's job was noticed";
+    return JobIn(high, "RUNNING");
+  }));
+  json o = Job(own);
+  EXPECT_EQ(o["state"], "PENDING");
+  EXPECT_EQ(o["segments"][0]["preempted_for"], high);
+  json r = Job(other);
+  EXPECT_EQ(r["state"], "RUNNING");
+  EXPECT_EQ(r["preemptions"], 0);
+}
+
 TEST_F(StintdTest, QueueShowsPositionReasonAndPlannedStart) {
   ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
   ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "q"}}).status, 201);

@@ -1116,11 +1116,51 @@ TEST(PolicyPreempt, NotWhenTheJobStartsAsSoonWithout) {
   EXPECT_EQ(Info(plan, high).planned_start_ms, kNow + Sec(30));
 }
 
-TEST(PolicyPreempt, NotForAJobItsQuotaBlocks) {
+// A job its quota blocks may take back only its own team's GPUs: here
+// its team's 4 would not make room for 8, and another team's may not.
+TEST(PolicyPreempt, NeverAnotherTeamsForAJobItsQuotaBlocks) {
   Cluster c;
   const int64_t w = c.Window(16);
-  c.Running({{w, 16}}, Priority::kLow, Hours(1));
-  c.Team("q", 0, 4);
+  c.Team("q", 0, 8);
+  c.JobOf(c.Running({{w, 4}}, Priority::kLow, Hours(1))).team = "q";
+  c.Running({{w, 12}}, Priority::kLow, Hours(1));  // team "t"
+  Job& j = c.Pending(8, Priority::kHigh);
+  j.team = "q";
+  const Plan plan = PlanAt(c.s);
+  EXPECT_TRUE(plan.notices.empty());
+  EXPECT_EQ(Info(plan, j.id).reason, BlockReason::kQuota);
+}
+
+// A team at its cap: its urgent job preempts the team's own lower-level
+// job (never the other team's, which would take it above its cap) and
+// starts at that segment's deadline on the GPUs it gives back.
+TEST(PolicyPreempt, OwnTeamsLowerJobForAJobItsQuotaBlocks) {
+  Cluster c;
+  const int64_t w = c.Window(16);
+  c.Team("q", 0, 8);
+  Segment& own = c.Running({{w, 8}}, Priority::kLow, Hours(1));
+  c.JobOf(own).team = "q";
+  c.Running({{w, 8}}, Priority::kLow, Hours(1));  // team "t", as cheap to preempt
+  Job& j = c.Pending(8, Priority::kHigh);
+  j.team = "q";
+  const Plan plan = PlanAt(c.s);
+  ASSERT_EQ(plan.notices.size(), 1u);
+  EXPECT_EQ(plan.notices[0].segment_id, own.id);
+  EXPECT_EQ(plan.notices[0].reason, NoticeReason::kPreempted);
+  EXPECT_EQ(plan.notices[0].for_job_id, j.id);
+  EXPECT_EQ(Info(plan, j.id).reason, BlockReason::kPreempting);
+  EXPECT_EQ(Info(plan, j.id).planned_start_ms, plan.notices[0].deadline_ms);
+  EXPECT_EQ(Info(plan, j.id).planned_gpus, 8);
+}
+
+// The usual rules hold: a job of the same level does not preempt its own
+// team's running job for its quota, nor does one its min-run time shields.
+TEST(PolicyPreempt, OwnTeamsOnlyByTheUsualRulesForAJobItsQuotaBlocks) {
+  Cluster c;
+  const int64_t w = c.Window(16);
+  c.Team("q", 0, 8);
+  c.JobOf(c.Running({{w, 4}}, Priority::kHigh, Hours(1))).team = "q";
+  c.JobOf(c.Running({{w, 4}}, Priority::kLow, Sec(10))).team = "q";  // below min-run
   Job& j = c.Pending(8, Priority::kHigh);
   j.team = "q";
   const Plan plan = PlanAt(c.s);

@@ -598,7 +598,8 @@ class Planner {
   // Looks for the cheapest minimal set of victims, all in one window, whose
   // release lets the job start before `unassisted` (its start without a
   // preemption). On success notifies them and returns the job's fit.
-  bool TryPreempt(const JobCtx& j, TimeMs unassisted, Fit* out) {
+  // own_team: only the job's own team's segments (a job its quota blocks).
+  bool TryPreempt(const JobCtx& j, TimeMs unassisted, Fit* out, bool own_team = false) {
     const Job& job = *j.job;
     if (victims_.empty()) return false;
     if (job.priority == Priority::kLow && c_.service_preempt_classes <= 0) return false;
@@ -609,6 +610,7 @@ class Planner {
     for (size_t v = 0; v < victims_.size(); v++) {
       const Victim& victim = victims_[v];
       if (victim.taken || !MayPreempt(job, job_class, victim)) continue;
+      if (own_team && victim.team != j.team->profile) continue;
       const int vi = static_cast<int>(v);
       for (const VictimPart& part : victim.parts) {
         std::vector<int>& in_slot = by_slot[part.slot];
@@ -842,9 +844,22 @@ class Planner {
     PendingInfo& info = *j.info;
     Fit fit = EarliestFit(j, now_);
     const int room_now = j.team->profile >= 0 ? profiles_.teams[j.team->profile].At(now_) : INT_MAX;
-    if (room_now < job.min_gpus) {
-      // Blocked by its quota now; it keeps its place for when the team's
-      // own segments end (never a preemption: that would not help).
+    if (room_now < job.min_gpus && !preempting_.count(job.id)) {
+      // Blocked by its quota now. It may take its team's own GPUs back from
+      // the team's running jobs it may preempt (a lower level or service
+      // class), so that a team's short jobs do not queue behind its long
+      // ones; never another team's: that would take the team above its cap.
+      Fit assisted;
+      if (!preempted_ && j.position <= kPreemptScanJobs &&
+          TryPreempt(j, fit.start, &assisted, /*own_team=*/true)) {
+        preempted_ = true;
+        if (assisted.start != kNever) Reserve(j, assisted);
+        info.planned_start_ms = assisted.start;
+        info.planned_gpus = assisted.start == kNever ? 0 : assisted.gpus;
+        Classify(j, /*preempting=*/true, assisted);
+        return;
+      }
+      // Otherwise it keeps its place for when the team's own segments end.
       if (fit.start != kNever) Reserve(j, fit);
       const Team& t = *j.team->team;
       info.reason = BlockReason::kQuota;
