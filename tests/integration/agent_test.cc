@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -61,6 +62,9 @@ class AgentTest : public ::testing::Test {
                                      "--node",        node,
                                      "--heartbeat-seconds", "0.1",
                                      "--workdir",     dir_.Sub("agent-" + node)};
+    // `extra` may set the heartbeat interval itself.
+    if (std::find(extra.begin(), extra.end(), "--heartbeat-seconds") != extra.end())
+      args.erase(args.begin() + 10, args.begin() + 12);
     args.insert(args.end(), extra.begin(), extra.end());
     return std::make_unique<ChildProcess>(STINT_AGENT_PATH, args);
   }
@@ -748,6 +752,72 @@ TEST_F(AgentTest, WorkersDieWithTheirAgentAndTheSegmentIsLost) {
   ASSERT_TRUE(Eventually([&] { return Job(job)["segments"][0].value("state", "") == "lost"; }, 20))
       << Job(job).dump();
   EXPECT_EQ(Job(job)["state"], "PENDING");
+}
+
+// --- output at exit ---
+
+// The text of every chunk stintd holds for `job`, in order.
+std::string HeldOutput(HttpJson& reader, int64_t job) {
+  const HttpJson::Response r = reader.Get("/v1/jobs/" + std::to_string(job) + "/logs");
+  EXPECT_EQ(r.status, 200) << r.text.substr(0, 200);
+  std::string all;
+  for (const json& c : r.body.value("chunks", json::array())) all += c.value("text", "");
+  return all;
+}
+
+// What `seq 1 N` prints.
+std::string Seq(int n) {
+  std::string out;
+  for (int i = 1; i <= n; i++) out += std::to_string(i) + "\n";
+  return out;
+}
+
+// A worker that prints 3.4 MB and exits 0 at once: the agent holds the exit
+// back until its output is up (256 KiB a worker and beat), so once the job
+// is DONE stintd has every byte. A second beat 2 s after the first would
+// have found only part of it without the hold.
+TEST_F(AgentTest, AJobThatEndsHasAllItsOutputAtStintd) {
+  Start();
+  auto agent = Agent("n20", "0", {"--spot", "--heartbeat-seconds", "2"});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n20 registered: window ")) << agent->output();
+  const int64_t job = SubmitLaunch(*admin_, 1, "seq 1 500000");
+  ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "DONE"; }, 60))
+      << Job(job).dump() << agent->output();
+  HttpJson reader(daemon_->port(), StintdProcess::kWorkerToken);
+  const std::string held = HeldOutput(reader, job);
+  const std::string expected = Seq(500000);
+  ASSERT_GT(expected.size(), 3u << 20);
+  EXPECT_EQ(held.size(), expected.size());
+  EXPECT_TRUE(held == expected) << "held output differs; its last bytes: "
+                                << held.substr(held.size() > 64 ? held.size() - 64 : 0);
+  RunResult printed = RunProgram(STINTCTL_PATH, CtlArgs({"logs", std::to_string(job)}));
+  ASSERT_EQ(printed.exit_code, 0) << printed.output.substr(0, 400);
+  EXPECT_NE(printed.output.find("[rank 0] 500000\n"), std::string::npos)
+      << printed.output.substr(printed.output.size() > 400 ? printed.output.size() - 400 : 0);
+}
+
+// 15 MB and exit: stintd keeps a job's newest 4 MiB, and has them, up to the
+// last line, when the job is DONE; the agent skipped what stintd would drop
+// (more than 8 MiB behind) instead of holding the exit for it.
+TEST_F(AgentTest, AJobThatPrintsMoreThanTheCapEndsWithItsNewestOutputAtStintd) {
+  Start();
+  auto agent = Agent("n21", "0", {"--spot", "--heartbeat-seconds", "2"});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n21 registered: window ")) << agent->output();
+  const int64_t job = SubmitLaunch(*admin_, 1, "seq 1 2000000");
+  ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "DONE"; }, 120))
+      << Job(job).dump() << agent->output();
+  HttpJson reader(daemon_->port(), StintdProcess::kWorkerToken);
+  const std::string held = HeldOutput(reader, job);
+  const std::string expected = Seq(2000000);
+  EXPECT_LE(held.size(), 4u << 20);
+  EXPECT_GT(held.size(), 3u << 20);
+  ASSERT_LE(held.size(), expected.size());
+  EXPECT_TRUE(expected.compare(expected.size() - held.size(), held.size(), held) == 0)
+      << "not the newest output, whole; its last bytes: "
+      << held.substr(held.size() > 64 ? held.size() - 64 : 0);
+  EXPECT_TRUE(agent->WaitForLine("stint-agent: " + dir_.Sub("agent-n21") + "/job-" +
+                                  std::to_string(job) + "/segment-", 10))
+      << agent->output();
 }
 
 }  // namespace

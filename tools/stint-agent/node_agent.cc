@@ -93,6 +93,14 @@ std::string ReadPiece(const std::string& path, uint64_t offset, size_t max) {
   return bytes;
 }
 
+// The first line start at or after `offset` within 64 KiB (`offset` when
+// there is none), where skipped output resumes.
+uint64_t LineStartFrom(const std::string& path, uint64_t offset) {
+  const std::string bytes = ReadPiece(path, offset, 64u << 10);
+  const size_t nl = bytes.find('\n');
+  return nl == std::string::npos ? offset : offset + nl + 1;
+}
+
 // JSON strings must be UTF-8: a byte that is not becomes U+FFFD.
 std::string ValidUtf8(const std::string& bytes) {
   return Json::parse(Json(bytes).dump(-1, ' ', false, Json::error_handler_t::replace))
@@ -217,6 +225,9 @@ void NodeAgent::Reap() {
         // What is left of its group goes with it: a worker's children must
         // not outlive the worker the segment accounts for.
         kill(-p.pid, SIGKILL);
+        // Its output up to here goes up before its exit is reported.
+        struct stat st;
+        p.log_end = stat(p.log.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
         // A crash while the segment runs on: the others go on without it
         // (an elastic group re-forms), and it is started again once stintd
         // counted the crash, rather than leaving its GPUs idle until the
@@ -505,31 +516,95 @@ void NodeAgent::ShrinkNotice(int64_t sid, SegmentRun& run, const void* notice_js
 std::vector<NodeAgent::LogPiece> NodeAgent::CollectLogs() {
   // Per worker and beat; a worker writing faster gets there over a few beats.
   constexpr size_t kMaxPiece = 256u << 10;
+  // All pieces of a beat, as escaped JSON text (a byte may take 6): stintd
+  // takes heartbeat bodies up to 2 MiB.
+  constexpr size_t kMaxBeatText = 1u << 20;
+  // Output further behind than this is skipped (it stays in the log file
+  // here): stintd keeps only the newest 4 MiB of a job, and a worker's exit
+  // waits for the rest of its output, which this bounds.
+  constexpr uint64_t kMaxBacklog = 8u << 20;
   std::vector<LogPiece> pieces;
-  for (auto& [sid, run] : runs_) {
-    for (WorkerProc& p : run.procs) {
-      std::string bytes = ReadPiece(p.log, p.log_sent, kMaxPiece);
-      if (bytes.empty()) continue;
-      pieces.push_back({sid, &p, p.log_sent, bytes.size(), ValidUtf8(bytes)});
+  size_t budget = kMaxBeatText;
+  // Exited workers first: their exit waits for their output.
+  for (const bool exited : {true, false}) {
+    for (auto& [sid, run] : runs_) {
+      for (WorkerProc& p : run.procs) {
+        if (p.exited != exited || budget < 1024) continue;
+        struct stat st;
+        if (stat(p.log.c_str(), &st) != 0) continue;  // no file yet
+        const uint64_t size = static_cast<uint64_t>(st.st_size);
+        if (p.exited && size < p.log_end) p.log_end = size;  // truncated by someone
+        if (size > p.log_sent + kMaxBacklog) {
+          p.log_sent = LineStartFrom(p.log, size - kMaxBacklog);
+          std::fprintf(stderr,
+                       "stint-agent: %s: more than %llu MiB behind: older output skipped (it "
+                       "stays in the file)\n",
+                       p.log.c_str(), static_cast<unsigned long long>(kMaxBacklog >> 20));
+        }
+        if (size <= p.log_sent) continue;
+        // Halved until its escaped text fits what is left of the beat's.
+        size_t max = std::min(kMaxPiece, budget);
+        std::string bytes, text;
+        while (max > 0) {
+          bytes = ReadPiece(p.log, p.log_sent, max);
+          if (bytes.empty()) break;
+          text = ValidUtf8(bytes);
+          const size_t escaped = Json(text).dump().size();
+          if (escaped <= budget) {
+            budget -= escaped;
+            break;
+          }
+          max = bytes.size() / 2;
+          bytes.clear();
+        }
+        if (bytes.empty()) {
+          if (p.exited && p.log_end > p.log_sent) {
+            // Unreadable: its exit does not wait for output that cannot go.
+            std::fprintf(stderr, "stint-agent: %s: cannot read from byte %llu: not uploaded\n",
+                         p.log.c_str(), static_cast<unsigned long long>(p.log_sent));
+            p.log_end = p.log_sent;
+          }
+          continue;
+        }
+        pieces.push_back({sid, &p, p.log_sent, bytes.size(), std::move(text)});
+      }
     }
   }
   return pieces;
 }
 
+bool NodeAgent::LogCaughtUp(const WorkerProc& p, const std::vector<LogPiece>& pieces) {
+  if (!p.exited) return true;
+  uint64_t sent = p.log_sent;
+  for (const LogPiece& l : pieces) {
+    if (l.proc == &p) sent = std::max(sent, l.offset + l.size);
+  }
+  return sent >= p.log_end;
+}
+
 Status NodeAgent::Beat() {
   Reap();
+  // The output first: an exit (or a crash) is reported once stintd has
+  // (with this beat) its workers' output up to it, so whoever sees a job
+  // end finds all of it; until then the segment counts as running and the
+  // beats come one after another (draining_).
+  std::vector<LogPiece> pieces = CollectLogs();
+  draining_ = false;
   Json running = Json::array(), exited = Json::array(), crashed = Json::array();
   std::vector<WorkerProc*> crash_reports;
   for (auto& [sid, run] : runs_) {
+    bool caught_up = true;
+    for (const WorkerProc& p : run.procs) caught_up = caught_up && LogCaughtUp(p, pieces);
+    draining_ = draining_ || !caught_up;
     for (WorkerProc& p : run.procs) {
-      if (!p.relaunch || p.crash_sent) continue;
+      if (!p.relaunch || p.crash_sent || !LogCaughtUp(p, pieces)) continue;
       crashed.push_back(
           {{"segment_id", sid},
            {"exit_code", p.code},
            {"message", ValidUtf8("rank " + std::to_string(p.rank) + ": " + LastLine(p.log))}});
       crash_reports.push_back(&p);
     }
-    if (!run.done) {
+    if (!run.done || !caught_up) {
       running.push_back(sid);
     } else {
       exited.push_back(
@@ -539,7 +614,6 @@ Status NodeAgent::Beat() {
   HttpRequest req;
   req.method = "POST";
   req.path = "/v1/nodes/" + options_.node + "/heartbeat";
-  std::vector<LogPiece> pieces = CollectLogs();
   Json logs = Json::array();
   for (const LogPiece& l : pieces) {
     logs.push_back({{"segment_id", l.segment_id},
@@ -688,6 +762,7 @@ AgentExit NodeAgent::Run(const std::vector<int>& stop_signals) {
     }
     Status beat = Beat();
     if (stopping && runs_.empty()) return AgentExit::kStopped;
+    if (beat.ok() && draining_) next_beat = std::chrono::steady_clock::now();
     if (beat.ok()) continue;
     if (beat.code() == Code::kAborted) {  // 410: the window closed
       stop_all();

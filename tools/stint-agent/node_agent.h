@@ -9,9 +9,10 @@
 // one process group each, killed if the agent dies (PR_SET_PDEATHSIG), logs
 // in the workdir; forwards a notice as the job's signal, SIGKILLs at the
 // deadline or when the segment is no longer listed, and reports how the
-// workers exited. A worker that crashes while its segment runs (no notice)
-// is reported and started again, so it rejoins the elastic group; the
-// crash-loop guard at stintd ends a job that keeps crashing.
+// workers exited, once stintd has their output up to the exit. A worker
+// that crashes while its segment runs (no notice) is reported and started
+// again, so it rejoins the elastic group; the crash-loop guard at stintd
+// ends a job that keeps crashing.
 //
 // Confined to the thread that calls Run(): the signals it waits for must be
 // blocked in every thread (main() blocks them before anything starts).
@@ -119,6 +120,9 @@ class NodeAgent {
     bool leaving = false;   // a shrink notice named its GPUs: signalled, killed at the deadline
     std::string log;
     uint64_t log_sent = 0;  // bytes of `log` stintd took (the heartbeat's "logs")
+    // The size of `log` when the process was reaped: its exit (or crash) is
+    // reported only once stintd took the log up to here.
+    uint64_t log_end = 0;
     bool exited = false;
     int code = 0;  // exit status, or 128 + signal
     int index = 0;  // among the processes this agent starts for the segment
@@ -148,6 +152,9 @@ class NodeAgent {
     std::string text;
   };
   std::vector<LogPiece> CollectLogs();
+  // Whether stintd has (or, with `pieces` taken, will have) the log of `p`
+  // up to its exit.
+  static bool LogCaughtUp(const WorkerProc& p, const std::vector<LogPiece>& pieces);
 
   const NodeAgentOptions options_;
   const std::unique_ptr<internal::HttpJsonClient> http_;
@@ -156,6 +163,8 @@ class NodeAgent {
   std::map<int64_t, SegmentRun> runs_;  // by segment id
   bool adopted_window_ = false;  // Register() found the window of an earlier agent
   bool beaten_ = false;          // a heartbeat was answered
+  // Exited workers' output is still to go up: the next beat comes at once.
+  bool draining_ = false;
 };
 
 }  // namespace agent
