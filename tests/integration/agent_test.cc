@@ -815,9 +815,76 @@ TEST_F(AgentTest, AJobThatPrintsMoreThanTheCapEndsWithItsNewestOutputAtStintd) {
   EXPECT_TRUE(expected.compare(expected.size() - held.size(), held.size(), held) == 0)
       << "not the newest output, whole; its last bytes: "
       << held.substr(held.size() > 64 ? held.size() - 64 : 0);
-  EXPECT_TRUE(agent->WaitForLine("stint-agent: " + dir_.Sub("agent-n21") + "/job-" +
-                                  std::to_string(job) + "/segment-", 10))
+  EXPECT_TRUE(agent->WaitForLine(
+      "stint-agent: " + dir_.Sub("agent-n21") + "/job-" + std::to_string(job) + "/segment-", 10))
       << agent->output();
+}
+
+// --- restart_crashed ---
+
+// `stintctl jobs submit --no-restart-crashed`: a crash of one worker ends the
+// whole segment (the other worker is killed; the segment is lost, the job
+// queued again) instead of that worker being started again in it.
+TEST_F(AgentTest, ACrashEndsTheSegmentWhenRestartCrashedIsFalse) {
+  Start();
+  auto agent = Agent("n22", "0,1", {"--spot"});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n22 registered: window ")) << agent->output();
+  const std::string out = dir_.Sub("fixed");
+  ASSERT_EQ(mkdir(out.c_str(), 0755), 0);
+  // Rank 0 crashes once (the first segment) after rank 1 is up; then all
+  // wait for "go" and exit 0.
+  const std::string script =
+      "echo $$ > \"$OUT/pid-$STINT_SEGMENT_ID-$RANK\"; "
+      "if [ \"$RANK\" = 0 ] && mkdir \"$OUT/crashed\" 2>/dev/null; then "
+      "  while [ ! -e \"$OUT/pid-$STINT_SEGMENT_ID-1\" ]; do sleep 0.05; done; "
+      "  echo boom in rank 0; exit 3; "
+      "fi; "
+      "while [ ! -e \"$OUT/go\" ]; do sleep 0.05; done";
+  RunResult submitted = RunProgram(
+      STINTCTL_PATH,
+      CtlArgs({"jobs", "submit", "--name", "fixed", "--gpus", "2", "--pool", "gpu", "--env",
+               "OUT=" + out, "--no-restart-crashed", "--", "/bin/sh", "-c", script}));
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
+  const int64_t job = std::stoll(submitted.output.substr(submitted.output.find("job ") + 4));
+  EXPECT_EQ(Job(job)["launch"]["restart_crashed"], false) << Job(job).dump();
+  // The first segment is lost for the crash, and the job runs again.
+  ASSERT_TRUE(Eventually([&] { return Job(job)["segments"].size() >= 2; }, 60))
+      << Job(job).dump() << agent->output();
+  const json first = Job(job)["segments"][0];
+  EXPECT_EQ(first["state"], "lost") << first.dump();
+  EXPECT_EQ(Job(job)["recent_crashes"], 1) << Job(job).dump();
+  // Rank 0's crash is the segment's exit, not the kill of rank 1 it caused.
+  const std::string sid = std::to_string(first["id"].get<int64_t>());
+  EXPECT_TRUE(agent->WaitForLine(
+      "stint-agent: segment " + sid + " rank 0 exited 3 (a crash: the segment ends", 10))
+      << agent->output();
+  EXPECT_TRUE(agent->WaitForLine("stint-agent: segment " + sid + ": workers done, exit 3", 10))
+      << agent->output();
+  // Rank 1 of the first segment did not run on.
+  const std::string pid1 =
+      ReadFile(out + "/pid-" + std::to_string(first["id"].get<int64_t>()) + "-1");
+  ASSERT_FALSE(pid1.empty());
+  EXPECT_TRUE(Eventually([&] { return ProcessGone(static_cast<pid_t>(std::stol(pid1))); }, 30))
+      << "rank 1 outlived its segment";
+  std::ofstream(out + "/go").put('\n');
+  ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "DONE"; }, 60))
+      << Job(job).dump() << agent->output();
+  EXPECT_EQ(Job(job)["segments"].size(), 2u) << Job(job).dump();
+  EXPECT_EQ(agent->output().find("started again"), std::string::npos) << agent->output();
+
+  // Without the flag the launch says nothing (crashed workers start again),
+  // and a value that is not a boolean is refused.
+  json spec = {{"name", "bad"},
+               {"pool", "gpu"},
+               {"min_gpus", 1},
+               {"launch", {{"command", {"/bin/true"}}, {"restart_crashed", "no"}}}};
+  auto bad = admin_->Post("/v1/jobs", spec);
+  EXPECT_EQ(bad.status, 400) << bad.text;
+  EXPECT_NE(bad.text.find("launch.restart_crashed"), std::string::npos) << bad.text;
+  RunResult without_command =
+      RunProgram(STINTCTL_PATH,
+                 CtlArgs({"jobs", "submit", "--name", "x", "--gpus", "1", "--no-restart-crashed"}));
+  EXPECT_EQ(without_command.exit_code, 2) << without_command.output;
 }
 
 }  // namespace

@@ -233,10 +233,21 @@ void NodeAgent::Reap() {
         // counted the crash, rather than leaving its GPUs idle until the
         // segment ends.
         const bool crash = p.code != 0 && p.code != 75 && p.code != 76;
-        p.relaunch = crash && !p.leaving && !run.signalled && !run.done;
+        const bool live_crash = crash && !p.leaving && !run.signalled && !run.done;
+        p.relaunch = live_crash && run.restart_crashed;
         p.crash_sent = false;
+        const bool ends = live_crash && !run.restart_crashed && run.crash_rank < 0;
+        if (ends) run.crash_rank = p.rank;
         std::printf("stint-agent: segment %lld rank %d exited %d%s\n", static_cast<long long>(sid),
-                    p.rank, p.code, p.relaunch ? " (a crash: reported, then started again)" : "");
+                    p.rank, p.code,
+                    p.relaunch ? " (a crash: reported, then started again)"
+                    : ends     ? " (a crash: the segment ends, restart_crashed is false)"
+                               : "");
+        if (ends) {
+          for (const WorkerProc& other : run.procs) {
+            if (!other.exited) kill(-other.pid, SIGKILL);
+          }
+        }
       }
     }
   }
@@ -251,6 +262,10 @@ void NodeAgent::Reap() {
     auto rank_of = [](int code) { return code == 76 ? 3 : code == 75 ? 2 : code != 0 ? 1 : 0; };
     for (const WorkerProc& p : run.procs) {
       if (decisive == nullptr || rank_of(p.code) > rank_of(decisive->code)) decisive = &p;
+    }
+    // A crash that ended the segment, not the kills that followed it.
+    for (const WorkerProc& p : run.procs) {
+      if (p.rank == run.crash_rank && rank_of(decisive->code) <= 1) decisive = &p;
     }
     run.exit_code = decisive == nullptr ? 0 : decisive->code;
     if (decisive != nullptr && decisive->code != 0) {
@@ -333,6 +348,7 @@ void NodeAgent::Launch(const void* assignment, int only_process) {
   SegmentRun& run = growing ? found->second : fresh;
   run.job_id = job;
   run.signal = SignalNumber(launch.value("signal", std::string("TERM")));
+  run.restart_crashed = launch.value("restart_crashed", true);
   const std::string dir =
       options_.workdir + "/job-" + std::to_string(job) + "/segment-" + std::to_string(sid);
   Status made = MakeDirs(dir);

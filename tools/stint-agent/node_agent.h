@@ -135,6 +135,10 @@ class NodeAgent {
     int64_t job_id = 0;
     std::vector<WorkerProc> procs;
     int signal = 0;            // forwarded on a notice
+    // launch.restart_crashed: false makes a crash end the segment (the
+    // others are killed; the crashed rank's exit is the segment's).
+    bool restart_crashed = true;
+    int crash_rank = -1;  // that rank, once one crashed; -1: none
     bool signalled = false;
     int64_t deadline_ms = 0;   // from the notice; 0: none
     int64_t leave_deadline_ms = 0;  // from a shrink notice (its leaving ranks); 0: none

@@ -241,7 +241,7 @@ Result<Job> ParseJobSpec(const RequestBody& b) {
 Status CheckLaunch(const json& l, const Job& job) {
   for (const auto& [key, value] : l.items()) {
     if (key != "command" && key != "env" && key != "workdir" && key != "gpus_per_worker" &&
-        key != "signal" && key != "torchrun") {
+        key != "signal" && key != "torchrun" && key != "restart_crashed") {
       return Status::InvalidArgument("launch: unknown field \"" + key + "\"");
     }
   }
@@ -272,6 +272,8 @@ Status CheckLaunch(const json& l, const Job& job) {
   if (job.min_gpus % gpw.get<int>() != 0 || job.max_gpus % gpw.get<int>() != 0) {
     return Status::InvalidArgument("launch.gpus_per_worker must divide min_gpus and max_gpus");
   }
+  if (l.contains("restart_crashed") && !l["restart_crashed"].is_boolean())
+    return Status::InvalidArgument("launch.restart_crashed must be true or false");
   const json sig = l.value("signal", json("TERM"));
   static const char* kSignals[] = {"TERM", "INT", "HUP", "USR1", "USR2"};
   bool known = false;
