@@ -887,5 +887,50 @@ TEST_F(AgentTest, ACrashEndsTheSegmentWhenRestartCrashedIsFalse) {
   EXPECT_EQ(without_command.exit_code, 2) << without_command.output;
 }
 
+// --- the KV and agent tokens ---
+
+// The shared agent token reaches no job's KV nor fencing check, not even of
+// a job running on its node: the workers it launched use their own secret
+// there (and they still can), the worker token as before.
+TEST_F(AgentTest, AnAgentTokenCannotUseAJobsKv) {
+  Start();
+  auto agent = Agent("n23", "0", {"--spot"});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n23 registered: window ")) << agent->output();
+  const std::string out = dir_.Sub("kv");
+  ASSERT_EQ(mkdir(out.c_str(), 0755), 0);
+  // The launched worker writes the KV with its secret (coord_worker:
+  // "hello-0"), then waits.
+  const int64_t job =
+      SubmitLaunch(*admin_, 1,
+                   "\"$WORKER\" > \"$OUT/said.tmp\" 2>&1; mv \"$OUT/said.tmp\" \"$OUT/said\"; "
+                   "while [ ! -e \"$OUT/go\" ]; do sleep 0.05; done",
+                   {{"OUT", out}, {"WORKER", STINT_COORD_WORKER}});
+  ASSERT_TRUE(Eventually([&] { return !ReadFile(out + "/said").empty(); }, 30))
+      << Job(job).dump() << agent->output();
+  EXPECT_NE(ReadFile(out + "/said").find("coord_worker: ok"), std::string::npos)
+      << ReadFile(out + "/said");
+  ASSERT_EQ(Job(job)["state"], "RUNNING") << Job(job).dump();
+  const std::string kv = "/v1/jobs/" + std::to_string(job) + "/kv/";
+  HttpJson shared(daemon_->port(), StintdProcess::kAgentToken);
+  auto put = shared.Put(kv + "k", {{"value", "v"}});
+  EXPECT_EQ(put.status, 403) << put.text;
+  EXPECT_NE(put.text.find("agent token"), std::string::npos) << put.text;
+  EXPECT_EQ(shared.Get(kv + "hello-0").status, 403);
+  EXPECT_EQ(shared.Delete(kv + "hello-0").status, 403);
+  EXPECT_EQ(shared.Post("/v1/fencing/check", {{"job_id", job}, {"fencing_token", 1}}).status, 403);
+  // Nothing changed: the worker's entry is there, the agent's is not.
+  HttpJson worker(daemon_->port(), StintdProcess::kWorkerToken);
+  auto mine = worker.Get(kv + "hello-0");
+  EXPECT_EQ(mine.status, 200) << mine.text;
+  EXPECT_EQ(mine.body.value("value", ""), "hi") << mine.text;
+  EXPECT_EQ(worker.Get(kv + "k").status, 404);
+  EXPECT_EQ(worker.Put(kv + "k", {{"value", "v"}}).status, 200);
+  // The agent's own reads still work.
+  EXPECT_EQ(shared.Get("/v1/jobs/" + std::to_string(job)).status, 200);
+  std::ofstream(out + "/go").put('\n');
+  ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "DONE"; }, 30))
+      << Job(job).dump() << agent->output();
+}
+
 }  // namespace
 }  // namespace stint

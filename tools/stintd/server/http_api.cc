@@ -458,13 +458,20 @@ std::optional<Reply> AuthorizeWorker(const TokenAuth& auth, Coordinator* c,
 }
 
 // The job-scoped worker calls (KV, fencing check) of job `job`: the worker
-// token (or an agent's, or an admin's), or the secret of an active worker of
-// that job (a process stint-agent launched holds only its secret).
+// token (or an admin's), or the secret of an active worker of that job (a
+// process stint-agent launched holds only its secret). Not an agent token:
+// the agent itself needs neither, and its workers have their secrets.
 // nullopt: allowed.
 std::optional<Reply> AuthorizeJob(const TokenAuth& auth, Coordinator* c,
                                   const httplib::Request& req, int64_t job) {
   const std::string header = req.get_header_value("Authorization");
   const Right right = auth.Check(header);
+  if (right == Right::kAgent) {
+    return ErrorReply(Status::PermissionDenied(
+        "an agent token does not reach job " + std::to_string(job) +
+        "'s KV or fencing check: the workers stint-agent launches use their own secret "
+        "(STINT_WORKER_SECRET)"));
+  }
   if (Allows(right, Right::kWorker)) return std::nullopt;
   int64_t owner = 0;
   std::string random;
