@@ -932,5 +932,38 @@ TEST_F(AgentTest, AnAgentTokenCannotUseAJobsKv) {
       << Job(job).dump() << agent->output();
 }
 
+// --- long-polled heartbeats ---
+
+// An agent beating every 60 s starts a segment granted while its heartbeat
+// waits at stintd: the poll answers the new assignment at once. stintd's
+// node TTL and lease (600 s) let a poll wait the whole 60 s, so without the
+// early answer the worker could not start before the next beat, 60 s after
+// the first; the deadline here is far below that.
+TEST_F(AgentTest, ALongPollingAgentStartsAGrantedSegmentBeforeItsNextBeat) {
+  Start({"--tick-seconds", "0.05", "--safety-seconds", "1", "--min-run-seconds", "0",
+         "--lease-ttl-seconds", "600", "--start-grace-seconds", "20", "--node-ttl-seconds", "600"});
+  auto agent = Agent("n24", "0", {"--spot", "--heartbeat-seconds", "60"});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n24 registered: window ")) << agent->output();
+  // Its first beat is in: from now on it waits at stintd.
+  ASSERT_TRUE(Eventually(
+      [&] { return NodeInfo("n24").value("last_heartbeat_ms", json()).is_number(); }, 30))
+      << NodeInfo("n24").dump() << agent->output();
+  const json first_beat = NodeInfo("n24")["last_heartbeat_ms"];
+  const std::string out = dir_.Sub("prompt");
+  ASSERT_EQ(mkdir(out.c_str(), 0755), 0);
+  const int64_t job = SubmitLaunch(
+      *admin_, 1, "touch \"$OUT/started\"; while [ ! -e \"$OUT/go\" ]; do sleep 0.05; done",
+      {{"OUT", out}});
+  struct stat st;
+  EXPECT_TRUE(Eventually([&] { return stat((out + "/started").c_str(), &st) == 0; }, 20))
+      << Job(job).dump() << agent->output();
+  EXPECT_TRUE(agent->WaitForLine("stint-agent: segment ", 10)) << agent->output();
+  EXPECT_NE(agent->output().find("started ranks 0..0 of 1"), std::string::npos) << agent->output();
+  // The answer that started it came from the poll of that first beat: the
+  // agent then beat again (a new poll) at once.
+  EXPECT_TRUE(Eventually([&] { return NodeInfo("n24")["last_heartbeat_ms"] != first_beat; }, 10))
+      << NodeInfo("n24").dump();
+}
+
 }  // namespace
 }  // namespace stint

@@ -598,7 +598,7 @@ bool NodeAgent::LogCaughtUp(const WorkerProc& p, const std::vector<LogPiece>& pi
   return sent >= p.log_end;
 }
 
-Status NodeAgent::Beat() {
+Status NodeAgent::Beat(bool may_wait) {
   Reap();
   // The output first: an exit (or a crash) is reported once stintd has
   // (with this beat) its workers' output up to it, so whoever sees a job
@@ -630,6 +630,15 @@ Status NodeAgent::Beat() {
   HttpRequest req;
   req.method = "POST";
   req.path = "/v1/nodes/" + options_.node + "/heartbeat";
+  polled_ = false;
+  const bool wait = may_wait && options_.long_poll && !draining_ && !assignments_tag_.empty();
+  if (wait) {
+    char seconds[32];
+    std::snprintf(seconds, sizeof(seconds), "%.3f",
+                  std::chrono::duration<double>(options_.heartbeat_interval).count());
+    req.path += std::string("?wait_seconds=") + seconds + "&known=" + assignments_tag_;
+    req.server_wait = options_.heartbeat_interval;
+  }
   Json logs = Json::array();
   for (const LogPiece& l : pieces) {
     logs.push_back({{"segment_id", l.segment_id},
@@ -646,6 +655,10 @@ Status NodeAgent::Beat() {
   for (const LogPiece& l : pieces) l.proc->log_sent = l.offset + l.size;
   const bool first_beat = !beaten_;
   beaten_ = true;
+  assignments_tag_ =
+      reply.body.is_object() ? reply.body.value("assignments_tag", std::string()) : std::string();
+  // stintd long-polls (it gave a tag): the next beat at once, as a poll.
+  polled_ = may_wait && options_.long_poll && !assignments_tag_.empty();
   const Json assignments = reply.body.is_object()
                                ? reply.body.value("assignments", Json::array())
                                : Json::array();
@@ -726,7 +739,10 @@ AgentExit NodeAgent::Run(const std::vector<int>& stop_signals) {
   sigset_t set;
   sigemptyset(&set);
   for (int sig : stop_signals) sigaddset(&set, sig);
-  auto next_beat = std::chrono::steady_clock::now() + options_.heartbeat_interval;
+  // Long polls: the first beat at once (it learns the tag).
+  auto next_beat =
+      std::chrono::steady_clock::now() +
+      (options_.long_poll ? std::chrono::milliseconds(0) : options_.heartbeat_interval);
   bool stopping = false;
   auto stop_all = [&] {
     for (const auto& [sid, run] : runs_) KillRun(sid, SIGKILL);
@@ -776,9 +792,11 @@ AgentExit NodeAgent::Run(const std::vector<int>& stop_signals) {
       std::fflush(stdout);
       return AgentExit::kWindowClosed;
     }
-    Status beat = Beat();
+    Status beat = Beat(/*may_wait=*/!stopping);
     if (stopping && runs_.empty()) return AgentExit::kStopped;
-    if (beat.ok() && draining_) next_beat = std::chrono::steady_clock::now();
+    // A long poll waited its interval at stintd (or answered a change): the
+    // next one at once.
+    if (beat.ok() && (draining_ || polled_)) next_beat = std::chrono::steady_clock::now();
     if (beat.ok()) continue;
     if (beat.code() == Code::kAborted) {  // 410: the window closed
       stop_all();

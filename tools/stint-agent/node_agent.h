@@ -65,6 +65,13 @@ struct NodeAgentOptions {
   // --node-ttl-seconds (default 30), so this must be well below that.
   // Default: 5 s.
   std::chrono::milliseconds heartbeat_interval{std::chrono::seconds(5)};
+  // Each heartbeat waits at stintd up to heartbeat_interval (stintd caps
+  // it at a third of its node TTL and lease) for the node's assignments to
+  // change, and the next follows at once: a granted segment starts (a
+  // notice is forwarded) within a round trip, not at the next beat. A
+  // stintd without it answers at once; the agent then beats every interval.
+  // Default: true.
+  bool long_poll = true;
   // How long one call may retry an unreachable stintd. Default: 10 s.
   std::chrono::milliseconds call_deadline{std::chrono::seconds(10)};
 };
@@ -100,7 +107,9 @@ class NodeAgent {
   Status CloseWindow();
   // One heartbeat: reports running and exited segments, then acts on the
   // assignments. kAborted: the window closed.
-  Status Beat();
+  // `may_wait`: a long poll (options_.long_poll) when stintd gave a tag;
+  // polled_ says whether the next may follow at once.
+  Status Beat(bool may_wait = false);
   // Starts the segment's workers; with `only_process` >= 0 that one of them
   // again (a crashed worker), in place of its earlier process.
   void Launch(const void* assignment, int only_process = -1);  // void: json stays out of here
@@ -169,6 +178,8 @@ class NodeAgent {
   bool beaten_ = false;          // a heartbeat was answered
   // Exited workers' output is still to go up: the next beat comes at once.
   bool draining_ = false;
+  std::string assignments_tag_;  // of the last answer ("": none known)
+  bool polled_ = false;          // the next beat may come at once, as a long poll
 };
 
 }  // namespace agent

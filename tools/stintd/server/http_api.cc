@@ -1090,7 +1090,7 @@ void HttpApi::InstallRoutes() {
   });
   LogTails* const logs = &logs_;
   route(kPost, R"(/v1/nodes/([A-Za-z0-9._-]+)/heartbeat)", Right::kAgent,
-        [this, c, logs](const httplib::Request& req) {
+        [this, c, logs, max_wait](const httplib::Request& req) {
           PruneLogsIfDue();
           RequestBody b = STINT_HTTP_TRY(
               RequestBody::Parse(req.body, {"running", "exited", "logs", "crashed"}));
@@ -1167,15 +1167,33 @@ void HttpApi::InstallRoutes() {
                          x["offset"].get<uint64_t>(), x["size"].get<uint64_t>(),
                          x["text"].get<std::string>());
           }
+          // A long poll (API.md, "Nodes"): with `wait_seconds` and `known`
+          // (the assignments_tag of the agent's last answer) it answers
+          // once the node's assignments differ from those, or after the wait.
+          const double wait = STINT_HTTP_TRY(QuerySeconds(req, "wait_seconds", 0, max_wait));
+          const std::string known = req.has_param("known") ? req.get_param_value("known") : "";
+          const auto until = std::chrono::steady_clock::now() + c->NodePollLimit(Millis(wait));
           Result<Window> w = c->NodeHeartbeat(node, running, exits, crashes);
           for (int64_t job : exit_jobs) logs->Wake(job);
           if (!w.ok()) return WorkerErrorReply(w.status());
           Reply reply;
-          c->Read([&](const ClusterState& s, const Plan&, TimeMs now) {
-            reply.body = {{"name", w->node},
-                          {"window", ToJson(s, *w, now)},
-                          {"assignments", Assignments(s, *w)}};
-          });
+          for (;;) {
+            const uint64_t seen = c->EventSeq();
+            std::string tag;
+            c->Read([&](const ClusterState& s, const Plan&, TimeMs now) {
+              json assignments = Assignments(s, *w);
+              char hex[17];
+              std::snprintf(hex, sizeof(hex), "%016zx",
+                            std::hash<std::string>()(assignments.dump()));
+              tag = hex;
+              auto win = s.windows.find(w->id);
+              reply.body = {{"name", w->node},
+                            {"window", ToJson(s, win != s.windows.end() ? win->second : *w, now)},
+                            {"assignments", std::move(assignments)},
+                            {"assignments_tag", tag}};
+            });
+            if (known.empty() || tag != known || !c->WaitEvent(seen, until)) break;
+          }
           return reply;
         });
   route(kPost, R"(/v1/nodes/([A-Za-z0-9._-]+)/close)", Right::kAgent,
