@@ -561,9 +561,11 @@ std::vector<NodeAgent::LogPiece> NodeAgent::CollectLogs() {
         // Halved until its escaped text fits what is left of the beat's.
         size_t max = std::min(kMaxPiece, budget);
         std::string bytes, text;
+        bool read = false;  // something was there: an empty piece is then the budget's
         while (max > 0) {
           bytes = ReadPiece(p.log, p.log_sent, max);
           if (bytes.empty()) break;
+          read = true;
           text = ValidUtf8(bytes);
           const size_t escaped = Json(text).dump().size();
           if (escaped <= budget) {
@@ -574,8 +576,9 @@ std::vector<NodeAgent::LogPiece> NodeAgent::CollectLogs() {
           bytes.clear();
         }
         if (bytes.empty()) {
-          if (p.exited && p.log_end > p.log_sent) {
-            // Unreadable: its exit does not wait for output that cannot go.
+          if (!read && p.exited && p.log_end > p.log_sent) {
+            // Unreadable (or a cut UTF-8 character at its end): its exit
+            // does not wait for output that cannot go.
             std::fprintf(stderr, "stint-agent: %s: cannot read from byte %llu: not uploaded\n",
                          p.log.c_str(), static_cast<unsigned long long>(p.log_sent));
             p.log_end = p.log_sent;
