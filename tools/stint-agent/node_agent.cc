@@ -720,13 +720,21 @@ Status NodeAgent::Beat(bool may_wait) {
     }
     if (run.deadline_ms != 0 && now >= run.deadline_ms && !run.done) KillRun(sid, SIGKILL);
   }
-  // Segments no longer listed ended (or were fenced): nothing of them runs on.
+  // Segments no longer listed ended (or were fenced): nothing of them runs
+  // on. One that ended after its notice (its workers acked a checkpoint and
+  // exit on their own) keeps them until the notice's deadline; the beats
+  // then come at the interval (no long poll), to kill them in time.
   for (auto it = runs_.begin(); it != runs_.end();) {
     if (listed.count(it->first)) {
       ++it;
       continue;
     }
-    KillRun(it->first, SIGKILL);
+    const SegmentRun& ended = it->second;
+    if (ended.signalled && !ended.done && now < ended.deadline_ms) {
+      polled_ = false;
+    } else {
+      KillRun(it->first, SIGKILL);
+    }
     bool all = true;
     for (const WorkerProc& p : it->second.procs) all = all && p.exited;
     if (all) {
