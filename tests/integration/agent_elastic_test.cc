@@ -121,7 +121,9 @@ class AgentElasticTest : public ::testing::Test {
   // The node window ids of the job's running segment, in placement order.
   std::vector<int64_t> PlacedWindows(int64_t job) {
     std::vector<int64_t> out;
-    for (const json& p : Segment(job).value("placement", json::array()))
+    const json segment = Segment(job);  // null while the job waits for one
+    if (!segment.is_object()) return out;
+    for (const json& p : segment.value("placement", json::array()))
       out.push_back(p.value("window_id", int64_t{0}));
     return out;
   }

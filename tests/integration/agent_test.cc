@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -61,6 +62,9 @@ class AgentTest : public ::testing::Test {
                                      "--node",        node,
                                      "--heartbeat-seconds", "0.1",
                                      "--workdir",     dir_.Sub("agent-" + node)};
+    // `extra` may set the heartbeat interval itself.
+    if (std::find(extra.begin(), extra.end(), "--heartbeat-seconds") != extra.end())
+      args.erase(args.begin() + 10, args.begin() + 12);
     args.insert(args.end(), extra.begin(), extra.end());
     return std::make_unique<ChildProcess>(STINT_AGENT_PATH, args);
   }
@@ -748,6 +752,217 @@ TEST_F(AgentTest, WorkersDieWithTheirAgentAndTheSegmentIsLost) {
   ASSERT_TRUE(Eventually([&] { return Job(job)["segments"][0].value("state", "") == "lost"; }, 20))
       << Job(job).dump();
   EXPECT_EQ(Job(job)["state"], "PENDING");
+}
+
+// --- output at exit ---
+
+// The text of every chunk stintd holds for `job`, in order.
+std::string HeldOutput(HttpJson& reader, int64_t job) {
+  const HttpJson::Response r = reader.Get("/v1/jobs/" + std::to_string(job) + "/logs");
+  EXPECT_EQ(r.status, 200) << r.text.substr(0, 200);
+  std::string all;
+  for (const json& c : r.body.value("chunks", json::array())) all += c.value("text", "");
+  return all;
+}
+
+// What `seq 1 N` prints.
+std::string Seq(int n) {
+  std::string out;
+  for (int i = 1; i <= n; i++) out += std::to_string(i) + "\n";
+  return out;
+}
+
+// A worker that prints 3.4 MB and exits 0 at once: the agent holds the exit
+// back until its output is up (256 KiB a worker and beat), so once the job
+// is DONE stintd has every byte. A second beat 2 s after the first would
+// have found only part of it without the hold.
+TEST_F(AgentTest, AJobThatEndsHasAllItsOutputAtStintd) {
+  Start();
+  auto agent = Agent("n20", "0", {"--spot", "--heartbeat-seconds", "2"});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n20 registered: window ")) << agent->output();
+  const int64_t job = SubmitLaunch(*admin_, 1, "seq 1 500000");
+  ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "DONE"; }, 60))
+      << Job(job).dump() << agent->output();
+  HttpJson reader(daemon_->port(), StintdProcess::kWorkerToken);
+  const std::string held = HeldOutput(reader, job);
+  const std::string expected = Seq(500000);
+  ASSERT_GT(expected.size(), 3u << 20);
+  EXPECT_EQ(held.size(), expected.size());
+  EXPECT_TRUE(held == expected) << "held output differs; its last bytes: "
+                                << held.substr(held.size() > 64 ? held.size() - 64 : 0);
+  RunResult printed = RunProgram(STINTCTL_PATH, CtlArgs({"logs", std::to_string(job)}));
+  ASSERT_EQ(printed.exit_code, 0) << printed.output.substr(0, 400);
+  EXPECT_NE(printed.output.find("[rank 0] 500000\n"), std::string::npos)
+      << printed.output.substr(printed.output.size() > 400 ? printed.output.size() - 400 : 0);
+}
+
+// 15 MB and exit: stintd keeps a job's newest 4 MiB, and has them, up to the
+// last line, when the job is DONE; the agent skipped what stintd would drop
+// (more than 8 MiB behind) instead of holding the exit for it.
+TEST_F(AgentTest, AJobThatPrintsMoreThanTheCapEndsWithItsNewestOutputAtStintd) {
+  Start();
+  auto agent = Agent("n21", "0", {"--spot", "--heartbeat-seconds", "2"});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n21 registered: window ")) << agent->output();
+  const int64_t job = SubmitLaunch(*admin_, 1, "seq 1 2000000");
+  ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "DONE"; }, 120))
+      << Job(job).dump() << agent->output();
+  HttpJson reader(daemon_->port(), StintdProcess::kWorkerToken);
+  const std::string held = HeldOutput(reader, job);
+  const std::string expected = Seq(2000000);
+  EXPECT_LE(held.size(), 4u << 20);
+  EXPECT_GT(held.size(), 3u << 20);
+  ASSERT_LE(held.size(), expected.size());
+  EXPECT_TRUE(expected.compare(expected.size() - held.size(), held.size(), held) == 0)
+      << "not the newest output, whole; its last bytes: "
+      << held.substr(held.size() > 64 ? held.size() - 64 : 0);
+  EXPECT_TRUE(agent->WaitForLine(
+      "stint-agent: " + dir_.Sub("agent-n21") + "/job-" + std::to_string(job) + "/segment-", 10))
+      << agent->output();
+}
+
+// --- restart_crashed ---
+
+// `stintctl jobs submit --no-restart-crashed`: a crash of one worker ends the
+// whole segment (the other worker is killed; the segment is lost, the job
+// queued again) instead of that worker being started again in it.
+TEST_F(AgentTest, ACrashEndsTheSegmentWhenRestartCrashedIsFalse) {
+  Start();
+  auto agent = Agent("n22", "0,1", {"--spot"});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n22 registered: window ")) << agent->output();
+  const std::string out = dir_.Sub("fixed");
+  ASSERT_EQ(mkdir(out.c_str(), 0755), 0);
+  // Rank 0 crashes once (the first segment) after rank 1 is up; then all
+  // wait for "go" and exit 0.
+  const std::string script =
+      "echo $$ > \"$OUT/pid-$STINT_SEGMENT_ID-$RANK\"; "
+      "if [ \"$RANK\" = 0 ] && mkdir \"$OUT/crashed\" 2>/dev/null; then "
+      "  while [ ! -e \"$OUT/pid-$STINT_SEGMENT_ID-1\" ]; do sleep 0.05; done; "
+      "  echo boom in rank 0; exit 3; "
+      "fi; "
+      "while [ ! -e \"$OUT/go\" ]; do sleep 0.05; done";
+  RunResult submitted = RunProgram(
+      STINTCTL_PATH,
+      CtlArgs({"jobs", "submit", "--name", "fixed", "--gpus", "2", "--pool", "gpu", "--env",
+               "OUT=" + out, "--no-restart-crashed", "--", "/bin/sh", "-c", script}));
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
+  const int64_t job = std::stoll(submitted.output.substr(submitted.output.find("job ") + 4));
+  EXPECT_EQ(Job(job)["launch"]["restart_crashed"], false) << Job(job).dump();
+  // The first segment is lost for the crash, and the job runs again.
+  ASSERT_TRUE(Eventually([&] { return Job(job)["segments"].size() >= 2; }, 60))
+      << Job(job).dump() << agent->output();
+  const json first = Job(job)["segments"][0];
+  EXPECT_EQ(first["state"], "lost") << first.dump();
+  EXPECT_EQ(Job(job)["recent_crashes"], 1) << Job(job).dump();
+  // Rank 0's crash is the segment's exit, not the kill of rank 1 it caused.
+  const std::string sid = std::to_string(first["id"].get<int64_t>());
+  EXPECT_TRUE(agent->WaitForLine(
+      "stint-agent: segment " + sid + " rank 0 exited 3 (a crash: the segment ends", 10))
+      << agent->output();
+  EXPECT_TRUE(agent->WaitForLine("stint-agent: segment " + sid + ": workers done, exit 3", 10))
+      << agent->output();
+  // Rank 1 of the first segment did not run on.
+  const std::string pid1 =
+      ReadFile(out + "/pid-" + std::to_string(first["id"].get<int64_t>()) + "-1");
+  ASSERT_FALSE(pid1.empty());
+  EXPECT_TRUE(Eventually([&] { return ProcessGone(static_cast<pid_t>(std::stol(pid1))); }, 30))
+      << "rank 1 outlived its segment";
+  std::ofstream(out + "/go").put('\n');
+  ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "DONE"; }, 60))
+      << Job(job).dump() << agent->output();
+  EXPECT_EQ(Job(job)["segments"].size(), 2u) << Job(job).dump();
+  EXPECT_EQ(agent->output().find("started again"), std::string::npos) << agent->output();
+
+  // Without the flag the launch says nothing (crashed workers start again),
+  // and a value that is not a boolean is refused.
+  json spec = {{"name", "bad"},
+               {"pool", "gpu"},
+               {"min_gpus", 1},
+               {"launch", {{"command", {"/bin/true"}}, {"restart_crashed", "no"}}}};
+  auto bad = admin_->Post("/v1/jobs", spec);
+  EXPECT_EQ(bad.status, 400) << bad.text;
+  EXPECT_NE(bad.text.find("launch.restart_crashed"), std::string::npos) << bad.text;
+  RunResult without_command =
+      RunProgram(STINTCTL_PATH,
+                 CtlArgs({"jobs", "submit", "--name", "x", "--gpus", "1", "--no-restart-crashed"}));
+  EXPECT_EQ(without_command.exit_code, 2) << without_command.output;
+}
+
+// --- the KV and agent tokens ---
+
+// The shared agent token reaches no job's KV nor fencing check, not even of
+// a job running on its node: the workers it launched use their own secret
+// there (and they still can), the worker token as before.
+TEST_F(AgentTest, AnAgentTokenCannotUseAJobsKv) {
+  Start();
+  auto agent = Agent("n23", "0", {"--spot"});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n23 registered: window ")) << agent->output();
+  const std::string out = dir_.Sub("kv");
+  ASSERT_EQ(mkdir(out.c_str(), 0755), 0);
+  // The launched worker writes the KV with its secret (coord_worker:
+  // "hello-0"), then waits.
+  const int64_t job =
+      SubmitLaunch(*admin_, 1,
+                   "\"$WORKER\" > \"$OUT/said.tmp\" 2>&1; mv \"$OUT/said.tmp\" \"$OUT/said\"; "
+                   "while [ ! -e \"$OUT/go\" ]; do sleep 0.05; done",
+                   {{"OUT", out}, {"WORKER", STINT_COORD_WORKER}});
+  ASSERT_TRUE(Eventually([&] { return !ReadFile(out + "/said").empty(); }, 30))
+      << Job(job).dump() << agent->output();
+  EXPECT_NE(ReadFile(out + "/said").find("coord_worker: ok"), std::string::npos)
+      << ReadFile(out + "/said");
+  ASSERT_EQ(Job(job)["state"], "RUNNING") << Job(job).dump();
+  const std::string kv = "/v1/jobs/" + std::to_string(job) + "/kv/";
+  HttpJson shared(daemon_->port(), StintdProcess::kAgentToken);
+  auto put = shared.Put(kv + "k", {{"value", "v"}});
+  EXPECT_EQ(put.status, 403) << put.text;
+  EXPECT_NE(put.text.find("agent token"), std::string::npos) << put.text;
+  EXPECT_EQ(shared.Get(kv + "hello-0").status, 403);
+  EXPECT_EQ(shared.Delete(kv + "hello-0").status, 403);
+  EXPECT_EQ(shared.Post("/v1/fencing/check", {{"job_id", job}, {"fencing_token", 1}}).status, 403);
+  // Nothing changed: the worker's entry is there, the agent's is not.
+  HttpJson worker(daemon_->port(), StintdProcess::kWorkerToken);
+  auto mine = worker.Get(kv + "hello-0");
+  EXPECT_EQ(mine.status, 200) << mine.text;
+  EXPECT_EQ(mine.body.value("value", ""), "hi") << mine.text;
+  EXPECT_EQ(worker.Get(kv + "k").status, 404);
+  EXPECT_EQ(worker.Put(kv + "k", {{"value", "v"}}).status, 200);
+  // The agent's own reads still work.
+  EXPECT_EQ(shared.Get("/v1/jobs/" + std::to_string(job)).status, 200);
+  std::ofstream(out + "/go").put('\n');
+  ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "DONE"; }, 30))
+      << Job(job).dump() << agent->output();
+}
+
+// --- long-polled heartbeats ---
+
+// An agent beating every 60 s starts a segment granted while its heartbeat
+// waits at stintd: the poll answers the new assignment at once. stintd's
+// node TTL and lease (600 s) let a poll wait the whole 60 s, so without the
+// early answer the worker could not start before the next beat, 60 s after
+// the first; the deadline here is far below that.
+TEST_F(AgentTest, ALongPollingAgentStartsAGrantedSegmentBeforeItsNextBeat) {
+  Start({"--tick-seconds", "0.05", "--safety-seconds", "1", "--min-run-seconds", "0",
+         "--lease-ttl-seconds", "600", "--start-grace-seconds", "20", "--node-ttl-seconds", "600"});
+  auto agent = Agent("n24", "0", {"--spot", "--heartbeat-seconds", "60"});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n24 registered: window ")) << agent->output();
+  // Its first beat is in: from now on it waits at stintd.
+  ASSERT_TRUE(Eventually(
+      [&] { return NodeInfo("n24").value("last_heartbeat_ms", json()).is_number(); }, 30))
+      << NodeInfo("n24").dump() << agent->output();
+  const json first_beat = NodeInfo("n24")["last_heartbeat_ms"];
+  const std::string out = dir_.Sub("prompt");
+  ASSERT_EQ(mkdir(out.c_str(), 0755), 0);
+  const int64_t job = SubmitLaunch(
+      *admin_, 1, "touch \"$OUT/started\"; while [ ! -e \"$OUT/go\" ]; do sleep 0.05; done",
+      {{"OUT", out}});
+  struct stat st;
+  EXPECT_TRUE(Eventually([&] { return stat((out + "/started").c_str(), &st) == 0; }, 20))
+      << Job(job).dump() << agent->output();
+  EXPECT_TRUE(agent->WaitForLine("stint-agent: segment ", 10)) << agent->output();
+  EXPECT_NE(agent->output().find("started ranks 0..0 of 1"), std::string::npos) << agent->output();
+  // The answer that started it came from the poll of that first beat: the
+  // agent then beat again (a new poll) at once.
+  EXPECT_TRUE(Eventually([&] { return NodeInfo("n24")["last_heartbeat_ms"] != first_beat; }, 10))
+      << NodeInfo("n24").dump();
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 //
 //   stint-agent --coord URL --token-file F --pool NAME --gpus 0,1,2,3
 //               [--ca-file PEM] [--node NAME] [--for D | --until T] [--spot --notice-lead S]
-//               [--workdir DIR] [--heartbeat-seconds S]
+//               [--workdir DIR] [--heartbeat-seconds S] [--no-long-poll]
 //
 // Registers the node (a window of its GPUs in the pool: hard with an end,
 // or spot with a notice lead), heartbeats, and closes the window on SIGTERM
@@ -64,6 +64,10 @@ int main(int argc, char** argv) {
   app.add_option("--workdir", o.workdir, "per-segment logs go here")->capture_default_str();
   app.add_option("--addr", o.addr,
                  "address this node's workers are reached at (MASTER_ADDR; default: the node name)");
+  bool no_long_poll = false;
+  app.add_flag("--no-long-poll", no_long_poll,
+               "beat only every --heartbeat-seconds instead of waiting at stintd for new "
+               "assignments in between");
   app.add_option("--heartbeat-seconds", heartbeat_seconds, "between heartbeats")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -119,6 +123,7 @@ int main(int argc, char** argv) {
     if (const char* ca = std::getenv("STINT_CA_FILE")) o.ca_file = ca;
   }
   o.heartbeat_interval = std::chrono::milliseconds(static_cast<int64_t>(heartbeat_seconds * 1000));
+  o.long_poll = !no_long_poll;
 
   // Before any thread exists, so only Run()'s sigtimedwait sees them.
   const std::vector<int> stop_signals = {SIGTERM, SIGINT};

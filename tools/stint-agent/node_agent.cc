@@ -93,6 +93,14 @@ std::string ReadPiece(const std::string& path, uint64_t offset, size_t max) {
   return bytes;
 }
 
+// The first line start at or after `offset` within 64 KiB (`offset` when
+// there is none), where skipped output resumes.
+uint64_t LineStartFrom(const std::string& path, uint64_t offset) {
+  const std::string bytes = ReadPiece(path, offset, 64u << 10);
+  const size_t nl = bytes.find('\n');
+  return nl == std::string::npos ? offset : offset + nl + 1;
+}
+
 // JSON strings must be UTF-8: a byte that is not becomes U+FFFD.
 std::string ValidUtf8(const std::string& bytes) {
   return Json::parse(Json(bytes).dump(-1, ' ', false, Json::error_handler_t::replace))
@@ -217,15 +225,29 @@ void NodeAgent::Reap() {
         // What is left of its group goes with it: a worker's children must
         // not outlive the worker the segment accounts for.
         kill(-p.pid, SIGKILL);
+        // Its output up to here goes up before its exit is reported.
+        struct stat st;
+        p.log_end = stat(p.log.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
         // A crash while the segment runs on: the others go on without it
         // (an elastic group re-forms), and it is started again once stintd
         // counted the crash, rather than leaving its GPUs idle until the
         // segment ends.
         const bool crash = p.code != 0 && p.code != 75 && p.code != 76;
-        p.relaunch = crash && !p.leaving && !run.signalled && !run.done;
+        const bool live_crash = crash && !p.leaving && !run.signalled && !run.done;
+        p.relaunch = live_crash && run.restart_crashed;
         p.crash_sent = false;
+        const bool ends = live_crash && !run.restart_crashed && run.crash_rank < 0;
+        if (ends) run.crash_rank = p.rank;
         std::printf("stint-agent: segment %lld rank %d exited %d%s\n", static_cast<long long>(sid),
-                    p.rank, p.code, p.relaunch ? " (a crash: reported, then started again)" : "");
+                    p.rank, p.code,
+                    p.relaunch ? " (a crash: reported, then started again)"
+                    : ends     ? " (a crash: the segment ends, restart_crashed is false)"
+                               : "");
+        if (ends) {
+          for (const WorkerProc& other : run.procs) {
+            if (!other.exited) kill(-other.pid, SIGKILL);
+          }
+        }
       }
     }
   }
@@ -240,6 +262,10 @@ void NodeAgent::Reap() {
     auto rank_of = [](int code) { return code == 76 ? 3 : code == 75 ? 2 : code != 0 ? 1 : 0; };
     for (const WorkerProc& p : run.procs) {
       if (decisive == nullptr || rank_of(p.code) > rank_of(decisive->code)) decisive = &p;
+    }
+    // A crash that ended the segment, not the kills that followed it.
+    for (const WorkerProc& p : run.procs) {
+      if (p.rank == run.crash_rank && rank_of(decisive->code) <= 1) decisive = &p;
     }
     run.exit_code = decisive == nullptr ? 0 : decisive->code;
     if (decisive != nullptr && decisive->code != 0) {
@@ -322,6 +348,7 @@ void NodeAgent::Launch(const void* assignment, int only_process) {
   SegmentRun& run = growing ? found->second : fresh;
   run.job_id = job;
   run.signal = SignalNumber(launch.value("signal", std::string("TERM")));
+  run.restart_crashed = launch.value("restart_crashed", true);
   const std::string dir =
       options_.workdir + "/job-" + std::to_string(job) + "/segment-" + std::to_string(sid);
   Status made = MakeDirs(dir);
@@ -505,31 +532,98 @@ void NodeAgent::ShrinkNotice(int64_t sid, SegmentRun& run, const void* notice_js
 std::vector<NodeAgent::LogPiece> NodeAgent::CollectLogs() {
   // Per worker and beat; a worker writing faster gets there over a few beats.
   constexpr size_t kMaxPiece = 256u << 10;
+  // All pieces of a beat, as escaped JSON text (a byte may take 6): stintd
+  // takes heartbeat bodies up to 2 MiB.
+  constexpr size_t kMaxBeatText = 1u << 20;
+  // Output further behind than this is skipped (it stays in the log file
+  // here): stintd keeps only the newest 4 MiB of a job, and a worker's exit
+  // waits for the rest of its output, which this bounds.
+  constexpr uint64_t kMaxBacklog = 8u << 20;
   std::vector<LogPiece> pieces;
-  for (auto& [sid, run] : runs_) {
-    for (WorkerProc& p : run.procs) {
-      std::string bytes = ReadPiece(p.log, p.log_sent, kMaxPiece);
-      if (bytes.empty()) continue;
-      pieces.push_back({sid, &p, p.log_sent, bytes.size(), ValidUtf8(bytes)});
+  size_t budget = kMaxBeatText;
+  // Exited workers first: their exit waits for their output.
+  for (const bool exited : {true, false}) {
+    for (auto& [sid, run] : runs_) {
+      for (WorkerProc& p : run.procs) {
+        if (p.exited != exited || budget < 1024) continue;
+        struct stat st;
+        if (stat(p.log.c_str(), &st) != 0) continue;  // no file yet
+        const uint64_t size = static_cast<uint64_t>(st.st_size);
+        if (p.exited && size < p.log_end) p.log_end = size;  // truncated by someone
+        if (size > p.log_sent + kMaxBacklog) {
+          p.log_sent = LineStartFrom(p.log, size - kMaxBacklog);
+          std::fprintf(stderr,
+                       "stint-agent: %s: more than %llu MiB behind: older output skipped (it "
+                       "stays in the file)\n",
+                       p.log.c_str(), static_cast<unsigned long long>(kMaxBacklog >> 20));
+        }
+        if (size <= p.log_sent) continue;
+        // Halved until its escaped text fits what is left of the beat's.
+        size_t max = std::min(kMaxPiece, budget);
+        std::string bytes, text;
+        bool read = false;  // something was there: an empty piece is then the budget's
+        while (max > 0) {
+          bytes = ReadPiece(p.log, p.log_sent, max);
+          if (bytes.empty()) break;
+          read = true;
+          text = ValidUtf8(bytes);
+          const size_t escaped = Json(text).dump().size();
+          if (escaped <= budget) {
+            budget -= escaped;
+            break;
+          }
+          max = bytes.size() / 2;
+          bytes.clear();
+        }
+        if (bytes.empty()) {
+          if (!read && p.exited && p.log_end > p.log_sent) {
+            // Unreadable (or a cut UTF-8 character at its end): its exit
+            // does not wait for output that cannot go.
+            std::fprintf(stderr, "stint-agent: %s: cannot read from byte %llu: not uploaded\n",
+                         p.log.c_str(), static_cast<unsigned long long>(p.log_sent));
+            p.log_end = p.log_sent;
+          }
+          continue;
+        }
+        pieces.push_back({sid, &p, p.log_sent, bytes.size(), std::move(text)});
+      }
     }
   }
   return pieces;
 }
 
-Status NodeAgent::Beat() {
+bool NodeAgent::LogCaughtUp(const WorkerProc& p, const std::vector<LogPiece>& pieces) {
+  if (!p.exited) return true;
+  uint64_t sent = p.log_sent;
+  for (const LogPiece& l : pieces) {
+    if (l.proc == &p) sent = std::max(sent, l.offset + l.size);
+  }
+  return sent >= p.log_end;
+}
+
+Status NodeAgent::Beat(bool may_wait) {
   Reap();
+  // The output first: an exit (or a crash) is reported once stintd has
+  // (with this beat) its workers' output up to it, so whoever sees a job
+  // end finds all of it; until then the segment counts as running and the
+  // beats come one after another (draining_).
+  std::vector<LogPiece> pieces = CollectLogs();
+  draining_ = false;
   Json running = Json::array(), exited = Json::array(), crashed = Json::array();
   std::vector<WorkerProc*> crash_reports;
   for (auto& [sid, run] : runs_) {
+    bool caught_up = true;
+    for (const WorkerProc& p : run.procs) caught_up = caught_up && LogCaughtUp(p, pieces);
+    draining_ = draining_ || !caught_up;
     for (WorkerProc& p : run.procs) {
-      if (!p.relaunch || p.crash_sent) continue;
+      if (!p.relaunch || p.crash_sent || !LogCaughtUp(p, pieces)) continue;
       crashed.push_back(
           {{"segment_id", sid},
            {"exit_code", p.code},
            {"message", ValidUtf8("rank " + std::to_string(p.rank) + ": " + LastLine(p.log))}});
       crash_reports.push_back(&p);
     }
-    if (!run.done) {
+    if (!run.done || !caught_up) {
       running.push_back(sid);
     } else {
       exited.push_back(
@@ -539,7 +633,15 @@ Status NodeAgent::Beat() {
   HttpRequest req;
   req.method = "POST";
   req.path = "/v1/nodes/" + options_.node + "/heartbeat";
-  std::vector<LogPiece> pieces = CollectLogs();
+  polled_ = false;
+  const bool wait = may_wait && options_.long_poll && !draining_ && !assignments_tag_.empty();
+  if (wait) {
+    char seconds[32];
+    std::snprintf(seconds, sizeof(seconds), "%.3f",
+                  std::chrono::duration<double>(options_.heartbeat_interval).count());
+    req.path += std::string("?wait_seconds=") + seconds + "&known=" + assignments_tag_;
+    req.server_wait = options_.heartbeat_interval;
+  }
   Json logs = Json::array();
   for (const LogPiece& l : pieces) {
     logs.push_back({{"segment_id", l.segment_id},
@@ -556,6 +658,10 @@ Status NodeAgent::Beat() {
   for (const LogPiece& l : pieces) l.proc->log_sent = l.offset + l.size;
   const bool first_beat = !beaten_;
   beaten_ = true;
+  assignments_tag_ =
+      reply.body.is_object() ? reply.body.value("assignments_tag", std::string()) : std::string();
+  // stintd long-polls (it gave a tag): the next beat at once, as a poll.
+  polled_ = may_wait && options_.long_poll && !assignments_tag_.empty();
   const Json assignments = reply.body.is_object()
                                ? reply.body.value("assignments", Json::array())
                                : Json::array();
@@ -614,13 +720,21 @@ Status NodeAgent::Beat() {
     }
     if (run.deadline_ms != 0 && now >= run.deadline_ms && !run.done) KillRun(sid, SIGKILL);
   }
-  // Segments no longer listed ended (or were fenced): nothing of them runs on.
+  // Segments no longer listed ended (or were fenced): nothing of them runs
+  // on. One that ended after its notice (its workers acked a checkpoint and
+  // exit on their own) keeps them until the notice's deadline; the beats
+  // then come at the interval (no long poll), to kill them in time.
   for (auto it = runs_.begin(); it != runs_.end();) {
     if (listed.count(it->first)) {
       ++it;
       continue;
     }
-    KillRun(it->first, SIGKILL);
+    const SegmentRun& ended = it->second;
+    if (ended.signalled && !ended.done && now < ended.deadline_ms) {
+      polled_ = false;
+    } else {
+      KillRun(it->first, SIGKILL);
+    }
     bool all = true;
     for (const WorkerProc& p : it->second.procs) all = all && p.exited;
     if (all) {
@@ -636,7 +750,10 @@ AgentExit NodeAgent::Run(const std::vector<int>& stop_signals) {
   sigset_t set;
   sigemptyset(&set);
   for (int sig : stop_signals) sigaddset(&set, sig);
-  auto next_beat = std::chrono::steady_clock::now() + options_.heartbeat_interval;
+  // Long polls: the first beat at once (it learns the tag).
+  auto next_beat =
+      std::chrono::steady_clock::now() +
+      (options_.long_poll ? std::chrono::milliseconds(0) : options_.heartbeat_interval);
   bool stopping = false;
   auto stop_all = [&] {
     for (const auto& [sid, run] : runs_) KillRun(sid, SIGKILL);
@@ -686,8 +803,11 @@ AgentExit NodeAgent::Run(const std::vector<int>& stop_signals) {
       std::fflush(stdout);
       return AgentExit::kWindowClosed;
     }
-    Status beat = Beat();
+    Status beat = Beat(/*may_wait=*/!stopping);
     if (stopping && runs_.empty()) return AgentExit::kStopped;
+    // A long poll waited its interval at stintd (or answered a change): the
+    // next one at once.
+    if (beat.ok() && (draining_ || polled_)) next_beat = std::chrono::steady_clock::now();
     if (beat.ok()) continue;
     if (beat.code() == Code::kAborted) {  // 410: the window closed
       stop_all();

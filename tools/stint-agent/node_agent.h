@@ -9,9 +9,10 @@
 // one process group each, killed if the agent dies (PR_SET_PDEATHSIG), logs
 // in the workdir; forwards a notice as the job's signal, SIGKILLs at the
 // deadline or when the segment is no longer listed, and reports how the
-// workers exited. A worker that crashes while its segment runs (no notice)
-// is reported and started again, so it rejoins the elastic group; the
-// crash-loop guard at stintd ends a job that keeps crashing.
+// workers exited, once stintd has their output up to the exit. A worker
+// that crashes while its segment runs (no notice) is reported and started
+// again, so it rejoins the elastic group; the crash-loop guard at stintd
+// ends a job that keeps crashing.
 //
 // Confined to the thread that calls Run(): the signals it waits for must be
 // blocked in every thread (main() blocks them before anything starts).
@@ -64,6 +65,13 @@ struct NodeAgentOptions {
   // --node-ttl-seconds (default 30), so this must be well below that.
   // Default: 5 s.
   std::chrono::milliseconds heartbeat_interval{std::chrono::seconds(5)};
+  // Each heartbeat waits at stintd up to heartbeat_interval (stintd caps
+  // it at a third of its node TTL and lease) for the node's assignments to
+  // change, and the next follows at once: a granted segment starts (a
+  // notice is forwarded) within a round trip, not at the next beat. A
+  // stintd without it answers at once; the agent then beats every interval.
+  // Default: true.
+  bool long_poll = true;
   // How long one call may retry an unreachable stintd. Default: 10 s.
   std::chrono::milliseconds call_deadline{std::chrono::seconds(10)};
 };
@@ -99,7 +107,9 @@ class NodeAgent {
   Status CloseWindow();
   // One heartbeat: reports running and exited segments, then acts on the
   // assignments. kAborted: the window closed.
-  Status Beat();
+  // `may_wait`: a long poll (options_.long_poll) when stintd gave a tag;
+  // polled_ says whether the next may follow at once.
+  Status Beat(bool may_wait = false);
   // Starts the segment's workers; with `only_process` >= 0 that one of them
   // again (a crashed worker), in place of its earlier process.
   void Launch(const void* assignment, int only_process = -1);  // void: json stays out of here
@@ -119,6 +129,9 @@ class NodeAgent {
     bool leaving = false;   // a shrink notice named its GPUs: signalled, killed at the deadline
     std::string log;
     uint64_t log_sent = 0;  // bytes of `log` stintd took (the heartbeat's "logs")
+    // The size of `log` when the process was reaped: its exit (or crash) is
+    // reported only once stintd took the log up to here.
+    uint64_t log_end = 0;
     bool exited = false;
     int code = 0;  // exit status, or 128 + signal
     int index = 0;  // among the processes this agent starts for the segment
@@ -131,6 +144,10 @@ class NodeAgent {
     int64_t job_id = 0;
     std::vector<WorkerProc> procs;
     int signal = 0;            // forwarded on a notice
+    // launch.restart_crashed: false makes a crash end the segment (the
+    // others are killed; the crashed rank's exit is the segment's).
+    bool restart_crashed = true;
+    int crash_rank = -1;  // that rank, once one crashed; -1: none
     bool signalled = false;
     int64_t deadline_ms = 0;   // from the notice; 0: none
     int64_t leave_deadline_ms = 0;  // from a shrink notice (its leaving ranks); 0: none
@@ -148,6 +165,9 @@ class NodeAgent {
     std::string text;
   };
   std::vector<LogPiece> CollectLogs();
+  // Whether stintd has (or, with `pieces` taken, will have) the log of `p`
+  // up to its exit.
+  static bool LogCaughtUp(const WorkerProc& p, const std::vector<LogPiece>& pieces);
 
   const NodeAgentOptions options_;
   const std::unique_ptr<internal::HttpJsonClient> http_;
@@ -156,6 +176,10 @@ class NodeAgent {
   std::map<int64_t, SegmentRun> runs_;  // by segment id
   bool adopted_window_ = false;  // Register() found the window of an earlier agent
   bool beaten_ = false;          // a heartbeat was answered
+  // Exited workers' output is still to go up: the next beat comes at once.
+  bool draining_ = false;
+  std::string assignments_tag_;  // of the last answer ("": none known)
+  bool polled_ = false;          // the next beat may come at once, as a long poll
 };
 
 }  // namespace agent

@@ -12,6 +12,7 @@
 //                        [--restart-seconds S] [--interval-seconds S] [--remaining D]
 //                        [--gpus-per-worker N] [--env K=V]... [--workdir DIR]
 //                        [--signal TERM|INT|HUP|USR1|USR2] [--torchrun[=LAUNCHER]]
+//                        [--no-restart-crashed]
 //                        [-- COMMAND ARGS...]
 //   stintctl nodes                                    (stint-agent nodes, their GPUs and windows)
 //   stintctl nodes add NAME   (prints the node's own agent token)   nodes revoke NAME
@@ -457,6 +458,10 @@ int Main(int argc, char** argv) {
                        "(--rdzv-backend=stint); LAUNCHER: the torchrun executable")
           ->expected(0, 1)
           ->default_str("torchrun");
+  bool j_no_restart_crashed = false;
+  auto* j_no_restart_opt = jobs_submit->add_flag(
+      "--no-restart-crashed", j_no_restart_crashed,
+      "a crashed worker ends its whole segment instead of being started again (with a command)");
   jobs_submit->add_option("command", j_command,
                           "after --: the command stint-agent starts per worker");
   leaf(jobs_submit, [&](Ctl& c, int64_t) {
@@ -496,11 +501,13 @@ int Main(int argc, char** argv) {
         if (sig.rfind("SIG", 0) == 0) sig = sig.substr(3);
         launch["signal"] = sig;
       }
+      if (j_no_restart_crashed) launch["restart_crashed"] = false;
       body["launch"] = launch;
-    } else if (!j_env.empty() || *j_workdir_opt || *j_signal_opt || *j_gpw_opt || *j_torchrun_opt) {
+    } else if (!j_env.empty() || *j_workdir_opt || *j_signal_opt || *j_gpw_opt || *j_torchrun_opt ||
+               *j_no_restart_opt) {
       return Usage(
-          "--env, --workdir, --signal, --gpus-per-worker and --torchrun go with a command after "
-          "--");
+          "--env, --workdir, --signal, --gpus-per-worker, --torchrun and --no-restart-crashed go "
+          "with a command after --");
     }
     return c.Run("POST", "/v1/jobs", body, [](const Json& j) {
       return Line("job " + Cell(j, "id") + " submitted (" + Cell(j, "state") + ")");

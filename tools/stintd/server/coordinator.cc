@@ -982,6 +982,22 @@ void Coordinator::CancelWaits() {
   NotifyEvent();
 }
 
+uint64_t Coordinator::EventSeq() const {
+  std::lock_guard<std::mutex> lock(event_mu_);
+  return event_seq_;
+}
+
+bool Coordinator::WaitEvent(uint64_t seen, std::chrono::steady_clock::time_point until) {
+  std::unique_lock<std::mutex> lock(event_mu_);
+  return event_cv_.wait_until(lock, until, [&] { return event_seq_ != seen || stop_.load(); }) &&
+         !stop_.load();
+}
+
+std::chrono::milliseconds Coordinator::NodePollLimit(std::chrono::milliseconds wait) const {
+  const double seconds = std::min(options_.node_ttl_seconds, options_.policy.lease_ttl_seconds) / 3;
+  return std::min(wait, std::chrono::milliseconds(SecondsToMs(seconds)));
+}
+
 void Coordinator::NotifyEvent() {
   {
     std::lock_guard<std::mutex> lock(event_mu_);

@@ -192,6 +192,16 @@ class Coordinator {
                          std::chrono::milliseconds wait);
   Status DeleteKv(int64_t job_id, const std::string& key);
 
+  // Long-polls of other state (a node's assignments, http_api.cc): the
+  // number of changes so far, and a wait until it is no longer `seen`.
+  // False: `until` passed first, or the coordinator stops.
+  uint64_t EventSeq() const;
+  bool WaitEvent(uint64_t seen, std::chrono::steady_clock::time_point until);
+  // How long a node heartbeat may wait: a third of the node TTL and of a
+  // lease, so that neither the node's window nor its segments' leases run
+  // out while it waits.
+  std::chrono::milliseconds NodePollLimit(std::chrono::milliseconds wait) const;
+
   ServerCounters server_counters() const;
   const CoordinatorOptions& options() const { return options_; }
   TimeMs now() const { return options_.clock(); }

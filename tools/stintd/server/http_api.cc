@@ -241,7 +241,7 @@ Result<Job> ParseJobSpec(const RequestBody& b) {
 Status CheckLaunch(const json& l, const Job& job) {
   for (const auto& [key, value] : l.items()) {
     if (key != "command" && key != "env" && key != "workdir" && key != "gpus_per_worker" &&
-        key != "signal" && key != "torchrun") {
+        key != "signal" && key != "torchrun" && key != "restart_crashed") {
       return Status::InvalidArgument("launch: unknown field \"" + key + "\"");
     }
   }
@@ -272,6 +272,8 @@ Status CheckLaunch(const json& l, const Job& job) {
   if (job.min_gpus % gpw.get<int>() != 0 || job.max_gpus % gpw.get<int>() != 0) {
     return Status::InvalidArgument("launch.gpus_per_worker must divide min_gpus and max_gpus");
   }
+  if (l.contains("restart_crashed") && !l["restart_crashed"].is_boolean())
+    return Status::InvalidArgument("launch.restart_crashed must be true or false");
   const json sig = l.value("signal", json("TERM"));
   static const char* kSignals[] = {"TERM", "INT", "HUP", "USR1", "USR2"};
   bool known = false;
@@ -454,13 +456,20 @@ std::optional<Reply> AuthorizeWorker(const TokenAuth& auth, Coordinator* c,
 }
 
 // The job-scoped worker calls (KV, fencing check) of job `job`: the worker
-// token (or an agent's, or an admin's), or the secret of an active worker of
-// that job (a process stint-agent launched holds only its secret).
+// token (or an admin's), or the secret of an active worker of that job (a
+// process stint-agent launched holds only its secret). Not an agent token:
+// the agent itself needs neither, and its workers have their secrets.
 // nullopt: allowed.
 std::optional<Reply> AuthorizeJob(const TokenAuth& auth, Coordinator* c,
                                   const httplib::Request& req, int64_t job) {
   const std::string header = req.get_header_value("Authorization");
   const Right right = auth.Check(header);
+  if (right == Right::kAgent) {
+    return ErrorReply(Status::PermissionDenied(
+        "an agent token does not reach job " + std::to_string(job) +
+        "'s KV or fencing check: the workers stint-agent launches use their own secret "
+        "(STINT_WORKER_SECRET)"));
+  }
   if (Allows(right, Right::kWorker)) return std::nullopt;
   int64_t owner = 0;
   std::string random;
@@ -1079,7 +1088,7 @@ void HttpApi::InstallRoutes() {
   });
   LogTails* const logs = &logs_;
   route(kPost, R"(/v1/nodes/([A-Za-z0-9._-]+)/heartbeat)", Right::kAgent,
-        [this, c, logs](const httplib::Request& req) {
+        [this, c, logs, max_wait](const httplib::Request& req) {
           PruneLogsIfDue();
           RequestBody b = STINT_HTTP_TRY(
               RequestBody::Parse(req.body, {"running", "exited", "logs", "crashed"}));
@@ -1156,16 +1165,34 @@ void HttpApi::InstallRoutes() {
                          x["offset"].get<uint64_t>(), x["size"].get<uint64_t>(),
                          x["text"].get<std::string>());
           }
+          // A long poll (API.md, "Nodes"): with `wait_seconds` and `known`
+          // (the assignments_tag of the agent's last answer) it answers
+          // once the node's assignments differ from those, or after the wait.
+          const double wait = STINT_HTTP_TRY(QuerySeconds(req, "wait_seconds", 0, max_wait));
+          const std::string known = req.has_param("known") ? req.get_param_value("known") : "";
+          const auto until = std::chrono::steady_clock::now() + c->NodePollLimit(Millis(wait));
           Result<Window> w = c->NodeHeartbeat(node, running, exits, crashes);
           for (int64_t job : exit_jobs) logs->Wake(job);
           if (!w.ok()) return WorkerErrorReply(w.status());
           Reply reply;
-          c->ReadPlacedOn(w->id, [&](const ClusterState& s, const std::set<int64_t>& placed,
-                                     TimeMs now) {
-            reply.body = {{"name", w->node},
-                          {"window", ToJson(s, *w, now)},
-                          {"assignments", Assignments(s, *w, placed)}};
-          });
+          for (;;) {
+            const uint64_t seen = c->EventSeq();
+            std::string tag;
+            c->ReadPlacedOn(w->id, [&](const ClusterState& s, const std::set<int64_t>& placed,
+                                       TimeMs now) {
+              json assignments = Assignments(s, *w, placed);
+              char hex[17];
+              std::snprintf(hex, sizeof(hex), "%016zx",
+                            std::hash<std::string>()(assignments.dump()));
+              tag = hex;
+              auto win = s.windows.find(w->id);
+              reply.body = {{"name", w->node},
+                            {"window", ToJson(s, win != s.windows.end() ? win->second : *w, now)},
+                            {"assignments", std::move(assignments)},
+                            {"assignments_tag", tag}};
+            });
+            if (known.empty() || tag != known || !c->WaitEvent(seen, until)) break;
+          }
           return reply;
         });
   route(kPost, R"(/v1/nodes/([A-Za-z0-9._-]+)/close)", Right::kAgent,
