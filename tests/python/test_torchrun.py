@@ -236,7 +236,12 @@ def test_stint_agent_launches_a_job_through_torchrun(tmp_path, monkeypatch):
             for a in agents:
                 assert a.poll() is None, "an agent exited %s" % a.returncode
             time.sleep(0.1)
-        assert daemon.call("GET", "/v1/jobs/%d" % job)["state"] == "DONE"
+        final = daemon.call("GET", "/v1/jobs/%d" % job)
+        if final["state"] != "DONE":
+            print(json.dumps(final, indent=1))
+            for n in ("n1", "n2"):
+                print(n, (tmp_path / (n + ".log")).read_text())
+        assert final["state"] == "DONE", final["message"]
         # One group of two over both nodes, formed through stintd.
         got = sorted((out / name).read_text() for name in ("rank-0", "rank-1"))
         assert [g.split(" node=")[0] for g in got] == ["world=2 sum=2"] * 2, got

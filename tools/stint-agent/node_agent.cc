@@ -348,7 +348,10 @@ void NodeAgent::Launch(const void* assignment, int only_process) {
   SegmentRun& run = growing ? found->second : fresh;
   run.job_id = job;
   run.signal = SignalNumber(launch.value("signal", std::string("TERM")));
-  run.restart_crashed = launch.value("restart_crashed", true);
+  // A torchrun launcher that exits non-zero has given up (it restarts its
+  // own workers, --max-restarts) and closed the segment's rendezvous: one
+  // started again could never join, so its crash ends the segment.
+  run.restart_crashed = launch.value("restart_crashed", true) && torchrun.empty();
   const std::string dir =
       options_.workdir + "/job-" + std::to_string(job) + "/segment-" + std::to_string(sid);
   Status made = MakeDirs(dir);

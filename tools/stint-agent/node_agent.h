@@ -144,8 +144,9 @@ class NodeAgent {
     int64_t job_id = 0;
     std::vector<WorkerProc> procs;
     int signal = 0;            // forwarded on a notice
-    // launch.restart_crashed: false makes a crash end the segment (the
-    // others are killed; the crashed rank's exit is the segment's).
+    // launch.restart_crashed: false (and any torchrun launch) makes a crash
+    // end the segment (the others are killed; the crashed rank's exit is the
+    // segment's).
     bool restart_crashed = true;
     int crash_rank = -1;  // that rank, once one crashed; -1: none
     bool signalled = false;
