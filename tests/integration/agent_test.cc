@@ -388,9 +388,9 @@ TEST_F(AgentTest, StintctlSubmitsACommandAndListsNodes) {
   EXPECT_NE(nodes.output.find("open"), std::string::npos) << nodes.output;
   const std::string out = dir_.Sub("said");
   RunResult submitted =
-      ctl({"jobs", "submit", "--name", "said", "--gpus", "1", "--pool", "gpu", "--env",
-           "WORD=hello world", "--env", "OUT=" + out, "--signal", "SIGUSR1", "--", "/bin/sh", "-c",
-           "echo \"$WORD\" > \"$OUT\""});
+      ctl({"jobs", "submit", "--name", "said", "--gpus", "1", "--pool", "gpu", "--signal",
+           "SIGUSR1", "--env", "WORD=hello world", "--env", "OUT=" + out, "--", "/bin/sh", "-c",
+           "echo \"$WORD\" > \"$OUT\""});  // --env right before the command's `--`
   ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
   const int64_t job = std::stoll(submitted.output.substr(submitted.output.find("job ") + 4));
   const json launch = Job(job)["launch"];

@@ -445,7 +445,10 @@ int Main(int argc, char** argv) {
                         ->add_option("--gpus-per-worker", j_gpus_per_worker,
                                      "GPUs per worker process (with a command)")
                         ->check(CLI::Range(1, 1024));
-  jobs_submit->add_option("--env", j_env, "K=V for the workers (with a command; repeatable)");
+  // One K=V per --env: a vector option would take the arguments up to the
+  // next flag and swallow the `--` before the command.
+  jobs_submit->add_option("--env", j_env, "K=V for the workers (with a command; repeatable)")
+      ->allow_extra_args(false);
   auto* j_workdir_opt =
       jobs_submit->add_option("--workdir", j_workdir, "the workers' directory (with a command)");
   auto* j_signal_opt = jobs_submit->add_option(
