@@ -95,13 +95,15 @@ class Worker:
         with open(self.path) as f:
             return f.read()
 
-    def wait_for(self, pattern, seconds=120):
+    def wait_for(self, pattern, seconds=120, after=0):
+        """The first match of `pattern` in the output from offset `after` on."""
         deadline = time.monotonic() + seconds
+        regex = re.compile(pattern, re.M)
         while True:
-            m = re.search(pattern, self.text(), re.M)
+            m = regex.search(self.text(), after)
             if m:
                 return m
-            assert self.proc.poll() is None or re.search(pattern, self.text(), re.M), \
+            assert self.proc.poll() is None or regex.search(self.text(), after), \
                 "worker exited %s before printing %r:\n%s" % (self.proc.returncode, pattern, self.text())
             assert time.monotonic() < deadline, "no %r within %ds:\n%s" % (pattern, seconds, self.text())
             time.sleep(0.05)
@@ -117,20 +119,24 @@ def test_kill_one_then_add_one_trains_the_reference_model(stintd, tmp_path, pyth
     steps = 120
     job = stintd.running_job(gpus=3)
     out = str(tmp_path / "result.json")
-    # The group trains to step 40, then waits to be 2 (after the kill), to
-    # step 80, then waits to be 3 again (after the joiner).
-    args = ["--steps", str(steps), "--out", out, "--hold", "40:2", "--hold", "80:3"]
+    # The group starts once it is 3 (one worker may import torch after the
+    # other two formed a group, which then grows), trains to step 40, then
+    # waits to be 2 (after the kill), to step 80, then waits to be 3 again
+    # (after the joiner).
+    args = ["--steps", str(steps), "--out", out, "--hold", "0:3", "--hold", "40:2", "--hold", "80:3"]
     workers = [Worker(stintd, job, "w%d" % i, args, python_env, str(tmp_path)) for i in range(3)]
     try:
-        for w in workers:
-            w.wait_for(r"^GENERATION 1 rank \d world 3")
-        ranks = {w: int(w.wait_for(r"^GENERATION 1 rank (\d)").group(1)) for w in workers}
+        three = {w: w.wait_for(r"^GENERATION (\d+) rank (\d) world 3") for w in workers}
+        generation = int(three[workers[0]].group(1))
+        assert all(int(m.group(1)) == generation for m in three.values()), three
+        ranks = {w: int(m.group(2)) for w, m in three.items()}
         victim = next(w for w in workers if ranks[w] == 2)
         rank0 = next(w for w in workers if ranks[w] == 0)
-        rank0.wait_for(r"^FIRST_STEP 1")
+        rank0.wait_for(r"^FIRST_STEP %d" % generation)
         victim.proc.send_signal(signal.SIGKILL)
         victim.proc.wait()
-        m = rank0.wait_for(r"^GENERATION (\d+) rank 0 world 2 reform_s [\d.]+ step (\d+)")
+        m = rank0.wait_for(r"^GENERATION (\d+) rank 0 world 2 reform_s [\d.]+ step (\d+)",
+                           after=three[rank0].end())
         assert int(m.group(2)) <= 40
         joiner = Worker(stintd, job, "w3", args, python_env, str(tmp_path))
         workers.append(joiner)
