@@ -14,7 +14,6 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -37,17 +36,10 @@ namespace {
 
 using nlohmann::json;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // A process that is gone or a zombie no one reaped yet.
 bool ProcessGone(pid_t pid) {
   if (kill(pid, 0) != 0) return true;
-  const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  const std::string stat = ReadWholeFile("/proc/" + std::to_string(pid) + "/stat");
   const size_t close = stat.rfind(')');
   return close == std::string::npos || (close + 2 < stat.size() && stat[close + 2] == 'Z');
 }
@@ -143,7 +135,7 @@ class AgentElasticTest : public ::testing::Test {
             if (name.rfind("pid-", 0) != 0 || name.find(".tmp") != std::string::npos) continue;
             const int64_t worker = std::stoll(name.substr(4));
             if (Env(worker, "STINT_SEGMENT_ID") != std::to_string(segment)) continue;
-            (*pids)[worker] = static_cast<pid_t>(std::stol(ReadFile(out_ + "/" + name)));
+            (*pids)[worker] = static_cast<pid_t>(std::stol(ReadWholeFile(out_ + "/" + name)));
           }
           return pids->size() >= n;
         },
@@ -151,7 +143,7 @@ class AgentElasticTest : public ::testing::Test {
   }
   // A variable of a launched worker's environment ("" if unset).
   std::string Env(int64_t worker, const std::string& var) {
-    const std::string env = "\n" + ReadFile(out_ + "/env-" + std::to_string(worker));
+    const std::string env = "\n" + ReadWholeFile(out_ + "/env-" + std::to_string(worker));
     const size_t at = env.find("\n" + var + "=");
     if (at == std::string::npos) return "";
     const size_t from = at + var.size() + 2;
@@ -209,7 +201,7 @@ TEST_F(AgentElasticTest, AShrinkSignalsOnlyTheLeavingNodesWorkers) {
     SCOPED_TRACE("leaving worker " + std::to_string(w));
     EXPECT_TRUE(ProcessGone(pids[w]));
     const std::string log =
-        ReadFile(dir_.Sub("agent-nb") + "/job-" + std::to_string(elastic) + "/segment-" +
+        ReadWholeFile(dir_.Sub("agent-nb") + "/job-" + std::to_string(elastic) + "/segment-" +
                  std::to_string(segment) + "/rank-" + Env(w, "RANK") + ".log");
     EXPECT_NE(log.find("got TERM"), std::string::npos) << log;
   }
@@ -217,7 +209,7 @@ TEST_F(AgentElasticTest, AShrinkSignalsOnlyTheLeavingNodesWorkers) {
     SCOPED_TRACE("staying worker " + std::to_string(w));
     EXPECT_FALSE(ProcessGone(pids[w])) << a->output();
     const std::string log =
-        ReadFile(dir_.Sub("agent-na") + "/job-" + std::to_string(elastic) + "/segment-" +
+        ReadWholeFile(dir_.Sub("agent-na") + "/job-" + std::to_string(elastic) + "/segment-" +
                  std::to_string(segment) + "/rank-" + Env(w, "RANK") + ".log");
     EXPECT_EQ(log.find("got TERM"), std::string::npos) << log;
   }

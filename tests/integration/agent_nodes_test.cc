@@ -36,13 +36,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 void WriteFile(const std::string& path, const std::string& text, mode_t mode = 0644) {
   std::ofstream(path) << text;
   ASSERT_EQ(chmod(path.c_str(), mode), 0) << path;
@@ -307,7 +300,7 @@ TEST_F(AgentNodesTest, StintctlSubmitsATorchrunLaunchThatTheAgentRunsThroughTheL
   EXPECT_EQ(Job(job)["launch"]["torchrun"], json::array({launcher})) << Job(job).dump();
   ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "DONE"; }, 60))
       << Job(job).dump() << agent->output();
-  const std::string args = ReadFile(args_file);
+  const std::string args = ReadWholeFile(args_file);
   for (const std::string& want :
        std::vector<std::string>{"--nnodes=1", "--nproc-per-node=2", "--rdzv-backend=stint",
                                 "--rdzv-id=" + std::to_string(job), "--no-python", "/bin/sh"}) {
@@ -377,7 +370,7 @@ TEST_F(AgentNodesTest, AnAdminWindowNamesItsNodesWhoseAgentsJoinItAndLaunch) {
       SubmitLaunch(2, "echo $CUDA_VISIBLE_DEVICES > " + out + "/gpu-$RANK", {{"gang", false}});
   ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "DONE"; }, 60))
       << Job(job).dump() << a1->output() << a2->output();
-  EXPECT_EQ(ReadFile(out + "/gpu-0") + ReadFile(out + "/gpu-1"), "3\n5\n");
+  EXPECT_EQ(ReadWholeFile(out + "/gpu-0") + ReadWholeFile(out + "/gpu-1"), "3\n5\n");
 
   // A covered node whose agent goes silent loses its window, as an agent's own.
   ASSERT_EQ(kill(a2->pid(), SIGKILL), 0);
@@ -457,8 +450,8 @@ TEST_F(AgentNodesTest, ACrashedWorkerIsStartedAgainInItsSegmentAndTheJobComplete
   EXPECT_EQ(j["segments"][0]["state"], "completed") << j.dump();
   EXPECT_EQ(j["recent_crashes"], 1) << j.dump();
   // A new registration (credential) for the second run.
-  EXPECT_NE(ReadFile(out + "/crashed"), ReadFile(out + "/again"));
-  const std::string log = ReadFile(dir_.Sub("agent-nr") + "/job-" + std::to_string(job) +
+  EXPECT_NE(ReadWholeFile(out + "/crashed"), ReadWholeFile(out + "/again"));
+  const std::string log = ReadWholeFile(dir_.Sub("agent-nr") + "/job-" + std::to_string(job) +
                                    "/segment-" + j["segments"][0]["id"].dump() + "/rank-1.log");
   EXPECT_NE(log.find("rank 1 falls over\nrank 1 done"), std::string::npos) << log;
 }

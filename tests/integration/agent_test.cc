@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -268,13 +267,6 @@ TEST_F(AgentTest, AgentTokensHaveARightOfTheirOwn) {
 
 // --- launching ---
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // A job of `gpus` GPUs in pool gpu whose workers run `script` with sh.
 int64_t SubmitLaunch(HttpJson& admin, int gpus, const std::string& script,
                      const json& env = json::object(), double checkpoint_seconds = 0) {
@@ -307,7 +299,7 @@ TEST_F(AgentTest, AJobRunsOnItsNodeWithTorchrunsEnvironmentAndCompletes) {
   const int64_t sid = seg["id"];
   for (int rank = 0; rank < 2; rank++) {
     SCOPED_TRACE("rank " + std::to_string(rank));
-    const std::string env = ReadFile(out + "/env-" + std::to_string(rank));
+    const std::string env = ReadWholeFile(out + "/env-" + std::to_string(rank));
     EXPECT_NE(env.find("\nCUDA_VISIBLE_DEVICES=" + std::to_string(2 + rank) + "\n"),
               std::string::npos)
         << env;
@@ -323,7 +315,7 @@ TEST_F(AgentTest, AJobRunsOnItsNodeWithTorchrunsEnvironmentAndCompletes) {
     EXPECT_LE(seg["master_port"].get<int>(), 29999);
     EXPECT_NE(env.find("\nSTINT_COORD_URL=" + daemon_->url() + "\n"), std::string::npos) << env;
     EXPECT_NE(env.find("\nSTINT_JOB_ID=" + std::to_string(job) + "\n"), std::string::npos) << env;
-    const std::string log = ReadFile(dir_.Sub("agent-n5") + "/job-" + std::to_string(job) +
+    const std::string log = ReadWholeFile(dir_.Sub("agent-n5") + "/job-" + std::to_string(job) +
                                      "/segment-" + std::to_string(sid) + "/rank-" +
                                      std::to_string(rank) + ".log");
     EXPECT_NE(log.find("hello from rank " + std::to_string(rank)), std::string::npos) << log;
@@ -353,7 +345,7 @@ TEST_F(AgentTest, ANoticeIsForwardedAsTheSignalAndExit75RequeuesTheJob) {
       << Job(job).dump() << agent->output();
   EXPECT_EQ(Job(job)["state"], "PENDING");
   const int64_t sid = Job(job)["segments"][0]["id"];
-  const std::string log = ReadFile(dir_.Sub("agent-n6") + "/job-" + std::to_string(job) +
+  const std::string log = ReadWholeFile(dir_.Sub("agent-n6") + "/job-" + std::to_string(job) +
                                    "/segment-" + std::to_string(sid) + "/rank-0.log");
   EXPECT_NE(log.find("got TERM"), std::string::npos) << log;
   // Printed (and flushed) before the signal was sent, so already in the pipe.
@@ -399,7 +391,7 @@ TEST_F(AgentTest, StintctlSubmitsACommandAndListsNodes) {
   EXPECT_EQ(launch["signal"], "USR1");
   ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "DONE"; }, 30))
       << Job(job).dump() << agent->output();
-  EXPECT_EQ(ReadFile(out), "hello world\n");
+  EXPECT_EQ(ReadWholeFile(out), "hello world\n");
   RunResult bad = ctl({"jobs", "submit", "--name", "x", "--gpus", "1", "--env", "A=1"});
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
 }
@@ -594,7 +586,7 @@ TEST_F(AgentTest, LaunchedWorkersActWithTheirOwnCredentialOnly) {
       << Job(job).dump() << agent->output();
   const int64_t sid = Job(job)["segments"][0]["id"];
   for (int rank = 0; rank < 2; rank++) {
-    const std::string log = ReadFile(dir_.Sub("agent-n10") + "/job-" + std::to_string(job) +
+    const std::string log = ReadWholeFile(dir_.Sub("agent-n10") + "/job-" + std::to_string(job) +
                                      "/segment-" + std::to_string(sid) + "/rank-" +
                                      std::to_string(rank) + ".log");
     EXPECT_NE(log.find("coord_worker: ok"), std::string::npos) << log;
@@ -606,7 +598,7 @@ TEST_F(AgentTest, LaunchedWorkersActWithTheirOwnCredentialOnly) {
 // A process that is gone or a zombie no one reaped yet.
 bool ProcessGone(pid_t pid) {
   if (kill(pid, 0) != 0) return true;
-  const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  const std::string stat = ReadWholeFile("/proc/" + std::to_string(pid) + "/stat");
   const size_t close = stat.rfind(')');
   return close == std::string::npos || (close + 2 < stat.size() && stat[close + 2] == 'Z');
 }
@@ -648,7 +640,7 @@ TEST_F(AgentTest, AWorkerIgnoringTheNoticeIsKilledAtTheDeadline) {
       {{"OUT", out}}, /*checkpoint_seconds=*/1);
   pid_t pid = 0;
   ASSERT_TRUE(Eventually([&] {
-    const std::string text = ReadFile(out);
+    const std::string text = ReadWholeFile(out);
     if (text.empty()) return false;
     pid = static_cast<pid_t>(std::stol(text));
     return true;
@@ -674,7 +666,7 @@ TEST_F(AgentTest, ARestartedAgentDoesNotLaunchASegmentTwice) {
   const int64_t job = SubmitLaunch(
       *admin_, 1, "echo \"$STINT_SEGMENT_ID\" >> \"$OUT\"; while :; do sleep 0.05; done",
       {{"OUT", out}});
-  ASSERT_TRUE(Eventually([&] { return !ReadFile(out).empty(); }, 30))
+  ASSERT_TRUE(Eventually([&] { return !ReadWholeFile(out).empty(); }, 30))
       << Job(job).dump() << agent->output();
   const int64_t first = Job(job)["segments"][0]["id"];
   ASSERT_EQ(kill(agent->pid(), SIGKILL), 0);
@@ -688,10 +680,10 @@ TEST_F(AgentTest, ARestartedAgentDoesNotLaunchASegmentTwice) {
   ASSERT_TRUE(Eventually([&] {
     const json j = Job(job);
     return j["segments"].size() == 2 && j["segments"][0]["state"] == "lost" &&
-           ReadFile(out).find(std::to_string(j["segments"][1]["id"].get<int64_t>())) !=
+           ReadWholeFile(out).find(std::to_string(j["segments"][1]["id"].get<int64_t>())) !=
                std::string::npos;
-  }, 30)) << Job(job).dump() << ReadFile(out);
-  EXPECT_EQ(ReadFile(out), std::to_string(first) + "\n" +
+  }, 30)) << Job(job).dump() << ReadWholeFile(out);
+  EXPECT_EQ(ReadWholeFile(out), std::to_string(first) + "\n" +
                                std::to_string(Job(job)["segments"][1]["id"].get<int64_t>()) + "\n");
 }
 
@@ -734,7 +726,7 @@ TEST_F(AgentTest, WorkersDieWithTheirAgentAndTheSegmentIsLost) {
       [&] {
         pids.clear();
         for (int rank = 0; rank < 2; rank++) {
-          const std::string text = ReadFile(out + "/" + std::to_string(rank));
+          const std::string text = ReadWholeFile(out + "/" + std::to_string(rank));
           if (text.empty()) return false;
           pids.push_back(static_cast<pid_t>(std::stol(text)));
         }
@@ -862,7 +854,7 @@ TEST_F(AgentTest, ACrashEndsTheSegmentWhenRestartCrashedIsFalse) {
       << agent->output();
   // Rank 1 of the first segment did not run on.
   const std::string pid1 =
-      ReadFile(out + "/pid-" + std::to_string(first["id"].get<int64_t>()) + "-1");
+      ReadWholeFile(out + "/pid-" + std::to_string(first["id"].get<int64_t>()) + "-1");
   ASSERT_FALSE(pid1.empty());
   EXPECT_TRUE(Eventually([&] { return ProcessGone(static_cast<pid_t>(std::stol(pid1))); }, 30))
       << "rank 1 outlived its segment";
@@ -905,10 +897,10 @@ TEST_F(AgentTest, AnAgentTokenCannotUseAJobsKv) {
                    "\"$WORKER\" > \"$OUT/said.tmp\" 2>&1; mv \"$OUT/said.tmp\" \"$OUT/said\"; "
                    "while [ ! -e \"$OUT/go\" ]; do sleep 0.05; done",
                    {{"OUT", out}, {"WORKER", STINT_COORD_WORKER}});
-  ASSERT_TRUE(Eventually([&] { return !ReadFile(out + "/said").empty(); }, 30))
+  ASSERT_TRUE(Eventually([&] { return !ReadWholeFile(out + "/said").empty(); }, 30))
       << Job(job).dump() << agent->output();
-  EXPECT_NE(ReadFile(out + "/said").find("coord_worker: ok"), std::string::npos)
-      << ReadFile(out + "/said");
+  EXPECT_NE(ReadWholeFile(out + "/said").find("coord_worker: ok"), std::string::npos)
+      << ReadWholeFile(out + "/said");
   ASSERT_EQ(Job(job)["state"], "RUNNING") << Job(job).dump();
   const std::string kv = "/v1/jobs/" + std::to_string(job) + "/kv/";
   HttpJson shared(daemon_->port(), StintdProcess::kAgentToken);
