@@ -309,6 +309,14 @@ void NodeAgent::Launch(const void* assignment, int only_process) {
     command = std::move(full);
   }
   const int procs = torchrun.empty() ? local : 1;  // processes this agent starts
+  // The GPUs of process `i`: its gpus_per_worker share, or all of the
+  // node's under torchrun.
+  auto gpus_of = [&](int i) {
+    if (!torchrun.empty()) return gpus;
+    const size_t first = std::min(gpus.size(), static_cast<size_t>(i) * gpw);
+    return std::vector<int>(gpus.begin() + first,
+                            gpus.begin() + std::min(gpus.size(), first + gpw));
+  };
   // Which of them to start: all for a new segment; `only_process` alone in
   // place of a crashed one; for one that grew (an elastic job took more
   // GPUs here), the workers of the GPUs no process of it was given. They
@@ -321,9 +329,7 @@ void NodeAgent::Launch(const void* assignment, int only_process) {
     if (only_process >= procs || found == runs_.end()) return;
     // Only on the GPUs it had: after a shrink or grow the index may stand
     // for others, and then the segment goes on without it.
-    const size_t first = torchrun.empty() ? static_cast<size_t>(only_process) * gpw : 0;
-    const size_t end = torchrun.empty() ? std::min(gpus.size(), first + gpw) : gpus.size();
-    const std::vector<int> slice(gpus.begin() + std::min(first, gpus.size()), gpus.begin() + end);
+    const std::vector<int> slice = gpus_of(only_process);
     bool same = false;
     for (WorkerProc& p : found->second.procs) {
       if (p.index != only_process) continue;
@@ -335,9 +341,9 @@ void NodeAgent::Launch(const void* assignment, int only_process) {
   }
   for (int i = 0; i < procs && !relaunch; i++) {
     bool held = false;
-    for (int g = i * gpw; growing && g < (i + 1) * gpw && g < static_cast<int>(gpus.size()); g++) {
+    for (int g : growing ? gpus_of(i) : std::vector<int>()) {
       for (const WorkerProc& p : found->second.procs)
-        held = held || std::find(p.gpus.begin(), p.gpus.end(), gpus[g]) != p.gpus.end();
+        held = held || std::find(p.gpus.begin(), p.gpus.end(), g) != p.gpus.end();
     }
     if (!held) starts.push_back(i);
   }
@@ -396,13 +402,8 @@ void NodeAgent::Launch(const void* assignment, int only_process) {
     p.rank = rank_base + i;  // under torchrun: the node's first rank
     const Json& reg = regs[k];
     p.log = dir + "/rank-" + std::to_string(p.rank) + ".log";
-    std::string visible;
-    const int first_gpu = torchrun.empty() ? i * gpw : 0;
-    const int end_gpu = torchrun.empty() ? (i + 1) * gpw : static_cast<int>(gpus.size());
-    for (int g = first_gpu; g < end_gpu; g++) {
-      visible += (visible.empty() ? "" : ",") + std::to_string(gpus[g]);
-      p.gpus.push_back(gpus[g]);
-    }
+    p.gpus = gpus_of(i);
+    const std::string visible = JoinGpus(p.gpus);
     // Everything the child needs, made before fork. torchrun sets the
     // ranks and the master itself.
     std::vector<std::pair<std::string, std::string>> vars = {{"CUDA_VISIBLE_DEVICES", visible}};
@@ -465,7 +466,7 @@ void NodeAgent::Launch(const void* assignment, int only_process) {
     p.pid = pid;
     if (relaunch) {
       // In place of the crashed process; its log goes on in the same file.
-      for (WorkerProc& old : runs_[sid].procs) {
+      for (WorkerProc& old : found->second.procs) {
         if (old.index != i) continue;
         p.log_sent = old.log_sent;
         old = std::move(p);
