@@ -455,10 +455,12 @@ Result<FencingCheck> CoordinatorClient::CheckFencing() {
 }
 
 std::string CoordinatorClient::JobToken() const {
-  if (!options_.token.empty()) return "";  // the client's own
+  // The worker's own secret once it has one: stintd refuses the shared
+  // worker token there, and a registration token needs no more reach.
   std::lock_guard<std::mutex> lock(mu_);
-  if (registration_) return registration_->secret;
-  return options_.preregistered ? options_.preregistered->secret : "";
+  if (registration_ && !registration_->secret.empty()) return registration_->secret;
+  if (!registration_ && options_.preregistered) return options_.preregistered->secret;
+  return "";  // options().token
 }
 
 Result<FencingCheck> CoordinatorClient::CheckFencing(uint64_t job_id, uint64_t fencing_token) {

@@ -376,9 +376,23 @@ void NodeAgent::Launch(const void* assignment, int only_process) {
   // carries the worker right), whose secret acts for that worker and, in
   // the KV and the fencing check, for this job only. All of them before
   // any process starts: a refusal (the segment just ended) starts nothing,
-  // and the next beat decides again.
+  // and the next beat decides again. Under torchrun the agent does not
+  // know the processes: the launcher gets the segment's registration token
+  // for this node (the job's KV while the segment lasts), and each rank
+  // torchrun starts registers itself with it, so every rank holds a secret
+  // and a fencing token of its own.
+  const std::string segment_token = a.value("registration_token", std::string());
+  if (!torchrun.empty() && segment_token.empty()) {
+    std::fprintf(stderr, "stint-agent: segment %lld: no registration token for torchrun\n",
+                 static_cast<long long>(sid));
+    return;
+  }
   std::vector<Json> regs;
   for (int i : starts) {
+    if (!torchrun.empty()) {
+      regs.push_back(Json::object());
+      continue;
+    }
     HttpRequest req;
     req.method = "POST";
     req.path = "/v1/jobs/" + std::to_string(job) + "/workers";
@@ -416,17 +430,22 @@ void NodeAgent::Launch(const void* assignment, int only_process) {
                    {"MASTER_ADDR", a.value("master_addr", std::string("127.0.0.1"))},
                    {"MASTER_PORT", std::to_string(a.value("master_port", 29500))}});
     }
-    vars.insert(vars.end(), {
-        {"STINT_COORD_URL", options_.url},
-        {"STINT_JOB_ID", std::to_string(job)},
-        {"STINT_SEGMENT_ID", std::to_string(sid)},
-        {"STINT_WORKER_NAME", options_.node + ":" + std::to_string(p.rank)},
-        {"STINT_WORKER_ID", std::to_string(reg.value("worker_id", int64_t{0}))},
-        {"STINT_WORKER_SECRET", reg.value("worker_secret", std::string())},
-        {"STINT_FENCING_TOKEN", std::to_string(reg.value("fencing_token", uint64_t{0}))},
-        {"STINT_LEASE_TTL_SECONDS", std::to_string(reg.value("lease_ttl_seconds", 0.0))},
-        {"STINT_HEARTBEAT_INTERVAL_SECONDS",
-         std::to_string(reg.value("heartbeat_interval_seconds", 0.0))}});
+    vars.insert(vars.end(), {{"STINT_COORD_URL", options_.url},
+                             {"STINT_JOB_ID", std::to_string(job)},
+                             {"STINT_SEGMENT_ID", std::to_string(sid)}});
+    if (torchrun.empty()) {
+      vars.insert(
+          vars.end(),
+          {{"STINT_WORKER_NAME", options_.node + ":" + std::to_string(p.rank)},
+           {"STINT_WORKER_ID", std::to_string(reg.value("worker_id", int64_t{0}))},
+           {"STINT_WORKER_SECRET", reg.value("worker_secret", std::string())},
+           {"STINT_FENCING_TOKEN", std::to_string(reg.value("fencing_token", uint64_t{0}))},
+           {"STINT_LEASE_TTL_SECONDS", std::to_string(reg.value("lease_ttl_seconds", 0.0))},
+           {"STINT_HEARTBEAT_INTERVAL_SECONDS",
+            std::to_string(reg.value("heartbeat_interval_seconds", 0.0))}});
+    } else {
+      vars.emplace_back("STINT_COORD_TOKEN", segment_token);
+    }
     if (!options_.ca_file.empty()) vars.emplace_back("STINT_CA_FILE", options_.ca_file);
     for (const auto& [k, v] : env.items()) vars.emplace_back(k, v.get<std::string>());
     std::vector<char*> argv;
@@ -453,6 +472,9 @@ void NodeAgent::Launch(const void* assignment, int only_process) {
         _exit(127);
       }
       unsetenv("STINT_AGENT_TOKEN");  // the agent's right is not the worker's
+      // No credential but the one set below for this process.
+      for (const char* k : {"STINT_COORD_TOKEN", "STINT_WORKER_ID", "STINT_WORKER_SECRET"})
+        unsetenv(k);
       for (const auto& [k, v] : vars) setenv(k.c_str(), v.c_str(), 1);
       execvp(argv[0], argv.data());
       std::fprintf(stderr, "stint-agent: exec %s: %s\n", argv[0], std::strerror(errno));

@@ -92,9 +92,14 @@ struct CoordinatorOptions {
   // host must be named in it. Default: "" (the system's CAs). Ignored for
   // http.
   std::string ca_file;
-  // Sent as "Authorization: Bearer <token>" by Register(), the KV calls and
-  // CheckFencing; the worker calls send the secret Register() got instead
-  // (WorkerRegistration::secret). Default: "" (the server then answers 401).
+  // Sent as "Authorization: Bearer <token>" by Register(), and by the KV
+  // calls and CheckFencing until this client holds a worker's secret: the
+  // worker calls, and once registered the KV and the fencing check too,
+  // send the secret Register() got (WorkerRegistration::secret). The
+  // token: the job's registration_token (POST /v1/jobs answers it; it
+  // reaches that job only), a segment's (stint-agent gives it to torchrun
+  // launches), or the shared worker token (it only registers: no KV or
+  // fencing check before registering). Default: "" (the server answers 401).
   std::string token;
   // The stintd job this process works for. REQUIRES: non-zero for every call
   // except CheckFencing with an explicit job.
@@ -120,7 +125,9 @@ struct CoordinatorOptions {
 // Options from the environment a launcher sets for a worker:
 //   STINT_COORD_URL    (optional; default http://127.0.0.1:7077)
 //   STINT_CA_FILE      (optional; CoordinatorOptions::ca_file)
-//   STINT_COORD_TOKEN  (required unless STINT_WORKER_SECRET is set)
+//   STINT_COORD_TOKEN  (required unless STINT_WORKER_SECRET is set; under a
+//                      torchrun launch stint-agent sets the segment's
+//                      registration token here, so each rank registers itself)
 //   STINT_JOB_ID       (required; a positive integer)
 //   STINT_WORKER_NAME  (optional; default <hostname>:<pid>)
 //   STINT_WORKER_ID, STINT_WORKER_SECRET, STINT_FENCING_TOKEN,
@@ -285,8 +292,8 @@ class CoordinatorClient {
   CoordinatorClient(const CoordinatorOptions& options,
                     std::unique_ptr<internal::HttpJsonClient> http);
   Result<WorkerRegistration> RequireRegistration() const;
-  // The bearer token of the job-scoped calls (KV, fencing check): "" for
-  // options().token, else the worker's secret.
+  // The bearer token of the job-scoped calls (KV, fencing check): the
+  // worker's secret once there is one, else "" for options().token.
   std::string JobToken() const;
 
   const CoordinatorOptions options_;

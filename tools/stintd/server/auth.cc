@@ -52,6 +52,7 @@ Result<TokenAuth> TokenAuth::Create(std::vector<std::string> admin, std::vector<
   auth.admin_ = std::move(admin);
   auth.worker_ = std::move(worker);
   auth.agent_ = std::move(agent);
+  auth.scoped_key_ = Sha256Hex("stint registration tokens v1\n" + auth.admin_.front());
   return auth;
 }
 
@@ -84,6 +85,36 @@ Right TokenAuth::Check(const std::string& header) const {
   if (AnyEqual(worker_, token)) return Right::kWorker;
   if (AnyEqual(agent_, token)) return Right::kAgent;
   return Right::kNone;
+}
+
+std::string TokenAuth::ScopedMac(const ScopedToken& t) const {
+  const std::string what = t.segment == 0
+                               ? "job " + std::to_string(t.job)
+                               : "segment " + std::to_string(t.segment) + " node " + t.node;
+  return HmacSha256Hex(scoped_key_, what);
+}
+
+std::string TokenAuth::JobToken(int64_t job) const {
+  ScopedToken t;
+  t.job = job;
+  t.mac = ScopedMac(t);
+  return t.Text();
+}
+
+std::string TokenAuth::SegmentToken(int64_t segment, const std::string& node) const {
+  ScopedToken t;
+  t.segment = segment;
+  t.node = node;
+  t.mac = ScopedMac(t);
+  return t.Text();
+}
+
+bool TokenAuth::CheckScoped(const std::string& header, ScopedToken* out) const {
+  ScopedToken t;
+  if (!ParseScopedToken(BearerToken(header), &t) || !ConstantTimeEqual(ScopedMac(t), t.mac))
+    return false;
+  *out = std::move(t);
+  return true;
 }
 
 }  // namespace stint::stintd

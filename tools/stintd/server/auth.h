@@ -1,6 +1,23 @@
-// Bearer-token rights: admin (everything) and worker (worker endpoints,
-// KV, read-only views). Tokens come from files (one per line, '#' comments)
-// or the environment; comparison is constant-time.
+// Bearer-token rights (API.md, "Credentials"). Who may do what:
+//   admin token          everything.
+//   shared worker token  registering workers into any job, and the read-only
+//                        views (launch.env stripped); never a job's KV or
+//                        fencing check (except for a job whose active segment
+//                        has a worker registered before per-worker secrets).
+//   agent / node token   the node endpoints (a node token: its own node's),
+//                        registering workers on a node it names, and reads;
+//                        job reads (GET /v1/jobs, /v1/jobs/{id}, logs) only of
+//                        jobs with an active segment on its node(s).
+//   job token "stj1."    registering into that one job, its KV and its
+//                        fencing check (given to the admin at submit).
+//   segment token "stg1." the same for one segment on one node, while it is
+//                        the job's active segment (stint-agent hands it to a
+//                        torchrun launcher: each rank registers with it).
+//   worker secret "stw1." /v1/workers/{its id}/*, its job's KV and fencing
+//                        check, while the worker is active (410 after).
+// Anything else on a job it is not scoped to: 403. Tokens come from files
+// (one per line, '#' comments) or the environment; comparison is
+// constant-time. http_api.cc applies these rules with stintd's state.
 #ifndef STINT_TOOLS_STINTD_SERVER_AUTH_H_
 #define STINT_TOOLS_STINTD_SERVER_AUTH_H_
 
@@ -8,6 +25,7 @@
 #include <vector>
 
 #include "stint/status.h"
+#include "stintd/server/worker_secret.h"
 
 namespace stint::stintd {
 
@@ -39,8 +57,21 @@ class TokenAuth {
   // endpoints check them against the worker they name.
   Right Check(const std::string& authorization_header) const;
 
+  // The job token of `job` (segment 0) or the segment token of `segment` on
+  // `node`: a MAC under a key derived from the first admin token, so stintd
+  // keeps nothing and a restart answers the same tokens; changing that admin
+  // token revokes them all.
+  std::string JobToken(int64_t job) const;
+  std::string SegmentToken(int64_t segment, const std::string& node) const;
+  // Whether the header carries a job or segment token with a valid MAC
+  // (then `*out` is it). False for any other token.
+  bool CheckScoped(const std::string& authorization_header, ScopedToken* out) const;
+
  private:
+  std::string ScopedMac(const ScopedToken& t) const;
+
   std::vector<std::string> admin_, worker_, agent_;
+  std::string scoped_key_;  // HMAC key of the job and segment tokens
 };
 
 }  // namespace stint::stintd

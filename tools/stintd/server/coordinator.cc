@@ -345,22 +345,41 @@ Result<Window> Coordinator::RegisterNode(const Window& spec, bool* created, bool
   return state_.windows.at(id);
 }
 
+namespace {
+// Whether segment `seg` has GPUs placed on a window of `node`.
+bool PlacedOnNode(const ClusterState& s, const Segment& seg, const std::string& node) {
+  for (const Placement& p : seg.placement) {
+    auto w = s.windows.find(p.window_id);
+    if (w != s.windows.end() && w->second.node == node) return true;
+  }
+  return false;
+}
+}  // namespace
+
 Result<Window> Coordinator::NodeHeartbeat(const std::string& node,
                                           const std::vector<int64_t>& running,
                                           const std::vector<NodeExit>& exits,
                                           const std::vector<NodeExit>& crashes) {
   Window w;
+  // Only the segments placed on this node count as its workers' beat:
+  // another node's report must not keep a segment alive.
+  std::vector<int64_t> beating;
   {
     std::shared_lock<std::shared_mutex> lock(mu_);
     const Window* newest = NewestNodeWindow(state_, node);
     if (newest == nullptr) return Status::NotFound("node " + node + " is not registered");
     w = *newest;
+    for (int64_t sid : running) {
+      auto seg = state_.segments.find(sid);
+      if (seg != state_.segments.end() && PlacedOnNode(state_, seg->second, node))
+        beating.push_back(sid);
+    }
   }
   const TimeMs now = options_.clock();
   {
     std::lock_guard<std::mutex> lock(beats_mu_);
     if (now < w.end_ms) node_beats_[w.id] = now;
-    for (int64_t sid : running) segment_beats_[sid] = now;
+    for (int64_t sid : beating) segment_beats_[sid] = now;
   }
   if (!crashes.empty()) {
     STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs t, Changes* c) -> Status {
@@ -368,12 +387,7 @@ Result<Window> Coordinator::NodeHeartbeat(const std::string& node,
       for (const NodeExit& e : crashes) {
         auto seg = s.segments.find(e.segment_id);
         if (seg == s.segments.end() || !SegmentActive(seg->second.state)) continue;
-        bool on_node = false;
-        for (const Placement& p : seg->second.placement) {
-          auto pw = s.windows.find(p.window_id);
-          on_node = on_node || (pw != s.windows.end() && pw->second.node == node);
-        }
-        if (!on_node || !counted.insert(e.segment_id).second) continue;
+        if (!PlacedOnNode(s, seg->second, node) || !counted.insert(e.segment_id).second) continue;
         bool relaunch = false;
         STINT_RETURN_IF_ERROR(
             ReportWorkerCrash(s, e.segment_id, e.exit_code, e.message, options_.policy.crash_limit,
@@ -387,14 +401,9 @@ Result<Window> Coordinator::NodeHeartbeat(const std::string& node,
       for (const NodeExit& e : exits) {
         auto seg = s.segments.find(e.segment_id);
         if (seg == s.segments.end() || !SegmentActive(seg->second.state)) continue;
-        bool on_node = false;
-        for (const Placement& p : seg->second.placement) {
-          auto pw = s.windows.find(p.window_id);
-          on_node = on_node || (pw != s.windows.end() && pw->second.node == node);
-        }
         // Not this node's to report: ignored, not refused, so that one odd
         // report cannot stop the heartbeat that keeps the node's window.
-        if (!on_node) continue;
+        if (!PlacedOnNode(s, seg->second, node)) continue;
         // Workers of a node a shrink releases: whatever their exit, they
         // left; the segment goes on elsewhere and gives the GPUs up at the
         // shrink's deadline.

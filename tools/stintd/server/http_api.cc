@@ -285,7 +285,11 @@ Status CheckLaunch(const json& l, const Job& job) {
 // What a node's agent runs (API.md, "Launching"): each active segment with
 // GPUs on `window`, with its ranks and the job's launch spec.
 // `placed`: the active segments placed on the window (PlacementIndex).
-json Assignments(const ClusterState& s, const Window& window, const std::set<int64_t>& placed) {
+// A torchrun launch also gets the segment's registration token for this
+// node (auth.h), with which the launcher reaches the job's KV and each of
+// its ranks registers itself.
+json Assignments(const ClusterState& s, const Window& window, const std::set<int64_t>& placed,
+                 const TokenAuth& auth) {
   json out = json::array();
   for (int64_t sid : placed) {
     auto seg_it = s.segments.find(sid);
@@ -327,6 +331,8 @@ json Assignments(const ClusterState& s, const Window& window, const std::set<int
               {"master_port", seg.master_port != 0 ? seg.master_port : 20000 + sid % 20000},
               {"launch", launch},
               {"notice", nullptr}};
+    if (launch.value("torchrun", json()).is_array())
+      a["registration_token"] = auth.SegmentToken(sid, window.node);
     if (seg.state == SegmentState::kNotified) {
       a["notice"] = {{"reason", NoticeReasonName(seg.notice_reason)},
                      {"deadline_ms", seg.deadline_ms},
@@ -455,22 +461,73 @@ std::optional<Reply> AuthorizeWorker(const TokenAuth& auth, Coordinator* c,
   return ErrorReply(Status::Unauthenticated("missing or unknown bearer token"));
 }
 
-// The job-scoped worker calls (KV, fencing check) of job `job`: the worker
-// token (or an admin's), or the secret of an active worker of that job (a
-// process stint-agent launched holds only its secret). Not an agent token:
-// the agent itself needs neither, and its workers have their secrets.
-// nullopt: allowed.
+// A job or segment token (auth.h) acting on job `job`: a job token for
+// that job; a segment token while its segment is the job's active one and
+// placed on its node. nullopt: allowed.
+std::optional<Reply> AuthorizeScoped(Coordinator* c, const ScopedToken& t, int64_t job) {
+  if (t.segment == 0) {
+    if (t.job == job) return std::nullopt;
+    return ErrorReply(Status::PermissionDenied("the registration token of job " +
+                                               std::to_string(t.job) + " cannot act for job " +
+                                               std::to_string(job)));
+  }
+  int64_t seg_job = 0;
+  bool current = false, placed = false;
+  c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+    auto seg = s.segments.find(t.segment);
+    if (seg == s.segments.end()) return;
+    seg_job = seg->second.job_id;
+    auto j = s.jobs.find(seg_job);
+    current = j != s.jobs.end() && j->second.segment_id == t.segment &&
+              SegmentActive(seg->second.state);
+    for (const Placement& p : seg->second.placement) {
+      auto w = s.windows.find(p.window_id);
+      placed = placed || (w != s.windows.end() && w->second.node == t.node);
+    }
+  });
+  const std::string whose = "the registration token of segment " + std::to_string(t.segment) +
+                            " (job " + std::to_string(seg_job) + ") on node " + t.node;
+  if (seg_job != job)
+    return ErrorReply(Status::PermissionDenied(whose + " cannot act for job " + std::to_string(job)));
+  if (!current || !placed)
+    return GoneReply(whose + " is dead: that segment ended or left the node");
+  return std::nullopt;
+}
+
+// The job-scoped calls (KV, fencing check) of job `job` (auth.h): an admin
+// token, the job's own job or segment token, or the secret of an active
+// worker of that job (a process stint-agent launched holds only its
+// secret). Not the shared worker token (it registers and reads; kept only
+// for a job whose active segment has a worker registered before per-worker
+// secrets), not an agent token. nullopt: allowed.
 std::optional<Reply> AuthorizeJob(const TokenAuth& auth, Coordinator* c,
                                   const httplib::Request& req, int64_t job) {
   const std::string header = req.get_header_value("Authorization");
   const Right right = auth.Check(header);
+  if (right == Right::kAdmin) return std::nullopt;
   if (right == Right::kAgent) {
     return ErrorReply(Status::PermissionDenied(
         "an agent token does not reach job " + std::to_string(job) +
         "'s KV or fencing check: the workers stint-agent launches use their own secret "
         "(STINT_WORKER_SECRET)"));
   }
-  if (Allows(right, Right::kWorker)) return std::nullopt;
+  if (right == Right::kWorker) {
+    bool legacy = false;
+    c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+      auto j = s.jobs.find(job);
+      if (j == s.jobs.end() || j->second.segment_id == 0) return;
+      for (const auto& [wid, w] : s.workers) {
+        legacy = legacy || (w.segment_id == j->second.segment_id && !w.released &&
+                            w.secret_hash.empty());
+      }
+    });
+    if (legacy) return std::nullopt;
+    return ErrorReply(Status::PermissionDenied(
+        "the shared worker token only registers workers and reads: job " + std::to_string(job) +
+        "'s KV and fencing check take the job's own credential (a worker's secret, or the job's "
+        "registration_token)"));
+  }
+  if (ScopedToken scoped; auth.CheckScoped(header, &scoped)) return AuthorizeScoped(c, scoped, job);
   int64_t owner = 0;
   std::string random;
   if (right != Right::kNone || !ParseWorkerSecret(BearerToken(header), &owner, &random))
@@ -484,6 +541,97 @@ std::optional<Reply> AuthorizeJob(const TokenAuth& auth, Coordinator* c,
   }
   if (!h.active) return FencedSecretReply(owner);
   return std::nullopt;
+}
+
+// Who registers workers into job `job` (POST /v1/jobs/{id}/workers,
+// auth.h): an admin or the shared worker token; an agent or node token for
+// a node it names (the wrapper checked a node token's name); the job's job
+// token; a segment token of the job's active segment (the worker is then on
+// the token's node, `*node`). nullopt: allowed.
+std::optional<Reply> AuthorizeRegistration(const TokenAuth& auth, Coordinator* c,
+                                           const httplib::Request& req, int64_t job,
+                                           std::optional<std::string>* node) {
+  const std::string header = req.get_header_value("Authorization");
+  const Right right = auth.Check(header);
+  if (right == Right::kAdmin || right == Right::kWorker) return std::nullopt;
+  std::string own, random;
+  if (right == Right::kAgent || ParseNodeToken(BearerToken(header), &own, &random)) {
+    // An agent registers workers only where it launches them: the job's
+    // active segment must be placed on the node it names.
+    if (!*node) {
+      return ErrorReply(Status::PermissionDenied(
+          "an agent token registers workers only for a node it names (\"node\")"));
+    }
+    return std::nullopt;
+  }
+  if (ScopedToken scoped; auth.CheckScoped(header, &scoped)) {
+    if (std::optional<Reply> refused = AuthorizeScoped(c, scoped, job)) return refused;
+    if (scoped.segment != 0) {
+      if (*node && **node != scoped.node) {
+        return ErrorReply(Status::PermissionDenied("the registration token of node " +
+                                                   scoped.node + " cannot register on node " +
+                                                   **node));
+      }
+      *node = scoped.node;
+    }
+    return std::nullopt;
+  }
+  int64_t owner = 0;
+  if (ParseWorkerSecret(BearerToken(header), &owner, &random) &&
+      LookUpSecret(c, owner, random).known) {
+    return ErrorReply(Status::PermissionDenied(
+        "a worker secret does not register workers (worker " + std::to_string(owner) +
+        "): registering takes the job's registration_token, or a worker or agent token"));
+  }
+  return ErrorReply(Status::Unauthenticated("missing or unknown bearer token"));
+}
+
+// A caller of the job read views (GET /v1/jobs, /v1/jobs/{id}, logs;
+// auth.h): an admin sees everything; every other caller sees no launch.env;
+// an agent sees only jobs with an active segment on its node (a node
+// token's), or for the shared agent token on a node without a token of its
+// own.
+struct JobReader {
+  bool admin = false;
+  bool agent = false;
+  std::string node;  // a node token's node
+};
+
+JobReader JobReaderOf(const TokenAuth& auth, const httplib::Request& req) {
+  const std::string header = req.get_header_value("Authorization");
+  JobReader r;
+  std::string random;
+  const Right right = auth.Check(header);
+  r.admin = right == Right::kAdmin;
+  r.agent = right == Right::kAgent || ParseNodeToken(BearerToken(header), &r.node, &random);
+  return r;
+}
+
+bool SeesJob(const ClusterState& s, const JobReader& r, int64_t job) {
+  if (!r.agent) return true;
+  for (const auto& [sid, seg] : s.segments) {
+    if (seg.job_id != job || !SegmentActive(seg.state)) continue;
+    for (const Placement& p : seg.placement) {
+      auto w = s.windows.find(p.window_id);
+      if (w == s.windows.end() || w->second.node.empty()) continue;
+      if (r.node.empty() ? s.node_credentials.count(w->second.node) == 0 : w->second.node == r.node)
+        return true;
+    }
+  }
+  return false;
+}
+
+// A job's JSON as `r` may see it: launch.env only to admins (it may hold
+// credentials of the job's own).
+json JobJsonFor(const JobReader& r, const Job& job) {
+  json j = ToJson(job);
+  if (!r.admin && j.contains("launch") && j["launch"].is_object()) j["launch"].erase("env");
+  return j;
+}
+
+Reply UnseenJobReply(int64_t job) {
+  return ErrorReply(Status::PermissionDenied(
+      "job " + std::to_string(job) + " has no active segment on this agent's node"));
 }
 
 // The node a node-endpoint request acts for: the path's name, or for
@@ -875,7 +1023,8 @@ void HttpApi::InstallRoutes() {
   });
 
   // --- jobs, queue, segments ---
-  route(kPost, "/v1/jobs", Right::kAdmin, [c](const httplib::Request& req) {
+  const TokenAuth* const reader_auth = &auth_;
+  route(kPost, "/v1/jobs", Right::kAdmin, [c, reader_auth](const httplib::Request& req) {
     RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(
         req.body, {"name", "team", "pool", "priority", "min_gpus", "max_gpus", "gang",
                    "preemptible", "checkpoint_seconds", "restart_seconds",
@@ -887,9 +1036,13 @@ void HttpApi::InstallRoutes() {
       spec.launch = launch->dump();
     }
     Job j = STINT_HTTP_TRY(c->SubmitJob(spec));
-    return Reply{201, ToJson(j), {}, {}};
+    // The job's own credential for workers started by hand (auth.h).
+    json answer = ToJson(j);
+    answer["registration_token"] = reader_auth->JobToken(j.id);
+    return Reply{201, std::move(answer), {}, {}};
   });
-  route(kGet, "/v1/jobs", Right::kWorker, [c](const httplib::Request& req) {
+  route(kGet, "/v1/jobs", Right::kWorker, [c, reader_auth](const httplib::Request& req) {
+    const JobReader reader = JobReaderOf(*reader_auth, req);
     std::optional<JobState> filter;
     if (req.has_param("state")) {
       const std::string want = req.get_param_value("state");
@@ -905,13 +1058,15 @@ void HttpApi::InstallRoutes() {
     json jobs = json::array();
     c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
       for (const auto& [id, j] : s.jobs) {
-        if (!filter || j.state == *filter) jobs.push_back(ToJson(j));
+        if ((!filter || j.state == *filter) && SeesJob(s, reader, id))
+          jobs.push_back(JobJsonFor(reader, j));
       }
     });
     return Reply{200, {{"jobs", jobs}}, {}, {}};
   });
-  route(kGet, R"(/v1/jobs/(\d+))", Right::kWorker, [c](const httplib::Request& req) {
+  route(kGet, R"(/v1/jobs/(\d+))", Right::kWorker, [c, reader_auth](const httplib::Request& req) {
     const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "job"));
+    const JobReader reader = JobReaderOf(*reader_auth, req);
     Reply r;
     c->Read([&](const ClusterState& s, const Plan& plan, TimeMs now) {
       auto it = s.jobs.find(id);
@@ -919,7 +1074,12 @@ void HttpApi::InstallRoutes() {
         r = ErrorReply(Status::NotFound("job " + std::to_string(id) + " does not exist"));
         return;
       }
-      r.body = ToJson(it->second);
+      if (!SeesJob(s, reader, id)) {
+        r = UnseenJobReply(id);
+        return;
+      }
+      r.body = JobJsonFor(reader, it->second);
+      if (reader.admin) r.body["registration_token"] = reader_auth->JobToken(id);
       json segments = json::array();
       for (const auto& [sid, seg] : s.segments) {
         if (seg.job_id == id) segments.push_back(ToJson(seg));
@@ -1180,7 +1340,7 @@ void HttpApi::InstallRoutes() {
             std::string tag;
             c->ReadPlacedOn(w->id, [&](const ClusterState& s, const std::set<int64_t>& placed,
                                        TimeMs now) {
-              json assignments = Assignments(s, *w, placed);
+              json assignments = Assignments(s, *w, placed, auth_);
               char hex[17];
               std::snprintf(hex, sizeof(hex), "%016zx",
                             std::hash<std::string>()(assignments.dump()));
@@ -1210,19 +1370,15 @@ void HttpApi::InstallRoutes() {
   const double hb_interval = coordinator_->options().heartbeat_interval_seconds;
   const double ttl = coordinator_->options().policy.lease_ttl_seconds;
   const TokenAuth* const registrar_auth = &auth_;
-  route(kPost, R"(/v1/jobs/(\d+)/workers)", Right::kWorker,
+  route(kPost, R"(/v1/jobs/(\d+)/workers)", Right::kNone,
         [c, hb_interval, ttl, registrar_auth](const httplib::Request& req) {
           const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "job"));
           RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"name", "node"}));
           const std::string name = STINT_HTTP_TRY(b.String("name"));
-          const std::optional<std::string> node = STINT_HTTP_TRY(b.OptionalString("node"));
-          // An agent registers workers only where it launches them: the
-          // job's active segment must be placed on the node it names.
-          if (!node &&
-              registrar_auth->Check(req.get_header_value("Authorization")) == Right::kAgent) {
-            return ErrorReply(Status::PermissionDenied(
-                "an agent token registers workers only for a node it names (\"node\")"));
-          }
+          std::optional<std::string> node = STINT_HTTP_TRY(b.OptionalString("node"));
+          if (std::optional<Reply> refused =
+                  AuthorizeRegistration(*registrar_auth, c, req, id, &node))
+            return *refused;
           if (node) {
             bool placed = false;
             c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
@@ -1242,6 +1398,14 @@ void HttpApi::InstallRoutes() {
           }
           std::string secret;
           Worker w = STINT_HTTP_TRY(c->RegisterWorker(id, name, &secret, node.value_or("")));
+          // A segment token's segment may have ended meanwhile and the
+          // worker landed in the next one: it must not stay there.
+          if (std::optional<Reply> late =
+                  AuthorizeRegistration(*registrar_auth, c, req, id, &node)) {
+            Status left = c->Leave(w.id);
+            if (!left.ok()) return ErrorReply(left);
+            return *late;
+          }
           return Reply{201,
                        {{"worker_id", w.id},
                         {"worker_secret", secret},
@@ -1402,11 +1566,16 @@ void HttpApi::InstallRoutes() {
   // --- workers' output (LogTails) ---
   route(
       kGet, R"(/v1/jobs/(\d+)/logs)", Right::kWorker,
-      [c, logs, max_wait](const httplib::Request& req) {
+      [c, logs, max_wait, reader_auth](const httplib::Request& req) {
         const int64_t job = STINT_HTTP_TRY(PathId(req, 1, "job"));
-        bool known = false;
-        c->Read([&](const ClusterState& s, const Plan&, TimeMs) { known = s.jobs.count(job) > 0; });
+        const JobReader reader = JobReaderOf(*reader_auth, req);
+        bool known = false, seen = false;
+        c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+          known = s.jobs.count(job) > 0;
+          seen = SeesJob(s, reader, job);
+        });
         if (!known) return ErrorReply(Status::NotFound("no job " + std::to_string(job)));
+        if (!seen) return UnseenJobReply(job);
         const int64_t after = STINT_HTTP_TRY(QueryInt(req, "after", 0, 0));
         const double wait = STINT_HTTP_TRY(QuerySeconds(req, "wait_seconds", 0, max_wait));
         LogTails::Tail tail = logs->Read(job, after, Millis(wait));

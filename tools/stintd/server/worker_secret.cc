@@ -103,6 +103,28 @@ std::string Sha256Hex(const std::string& data) {
   return Hex(digest, sizeof(digest));
 }
 
+std::string HmacSha256Hex(const std::string& key, const std::string& data) {
+  constexpr size_t kBlock = 64;
+  std::string k = key;
+  if (k.size() > kBlock) {
+    const std::string hex = Sha256Hex(k);
+    k.clear();
+    for (size_t i = 0; i < hex.size(); i += 2)
+      k.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  }
+  k.resize(kBlock, '\0');
+  std::string inner(kBlock, '\0'), outer(kBlock, '\0');
+  for (size_t i = 0; i < kBlock; i++) {
+    inner[i] = static_cast<char>(k[i] ^ 0x36);
+    outer[i] = static_cast<char>(k[i] ^ 0x5c);
+  }
+  const std::string inner_hex = Sha256Hex(inner + data);
+  std::string inner_digest;
+  for (size_t i = 0; i < inner_hex.size(); i += 2)
+    inner_digest.push_back(static_cast<char>(std::stoi(inner_hex.substr(i, 2), nullptr, 16)));
+  return Sha256Hex(outer + inner_digest);
+}
+
 bool ConstantTimeEqual(const std::string& a, const std::string& b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
   const size_t n = std::max(a.size(), b.size());
@@ -145,6 +167,36 @@ bool ParseWorkerSecret(const std::string& token, int64_t* worker_id, std::string
   if (r.size() != 2 * kRandomBytes) return false;
   *worker_id = id;
   *random = std::move(r);
+  return true;
+}
+
+std::string ScopedToken::Text() const {
+  if (segment == 0) return "stj1." + std::to_string(job) + "." + mac;
+  return "stg1." + std::to_string(segment) + "." + node + "." + mac;
+}
+
+bool ParseScopedToken(const std::string& token, ScopedToken* out) {
+  const bool job = token.compare(0, 5, "stj1.") == 0;
+  if (!job && token.compare(0, 5, "stg1.") != 0) return false;
+  // The id after the prefix; the MAC after the last dot (node names may
+  // hold dots; the MAC holds none).
+  const size_t id_end = token.find('.', 5);
+  const size_t mac_at = token.rfind('.');
+  if (id_end == std::string::npos || mac_at + 1 + 2 * kRandomBytes != token.size()) return false;
+  int64_t id = 0;
+  auto [p, ec] = std::from_chars(token.data() + 5, token.data() + id_end, id);
+  if (ec != std::errc() || p != token.data() + id_end || id <= 0) return false;
+  ScopedToken t;
+  t.mac = token.substr(mac_at + 1);
+  if (job) {
+    if (mac_at != id_end) return false;
+    t.job = id;
+  } else {
+    if (mac_at <= id_end + 1) return false;
+    t.segment = id;
+    t.node = token.substr(id_end + 1, mac_at - id_end - 1);
+  }
+  *out = std::move(t);
   return true;
 }
 
