@@ -1,8 +1,10 @@
 // A worker stint-agent launches in agent_test: it reaches stintd with
 // nothing but the environment the agent set (no shared token), through
 // CoordinatorSession, the KV and the fencing check, and cannot touch
-// another job ($OTHER_JOB). Prints "coord_worker: ok" and exits 0, or
-// names what failed and exits 1.
+// another job ($OTHER_JOB). Prints "coord_worker: ok worker <id>" and exits
+// 0, or names what failed and exits 1. With --self-register (a rank under a
+// torchrun launch) it must hold no registration but a registration token,
+// and registers itself with it.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -18,16 +20,22 @@ int Fail(const std::string& what) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   using stint::Code;
+  const bool self_register = argc > 1 && std::string(argv[1]) == "--self-register";
   auto options = stint::CoordinatorOptionsFromEnvironment();
   if (!options.ok()) return Fail("environment: " + options.status().ToString());
-  if (!options->token.empty()) return Fail("a shared token reached the worker");
-  if (!options->preregistered) return Fail("no registration in the environment");
+  if (self_register) {
+    if (options->preregistered) return Fail("the launcher's registration reached a rank");
+    if (options->token.rfind("stg1.", 0) != 0) return Fail("no segment registration token");
+  } else {
+    if (!options->token.empty()) return Fail("a shared token reached the worker");
+    if (!options->preregistered) return Fail("no registration in the environment");
+  }
   auto session = stint::CoordinatorSession::Start(*options, nullptr);
   if (!session.ok()) return Fail("session: " + session.status().ToString());
   const auto& reg = (*session)->registration();
-  if (reg.worker_id != options->preregistered->worker_id)
+  if (!self_register && reg.worker_id != options->preregistered->worker_id)
     return Fail("the session registered again instead of adopting the agent's registration");
   stint::CoordinatorClient* client = (*session)->client();
   auto beat = client->Heartbeat(1);
@@ -51,6 +59,6 @@ int main() {
     auto other_check = (*foreign)->CheckFencing(o.job_id, reg.fencing_token);
     if (other_check.ok()) return Fail("another job's fencing check answered");
   }
-  std::printf("coord_worker: ok\n");
+  std::printf("coord_worker: ok worker %llu\n", static_cast<unsigned long long>(reg.worker_id));
   return 0;
 }
