@@ -255,9 +255,9 @@ TEST_F(StintdTest, SegmentLifecycleNoticeAckAndFencing) {
   ASSERT_EQ(hb.status, 200) << hb.text;
   EXPECT_TRUE(hb.body["active"].get<bool>());
   EXPECT_TRUE(hb.body["notice"].is_null());
-  auto check = worker_->Post("/v1/fencing/check", {{"job_id", job}, {"fencing_token", token}});
+  auto check = As(wid).Post("/v1/fencing/check", {{"job_id", job}, {"fencing_token", token}});
   EXPECT_TRUE(check.body["valid"].get<bool>()) << check.text;
-  EXPECT_FALSE(worker_->Post("/v1/fencing/check", {{"job_id", job}, {"fencing_token", token + 1}})
+  EXPECT_FALSE(As(wid).Post("/v1/fencing/check", {{"job_id", job}, {"fencing_token", token + 1}})
                    .body["valid"]
                    .get<bool>());
 
@@ -290,8 +290,11 @@ TEST_F(StintdTest, SegmentLifecycleNoticeAckAndFencing) {
   EXPECT_EQ(j["state"], "PENDING");
   EXPECT_EQ(j["checkpoint_step"], 42);
   EXPECT_EQ(j["segments"][0]["state"], "ended");
-  // The old incarnation is fenced: its commit check and its heartbeats fail.
-  EXPECT_FALSE(worker_->Post("/v1/fencing/check", {{"job_id", job}, {"fencing_token", token}})
+  // The old incarnation is fenced: its commit check (its secret is dead:
+  // 410; asked by another, the token is not valid) and its heartbeats fail.
+  EXPECT_EQ(As(wid).Post("/v1/fencing/check", {{"job_id", job}, {"fencing_token", token}}).status,
+            410);
+  EXPECT_FALSE(admin_->Post("/v1/fencing/check", {{"job_id", job}, {"fencing_token", token}})
                    .body["valid"]
                    .get<bool>());
   auto gone = As(wid).Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", json::object());
@@ -628,25 +631,28 @@ TEST_F(StintdTest, KvCompareAndSetAndLongPoll) {
   ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
   const int64_t job = Submit({{"name", "kv"}, {"min_gpus", 1}});
   const std::string key = "/v1/jobs/" + std::to_string(job) + "/kv/rdzv/gen";
-  EXPECT_EQ(worker_->Get(key).status, 404);
-  EXPECT_EQ(worker_->Put(key, {{"value", "1"}, {"if_version", 0}}).body["version"], 1);
-  auto lost = worker_->Put(key, {{"value", "x"}, {"if_version", 0}});
+  // The job's own token (the shared worker token reaches no job's KV).
+  const std::string job_token = Job(job)["registration_token"].get<std::string>();
+  HttpJson kv(daemon_->port(), job_token);
+  EXPECT_EQ(kv.Get(key).status, 404);
+  EXPECT_EQ(kv.Put(key, {{"value", "1"}, {"if_version", 0}}).body["version"], 1);
+  auto lost = kv.Put(key, {{"value", "x"}, {"if_version", 0}});
   EXPECT_EQ(lost.status, 409);
   EXPECT_EQ(lost.body["error"]["code"], "ABORTED");
   // A long-poll for version 2 is answered by the write that makes it.
   std::thread writer([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    HttpJson w(daemon_->port(), StintdProcess::kWorkerToken);
+    HttpJson w(daemon_->port(), job_token);
     w.Put(key, {{"value", "2"}, {"if_version", 1}});
   });
-  auto got = worker_->Get(key + "?wait_seconds=10&min_version=2");
+  auto got = kv.Get(key + "?wait_seconds=10&min_version=2");
   writer.join();
   EXPECT_EQ(got.status, 200) << got.text;
   EXPECT_EQ(got.body["value"], "2");
   Restart(SIGKILL);
-  EXPECT_EQ(worker_->Get(key).body["version"], 2);
-  EXPECT_EQ(worker_->Delete(key).status, 200);
-  EXPECT_EQ(worker_->Get(key).status, 404);
+  EXPECT_EQ(kv.Get(key).body["version"], 2);
+  EXPECT_EQ(kv.Delete(key).status, 200);
+  EXPECT_EQ(kv.Get(key).status, 404);
 }
 
 // Clients submit jobs and heartbeat while stintd is SIGKILLed; after the
@@ -705,7 +711,7 @@ TEST_F(StintdTest, KillNineUnderLoadLosesNothingAcknowledged) {
     EXPECT_GT(total, 0u) << "the load never got an answer";
     // The running segment survived with its token; its worker's lease got a
     // fresh TTL instead of expiring across the restart.
-    auto check = worker_->Post("/v1/fencing/check", {{"job_id", runner}, {"fencing_token", token}});
+    auto check = As(wid).Post("/v1/fencing/check", {{"job_id", runner}, {"fencing_token", token}});
     EXPECT_TRUE(check.body["valid"].get<bool>()) << check.text;
     EXPECT_EQ(
         As(wid).Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", json::object()).status,
