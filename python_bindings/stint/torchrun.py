@@ -1,6 +1,6 @@
 """A torchrun rendezvous backend that keeps its state at stintd.
 
-    STINT_COORD_TOKEN=<worker token> torchrun --rdzv-backend=stint \\
+    STINT_COORD_TOKEN=<the job's registration_token> torchrun --rdzv-backend=stint \\
         --rdzv-endpoint=HOST:PORT --rdzv-id=JOB --nnodes=1:4 --nproc-per-node=N train.py
 
 torchrun finds the backend through the ``torchrun.handlers`` entry point
@@ -17,10 +17,17 @@ join_timeout, last_call_timeout, keep_alive_interval, ...).
 Configuration:
   ``--rdzv-endpoint``  ``host:port`` (http) or ``https://host:port``.
   ``--rdzv-id``        the stintd job id (a positive integer).
-  token                ``$STINT_COORD_TOKEN`` (the worker token), else
-                       ``$STINT_WORKER_SECRET`` (a secret stint-agent gave
-                       this process: its own job's KV only), else the first
-                       line of ``--rdzv-conf token_file=PATH``.
+  token                ``$STINT_COORD_TOKEN``, else ``$STINT_WORKER_SECRET``,
+                       else the first line of ``--rdzv-conf token_file=PATH``:
+                       a credential of job ``JOB`` only, which reaches
+                       nothing else: the job's ``registration_token`` (what
+                       ``POST /v1/jobs`` answers), or the segment token
+                       stint-agent sets in ``STINT_COORD_TOKEN`` for a
+                       torchrun launch. The shared worker token does not
+                       reach a job's KV (stintd answers 403). The workers
+                       torchrun starts inherit it: each one that uses stint's
+                       coordinator registers itself with it and works with a
+                       secret of its own (tools/stintd/API.md, "Credentials").
   CA (https)           ``--rdzv-conf ca_file=PATH``, else ``$STINT_CA_FILE``,
                        else the system's CAs.
   key prefix           ``--rdzv-conf prefix=P`` (default ``torchrun``): the
@@ -268,8 +275,8 @@ def _kv_from_params(params: RendezvousParameters) -> StintKv:
             lines = (line.strip() for line in f)
             token = next((line for line in lines if line and not line.startswith("#")), "")
     if not token:
-        raise ValueError("stint rendezvous: no token: set $STINT_COORD_TOKEN (the worker token) "
-                         "or --rdzv-conf token_file=PATH")
+        raise ValueError("stint rendezvous: no token: set $STINT_COORD_TOKEN (the job's "
+                         "registration_token) or --rdzv-conf token_file=PATH")
     ca_file = params.get("ca_file") or os.environ.get("STINT_CA_FILE") or None
     return StintKv(url, job_id, token, ca_file)
 

@@ -883,7 +883,7 @@ TEST_F(AgentTest, ACrashEndsTheSegmentWhenRestartCrashedIsFalse) {
 
 // The shared agent token reaches no job's KV nor fencing check, not even of
 // a job running on its node: the workers it launched use their own secret
-// there (and they still can), the worker token as before.
+// there (and they still can), and so may the job's own registration token.
 TEST_F(AgentTest, AnAgentTokenCannotUseAJobsKv) {
   Start();
   auto agent = Agent("n23", "0", {"--spot"});
@@ -911,7 +911,7 @@ TEST_F(AgentTest, AnAgentTokenCannotUseAJobsKv) {
   EXPECT_EQ(shared.Delete(kv + "hello-0").status, 403);
   EXPECT_EQ(shared.Post("/v1/fencing/check", {{"job_id", job}, {"fencing_token", 1}}).status, 403);
   // Nothing changed: the worker's entry is there, the agent's is not.
-  HttpJson worker(daemon_->port(), StintdProcess::kWorkerToken);
+  HttpJson worker(daemon_->port(), Job(job)["registration_token"].get<std::string>());
   auto mine = worker.Get(kv + "hello-0");
   EXPECT_EQ(mine.status, 200) << mine.text;
   EXPECT_EQ(mine.body.value("value", ""), "hi") << mine.text;

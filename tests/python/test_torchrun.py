@@ -88,15 +88,15 @@ def test_two_nodes_form_one_dies_the_other_reforms(tmp_path):
     procs = {}
     try:
         daemon.call("POST", "/v1/pools", {"name": "p"})
-        job = daemon.call("POST", "/v1/jobs",
-                          {"name": "torchrun", "pool": "p", "min_gpus": 1})["id"]
+        submitted = daemon.call("POST", "/v1/jobs", {"name": "torchrun", "pool": "p", "min_gpus": 1})
+        job, job_token = submitted["id"], submitted["registration_token"]
         out = tmp_path / "out"
         out.mkdir()
         (tmp_path / "train.py").write_text(TRAIN)
         module_dir = os.path.dirname(os.path.dirname(os.path.abspath(stint.__file__)))
         endpoint = daemon.url[len("http://"):]
         for node in ("a", "b"):
-            env = dict(os.environ, NODE=node, STINT_COORD_TOKEN=WORKER,
+            env = dict(os.environ, NODE=node, STINT_COORD_TOKEN=job_token,
                        PYTHONPATH=os.pathsep.join([entry_point_site(tmp_path / node), module_dir]))
             log = open(tmp_path / ("torchrun-%s.log" % node), "w")
             procs[node] = subprocess.Popen(
@@ -174,9 +174,13 @@ def test_the_backend_verifies_an_https_stintd_against_its_ca(tmp_path):
         req = urllib.request.Request(url + "/v1/jobs", method="POST", data=json.dumps(
             {"name": "j", "min_gpus": 1}).encode(), headers={"Authorization": "Bearer " + ADMIN})
         with urllib.request.urlopen(req, timeout=10, context=ctx) as r:
-            job = json.loads(r.read())["id"]
+            submitted = json.loads(r.read())
+        job, job_token = submitted["id"], submitted["registration_token"]
 
-        backend = StintRendezvousBackend(StintKv(url, job, WORKER, ca_file=d + "/ca.pem"))
+        # The shared worker token reaches no job's KV: the job's own token does.
+        with pytest.raises(RendezvousConnectionError, match="HTTP 403"):
+            StintKv(url, job, WORKER, ca_file=d + "/ca.pem").get("torchrun/state")
+        backend = StintRendezvousBackend(StintKv(url, job, job_token, ca_file=d + "/ca.pem"))
         assert backend.get_state() is None
         state, token, ok = backend.set_state(b"first")
         assert ok and state == b"first"
@@ -184,7 +188,7 @@ def test_the_backend_verifies_an_https_stintd_against_its_ca(tmp_path):
         assert backend.set_state(b"second", token=token)[2]
         assert backend.get_state()[0] == b"second"
 
-        untrusted = StintRendezvousBackend(StintKv(url, job, WORKER))  # the system's CAs only
+        untrusted = StintRendezvousBackend(StintKv(url, job, job_token))  # the system's CAs only
         with pytest.raises(RendezvousConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
             untrusted.get_state()
     finally:
@@ -195,12 +199,18 @@ def test_the_backend_verifies_an_https_stintd_against_its_ca(tmp_path):
 ALL_REDUCE = r'''
 import os, sys
 import torch, torch.distributed as dist
+import stint
 dist.init_process_group("gloo")
 t = torch.ones(1)
 dist.all_reduce(t)
+# Under torchrun each rank registers itself with the segment token the agent
+# gave the launcher: a worker (and secret) of its own, none inherited.
+assert "STINT_WORKER_SECRET" not in os.environ
+session = stint._C.CoordinatorSession.start()
 with open(os.path.join(sys.argv[1], "rank-%d" % dist.get_rank()), "w") as f:
-    f.write("world=%d sum=%d node=%s" % (dist.get_world_size(), int(t.item()),
-                                         os.environ["STINT_WORKER_NAME"]))
+    f.write("world=%d sum=%d worker=%d node=%s" % (
+        dist.get_world_size(), int(t.item()), session.worker_id, os.environ["STINT_WORKER_NAME"]))
+session.close()
 '''
 
 
@@ -244,7 +254,8 @@ def test_stint_agent_launches_a_job_through_torchrun(tmp_path, monkeypatch):
         assert final["state"] == "DONE", final["message"]
         # One group of two over both nodes, formed through stintd.
         got = sorted((out / name).read_text() for name in ("rank-0", "rank-1"))
-        assert [g.split(" node=")[0] for g in got] == ["world=2 sum=2"] * 2, got
+        assert [g.split(" worker=")[0] for g in got] == ["world=2 sum=2"] * 2, got
+        assert len({g.split(" worker=")[1].split(" ")[0] for g in got}) == 2, got
         assert {g.split(" node=")[1].split(":")[0] for g in got} == {"n1", "n2"}, got
         segment = daemon.call("GET", "/v1/jobs/%d" % job)["segments"][0]["id"]
         state = daemon.call("GET", "/v1/jobs/%d/kv/torchrun/segment-%d/state" % (job, segment))

@@ -432,12 +432,12 @@ void NodeAgent::Launch(const void* assignment, int only_process) {
     }
     vars.insert(vars.end(), {{"STINT_COORD_URL", options_.url},
                              {"STINT_JOB_ID", std::to_string(job)},
-                             {"STINT_SEGMENT_ID", std::to_string(sid)}});
+                             {"STINT_SEGMENT_ID", std::to_string(sid)},
+                             {"STINT_WORKER_NAME", options_.node + ":" + std::to_string(p.rank)}});
     if (torchrun.empty()) {
       vars.insert(
           vars.end(),
-          {{"STINT_WORKER_NAME", options_.node + ":" + std::to_string(p.rank)},
-           {"STINT_WORKER_ID", std::to_string(reg.value("worker_id", int64_t{0}))},
+          {{"STINT_WORKER_ID", std::to_string(reg.value("worker_id", int64_t{0}))},
            {"STINT_WORKER_SECRET", reg.value("worker_secret", std::string())},
            {"STINT_FENCING_TOKEN", std::to_string(reg.value("fencing_token", uint64_t{0}))},
            {"STINT_LEASE_TTL_SECONDS", std::to_string(reg.value("lease_ttl_seconds", 0.0))},
