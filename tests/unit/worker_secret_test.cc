@@ -48,6 +48,34 @@ TEST(WorkerSecret, OtherTokensDoNotParse) {
   }
 }
 
+// RFC 4231 test cases 1 (a short key) and 6 (a key longer than a block).
+TEST(HmacSha256Hex, MatchesRfc4231) {
+  EXPECT_EQ(HmacSha256Hex(std::string(20, '\x0b'), "Hi There"),
+            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  EXPECT_EQ(HmacSha256Hex(std::string(131, '\xaa'),
+                          "Test Using Larger Than Block-Size Key - Hash Key First"),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+}
+
+TEST(ScopedToken, JobAndSegmentTokensParseBackAndOthersDoNot) {
+  const std::string mac(64, 'c');
+  ScopedToken t;
+  ASSERT_TRUE(ParseScopedToken("stj1.12." + mac, &t));
+  EXPECT_EQ(t.job, 12);
+  EXPECT_EQ(t.segment, 0);
+  EXPECT_EQ(t.Text(), "stj1.12." + mac);
+  ASSERT_TRUE(ParseScopedToken("stg1.7.node.a-1." + mac, &t));  // node names may hold dots
+  EXPECT_EQ(t.segment, 7);
+  EXPECT_EQ(t.node, "node.a-1");
+  EXPECT_EQ(t.mac, mac);
+  EXPECT_EQ(t.Text(), "stg1.7.node.a-1." + mac);
+  for (const std::string& bad :
+       {"stj1.0." + mac, "stj1.x." + mac, "stj1.3.n." + mac, "stj1.3." + mac.substr(1),
+        "stg1.7." + mac, "stg1.7.." + mac, "stw1.7." + mac, std::string("worker-token")}) {
+    EXPECT_FALSE(ParseScopedToken(bad, &t)) << bad;
+  }
+}
+
 TEST(ConstantTimeEqual, ComparesWholeStrings) {
   EXPECT_TRUE(ConstantTimeEqual("abc", "abc"));
   EXPECT_FALSE(ConstantTimeEqual("abc", "abd"));
