@@ -99,7 +99,7 @@ class LoadResult:
         self.state = state                  # the rebuilt object
         self.dir = dir                      # its directory
         self.skipped = skipped              # newer checkpoints passed over: "step-...: error"
-        self.skipped_steps = skipped_steps  # the same, as steps
+        self.skipped_steps = skipped_steps  # the damaged ones, as steps (see quarantine())
 
     def __repr__(self) -> str:
         return "<stint.LoadResult step %d from %s%s>" % (
@@ -378,7 +378,11 @@ class Checkpointer:
 
     def quarantine(self, step: int) -> None:
         """Moves a checkpoint that failed to load aside (quarantine-step-...),
-        kept for inspection and never loaded, so the step can be saved again."""
+        kept for inspection and never loaded, so the step can be saved again.
+        FailedPreconditionError, nothing moved, for a step that a newer
+        checkpoint references (incremental; quarantine that one first) or may
+        reference (its manifest cannot be read), and for one of a format
+        version this build does not know (written by a newer stint)."""
         self._c.quarantine(_check_step(step))
 
     def stats(self) -> Dict[str, Any]:

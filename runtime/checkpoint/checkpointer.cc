@@ -4,6 +4,7 @@
 #include "stint/checkpointer.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -540,8 +541,9 @@ class CheckpointerImpl final : public Checkpointer {
                                           : options_.root + "/" + c.name;
     auto opened = c.tier == 0 ? c.memory->OpenReader(ro) : CheckpointReader::Open(dir, ro);
     if (!opened.ok()) {
-      // LATEST naming a vanished directory is damage too.
-      if (opened.status().code() == Code::kNotFound)
+      // LATEST naming a vanished directory, or a step-* entry that is a
+      // file, is damage too.
+      if (opened.status().code() == Code::kNotFound || opened.status().sys_errno() == ENOTDIR)
         return Status::DataLoss(opened.status().message());
       return opened.status();
     }
