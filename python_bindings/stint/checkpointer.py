@@ -299,8 +299,9 @@ class Checkpointer:
         map_location: device for new tensors, or a dict {"cuda:1": "cuda:0"}
           (default: the device saved from; a GPU this process lacks maps to
           the same index modulo the visible GPUs, or to the CPU without any).
-        NotFoundError when there is no checkpoint; DataLossError when none
-        verifies.
+        NotFoundError when there is no checkpoint (or no `step`); DataLossError
+        when none verifies (UnimplementedError when every one is of a newer
+        format version, IoError when none can be read).
         Collective: every rank calls it; a DTensor of `into` is filled with
         its own shard (any mesh and world size), plain tensors whole; all
         ranks load the same step and raise together when one cannot load.
