@@ -99,7 +99,7 @@ class LoadResult:
         self.state = state                  # the rebuilt object
         self.dir = dir                      # its directory
         self.skipped = skipped              # newer checkpoints passed over: "step-...: error"
-        self.skipped_steps = skipped_steps  # the same, as steps
+        self.skipped_steps = skipped_steps  # the damaged ones, as steps (see quarantine())
 
     def __repr__(self) -> str:
         return "<stint.LoadResult step %d from %s%s>" % (
@@ -299,8 +299,9 @@ class Checkpointer:
         map_location: device for new tensors, or a dict {"cuda:1": "cuda:0"}
           (default: the device saved from; a GPU this process lacks maps to
           the same index modulo the visible GPUs, or to the CPU without any).
-        NotFoundError when there is no checkpoint; DataLossError when none
-        verifies.
+        NotFoundError when there is no checkpoint (or no `step`); DataLossError
+        when none verifies (UnimplementedError when every one is of a newer
+        format version, IoError when none can be read).
         Collective: every rank calls it; a DTensor of `into` is filled with
         its own shard (any mesh and world size), plain tensors whole; all
         ranks load the same step and raise together when one cannot load.
@@ -378,7 +379,11 @@ class Checkpointer:
 
     def quarantine(self, step: int) -> None:
         """Moves a checkpoint that failed to load aside (quarantine-step-...),
-        kept for inspection and never loaded, so the step can be saved again."""
+        kept for inspection and never loaded, so the step can be saved again.
+        FailedPreconditionError, nothing moved, for a step that a newer
+        checkpoint references (incremental; quarantine that one first) or may
+        reference (its manifest cannot be read), and for one of a format
+        version this build does not know (written by a newer stint)."""
         self._c.quarantine(_check_step(step))
 
     def stats(self) -> Dict[str, Any]:

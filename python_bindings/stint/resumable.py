@@ -17,8 +17,9 @@ sampler's cursor and data fingerprint, every global RNG (torch CPU and CUDA,
 Python random, numpy), the step, the state_dict() of each object passed in
 `objects` (an LR scheduler, a GradScaler) and `user_state` (plain values).
 resume() restores all of it from the newest checkpoint that verifies;
-checkpoints that do not verify are reported (logged, and in
-resume_skipped) and quarantined.
+newer ones it passes over are reported (logged, and in resume_skipped);
+the damaged ones are quarantined, those of a newer format version (written
+by a newer stint) or unreadable now are left in place.
 
 On a preemption notice (SIGTERM or SIGUSR1 by default), step_boundary()
 takes an emergency checkpoint when it fits the remaining grace at the
@@ -125,11 +126,18 @@ class Resumable:
         into = {"model": self.model.state_dict()} if self.model is not None else None
         # Model tensors are read straight into the parameters; the rest is new.
         r = self.checkpointer.load_result(into=into, strict=False)
-        for line in r.skipped:
-            _log.warning("stint: resume skipped a damaged checkpoint: %s", line)
+        skipped = list(r.skipped)
+        for line in skipped:
+            _log.warning("stint: resume skipped a checkpoint: %s", line)
+        # Only damage is quarantined: a checkpoint of a newer format version,
+        # or one that could not be read now, is not in skipped_steps.
         for damaged in r.skipped_steps:
-            self.checkpointer.quarantine(damaged)
-        self.resume_skipped = list(r.skipped)
+            try:
+                self.checkpointer.quarantine(damaged)
+            except _C.FailedPreconditionError as e:  # a newer checkpoint still needs it
+                _log.warning("stint: %s", e)
+                skipped.append(str(e))
+        self.resume_skipped = skipped
         s = r.state
         if not isinstance(s, dict) or "step" not in s or "rng" not in s:
             raise _C.DataLossError("%s: not a checkpoint written by stint.Resumable" % r.dir)

@@ -4,6 +4,7 @@
 #include "stint/checkpointer.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -42,10 +43,25 @@ std::shared_future<Status> ReadyFuture(Status s) {
   return p.get_future().share();
 }
 
-// Damage means "try an older checkpoint"; anything else (a destination that
-// does not match, an I/O error) goes straight back to the caller.
-bool IsCheckpointDamage(const Status& s) {
-  return s.code() == Code::kDataLoss || s.code() == Code::kUnimplemented;
+// Why a checkpoint did not load, which decides what Load does next.
+enum class LoadFailure {
+  kDamage,      // its bytes are wrong: try an older one; Quarantine may move it
+  kUnreadable,  // an I/O error, or a format version this build does not know:
+                // try an older one, and leave it where it is
+  kCaller,      // the destinations do not match it: straight back to the caller
+};
+
+LoadFailure ClassifyLoadFailure(const Status& s) {
+  switch (s.code()) {
+    case Code::kDataLoss:
+      return LoadFailure::kDamage;
+    case Code::kUnimplemented:
+    case Code::kIoError:
+    case Code::kPermissionDenied:
+      return LoadFailure::kUnreadable;
+    default:
+      return LoadFailure::kCaller;
+  }
 }
 
 // Shards of one tensor must not overlap (nor, from a single rank, leave a
@@ -349,7 +365,10 @@ class CheckpointerImpl final : public Checkpointer {
       }
     }
     if (options.step) {
-      candidates.push_back(Candidate{1, *options.step, StepDirName(*options.step), nullptr});
+      // A step that is not there is not found, not damaged.
+      if (env_->FileExists(options_.root + "/" + StepDirName(*options.step))) {
+        candidates.push_back(Candidate{1, *options.step, StepDirName(*options.step), nullptr});
+      }
     } else {
       // The rename is the commit point; LATEST may lag it by one crash, so it
       // names a candidate but does not outrank a newer one.
@@ -379,23 +398,39 @@ class CheckpointerImpl final : public Checkpointer {
                        return a.step != b.step ? a.step > b.step : a.tier < b.tier;
                      });
     if (candidates.empty()) {
+      if (options.step) {
+        return Status::NotFound(options_.root + ": no checkpoint " + StepDirName(*options.step) +
+                                " to load" + (tiered ? " on any tier" : ""));
+      }
       return Status::NotFound(options_.root + ": no committed checkpoint to load");
     }
     Status last;
     for (const auto& c : candidates) {
       Status loaded = LoadOne(c, planner, options, &result);
       if (loaded.ok()) return result;
-      // One asked-for step in one tier: its own error. Otherwise the list.
-      if (!IsCheckpointDamage(loaded) || (options.step && candidates.size() == 1)) return loaded;
       last = loaded;
-      // Reported, never silent.
-      result.skipped.push_back((tiered ? "[tier " + std::to_string(c.tier) + "] " : std::string()) +
-                               c.name + ": " + loaded.ToString());
-      result.skipped_steps.push_back(c.step);
+      const LoadFailure failure = ClassifyLoadFailure(loaded);
+      // One asked-for step in one tier: its own error. Otherwise the list.
+      if (failure == LoadFailure::kCaller || (options.step && candidates.size() == 1)) {
+        return loaded;
+      }
+      // Reported, never silent; only damage is offered to Quarantine.
+      std::string line = (tiered ? "[tier " + std::to_string(c.tier) + "] " : std::string()) +
+                         c.name + ": " + loaded.ToString();
+      if (loaded.code() == Code::kUnimplemented) {
+        line += " (written by a newer stint? left in place, never quarantined or deleted)";
+      } else if (failure == LoadFailure::kUnreadable) {
+        line += " (left in place)";
+      }
+      result.skipped.push_back(std::move(line));
+      if (failure == LoadFailure::kDamage) result.skipped_steps.push_back(c.step);
     }
     std::string why;
     for (const auto& s : result.skipped) why += "\n  " + s;
-    return Status::DataLoss(options_.root + ": no checkpoint loads and verifies:" + why);
+    // Damage anywhere is data loss; otherwise what stopped the last one
+    // (e.g. only a newer format's checkpoints: kUnimplemented).
+    return Status(result.skipped_steps.empty() ? last.code() : Code::kDataLoss,
+                  options_.root + ": no checkpoint loads and verifies:" + why);
   }
 
   Result<std::vector<uint64_t>> ListCommitted() override {
@@ -411,6 +446,7 @@ class CheckpointerImpl final : public Checkpointer {
     if (options_.rank != 0) return Status::OK();  // the committer moves it, once
     const std::string dir = options_.root + "/" + StepDirName(step);
     if (env_->FileExists(dir)) {
+      STINT_RETURN_IF_ERROR(CheckQuarantinable(step));
       char suffix[24];
       std::snprintf(suffix, sizeof(suffix), "-%016llx",
                     static_cast<unsigned long long>(RandomNonce()));
@@ -452,6 +488,40 @@ class CheckpointerImpl final : public Checkpointer {
     return s;
   }
 
+  // Quarantine moves only what is damaged and what nothing left behind
+  // needs: kFailedPrecondition, naming why, for a step of a format this build
+  // does not know (a newer stint's checkpoint is not damage) and for one a
+  // newer committed step references (moving it would break that one too),
+  // or may reference (its manifest cannot be read).
+  Status CheckQuarantinable(uint64_t step) {
+    const std::string name = StepDirName(step);
+    const std::string why = options_.root + ": not quarantining " + name + ": ";
+    const std::string path = options_.root + "/" + name + "/" + kManifestName;
+    auto bytes = ReadFileToString(env_, path);
+    if (bytes.ok()) {
+      Status decoded = DecodeManifest(*bytes, path).status();
+      if (decoded.code() == Code::kUnimplemented) {
+        return Status::FailedPrecondition(why + decoded.message() +
+                                          "; a newer format is left in place");
+      }
+    }
+    STINT_ASSIGN_OR_RETURN(auto steps, ListCheckpointSteps(env_, options_.root));
+    for (uint64_t newer : steps) {
+      if (newer <= step) continue;
+      auto referenced = ReferencedSteps(env_, options_.root, {newer});
+      if (!referenced.ok()) {
+        return Status::FailedPrecondition(why + "cannot tell whether " + StepDirName(newer) +
+                                          " references it: " + referenced.status().ToString());
+      }
+      if (referenced->count(step) != 0) {
+        return Status::FailedPrecondition(why + StepDirName(newer) +
+                                          " references its data (incremental); quarantine " +
+                                          StepDirName(newer) + " first");
+      }
+    }
+    return Status::OK();
+  }
+
   struct Candidate {
     int tier;
     uint64_t step;
@@ -471,8 +541,9 @@ class CheckpointerImpl final : public Checkpointer {
                                           : options_.root + "/" + c.name;
     auto opened = c.tier == 0 ? c.memory->OpenReader(ro) : CheckpointReader::Open(dir, ro);
     if (!opened.ok()) {
-      // LATEST naming a vanished directory is damage too.
-      if (opened.status().code() == Code::kNotFound)
+      // LATEST naming a vanished directory, or a step-* entry that is a
+      // file, is damage too.
+      if (opened.status().code() == Code::kNotFound || opened.status().sys_errno() == ENOTDIR)
         return Status::DataLoss(opened.status().message());
       return opened.status();
     }
@@ -484,7 +555,7 @@ class CheckpointerImpl final : public Checkpointer {
     for (const auto& name : reader->blob_names()) {
       STINT_ASSIGN_OR_RETURN(blobs[name], reader->ReadBlob(name));
     }
-    result->blobs = BlobsForRank(std::move(blobs), options_.rank);
+    result->blobs = BlobsForRank(std::move(blobs), options_.rank, reader->world_size());
     result->step = reader->step();
     result->tier = c.tier;
     result->dir = dir;
@@ -541,8 +612,13 @@ class CheckpointerImpl final : public Checkpointer {
       if (keep) KeepInMemory(std::move(keep));
       if (s.ok() && options_.rank == 0) {
         // Retention runs after the commit is reported: it is not part of time-to-durable.
+        std::string held_back;
         Status r = ApplyRetention(env_, options_.root, options_.keep_last, options_.keep_every,
-                                  &tier1_guard_, PinnedSteps());
+                                  &tier1_guard_, PinnedSteps(), &held_back);
+        {
+          std::lock_guard<std::mutex> stats_lock(mu_);
+          stats_.retention_held_back = std::move(held_back);
+        }
         if (!r.ok())
           RecordBackgroundError(r.WithContext("retention after step " + std::to_string(step)));
       }

@@ -107,15 +107,23 @@ Status WriteLatest(Env* env, const std::string& root, const std::string& dir_nam
 }
 
 Result<std::optional<std::string>> ReadLatest(Env* env, const std::string& root) {
-  auto data = ReadFileToString(env, root + "/" + kLatestName);
-  if (!data.ok()) {
-    if (data.status().code() == Code::kNotFound) return std::optional<std::string>();
-    return data.status();
+  const std::string path = root + "/" + kLatestName;
+  auto file = env->NewRandomAccessFile(path, FileOptions{});
+  if (!file.ok()) {
+    if (file.status().code() == Code::kNotFound) return std::optional<std::string>();
+    return file.status();
   }
-  std::string name = *data;
+  // "step-" and 20 digits, a line end. Whatever else LATEST holds (or, as a
+  // link, points at) is neither read whole nor repeated: it may be any file.
+  constexpr size_t kMaxLatestBytes = 32;
+  STINT_ASSIGN_OR_RETURN(uint64_t size, (*file)->Size());
+  std::string name(std::min<uint64_t>(size, kMaxLatestBytes), '\0');
+  STINT_ASSIGN_OR_RETURN(size_t n, (*file)->Read(0, name.size(), name.data()));
+  name.resize(n);
   while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
-  if (!ParseStepDirName(name)) {
-    return Status::DataLoss(root + "/LATEST holds '" + name.substr(0, 64) + "', not a step-* name");
+  if (size > kMaxLatestBytes || !ParseStepDirName(name)) {
+    return Status::DataLoss(path + " does not hold a step-* name (" + std::to_string(size) +
+                            " bytes, not shown)");
   }
   return std::optional<std::string>(name);
 }

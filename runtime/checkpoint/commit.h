@@ -49,7 +49,10 @@ Status CommitCheckpoint(Env* env, const std::string& root, const std::string& tm
 
 // Atomically points LATEST at `dir_name`.
 Status WriteLatest(Env* env, const std::string& root, const std::string& dir_name);
-// The name LATEST holds; nullopt when there is no LATEST.
+// The name LATEST holds; nullopt when there is no LATEST. kDataLoss when it
+// holds anything but a step-* name (its bytes are not repeated: LATEST may be
+// a link to any file); every reader of a root (Load, retention, the `stint`
+// CLI) goes through this.
 Result<std::optional<std::string>> ReadLatest(Env* env, const std::string& root);
 
 // Steps with a step-* directory holding a MANIFEST.json, ascending.

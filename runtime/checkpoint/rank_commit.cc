@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -103,26 +104,60 @@ Status DecodeDecision(std::string_view bytes, std::string_view origin) {
   return decided;
 }
 
-std::string RankBlobName(int rank, const std::string& name) {
-  if (rank == 0) return name;
+namespace {
+
+std::string RankPrefix(int rank) {
   char prefix[24];
   std::snprintf(prefix, sizeof(prefix), "rank-%05d/", rank);
-  return prefix + name;
+  return prefix;
+}
+
+// The rank and name a stored blob name "rank-<rrrrr>/<name>" spells (only
+// the canonical spelling, as RankBlobName writes it); nullopt otherwise.
+std::optional<std::pair<int, std::string>> SplitRankBlobName(const std::string& stored) {
+  const size_t slash = stored.find('/');
+  if (stored.compare(0, 5, "rank-") != 0 || slash == std::string::npos || slash > 5 + 9) {
+    return std::nullopt;
+  }
+  int rank = 0;
+  for (size_t i = 5; i < slash; ++i) {
+    if (stored[i] < '0' || stored[i] > '9') return std::nullopt;
+    rank = rank * 10 + (stored[i] - '0');
+  }
+  if (stored.compare(0, slash + 1, RankPrefix(rank)) != 0) return std::nullopt;
+  return std::make_pair(rank, stored.substr(slash + 1));
+}
+
+}  // namespace
+
+std::string RankBlobName(int rank, const std::string& name) {
+  // Rank 0's names are kept, except one that spells a rank's prefix.
+  if (rank == 0 && !SplitRankBlobName(name)) return name;
+  return RankPrefix(rank) + name;
 }
 
 std::map<std::string, std::string> BlobsForRank(std::map<std::string, std::string> stored,
-                                                int rank) {
-  std::map<std::string, std::string> out;
-  const std::string own = rank == 0 ? std::string() : RankBlobName(rank, "");
+                                                int rank, int saved_world_size) {
+  std::map<std::string, std::string> own, out;
   for (auto& [name, bytes] : stored) {
-    if (name.compare(0, 5, "rank-") == 0 && name.find('/') != std::string::npos) {
-      if (!own.empty() && name.compare(0, own.size(), own) == 0) {
-        out[name.substr(own.size())] = std::move(bytes);
+    // A one-rank save stores every name as given (a user's key may be
+    // "rank-00001/x"); a multi-rank one through RankBlobName.
+    int owner = 0;
+    std::string key = name;
+    if (saved_world_size > 1) {
+      auto split = SplitRankBlobName(name);
+      if (split && split->first < saved_world_size) {  // else no such rank saved
+        owner = split->first;
+        key = std::move(split->second);
       }
-      continue;
     }
-    out.emplace(name, std::move(bytes));  // a rank's own blob, set above, wins
+    if (owner == rank) {
+      own[std::move(key)] = std::move(bytes);
+    } else if (owner == 0) {
+      out[std::move(key)] = std::move(bytes);
+    }
   }
+  for (auto& [name, bytes] : own) out[name] = std::move(bytes);  // a rank's own blob wins
   return out;
 }
 

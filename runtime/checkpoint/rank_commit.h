@@ -57,14 +57,17 @@ Result<RankReport> DecodeRankReport(std::string_view bytes, std::string_view ori
 std::string EncodeDecision(const Status& outcome);
 Status DecodeDecision(std::string_view bytes, std::string_view origin);
 
-// The blob name under which rank `rank`'s blob `name` is stored: rank 0's
-// keep their names (so a one-rank checkpoint reads as before), the others'
-// become "rank-<rrrrr>/<name>".
+// The blob name under which rank `rank`'s blob `name` is stored in a
+// multi-rank save: rank 0's keep their names (so they read as a one-rank
+// checkpoint's), unless a name spells "rank-<rrrrr>/..." itself, the
+// others' become "rank-<rrrrr>/<name>".
 std::string RankBlobName(int rank, const std::string& name);
-// The blobs rank `rank` sees on load: every rank-0 blob, replaced by this
-// rank's own where it saved one; other ranks' blobs are left out.
+// The blobs rank `rank` sees on load of a checkpoint saved by
+// `saved_world_size` ranks: every rank-0 blob, replaced by this rank's own
+// where it saved one; other ranks' blobs are left out. A one-rank save's
+// names are all rank 0's, as given.
 std::map<std::string, std::string> BlobsForRank(std::map<std::string, std::string> stored,
-                                                int rank);
+                                                int rank, int saved_world_size);
 
 // The manifest of the whole save: `header`'s fields, every rank's tensors
 // (shards of one name merged; dtype and global shape must agree), blobs

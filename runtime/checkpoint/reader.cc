@@ -11,6 +11,7 @@
 
 #include "base/mapped_buffer.h"
 #include "base/thread_pool.h"
+#include "checkpoint/commit.h"
 #include "format/manifest.h"
 #include "format/shard_layout.h"
 #include "io/io_engine.h"
@@ -622,6 +623,15 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(const std::stri
     return bytes.status();
   }
   STINT_ASSIGN_OR_RETURN(Manifest m, DecodeManifest(*bytes, manifest_path));
+  // A step-* directory holds that step's checkpoint: one renamed or copied
+  // over another step's name would load as the wrong step (and retention,
+  // going by names, would then delete the real one).
+  std::string base = dir.substr(0, dir.find_last_not_of('/') + 1);
+  base = base.substr(base.find_last_of('/') + 1);
+  if (std::optional<uint64_t> named = ParseStepDirName(base); named && *named != m.step) {
+    return Status::DataLoss(manifest_path + ": says step " + std::to_string(m.step) +
+                            ", but its directory is " + base);
+  }
   STINT_ASSIGN_OR_RETURN(IoEngineKind kind, ParseIoEngineKind(options.io_engine));
   IoEngineOptions io;
   io.kind = kind;

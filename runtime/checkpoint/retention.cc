@@ -52,44 +52,77 @@ Status RetentionGuard::DeleteUnlessHeld(Env* env, const std::string& root, uint6
   return DeleteCheckpoint(env, root, step);
 }
 
-std::set<uint64_t> ReferencedSteps(Env* env, const std::string& root,
-                                   const std::set<uint64_t>& kept) {
+namespace {
+
+// The manifest of `step`; nullopt when the step or its MANIFEST is gone.
+Result<std::optional<Manifest>> ReadStepManifest(Env* env, const std::string& root,
+                                                 uint64_t step) {
+  const std::string path = root + "/" + StepDirName(step) + "/" + kManifestName;
+  auto bytes = ReadFileToString(env, path);
+  if (!bytes.ok()) {
+    if (bytes.status().code() == Code::kNotFound) return std::optional<Manifest>();
+    return bytes.status();
+  }
+  STINT_ASSIGN_OR_RETURN(Manifest m, DecodeManifest(*bytes, path));
+  return std::optional<Manifest>(std::move(m));
+}
+
+}  // namespace
+
+Result<std::set<uint64_t>> ReferencedSteps(Env* env, const std::string& root,
+                                           const std::set<uint64_t>& kept) {
   std::set<uint64_t> seen = kept, found;
   std::vector<uint64_t> todo(kept.begin(), kept.end());
   while (!todo.empty()) {
-    const std::string path = root + "/" + StepDirName(todo.back()) + "/" + kManifestName;
+    const uint64_t step = todo.back();
     todo.pop_back();
-    auto bytes = ReadFileToString(env, path);
-    if (!bytes.ok()) continue;
-    auto m = DecodeManifest(*bytes, path);
-    if (!m.ok()) continue;
-    for (const std::string& dir : m->ReferencedDirs()) {
-      std::optional<uint64_t> step = ParseStepDirName(dir);
-      if (!step) continue;
-      found.insert(*step);
-      if (seen.insert(*step).second) todo.push_back(*step);
+    auto m = ReadStepManifest(env, root, step);
+    if (!m.ok()) {
+      return m.status().WithContext("what " + StepDirName(step) + " references is unknown");
+    }
+    if (!m->has_value()) continue;
+    for (const std::string& dir : (*m)->ReferencedDirs()) {
+      std::optional<uint64_t> referenced = ParseStepDirName(dir);
+      if (!referenced) continue;
+      found.insert(*referenced);
+      if (seen.insert(*referenced).second) todo.push_back(*referenced);
     }
   }
   return found;
 }
 
 Status ApplyRetention(Env* env, const std::string& root, int keep_last, uint64_t keep_every,
-                      RetentionGuard* guard, const std::set<uint64_t>& pinned) {
+                      RetentionGuard* guard, const std::set<uint64_t>& pinned,
+                      std::string* held_back) {
+  if (held_back != nullptr) held_back->clear();
   STINT_ASSIGN_OR_RETURN(auto steps, ListCheckpointSteps(env, root));
   std::optional<uint64_t> protect;
   auto latest = ReadLatest(env, root);
   if (latest.ok() && latest->has_value()) protect = ParseStepDirName(**latest);
   std::vector<uint64_t> doomed = StepsToDelete(steps, keep_last, keep_every, protect);
   if (doomed.empty()) return Status::OK();
+  auto hold_back = [&](const Status& why) {
+    if (held_back != nullptr) *held_back = "retention deleted nothing: " + why.ToString();
+    return Status::OK();
+  };
+  for (uint64_t step : doomed) {
+    // A damaged manifest is deleted like any old step; one of a format this
+    // build does not know, or one it cannot read now, is left alone.
+    auto m = ReadStepManifest(env, root, step);
+    if (!m.ok() && m.status().code() != Code::kDataLoss) {
+      return hold_back(m.status().WithContext(StepDirName(step) + " cannot be judged"));
+    }
+  }
   std::set<uint64_t> kept(steps.begin(), steps.end());
   for (uint64_t s : doomed) kept.erase(s);
   kept.insert(pinned.begin(), pinned.end());
   if (guard != nullptr) {
     if (auto held = guard->held()) kept.insert(*held);
   }
-  const std::set<uint64_t> referenced = ReferencedSteps(env, root, kept);
+  auto referenced = ReferencedSteps(env, root, kept);
+  if (!referenced.ok()) return hold_back(referenced.status());
   for (uint64_t step : doomed) {
-    if (referenced.count(step) != 0) continue;  // a kept checkpoint's chunks live there
+    if (referenced->count(step) != 0) continue;  // a kept checkpoint's chunks live there
     Status deleted = guard != nullptr ? guard->DeleteUnlessHeld(env, root, step)
                                       : DeleteCheckpoint(env, root, step);
     STINT_RETURN_IF_ERROR(deleted.WithContext("retention"));

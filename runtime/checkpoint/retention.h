@@ -46,17 +46,24 @@ class RetentionGuard {
 
 // The steps whose data files the checkpoints `kept` reference (incremental
 // saves), directly or through a referenced one, read from their manifests
-// every time (never from a cache). A manifest that does not decode adds
-// nothing.
-std::set<uint64_t> ReferencedSteps(Env* env, const std::string& root,
-                                   const std::set<uint64_t>& kept);
+// every time (never from a cache). A step whose MANIFEST is gone adds
+// nothing; one that cannot be read or decoded (an I/O error, damage, a format
+// version this build does not know) is an error naming it: what it
+// references is unknown.
+Result<std::set<uint64_t>> ReferencedSteps(Env* env, const std::string& root,
+                                           const std::set<uint64_t>& kept);
 
 // Deletes what StepsToDelete names among the committed steps of `root`, with
 // the step LATEST names protected, and never a step that a kept one, the
 // `guard`'s held step (may be null) or a `pinned` step (a save in progress
-// references it) references. Stops at the first deletion that fails.
+// references it) references. When what a kept step references cannot be
+// established, or a step due for deletion has a manifest this build cannot
+// read (it may be a newer format's, referencing older steps), nothing at all
+// is deleted: OK is returned and *held_back (when not null) says why; it is
+// cleared when retention ran. Stops at the first deletion that fails.
 Status ApplyRetention(Env* env, const std::string& root, int keep_last, uint64_t keep_every,
-                      RetentionGuard* guard, const std::set<uint64_t>& pinned = {});
+                      RetentionGuard* guard, const std::set<uint64_t>& pinned = {},
+                      std::string* held_back = nullptr);
 
 }  // namespace stint
 

@@ -72,8 +72,17 @@ Result<uint64_t> ResumableTraining::Resume() {
   STINT_ASSIGN_OR_RETURN(LoadResult loaded_value, loader.Load(*checkpointer_));
   const LoadResult* loaded = &loaded_value;
   resume_skipped_ = loaded->skipped;
-  for (uint64_t damaged : loaded->skipped_steps)  // rank 0 acts, see Quarantine
-    STINT_RETURN_IF_ERROR(checkpointer_->Quarantine(damaged));
+  // Only damage is quarantined (rank 0 acts, see Quarantine): a checkpoint of
+  // a newer format, or one that could not be read now, stays where it is.
+  for (uint64_t damaged : loaded->skipped_steps) {
+    Status moved = checkpointer_->Quarantine(damaged);
+    // Refused because a newer checkpoint needs it (or may): left in place.
+    if (moved.code() == Code::kFailedPrecondition) {
+      resume_skipped_.push_back(moved.message());
+    } else {
+      STINT_RETURN_IF_ERROR(moved);
+    }
+  }
   const auto& blobs = loaded->blobs;
   auto step_blob = blobs.find(kStepBlob);
   if (step_blob == blobs.end()) {

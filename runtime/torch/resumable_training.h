@@ -109,8 +109,10 @@ class ResumableTraining {
   PreemptionWatcher* watcher() { return watcher_.get(); }
   // Newest step known durable in this process (or resumed from).
   uint64_t last_durable_step() const { return last_durable_step_; }
-  // Newer checkpoints Resume() could not load ("step-...: error"); each was
-  // quarantined so this run can write that step again.
+  // Newer checkpoints Resume() could not load ("step-...: error"). The
+  // damaged ones were quarantined so this run can write that step again
+  // (a refusal, e.g. a newer checkpoint still references one, is listed
+  // too); one of a newer format version or unreadable now is left in place.
   const std::vector<std::string>& resume_skipped() const { return resume_skipped_; }
 
  private:

@@ -3,9 +3,12 @@
 // exit code and the printed text are the interface under test.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -356,6 +359,34 @@ TEST_F(CliTest, DamagedManifest) {
   json j = ParseJson(r.output);
   EXPECT_EQ(j["checkpoints"][0]["state"], "corrupt");
   EXPECT_TRUE(Contains(j["checkpoints"][0]["error"].get<std::string>(), "checksum mismatch"));
+}
+
+TEST_F(CliTest, ABadLatestIsRefusedWithoutPrintingWhatItHoldsOrPointsAt) {
+  // LATEST as a link to a file that is not the root's.
+  const std::string other = dir_.Sub("other-file");
+  ASSERT_TRUE(WriteWholeFile(other, "PRIVATE-CONTENT-0123456789\nanother line of it\n"));
+  const std::string latest = root_ + "/" + kLatestName;
+  ASSERT_OK(Env::Default()->RemoveFile(latest));
+  ASSERT_EQ(::symlink(other.c_str(), latest.c_str()), 0) << std::strerror(errno);
+  // And as a file holding a terminal escape sequence.
+  const std::string escape = "\x1b]0;title\x07step-00000001\n";
+  for (bool as_link : {true, false}) {
+    SCOPED_TRACE(as_link ? "link" : "escape");
+    if (!as_link) {
+      ASSERT_OK(Env::Default()->RemoveFile(latest));
+      ASSERT_TRUE(WriteWholeFile(latest, escape));
+    }
+    for (const char* command : {"verify", "inspect", "ls"}) {
+      RunResult r = RunCli({command, root_});
+      EXPECT_FALSE(Contains(r.output, "PRIVATE-CONTENT")) << command << ": " << r.output;
+      EXPECT_FALSE(Contains(r.output, "\x1b")) << command << ": " << r.output;
+      EXPECT_TRUE(Contains(r.output, "LATEST does not hold a step-* name")) << command << ": "
+                                                                          << r.output;
+      if (std::string(command) != "ls") {
+        EXPECT_EQ(r.exit_code, 1) << command << ": " << r.output;
+      }
+    }
+  }
 }
 
 TEST_F(CliTest, UsageErrorsExitTwo) {

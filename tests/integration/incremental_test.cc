@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <random>
 #include <set>
@@ -358,6 +359,97 @@ TEST_P(IncrementalTest, ReplicaGetsTheCheckpointsItsStepsReference) {
   auto replica = Checkpointer::Open(r);
   ASSERT_OK(replica);
   ExpectLoads(replica->get(), 3, state);
+}
+
+// Every byte of `state` changes, so the next save references nothing older.
+void ChangeEverything(FineTuneState* state, uint64_t step) {
+  for (auto& x : state->frozen) x += 1.0f;
+  for (auto& x : state->weight) x += 1.0f;
+  state->Step(step, 0);
+}
+
+bool References(const std::string& root, uint64_t step, uint64_t older) {
+  auto dirs = ManifestOf(root, step).ReferencedDirs();
+  return std::find(dirs.begin(), dirs.end(), StepDirName(older)) != dirs.end();
+}
+
+TEST_P(IncrementalTest, RetentionDeletesNothingWhenAKeptManifestCannotBeRead) {
+  TempDir dir;
+  const std::string root = dir.Sub("ckpt");
+  FaultEnv env(Env::Default());
+  CheckpointOptions o = Incremental(root, GetParam());
+  o.env = &env;
+  o.keep_last = 2;
+  auto ckpt = Checkpointer::Open(o);
+  ASSERT_OK(ckpt);
+  FineTuneState state(9);
+  SaveDurably(ckpt->get(), 1, state.AsState());
+  state.Step(2, 1);
+  SaveDurably(ckpt->get(), 2, state.AsState());
+  const FineTuneState at2 = state;
+  ASSERT_TRUE(References(root, 2, 1));
+  ChangeEverything(&state, 3);
+  // Step 3 references nothing; retention then keeps 2 and 3 and finds step
+  // 1 due, but one transient EIO hides what step 2 references.
+  env.FailReadsOf(StepDirName(2) + "/" + kManifestName, EIO);
+  SaveDurably(ckpt->get(), 3, state.AsState(/*frozen_flag=*/false));
+  env.Reset();
+  EXPECT_EQ(*(*ckpt)->ListCommitted(), (std::vector<uint64_t>{1, 2, 3}));
+  const std::string held_back = (*ckpt)->stats().retention_held_back;
+  EXPECT_NE(held_back.find("retention deleted nothing"), std::string::npos) << held_back;
+  EXPECT_NE(held_back.find(StepDirName(2)), std::string::npos) << held_back;
+  EXPECT_NE(held_back.find("Input/output error"), std::string::npos) << held_back;
+  ExpectLoads(ckpt->get(), 2, at2);
+  // Readable again: the next retention deletes what nothing kept references.
+  state.Step(4, 1);
+  SaveDurably(ckpt->get(), 4, state.AsState());
+  EXPECT_EQ(*(*ckpt)->ListCommitted(), (std::vector<uint64_t>{3, 4}));
+  EXPECT_EQ((*ckpt)->stats().retention_held_back, "");
+  ExpectLoads(ckpt->get(), 4, state);
+}
+
+TEST_P(IncrementalTest, QuarantineRefusesAStepANewerOneReferences) {
+  TempDir dir;
+  const std::string root = dir.Sub("ckpt");
+  CheckpointOptions o = Incremental(root, GetParam());
+  o.keep_last = 0;
+  auto ckpt = Checkpointer::Open(o);
+  ASSERT_OK(ckpt);
+  FineTuneState state(10);
+  SaveDurably(ckpt->get(), 1, state.AsState());
+  const FineTuneState at1 = state;
+  ChangeEverything(&state, 2);
+  SaveDurably(ckpt->get(), 2, state.AsState(/*frozen_flag=*/false));
+  state.Step(3, 1);
+  SaveDurably(ckpt->get(), 3, state.AsState());
+  ASSERT_TRUE(References(root, 3, 2));
+  ASSERT_FALSE(References(root, 2, 1));
+  // Damage in step 2's file, in the base's first chunk, which step 3 references.
+  const std::string file = root + "/" + StepDirName(2) + "/rank-00000.stint";
+  std::string bytes = ReadWholeFile(file);
+  bytes[100] ^= 0x40;
+  ASSERT_TRUE(WriteWholeFile(file, bytes));
+
+  FineTuneState got(77);
+  auto r = (*ckpt)->Load(got.Dests());
+  ASSERT_OK(r);
+  EXPECT_EQ(r->step, 1u);
+  EXPECT_TRUE(got == at1);
+  EXPECT_EQ(r->skipped_steps, (std::vector<uint64_t>{3, 2}));
+  // Moving step 2 alone would break step 3: refused, naming it; nothing moves.
+  Status q = (*ckpt)->Quarantine(2);
+  EXPECT_EQ(q.code(), Code::kFailedPrecondition) << q.ToString();
+  EXPECT_NE(q.message().find(StepDirName(3) + " references its data"), std::string::npos)
+      << q.ToString();
+  EXPECT_EQ(*(*ckpt)->ListCommitted(), (std::vector<uint64_t>{1, 2, 3}));
+  // In the order Load reports them (newest first) both go, and the next
+  // load passes over nothing.
+  for (uint64_t step : r->skipped_steps) ASSERT_OK((*ckpt)->Quarantine(step));
+  EXPECT_EQ(*(*ckpt)->ListCommitted(), std::vector<uint64_t>{1});
+  r = (*ckpt)->Load(got.Dests());
+  ASSERT_OK(r);
+  EXPECT_EQ(r->step, 1u);
+  EXPECT_TRUE(r->skipped.empty());
 }
 
 TEST(IncrementalOptionsTest, IncrementalWithTierZeroIsRefused) {

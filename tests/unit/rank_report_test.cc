@@ -107,14 +107,28 @@ TEST(RankReport, OverlappingOrMissingShardsAcrossRanksAreRefusedNamingThem) {
 TEST(RankReport, EachRankSeesItsOwnBlobsElseRankZeros) {
   std::map<std::string, std::string> stored = {
       {"rng", "r0"}, {"cfg", "c0"}, {"rank-00001/rng", "r1"}, {"rank-00002/rng", "r2"}};
-  auto r0 = BlobsForRank(stored, 0);
+  auto r0 = BlobsForRank(stored, 0, 3);
   EXPECT_EQ(r0, (std::map<std::string, std::string>{{"rng", "r0"}, {"cfg", "c0"}}));
-  auto r1 = BlobsForRank(stored, 1);
+  auto r1 = BlobsForRank(stored, 1, 3);
   EXPECT_EQ(r1, (std::map<std::string, std::string>{{"rng", "r1"}, {"cfg", "c0"}}));
-  auto r5 = BlobsForRank(stored, 5);  // a rank that did not exist at save
+  auto r5 = BlobsForRank(stored, 5, 3);  // a rank that did not exist at save
   EXPECT_EQ(r5, (std::map<std::string, std::string>{{"rng", "r0"}, {"cfg", "c0"}}));
   EXPECT_EQ(RankBlobName(0, "x"), "x");
   EXPECT_EQ(RankBlobName(12, "x"), "rank-00012/x");
+}
+
+TEST(RankReport, ABlobNamedLikeARanksIsRankZerosOwn) {
+  // A one-rank save keeps every name as given.
+  std::map<std::string, std::string> one = {{"rank-00001/x", "mine"}, {"rank-1/y", "y"}};
+  EXPECT_EQ(BlobsForRank(one, 0, 1), one);
+  // In a multi-rank save rank 0's such name is escaped, and comes back as given.
+  EXPECT_EQ(RankBlobName(0, "rank-00001/x"), "rank-00000/rank-00001/x");
+  EXPECT_EQ(RankBlobName(0, "rank-1/x"), "rank-1/x");  // not a rank's spelling
+  std::map<std::string, std::string> two = {{"rank-00000/rank-00001/x", "r0"},
+                                            {"rank-00001/x", "r1"}};
+  EXPECT_EQ(BlobsForRank(two, 0, 2), (std::map<std::string, std::string>{{"rank-00001/x", "r0"}}));
+  EXPECT_EQ(BlobsForRank(two, 1, 2),
+            (std::map<std::string, std::string>{{"rank-00001/x", "r0"}, {"x", "r1"}}));
 }
 
 }  // namespace

@@ -67,7 +67,9 @@ TEST(StepsToDeleteTest, LargeSteps) {
 void MakeStepDir(const std::string& root, uint64_t step) {
   std::string dir = root + "/" + StepDirName(step);
   ASSERT_OK(Env::Default()->CreateDir(dir));
-  ASSERT_OK(WriteStringToFileSync(Env::Default(), dir + "/" + kManifestName, "{}"));
+  Manifest m;
+  m.step = step;
+  ASSERT_OK(WriteStringToFileSync(Env::Default(), dir + "/" + kManifestName, EncodeManifest(m)));
   ASSERT_OK(WriteStringToFileSync(Env::Default(), dir + "/" + RankFileName(0), "data"));
 }
 

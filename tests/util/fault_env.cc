@@ -82,6 +82,26 @@ void FaultEnv::Reset() {
   crashed_ = false;
   write_limit_ = UINT64_MAX;
   fail_sync_ = 0;
+  unreadable_suffix_.clear();
+}
+
+void FaultEnv::FailReadsOf(const std::string& suffix, int err) {
+  std::lock_guard<std::mutex> l(mu_);
+  unreadable_suffix_ = suffix;
+  read_err_ = err;
+}
+
+Result<std::unique_ptr<RandomAccessFile>> FaultEnv::NewRandomAccessFile(
+    const std::string& path, const FileOptions& options) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    const std::string& suffix = unreadable_suffix_;
+    if (!suffix.empty() && path.size() >= suffix.size() &&
+        path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      return StatusFromErrno("open " + path + " for reading (injected)", read_err_);
+    }
+  }
+  return target()->NewRandomAccessFile(path, options);
 }
 
 uint64_t FaultEnv::ops() const {

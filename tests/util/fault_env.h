@@ -35,6 +35,9 @@ class FaultEnv : public EnvWrapper {
   void FailWritesAfterBytes(uint64_t bytes, int err);
   // The n-th Sync/Fsync/SyncDir (1-based) fails with EIO; the data stays unsynced.
   void FailNthSync(uint64_t n);
+  // Opening a file whose path ends with `suffix` for reading fails with `err`
+  // (EIO: an unreadable sector, a flaky mount), until Reset().
+  void FailReadsOf(const std::string& suffix, int err);
   void Reset();  // no more faults; tracking kept
 
   uint64_t ops() const;
@@ -45,6 +48,8 @@ class FaultEnv : public EnvWrapper {
   // Env
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
                                                         const FileOptions& options) override;
+  Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
+      const std::string& path, const FileOptions& options) override;
   Status CreateDir(const std::string& path) override;
   Status RemoveFile(const std::string& path) override;
   Status RemoveDir(const std::string& path) override;
@@ -82,6 +87,8 @@ class FaultEnv : public EnvWrapper {
   int write_err_ = 0;
   uint64_t fail_sync_ = 0;
   uint64_t syncs_ = 0;
+  std::string unreadable_suffix_;  // empty: reads never fail
+  int read_err_ = 0;
   std::map<std::string, FileState> files_;
   std::map<std::string, std::vector<DirOp>> pending_;  // parent dir -> unsynced entries
 };

@@ -223,10 +223,16 @@ struct CheckpointerStats {
   std::string last_replica_error;            // empty if none yet
   // Tier 0: the step held in memory, if any.
   std::optional<uint64_t> in_memory_step;
+  // Why the last tier-1 retention deleted nothing though steps were due
+  // (a manifest it could not read, or of a newer format: what the kept
+  // checkpoints reference is then unknown); empty when it ran.
+  std::string retention_held_back;
 };
 
 struct LoadOptions {
-  std::optional<uint64_t> step;  // Default: the newest checkpoint that verifies
+  // Default: the newest checkpoint that verifies. A step no tier holds is
+  // kNotFound; one that does not load is its own error, not a fallback.
+  std::optional<uint64_t> step;
   bool verify_all = false;       // full checksum pass before reading. Default: false
 };
 
@@ -236,9 +242,17 @@ struct LoadResult {
   std::string dir;  // tier 0: "memory:step-..."
   std::map<std::string, std::string> blobs;
   // Newer checkpoints passed over, each "[tier N] step-... : <error>" (the
-  // tier tag only with several tiers): never silent.
+  // tier tag only with several tiers): never silent. Load passes over a
+  // checkpoint that is damaged (kDataLoss: a checksum, a size, a MANIFEST
+  // whose step is not its directory's, a referenced checkpoint gone), that
+  // cannot be read (an I/O error, a step-* entry that is not a directory) or
+  // that is of a format version this build does not know (written by a newer
+  // stint); a destination that does not match is the caller's error.
   std::vector<std::string> skipped;
-  std::vector<uint64_t> skipped_steps;  // the same, as steps (see Quarantine)
+  // The damaged ones among them, as steps: what Quarantine is for. Not the
+  // unreadable ones nor those of an unknown format version: they are left
+  // where they are.
+  std::vector<uint64_t> skipped_steps;
 };
 
 // Chooses destinations once the checkpoint to load is known (e.g. allocate
@@ -290,6 +304,11 @@ class Checkpointer {
   // points LATEST at the newest one left if it named this step. OK when tier
   // 1 holds no such step (e.g. it failed on tier 2, or was moved already).
   // With several ranks only rank 0 acts; the others return OK.
+  // Refused with kFailedPrecondition, nothing moved, for a step that a newer
+  // committed step references (incremental: moving it would break that one
+  // too; quarantine the newer one first, as LoadResult::skipped_steps, newest
+  // first, does), or may reference (its manifest cannot be read), and for a
+  // step of a format version this build does not know (not damage).
   virtual Status Quarantine(uint64_t step) = 0;
   virtual CheckpointerStats stats() const = 0;
   virtual const CheckpointOptions& options() const = 0;
