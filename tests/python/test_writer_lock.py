@@ -54,10 +54,12 @@ def _trainer(root, workdir):
             durable.append(step)
         except stint.Error as e:
             failed.append("step %d: %s" % (step, e))
-    ckpt.close()
     with open(os.path.join(workdir, "trainer.json"), "w") as f:
         json.dump({"durable": durable, "failed": failed}, f)
     _touch(os.path.join(workdir, "done"))
+    # Open until the other side stopped: every attempt of its met a live writer.
+    _wait_for_file(os.path.join(workdir, "second.json"), "trainer")
+    ckpt.close()
 
 
 def _second(mode, root, workdir, trainer_pid):
