@@ -202,11 +202,12 @@ def test_fsdp2_save_async_save_and_load_round_trip_bit_for_bit(fsdp_run):
 def test_fsdp2_checkpoints_are_normal_stint_checkpoints(fsdp_run):
     from stint import _C
     root, _, _ = fsdp_run
-    steps = sorted(os.listdir(root))
-    assert steps == ["LATEST", "step-00000000", "step-00000001", "step-00000002"], steps
+    names = sorted(os.listdir(root))
+    assert names == [".writer.lock", "LATEST", "step-00000000", "step-00000001",
+                     "step-00000002"], names
     with open(os.path.join(root, "LATEST")) as f:
         assert f.read().strip() == "step-00000002"
-    for step in steps[1:]:
+    for step in names[2:]:
         reader = _C.CheckpointReader.open(os.path.join(root, step))
         assert reader.world_size == 2
         assert reader.verify()["chunks"] > 0
