@@ -529,7 +529,8 @@ std::unique_ptr<PyCheckpointer> OpenCheckpointer(
     double block_timeout, int keep_last, uint64_t keep_every, const std::string& io_engine,
     bool direct_io, unsigned io_queue_depth, unsigned io_size, unsigned threads, int rank,
     int world_size, const py::object& store, double commit_timeout, bool read_only,
-    const std::string& snapshot, bool cuda, bool incremental, bool compress_auto) {
+    const std::string& snapshot, bool cuda, bool incremental, bool compress_auto,
+    double lock_wait) {
   CheckpointOptions o;
   o.incremental = incremental;
   o.compress_auto = compress_auto;
@@ -549,6 +550,8 @@ std::unique_ptr<PyCheckpointer> OpenCheckpointer(
     o.device_copier = copier.get();
   }
   o.read_only = read_only;
+  if (lock_wait < 0) ThrowStatus(Status::InvalidArgument("lock_wait must be >= 0"));
+  o.lock_wait = Millis(lock_wait);
   o.rank = rank;
   o.world_size = world_size;
   std::unique_ptr<PyStoreChannel> channel;
@@ -629,7 +632,8 @@ void BindCheckpointer(py::module_& m) {
            py::arg("world_size") = 1, py::arg("store") = py::none(),
            py::arg("commit_timeout") = 0.0, py::arg("read_only") = false,
            py::arg("snapshot") = "eager", py::arg("cuda") = false,
-           py::arg("incremental") = false, py::arg("compress_auto") = false)
+           py::arg("incremental") = false, py::arg("compress_auto") = false,
+           py::arg("lock_wait") = 0.0)
       .def("save", &PyCheckpointer::Save, py::arg("step"), py::arg("names"), py::arg("tensors"),
            py::arg("blobs"), py::arg("boxes") = py::none(), py::arg("forward") = py::none(),
            py::arg("frozen") = py::none(),

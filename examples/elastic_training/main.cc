@@ -233,6 +233,9 @@ class RankZeroCheckpoints {
       ro.checkpoint.root = f_.ckpt_dir;
       ro.checkpoint.fencing_token = session_->fencing_token();
       ro.checkpoint.commit_guard = session_->client()->CommitGuard();
+      // The process that was rank 0 before this generation closes its
+      // checkpointer (the root's writer lock) once it learns it no longer is.
+      ro.checkpoint.lock_wait = std::chrono::minutes(2);
       ro.save_every = 0;
       ro.watch_signals = false;  // the process's watcher already has the signals
       STINT_ASSIGN_OR_RETURN(run_, stint::ResumableTraining::Create(ro, *net_, opt_, sampler_));

@@ -56,6 +56,20 @@ does); non-tensor leaves and bytes are kept per rank. load(into=) reads each
 DTensor's own box, whatever layout was saved; load() without `into` returns
 full plain tensors.
 
+One writer per root, any number of readers. A Checkpointer opened to save
+(the default; in a distributed job rank 0's) holds the root's writer lock
+(`<root>/.writer.lock`, flock(2), naming its pid and host) until close(),
+and only it removes what a dead writer left behind (`.tmp-*`, `LATEST.tmp`).
+Another writer of the same root, in this process or another, raises
+FailedPreconditionError naming the holder's pid and host: close() the first
+one before making another. To load from or list a root that a job is
+saving into (an evaluator beside the trainer), open it read_only: that
+never locks and never removes anything.
+
+    trainer:    ckpt = stint.Checkpointer(root)                  # the writer
+    evaluator:  ev = stint.Checkpointer(root, read_only=True)    # a reader
+                ev.list_committed(); ev.load()
+
 Thread-compatible: use one Checkpointer from one thread at a time.
 """
 
@@ -108,9 +122,17 @@ class LoadResult:
 
 class Checkpointer:
     """Checkpoints of this process's state, or collectively of a distributed
-    job's, under `root` (created if missing; a path every rank sees).
+    job's, under `root` (created if missing, with its parents, like mkdir -p;
+    a path every rank sees).
 
     Options (all keyword-only; defaults as in the C++ CheckpointOptions):
+      read_only=False    True: open only to load and list (the root must
+                         exist): no writer lock, nothing removed, save()
+                         raises FailedPreconditionError; any number of
+                         readers may open a root beside its writer. False:
+                         the root's one writer (see the module docstring);
+                         a second one raises FailedPreconditionError naming
+                         the holder's pid and host
       keep_last=3        newest K committed checkpoints kept (0: all)
       keep_every=0       also keep steps divisible by N forever
       compress=False     zstd per chunk; zstd_level=1. "auto": each save
@@ -154,7 +176,7 @@ class Checkpointer:
                  fencing_token: int = 0, process_group: Any = None,
                  collective: Optional[bool] = None, commit_timeout: float = 0.0,
                  snapshot: str = "auto", cuda: Optional[bool] = None,
-                 incremental: bool = False) -> None:
+                 incremental: bool = False, read_only: bool = False) -> None:
         if snapshot not in ("auto", "eager", "lazy"):
             raise _C.InvalidArgumentError(
                 "snapshot must be 'auto', 'eager' or 'lazy', got %r" % (snapshot,))
@@ -187,7 +209,7 @@ class Checkpointer:
             job_id=job_id, fencing_token=fencing_token, rank=rank, world_size=world_size,
             store=store, commit_timeout=commit_timeout,
             snapshot="eager" if snapshot == "eager" else "lazy", cuda=bool(cuda),
-            incremental=incremental)
+            incremental=incremental, read_only=read_only)
 
     # -- saving ---------------------------------------------------------------
 

@@ -28,6 +28,12 @@ verifies their checksums), then copy into DCP's targets. A damaged chunk
 raises stint.DataLossError on the rank that read it (DCP reports it wrapped
 in a CheckpointException; `stint_errors(e)` unwraps it).
 
+Saves to one root take turns: rank 0's save holds the root's writer lock
+(see stint.Checkpointer) while it writes and commits, and an overlapping
+save (a second async_save, another process) waits for it within its
+`timeout`. StorageReader opens the root read_only: it never waits for the
+lock and never removes anything.
+
 The step: `step=` fixes it; by default a save takes the newest committed
 step + 1 and a load the newest committed step. DCP's `checkpoint_id` may be
 an int step, "<root>/step-<N>" (any spelling of N) or the root itself.
@@ -46,6 +52,7 @@ import io
 import json
 import os
 import re
+import time
 import uuid
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -209,7 +216,9 @@ class StorageWriter(_DcpStorageWriter):
     (retention and fencing are applied by rank 0 at commit).
     commit_timeout: seconds rank 0 waits for every rank's report (0: stint's
     default, derived from the persist time, at least 60 s).
-    timeout: seconds write_data waits for the save to be durable.
+    timeout: seconds write_data waits for the save to be durable, including
+    the wait for another writer of `root` (an overlapping async_save to the
+    same root, another process) to finish: saves to one root take turns.
     store: the commit channel; default: the default group's store.
 
     After a save, `last_step` is the step it committed.
@@ -349,10 +358,14 @@ class StorageWriter(_DcpStorageWriter):
         if world_size > 1:
             kwargs.update(rank=self._rank, world_size=world_size,
                           store=_channel(store, data["stint_nonce"]))
-        ckpt = _C.Checkpointer(self.root, **kwargs)
+        # One writer per root: a save that overlaps another one to this root
+        # (two async_saves, another process) waits for it to close, within
+        # the same timeout as the save itself.
+        deadline = time.monotonic() + self._timeout
+        ckpt = _C.Checkpointer(self.root, lock_wait=self._timeout, **kwargs)
         try:
             handle = ckpt.save(step, names, tensors, blobs, boxes)
-            handle.durable.result(self._timeout)
+            handle.durable.result(max(0.0, deadline - time.monotonic()))
         finally:
             ckpt.close()
         self.last_step = step

@@ -25,6 +25,7 @@
 #include "checkpoint/rank_commit.h"
 #include "checkpoint/replica.h"
 #include "checkpoint/retention.h"
+#include "checkpoint/root_lock.h"
 #include "checkpoint/snapshot.h"
 #include "checkpoint/snapshot_progress.h"
 #include "checkpoint/staging_pool.h"
@@ -102,8 +103,9 @@ struct PersistJob {
 class CheckpointerImpl final : public Checkpointer {
  public:
   CheckpointerImpl(const CheckpointOptions& options, Env* env, std::unique_ptr<IoEngine> engine,
-                   const Status& replica_open_error)
-      : options_(options),
+                   std::unique_ptr<FileLock> root_lock)
+      : root_lock_(std::move(root_lock)),
+        options_(options),
         env_(env),
         replica_env_(options.replica_env != nullptr ? options.replica_env : env),
         copier_(options.device_copier),
@@ -124,7 +126,7 @@ class CheckpointerImpl final : public Checkpointer {
     options_.env = env;
     options_.replica_env = replica_env_;
     if (!options_.replica_root.empty() && options_.rank == 0 && !options_.read_only) {
-      replicator_ = std::make_unique<Replicator>(options_, &tier1_guard_, replica_open_error);
+      replicator_ = std::make_unique<Replicator>(options_, &tier1_guard_);
     }
     if (options_.incremental && !options_.read_only) {
       // Unreadable root or no checkpoint yet: the first save is a full one.
@@ -836,6 +838,8 @@ class CheckpointerImpl final : public Checkpointer {
     old.reset();  // outside the lock: a Load may still hold it, and the pool wakes a waiting Save
   }
 
+  // Writers with rank 0: the root's writer lock, released last (see root_lock.h).
+  const std::unique_ptr<FileLock> root_lock_;
   CheckpointOptions options_;
   Env* const env_;
   Env* const replica_env_;
@@ -869,35 +873,20 @@ class CheckpointerImpl final : public Checkpointer {
   std::thread persist_thread_;              // started in the constructor, joined in the destructor
 };
 
-// Creates the root (and syncs its parent), removes leftovers and prepares
-// tier 2, whose state goes to *replica_open: an error there is reported
-// later, not fatal.
-Status PrepareRoots(Env* env, const CheckpointOptions& options, Status* replica_open) {
-  Status made = env->CreateDir(options.root);
-  if (made.ok()) {
-    // The root's own entry must survive a power cut, or every checkpoint in it goes too.
-    size_t slash = options.root.find_last_of('/');
-    std::string parent = slash == std::string::npos ? "."
-                         : slash == 0               ? "/"
-                                                    : options.root.substr(0, slash);
-    STINT_RETURN_IF_ERROR(env->SyncDir(parent));
-  } else if (made.code() != Code::kAlreadyExists) {
-    return made;
+// Creates the root with its parents. Rank 0 (the committer) takes the
+// root's writer lock, returned, and removes leftovers; the other ranks write
+// into its tmp directories and touch nothing else (null lock). Tier 2 is
+// prepared by the Replicator.
+Result<std::unique_ptr<FileLock>> PrepareRoots(Env* env, const CheckpointOptions& options) {
+  if (!options.replica_root.empty()) {
+    STINT_RETURN_IF_ERROR(CheckReplicaRoot(options.root, options.replica_root));
   }
+  if (options.rank == 0) return OpenRootForWriting(env, options.root, options.lock_wait);
+  STINT_RETURN_IF_ERROR(CreateDirWithParents(env, options.root));
   if (!env->IsDirectory(options.root)) {
     return Status::InvalidArgument(options.root + " exists and is not a directory");
   }
-  // With several ranks only the committer owns the leftovers: another rank's
-  // Open must not remove the tmp directory of a save that is under way.
-  if (options.rank == 0) STINT_RETURN_IF_ERROR(CleanLeftovers(env, options.root));
-  if (!options.replica_root.empty()) {
-    STINT_RETURN_IF_ERROR(CheckReplicaRoot(options.root, options.replica_root));
-    // Tier 2 never stops tier 1: a replica path that is down now is reported
-    // (stats, FlushReplication) and tried again at every replication.
-    Env* renv = options.replica_env != nullptr ? options.replica_env : env;
-    *replica_open = PrepareReplicaRoot(renv, options.replica_root).WithContext("tier 2 at open");
-  }
-  return Status::OK();
+  return std::unique_ptr<FileLock>();
 }
 
 }  // namespace
@@ -928,13 +917,13 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Open(const CheckpointOptions
         "available with world_size > 1");
   }
   Env* env = options.env != nullptr ? options.env : Env::Default();
-  Status replica_open;
+  std::unique_ptr<FileLock> root_lock;
   if (options.read_only) {
     if (!env->IsDirectory(options.root)) {
       return Status::NotFound(options.root + ": no such checkpoint directory");
     }
   } else {
-    STINT_RETURN_IF_ERROR(PrepareRoots(env, options, &replica_open));
+    STINT_ASSIGN_OR_RETURN(root_lock, PrepareRoots(env, options));
   }
   STINT_ASSIGN_OR_RETURN(IoEngineKind kind, ParseIoEngineKind(options.io_engine));
   IoEngineOptions io;
@@ -942,7 +931,7 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Open(const CheckpointOptions
   io.queue_depth = options.io_queue_depth;
   STINT_ASSIGN_OR_RETURN(auto engine, NewIoEngine(io));
   return std::unique_ptr<Checkpointer>(
-      new CheckpointerImpl(options, env, std::move(engine), replica_open));
+      new CheckpointerImpl(options, env, std::move(engine), std::move(root_lock)));
 }
 
 }  // namespace stint

@@ -37,6 +37,8 @@ uint64_t RandomNonce();
 std::optional<uint64_t> ParseTmpDirStep(const std::string& name);
 
 // Removes .tmp-* entries (interrupted saves and deletions) and LATEST.tmp.
+// Only for the holder of the root's writer lock (root_lock.h): anyone else
+// may be removing a save in flight.
 Status CleanLeftovers(Env* env, const std::string& root);
 
 // Writes the manifest into tmp_dir and makes it step-<step> (see above).

@@ -78,6 +78,9 @@ class InMemoryCheckpoint::ImageEnv final : public Env {
   }
   bool IsDirectory(const std::string& p) override { return p == dir_; }
   uint64_t NowMicros() override { return Env::Default()->NowMicros(); }
+  Result<std::unique_ptr<FileLock>> LockFile(const std::string& p, const std::string&) override {
+    return ReadOnly("lock", p);
+  }
 
  private:
   const std::string dir_, file_name_;

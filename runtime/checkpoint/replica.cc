@@ -7,6 +7,7 @@
 #include "base/clock.h"
 #include "checkpoint/commit.h"
 #include "checkpoint/retention.h"
+#include "checkpoint/root_lock.h"
 #include "format/manifest.h"
 #include "stint/checkpoint_reader.h"
 
@@ -110,15 +111,7 @@ Status CheckReplicaRoot(const std::string& root, const std::string& replica_root
   return Status::OK();
 }
 
-Status PrepareReplicaRoot(Env* env, const std::string& replica_root) {
-  Status made = env->CreateDir(replica_root);
-  if (made.code() == Code::kAlreadyExists) made = Status::OK();
-  if (!made.ok()) return made;
-  return CleanLeftovers(env, replica_root);
-}
-
-Replicator::Replicator(const CheckpointOptions& options, RetentionGuard* source_guard,
-                       const Status& open_error)
+Replicator::Replicator(const CheckpointOptions& options, RetentionGuard* source_guard)
     : src_env_(options.env),
       src_root_(options.root),
       dst_env_(options.replica_env),
@@ -127,7 +120,10 @@ Replicator::Replicator(const CheckpointOptions& options, RetentionGuard* source_
       keep_every_(options.replica_keep_every),
       verify_(options.replica_verify),
       source_guard_(source_guard) {
-  if (!open_error.ok()) RecordError(open_error);
+  // Tier 2 never stops tier 1: a replica path that is down now is reported
+  // (stats, FlushReplication) and tried again at every replication.
+  Status locked = LockReplicaRoot();
+  if (!locked.ok()) RecordError(locked.WithContext("tier 2 at open"));
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -196,7 +192,19 @@ void Replicator::Loop() {
   }
 }
 
+Status Replicator::LockReplicaRoot() {
+  if (replica_lock_ != nullptr) return Status::OK();
+  STINT_ASSIGN_OR_RETURN(replica_lock_,
+                         OpenRootForWriting(dst_env_, dst_root_, std::chrono::milliseconds(0)));
+  return Status::OK();
+}
+
 Status Replicator::Replicate(const Job& job) {
+  Status locked = LockReplicaRoot();
+  if (!locked.ok()) {
+    RecordError(locked.WithContext("tier 2"));
+    return locked;
+  }
   source_guard_->Hold(job.step);  // tier-1 retention leaves it alone from here on
   auto t0 = Clock::now();
   uint64_t bytes = 0;

@@ -7,7 +7,7 @@
 //   rename -> <dst>/step-<step>; fsync <dst>; LATEST
 //
 // A failure leaves <dst> as it was (a crash leaves a .tmp- dir, removed by the
-// next Checkpointer::Open or replication), and never touches the source.
+// next writer to lock <dst>, see root_lock.h), and never touches the source.
 //
 // Replicator runs that copy for a Checkpointer on a thread of its own.
 #ifndef STINT_RUNTIME_CHECKPOINT_REPLICA_H_
@@ -46,12 +46,10 @@ Status ReplicateCheckpoint(Env* src_env, const std::string& src_root, Env* dst_e
 // `root` or inside it. Pure.
 Status CheckReplicaRoot(const std::string& root, const std::string& replica_root);
 
-// Creates `replica_root` if missing and removes its leftovers (.tmp- dirs).
-// Checkpointer::Open hands its error to the Replicator (`open_error`) rather
-// than failing: replication tries the path again every time.
-Status PrepareReplicaRoot(Env* env, const std::string& replica_root);
-
-// Tier 2 for a Checkpointer: each tier-1 commit is queued, and one thread
+// Tier 2 for a Checkpointer: it holds the replica root's writer lock (see
+// root_lock.h), taken at construction or, while the path is down or another
+// writer holds it, at each replication until it is held; an error there is
+// that replication's and never fails Open. Each tier-1 commit is queued, and one thread
 // copies only the newest queued step (a backlog means the shared path is
 // slower than the saves, and an older step there is worth nothing once a
 // newer one is), then applies tier-2 retention. Tier-2 errors never reach
@@ -68,10 +66,7 @@ class Replicator {
   // keeping replica_keep_last/replica_keep_every there. REQUIRES: env and
   // replica_env set; both outlive this object. `source_guard` keeps tier-1
   // retention off the step being copied; it must outlive this object.
-  // `open_error`, when not OK, is recorded as the first error (the replica
-  // root could not be prepared at Open).
-  Replicator(const CheckpointOptions& options, RetentionGuard* source_guard,
-             const Status& open_error);
+  Replicator(const CheckpointOptions& options, RetentionGuard* source_guard);
   ~Replicator();
   Replicator(const Replicator&) = delete;
   Replicator& operator=(const Replicator&) = delete;
@@ -101,6 +96,9 @@ class Replicator {
   // Copies one step and applies tier-2 retention; the step's outcome.
   Status Replicate(const Job& job);
   void RecordError(const Status& s);
+  // Takes the replica root's writer lock unless held (creating the root and
+  // removing leftovers, as Checkpointer::Open does for `root`).
+  Status LockReplicaRoot();
 
   // Immutable after construction.
   Env* const src_env_;
@@ -122,6 +120,8 @@ class Replicator {
   uint64_t replicated_ = 0, failed_ = 0, superseded_ = 0;
   std::optional<ReplicaStats> last_;
   std::string last_error_;
+
+  std::unique_ptr<FileLock> replica_lock_;  // the constructor's, then the thread's
 
   std::thread thread_;  // started in the constructor, joined in the destructor
 };

@@ -20,6 +20,26 @@ Status WriteStringToFileSync(Env* env, const std::string& path, const std::strin
   return s.ok() ? c : s;
 }
 
+Status CreateDirWithParents(Env* env, const std::string& path) {
+  std::string dir = path;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  Status made = env->CreateDir(dir);
+  if (made.code() == Code::kAlreadyExists) return Status::OK();
+  const size_t slash = dir.find_last_of('/');
+  const std::string parent = slash == std::string::npos ? "."
+                             : slash == 0               ? "/"
+                                                        : dir.substr(0, slash);
+  if (made.code() == Code::kNotFound && parent != dir) {
+    // A missing parent (ENOENT): made first, then this one.
+    STINT_RETURN_IF_ERROR(CreateDirWithParents(env, parent));
+    made = env->CreateDir(dir);
+    if (made.code() == Code::kAlreadyExists) return Status::OK();  // made meanwhile by another
+  }
+  if (!made.ok()) return made;
+  // The new entry must survive a power cut, or everything below it goes too.
+  return env->SyncDir(parent);
+}
+
 Status RemoveRecursively(Env* env, const std::string& path) {
   if (!env->IsDirectory(path)) {
     Status s = env->RemoveFile(path);

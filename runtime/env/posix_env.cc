@@ -1,6 +1,7 @@
 // The POSIX Env: the only file in runtime/ that calls open/pwrite/fsync/rename.
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -136,6 +137,19 @@ class PosixRandomAccessFile final : public RandomAccessFile {
   const bool direct_;
 };
 
+class PosixFileLock final : public FileLock {
+ public:
+  PosixFileLock(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  ~PosixFileLock() override { ::close(fd_); }  // the lock goes with the descriptor
+  PosixFileLock(const PosixFileLock&) = delete;
+  PosixFileLock& operator=(const PosixFileLock&) = delete;
+  const std::string& path() const override { return path_; }
+
+ private:
+  const std::string path_;
+  const int fd_;
+};
+
 class PosixEnv final : public Env {
  public:
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
@@ -201,6 +215,33 @@ class PosixEnv final : public Env {
   bool IsDirectory(const std::string& path) override {
     struct stat st;
     return ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  }
+  Result<std::unique_ptr<FileLock>> LockFile(const std::string& path,
+                                             const std::string& owner) override {
+    int fd;
+    do {
+      fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) return StatusFromErrno("open lock file " + path, errno);
+    // Owns fd from here: closing it releases the lock on every error path.
+    std::unique_ptr<FileLock> lock(new PosixFileLock(path, fd));
+    int rc;
+    do {
+      rc = ::flock(fd, LOCK_EX | LOCK_NB);
+    } while (rc != 0 && errno == EINTR);
+    if (rc != 0) {
+      if (errno == EWOULDBLOCK) return Status::Unavailable(path + " is locked by another holder");
+      return StatusFromErrno("flock " + path, errno);
+    }
+    if (::ftruncate(fd, 0) != 0) return StatusFromErrno("truncate lock file " + path, errno);
+    size_t done = 0;
+    while (done < owner.size()) {
+      ssize_t w = ::pwrite(fd, owner.data() + done, owner.size() - done, static_cast<off_t>(done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return StatusFromErrno("write lock file " + path, w < 0 ? errno : EIO);
+      done += static_cast<size_t>(w);
+    }
+    return lock;
   }
   uint64_t NowMicros() override {
     struct timespec ts;

@@ -164,7 +164,10 @@ TEST(TierReplica, ReplicaRootInsideRootIsRefused) {
 TEST(TierReplica, UnreachableReplicaAtOpenStillCheckpointsToTier1) {
   TempDir dir;
   CheckpointOptions o = ReplicaOptions(dir);
-  o.replica_root = dir.Sub("missing-parent/shared");  // its parent does not exist
+  // Its parent is a file: no directory can be made there (a missing parent
+  // would be created, like mkdir -p).
+  ASSERT_TRUE(WriteWholeFile(dir.Sub("a-file"), "x"));
+  o.replica_root = dir.Sub("a-file/shared");
   auto ckpt = Checkpointer::Open(o);
   ASSERT_OK(ckpt);
   StepState s(1);

@@ -9,6 +9,7 @@ import glob
 import os
 import subprocess
 import sys
+import time
 import warnings
 
 import pytest
@@ -201,11 +202,12 @@ def test_fsdp2_save_async_save_and_load_round_trip_bit_for_bit(fsdp_run):
 def test_fsdp2_checkpoints_are_normal_stint_checkpoints(fsdp_run):
     from stint import _C
     root, _, _ = fsdp_run
-    steps = sorted(os.listdir(root))
-    assert steps == ["LATEST", "step-00000000", "step-00000001", "step-00000002"], steps
+    names = sorted(os.listdir(root))
+    assert names == [".writer.lock", "LATEST", "step-00000000", "step-00000001",
+                     "step-00000002"], names
     with open(os.path.join(root, "LATEST")) as f:
         assert f.read().strip() == "step-00000002"
-    for step in steps[1:]:
+    for step in names[2:]:
         reader = _C.CheckpointReader.open(os.path.join(root, step))
         assert reader.world_size == 2
         assert reader.verify()["chunks"] > 0
@@ -267,7 +269,8 @@ def test_single_process_save_and_load(root):
     writer = stint.dcp.StorageWriter(root, keep_last=2)
     dcp.save(sd, storage_writer=writer)
     assert writer.last_step == 2
-    assert sorted(os.listdir(root)) == ["LATEST", "step-00000001", "step-00000002"]
+    assert sorted(os.listdir(root)) == [".writer.lock", "LATEST", "step-00000001",
+                                        "step-00000002"]
     _C.CheckpointReader.open(os.path.join(root, "step-00000002")).verify()
 
     model2 = torch.nn.Sequential(torch.nn.Linear(6, 7), torch.nn.ReLU(), torch.nn.Linear(7, 5))
@@ -301,7 +304,8 @@ def test_checkpoint_id_selects_the_step(root):
     first = {"w": torch.arange(6.0).reshape(2, 3)}
     dcp.save(first, storage_writer=stint.dcp.StorageWriter(root), checkpoint_id=5)
     dcp.save({"w": first["w"] * 2}, storage_writer=stint.dcp.StorageWriter(root))
-    assert sorted(os.listdir(root)) == ["LATEST", "step-00000005", "step-00000006"]
+    assert sorted(os.listdir(root)) == [".writer.lock", "LATEST", "step-00000005",
+                                        "step-00000006"]
     out = {"w": torch.zeros(2, 3)}
     dcp.load(out, storage_reader=stint.dcp.StorageReader("/nonexistent"),
              checkpoint_id=os.path.join(root, "step-5"))
@@ -311,6 +315,31 @@ def test_checkpoint_id_selects_the_step(root):
     assert stint.dcp.StorageReader.validate_checkpoint_id(os.path.join(root, "step-00000006"))
     assert not stint.dcp.StorageReader.validate_checkpoint_id(os.path.join(root, "step-7"))
     assert not stint.dcp.StorageReader.validate_checkpoint_id("s3://bucket/x")
+
+
+def test_two_overlapping_async_saves_to_one_root_both_commit(root):
+    import stint.dcp
+    warnings.simplefilter("ignore")
+    # The first save is large so that it is still writing (its .tmp- directory
+    # exists) when the second one starts; the second takes its turn.
+    big = {"w": torch.arange(16 << 20, dtype=torch.float32)}
+    small = {"w": torch.full((1024,), 2.0)}
+    first = dcp.async_save(big, storage_writer=stint.dcp.StorageWriter(root, step=1, keep_last=0,
+                                                                       timeout=300))
+    deadline = time.monotonic() + 300
+    while not glob.glob(os.path.join(root, ".tmp-1-*")) and not first.done():
+        assert time.monotonic() < deadline, "the first async_save never started writing"
+        time.sleep(0.001)
+    second = dcp.async_save(small, storage_writer=stint.dcp.StorageWriter(root, step=2,
+                                                                          keep_last=0,
+                                                                          timeout=300))
+    first.result(timeout=300)
+    second.result(timeout=300)
+    for step, saved in ((1, big), (2, small)):
+        out = {"w": torch.zeros_like(saved["w"])}
+        dcp.load(out, storage_reader=stint.dcp.StorageReader(root, step=step))
+        assert torch.equal(out["w"], saved["w"]), step
+    assert stint.Checkpointer(root, read_only=True).list_committed() == [1, 2]
 
 
 def test_dcp_loads_a_checkpoint_written_by_plain_stint(root):

@@ -3,7 +3,9 @@
 // Open() decodes and validates MANIFEST.json and checks that every data file
 // exists with its recorded size. Every chunk read afterwards is checked
 // against its XXH3-64 before its bytes are used; Verify() checks them all.
-// Errors name the file and the chunk.
+// Errors name the file and the chunk. It takes no lock and changes nothing,
+// so it may read a root's checkpoints while that root's writer saves (see
+// stint/checkpointer.h, "One writer per root").
 //
 // Thread-compatible.
 #ifndef STINT_INCLUDE_STINT_CHECKPOINT_READER_H_

@@ -1,6 +1,6 @@
 // Checkpointer: asynchronous, crash-consistent checkpoints of one rank's state.
 //
-//   auto ckpt = stint::Checkpointer::Open(options);           // cleans .tmp-* leftovers
+//   auto ckpt = stint::Checkpointer::Open(options);           // the root's one writer
 //   auto handle = (*ckpt)->Save(step, state);                  // snapshot, then returns
 //   handle->staged.wait();   // state may be mutated again (already true on return)
 //   handle->durable.get();   // committed on disk: MANIFEST, rename, LATEST
@@ -44,6 +44,21 @@
 // stream then waits for the copy, the host never does. WaitStaged() is the
 // blunt form for other loops.
 //
+// One writer per root, any number of readers. A writer (read_only false;
+// with several ranks, rank 0) holds <root>/.writer.lock (an advisory
+// flock(2) naming its pid and host) from Open until it is destroyed, and
+// only it removes leftovers (.tmp-* directories and LATEST.tmp of saves and
+// deletions a dead writer left): removing them is safe only once their
+// writer is provably gone, and its lock went with it. A second writer of the
+// same root, in this process or another, gets kFailedPrecondition naming the
+// holder's pid and host (after waiting `lock_wait` for it to close). Other
+// ranks of a job never lock or clean: they write into the committer's tmp
+// directory. Readers never lock and never remove anything, so they may open a
+// root while its writer saves: a read_only Checkpointer, CheckpointReader
+// (one step directory), the `stint` CLI, stint.dcp.StorageReader. The tier-2
+// replica_root has a writer lock of its own, held by rank 0's replication
+// (taken again at each replication until it is held).
+//
 // Thread-compatible: one training thread calls Save/Load/Flush.
 #ifndef STINT_INCLUDE_STINT_CHECKPOINTER_H_
 #define STINT_INCLUDE_STINT_CHECKPOINTER_H_
@@ -77,17 +92,20 @@ enum class BusyPolicy {
 };
 
 struct CheckpointOptions {
-  std::string root;            // REQUIRES: non-empty; created if missing
+  std::string root;            // REQUIRES: non-empty; created if missing, with its parents
   Env* env = nullptr;          // Default: Env::Default(); must outlive the Checkpointer
   std::string job_id;          // recorded in the manifest. Default: ""
   uint64_t fencing_token = 0;  // recorded in the manifest. Default: 0
   int rank = 0;                // this process's data file is rank-<rank>.stint. Default: 0
   int world_size = 1;          // Default: 1
-  // Open only to load: the root must exist and is not touched (no leftovers
-  // removed: another process may be saving into it right now); Save() is
-  // refused with kFailedPrecondition and there is no retention or tier-2
-  // replication. Default: false
+  // Open only to load: the root must exist and is not touched (no lock
+  // taken, no leftovers removed: its writer may be saving into it right
+  // now); Save() is refused with kFailedPrecondition and there is no
+  // retention or tier-2 replication. Default: false
   bool read_only = false;
+  // A writer: how long Open waits while another writer holds the root (see
+  // above) before failing with kFailedPrecondition. Default: 0 (at once)
+  std::chrono::milliseconds lock_wait{0};
   // Several ranks (world_size > 1): every rank of the job opens a
   // Checkpointer on the same shared `root` with its own `rank`, and calls
   // Save() and Load() collectively (the same steps, in the same order). Each
@@ -166,8 +184,9 @@ struct CheckpointOptions {
   bool keep_in_memory = false;
 
   // Tier 2: a second directory (a shared durable path) that every tier-1
-  // commit is replicated to in the background. Empty: no tier 2. REQUIRES:
-  // not `root` and not inside it. Default: ""
+  // commit is replicated to in the background; created if missing, with its
+  // parents, and locked like `root` (one writer each). Empty: no tier 2.
+  // REQUIRES: not `root` and not inside it. Default: ""
   std::string replica_root;
   Env* replica_env = nullptr;       // Default: `env`; must outlive the Checkpointer
   int replica_keep_last = 3;        // tier-2 retention, as keep_last. Default: 3

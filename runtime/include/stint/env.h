@@ -70,6 +70,14 @@ class RandomAccessFile {
   virtual int NativeFd() const { return -1; }  // see WritableFile::NativeFd
 };
 
+// An advisory lock on a file (Env::LockFile), held until this object is
+// destroyed or the process ends, however it ends.
+class FileLock {
+ public:
+  virtual ~FileLock() = default;  // releases the lock
+  virtual const std::string& path() const = 0;
+};
+
 class Env {
  public:
   virtual ~Env() = default;
@@ -94,6 +102,15 @@ class Env {
   virtual bool FileExists(const std::string& path) = 0;
   virtual bool IsDirectory(const std::string& path) = 0;
   virtual uint64_t NowMicros() = 0;  // monotonic
+  // Takes an exclusive advisory lock on `path` (created if missing) without
+  // waiting (POSIX: flock(2), so a killed holder's lock goes with it), then
+  // replaces the file's contents with `owner`: who holds it, for the message
+  // of whoever is refused next. kUnavailable while another lock on the file
+  // is held, by another process or by another FileLock of this one. A
+  // process forked while holding it shares it until the child exits or
+  // execs.
+  virtual Result<std::unique_ptr<FileLock>> LockFile(const std::string& path,
+                                                     const std::string& owner) = 0;
 };
 
 // Forwards every call to another Env; a test Env overrides only what it needs.
@@ -123,6 +140,10 @@ class EnvWrapper : public Env {
   bool FileExists(const std::string& p) override { return target_->FileExists(p); }
   bool IsDirectory(const std::string& p) override { return target_->IsDirectory(p); }
   uint64_t NowMicros() override { return target_->NowMicros(); }
+  Result<std::unique_ptr<FileLock>> LockFile(const std::string& p,
+                                             const std::string& owner) override {
+    return target_->LockFile(p, owner);
+  }
 
  private:
   Env* target_;
@@ -135,6 +156,10 @@ Result<std::string> ReadFileToString(Env* env, const std::string& path);
 // Creates `path`, writes `data`, fsyncs and closes it. Not atomic by itself:
 // callers write to a temporary name and rename.
 Status WriteStringToFileSync(Env* env, const std::string& path, const std::string& data);
+// Creates directory `path` and every missing parent (mkdir -p), each made
+// durable (SyncDir of its parent) before anything is created inside it. OK
+// when `path` exists already (whatever it is: callers check).
+Status CreateDirWithParents(Env* env, const std::string& path);
 // Removes `path` and everything below it (no symlink following).
 Status RemoveRecursively(Env* env, const std::string& path);
 
