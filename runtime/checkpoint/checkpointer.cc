@@ -734,20 +734,21 @@ class CheckpointerImpl final : public Checkpointer {
     if (p == nullptr) return Status::OK();
     const Clock::time_point deadline = job->saved_at + options_.copy_timeout;
     Status first;
+    bool still_written = false;
     if (!p->WaitHost(WriteBarrier::kOptimizerStep, deadline)) {
       first = Status::DeadlineExceeded("lazy host copies not done " +
                                        std::to_string(options_.copy_timeout.count()) +
                                        " ms after Save() (CheckpointOptions.copy_timeout)");
+      still_written = true;
     }
     for (WriteBarrier w : {WriteBarrier::kForward, WriteBarrier::kOptimizerStep}) {
       if (auto ticket = p->device_ticket(w)) {
         Status s = WaitTicket(*ticket, deadline);
         if (first.ok() && !s.ok()) first = s;
+        if (s.code() == Code::kDeadlineExceeded) still_written = true;
       }
     }
-    if (first.code() == Code::kDeadlineExceeded) {
-      staging_.Abandon(std::move(job->snapshot.buffer));
-    }
+    if (still_written) staging_.Abandon(std::move(job->snapshot.buffer));
     if (!first.ok()) {
       first = first.WithContext("device-to-host copy of step " + std::to_string(job->stats.step));
       p->Fail(first);

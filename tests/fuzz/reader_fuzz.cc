@@ -79,22 +79,22 @@ void ReadAll(const std::string& dir) {
   if (!reader.ok()) return;
   for (const TensorInfo& t : (*reader)->tensors()) {
     uint64_t elems = 1;  // saturates past kMaxBytes
-    for (int64_t d : t.global_shape) {
+    for (int64_t d : t.shape) {
       elems = d < 0 || (d > 0 && elems > kMaxBytes / uint64_t(d)) ? kMaxBytes + 1
                                                                   : elems * uint64_t(d);
     }
     const uint64_t bytes = elems * DTypeSize(t.dtype);
     if (elems > kMaxBytes || bytes > kMaxBytes) continue;
     Dest whole(bytes);
-    (*reader)->Read({{t.name, t.dtype, t.global_shape, {}, {}, whole.data}}).IgnoreError();
-    if (t.global_shape.empty() || t.global_shape[0] < 2) continue;
-    std::vector<int64_t> offsets(t.global_shape.size(), 0), extents = t.global_shape;
-    extents[0] = t.global_shape[0] / 2;
-    Dest half(bytes / uint64_t(t.global_shape[0]) * uint64_t(extents[0]));
-    (*reader)->Read({{t.name, t.dtype, t.global_shape, offsets, extents, half.data}}).IgnoreError();
+    (*reader)->Read({{t.name, t.dtype, t.shape, {}, {}, whole.data}}).IgnoreError();
+    if (t.shape.empty() || t.shape[0] < 2) continue;
+    std::vector<int64_t> offsets(t.shape.size(), 0), extents = t.shape;
+    extents[0] = t.shape[0] / 2;
+    Dest half(bytes / uint64_t(t.shape[0]) * uint64_t(extents[0]));
+    (*reader)->Read({{t.name, t.dtype, t.shape, offsets, extents, half.data}}).IgnoreError();
   }
   for (const std::string& name : (*reader)->blob_names()) {
-    (*reader)->ReadBlob(name).IgnoreError();
+    (*reader)->ReadBlob(name).status().IgnoreError();
   }
 }
 
