@@ -1,7 +1,9 @@
 // libFuzzer target: the reader's plan and reads on a manifest from arbitrary
 // bytes (resealed as in manifest_fuzz, see reseal.h).
 //
-// A manifest that decodes is written to a step directory with its data files
+// A manifest that decodes gets its file digests recomputed (they bind the
+// chunk list, so random lengths would otherwise stop at Open, as a crafted
+// manifest does not) and is written to a step directory with its data files
 // (and referenced files) at their recorded sizes, filled with a pattern;
 // CheckpointReader then reads every tensor into a destination of exactly its
 // size (whole, and the first half of dimension 0 as a region) and every blob.
@@ -15,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -98,9 +101,31 @@ void ReadAll(const std::string& dir) {
   }
 }
 
-void CheckOne(std::string_view bytes) {
-  Result<Manifest> m = DecodeManifest(bytes, "fuzz");
+// The digest of each data file over the chunks it holds (see FORMAT.md).
+void RedoFileDigests(Manifest* m) {
+  for (FileRecord& f : m->files) {
+    std::vector<ChunkRecord> chunks;
+    auto add = [&](const std::string& file, const std::vector<ChunkRecord>& list) {
+      for (const ChunkRecord& c : list) {
+        if (file == f.name && c.ref.empty()) chunks.push_back(c);
+      }
+    };
+    for (const auto& t : m->tensors) {
+      for (const auto& sh : t.shards) add(sh.file, sh.chunks);
+    }
+    for (const auto& b : m->blobs) add(b.file, b.chunks);
+    std::stable_sort(chunks.begin(), chunks.end(), [](const ChunkRecord& a, const ChunkRecord& b) {
+      return a.file_offset < b.file_offset;
+    });
+    f.digest = FileDigest(chunks, f.size);
+  }
+}
+
+void CheckOne(std::string_view input) {
+  Result<Manifest> m = DecodeManifest(input, "fuzz");
   if (!m.ok()) return;
+  RedoFileDigests(&*m);
+  const std::string bytes = EncodeManifest(*m);
   for (const auto& f : m->files) {
     if (f.size > kMaxBytes) return;
   }
