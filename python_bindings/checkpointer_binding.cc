@@ -338,9 +338,9 @@ class PyCheckpointer {
     }
     SaveHandle h = ValueOrThrow(std::move(*handle));
     Prune();
-    pending_.push_back(h.durable);
-    return PySaveHandle{h.step, h.skipped, Future(h.staged, h.step, "staged"),
-                        Future(h.durable, h.step, "durable")};
+    Future durable(h.durable, h.step, "durable");
+    if (!h.skipped) pending_.push_back(durable);  // skipped: the caller learnt it from the handle
+    return PySaveHandle{h.step, h.skipped, Future(h.staged, h.step, "staged"), durable};
   }
 
   void BeforeWrite(const std::string& barrier, double timeout_seconds) {
@@ -372,6 +372,10 @@ class PyCheckpointer {
     ThrowIfError(s);
   }
 
+  // Raises the first failure since the previous flush() that Python has not
+  // seen: a save's that its durable future did not hand out (result() or
+  // exception()), else one that belongs to no save (retention) or the
+  // timeout. A failure a durable future handed out is not raised again.
   void Flush(double timeout_seconds) {
     Checkpointer& ckpt = get();
     const Clock::time_point deadline = Clock::now() + Millis(timeout_seconds);
@@ -379,19 +383,37 @@ class PyCheckpointer {
     // queue idle (or very nearly) and returns the first background error.
     for (const auto& f : pending_) {
       double left = std::chrono::duration<double>(deadline - Clock::now()).count();
-      bool ready = WaitWithoutGil(
-          [&f](auto slice) { return f.wait_for(slice) == std::future_status::ready; },
-          std::max(0.0, left));
+      bool ready = WaitWithoutGil([&f](auto slice) { return f.WaitFor(slice); },
+                                  std::max(0.0, left));
       if (!ready) break;
     }
-    pending_.clear();
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     Status s;
     {
       py::gil_scoped_release nogil;
       s = ckpt.Flush(std::max(left, std::chrono::milliseconds(0)));
     }
-    ThrowIfError(s);
+    std::optional<Status> unseen;
+    bool seen_already = false;  // s is the failure of a save Python saw
+    std::vector<Future> still_running;
+    for (const auto& f : pending_) {
+      if (!f.done()) {
+        still_running.push_back(f);
+        continue;
+      }
+      Status d = f.Outcome();
+      if (d.ok()) continue;
+      if (!f.reported()) {
+        if (!unseen) unseen = d.WithContext("background save of step " + std::to_string(f.step()));
+      } else if (s.code() == d.code() && s.message().size() >= d.message().size() &&
+                 s.message().compare(s.message().size() - d.message().size(),
+                                     d.message().size(), d.message()) == 0) {
+        seen_already = true;  // the checkpointer's copy of it, with context
+      }
+    }
+    pending_ = std::move(still_running);
+    if (unseen) ThrowStatus(*unseen);
+    if (!seen_already) ThrowIfError(s);
   }
 
   py::dict Load(const py::object& planner, std::optional<uint64_t> step, bool verify_all) {
@@ -509,10 +531,11 @@ class PyCheckpointer {
   std::string root() const { return get().options().root; }
 
  private:
+  // Drops the saves that committed; failed ones stay for flush().
   void Prune() {
-    std::vector<std::shared_future<Status>> left;
+    std::vector<Future> left;
     for (auto& f : pending_) {
-      if (f.wait_for(std::chrono::seconds(0)) != std::future_status::ready) left.push_back(f);
+      if (!f.done() || !f.Outcome().ok()) left.push_back(f);
     }
     pending_ = std::move(left);
   }
@@ -520,13 +543,14 @@ class PyCheckpointer {
   std::unique_ptr<DeviceCopier> copier_;      // outlives ckpt_ (declared first); may be null
   std::unique_ptr<PyStoreChannel> channel_;  // outlives ckpt_ (declared first)
   std::unique_ptr<Checkpointer> ckpt_;
-  std::vector<std::shared_future<Status>> pending_;  // durable futures not seen done
+  // Durable futures of saves not committed yet or failed, since the last flush().
+  std::vector<Future> pending_;
 };
 
 std::unique_ptr<PyCheckpointer> OpenCheckpointer(
     const std::string& root, const std::string& job_id, uint64_t fencing_token, uint64_t chunk_size,
-    bool compress, int zstd_level, size_t staging_bytes, const std::string& busy_policy,
-    double block_timeout, int keep_last, uint64_t keep_every, const std::string& io_engine,
+    bool compress, int zstd_level, size_t staging_bytes, size_t staging_max_bytes,
+    const std::string& busy_policy, double block_timeout, double copy_timeout, int keep_last, uint64_t keep_every, const std::string& io_engine,
     bool direct_io, unsigned io_queue_depth, unsigned io_size, unsigned threads, int rank,
     int world_size, const py::object& store, double commit_timeout, bool read_only,
     const std::string& snapshot, bool cuda, bool incremental, bool compress_auto,
@@ -568,6 +592,7 @@ std::unique_ptr<PyCheckpointer> OpenCheckpointer(
   o.compress = compress;
   o.zstd_level = zstd_level;
   o.staging_bytes = staging_bytes;
+  o.staging_max_bytes = staging_max_bytes;
   if (busy_policy == "block") {
     o.busy_policy = BusyPolicy::kBlock;
   } else if (busy_policy == "skip") {
@@ -577,6 +602,8 @@ std::unique_ptr<PyCheckpointer> OpenCheckpointer(
                                         busy_policy + "'"));
   }
   if (block_timeout < 0) ThrowStatus(Status::InvalidArgument("block_timeout must be >= 0"));
+  if (copy_timeout <= 0) ThrowStatus(Status::InvalidArgument("copy_timeout must be > 0"));
+  o.copy_timeout = Millis(copy_timeout);
   if (keep_last < 0) ThrowStatus(Status::InvalidArgument("keep_last must be >= 0"));
   o.block_timeout = Millis(block_timeout);
   o.keep_last = keep_last;
@@ -625,7 +652,8 @@ void BindCheckpointer(py::module_& m) {
       .def(py::init(&OpenCheckpointer), py::arg("root"), py::kw_only(), py::arg("job_id") = "",
            py::arg("fencing_token") = 0, py::arg("chunk_size") = 8u << 20,
            py::arg("compress") = false, py::arg("zstd_level") = 1, py::arg("staging_bytes") = 0,
-           py::arg("busy_policy") = "block", py::arg("block_timeout") = 600.0,
+           py::arg("staging_max_bytes") = 0, py::arg("busy_policy") = "block",
+           py::arg("block_timeout") = 600.0, py::arg("copy_timeout") = 600.0,
            py::arg("keep_last") = 3, py::arg("keep_every") = 0, py::arg("io_engine") = "auto",
            py::arg("direct_io") = true, py::arg("io_queue_depth") = 32,
            py::arg("io_size") = 4u << 20, py::arg("threads") = 0, py::arg("rank") = 0,
@@ -658,7 +686,8 @@ void BindCheckpointer(py::module_& m) {
            "([(name, tensor to fill in place) or (name, tensor, global_shape, offsets) for a "
            "shard], [names to read into new tensors]).")
       .def("flush", &PyCheckpointer::Flush, py::arg("timeout") = 600.0,
-           "Waits until every save is durable or failed; raises the first background error.")
+           "Waits until every save is durable or failed; raises the first failure since the "
+           "previous flush() that no durable future raised or returned already.")
       .def("list_committed", &PyCheckpointer::ListCommitted)
       .def("quarantine", &PyCheckpointer::Quarantine, py::arg("step"))
       .def("stats", &PyCheckpointer::Stats)

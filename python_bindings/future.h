@@ -12,9 +12,11 @@
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <future>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -54,15 +56,24 @@ bool WaitWithoutGil(WaitFor&& wait_for, std::optional<double> timeout_seconds) {
 }
 
 // Completion of one stage of a save. result() returns the step on success
-// and raises the stint exception of the failure otherwise.
+// and raises the stint exception of the failure otherwise. Copies share
+// whether a failure was handed to Python (result() raised it, exception()
+// returned it), so flush() does not raise it again.
 // Thread-safe (a shared_future may be waited on from several threads).
 class Future {
  public:
   Future(std::shared_future<Status> future, uint64_t step, std::string what)
-      : future_(std::move(future)), step_(step), what_(std::move(what)) {}
+      : future_(std::move(future)),
+        step_(step),
+        what_(std::move(what)),
+        reported_(std::make_shared<std::atomic<bool>>(false)) {}
 
   bool done() const {
     return future_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  }
+  // Blocks at most `slice`; whether the stage finished.
+  bool WaitFor(std::chrono::steady_clock::duration slice) const {
+    return future_.wait_for(slice) == std::future_status::ready;
   }
   // Waits; raises DeadlineExceededError when `timeout_seconds` passes first.
   uint64_t result(std::optional<double> timeout_seconds) const;
@@ -70,6 +81,10 @@ class Future {
   pybind11::object exception(std::optional<double> timeout_seconds) const;
   // Waits; the Status itself (for the bindings).
   Status Wait(std::optional<double> timeout_seconds) const;
+  // REQUIRES: done(). The outcome, without counting as handed to Python.
+  Status Outcome() const { return future_.get(); }
+  // Whether result() or exception() handed a failure to Python.
+  bool reported() const { return reported_->load(); }
 
   uint64_t step() const { return step_; }
   const std::string& what() const { return what_; }  // "staged" or "durable"
@@ -78,6 +93,7 @@ class Future {
   std::shared_future<Status> future_;
   uint64_t step_;
   std::string what_;
+  std::shared_ptr<std::atomic<bool>> reported_;
 };
 
 }  // namespace python

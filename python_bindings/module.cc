@@ -29,7 +29,9 @@ Status Future::Wait(std::optional<double> timeout_seconds) const {
 }
 
 uint64_t Future::result(std::optional<double> timeout_seconds) const {
-  ThrowIfError(Wait(timeout_seconds));
+  Status s = Wait(timeout_seconds);
+  if (!s.ok() && done()) reported_->store(true);  // not when the wait itself timed out
+  ThrowIfError(s);
   return step_;
 }
 
@@ -37,6 +39,7 @@ py::object Future::exception(std::optional<double> timeout_seconds) const {
   Status s = Wait(timeout_seconds);
   if (s.code() == Code::kDeadlineExceeded && !done()) ThrowStatus(s);  // the wait itself timed out
   if (s.ok()) return py::none();
+  reported_->store(true);
   return ExceptionFor(s);
 }
 

@@ -158,8 +158,8 @@ _LoadPlanner = Callable[[CheckpointReader], Tuple[List[_InPlace], List[str]]]
 class Checkpointer:
     def __init__(self, root: str, *, job_id: str = "", fencing_token: int = 0,
                  chunk_size: int = 8388608, compress: bool = False, zstd_level: int = 1,
-                 staging_bytes: int = 0, busy_policy: str = "block", block_timeout: float = 600.0,
-                 keep_last: int = 3, keep_every: int = 0, io_engine: str = "auto",
+                 staging_bytes: int = 0, staging_max_bytes: int = 0, busy_policy: str = "block",
+                 block_timeout: float = 600.0, copy_timeout: float = 600.0, keep_last: int = 3, keep_every: int = 0, io_engine: str = "auto",
                  direct_io: bool = True, io_queue_depth: int = 32, io_size: int = 4194304,
                  threads: int = 0, rank: int = 0, world_size: int = 1,
                  store: Optional[Any] = None, commit_timeout: float = 0.0,

@@ -143,8 +143,17 @@ class Checkpointer:
                          the newest committed checkpoint and references the
                          rest there (XXH3-128 of each chunk); see save(frozen=)
       chunk_size=8 MiB   multiple of 4096
-      staging_bytes=0    staging pool size (0: twice the first snapshot)
+      staging_bytes=0    staging pool size. 0: sized automatically to twice the
+                         largest snapshot so far, growing when a save is larger
+                         than any before (the optimizer's state appeared after
+                         a save at step 0), up to staging_max_bytes; > 0: fixed,
+                         a larger snapshot raises ResourceExhaustedError
+      staging_max_bytes=0  cap of the automatic size (0: half the physical
+                         memory); a larger snapshot raises ResourceExhaustedError
       busy_policy="block" or "skip" when the staging pool is full; block_timeout=600 s
+      copy_timeout=600 s a save whose copies after save() returned (CUDA to host,
+                         lazy) take longer fails with DeadlineExceededError, so
+                         flush() and close() never hang on a wedged device
       io_engine="auto"   "uring" or "posix" (STINT_IO overrides); direct_io=True
       io_queue_depth=32, io_size=4 MiB, threads=0 (hardware threads - 1)
       job_id="", fencing_token=0   recorded in the manifest
@@ -170,8 +179,8 @@ class Checkpointer:
     def __init__(self, root: PathLike, *, keep_last: int = 3, keep_every: int = 0,
                  compress: Union[bool, str] = False, zstd_level: int = 1,
                  chunk_size: int = 8 << 20,
-                 staging_bytes: int = 0, busy_policy: str = "block", block_timeout: float = 600.0,
-                 io_engine: str = "auto", direct_io: bool = True, io_queue_depth: int = 32,
+                 staging_bytes: int = 0, staging_max_bytes: int = 0, busy_policy: str = "block",
+                 block_timeout: float = 600.0, copy_timeout: float = 600.0, io_engine: str = "auto", direct_io: bool = True, io_queue_depth: int = 32,
                  io_size: int = 4 << 20, threads: int = 0, job_id: str = "",
                  fencing_token: int = 0, process_group: Any = None,
                  collective: Optional[bool] = None, commit_timeout: float = 0.0,
@@ -204,7 +213,8 @@ class Checkpointer:
             os.fspath(root), keep_last=keep_last, keep_every=keep_every,
             compress=compress is True, compress_auto=compress == "auto",
             zstd_level=zstd_level, chunk_size=chunk_size, staging_bytes=staging_bytes,
-            busy_policy=busy_policy, block_timeout=block_timeout, io_engine=io_engine,
+            staging_max_bytes=staging_max_bytes, busy_policy=busy_policy,
+            block_timeout=block_timeout, copy_timeout=copy_timeout, io_engine=io_engine,
             direct_io=direct_io, io_queue_depth=io_queue_depth, io_size=io_size, threads=threads,
             job_id=job_id, fencing_token=fencing_token, rank=rank, world_size=world_size,
             store=store, commit_timeout=commit_timeout,
@@ -220,7 +230,8 @@ class Checkpointer:
         unpacks as (staged, durable) futures. Eager snapshots: `state` may be
         modified as soon as save() returns. Lazy: once staged is done, or
         through the hooks (attach()) or before_write(). AlreadyExistsError if the step is committed
-        already; a background failure of an earlier save is raised here once.
+        already or a save of it is still in flight. An earlier save's failure is never raised
+        here: its durable future raises it, else the next flush().
         Collective: every rank calls it with the same step; durable fails on
         every rank when one rank fails or the shards do not tile a tensor.
 
@@ -302,7 +313,10 @@ class Checkpointer:
 
     def flush(self, timeout: float = 600.0) -> None:
         """Waits until every save is durable or failed; raises the first
-        background error not raised yet (DeadlineExceededError on timeout)."""
+        failure since the previous flush() that was not raised yet: a save's
+        whose durable future nobody asked (result() or exception() hand it out
+        instead), or background work's such as retention
+        (DeadlineExceededError on timeout)."""
         self._c.flush(timeout)
 
     # -- loading --------------------------------------------------------------

@@ -242,10 +242,12 @@ class Resumable:
             if not durable.done():
                 left.append((step, durable))
                 continue
-            if durable.exception(0) is None and (self.last_durable_step is None or
-                                                 step > self.last_durable_step):
+            error = durable.exception(0)  # handed out here: flush() does not raise it again
+            if error is not None:
+                _log.warning("stint: checkpoint of step %d failed (training goes on): %s",
+                             step, error)
+            elif self.last_durable_step is None or step > self.last_durable_step:
                 self.last_durable_step = step
-            # A failure comes back from the next save() or flush().
         self._pending = left
 
     def _cost(self, step: int) -> Dict[str, Any]:

@@ -114,6 +114,7 @@ class CheckpointerImpl final : public Checkpointer {
                                    : std::max(1u, std::thread::hardware_concurrency()) - 1),
         staging_(
             options.staging_bytes,
+            options.staging_max_bytes != 0 ? options.staging_max_bytes : DefaultStagingCap(),
             [this](char* base) {
               engine_->UnregisterBuffer(base);
               if (copier_ != nullptr) copier_->UnregisterHostMemory(base);
@@ -169,7 +170,14 @@ class CheckpointerImpl final : public Checkpointer {
                                         std::to_string(step));
     }
     PendingCopies();  // releases what finished saves borrowed
-    STINT_RETURN_IF_ERROR(TakeBackgroundError());
+    {
+      // Refused now rather than failing at its rename behind the first one.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (steps_in_flight_.count(step) != 0) {
+        return Status::AlreadyExists("a save of step " + std::to_string(step) +
+                                     " is still in flight; not saving it twice");
+      }
+    }
     if (env_->FileExists(options_.root + "/" + StepDirName(step))) {
       return Status::AlreadyExists(options_.root + "/" + StepDirName(step) +
                                    " is already committed; refusing to overwrite it");
@@ -238,7 +246,13 @@ class CheckpointerImpl final : public Checkpointer {
     SaveHandle handle{
         step, false, ReadyFuture(Status::OK()), job->durable.get_future().share(),
         replicator_ == nullptr ? ReadyFuture(Status::OK()) : job->replicated.get_future().share()};
-    STINT_ASSIGN_OR_RETURN(job->progress, StartLaterCopies(step, t0, image, &copies));
+    bool image_still_written = false;
+    auto progress = StartLaterCopies(step, t0, image, &copies, &image_still_written);
+    if (!progress.ok()) {
+      if (image_still_written) staging_.Abandon(std::move(job->snapshot.buffer));
+      return progress.status();
+    }
+    job->progress = std::move(*progress);
     if (job->progress != nullptr) {
       // The persist thread waits for these copies before it reads the
       // buffer; the staged future and BeforeWrite() say when the tensors may
@@ -252,6 +266,7 @@ class CheckpointerImpl final : public Checkpointer {
     if (job->progress == nullptr) job->stats.staged_seconds = job->stats.snapshot_seconds;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      steps_in_flight_.insert(step);
       queue_.push_back(std::move(job));
     }
     work_cv_.notify_all();
@@ -304,7 +319,12 @@ class CheckpointerImpl final : public Checkpointer {
     PendingCopies();
     std::unique_lock<std::mutex> lock(mu_);
     if (!idle_cv_.wait_for(lock, timeout, [this] { return queue_.empty() && !busy_; })) {
-      return Status::DeadlineExceeded("flush: checkpoints still persisting after " +
+      std::string what;
+      for (uint64_t step : steps_in_flight_) {
+        what += (what.empty() ? "step " : ", ") + std::to_string(step);
+      }
+      if (what.empty()) what = "retention";  // runs after the last commit
+      return Status::DeadlineExceeded("flush: " + what + " still persisting after " +
                                       std::to_string(timeout.count()) + " ms");
     }
     Status s = background_error_;
@@ -483,13 +503,6 @@ class CheckpointerImpl final : public Checkpointer {
   const CheckpointOptions& options() const override { return options_; }
 
  private:
-  Status TakeBackgroundError() {
-    std::lock_guard<std::mutex> lock(mu_);
-    Status s = background_error_;
-    background_error_ = Status::OK();
-    return s;
-  }
-
   // Quarantine moves only what is damaged and what nothing left behind
   // needs: kFailedPrecondition, naming why, for a step of a format this build
   // does not know (a newer stint's checkpoint is not damage) and for one a
@@ -599,6 +612,7 @@ class CheckpointerImpl final : public Checkpointer {
       job.reset();
 
       lock.lock();
+      steps_in_flight_.erase(steps_in_flight_.find(step));
       if (s.ok()) {
         ++stats_.committed;
         stats_.last = stats;
@@ -738,9 +752,12 @@ class CheckpointerImpl final : public Checkpointer {
 
   // Starts the copies that outlast Save(): device tensors on the copier's
   // streams (kForward shards first), lazy host tensors on lazy_. Null when
-  // everything was copied already. On error nothing still writes `image`.
+  // everything was copied already. On error nothing still writes `image`
+  // unless *image_still_written (copies already started did not finish
+  // within copy_timeout).
   Result<std::shared_ptr<SnapshotProgress>> StartLaterCopies(uint64_t step, Clock::time_point t0,
-                                                             char* image, StagingCopies* copies) {
+                                                             char* image, StagingCopies* copies,
+                                                             bool* image_still_written) {
     const WriteBarrier order[2] = {WriteBarrier::kForward, WriteBarrier::kOptimizerStep};
     bool host[2];
     int device_tickets = 0;
@@ -756,7 +773,10 @@ class CheckpointerImpl final : public Checkpointer {
       if (list.empty()) continue;
       auto ticket = copier_->CopyToHostAsync(list, [progress] { progress->DeviceTicketDone(); });
       if (!ticket.ok()) {
-        for (uint64_t t : started) WaitTicket(t).IgnoreError();  // they write `image`
+        for (uint64_t t : started) {  // they write `image`
+          Status waited = WaitTicket(t, t0 + options_.copy_timeout);
+          if (waited.code() == Code::kDeadlineExceeded) *image_still_written = true;
+        }
         return ticket.status().WithContext("save step " + std::to_string(step));
       }
       started.push_back(*ticket);
@@ -772,29 +792,41 @@ class CheckpointerImpl final : public Checkpointer {
     return progress;
   }
 
-  // Waits for a device ticket however long it takes: the copies write into
-  // a buffer that must not go back to the pool before they finished.
-  Status WaitTicket(uint64_t ticket) {
-    Status s = copier_->Wait(ticket, options_.block_timeout);
-    Status first = s;
-    while (s.code() == Code::kDeadlineExceeded) s = copier_->Wait(ticket, options_.block_timeout);
-    return first;
+  // Waits for a device ticket until `deadline`. kDeadlineExceeded means the
+  // copies may still write their buffer: it must never go back to the pool.
+  Status WaitTicket(uint64_t ticket, Clock::time_point deadline) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    Status s = copier_->Wait(ticket, std::max(left, std::chrono::milliseconds(0)));
+    if (s.code() != Code::kDeadlineExceeded) return s;
+    return Status::DeadlineExceeded("device-to-host copies not done " +
+                                    std::to_string(options_.copy_timeout.count()) +
+                                    " ms after Save() (CheckpointOptions.copy_timeout): " +
+                                    s.message());
   }
 
   // The persist thread's first step: the buffer is read only after every
-  // copy wrote it.
+  // copy wrote it. Copies that miss copy_timeout fail the save, and the
+  // buffer they may still write is abandoned.
   Status WaitForCopies(PersistJob* job) {
     SnapshotProgress* p = job->progress.get();
     if (p == nullptr) return Status::OK();
-    while (!p->WaitHost(WriteBarrier::kOptimizerStep, Clock::now() + options_.block_timeout)) {
-    }
+    const Clock::time_point deadline = job->saved_at + options_.copy_timeout;
     Status first;
+    bool still_written = false;
+    if (!p->WaitHost(WriteBarrier::kOptimizerStep, deadline)) {
+      first = Status::DeadlineExceeded("lazy host copies not done " +
+                                       std::to_string(options_.copy_timeout.count()) +
+                                       " ms after Save() (CheckpointOptions.copy_timeout)");
+      still_written = true;
+    }
     for (WriteBarrier w : {WriteBarrier::kForward, WriteBarrier::kOptimizerStep}) {
       if (auto ticket = p->device_ticket(w)) {
-        Status s = WaitTicket(*ticket);
+        Status s = WaitTicket(*ticket, deadline);
         if (first.ok() && !s.ok()) first = s;
+        if (s.code() == Code::kDeadlineExceeded) still_written = true;
       }
     }
+    if (still_written) staging_.Abandon(std::move(job->snapshot.buffer));
     if (!first.ok()) {
       first = first.WithContext("device-to-host copy of step " + std::to_string(job->stats.step));
       p->Fail(first);
@@ -859,7 +891,8 @@ class CheckpointerImpl final : public Checkpointer {
   std::deque<std::unique_ptr<PersistJob>> queue_;
   bool busy_ = false;
   bool stopping_ = false;
-  Status background_error_;  // first error not yet returned by Save/Flush
+  Status background_error_;  // first error since the last Flush
+  std::multiset<uint64_t> steps_in_flight_;  // queued or persisting
   CheckpointerStats stats_;
   std::shared_ptr<InMemoryCheckpoint> tier0_;  // tier 0; a Load holds its own reference
   std::shared_ptr<const IncrementalBase> base_;  // incremental: the newest commit

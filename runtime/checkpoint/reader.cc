@@ -7,6 +7,8 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <new>
+#include <optional>
 #include <thread>
 
 #include "base/mapped_buffer.h"
@@ -198,7 +200,13 @@ class CheckpointReaderImpl final : public CheckpointReader {
     if (b == nullptr) return Status::NotFound(dir_ + ": no blob '" + name + "'");
     uint64_t total = 0;
     for (const auto& c : b->chunks) total += c.raw_len;
-    std::string out(total, '\0');
+    std::string out;
+    try {
+      out.resize(total);
+    } catch (const std::bad_alloc&) {  // the manifest's lengths are checked, not small
+      return Status::ResourceExhausted(dir_ + ": blob '" + name + "' holds " +
+                                       std::to_string(total) + " bytes, more than can be allocated");
+    }
     ReadPlan plan;
     BoxCopy& whole = plan.copies.emplace_back();
     whole.run_bytes = total;
@@ -424,10 +432,12 @@ class CheckpointReaderImpl final : public CheckpointReader {
 
   // A raw chunk that exactly fills a page-aligned, whole-page stretch of its
   // destination: read straight into it (O_DIRECT needs both), and verified
-  // there. Null otherwise (the chunk goes through a bounce slot).
+  // there. Null otherwise (the chunk goes through a bounce slot). The read is
+  // stored_len bytes; the manifest decoder refused stored != raw already,
+  // checked again here because it decides what is written to.
   static char* DirectTarget(const ChunkRead& r) {
     const ChunkRecord& c = *r.rec;
-    if (r.verify || c.codec != Codec::kNone || c.stored_len == 0 ||
+    if (r.verify || c.codec != Codec::kNone || c.stored_len != c.raw_len || c.stored_len == 0 ||
         c.stored_len % kChunkAlignment != 0 || r.pieces.size() != 1 ||
         r.pieces[0].end - r.pieces[0].first != 1) {
       return nullptr;
@@ -576,15 +586,23 @@ class CheckpointReaderImpl final : public CheckpointReader {
       }
     }
     // Pieces of the chunk: raw bytes scatter from the slot once verified;
-    // a zstd frame is decoded to scratch first.
-    std::string scratch;
+    // a zstd frame is decoded to scratch first (mapped, so a length too
+    // large fails here as a Status instead of throwing on a pool thread).
+    std::optional<MappedBuffer> scratch;
     const char* raw = stored;
     if (c.codec == Codec::kNone) {
       STINT_RETURN_IF_ERROR(CheckInPlace(r, stored));
     } else {
-      scratch.resize(c.raw_len);
-      STINT_RETURN_IF_ERROR(DecodeChunk(c, stored, scratch.data(), r.where));
-      raw = scratch.data();
+      char nothing = 0;  // an empty frame is still checked
+      char* into = &nothing;
+      if (c.raw_len > 0) {
+        auto mapped = MappedBuffer::Map(c.raw_len);
+        if (!mapped.ok()) return mapped.status().WithContext(r.where);
+        scratch.emplace(std::move(*mapped));
+        into = scratch->data();
+      }
+      STINT_RETURN_IF_ERROR(DecodeChunk(c, stored, into, r.where));
+      raw = into;
     }
     for (const Piece& p : r.pieces) p.copy->Scatter(p.first, p.end, r.begin, c.raw_len, raw);
     return Status::OK();

@@ -5,7 +5,8 @@
 // Freed buffers are kept for reuse by the next save of the same size and
 // released to the OS only when a different size needs the room. When the
 // capacity is used up, Acquire either waits for a persist to finish or
-// reports that the pool is busy, as the caller's policy says.
+// reports that the pool is busy, as the caller's policy says. An auto-sized
+// pool grows with the largest snapshot, up to its cap.
 //
 // Thread-safe. Buffers may be returned from any thread; the pool must
 // outlive its buffers.
@@ -15,6 +16,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -27,6 +29,10 @@
 namespace stint {
 
 class StagingPool;
+
+// Half the physical memory: the default cap of an auto-sized pool
+// (SIZE_MAX when the system does not say).
+size_t DefaultStagingCap();
 
 // An aligned buffer lent by a StagingPool; returns itself on destruction.
 class StagingBuffer {
@@ -47,9 +53,11 @@ class StagingBuffer {
 
 class StagingPool {
  public:
-  // capacity_bytes == 0 means: fixed on first Acquire at `auto_buffers`
-  // times its size (default two, so one checkpoint can be persisting while
-  // the next is staged).
+  // capacity_bytes == 0 means auto-sized: `auto_buffers` times the largest
+  // snapshot asked for so far (default two, so one checkpoint can be
+  // persisting while the next is staged), growing when a larger one comes
+  // (the state grew, e.g. the optimizer's state appeared after the first
+  // step), never beyond `max_bytes`. A fixed capacity ignores `max_bytes`.
   // `before_unmap` (may be empty) runs, under the pool's lock, before a
   // buffer's memory goes back to the OS: the I/O engine forgets its
   // registration there, so a later mapping at the same address is never
@@ -58,7 +66,8 @@ class StagingPool {
   // newly mapped buffer before it is first touched: the device copier pins it
   // there (cudaHostRegister, NUMA placement). Its error fails that Acquire
   // and the mapping is released again.
-  explicit StagingPool(size_t capacity_bytes, std::function<void(char*)> before_unmap = nullptr,
+  explicit StagingPool(size_t capacity_bytes, size_t max_bytes = SIZE_MAX,
+                       std::function<void(char*)> before_unmap = nullptr,
                        std::function<Status(char*, size_t)> after_map = nullptr,
                        unsigned auto_buffers = 2);
   ~StagingPool();
@@ -66,10 +75,18 @@ class StagingPool {
   StagingPool& operator=(const StagingPool&) = delete;
 
   // Waits up to `wait` for room (zero: do not wait). kResourceExhausted if
-  // the size exceeds the capacity, kUnavailable if the pool stayed busy.
+  // the size exceeds the capacity (auto-sized: the cap), naming the
+  // CheckpointOptions field that sets it; kUnavailable if the pool stayed
+  // busy.
   Result<std::unique_ptr<StagingBuffer>> Acquire(size_t size, std::chrono::milliseconds wait);
 
-  size_t capacity() const;
+  // Takes a buffer that something may still write into (a device copy that
+  // timed out) out of the pool for good: its memory stays mapped (and
+  // registered) for the rest of the process instead of being reused or
+  // unmapped under that write; its room in the pool is freed.
+  void Abandon(std::unique_ptr<StagingBuffer> buffer);
+
+  size_t capacity() const;  // auto-sized: 0 before the first Acquire
   size_t bytes_in_use() const;
 
  private:
@@ -83,6 +100,8 @@ class StagingPool {
   const std::function<void(char*)> before_unmap_;
   const std::function<Status(char*, size_t)> after_map_;
   const unsigned auto_buffers_;
+  const bool auto_sized_;
+  const size_t max_bytes_;  // auto-sized only
   mutable std::mutex mu_;
   std::condition_variable released_;
   // Guarded by mu_.

@@ -242,7 +242,10 @@ json EncodeBody(const Manifest& m) {
 }
 
 // Checks chunks of one entry: aligned, inside their file (the entry's own,
-// or the referenced one), raw lengths add up.
+// or the referenced one), lengths that a reader may trust before reading
+// (a raw chunk stores exactly its raw bytes: they are read straight into the
+// destination; a zstd chunk decodes to at most the manifest's chunk_size),
+// raw lengths add up.
 Status ValidateChunks(const Manifest& m, const std::vector<ChunkRecord>& chunks, uint64_t raw_bytes,
                       const std::string& own_file, const std::string& ctx) {
   if (chunks.empty()) return Status::DataLoss(ctx + " has no chunks");
@@ -263,6 +266,17 @@ Status ValidateChunks(const Manifest& m, const std::vector<ChunkRecord>& chunks,
                               std::to_string(file->size) + " bytes)");
     }
     if (c.raw_len > (uint64_t{1} << 40)) return Status::DataLoss(cctx + ": raw length too large");
+    if (c.codec == Codec::kNone && c.stored_len != c.raw_len) {
+      return Status::DataLoss(cctx + " (in " + file->name + "): uncompressed chunk stores " +
+                              std::to_string(c.stored_len) + " bytes but holds " +
+                              std::to_string(c.raw_len));
+    }
+    if (c.codec != Codec::kNone && c.raw_len > m.chunk_size) {
+      return Status::DataLoss(cctx + " (in " + file->name + "): compressed chunk holds " +
+                              std::to_string(c.raw_len) + " bytes, more than the chunk size " +
+                              std::to_string(m.chunk_size));
+    }
+    if (c.raw_len > UINT64_MAX - sum) return Status::DataLoss(ctx + ": chunk lengths overflow");
     sum += c.raw_len;
   }
   if (sum != raw_bytes) {

@@ -126,7 +126,7 @@ void ResumableTraining::ReapDurable() {
       continue;
     }
     if (it->durable.get().ok() && it->step > last_durable_step_) last_durable_step_ = it->step;
-    it = pending_.erase(it);  // a failure also comes back from the next Save()/Flush()
+    it = pending_.erase(it);  // a failure also comes back from the next Flush()
   }
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <future>
 #include <numeric>
 #include <random>
 
@@ -251,6 +252,87 @@ TEST_P(CheckpointerTest, RefusesToOverwriteCommittedStep) {
   Model out = MakeModel(3, 10);
   ASSERT_OK((*ckpt)->Load(out.Dests()));
   EXPECT_EQ(out.w, m.w);
+}
+
+// A save while the first of the same step is still persisting is refused at
+// once; the first commits and the next step saves as usual.
+TEST_P(CheckpointerTest, SameStepTwiceInFlightIsRefusedAtOnce) {
+  CheckpointOptions o = Options();
+  std::promise<void> open_gate;
+  std::shared_future<void> gate = open_gate.get_future().share();
+  o.commit_guard = [gate](uint64_t step) {
+    if (step != 5) return Status::OK();
+    if (gate.wait_for(std::chrono::minutes(2)) != std::future_status::ready) {
+      return Status::DeadlineExceeded("the test never opened the gate");
+    }
+    return Status::OK();
+  };
+  auto ckpt = Checkpointer::Open(o);
+  ASSERT_OK(ckpt);
+  Model first = MakeModel(1, 10), second = MakeModel(2, 10);
+  auto h = (*ckpt)->Save(5, first.AsState());
+  ASSERT_OK(h);
+  auto again = (*ckpt)->Save(5, second.AsState());  // step 5 waits at its commit
+  open_gate.set_value();
+  ASSERT_FALSE(again.ok()) << "a second save of a step in flight was accepted";
+  EXPECT_EQ(again.status().code(), Code::kAlreadyExists);
+  EXPECT_NE(again.status().message().find("in flight"), std::string::npos)
+      << again.status().ToString();
+  ASSERT_OK(h->durable.get());
+  auto next = (*ckpt)->Save(6, second.AsState());
+  ASSERT_OK(next);
+  ASSERT_OK(next->durable.get());
+  EXPECT_OK((*ckpt)->Flush());
+  EXPECT_EQ(*(*ckpt)->ListCommitted(), (std::vector<uint64_t>{5, 6}));
+  Model out = MakeModel(3, 10);
+  LoadOptions at5;
+  at5.step = 5;
+  ASSERT_OK((*ckpt)->Load(out.Dests(), at5));
+  EXPECT_EQ(out.w, first.w);
+}
+
+// The pool sized automatically by a small first save (before the optimizer
+// has state) grows for the larger saves after it.
+TEST_P(CheckpointerTest, StagingPoolGrowsWithTheState) {
+  auto ckpt = Checkpointer::Open(Options());
+  ASSERT_OK(ckpt);
+  Model small = MakeModel(1, 10);
+  auto h0 = (*ckpt)->Save(0, small.AsState());
+  ASSERT_OK(h0);
+  ASSERT_OK(h0->durable.get());
+  for (uint64_t step = 1; step <= 3; ++step) {
+    Model large = MakeModel(uint32_t(step), 3000);
+    auto h = (*ckpt)->Save(step, large.AsState());
+    ASSERT_OK(h) << "step " << step;
+    ASSERT_OK(h->durable.get());
+    Model out = MakeModel(0, 3000);
+    ASSERT_OK((*ckpt)->Load(out.Dests()));
+    EXPECT_EQ(out.w, large.w);
+  }
+  EXPECT_OK((*ckpt)->Flush());
+}
+
+// Its growth stops at staging_max_bytes, and the refusal names that option.
+TEST_P(CheckpointerTest, StagingPoolCapIsNamedWhenExceeded) {
+  CheckpointOptions o = Options();
+  o.staging_max_bytes = 256 << 10;
+  auto ckpt = Checkpointer::Open(o);
+  ASSERT_OK(ckpt);
+  Model small = MakeModel(1, 10);  // ~4 KiB of tensors
+  auto h1 = (*ckpt)->Save(1, small.AsState());
+  ASSERT_OK(h1);
+  ASSERT_OK(h1->durable.get());
+  Model large = MakeModel(2, 3000);  // ~1.2 MB
+  auto h2 = (*ckpt)->Save(2, large.AsState());
+  ASSERT_FALSE(h2.ok());
+  EXPECT_EQ(h2.status().code(), Code::kResourceExhausted);
+  EXPECT_NE(h2.status().message().find("staging_max_bytes"), std::string::npos)
+      << h2.status().ToString();
+  EXPECT_NE(h2.status().message().find(std::to_string(256 << 10)), std::string::npos)
+      << h2.status().ToString();
+  auto h3 = (*ckpt)->Save(3, small.AsState());  // what fits still saves
+  ASSERT_OK(h3);
+  ASSERT_OK(h3->durable.get());
 }
 
 TEST_P(CheckpointerTest, SkipPolicyReportsBusyPool) {

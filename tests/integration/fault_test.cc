@@ -132,6 +132,29 @@ TEST_P(DiskFaultTest, DiskFullMidWrite) {
   ExpectFailedThenRecovers(Code::kResourceExhausted);
 }
 
+// Disk full on one save, handled on its durable future: the next save is
+// not refused for it and commits; Flush() reports it once (nobody may have
+// looked at the future), then nothing.
+TEST_P(DiskFaultTest, DiskFullOnOneSaveTheNextSaveCommits) {
+  env_.FailWritesAfterBytes(50000, ENOSPC);
+  StepState s2(2);
+  auto h2 = ckpt_->Save(2, s2.AsState());
+  ASSERT_OK(h2);
+  EXPECT_EQ(h2->durable.get().code(), Code::kResourceExhausted);
+  env_.Reset();  // the disk has room again
+  StepState s3(3);
+  auto h3 = ckpt_->Save(3, s3.AsState());
+  ASSERT_OK(h3) << "a handled background error came back from the next Save()";
+  ASSERT_OK(h3->durable.get());
+  Status flushed = ckpt_->Flush();
+  EXPECT_EQ(flushed.code(), Code::kResourceExhausted) << flushed.ToString();
+  EXPECT_NE(flushed.message().find("step 2"), std::string::npos) << flushed.ToString();
+  EXPECT_OK(ckpt_->Flush());
+  EXPECT_EQ(*ckpt_->ListCommitted(), (std::vector<uint64_t>{1, 3}));
+  ckpt_.reset();
+  ExpectNewestLoadsOneOf(root_, {3}, GetParam());
+}
+
 TEST_P(DiskFaultTest, DiskFullWritingManifest) {
   // The data file is ~84 KiB in 16 KiB writes; fail just after it, in the manifest.
   env_.FailWritesAfterBytes(86016 + 10, ENOSPC);

@@ -52,7 +52,8 @@ def test_stubs_name_what_the_module_has():
 # C++ binding's default (python_bindings/checkpointer_binding.cc).
 _OPTIONS = {
     "job_id": "", "fencing_token": 0, "chunk_size": 8 << 20, "compress": False, "zstd_level": 1,
-    "staging_bytes": 0, "busy_policy": "block", "block_timeout": 600.0, "keep_last": 3,
+    "staging_bytes": 0, "staging_max_bytes": 0, "busy_policy": "block", "block_timeout": 600.0,
+    "copy_timeout": 600.0, "keep_last": 3,
     "keep_every": 0, "io_engine": "auto", "direct_io": True, "io_queue_depth": 32,
     "io_size": 4 << 20, "threads": 0, "process_group": None, "collective": None,
     "commit_timeout": 0.0, "snapshot": "auto", "cuda": None, "incremental": False,

@@ -112,6 +112,38 @@ TEST(DeviceSnapshot, FailedCopyFailsStagedAndDurableAndNothingCommits) {
   ASSERT_OK(h2->durable.get());
 }
 
+// A device copy that never completes (a wedged device): Flush() with a
+// timeout says which step is stuck, the save fails by itself after
+// copy_timeout, and the destructor returns. The copy lands later in the
+// abandoned buffer, which stays mapped.
+TEST(DeviceSnapshot, WedgedCopyFailsTheSaveAndNothingHangs) {
+  TempDir dir;
+  DeviceState s(1);  // outlives the copier, which copies from it when released
+  HostCopier copier;
+  copier.Hold();  // no copy completes until the copier is destroyed
+  CheckpointOptions o = Options(dir.Sub("c"), &copier);
+  o.copy_timeout = std::chrono::milliseconds(500);
+  auto ckpt = Checkpointer::Open(o);
+  ASSERT_OK(ckpt);
+  auto h = (*ckpt)->Save(1, s.AsState());
+  ASSERT_OK(h);
+  Status flushed = (*ckpt)->Flush(std::chrono::milliseconds(1));
+  if (flushed.code() == Code::kDeadlineExceeded) {
+    EXPECT_NE(flushed.message().find("step 1"), std::string::npos) << flushed.ToString();
+  }
+  // Generous: the save gives up at copy_timeout by itself.
+  ASSERT_EQ(h->durable.wait_for(std::chrono::minutes(2)), std::future_status::ready)
+      << "the save waits for a wedged copy forever";
+  Status d = h->durable.get();
+  EXPECT_EQ(d.code(), Code::kDeadlineExceeded) << d.ToString();
+  EXPECT_NE(d.message().find("copy_timeout"), std::string::npos) << d.ToString();
+  EXPECT_EQ(h->staged.get().code(), Code::kDeadlineExceeded);
+  EXPECT_EQ((*ckpt)->Flush().code(), Code::kDeadlineExceeded);  // reported once more
+  EXPECT_TRUE((*ckpt)->ListCommitted()->empty());
+  ckpt->reset();  // returns: nothing waits for the copy any more
+  EXPECT_EQ(copier.copies_pending(), 1);
+}
+
 TEST(DeviceSnapshot, PinningFailureFailsTheSaveClearly) {
   TempDir dir;
   HostCopier copier;

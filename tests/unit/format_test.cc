@@ -599,6 +599,7 @@ TEST(ValidateManifestTest, EmptyAndScalarTensors) {
   m.tensors.push_back(scalar);
   EXPECT_OK(Validate(m));
   m.tensors.back().shards[0].chunks[0].raw_len = 4;
+  m.tensors.back().shards[0].chunks[0].stored_len = 4;  // a raw chunk stores what it holds
   EXPECT_STATUS(Validate(m), Code::kDataLoss,
                 "tensor 'scalar' shard 0: chunks hold 4 bytes, expected 8");
 }

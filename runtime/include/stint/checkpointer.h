@@ -13,8 +13,11 @@
 //   [commit_guard] -> rename to step-<step> -> fsync root -> LATEST (tmp + fsync + rename) -> fsync
 //   root
 // A crash at any point leaves the previous checkpoint loadable and nothing
-// half-written loadable. Background errors appear on the durable future and
-// are returned once more by the next Save()/Flush().
+// half-written loadable. A save that fails in the background fails its own
+// durable future only: the next Save() is not affected. Flush() returns the
+// first background error since the previous Flush() (a failed save's, the
+// same status its durable future holds, or one that belongs to no save, e.g.
+// retention), so a loop that never looks at the futures still learns of it.
 //
 // Tiers (each optional except tier 1):
 //   tier 0  host memory: the last committed checkpoint's staging image is kept
@@ -145,10 +148,26 @@ struct CheckpointOptions {
   // copies what the replica lacks. Not with keep_in_memory. Default: false
   bool incremental = false;
   int zstd_level = 1;              // Default: 1
-  // Staging pool capacity; 0 = twice the first snapshot. Default: 0
+  // Staging pool capacity. 0: sized automatically to twice the largest
+  // snapshot so far (three with keep_in_memory), growing when a save is
+  // larger than any before (say the optimizer's state appeared after a save
+  // at step 0), up to staging_max_bytes; memory once grown stays mapped for
+  // reuse. > 0: fixed; a larger snapshot is refused (kResourceExhausted
+  // naming this field). Default: 0
   size_t staging_bytes = 0;
+  // The cap of an automatically sized pool (staging_bytes = 0): a snapshot
+  // larger than this is refused with kResourceExhausted naming this field.
+  // 0: half the physical memory. Default: 0
+  size_t staging_max_bytes = 0;
   BusyPolicy busy_policy = BusyPolicy::kBlock;                        // Default: kBlock
   std::chrono::milliseconds block_timeout{std::chrono::minutes(10)};  // for kBlock
+  // How long a save's copies that run after Save() returned (device to host,
+  // lazy host) may take, from Save(). Past it (a wedged device) the save
+  // fails with kDeadlineExceeded on its staged and durable futures, so
+  // Flush() and the destructor do not hang; its staging buffer, which the
+  // copy may still write, is never reused or unmapped (it stays mapped for
+  // the rest of the process). Default: 10 min
+  std::chrono::milliseconds copy_timeout{std::chrono::minutes(10)};
   int keep_last = 3;               // newest K committed checkpoints kept; 0 = all. Default: 3
   uint64_t keep_every = 0;         // also keep steps divisible by N forever; 0 = none. Default: 0
   std::string io_engine = "auto";  // "auto", "uring", "posix". Default: "auto"
@@ -162,7 +181,7 @@ struct CheckpointOptions {
   // fencing token still current?" (CoordinatorClient::CommitGuard()). A
   // non-OK answer aborts this commit: the .tmp- directory is removed, nothing
   // committed (step dirs, LATEST) is touched, the save's durable future holds
-  // exactly that status, and the next Save()/Flush() returns it once more.
+  // exactly that status, and the next Flush() returns it once more.
   // Called once per save, never concurrently; its time (a network round trip
   // for a fencing check) adds to this save's and delays the saves queued
   // behind it. Default: none (always commit).
@@ -280,9 +299,14 @@ using DestPlanner = std::function<Result<std::vector<TensorDest>>(const Checkpoi
 
 class Checkpointer {
  public:
-  virtual ~Checkpointer() = default;  // waits for pending saves
+  // Waits for pending saves (their copies at most copy_timeout).
+  virtual ~Checkpointer() = default;
   static Result<std::unique_ptr<Checkpointer>> Open(const CheckpointOptions& options);
 
+  // Snapshots `state` and queues it to persist. kAlreadyExists, at once, when
+  // `step` is committed already or a save of it is still in flight (that
+  // save goes on; later saves are unaffected). An earlier save's failure is
+  // never returned here: see its durable future and Flush().
   virtual Result<SaveHandle> Save(uint64_t step, const State& state) = 0;
 
   // The lazy barrier. Call right before the training loop writes saved
@@ -298,7 +322,10 @@ class Checkpointer {
   // may write the state then. kDeadlineExceeded after `timeout`.
   virtual Status WaitStaged(std::chrono::milliseconds timeout = std::chrono::minutes(10)) = 0;
   // Waits until every pending save is durable or failed; returns the first
-  // background error not yet returned. kDeadlineExceeded on timeout.
+  // background error since the previous Flush() (each is returned by one
+  // Flush only), OK if none. kDeadlineExceeded on timeout, naming the steps
+  // still in flight (a save whose copies are stuck fails by itself after
+  // copy_timeout).
   virtual Status Flush(std::chrono::milliseconds timeout = std::chrono::minutes(10)) = 0;
   // Waits until tier-2 replication is idle; returns the first tier-2 error
   // not yet returned (tier-2 errors are never returned by Save or Flush).
