@@ -36,12 +36,14 @@ all-reduces the stop decision once per step (one 16-byte all-reduce on the
 checkpointer's process group; on a CUDA tensor for NCCL): a notice on any
 rank stops every rank at the same step, with one emergency checkpoint
 whose deadline is the earliest rank's, taken only if it fits on every rank.
-Under torchrun, run `python -m stint.torchrun` in its place so the launcher
+(FSDP2: resume() fills the model's shards in place but gives the optimizer
+full tensors; checkpoint a sharded optimizer with stint.Checkpointer and
+get_state_dict()/set_state_dict().) Under torchrun, run `python -m stint.torchrun` in its place so the launcher
 exits 75 too when its workers did (see stint.torchrun.main).
 
-Data: a ResumableSampler (as the DataLoader's batch_sampler) resumes at the
-first step not trained on. Any other DataLoader: pass it as `loader=` and
-iterate with run.iterate() instead of the loader itself:
+Data: pass the DataLoader as `loader=` (a ResumableSampler that is its
+batch_sampler is then taken as `sampler`) and read batches with
+run.iterate() instead of the loader itself:
 
     run = stint.Resumable(root, model=model, optimizer=opt, loader=loader)
     step = run.resume()
@@ -256,10 +258,11 @@ class Resumable:
         if self.sampler is not None:
             self.sampler.commit_step()
         self._reap()
-        if self._stop_agreed():
+        watcher = self.watcher
+        if watcher is not None and self._stop_agreed(watcher):
             # The exit code is decided: a signal while the process winds down must not kill it.
-            self.watcher.keep_until_exit()
-            plan = self.watcher.plan(**self._cost(step))
+            watcher.keep_until_exit()
+            plan = watcher.plan(**self._cost(step))
             reason = plan.reason
             save = self._all_ranks(plan.save)
             if plan.save and not save:
@@ -319,17 +322,15 @@ class Resumable:
         """The process group the stop decision is agreed over, or None (one process)."""
         return self.checkpointer.process_group if self.checkpointer.world_size > 1 else None
 
-    def _stop_agreed(self) -> bool:
+    def _stop_agreed(self, watcher: PreemptionWatcher) -> bool:
         """Whether to stop at this step: this rank's notice, or in a
         collective run any rank's (one all-reduce per step). A rank without
         a notice of its own gets the earliest rank's deadline as one."""
-        if self.watcher is None:
-            return False
-        requested = self.watcher.requested
+        requested = watcher.requested
         group = self._group()
         if group is None:
             return requested
-        notice = self.watcher.notice() if requested else None
+        notice = watcher.notice() if requested else None
         # MAX of [has a notice, -seconds to its deadline]: any notice, the earliest deadline.
         flags = torch.tensor([1.0 if requested else 0.0,
                               -notice.seconds_to_deadline if notice is not None else -math.inf],
@@ -337,7 +338,7 @@ class Resumable:
         torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX, group=group)
         stop, earliest = flags.tolist()
         if stop and not requested:
-            self.watcher.notify("preemption notice on another rank", -earliest)
+            watcher.notify("preemption notice on another rank", -earliest)
         return bool(stop)
 
     def _all_ranks(self, value: bool) -> bool:
