@@ -67,9 +67,10 @@ class SignalPipe {
   static Result<std::unique_ptr<SignalPipe>> Install(const std::vector<int>& signals);
 
   // Restores the previous dispositions (unless someone replaced ours since,
-  // or KeepInstalledUntilExit() was called), then closes the pipe. A forked child must not destroy a SignalPipe it
-  // inherited; it should exec or _exit (the fork handler already detached it
-  // from the signals, see signal_pipe.cc).
+  // or KeepInstalledUntilExit() was called), then closes the pipe. A forked
+  // child must not destroy a SignalPipe it inherited; it should exec or _exit
+  // (the fork handler already detached it from the signals, see
+  // signal_pipe.cc).
   ~SignalPipe();
   SignalPipe(const SignalPipe&) = delete;
   SignalPipe& operator=(const SignalPipe&) = delete;

@@ -163,9 +163,9 @@ TEST_F(PreemptResume, SigtermAfterTheRunReportedCompletionStillExitsZero) {
     ASSERT_TRUE(c.WaitForLine("final step")) << c.output();
     kill(c.pid(), SIGTERM);
     const int status = c.Wait();
-    ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status)
-                                   << " after it completed\n"
-                                   << c.output();
+    ASSERT_TRUE(WIFEXITED(status))
+        << "killed by signal " << WTERMSIG(status) << " after it completed\n"
+        << c.output();
     EXPECT_EQ(WEXITSTATUS(status), 0) << c.output();
   }
 }
