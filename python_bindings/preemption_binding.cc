@@ -168,6 +168,10 @@ void BindPreemption(py::module_& m) {
           py::arg("fixed_seconds") = 0.05, py::arg("steps_since_durable") = 0,
           "The decision for the pending notice, now: emergency checkpoint if it fits the "
           "remaining grace at the measured throughput (unknown throughput: try).")
+      .def(
+          "keep_until_exit", [](const PyWatcher& w) { w.get().KeepUntilExit(); },
+          "The run is over: the signals stay caught until the process exits, also after "
+          "uninstall(); late signals are dropped.")
       .def("wait", &PyWatcher::Wait, py::arg("timeout") = py::none(),
            "Blocks (GIL released) until a notice is pending or `timeout` seconds pass; returns "
            "requested.");

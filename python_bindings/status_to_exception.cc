@@ -4,6 +4,7 @@
 #include <Python.h>
 
 #include <array>
+#include <cerrno>
 #include <string>
 
 namespace stint {
@@ -17,6 +18,10 @@ struct ClassSpec {
   const char* name;   // attribute of stint._C and of stint
   PyObject* builtin;  // second base, or null for stint.Error alone
   const char* doc;
+  // OSError subclasses: the errno an error of this code stands for when it
+  // did not come from a syscall (NotFoundError is ENOENT, as
+  // FileNotFoundError is); 0: none (errno is then only the syscall's).
+  int default_errno = 0;
 };
 
 constexpr size_t kCodes = static_cast<size_t>(Code::kPermissionDenied) + 1;
@@ -34,18 +39,20 @@ std::array<ClassSpec, kCodes - 1> Specs() {
       {Code::kInvalidArgument, "InvalidArgumentError", PyExc_ValueError,
        "A bad argument: wrong name, dtype, shape or option."},
       {Code::kNotFound, "NotFoundError", PyExc_FileNotFoundError,
-       "No such checkpoint, tensor, blob or file."},
+       "No such checkpoint, tensor, blob or file.", ENOENT},
       {Code::kAlreadyExists, "AlreadyExistsError", PyExc_FileExistsError,
-       "The checkpoint (or watcher, or name) already exists."},
+       "The checkpoint (or watcher, or name) already exists.", EEXIST},
       {Code::kFailedPrecondition, "FailedPreconditionError", PyExc_RuntimeError,
        "The call does not fit the current state (e.g. a changed data configuration); do not "
        "retry."},
       {Code::kAborted, "AbortedError", nullptr, "Aborted; retry at a higher level."},
       {Code::kUnavailable, "UnavailableError", nullptr,
        "Temporarily unavailable (a full staging pool, an unreachable coordinator); retry later."},
-      {Code::kDeadlineExceeded, "DeadlineExceededError", PyExc_TimeoutError, "A deadline ran out."},
-      {Code::kResourceExhausted, "ResourceExhaustedError", nullptr,
-       "Out of space or memory (ENOSPC, EDQUOT, a staging pool too small)."},
+      {Code::kDeadlineExceeded, "DeadlineExceededError", PyExc_TimeoutError, "A deadline ran out.",
+       ETIMEDOUT},
+      {Code::kResourceExhausted, "ResourceExhaustedError", PyExc_OSError,
+       "Out of space or memory: errno ENOSPC or EDQUOT for a full disk or quota, None for a "
+       "staging pool too small."},
       {Code::kDataLoss, "DataLossError", nullptr,
        "A checkpoint is damaged: checksum, size or format mismatch. It is never loaded."},
       {Code::kIoError, "IoError", PyExc_OSError, "An I/O system call failed."},
@@ -55,8 +62,15 @@ std::array<ClassSpec, kCodes - 1> Specs() {
        "Not supported (yet)."},
       {Code::kUnauthenticated, "UnauthenticatedError", nullptr, "No or an unknown credential."},
       {Code::kPermissionDenied, "PermissionDeniedError", PyExc_PermissionError,
-       "The credential lacks the right."},
+       "The credential lacks the right.", EACCES},
   }};
+}
+
+int DefaultErrno(Code code) {
+  for (const ClassSpec& spec : Specs()) {
+    if (spec.code == code) return spec.default_errno;
+  }
+  return 0;
 }
 
 PyObject* ClassFor(Code code) {
@@ -95,8 +109,9 @@ py::object ExceptionFor(const Status& status) {
   py::handle cls = ClassFor(status.code());
   py::object exc = cls(py::str(status.message()));
   exc.attr("sys_errno") = status.sys_errno();
-  if (status.sys_errno() != 0 && PyObject_IsSubclass(cls.ptr(), PyExc_OSError) == 1) {
-    exc.attr("errno") = status.sys_errno();  // OSError's own field; str(exc) stays the message
+  const int err = status.sys_errno() != 0 ? status.sys_errno() : DefaultErrno(status.code());
+  if (err != 0 && PyObject_IsSubclass(cls.ptr(), PyExc_OSError) == 1) {
+    exc.attr("errno") = err;  // OSError's own field; str(exc) stays the message
   }
   return exc;
 }

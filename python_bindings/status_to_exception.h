@@ -8,10 +8,14 @@
 //   NOT_FOUND        -> NotFoundError(Error, FileNotFoundError)
 //   ALREADY_EXISTS   -> AlreadyExistsError(Error, FileExistsError)
 //   DEADLINE_EXCEEDED-> DeadlineExceededError(Error, TimeoutError)
-//   IO_ERROR         -> IoError(Error, OSError)   (errno set when known)
+//   IO_ERROR         -> IoError(Error, OSError)
+//   RESOURCE_EXHAUSTED -> ResourceExhaustedError(Error, OSError)  (ENOSPC, EDQUOT)
 //   ...
 // str(exception) is the Status message, unchanged; `code` is CodeName()
-// ("DATA_LOSS") and `sys_errno` the errno (0 when not from a syscall).
+// ("DATA_LOSS") and `sys_errno` the errno (0 when not from a syscall). The
+// OSError subclasses carry `errno`: the syscall's, else the one their code
+// stands for (NotFoundError ENOENT, AlreadyExistsError EEXIST,
+// PermissionDeniedError EACCES, DeadlineExceededError ETIMEDOUT), else None.
 //
 // REQUIRES: the GIL is held for every function here.
 #ifndef STINT_PYTHON_BINDINGS_STATUS_TO_EXCEPTION_H_

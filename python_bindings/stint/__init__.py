@@ -14,6 +14,9 @@ ResumableSampler, PreemptionWatcher and capture_rng; stint.dcp has a
 StorageWriter and StorageReader for torch.distributed.checkpoint. Every error is a stint.Error subclass
 (DataLossError, NotFoundError, ...; most also subclass the closest builtin,
 e.g. NotFoundError is a FileNotFoundError) carrying the runtime's message.
+I/O errors are OSErrors with errno: IoError (the syscall's errno),
+ResourceExhaustedError (ENOSPC, EDQUOT for a full disk), NotFoundError
+(ENOENT), AlreadyExistsError (EEXIST), PermissionDeniedError (EACCES).
 """
 
 from typing import Any, Dict

@@ -90,9 +90,16 @@ Device = Union[str, torch.device, int]  # what torch.device() accepts
 MapLocation = Union[Device, Dict[str, Device]]
 
 
+MAX_STEP = 2**64 - 1  # a step is an unsigned 64-bit number (manifest, step-N directory names)
+
+
 def _check_step(step: int) -> int:
+    """`step`, or InvalidArgumentError (a ValueError) naming it and the bound."""
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise _C.InvalidArgumentError("step must be a non-negative int, got %r" % (step,))
+    if step > MAX_STEP:
+        raise _C.InvalidArgumentError("step %d is out of range: a step is at most 2**64 - 1 = %d"
+                                      % (step, MAX_STEP))
     return step
 
 

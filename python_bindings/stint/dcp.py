@@ -82,6 +82,7 @@ from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
 from . import _C
+from .checkpointer import _check_step
 
 __all__ = ["StorageWriter", "StorageReader", "stint_errors"]
 
@@ -111,12 +112,6 @@ def _committed_steps(root: str) -> List[int]:
         if canonical and os.path.isdir(os.path.join(root, name)):
             steps.append(int(m.group(1)))
     return sorted(steps)
-
-
-def _check_step(step: Any) -> int:
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise _C.InvalidArgumentError("step must be a non-negative int, got %r" % (step,))
-    return step
 
 
 def _parse_checkpoint_id(checkpoint_id: Any) -> Optional[Tuple[Optional[str], Optional[int]]]:
@@ -151,7 +146,8 @@ def _checkpoint_target(checkpoint_id: Any, root: str) -> Tuple[str, Optional[int
         raise _C.InvalidArgumentError(
             "stint.dcp: checkpoint_id must be a step, '<root>/step-<N>' or a root path, "
             "got %r" % (checkpoint_id,))
-    return parsed[0] if parsed[0] is not None else root, parsed[1]
+    step = None if parsed[1] is None else _check_step(parsed[1])
+    return parsed[0] if parsed[0] is not None else root, step
 
 
 def _default_store() -> Optional[Any]:

@@ -57,6 +57,7 @@ import time
 from typing import Any, Callable, Dict, Literal, NamedTuple, Optional, Tuple
 
 from . import _C
+from .checkpointer import _check_step
 
 _DEFAULT_JOIN_TIMEOUT = 300.0
 _DEFAULT_PG_TIMEOUT = 60.0
@@ -284,7 +285,7 @@ class ElasticWorker:
 
     def set_step(self, step: int) -> None:
         """The step sent with the next heartbeat (progress in stintctl). Cheap."""
-        self._session.set_step(step)
+        self._session.set_step(_check_step(step))
 
     def finished(self) -> None:
         """The job is complete (one rank calls it, after the others are done)."""
@@ -292,7 +293,7 @@ class ElasticWorker:
 
     def ack(self, step: int) -> None:
         """After a notice: the checkpoint of `step` is durable; the job goes back to the queue."""
-        self._session.ack(step)
+        self._session.ack(_check_step(step))
 
     def leave(self) -> None:
         """This worker leaves the job without ending it."""

@@ -162,13 +162,22 @@ class PreemptionWatcher:
         return self._c.plan(int(state_bytes), float(bytes_per_second), float(fixed_seconds),
                             int(steps_since_durable))
 
+    def keep_until_exit(self) -> None:
+        """The run is over (finished, or stopping to be requeued): from now
+        until the process exits the signals stay caught, also after
+        uninstall(), so a signal arriving while the process winds down cannot
+        turn its exit code into a kill. Late signals are dropped; handlers
+        installed before are still chained. Resumable calls it."""
+        self._c.keep_until_exit()
+
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Blocks (GIL released, Ctrl-C works) until a notice is pending or
         `timeout` seconds pass; returns requested."""
         return self._c.wait(timeout)
 
     def uninstall(self) -> None:
-        """Stops the watcher and restores the previous signal handlers. Idempotent."""
+        """Stops the watcher and restores the previous signal handlers (unless
+        keep_until_exit() was called). Idempotent."""
         global _shielded
         self._stop.set()
         if self._c.installed:

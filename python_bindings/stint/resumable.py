@@ -15,17 +15,57 @@ preemption-safe and exactly resumable.
 A checkpoint holds the model's and the optimizer's state_dict(), the
 sampler's cursor and data fingerprint, every global RNG (torch CPU and CUDA,
 Python random, numpy), the step, the state_dict() of each object passed in
-`objects` (an LR scheduler, a GradScaler) and `user_state` (plain values).
-resume() restores all of it from the newest checkpoint that verifies;
-newer ones it passes over are reported (logged, and in resume_skipped);
-the damaged ones are quarantined, those of a newer format version (written
-by a newer stint) or unreadable now are left in place.
+`objects` (an LR scheduler, a GradScaler), `user_state` (plain values) and,
+with `loader=`, the DataLoader's position. resume() restores all of it from
+the newest checkpoint that verifies; newer ones it passes over are reported
+(logged, and in resume_skipped); the damaged ones are quarantined, those of a
+newer format version (written by a newer stint) or unreadable now are left in
+place.
 
 On a preemption notice (SIGTERM or SIGUSR1 by default), step_boundary()
 takes an emergency checkpoint when it fits the remaining grace at the
 measured throughput, otherwise logs how many steps will be lost, then
 returns True: exit with stint.EXIT_REQUEUE (75) so the scheduler requeues
-the job.
+the job. From then on, and after finish(), the preemption signals stay
+caught until the process exits (PreemptionWatcher.keep_until_exit()): a
+signal arriving while the process winds down cannot turn exit 75, or exit 0
+of a completed run, into a kill.
+
+In a distributed job (DDP, FSDP: torch.distributed initialised, so the
+Checkpointer is collective) every rank makes the Resumable, with the same
+options, and calls the same methods at the same steps. step_boundary()
+all-reduces the stop decision once per step (one 16-byte all-reduce on the
+checkpointer's process group; on a CUDA tensor for NCCL): a notice on any
+rank stops every rank at the same step, with one emergency checkpoint
+whose deadline is the earliest rank's, taken only if it fits on every rank.
+(FSDP2: resume() fills the model's shards in place but gives the optimizer
+full tensors; checkpoint a sharded optimizer with stint.Checkpointer and
+get_state_dict()/set_state_dict().) Under torchrun, run `python -m stint.torchrun` in its place so the launcher
+exits 75 too when its workers did (see stint.torchrun.main).
+
+Data: pass the DataLoader as `loader=` (a ResumableSampler that is its
+batch_sampler is then taken as `sampler`) and read batches with
+run.iterate() instead of the loader itself:
+
+    run = stint.Resumable(root, model=model, optimizer=opt, loader=loader)
+    step = run.resume()
+    while step < total_steps:
+        for x, y in run.iterate():                # one epoch, as `for x, y in loader`
+            ...
+
+A checkpoint then holds the state of the loader's generators as the
+epoch's iterator was created from them and how many batches the epoch
+yielded; resume() puts the generators back, creates the iterator (which
+draws from them, and maybe from the global RNG), skips the batches trained
+on already (reading them, as the interrupted run did; a loader with
+state_dict()/load_state_dict(), such as torchdata's StatefulDataLoader, is
+restored through those instead, and a ResumableSampler needs no skipping)
+and only then restores the global RNGs, so the next batch, its
+augmentations and the model's dropout all match the uninterrupted run.
+A loader without a generator is given one (seeded from the global torch
+RNG when the Resumable is made), and a RandomSampler without one gets the
+loader's: a DataLoader otherwise draws from the global RNG whenever an
+iterator is made.
 
 With both a model and an optimizer, snapshots are lazy (see
 Checkpointer.attach()): the training thread does not wait for the copy. The
@@ -33,30 +73,28 @@ tensors in `objects`' state_dict()s must then not be changed in place
 before the next optimizer step (LR schedulers and GradScaler hold plain
 numbers); pass snapshot="eager" otherwise.
 
-For bit-exact resumes give the DataLoader its own generator
-(DataLoader(..., generator=torch.Generator())): creating a DataLoader
-iterator otherwise draws from the global torch RNG, and a resumed run
-creates its iterator at a different point than an uninterrupted one.
-
 Thread-compatible: the training thread owns it.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Literal, Mapping, Optional,
-                    Tuple)
+import math
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Literal, Mapping,
+                    Optional, Tuple)
+
+import torch
+import torch.distributed
+import torch.utils.data
 
 from . import _C
-from .checkpointer import Checkpointer
+from .checkpointer import Checkpointer, _check_step
 from .preemption import PreemptionWatcher
 from .rng import capture_rng, restore_rng
+from .sampler import ResumableSampler
 
 if TYPE_CHECKING:
-    import torch
-
     from .checkpointer import PathLike
-    from .sampler import ResumableSampler
 
 _log = logging.getLogger("stint")
 
@@ -65,20 +103,35 @@ class Resumable:
     def __init__(self, root: PathLike, *, model: Optional[torch.nn.Module] = None,
                  optimizer: Optional[torch.optim.Optimizer] = None,
                  sampler: Optional[ResumableSampler] = None, objects: Optional[Mapping[str, Any]] = None,
-                 save_every: int = 100, watch_signals: bool = True,
+                 loader: Any = None, save_every: int = 100, watch_signals: bool = True,
                  signals: Optional[Iterable[int]] = None, grace: Optional[float] = None,
                  safety: Optional[float] = None,
                  on_preemption: Optional[Callable[[_C.PreemptionPlan], Any]] = None,
                  **checkpoint_options: Any) -> None:
         """root: the checkpoint directory. save_every: asynchronous checkpoint
         every N steps (0: only on preemption and finish()). objects: {name:
-        object with state_dict()/load_state_dict()}. watch_signals: install a
-        PreemptionWatcher (signals, grace, safety as there). on_preemption:
-        called with the PreemptionPlan at the step boundary that acts on a
-        notice. Other keyword arguments go to stint.Checkpointer."""
+        object with state_dict()/load_state_dict()}. loader: the DataLoader
+        the loop reads through iterate() (see the module doc; its
+        ResumableSampler is taken as `sampler` when that is not given).
+        watch_signals: install a PreemptionWatcher (signals, grace, safety as
+        there; the same on every rank). on_preemption: called with the
+        PreemptionPlan at the step boundary that acts on a notice. Other
+        keyword arguments go to stint.Checkpointer."""
+        if sampler is None and loader is not None:
+            sampler = next((s for s in (getattr(loader, "batch_sampler", None),
+                                        getattr(loader, "sampler", None))
+                            if isinstance(s, ResumableSampler)), None)
         self.model = model
         self.optimizer = optimizer
         self.sampler = sampler
+        self.loader = loader
+        self._loader_generators = _own_generators(loader) if loader is not None else []
+        # What the loop's current epoch started from (see iterate()).
+        self._epoch_started = False
+        self._epoch_generator_states: List[bytes] = []
+        self._epoch_batches = 0
+        self._resumed_iterator: Optional[Iterator[Any]] = None
+        self._warned_loader_unused = False
         self.objects = dict(objects or {})
         self.save_every = int(save_every)
         self.on_preemption = on_preemption
@@ -116,6 +169,8 @@ class Resumable:
             s["sampler"] = self.sampler.state_dict()
         if self.objects:
             s["objects"] = {name: obj.state_dict() for name, obj in self.objects.items()}
+        if self.loader is not None:
+            s["loader"] = self._loader_state()
         return s
 
     def resume(self) -> int:
@@ -155,6 +210,11 @@ class Resumable:
                 raise _C.FailedPreconditionError("%s: the checkpoint holds no state for object '%s'"
                                                  % (r.dir, name))
             obj.load_state_dict(saved[name])
+        if self.loader is not None:
+            if "loader" not in s:
+                raise _C.FailedPreconditionError("%s: the checkpoint holds no 'loader' state" % r.dir)
+            self._resume_loader(s["loader"], r.dir)
+        # Last: making the loader's iterator above may have drawn from the global RNGs.
         restore_rng(s["rng"])
         self.user_state = dict(s.get("user") or {})
         step = int(s["step"])
@@ -163,9 +223,27 @@ class Resumable:
 
     # -- the loop -------------------------------------------------------------------
 
+    def iterate(self) -> Iterator[Any]:
+        """One epoch of the `loader` given to the constructor, as `for batch
+        in loader` gives it; after resume(), the rest of the epoch the
+        checkpoint was taken in. Iterate through it (not the loader itself)
+        so that checkpoints know where the epoch is."""
+        if self.loader is None:
+            raise _C.FailedPreconditionError("Resumable.iterate() needs the DataLoader as loader=")
+        it, self._resumed_iterator = self._resumed_iterator, None
+        if it is None:
+            self._epoch_generator_states = [_generator_state(g) for g in self._loader_generators]
+            self._epoch_batches = 0
+            self._epoch_started = True
+            it = iter(self.loader)
+        for batch in it:
+            self._epoch_batches += 1
+            yield batch
+
     def save(self, step: int, wait: bool = False) -> None:
         """Checkpoints now (unless this step was saved already); with wait,
         returns once it is durable."""
+        _check_step(step)
         if self._last_saved_step != step:
             handle = self.checkpointer.save(step, self.state(step))
             self._last_saved_step = step
@@ -183,14 +261,22 @@ class Resumable:
         """Call once per step, after the optimizer step; `step` counts steps
         done. Commits the sampler's cursor, saves every save_every steps, and
         returns True when a preemption notice says: stop and exit with
-        self.exit_code (stint.EXIT_REQUEUE)."""
+        self.exit_code (stint.EXIT_REQUEUE). Distributed: collective (every
+        rank stops at the same step, see the module doc)."""
+        _check_step(step)
         if self.sampler is not None:
             self.sampler.commit_step()
         self._reap()
-        if self.watcher is not None and self.watcher.requested:
-            plan = self.watcher.plan(**self._cost(step))
+        watcher = self.watcher
+        if watcher is not None and self._stop_agreed(watcher):
+            # The exit code is decided: a signal while the process winds down must not kill it.
+            watcher.keep_until_exit()
+            plan = watcher.plan(**self._cost(step))
             reason = plan.reason
-            if plan.save:
+            save = self._all_ranks(plan.save)
+            if plan.save and not save:
+                reason += "; not saving: the checkpoint does not fit the grace on another rank"
+            if save:
                 try:
                     self.save(step, wait=True)
                 except _C.Error as e:
@@ -213,11 +299,16 @@ class Resumable:
         return False
 
     def finish(self, step: int) -> None:
-        """Final checkpoint (unless this step is durable already); waits for every save."""
+        """Final checkpoint (unless this step is durable already); waits for
+        every save. The run is then complete: a preemption signal from now
+        until the process exits changes nothing (exit 0)."""
+        _check_step(step)
         if self.last_durable_step != step:
             self.save(step, wait=True)
         self.checkpointer.flush()
         self._reap()
+        if self.watcher is not None:
+            self.watcher.keep_until_exit()
 
     def close(self) -> None:
         """Waits for pending saves, closes the checkpointer, uninstalls the watcher."""
@@ -235,6 +326,85 @@ class Resumable:
         return False
 
     # -- internals ---------------------------------------------------------------------
+
+    def _group(self) -> Any:
+        """The process group the stop decision is agreed over, or None (one process)."""
+        return self.checkpointer.process_group if self.checkpointer.world_size > 1 else None
+
+    def _stop_agreed(self, watcher: PreemptionWatcher) -> bool:
+        """Whether to stop at this step: this rank's notice, or in a
+        collective run any rank's (one all-reduce per step). A rank without
+        a notice of its own gets the earliest rank's deadline as one."""
+        requested = watcher.requested
+        group = self._group()
+        if group is None:
+            return requested
+        notice = watcher.notice() if requested else None
+        # MAX of [has a notice, -seconds to its deadline]: any notice, the earliest deadline.
+        flags = torch.tensor([1.0 if requested else 0.0,
+                              -notice.seconds_to_deadline if notice is not None else -math.inf],
+                             dtype=torch.float64, device=_collective_device(group))
+        torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX, group=group)
+        stop, earliest = flags.tolist()
+        if stop and not requested:
+            watcher.notify("preemption notice on another rank", -earliest)
+        return bool(stop)
+
+    def _all_ranks(self, value: bool) -> bool:
+        """`value` when it is True on every rank of the group (False otherwise)."""
+        group = self._group()
+        if group is None:
+            return value
+        flag = torch.tensor([1.0 if value else 0.0], dtype=torch.float64,
+                            device=_collective_device(group))
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN, group=group)
+        return bool(flag.item())
+
+    def _loader_state(self) -> Dict[str, Any]:
+        if not self._epoch_started and not self._warned_loader_unused:
+            self._warned_loader_unused = True
+            _log.warning("stint: Resumable(loader=...) saves, but no batch was read through "
+                         "run.iterate(): a resume restarts the loader's epoch")
+        started = self._epoch_started
+        return {
+            "generators": (self._epoch_generator_states if started else
+                           [_generator_state(g) for g in self._loader_generators]),
+            "started": started,
+            "batches": self._epoch_batches if started else 0,
+            "state": self.loader.state_dict() if _is_stateful(self.loader) else None,
+        }
+
+    def _resume_loader(self, saved: Any, where: str) -> None:
+        """Puts the loader back where the checkpoint's epoch was: generators,
+        then its own state or skipping, with the epoch's iterator made here
+        for iterate() to continue."""
+        generators = saved.get("generators") if isinstance(saved, dict) else None
+        if not isinstance(generators, list) or len(generators) != len(self._loader_generators):
+            raise _C.FailedPreconditionError(
+                "%s: the checkpoint's loader state holds %s generator states, the loader has %d"
+                % (where, len(generators) if isinstance(generators, list) else "no",
+                   len(self._loader_generators)))
+        for g, state in zip(self._loader_generators, generators):
+            g.set_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
+        self._resumed_iterator = None
+        self._epoch_started = bool(saved["started"])
+        self._epoch_generator_states = list(generators)
+        self._epoch_batches = int(saved["batches"])
+        if _is_stateful(self.loader):
+            self.loader.load_state_dict(saved["state"])
+        if not self._epoch_started:
+            return
+        it = iter(self.loader)
+        # A stateful loader or a ResumableSampler starts where it left off;
+        # any other loader starts its epoch over: skip what was trained on.
+        if not _resumes_itself(self.loader):
+            for done in range(self._epoch_batches):
+                if next(it, _END) is _END:
+                    raise _C.FailedPreconditionError(
+                        "%s: the loader's epoch ended after %d batches, the checkpoint's had "
+                        "yielded %d: the dataset or the batch size changed"
+                        % (where, done, self._epoch_batches))
+        self._resumed_iterator = it
 
     def _reap(self) -> None:
         left = []
@@ -260,3 +430,54 @@ class Resumable:
                 cost["bytes_per_second"] = last["raw_bytes"] / seconds
             cost["fixed_seconds"] = last["snapshot_seconds"] + last["commit_seconds"]
         return cost
+
+
+_END = object()
+
+
+def _collective_device(group: Any) -> torch.device:
+    """Where a tensor for a collective on `group` must live: the current
+    CUDA device for NCCL, else the CPU (gloo, and mixed backends)."""
+    if str(torch.distributed.get_backend(group)) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _is_stateful(loader: Any) -> bool:
+    """A loader that saves its own position (torchdata's StatefulDataLoader)."""
+    return callable(getattr(loader, "state_dict", None)) and \
+        callable(getattr(loader, "load_state_dict", None))
+
+
+def _resumes_itself(loader: Any) -> bool:
+    """A loader whose new iterator starts at the checkpoint's position."""
+    return _is_stateful(loader) or any(
+        isinstance(getattr(loader, name, None), ResumableSampler) for name in ("batch_sampler", "sampler"))
+
+
+def _generator_state(g: torch.Generator) -> bytes:
+    # bytes, not a tensor: per rank in a collective checkpoint, as the global RNGs are.
+    return bytes(g.get_state().numpy().tobytes())
+
+
+def _own_generators(loader: Any) -> List[torch.Generator]:
+    """The generators a DataLoader draws from when it makes an iterator
+    (its base seed, the sampler's permutation), after giving the loader one
+    when it has none (seeded from the global torch RNG, here) and a
+    RandomSampler without one the loader's: else both draw from the global
+    RNG at every new iterator."""
+    if hasattr(loader, "generator") and loader.generator is None:
+        g = torch.Generator()
+        g.manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
+        loader.generator = g
+    found: List[torch.Generator] = []
+    samplers = (getattr(loader, "sampler", None),
+                getattr(getattr(loader, "batch_sampler", None), "sampler", None))
+    for sampler in samplers:
+        if isinstance(sampler, torch.utils.data.RandomSampler) and sampler.generator is None:
+            sampler.generator = getattr(loader, "generator", None)
+    for owner in (loader,) + samplers:
+        g = getattr(owner, "generator", None)
+        if isinstance(g, torch.Generator) and all(g is not f for f in found):
+            found.append(g)
+    return found

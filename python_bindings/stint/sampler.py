@@ -33,6 +33,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 from torch.utils.data import Sampler
 
 from . import _C
+from .checkpointer import _check_step
 
 
 class ResumableSampler(Sampler[List[int]]):
@@ -107,7 +108,7 @@ class ResumableSampler(Sampler[List[int]]):
     def indices_at_step(self, step: int, rank: Optional[int] = None,
                         world_size: Optional[int] = None) -> List[int]:
         """Indices of `rank` (default: this one) for global step `step`."""
-        return self._c.rank_indices_at_step(step, self.rank if rank is None else rank,
+        return self._c.rank_indices_at_step(_check_step(step), self.rank if rank is None else rank,
                                             self.world_size if world_size is None else world_size)
 
     def worker_indices(self, worker: int, num_workers: int) -> List[int]:

@@ -33,6 +33,16 @@ Configuration:
   key prefix           ``--rdzv-conf prefix=P`` (default ``torchrun``): the
                        state is ``P/state``, the store ``P/store/...``
                        (stint-agent gives each segment its own).
+
+Exit codes: torchrun exits 1 whenever a worker failed, so a job whose
+workers all exited 75 (stint.EXIT_REQUEUE: preempted, checkpoint taken) would
+look like a crash to Slurm, stint-agent or any wrapper. Launch through
+``python -m stint.torchrun`` (the same arguments as torchrun, any rendezvous
+backend) instead: it is torchrun, except that it exits 75 when every worker
+of its last run exited 75, whether they stopped on their own (a notice to
+one rank, agreed by stint.Resumable) or after torchrun itself was signalled
+and passed the signal on. Keep ``--max-restarts`` at 0 for preemptible jobs:
+torchrun restarts workers that exited 75 in place otherwise.
 """
 
 import base64
@@ -42,10 +52,11 @@ import json
 import os
 import re
 import ssl
+import sys
 import time
 import urllib.error
 import urllib.request
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch.distributed as dist
 from torch.distributed.elastic.rendezvous import (
@@ -60,7 +71,8 @@ from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
     create_handler,
 )
 
-__all__ = ["StintKv", "StintRendezvousBackend", "StintStore", "create_stint_handler", "handler"]
+__all__ = ["StintKv", "StintRendezvousBackend", "StintStore", "create_stint_handler", "handler",
+           "main"]
 
 _KEY_OK = re.compile(r"[A-Za-z0-9./-]")  # stintd allows [A-Za-z0-9._/-]; "_" escapes
 _MAX_KEY = 200
@@ -296,3 +308,52 @@ def handler() -> Callable[[RendezvousParameters], RendezvousHandler]:
     """The ``torchrun.handlers`` entry point: torch calls it and registers
     what it returns under the entry point's name, ``stint``."""
     return create_stint_handler
+
+
+_EXIT_REQUEUE = 75  # stint.EXIT_REQUEUE (runtime/include/stint/preemption.h)
+
+
+def _worker_exit_codes(pcontext) -> Dict[int, Optional[int]]:
+    """{local rank: exit code} of the workers a closed torchrun process
+    context ran (a worker started from a command line); {} for others."""
+    handlers = getattr(pcontext, "subprocess_handlers", None) or {}
+    return {rank: h.proc.returncode for rank, h in handlers.items()}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m stint.torchrun ARGS``: torchrun ARGS, exiting 75 when every
+    worker of its last run exited 75 (see the module doc); otherwise exactly
+    what torchrun does."""
+    from torch.distributed import run as torch_run
+    from torch.distributed.elastic.multiprocessing import SignalException
+    from torch.distributed.elastic.multiprocessing import api as processes
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    # torchrun reaps its workers in PContext.close() (after a worker failed,
+    # and when it was signalled) and reports their codes nowhere else in full.
+    last_exits: Dict[int, Optional[int]] = {}
+    torch_close = processes.PContext.close
+
+    def close(self, *args, **kwargs):
+        try:
+            return torch_close(self, *args, **kwargs)
+        finally:
+            last_exits.clear()
+            last_exits.update(_worker_exit_codes(self))
+
+    processes.PContext.close = close
+    try:
+        torch_run.main(argv)
+    except (ChildFailedError, SignalException):
+        if not last_exits or any(code != _EXIT_REQUEUE for code in last_exits.values()):
+            raise
+        print("stint.torchrun: all %d workers exited %d (requeue): exit %d"
+              % (len(last_exits), _EXIT_REQUEUE, _EXIT_REQUEUE), file=sys.stderr, flush=True)
+        return _EXIT_REQUEUE
+    finally:
+        processes.PContext.close = torch_close
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -97,6 +97,8 @@ class PreemptionWatcherImpl final : public PreemptionWatcher {
 
   uint64_t signals_received() const override { return signals_.load(); }
 
+  void KeepUntilExit() override { pipe_->KeepInstalledUntilExit(); }
+
  private:
   // The earliest deadline is the one that counts: a later notice cannot give
   // back time an earlier one took away.

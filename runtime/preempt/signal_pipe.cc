@@ -35,7 +35,8 @@ std::atomic<bool> g_installed{false};
 // handler is not installed for that signal (before sigaction() installs it;
 // the kernel orders that against delivery), so handlers read it unlocked.
 struct sigaction g_previous[NSIG];
-// Which signals carry our handler, for the fork handler.
+// Which signals carry our handler, for the fork handler: those of the
+// installed SignalPipe and those a destroyed one kept (KeepInstalledUntilExit).
 std::atomic<bool> g_ours[NSIG];
 
 static_assert(std::atomic<int>::is_always_lock_free, "the handler needs lock-free atomics");
@@ -80,10 +81,12 @@ bool IsOurs(const struct sigaction& action) {
 // dispositions the parent had before the watcher. Only async-signal-safe
 // calls here: the parent may have had other threads at fork time.
 void DetachAfterFork() {
-  if (g_write_fd.load() < 0) return;
   for (int sig = 1; sig < NSIG; ++sig) {
     if (!g_ours[sig].load()) continue;
-    ::sigaction(sig, &g_previous[sig], nullptr);
+    struct sigaction current;
+    if (::sigaction(sig, nullptr, &current) == 0 && IsOurs(current)) {
+      ::sigaction(sig, &g_previous[sig], nullptr);
+    }
     g_ours[sig].store(false);
   }
   g_write_fd.store(-1);
@@ -149,13 +152,17 @@ Result<std::unique_ptr<SignalPipe>> SignalPipe::Install(const std::vector<int>& 
   for (int sig : unique) {
     // Saved before ours goes in: a signal delivered right after the install
     // must already find the handler to chain.
-    if (::sigaction(sig, nullptr, &g_previous[sig]) != 0) {
+    struct sigaction current;
+    if (::sigaction(sig, nullptr, &current) != 0) {
       const int err = errno;
       Restore(installed);
       g_write_fd.store(-1);
       g_installed.store(false);
       return StatusFromErrno("sigaction(" + SignalName(sig) + ") query", err);
     }
+    // Ours, kept by an earlier SignalPipe: g_previous still holds what was
+    // there before it (and handlers may be reading it right now).
+    if (!(g_ours[sig].load() && IsOurs(current))) g_previous[sig] = current;
     struct sigaction ours = {};
     ours.sa_sigaction = &OnSignal;
     // The chained handler runs with the mask and alternate stack it asked for.
@@ -177,7 +184,7 @@ Result<std::unique_ptr<SignalPipe>> SignalPipe::Install(const std::vector<int>& 
 }
 
 SignalPipe::~SignalPipe() {
-  Restore(signals_);
+  if (!keep_installed_.load()) Restore(signals_);
   // seq_cst on both sides: either a handler sees -1, or we see it counted.
   g_write_fd.store(-1, std::memory_order_seq_cst);
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -65,13 +66,19 @@ class SignalPipe {
   // stays installed.
   static Result<std::unique_ptr<SignalPipe>> Install(const std::vector<int>& signals);
 
-  // Restores the previous dispositions (unless someone replaced ours since),
-  // then closes the pipe. A forked child must not destroy a SignalPipe it
-  // inherited; it should exec or _exit (the fork handler already detached it
-  // from the signals, see signal_pipe.cc).
+  // Restores the previous dispositions (unless someone replaced ours since,
+  // or KeepInstalledUntilExit() was called), then closes the pipe. A forked
+  // child must not destroy a SignalPipe it inherited; it should exec or _exit
+  // (the fork handler already detached it from the signals, see
+  // signal_pipe.cc).
   ~SignalPipe();
   SignalPipe(const SignalPipe&) = delete;
   SignalPipe& operator=(const SignalPipe&) = delete;
+
+  // The destructor leaves the handler installed: from then on it drops the
+  // signals (there is no pipe) and chains the previous handlers, until the
+  // process exits or the next Install() takes the signals over.
+  void KeepInstalledUntilExit() { keep_installed_.store(true); }
 
   // Non-blocking read end: each byte is one delivered signal's number.
   int read_fd() const { return read_fd_.get(); }
@@ -86,6 +93,7 @@ class SignalPipe {
   const std::vector<int> signals_;  // installed, in installation order
   UniqueFd read_fd_;
   UniqueFd write_fd_;  // used by the handler through a global (see .cc)
+  std::atomic<bool> keep_installed_{false};
 };
 
 // "SIGTERM", "SIGUSR1", ...; "SIG42" for a number without a name.

@@ -198,6 +198,8 @@ Result<StepAction> ResumableTraining::StepBoundary(uint64_t step) {
   if (watcher_ != nullptr && watcher_->requested()) {
     action.exit = true;
     action.exit_code = kExitRequeue;
+    // The exit code is decided: a second signal while the process winds down must not kill it.
+    watcher_->KeepUntilExit();
     action.plan = watcher_->PlanAt(Cost(step));
     if (action.plan.save) {
       Status s = SaveNow(step, /*wait_durable=*/true);
@@ -220,7 +222,10 @@ Result<StepAction> ResumableTraining::StepBoundary(uint64_t step) {
 
 Status ResumableTraining::Finish(uint64_t step) {
   STINT_RETURN_IF_ERROR(SaveNow(step, /*wait_durable=*/true));
-  return checkpointer_->Flush();
+  STINT_RETURN_IF_ERROR(checkpointer_->Flush());
+  // The run is complete: a preemption signal from now until exit changes nothing.
+  if (watcher_ != nullptr) watcher_->KeepUntilExit();
+  return Status::OK();
 }
 
 }  // namespace stint

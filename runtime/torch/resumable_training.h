@@ -38,6 +38,10 @@
 // On a preemption notice (signal or Notify()), StepBoundary() takes an
 // emergency checkpoint when it fits in the remaining grace, otherwise reports
 // how many steps will be lost, and asks the loop to exit with kExitRequeue.
+// Once StepBoundary() asked to exit, or Finish() succeeded, the preemption
+// signals stay caught until the process exits (PreemptionWatcher::
+// KeepUntilExit): a signal arriving while the process winds down cannot turn
+// its exit code (kExitRequeue, or 0 for a completed run) into a kill.
 //
 // Thread-compatible: the training thread owns it.
 #ifndef STINT_TORCH_RESUMABLE_TRAINING_H_

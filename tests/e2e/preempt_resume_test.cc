@@ -151,6 +151,25 @@ TEST_F(PreemptResume, SigkillResumesFromLastCommitAndLosesAtMostAnInterval) {
   EXPECT_EQ(segments_log, want_log) << "after dropping replayed steps, every sample once, in order";
 }
 
+// A run that completed (here: resumed at its last step) reports it, then
+// tears down; a SIGTERM then, as tools/demo.sh's kills can land, leaves its
+// exit code 0: the preemption signals stay caught until exit.
+TEST_F(PreemptResume, SigtermAfterTheRunReportedCompletionStillExitsZero) {
+  const std::vector<std::string> args = Args("completed");
+  RunResult first = RunProgram(STINT_TRAIN_BINARY, args);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    ChildProcess c(STINT_TRAIN_BINARY, args);
+    ASSERT_TRUE(c.WaitForLine("final step")) << c.output();
+    kill(c.pid(), SIGTERM);
+    const int status = c.Wait();
+    ASSERT_TRUE(WIFEXITED(status))
+        << "killed by signal " << WTERMSIG(status) << " after it completed\n"
+        << c.output();
+    EXPECT_EQ(WEXITSTATUS(status), 0) << c.output();
+  }
+}
+
 TEST_F(PreemptResume, NoTimeForAnEmergencyCheckpointReportsTheLoss) {
   // A grace period shorter than the safety margin: nothing fits.
   std::vector<std::string> args = Args("no_grace");

@@ -480,6 +480,59 @@ TEST_F(PreemptionWatcherTest, ChildForkedFromAWatchedProcessGetsTheOldDispositio
   EXPECT_FALSE(watcher->requested());
 }
 
+// After KeepUntilExit() the signals stay caught once the watcher is gone: a
+// SIGTERM while the process winds down (its run over) is dropped, and the
+// process exits with the code it chose. A watcher installed later takes them
+// over and, destroyed, gives back what was there before the first (SIG_DFL).
+TEST_F(PreemptionWatcherTest, KeptSignalsStayCaughtAfterTheWatcherUntilExit) {
+  int ready[2];
+  int release[2];
+  ASSERT_EQ(pipe2(ready, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(release, O_CLOEXEC), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(ready[0]);
+    close(release[1]);
+    {
+      auto first = PreemptionWatcher::Install();
+      if (!first.ok()) _exit(3);
+      (*first)->KeepUntilExit();
+    }  // the run is over: destroyed
+    if (write(ready[1], "r", 1) != 1) _exit(4);
+    char byte;
+    // The parent's SIGTERM arrives while this blocks; its closing the pipe ends it.
+    while (read(release[0], &byte, 1) < 0 && errno == EINTR) {
+    }
+    {
+      auto second = PreemptionWatcher::Install();
+      if (!second.ok()) _exit(5);
+      if (raise(SIGTERM) != 0) _exit(6);
+      const auto give_up = Clock::now() + seconds(10);
+      while (!(*second)->requested()) {
+        if (Clock::now() > give_up) _exit(7);
+        std::this_thread::sleep_for(milliseconds(1));
+      }
+    }
+    struct sigaction current;
+    if (sigaction(SIGTERM, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) _exit(8);
+    _exit(0);
+  }
+  close(ready[1]);
+  close(release[0]);
+  const bool child_ready = ReadByte(ready[0], seconds(10));
+  close(ready[0]);
+  EXPECT_TRUE(child_ready);
+  if (child_ready) {
+    EXPECT_EQ(kill(pid, SIGTERM), 0);  // pending on the child once kill() returns
+  }
+  close(release[1]);
+  const std::optional<int> status = WaitForChild(pid, seconds(20));
+  ASSERT_TRUE(status.has_value());
+  ASSERT_TRUE(WIFEXITED(*status)) << "status " << *status;
+  EXPECT_EQ(WEXITSTATUS(*status), 0);
+}
+
 #ifdef STINT_PREEMPTION_EXAMPLE
 // examples/preemption end to end: SIGTERM mid-run, the plan, exit 75.
 TEST_F(PreemptionWatcherTest, ExampleExitsWithRequeueOnSigterm) {

@@ -4,6 +4,8 @@ messages; corrupt checkpoints are refused loudly and skipped over."""
 import errno
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -211,3 +213,81 @@ def test_result_of_a_done_future_needs_no_time(root):
         h = ckpt.save(1, {"w": torch.zeros(16)})
         h.durable.result()
         assert h.durable.result(timeout=0) == 1  # done: no wait needed
+
+
+def test_not_found_is_an_oserror_with_enoent(root):
+    with stint.Checkpointer(root) as ckpt:
+        with pytest.raises(OSError) as info:
+            ckpt.load()
+    assert isinstance(info.value, stint.NotFoundError)
+    assert info.value.errno == errno.ENOENT
+    assert info.value.sys_errno == 0  # not from a syscall: errno is what the class stands for
+
+
+# Saves 16 MiB into a root on a 2 MiB filesystem; prints what it caught as OSError.
+_FILL_THE_DISK = r'''
+import sys
+import torch
+import stint
+
+ckpt = stint.Checkpointer(sys.argv[1], io_engine="posix", direct_io=False)
+try:
+    ckpt.save(1, {"w": torch.zeros(4 << 20)}).durable.result(timeout=120)
+    print("saved")
+except OSError as e:
+    print("caught", type(e).__name__, e.errno, e.sys_errno, e)
+ckpt.close()
+'''
+
+
+def _private_tmpfs(path):
+    """argv prefix that runs a command with a 2 MiB tmpfs mounted on `path`, in
+    a mount namespace of its own (gone with the command: nothing to clean up),
+    or None where this process may not make one."""
+    for userns in ([], ["--user", "--map-root-user"]):
+        prefix = ["unshare"] + userns + ["--mount", "--propagation", "private", "sh", "-c",
+                                         'mount -t tmpfs -o size=2m stint-full "$0" && exec "$@"',
+                                         path]
+        try:
+            probe = subprocess.run(prefix + ["true"], capture_output=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if probe.returncode == 0:
+            return prefix
+    return None
+
+
+def test_a_full_disk_is_an_oserror_with_enospc(tmp_path, python_env):
+    """A real full filesystem: the save's error is a ResourceExhaustedError
+    that `except OSError` catches, with errno ENOSPC."""
+    small = tmp_path / "small"
+    small.mkdir()
+    prefix = _private_tmpfs(str(small))
+    if prefix is None:
+        pytest.skip("cannot mount a tmpfs here (needs root or user namespaces)")
+    script = tmp_path / "fill.py"
+    script.write_text(_FILL_THE_DISK)
+    out = subprocess.run(prefix + [sys.executable, str(script), str(small / "ckpt")],
+                         capture_output=True, text=True, env=python_env, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.startswith("caught ResourceExhaustedError %d %d " % (errno.ENOSPC, errno.ENOSPC)), \
+        out.stdout + out.stderr
+
+
+def test_a_step_beyond_64_bits_is_a_value_error_naming_the_step_and_the_bound(root):
+    big = 2**64
+    message = r"step 18446744073709551616 is out of range: a step is at most 2\*\*64 - 1 = 18446744073709551615"
+    with stint.Checkpointer(root) as ckpt:
+        for call in (lambda: ckpt.save(big, {"w": torch.ones(2)}), lambda: ckpt.load(step=big),
+                     lambda: ckpt.load_result(step=big), lambda: ckpt.quarantine(big)):
+            with pytest.raises(ValueError, match=message):
+                call()
+        ckpt.save(big - 1, {"w": torch.ones(2)}).durable.result()  # the bound itself is a step
+        assert ckpt.list_committed() == [big - 1]
+        assert torch.equal(ckpt.load(step=big - 1)["w"], torch.ones(2))
+    sampler = stint.ResumableSampler(8, 2, rank=0, world_size=1)
+    with pytest.raises(ValueError, match=message):
+        sampler.indices_at_step(big)
+    from stint import dcp
+    with pytest.raises(ValueError, match=message):
+        dcp.StorageWriter(root, step=big)

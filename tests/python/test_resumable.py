@@ -3,6 +3,9 @@ boundary, resume of every registered piece, damaged checkpoints."""
 
 import os
 import random
+import signal
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -112,3 +115,135 @@ def test_resume_with_a_changed_model_or_missing_object(root):
     with stint.Resumable(root, model=model, optimizer=opt, sampler=changed, watch_signals=False) as run:
         with pytest.raises(stint.FailedPreconditionError, match="dataset_size|size"):
             run.resume()
+
+
+# A run through the public API that reports the end of its run ("done"),
+# then winds down until its stdin closes: the test's SIGTERM arrives then.
+_WIND_DOWN = r'''
+import sys
+import torch
+import stint
+
+model = torch.nn.Linear(2, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+run = stint.Resumable(sys.argv[1], model=model, optimizer=opt, save_every=0)
+for step in range(1, 4):
+    model(torch.ones(2)).sum().backward()
+    opt.step()
+    if sys.argv[2] == "preempted" and step == 2:
+        run.watcher.notify("test", 60)
+    if run.step_boundary(step):
+        break
+else:
+    run.finish(step)
+run.close()
+print("done", run.exit_code, flush=True)
+sys.stdin.read()
+sys.exit(run.exit_code)
+'''
+
+
+@pytest.mark.parametrize("ending,code", [("finished", 0), ("preempted", stint.EXIT_REQUEUE)])
+def test_a_signal_after_the_run_ended_does_not_change_its_exit_code(tmp_path, python_env, ending,
+                                                                    code):
+    """A SIGTERM once finish() completed (or step_boundary() decided to stop),
+    while the process tears down, is dropped: exit 0 (or 75), not death by SIGTERM."""
+    script = tmp_path / "wind_down.py"
+    script.write_text(_WIND_DOWN)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "ckpt"), ending],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=python_env, text=True)
+    try:
+        lines = []
+        for line in proc.stdout:  # until the run reports its end (or the process exits)
+            lines.append(line)
+            if line.startswith("done"):
+                break
+        assert lines and lines[-1] == "done %d\n" % code, "".join(lines)
+        os.kill(proc.pid, signal.SIGTERM)  # pending on the process once kill() returns
+        proc.stdin.close()
+        assert proc.wait(timeout=120) == code, "".join(lines) + proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+class _AugmentedData(torch.utils.data.Dataset):
+    """Sample i, with augmentation noise drawn from the global torch RNG (as
+    transforms in the main process do)."""
+
+    def __len__(self):
+        return 40
+
+    def __getitem__(self, i):
+        return torch.full((4,), i / 40.0) + 0.01 * torch.randn(4), i
+
+
+def _loader_parts(own_generator):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.3), torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    generator = torch.Generator().manual_seed(5) if own_generator else None
+    loader = torch.utils.data.DataLoader(_AugmentedData(), batch_size=4, shuffle=True,
+                                         generator=generator)
+    return model, opt, loader
+
+
+def _train_through(run, model, opt, step, total, seen, notice_at=None):
+    """The loop of the module doc; returns the step it ended at."""
+    while step < total:
+        for x, ids in run.iterate():
+            loss = model(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            step += 1
+            seen.append(ids.tolist())
+            if step == notice_at:
+                run.watcher.notify("test", 60)
+            if run.step_boundary(step):
+                return step
+            if step >= total:
+                break
+    return step
+
+
+@pytest.mark.parametrize("own_generator", [True, False])
+def test_resume_with_a_shuffling_dataloader_is_exact(tmp_path, own_generator):
+    """A plain DataLoader (RandomSampler, augmentation from the global RNG,
+    dropout) resumed mid-epoch through Resumable(loader=) and iterate():
+    the same batches, the same noise, the same parameters as without the stop."""
+    total = 25  # 10 batches per epoch: the stop at 13 is 3 batches into the second epoch
+    torch.manual_seed(1)
+    model, opt, loader = _loader_parts(own_generator)
+    straight = []
+    with stint.Resumable(str(tmp_path / "straight"), model=model, optimizer=opt, loader=loader,
+                         save_every=0, watch_signals=False) as run:
+        assert _train_through(run, model, opt, run.resume(), total, straight) == total
+    expected = [v.clone() for v in model.state_dict().values()]
+
+    torch.manual_seed(1)
+    model, opt, loader = _loader_parts(own_generator)
+    seen = []
+    with stint.Resumable(str(tmp_path / "ckpt"), model=model, optimizer=opt, loader=loader,
+                         save_every=0) as run:
+        assert _train_through(run, model, opt, run.resume(), total, seen, notice_at=13) == 13
+
+    torch.manual_seed(99)  # a new process: other global RNG states, a new model and loader
+    model, opt, loader = _loader_parts(own_generator)
+    with stint.Resumable(str(tmp_path / "ckpt"), model=model, optimizer=opt, loader=loader,
+                         save_every=0, watch_signals=False) as run:
+        step = run.resume()
+        assert step == 13
+        assert _train_through(run, model, opt, step, total, seen) == total
+    assert seen == straight
+    for got, want in zip(model.state_dict().values(), expected):
+        assert same_bits(got, want)
+
+
+def test_steps_beyond_64_bits_are_refused_by_resumable(root):
+    parts = _setup()
+    with _resumable(root, parts, watch_signals=False) as run:
+        for call in (run.save, run.step_boundary, run.finish):
+            with pytest.raises(ValueError, match=r"step 18446744073709551616 is out of range"):
+                call(2**64)

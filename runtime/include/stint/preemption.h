@@ -90,10 +90,20 @@ class PreemptionWatcher {
   // no handler stays installed.
   static Result<std::unique_ptr<PreemptionWatcher>> Install(const PreemptionOptions& options = {});
   // Joins the thread and restores the previous handlers (unless something
-  // replaced ours since). After that another watcher may be installed. A
-  // process made by fork() gets the pre-watcher dispositions back at once and
-  // must not destroy an inherited watcher (exec or _exit instead).
+  // replaced ours since, or KeepUntilExit() was called). After that another
+  // watcher may be installed. A process made by fork() gets the pre-watcher
+  // dispositions back at once and must not destroy an inherited watcher
+  // (exec or _exit instead).
   virtual ~PreemptionWatcher() = default;
+
+  // The run this watcher served is over (finished, or stopped to be
+  // requeued): from now until the process exits, the preemption signals stay
+  // caught, also after this watcher is destroyed, so a signal that arrives
+  // late (the scheduler's, a launcher shutting its workers down) cannot turn
+  // the exit code the run decided on into a kill. Such late signals are
+  // dropped; handlers installed before the watcher are still chained. A
+  // watcher installed later takes the signals over as usual. Idempotent.
+  virtual void KeepUntilExit() = 0;
 
   // A notice from another source (received = now); the earliest deadline wins.
   virtual void Notify(const std::string& source, SteadyTime deadline) = 0;
