@@ -1,0 +1,136 @@
+"""Fencing where users save: a stint.Checkpointer in a process that runs for a
+stintd job checks its worker incarnation before every commit, so a worker
+that lost its lease cannot commit a step or move LATEST.
+
+Real stintd (and stint-agent) processes on loopback; real worker processes
+with the environment stint-agent gives them. Needs the binaries ($STINTD_PATH,
+$STINT_AGENT_PATH, set by ctest); skipped without them.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from test_elastic import ADMIN, STINTD, WORKER, Stintd
+
+STINT_AGENT = os.environ.get("STINT_AGENT_PATH", "")
+AGENT_TOKEN = "test-agent-token"
+
+pytestmark = pytest.mark.skipif(not os.path.exists(STINTD), reason="stintd is not built ($STINTD_PATH)")
+
+
+def http(url, method, path, token, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url + path, data=data, method=method,
+                                 headers={"Authorization": "Bearer " + token,
+                                          "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read().decode())
+
+
+# Saves `step` of a small state with a stint.Checkpointer opened the way a
+# user does (no fencing argument) and prints the outcome of its durable future.
+SAVE_ONE = r"""
+import sys, torch, stint
+ckpt = stint.Checkpointer(sys.argv[1], keep_last=0)
+handle = ckpt.save(int(sys.argv[2]), {"w": torch.full((1024,), float(sys.argv[2]))})
+try:
+    handle.durable.result(120)
+    print("durable")
+except stint.Error as e:
+    print("refused: %s: %s" % (type(e).__name__, e))
+ckpt.close()
+"""
+
+
+def run_save(root, step, env):
+    r = subprocess.run([sys.executable, "-c", SAVE_ONE, root, str(step)], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout.strip()
+
+
+def latest(root):
+    with open(os.path.join(root, "LATEST")) as f:
+        return f.read().strip()
+
+
+def test_a_fenced_workers_checkpointer_cannot_commit_and_latest_stays(tmp_path, python_env):
+    stintd = Stintd(str(tmp_path))
+    try:
+        job = stintd.running_job(gpus=1)
+        # What stint-agent does for a process it starts: register it, put
+        # the registration in its environment.
+        reg = http(stintd.url, "POST", "/v1/jobs/%d/workers" % job, WORKER, {"name": "w0"})
+        wid, secret = reg["worker_id"], reg["worker_secret"]
+        env = dict(python_env, STINT_COORD_URL=stintd.url, STINT_JOB_ID=str(job),
+                   STINT_WORKER_ID=str(wid), STINT_WORKER_SECRET=secret,
+                   STINT_FENCING_TOKEN=str(reg["fencing_token"]))
+        env.pop("STINT_COORD_TOKEN", None)
+        # The lease lives while something heartbeats for the worker.
+        beating = threading.Event()
+        beating.set()
+
+        def beat():
+            while beating.is_set():
+                http(stintd.url, "POST", "/v1/workers/%d/heartbeat" % wid, secret, {})
+                time.sleep(0.2)
+
+        beater = threading.Thread(target=beat)
+        beater.start()
+        root = str(tmp_path / "ckpt")
+        try:
+            assert run_save(root, 1, env) == "durable"
+        finally:
+            beating.clear()
+            beater.join()
+        assert latest(root) == "step-00000000000000000001"
+
+        # Silent past its lease: stintd fences the incarnation.
+        deadline = time.monotonic() + 60
+        while http(stintd.url, "POST", "/v1/fencing/check", secret,
+                   {"job_id": job, "fencing_token": reg["fencing_token"]})["valid"]:
+            assert time.monotonic() < deadline, "stintd never fenced worker %d" % wid
+            time.sleep(0.1)
+
+        outcome = run_save(root, 2, env)
+        assert outcome.startswith("refused: AbortedError: ") and "fenced: " in outcome, outcome
+        assert latest(root) == "step-00000000000000000001"
+        assert sorted(d for d in os.listdir(root) if d.startswith("step-")) == \
+            ["step-00000000000000000001"]
+
+        # The opt-out: fencing=False commits whatever stintd says.
+        r = subprocess.run([sys.executable, "-c", SAVE_ONE.replace(
+            "keep_last=0)", "keep_last=0, fencing=False)"), root, "3"], env=env,
+            capture_output=True, text=True, timeout=300)
+        assert r.stdout.strip() == "durable", r.stdout + r.stderr
+    finally:
+        stintd.stop()
+
+
+@pytest.mark.skipif(not os.path.exists(STINT_AGENT), reason="stint-agent is not built ($STINT_AGENT_PATH)")
+def test_a_partitioned_segment_cannot_commit_after_the_job_was_requeued(tmp_path, python_env):
+    """Two real stint-agents: the one running the job is stopped (SIGSTOP) past
+    its node's lease, stintd requeues the job on the other, the old segment's
+    ranks go on saving (with the default Checkpointer), then SIGCONT. The
+    campaign's partition fault checks that every step committed after the new
+    segment resumed is the new segment's, that the old segment's saves were
+    refused as fenced, and that the newest checkpoint loads bit-exactly."""
+    import stint
+    build = os.path.dirname(os.path.dirname(os.path.dirname(stint.__file__)))
+    campaign = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "tools", "fault_campaign.py")
+    r = subprocess.run([sys.executable, campaign, "--build", build, "--kinds", "partition",
+                        "--faults", "1", "--seed", "3", "--workdir", str(tmp_path)],
+                       env=python_env, capture_output=True, text=True, timeout=540)
+    assert r.returncode == 0 and "failures: 0" in r.stdout, r.stdout + r.stderr
+    assert re.search(r"old segment refused [1-9]\d* saves, e.g. .*fenced", r.stdout), r.stdout
