@@ -459,7 +459,7 @@ while True:
             steps = c.list_committed()
             c.close()
             if steps:
-                stint.CheckpointReader(os.path.join(root, "step-%020d" % steps[-1])).read()
+                stint.CheckpointReader(os.path.join(root, "step-%08d" % steps[-1])).read()
             n += 1
     except stint.NotFoundError:
         pass

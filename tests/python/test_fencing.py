@@ -13,7 +13,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -76,37 +75,25 @@ def test_a_fenced_workers_checkpointer_cannot_commit_and_latest_stays(tmp_path, 
                    STINT_WORKER_ID=str(wid), STINT_WORKER_SECRET=secret,
                    STINT_FENCING_TOKEN=str(reg["fencing_token"]))
         env.pop("STINT_COORD_TOKEN", None)
-        # The lease lives while something heartbeats for the worker.
-        beating = threading.Event()
-        beating.set()
-
-        def beat():
-            while beating.is_set():
-                http(stintd.url, "POST", "/v1/workers/%d/heartbeat" % wid, secret, {})
-                time.sleep(0.2)
-
-        beater = threading.Thread(target=beat)
-        beater.start()
         root = str(tmp_path / "ckpt")
-        try:
-            assert run_save(root, 1, env) == "durable"
-        finally:
-            beating.clear()
-            beater.join()
-        assert latest(root) == "step-00000000000000000001"
+        assert run_save(root, 1, env) == "durable"
+        assert latest(root) == "step-00000001"
 
-        # Silent past its lease: stintd fences the incarnation.
+        # The job's GPUs go away: its segment ends and stintd fences the
+        # incarnation, which the worker process is never told.
+        window = stintd.call("GET", "/v1/windows")["windows"][0]["id"]
+        stintd.call("POST", "/v1/windows/%d/close" % window, {})
         deadline = time.monotonic() + 60
         while http(stintd.url, "POST", "/v1/fencing/check", secret,
                    {"job_id": job, "fencing_token": reg["fencing_token"]})["valid"]:
             assert time.monotonic() < deadline, "stintd never fenced worker %d" % wid
-            time.sleep(0.1)
+            time.sleep(0.05)
 
         outcome = run_save(root, 2, env)
         assert outcome.startswith("refused: AbortedError: ") and "fenced: " in outcome, outcome
-        assert latest(root) == "step-00000000000000000001"
+        assert latest(root) == "step-00000001"
         assert sorted(d for d in os.listdir(root) if d.startswith("step-")) == \
-            ["step-00000000000000000001"]
+            ["step-00000001"]
 
         # The opt-out: fencing=False commits whatever stintd says.
         r = subprocess.run([sys.executable, "-c", SAVE_ONE.replace(
