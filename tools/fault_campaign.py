@@ -57,7 +57,7 @@ import urllib.request
 
 HERE = os.path.abspath(__file__)
 KINDS = ["kill_save", "kill_load", "reader", "kill_commit", "enospc", "stintd_kill", "partition"]
-ADMIN, WORKER, AGENT = "campaign-admin", "campaign-worker", "campaign-agent"
+ADMIN, WORKER, AGENT = "campaign-admin-token", "campaign-worker-token", "campaign-agent-token"
 STEPS_PER_RUN = 4
 RUN_DEADLINE = 150.0  # seconds a run's ranks may take, faults and timeouts included
 PLAIN_SHAPES = {"w": (64, 1024), "b": (4096,)}
@@ -522,7 +522,7 @@ class Coordinator:
         log = open(os.path.join(self.dir, "agent-%s.log" % node), "a")
         self.agents[node] = subprocess.Popen(
             [self.c.agent_bin, "--coord", self.url, "--token-file", token, "--pool", "gpu",
-             "--gpus", "0,1,2,3", "--node", node, "--heartbeat-seconds", "0.2",
+             "--gpus", "0,1,2,3", "--node", node, "--heartbeat-seconds", "0.2", "--spot", "--addr", "127.0.0.1",
              "--workdir", os.path.join(self.dir, "agent-" + node)],
             env=self.env, stdout=log, stderr=subprocess.STDOUT)
         log.close()
@@ -600,8 +600,8 @@ class Coordinator:
                 self.c.durable[root] |= set(durable(seg))
         else:  # partition
             self.start_agent("n2")
-            self.wait_for("node n2", lambda: any(n.get("name") == "n2" and n.get("window_id")
-                                                 for n in self.call("GET", "/v1/nodes")["nodes"]))
+            self.wait_for("node n2", lambda: "node n2 registered" in _text(
+                os.path.join(self.dir, "agent-n2.log")))
             self.agents["n1"].send_signal(signal.SIGSTOP)
             stopped = time.monotonic()
             self.c.log("  %s: SIGSTOP agent n1 (segment %s, world %d)" % (label, seg1, world))
@@ -626,8 +626,10 @@ class Coordinator:
                 not _alive(seg_events(seg1, r)) for r in range(world)), 60)
             self.check_fenced(root, seg1, seg2, seg_events, world, label)
             self.c.durable[root] |= set(durable(seg1)) | set(durable(seg2))
-            # Let the new segment finish its run quickly: stop the job.
-            self.stop_workers(events)
+            # The new segment's run is long: cancel the job, then its ranks end.
+            self.call("POST", "/v1/jobs/%d/cancel" % job, {})
+            self.wait_for("every rank to end", lambda: not any(
+                _alive(read_events(os.path.join(events, f))) for f in os.listdir(events)), 120)
         self.c.check_root(root, state, world, label)
 
     def check_fenced(self, root, seg1, seg2, seg_events, world, label):
@@ -650,15 +652,13 @@ class Coordinator:
         self.c.log("  %s: old segment refused %d saves, e.g. %s" %
                    (label, len(refused), " ".join(refused[0][3:])[:160] if refused else "-"))
 
-    def stop_workers(self, events):
-        """Kills the ranks still running (the new segment's long run)."""
-        for path in os.listdir(events):
-            for e in read_events(os.path.join(events, path)):
-                if e[:2] == ["start", "pid"]:
-                    try:
-                        os.kill(int(e[2]), signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+
+def _text(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
 
 
 def _alive(events):
