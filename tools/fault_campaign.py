@@ -102,8 +102,8 @@ def worker_main(argv):
     a = p.parse_args(argv)
     events = open(a.events, "a", buffering=1)
 
-    def event(*words):
-        events.write(" ".join(str(w) for w in words) + "\n")
+    def event(*words):  # the wall clock last, for the partition check
+        events.write(" ".join(str(w) for w in words) + " t=%.3f\n" % time.time())
 
     import torch
     import torch.distributed as dist
@@ -172,7 +172,10 @@ def worker_main(argv):
                 event("durable", step, "%.3f" % (time.monotonic() - t0))
             except stint.Error as e:
                 event("refused", step, type(e).__name__, str(e).replace("\n", " ")[:300])
-                if not isinstance(e, (stint.AbortedError, stint.ResourceExhaustedError)):
+                # Fenced, disk full, or (a stale segment beside the new one)
+                # the step exists: the next save runs.
+                if not isinstance(e, (stint.AbortedError, stint.ResourceExhaustedError,
+                                      stint.AlreadyExistsError)):
                     raise
             if a.pause:
                 time.sleep(a.pause)
@@ -605,6 +608,10 @@ class Coordinator:
             self.agents["n1"].send_signal(signal.SIGSTOP)
             stopped = time.monotonic()
             self.c.log("  %s: SIGSTOP agent n1 (segment %s, world %d)" % (label, seg1, world))
+            self.wait_for("end of segment %s" % seg1, lambda: [
+                sg for sg in self.job(job)["segments"]
+                if sg["id"] == seg1 and sg["state"] not in ("running", "notified")], 60)
+            fenced_at = time.time()  # stintd ended the old segment by now
             seg2 = self.wait_for("segment after the partition",
                                  lambda: self.job(job)["segments"][-1]["id"] != seg1 and
                                  self.job(job)["segments"][-1]["state"] == "running" and
@@ -614,7 +621,7 @@ class Coordinator:
                 return
             # The old segment's ranks go on saving; wait until one was refused
             # and the new segment committed a few steps.
-            self.wait_for("a refused save of the old segment",
+            self.wait_for("refused save of the old segment",
                           lambda: any(e[0] == "refused" for e in seg_events(seg1, 0)), 120)
             self.wait_for("durable steps of the new segment", lambda: len(durable(seg2)) >= 3, 150)
             self.agents["n1"].send_signal(signal.SIGCONT)
@@ -624,7 +631,7 @@ class Coordinator:
             self.wait_for("old segment's ranks to stop", lambda: all(
                 any(e[0] in ("exit", "error") for e in seg_events(seg1, r)) or
                 not _alive(seg_events(seg1, r)) for r in range(world)), 60)
-            self.check_fenced(root, seg1, seg2, seg_events, world, label)
+            self.check_fenced(root, seg1, seg2, seg_events, world, label, fenced_at)
             self.c.durable[root] |= set(durable(seg1)) | set(durable(seg2))
             # The new segment's run is long: cancel the job, then its ranks end.
             self.call("POST", "/v1/jobs/%d/cancel" % job, {})
@@ -632,9 +639,16 @@ class Coordinator:
                 _alive(read_events(os.path.join(events, f))) for f in os.listdir(events)), 120)
         self.c.check_root(root, state, world, label)
 
-    def check_fenced(self, root, seg1, seg2, seg_events, world, label):
-        """No step committed by the old segment after the new one resumed."""
+    def check_fenced(self, root, seg1, seg2, seg_events, world, label, fenced_at):
+        """No save the old segment started after it was seen ended became
+        durable, and no step after the new segment's resume is the old one's."""
         import stint
+        started = {e[1]: float(e[-1][2:]) for e in seg_events(seg1, 0) if e[0] == "saving"}
+        stale = [int(e[1]) for e in seg_events(seg1, 0)
+                 if e[0] == "durable" and started.get(e[1], 0) > fenced_at]
+        if stale:
+            self.c.fail("%s: the old segment %s committed steps %s, saved after stintd ended it" %
+                        (label, seg1, stale))
         loaded = [int(e[1]) for e in seg_events(seg2, 0) if e[0] == "loaded"]
         resumed = loaded[0] if loaded else 0
         ckpt = stint.Checkpointer(root, collective=False, fencing=False, keep_last=0)

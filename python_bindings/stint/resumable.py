@@ -74,7 +74,8 @@ class Resumable:
         object with state_dict()/load_state_dict()}. watch_signals: install a
         PreemptionWatcher (signals, grace, safety as there). on_preemption:
         called with the PreemptionPlan at the step boundary that acts on a
-        notice. Other keyword arguments go to stint.Checkpointer."""
+        notice. Other keyword arguments go to stint.Checkpointer (under
+        stint-agent its commits are fenced by default: see its fencing=)."""
         self.model = model
         self.optimizer = optimizer
         self.sampler = sampler

@@ -51,6 +51,20 @@ ckpt.close()
 """
 
 
+# The same through torch.distributed.checkpoint with stint's writer.
+DCP_SAVE = r"""
+import sys, torch, stint, stint.dcp
+import torch.distributed.checkpoint as dcp
+try:
+    dcp.save({"w": torch.ones(1024)}, storage_writer=stint.dcp.StorageWriter(sys.argv[1], keep_last=0))
+    print("durable")
+except stint.Error as e:
+    print("refused: %s: %s" % (type(e).__name__, e))
+"""
+
+RESUMABLE_TRAINING = os.environ.get("STINT_RESUMABLE_TRAINING", "")
+
+
 def run_save(root, step, env):
     r = subprocess.run([sys.executable, "-c", SAVE_ONE, root, str(step)], env=env,
                        capture_output=True, text=True, timeout=300)
@@ -91,6 +105,20 @@ def test_a_fenced_workers_checkpointer_cannot_commit_and_latest_stays(tmp_path, 
 
         outcome = run_save(root, 2, env)
         assert outcome.startswith("refused: AbortedError: ") and "fenced: " in outcome, outcome
+        assert latest(root) == "step-00000001"
+        assert sorted(d for d in os.listdir(root) if d.startswith("step-")) == \
+            ["step-00000001"]
+
+        r = subprocess.run([sys.executable, "-c", DCP_SAVE, root], env=env,
+                           capture_output=True, text=True, timeout=300)
+        assert r.stdout.strip().startswith("refused: AbortedError: "), r.stdout + r.stderr
+        assert "fenced: " in r.stdout, r.stdout
+        # C++: stint::ResumableTraining (examples/resumable_training).
+        if RESUMABLE_TRAINING:
+            r = subprocess.run([RESUMABLE_TRAINING, "--ckpt-dir", root, "--steps", "20",
+                                "--every", "10"], env=env, capture_output=True, text=True,
+                               timeout=300)
+            assert r.returncode != 0 and "fenced: " in r.stdout + r.stderr, r.stdout + r.stderr
         assert latest(root) == "step-00000001"
         assert sorted(d for d in os.listdir(root) if d.startswith("step-")) == \
             ["step-00000001"]
