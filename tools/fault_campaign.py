@@ -3,8 +3,13 @@
 CPU, plain and FSDP2 fully_shard state, through the Python `stint` API) with
 one injected fault per run, and the guarantees checked after each.
 
-    tools/fault_campaign.py --build build --faults 12 --seed 1     # ctest: e2e.fault_campaign
-    tools/fault_campaign.py --build build --faults 1000 --seed 7   # the long run, by hand (hours)
+    tools/fault_campaign.py --build build --faults 12 --seed 1 --budget 120  # ctest: e2e.fault_campaign
+    tools/fault_campaign.py --build build --faults 1000 --seed 7 --keep      # the long run, by hand
+
+The long run takes about a day on an idle 2-core machine (20-100 s a fault:
+every rank imports torch; partition and stintd faults wait out leases). A
+failure prints FAILURE lines naming the run; its ranks' events and logs, and
+stintd's and the agents' logs, stay in the work directory it prints.
 
 Faults (drawn in turn, their timing and targets from --seed):
   kill_save    SIGKILL of one rank at a random point of a save
@@ -396,7 +401,11 @@ class Campaign:
     def run(self):
         kinds = self.args.kinds.split(",")
         roots = {}
+        began = time.monotonic()
         for i in range(self.args.faults):
+            if i > 0 and self.args.budget and time.monotonic() - began > self.args.budget:
+                print("budget of %.0f s spent: %d of %d faults run" % (self.args.budget, i, self.args.faults))
+                break
             kind = kinds[i % len(kinds)]
             state = self.rng.choice(["plain", "fsdp"])
             label = "f%04d-%s-%s" % (i, kind, state)
@@ -708,6 +717,8 @@ def main():
     p.add_argument("--kinds", default=",".join(KINDS))
     p.add_argument("--workdir", default=None)
     p.add_argument("--keep", action="store_true", help="keep the work directory")
+    p.add_argument("--budget", type=float, default=0,
+                   help="seconds after which no new fault starts (0: none); the counts say how many ran")
     args = p.parse_args()
     args.build = os.path.abspath(args.build)
     sys.path.insert(0, os.path.join(args.build, "python_bindings"))
