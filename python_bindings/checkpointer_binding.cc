@@ -264,9 +264,6 @@ struct LoadPlan {
   std::optional<py::error_already_set> python_error;  // a non-stint exception to re-raise
 };
 
-// Owns one Checkpointer. Thread-compatible, like the Checkpointer: one Python
-// thread saves and loads (the GIL is released inside, so calls from several
-// threads would interleave).
 // What a Checkpointer's commit guards ask stintd through: a client of the
 // worker registration stint-agent put in the environment, or a session's.
 struct CommitFencing {
@@ -274,6 +271,9 @@ struct CommitFencing {
   std::shared_ptr<CoordinatorSession> session;
 };
 
+// Owns one Checkpointer. Thread-compatible, like the Checkpointer: one Python
+// thread saves and loads (the GIL is released inside, so calls from several
+// threads would interleave).
 class PyCheckpointer {
  public:
   PyCheckpointer(std::unique_ptr<Checkpointer> ckpt, std::unique_ptr<PyStoreChannel> channel,

@@ -85,11 +85,11 @@ def _check_step(step: int) -> int:
 def _fencing_session(fencing: Any) -> Any:
     """What _C.Checkpointer's fencing= takes: a bool or a CoordinatorSession
     (an ElasticWorker gives its session, started if need be)."""
-    if isinstance(fencing, bool) or isinstance(fencing, _C.CoordinatorSession):
+    from .elastic import ElasticWorker
+    if isinstance(fencing, (bool, _C.CoordinatorSession)):
         return fencing
-    start = getattr(fencing, "start", None)
-    if callable(start) and hasattr(fencing, "session"):  # stint.elastic.ElasticWorker
-        return start().session
+    if isinstance(fencing, ElasticWorker):
+        return fencing.start().session
     raise _C.InvalidArgumentError(
         "fencing must be True, False, a stint.elastic.ElasticWorker or a "
         "stint._C.CoordinatorSession, got %r" % (fencing,))

@@ -151,3 +151,29 @@ def test_a_partitioned_segment_cannot_commit_after_the_job_was_requeued(tmp_path
                        env=python_env, capture_output=True, text=True, timeout=540)
     assert r.returncode == 0 and "failures: 0" in r.stdout, r.stdout + r.stderr
     assert re.search(r"old segment refused [1-9]\d* saves, e.g. .*fenced", r.stdout), r.stdout
+
+
+def test_a_checkpointer_fenced_by_an_elastic_workers_session(tmp_path):
+    """fencing=worker: the registration of the worker's own session (no
+    stint-agent): its commits stop once stintd ended its segment."""
+    import torch
+    import stint
+    import stint.elastic
+    stintd = Stintd(str(tmp_path))
+    try:
+        job = stintd.running_job(gpus=1)
+        with stint.elastic.ElasticWorker(stintd.url, WORKER, job) as worker:
+            ckpt = stint.Checkpointer(str(tmp_path / "ckpt"), collective=False, fencing=worker)
+            ckpt.save(1, {"w": torch.ones(8)}).durable.result(60)
+            window = stintd.call("GET", "/v1/windows")["windows"][0]["id"]
+            stintd.call("POST", "/v1/windows/%d/close" % window, {})
+            deadline = time.monotonic() + 60
+            while not worker.fenced:  # the session's heartbeat learns it
+                assert time.monotonic() < deadline, "the worker was never fenced"
+                time.sleep(0.05)
+            with pytest.raises(stint.AbortedError, match="fenced: "):
+                ckpt.save(2, {"w": torch.ones(8)}).durable.result(60)
+            assert ckpt.list_committed() == [1]
+            ckpt.close()
+    finally:
+        stintd.stop()
