@@ -366,15 +366,19 @@ class Campaign:
                 self.fail("%s: ranks exited %s beside a reader (see %s)" % (label, codes, self.work))
         self.durable[root] |= run.durable_steps()
         for r in range(world):
-            ev = run.rank_events(r)
-            saving = {int(e[1]): i for i, e in enumerate(ev) if e[0] == "saving"}
-            for e in ev:
+            loading = None
+            for e in run.rank_events(r):
                 if e[0] == "durable":
                     self.save_seconds.append(float(e[2]))
-                if e[0] == "loaded" and e[2] != "ok":
-                    self.fail("%s: rank %d resumed step %s with different bits" % (label, r, e[1]))
-            del saving
+                elif e[0] == "loading":
+                    loading = _wall(e)
+                elif e[0] == "loaded":
+                    if loading is not None:
+                        self.load_seconds.append(_wall(e) - loading)
+                    if e[2] != "ok":
+                        self.fail("%s: rank %d resumed step %s with different bits" % (label, r, e[1]))
         self.save_seconds = self.save_seconds[-50:]
+        self.load_seconds = self.load_seconds[-50:]
         return world
 
     def enospc_run(self, state, label):
@@ -652,7 +656,7 @@ class Coordinator:
         """No save the old segment started after it was seen ended became
         durable, and no step after the new segment's resume is the old one's."""
         import stint
-        started = {e[1]: float(e[-1][2:]) for e in seg_events(seg1, 0) if e[0] == "saving"}
+        started = {e[1]: _wall(e) for e in seg_events(seg1, 0) if e[0] == "saving"}
         stale = [int(e[1]) for e in seg_events(seg1, 0)
                  if e[0] == "durable" and started.get(e[1], 0) > fenced_at]
         if stale:
@@ -674,6 +678,11 @@ class Coordinator:
         refused = [e for r in range(world) for e in seg_events(seg1, r) if e[0] == "refused"]
         self.c.log("  %s: old segment refused %d saves, e.g. %s" %
                    (label, len(refused), " ".join(refused[0][3:])[:160] if refused else "-"))
+
+
+def _wall(event):
+    """The wall-clock time a worker logged with an event ("... t=<seconds>")."""
+    return float(event[-1][2:])
 
 
 def _text(path):
