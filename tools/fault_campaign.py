@@ -49,14 +49,12 @@ import datetime
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 

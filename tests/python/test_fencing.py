@@ -10,19 +10,16 @@ $STINT_AGENT_PATH, set by ctest); skipped without them.
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.request
 
 import pytest
 
-from test_elastic import ADMIN, STINTD, WORKER, Stintd
+from test_elastic import STINTD, WORKER, Stintd
 
 STINT_AGENT = os.environ.get("STINT_AGENT_PATH", "")
-AGENT_TOKEN = "test-agent-token"
 
 pytestmark = pytest.mark.skipif(not os.path.exists(STINTD), reason="stintd is not built ($STINTD_PATH)")
 
