@@ -7,8 +7,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 
 namespace stint {
+
+class CoordinatorSession;
+
 namespace python {
 
 // Python's float seconds as the runtime's milliseconds, rounded.
@@ -24,6 +28,11 @@ void BindCheckpointer(
     pybind11::module_& m);  // checkpointer_binding.cc: Checkpointer, CheckpointReader, RNG
 void BindElastic(
     pybind11::module_& m);  // elastic_binding.cc: CoordinatorSession, ElasticRendezvous
+
+// The session of a stint._C.CoordinatorSession object (elastic_binding.cc);
+// InvalidArgumentError naming `what` for any other object, FailedPrecondition
+// for a closed one.
+std::shared_ptr<CoordinatorSession> SessionOf(pybind11::handle session, const char* what);
 
 }  // namespace python
 }  // namespace stint

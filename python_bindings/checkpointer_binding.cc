@@ -29,6 +29,7 @@
 #include "status_to_exception.h"
 #include "stint/checkpoint_reader.h"
 #include "stint/checkpointer.h"
+#include "stint/coordinator_commit_channel.h"
 #include "stint_torch.h"
 #include "torch_device.h"
 #include "torch_guard.h"
@@ -263,14 +264,24 @@ struct LoadPlan {
   std::optional<py::error_already_set> python_error;  // a non-stint exception to re-raise
 };
 
+// What a Checkpointer's commit guards ask stintd through: a client of the
+// worker registration stint-agent put in the environment, or a session's.
+struct CommitFencing {
+  std::unique_ptr<CoordinatorClient> client;
+  std::shared_ptr<CoordinatorSession> session;
+};
+
 // Owns one Checkpointer. Thread-compatible, like the Checkpointer: one Python
 // thread saves and loads (the GIL is released inside, so calls from several
 // threads would interleave).
 class PyCheckpointer {
  public:
   PyCheckpointer(std::unique_ptr<Checkpointer> ckpt, std::unique_ptr<PyStoreChannel> channel,
-                 std::unique_ptr<DeviceCopier> copier)
-      : copier_(std::move(copier)), channel_(std::move(channel)), ckpt_(std::move(ckpt)) {}
+                 std::unique_ptr<DeviceCopier> copier, CommitFencing fencing)
+      : fencing_(std::move(fencing)),
+        copier_(std::move(copier)),
+        channel_(std::move(channel)),
+        ckpt_(std::move(ckpt)) {}
   // Finishes queued saves (the Checkpointer's destructor). Without a store
   // the GIL stays held: the persist thread never needs it, and releasing it
   // during interpreter shutdown is not safe. With one, the persist thread
@@ -540,7 +551,8 @@ class PyCheckpointer {
     pending_ = std::move(left);
   }
 
-  std::unique_ptr<DeviceCopier> copier_;      // outlives ckpt_ (declared first); may be null
+  CommitFencing fencing_;                     // outlives ckpt_ (declared first); may be empty
+  std::unique_ptr<DeviceCopier> copier_;      // outlives ckpt_; may be null
   std::unique_ptr<PyStoreChannel> channel_;  // outlives ckpt_ (declared first)
   std::unique_ptr<Checkpointer> ckpt_;
   // Durable futures of saves not committed yet or failed, since the last flush().
@@ -554,7 +566,7 @@ std::unique_ptr<PyCheckpointer> OpenCheckpointer(
     bool direct_io, unsigned io_queue_depth, unsigned io_size, unsigned threads, int rank,
     int world_size, const py::object& store, double commit_timeout, bool read_only,
     const std::string& snapshot, bool cuda, bool incremental, bool compress_auto,
-    double lock_wait) {
+    double lock_wait, const py::object& fencing) {
   CheckpointOptions o;
   o.incremental = incremental;
   o.compress_auto = compress_auto;
@@ -613,13 +625,22 @@ std::unique_ptr<PyCheckpointer> OpenCheckpointer(
   o.io_queue_depth = io_queue_depth;
   o.io_size = io_size;
   o.threads = threads;
+  // fencing: True checks the worker registration stint-agent put in the
+  // environment (none outside stint-agent), False nothing, a session its own.
+  CommitFencing fenced_by;
+  if (py::isinstance<py::bool_>(fencing)) {
+    if (fencing.cast<bool>()) fenced_by.client = ValueOrThrow(FenceCommitsFromEnvironment(&o));
+  } else if (!read_only) {
+    fenced_by.session = SessionOf(fencing, "fencing");
+    ThrowIfError(FenceCommits(fenced_by.session->client(), &o));
+  }
   std::optional<Result<std::unique_ptr<Checkpointer>>> opened;
   {
     py::gil_scoped_release nogil;
     opened.emplace(Checkpointer::Open(o));
   }
   return std::make_unique<PyCheckpointer>(ValueOrThrow(std::move(*opened)), std::move(channel),
-                                          std::move(copier));
+                                          std::move(copier), std::move(fenced_by));
 }
 
 }  // namespace
@@ -661,7 +682,13 @@ void BindCheckpointer(py::module_& m) {
            py::arg("commit_timeout") = 0.0, py::arg("read_only") = false,
            py::arg("snapshot") = "eager", py::arg("cuda") = false,
            py::arg("incremental") = false, py::arg("compress_auto") = false,
-           py::arg("lock_wait") = 0.0)
+           py::arg("lock_wait") = 0.0,
+           py::arg("fencing") = true,
+           "fencing: True (default): under stint-agent (its worker registration in the "
+           "environment), every commit first asks stintd whether this worker incarnation (and, "
+           "with several ranks, every rank's) is still current, and a stale one fails the save "
+           "with AbortedError 'fenced: ...' without touching LATEST; False: no check; a "
+           "CoordinatorSession: its registration.")
       .def("save", &PyCheckpointer::Save, py::arg("step"), py::arg("names"), py::arg("tensors"),
            py::arg("blobs"), py::arg("boxes") = py::none(), py::arg("forward") = py::none(),
            py::arg("frozen") = py::none(),

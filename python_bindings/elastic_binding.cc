@@ -323,6 +323,15 @@ py::object NoticeDict(const std::optional<CoordinatorNotice>& n) {
 
 }  // namespace
 
+std::shared_ptr<CoordinatorSession> SessionOf(py::handle session, const char* what) {
+  if (!py::isinstance<PySession>(session)) {
+    ThrowStatus(Status::InvalidArgument(std::string(what) +
+                                        " must be a stint._C.CoordinatorSession, got " +
+                                        std::string(py::str(py::type::of(session)))));
+  }
+  return session.cast<const PySession&>().shared();
+}
+
 void BindElastic(py::module_& m) {
   py::class_<PySession>(
       m, "CoordinatorSession",

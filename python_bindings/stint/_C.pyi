@@ -166,7 +166,8 @@ class Checkpointer:
                  store: Optional[Any] = None, commit_timeout: float = 0.0,
                  read_only: bool = False, snapshot: str = "eager", cuda: bool = False,
                  incremental: bool = False, compress_auto: bool = False,
-                 lock_wait: float = 0.0) -> None: ...
+                 lock_wait: float = 0.0,
+                 fencing: Union[bool, CoordinatorSession] = True) -> None: ...
     # boxes: per tensor None (the whole tensor) or (global_shape, offsets) of the shard it holds.
     # forward: per tensor True when the forward pass writes it (its copy goes first).
     # frozen: per tensor True when its bytes are those of the previous save (incremental).

@@ -103,6 +103,19 @@ def _check_step(step: int) -> int:
     return step
 
 
+def _fencing_session(fencing: Any) -> Any:
+    """What _C.Checkpointer's fencing= takes: a bool or a CoordinatorSession
+    (an ElasticWorker gives its session, started if need be)."""
+    from .elastic import ElasticWorker
+    if isinstance(fencing, (bool, _C.CoordinatorSession)):
+        return fencing
+    if isinstance(fencing, ElasticWorker):
+        return fencing.start().session
+    raise _C.InvalidArgumentError(
+        "fencing must be True, False, a stint.elastic.ElasticWorker or a "
+        "stint._C.CoordinatorSession, got %r" % (fencing,))
+
+
 class LoadResult:
     """What load_result() returns."""
 
@@ -164,6 +177,19 @@ class Checkpointer:
       io_engine="auto"   "uring" or "posix" (STINT_IO overrides); direct_io=True
       io_queue_depth=32, io_size=4 MiB, threads=0 (hardware threads - 1)
       job_id="", fencing_token=0   recorded in the manifest
+      fencing=True       under stint-agent (the worker registration it puts in
+                         the environment: STINT_WORKER_ID, STINT_WORKER_SECRET,
+                         STINT_FENCING_TOKEN), every commit first asks stintd
+                         whether this worker incarnation, and with several
+                         ranks every rank's, is still current: a worker that
+                         lost its lease (its node cut off while the job was
+                         requeued elsewhere) gets AbortedError "fenced: ..."
+                         on the durable future, and nothing committed or
+                         LATEST moves. fencing_token=0 then records the
+                         worker's. A stint.elastic.ElasticWorker or
+                         stint._C.CoordinatorSession: check its registration
+                         instead; False: never check. Without stint-agent and
+                         without a session there is nothing to check.
       snapshot="auto"    "eager": save() returns once every tensor is copied;
                          "lazy": save() returns after issuing the copies
                          (see attach(), before_write(), wait_staged());
@@ -192,7 +218,8 @@ class Checkpointer:
                  fencing_token: int = 0, process_group: Any = None,
                  collective: Optional[bool] = None, commit_timeout: float = 0.0,
                  snapshot: str = "auto", cuda: Optional[bool] = None,
-                 incremental: bool = False, read_only: bool = False) -> None:
+                 incremental: bool = False, read_only: bool = False,
+                 fencing: Any = True) -> None:
         if snapshot not in ("auto", "eager", "lazy"):
             raise _C.InvalidArgumentError(
                 "snapshot must be 'auto', 'eager' or 'lazy', got %r" % (snapshot,))
@@ -226,7 +253,8 @@ class Checkpointer:
             job_id=job_id, fencing_token=fencing_token, rank=rank, world_size=world_size,
             store=store, commit_timeout=commit_timeout,
             snapshot="eager" if snapshot == "eager" else "lazy", cuda=bool(cuda),
-            incremental=incremental, read_only=read_only)
+            incremental=incremental, read_only=read_only,
+            fencing=_fencing_session(fencing))
 
     # -- saving ---------------------------------------------------------------
 

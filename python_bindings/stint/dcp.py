@@ -207,9 +207,11 @@ class StorageWriter(_DcpStorageWriter):
 
     root: the stint checkpoint root (shared by every rank).
     step: the step to save; default: the newest committed step + 1, per save.
-    keep_last, keep_every, job_id, fencing_token, chunk_size, compress,
+    keep_last, keep_every, job_id, fencing_token, fencing, chunk_size, compress,
     zstd_level, io_engine, direct_io, threads: stint.Checkpointer options
-    (retention and fencing are applied by rank 0 at commit).
+    (retention and fencing are applied by rank 0 at commit; under stint-agent
+    every rank's worker token is checked by default, see
+    stint.Checkpointer's fencing=).
     commit_timeout: seconds rank 0 waits for every rank's report (0: stint's
     default, derived from the persist time, at least 60 s).
     timeout: seconds write_data waits for the save to be durable, including

@@ -116,7 +116,8 @@ class Resumable:
         watch_signals: install a PreemptionWatcher (signals, grace, safety as
         there; the same on every rank). on_preemption: called with the
         PreemptionPlan at the step boundary that acts on a notice. Other
-        keyword arguments go to stint.Checkpointer."""
+        keyword arguments go to stint.Checkpointer (under
+        stint-agent its commits are fenced by default: see its fencing=)."""
         if sampler is None and loader is not None:
             sampler = next((s for s in (getattr(loader, "batch_sampler", None),
                                         getattr(loader, "sampler", None))

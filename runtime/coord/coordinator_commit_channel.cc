@@ -1,6 +1,7 @@
 #include "stint/coordinator_commit_channel.h"
 
 #include <chrono>
+#include <cstdlib>
 
 namespace stint {
 
@@ -42,6 +43,42 @@ std::function<Status(uint64_t fencing_token)> CoordinatorTokenGuard(CoordinatorC
     }
     return Status::OK();
   };
+}
+
+Status FenceCommits(CoordinatorClient* client, CheckpointOptions* options) {
+  std::optional<WorkerRegistration> reg = client->registration();
+  if (!reg) {
+    return Status::FailedPrecondition(
+        "fencing commits needs a registered coordinator client (Register() first)");
+  }
+  if (options->fencing_token == 0) options->fencing_token = reg->fencing_token;
+  if (!options->commit_guard) options->commit_guard = client->CommitGuard();
+  if (!options->token_guard) options->token_guard = CoordinatorTokenGuard(client);
+  return Status::OK();
+}
+
+Result<std::unique_ptr<CoordinatorClient>> WorkerClientFromEnvironment() {
+  auto set = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v != nullptr && *v != '\0';
+  };
+  if (!set("STINT_WORKER_ID") && !set("STINT_WORKER_SECRET"))
+    return std::unique_ptr<CoordinatorClient>();
+  STINT_ASSIGN_OR_RETURN(CoordinatorOptions o, CoordinatorOptionsFromEnvironment());
+  STINT_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> client, CoordinatorClient::Create(o));
+  STINT_RETURN_IF_ERROR(client->Register().status());  // adopts the agent's registration
+  return client;
+}
+
+Result<std::unique_ptr<CoordinatorClient>> FenceCommitsFromEnvironment(CheckpointOptions* options) {
+  if (options->read_only) return std::unique_ptr<CoordinatorClient>();
+  STINT_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> client,
+                         WorkerClientFromEnvironment());
+  if (client != nullptr) {
+    STINT_RETURN_IF_ERROR(FenceCommits(client.get(), options)
+                              .WithContext("the worker registration in the environment"));
+  }
+  return client;
 }
 
 }  // namespace stint

@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "stint/coordinator_commit_channel.h"
 #include "stint_torch.h"
 #include "torch_device.h"
 #include "torch_guard.h"
@@ -47,7 +48,11 @@ Result<std::unique_ptr<ResumableTraining>> ResumableTraining::Create(
     STINT_ASSIGN_OR_RETURN(run->device_copier_, NewTorchDeviceCopier());
     run->options_.checkpoint.device_copier = run->device_copier_.get();
   }
-  STINT_ASSIGN_OR_RETURN(run->checkpointer_, Checkpointer::Open(run->options_.checkpoint));
+  CheckpointOptions& ckpt = run->options_.checkpoint;
+  if (options.fence_from_environment && !ckpt.commit_guard && !ckpt.token_guard) {
+    STINT_ASSIGN_OR_RETURN(run->fencing_client_, FenceCommitsFromEnvironment(&ckpt));
+  }
+  STINT_ASSIGN_OR_RETURN(run->checkpointer_, Checkpointer::Open(ckpt));
   if (options.watch_signals) {
     STINT_ASSIGN_OR_RETURN(run->watcher_, PreemptionWatcher::Install(options.preemption));
   }

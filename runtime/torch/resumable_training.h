@@ -56,6 +56,7 @@
 #include <string>
 
 #include "stint/checkpointer.h"
+#include "stint/coordinator_client.h"
 #include "stint/device_copier.h"
 #include "stint/preemption.h"
 #include "stint/resumable_sampler.h"
@@ -72,6 +73,12 @@ struct ResumableTrainingOptions {
   // through watcher(), if one is passed in). Default: true.
   bool watch_signals = true;
   PreemptionOptions preemption;
+  // Under stint-agent (the worker registration in the environment, see
+  // stint/coordinator_commit_channel.h), every commit first asks stintd
+  // whether this worker incarnation is still current (and, with several
+  // ranks, every rank's): a worker that lost its lease cannot commit.
+  // Skipped where checkpoint.commit_guard or token_guard is set. Default: true
+  bool fence_from_environment = true;
 };
 
 struct StepAction {
@@ -130,6 +137,7 @@ class ResumableTraining {
 
   ResumableTrainingOptions options_;
   std::unique_ptr<DeviceCopier> device_copier_;  // made for a CUDA model; outlives checkpointer_
+  std::unique_ptr<CoordinatorClient> fencing_client_;  // under stint-agent; outlives checkpointer_
   torch::nn::Module& model_;
   torch::optim::Optimizer& optimizer_;
   ResumableSampler* sampler_;

@@ -1,0 +1,736 @@
+#!/usr/bin/env python3
+"""The fault campaign: real multi-process training jobs (2-4 ranks, Gloo on
+CPU, plain and FSDP2 fully_shard state, through the Python `stint` API) with
+one injected fault per run, and the guarantees checked after each.
+
+    tools/fault_campaign.py --build build --faults 12 --seed 1 --budget 120  # ctest: e2e.fault_campaign
+    tools/fault_campaign.py --build build --faults 1000 --seed 7 --keep      # the long run, by hand
+
+The long run takes about a day on an idle 2-core machine (20-100 s a fault:
+every rank imports torch; partition and stintd faults wait out leases). A
+failure prints FAILURE lines naming the run; its ranks' events and logs, and
+stintd's and the agents' logs, stay in the work directory it prints.
+
+Faults (drawn in turn, their timing and targets from --seed):
+  kill_save    SIGKILL of one rank at a random point of a save
+  kill_commit  SIGKILL of rank 0 late in a save, where it renames and
+               publishes the decision (timing-random over the measured save
+               time: there is no hook in the library)
+  kill_load    SIGKILL of one rank at a random point of the resume's load
+  reader       a reader process opening the root read-only, listing and
+               reading the newest checkpoint in a loop while the job saves
+  enospc       the root on a small tmpfs that fills up during the run (real
+               ENOSPC; needs root for mount, skipped otherwise)
+  stintd_kill  kill -9 of stintd while the ranks (run by stint-agent, fenced
+               by default) commit, then stintd restarted on its database
+  partition    the agent running the job stopped (SIGSTOP) past its node's
+               lease while stintd requeues the job on a second agent, then
+               SIGCONT: the old segment's workers keep saving
+
+After each run:
+  - the newest committed checkpoint loads bit-exactly (every tensor equals
+    the deterministic state of its step) at the run's world size (a verify
+    run) and at world size 1 (this process, read-only);
+  - every step a rank 0 reported durable is committed;
+  - partition: no step committed by the old segment after the job was
+    requeued (each checkpoint records the segment that wrote it);
+  - every child process has a deadline; one still running past it is killed
+    and counted as a failure ("hung").
+It prints runs, faults by kind and failures, and exits 1 on any failure.
+EIO through the Env seam is not reachable from Python; the C++ fault tests
+(tests/integration/fault_test.cc, crash_writer.cc) cover it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+HERE = os.path.abspath(__file__)
+KINDS = ["kill_save", "kill_load", "reader", "kill_commit", "enospc", "stintd_kill", "partition"]
+ADMIN, WORKER, AGENT = "campaign-admin-token", "campaign-worker-token", "campaign-agent-token"
+STEPS_PER_RUN = 4
+RUN_DEADLINE = 150.0  # seconds a run's ranks may take, faults and timeouts included
+PLAIN_SHAPES = {"w": (64, 1024), "b": (4096,)}
+FSDP_DIMS = (32, 256, 16)
+
+
+# ---- the deterministic state of a step (worker and checker) ------------------
+
+def expected(key, shape, step):
+    import torch
+    seed = step * 1000003 + sum(ord(c) * (i + 1) for i, c in enumerate(key))
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+
+
+def fsdp_shapes():
+    a, b, c = FSDP_DIMS
+    return {"0.weight": (b, a), "0.bias": (b,), "2.weight": (c, b), "2.bias": (c,)}
+
+
+def expected_tree(kind, step):
+    """{key: tensor} as a world-size-1 load returns it (plain tensors)."""
+    if kind == "plain":
+        return {k: expected(k, s, step) for k, s in PLAIN_SHAPES.items()}
+    return {"model." + k: expected("model/" + k, s, step) for k, s in fsdp_shapes().items()}
+
+
+def same_bits(a, b):
+    import torch
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(
+        a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+
+
+# ---- the worker (one rank; `fault_campaign.py worker ...`) --------------------
+
+def worker_main(argv):
+    p = argparse.ArgumentParser()
+    p.add_argument("--root", required=True)
+    p.add_argument("--events", required=True)
+    p.add_argument("--state", choices=["plain", "fsdp"], required=True)
+    p.add_argument("--steps", type=int, default=0)  # 0: load and check only
+    p.add_argument("--pause", type=float, default=0.0)  # seconds between saves
+    a = p.parse_args(argv)
+    events = open(a.events, "a", buffering=1)
+
+    def event(*words):  # the wall clock last, for the partition check
+        events.write(" ".join(str(w) for w in words) + " t=%.3f\n" % time.time())
+
+    import torch
+    import torch.distributed as dist
+    import stint
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    event("start pid", os.getpid(), "segment", os.environ.get("STINT_SEGMENT_ID", "-"))
+    dist.init_process_group("gloo", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=20))
+    if a.state == "plain":
+        state = {k: torch.zeros(s) for k, s in PLAIN_SHAPES.items()}
+
+        def set_step(step):
+            for k, s in PLAIN_SHAPES.items():
+                state[k].copy_(expected(k, s, step))
+
+        def tree():
+            return dict(state)
+
+        def check(step):
+            return all(same_bits(state[k], expected(k, s, step)) for k, s in PLAIN_SHAPES.items())
+    else:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.tensor import distribute_tensor
+        mesh = init_device_mesh("cpu", (world,))
+        x, y, z = FSDP_DIMS
+        model = torch.nn.Sequential(torch.nn.Linear(x, y), torch.nn.ReLU(), torch.nn.Linear(y, z))
+        for layer in (model[0], model[2]):
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        sd = model.state_dict()
+
+        def set_step(step):
+            with torch.no_grad():
+                for k, s in fsdp_shapes().items():
+                    full = distribute_tensor(expected("model/" + k, s, step), mesh, sd[k].placements)
+                    sd[k].to_local().copy_(full.to_local())
+
+        def tree():
+            return {"model": sd}
+
+        def check(step):
+            return all(same_bits(sd[k].full_tensor(), expected("model/" + k, s, step))
+                       for k, s in fsdp_shapes().items())
+
+    try:
+        ckpt = stint.Checkpointer(a.root, keep_last=0, commit_timeout=5.0)
+        start = 0
+        if ckpt.latest_step() is not None:
+            event("loading")
+            r = ckpt.load_result(into=tree())
+            ok = check(r.step)
+            event("loaded", r.step, "ok" if ok else "MISMATCH", "skipped", r.skipped_steps)
+            if not ok:
+                sys.exit(3)
+            start = r.step
+        segment = os.environ.get("STINT_SEGMENT_ID", "-")
+        for step in range(start + 1, start + 1 + a.steps):
+            set_step(step)
+            blob = dict(tree(), writer={"segment": segment, "pid": os.getpid()})
+            event("saving", step)
+            t0 = time.monotonic()
+            handle = ckpt.save(step, blob)
+            try:
+                handle.durable.result(120)
+                event("durable", step, "%.3f" % (time.monotonic() - t0))
+            except stint.Error as e:
+                event("refused", step, type(e).__name__, str(e).replace("\n", " ")[:300])
+                # Fenced, disk full, or (a stale segment beside the new one)
+                # the step exists: the next save runs.
+                if not isinstance(e, (stint.AbortedError, stint.ResourceExhaustedError,
+                                      stint.AlreadyExistsError)):
+                    raise
+            if a.pause:
+                time.sleep(a.pause)
+        ckpt.close()
+        dist.barrier()
+    except stint.Error as e:
+        event("error", type(e).__name__, str(e).replace("\n", " ")[:300])
+        sys.exit(1)
+    event("exit 0")
+    dist.destroy_process_group()
+
+
+# ---- the campaign -------------------------------------------------------------
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def read_events(path):
+    try:
+        with open(path) as f:
+            return [line.split() for line in f.read().splitlines() if line]
+    except FileNotFoundError:
+        return []
+
+
+class Run:
+    """The ranks of one launch, each with the campaign's deadline."""
+
+    def __init__(self, campaign, name, world, root, state, steps, pause=0.0):
+        self.c, self.name, self.world = campaign, name, world
+        port = free_port()
+        self.events = [os.path.join(campaign.work, "%s-r%d.events" % (name, r)) for r in range(world)]
+        self.procs = []
+        for r in range(world):
+            env = dict(campaign.env, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r),
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            log = open(os.path.join(campaign.work, "%s-r%d.log" % (name, r)), "w")
+            self.procs.append(subprocess.Popen(
+                campaign.worker_command(root, self.events[r], state, steps, pause),
+                env=env, stdout=log, stderr=subprocess.STDOUT))
+            log.close()
+        self.deadline = time.monotonic() + RUN_DEADLINE
+
+    def rank_events(self, r):
+        return read_events(self.events[r])
+
+    def wait_event(self, r, words, count=1):
+        """Waits until rank r logged `count` events starting with `words`;
+        False when it exited (or the deadline passed) first."""
+        while time.monotonic() < self.deadline:
+            n = sum(1 for e in self.rank_events(r) if e[:len(words)] == words)
+            if n >= count:
+                return True
+            if self.procs[r].poll() is not None:
+                return False
+            time.sleep(0.002)
+        return False
+
+    def wait(self):
+        """Exit codes; a rank past the deadline is killed and counted as hung."""
+        codes = []
+        for r, p in enumerate(self.procs):
+            try:
+                codes.append(p.wait(timeout=max(0.0, self.deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+                self.c.fail("%s rank %d hung past its %.0f s deadline" % (self.name, r, RUN_DEADLINE))
+                codes.append(None)
+        return codes
+
+    def durable_steps(self):
+        return {int(e[1]) for e in self.rank_events(0) if e[0] == "durable"}
+
+
+class Campaign:
+    def __init__(self, args):
+        self.args = args
+        self.rng = random.Random(args.seed)
+        self.work = tempfile.mkdtemp(prefix="stint-faults-", dir=args.workdir)
+        self.python_path = os.path.join(args.build, "python_bindings")
+        self.env = dict(os.environ, PYTHONPATH=self.python_path + os.pathsep +
+                        os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
+        for k in [k for k in self.env if k.startswith("STINT_")]:
+            del self.env[k]  # the workers of a local run are not under stintd
+        self.stintd_bin = os.path.join(args.build, "tools", "stintd", "stintd")
+        self.agent_bin = os.path.join(args.build, "tools", "stint-agent", "stint-agent")
+        self.runs = 0
+        self.faults = collections.Counter()
+        self.skipped = collections.Counter()
+        self.failures = []
+        self.durable = collections.defaultdict(set)  # root -> steps reported durable
+        self.save_seconds = [0.05]
+        self.load_seconds = [0.05]
+
+    def worker_command(self, root, events, state, steps, pause):
+        return [sys.executable, HERE, "worker", "--root", root, "--events", events,
+                "--state", state, "--steps", str(steps), "--pause", str(pause)]
+
+    def fail(self, what):
+        self.failures.append(what)
+        print("FAILURE:", what, flush=True)
+
+    def log(self, *words):
+        print(*words, flush=True)
+
+    # -- checks -------------------------------------------------------------
+
+    def check_root(self, root, state, world, label):
+        """A verify run at `world`, a read-only load at world size 1 here, and
+        every durable step committed."""
+        import stint
+        run = Run(self, "%s-verify" % label, world, root, state, 0)
+        self.runs += 1
+        codes = run.wait()
+        loaded = [e for e in run.rank_events(0) if e[0] == "loaded"]
+        if codes != [0] * world:
+            self.fail("%s: verify run at world %d exited %s (see %s)" % (label, world, codes, self.work))
+        if loaded and loaded[-1][2] != "ok":
+            self.fail("%s: verify run at world %d loaded step %s that differs" % (label, world, loaded[-1][1]))
+        ckpt = stint.Checkpointer(root, collective=False, fencing=False, keep_last=0)
+        try:
+            committed = set(ckpt.list_committed())
+            missing = sorted(self.durable[root] - committed)
+            if missing:
+                self.fail("%s: steps %s were reported durable but are not committed" % (label, missing))
+            if committed:
+                r = ckpt.load_result()
+                want = expected_tree(state, r.step)
+                got = dict(_flatten(r.state))
+                bad = [k for k, t in want.items() if k not in got or not same_bits(got[k], t)]
+                if bad:
+                    self.fail("%s: step %d loaded at world size 1 differs in %s" % (label, r.step, bad))
+                if loaded and int(loaded[-1][1]) != r.step:
+                    self.fail("%s: world %d loaded step %s, world 1 step %d" %
+                              (label, world, loaded[-1][1], r.step))
+        finally:
+            ckpt.close()
+
+    # -- local faults (no stintd) ------------------------------------------
+
+    def local_run(self, kind, root, state, label):
+        world = self.rng.randint(2, 4)
+        if kind == "kill_load" and not os.path.exists(os.path.join(root, "LATEST")):
+            kind_run = Run(self, label + "-seed", world, root, state, 2)  # something to load
+            self.runs += 1
+            kind_run.wait()
+            self.durable[root] |= kind_run.durable_steps()
+        run = Run(self, label, world, root, state, STEPS_PER_RUN)
+        self.runs += 1
+        target = self.rng.randrange(world)
+        reader = None
+        if kind in ("kill_save", "kill_commit"):
+            if kind == "kill_commit":
+                target = 0
+            nth = self.rng.randint(1, STEPS_PER_RUN)
+            est = sorted(self.save_seconds)[len(self.save_seconds) // 2]
+            delay = self.rng.uniform(0.5, 1.2) * est if kind == "kill_commit" else self.rng.uniform(0, est)
+            if run.wait_event(target, ["saving"], nth):
+                time.sleep(delay)
+                run.procs[target].kill()
+                self.log("  %s: SIGKILL rank %d of %d %.3f s into save #%d" % (label, target, world, delay, nth))
+        elif kind == "kill_load":
+            est = sorted(self.load_seconds)[len(self.load_seconds) // 2]
+            delay = self.rng.uniform(0, 1.5 * est)
+            if run.wait_event(target, ["loading"]):
+                time.sleep(delay)
+                run.procs[target].kill()
+                self.log("  %s: SIGKILL rank %d of %d %.3f s into the load" % (label, target, world, delay))
+        elif kind == "reader":
+            reader = subprocess.Popen([sys.executable, "-c", READER, root], env=self.env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        codes = run.wait()
+        if reader is not None:
+            reader.terminate()
+            out = reader.communicate(timeout=60)[0]
+            if "READER-ERROR" in out:
+                self.fail("%s: the reader failed: %s" % (label, out.strip()[-500:]))
+            if codes != [0] * world:
+                self.fail("%s: ranks exited %s beside a reader (see %s)" % (label, codes, self.work))
+        self.durable[root] |= run.durable_steps()
+        for r in range(world):
+            loading = None
+            for e in run.rank_events(r):
+                if e[0] == "durable":
+                    self.save_seconds.append(float(e[2]))
+                elif e[0] == "loading":
+                    loading = _wall(e)
+                elif e[0] == "loaded":
+                    if loading is not None:
+                        self.load_seconds.append(_wall(e) - loading)
+                    if e[2] != "ok":
+                        self.fail("%s: rank %d resumed step %s with different bits" % (label, r, e[1]))
+        self.save_seconds = self.save_seconds[-50:]
+        self.load_seconds = self.load_seconds[-50:]
+        return world
+
+    def enospc_run(self, state, label):
+        if os.geteuid() != 0:
+            self.skipped["enospc"] += 1
+            return
+        mnt = os.path.join(self.work, label + "-tmpfs")
+        os.makedirs(mnt)
+        one = sum(_numel(s) for s in (PLAIN_SHAPES if state == "plain" else fsdp_shapes()).values()) * 4
+        size = int(one * self.rng.uniform(1.3, STEPS_PER_RUN - 0.5)) + 64 * 1024
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%d" % size, "tmpfs", mnt], check=True)
+        try:
+            root = os.path.join(mnt, "ckpt")
+            world = self.local_run("enospc", root, state, label)
+            refused = sum(1 for r in range(world) for e in read_events(
+                os.path.join(self.work, "%s-r%d.events" % (label, r))) if e[0] == "refused")
+            self.log("  %s: tmpfs of %d bytes, %d refused saves" % (label, size, refused))
+            self.check_root(root, state, world, label)
+        finally:
+            subprocess.run(["umount", "-l", mnt], check=False)
+
+    # -- the loop -----------------------------------------------------------
+
+    def run(self):
+        kinds = self.args.kinds.split(",")
+        roots = {}
+        began = time.monotonic()
+        for i in range(self.args.faults):
+            if i > 0 and self.args.budget and time.monotonic() - began > self.args.budget:
+                print("budget of %.0f s spent: %d of %d faults run" % (self.args.budget, i, self.args.faults))
+                break
+            kind = kinds[i % len(kinds)]
+            state = self.rng.choice(["plain", "fsdp"])
+            label = "f%04d-%s-%s" % (i, kind, state)
+            if i % 40 == 0:
+                for r in roots.values():
+                    shutil.rmtree(r, ignore_errors=True)
+                roots = {s: os.path.join(self.work, "root-%d-%s" % (i, s)) for s in ("plain", "fsdp")}
+                self.durable.clear()
+            self.log("fault %d: %s (%s state)" % (i, kind, state))
+            t0 = time.monotonic()
+            if kind == "enospc":
+                self.enospc_run(state, label)
+            elif kind in ("stintd_kill", "partition"):
+                with Coordinator(self) as coord:
+                    coord.fault(kind, roots[state], state, label)
+            else:
+                world = self.local_run(kind, roots[state], state, label)
+                self.check_root(roots[state], state, world, label)
+            self.faults[kind] += 1
+            self.log("  done in %.1f s" % (time.monotonic() - t0))
+        print("runs: %d" % self.runs)
+        print("faults: %d (%s)" % (sum(self.faults.values()),
+                                   ", ".join("%s %d" % kv for kv in sorted(self.faults.items()))))
+        if self.skipped:
+            print("skipped: %s" % ", ".join("%s %d" % kv for kv in sorted(self.skipped.items())))
+        print("failures: %d" % len(self.failures))
+        for f in self.failures:
+            print("  " + f)
+        if not self.failures and not self.args.keep:
+            shutil.rmtree(self.work, ignore_errors=True)
+        else:
+            print("work directory: %s" % self.work)
+        return 1 if self.failures else 0
+
+
+def _numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _flatten(tree, prefix=""):
+    import torch
+    if isinstance(tree, torch.Tensor):
+        yield prefix, tree
+    elif isinstance(tree, dict):
+        for k, v in tree.items():
+            yield from _flatten(v, "%s.%s" % (prefix, k) if prefix else str(k))
+
+
+# Opens the root read-only in a loop, lists it and reads the newest checkpoint
+# (as an evaluator beside training does); prints READER-ERROR on a failure
+# other than a step retention removed meanwhile.
+READER = r"""
+import os, sys, time, stint
+root = sys.argv[1]
+n = 0
+while True:
+    try:
+        if os.path.exists(root):
+            c = stint._C.Checkpointer(root, read_only=True, fencing=False)
+            steps = c.list_committed()
+            c.close()
+            if steps:
+                stint.CheckpointReader(os.path.join(root, "step-%08d" % steps[-1])).read()
+            n += 1
+    except stint.NotFoundError:
+        pass
+    except Exception as e:
+        print("READER-ERROR %s: %s" % (type(e).__name__, e), flush=True)
+        sys.exit(1)
+"""
+
+
+class Coordinator:
+    """stintd and two stint-agents (nodes n1, n2, 4 GPUs each) for the faults
+    that need the coordinator; the job's ranks run the worker through the
+    agent, so their commits are fenced by the registration it gives them."""
+
+    def __init__(self, campaign):
+        self.c = campaign
+        self.dir = tempfile.mkdtemp(prefix="coord-", dir=campaign.work)
+        self.port = free_port()
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.env = dict(campaign.env, STINTD_ADMIN_TOKEN=ADMIN, STINTD_WORKER_TOKEN=WORKER,
+                        STINTD_AGENT_TOKEN=AGENT)
+        self.stintd = None
+        self.agents = {}
+
+    def __enter__(self):
+        self.start_stintd()
+        self.call("POST", "/v1/pools", {"name": "gpu"})
+        return self
+
+    def __exit__(self, *exc):
+        for a in self.agents.values():
+            _end(a, signal.SIGCONT)
+        if self.stintd is not None:
+            _end(self.stintd)
+        return False
+
+    def start_stintd(self):
+        log = open(os.path.join(self.dir, "stintd.log"), "a")
+        self.stintd = subprocess.Popen(
+            [self.c.stintd_bin, "--listen", "127.0.0.1:%d" % self.port,
+             "--db", os.path.join(self.dir, "stintd.db"), "--tick-seconds", "0.05",
+             "--lease-ttl-seconds", "4", "--node-ttl-seconds", "3", "--start-grace-seconds", "60",
+             "--min-run-seconds", "0", "--safety-seconds", "1"],
+            env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self.call("GET", "/v1/jobs")
+                return
+            except OSError:
+                if self.stintd.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("stintd did not start: see %s" % self.dir)
+                time.sleep(0.05)
+
+    def start_agent(self, node):
+        token = os.path.join(self.dir, "agent.token")
+        with open(token, "w") as f:
+            f.write(AGENT + "\n")
+        log = open(os.path.join(self.dir, "agent-%s.log" % node), "a")
+        self.agents[node] = subprocess.Popen(
+            [self.c.agent_bin, "--coord", self.url, "--token-file", token, "--pool", "gpu",
+             "--gpus", "0,1,2,3", "--node", node, "--heartbeat-seconds", "0.2", "--spot", "--addr", "127.0.0.1",
+             "--workdir", os.path.join(self.dir, "agent-" + node)],
+            env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+
+    def call(self, method, path, body=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers={
+            "Authorization": "Bearer " + ADMIN, "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read().decode())
+
+    def job(self, job):
+        return self.call("GET", "/v1/jobs/%d" % job)
+
+    def wait_for(self, what, cond, seconds=90):
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                v = cond()
+            except OSError:
+                v = None
+            if v:
+                return v
+            if time.monotonic() > deadline:
+                self.c.fail("no %s within %d s (see %s)" % (what, seconds, self.dir))
+                return None
+            time.sleep(0.05)
+
+    def submit(self, root, state, world, steps, events_dir):
+        cmd = ("exec %s %s worker --root %s --events %s/seg$STINT_SEGMENT_ID-r$RANK.events "
+               "--state %s --steps %d --pause 0.3" % (sys.executable, HERE, root, events_dir, state, steps))
+        env = {"PYTHONPATH": self.c.env["PYTHONPATH"], "OMP_NUM_THREADS": "1"}
+        return self.call("POST", "/v1/jobs", {
+            "name": "campaign", "pool": "gpu", "min_gpus": world, "checkpoint_seconds": 1,
+            "restart_seconds": 0,
+            "launch": {"command": ["/bin/sh", "-c", cmd], "env": env, "gpus_per_worker": 1}})["id"]
+
+    def fault(self, kind, root, state, label):
+        world = self.c.rng.randint(2, 4)
+        events = os.path.join(self.c.work, label + "-events")
+        os.makedirs(events)
+        self.start_agent("n1")
+        steps = 400 if kind == "partition" else 8
+        job = self.submit(root, state, world, steps, events)
+        self.c.runs += 1
+        seg1 = self.wait_for("running segment of job %d" % job,
+                             lambda: self.job(job)["state"] == "RUNNING" and self.job(job)["segments"][-1]["id"])
+        if seg1 is None:
+            return
+
+        def seg_events(seg, r):
+            return read_events(os.path.join(events, "seg%s-r%d.events" % (seg, r)))
+
+        def durable(seg):
+            return [int(e[1]) for e in seg_events(seg, 0) if e[0] == "durable"]
+
+        if not self.wait_for("first durable step of segment %s" % seg1, lambda: durable(seg1), 150):
+            return
+        if kind == "stintd_kill":
+            # Mid-commit: right after a rank announced a save.
+            nth = len([e for e in seg_events(seg1, 0) if e[0] == "saving"]) + 1
+            self.wait_for("save", lambda: len([e for e in seg_events(seg1, 0) if e[0] == "saving"]) >= nth)
+            time.sleep(self.c.rng.uniform(0, 0.2))
+            self.stintd.kill()
+            self.stintd.wait()
+            time.sleep(self.c.rng.uniform(0, 2.0))
+            self.c.log("  %s: kill -9 stintd during save #%d, restarted" % (label, nth))
+            self.start_stintd()
+            end = self.wait_for("job %d to end" % job,
+                                lambda: self.job(job)["state"] in ("DONE", "FAILED"), 240)
+            if end and self.job(job)["state"] != "DONE":
+                self.c.fail("%s: job %d ended %s: %s" % (label, job, self.job(job)["state"],
+                                                          self.job(job).get("message")))
+            for seg in [s["id"] for s in self.job(job)["segments"]]:
+                self.c.durable[root] |= set(durable(seg))
+        else:  # partition
+            self.start_agent("n2")
+            self.wait_for("node n2", lambda: "node n2 registered" in _text(
+                os.path.join(self.dir, "agent-n2.log")))
+            self.agents["n1"].send_signal(signal.SIGSTOP)
+            stopped = time.monotonic()
+            self.c.log("  %s: SIGSTOP agent n1 (segment %s, world %d)" % (label, seg1, world))
+            self.wait_for("end of segment %s" % seg1, lambda: [
+                sg for sg in self.job(job)["segments"]
+                if sg["id"] == seg1 and sg["state"] not in ("running", "notified")], 60)
+            fenced_at = time.time()  # stintd ended the old segment by now
+            seg2 = self.wait_for("segment after the partition",
+                                 lambda: self.job(job)["segments"][-1]["id"] != seg1 and
+                                 self.job(job)["segments"][-1]["state"] == "running" and
+                                 self.job(job)["segments"][-1]["id"], 120)
+            if seg2 is None:
+                self.agents["n1"].send_signal(signal.SIGCONT)
+                return
+            # The old segment's ranks go on saving; wait until one was refused
+            # and the new segment committed a few steps.
+            self.wait_for("refused save of the old segment",
+                          lambda: any(e[0] == "refused" for e in seg_events(seg1, 0)), 120)
+            self.wait_for("durable steps of the new segment", lambda: len(durable(seg2)) >= 3, 150)
+            self.agents["n1"].send_signal(signal.SIGCONT)
+            self.c.log("  %s: SIGCONT agent n1 after %.1f s; segment %s runs" %
+                       (label, time.monotonic() - stopped, seg2))
+            # The resumed agent learns its segment ended and stops its ranks.
+            self.wait_for("old segment's ranks to stop", lambda: all(
+                any(e[0] in ("exit", "error") for e in seg_events(seg1, r)) or
+                not _alive(seg_events(seg1, r)) for r in range(world)), 60)
+            self.check_fenced(root, seg1, seg2, seg_events, world, label, fenced_at)
+            self.c.durable[root] |= set(durable(seg1)) | set(durable(seg2))
+            # The new segment's run is long: cancel the job, then its ranks end.
+            self.call("POST", "/v1/jobs/%d/cancel" % job, {})
+            self.wait_for("every rank to end", lambda: not any(
+                _alive(read_events(os.path.join(events, f))) for f in os.listdir(events)), 120)
+        self.c.check_root(root, state, world, label)
+
+    def check_fenced(self, root, seg1, seg2, seg_events, world, label, fenced_at):
+        """No save the old segment started after it was seen ended became
+        durable, and no step after the new segment's resume is the old one's."""
+        import stint
+        started = {e[1]: _wall(e) for e in seg_events(seg1, 0) if e[0] == "saving"}
+        stale = [int(e[1]) for e in seg_events(seg1, 0)
+                 if e[0] == "durable" and started.get(e[1], 0) > fenced_at]
+        if stale:
+            self.c.fail("%s: the old segment %s committed steps %s, saved after stintd ended it" %
+                        (label, seg1, stale))
+        loaded = [int(e[1]) for e in seg_events(seg2, 0) if e[0] == "loaded"]
+        resumed = loaded[0] if loaded else 0
+        ckpt = stint.Checkpointer(root, collective=False, fencing=False, keep_last=0)
+        try:
+            for step in ckpt.list_committed():
+                if step <= resumed:
+                    continue
+                writer = ckpt.load(step=step)["writer"]
+                if str(writer["segment"]) != str(seg2):
+                    self.c.fail("%s: step %d (after the resume at %d) was committed by segment %s, "
+                                "not the new segment %s" % (label, step, resumed, writer["segment"], seg2))
+        finally:
+            ckpt.close()
+        refused = [e for r in range(world) for e in seg_events(seg1, r) if e[0] == "refused"]
+        self.c.log("  %s: old segment refused %d saves, e.g. %s" %
+                   (label, len(refused), " ".join(refused[0][3:])[:160] if refused else "-"))
+
+
+def _wall(event):
+    """The wall-clock time a worker logged with an event ("... t=<seconds>")."""
+    return float(event[-1][2:])
+
+
+def _text(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def _alive(events):
+    pids = [int(e[2]) for e in events if e[:2] == ["start", "pid"]]
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+            return True
+        except ProcessLookupError:
+            pass
+    return False
+
+
+def _end(proc, before=None):
+    if proc.poll() is None:
+        if before is not None:
+            proc.send_signal(before)
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "worker":
+        return worker_main(sys.argv[2:])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--build", required=True, help="the build tree (stintd, stint-agent, the module)")
+    p.add_argument("--faults", type=int, default=12)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--kinds", default=",".join(KINDS))
+    p.add_argument("--workdir", default=None)
+    p.add_argument("--keep", action="store_true", help="keep the work directory")
+    p.add_argument("--budget", type=float, default=0,
+                   help="seconds after which no new fault starts (0: none); the counts say how many ran")
+    args = p.parse_args()
+    args.build = os.path.abspath(args.build)
+    sys.path.insert(0, os.path.join(args.build, "python_bindings"))
+    return Campaign(args).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
