@@ -649,6 +649,69 @@ TEST_F(StintdTest, KvCompareAndSetAndLongPoll) {
   EXPECT_EQ(worker_->Get(key).status, 404);
 }
 
+// A job's KV is bounded (API.md, "KV"): a value past 1 MiB is 413, a key
+// or byte past the job's caps (--kv-max-keys-per-job,
+// --kv-max-bytes-per-job) is 429 and changes nothing; overwriting within
+// the caps and other jobs' KV go on. A job that ends (CANCELLED, DONE)
+// keeps no KV, across a restart too, and takes no more writes.
+TEST_F(StintdTest, KvCapsRefuseClearlyAndAJobThatEndsKeepsNoKv) {
+  daemon_->Kill(SIGTERM);
+  std::vector<std::string> args = kFastArgs;
+  args.insert(args.end(), {"--kv-max-keys-per-job", "3", "--kv-max-bytes-per-job", "64"});
+  daemon_ = std::make_unique<StintdProcess>(STINTD_PATH, dir_.path(), args);
+  ASSERT_TRUE(daemon_->Start()) << daemon_->output();
+  Connect();
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
+  const int64_t a = Submit({{"name", "a"}, {"min_gpus", 1}});
+  const int64_t b = Submit({{"name", "b"}, {"min_gpus", 1}});
+  auto kv = [](int64_t job, const std::string& key) {
+    return "/v1/jobs/" + std::to_string(job) + "/kv/" + key;
+  };
+  for (const char* key : {"k1", "k2", "k3"})
+    ASSERT_EQ(worker_->Put(kv(a, key), {{"value", "v"}}).status, 200) << key;
+  auto full = worker_->Put(kv(a, "k4"), {{"value", "v"}});
+  EXPECT_EQ(full.status, 429) << full.text;
+  EXPECT_EQ(full.body["error"]["code"], "RESOURCE_EXHAUSTED");
+  EXPECT_NE(full.text.find("--kv-max-keys-per-job"), std::string::npos) << full.text;
+  EXPECT_EQ(worker_->Get(kv(a, "k4")).status, 404);
+  EXPECT_EQ(worker_->Put(kv(a, "k1"), {{"value", "again"}}).status, 200);  // no new key
+  EXPECT_EQ(worker_->Put(kv(b, "k1"), {{"value", "v"}}).status, 200);      // caps are per job
+  ASSERT_EQ(worker_->Delete(kv(a, "k3")).status, 200);
+  EXPECT_EQ(worker_->Put(kv(a, "k4"), {{"value", "v"}}).status, 200);
+
+  // b holds 3 bytes ("k1" + "v"); 2 + 60 more would be 65 > 64.
+  auto heavy = worker_->Put(kv(b, "k2"), {{"value", std::string(60, 'x')}});
+  EXPECT_EQ(heavy.status, 429) << heavy.text;
+  EXPECT_NE(heavy.text.find("--kv-max-bytes-per-job"), std::string::npos) << heavy.text;
+  EXPECT_EQ(worker_->Put(kv(b, "k2"), {{"value", std::string(59, 'x')}}).status, 200);
+  auto huge = worker_->Put(kv(b, "k1"), {{"value", std::string((1 << 20) + 1, 'x')}});
+  EXPECT_EQ(huge.status, 413) << huge.text.substr(0, 300);
+  EXPECT_EQ(huge.body["error"]["code"], "PAYLOAD_TOO_LARGE");
+  EXPECT_EQ(worker_->Get(kv(b, "k1")).body["value"], "v");
+
+  // Cancelled: a's KV is gone at once and stays gone; b's stays.
+  ASSERT_EQ(admin_->Post("/v1/jobs/" + std::to_string(a) + "/cancel", json::object()).status, 200);
+  EXPECT_EQ(admin_->Get(kv(a, "k1")).status, 404);
+  auto late = worker_->Put(kv(a, "k1"), {{"value", "v"}});
+  EXPECT_EQ(late.status, 409) << late.text;
+  Restart(SIGKILL);
+  EXPECT_EQ(admin_->Get(kv(a, "k1")).status, 404);
+  EXPECT_EQ(admin_->Get(kv(b, "k1")).body["value"], "v");
+
+  // Done: the job runs, its worker writes and finishes; its KV goes.
+  AddWindow("p", 1, WallNowMs() + 24 * 3600 * 1000);
+  ASSERT_TRUE(Eventually([&] { return JobIn(a, "CANCELLED") && JobIn(b, "RUNNING"); }))
+      << Job(b).dump();
+  const int64_t wid = Register(b)["worker_id"];
+  EXPECT_EQ(As(wid).Put(kv(b, "k1"), {{"value", "w"}}).status, 200);
+  ASSERT_EQ(As(wid).Post("/v1/workers/" + std::to_string(wid) + "/finished", json::object()).status,
+            200);
+  EXPECT_TRUE(JobIn(b, "DONE")) << Job(b).dump();
+  for (const char* key : {"k1", "k2"}) EXPECT_EQ(admin_->Get(kv(b, key)).status, 404) << key;
+  Restart(SIGKILL);
+  EXPECT_EQ(admin_->Get(kv(b, "k1")).status, 404);
+}
+
 // Clients submit jobs and heartbeat while stintd is SIGKILLed; after the
 // restart every job whose submission was acknowledged is there, the running
 // segment still holds its fencing token, and the counters went on.

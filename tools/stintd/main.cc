@@ -86,6 +86,14 @@ int main(int argc, char** argv) {
                  "HTTP threads: one per open connection or long-poll")
       ->capture_default_str()
       ->check(CLI::Range(4, 4096));
+  app.add_option("--kv-max-keys-per-job", options.kv_max_keys_per_job,
+                 "keys a job's KV may hold; a write past it is refused with 429")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  app.add_option("--kv-max-bytes-per-job", options.kv_max_bytes_per_job,
+                 "bytes (keys and values) a job's KV may hold; a write past it is refused with 429")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 50));
   app.add_option("--tick-seconds", options.tick_seconds, "policy pass period")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
