@@ -575,11 +575,13 @@ TEST_F(DashboardTest, ChromiumDrawsWindowsSegmentsQueueAndMetrics) {
           .value("id", int64_t{0});
   const int64_t spot =
       Post("/v1/windows",
-           {{"pool", "beta"}, {"gpus", 4}, {"kind", "spot"}, {"start_ms", now - 120000}}, 201)
+           {{"pool", "beta"}, {"gpus", 4}, {"kind", "spot"}, {"start_ms", now - 2400000}}, 201)
           .value("id", int64_t{0});
   // Upcoming, in a pool of its own that no job asks for: the default range
   // reaches it, whole (it ended ~5 min ahead before, and cut this and
-  // alpha's 1 h window off).
+  // alpha's 1 h window off). The spot window, drawn up to now, started 40
+  // min ago, so it stays wide enough for the screenshot's check in the 3 h
+  // range.
   ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "gamma"}}).status, 201);
   const int64_t upcoming = Post("/v1/windows",
                                 {{"pool", "gamma"},
