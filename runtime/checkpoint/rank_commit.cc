@@ -302,6 +302,7 @@ void RankSave::ReleaseKeys() {
     if (published.ok() && published->has_value()) tmp = **published;
   }
   if (!tmp.empty()) channel_->Delete(keys_.decision(tmp)).IgnoreError();
+  for (int r = 0; r < options_.world_size; ++r) channel_->Delete(keys_.report(r)).IgnoreError();
   channel_->Delete(keys_.tmp()).IgnoreError();
   channel_->Delete(keys_.abort()).IgnoreError();
   channel_->Delete(keys_.done()).IgnoreError();
@@ -397,10 +398,8 @@ Status RankSave::Finish(const Status& persisted, const Manifest& part,
   Publish(keys_.decision(tmp_name_), EncodeDecision(outcome));
   // A rank that has not even started (not read the tmp name) learns it too.
   if (!outcome.ok()) Publish(keys_.abort(), EncodeDecision(outcome));
-  // Only the committer reads reports, so they can go. Keys other ranks may
-  // be polling (tmp, abort, the decision) stay until every rank is done
-  // with them (ReleaseKeys).
-  for (int r = 0; r < options_.world_size; ++r) channel_->Delete(keys_.report(r)).IgnoreError();
+  // The save's keys, reports too (a rank may report after the gather gave
+  // up), go once every rank is done with them (ReleaseKeys).
   return outcome;
 }
 

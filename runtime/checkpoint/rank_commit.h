@@ -155,7 +155,7 @@ class RankSave {
   Status AwaitDecision(std::chrono::milliseconds timeout, const Manifest& part);
   void Publish(const std::string& key, const std::string& value);
   // Counts this rank as done with the save's keys; the last rank of all
-  // deletes them (tmp, abort, decision, the counter). Every rank writes
+  // deletes them (tmp, abort, reports, decision, the counter). Every rank writes
   // before it counts, so none is written after, and none is deleted while
   // a rank may still poll it (a c10d get() of a key deleted after its
   // check() waits for the store's whole timeout).
