@@ -1430,13 +1430,17 @@ void HttpApi::InstallRoutes() {
           RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"value", "if_version"}));
           const std::string value = STINT_HTTP_TRY(b.String("value"));
           std::optional<int64_t> if_version = STINT_HTTP_TRY(b.OptionalInt64("if_version"));
-          Result<int64_t> version = c->PutKv(job, req.matches[2], value, if_version);
-          // A value past the limit is 413; a job past its caps is 429
-          // (API.md, "KV").
-          if (!version.ok() && value.size() > kKvMaxValueBytes)
-            return Reply{413, ErrorBody("PAYLOAD_TOO_LARGE", version.status().message()), {}, {}};
-          if (!version.ok()) return ErrorReply(version.status());
-          return Reply{200, {{"version", *version}}, {}, {}};
+          // A value past the limit is 413; a job past its caps is 429 (API.md, "KV").
+          if (value.size() > kKvMaxValueBytes) {
+            return Reply{413,
+                         ErrorBody("PAYLOAD_TOO_LARGE", "kv value is " +
+                                                            std::to_string(value.size()) +
+                                                            " bytes; the limit is 1 MiB"),
+                         {},
+                         {}};
+          }
+          const int64_t version = STINT_HTTP_TRY(c->PutKv(job, req.matches[2], value, if_version));
+          return Reply{200, {{"version", version}}, {}, {}};
         });
   route(kGet, R"(/v1/jobs/(\d+)/kv/([A-Za-z0-9._/-]+))", Right::kNone,
         [c, auth, max_wait](const httplib::Request& req) {
