@@ -76,6 +76,44 @@ Result<int> ShutdownReadsOfAcceptedConnections(
   }
 }
 
+// cpp-httplib (0.11) listens with a backlog of 5: a burst of connections
+// past it (hundreds of clients at once) has its SYNs dropped, and each
+// client waits out TCP's retransmit (1 s, 3 s, 7 s, ...) before it is even
+// accepted. Listening again on the bound socket on `port` raises the
+// backlog to the system's limit.
+Status WidenListenBacklog(int port) {
+  std::unique_ptr<DIR, int (*)(DIR*)> dir(opendir("/proc/self/fd"), closedir);
+  if (dir == nullptr) return StatusFromErrno("opendir /proc/self/fd", errno);
+  for (;;) {
+    errno = 0;
+    const dirent* entry = readdir(dir.get());
+    if (entry == nullptr) {
+      if (errno != 0) return StatusFromErrno("readdir /proc/self/fd", errno);
+      return Status::NotFound("no listening socket on port " + std::to_string(port));
+    }
+    char* end = nullptr;
+    const long fd = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || fd == dirfd(dir.get())) continue;
+    int listening = 0;
+    socklen_t len = sizeof(listening);
+    if (getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 ||
+        listening == 0) {
+      continue;
+    }
+    sockaddr_storage addr{};
+    len = sizeof(addr);
+    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&addr), &len) != 0) continue;
+    const int bound = addr.ss_family == AF_INET
+                          ? ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port)
+                      : addr.ss_family == AF_INET6
+                          ? ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port)
+                          : -1;
+    if (bound != port) continue;
+    if (listen(static_cast<int>(fd), SOMAXCONN) != 0) return StatusFromErrno("listen", errno);
+    return Status::OK();
+  }
+}
+
 // Whether this thread answers connections past the cap (ConnectionPool):
 // its requests are all refused with 503.
 thread_local bool refusing_connections = false;
@@ -639,6 +677,10 @@ Result<std::unique_ptr<HttpApi>> HttpApi::Bind(Coordinator* coordinator, TokenAu
                              std::to_string(options.port) + " (address in use or not local?)");
     }
     api->port_ = options.port;
+  }
+  if (Status widened = WidenListenBacklog(api->port_); !widened.ok()) {
+    std::fprintf(stderr, "stintd: %s (bursts of connections wait for TCP retransmits)\n",
+                 widened.ToString().c_str());
   }
   return api;
 }
