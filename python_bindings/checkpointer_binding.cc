@@ -146,7 +146,7 @@ py::dict TensorDict(std::vector<std::pair<std::string, at::Tensor>> tensors) {
 // ---- The commit channel over a torch.distributed Store ------------------------
 
 // A CommitChannel over any Python object with the c10d Store methods set,
-// get, check and delete_key (TCPStore, FileStore, PrefixStore, HashStore,
+// get, check, delete_key and add (TCPStore, FileStore, PrefixStore, HashStore,
 // the default group's store). Called from the persist thread: it takes the
 // GIL for each call, and the Store's own methods release it while they wait.
 class PyStoreChannel final : public CommitChannel {
@@ -176,6 +176,12 @@ class PyStoreChannel final : public CommitChannel {
   }
   Status Delete(const std::string& key) override {
     return Call("delete " + key, [&] { store_.attr("delete_key")(key); });
+  }
+  Result<int64_t> Add(const std::string& key, int64_t delta) override {
+    int64_t sum = 0;
+    Status s = Call("add " + key, [&] { sum = store_.attr("add")(key, delta).cast<int64_t>(); });
+    if (!s.ok()) return s;
+    return sum;
   }
   std::string Describe() const override { return "torch.distributed " + description_; }
 

@@ -325,6 +325,24 @@ RankSave::RankSave(const CheckpointOptions& options, Env* env, uint64_t save_num
       keys_(ChannelPrefix(options), save_number, step),
       step_(step) {}
 
+RankSave::~RankSave() { ReleaseKeys(); }
+
+void RankSave::ReleaseKeys() {
+  // Best effort: keys a failed count leaves behind go with the job's store.
+  auto done = channel_->Add(keys_.done(), 1);
+  if (!done.ok() || *done < options_.world_size) return;
+  std::string tmp = tmp_name_;
+  if (tmp.empty()) {  // this rank never learned it; nobody else deletes it
+    auto published = channel_->Get(keys_.tmp());
+    if (published.ok() && published->has_value()) tmp = **published;
+  }
+  if (!tmp.empty()) channel_->Delete(keys_.decision(tmp)).IgnoreError();
+  for (int r = 0; r < options_.world_size; ++r) channel_->Delete(keys_.report(r)).IgnoreError();
+  channel_->Delete(keys_.tmp()).IgnoreError();
+  channel_->Delete(keys_.abort()).IgnoreError();
+  channel_->Delete(keys_.done()).IgnoreError();
+}
+
 void RankSave::Publish(const std::string& key, const std::string& value) {
   // Best effort: a rank that cannot reach the channel is a rank that did not
   // report, which the deadline covers.
@@ -335,7 +353,10 @@ Result<std::string> RankSave::Start(std::chrono::milliseconds timeout) {
   const std::string what = "step " + std::to_string(step_);
   if (committer()) {
     const std::string name = TmpDirName(step_, RandomNonce());
-    Status s = channel_->Delete(keys_.abort());  // one left by an earlier incarnation
+    // Left by an earlier incarnation (a count too, or the last rank would
+    // come early).
+    Status s = channel_->Delete(keys_.abort());
+    if (s.ok()) s = channel_->Delete(keys_.done());
     if (s.ok()) s = env_->CreateDir(options_.root + "/" + name);
     if (s.ok()) s = channel_->Set(keys_.tmp(), name);
     if (!s.ok()) {
@@ -412,10 +433,8 @@ Status RankSave::Finish(const Status& persisted, const Manifest& part,
   Publish(keys_.decision(tmp_name_), EncodeDecision(outcome));
   // A rank that has not even started (not read the tmp name) learns it too.
   if (!outcome.ok()) Publish(keys_.abort(), EncodeDecision(outcome));
-  // Only the committer reads reports, so they can go. Keys other ranks may
-  // be polling (tmp, abort, the decision) stay: a store's get() of a key
-  // deleted after its check() waits for the store's whole timeout.
-  for (int r = 0; r < options_.world_size; ++r) channel_->Delete(keys_.report(r)).IgnoreError();
+  // The save's keys, reports too (a rank may report after the gather gave
+  // up), go once every rank is done with them (ReleaseKeys).
   return outcome;
 }
 

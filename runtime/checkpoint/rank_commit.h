@@ -83,6 +83,8 @@ class SaveKeys {
   std::string abort() const { return base_ + "abort"; }
   std::string report(int rank) const { return base_ + "report/" + std::to_string(rank); }
   std::string decision(const std::string& tmp_name) const { return base_ + "decision/" + tmp_name; }
+  // The counter of ranks done with the save's keys (CommitChannel::Add).
+  std::string done() const { return base_ + "done"; }
   const std::string& base() const { return base_; }
 
  private:
@@ -131,6 +133,10 @@ Result<uint64_t> AgreeOnLoadedStep(const CheckpointOptions& options, uint64_t lo
 class RankSave {
  public:
   RankSave(const CheckpointOptions& options, Env* env, uint64_t save_number, uint64_t step);
+  // This rank is done with the save's keys (ReleaseKeys).
+  ~RankSave();
+  RankSave(const RankSave&) = delete;
+  RankSave& operator=(const RankSave&) = delete;
 
   // The tmp directory (full path) to write this rank's file into: the
   // committer creates it and publishes its name; the others wait for it until
@@ -151,6 +157,12 @@ class RankSave {
   Status Commit(const std::vector<RankReport>& reports, const Manifest& part);
   Status AwaitDecision(std::chrono::milliseconds timeout, const Manifest& part);
   void Publish(const std::string& key, const std::string& value);
+  // Counts this rank as done with the save's keys; the last rank of all
+  // deletes them (tmp, abort, reports, decision, the counter). Every rank writes
+  // before it counts, so none is written after, and none is deleted while
+  // a rank may still poll it (a c10d get() of a key deleted after its
+  // check() waits for the store's whole timeout).
+  void ReleaseKeys();
 
   const CheckpointOptions& options_;
   Env* const env_;

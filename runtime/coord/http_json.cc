@@ -180,6 +180,8 @@ Status StatusFromHttp(int http_status, const std::string& body, const std::strin
       return Status::FailedPrecondition(text);
     case 410:
       return Status::Aborted("fenced: " + text);
+    case 429:  // a cap of stintd's, e.g. a job's KV (not retried)
+      return Status::ResourceExhausted(text);
     case 500:
       return code_name == "IO_ERROR" ? Status::IoError(text) : Status::Internal(text);
     case 502:

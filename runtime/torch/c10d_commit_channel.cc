@@ -39,4 +39,12 @@ Status C10dCommitChannel::Delete(const std::string& key) {
   }
 }
 
+Result<int64_t> C10dCommitChannel::Add(const std::string& key, int64_t delta) {
+  try {
+    return store_->add(key, delta);
+  } catch (const std::exception& e) {
+    return StatusFromC10dError(e, description_ + ": add " + key);
+  }
+}
+
 }  // namespace stint

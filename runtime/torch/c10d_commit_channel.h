@@ -30,6 +30,7 @@ class C10dCommitChannel final : public CommitChannel {
   Status Set(const std::string& key, const std::string& value) override;
   Result<std::optional<std::string>> Get(const std::string& key) override;
   Status Delete(const std::string& key) override;
+  Result<int64_t> Add(const std::string& key, int64_t delta) override;
   std::string Describe() const override { return description_; }
 
  private:

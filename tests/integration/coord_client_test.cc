@@ -256,6 +256,35 @@ TEST_F(CoordClientTest, FencingGuardsARealCommitAndRefusesOnceTheSegmentEnded) {
   EXPECT_TRUE(IsFenced((*client)->Heartbeat(2).status()));
 }
 
+// CoordinatorCommitChannel::Add is atomic over stintd's KV: ranks adding
+// at once lose none of their adds (a compare-and-set, again on a lost race).
+TEST_F(CoordClientTest, CommitChannelAddsFromManyRanksAtOnceAllCount) {
+  const int64_t job = RunningJob();
+  constexpr int kRanks = 4, kAdds = 25;
+  std::vector<std::thread> ranks;
+  std::vector<Status> errors(kRanks);
+  for (int r = 0; r < kRanks; ++r) {
+    ranks.emplace_back([&, r] {
+      auto client = CoordinatorClient::Create(WorkerOptions(job));
+      if (!client.ok()) {
+        errors[r] = client.status();
+        return;
+      }
+      CoordinatorCommitChannel channel(client->get(), "adds");
+      for (int i = 0; i < kAdds && errors[r].ok(); ++i)
+        errors[r] = channel.Add("count", 1).status();
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (const Status& s : errors) EXPECT_OK(s);
+  auto client = CoordinatorClient::Create(WorkerOptions(job));
+  ASSERT_OK(client);
+  CoordinatorCommitChannel channel(client->get(), "adds");
+  auto sum = channel.Add("count", 0);
+  ASSERT_OK(sum);
+  EXPECT_EQ(*sum, kRanks * kAdds);
+}
+
 // Two ranks of one job commit through the job's KV in stintd; once rank 1's
 // worker incarnation is gone (it left), its secret is dead: it writes
 // nothing to the job's KV (fenced at once), and the commit is refused on
@@ -309,6 +338,12 @@ TEST_F(CoordClientTest, RanksCommitThroughTheJobKvAndAStaleRankCannot) {
   };
   for (const Status& s : save(1)) ASSERT_OK(s);
   EXPECT_TRUE(Env::Default()->FileExists(dir_.Sub("ckpt") + "/" + StepDirName(1)));
+  // Every rank has its outcome: the save's keys are gone from the job's KV.
+  for (const char* key : {"tmp", "done", "abort"}) {
+    auto left = clients[0]->Get("seg-" + std::to_string(regs[0].segment_id) + "/stint-ckpt/" +
+                                std::to_string(job) + "/save-0-step-1/" + key);
+    EXPECT_EQ(left.status().code(), Code::kNotFound) << key;
+  }
 
   ASSERT_OK(clients[1]->Leave());  // rank 1's incarnation ends; its process goes on as a zombie
   const std::vector<Status> second = save(2);

@@ -575,8 +575,21 @@ TEST_F(DashboardTest, ChromiumDrawsWindowsSegmentsQueueAndMetrics) {
           .value("id", int64_t{0});
   const int64_t spot =
       Post("/v1/windows",
-           {{"pool", "beta"}, {"gpus", 4}, {"kind", "spot"}, {"start_ms", now - 120000}}, 201)
+           {{"pool", "beta"}, {"gpus", 4}, {"kind", "spot"}, {"start_ms", now - 2400000}}, 201)
           .value("id", int64_t{0});
+  // Upcoming, in a pool of its own that no job asks for: the default range
+  // reaches it, whole (it ended ~5 min ahead before, and cut this and
+  // alpha's 1 h window off). The spot window, drawn up to now, started 40
+  // min ago, so it stays wide enough for the screenshot's check in the 3 h
+  // range.
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "gamma"}}).status, 201);
+  const int64_t upcoming = Post("/v1/windows",
+                                {{"pool", "gamma"},
+                                 {"gpus", 2},
+                                 {"start_ms", now + 3600000},
+                                 {"end_ms", now + 2 * 3600000}},
+                                201)
+                               .value("id", int64_t{0});
 
   // A job that ran in beta and finished: a completed segment.
   const int64_t warmup = Submit("warmup", "beta", 2);
@@ -607,7 +620,7 @@ TEST_F(DashboardTest, ChromiumDrawsWindowsSegmentsQueueAndMetrics) {
   const json windows = GetJson(*worker_, "/v1/windows")["windows"];
   const json segments = GetJson(*worker_, "/v1/segments")["segments"];
   const json jobs = GetJson(*worker_, "/v1/jobs")["jobs"];
-  ASSERT_EQ(windows.size(), 3u);
+  ASSERT_EQ(windows.size(), 4u);
   ASSERT_EQ(segments.size(), 3u) << segments.dump();
   std::map<int64_t, std::string> job_names, window_pools;
   for (const json& j : jobs) job_names[j["id"]] = j["name"];
@@ -639,6 +652,20 @@ TEST_F(DashboardTest, ChromiumDrawsWindowsSegmentsQueueAndMetrics) {
   ASSERT_EQ(status.size(), 1u) << dom_text;
   ASSERT_EQ(status[0].Attr("data-state"), "ok") << "the page reported: " << status[0].Text();
   ASSERT_EQ(dom.Where("svg", "", "id", "timeline").size(), 1u);
+  {
+    // The default range holds every window, from its start to its end.
+    const Element& box = dom.Where("svg", "", "id", "timeline")[0];
+    double t0 = 0, t1 = 0;
+    ASSERT_TRUE(ParseDouble(box.Attr("data-t0"), &t0)) << box.Attr("data-t0");
+    ASSERT_TRUE(ParseDouble(box.Attr("data-t1"), &t1)) << box.Attr("data-t1");
+    for (const json& w : windows) {
+      EXPECT_LE(t0, w["start_ms"].get<double>()) << w.dump();
+      if (!w["end_ms"].is_null()) {
+        EXPECT_GE(t1, w["end_ms"].get<double>()) << w.dump();
+      }
+    }
+    EXPECT_EQ(dom.Where("rect", "window", "data-window", std::to_string(upcoming)).size(), 1u);
+  }
   EXPECT_EQ(dom.Where("line", "", "id", "now-line").size(), 1u) << "no now line";
 
   // One lane per pool; one rectangle per window, in its pool's lane, styled
@@ -653,7 +680,10 @@ TEST_F(DashboardTest, ChromiumDrawsWindowsSegmentsQueueAndMetrics) {
     const Element& r = rects[0];
     EXPECT_EQ(r.Attr("data-pool"), w["pool"]) << id;
     EXPECT_EQ(r.Attr("data-gpus"), std::to_string(w["gpus"].get<int>())) << id;
-    EXPECT_EQ(r.Attr("data-state"), w["open"].get<bool>() ? "open" : "closed") << id;
+    EXPECT_EQ(r.Attr("data-state"), w["open"].get<bool>()           ? "open"
+                                    : w["start_ms"].get<int64_t>() > now ? "upcoming"
+                                                                         : "closed")
+        << id;
     EXPECT_EQ(r.HasClass("revoked"), w["closed_early"].get<bool>()) << id;
     EXPECT_EQ(r.HasClass("open-ended"), w["end_ms"].is_null()) << id;
     EXPECT_EQ(r.HasClass(w["kind"].get<std::string>()), true) << id;

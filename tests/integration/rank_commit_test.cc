@@ -122,6 +122,21 @@ TEST_F(RankCommitTest, EveryRankCommitsOneCheckpointThatLoadsAtOtherWorldSizes) 
   EXPECT_EQ(Committed(), (std::vector<uint64_t>{10, 11}));
 }
 
+// Once every rank has its outcome, the save's keys are gone from the store
+// (the last rank done with them deletes them), whether it committed or not:
+// only the start barriers' counters of rank_saver are left.
+TEST_F(RankCommitTest, AFinishedSaveLeavesNoKeysInTheStore) {
+  auto runs = Run("save", 3, 10);
+  for (const auto& r : runs) ASSERT_TRUE(r.ok()) << All(runs);
+  EXPECT_FALSE(store_->check({"stint-ckpt/rank-saver/save-0-step-10/tmp"}));
+  EXPECT_FALSE(store_->check({"stint-ckpt/rank-saver/save-0-step-10/done"}));
+  EXPECT_EQ(store_->getNumKeys(), 1) << "save-ready-10 and nothing else";
+  runs = Run("save", 3, 11, {{1, "enospc"}});
+  for (const auto& r : runs) ASSERT_FALSE(r.ok()) << All(runs);
+  EXPECT_EQ(store_->getNumKeys(), 2) << "save-ready-10, save-ready-11 and nothing else";
+  EXPECT_EQ(Committed(), std::vector<uint64_t>{10});
+}
+
 // A rank that alone reads a damaged chunk of the newest checkpoint takes
 // every rank back to the newest step all of them load: no mixed resume.
 TEST_F(RankCommitTest, RanksLoadTheSameStepWhenOnlyOneSeesDamage) {

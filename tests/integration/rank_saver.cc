@@ -102,6 +102,10 @@ class KillingChannel final : public CommitChannel {
     killer_->Tick();
     return base_->Delete(key);
   }
+  Result<int64_t> Add(const std::string& key, int64_t delta) override {
+    killer_->Tick();
+    return base_->Add(key, delta);
+  }
   std::string Describe() const override { return base_->Describe(); }
 
  private:

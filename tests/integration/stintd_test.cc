@@ -2,11 +2,19 @@
 // Token rights, strict request validation, the segment lifecycle (start,
 // notice, ack, fencing), preemption, lost segments, visibility, metrics,
 // and kill -9 under load with nothing acknowledged lost.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -653,6 +661,262 @@ TEST_F(StintdTest, KvCompareAndSetAndLongPoll) {
   EXPECT_EQ(kv.Get(key).body["version"], 2);
   EXPECT_EQ(kv.Delete(key).status, 200);
   EXPECT_EQ(kv.Get(key).status, 404);
+}
+
+// A job's KV is bounded (API.md, "KV"): a value past 1 MiB is 413, a key
+// or byte past the job's caps (--kv-max-keys-per-job,
+// --kv-max-bytes-per-job) is 429 and changes nothing; overwriting within
+// the caps and other jobs' KV go on. A job that ends (CANCELLED, DONE)
+// keeps no KV, across a restart too, and takes no more writes.
+TEST_F(StintdTest, KvCapsRefuseClearlyAndAJobThatEndsKeepsNoKv) {
+  daemon_->Kill(SIGTERM);
+  std::vector<std::string> args = kFastArgs;
+  args.insert(args.end(), {"--kv-max-keys-per-job", "3", "--kv-max-bytes-per-job", "64"});
+  daemon_ = std::make_unique<StintdProcess>(STINTD_PATH, dir_.path(), args);
+  ASSERT_TRUE(daemon_->Start()) << daemon_->output();
+  Connect();
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
+  const int64_t a = Submit({{"name", "a"}, {"min_gpus", 1}});
+  const int64_t b = Submit({{"name", "b"}, {"min_gpus", 1}});
+  auto kv = [](int64_t job, const std::string& key) {
+    return "/v1/jobs/" + std::to_string(job) + "/kv/" + key;
+  };
+  for (const char* key : {"k1", "k2", "k3"})
+    ASSERT_EQ(worker_->Put(kv(a, key), {{"value", "v"}}).status, 200) << key;
+  auto full = worker_->Put(kv(a, "k4"), {{"value", "v"}});
+  EXPECT_EQ(full.status, 429) << full.text;
+  EXPECT_EQ(full.body["error"]["code"], "RESOURCE_EXHAUSTED");
+  EXPECT_NE(full.text.find("--kv-max-keys-per-job"), std::string::npos) << full.text;
+  EXPECT_EQ(worker_->Get(kv(a, "k4")).status, 404);
+  EXPECT_EQ(worker_->Put(kv(a, "k1"), {{"value", "again"}}).status, 200);  // no new key
+  EXPECT_EQ(worker_->Put(kv(b, "k1"), {{"value", "v"}}).status, 200);      // caps are per job
+  ASSERT_EQ(worker_->Delete(kv(a, "k3")).status, 200);
+  EXPECT_EQ(worker_->Put(kv(a, "k4"), {{"value", "v"}}).status, 200);
+
+  // b holds 3 bytes ("k1" + "v"); 2 + 60 more would be 65 > 64.
+  auto heavy = worker_->Put(kv(b, "k2"), {{"value", std::string(60, 'x')}});
+  EXPECT_EQ(heavy.status, 429) << heavy.text;
+  EXPECT_NE(heavy.text.find("--kv-max-bytes-per-job"), std::string::npos) << heavy.text;
+  EXPECT_EQ(worker_->Put(kv(b, "k2"), {{"value", std::string(59, 'x')}}).status, 200);
+  auto huge = worker_->Put(kv(b, "k1"), {{"value", std::string((1 << 20) + 1, 'x')}});
+  EXPECT_EQ(huge.status, 413) << huge.text.substr(0, 300);
+  EXPECT_EQ(huge.body["error"]["code"], "PAYLOAD_TOO_LARGE");
+  EXPECT_EQ(worker_->Get(kv(b, "k1")).body["value"], "v");
+
+  // Cancelled: a's KV is gone at once and stays gone; b's stays.
+  ASSERT_EQ(admin_->Post("/v1/jobs/" + std::to_string(a) + "/cancel", json::object()).status, 200);
+  EXPECT_EQ(admin_->Get(kv(a, "k1")).status, 404);
+  auto late = worker_->Put(kv(a, "k1"), {{"value", "v"}});
+  EXPECT_EQ(late.status, 409) << late.text;
+  Restart(SIGKILL);
+  EXPECT_EQ(admin_->Get(kv(a, "k1")).status, 404);
+  EXPECT_EQ(admin_->Get(kv(b, "k1")).body["value"], "v");
+
+  // Done: the job runs, its worker writes and finishes; its KV goes.
+  AddWindow("p", 1, WallNowMs() + 24 * 3600 * 1000);
+  ASSERT_TRUE(Eventually([&] { return JobIn(a, "CANCELLED") && JobIn(b, "RUNNING"); }))
+      << Job(b).dump();
+  const int64_t wid = Register(b)["worker_id"];
+  EXPECT_EQ(As(wid).Put(kv(b, "k1"), {{"value", "w"}}).status, 200);
+  ASSERT_EQ(As(wid).Post("/v1/workers/" + std::to_string(wid) + "/finished", json::object()).status,
+            200);
+  EXPECT_TRUE(JobIn(b, "DONE")) << Job(b).dump();
+  for (const char* key : {"k1", "k2"}) EXPECT_EQ(admin_->Get(kv(b, key)).status, 404) << key;
+  Restart(SIGKILL);
+  EXPECT_EQ(admin_->Get(kv(b, "k1")).status, 404);
+}
+
+// Numbers from workers are checked at the edge (API.md): seconds must be
+// finite, >= 0 and at most 1e9 (1e300 reached SecondsToMs before, an
+// undefined conversion), steps >= 0; a refused report changes nothing.
+TEST_F(StintdTest, OutOfRangeNumbersFromWorkersAreRefusedAndChangeNothing) {
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
+  AddWindow("p", 1, WallNowMs() + 24 * 3600 * 1000);
+  for (const char* spec : {R"({"name":"j","min_gpus":1,"remaining_seconds":1e300})",
+                           R"({"name":"j","min_gpus":1,"restart_seconds":1e10})",
+                           R"({"name":"j","min_gpus":1,"checkpoint_seconds":-1})"}) {
+    auto r = admin_->PostRaw("/v1/jobs", spec);
+    EXPECT_EQ(r.status, 400) << spec << " -> " << r.text;
+  }
+  const int64_t job = Submit({{"name", "j"}, {"min_gpus", 1}, {"remaining_seconds", 600}});
+  ASSERT_TRUE(Eventually([&] { return JobIn(job, "RUNNING"); })) << Job(job).dump();
+  const int64_t wid = Register(job)["worker_id"];
+  const std::string w = "/v1/workers/" + std::to_string(wid);
+  struct Case {
+    std::string path, body, expect;
+  } cases[] = {
+      {"/progress", R"({"step":5,"remaining_seconds":1e300})", "remaining_seconds must be"},
+      {"/progress", R"({"step":5,"remaining_seconds":-1})", "remaining_seconds must be"},
+      {"/progress", R"({"step":5,"remaining_seconds":NaN})", "JSON"},
+      {"/progress", R"({"step":5,"remaining_seconds":1e400})", ""},
+      {"/progress", R"({"step":-5,"remaining_seconds":60})", "step must be >= 0"},
+      {"/checkpoint", R"({"step":5,"seconds":1e300})", "seconds must be"},
+      {"/checkpoint", R"({"step":5,"seconds":-0.5})", "seconds must be"},
+      {"/heartbeat", R"({"step":-1})", "step must be >= 0"},
+  };
+  for (const Case& c : cases) {
+    auto r = As(wid).PostRaw(w + c.path, c.body);
+    EXPECT_EQ(r.status, 400) << c.path << " " << c.body << " -> " << r.text;
+    EXPECT_NE(r.text.find(c.expect), std::string::npos) << c.body << " -> " << r.text;
+  }
+  json j = Job(job);
+  EXPECT_EQ(j["remaining_seconds"], 600.0);
+  EXPECT_EQ(j["last_step"], 0);
+  EXPECT_EQ(j["checkpoint_seconds"], 30.0);
+  // The edge of the range is taken, and stintd plans on with it.
+  auto edge = As(wid).Post(w + "/progress", {{"step", 5}, {"remaining_seconds", 1e9}});
+  EXPECT_EQ(edge.status, 200) << edge.text;
+  EXPECT_EQ(Job(job)["remaining_seconds"], 1e9);
+  EXPECT_EQ(admin_->Get("/v1/queue").status, 200);
+}
+
+// A TCP connection to 127.0.0.1:port that has sent one keep-alive request
+// and then neither reads nor closes: a client's idle pooled connection at
+// its worst. -1 if the socket calls fail.
+int IdleConnection(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const std::string request = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      send(fd, request.data(), request.size(), MSG_NOSIGNAL) != ssize_t(request.size())) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Everything `fd` receives until the peer closes it, or until `deadline`.
+std::string ReadUntilClosed(int fd, std::chrono::steady_clock::time_point deadline) {
+  std::string got;
+  char buf[4096];
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) return got;
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n <= 0) return got + "<closed>";
+    got.append(buf, static_cast<size_t>(n));
+  }
+}
+
+// stintd's HTTP threads: an idle connection gives its thread back after
+// --http-keep-alive-seconds (2), and one past --http-threads (128) is
+// answered 503 at once and closed. 300 clients that hold connections open
+// then do not stall a worker's heartbeats: before, each idle connection
+// held a thread for 30 s, and a heartbeat queued behind them waited ~50 s,
+// past a lease.
+TEST_F(StintdTest, HeartbeatsFlowWhile300IdleClientsHoldConnectionsOpen) {
+  // stintd's default lease (6 heartbeat intervals): a heartbeat answered
+  // later would have lost the worker its lease. (The lease is longer here,
+  // so that a slow heartbeat fails this check, not the segment.)
+  constexpr auto kAnswerWithin = std::chrono::seconds(30);
+  daemon_->Kill(SIGTERM);
+  std::vector<std::string> args = kFastArgs;
+  *(std::find(args.begin(), args.end(), "--lease-ttl-seconds") + 1) = "600";
+  daemon_ = std::make_unique<StintdProcess>(STINTD_PATH, dir_.path(), args);
+  ASSERT_TRUE(daemon_->Start()) << daemon_->output();
+  Connect();
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
+  AddWindow("p", 1, WallNowMs() + 24 * 3600 * 1000);
+  const int64_t job = Submit({{"name", "j"}, {"min_gpus", 1}});
+  ASSERT_TRUE(Eventually([&] { return JobIn(job, "RUNNING"); })) << Job(job).dump();
+  json reg = Register(job);
+  const std::string heartbeat =
+      "/v1/workers/" + std::to_string(reg["worker_id"].get<int64_t>()) + "/heartbeat";
+
+  // The worker heartbeats all along, as a client does: a 503 (at the cap)
+  // or a closed connection is tried again.
+  std::atomic<bool> stop{false};
+  std::atomic<int> answered{0};
+  std::atomic<bool> failed{false};
+  std::string failure;  // set by the heartbeat thread before `failed`
+  std::thread worker([&] {
+    HttpJson client(daemon_->port(), reg["worker_secret"].get<std::string>(),
+                    static_cast<int>(kAnswerWithin.count()));
+    while (!stop && !failed) {
+      const auto deadline = std::chrono::steady_clock::now() + kAnswerWithin;
+      HttpJson::Response r;
+      while (std::chrono::steady_clock::now() < deadline) {
+        r = client.Post(heartbeat, {{"step", answered.load()}});
+        if (r.status != 503 && r.status != 0) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the client's backoff
+      }
+      if (r.status != 200 || !r.body.value("active", false)) {
+        failure = "heartbeat " + std::to_string(answered) + ": " + std::to_string(r.status) +
+                  " " + r.text;
+        failed = true;
+      } else {
+        answered++;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the interval
+    }
+  });
+  std::vector<int> idle;
+  for (int i = 0; i < 300; ++i) {
+    const int fd = IdleConnection(daemon_->port());
+    EXPECT_GE(fd, 0) << "client " << i << ": " << std::strerror(errno);
+    if (fd < 0) break;
+    idle.push_back(fd);
+  }
+  // Ten more heartbeats with all of them open (each bounded by kAnswerWithin).
+  const int before = answered;
+  while (!failed && answered < before + 10)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  stop = true;
+  worker.join();
+  EXPECT_EQ(failure, "");
+  EXPECT_GE(answered, before + 10);
+
+  // Every idle client got an answer (its healthz, or a 503 at the cap) and
+  // was closed, though it kept its end open.
+  const auto deadline = std::chrono::steady_clock::now() + kAnswerWithin;
+  for (int fd : idle) {
+    const std::string got = ReadUntilClosed(fd, deadline);
+    close(fd);
+    EXPECT_TRUE(got.rfind("HTTP/1.1 200", 0) == 0 || got.rfind("HTTP/1.1 503", 0) == 0) << got;
+    EXPECT_NE(got.find("<closed>"), std::string::npos) << got;
+  }
+}
+
+// The cap itself: with every thread held by a connection (served, then
+// idle for its long keep-alive), the next connection is answered 503 at
+// once, with a message naming the limit, and closed.
+TEST_F(StintdTest, AConnectionPastTheCapIsAnswered503AndClosed) {
+  daemon_->Kill(SIGTERM);
+  std::vector<std::string> args = kFastArgs;
+  args.insert(args.end(), {"--http-threads", "4", "--http-keep-alive-seconds", "300"});
+  daemon_ = std::make_unique<StintdProcess>(STINTD_PATH, dir_.path(), args);
+  ASSERT_TRUE(daemon_->Start()) << daemon_->output();
+  // The deadline only turns a hang into a failure.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  std::vector<int> held;
+  for (int i = 0; i < 4; ++i) {
+    held.push_back(IdleConnection(daemon_->port()));
+    ASSERT_GE(held.back(), 0) << std::strerror(errno);
+    std::string got;
+    char buf[4096];
+    while (got.find("{\"ok\":true}") == std::string::npos) {  // its healthz answer
+      pollfd p{held.back(), POLLIN, 0};
+      ASSERT_EQ(poll(&p, 1, 60000), 1) << got;
+      const ssize_t n = read(held.back(), buf, sizeof(buf));
+      ASSERT_GT(n, 0) << got;
+      got.append(buf, static_cast<size_t>(n));
+    }
+    ASSERT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
+  }
+  const int next = IdleConnection(daemon_->port());
+  ASSERT_GE(next, 0) << std::strerror(errno);
+  const std::string got = ReadUntilClosed(next, deadline);
+  close(next);
+  EXPECT_EQ(got.rfind("HTTP/1.1 503", 0), 0u) << got;
+  EXPECT_NE(got.find("at most 4 connections at once (--http-threads)"), std::string::npos) << got;
+  EXPECT_NE(got.find("<closed>"), std::string::npos) << got;
+  for (int fd : held) close(fd);
 }
 
 // Clients submit jobs and heartbeat while stintd is SIGKILLed; after the

@@ -1544,7 +1544,9 @@ TEST(PolicyService, NoSameLevelPreemptionOfAJobWithLessWorkLeft) {
 }
 
 TEST(PolicyService, WithTheWorkLeftKnownTheClassCountsItNotTheServiceAttained) {
-  PolicyConfig config;
+  PolicyConfig unbounded;  // the work left may lower the class all the way
+  unbounded.service_class_remaining_max_drop = unbounded.service_classes;
+  PolicyConfig config = unbounded;
   Job j;
   j.max_gpus = 4;
   j.service_gpu_seconds = GpuHours(200);
@@ -1565,20 +1567,55 @@ TEST(PolicyService, WithTheWorkLeftKnownTheClassCountsItNotTheServiceAttained) {
   old_job.remaining_seconds = 400;              // 8 x 400 s = 0.9 GPU-h left: class 0
   Job& fresh = c.Pending(8, Priority::kMedium);
   fresh.remaining_seconds = 3600;  // 8 GPU-h: class 1
-  EXPECT_TRUE(PlanAt(c.s).notices.empty());
+  EXPECT_TRUE(PlanAt(c.s, kNow, unbounded).notices.empty());
   PolicyConfig las;
   las.service_class_by_remaining = false;
   fresh.remaining_seconds = 300;  // the attained-service rules need it shorter
   EXPECT_EQ(PlanAt(c.s, kNow, las).notices.size(), 1u);
   old_job.remaining_seconds = 20 * 3600;  // 160 GPU-h left: class 3
-  const Plan plan = PlanAt(c.s);
+  const Plan plan = PlanAt(c.s, kNow, unbounded);
   ASSERT_EQ(plan.notices.size(), 1u) << Dump(plan);
   EXPECT_EQ(plan.notices[0].segment_id, old_seg.id);
   Job& waiting = c.Pending(8, Priority::kMedium, Hours(1));  // preempted earlier, near its end
   waiting.service_gpu_seconds = GpuHours(300);
   waiting.remaining_seconds = 400;
-  EXPECT_EQ(Order(PlanAt(c.s)).front(), waiting.id);
+  EXPECT_EQ(Order(PlanAt(c.s, kNow, unbounded)).front(), waiting.id);
   EXPECT_EQ(Order(PlanAt(c.s, kNow, las)).front(), fresh.id);
+}
+
+// The work left is the job's own word: it lowers the class at most
+// service_class_remaining_max_drop below the attained class (default 1), so
+// a long-running job that reports almost nothing left cannot preempt a peer
+// of its own attained class, as it could unbounded.
+TEST(PolicyService, ReportedWorkLeftLowersTheClassOnlyWithinTheAdminsBound) {
+  PolicyConfig config;
+  EXPECT_EQ(config.service_class_remaining_max_drop, 1);
+  Job j;
+  j.max_gpus = 4;
+  j.service_gpu_seconds = GpuHours(200);  // class 3 by attained service
+  j.remaining_seconds = 1;
+  EXPECT_EQ(ServiceClass(j, config), 2);
+  config.service_class_remaining_max_drop = 0;
+  EXPECT_EQ(ServiceClass(j, config), 3);
+  config.service_class_remaining_max_drop = 2;
+  EXPECT_EQ(ServiceClass(j, config), 1);
+  j.remaining_seconds = 100 * 3600;  // 400 GPU-h left: a report may raise it freely
+  EXPECT_EQ(ServiceClass(j, config), 3);
+  j.service_gpu_seconds = 0;
+  EXPECT_EQ(ServiceClass(j, config), 3);
+
+  Cluster c;
+  Segment& victim = FullWindow(c, Priority::kMedium);
+  Job& running = c.JobOf(victim);
+  running.service_gpu_seconds = GpuHours(20);  // class 2
+  running.remaining_seconds = 3600;            // 8 GPU-h left: class 1
+  Job& liar = c.Pending(8, Priority::kMedium);
+  liar.service_gpu_seconds = GpuHours(300);  // class 3
+  liar.remaining_seconds = 1;                // "almost done": class 0 unbounded
+  PolicyConfig unbounded;
+  unbounded.service_class_remaining_max_drop = unbounded.service_classes;
+  EXPECT_EQ(PlanAt(c.s, kNow, unbounded).notices.size(), 1u);
+  EXPECT_TRUE(PlanAt(c.s).notices.empty()) << Dump(PlanAt(c.s));
 }
 
 TEST(PolicyService, JobsSubmittedTogetherGoShortestFirst) {

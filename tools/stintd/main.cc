@@ -83,9 +83,22 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0, 19));
   app.add_option("--http-threads", http.threads,
-                 "HTTP threads: one per open connection or long-poll")
+                 "HTTP threads: one per open connection or long-poll; a connection past them is "
+                 "answered 503 and closed")
       ->capture_default_str()
       ->check(CLI::Range(4, 4096));
+  app.add_option("--http-keep-alive-seconds", http.keep_alive_seconds,
+                 "an idle HTTP connection is closed after this long (and gives its thread back)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 300));
+  app.add_option("--kv-max-keys-per-job", options.kv_max_keys_per_job,
+                 "keys a job's KV may hold; a write past it is refused with 429")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  app.add_option("--kv-max-bytes-per-job", options.kv_max_bytes_per_job,
+                 "bytes (keys and values) a job's KV may hold; a write past it is refused with 429")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 50));
   app.add_option("--tick-seconds", options.tick_seconds, "policy pass period")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -143,6 +156,11 @@ int main(int argc, char** argv) {
                  "a job reporting its remaining work is classed by the GPU-hours it has left "
                  "(false: by those it has attained)")
       ->capture_default_str();
+  app.add_option("--service-class-remaining-max-drop", p.service_class_remaining_max_drop,
+                 "a job's reported remaining work may class it at most this many classes below "
+                 "its attained service (--service-classes or more: no bound)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
   app.add_option("--service-queue-guard-factor", p.service_queue_guard_factor,
                  "a pending job that never ran and waited longer than this x its remaining work "
                  "is classed 0 (0: off)")

@@ -48,6 +48,12 @@ class CommitChannel {
   virtual Result<std::optional<std::string>> Get(const std::string& key) = 0;
   // Removes `key`; OK when it does not exist.
   virtual Status Delete(const std::string& key) = 0;
+  // Adds `delta` to the integer counter under `key` (0 when absent) and
+  // returns the sum, atomically among all ranks. A save counts on it the
+  // ranks done with its keys; the last one deletes them, so a finished save
+  // leaves no keys on the channel (a rank that died never counts, and its
+  // save's keys stay until the store goes with the job).
+  virtual Result<int64_t> Add(const std::string& key, int64_t delta) = 0;
   // For error messages, e.g. "c10d TCPStore" or "stintd KV of job 7".
   virtual std::string Describe() const = 0;
 };

@@ -43,6 +43,9 @@ class CoordinatorCommitChannel final : public CommitChannel {
   Status Set(const std::string& key, const std::string& value) override;
   Result<std::optional<std::string>> Get(const std::string& key) override;
   Status Delete(const std::string& key) override;
+  // A compare-and-set on the KV entry's version, again while another rank's
+  // add comes first.
+  Result<int64_t> Add(const std::string& key, int64_t delta) override;
   std::string Describe() const override;
 
  private:

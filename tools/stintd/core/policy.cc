@@ -1115,18 +1115,21 @@ bool QueueGuarded(const Job& job, TimeMs now, const PolicyConfig& config) {
 }
 
 int ServiceClass(const Job& job, const PolicyConfig& config) {
-  int k = 0;
-  double threshold = config.service_class_gpu_hours * 3600.0;
-  // GPU-seconds the class is taken from: the work left where the job
-  // reports it (service_class_by_remaining), else the service attained.
-  const double basis = config.service_class_by_remaining && job.remaining_seconds > 0
-                           ? job.remaining_seconds * job.max_gpus
-                           : job.service_gpu_seconds;
-  while (k + 1 < config.service_classes && threshold > 0 && basis >= threshold) {
-    k++;
-    threshold *= std::max(1.0, config.service_class_factor);
-  }
-  return k;
+  auto class_of = [&](double gpu_seconds) {
+    int k = 0;
+    double threshold = config.service_class_gpu_hours * 3600.0;
+    while (k + 1 < config.service_classes && threshold > 0 && gpu_seconds >= threshold) {
+      k++;
+      threshold *= std::max(1.0, config.service_class_factor);
+    }
+    return k;
+  };
+  const int attained = class_of(job.service_gpu_seconds);
+  // The work left where the job reports it (service_class_by_remaining),
+  // no more than service_class_remaining_max_drop below the service attained.
+  if (!config.service_class_by_remaining || job.remaining_seconds <= 0) return attained;
+  return std::max(class_of(job.remaining_seconds * job.max_gpus),
+                  attained - std::max(0, config.service_class_remaining_max_drop));
 }
 
 TimeMs MinSegmentMs(const Job& job, const PolicyConfig& config) {

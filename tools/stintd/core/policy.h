@@ -77,6 +77,12 @@ struct PolicyConfig {
   // 1.13-1.15 x with this; METHOD.md). Jobs without an estimate keep
   // attained service. false: attained service for every job.
   bool service_class_by_remaining = true;
+  // The work left is the job's own word: it may put the job at most this
+  // many classes below its attained-service class, so a job that
+  // under-reports it gains at most that over attained service (and cannot
+  // preempt its peers on the strength of the report). service_classes or
+  // more: no bound.
+  int service_class_remaining_max_drop = 1;
   double service_class_gpu_hours = 1;
   double service_class_factor = 10;
   int service_classes = 4;
@@ -219,8 +225,9 @@ double JobScore(const ClusterState& state, const Job& job, TimeMs now, const Pol
                 PendingInfo* info);
 
 // The job's service class, 0 .. service_classes - 1: from its remaining
-// GPU-seconds where it reports them and service_class_by_remaining, else
-// from its attained GPU-seconds.
+// GPU-seconds where it reports them and service_class_by_remaining (but no
+// more than service_class_remaining_max_drop below the attained class),
+// else from its attained GPU-seconds.
 int ServiceClass(const Job& job, const PolicyConfig& config);
 
 // Whether the starvation guard shields the job at `now`: its time since

@@ -19,7 +19,7 @@ TimeMs SystemNowMs() {
       .count();
 }
 
-// Keys: [A-Za-z0-9._/-]{1,200}; values up to 1 MiB (API.md).
+// Keys: [A-Za-z0-9._/-]{1,200}; values up to kKvMaxValueBytes (API.md).
 Status CheckKv(const std::string& key, const std::string* value) {
   if (key.empty() || key.size() > 200)
     return Status::InvalidArgument("kv key must be 1 to 200 characters");
@@ -28,11 +28,22 @@ Status CheckKv(const std::string& key, const std::string* value) {
                     c == '.' || c == '_' || c == '/' || c == '-';
     if (!ok) return Status::InvalidArgument("kv key \"" + key + "\" may only hold [A-Za-z0-9._/-]");
   }
-  if (value != nullptr && value->size() > (1u << 20)) {
+  if (value != nullptr && value->size() > kKvMaxValueBytes) {
     return Status::InvalidArgument("kv value is " + std::to_string(value->size()) +
                                    " bytes; the limit is 1 MiB");
   }
   return Status::OK();
+}
+
+// A job that ended (or is gone) keeps no KV.
+bool JobEnded(const ClusterState& s, int64_t job_id) {
+  auto it = s.jobs.find(job_id);
+  return it == s.jobs.end() || it->second.state == JobState::kDone ||
+         it->second.state == JobState::kCancelled || it->second.state == JobState::kFailed;
+}
+
+int64_t KvBytes(const std::string& key, const std::string& value) {
+  return static_cast<int64_t>(key.size() + value.size());
 }
 
 // Heartbeats are soft state: a state loaded from the file gives every lease
@@ -54,7 +65,15 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions option
   STINT_ASSIGN_OR_RETURN(ClusterState state, store->Load());
   STINT_ASSIGN_OR_RETURN(std::vector<KvRecord> entries, store->LoadKv());
   std::map<std::pair<int64_t, std::string>, KvRecord> kv;
-  for (KvRecord& e : entries) kv[{e.job_id, e.key}] = std::move(e);
+  std::set<int64_t> ended;  // entries a stintd from before KV cleanup left behind
+  for (KvRecord& e : entries) {
+    if (JobEnded(state, e.job_id)) {
+      ended.insert(e.job_id);
+      continue;
+    }
+    kv[{e.job_id, e.key}] = std::move(e);
+  }
+  for (int64_t job : ended) STINT_RETURN_IF_ERROR(store->DeleteJobKv(job));
   ResetLeases(state, options.clock());
   return std::unique_ptr<Coordinator>(
       new Coordinator(std::move(options), std::move(store), std::move(state), std::move(kv)));
@@ -66,6 +85,11 @@ Coordinator::Coordinator(CoordinatorOptions options, std::unique_ptr<Store> stor
       store_(std::move(store)),
       state_(std::move(state)),
       kv_(std::move(kv)) {
+  for (const auto& [id, e] : kv_) {
+    KvUsage& u = kv_usage_[e.job_id];
+    u.keys++;
+    u.bytes += KvBytes(e.key, e.value);
+  }
   usage_flushed_ms_ = options_.clock();
   placed_.Rebuild(state_);
   Tick();  // a plan exists before the first request is served
@@ -101,6 +125,15 @@ Status Coordinator::SaveOrRollback(const Changes& changes) {
   Status saved = store_->Save(state_, changes);
   if (saved.ok()) {
     placed_.Update(state_, changes.segments);
+    for (int64_t job : changes.jobs) {
+      if (!JobEnded(state_, job) || kv_usage_.count(job) == 0) continue;
+      // The change itself is durable; entries left by a failed delete go
+      // at the next start.
+      Status dropped = DropJobKv(job);
+      if (!dropped.ok()) {
+        std::fprintf(stderr, "stintd: %s\n", dropped.ToString().c_str());
+      }
+    }
     return saved;
   }
   {
@@ -120,6 +153,14 @@ Status Coordinator::SaveOrRollback(const Changes& changes) {
   placed_.Rebuild(state_);
   ResetLeases(state_, options_.clock());
   return saved.WithContext("stintd could not make the change durable; nothing was changed");
+}
+
+Status Coordinator::DropJobKv(int64_t job_id) {
+  STINT_RETURN_IF_ERROR(store_->DeleteJobKv(job_id).WithContext(
+      "job " + std::to_string(job_id) + " ended but its KV stays until the next start"));
+  kv_.erase(kv_.lower_bound({job_id, std::string()}), kv_.lower_bound({job_id + 1, std::string()}));
+  kv_usage_.erase(job_id);
+  return Status::OK();
 }
 
 Status Coordinator::Mutate(const std::function<Status(ClusterState&, TimeMs, Changes*)>& fn) {
@@ -717,16 +758,41 @@ Result<int64_t> Coordinator::PutKv(int64_t job_id, const std::string& key, const
     std::unique_lock<std::shared_mutex> lock(mu_);
     if (!state_.jobs.count(job_id))
       return Status::NotFound("job " + std::to_string(job_id) + " does not exist");
+    if (JobEnded(state_, job_id)) {
+      return Status::FailedPrecondition("job " + std::to_string(job_id) +
+                                        " has ended: its KV is gone and takes no writes");
+    }
     auto it = kv_.find({job_id, key});
     const int64_t current = it == kv_.end() ? 0 : it->second.version;
     if (if_version && *if_version != current) {
       return Status::Aborted("kv " + key + " of job " + std::to_string(job_id) + " is at version " +
                              std::to_string(current) + ", not " + std::to_string(*if_version));
     }
+    const KvUsage before = kv_usage_[job_id];
+    KvUsage after = before;
+    if (it == kv_.end()) {
+      after.keys++;
+    } else {
+      after.bytes -= KvBytes(key, it->second.value);
+    }
+    after.bytes += KvBytes(key, value);
+    if (after.keys > before.keys && after.keys > options_.kv_max_keys_per_job) {
+      return Status::ResourceExhausted(
+          "job " + std::to_string(job_id) + "'s KV holds " + std::to_string(before.keys) +
+          " keys, the most a job may hold (stintd --kv-max-keys-per-job); delete keys first");
+    }
+    if (after.bytes > before.bytes && after.bytes > options_.kv_max_bytes_per_job) {
+      return Status::ResourceExhausted(
+          "kv " + key + " would take job " + std::to_string(job_id) + "'s KV to " +
+          std::to_string(after.bytes) + " bytes, past the " +
+          std::to_string(options_.kv_max_bytes_per_job) +
+          " a job may hold (stintd --kv-max-bytes-per-job); delete keys first");
+    }
     KvRecord e{job_id, key, value, current + 1, options_.clock()};
     STINT_RETURN_IF_ERROR(store_->PutKv(e));
     version = e.version;
     kv_[{job_id, key}] = std::move(e);
+    kv_usage_[job_id] = after;
   }
   NotifyEvent();
   return version;
@@ -765,6 +831,10 @@ Status Coordinator::DeleteKv(int64_t job_id, const std::string& key) {
   if (it == kv_.end())
     return Status::NotFound("kv " + key + " of job " + std::to_string(job_id) + " does not exist");
   STINT_RETURN_IF_ERROR(store_->DeleteKv(job_id, key));
+  KvUsage& u = kv_usage_[job_id];
+  u.keys--;
+  u.bytes -= KvBytes(key, it->second.value);
+  if (u.keys == 0) kv_usage_.erase(job_id);
   kv_.erase(it);
   return Status::OK();
 }

@@ -36,6 +36,10 @@
 
 namespace stint::stintd {
 
+// The largest KV value (API.md, "KV"); the HTTP request around it must fit
+// in the server's 2 MiB body limit.
+constexpr size_t kKvMaxValueBytes = size_t{1} << 20;
+
 struct CoordinatorOptions {
   std::string db_path;
   PolicyConfig policy;
@@ -47,6 +51,11 @@ struct CoordinatorOptions {
   // among the active segments with the same master node.
   int master_port_first = 29500;
   int master_port_last = 29999;
+  // Each job's KV (API.md, "KV") holds at most this many keys and this many
+  // bytes (keys and values); a write past either is refused
+  // (kResourceExhausted). A job's KV is deleted when the job ends.
+  int64_t kv_max_keys_per_job = 10000;
+  int64_t kv_max_bytes_per_job = int64_t{64} << 20;
   // Milliseconds since the epoch; the system clock unless a test replaces it.
   std::function<TimeMs()> clock;
 };
@@ -183,8 +192,11 @@ class Coordinator {
   Result<RendezvousView> WaitRendezvous(int64_t worker_id, uint64_t known_generation,
                                         std::chrono::milliseconds wait);
 
-  // Job-scoped KV. if_version: nullopt = unconditional, 0 = only if absent,
-  // n = only if the current version is n (else kAborted).
+  // Job-scoped KV, deleted when the job ends (DONE, FAILED, CANCELLED).
+  // if_version: nullopt = unconditional, 0 = only if absent, n = only if
+  // the current version is n (else kAborted). kResourceExhausted when the
+  // write would take the job past kv_max_keys_per_job or
+  // kv_max_bytes_per_job (a write that grows neither is always taken).
   Result<int64_t> PutKv(int64_t job_id, const std::string& key, const std::string& value,
                         std::optional<int64_t> if_version);
   // Waits up to `wait` for the entry to exist with version >= min_version.
@@ -217,7 +229,11 @@ class Coordinator {
   // changed. On a store error the in-memory state is reloaded from the file,
   // so memory never holds a change the disk does not.
   Status Mutate(const std::function<Status(ClusterState&, TimeMs, Changes*)>& fn);
+  // Writes `changes`; then deletes the KV of the jobs among them that ended.
   Status SaveOrRollback(const Changes& changes);  // REQUIRES: mu_ held exclusively
+  // Deletes job `job_id`'s KV from the store and memory. REQUIRES: mu_ held
+  // exclusively.
+  Status DropJobKv(int64_t job_id);
   void MergeHeartbeats();                         // REQUIRES: mu_ held exclusively
   // Waits until `done(view)` or `until`, closing rounds whose last call passes.
   Result<RendezvousView> AwaitRendezvous(int64_t worker_id,
@@ -247,6 +263,12 @@ class Coordinator {
   PlacementIndex placed_;  // state_'s active segments by node window
   Plan last_plan_;
   std::map<std::pair<int64_t, std::string>, KvRecord> kv_;
+  // Per job: the number of kv_ entries and their bytes (key + value).
+  struct KvUsage {
+    int64_t keys = 0;
+    int64_t bytes = 0;
+  };
+  std::map<int64_t, KvUsage> kv_usage_;
   TimeMs usage_flushed_ms_ = 0;
 
   // Soft heartbeat state: worker id -> (time, step).

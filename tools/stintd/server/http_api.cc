@@ -76,22 +76,81 @@ Result<int> ShutdownReadsOfAcceptedConnections(
   }
 }
 
-// cpp-httplib's thread pool, whose threads run their requests at `nice`
+// cpp-httplib (0.11) listens with a backlog of 5: a burst of connections
+// past it (hundreds of clients at once) has its SYNs dropped, and each
+// client waits out TCP's retransmit (1 s, 3 s, 7 s, ...) before it is even
+// accepted. Listening again on the bound socket on `port` raises the
+// backlog to the system's limit.
+Status WidenListenBacklog(int port) {
+  std::unique_ptr<DIR, int (*)(DIR*)> dir(opendir("/proc/self/fd"), closedir);
+  if (dir == nullptr) return StatusFromErrno("opendir /proc/self/fd", errno);
+  for (;;) {
+    errno = 0;
+    const dirent* entry = readdir(dir.get());
+    if (entry == nullptr) {
+      if (errno != 0) return StatusFromErrno("readdir /proc/self/fd", errno);
+      return Status::NotFound("no listening socket on port " + std::to_string(port));
+    }
+    char* end = nullptr;
+    const long fd = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || fd == dirfd(dir.get())) continue;
+    int listening = 0;
+    socklen_t len = sizeof(listening);
+    if (getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 ||
+        listening == 0) {
+      continue;
+    }
+    sockaddr_storage addr{};
+    len = sizeof(addr);
+    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&addr), &len) != 0) continue;
+    const int bound = addr.ss_family == AF_INET
+                          ? ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port)
+                      : addr.ss_family == AF_INET6
+                          ? ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port)
+                          : -1;
+    if (bound != port) continue;
+    if (listen(static_cast<int>(fd), SOMAXCONN) != 0) return StatusFromErrno("listen", errno);
+    return Status::OK();
+  }
+}
+
+// Whether this thread answers connections past the cap (ConnectionPool):
+// its requests are all refused with 503.
+thread_local bool refusing_connections = false;
+
+// cpp-httplib's task queue: one task per connection, which holds its thread
+// until the connection closes (an idle keep-alive connection too, for
+// HttpOptions::keep_alive_seconds). At most `threads` connections are served
+// at once, on threads that run their requests at `nice`
 // (HttpOptions::thread_nice): under a flood of requests the coordinator's
 // tick thread, at the process's own priority, then gets the CPU its policy
 // pass needs instead of one share among hundreds. Each thread raises its
 // nice value before its first request (no privilege needed for that); the
 // accepting thread keeps the process's, so connections are taken promptly.
-class NicedThreadPool : public httplib::TaskQueue {
+// A connection past the cap goes to a few threads of its own that answer
+// its request with 503 and close it (the pre-routing handler and the
+// logger): it waits behind neither the served connections nor their idle
+// time, and its client learns at once to come back later instead of
+// hanging.
+class ConnectionPool : public httplib::TaskQueue {
  public:
-  NicedThreadPool(size_t threads, int nice) : pool_(threads), nice_(nice) {}
+  ConnectionPool(size_t threads, int nice)
+      : pool_(threads), refusals_(kRefusalThreads), threads_(threads), nice_(nice) {}
 
   void enqueue(std::function<void()> fn) override {
-    pool_.enqueue([nice = nice_, fn = std::move(fn)] {
+    if (connections_.fetch_add(1) >= threads_) {
+      connections_.fetch_sub(1);
+      refusals_.enqueue([fn = std::move(fn)] {
+        refusing_connections = true;
+        fn();
+      });
+      return;
+    }
+    pool_.enqueue([this, fn = std::move(fn)] {
       thread_local bool niced = false;
-      if (!niced && nice != 0) {
+      if (!niced && nice_ != 0) {
         niced = true;
-        if (setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), nice) != 0) {
+        if (setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), nice_) != 0) {
           static std::atomic<bool> said{false};
           if (!said.exchange(true)) {
             std::fprintf(stderr, "stintd: %s (HTTP threads keep the tick thread's priority)\n",
@@ -100,13 +159,21 @@ class NicedThreadPool : public httplib::TaskQueue {
         }
       }
       fn();
+      connections_.fetch_sub(1);
     });
   }
-  void shutdown() override { pool_.shutdown(); }
+  void shutdown() override {
+    pool_.shutdown();
+    refusals_.shutdown();
+  }
 
  private:
+  static constexpr size_t kRefusalThreads = 8;
   httplib::ThreadPool pool_;
+  httplib::ThreadPool refusals_;
+  const size_t threads_;
   const int nice_;
+  std::atomic<size_t> connections_{0};  // served now, on pool_
 };
 
 struct Reply {
@@ -194,6 +261,23 @@ Result<int64_t> QueryInt(const httplib::Request& req, const char* name, int64_t 
   return out;
 }
 
+// Seconds a caller reports (estimates, measured durations, work left):
+// refused unless finite, >= 0 and at most kMaxReportedSeconds (31 years),
+// so that no sum or product of them the policy makes overflows a TimeMs
+// (SecondsToMs) or outweighs every other job's numbers (API.md).
+constexpr double kMaxReportedSeconds = 1e9;
+
+Result<std::optional<double>> OptionalSeconds(const RequestBody& b, const char* name) {
+  STINT_ASSIGN_OR_RETURN(std::optional<double> v, b.OptionalNumber(name));
+  if (v && !(*v >= 0 && *v <= kMaxReportedSeconds)) {
+    char got[32];
+    std::snprintf(got, sizeof(got), "%g", *v);
+    return Status::InvalidArgument(std::string(name) +
+                                   " must be a number of seconds in [0, 1e9] (got " + got + ")");
+  }
+  return v;
+}
+
 std::chrono::milliseconds Millis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
@@ -208,11 +292,11 @@ Result<Job> ParseJobSpec(const RequestBody& b) {
   STINT_ASSIGN_OR_RETURN(std::optional<int64_t> max_gpus, b.OptionalInt64("max_gpus"));
   STINT_ASSIGN_OR_RETURN(std::optional<bool> gang, b.OptionalBool("gang"));
   STINT_ASSIGN_OR_RETURN(std::optional<bool> preemptible, b.OptionalBool("preemptible"));
-  STINT_ASSIGN_OR_RETURN(std::optional<double> ckpt, b.OptionalNumber("checkpoint_seconds"));
-  STINT_ASSIGN_OR_RETURN(std::optional<double> restart, b.OptionalNumber("restart_seconds"));
+  STINT_ASSIGN_OR_RETURN(std::optional<double> ckpt, OptionalSeconds(b, "checkpoint_seconds"));
+  STINT_ASSIGN_OR_RETURN(std::optional<double> restart, OptionalSeconds(b, "restart_seconds"));
   STINT_ASSIGN_OR_RETURN(std::optional<double> interval,
-                         b.OptionalNumber("checkpoint_interval_seconds"));
-  STINT_ASSIGN_OR_RETURN(std::optional<double> remaining, b.OptionalNumber("remaining_seconds"));
+                         OptionalSeconds(b, "checkpoint_interval_seconds"));
+  STINT_ASSIGN_OR_RETURN(std::optional<double> remaining, OptionalSeconds(b, "remaining_seconds"));
   if (min_gpus < 1 || min_gpus > 1000000) {
     return Status::InvalidArgument("min_gpus must be between 1 and 1000000 (got " +
                                    std::to_string(min_gpus) + ")");
@@ -714,11 +798,13 @@ Result<std::unique_ptr<HttpApi>> HttpApi::Bind(Coordinator* coordinator, TokenAu
                                    " with its key " + options.tls_key + ": " +
                                    (err != 0 ? ERR_reason_error_string(err) : "unknown error"));
   }
+  if (options.keep_alive_seconds < 1)
+    return Status::InvalidArgument("keep_alive_seconds must be >= 1");
   const int threads = options.threads;
   const int nice = options.thread_nice;
-  api->server_->new_task_queue = [threads, nice] { return new NicedThreadPool(threads, nice); };
+  api->server_->new_task_queue = [threads, nice] { return new ConnectionPool(threads, nice); };
   api->server_->set_keep_alive_max_count(1000000);
-  api->server_->set_keep_alive_timeout(30);
+  api->server_->set_keep_alive_timeout(options.keep_alive_seconds);
   api->server_->set_read_timeout(std::chrono::seconds(30));
   api->server_->set_write_timeout(std::chrono::seconds(30));
   api->server_->set_payload_max_length(2u << 20);
@@ -739,6 +825,10 @@ Result<std::unique_ptr<HttpApi>> HttpApi::Bind(Coordinator* coordinator, TokenAu
                              std::to_string(options.port) + " (address in use or not local?)");
     }
     api->port_ = options.port;
+  }
+  if (Status widened = WidenListenBacklog(api->port_); !widened.ok()) {
+    std::fprintf(stderr, "stintd: %s (bursts of connections wait for TCP retransmits)\n",
+                 widened.ToString().c_str());
   }
   return api;
 }
@@ -767,7 +857,7 @@ void HttpApi::Stop() {
   server_->stop();
   // cpp-httplib (0.11) returns from listen only once every connection's
   // thread has, and a thread holding an idle keep-alive connection looks
-  // at the stopped server only after its keep-alive timeout (30 s), one
+  // at the stopped server only after its keep-alive timeout, one
   // mid-request after its read timeout. Shutting the reading side of each
   // accepted connection wakes it at once: it reads end-of-stream and
   // closes. Not yet for a connection whose answer is being made or written
@@ -1432,6 +1522,7 @@ void HttpApi::InstallRoutes() {
           const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
           RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"step"}));
           const int64_t step = STINT_HTTP_TRY(b.OptionalInt64("step")).value_or(0);
+          if (step < 0) return ErrorReply(Status::InvalidArgument("step must be >= 0"));
           return view_reply(c->Heartbeat(id, step));
         });
   worker_route(kGet, R"(/v1/workers/(\d+)/notice)",
@@ -1448,7 +1539,8 @@ void HttpApi::InstallRoutes() {
         const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
         RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"step", "remaining_seconds"}));
         const int64_t step = STINT_HTTP_TRY(b.Int64("step"));
-        std::optional<double> remaining = STINT_HTTP_TRY(b.OptionalNumber("remaining_seconds"));
+        if (step < 0) return ErrorReply(Status::InvalidArgument("step must be >= 0"));
+        std::optional<double> remaining = STINT_HTTP_TRY(OptionalSeconds(b, "remaining_seconds"));
         double keep = 0;
         if (!remaining) {
           c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
@@ -1465,7 +1557,7 @@ void HttpApi::InstallRoutes() {
         const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
         RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"step", "seconds", "bytes"}));
         const int64_t step = STINT_HTTP_TRY(b.Int64("step"));
-        std::optional<double> seconds = STINT_HTTP_TRY(b.OptionalNumber("seconds"));
+        std::optional<double> seconds = STINT_HTTP_TRY(OptionalSeconds(b, "seconds"));
         std::optional<int64_t> bytes = STINT_HTTP_TRY(b.OptionalInt64("bytes"));
         if (!seconds) return ErrorReply(Status::InvalidArgument("seconds is required"));
         if (bytes && *bytes < 0) return ErrorReply(Status::InvalidArgument("bytes must be >= 0"));
@@ -1544,6 +1636,15 @@ void HttpApi::InstallRoutes() {
           RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"value", "if_version"}));
           const std::string value = STINT_HTTP_TRY(b.String("value"));
           std::optional<int64_t> if_version = STINT_HTTP_TRY(b.OptionalInt64("if_version"));
+          // A value past the limit is 413; a job past its caps is 429 (API.md, "KV").
+          if (value.size() > kKvMaxValueBytes) {
+            return Reply{413,
+                         ErrorBody("PAYLOAD_TOO_LARGE", "kv value is " +
+                                                            std::to_string(value.size()) +
+                                                            " bytes; the limit is 1 MiB"),
+                         {},
+                         {}};
+          }
           const int64_t version = STINT_HTTP_TRY(c->PutKv(job, req.matches[2], value, if_version));
           return Reply{200, {{"version", version}}, {}, {}};
         });
@@ -1603,12 +1704,33 @@ void HttpApi::InstallRoutes() {
 
   // A request is being answered from routing until its answer is written
   // (the logger runs then): Stop() leaves its connection alone meanwhile.
-  server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response&) {
+  const int threads = options_.threads;
+  server_->set_pre_routing_handler([this, threads](const httplib::Request& req,
+                                                   httplib::Response& res) {
+    if (refusing_connections) {
+      res.status = 503;
+      res.set_header("Connection", "close");
+      res.set_content(ErrorBody("UNAVAILABLE",
+                                "stintd serves at most " + std::to_string(threads) +
+                                    " connections at once (--http-threads) and has that many: "
+                                    "retry later")
+                          .dump(),
+                      "application/json");
+      return httplib::Server::HandlerResponse::Handled;
+    }
     std::lock_guard<std::mutex> lock(answering_mu_);
     answering_.insert({req.remote_addr, req.remote_port});
     return httplib::Server::HandlerResponse::Unhandled;
   });
   server_->set_logger([this](const httplib::Request& req, const httplib::Response&) {
+    if (refusing_connections) {
+      // Answered: a client that keeps the connection open anyway reads
+      // end-of-stream now, and the refusing thread is free for the next.
+      ShutdownReadsOfAcceptedConnections(port_, [&](const std::string& addr, int port) {
+        return addr != req.remote_addr || port != req.remote_port;
+      }).status().IgnoreError();
+      return;
+    }
     std::lock_guard<std::mutex> lock(answering_mu_);
     answering_.erase({req.remote_addr, req.remote_port});
   });

@@ -25,7 +25,13 @@ namespace stint::stintd {
 struct HttpOptions {
   std::string host = "127.0.0.1";
   int port = 7077;               // 0: any free port (see port())
-  int threads = 128;             // one per open connection (keep-alive) or long-poll
+  // Connections served at once, one thread each (a long-poll holds its
+  // connection's); one past them is answered 503 and closed.
+  int threads = 128;
+  // An idle connection is closed after this long (a long-poll is not idle:
+  // its wait is part of its request), so idle keep-alive connections give
+  // their threads back quickly.
+  int keep_alive_seconds = 2;
   double max_wait_seconds = 60;  // cap on long-poll waits
   // PEM certificate (chain) and private key: serve https. Both or neither;
   // empty: plain HTTP.

@@ -841,6 +841,7 @@ class SqliteStore final : public Store {
   Result<std::vector<KvRecord>> LoadKv() override;
   Status PutKv(const KvRecord& entry) override;
   Status DeleteKv(int64_t job_id, const std::string& key) override;
+  Status DeleteJobKv(int64_t job_id) override;
   const std::string& path() const override { return path_; }
 
  private:
@@ -867,6 +868,7 @@ class SqliteStore final : public Store {
 
   TableStmts pools_, windows_, teams_, jobs_, segments_, workers_, kv_, meta_, rendezvous_;
   TableStmts node_credentials_;
+  SqliteStmt kv_erase_job_;
   SqliteStmt begin_read_, begin_write_, commit_, rollback_;
 
   // Set when the connection's state is no longer known (a failed rollback,
@@ -1069,6 +1071,8 @@ Status SqliteStore::PrepareAll() {
   STINT_RETURN_IF_ERROR(PrepareTable(kRendezvous, &rendezvous_));
   STINT_RETURN_IF_ERROR(PrepareTable(kNodeCredentials, &node_credentials_));
   sqlite3* db = db_.get();
+  STINT_ASSIGN_OR_RETURN(kv_erase_job_, Prepare(db, "DELETE FROM kv WHERE job_id = ?", true,
+                                                "prepare kv erase by job"));
   STINT_ASSIGN_OR_RETURN(begin_read_, Prepare(db, "BEGIN", true, "prepare begin"));
   // IMMEDIATE: take the write lock at BEGIN (it is ours already, held since
   // Open, so this never waits).
@@ -1175,6 +1179,17 @@ Status SqliteStore::DeleteKv(int64_t job_id, const std::string& key) {
     return Run(kv_.erase.get(), what, [&](Binder& b) {
       b.Int(job_id);
       b.Text(key);
+      return Status::OK();
+    });
+  });
+  return st.WithContext(path_);
+}
+
+Status SqliteStore::DeleteJobKv(int64_t job_id) {
+  const std::string what = "delete the kv of job " + std::to_string(job_id);
+  Status st = InTransaction(begin_write_.get(), [&] {
+    return Run(kv_erase_job_.get(), what, [&](Binder& b) {
+      b.Int(job_id);
       return Status::OK();
     });
   });

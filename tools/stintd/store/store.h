@@ -46,6 +46,9 @@ class Store {
   virtual Result<std::vector<KvRecord>> LoadKv() = 0;
   virtual Status PutKv(const KvRecord& entry) = 0;
   virtual Status DeleteKv(int64_t job_id, const std::string& key) = 0;
+  // Every entry of job `job_id` (a job that ended keeps none), in one
+  // durable transaction.
+  virtual Status DeleteJobKv(int64_t job_id) = 0;
 
   virtual const std::string& path() const = 0;
 };
