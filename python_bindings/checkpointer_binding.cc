@@ -24,6 +24,8 @@
 #include <utility>
 #include <vector>
 
+#include <xxhash.h>
+
 #include "bindings.h"
 #include "future.h"
 #include "status_to_exception.h"
@@ -759,6 +761,33 @@ void BindCheckpointer(py::module_& m) {
         ThrowIfError(RestoreTorchRng(states));
       },
       py::arg("states"));
+  m.def(
+      "tensor_digests",
+      [](const std::vector<at::Tensor>& tensors) {
+        std::vector<std::string> out;
+        out.reserve(tensors.size());
+        for (const at::Tensor& t : tensors) {
+          if (!t.device().is_cpu() || !t.is_contiguous()) {
+            ThrowStatus(Status::InvalidArgument(
+                "tensor_digests: takes contiguous CPU tensors (call .cpu().contiguous())"));
+          }
+        }
+        {
+          py::gil_scoped_release nogil;
+          for (const at::Tensor& t : tensors) {
+            XXH128_hash_t h = XXH3_128bits(t.data_ptr(), t.numel() * t.element_size());
+            XXH128_canonical_t c;
+            XXH128_canonicalFromHash(&c, h);
+            out.emplace_back(reinterpret_cast<const char*>(c.digest), sizeof(c.digest));
+          }
+        }
+        py::list digests;
+        for (const auto& d : out) digests.append(py::bytes(d));
+        return digests;
+      },
+      py::arg("tensors"),
+      "XXH3-128 of each tensor's bytes (contiguous CPU tensors): a collective save compares "
+      "them across ranks to find plain tensors that are not replicated.");
 }
 
 }  // namespace python
