@@ -9,7 +9,6 @@ on a GPU machine); the device mapping rule itself (pytree._device_for) is
 tested here on any machine.
 """
 
-import json
 import os
 
 import pytest
