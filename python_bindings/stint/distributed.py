@@ -272,7 +272,7 @@ def _split_plain(group: Group, flat: Any, frozen: Optional[List[bool]],
                 # Per rank: row `rank` of a [world, *shape] tensor.
                 flat.mark_per_rank(name, world)
                 box = ([world] + list(t.shape), [rank] + [0] * t.dim())
-                t = t.unsqueeze(0)
+                t = t.detach().unsqueeze(0)
         names.append(name)
         tensors.append(t)
         boxes.append(box)
@@ -321,7 +321,7 @@ def plan_per_rank(reader: Any, per_rank: Dict[str, int], rank: int, in_place: Li
         if list(target.shape) != shape[1:]:
             raise _C.InvalidArgumentError("%s: tensor '%s' of `into` has shape %s, saved per rank "
                                           "as %s" % (where, item[0], list(target.shape), shape[1:]))
-        out.append((item[0], target.unsqueeze(0), shape, offsets))
+        out.append((item[0], target.detach().unsqueeze(0), shape, offsets))
     left: List[str] = []
     for name in fresh:
         if name not in per_rank:

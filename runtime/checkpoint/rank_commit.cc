@@ -396,7 +396,9 @@ Result<std::string> RankSave::Start(std::chrono::milliseconds timeout) {
     // The save's one deadline goes with the tmp name: every rank measures it
     // from when it starts, none from its own persist time.
     deadline_ = Clock::now() + timeout;
-    if (s.ok()) s = channel_->Set(keys_.tmp(), json{{"tmp", name}, {"timeout_ms", timeout.count()}}.dump());
+    if (s.ok()) {
+      s = channel_->Set(keys_.tmp(), json{{"tmp", name}, {"timeout_ms", timeout.count()}}.dump());
+    }
     if (!s.ok()) {
       Abandon(s.WithContext("could not start " + what));
       return s;

@@ -101,10 +101,8 @@ class CommunicatorFactory {
   // The next generation when only ranks left: `old` minus `excluded_ranks`
   // (ranks of `old`), survivors keeping their relative order (the
   // rendezvous assigns ranks that way). A backend that cannot shrink (or
-  // not at this library version) returns kUnimplemented. ElasticGroup calls
-  // it only when every rank still holds a usable `old`, and when it fails
-  // on any rank, every rank aborts what it has and calls Form() (both
-  // agreed through the generation's GroupKv), so all take the same path.
+  // not at this library version) returns kUnimplemented; the caller then
+  // aborts `old` and calls Form().
   virtual Result<std::unique_ptr<Communicator>> Shrink(Communicator& old,
                                                        const GroupMembership& next,
                                                        const std::vector<int>& excluded_ranks) {

@@ -133,8 +133,6 @@ class ElasticGroup {
   Result<RendezvousInfo> JoinNext(uint64_t known, int* listen_fd,
                                   std::chrono::steady_clock::time_point deadline);
   Status FormCommunicator(const RendezvousInfo& next, int listen_fd);
-  Result<bool> EveryRank(GroupKv* kv, const GroupMembership& m, const std::string& what,
-                         bool mine);
   void DropCommunicator();  // aborts and destroys the communicator
   void WatchLoop();
 
