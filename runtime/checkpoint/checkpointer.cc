@@ -332,7 +332,7 @@ class CheckpointerImpl final : public Checkpointer {
       steps.insert(steps.end(), replicated->begin(), replicated->end());
     }
     if (options.step) steps = {*options.step};
-    std::sort(steps.begin(), steps.end(), std::greater<uint64_t>());
+    std::sort(steps.begin(), steps.end(), [](uint64_t a, uint64_t b) { return a > b; });
     steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
     std::vector<std::string> skipped;
     for (uint64_t step : steps) {

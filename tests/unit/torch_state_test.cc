@@ -706,9 +706,10 @@ TEST_F(TorchStateTest, ABuilderFailureOnOneRankFailsThatSaveOnBothAndTheNextComm
     return durable;
   };
   auto failed = save_both(1, false);
-  EXPECT_EQ(failed[1].code(), Code::kInvalidArgument) << failed[1];
-  EXPECT_EQ(failed[0].code(), Code::kInvalidArgument) << failed[0];
-  EXPECT_NE(failed[0].message().find("rank 1 failed its part"), std::string::npos) << failed[0];
+  EXPECT_EQ(failed[1].code(), Code::kInvalidArgument) << failed[1].ToString();
+  EXPECT_EQ(failed[0].code(), Code::kInvalidArgument) << failed[0].ToString();
+  EXPECT_NE(failed[0].message().find("rank 1 failed its part"), std::string::npos)
+      << failed[0].ToString();
   auto next = save_both(2, true);
   ASSERT_OK(next[0]);
   ASSERT_OK(next[1]);
