@@ -18,11 +18,14 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <xxhash.h>
 
 #include "bindings.h"
 #include "future.h"
@@ -149,27 +152,55 @@ py::dict TensorDict(std::vector<std::pair<std::string, at::Tensor>> tensors) {
 // get, check, delete_key and add (TCPStore, FileStore, PrefixStore, HashStore,
 // the default group's store). Called from the persist thread: it takes the
 // GIL for each call, and the Store's own methods release it while they wait.
+// Reads go through the store's clone (its own connection), whose timeout
+// GetBy() sets to what is left of the caller's deadline (a store without
+// clone() is read directly, bounded by its own timeout).
 class PyStoreChannel final : public CommitChannel {
  public:
+  // REQUIRES: the GIL held.
   explicit PyStoreChannel(py::object store)
-      : store_(std::move(store)), description_(py::str(py::type::of(store_).attr("__name__"))) {}
+      : store_(std::move(store)), description_(py::str(py::type::of(store_).attr("__name__"))) {
+    try {
+      read_store_ = store_.attr("clone")();
+    } catch (py::error_already_set&) {
+      read_store_ = py::object();
+    }
+    bounded_ = read_store_ && !read_store_.is(store_);
+    if (!bounded_) read_store_ = store_;
+  }
   ~PyStoreChannel() override {
     py::gil_scoped_acquire gil;
     store_ = py::object();
+    read_store_ = py::object();
   }
 
   Status Set(const std::string& key, const std::string& value) override {
     return Call("set " + key, [&] { store_.attr("set")(key, py::bytes(value)); });
   }
   Result<std::optional<std::string>> Get(const std::string& key) override {
+    return GetBy(key, Clock::time_point::max());
+  }
+  Result<std::optional<std::string>> GetBy(const std::string& key,
+                                           Clock::time_point deadline) override {
+    std::lock_guard<std::mutex> lock(read_mu_);  // before the GIL, never after
     std::optional<std::string> out;
     Status s = Call("get " + key, [&] {
-      // check() never blocks; get() would wait for the store's whole timeout.
+      // check() does not wait for the key; get() would, for the store's whole
+      // timeout, were the key deleted in between: bounded by the deadline.
       py::list keys;
       keys.append(key);
-      if (store_.attr("check")(keys).cast<bool>()) {
-        out = store_.attr("get")(key).cast<std::string>();
+      if (!read_store_.attr("check")(keys).cast<bool>()) return;
+      if (bounded_) {
+        py::object timeout = store_.attr("timeout");
+        if (deadline != Clock::time_point::max()) {
+          auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+          timeout = py::module_::import("datetime")
+                        .attr("timedelta")(py::arg("milliseconds") =
+                                               std::max<int64_t>(1, left.count()));
+        }
+        read_store_.attr("set_timeout")(timeout);
       }
+      out = read_store_.attr("get")(key).cast<std::string>();
     });
     if (!s.ok()) return s;
     return out;
@@ -213,6 +244,9 @@ class PyStoreChannel final : public CommitChannel {
 
   py::object store_;
   const std::string description_;
+  std::mutex read_mu_;  // one read at a time: each sets the clone's timeout
+  py::object read_store_;  // store_'s clone, or store_
+  bool bounded_ = false;   // read_store_ is a clone
 };
 
 // ---- Checkpointer ------------------------------------------------------------
@@ -825,6 +859,33 @@ void BindCheckpointer(py::module_& m) {
         ThrowIfError(RestoreTorchRng(states));
       },
       py::arg("states"));
+  m.def(
+      "tensor_digests",
+      [](const std::vector<at::Tensor>& tensors) {
+        std::vector<std::string> out;
+        out.reserve(tensors.size());
+        for (const at::Tensor& t : tensors) {
+          if (!t.device().is_cpu() || !t.is_contiguous()) {
+            ThrowStatus(Status::InvalidArgument(
+                "tensor_digests: takes contiguous CPU tensors (call .cpu().contiguous())"));
+          }
+        }
+        {
+          py::gil_scoped_release nogil;
+          for (const at::Tensor& t : tensors) {
+            XXH128_hash_t h = XXH3_128bits(t.data_ptr(), t.numel() * t.element_size());
+            XXH128_canonical_t c;
+            XXH128_canonicalFromHash(&c, h);
+            out.emplace_back(reinterpret_cast<const char*>(c.digest), sizeof(c.digest));
+          }
+        }
+        py::list digests;
+        for (const auto& d : out) digests.append(py::bytes(d));
+        return digests;
+      },
+      py::arg("tensors"),
+      "XXH3-128 of each tensor's bytes (contiguous CPU tensors): a collective save compares "
+      "them across ranks to find plain tensors that are not replicated.");
 }
 
 }  // namespace python

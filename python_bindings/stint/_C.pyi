@@ -194,6 +194,7 @@ class Checkpointer:
 
 def capture_torch_rng() -> Dict[str, bytes]: ...  # {'cpu': bytes, 'cuda:0': bytes, ...}
 def restore_torch_rng(states: Dict[str, bytes]) -> None: ...
+def tensor_digests(tensors: List[torch.Tensor]) -> List[bytes]: ...  # XXH3-128 of contiguous CPU tensors
 
 # ---- elastic (elastic_binding.cc) --------------------------------------------------------
 

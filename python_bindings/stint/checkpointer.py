@@ -50,11 +50,14 @@ and load() with its own state, in the same order.
 Each rank writes its own shards and rank 0 commits once every rank reported;
 every rank's durable future gets the same outcome. DTensors are written as
 their local shards, boxes of the global tensor (see stint.distributed;
-a Replicate() box once, by the lowest rank holding it); plain tensors are
-taken as replicated and written by rank 0 only (as torch.distributed.checkpoint
-does); non-tensor leaves and bytes are kept per rank. load(into=) reads each
-DTensor's own box, whatever layout was saved; load() without `into` returns
-full plain tensors.
+a Replicate() box once, by the lowest rank holding it); a plain tensor that
+is the same on every rank (compared by digest at each save) is written by
+rank 0 only (as torch.distributed.checkpoint does), one that differs (a
+torch.get_rng_state(), a per-rank counter) is saved per rank and each rank
+loads its own back (a rank beyond the saved world gets rank 0's, with a
+warning; see stint.distributed); non-tensor leaves and bytes are kept per
+rank. load(into=) reads each DTensor's own box, whatever layout was saved;
+load() without `into` returns full plain tensors.
 
 One writer per root, any number of readers. A Checkpointer opened to save
 (the default; in a distributed job rank 0's) holds the root's writer lock
@@ -269,6 +272,9 @@ class Checkpointer:
         here: its durable future raises it, else the next flush().
         Collective: every rank calls it with the same step; durable fails on
         every rank when one rank fails or the shards do not tile a tensor.
+        When one rank cannot even build its state (an unsupported leaf),
+        save() raises on every rank (AbortedError naming that rank on the
+        others) and the next save works on all.
 
         frozen (incremental=True): the tensors whose bytes are those of the
         previous save, e.g. a frozen base model under LoRA: their names
@@ -279,13 +285,23 @@ class Checkpointer:
         tensor is hashed and only changed chunks are written.
         """
         _check_step(step)
-        flat = pytree.flatten(state, self._rank)
+
+        def build() -> Tuple[pytree.Flat, Optional[List[bool]]]:
+            flat = pytree.flatten(state)
+            return flat, _frozen_flags(frozen, flat.names, flat.tensors)
+
+        if self._group is not None:
+            # Collective: every rank learns whether every rank could build its
+            # state (all raise, and none starts the save, when one could not)
+            # and which plain tensors are replicated or per rank.
+            flat, frozen_flags = distributed.prepare_save(self._group, step, build)
+        else:
+            flat, frozen_flags = build()
         blobs = flat.blobs
-        blobs[pytree.STRUCTURE_BLOB] = flat.structure
+        blobs[pytree.STRUCTURE_BLOB] = flat.structure()
         forward = self._written_by_forward(flat.tensors)
         handle = self._c.save(step, flat.names, flat.tensors, blobs,
-                              flat.boxes if flat.sharded() else None, forward,
-                              _frozen_flags(frozen, flat.names, flat.tensors))
+                              flat.boxes if flat.sharded() else None, forward, frozen_flags)
         if not self.lazy:
             # Eager: nothing may still be reading the state when save() returns.
             self._c.wait_staged()
@@ -421,7 +437,13 @@ class Checkpointer:
                 in_place, fresh = [], tensor_names
             else:
                 in_place, fresh = pytree.plan_in_place(root, into, strict, where, targets)
-            plans.update(root=root, in_place=set(targets), where=where, targets=targets)
+            # Per-rank tensors: this rank's own row (new ones land in `allocated`).
+            allocated: Dict[str, torch.Tensor] = {}
+            in_place, fresh = distributed.plan_per_rank(
+                reader, pytree.per_rank_tensors(root, where), self._rank, in_place, fresh,
+                allocated)
+            plans.update(root=root, in_place=set(targets), where=where, targets=targets,
+                         allocated=allocated)
             return in_place, fresh
 
         r = self._c.load(planner, step, verify)
@@ -433,6 +455,7 @@ class Checkpointer:
                 state[n] = into[n]
             return LoadResult(r["step"], state, r["dir"], r["skipped"], r["skipped_steps"])
         tensors.update(plans["targets"])
+        tensors.update(plans["allocated"])
         state = pytree.decode(plans["root"], tensors, r["blobs"], plans["where"], map_location,
                               plans["in_place"])
         return LoadResult(r["step"], state, r["dir"], r["skipped"], r["skipped_steps"])
@@ -575,7 +598,9 @@ class CheckpointReader:
         return self._c.verify()
 
     def state(self, map_location: Optional[MapLocation] = None) -> Any:
-        """The whole saved object, rebuilt (as Checkpointer.load does)."""
+        """The whole saved object, rebuilt (as Checkpointer.load does), as
+        rank 0 saved it: per-rank tensors of a collective save (plain tensors
+        that differed between ranks) are rank 0's row."""
         if pytree.STRUCTURE_BLOB not in self._c.blob_names():
             out: Dict[str, Any] = {n: self._c.read_blob(n) for n in self._c.blob_names()}
             out.update(self._c.read())
@@ -585,5 +610,7 @@ class CheckpointReader:
         if names is None:
             raise _C.DataLossError("%s: malformed state structure" % self.dir)
         tensors = self._c.read(names)
+        for name in pytree.per_rank_tensors(root, self.dir):
+            tensors[name] = tensors[name][0].clone()
         blobs = {n: self._c.read_blob(n) for n in self._c.blob_names()}
         return pytree.decode(root, tensors, blobs, self.dir, map_location)

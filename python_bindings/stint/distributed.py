@@ -1,6 +1,7 @@
 """torch.distributed glue for the collective stint.Checkpointer: which group
 a checkpointer serves, which store carries its commit, how a DTensor maps to
-a box of its global tensor, and agreement on the outcome of a load.
+a box of its global tensor, which rank writes a plain tensor, and agreement
+on the outcome of a load.
 
 A box is (global_shape, offsets, extents): the part of the global tensor one
 rank holds. A DTensor's box comes from its device mesh and placements
@@ -19,12 +20,27 @@ function DTensor itself and torch.distributed.checkpoint use):
 
 Empty shards are not written (they cover nothing); a tensor with no elements
 at all is written, empty, by the rank at coordinate 0 of every mesh dim.
+
+Plain tensors (prepare_save()): every rank digests its plain tensors
+(XXH3-128 of their bytes) and one all_gather compares them. A tensor whose
+dtype, shape and bytes are the same on every rank is replicated and written
+by rank 0 alone (as torch.distributed.checkpoint does); one whose bytes
+differ (an RNG state, a per-rank counter) is saved per rank, as a tensor of
+shape [world_size, *shape] whose row r each rank r writes, and each rank
+loads its own row back. On a load by more ranks than saved, a rank beyond the
+saved world loads rank 0's row (with a warning naming the tensor). A plain
+tensor only some ranks hold, or whose dtype or shape differs between ranks,
+is refused on every rank (InvalidArgumentError naming it). The same gather
+carries whether each rank could build its state at all: when one could not
+(an unsupported leaf, a frozen= name it lacks), every rank's save() raises
+and none starts the save, so the next save lines up on every rank.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, List, Optional, Tuple
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -179,3 +195,142 @@ def dtensor_meta(dt: Any) -> dict:
     if names:
         meta["mesh_dims"] = list(names)
     return meta
+
+
+# -- plain tensors: replicated or per rank ------------------------------------------
+
+
+def _digest_inputs(tensors: List[torch.Tensor]) -> List[torch.Tensor]:
+    return [t.detach().resolve_conj().resolve_neg().cpu().contiguous() for t in tensors]
+
+
+def prepare_save(group: Group, step: int,
+                 build: Callable[[], Tuple[Any, Optional[List[bool]]]]
+                 ) -> Tuple[Any, Optional[List[bool]]]:
+    """Runs `build` (-> (pytree.Flat, frozen flags or None)) on this rank and
+    agrees with the other ranks, in one all_gather over the group, on whether
+    every rank could build its state and which plain tensors are replicated.
+    Collective: every rank calls it once per save(). Returns the Flat with
+    only what this rank writes (per-rank tensors as their rows, marked in the
+    structure) and the frozen flags to match. Raises on every rank when one
+    rank's build failed (that rank's own exception there, AbortedError naming
+    it elsewhere) or the plain tensors cannot be saved (see the module doc)."""
+    failure: Optional[BaseException] = None
+    flat, frozen = None, None
+    payload: Dict[str, Any] = {}
+    try:
+        flat, frozen = build()
+        plain = [(n, t) for n, t, b in zip(flat.names, flat.tensors, flat.boxes) if b is None]
+        digests = _C.tensor_digests(_digest_inputs([t for _, t in plain])) \
+            if group.world_size > 1 else [b""] * len(plain)
+        payload["plain"] = {n: (str(t.dtype), list(t.shape), d)
+                            for (n, t), d in zip(plain, digests)}
+    except Exception as e:  # agreed below, then raised
+        failure = e
+        payload = {"error": "%s: %s" % (type(e).__name__, e)}
+    gathered: List[Any] = [payload]
+    if group.world_size > 1:
+        gathered = [None] * group.world_size
+        _dist.all_gather_object(gathered, payload, group=group.pg)
+    if failure is not None:
+        raise failure
+    failed = [r for r, g in enumerate(gathered) if "error" in g]
+    if failed:
+        raise _C.AbortedError("step %d not saved: rank %d could not build its state (%s)%s" % (
+            step, failed[0], gathered[failed[0]]["error"],
+            "" if len(failed) == 1 else "; ranks %s failed too" % failed[1:]))
+    assert flat is not None
+    if group.world_size == 1:
+        return flat, frozen
+    return _split_plain(group, flat, frozen, [g["plain"] for g in gathered])
+
+
+def _split_plain(group: Group, flat: Any, frozen: Optional[List[bool]],
+                 infos: List[Dict[str, Any]]) -> Tuple[Any, Optional[List[bool]]]:
+    world, rank = group.world_size, group.rank
+    names, tensors, boxes, flags = [], [], [], []
+    for i, (name, t, box) in enumerate(zip(flat.names, flat.tensors, flat.boxes)):
+        if box is None:
+            entries = [info.get(name) for info in infos]
+            lacking = [r for r, e in enumerate(entries) if e is None]
+            if lacking:
+                raise _C.InvalidArgumentError(
+                    "plain tensor '%s': ranks %s hold it, ranks %s do not; a collective save "
+                    "needs every plain tensor on every rank (replicated, or one per rank)"
+                    % (name, [r for r in range(world) if r not in lacking], lacking))
+            if all(e == entries[0] for e in entries):
+                if rank != 0:
+                    continue  # replicated: rank 0 writes it
+            else:
+                layouts = {(e[0], tuple(e[1])) for e in entries}
+                if len(layouts) > 1:
+                    raise _C.InvalidArgumentError(
+                        "plain tensor '%s' differs between ranks in dtype or shape (%s): it is "
+                        "neither replicated nor one per rank of one layout"
+                        % (name, ", ".join("rank %d: %s %s" % (r, e[0], e[1])
+                                           for r, e in enumerate(entries))))
+                # Per rank: row `rank` of a [world, *shape] tensor.
+                flat.mark_per_rank(name, world)
+                box = ([world] + list(t.shape), [rank] + [0] * t.dim())
+                t = t.detach().unsqueeze(0)
+        names.append(name)
+        tensors.append(t)
+        boxes.append(box)
+        if frozen is not None:
+            flags.append(frozen[i])
+    flat.names, flat.tensors, flat.boxes = names, tensors, boxes
+    return flat, (flags if frozen is not None else None)
+
+
+def plan_per_rank(reader: Any, per_rank: Dict[str, int], rank: int, in_place: List[Any],
+                  fresh: List[str], allocated: Dict[str, torch.Tensor]
+                  ) -> Tuple[List[Any], List[str]]:
+    """A load plan's per-rank tensors (pytree.per_rank_tensors()) read as this
+    rank's row: in place into the target of `into`, or into a new tensor put
+    in `allocated`. A rank beyond the saved world reads rank 0's row, with a
+    warning. Returns (in_place, fresh) to give the C++ loader."""
+    if not per_rank:
+        return in_place, fresh
+    where = reader.dir
+    saved = {t["name"]: t for t in reader.tensors()}
+
+    def box(name: str) -> Tuple[List[int], List[int]]:
+        world = per_rank[name]
+        t = saved.get(name)
+        if t is None or not t["shape"] or t["shape"][0] != world:
+            raise _C.DataLossError("%s: per-rank tensor '%s' of %d ranks is stored as %s" % (
+                where, name, world, "nothing" if t is None else "shape %s" % t["shape"]))
+        row = rank
+        if rank >= world:
+            warnings.warn("%s: per-rank tensor '%s' was saved by %d ranks; rank %d loads rank 0's"
+                          % (where, name, world, rank), stacklevel=4)
+            row = 0
+        return list(t["shape"]), [row] + [0] * (len(t["shape"]) - 1)
+
+    out: List[Any] = []
+    for item in in_place:
+        if item[0] not in per_rank:
+            out.append(item)
+            continue
+        if len(item) != 2:
+            raise _C.InvalidArgumentError(
+                "%s: tensor '%s' was saved per rank (a plain tensor that differed between "
+                "ranks); load it into a plain tensor, not a DTensor" % (where, item[0]))
+        shape, offsets = box(item[0])
+        target = item[1]
+        if list(target.shape) != shape[1:]:
+            raise _C.InvalidArgumentError("%s: tensor '%s' of `into` has shape %s, saved per rank "
+                                          "as %s" % (where, item[0], list(target.shape), shape[1:]))
+        out.append((item[0], target.detach().unsqueeze(0), shape, offsets))
+    left: List[str] = []
+    for name in fresh:
+        if name not in per_rank:
+            left.append(name)
+            continue
+        shape, offsets = box(name)
+        dtype = getattr(torch, saved[name]["dtype"], None)
+        if not isinstance(dtype, torch.dtype):
+            raise _C.DataLossError("%s: tensor '%s' has dtype %r" % (where, name, saved[name]["dtype"]))
+        allocated[name] = torch.empty(shape[1:], dtype=dtype)
+        out.append((name, allocated[name].unsqueeze(0), shape, offsets))
+    return out, left

@@ -16,7 +16,11 @@ A DTensor leaf is a "tensor" node whose meta carries "dtensor": {"mesh":
 plain tensor unless `into` holds a DTensor there, whose own layout is read
 (readers of version 1 that predate it ignore the key). In a collective save
 every rank writes its own structure; the tensors each rank lists are only
-those it writes (flatten(state, rank)).
+those it writes (stint.distributed.split_plain_tensors() decides for plain
+tensors). A plain tensor whose bytes differ between the ranks of a collective
+save (an RNG state, a per-rank counter) is saved per rank: its node's meta
+carries "per_rank": W, and the checkpoint holds it as a tensor of shape
+[W, *shape] whose row r is rank r's (see per_rank_tensors()).
 """
 
 from __future__ import annotations
@@ -50,27 +54,44 @@ _MISSING = object()
 class Flat:
     """What flatten() produces: the arguments of _C.Checkpointer.save().
 
-    boxes is parallel to tensors: None for a whole tensor, (global_shape,
-    offsets) for a DTensor's local shard. Only the tensors this rank writes
-    are listed; the structure names every tensor of the state."""
+    boxes is parallel to tensors: None for a whole (plain) tensor,
+    (global_shape, offsets) for a shard: a DTensor's local shard, or a
+    per-rank tensor's row. Every plain tensor and the DTensor shards this
+    rank writes are listed; the structure names every tensor of the state.
+    plain_nodes: {name: the structure nodes of that plain tensor}."""
 
-    __slots__ = ("names", "tensors", "blobs", "structure", "boxes")
+    __slots__ = ("names", "tensors", "blobs", "root", "boxes", "plain_nodes")
 
     names: List[str]
     tensors: List[torch.Tensor]
     blobs: Dict[str, bytes]
-    structure: bytes
+    root: Node
     boxes: List[Optional[Tuple[List[int], List[int]]]]
+    plain_nodes: Dict[str, List[List[Any]]]
 
     def __init__(self) -> None:
         self.names = []
         self.tensors = []
         self.blobs = {}
-        self.structure = b""
+        self.root = None
         self.boxes = []
+        self.plain_nodes = {}
 
     def sharded(self) -> bool:
         return any(b is not None for b in self.boxes)
+
+    def mark_per_rank(self, name: str, world_size: int) -> None:
+        """Records in the structure that plain tensor `name` is saved per rank
+        by `world_size` ranks."""
+        for node in self.plain_nodes[name]:
+            if len(node) < 3:
+                node.append({})
+            node[2]["per_rank"] = world_size
+
+    def structure(self) -> bytes:
+        """The structure blob."""
+        doc = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "root": self.root}
+        return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
 
 def _path_str(path: Path) -> str:
@@ -91,8 +112,7 @@ def _component(key: Any) -> str:
 
 
 class _Flattener:
-    def __init__(self, rank: int) -> None:
-        self.rank = rank  # plain tensors are written by rank 0 only
+    def __init__(self) -> None:
         self.flat = Flat()
         self.tensor_names: Set[str] = set()
         self.blob_names: Set[str] = {STRUCTURE_BLOB}
@@ -131,10 +151,9 @@ class _Flattener:
         if key is not None and key in self.by_view:
             return self.by_view[key]
         name = self._unique(self._name(path), self.tensor_names)
-        if self.rank == 0:
-            self.flat.names.append(name)
-            self.flat.tensors.append(t)
-            self.flat.boxes.append(None)
+        self.flat.names.append(name)
+        self.flat.tensors.append(t)
+        self.flat.boxes.append(None)
         if key is not None:
             self.by_view[key] = name
         return name
@@ -150,6 +169,10 @@ class _Flattener:
             self.flat.boxes.append(box)
         self.by_id[id(dt)] = name
         return name
+
+    def _plain(self, node: List[Any]) -> List[Any]:
+        self.flat.plain_nodes.setdefault(node[1], []).append(node)
+        return node
 
     def key(self, k: Any, path: Path) -> Node:
         if k is None or isinstance(k, (bool, str, int, float)):
@@ -190,7 +213,7 @@ class _Flattener:
                 meta["device"] = str(x.device)
             if x.requires_grad:
                 meta["grad"] = True
-            return ["tensor", name, meta] if meta else ["tensor", name]
+            return self._plain(["tensor", name, meta] if meta else ["tensor", name])
         if isinstance(x, collections.OrderedDict):
             meta = getattr(x, "_metadata", None)
             return ["odict", self.items(x, path),
@@ -215,21 +238,20 @@ class _Flattener:
             except TypeError as e:
                 raise TypeError("%s: cannot checkpoint a numpy array of dtype %s (%s)"
                                 % (_path_str(path), x.dtype, e)) from None
-            return ["ndarray", self.tensor(t, path)]
+            return self._plain(["ndarray", self.tensor(t, path)])
         raise TypeError("%s: cannot checkpoint an object of type %s (supported: tensors, numpy "
                         "arrays, dict, OrderedDict, list, tuple, int, float, bool, str, bytes, None; "
                         "use its state_dict())" % (_path_str(path), type(x).__qualname__))
 
 
-def flatten(state: Any, rank: int = 0) -> Flat:
+def flatten(state: Any) -> Flat:
     """Splits `state` into named tensors, blobs and the structure (see module
-    doc). rank: this process's rank in a collective save; plain tensors are
-    replicated state written by rank 0 only, DTensors are written as local
-    shards by the ranks stint.distributed.writes() picks."""
-    f = _Flattener(rank)
-    root = f.node(state, [])
-    doc = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "root": root}
-    f.flat.structure = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    doc). Every plain tensor is listed (in a collective save
+    stint.distributed.split_plain_tensors() then decides which rank writes
+    it); DTensors are listed as local shards by the ranks
+    stint.distributed.writes() picks."""
+    f = _Flattener()
+    f.flat.root = f.node(state, [])
     return f.flat
 
 
@@ -283,6 +305,35 @@ def tensor_names(root: Node) -> Optional[List[str]]:
         walk(root)
     except (_Bad, IndexError, TypeError, ValueError):
         return None
+    return out
+
+
+def per_rank_tensors(root: Node, where: str) -> Dict[str, int]:
+    """{name: the world size that saved it} for every per-rank plain tensor
+    the structure refers to (see the module doc); DataLossError when the
+    structure is malformed."""
+    out: Dict[str, int] = {}
+
+    def walk(node: Node) -> None:
+        kind = _kind(node)
+        if kind in ("tensor", "ndarray"):
+            meta = node[2] if len(node) > 2 and isinstance(node[2], dict) else {}
+            world = meta.get("per_rank")
+            if world is not None:
+                if type(world) is not int or world < 1:
+                    raise _Bad("tensor '%s': per_rank %r is not a world size" % (node[1], world))
+                out[node[1]] = world
+        elif kind in ("dict", "odict"):
+            for _, v in node[1]:
+                walk(v)
+        elif kind in ("list", "tuple"):
+            for v in node[1]:
+                walk(v)
+
+    try:
+        walk(root)
+    except (_Bad, IndexError, TypeError, ValueError) as e:
+        raise _C.DataLossError("%s: malformed state structure (%s)" % (where, e)) from None
     return out
 
 

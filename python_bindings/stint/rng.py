@@ -9,6 +9,11 @@ and numpy's global RandomState (np.random.*).
 Generators a program creates itself (torch.Generator(), np.random.default_rng(),
 random.Random()) are not global: checkpoint their state with the rest of the
 program's state.
+
+In a collective stint.Checkpointer every rank saves and loads back its own
+RNG state: capture_rng()'s bytes and plain values are kept per rank, and a
+state held as a tensor (torch.get_rng_state(), a generator's get_state())
+that differs between ranks is saved per rank (see stint.distributed).
 """
 
 from __future__ import annotations

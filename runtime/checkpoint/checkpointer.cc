@@ -354,25 +354,41 @@ class CheckpointerImpl final : public Checkpointer {
     if (options_.world_size == 1) return LoadNewest(planner, options);
     // Every rank must resume from the same step: a rank whose newest step
     // does not load (damage it alone read) or is missing takes the others
-    // back to the oldest step every rank loaded.
+    // back to the newest step every rank loads (AgreeOnLoad).
     const uint64_t number = loads_started_++;
-    auto t0 = Clock::now();
-    Result<LoadResult> loaded = LoadNewest(planner, options);
-    STINT_ASSIGN_OR_RETURN(
-        uint64_t agreed,
-        AgreeOnLoadedStep(options_, number, loaded.status(), loaded.ok() ? loaded->step : 0,
-                          CommitTimeout(options_, SecondsSince(t0))));
-    if (agreed == loaded->step) return loaded;
-    LoadOptions again = options;
-    again.step = agreed;
-    auto older = LoadNewest(planner, again);
-    if (!older.ok()) {
-      return older.status().WithContext("step " + std::to_string(agreed) +
-                                        ", the newest step every rank loaded");
+    return AgreeOnLoad(options_, number, [&](std::optional<uint64_t> at_most) {
+      return at_most ? LoadAtMost(planner, options, *at_most) : LoadNewest(planner, options);
+    });
+  }
+
+  // The newest step at most `at_most` (in any tier) that loads: the step
+  // another rank took the job back to, or older.
+  Result<LoadResult> LoadAtMost(const DestPlanner& planner, const LoadOptions& options,
+                                uint64_t at_most) {
+    STINT_ASSIGN_OR_RETURN(std::vector<uint64_t> steps, ListCommitted());
+    if (auto replicated = ListReplicated(); replicated.ok()) {
+      steps.insert(steps.end(), replicated->begin(), replicated->end());
     }
-    older->skipped.insert(older->skipped.begin(), loaded->skipped.begin(), loaded->skipped.end());
-    older->skipped.push_back(StepDirName(loaded->step) + ": another rank could not load it");
-    return older;
+    if (options.step) steps = {*options.step};
+    std::sort(steps.begin(), steps.end(), [](uint64_t a, uint64_t b) { return a > b; });
+    steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+    std::vector<std::string> skipped;
+    for (uint64_t step : steps) {
+      if (step > at_most) continue;
+      LoadOptions one = options;
+      one.step = step;
+      auto loaded = LoadNewest(planner, one);
+      if (loaded.ok()) {
+        loaded->skipped.insert(loaded->skipped.begin(), skipped.begin(), skipped.end());
+        return loaded;
+      }
+      if (!IsCheckpointDamage(loaded.status())) return loaded.status();
+      skipped.push_back(StepDirName(step) + ": " + loaded.status().ToString());
+    }
+    std::string why;
+    for (const auto& s : skipped) why += "\n  " + s;
+    return Status::DataLoss(options_.root + ": no checkpoint at or before step " +
+                            std::to_string(at_most) + " loads and verifies:" + why);
   }
 
   Result<LoadResult> LoadNewest(const DestPlanner& planner, const LoadOptions& options) {
@@ -501,6 +517,14 @@ class CheckpointerImpl final : public Checkpointer {
     return stats;
   }
   const CheckpointOptions& options() const override { return options_; }
+
+  Status AbandonSave(uint64_t step, const Status& why) override {
+    Status s = (why.ok() ? Status::InvalidArgument("AbandonSave without an error") : why)
+                   .WithContext("step " + std::to_string(step) + " not saved");
+    const uint64_t number = saves_started_++;  // counted as Save() counts
+    if (options_.world_size > 1) RankSave(options_, env_, number, step).Abandon(s);
+    return s;
+  }
 
  private:
   // Quarantine moves only what is damaged and what nothing left behind
@@ -652,7 +676,8 @@ class CheckpointerImpl final : public Checkpointer {
     std::optional<RankSave> ranks;  // with several ranks
     if (options_.world_size > 1) {
       ranks.emplace(options_, env_, job->save_number, step);
-      auto started = ranks->Start(CommitTimeout(options_, last_persist_seconds_));
+      auto started = ranks->Start(
+          CommitTimeout(options_, last_persist_seconds_, job->snapshot.layout.image_bytes));
       if (!started.ok()) return started.status();
       tmp = *started;
     } else {
@@ -691,7 +716,8 @@ class CheckpointerImpl final : public Checkpointer {
     if (ranks) {
       auto t1 = Clock::now();
       Manifest part = s.ok() ? BuildManifest(options_, job->snapshot, file) : Manifest();
-      s = ranks->Finish(s, part, CommitTimeout(options_, job->stats.persist_seconds));
+      s = ranks->Finish(s, part, job->stats.persist_seconds);
+      last_persist_seconds_ = ranks->slowest_persist_seconds();
       job->stats.commit_seconds = SecondsSince(t1);
       if (s.ok() && options_.incremental) {
         // Every rank's chunks are in the committed manifest, which only the

@@ -65,7 +65,10 @@ Result<json> ParseMessage(std::string_view bytes, std::string_view origin) {
 }  // namespace
 
 std::string EncodeRankReport(const RankReport& report) {
-  json j{{"rank", report.rank}, {"fencing_token", report.fencing_token}, {"tmp", report.tmp}};
+  json j{{"rank", report.rank},
+         {"fencing_token", report.fencing_token},
+         {"tmp", report.tmp},
+         {"persist_ms", report.persist_ms}};
   if (report.status.ok()) {
     j["part"] = EncodeManifest(report.part);
   } else {
@@ -82,6 +85,7 @@ Result<RankReport> DecodeRankReport(std::string_view bytes, std::string_view ori
   r.rank = static_cast<int>(rank);
   STINT_ASSIGN_OR_RETURN(r.fencing_token, f.Uint64("fencing_token"));
   STINT_ASSIGN_OR_RETURN(r.tmp, f.String("tmp"));
+  STINT_ASSIGN_OR_RETURN(r.persist_ms, f.Uint64("persist_ms"));
   STINT_ASSIGN_OR_RETURN(const json* error, f.OptionalObject("error"));
   if (error != nullptr) {
     STINT_RETURN_IF_ERROR(StatusFromJson(f.Child(*error, "error"), &r.status));
@@ -221,7 +225,7 @@ Result<std::optional<KeyValue>> PollKeys(CommitChannel* channel,
   auto pause = std::chrono::milliseconds(2);
   for (;;) {
     for (size_t i = 0; i < keys.size(); ++i) {
-      STINT_ASSIGN_OR_RETURN(std::optional<std::string> v, channel->Get(keys[i]));
+      STINT_ASSIGN_OR_RETURN(std::optional<std::string> v, channel->GetBy(keys[i], deadline));
       if (v) return std::optional<KeyValue>(KeyValue{i, std::move(*v)});
     }
     if (!PauseBeforeNextPoll(deadline, &pause)) return std::optional<KeyValue>();
@@ -240,7 +244,7 @@ Result<std::vector<RankReport>> GatherRankReports(CommitChannel* channel, const 
     for (int r = 0; r < world_size; ++r) {
       if (got[r]) continue;
       const std::string key = keys.report(r);
-      STINT_ASSIGN_OR_RETURN(std::optional<std::string> v, channel->Get(key));
+      STINT_ASSIGN_OR_RETURN(std::optional<std::string> v, channel->GetBy(key, deadline));
       if (!v) continue;
       STINT_ASSIGN_OR_RETURN(RankReport report, DecodeRankReport(*v, key));
       if (!report.tmp.empty() && report.tmp != got[own_rank]->tmp) continue;  // stale
@@ -279,43 +283,130 @@ std::string ChannelPrefix(const CheckpointOptions& options) {
   return "stint-ckpt" + (options.job_id.empty() ? std::string() : "/" + options.job_id);
 }
 
-Result<uint64_t> AgreeOnLoadedStep(const CheckpointOptions& options, uint64_t load_number,
-                                   const Status& loaded, uint64_t step,
-                                   std::chrono::milliseconds timeout) {
-  CommitChannel* channel = options.commit_channel;
-  const std::string base = ChannelPrefix(options) + "/load-" + std::to_string(load_number) + "/";
-  auto key = [&](int rank) { return base + std::to_string(rank); };
-  json mine = loaded.ok() ? json{{"step", step}} : json{{"error", StatusJson(loaded)}};
-  STINT_RETURN_IF_ERROR(channel->Set(key(options.rank), mine.dump()));
-  const Deadline deadline = Clock::now() + timeout;
-  uint64_t oldest = step;
-  for (int r = 0; r < options.world_size; ++r) {
-    if (r == options.rank) continue;
-    STINT_ASSIGN_OR_RETURN(auto found, PollKeys(channel, {key(r)}, deadline));
+std::chrono::milliseconds LoadTimeout(const CheckpointOptions& options) {
+  if (options.commit_timeout.count() > 0) return options.commit_timeout;
+  return std::chrono::minutes(10);
+}
+
+namespace {
+
+// One round of a load's agreement: what rank 0 decided, or an error.
+struct LoadDecision {
+  uint64_t step = 0;
+  bool final = false;
+};
+
+Result<LoadDecision> DecodeLoadDecision(std::string_view bytes, const std::string& key) {
+  STINT_ASSIGN_OR_RETURN(json top, ParseMessage(bytes, key));
+  internal::JsonFields f(top, key, kChannelFields);
+  STINT_ASSIGN_OR_RETURN(const json* error, f.OptionalObject("error"));
+  if (error != nullptr) {
+    Status why;
+    STINT_RETURN_IF_ERROR(StatusFromJson(f.Child(*error, "error"), &why));
+    if (why.ok()) return f.BadValue("error", "holds no error");
+    return why;
+  }
+  LoadDecision d;
+  STINT_ASSIGN_OR_RETURN(d.step, f.Uint64("step"));
+  STINT_ASSIGN_OR_RETURN(d.final, f.Bool("final"));
+  return d;
+}
+
+// Rank 0's decision of one round: every answer (its own first) by `deadline`.
+Result<LoadDecision> DecideLoadRound(CommitChannel* channel, const std::string& base,
+                                     int world_size, const Result<LoadResult>& own,
+                                     Deadline deadline, std::chrono::milliseconds timeout) {
+  if (!own.ok()) return own.status().WithContext("rank 0 could not load");
+  if (Clock::now() > deadline) {
+    return Status::DeadlineExceeded("rank 0 loaded step " + std::to_string(own->step) +
+                                    " only after the load deadline (" +
+                                    std::to_string(timeout.count()) + " ms)");
+  }
+  LoadDecision d{own->step, true};
+  for (int r = 1; r < world_size; ++r) {
+    const std::string key = base + "answer/" + std::to_string(r);
+    STINT_ASSIGN_OR_RETURN(auto found, PollKeys(channel, {key}, deadline));
     if (!found) {
       return Status::DeadlineExceeded("rank " + std::to_string(r) + " did not say which step it " +
                                       "loaded within " + std::to_string(timeout.count()) +
                                       " ms on " + channel->Describe());
     }
-    STINT_ASSIGN_OR_RETURN(json theirs, ParseMessage(found->value, key(r)));
-    internal::JsonFields f(theirs, key(r), kChannelFields);
+    STINT_ASSIGN_OR_RETURN(json theirs, ParseMessage(found->value, key));
+    internal::JsonFields f(theirs, key, kChannelFields);
     STINT_ASSIGN_OR_RETURN(const json* error, f.OptionalObject("error"));
     if (error != nullptr) {
       Status why;
       STINT_RETURN_IF_ERROR(StatusFromJson(f.Child(*error, "error"), &why));
       return why.WithContext("rank " + std::to_string(r) + " could not load");
     }
-    STINT_ASSIGN_OR_RETURN(uint64_t s, f.Uint64("step"));
-    oldest = std::min(oldest, s);
+    STINT_ASSIGN_OR_RETURN(uint64_t step, f.Uint64("step"));
+    if (step != d.step) d.final = false;
+    d.step = std::min(d.step, step);
   }
-  if (!loaded.ok()) return loaded;
-  return oldest;
+  return d;
 }
 
-std::chrono::milliseconds CommitTimeout(const CheckpointOptions& options, double persist_seconds) {
+}  // namespace
+
+Result<LoadResult> AgreeOnLoad(const CheckpointOptions& options, uint64_t load_number,
+                               const LoadAttempt& attempt) {
+  CommitChannel* channel = options.commit_channel;
+  const std::chrono::milliseconds timeout = LoadTimeout(options);
+  Clock::time_point round_start = Clock::now();
+  Result<LoadResult> loaded = attempt(std::nullopt);
+  std::vector<std::string> passed_over;  // steps this rank loaded that another could not
+  for (uint64_t round = 0;; ++round) {
+    const std::string base = ChannelPrefix(options) + "/load-" + std::to_string(load_number) +
+                             "/round-" + std::to_string(round) + "/";
+    const std::string decision_key = base + "decision";
+    Result<LoadDecision> decided = Status::Internal("no decision");
+    if (options.rank == 0) {
+      decided = DecideLoadRound(channel, base, options.world_size, loaded,
+                                round_start + timeout, timeout);
+      json d = decided.ok() ? json{{"step", decided->step}, {"final", decided->final}}
+                            : json{{"error", StatusJson(decided.status())}};
+      // Best effort: a rank that cannot read it fails at its own deadline.
+      channel->Set(decision_key, d.dump()).IgnoreError();
+    } else {
+      json mine = loaded.ok() ? json{{"step", loaded->step}}
+                              : json{{"error", StatusJson(loaded.status())}};
+      STINT_RETURN_IF_ERROR(channel->Set(base + "answer/" + std::to_string(options.rank),
+                                         mine.dump()));
+      STINT_ASSIGN_OR_RETURN(auto found,
+                             PollKeys(channel, {decision_key}, round_start + 2 * timeout));
+      if (!found) {
+        return Status::DeadlineExceeded("rank 0 gave no decision on load " +
+                                        std::to_string(load_number) + " within " +
+                                        std::to_string((2 * timeout).count()) + " ms on " +
+                                        channel->Describe());
+      }
+      decided = DecodeLoadDecision(found->value, decision_key);
+    }
+    if (!decided.ok()) return decided.status();
+    if (decided->final) {
+      if (!loaded.ok() || loaded->step != decided->step) {
+        return Status::Internal("load " + std::to_string(load_number) + ": decided step " +
+                                std::to_string(decided->step) + " as final, which this rank " +
+                                "did not load");
+      }
+      loaded->skipped.insert(loaded->skipped.begin(), passed_over.begin(), passed_over.end());
+      return loaded;
+    }
+    round_start = Clock::now();
+    if (loaded.ok() && loaded->step != decided->step) {
+      passed_over.insert(passed_over.end(), loaded->skipped.begin(), loaded->skipped.end());
+      passed_over.push_back(StepDirName(loaded->step) + ": another rank could not load it");
+      loaded = attempt(decided->step);
+    }
+  }
+}
+
+std::chrono::milliseconds CommitTimeout(const CheckpointOptions& options, double persist_seconds,
+                                        uint64_t state_bytes) {
   if (options.commit_timeout.count() > 0) return options.commit_timeout;
   auto derived = std::chrono::milliseconds(static_cast<int64_t>(persist_seconds * 10'000));
-  return std::max<std::chrono::milliseconds>(std::chrono::seconds(60), derived);
+  auto by_size = std::chrono::milliseconds(state_bytes / 10'000);  // 10 MB/s
+  return std::max({std::chrono::milliseconds(std::chrono::seconds(60)), derived, by_size});
 }
 
 RankSave::RankSave(const CheckpointOptions& options, Env* env, uint64_t save_number, uint64_t step)
@@ -358,7 +449,12 @@ Result<std::string> RankSave::Start(std::chrono::milliseconds timeout) {
     Status s = channel_->Delete(keys_.abort());
     if (s.ok()) s = channel_->Delete(keys_.done());
     if (s.ok()) s = env_->CreateDir(options_.root + "/" + name);
-    if (s.ok()) s = channel_->Set(keys_.tmp(), name);
+    // The save's one deadline goes with the tmp name: every rank measures it
+    // from when it starts, none from its own persist time.
+    deadline_ = Clock::now() + timeout;
+    if (s.ok()) {
+      s = channel_->Set(keys_.tmp(), json{{"tmp", name}, {"timeout_ms", timeout.count()}}.dump());
+    }
     if (!s.ok()) {
       Abandon(s.WithContext("could not start " + what));
       return s;
@@ -379,11 +475,18 @@ Result<std::string> RankSave::Start(std::chrono::milliseconds timeout) {
     Status aborted = DecodeDecision(found->value, keys_.abort());
     return aborted.ok() ? Status::DataLoss(keys_.abort() + ": holds no error") : aborted;
   }
-  const std::string& name = found->value;
+  const Clock::time_point started = Clock::now();
+  STINT_ASSIGN_OR_RETURN(json published, ParseMessage(found->value, keys_.tmp()));
+  internal::JsonFields f(published, keys_.tmp(), kChannelFields);
+  STINT_ASSIGN_OR_RETURN(std::string name, f.String("tmp"));
+  STINT_ASSIGN_OR_RETURN(uint64_t timeout_ms, f.Uint64("timeout_ms"));
   if (ParseTmpDirStep(name) != step_ || name.find('/') != std::string::npos) {
     return Status::DataLoss(keys_.tmp() + ": '" + name.substr(0, 64) +
                             "' is not a tmp directory name of " + what);
   }
+  // The committer decides by its start + timeout: waiting twice that for
+  // its decision covers its commit and the clocks' different starts.
+  deadline_ = started + 2 * std::chrono::milliseconds(timeout_ms);
   tmp_name_ = name;
   return options_.root + "/" + name;
 }
@@ -393,16 +496,17 @@ void RankSave::Abandon(const Status& why) {
     Publish(keys_.abort(), EncodeDecision(why.WithContext("rank 0 failed its part")));
   } else {
     Publish(keys_.report(options_.rank),
-            EncodeRankReport(RankReport{options_.rank, options_.fencing_token, "", why, {}}));
+            EncodeRankReport(RankReport{options_.rank, options_.fencing_token, "", why, {}, 0}));
   }
 }
 
-Status RankSave::Finish(const Status& persisted, const Manifest& part,
-                        std::chrono::milliseconds timeout) {
+Status RankSave::Finish(const Status& persisted, const Manifest& part, double persist_seconds) {
+  const auto persist_ms = static_cast<uint64_t>(persist_seconds * 1000);
+  slowest_persist_seconds_ = persist_seconds;
   if (!committer()) {
     Publish(keys_.report(options_.rank),
-            EncodeRankReport(
-                RankReport{options_.rank, options_.fencing_token, tmp_name_, persisted, part}));
+            EncodeRankReport(RankReport{options_.rank, options_.fencing_token, tmp_name_,
+                                        persisted, part, persist_ms}));
     // Its own error is this rank's outcome (the committer decides "aborted"
     // for everyone else when it reads the report), unless the save was
     // aborted already: then that is the cause (e.g. the tmp directory this
@@ -415,14 +519,18 @@ Status RankSave::Finish(const Status& persisted, const Manifest& part,
       }
       return persisted;
     }
-    return AwaitDecision(2 * timeout, part);
+    return AwaitDecision(part);
   }
   Status outcome = persisted.WithContext("rank 0 failed its part");
   if (persisted.ok()) {
-    auto reports =
-        GatherRankReports(channel_, keys_, options_.world_size,
-                          RankReport{0, options_.fencing_token, tmp_name_, persisted, part},
-                          std::chrono::steady_clock::now() + timeout);
+    auto reports = GatherRankReports(
+        channel_, keys_, options_.world_size,
+        RankReport{0, options_.fencing_token, tmp_name_, persisted, part, persist_ms}, deadline_);
+    if (reports.ok()) {
+      for (const RankReport& r : *reports) {
+        slowest_persist_seconds_ = std::max(slowest_persist_seconds_, r.persist_ms / 1000.0);
+      }
+    }
     outcome = reports.ok() ? Commit(*reports, part) : reports.status();
   }
   if (!outcome.ok()) {
@@ -457,10 +565,9 @@ Status RankSave::Commit(const std::vector<RankReport>& reports, const Manifest& 
                           EncodeManifest(merged), guard);
 }
 
-Status RankSave::AwaitDecision(std::chrono::milliseconds timeout, const Manifest& part) {
+Status RankSave::AwaitDecision(const Manifest& part) {
   const std::string key = keys_.decision(tmp_name_);
-  STINT_ASSIGN_OR_RETURN(auto found,
-                         PollKeys(channel_, {key}, std::chrono::steady_clock::now() + timeout));
+  STINT_ASSIGN_OR_RETURN(auto found, PollKeys(channel_, {key}, deadline_));
   if (found) return DecodeDecision(found->value, key);
   // The committer may have died between its rename and its decision: the
   // committed manifest, if it lists this rank's file as written, says so.
@@ -474,9 +581,9 @@ Status RankSave::AwaitDecision(std::chrono::milliseconds timeout, const Manifest
       return Status::OK();
     }
   }
-  return Status::DeadlineExceeded(
-      "rank 0 (the committer) gave no decision on step " + std::to_string(step_) + " within " +
-      std::to_string(timeout.count()) + " ms on " + channel_->Describe() + "; not committed");
+  return Status::DeadlineExceeded("rank 0 (the committer) gave no decision on step " +
+                                  std::to_string(step_) + " by the save's deadline on " +
+                                  channel_->Describe() + "; not committed");
 }
 
 }  // namespace stint

@@ -2,17 +2,22 @@
 // (stint/commit_channel.h). For save number n (every rank counts its Save()
 // calls, which are collective) of step s, under "<prefix>/save-<n>-step-<s>/":
 //
-//   committer  creates .tmp-<s>-<nonce>/, publishes its name      -> tmp
+//   committer  creates .tmp-<s>-<nonce>/, publishes its name with
+//              the save's timeout T (CommitTimeout)               -> tmp
 //              (or, when it cannot take part, its error            -> abort)
 //   each rank  waits for tmp (or abort), writes and fdatasyncs
 //              rank-<r>.stint there, publishes                    -> report/<r>
 //              (the tmp name, files, digests, shard boxes, fencing token;
 //              or its error)
-//   committer  gathers every report until its deadline; merges them into
+//   committer  gathers every report until T after it published tmp; merges them into
 //              the manifest, checks the shard layout and every rank's
 //              token, commits (MANIFEST, rename, fsync, LATEST), publishes -> decision/<tmp>
-//   each rank  waits for the decision until its deadline: that is its
-//              durable outcome
+//   each rank  waits for the decision until 2T after it read tmp: that is
+//              its durable outcome
+//
+// One deadline per save, the committer's, so no rank's own persist time
+// decides how long another is waited for. Every channel read is bounded by
+// it (CommitChannel::GetBy).
 //
 // The tmp name carries a random nonce, so a report or decision left on a
 // reused channel by an earlier incarnation never passes for this save's:
@@ -28,6 +33,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -48,6 +54,7 @@ struct RankReport {
   std::string tmp;  // the tmp directory's name it wrote into; empty if it never started
   Status status;    // OK: `part`'s files are durable in the tmp directory
   Manifest part;    // this rank's tensors, blobs and files (blob names as given)
+  uint64_t persist_ms = 0;  // how long its part took to write and sync
 };
 
 std::string EncodeRankReport(const RankReport& report);
@@ -111,22 +118,42 @@ Result<std::vector<RankReport>> GatherRankReports(CommitChannel* channel, const 
                                                   int world_size, RankReport own,
                                                   Deadline deadline);
 
-// The commit deadline of one save: options.commit_timeout, or max(60 s,
-// 10 x `persist_seconds`).
-std::chrono::milliseconds CommitTimeout(const CheckpointOptions& options, double persist_seconds);
+// The commit deadline of one save: options.commit_timeout, or the longest
+// of 60 s, 10 x `persist_seconds` (the slowest rank's persist in the last
+// save) and 1 s per 10 MB of `state_bytes`.
+std::chrono::milliseconds CommitTimeout(const CheckpointOptions& options, double persist_seconds,
+                                        uint64_t state_bytes = 0);
 
 // The prefix of every key a Checkpointer of `options` puts on its channel.
 std::string ChannelPrefix(const CheckpointOptions& options);
 
-// A multi-rank load (load number `load_number` of every rank) must end on one
-// step everywhere: each rank publishes the step it loaded (or why it could
-// not) and learns the others'. Returns the oldest step every rank loaded
-// (the caller loads that one again if it is ahead), or the error of the
-// first rank that could not load, naming it; kDeadlineExceeded naming the
-// ranks that did not answer within `timeout`.
-Result<uint64_t> AgreeOnLoadedStep(const CheckpointOptions& options, uint64_t load_number,
-                                   const Status& loaded, uint64_t step,
-                                   std::chrono::milliseconds timeout);
+// One rank's attempt at a load: with nullopt its newest checkpoint that
+// loads; with a step, its newest committed step at most that one that loads.
+using LoadAttempt = std::function<Result<LoadResult>(std::optional<uint64_t> at_most)>;
+
+// How long the ranks of a multi-rank load wait for each other, the same on
+// every rank: options.commit_timeout, or 10 minutes.
+std::chrono::milliseconds LoadTimeout(const CheckpointOptions& options);
+
+// A multi-rank load (load number `load_number` of every rank) ends on one
+// step on every rank, or fails on every rank. In rounds, under
+// "<prefix>/load-<n>/round-<k>/":
+//
+//   each rank  loads (round 0: its newest; later: at most the decided step)
+//              and publishes the step it loaded, or why it could not  -> answer/<r>
+//   rank 0     gathers every answer until LoadTimeout() after the round
+//              began; decides the oldest step every rank loaded (final
+//              when every rank loaded that one), or the first error, or
+//              kDeadlineExceeded naming the ranks that did not answer
+//              (its own answer counts only if it came in time)         -> decision
+//   each rank  waits for the decision until twice that
+//
+// A decision that is not final starts the next round, in which the ranks
+// that loaded a newer step load again, at most the decided step; the step
+// decreases every round, so they end. Returns this rank's final load, its
+// `skipped` listing the steps another rank could not load.
+Result<LoadResult> AgreeOnLoad(const CheckpointOptions& options, uint64_t load_number,
+                               const LoadAttempt& attempt);
 
 // One rank's side of one multi-rank save. REQUIRES: options.world_size > 1
 // and options.commit_channel set.
@@ -139,14 +166,21 @@ class RankSave {
   RankSave& operator=(const RankSave&) = delete;
 
   // The tmp directory (full path) to write this rank's file into: the
-  // committer creates it and publishes its name; the others wait for it until
-  // `timeout`, or fail with the committer's early decision.
+  // committer creates it and publishes its name with `timeout` (as
+  // CommitTimeout), the save's one deadline; the others wait for it until
+  // `timeout` (their own estimate), or fail with the committer's early
+  // decision.
   Result<std::string> Start(std::chrono::milliseconds timeout);
   // Reports this rank's part (`persisted` OK: `part` lists its durable
-  // files) or its error, and returns the save's outcome: on the committer,
-  // gather + merge + commit (removing the tmp directory unless committed);
-  // on the others, the committer's decision. `timeout` as CommitTimeout.
-  Status Finish(const Status& persisted, const Manifest& part, std::chrono::milliseconds timeout);
+  // files, written in `persist_seconds`) or its error, and returns the
+  // save's outcome: on the committer, gather until its Start() + the
+  // published timeout, merge, commit (removing the tmp directory unless
+  // committed); on the others, the committer's decision, waited for until
+  // twice that after their Start().
+  Status Finish(const Status& persisted, const Manifest& part, double persist_seconds);
+  // After Finish() on the committer: the slowest rank's persist time (its
+  // own elsewhere), for the next save's deadline.
+  double slowest_persist_seconds() const { return slowest_persist_seconds_; }
   // The save failed before Start() (e.g. BusyPolicy::kSkip, a bad state):
   // tells the other ranks at once rather than letting them wait.
   void Abandon(const Status& why);
@@ -155,7 +189,7 @@ class RankSave {
 
  private:
   Status Commit(const std::vector<RankReport>& reports, const Manifest& part);
-  Status AwaitDecision(std::chrono::milliseconds timeout, const Manifest& part);
+  Status AwaitDecision(const Manifest& part);
   void Publish(const std::string& key, const std::string& value);
   // Counts this rank as done with the save's keys; the last rank of all
   // deletes them (tmp, abort, reports, decision, the counter). Every rank writes
@@ -170,6 +204,8 @@ class RankSave {
   const SaveKeys keys_;
   const uint64_t step_;
   std::string tmp_name_;  // the tmp directory's name in the root; set by Start()
+  Deadline deadline_;     // of the gather (committer) or the decision; set by Start()
+  double slowest_persist_seconds_ = 0;
 };
 
 }  // namespace stint

@@ -43,6 +43,19 @@ class GenerationKv final : public GroupKv {
   const std::string prefix_;
 };
 
+// True when every rank of `m` put `mine` true under `what` in the
+// generation's KV, waiting for each until `timeout`.
+Result<bool> EveryRank(GroupKv* kv, const GroupMembership& m, const std::string& what, bool mine,
+                       std::chrono::milliseconds timeout) {
+  STINT_RETURN_IF_ERROR(kv->Put(what + "/" + std::to_string(m.rank), mine ? "1" : "0"));
+  bool every = true;
+  for (int r = 0; r < m.world_size; ++r) {
+    STINT_ASSIGN_OR_RETURN(std::string v, kv->Wait(what + "/" + std::to_string(r), timeout));
+    every = every && v == "1";
+  }
+  return every;
+}
+
 Result<std::pair<std::string, int>> SplitEndpoint(const std::string& endpoint) {
   const size_t colon = endpoint.rfind(':');
   if (colon == std::string::npos || colon == 0) {
@@ -189,17 +202,35 @@ Status ElasticGroup::FormCommunicator(const RendezvousInfo& next, int listen_fd)
         Status(Code::kUnimplemented, "no old communicator");
     // Only ranks left, in order: the backend may shrink in place.
     std::vector<int> excluded;
-    bool subset = old != nullptr && !old->aborted();
     size_t at = 0;
-    for (size_t r = 0; subset && r < member_ids_.size(); ++r) {
+    for (size_t r = 0; r < member_ids_.size(); ++r) {
       if (at < ids.size() && ids[at] == member_ids_[r]) {
         at++;
       } else {
         excluded.push_back(static_cast<int>(r));
       }
     }
-    subset = subset && at == ids.size() && !excluded.empty();
-    if (subset) formed = factory_->Shrink(*old, m, excluded);
+    // Every rank shrinks or every rank forms: a collective some ranks skip
+    // would hang the others. Whether the new generation is the old one less
+    // some ranks is the same fact on every rank that formed the old one (a
+    // newcomer makes it false everywhere); whether this rank still holds a
+    // usable communicator, and whether its shrink worked, are not: both are
+    // agreed through the generation's KV, and when any rank's shrink
+    // failed, every rank aborts what it has and forms anew.
+    if (at == ids.size() && !excluded.empty()) {
+      STINT_ASSIGN_OR_RETURN(bool every,
+                             EveryRank(&kv, m, "shrink", old != nullptr && !old->aborted(),
+                                       options_.join_timeout));
+      if (every) {
+        formed = factory_->Shrink(*old, m, excluded);
+        STINT_ASSIGN_OR_RETURN(
+            every, EveryRank(&kv, m, "shrunk", formed.ok(), options_.join_timeout));
+        if (!every && formed.ok()) {
+          (*formed)->Abort();
+          formed = Status(Code::kAborted, "another rank could not shrink");
+        }
+      }
+    }
     if (old) old->Abort();
     old.reset();
     if (!formed.ok()) formed = factory_->Form(m, kv);

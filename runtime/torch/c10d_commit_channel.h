@@ -9,12 +9,17 @@
 //   options.rank = rank; options.world_size = world; options.commit_channel = &channel;
 //
 // Store exceptions become Status (kUnavailable; kDeadlineExceeded for the
-// store's own timeouts). Thread-safe as the store is (c10d stores are).
+// store's own timeouts). Reads go through a clone of the store (its own
+// connection), whose timeout GetBy() sets to what is left of the caller's
+// deadline, so no read outlasts it (a store that cannot be cloned is read
+// directly, bounded by its own timeout). Thread-safe.
 #ifndef STINT_TORCH_C10D_COMMIT_CHANNEL_H_
 #define STINT_TORCH_C10D_COMMIT_CHANNEL_H_
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <chrono>
+#include <mutex>
 #include <string>
 
 #include "stint/commit_channel.h"
@@ -29,6 +34,8 @@ class C10dCommitChannel final : public CommitChannel {
 
   Status Set(const std::string& key, const std::string& value) override;
   Result<std::optional<std::string>> Get(const std::string& key) override;
+  Result<std::optional<std::string>> GetBy(const std::string& key,
+                                           std::chrono::steady_clock::time_point deadline) override;
   Status Delete(const std::string& key) override;
   Result<int64_t> Add(const std::string& key, int64_t delta) override;
   std::string Describe() const override { return description_; }
@@ -36,6 +43,9 @@ class C10dCommitChannel final : public CommitChannel {
  private:
   c10::intrusive_ptr<c10d::Store> store_;
   const std::string description_;
+  std::mutex read_mu_;  // one read at a time: each sets the clone's timeout
+  c10::intrusive_ptr<c10d::Store> read_store_;  // store_'s clone, or store_
+  const bool bounded_;                          // read_store_ is a clone
 };
 
 }  // namespace stint

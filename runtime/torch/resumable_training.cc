@@ -153,18 +153,24 @@ CheckpointCost ResumableTraining::Cost(uint64_t step) const {
 Status ResumableTraining::SaveNow(uint64_t step, bool wait_durable) {
   if (!(saved_any_ && step == last_saved_step_)) {
     TorchStateBuilder state;
-    if (OwnsModelState()) {
-      STINT_RETURN_IF_ERROR(state.AddModule(kModelPrefix, model_));
-      STINT_RETURN_IF_ERROR(state.AddOptimizer(kOptimizerPrefix, optimizer_));
-    }
-    STINT_RETURN_IF_ERROR(state.AddBlob(kStepBlob, std::to_string(step)));
-    if (sampler_ != nullptr)
-      STINT_RETURN_IF_ERROR(state.AddBlob(kSamplerBlob, sampler_->SaveState()));
-    STINT_ASSIGN_OR_RETURN(auto rng, CaptureTorchRng());
-    for (auto& [name, bytes] : rng)
-      STINT_RETURN_IF_ERROR(state.AddBlob(kRngPrefix + name, std::move(bytes)));
-    for (const auto& [name, bytes] : user_state_)
-      STINT_RETURN_IF_ERROR(state.AddBlob(kUserPrefix + name, bytes));
+    auto build = [&]() -> Status {
+      if (OwnsModelState()) {
+        STINT_RETURN_IF_ERROR(state.AddModule(kModelPrefix, model_));
+        STINT_RETURN_IF_ERROR(state.AddOptimizer(kOptimizerPrefix, optimizer_));
+      }
+      STINT_RETURN_IF_ERROR(state.AddBlob(kStepBlob, std::to_string(step)));
+      if (sampler_ != nullptr)
+        STINT_RETURN_IF_ERROR(state.AddBlob(kSamplerBlob, sampler_->SaveState()));
+      STINT_ASSIGN_OR_RETURN(auto rng, CaptureTorchRng());
+      for (auto& [name, bytes] : rng)
+        STINT_RETURN_IF_ERROR(state.AddBlob(kRngPrefix + name, std::move(bytes)));
+      for (const auto& [name, bytes] : user_state_)
+        STINT_RETURN_IF_ERROR(state.AddBlob(kUserPrefix + name, bytes));
+      return Status::OK();
+    };
+    // With several ranks a state this rank cannot build is still a save the
+    // others count: abandoned, not skipped.
+    if (Status built = build(); !built.ok()) return checkpointer_->AbandonSave(step, built);
     // The State holds what it borrows until its copies completed: `state`
     // may go out of scope after Save().
     STINT_ASSIGN_OR_RETURN(SaveHandle handle, checkpointer_->Save(step, state.state()));

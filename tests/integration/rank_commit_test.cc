@@ -158,6 +158,44 @@ TEST_F(RankCommitTest, RanksLoadTheSameStepWhenOnlyOneSeesDamage) {
   }
 }
 
+// Damage that each rank alone reads, in different steps: rank 1 cannot load
+// step 3, rank 0 cannot load step 2. The step agreed after the first
+// fallback is agreed again, so both end on step 1 (not rank 0 raising while
+// rank 1 resumes from step 2).
+TEST_F(RankCommitTest, RanksAgreeAgainWhenTheFallbackStepIsDamagedForAnotherRank) {
+  for (uint64_t step : {1, 2, 3}) {
+    auto runs = Run("save", 2, step);
+    for (const auto& r : runs) ASSERT_TRUE(r.ok()) << All(runs);
+  }
+  // The first chunk of a rank's file holds its rows of "w", which only that
+  // rank reads at world size 2 ("bias" is a chunk of its own in rank 0's).
+  for (auto [step, rank] : {std::pair<uint64_t, int>{3, 1}, {2, 0}}) {
+    const std::string file = dir_.path() + "/" + StepDirName(step) + "/" + RankFileName(rank);
+    auto bytes = ReadFileToString(Env::Default(), file);
+    ASSERT_OK(bytes.status());
+    (*bytes)[8] ^= 0x20;
+    ASSERT_OK(WriteStringToFileSync(Env::Default(), file, *bytes));
+  }
+  auto loads = Run("load", 2, 100);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(loads[r].ok()) << All(loads);
+    EXPECT_NE(loads[r].output.find("loaded 1 "), std::string::npos) << All(loads);
+  }
+}
+
+// A rank whose load takes longer than the other's load times anything the
+// other derives from its own (the old rule: 60 s at least) is waited for:
+// both ranks use the one load deadline (10 minutes by default).
+TEST_F(RankCommitTest, AFastRankWaitsForASlowRanksLoad) {
+  auto runs = Run("save", 2, 1);
+  for (const auto& r : runs) ASSERT_TRUE(r.ok()) << All(runs);
+  auto loads = Run("load", 2, 100, {{1, "slowread@65000"}});
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(loads[r].ok()) << All(loads);
+    EXPECT_NE(loads[r].output.find("loaded 1 "), std::string::npos) << All(loads);
+  }
+}
+
 TEST_F(RankCommitTest, EnospcOnOneRankFailsEveryRankAndCommitsNothing) {
   ASSERT_TRUE(Run("save", 3, 1)[0].ok());
   auto runs = Run("save", 3, 2, {{1, "enospc"}});

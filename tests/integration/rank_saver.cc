@@ -11,7 +11,9 @@
 //
 // FAULT: "none"; "enospc" or "fsync" (injected through FaultEnv on this
 // rank's data file); "kill@N": SIGKILL itself at its N-th operation (file
-// system or channel), so the test can stop a rank at any point of a save.
+// system or channel), so the test can stop a rank at any point of a save;
+// "slowread@MS": the first file this rank opens to read takes MS ms more (a
+// rank whose load is slow).
 //
 // Every rank waits for the others before it starts (RUN, or STEP, names the
 // barrier on the store).
@@ -64,7 +66,13 @@ class Killer {
 
 class KillingEnv final : public EnvWrapper {
  public:
-  KillingEnv(Env* base, Killer* killer) : EnvWrapper(base), killer_(killer) {}
+  KillingEnv(Env* base, Killer* killer, std::chrono::milliseconds read_delay)
+      : EnvWrapper(base), killer_(killer), read_delay_(read_delay) {}
+  Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
+      const std::string& path, const FileOptions& options) override {
+    if (!delayed_.exchange(true)) std::this_thread::sleep_for(read_delay_);  // the fault
+    return EnvWrapper::NewRandomAccessFile(path, options);
+  }
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
                                                         const FileOptions& options) override {
     killer_->Tick();
@@ -85,6 +93,8 @@ class KillingEnv final : public EnvWrapper {
 
  private:
   Killer* const killer_;
+  const std::chrono::milliseconds read_delay_;
+  std::atomic<bool> delayed_{false};
 };
 
 class KillingChannel final : public CommitChannel {
@@ -136,7 +146,9 @@ int Run(int argc, char** argv) {
   Killer killer(fault.rfind("kill@", 0) == 0 ? std::strtoull(fault.c_str() + 5, nullptr, 10) : 0);
   KillingChannel channel(&tcp, &killer);
   FaultEnv fault_env(Env::Default());
-  KillingEnv env(&fault_env, &killer);
+  const auto read_delay = std::chrono::milliseconds(
+      fault.rfind("slowread@", 0) == 0 ? std::strtoll(fault.c_str() + 9, nullptr, 10) : 0);
+  KillingEnv env(&fault_env, &killer, read_delay);
   if (fault == "enospc") fault_env.FailWritesAfterBytes(4096, ENOSPC);
   if (fault == "fsync") fault_env.FailNthSync(1);
 

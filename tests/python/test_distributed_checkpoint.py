@@ -33,9 +33,10 @@ JOBS = {
 }
 
 
-def run_job(job, world, work, python_env):
-    """Runs `job` on `world` processes, each past its deadline killed; fails
-    when a process did not exit 0 (parts report through markers)."""
+def run_job(job, world, work, python_env, script=__file__):
+    """Runs `job` on `world` processes (`script JOB RANK WORLD DIR`), each past
+    its deadline killed; fails when a process did not exit 0 (parts report
+    through markers)."""
     tag = "%s-%d" % (job, world)
     store = os.path.join(work, "store-" + tag)
     logs, procs = [], []
@@ -45,7 +46,7 @@ def run_job(job, world, work, python_env):
         env = dict(python_env)
         env.update(OMP_NUM_THREADS="1", STINT_TEST_STORE=store)
         procs.append(subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), job, str(rank), str(world), work],
+            [sys.executable, os.path.abspath(script), job, str(rank), str(world), work],
             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=HERE))
     deadline = time.monotonic() + JOB_DEADLINE
     timed_out = False
@@ -462,16 +463,18 @@ def rank_mismatch(rank, world, work):
         assert ck.list_committed() == []
 
 
-def main(job, rank, world, work):
+def main(job, rank, world, work, jobs=JOBS, parts_in=None):
+    """Runs this rank's parts of `job` (from `jobs`; each part's function
+    rank_<part> is looked up in `parts_in`, default this module)."""
     import traceback
     import torch.distributed as dist
     sys.path.insert(0, HERE)
     _init(rank, world)
-    parts = JOBS[job] if job == "save" else JOBS[job][world]
+    parts = jobs[job] if job == "save" else jobs[job][world]
     for part in parts:
         base = os.path.join(work, "%s-%d-rank%d" % (part, world, rank))
         try:
-            globals()["rank_" + part](rank, world, work)
+            (parts_in or globals())["rank_" + part](rank, world, work)
         except BaseException:
             with open(base + ".err", "w") as f:
                 f.write(traceback.format_exc())

@@ -666,6 +666,58 @@ TEST_F(TorchStateTest, ShardsFromTwoRanksLoadIntoAnyBox) {
   EXPECT_EQ(bad.AddShard("w", torch::zeros({2, 6}), {4, 6}, {3, 0}).code(), Code::kInvalidArgument);
 }
 
+// A rank whose builder fails abandons that save: the other rank's save of
+// the step fails at once naming it (not after the commit deadline), and the
+// next save commits on both (the ranks still count saves alike).
+TEST_F(TorchStateTest, ABuilderFailureOnOneRankFailsThatSaveOnBothAndTheNextCommits) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  C10dCommitChannel channel(store, "c10d HashStore");
+  torch::Tensor full = torch::arange(24, torch::kFloat32).reshape({4, 6});
+  std::unique_ptr<Checkpointer> ranks[2];
+  for (int r = 0; r < 2; ++r) {
+    CheckpointOptions o;
+    o.root = dir_.Sub("ckpt");
+    o.rank = r;
+    o.world_size = 2;
+    o.commit_channel = &channel;
+    o.commit_timeout = std::chrono::minutes(2);  // a rank that never reports shows as a deadline
+    auto ckpt = Checkpointer::Open(o);
+    ASSERT_OK(ckpt);
+    ranks[r] = std::move(*ckpt);
+  }
+  auto save_both = [&](uint64_t step, bool rank1_builds) {
+    std::vector<Status> durable(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        TorchStateBuilder b;
+        // Rank 1's broken builder: a box that leaves the tensor.
+        Status s = b.AddShard("w", full.slice(0, 2 * r, 2 * r + 2), {4, 6},
+                              {r == 1 && !rank1_builds ? 3 : 2 * r, 0});
+        if (!s.ok()) {
+          durable[r] = ranks[r]->AbandonSave(step, s);
+          return;
+        }
+        auto h = ranks[r]->Save(step, b.state());
+        durable[r] = h.ok() ? h->durable.get() : h.status();
+      });
+    }
+    for (auto& t : threads) t.join();
+    return durable;
+  };
+  auto failed = save_both(1, false);
+  EXPECT_EQ(failed[1].code(), Code::kInvalidArgument) << failed[1].ToString();
+  EXPECT_EQ(failed[0].code(), Code::kInvalidArgument) << failed[0].ToString();
+  EXPECT_NE(failed[0].message().find("rank 1 failed its part"), std::string::npos)
+      << failed[0].ToString();
+  // The failed save's background error is taken here, not by the next Save().
+  for (auto& rank : ranks) rank->Flush().IgnoreError();
+  auto next = save_both(2, true);
+  ASSERT_OK(next[0]);
+  ASSERT_OK(next[1]);
+  EXPECT_EQ(ranks[0]->ListCommitted().value(), std::vector<uint64_t>{2});
+}
+
 ResumableTrainingOptions RunOptions(const std::string& root, const std::string& replica) {
   ResumableTrainingOptions o;
   o.checkpoint.root = root;

@@ -119,9 +119,15 @@ struct CheckpointOptions {
   // rank 0's where it saved none (e.g. a rank that did not exist at save).
   // REQUIRED with world_size > 1; must outlive the Checkpointer.
   CommitChannel* commit_channel = nullptr;
-  // How long the committer waits for the other ranks' reports once its own
-  // part is durable; the other ranks wait twice as long for its decision.
-  // 0: max(60 s, 10 x this save's persist time). Default: 0
+  // Multi-rank saves: the one deadline of a save, published by the
+  // committer with the save's tmp directory: it gathers the other ranks'
+  // reports until this long after it started the save; the others wait for
+  // its decision until twice that after they started. 0: the longest of
+  // 60 s, 10 x the slowest rank's persist time in the last save and 1 s per
+  // 10 MB of the committer's state.
+  // Multi-rank loads: how long rank 0 waits for every rank to say which
+  // step it loaded, from the start of the load (the others wait twice as
+  // long for its decision); 0: 10 minutes. Default: 0
   std::chrono::milliseconds commit_timeout{0};
   // Multi-rank saves: asked on the committer about every rank's fencing
   // token right before the rename; an error aborts the commit, naming the
@@ -308,6 +314,13 @@ class Checkpointer {
   // save goes on; later saves are unaffected). An earlier save's failure is
   // never returned here: see its durable future and Flush().
   virtual Result<SaveHandle> Save(uint64_t step, const State& state) = 0;
+  // Instead of Save(), when this rank could not build the State of `step`
+  // (a TorchStateBuilder call failed): with several ranks, counts it as this
+  // rank's Save() and tells the other ranks at once, so their Save() of the
+  // step fails promptly, naming this rank, instead of waiting out the commit
+  // deadline, and every rank's next Save() lines up. Returns `why` with
+  // context (one rank: nothing else to do).
+  virtual Status AbandonSave(uint64_t step, const Status& why) = 0;
 
   // The lazy barrier. Call right before the training loop writes saved
   // tensors again: kForward before the forward pass (it waits for the shards

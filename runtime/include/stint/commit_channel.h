@@ -28,6 +28,7 @@
 #ifndef STINT_INCLUDE_STINT_COMMIT_CHANNEL_H_
 #define STINT_INCLUDE_STINT_COMMIT_CHANNEL_H_
 
+#include <chrono>
 #include <optional>
 #include <string>
 
@@ -46,6 +47,14 @@ class CommitChannel {
   // then gets: a key deleted in between would block the get for the store's
   // timeout, so the protocol never deletes a key another rank may poll.)
   virtual Result<std::optional<std::string>> Get(const std::string& key) = 0;
+  // Get(), answering by `deadline` even when the store would block longer
+  // (kDeadlineExceeded then): what the commit and load protocols call, so
+  // no store wait outlasts their deadline. Default: Get(key).
+  virtual Result<std::optional<std::string>> GetBy(const std::string& key,
+                                                   std::chrono::steady_clock::time_point deadline) {
+    (void)deadline;
+    return Get(key);
+  }
   // Removes `key`; OK when it does not exist.
   virtual Status Delete(const std::string& key) = 0;
   // Adds `delta` to the integer counter under `key` (0 when absent) and
