@@ -357,7 +357,9 @@ class PyCheckpointer {
     Status s;
     {
       py::gil_scoped_release nogil;
-      s = ckpt.BeforeWrite(when, Millis(timeout_seconds));
+      // The stream that writes next is the device's current stream at this
+      // moment (the hook runs right before the write), not the one saved from.
+      s = ckpt.BeforeWrite(when, Millis(timeout_seconds), CurrentCudaStream);
     }
     ThrowIfError(s);
   }
