@@ -50,9 +50,9 @@ PrimaryCtxGetState LookUpPrimaryCtxGetState() {
   return found == cudaDriverEntryPointSuccess ? reinterpret_cast<PrimaryCtxGetState>(fn) : nullptr;
 }
 
-// Whether `device`'s primary context exists; true when that cannot be told
-// (then the old behaviour, restoring, is kept).
-bool HasPrimaryContext(int device) {
+}  // namespace
+
+bool CudaPrimaryContextActive(int device) {
   static const PrimaryCtxGetState get_state = LookUpPrimaryCtxGetState();  // immutable once set
   if (get_state == nullptr) return true;
   unsigned int flags = 0;
@@ -60,14 +60,12 @@ bool HasPrimaryContext(int device) {
   return get_state(device, &flags, &active) != 0 || active != 0;
 }
 
-}  // namespace
-
 // Since CUDA 12 cudaSetDevice creates the device's primary context: putting
 // back a previous device that never had one (a thread that never chose a
 // device: device 0) would create a context there. It is then not put back,
 // as PyTorch's device guards do (c10::cuda::MaybeSetDevice).
 ScopedCudaDevice::~ScopedCudaDevice() {
-  if (!restore_ || !HasPrimaryContext(previous_)) return;
+  if (!restore_ || !CudaPrimaryContextActive(previous_)) return;
   if (cudaSetDevice(previous_) != cudaSuccess) cudaGetLastError();
 }
 
