@@ -9,7 +9,9 @@
 // (kUnavailable), and Abort() from any thread makes a collective in flight
 // return kAborted within a poll interval. A communicator that failed is
 // released with ncclCommAbort, never ncclCommDestroy (whose intra-node
-// barrier would wait for ranks that are gone).
+// barrier would wait for ranks that are gone); below NCCL 2.26.2, where the
+// abort itself may hang, it is not released at all and the factory's
+// RestartRequired() says the process must be restarted (nccl_recovery.h).
 //
 //   stint::NcclCommunicatorOptions options;
 //   options.comm.timeout = std::chrono::seconds(30);
