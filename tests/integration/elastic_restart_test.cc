@@ -90,6 +90,10 @@ class ElasticRestartTest : public ::testing::Test {
                                        {"checkpoint_interval_seconds", 10}});
     ASSERT_EQ(j.status, 201) << j.text;
     job_ = j.body.value("id", int64_t{0});
+    // Workers register with a running segment only: the scheduler's next pass.
+    ASSERT_TRUE(Eventually([&] {
+      return admin_->Get("/v1/jobs/" + std::to_string(job_)).body.value("state", "") == "RUNNING";
+    }, 60));
     CoordinatorOptions co;
     co.url = daemon_->url();
     co.token = StintdProcess::kWorkerToken;

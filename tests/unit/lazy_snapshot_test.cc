@@ -200,14 +200,27 @@ TEST(LazySnapshot, DeviceBarrierOrdersTheStreamCurrentAtTheBarrier) {
   int saved_on = 0, optimizer_on = 0;  // two streams' identities
   State state = m.AsState(/*device=*/0);
   for (auto& t : state.tensors) t.stream = &saved_on;
+  copier.Hold();  // the copies are still in flight at the barrier
   auto h = (*ckpt)->Save(1, state);
   ASSERT_OK(h);
   std::vector<int> asked;
-  ASSERT_OK((*ckpt)->BeforeWrite(WriteBarrier::kOptimizerStep, std::chrono::minutes(1),
-                                 [&](int device) -> Result<void*> {
-                                   asked.push_back(device);
-                                   return static_cast<void*>(&optimizer_on);
-                                 }));
+  std::promise<void> first_ask;
+  // The double's OrderAfter holds the calling thread as the device would
+  // hold the stream: the barrier returns once the copies ran.
+  auto barrier = std::async(std::launch::async, [&] {
+    return (*ckpt)->BeforeWrite(WriteBarrier::kOptimizerStep, std::chrono::minutes(1),
+                                [&](int device) -> Result<void*> {
+                                  if (asked.empty()) first_ask.set_value();
+                                  asked.push_back(device);
+                                  return static_cast<void*>(&optimizer_on);
+                                });
+  });
+  // Released once the barrier asked for the stream, so the copies were in flight then.
+  const bool was_asked =
+      first_ask.get_future().wait_for(std::chrono::minutes(1)) == std::future_status::ready;
+  copier.Release();
+  ASSERT_TRUE(was_asked);
+  ASSERT_OK(barrier.get());
   EXPECT_FALSE(asked.empty());
   for (int d : asked) EXPECT_EQ(d, 0);
   const std::set<std::pair<int, void*>> want = {{0, &optimizer_on}};
