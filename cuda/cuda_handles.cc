@@ -34,6 +34,7 @@ namespace {
 using PrimaryCtxGetState = int (*)(int device, unsigned int* flags, int* active);
 
 PrimaryCtxGetState LookUpPrimaryCtxGetState() {
+#if CUDART_VERSION >= 12000
   void* fn = nullptr;
   cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
 #if CUDART_VERSION >= 12050
@@ -48,6 +49,9 @@ PrimaryCtxGetState LookUpPrimaryCtxGetState() {
     return nullptr;
   }
   return found == cudaDriverEntryPointSuccess ? reinterpret_cast<PrimaryCtxGetState>(fn) : nullptr;
+#else
+  return nullptr;  // before CUDA 12 cudaSetDevice creates no context: nothing to avoid
+#endif
 }
 
 }  // namespace
