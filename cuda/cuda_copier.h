@@ -20,11 +20,21 @@
 
 namespace stint {
 
+// Devices: every CUDA call runs with the device of the copy it serves
+// current (streams and events are made per device, at its first copy), and
+// the calling thread's current device is restored afterwards. Nothing is
+// bound to the device current when the copier is made.
 struct CudaCopierOptions {
-  // The device whose NUMA node pinned staging memory is placed on; -1: the
-  // calling thread's current device. Default: -1
+  // The device host memory is page-locked on (RegisterHostMemory) and whose
+  // NUMA node it is placed on. -1: page-locking waits for the first copy
+  // that uses the memory and runs on that copy's device (the registration
+  // is portable, so copies from other devices use it too), and placement
+  // follows the device of the first copy made so far, else the calling
+  // thread's current device at RegisterHostMemory. So a rank that makes
+  // the copier before torch.cuda.set_device(3) pins, and creates its
+  // context, on device 3 only. Default: -1
   int home_device = -1;
-  // Place pinned memory on the home device's NUMA node. Default: true
+  // Place pinned memory on the device's NUMA node. Default: true
   bool numa_placement = true;
 };
 

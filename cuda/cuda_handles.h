@@ -74,9 +74,16 @@ class CudaDeviceBuffer : public CudaOwned<void*, cudaFree> {
   static Result<CudaDeviceBuffer> Allocate(size_t bytes);
 };
 
+// Whether `device`'s primary context exists (cuDevicePrimaryCtxGetState,
+// reached through the runtime, so no libcuda link); true when that cannot
+// be told. Creates no context.
+bool CudaPrimaryContextActive(int device);
+
 // Makes a device the calling thread's current device until it goes out of
 // scope, then restores the previous one, so a caller's framework (PyTorch
-// keeps its own idea of the current device) never sees it changed.
+// keeps its own idea of the current device) never sees it changed. A
+// previous device without a primary context (a thread that never chose
+// one) is not restored: cudaSetDevice would create a context on it.
 //
 //   ScopedCudaDevice scope;
 //   STINT_RETURN_IF_ERROR(scope.Enter(device));

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -42,21 +43,31 @@ void CloseFd(int fd) {
 
 // --- RAII for the NCCL handle (the CUDA ones: cuda_handles.h). ---
 
+// Set once a communicator was left unreleased (the ladder forbids aborting
+// it): shared by a factory and every handle it made.
+using UnreleasedFlag = std::shared_ptr<std::atomic<bool>>;
+
 // Owns an ncclComm_t and releases it with ncclCommAbort only: a
 // communicator lives for one generation and may be released after a peer
 // died, where ncclCommDestroy's intra-node barrier could hang (and after an
 // aborting shrink NCCL requires the parent to be aborted). Abort never
-// waits for peers.
+// waits for peers. Where the ladder says the abort itself may hang (NCCL
+// before 2.26.2, `unreleased` set), the handle is not aborted but dropped:
+// NCCL's threads, memory and kernels stay until the process exits, and
+// `unreleased` says so (the process must be restarted to recover).
 class NcclComm {
  public:
   NcclComm() = default;
-  explicit NcclComm(ncclComm_t comm) : comm_(comm) {}
+  NcclComm(ncclComm_t comm, UnreleasedFlag unreleased)
+      : comm_(comm), unreleased_(std::move(unreleased)) {}
   ~NcclComm() { Abort(); }
-  NcclComm(NcclComm&& other) noexcept : comm_(std::exchange(other.comm_, nullptr)) {}
+  NcclComm(NcclComm&& other) noexcept
+      : comm_(std::exchange(other.comm_, nullptr)), unreleased_(std::move(other.unreleased_)) {}
   NcclComm& operator=(NcclComm&& other) noexcept {
     if (this != &other) {
       Abort();
       comm_ = std::exchange(other.comm_, nullptr);
+      unreleased_ = std::move(other.unreleased_);
     }
     return *this;
   }
@@ -67,14 +78,22 @@ class NcclComm {
   explicit operator bool() const { return comm_ != nullptr; }
   // At most once per handle: the handle is gone afterwards. ncclCommAbort
   // always reports success (it ignores the errors of the teardown).
-  void Abort() {
-    if (comm_ == nullptr) return;
-    (void)ncclCommAbort(comm_);
-    comm_ = nullptr;
+  // Returns false when the handle was left unreleased instead.
+  bool Abort() {
+    if (comm_ == nullptr) return true;
+    ncclComm_t comm = std::exchange(comm_, nullptr);
+    if (unreleased_ != nullptr) {
+      unreleased_->store(true, std::memory_order_release);
+      return false;
+    }
+    (void)ncclCommAbort(comm);
+    return true;
   }
 
  private:
   ncclComm_t comm_ = nullptr;
+  // Non-null: never abort (the ladder's abort_may_hang); set when dropped.
+  UnreleasedFlag unreleased_;
 };
 
 // What one communicator owns besides its ncclComm_t.
@@ -190,12 +209,19 @@ class NcclCommunicator final : public Communicator {
   }
 
   // Releases the comm (ncclCommAbort) before the stream, event and buffer
-  // its kernels may still use, with the communicator's device current.
+  // its kernels may still use, with the communicator's device current. A
+  // comm left unreleased (NcclComm) may still run kernels on them: they are
+  // left unreleased too.
   // REQUIRES: no call in flight on another thread.
   ~NcclCommunicator() override {
     ScopedCudaDevice device;
     device.Enter(device_).IgnoreError();  // teardown goes on regardless
-    comm_.Abort();
+    if (!comm_.Abort()) comm_unreleased_ = true;
+    if (comm_unreleased_) {
+      new Staging(std::move(staging_));            // leaked on purpose
+      new StreamResources(std::move(res_));        // leaked on purpose
+      return;
+    }
     ReleaseStaging();
     res_.scratch.Reset();
     res_.ready.Reset();
@@ -327,7 +353,8 @@ class NcclCommunicator final : public Communicator {
     FailLocked(s.ok() ? Status::Aborted("shrunk into generation " + std::to_string(next_generation))
                       : s)
         .IgnoreError();
-    NcclComm owned(child);  // aborted on return when the shrink failed
+    // Shrink is on the ladder only where an abort cannot hang.
+    NcclComm owned(child, nullptr);  // aborted on return when the shrink failed
     if (!s.ok()) return s;
     return Result<NcclComm>(std::move(owned));
 #else
@@ -537,7 +564,7 @@ class NcclCommunicator final : public Communicator {
   // REQUIRES: mu_ held. Records the first error, aborts the comm (once).
   Status FailLocked(Status s) {
     if (first_error_.ok()) first_error_ = s;
-    comm_.Abort();
+    if (!comm_.Abort()) comm_unreleased_ = true;
     aborted_.store(true, std::memory_order_release);
     return s;
   }
@@ -564,6 +591,7 @@ class NcclCommunicator final : public Communicator {
   std::mutex mu_;
   Status first_error_;              // guarded by mu_
   NcclComm comm_;                   // guarded by mu_
+  bool comm_unreleased_ = false;    // guarded by mu_: comm_ was dropped, not aborted
   Staging staging_;                 // guarded by mu_
   bool staging_in_flight_ = false;  // guarded by mu_: copies may be queued
 };
@@ -578,7 +606,11 @@ Result<NcclRecoveryPlan> LoadedNcclRecoveryPlan() {
 }
 
 NcclCommunicatorFactory::NcclCommunicatorFactory(NcclCommunicatorOptions options)
-    : options_(std::move(options)) {}
+    : options_(std::move(options)), unreleased_(std::make_shared<std::atomic<bool>>(false)) {}
+
+bool NcclCommunicatorFactory::RestartRequired() const {
+  return unreleased_->load(std::memory_order_acquire);
+}
 
 Result<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Form(
     const GroupMembership& membership, GroupKv& kv) {
@@ -592,6 +624,9 @@ Result<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Form(
     return Status::InvalidArgument(what + ": not a rank of the world");
   }
   const Clock::time_point deadline = Clock::now() + options_.comm.timeout;
+  Result<NcclRecoveryPlan> loaded = LoadedNcclRecoveryPlan();
+  if (!loaded.ok()) return loaded.status().WithContext(what);
+  const NcclRecoveryPlan& plan = *loaded;
 
   int device = options_.device;
   if (device < 0) {
@@ -627,7 +662,9 @@ Result<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Form(
   ncclComm_t raw = nullptr;
   const ncclResult_t r =
       ncclCommInitRankConfig(&raw, membership.world_size, id, membership.rank, &config);
-  NcclComm comm(raw);  // aborted on every failure below
+  // Aborted on every failure below, or left unreleased where the ladder
+  // says an abort may hang (a peer may be gone by then).
+  NcclComm comm(raw, plan.reinit ? nullptr : unreleased_);
   if (r != ncclSuccess && r != ncclInProgress)
     return StatusFromNccl(r, raw, what + ": ncclCommInitRankConfig");
   if (!comm) return Status::Internal(what + ": ncclCommInitRankConfig returned no communicator");

@@ -9,7 +9,9 @@
 // (kUnavailable), and Abort() from any thread makes a collective in flight
 // return kAborted within a poll interval. A communicator that failed is
 // released with ncclCommAbort, never ncclCommDestroy (whose intra-node
-// barrier would wait for ranks that are gone).
+// barrier would wait for ranks that are gone); below NCCL 2.26.2, where the
+// abort itself may hang, it is not released at all and the factory's
+// RestartRequired() says the process must be restarted (nccl_recovery.h).
 //
 //   stint::NcclCommunicatorOptions options;
 //   options.comm.timeout = std::chrono::seconds(30);
@@ -27,6 +29,7 @@
 #ifndef STINT_CUDA_NCCL_COMMUNICATOR_H_
 #define STINT_CUDA_NCCL_COMMUNICATOR_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -86,7 +89,9 @@ struct NcclCommunicatorOptions {
 //
 // Recovery ladder (nccl_recovery.h), chosen from ncclGetVersion() at run
 // time: Shrink() where the library can (>= 2.27.3, not 2.28.3-2.28.8),
-// else kUnimplemented and the caller aborts and re-inits with Form().
+// else kUnimplemented and the caller aborts and re-inits with Form();
+// below 2.26.2 nothing is aborted and RestartRequired() tells the caller
+// to restart the process instead.
 class NcclCommunicatorFactory final : public CommunicatorFactory {
  public:
   explicit NcclCommunicatorFactory(NcclCommunicatorOptions options = {});
@@ -119,8 +124,17 @@ class NcclCommunicatorFactory final : public CommunicatorFactory {
 
   const char* Name() const override { return "nccl"; }
 
+  // True once a communicator of this factory was left unreleased: below
+  // NCCL 2.26.2 (NcclRecoveryPlan::reinit false) ncclCommAbort may hang
+  // when peers are gone, so Abort(), a failed call and the destructor never
+  // call it; the handle, its NCCL threads, stream and buffers stay until
+  // the process exits. Recovering then needs a process restart.
+  bool RestartRequired() const override;
+
  private:
   const NcclCommunicatorOptions options_;
+  // Shared with every communicator this factory formed.
+  const std::shared_ptr<std::atomic<bool>> unreleased_;
 };
 
 // The recovery ladder of the NCCL library loaded in this process

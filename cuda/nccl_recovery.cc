@@ -25,16 +25,22 @@ NcclRecoveryPlan PlanNcclRecovery(int version_code) {
   plan.shrink = version_code >= kShrinkSince && !plan.known_broken;
   plan.revoke = version_code >= kRevokeSince && !plan.known_broken;
   plan.abort_may_hang = version_code < kAbortFixedIn;
+  plan.reinit = !plan.abort_may_hang;
   plan.summary = "NCCL " + NcclVersionText(version_code) + ": ";
   if (plan.shrink) plan.summary += "shrink, ";
   if (plan.revoke) plan.summary += "revoke, ";
-  plan.summary += "re-init";
+  if (plan.reinit) plan.summary += "re-init, ";
+  plan.summary += "restart";
   if (plan.known_broken) {
     plan.summary += " (2.28.3-2.28.8 segfault in in-process restart: shrink and revoke disabled)";
   } else if (version_code < kShrinkSince) {
     plan.summary += " (ncclCommShrink needs 2.27.3)";
   }
-  if (plan.abort_may_hang) plan.summary += " (ncclCommAbort may hang before 2.26.2)";
+  if (plan.abort_may_hang) {
+    plan.summary +=
+        " (ncclCommAbort may hang before 2.26.2: communicators are left unreleased, recovery "
+        "restarts the process)";
+  }
   return plan;
 }
 

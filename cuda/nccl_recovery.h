@@ -12,9 +12,19 @@
 //   re-init  ncclCommAbort of every communicator and a fresh
 //            ncclCommInitRankConfig: every version.
 //
+//   restart  the process exits and is started again (the launcher or
+//            stint-agent does it); it rejoins the job. Every version; the
+//            only rung before 2.26.2.
+//
 // NCCL 2.28.3 to 2.28.8 segfault in in-process restart (NVRx's known
-// issue); on them only the bottom rung is used. Before 2.26.2 an abort can
-// hang in its progress thread (fixed there); the plan says so.
+// issue); on them shrink and revoke are off. Before 2.26.2 ncclCommAbort
+// can hang in NCCL's own threads when peers are gone (fixed there), and
+// every in-process rung needs an abort: there a communicator is never
+// aborted. Releasing one (Abort(), a failed call, its destructor) leaves
+// the handle, its threads, its stream and its buffers unreleased until the
+// process exits, and the factory reports RestartRequired(): ElasticGroup
+// then returns kFailedPrecondition ("restart the process") instead of
+// forming the next generation in the same process.
 //
 // Pure functions; thread-safe. Internal to cuda/ (and its tests).
 #ifndef STINT_CUDA_NCCL_RECOVERY_H_
@@ -50,8 +60,13 @@ struct NcclRecoveryPlan {
   bool known_broken = false;
   // < 2.26.2: ncclCommAbort may hang in NCCL's own threads.
   bool abort_may_hang = false;
+  // ncclCommAbort may be called, so a communicator can be released and a
+  // new one formed in this process (re-init). False where the abort may
+  // hang: a communicator is then left unreleased, and recovering needs a
+  // process restart.
+  bool reinit = false;
   // One line: the version and the rungs, e.g. "NCCL 2.28.9: shrink,
-  // revoke, re-init".
+  // revoke, re-init, restart".
   std::string summary;
 };
 

@@ -408,7 +408,9 @@ class PyCheckpointer {
     Status s;
     {
       py::gil_scoped_release nogil;
-      s = ckpt.BeforeWrite(when, Millis(timeout_seconds));
+      // The stream that writes next is the device's current stream at this
+      // moment (the hook runs right before the write), not the one saved from.
+      s = ckpt.BeforeWrite(when, Millis(timeout_seconds), CurrentCudaStream);
     }
     ThrowIfError(s);
   }
@@ -743,8 +745,9 @@ void BindCheckpointer(py::module_& m) {
       .def("before_write", &PyCheckpointer::BeforeWrite, py::arg("barrier"),
            py::arg("timeout") = 600.0,
            "The lazy barrier: 'forward' before the forward pass, 'optimizer_step' before the "
-           "optimizer step. Blocks on host copies still running; CUDA tensors' current streams "
-           "wait on the device instead.")
+           "optimizer step. Blocks on host copies still running; for CUDA copies the stream "
+           "current now (torch.cuda.current_stream() of each device with copies in flight: the "
+           "one the next write is enqueued on) waits on the device instead.")
       .def("wait_staged", &PyCheckpointer::WaitStaged, py::arg("timeout") = 600.0,
            "Blocks until every save's copies (host and CUDA) completed.")
       .def("load", &PyCheckpointer::Load, py::arg("planner"), py::arg("step") = py::none(),

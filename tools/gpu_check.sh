@@ -11,6 +11,7 @@
 # 2. build only what runs here: the CUDA/NCCL/LibTorch-CUDA tests, the Python
 #    module, stint-cuda-bench
 # 3. ctest: tests/unit/cuda_probe_test, cuda_copier_test, device_snapshot_test,
+#    lazy_snapshot_test (the barrier's stream choice, through the host double),
 #    nccl_communicator_test, nccl_policy_test, tests/e2e/elastic_nccl_test,
 #    tests/integration/torch_cuda_test and the CUDA cases of torch_state_test
 # 4. pytest tests/python/test_cuda.py
@@ -100,7 +101,7 @@ note "configure" "ok ($((SECONDS - t)) s)"
 
 echo "== build"
 t=$SECONDS
-wanted="cuda_probe_test cuda_copier_test device_snapshot_test nccl_communicator_test nccl_policy_test
+wanted="cuda_probe_test cuda_copier_test device_snapshot_test lazy_snapshot_test nccl_communicator_test nccl_policy_test
         elastic_nccl_test torch_cuda_test torch_state_test stint_python stint-cuda-bench"
 available=$(ninja -C "$BUILD_DIR" -t targets all 2>/dev/null | sed 's/:.*//')
 targets=()
@@ -116,7 +117,7 @@ note "build" "ok ($((SECONDS - t)) s: ${targets[*]})"
 failed=0
 echo "== C++ device tests"
 t=$SECONDS
-regex='^(CudaProbe|CudaCopier|DeviceSnapshot|NcclTypes|NcclUniqueId|NcclFactory|NcclSingleRank|NcclTwoRanks|NcclVersion|NcclRecovery|NcclStaging|NcclElasticTest|TorchCudaTest)\.|^TorchStateTest\.CudaTensorsAreCopiedToHost$|^TorchRng\.'
+regex='^(CudaProbe|CudaCopier|DeviceSnapshot|LazySnapshot|NcclTypes|NcclUniqueId|NcclFactory|NcclSingleRank|NcclTwoRanks|NcclVersion|NcclRecovery|NcclStaging|NcclElasticTest|TorchCudaTest)\.|^TorchStateTest\.CudaTensorsAreCopiedToHost$|^TorchRng\.'
 ctest_log="$LOGDIR/ctest_device.log"
 (cd "$BUILD_DIR" && ctest -R "$regex" -V --timeout 300) >"$ctest_log" 2>&1
 ctest_rc=$?

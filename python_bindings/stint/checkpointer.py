@@ -343,8 +343,10 @@ class Checkpointer:
     def before_write(self, barrier: str = "optimizer_step", timeout: float = 600.0) -> None:
         """The lazy barrier, for loops without attach(): call with "forward"
         before the forward pass and "optimizer_step" before the optimizer
-        step. Blocks on CPU copies still running; CUDA tensors' current
-        streams wait on the device. Without an attached model nothing says
+        step. Blocks on CPU copies still running; for CUDA copies the
+        stream current at this call (the one the write that follows is
+        enqueued on, e.g. inside ``torch.cuda.stream(s)``) waits on the
+        device. Without an attached model nothing says
         which tensors the forward writes, so "forward" waits for every copy."""
         if barrier == "forward" and not self._attached_modules:
             barrier = "optimizer_step"

@@ -273,7 +273,8 @@ class CheckpointerImpl final : public Checkpointer {
     return handle;
   }
 
-  Status BeforeWrite(WriteBarrier barrier, std::chrono::milliseconds timeout) override {
+  Status BeforeWrite(WriteBarrier barrier, std::chrono::milliseconds timeout,
+                     const WriterStream& writer_stream) override {
     const auto deadline = Clock::now() + timeout;
     const bool forward = barrier == WriteBarrier::kForward;
     for (const auto& p : PendingCopies()) {
@@ -288,7 +289,18 @@ class CheckpointerImpl final : public Checkpointer {
       if (!forward) classes.push_back(WriteBarrier::kOptimizerStep);
       std::set<std::pair<int, void*>> streams;
       for (WriteBarrier w : classes) {
-        for (const auto& ds : p->device_streams(w)) streams.insert(ds);
+        for (const auto& [device, saved_from] : p->device_streams(w)) {
+          void* stream = saved_from;
+          if (writer_stream) {
+            Result<void*> writer = writer_stream(device);
+            if (!writer.ok()) {
+              return writer.status().WithContext("lazy barrier: the writing stream of device " +
+                                                 std::to_string(device));
+            }
+            stream = *writer;
+          }
+          streams.insert({device, stream});
+        }
       }
       for (WriteBarrier w : classes) {
         auto ticket = p->device_ticket(w);
@@ -589,7 +601,8 @@ class CheckpointerImpl final : public Checkpointer {
     std::unique_ptr<CheckpointReader> reader = std::move(*opened);
     if (options.verify_all) STINT_RETURN_IF_ERROR(reader->Verify().status());
     STINT_ASSIGN_OR_RETURN(auto dests, planner(*reader));
-    STINT_RETURN_IF_ERROR(ReadIntoDests(*reader, dests, copier_, options_.block_timeout));
+    STINT_RETURN_IF_ERROR(ReadIntoDests(*reader, dests, copier_, options_.device_load_bytes,
+                                        options_.block_timeout));
     std::map<std::string, std::string> blobs;
     for (const auto& name : reader->blob_names()) {
       STINT_ASSIGN_OR_RETURN(blobs[name], reader->ReadBlob(name));

@@ -67,6 +67,17 @@ Result<std::pair<std::string, int>> SplitEndpoint(const std::string& endpoint) {
   return std::make_pair(endpoint.substr(0, colon), port);
 }
 
+// kFailedPrecondition once `factory` left a communicator unreleased
+// (CommunicatorFactory::RestartRequired): re-forming in this process is
+// off the ladder, only a restart recovers.
+Status RestartIfRequired(const CommunicatorFactory* factory, uint64_t generation) {
+  if (factory == nullptr || !factory->RestartRequired()) return Status::OK();
+  return Status::FailedPrecondition(
+      std::string(factory->Name()) + " communicator of generation " + std::to_string(generation) +
+      " was left unreleased (releasing it in-process could hang): this process cannot form "
+      "another generation; restart it to rejoin the job");
+}
+
 std::string DefaultAdvertiseHost() {
   const char* v = std::getenv("STINT_ADVERTISE_HOST");
   return v != nullptr && *v != '\0' ? v : "127.0.0.1";
@@ -233,7 +244,14 @@ Status ElasticGroup::FormCommunicator(const RendezvousInfo& next, int listen_fd)
     }
     if (old) old->Abort();
     old.reset();
-    if (!formed.ok()) formed = factory_->Form(m, kv);
+    if (!formed.ok()) {
+      Status restart = RestartIfRequired(factory_, membership_.generation);
+      if (!restart.ok()) {
+        if (listen_fd >= 0) close(listen_fd);  // Form() would have owned it
+        return restart;
+      }
+      formed = factory_->Form(m, kv);
+    }
     if (!formed.ok())
       return formed.status().WithContext("form generation " + std::to_string(m.generation));
     comm_ = std::move(*formed);
@@ -265,6 +283,7 @@ Result<ElasticStep> ElasticGroup::Reform(bool failed, ElasticState* state) {
   // connections fails a peer still blocked in a collective with it now,
   // not after that peer's timeout.
   if (failed) DropCommunicator();
+  STINT_RETURN_IF_ERROR(RestartIfRequired(factory_, known));
   for (;;) {
     int listen_fd = -1;
     STINT_ASSIGN_OR_RETURN(RendezvousInfo next, JoinNext(known, &listen_fd, deadline));
@@ -272,6 +291,7 @@ Result<ElasticStep> ElasticGroup::Reform(bool failed, ElasticState* state) {
     if (formed.ok() && state != nullptr && comm_ != nullptr) formed = state->Synchronize(*comm_);
     if (formed.ok()) break;
     if (IsFenced(formed)) return formed;
+    if (factory_ != nullptr && factory_->RestartRequired()) return formed;
     // A peer of the new generation died while it formed: that generation
     // failed too; join the next one.
     DropCommunicator();

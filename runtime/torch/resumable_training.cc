@@ -182,7 +182,8 @@ Status ResumableTraining::SaveNow(uint64_t step, bool wait_durable) {
       // Lazy: the next write after this boundary is the forward pass
       // (buffers); the parameters wait in BeforeOptimizerStep(). On a device
       // only the compute stream waits.
-      STINT_RETURN_IF_ERROR(checkpointer_->BeforeWrite(WriteBarrier::kForward));
+      STINT_RETURN_IF_ERROR(checkpointer_->BeforeWrite(WriteBarrier::kForward,
+                                                       std::chrono::minutes(10), CurrentCudaStream));
     }
     pending_.push_back(Pending{step, handle.durable});
     last_saved_step_ = step;
@@ -199,7 +200,10 @@ Status ResumableTraining::SaveNow(uint64_t step, bool wait_durable) {
 }
 
 Status ResumableTraining::BeforeOptimizerStep() {
-  return checkpointer_->BeforeWrite(WriteBarrier::kOptimizerStep);
+  // The stream the optimizer writes on is torch's current one now, not
+  // necessarily the one the parameters were saved from.
+  return checkpointer_->BeforeWrite(WriteBarrier::kOptimizerStep, std::chrono::minutes(10),
+                                    CurrentCudaStream);
 }
 
 Result<StepAction> ResumableTraining::StepBoundary(uint64_t step) {

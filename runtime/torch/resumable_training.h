@@ -108,8 +108,9 @@ class ResumableTraining {
   // Call once per step, after the optimizer step; `step` counts committed steps.
   Result<StepAction> StepBoundary(uint64_t step);
   // Call right before optimizer.step(): waits (lazy snapshots) until a save's
-  // copies of the parameters and optimizer state are done; on a device the
-  // compute stream waits, not the host. Cheap when nothing is in flight.
+  // copies of the parameters and optimizer state are done; on a device
+  // torch's current stream of that device at this call (the one the
+  // optimizer writes on) waits, not the host. Cheap when nothing is in flight.
   Status BeforeOptimizerStep();
   // Checkpoints now; with wait_durable, returns once it is committed.
   Status SaveNow(uint64_t step, bool wait_durable);

@@ -143,6 +143,57 @@ def test_explicit_barriers_and_wait_staged_without_hooks(root):
         assert_same_state(before_wait, ckpt.load(step=4, map_location="cpu"), "step 4")
 
 
+@needs_cuda
+def test_optimizer_on_a_side_stream_waits_for_the_copy(root):
+    """The barrier orders the stream current when it is called (the one the
+    optimizer writes on), not the stream the tensors were saved from: a
+    write enqueued on a side stream right after before_write() must not
+    reach the checkpoint. (device-unverified when written)"""
+    w = torch.full((128 << 20,), 1.5, device="cuda")  # 512 MB: the copy outlasts the write
+    expected = w.cpu()
+    side = torch.cuda.Stream()
+    with stint.Checkpointer(root, snapshot="lazy") as ckpt:
+        ckpt.save(1, {"w": w})  # on the default stream
+        with torch.cuda.stream(side):
+            ckpt.before_write("optimizer_step")
+            w.fill_(-7.0)  # the "optimizer step", on the side stream
+        side.synchronize()
+        ckpt.flush()
+        assert same_bits(expected, ckpt.load(step=1, map_location="cpu")["w"])
+
+
+@needs_2_gpus
+def test_checkpointer_made_before_set_device_uses_only_that_device(root, tmp_path):
+    """A rank that creates its Checkpointer before torch.cuda.set_device(1)
+    saves and loads device 1's tensors without creating a context on device
+    0 (checked in a fresh process: torch.cuda's own state is per process).
+    (device-unverified when written)"""
+    import subprocess
+    import sys
+    script = tmp_path / "rank.py"
+    script.write_text(
+        "import ctypes, sys, torch, stint\n"
+        "ckpt = stint.Checkpointer(sys.argv[1], snapshot='lazy')\n"
+        "torch.cuda.set_device(1)\n"
+        "w = torch.arange(1 << 20, dtype=torch.float32, device='cuda')\n"
+        "ckpt.save(1, {'w': w}); ckpt.flush()\n"
+        "back = ckpt.load(step=1)\n"
+        "assert back['w'].device == torch.device('cuda', 1), back['w'].device\n"
+        "assert torch.equal(back['w'].cpu(), w.cpu())\n"
+        "ckpt.close()\n"
+        "cuda = ctypes.CDLL('libcuda.so.1')\n"
+        "flags, active = ctypes.c_uint(), ctypes.c_int()\n"
+        "assert cuda.cuDevicePrimaryCtxGetState(0, ctypes.byref(flags), ctypes.byref(active)) == 0\n"
+        "print('device0_active', active.value)\n")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (os.environ.get("STINT_PYTHON_PATH"), os.environ.get("PYTHONPATH")) if p)
+    out = subprocess.run([sys.executable, str(script), str(root)], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "device0_active 0" in out.stdout, out.stdout + out.stderr
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
 def test_before_write_forward_without_attach_protects_buffers(root, device):
     """The documented loop without attach(): before_write("forward") before

@@ -7,9 +7,11 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
+#include "cuda_handles.h"
 #include "device_probe.h"
 #include "pinned_host.h"
 #include "stint/checkpointer.h"
@@ -138,6 +140,81 @@ TEST(CudaCopier, CheckpointerRoundTripOfDeviceTensors) {
   ASSERT_OK(fresh);
   load_and_check(fresh->get(), 1);  // from disk
   CUDA_OK(cudaStreamDestroy(compute));
+}
+
+// The optimizer writes on another stream than the one the tensor was saved
+// from: BeforeWrite with the writer's stream must make that stream wait.
+// Without it (the saved-from stream waiting) the memset below, much faster
+// than a 512 MB device-to-host copy, lands in the checkpoint.
+// (device-unverified when written)
+TEST(CudaCopier, BarrierOrdersTheWritersStreamNotTheSavedFromOne) {
+  SKIP_WITHOUT_GPU();
+  auto copier = NewCudaDeviceCopier();
+  ASSERT_OK(copier);
+  const size_t n = 512 << 20;
+  DeviceBuffer w(n);
+  ASSERT_NE(w.ptr, nullptr);
+  cudaStream_t saved_from, optimizer;
+  CUDA_OK(cudaStreamCreateWithFlags(&saved_from, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamCreateWithFlags(&optimizer, cudaStreamNonBlocking));
+  CUDA_OK(cudaMemsetAsync(w.ptr, 0x5a, n, saved_from));
+  TempDir dir;
+  CheckpointOptions o;
+  o.root = dir.Sub("ckpt");
+  o.device_copier = copier->get();
+  o.snapshot = SnapshotMode::kLazy;
+  auto ckpt = Checkpointer::Open(o);
+  ASSERT_OK(ckpt);
+  State state;
+  state.tensors.push_back({"w", DType::kUInt8, {int64_t(n)}, {}, {}, w.ptr, 0, saved_from});
+  auto h = (*ckpt)->Save(1, state);
+  ASSERT_OK(h);
+  ASSERT_OK((*ckpt)->BeforeWrite(WriteBarrier::kOptimizerStep, std::chrono::minutes(1),
+                                 [&](int) -> Result<void*> { return optimizer; }));
+  CUDA_OK(cudaMemsetAsync(w.ptr, 0x77, n, optimizer));  // the optimizer step
+  ASSERT_OK(h->durable.get());
+  CUDA_OK(cudaStreamSynchronize(optimizer));
+  std::vector<uint8_t> back(n);
+  ASSERT_OK((*ckpt)->Load({{"w", DType::kUInt8, {int64_t(n)}, {}, {}, back.data()}},
+                          LoadOptions{1}));
+  EXPECT_EQ(back, std::vector<uint8_t>(n, 0x5a));
+  CUDA_OK(cudaStreamDestroy(saved_from));
+  CUDA_OK(cudaStreamDestroy(optimizer));
+}
+
+// A copier made while device 0 is current (a rank before set_device), used
+// for device 1's memory, on this thread and on the Checkpointer's own
+// threads, creates no context on device 0. ctest runs each test in its own
+// process, so device 0 starts without one. (device-unverified when written)
+TEST(CudaCopier, CopierMadeBeforeSetDeviceLeavesDevice0Alone) {
+  SKIP_WITHOUT_GPU();
+  if (*CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 CUDA devices";
+  if (CudaPrimaryContextActive(0)) GTEST_SKIP() << "device 0 already has a context";
+  auto copier = NewCudaDeviceCopier();  // device 0 current, no context
+  ASSERT_OK(copier);
+  CUDA_OK(cudaSetDevice(1));
+  const size_t n = 8 << 20;
+  DeviceBuffer w(n), w2(n);
+  CUDA_OK(cudaMemset(w.ptr, 0x21, n));
+  TempDir dir;
+  CheckpointOptions o;
+  o.root = dir.Sub("ckpt");
+  o.device_copier = copier->get();
+  {
+    auto ckpt = Checkpointer::Open(o);
+    ASSERT_OK(ckpt);
+    State state;
+    state.tensors.push_back({"w", DType::kUInt8, {int64_t(n)}, {}, {}, w.ptr, 1, nullptr});
+    auto h = (*ckpt)->Save(1, state);
+    ASSERT_OK(h);
+    ASSERT_OK(h->durable.get());
+    ASSERT_OK((*ckpt)->Load({{"w", DType::kUInt8, {int64_t(n)}, {}, {}, w2.ptr, 1, nullptr}}));
+  }
+  std::vector<uint8_t> back(n);
+  CUDA_OK(cudaMemcpy(back.data(), w2.ptr, n, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(back, std::vector<uint8_t>(n, 0x21));
+  copier->reset();
+  EXPECT_FALSE(CudaPrimaryContextActive(0));
 }
 
 }  // namespace

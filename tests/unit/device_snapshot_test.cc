@@ -92,6 +92,61 @@ TEST(DeviceSnapshot, SaveCopiesThroughCopierAndLoadsBackToDevice) {
   EXPECT_EQ(copier.unregistrations.load(), 1);
 }
 
+// Restoring device tensors pins a bounded buffer, not the whole state: a
+// tensor bigger than device_load_bytes arrives in pieces of rows, each copy
+// round reusing the buffer, and the bytes land where they belong.
+TEST(DeviceSnapshot, LoadIntoDeviceGoesThroughABoundedPinnedBuffer) {
+  TempDir dir;
+  HostCopier copier;
+  CheckpointOptions o = Options(dir.Sub("c"), &copier);
+  o.device_load_bytes = 256 << 10;  // w is 1.2 MB: 300 rows of 4000 bytes
+  auto ckpt = Checkpointer::Open(o);
+  ASSERT_OK(ckpt);
+  DeviceState s(3);
+  auto h = (*ckpt)->Save(7, s.AsState());
+  ASSERT_OK(h);
+  ASSERT_OK(h->durable.get());
+  const int registered_by_save = copier.registrations.load();
+
+  DeviceState out(0);
+  ASSERT_OK((*ckpt)->Load(out.Dests(), LoadOptions{7}));
+  EXPECT_EQ(out.w, s.w);
+  EXPECT_EQ(out.b, s.b);
+  EXPECT_EQ(copier.registrations.load(), registered_by_save + 1);  // one buffer for the load
+  EXPECT_EQ(copier.unregistrations.load(), 1);
+  // 1.2 MB through a 256 KiB buffer: at least five rounds.
+  EXPECT_GE(copier.h2d_calls.load(), 5);
+  // The staging pool's buffer is the save's; the load's is bounded.
+  DeviceState fresh(0);
+  HostCopier load_copier;
+  CheckpointOptions lo = o;
+  lo.device_copier = &load_copier;
+  lo.read_only = true;
+  auto reader = Checkpointer::Open(lo);
+  ASSERT_OK(reader);
+  ASSERT_OK((*reader)->Load(fresh.Dests(), LoadOptions{7}));
+  EXPECT_EQ(fresh.w, s.w);
+  EXPECT_LE(load_copier.largest_registration(), size_t(256) << 10);
+}
+
+// A bound below one row (4000 bytes): each round is one row.
+TEST(DeviceSnapshot, LoadIntoDeviceWithABoundBelowOneRowCopiesARowARound) {
+  TempDir dir;
+  HostCopier copier;
+  CheckpointOptions o = Options(dir.Sub("c"), &copier);
+  o.device_load_bytes = 1000;  // one row of w is 4000 bytes
+  auto ckpt = Checkpointer::Open(o);
+  ASSERT_OK(ckpt);
+  DeviceState s(9);
+  auto h = (*ckpt)->Save(1, s.AsState());
+  ASSERT_OK(h);
+  ASSERT_OK(h->durable.get());
+  DeviceState out(0);
+  ASSERT_OK((*ckpt)->Load(out.Dests(), LoadOptions{1}));
+  EXPECT_EQ(out.w, s.w);
+  EXPECT_EQ(copier.h2d_calls.load(), 300);
+}
+
 TEST(DeviceSnapshot, FailedCopyFailsStagedAndDurableAndNothingCommits) {
   TempDir dir;
   HostCopier copier;

@@ -7,6 +7,8 @@
 
 #include <future>
 #include <numeric>
+#include <set>
+#include <utility>
 #include <thread>
 
 #include "stint/checkpointer.h"
@@ -185,6 +187,56 @@ TEST(LazySnapshot, DeviceForwardBarrierWaitsForBuffersOnlyAndTheStepForEverythin
   Model loaded = LoadStep(**ckpt, 1, n);
   EXPECT_EQ(loaded.weight, at_save.weight);
   EXPECT_EQ(loaded.running_mean, at_save.running_mean);
+}
+
+// The optimizer writes on whatever stream is current at the barrier, not
+// on the one the tensors were saved from: that stream must wait.
+TEST(LazySnapshot, DeviceBarrierOrdersTheStreamCurrentAtTheBarrier) {
+  TempDir dir;
+  HostCopier copier;
+  auto ckpt = Checkpointer::Open(Options(dir.Sub("c"), SnapshotMode::kLazy, &copier));
+  ASSERT_OK(ckpt);
+  Model m(4096);
+  int saved_on = 0, optimizer_on = 0;  // two streams' identities
+  State state = m.AsState(/*device=*/0);
+  for (auto& t : state.tensors) t.stream = &saved_on;
+  copier.Hold();  // the copies are still in flight at the barrier
+  auto h = (*ckpt)->Save(1, state);
+  ASSERT_OK(h);
+  std::vector<int> asked;
+  std::promise<void> first_ask;
+  // The double's OrderAfter holds the calling thread as the device would
+  // hold the stream: the barrier returns once the copies ran.
+  auto barrier = std::async(std::launch::async, [&] {
+    return (*ckpt)->BeforeWrite(WriteBarrier::kOptimizerStep, std::chrono::minutes(1),
+                                [&](int device) -> Result<void*> {
+                                  if (asked.empty()) first_ask.set_value();
+                                  asked.push_back(device);
+                                  return static_cast<void*>(&optimizer_on);
+                                });
+  });
+  // Released once the barrier asked for the stream, so the copies were in flight then.
+  const bool was_asked =
+      first_ask.get_future().wait_for(std::chrono::minutes(1)) == std::future_status::ready;
+  copier.Release();
+  ASSERT_TRUE(was_asked);
+  ASSERT_OK(barrier.get());
+  EXPECT_FALSE(asked.empty());
+  for (int d : asked) EXPECT_EQ(d, 0);
+  const std::set<std::pair<int, void*>> want = {{0, &optimizer_on}};
+  EXPECT_EQ(copier.barrier_streams(), want);
+  ASSERT_OK(h->durable.get());
+
+  // An error finding the writing stream is the barrier's error.
+  copier.Hold(3);  // save 2's copies (tickets 3 and 4) stay in flight
+  auto h2 = (*ckpt)->Save(2, m.AsState(/*device=*/0));
+  ASSERT_OK(h2);
+  Status s = (*ckpt)->BeforeWrite(WriteBarrier::kOptimizerStep, std::chrono::minutes(1),
+                                  [](int) -> Result<void*> { return Status::Unavailable("no"); });
+  copier.Release();
+  EXPECT_EQ(s.code(), Code::kUnavailable);
+  EXPECT_NE(s.message().find("device 0"), std::string::npos) << s.ToString();
+  ASSERT_OK(h2->durable.get());
 }
 
 TEST(LazySnapshot, BatchNormBufferIsConsistentWhenTheForwardRacesTheCopy) {

@@ -20,16 +20,23 @@ TEST(NcclVersion, CodeMatchesNcclsEncodingOnBothSidesOf2_9) {
   EXPECT_EQ(NcclVersionText(23007), "2.30.7");
 }
 
-TEST(NcclRecovery, OldLibrariesOnlyReinitAndWarnAboutAbortHangs) {
+// Below 2.26.2 an abort may hang, and every in-process rung needs one:
+// only a process restart is left.
+TEST(NcclRecovery, BelowTheAbortFixOnlyAProcessRestartIsLeft) {
   for (int v : {NcclVersionCode(2, 8, 4), NcclVersionCode(2, 18, 1), NcclVersionCode(2, 26, 1)}) {
     const NcclRecoveryPlan plan = PlanNcclRecovery(v);
     EXPECT_FALSE(plan.shrink) << plan.summary;
     EXPECT_FALSE(plan.revoke) << plan.summary;
     EXPECT_TRUE(plan.abort_may_hang) << plan.summary;
+    EXPECT_FALSE(plan.reinit) << plan.summary;
     EXPECT_FALSE(plan.known_broken) << plan.summary;
-    EXPECT_NE(plan.summary.find("re-init"), std::string::npos) << plan.summary;
+    EXPECT_EQ(plan.summary.find("re-init"), std::string::npos) << plan.summary;
+    EXPECT_NE(plan.summary.find("restart"), std::string::npos) << plan.summary;
   }
-  EXPECT_FALSE(PlanNcclRecovery(NcclVersionCode(2, 26, 2)).abort_may_hang);
+  const NcclRecoveryPlan fixed = PlanNcclRecovery(NcclVersionCode(2, 26, 2));
+  EXPECT_FALSE(fixed.abort_may_hang);
+  EXPECT_TRUE(fixed.reinit);
+  EXPECT_EQ(fixed.summary, "NCCL 2.26.2: re-init, restart (ncclCommShrink needs 2.27.3)");
 }
 
 TEST(NcclRecovery, ShrinkFrom2_27_3) {
@@ -37,7 +44,7 @@ TEST(NcclRecovery, ShrinkFrom2_27_3) {
   const NcclRecoveryPlan plan = PlanNcclRecovery(NcclVersionCode(2, 27, 3));
   EXPECT_TRUE(plan.shrink);
   EXPECT_FALSE(plan.revoke);
-  EXPECT_EQ(plan.summary, "NCCL 2.27.3: shrink, re-init");
+  EXPECT_EQ(plan.summary, "NCCL 2.27.3: shrink, re-init, restart");
   EXPECT_TRUE(PlanNcclRecovery(NcclVersionCode(2, 28, 2)).shrink);
 }
 
@@ -61,7 +68,7 @@ TEST(NcclRecovery, RevokeFrom2_28_7OutsideTheBrokenRange) {
     EXPECT_FALSE(plan.abort_may_hang) << plan.summary;
   }
   EXPECT_EQ(PlanNcclRecovery(NcclVersionCode(2, 28, 9)).summary,
-            "NCCL 2.28.9: shrink, revoke, re-init");
+            "NCCL 2.28.9: shrink, revoke, re-init, restart");
 }
 
 TEST(NcclStaging, DeviceMemoryOfTheCommunicatorsDeviceAndManagedMemoryAreUsedInPlace) {

@@ -10,6 +10,7 @@
 #ifndef STINT_TESTS_UTIL_HOST_COPIER_H_
 #define STINT_TESTS_UTIL_HOST_COPIER_H_
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -18,6 +19,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "stint/device_copier.h"
 
@@ -41,6 +43,7 @@ class HostCopier final : public DeviceCopier {
     if (fail_register) return Status::Internal("simulated cudaHostRegister failure");
     registered_.insert(data);
     ++registrations;
+    largest_registration_ = std::max(largest_registration_, size);
     return Status::OK();
   }
   void UnregisterHostMemory(void* data) override {
@@ -94,9 +97,10 @@ class HostCopier final : public DeviceCopier {
     return Status::OK();
   }
 
-  Status OrderAfter(uint64_t ticket, int, void*) override {
+  Status OrderAfter(uint64_t ticket, int device, void* stream) override {
     ++barriers;
     std::unique_lock<std::mutex> lock(mu_);
+    barrier_streams_.insert({device, stream});
     // Done, or retired by Wait() meanwhile.
     cv_.wait(lock, [&] { return done_.count(ticket) != 0 || threads_.count(ticket) == 0; });
     return Status::OK();
@@ -114,6 +118,16 @@ class HostCopier final : public DeviceCopier {
       held_from_ = 0;
     }
     cv_.notify_all();
+  }
+  // Every (device, stream) a barrier ordered so far.
+  std::set<std::pair<int, void*>> barrier_streams() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return barrier_streams_;
+  }
+  // The biggest host memory registered so far, in bytes.
+  size_t largest_registration() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return largest_registration_;
   }
   // Tickets whose copies have not completed yet.
   int copies_pending() {
@@ -156,6 +170,8 @@ class HostCopier final : public DeviceCopier {
   std::map<uint64_t, Status> done_;
   uint64_t next_ = 0;
   uint64_t held_from_ = 0;  // 0: nothing held
+  std::set<std::pair<int, void*>> barrier_streams_;
+  size_t largest_registration_ = 0;
 };
 
 }  // namespace stint

@@ -165,6 +165,11 @@ struct CheckpointOptions {
   // larger than this is refused with kResourceExhausted naming this field.
   // 0: half the physical memory. Default: 0
   size_t staging_max_bytes = 0;
+  // Load into device tensors: the pinned host buffer they are read through,
+  // in rounds, reused (a tensor bigger than it goes in pieces of rows along
+  // dimension 0; a single row bigger than it gets a buffer of one row).
+  // Default: 64 MiB
+  uint64_t device_load_bytes = uint64_t(64) << 20;
   BusyPolicy busy_policy = BusyPolicy::kBlock;                        // Default: kBlock
   std::chrono::milliseconds block_timeout{std::chrono::minutes(10)};  // for kBlock
   // How long a save's copies that run after Save() returned (device to host,
@@ -322,15 +327,26 @@ class Checkpointer {
   // context (one rank: nothing else to do).
   virtual Status AbandonSave(uint64_t step, const Status& why) = 0;
 
+  // The stream the training loop will write on, on `device`, asked at the
+  // barrier (e.g. CurrentCudaStream in runtime/torch/torch_device.h: what
+  // torch.cuda.current_stream(device) returns at that moment), as a
+  // cudaStream_t.
+  using WriterStream = std::function<Result<void*>(int device)>;
+
   // The lazy barrier. Call right before the training loop writes saved
   // tensors again: kForward before the forward pass (it waits for the shards
   // marked kForward), kOptimizerStep before the optimizer step (every shard).
   // Host copies still running: blocks until they are done. Device copies:
-  // the stream each shard was saved from waits for its copy on the device,
-  // the host does not. Cheap when nothing is in flight. kDeadlineExceeded
-  // after `timeout`; a failed copy is reported by its save's futures, not here.
+  // the stream that will write waits for the copy on the device, the host
+  // does not: `writer_stream(device)` asked now, for each device with copies
+  // in flight (the optimizer may run on another stream than the one the
+  // shard was saved from); without it, the stream each shard was saved from.
+  // Cheap when nothing is in flight. kDeadlineExceeded after `timeout`; an
+  // error `writer_stream` returns is returned; a failed copy is reported by
+  // its save's futures, not here.
   virtual Status BeforeWrite(WriteBarrier barrier,
-                             std::chrono::milliseconds timeout = std::chrono::minutes(10)) = 0;
+                             std::chrono::milliseconds timeout = std::chrono::minutes(10),
+                             const WriterStream& writer_stream = nullptr) = 0;
   // Blocks until every save's copies completed (host and device): anything
   // may write the state then. kDeadlineExceeded after `timeout`.
   virtual Status WaitStaged(std::chrono::milliseconds timeout = std::chrono::minutes(10)) = 0;

@@ -109,6 +109,13 @@ class CommunicatorFactory {
     return Status(Code::kUnimplemented, std::string(Name()) + " cannot shrink a communicator");
   }
   virtual const char* Name() const = 0;  // "gloo", "nccl"
+  // True once releasing one of this factory's communicators in-process was
+  // unsafe, so it was left unreleased (NCCL before 2.26.2, whose
+  // ncclCommAbort may hang when peers are gone): forming another generation
+  // in this process is not attempted; the process must be restarted (it
+  // rejoins the job as a fresh worker). ElasticGroup returns
+  // kFailedPrecondition saying so.
+  virtual bool RestartRequired() const { return false; }
 };
 
 }  // namespace stint

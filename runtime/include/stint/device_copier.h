@@ -10,10 +10,17 @@
 // after the work already enqueued on the producer's stream and runs it on a
 // dedicated copy stream, so Save() does not wait for it. The saved tensors
 // must not be written until the copy has read them; the training loop calls
-// OrderBeforeWrite(device, compute_stream) right before the next write to the
-// parameters (the optimizer step). The compute stream then waits on the
-// device, the host never does, and the forward and backward passes in
-// between overlap the copy.
+// OrderBeforeWrite(device, stream) right before the next write to the
+// parameters (the optimizer step), `stream` being the stream that write is
+// enqueued on, asked at that moment (torch's current stream of `device`
+// then: the optimizer may run on another stream than the one the tensors
+// were saved from; Checkpointer::BeforeWrite's writer_stream). That stream
+// then waits on the device, the host never does, and the forward and
+// backward passes in between overlap the copy.
+//
+// Devices: an implementation runs each device call with the copy's
+// `device` current (never the device that happened to be current when it
+// was made) and leaves the caller's current device as it found it.
 //
 // Thread-safe.
 #ifndef STINT_INCLUDE_STINT_DEVICE_COPIER_H_
@@ -47,8 +54,11 @@ class DeviceCopier {
 
   // Page-locks [data, data + size) for DMA (cudaHostRegister), placed on the
   // device's NUMA node where the memory is still untouched. The staging pool
-  // calls it once per buffer it maps, never per save. kUnavailable/kInternal
-  // with the driver's reason on failure; nothing stays registered then.
+  // calls it once per buffer it maps, never per save. The CUDA copier may
+  // defer the page-locking to the first copy that uses the memory, to do it
+  // on that copy's device (cuda_copier.h, home_device): its failure is then
+  // that copy's. kUnavailable/kInternal with the driver's reason on failure;
+  // nothing stays registered then.
   virtual Status RegisterHostMemory(void* data, size_t size) = 0;
   // Undoes RegisterHostMemory(data, ...); called before the memory is
   // unmapped. A pointer that was never registered is ignored.
@@ -70,9 +80,10 @@ class DeviceCopier {
   // Any other answer retires the ticket; kNotFound for an unknown ticket.
   virtual Status Wait(uint64_t ticket, std::chrono::milliseconds timeout) = 0;
 
-  // The lazy barrier: makes `stream` on `device` wait, on the device, until
-  // every device-to-host copy from `device` enqueued so far has completed.
-  // Cheap when nothing is in flight.
+  // The lazy barrier: makes `stream` on `device` (the stream the next write
+  // is enqueued on) wait, on the device, until every device-to-host copy
+  // from `device` enqueued so far has completed. Cheap when nothing is in
+  // flight.
   virtual Status OrderBeforeWrite(int device, void* stream) = 0;
   // The same for one ticket's copies from `device` only: `stream` waits for
   // them on the device. OK at once when they completed, or when the ticket

@@ -102,7 +102,10 @@ class ElasticGroup {
 
   // Leaves the current generation and joins the next now; `failed`: this
   // generation is broken (a collective failed), so stintd opens a new round
-  // even if nobody else noticed yet.
+  // even if nobody else noticed yet. kFailedPrecondition ("restart it to
+  // rejoin the job") once the factory left a communicator unreleased
+  // (CommunicatorFactory::RestartRequired: NCCL before 2.26.2): the process
+  // must exit and be started again; StepBoundary() returns the same.
   Result<ElasticStep> Reform(bool failed, ElasticState* state);
 
   // True once stintd's generation differs from ours (set by the watcher).
