@@ -12,8 +12,8 @@ step is the newest committed one under ROOT unless --step names one.
 The state is the one stint.dcp's StorageReader presents: nested as the
 saving planner flattened it (tensors whole, at their global shape; non-tensor
 values as DCP saved them). Blobs that were not written through stint.dcp
-(raw bytes of a plain stint.Checkpointer save) are not torch.save'd values
-and fail the export with the name of the blob.
+(raw bytes of a plain stint.Checkpointer save) are not torch.save'd values:
+the export fails on them.
 
 In a process with the whole state in memory: run it on one machine with room
 for the full state.
