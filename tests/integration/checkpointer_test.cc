@@ -153,7 +153,7 @@ TEST_P(CheckpointerTest, ZeroByteSavesCommitAndLoad) {
 
   LoadOptions first;
   first.step = 1;
-  auto r = (*ckpt)->Load({}, first);
+  auto r = (*ckpt)->Load(std::vector<TensorDest>{}, first);
   ASSERT_OK(r);
   EXPECT_EQ(r->step, 1u);
   EXPECT_TRUE(r->blobs.empty());
