@@ -65,6 +65,27 @@ def _worker(phase):
         empty = {}
         dcp.save(empty, storage_writer=stint.dcp.StorageWriter(root, commit_timeout=60))
         dcp.load(empty, storage_reader=stint.dcp.StorageReader(root, commit_timeout=60))
+    elif phase == "two_shards_per_rank":
+        # A ShardedTensor with 4 placements over 2 ranks: 2 chunks of "st" per rank.
+        from torch.distributed._shard import sharded_tensor
+        from torch.distributed._shard.sharding_spec import ChunkShardingSpec
+        spec = ChunkShardingSpec(dim=0, placements=["rank:%d/cpu" % (i % 2) for i in range(4)])
+        full = torch.arange(8 * 3, dtype=torch.float32).reshape(8, 3)
+
+        def filled(value):
+            st = sharded_tensor.empty(spec, 8, 3)
+            for shard in st.local_shards():
+                first = shard.metadata.shard_offsets[0]
+                shard.tensor.copy_(value[first:first + shard.tensor.shape[0]])
+            return st
+        st = filled(full)
+        assert len(st.local_shards()) == 2
+        dcp.save({"st": st}, storage_writer=stint.dcp.StorageWriter(root, commit_timeout=60))
+        out = {"st": filled(torch.zeros(8, 3))}
+        dcp.load(out, storage_reader=stint.dcp.StorageReader(root, commit_timeout=60))
+        for shard in out["st"].local_shards():
+            first = shard.metadata.shard_offsets[0]
+            assert torch.equal(shard.tensor, full[first:first + shard.tensor.shape[0]]), first
     elif phase == "plan_cache":
         # Saves 1 and 2: no rank's plan changed (all cached); save 3: only
         # rank 1's changed. Each commits its own step with its own values.
@@ -195,6 +216,17 @@ def test_two_chunks_of_one_tensor_on_one_rank_save_and_load_exactly(root):
     dcp.load(out, storage_reader=stint.dcp.StorageReader(root))
     from util import same_bits
     assert same_bits(out["w"], w) and same_bits(out["b"], b)
+
+
+def test_sharded_tensor_with_more_placements_than_ranks(root, tmp_path, python_env):
+    import stint.dcp
+    _run_ranks("two_shards_per_rank", 2, root, tmp_path, python_env)
+    metadata = stint.dcp.StorageReader(root).read_metadata()
+    assert sorted(tuple(c.offsets) for c in metadata.state_dict_metadata["st"].chunks) == \
+        [(0, 0), (2, 0), (4, 0), (6, 0)]
+    out = {"st": torch.zeros(8, 3)}
+    dcp.load(out, storage_reader=stint.dcp.StorageReader(root))
+    assert torch.equal(out["st"], torch.arange(8 * 3, dtype=torch.float32).reshape(8, 3))
 
 
 # ---- planner plan caching -------------------------------------------------------------
