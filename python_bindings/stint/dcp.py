@@ -41,8 +41,10 @@ an int step, "<root>/step-<N>" (any spelling of N) or the root itself.
 With torch.distributed initialised the writer and reader use the default
 group's store (or `store=`) as stint's commit channel, under a key prefix
 that rank 0 draws per save and DCP's plan carries to every rank.
-Planner plan caching (`DefaultSavePlanner(enable_plan_caching=True)`) is not
-supported: the cached plan would carry an old save's prefix.
+Planner plan caching (`DefaultSavePlanner(enable_plan_caching=True)`)
+works: a rank that writes a cached plan (which carries an older save's
+step and prefix) gets this save's from rank 0 through the store, under the
+save's sequence number (each rank adds 1 per save to one counter key).
 """
 
 from __future__ import annotations
@@ -218,17 +220,25 @@ class StorageWriter(_DcpStorageWriter):
     the wait for another writer of `root` (an overlapping async_save to the
     same root, another process) to finish: saves to one root take turns.
     store: the commit channel; default: the default group's store.
+    overwrite: as FileSystemWriter's. False: a save whose target already
+    holds a checkpoint raises RuntimeError("Checkpoint already exists ...")
+    before anything is written; the target is the step when one is chosen
+    (step=, or a checkpoint_id naming it), else the root (any committed
+    step). True (the default): a save to a root is its next step, which
+    loads instead of the older ones (kept as keep_last says); a committed
+    step itself is never rewritten in place (stint raises AlreadyExistsError).
 
     After a save, `last_step` is the step it committed.
     """
 
     def __init__(self, root: PathLike, *, step: Optional[int] = None, keep_last: int = 3,
                  commit_timeout: float = 0.0, timeout: float = 600.0, store: Any = None,
-                 **checkpointer_options: Any) -> None:
+                 overwrite: bool = True, **checkpointer_options: Any) -> None:
         super().__init__()
         self.root = os.fspath(root)
         self._configured_step = None if step is None else _check_step(step)
         self._step = self._configured_step
+        self.overwrite = bool(overwrite)
         self._options = dict(checkpointer_options, keep_last=keep_last,
                              commit_timeout=commit_timeout)
         self._timeout = float(timeout)
@@ -236,7 +246,8 @@ class StorageWriter(_DcpStorageWriter):
         self._rank = 0
         self._is_coordinator = True
         self._save_id = uuid.uuid4().hex
-        self._last_nonce: Optional[str] = None
+        self._local_step = 0  # this rank's choice, for plans the planner cached
+        self._agreed: Dict[str, Any] = {}  # the coordinator's agreed plan data
         self.last_step: Optional[int] = None
 
     # The process-based async_save pickles the writer into its own process,
@@ -275,36 +286,58 @@ class StorageWriter(_DcpStorageWriter):
                 "step and commit channel through DCP's plan")
 
     def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        committed = _committed_steps(self.root)
+        target_exists = self._step in committed if self._step is not None else bool(committed)
+        if target_exists and not self.overwrite:
+            # FileSystemWriter's error, naming where.
+            where = self.root if self._step is None else \
+                os.path.join(self.root, _step_dir_name(self._step))
+            raise RuntimeError("Checkpoint already exists and self.overwrite=False: %s" % where)
         if self._step is not None:
             step = self._step
         else:
-            committed = _committed_steps(self.root)
             step = committed[-1] + 1 if committed else 0
+        self._local_step = step
         return dataclasses.replace(plan, storage_data={"stint_step": step})
 
     def prepare_global_plan(self, plans: List[SavePlan]) -> List[SavePlan]:
+        # With plan caching, unchanged ranks' plans come back empty, without
+        # the step they chose: the coordinator's own choice stands for them.
         steps = [p.storage_data["stint_step"] for p in plans
                  if isinstance(p.storage_data, dict) and "stint_step" in p.storage_data]
-        if not steps:
-            raise _C.UnimplementedError(
-                "stint.dcp.StorageWriter: the plans carry no step (planner plan caching is not "
-                "supported)")
-        agreed = {"stint_step": max(steps), "stint_world_size": len(plans),
-                  "stint_nonce": uuid.uuid4().hex}
-        return [dataclasses.replace(p, storage_data=dict(agreed)) for p in plans]
+        self._agreed = {"stint_step": max(steps + [self._local_step]),
+                        "stint_world_size": len(plans), "stint_nonce": uuid.uuid4().hex}
+        return [dataclasses.replace(p, storage_data=dict(self._agreed)) for p in plans]
+
+    def _this_save(self, data: Dict[str, Any], store: Any) -> Dict[str, Any]:
+        """This save's agreed step, world size and nonce, for a final plan whose data is
+        `data`: its own, or for a plan the planner cached (written before), the
+        coordinator's through the store."""
+        cached = data.get("stint_written", False)
+        data["stint_written"] = True  # the planner hands this same plan object back
+        world_size = data["stint_world_size"]
+        if world_size == 1 or store is None:
+            return self._agreed if cached else data
+        key = "stint-dcp/writes-of-%d/" % world_size
+        # Every rank reaches write_data once per save (DCP fails planning on all
+        # ranks or none), after the previous save finished on all of them.
+        seq = (store.add(key + "count", 1) - 1) // world_size
+        if self._is_coordinator:
+            store.set(key + str(seq), json.dumps(self._agreed))
+            if seq > 0:
+                store.delete_key(key + str(seq - 1))  # every rank read it last save
+            return self._agreed if cached else data
+        return json.loads(store.get(key + str(seq)).decode()) if cached else data
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future:
-        data = plan.storage_data
-        if not isinstance(data, dict) or "stint_nonce" not in data or \
-                data["stint_nonce"] == self._last_nonce:
-            raise _C.UnimplementedError(
-                "stint.dcp.StorageWriter: the final plan is not the one this save planned "
-                "(planner plan caching is not supported)")
-        self._last_nonce = data["stint_nonce"]
+        if not isinstance(plan.storage_data, dict) or "stint_nonce" not in plan.storage_data:
+            raise _C.InvalidArgumentError(
+                "stint.dcp.StorageWriter: the final plan was not prepared by a stint writer")
+        store = self._store if self._store is not None else _default_store()
+        data = self._this_save(plan.storage_data, store)
         step, world_size = data["stint_step"], data["stint_world_size"]
 
         names: List[str] = []
-        seen = set()
         tensors: List[torch.Tensor] = []
         boxes: List[Optional[Tuple[Tuple[int, ...], Tuple[int, ...]]]] = []
         blobs: Dict[str, bytes] = {}
@@ -320,10 +353,7 @@ class StorageWriter(_DcpStorageWriter):
                 results.append(WriteResult(index=item.index, size_in_bytes=len(raw),
                                            storage_data={"blob": fqn}))
                 continue
-            if fqn in seen:
-                raise _C.UnimplementedError(
-                    "stint.dcp: rank %d holds two chunks of '%s'; stint saves one box per "
-                    "tensor per rank" % (self._rank, fqn))
+            # Any number of chunks of one tensor per rank: each is a box of it.
             tensor = planner.resolve_data(item).detach()
             td = item.tensor_data
             size = tuple(int(d) for d in td.size)
@@ -334,7 +364,6 @@ class StorageWriter(_DcpStorageWriter):
                     "stint.dcp: '%s' resolved to shape %s for a chunk of %s" %
                     (fqn, tuple(tensor.shape), extents))
             whole = extents == size and not any(offsets)
-            seen.add(fqn)
             names.append(fqn)
             tensors.append(tensor)
             boxes.append(None if whole else (size, offsets))
@@ -347,7 +376,6 @@ class StorageWriter(_DcpStorageWriter):
             if planner_data is not None:
                 blobs[_PLANNER_DATA_BLOB] = planner_data
 
-        store = self._store if self._store is not None else _default_store()
         if world_size > 1 and store is None:
             raise _C.FailedPreconditionError(
                 "stint.dcp: a save over %d ranks needs torch.distributed initialised (or "

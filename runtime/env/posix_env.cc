@@ -62,6 +62,7 @@ class PosixWritableFile final : public WritableFile {
   }
   Status Allocate(uint64_t size) override {
     if (fd_ < 0) return Status::FailedPrecondition(path_ + ": allocate after close");
+    if (size == 0) return Status::OK();  // fallocate(2) refuses len 0; an empty file is done
     int rc;
     do {
       rc = ::fallocate(fd_, 0, 0, static_cast<off_t>(size));

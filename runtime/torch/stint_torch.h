@@ -88,7 +88,8 @@ class TorchStateBuilder {
   // is the box at `offsets` (one per dim; its sizes are the extents) of a
   // tensor of `global_shape`. With several ranks each saves its own boxes
   // (together covering the tensor once; a replicated tensor from one rank
-  // only) and the commit checks they neither overlap nor leave a gap.
+  // only) and the commit checks they neither overlap nor leave a gap. A rank
+  // may add several boxes of one name; kAlreadyExists if it was added whole.
   Status AddShard(const std::string& name, const torch::Tensor& tensor,
                   std::vector<int64_t> global_shape, std::vector<int64_t> offsets,
                   WriteBarrier written_at = WriteBarrier::kOptimizerStep);
@@ -116,6 +117,7 @@ class TorchStateBuilder {
  private:
   State state_;
   std::set<std::string> names_;
+  std::set<std::string> whole_names_;  // added by AddTensor (or without a box)
   // Every tensor added, and the contiguous copies (and scalars such as Adam's
   // step) that state_ points into; shared with state_.owner.
   std::shared_ptr<std::vector<torch::Tensor>> held_;

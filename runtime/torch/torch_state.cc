@@ -332,7 +332,11 @@ Status TorchStateBuilder::AddShard(const std::string& name, const torch::Tensor&
                                    WriteBarrier written_at) {
   return Guard("tensor '" + name + "'", [&]() -> Status {
     if (!tensor.defined()) return Status::OK();
-    STINT_ASSIGN_OR_RETURN(DType dtype, CheckNewTensor(name, tensor, names_));
+    // A whole tensor is added once; a sharded one may have any number of
+    // boxes here (Save() checks they neither overlap nor leave a gap).
+    const bool whole = global_shape.empty() && offsets.empty();
+    STINT_ASSIGN_OR_RETURN(DType dtype,
+                           CheckNewTensor(name, tensor, whole ? names_ : whole_names_));
     STINT_RETURN_IF_ERROR(CheckBox(name, tensor, global_shape, offsets));
 
     TensorShard shard;
@@ -363,6 +367,7 @@ Status TorchStateBuilder::AddShard(const std::string& name, const torch::Tensor&
     shard.written_at = written_at;
     state_.tensors.push_back(std::move(shard));
     names_.insert(name);
+    if (whole) whole_names_.insert(name);
     return Status::OK();
   });
 }

@@ -137,6 +137,34 @@ TEST_P(CheckpointerTest, EmptyAndScalarTensors) {
   EXPECT_EQ(r->blobs.at("empty_blob"), "");
 }
 
+TEST_P(CheckpointerTest, ZeroByteSavesCommitAndLoad) {
+  // A rank with nothing to write (an empty state, or only 0-element tensors
+  // and empty blobs) writes a 0-byte data file: it commits and loads back.
+  auto ckpt = Checkpointer::Open(Options());
+  ASSERT_OK(ckpt);
+  auto h = (*ckpt)->Save(1, State{});
+  ASSERT_OK(h);
+  ASSERT_OK(h->durable.get());
+  State only_empty;
+  only_empty.tensors.push_back({"empty", DType::kFloat32, {0, 4}, {}, {}, nullptr});
+  only_empty.blobs["empty_blob"] = "";
+  h = (*ckpt)->Save(2, only_empty);
+  ASSERT_OK(h);
+  ASSERT_OK(h->durable.get());
+
+  LoadOptions first;
+  first.step = 1;
+  auto r = (*ckpt)->Load(std::vector<TensorDest>{}, first);
+  ASSERT_OK(r);
+  EXPECT_EQ(r->step, 1u);
+  EXPECT_TRUE(r->blobs.empty());
+  r = (*ckpt)->Load({{"empty", DType::kFloat32, {0, 4}, {}, {}, nullptr}});
+  ASSERT_OK(r);
+  EXPECT_EQ(r->step, 2u);
+  EXPECT_EQ(r->blobs.at("empty_blob"), "");
+  EXPECT_TRUE(r->skipped.empty());
+}
+
 TEST_P(CheckpointerTest, ReshardDim0) {
   // Saved as 3 uneven row shards (as 3 ranks would), loaded as 2 and as 1.
   auto ckpt = Checkpointer::Open(Options());

@@ -7,7 +7,6 @@ every wait bounded by a subprocess timeout.
 
 import glob
 import os
-import subprocess
 import sys
 import time
 import warnings
@@ -133,38 +132,12 @@ def _worker(phase):
 
 def _run_ranks(phase, world, root, tmp_path, python_env, step=0):
     """Runs `phase` on `world` processes; fails with their output if one fails or hangs."""
+    from util import run_ranks
     env = dict(python_env, DCP_ROOT=root, DCP_OUT=str(tmp_path), DCP_STEP=str(step),
                DCP_INIT=str(tmp_path / ("init-%s-%d" % (phase, world))),
                DCP_STACKS_AFTER=str(WORKER_TIMEOUT - 10),
-               MASTER_ADDR="127.0.0.1", WORLD_SIZE=str(world), OMP_NUM_THREADS="1")
-    procs, logs = [], []
-    for rank in range(world):
-        log = open(tmp_path / ("%s-%d-rank%d.log" % (phase, world, rank)), "w+b")
-        logs.append(log)
-        procs.append(subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), phase],
-            env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)), stdout=log,
-            stderr=subprocess.STDOUT))
-    try:
-        for p in procs:
-            try:
-                p.wait(timeout=WORKER_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                pass
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(timeout=10)
-    failed = []
-    for rank, (p, log) in enumerate(zip(procs, logs)):
-        log.seek(0)
-        text = log.read().decode(errors="replace")
-        log.close()
-        if p.returncode != 0:
-            failed.append("rank %d of %s exited %s:\n%s" % (rank, phase, p.returncode,
-                                                            text[-6000:]))
-    assert not failed, "\n".join(failed)
+               MASTER_ADDR="127.0.0.1", OMP_NUM_THREADS="1")
+    run_ranks(__file__, [phase], world, env, tmp_path, "%s-%d" % (phase, world), WORKER_TIMEOUT)
 
 
 def _assert_same(a, b):

@@ -33,3 +33,42 @@ def assert_same_tree(a, b, path="state"):
         assert a.hex() == b.hex(), "%s: %r vs %r" % (path, a, b)
     else:
         assert a == b, "%s: %.80r vs %.80r" % (path, a, b)
+
+
+def run_ranks(script, args, world, env, log_dir, name, timeout):
+    """Runs `python script *args` as ranks 0..world-1 (RANK, WORLD_SIZE, LOCAL_RANK set).
+
+    Every process is waited for at most `timeout` seconds and killed past it;
+    fails with each failed rank's output tail if one exits non-zero.
+    """
+    import os
+    import subprocess
+    import sys
+    procs, logs = [], []
+    for rank in range(world):
+        log = open(os.path.join(str(log_dir), "%s-rank%d.log" % (name, rank)), "w+b")
+        logs.append(log)
+        procs.append(subprocess.Popen(
+            [sys.executable, os.path.abspath(script)] + list(args),
+            env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world)),
+            stdout=log, stderr=subprocess.STDOUT))
+    try:
+        for p in procs:
+            try:
+                p.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pass
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+    failed = []
+    for rank, (p, log) in enumerate(zip(procs, logs)):
+        log.seek(0)
+        text = log.read().decode(errors="replace")
+        log.close()
+        if p.returncode != 0:
+            failed.append("rank %d of %s exited %s:\n%s" % (rank, name, p.returncode,
+                                                            text[-6000:]))
+    assert not failed, "\n".join(failed)

@@ -44,7 +44,8 @@ class WritableFile {
   virtual Status PositionedWrite(const void* data, size_t n, uint64_t offset) = 0;
   // Reserves `size` bytes (the file's final size): O_DIRECT writes into a
   // preallocated file need no synchronous size updates, and a full disk
-  // fails here, before any data is written. No-op where unsupported.
+  // fails here, before any data is written. No-op where unsupported and
+  // for size 0.
   virtual Status Allocate(uint64_t size) { return Status::OK(); }
   virtual Status Sync() = 0;   // fdatasync
   virtual Status Fsync() = 0;  // fsync
