@@ -394,7 +394,7 @@ class CheckpointerImpl final : public Checkpointer {
         loaded->skipped.insert(loaded->skipped.begin(), skipped.begin(), skipped.end());
         return loaded;
       }
-      if (!IsCheckpointDamage(loaded.status())) return loaded.status();
+      if (ClassifyLoadFailure(loaded.status()) == LoadFailure::kCaller) return loaded.status();
       skipped.push_back(StepDirName(step) + ": " + loaded.status().ToString());
     }
     std::string why;
