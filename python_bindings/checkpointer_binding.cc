@@ -676,6 +676,11 @@ std::unique_ptr<PyCheckpointer> OpenCheckpointer(
     fenced_by.session = SessionOf(fencing, "fencing");
     ThrowIfError(FenceCommits(fenced_by.session->client(), &o));
   }
+  if ((fenced_by.client != nullptr || fenced_by.session != nullptr) && o.lock_wait.count() == 0) {
+    // Under stintd the writer this one replaces (a requeued segment's, cut
+    // off from stintd) lets go of the root at its next fenced commit: wait.
+    o.lock_wait = std::chrono::minutes(2);
+  }
   std::optional<Result<std::unique_ptr<Checkpointer>>> opened;
   {
     py::gil_scoped_release nogil;

@@ -516,7 +516,11 @@ class Coordinator:
             [self.c.stintd_bin, "--listen", "127.0.0.1:%d" % self.port,
              "--db", os.path.join(self.dir, "stintd.db"), "--tick-seconds", "0.05",
              "--lease-ttl-seconds", "4", "--node-ttl-seconds", "3", "--start-grace-seconds", "60",
-             "--min-run-seconds", "0", "--safety-seconds", "1"],
+             "--min-run-seconds", "0", "--safety-seconds", "1",
+             # Not the default 29500-29999 that other stintds on this host
+             # (tests running beside the campaign) hand out too: a segment's
+             # TCPStore failing with EADDRINUSE is not a fault under test.
+             "--master-ports", "%d-%d" % _master_ports()],
             env=self.env, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         deadline = time.monotonic() + 30
@@ -700,6 +704,13 @@ def _alive(events):
         except ProcessLookupError:
             pass
     return False
+
+
+def _master_ports():
+    """A range of 40 ports below 29500 and the ephemeral range, by pid, so
+    that campaigns and tests running at once on one host rarely share one."""
+    first = 20000 + (os.getpid() % 200) * 40
+    return first, first + 39
 
 
 def _end(proc, before=None):

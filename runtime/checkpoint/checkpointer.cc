@@ -126,6 +126,17 @@ class CheckpointerImpl final : public Checkpointer {
             options.keep_in_memory ? 3 : 2) {
     options_.env = env;
     options_.replica_env = replica_env_;
+    if (options_.commit_guard) {
+      // kAborted from the guard: this writer incarnation is stale (fenced,
+      // e.g. its segment was requeued elsewhere). It can never commit again,
+      // so it lets go of the root at once: the writer that replaced it may
+      // be waiting for the lock (lock_wait).
+      options_.commit_guard = [this, guard = options_.commit_guard](uint64_t step) {
+        Status s = guard(step);
+        if (s.code() == Code::kAborted) StopWriting(s);
+        return s;
+      };
+    }
     if (!options_.replica_root.empty() && options_.rank == 0 && !options_.read_only) {
       replicator_ = std::make_unique<Replicator>(options_, &tier1_guard_);
     }
@@ -173,6 +184,10 @@ class CheckpointerImpl final : public Checkpointer {
     {
       // Refused now rather than failing at its rename behind the first one.
       std::lock_guard<std::mutex> lock(mu_);
+      if (!fenced_.ok()) {
+        return fenced_.WithContext(options_.root + ": this writer was fenced and let go of the "
+                                   "root; not saving step " + std::to_string(step));
+      }
       if (steps_in_flight_.count(step) != 0) {
         return Status::AlreadyExists("a save of step " + std::to_string(step) +
                                      " is still in flight; not saving it twice");
@@ -694,6 +709,11 @@ class CheckpointerImpl final : public Checkpointer {
       if (!started.ok()) return started.status();
       tmp = *started;
     } else {
+      {
+        // Queued before this writer was fenced: the root is not its own any more.
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!fenced_.ok()) return fenced_;
+      }
       tmp = options_.root + "/" + TmpDirName(step, RandomNonce());
       s = env_->CreateDir(tmp);
     }
@@ -757,6 +777,13 @@ class CheckpointerImpl final : public Checkpointer {
       RemoveRecursively(env_, tmp).IgnoreError();
     }
     return s;
+  }
+
+  // Fenced: refuses every later save and releases the root's writer lock.
+  void StopWriting(const Status& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (fenced_.ok()) fenced_ = why;
+    root_lock_.reset();
   }
 
   void SetBase(std::shared_ptr<const IncrementalBase> base) {
@@ -909,8 +936,10 @@ class CheckpointerImpl final : public Checkpointer {
     old.reset();  // outside the lock: a Load may still hold it, and the pool wakes a waiting Save
   }
 
-  // Writers with rank 0: the root's writer lock, released last (see root_lock.h).
-  const std::unique_ptr<FileLock> root_lock_;
+  // Writers with rank 0: the root's writer lock, released last (see root_lock.h),
+  // or when a commit guard fenced this writer (StopWriting).
+  std::unique_ptr<FileLock> root_lock_;  // guarded by mu_ once the persist thread runs
+  Status fenced_;                        // guarded by mu_; what fenced this writer
   CheckpointOptions options_;
   Env* const env_;
   Env* const replica_env_;

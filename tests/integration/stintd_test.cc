@@ -678,35 +678,38 @@ TEST_F(StintdTest, KvCapsRefuseClearlyAndAJobThatEndsKeepsNoKv) {
   ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
   const int64_t a = Submit({{"name", "a"}, {"min_gpus", 1}});
   const int64_t b = Submit({{"name", "b"}, {"min_gpus", 1}});
+  // The shared worker token reaches no job's KV: each job's own token does.
+  HttpJson ja(daemon_->port(), Job(a)["registration_token"].get<std::string>());
+  HttpJson jb(daemon_->port(), Job(b)["registration_token"].get<std::string>());
   auto kv = [](int64_t job, const std::string& key) {
     return "/v1/jobs/" + std::to_string(job) + "/kv/" + key;
   };
   for (const char* key : {"k1", "k2", "k3"})
-    ASSERT_EQ(worker_->Put(kv(a, key), {{"value", "v"}}).status, 200) << key;
-  auto full = worker_->Put(kv(a, "k4"), {{"value", "v"}});
+    ASSERT_EQ(ja.Put(kv(a, key), {{"value", "v"}}).status, 200) << key;
+  auto full = ja.Put(kv(a, "k4"), {{"value", "v"}});
   EXPECT_EQ(full.status, 429) << full.text;
   EXPECT_EQ(full.body["error"]["code"], "RESOURCE_EXHAUSTED");
   EXPECT_NE(full.text.find("--kv-max-keys-per-job"), std::string::npos) << full.text;
-  EXPECT_EQ(worker_->Get(kv(a, "k4")).status, 404);
-  EXPECT_EQ(worker_->Put(kv(a, "k1"), {{"value", "again"}}).status, 200);  // no new key
-  EXPECT_EQ(worker_->Put(kv(b, "k1"), {{"value", "v"}}).status, 200);      // caps are per job
-  ASSERT_EQ(worker_->Delete(kv(a, "k3")).status, 200);
-  EXPECT_EQ(worker_->Put(kv(a, "k4"), {{"value", "v"}}).status, 200);
+  EXPECT_EQ(ja.Get(kv(a, "k4")).status, 404);
+  EXPECT_EQ(ja.Put(kv(a, "k1"), {{"value", "again"}}).status, 200);  // no new key
+  EXPECT_EQ(jb.Put(kv(b, "k1"), {{"value", "v"}}).status, 200);      // caps are per job
+  ASSERT_EQ(ja.Delete(kv(a, "k3")).status, 200);
+  EXPECT_EQ(ja.Put(kv(a, "k4"), {{"value", "v"}}).status, 200);
 
   // b holds 3 bytes ("k1" + "v"); 2 + 60 more would be 65 > 64.
-  auto heavy = worker_->Put(kv(b, "k2"), {{"value", std::string(60, 'x')}});
+  auto heavy = jb.Put(kv(b, "k2"), {{"value", std::string(60, 'x')}});
   EXPECT_EQ(heavy.status, 429) << heavy.text;
   EXPECT_NE(heavy.text.find("--kv-max-bytes-per-job"), std::string::npos) << heavy.text;
-  EXPECT_EQ(worker_->Put(kv(b, "k2"), {{"value", std::string(59, 'x')}}).status, 200);
-  auto huge = worker_->Put(kv(b, "k1"), {{"value", std::string((1 << 20) + 1, 'x')}});
+  EXPECT_EQ(jb.Put(kv(b, "k2"), {{"value", std::string(59, 'x')}}).status, 200);
+  auto huge = jb.Put(kv(b, "k1"), {{"value", std::string((1 << 20) + 1, 'x')}});
   EXPECT_EQ(huge.status, 413) << huge.text.substr(0, 300);
   EXPECT_EQ(huge.body["error"]["code"], "PAYLOAD_TOO_LARGE");
-  EXPECT_EQ(worker_->Get(kv(b, "k1")).body["value"], "v");
+  EXPECT_EQ(jb.Get(kv(b, "k1")).body["value"], "v");
 
   // Cancelled: a's KV is gone at once and stays gone; b's stays.
   ASSERT_EQ(admin_->Post("/v1/jobs/" + std::to_string(a) + "/cancel", json::object()).status, 200);
   EXPECT_EQ(admin_->Get(kv(a, "k1")).status, 404);
-  auto late = worker_->Put(kv(a, "k1"), {{"value", "v"}});
+  auto late = ja.Put(kv(a, "k1"), {{"value", "v"}});
   EXPECT_EQ(late.status, 409) << late.text;
   Restart(SIGKILL);
   EXPECT_EQ(admin_->Get(kv(a, "k1")).status, 404);

@@ -159,7 +159,7 @@ def test_overwrite_false_refuses_an_existing_checkpoint_as_filesystemwriter(root
     with pytest.raises(BaseException, match="Checkpoint already exists"):
         dcp.save(sd, storage_writer=stint.dcp.StorageWriter(root, overwrite=False),
                  checkpoint_id=7)
-    assert sorted(os.listdir(root)) == ["LATEST", "step-00000000", "step-00000007"]
+    assert sorted(os.listdir(root)) == [".writer.lock", "LATEST", "step-00000000", "step-00000007"]
     # overwrite=True (the default, as FileSystemWriter's): the new save is what loads.
     dcp.save({"w": sd["w"] * 3}, storage_writer=stint.dcp.StorageWriter(root))
     out = {"w": torch.zeros(4)}
@@ -237,7 +237,7 @@ def test_plan_caching_saves_each_step_with_its_values(root):
     for step in range(3):
         dcp.save(_cached_state(1, step), storage_writer=stint.dcp.StorageWriter(root),
                  planner=_CachingPlanner(enable_plan_caching=True))
-    assert sorted(os.listdir(root)) == ["LATEST", "step-00000000", "step-00000001",
+    assert sorted(os.listdir(root)) == [".writer.lock", "LATEST", "step-00000000", "step-00000001",
                                         "step-00000002"]
     for step in range(3):
         want = _cached_state(1, step)
@@ -249,7 +249,7 @@ def test_plan_caching_saves_each_step_with_its_values(root):
 
 def test_plan_caching_over_two_ranks(root, tmp_path, python_env):
     _run_ranks("plan_cache", 2, root, tmp_path, python_env)
-    assert sorted(os.listdir(root)) == ["LATEST", "step-00000000", "step-00000001",
+    assert sorted(os.listdir(root)) == [".writer.lock", "LATEST", "step-00000000", "step-00000001",
                                         "step-00000002"]
 
 

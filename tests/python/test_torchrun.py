@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 import tomllib
+import urllib.error
 import urllib.request
 
 import pytest
@@ -258,8 +259,10 @@ def test_stint_agent_launches_a_job_through_torchrun(tmp_path, monkeypatch):
         assert len({g.split(" worker=")[1].split(" ")[0] for g in got}) == 2, got
         assert {g.split(" node=")[1].split(":")[0] for g in got} == {"n1", "n2"}, got
         segment = daemon.call("GET", "/v1/jobs/%d" % job)["segments"][0]["id"]
-        state = daemon.call("GET", "/v1/jobs/%d/kv/torchrun/segment-%d/state" % (job, segment))
-        assert state["version"] >= 1
+        # The rendezvous went through the job's KV, which went with the job (DONE).
+        with pytest.raises(urllib.error.HTTPError) as gone:
+            daemon.call("GET", "/v1/jobs/%d/kv/torchrun/segment-%d/state" % (job, segment))
+        assert gone.value.code == 404
     finally:
         for a in agents:
             a.send_signal(signal.SIGTERM)

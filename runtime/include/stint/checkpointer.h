@@ -193,6 +193,10 @@ struct CheckpointOptions {
   // non-OK answer aborts this commit: the .tmp- directory is removed, nothing
   // committed (step dirs, LATEST) is touched, the save's durable future holds
   // exactly that status, and the next Flush() returns it once more.
+  // kAborted means this writer incarnation is stale (fenced): the
+  // Checkpointer then releases the root's writer lock at once and refuses
+  // every later save with that status, so the writer that replaced it (which
+  // may be waiting, see lock_wait) takes the root over.
   // Called once per save, never concurrently; its time (a network round trip
   // for a fencing check) adds to this save's and delays the saves queued
   // behind it. Default: none (always commit).
