@@ -137,6 +137,15 @@ class CheckpointerImpl final : public Checkpointer {
         return s;
       };
     }
+    if (options_.token_guard) {
+      // The same on the committer when its own token is the stale one (a
+      // stale peer's token fails this commit only).
+      options_.token_guard = [this, guard = options_.token_guard](uint64_t token) {
+        Status s = guard(token);
+        if (s.code() == Code::kAborted && token == options_.fencing_token) StopWriting(s);
+        return s;
+      };
+    }
     if (!options_.replica_root.empty() && options_.rank == 0 && !options_.read_only) {
       replicator_ = std::make_unique<Replicator>(options_, &tier1_guard_);
     }

@@ -132,6 +132,7 @@ struct CheckpointOptions {
   // Multi-rank saves: asked on the committer about every rank's fencing
   // token right before the rename; an error aborts the commit, naming the
   // rank (CoordinatorTokenGuard: is that worker incarnation still current?).
+  // kAborted for the committer's own token fences this writer as commit_guard's does.
   // Default: none
   std::function<Status(uint64_t fencing_token)> token_guard;
   uint64_t chunk_size = 8u << 20;  // REQUIRES: multiple of 4096. Default: 8 MiB
