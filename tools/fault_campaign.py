@@ -302,7 +302,7 @@ class Campaign:
             self.fail("%s: verify run at world %d exited %s (see %s)" % (label, world, codes, self.work))
         if loaded and loaded[-1][2] != "ok":
             self.fail("%s: verify run at world %d loaded step %s that differs" % (label, world, loaded[-1][1]))
-        ckpt = stint.Checkpointer(root, collective=False, fencing=False, keep_last=0)
+        ckpt = stint.Checkpointer(root, collective=False, read_only=True)
         try:
             committed = set(ckpt.list_committed())
             missing = sorted(self.durable[root] - committed)
@@ -666,7 +666,7 @@ class Coordinator:
                         (label, seg1, stale))
         loaded = [int(e[1]) for e in seg_events(seg2, 0) if e[0] == "loaded"]
         resumed = loaded[0] if loaded else 0
-        ckpt = stint.Checkpointer(root, collective=False, fencing=False, keep_last=0)
+        ckpt = stint.Checkpointer(root, collective=False, read_only=True)
         try:
             for step in ckpt.list_committed():
                 if step <= resumed:
