@@ -102,8 +102,9 @@ TEST_F(CommitGuardTest, ARefusalCommitsNothingAndReachesTheDurableFuture) {
   ASSERT_OK(first);
   ASSERT_OK(first->durable.get());
 
+  // Not a fencing verdict (kAborted, below): the writer stays the writer.
   const Status refusal =
-      Status::Aborted("fenced: fencing token 41 of job 3 is stale: not committing step 20");
+      Status::Unavailable("cannot confirm fencing token 41 of job 3: not committing step 20");
   SetVerdict(refusal);
   auto second = (*ckpt)->Save(20, MakeState());
   ASSERT_OK(second);
@@ -125,7 +126,7 @@ TEST_F(CommitGuardTest, ARefusalCommitsNothingAndReachesTheDurableFuture) {
 
   // The error comes back once more from the next call, then the way is clear.
   Status flushed = (*ckpt)->Flush();
-  EXPECT_EQ(flushed.code(), Code::kAborted);
+  EXPECT_EQ(flushed.code(), Code::kUnavailable);
   EXPECT_NE(flushed.message().find("fencing token 41"), std::string::npos) << flushed.message();
   EXPECT_OK((*ckpt)->Flush());
 
@@ -136,6 +137,35 @@ TEST_F(CommitGuardTest, ARefusalCommitsNothingAndReachesTheDurableFuture) {
   ASSERT_OK(retry->durable.get());
   EXPECT_EQ(Latest(), StepDirName(20));
   EXPECT_EQ(asked_, (std::vector<uint64_t>{10, 20, 20}));
+}
+
+// kAborted from the guard fences this writer: it commits nothing more and
+// lets go of the root at once, so the writer that replaced it can open it.
+TEST_F(CommitGuardTest, AFencedWriterRefusesLaterSavesAndLetsGoOfTheRoot) {
+  auto ckpt = Checkpointer::Open(Options());
+  ASSERT_OK(ckpt);
+  auto first = (*ckpt)->Save(10, MakeState());
+  ASSERT_OK(first);
+  ASSERT_OK(first->durable.get());
+  EXPECT_EQ(Checkpointer::Open(Options()).status().code(), Code::kFailedPrecondition);
+
+  SetVerdict(Status::Aborted("fenced: fencing token 41 of job 3 is stale: not committing step 20"));
+  auto second = (*ckpt)->Save(20, MakeState());
+  ASSERT_OK(second);
+  EXPECT_EQ(second->durable.get().code(), Code::kAborted);
+
+  SetVerdict(Status::OK());
+  auto later = (*ckpt)->Save(30, MakeState());
+  ASSERT_FALSE(later.ok());
+  EXPECT_EQ(later.status().code(), Code::kAborted);
+  EXPECT_NE(later.status().message().find("fenced"), std::string::npos) << later.status().ToString();
+
+  auto successor = Checkpointer::Open(Options());  // while the fenced one is still open
+  ASSERT_OK(successor);
+  auto next = (*successor)->Save(30, MakeState());
+  ASSERT_OK(next);
+  ASSERT_OK(next->durable.get());
+  EXPECT_EQ(Latest(), StepDirName(30));
 }
 
 TEST_F(CommitGuardTest, AReopenedRootLoadsTheLastCheckpointTheGuardAllowed) {
