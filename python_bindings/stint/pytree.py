@@ -28,7 +28,7 @@ from __future__ import annotations
 import collections
 import json
 import math
-from typing import Any, Dict, Iterable, List, Optional, Set, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Set, Tuple, Union
 
 import torch
 
@@ -282,27 +282,30 @@ def _kind(node: Node) -> str:
     raise _Bad("unexpected node %r" % (node,))
 
 
+def _tensor_nodes(node: Node) -> Iterator[Node]:
+    """The tensor and ndarray nodes of a structure, depth first; _Bad (or
+    IndexError/TypeError/ValueError) where it is malformed."""
+    kind = _kind(node)
+    if kind in ("tensor", "ndarray"):
+        yield node
+    elif kind in ("dict", "odict"):
+        for _, v in node[1]:
+            yield from _tensor_nodes(v)
+    elif kind in ("list", "tuple"):
+        for v in node[1]:
+            yield from _tensor_nodes(v)
+
+
 def tensor_names(root: Node) -> Optional[List[str]]:
     """Every tensor name the structure refers to, in order, once each (None
     when the structure is malformed)."""
     out: List[str] = []
     seen: Set[str] = set()
-
-    def walk(node: Node) -> None:
-        kind = _kind(node)
-        if kind in ("tensor", "ndarray"):
+    try:
+        for node in _tensor_nodes(root):
             if node[1] not in seen:
                 seen.add(node[1])
                 out.append(node[1])
-        elif kind in ("dict", "odict"):
-            for k, v in node[1]:
-                walk(v)
-        elif kind in ("list", "tuple"):
-            for v in node[1]:
-                walk(v)
-
-    try:
-        walk(root)
     except (_Bad, IndexError, TypeError, ValueError):
         return None
     return out
@@ -313,25 +316,14 @@ def per_rank_tensors(root: Node, where: str) -> Dict[str, int]:
     the structure refers to (see the module doc); DataLossError when the
     structure is malformed."""
     out: Dict[str, int] = {}
-
-    def walk(node: Node) -> None:
-        kind = _kind(node)
-        if kind in ("tensor", "ndarray"):
+    try:
+        for node in _tensor_nodes(root):
             meta = node[2] if len(node) > 2 and isinstance(node[2], dict) else {}
             world = meta.get("per_rank")
             if world is not None:
                 if type(world) is not int or world < 1:
                     raise _Bad("tensor '%s': per_rank %r is not a world size" % (node[1], world))
                 out[node[1]] = world
-        elif kind in ("dict", "odict"):
-            for _, v in node[1]:
-                walk(v)
-        elif kind in ("list", "tuple"):
-            for v in node[1]:
-                walk(v)
-
-    try:
-        walk(root)
     except (_Bad, IndexError, TypeError, ValueError) as e:
         raise _C.DataLossError("%s: malformed state structure (%s)" % (where, e)) from None
     return out
