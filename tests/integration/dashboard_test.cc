@@ -654,7 +654,7 @@ TEST_F(DashboardTest, ChromiumDrawsWindowsSegmentsQueueAndMetrics) {
   ASSERT_EQ(dom.Where("svg", "", "id", "timeline").size(), 1u);
   {
     // The default range holds every window, from its start to its end.
-    const Element& box = dom.Where("svg", "", "id", "timeline")[0];
+    const Element box = dom.Where("svg", "", "id", "timeline")[0];
     double t0 = 0, t1 = 0;
     ASSERT_TRUE(ParseDouble(box.Attr("data-t0"), &t0)) << box.Attr("data-t0");
     ASSERT_TRUE(ParseDouble(box.Attr("data-t1"), &t1)) << box.Attr("data-t1");
