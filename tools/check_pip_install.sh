@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # Checks the pip install of the Python package the way a user does it:
 #   pip install --no-build-isolation .
-# from a clean copy of the repository into a fresh virtual environment, then
-# `import stint` from another directory and a small save/load.
+# into a fresh virtual environment, then `import stint` from another
+# directory and a small save/load.
 #
 #   bash tools/check_pip_install.sh
 #
-# The copy holds the files of a clean clone of the working tree (tracked and
-# untracked-but-not-ignored files, uncommitted edits included; in CI that is
-# the clone itself), so no build directory or .venv leaks in. The fresh venv
-# is made from the project .venv's interpreter and sees that venv's packages
-# (torch, pybind11, scikit-build-core) through a .pth file, so nothing large
-# is downloaded; the package is installed into the fresh venv only. The build
-# is a full build of the extension (a few minutes on 2 cores; ccache helps
-# the next run). STINT_VENV_PYTHON picks another interpreter; CMAKE_BUILD_PARALLEL_LEVEL
-# the build's parallelism; STINT_KEEP=1 keeps the temporary directory.
+# pip builds from the checkout itself (in CI a clean clone) into a build
+# directory of its own, build-pip-check/, emptied first: a full configure and
+# build of the extension. That directory sits beside build/ (tools/setup.sh),
+# so the compile commands are the same ones, relative to the checkout, and
+# ccache serves the objects the main build compiled (CCACHE_BASEDIR is the
+# checkout, as setup.sh sets it): the check costs a configure and a link, not
+# a second compile. The fresh venv is made from the project .venv's
+# interpreter and sees that venv's packages (torch, pybind11,
+# scikit-build-core) through a .pth file, so nothing large is downloaded; the
+# package is installed into the fresh venv only. STINT_VENV_PYTHON picks
+# another interpreter; CMAKE_BUILD_PARALLEL_LEVEL the build's parallelism;
+# STINT_KEEP=1 keeps the temporary directory.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 PY_BASE=${STINT_VENV_PYTHON:-$REPO/.venv/bin/python}
@@ -30,15 +33,7 @@ else
   trap 'rm -rf "$WORK"' EXIT
 fi
 
-# 1. A clean copy of the working tree.
-SRC=$WORK/src
-mkdir -p "$SRC"
-(cd "$REPO" && git ls-files -z --cached --others --exclude-standard |
-   while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
-   tar -cf - --null -T -) | tar -xf - -C "$SRC"
-echo "check_pip_install: copied $(cd "$SRC" && find . -type f | wc -l) files to $SRC"
-
-# 2. A fresh venv that sees the project venv's packages.
+# 1. A fresh venv that sees the project venv's packages.
 VENV=$WORK/venv
 "$PY_BASE" -m venv --without-pip "$VENV"
 PY=$VENV/bin/python
@@ -50,19 +45,29 @@ if ! "$PY" -c "import scikit_build_core" 2>/dev/null; then
   "$PY" -m pip install -q scikit-build-core
 fi
 
-# 3. pip install from the copy. ccache (when installed) finds earlier runs'
-# objects although each run has another temporary path.
-export CCACHE_BASEDIR=$SRC CCACHE_NOHASHDIR=true
+# 2. pip install from the checkout, into an empty build directory.
+BUILD=$REPO/build-pip-check
+rm -rf "$BUILD"
+export CCACHE_BASEDIR=$REPO CCACHE_NOHASHDIR=true
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
+# The main build's compilers by the same names (pip's own default is g++, the
+# main build's c++: the same compiler, but another ccache key).
+same_compilers=()
+MAIN_CACHE=$REPO/${STINT_BUILD_DIR:-build}/CMakeCache.txt
+for lang in C CXX; do
+  compiler=$(sed -n "s/^CMAKE_${lang}_COMPILER:FILEPATH=//p" "$MAIN_CACHE" 2>/dev/null || true)
+  [ -n "$compiler" ] && same_compilers+=(-C "cmake.define.CMAKE_${lang}_COMPILER=$compiler")
+done
 echo "check_pip_install: pip install --no-build-isolation . (build log: $WORK/pip.log)"
-if ! (cd "$SRC" && "$PY" -m pip install --no-build-isolation -v . > "$WORK/pip.log" 2>&1); then
+if ! (cd "$REPO" && "$PY" -m pip install --no-build-isolation -v -C build-dir="$BUILD" "${same_compilers[@]}" . \
+        > "$WORK/pip.log" 2>&1); then
   tail -50 "$WORK/pip.log" >&2
   echo "check_pip_install: FAILED: pip install" >&2
   exit 1
 fi
 grep -E "^ *-- stint:|^Successfully installed" "$WORK/pip.log" || true
 
-# 4. Import from elsewhere (not the copy, not a build tree) and a save/load.
+# 3. Import from elsewhere (not the copy, not a build tree) and a save/load.
 cd /tmp
 env -u PYTHONPATH -u STINT_PYTHON_PATH STINT_CHECK_DIR="$WORK/ckpt" STINT_CHECK_VENV="$VENV" "$PY" - <<'EOF'
 import importlib.metadata

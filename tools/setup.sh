@@ -33,6 +33,10 @@ if ! .venv/bin/python -c "import torch, numpy, pybind11, pytest, scikit_build_co
 fi
 
 BUILD_DIR=${STINT_BUILD_DIR:-build}
+# ccache keys relative to the checkout, so another build of the same sources
+# at the same depth (tools/check_pip_install.sh's build-pip-check/) is served
+# from this one's objects.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 ninja -C "$BUILD_DIR" -j"$(nproc)"
 echo "setup: built into $BUILD_DIR"

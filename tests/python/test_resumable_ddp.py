@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-LAUNCH_DEADLINE = 240.0  # one torchrun with two workers, torch imported three times, loaded machine
+LAUNCH_DEADLINE = 480.0  # one torchrun with two workers, torch imported three times, a loaded CI machine (a run here took up to 120 s beside 5 others)
 STEPS_BEFORE_SIGNAL = 3  # a rank says "ready" once it trained this many steps of its run
 
 
@@ -154,7 +154,7 @@ def test_a_notice_to_one_rank_stops_both_and_the_launcher_exits_75(tmp_path, env
         first.fail("launcher exit %s, not 75" % rc)
     assert stopped[0] == stopped[1], "ranks stopped at steps %s" % stopped
     assert "all 2 workers exited 75" in first.text(), first.text()[-4000:]
-    with stint.Checkpointer(root, collective=False) as ckpt:
+    with stint.Checkpointer(root, collective=False, read_only=True) as ckpt:
         assert ckpt.list_committed() == [stopped[0]]  # one checkpoint: the agreed emergency one
 
     # 2: resumed at that step; SIGTERM to the launcher, which passes it on.
