@@ -156,6 +156,11 @@ class Checkpointer:
                          the root's one writer (see the module docstring);
                          a second one raises FailedPreconditionError naming
                          the holder's pid and host
+      lock_wait=0.0      seconds a writer waits for the root's writer lock
+                         while another writer holds it, before raising that
+                         error (0: not at all, except under stint-agent with
+                         fencing, where a requeued segment waits up to 2 min
+                         for its fenced predecessor to let go)
       keep_last=3        newest K committed checkpoints kept (0: all)
       keep_every=0       also keep steps divisible by N forever
       compress=False     zstd per chunk; zstd_level=1. "auto": each save
@@ -222,7 +227,7 @@ class Checkpointer:
                  collective: Optional[bool] = None, commit_timeout: float = 0.0,
                  snapshot: str = "auto", cuda: Optional[bool] = None,
                  incremental: bool = False, read_only: bool = False,
-                 fencing: Any = True) -> None:
+                 lock_wait: float = 0.0, fencing: Any = True) -> None:
         if snapshot not in ("auto", "eager", "lazy"):
             raise _C.InvalidArgumentError(
                 "snapshot must be 'auto', 'eager' or 'lazy', got %r" % (snapshot,))
@@ -256,7 +261,7 @@ class Checkpointer:
             job_id=job_id, fencing_token=fencing_token, rank=rank, world_size=world_size,
             store=store, commit_timeout=commit_timeout,
             snapshot="eager" if snapshot == "eager" else "lazy", cuda=bool(cuda),
-            incremental=incremental, read_only=read_only,
+            incremental=incremental, read_only=read_only, lock_wait=lock_wait,
             fencing=_fencing_session(fencing))
 
     # -- saving ---------------------------------------------------------------

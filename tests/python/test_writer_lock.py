@@ -156,6 +156,45 @@ def test_second_writer_in_this_process_is_refused_until_the_first_closes(root):
         assert second.list_committed() == [1, 2]
 
 
+def test_lock_wait_waits_for_the_writer_to_close_and_is_bounded(root):
+    import threading
+
+    import stint
+    first = stint.Checkpointer(root)
+    first.save(1, _state(1)).durable.result(60)
+    # Bounded: a short wait while the first writer stays open ends in the refusal.
+    with pytest.raises(stint.FailedPreconditionError) as refused:
+        stint.Checkpointer(root, lock_wait=0.3)
+    assert "pid %d" % os.getpid() in str(refused.value)
+    with pytest.raises(stint.InvalidArgumentError):
+        stint.Checkpointer(root, lock_wait=-1)
+
+    # A long wait: the second writer opens once the first closes, not before.
+    trying, outcome = threading.Event(), {}
+
+    def second_writer():
+        trying.set()
+        try:
+            with stint.Checkpointer(root, lock_wait=120) as ckpt:
+                outcome["opened_while_first_open"] = not first_closed.is_set()
+                ckpt.save(2, _state(2)).durable.result(60)
+                outcome["committed"] = ckpt.list_committed()
+        except Exception as e:  # reported below, on the test's thread
+            outcome["error"] = e
+
+    first_closed = threading.Event()
+    thread = threading.Thread(target=second_writer)
+    thread.start()
+    assert trying.wait(60)
+    assert "committed" not in outcome and "error" not in outcome
+    first_closed.set()
+    first.close()
+    thread.join(180)
+    assert not thread.is_alive(), "the waiting writer did not open within its lock_wait"
+    assert "error" not in outcome, outcome
+    assert outcome == {"opened_while_first_open": False, "committed": [1, 2]}, outcome
+
+
 def test_root_is_created_with_its_missing_parents(tmp_path):
     import stint
     root = tmp_path / "runs" / "job-7" / "ckpt"  # tmp_path exists; runs/ and job-7/ do not
