@@ -21,6 +21,14 @@ Faults (drawn in turn, their timing and targets from --seed):
                reading the newest checkpoint in a loop while the job saves
   enospc       the root on a small tmpfs that fills up during the run (real
                ENOSPC; needs root for mount, skipped otherwise)
+  eio          EIO through the Env seam (tests/util/fault_env.h), which the
+               Python API does not reach: C++ ranks (the public Checkpointer
+               API in tests/integration/rank_saver, agreeing through a c10d
+               TCPStore) save steps, one rank's writes fail with EIO after a
+               random number of bytes in one save (every rank must fail it
+               and nothing commit), then one rank cannot read its file of the
+               newest step (every rank must agree on the step before it);
+               loads at the same and at another world size check every value
   stintd_kill  kill -9 of stintd while the ranks (run by stint-agent, fenced
                by default) commit, then stintd restarted on its database
   partition    the agent running the job stopped (SIGSTOP) past its node's
@@ -37,8 +45,6 @@ After each run:
   - every child process has a deadline; one still running past it is killed
     and counted as a failure ("hung").
 It prints runs, faults by kind and failures, and exits 1 on any failure.
-EIO through the Env seam is not reachable from Python; the C++ fault tests
-(tests/integration/fault_test.cc, crash_writer.cc) cover it.
 """
 
 from __future__ import annotations
@@ -59,7 +65,8 @@ import time
 import urllib.request
 
 HERE = os.path.abspath(__file__)
-KINDS = ["kill_save", "kill_load", "reader", "kill_commit", "enospc", "stintd_kill", "partition"]
+KINDS = ["kill_save", "kill_load", "reader", "kill_commit", "eio", "enospc", "stintd_kill",
+         "partition"]
 ADMIN, WORKER, AGENT = "campaign-admin-token", "campaign-worker-token", "campaign-agent-token"
 STEPS_PER_RUN = 4
 RUN_DEADLINE = 150.0  # seconds a run's ranks may take, faults and timeouts included
@@ -398,6 +405,84 @@ class Campaign:
         finally:
             subprocess.run(["umount", "-l", mnt], check=False)
 
+    # -- EIO through the Env seam (C++ ranks) ---------------------------------
+
+    def saver_run(self, saver, mode, root, world, step, faults, label):
+        """One rank_saver job of `world` ranks on a TCPStore of its own:
+        [(exit code, output)] by rank; a rank past the deadline is killed
+        and counted as hung."""
+        import torch.distributed as dist
+        store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        procs = [subprocess.Popen(
+            [saver, mode, root, str(store.port), str(r), str(world), str(step),
+             faults.get(r, "none"), "20000"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(world)]
+        self.runs += 1
+        deadline = time.monotonic() + RUN_DEADLINE
+        results = []
+        for r, p in enumerate(procs):
+            try:
+                out = p.communicate(timeout=max(1.0, deadline - time.monotonic()))[0]
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out = p.communicate()[0]
+                self.fail("%s: rank_saver %s rank %d hung past its %.0f s deadline" % (
+                    label, mode, r, RUN_DEADLINE))
+            results.append((p.returncode, out))
+        return results
+
+    def eio_run(self, label):
+        saver = os.path.join(self.args.build, "tests", "integration", "rank_saver")
+        if not os.access(saver, os.X_OK):
+            self.skipped["eio"] += 1
+            return
+        import stint
+        world = self.rng.randint(2, 4)
+        root = os.path.join(self.work, label + "-root")
+        bad_step, victim = self.rng.randint(2, STEPS_PER_RUN), self.rng.randrange(world)
+        after = self.rng.choice([0, 1, 64, 2048, 4095])  # below what any rank writes in a save
+        self.log("  %s: world %d, rank %d's writes fail with EIO after %d bytes in step %d"
+                 % (label, world, victim, after, bad_step))
+        durable = set()
+        for step in range(1, STEPS_PER_RUN + 1):
+            faults = {victim: "eio@%d" % after} if step == bad_step else {}
+            results = self.saver_run(saver, "save", root, world, step, faults, label)
+            codes = [c for c, _ in results]
+            if step == bad_step:
+                if codes != [3] * world:
+                    self.fail("%s: EIO on rank %d: ranks exited %s, not all 3 (failed):\n%s" % (
+                        label, victim, codes, _outputs(results)))
+            elif codes == [0] * world:
+                durable.add(step)
+            else:
+                self.fail("%s: save of step %d without a fault exited %s:\n%s" % (
+                    label, step, codes, _outputs(results)))
+        ckpt = stint._C.Checkpointer(root, read_only=True, fencing=False)
+        try:
+            committed = ckpt.list_committed()
+        finally:
+            ckpt.close()
+        if sorted(durable) != committed:
+            self.fail("%s: durable steps %s, committed %s (step %d failed with EIO)" % (
+                label, sorted(durable), committed, bad_step))
+            return
+        newest = committed[-1]
+        # The newest step at the same, a smaller and a larger world size; then
+        # one rank unable to read its file of it: all fall back together.
+        for w in sorted({world, 1, world + 1}):
+            self.check_saver_load(saver, root, w, {}, newest, label)
+        unreadable = "%s/rank-%05d.stint" % (os.path.basename(_step_dir(root, newest)), victim)
+        self.log("  %s: rank %d cannot read %s" % (label, victim, unreadable))
+        self.check_saver_load(saver, root, world, {victim: "eioread@" + unreadable},
+                              committed[-2], label)
+
+    def check_saver_load(self, saver, root, world, faults, want, label):
+        results = self.saver_run(saver, "load", root, world, 1000 + world, faults, label)
+        loaded = ["loaded %d " % want in out for _, out in results]
+        if [c for c, _ in results] != [0] * world or not all(loaded):
+            self.fail("%s: load at world %d%s: want step %d on every rank, got:\n%s" % (
+                label, world, " with %s" % faults if faults else "", want, _outputs(results)))
+
     # -- the loop -----------------------------------------------------------
 
     def run(self):
@@ -420,6 +505,8 @@ class Campaign:
             t0 = time.monotonic()
             if kind == "enospc":
                 self.enospc_run(state, label)
+            elif kind == "eio":
+                self.eio_run(label)
             elif kind in ("stintd_kill", "partition"):
                 with Coordinator(self) as coord:
                     coord.fault(kind, roots[state], state, label)
@@ -441,6 +528,15 @@ class Campaign:
         else:
             print("work directory: %s" % self.work)
         return 1 if self.failures else 0
+
+
+def _outputs(results):
+    return "\n".join("  rank %d (exit %s): %s" % (r, c, out.strip().replace("\n", " | ")[-400:])
+                     for r, (c, out) in enumerate(results))
+
+
+def _step_dir(root, step):
+    return os.path.join(root, "step-%08d" % step)
 
 
 def _numel(shape):

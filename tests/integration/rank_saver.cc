@@ -13,7 +13,10 @@
 // rank's data file); "kill@N": SIGKILL itself at its N-th operation (file
 // system or channel), so the test can stop a rank at any point of a save;
 // "slowread@MS": the first file this rank opens to read takes MS ms more (a
-// rank whose load is slow).
+// rank whose load is slow); "eio@BYTES": this rank's writes fail with EIO
+// once BYTES were written (a failing disk mid-save); "eioread@SUFFIX":
+// opening a file whose path ends with SUFFIX to read fails with EIO (an
+// unreadable file of one step, e.g. "step-00000004/rank-00001.stint").
 //
 // Every rank waits for the others before it starts (RUN, or STEP, names the
 // barrier on the store).
@@ -151,6 +154,9 @@ int Run(int argc, char** argv) {
   KillingEnv env(&fault_env, &killer, read_delay);
   if (fault == "enospc") fault_env.FailWritesAfterBytes(4096, ENOSPC);
   if (fault == "fsync") fault_env.FailNthSync(1);
+  if (fault.rfind("eio@", 0) == 0)
+    fault_env.FailWritesAfterBytes(std::strtoull(fault.c_str() + 4, nullptr, 10), EIO);
+  if (fault.rfind("eioread@", 0) == 0) fault_env.FailReadsOf(fault.substr(8), EIO);
 
   CheckpointOptions o;
   o.root = argv[2];
