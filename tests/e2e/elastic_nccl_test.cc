@@ -4,7 +4,7 @@
 // at step boundaries (a host int64 allreduce, staged through the device)
 // without re-forming, synchronizes a host blob (a staged broadcast) and
 // stops when asked. Two GPUs: tests/e2e/elastic_test.cc's runs on NCCL, a
-// worker per device (tests/e2e/nccl_elastic_worker.cc): a rank is
+// worker per device (examples/elastic_training --backend nccl): a rank is
 // SIGKILLed between steps and in the middle of an allreduce, the survivor
 // re-forms (a shrink where the old communicator is still healthy and the
 // library can; else abort and re-init) and a new worker joins; the final
@@ -109,18 +109,20 @@ class NcclElasticTest : public ::testing::Test {
     std::vector<std::string> args = {"--url",        stintd_->url(),
                                      "--token",      StintdProcess::kWorkerToken,
                                      "--job",        std::to_string(job_),
+                                     "--backend",    "nccl",
                                      "--device",     std::to_string(device),
                                      "--steps",      std::to_string(kSteps),
                                      "--out",        dir_.Sub("result.json"),
                                      "--name",       name,
                                      "--timeout-ms", "10000"};
     args.insert(args.end(), extra.begin(), extra.end());
-    return std::make_unique<ChildProcess>(STINT_NCCL_WORKER, args);
+    return std::make_unique<ChildProcess>(STINT_ELASTIC_BINARY, args);
   }
 
   void ExpectMatchesReference() {
-    RunResult ref = RunProgram(STINT_NCCL_WORKER, {"--reference", "--steps", std::to_string(kSteps),
-                                                   "--out", dir_.Sub("reference.json")});
+    RunResult ref = RunProgram(
+        STINT_ELASTIC_BINARY,
+        {"--reference", "--steps", std::to_string(kSteps), "--out", dir_.Sub("reference.json")});
     ASSERT_EQ(ref.exit_code, 0) << ref.output;
     nlohmann::json got = ReadJson(dir_.Sub("result.json"));
     nlohmann::json want = ReadJson(dir_.Sub("reference.json"));
