@@ -16,7 +16,7 @@
 //   elastic_training --url http://127.0.0.1:7077 --token T --job ID
 //                    [--steps 300] [--step-ms 0] [--sample-ms 0] [--out FILE] [--timeout-ms 10000]
 //                    [--ballast N] [--die-in-allreduce-at STEP] [--name NAME]
-//                    [--ckpt-dir DIR] [--save-every 50]
+//                    [--ckpt-dir DIR] [--save-every 50] [--backend gloo|nccl] [--device 0]
 //   elastic_training --reference --out FILE [--steps 300]   (one process, no stintd)
 //
 // With --ckpt-dir, the generation's rank 0 resumes from the newest
@@ -26,6 +26,13 @@
 // at the same step boundary: rank 0 checkpoints, reports, acks the segment,
 // and all exit 75 ("requeue me"). A fenced worker exits 75 without saving.
 //
+// --backend gloo (the default) trains on the CPU over Gloo; --backend nccl
+// trains on CUDA device --device over NCCL (NewTorchNcclCommunicatorFactory:
+// the gradients are reduced in place on the device, after torch's current
+// stream; the per-sample counter, the step-boundary agreement and the state
+// sync are host buffers staged through the device). Without NCCL in this
+// build, or without that device, the worker exits 2 before registering.
+//
 // --step-ms sleeps after every step; --sample-ms sleeps that long per
 // sample of this rank's slice (a stand-in for GPU time, so a step's cost
 // per worker falls as the group grows, as on real devices).
@@ -33,7 +40,9 @@
 // Prints "GENERATION g rank r world w reform_s x step s t_ms T" whenever a
 // generation is formed, "FIRST_STEP g step s t_ms T" at its first committed
 // step, "RESUMED step s", "CHECKPOINT step s seconds x", "PREEMPTED step s"
-// and "DONE step s rank r t_ms T". Rank 0 writes FILE (JSON) at the end.
+// and "DONE step s rank r t_ms T" (with --backend nccl, first "NCCL_LADDER
+// ...": the recovery rungs the loaded NCCL offers). Rank 0 writes FILE
+// (JSON) at the end.
 #include <signal.h>
 #include <unistd.h>
 #include <torch/nn/modules/linear.h>
@@ -47,6 +56,10 @@
 #include <string>
 #include <thread>
 
+#if defined(STINT_HAVE_NCCL) && STINT_HAVE_NCCL
+#include "device_probe.h"
+#include "nccl_communicator.h"
+#endif
 #include "gloo_communicator.h"
 #include "resumable_training.h"
 #include "stint/preemption.h"
@@ -60,8 +73,9 @@ namespace {
 constexpr int64_t kInputs = 8, kDataset = 240, kGlobalBatch = 12;
 
 struct Flags {
-  std::string url, token, out, name, ckpt_dir;
+  std::string url, token, out, name, ckpt_dir, backend = "gloo";
   uint64_t job = 0;
+  int device = 0;  // --backend nccl: the CUDA device this worker trains on
   int64_t steps = 300, step_ms = 0, sample_ms = 0, timeout_ms = 10000, ballast = 0, die_at = -1,
           save_every = 50;
   bool reference = false;
@@ -102,9 +116,14 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       f->ckpt_dir = v;
     else if (a == "--save-every")
       f->save_every = std::atoll(v.c_str());
+    else if (a == "--backend")
+      f->backend = v;
+    else if (a == "--device")
+      f->device = std::atoi(v.c_str());
     else
       return false;
   }
+  if (f->backend != "gloo" && f->backend != "nccl") return false;
   return f->reference ? !f->out.empty() : (!f->url.empty() && f->job != 0);
 }
 
@@ -143,12 +162,15 @@ void Batch(const std::vector<uint64_t>& ids, torch::Tensor* x, torch::Tensor* y)
   }
 }
 
-// One step's forward and backward on this rank's slice; the sample counter
-// delta goes with the gradients.
-torch::Tensor LocalStep(Net& net, const std::vector<uint64_t>& ids) {
+// One step's forward and backward on this rank's slice, on `device` (the
+// samples are built on the CPU); the sample counter delta (a CPU tensor)
+// goes with the gradients.
+torch::Tensor LocalStep(Net& net, const std::vector<uint64_t>& ids, torch::Device device) {
   net->zero_grad();
   torch::Tensor x, y;
   Batch(ids, &x, &y);
+  x = x.to(device);
+  y = y.to(device);
   torch::Tensor loss = (net->forward(x) - y).pow(2).sum() / static_cast<double>(kGlobalBatch);
   loss.backward();
   torch::Tensor delta = torch::zeros({kDataset}, torch::kFloat64);
@@ -159,7 +181,7 @@ torch::Tensor LocalStep(Net& net, const std::vector<uint64_t>& ids) {
 void Apply(Net& net, torch::optim::SGD& opt, const torch::Tensor& delta) {
   opt.step();
   torch::NoGradGuard no_grad;
-  net->seen.add_(delta);
+  net->seen.add_(delta.to(net->seen.device()));
 }
 
 int WriteResult(const Flags& f, Net& net, uint64_t step) {
@@ -168,14 +190,15 @@ int WriteResult(const Flags& f, Net& net, uint64_t step) {
   out << "{\"step\": " << step << ", \"params\": [";
   bool first = true;
   for (const torch::Tensor& p : net->parameters()) {
-    torch::Tensor flat = p.reshape({-1});
+    torch::Tensor flat = p.reshape({-1}).to(torch::kCPU);
     for (int64_t i = 0; i < flat.numel(); ++i) {
       out << (first ? "" : ", ") << flat[i].item<float>();
       first = false;
     }
   }
   out << "], \"seen\": [";
-  for (int64_t i = 0; i < kDataset; ++i) out << (i ? ", " : "") << net->seen[i].item<double>();
+  torch::Tensor seen = net->seen.to(torch::kCPU);
+  for (int64_t i = 0; i < kDataset; ++i) out << (i ? ", " : "") << seen[i].item<double>();
   out << "]}\n";
   return out.good() ? 0 : 1;
 }
@@ -194,7 +217,7 @@ int RunReference(const Flags& f) {
   torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   stint::ResumableSampler sampler = MakeSampler();
   for (int64_t step = 0; step < f.steps; ++step) {
-    torch::Tensor delta = LocalStep(net, sampler.RankIndices(0, 1).value());
+    torch::Tensor delta = LocalStep(net, sampler.RankIndices(0, 1).value(), torch::kCPU);
     Apply(net, opt, delta);
     sampler.CommitStep();
   }
@@ -304,7 +327,40 @@ class CheckpointedState final : public stint::ElasticState {
   bool has_state_ = false;  // this process holds trained (or resumed) state
 };
 
+// stint: the communicator factory of --backend. For NCCL it also checks
+// --device, so that a worker without it fails before registering.
+stint::Result<std::unique_ptr<stint::CommunicatorFactory>> NewCommunicatorFactory(
+    const Flags& f, const stint::CommunicatorOptions& comm) {
+  if (f.backend == "gloo")
+    return std::unique_ptr<stint::CommunicatorFactory>(new stint::GlooCommunicatorFactory(comm));
+  STINT_ASSIGN_OR_RETURN(std::unique_ptr<stint::CommunicatorFactory> nccl,
+                         stint::NewTorchNcclCommunicatorFactory(comm, f.device));
+#if defined(STINT_HAVE_NCCL) && STINT_HAVE_NCCL
+  STINT_ASSIGN_OR_RETURN(int gpus, stint::CudaDeviceCount());
+  if (f.device < 0 || f.device >= gpus) {
+    return stint::Status::InvalidArgument("device " + std::to_string(f.device) +
+                                          ": no such device (" + std::to_string(gpus) +
+                                          " CUDA devices)");
+  }
+  // Which recovery rungs the loaded NCCL offers (a test's log shows it).
+  stint::Result<stint::NcclRecoveryPlan> ladder = stint::LoadedNcclRecoveryPlan();
+  std::printf("NCCL_LADDER %s\n",
+              ladder.ok() ? ladder->summary.c_str() : ladder.status().ToString().c_str());
+  std::fflush(stdout);
+#endif
+  return nccl;
+}
+
 int RunWorker(const Flags& f) {
+  stint::ElasticOptions eo;
+  eo.comm.timeout = std::chrono::milliseconds(f.timeout_ms);
+  eo.join_timeout = std::chrono::seconds(120);
+  auto factory = NewCommunicatorFactory(f, eo.comm);
+  if (!factory.ok()) {
+    std::fprintf(stderr, "backend %s: %s\n", f.backend.c_str(),
+                 factory.status().ToString().c_str());
+    return 2;
+  }
   // stint: SIGTERM and stintd's notices reach one watcher.
   auto watcher = stint::PreemptionWatcher::Install();
   if (!watcher.ok()) {
@@ -322,18 +378,18 @@ int RunWorker(const Flags& f) {
     std::fprintf(stderr, "register: %s\n", session.status().ToString().c_str());
     return 2;
   }
-  // stint: the elastic group over Gloo.
-  stint::ElasticOptions eo;
-  eo.comm.timeout = std::chrono::milliseconds(f.timeout_ms);
-  eo.join_timeout = std::chrono::seconds(120);
-  stint::GlooCommunicatorFactory gloo(eo.comm);
-  auto group = stint::ElasticGroup::Create((*session)->client(), &gloo, eo);
+  // stint: the elastic group over Gloo or NCCL.
+  auto group = stint::ElasticGroup::Create((*session)->client(), factory->get(), eo);
   if (!group.ok()) {
     std::fprintf(stderr, "group: %s\n", group.status().ToString().c_str());
     return 2;
   }
+  const torch::Device device =
+      f.backend == "nccl" ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(f.device))
+                          : torch::Device(torch::kCPU);
   torch::manual_seed(0);
   Net net;
+  net->to(device);
   torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   stint::ResumableSampler sampler = MakeSampler();
   uint64_t step = 0;
@@ -347,7 +403,7 @@ int RunWorker(const Flags& f) {
   }
   PrintGeneration(*joined, step);
   bool first_step = true;
-  torch::Tensor ballast = torch::zeros({std::max<int64_t>(f.ballast, 1)});
+  torch::Tensor ballast = torch::zeros({std::max<int64_t>(f.ballast, 1)}, device);
   while (step < static_cast<uint64_t>(f.steps)) {
     stint::ElasticGroup& g = **group;
     if ((*session)->fenced()) {
@@ -355,7 +411,7 @@ int RunWorker(const Flags& f) {
       return stint::kExitRequeue;
     }
     const std::vector<uint64_t> ids = sampler.RankIndices(g.rank(), g.world_size()).value();
-    torch::Tensor delta = LocalStep(net, ids);
+    torch::Tensor delta = LocalStep(net, ids, device);
     // Stands in for device compute, which scales with this rank's share.
     if (f.sample_ms > 0)
       std::this_thread::sleep_for(std::chrono::milliseconds(f.sample_ms * ids.size()));
@@ -437,7 +493,7 @@ int main(int argc, char** argv) {
   if (!ParseFlags(argc, argv, &f)) {
     std::fprintf(stderr,
                  "usage: elastic_training --url URL --token T --job ID [--steps N] [--step-ms MS] "
-                 "[--out FILE]\n"
+                 "[--out FILE] [--backend gloo|nccl] [--device D]\n"
                  "       elastic_training --reference --out FILE [--steps N]\n");
     return 2;
   }

@@ -204,7 +204,42 @@ def _rank_from(kwargs: Dict[str, Any]) -> int:
     return int(rank)
 
 
-class StorageWriter(_DcpStorageWriter):
+class _StepTarget:
+    """The root and step a StorageWriter or StorageReader aims at (one helper for both):
+    `step` fixed at construction or by reset(checkpoint_id), else (None) the step this save
+    or load chooses; and the store, left out when the object is pickled (the process-based
+    async_save pickles the writer into its own process, which has its own default group and
+    store)."""
+
+    root: str
+    _configured_step: Optional[int]
+    _step: Optional[int]
+    _store: Any
+
+    def _init_target(self, root: PathLike, step: Optional[int], store: Any) -> None:
+        self.root = os.fspath(root)
+        self._configured_step = None if step is None else _check_step(step)
+        self._step = self._configured_step
+        self._store = store
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_store"] = None
+        return state
+
+    def _retarget(self, checkpoint_id: Optional[CheckpointId]) -> None:
+        """reset(): back to the configured step, or to `checkpoint_id`'s root and step."""
+        self._step = self._configured_step
+        if checkpoint_id is not None:
+            self.root, self._step = _checkpoint_target(checkpoint_id, self.root)
+
+    def _step_path(self, chosen: Optional[int]) -> str:
+        """The step's directory (the fixed step, else `chosen`), or the root without one."""
+        step = chosen if self._step is None else self._step
+        return self.root if step is None else os.path.join(self.root, _step_dir_name(step))
+
+
+class StorageWriter(_StepTarget, _DcpStorageWriter):
     """A DCP StorageWriter that saves each dcp.save as one stint checkpoint under `root`.
 
     root: the stint checkpoint root (shared by every rank).
@@ -235,14 +270,11 @@ class StorageWriter(_DcpStorageWriter):
                  commit_timeout: float = 0.0, timeout: float = 600.0, store: Any = None,
                  overwrite: bool = True, **checkpointer_options: Any) -> None:
         super().__init__()
-        self.root = os.fspath(root)
-        self._configured_step = None if step is None else _check_step(step)
-        self._step = self._configured_step
+        self._init_target(root, step, store)
         self.overwrite = bool(overwrite)
         self._options = dict(checkpointer_options, keep_last=keep_last,
                              commit_timeout=commit_timeout)
         self._timeout = float(timeout)
-        self._store = store
         self._rank = 0
         self._is_coordinator = True
         self._save_id = uuid.uuid4().hex
@@ -250,23 +282,13 @@ class StorageWriter(_DcpStorageWriter):
         self._agreed: Dict[str, Any] = {}  # the coordinator's agreed plan data
         self.last_step: Optional[int] = None
 
-    # The process-based async_save pickles the writer into its own process,
-    # which has its own default group (and store).
-    def __getstate__(self) -> Dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_store"] = None
-        return state
-
     @property
     def checkpoint_id(self) -> str:
-        step = self.last_step if self._step is None else self._step
-        return self.root if step is None else os.path.join(self.root, _step_dir_name(step))
+        return self._step_path(self.last_step)
 
     def reset(self, checkpoint_id: Optional[CheckpointId] = None) -> None:
         self._save_id = uuid.uuid4().hex
-        self._step = self._configured_step
-        if checkpoint_id is not None:
-            self.root, self._step = _checkpoint_target(checkpoint_id, self.root)
+        self._retarget(checkpoint_id)
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: CheckpointId) -> bool:
@@ -406,7 +428,7 @@ class StorageWriter(_DcpStorageWriter):
         pass
 
 
-class StorageReader(_DcpStorageReader):
+class StorageReader(_StepTarget, _DcpStorageReader):
     """A DCP StorageReader that loads one stint checkpoint under `root`.
 
     step: the step to load; default: the newest committed step (all ranks
@@ -421,34 +443,23 @@ class StorageReader(_DcpStorageReader):
                  commit_timeout: float = 0.0, store: Any = None,
                  **checkpointer_options: Any) -> None:
         super().__init__()
-        self.root = os.fspath(root)
-        self._configured_step = None if step is None else _check_step(step)
-        self._step = self._configured_step
+        self._init_target(root, step, store)
         self._verify_all = verify_all
         self._options = dict(checkpointer_options, commit_timeout=commit_timeout)
-        self._store = store
         self._rank = 0
         self._load_id = uuid.uuid4().hex
         self._loaded_step: Optional[int] = None  # the step read_metadata() chose
         self._blobs: Dict[str, str] = {}  # fqn -> stored blob name
         self._dtypes: Dict[str, torch.dtype] = {}
 
-    def __getstate__(self) -> Dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_store"] = None
-        return state
-
     @property
     def checkpoint_id(self) -> str:
-        step = self._loaded_step if self._step is None else self._step
-        return self.root if step is None else os.path.join(self.root, _step_dir_name(step))
+        return self._step_path(self._loaded_step)
 
     def reset(self, checkpoint_id: Optional[CheckpointId] = None) -> None:
         self._load_id = uuid.uuid4().hex
-        self._step = self._configured_step
         self._loaded_step = None
-        if checkpoint_id is not None:
-            self.root, self._step = _checkpoint_target(checkpoint_id, self.root)
+        self._retarget(checkpoint_id)
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: CheckpointId) -> bool:

@@ -4,7 +4,7 @@
 // at step boundaries (a host int64 allreduce, staged through the device)
 // without re-forming, synchronizes a host blob (a staged broadcast) and
 // stops when asked. Two GPUs: tests/e2e/elastic_test.cc's runs on NCCL, a
-// worker per device (tests/e2e/nccl_elastic_worker.cc): a rank is
+// worker per device (examples/elastic_training --backend nccl): a rank is
 // SIGKILLed between steps and in the middle of an allreduce, the survivor
 // re-forms (a shrink where the old communicator is still healthy and the
 // library can; else abort and re-init) and a new worker joins; the final
@@ -12,137 +12,42 @@
 // trained on exactly once per epoch. Everything skips without the devices.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/wait.h>
 
 #include <cuda_runtime_api.h>
 
-#include <cmath>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "device_probe.h"
 #include "nccl_communicator.h"
 #include "stint/coordinator_client.h"
 #include "stint/elastic_group.h"
+#include "util/elastic_job.h"
+#include "util/gpu_skip.h"
 #include "util/status_matchers.h"
-#include "util/stintd_process.h"
-#include "util/temp_dir.h"
 
 namespace stint {
 namespace {
 
 constexpr int kSteps = 300;
-constexpr int kEpochs = kSteps * 12 / 240;  // global batch 12, 240 samples
-
-#define SKIP_UNLESS_GPUS(n)                                                                 \
-  do {                                                                                      \
-    Result<int> gpus_ = CudaDeviceCount();                                                  \
-    if (!gpus_.ok()) GTEST_SKIP() << "needs a CUDA device: " << gpus_.status().ToString();  \
-    if (*gpus_ < (n)) GTEST_SKIP() << "needs " << (n) << " CUDA devices, found " << *gpus_; \
-  } while (0)
-
-nlohmann::json ReadJson(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-}
-
-struct Generation {
-  uint64_t generation = 0;
-  int rank = -1, world = 0;
-};
-Generation LastGeneration(const std::string& output) {
-  Generation last;
-  std::istringstream in(output);
-  for (std::string line; std::getline(in, line);) {
-    unsigned long long gen = 0;
-    Generation g;
-    if (std::sscanf(line.c_str(), "GENERATION %llu rank %d world %d", &gen, &g.rank, &g.world) ==
-        3) {
-      g.generation = gen;
-      last = g;
-    }
-  }
-  return last;
-}
-
-int ExitCode(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status); }
 
 // A job of min..max workers on a window of `gpus`, running.
-class NcclElasticTest : public ::testing::Test {
+class NcclElasticTest : public ElasticJobTest {
  protected:
   void StartJob(int min_workers, int max_workers, const std::string& lease_ttl_seconds) {
-    stintd_ = std::make_unique<StintdProcess>(
-        STINTD_PATH, dir_.path(),
-        std::vector<std::string>{"--tick-seconds", "0.1", "--lease-ttl-seconds", lease_ttl_seconds,
-                                 "--rendezvous-last-call-seconds", "1", "--start-grace-seconds",
-                                 "120"});
-    ASSERT_TRUE(stintd_->Start()) << stintd_->output();
-    admin_ = std::make_unique<HttpJson>(stintd_->port(), StintdProcess::kAdminToken);
-    ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
-    const int64_t now = WallNowMs();
-    auto w = admin_->Post(
-        "/v1/windows",
-        {{"pool", "p"}, {"gpus", max_workers}, {"start_ms", now}, {"end_ms", now + 3'600'000}});
-    ASSERT_EQ(w.status, 201) << w.text;
-    auto j = admin_->Post("/v1/jobs", {{"name", "elastic-nccl"},
-                                       {"min_gpus", min_workers},
-                                       {"max_gpus", max_workers},
-                                       {"checkpoint_seconds", 1},
-                                       {"restart_seconds", 1},
-                                       {"checkpoint_interval_seconds", 10}});
-    ASSERT_EQ(j.status, 201) << j.text;
-    job_ = j.body["id"].get<int64_t>();
-    ASSERT_TRUE(Eventually([&] {
-      return admin_->Get("/v1/jobs/" + std::to_string(job_)).body["state"] == "RUNNING";
-    }));
+    ElasticJobTest::StartJob("elastic-nccl", min_workers, max_workers, lease_ttl_seconds);
   }
 
+  // examples/elastic_training --backend nccl on CUDA device `device`.
   std::unique_ptr<ChildProcess> Worker(const std::string& name, int device,
                                        std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"--url",        stintd_->url(),
-                                     "--token",      StintdProcess::kWorkerToken,
-                                     "--job",        std::to_string(job_),
-                                     "--device",     std::to_string(device),
-                                     "--steps",      std::to_string(kSteps),
-                                     "--out",        dir_.Sub("result.json"),
-                                     "--name",       name,
-                                     "--timeout-ms", "10000"};
+    std::vector<std::string> args = {"--backend", "nccl", "--device", std::to_string(device)};
     args.insert(args.end(), extra.begin(), extra.end());
-    return std::make_unique<ChildProcess>(STINT_NCCL_WORKER, args);
+    return ElasticJobTest::Worker(name, kSteps, "10000", args);
   }
 
-  void ExpectMatchesReference() {
-    RunResult ref = RunProgram(STINT_NCCL_WORKER, {"--reference", "--steps", std::to_string(kSteps),
-                                                   "--out", dir_.Sub("reference.json")});
-    ASSERT_EQ(ref.exit_code, 0) << ref.output;
-    nlohmann::json got = ReadJson(dir_.Sub("result.json"));
-    nlohmann::json want = ReadJson(dir_.Sub("reference.json"));
-    ASSERT_TRUE(got.is_object()) << "no result written";
-    EXPECT_EQ(got["step"], kSteps);
-    ASSERT_EQ(got["params"].size(), want["params"].size());
-    for (size_t i = 0; i < got["params"].size(); ++i) {
-      // GPU against CPU float sums: a looser bound than elastic_test's.
-      EXPECT_NEAR(got["params"][i].get<double>(), want["params"][i].get<double>(), 1e-3)
-          << "param " << i;
-    }
-    ASSERT_EQ(got["seen"].size(), 240u);
-    for (size_t i = 0; i < 240; ++i) {
-      ASSERT_EQ(got["seen"][i].get<double>(), double(kEpochs))
-          << "sample " << i << " was not trained on exactly " << kEpochs << " times";
-    }
-  }
-
-  TempDir dir_;
-  std::unique_ptr<StintdProcess> stintd_;
-  std::unique_ptr<HttpJson> admin_;
-  int64_t job_ = 0;
+  // GPU against CPU float sums: a looser bound than elastic_test's.
+  void ExpectMatchesReference() { ElasticJobTest::ExpectMatchesReference(kSteps, 1e-3); }
 };
 
 // The state a test rank keeps: a host blob rank 0 broadcasts (its size
@@ -242,19 +147,19 @@ TEST_F(NcclElasticTest, TwoGpusKillOneThenAddOneWithoutRestart) {
   // (CUDA and NCCL init included) joins.
   for (int i = 0; i < 2; ++i) w.push_back(Worker("w" + std::to_string(i), i, {"--step-ms", "30"}));
   for (auto& p : w) ASSERT_TRUE(p->WaitForLine("FIRST_STEP ")) << p->output();
-  for (auto& p : w) EXPECT_EQ(LastGeneration(p->output()).world, 2) << p->output();
+  for (auto& p : w) EXPECT_EQ(ParseGeneration(p->output()).world, 2) << p->output();
   // SIGKILL rank 0.
-  int victim = LastGeneration(w[0]->output()).rank == 0 ? 0 : 1;
+  int victim = ParseGeneration(w[0]->output()).rank == 0 ? 0 : 1;
   const int survivor = 1 - victim;
   ASSERT_EQ(kill(w[victim]->pid(), SIGKILL), 0);
   EXPECT_EQ(ExitCode(w[victim]->Wait()), -SIGKILL);
   ASSERT_TRUE(w[survivor]->WaitForLine("GENERATION ")) << w[survivor]->output();
-  EXPECT_EQ(LastGeneration(w[survivor]->output()).world, 1) << w[survivor]->output();
+  EXPECT_EQ(ParseGeneration(w[survivor]->output()).world, 1) << w[survivor]->output();
   ASSERT_TRUE(w[survivor]->WaitForLine("FIRST_STEP ")) << w[survivor]->output();
   // A new worker takes the freed device: two again.
   auto joiner = Worker("w2", victim, {"--step-ms", "30"});
   ASSERT_TRUE(w[survivor]->WaitForLine("GENERATION ")) << w[survivor]->output();
-  EXPECT_EQ(LastGeneration(w[survivor]->output()).world, 2) << w[survivor]->output();
+  EXPECT_EQ(ParseGeneration(w[survivor]->output()).world, 2) << w[survivor]->output();
   EXPECT_EQ(ExitCode(w[survivor]->Wait()), 0) << w[survivor]->output();
   EXPECT_EQ(ExitCode(joiner->Wait()), 0) << joiner->output();
   ExpectMatchesReference();
@@ -273,7 +178,7 @@ TEST_F(NcclElasticTest, TwoGpusWorkerKilledMidAllreduceDoesNotHangTheOther) {
   // The survivor leaves generation 1 by a failed collective (NCCL error or
   // the deadline, then abort), re-forms alone, and finishes.
   EXPECT_EQ(ExitCode(survivor->Wait()), 0) << survivor->output();
-  const Generation last = LastGeneration(survivor->output());
+  const Generation last = ParseGeneration(survivor->output());
   EXPECT_EQ(last.world, 1) << survivor->output();
   EXPECT_GT(last.generation, 1u) << survivor->output();
   ExpectMatchesReference();

@@ -17,19 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "util/stintd_process.h"
+#include "util/agent_stintd.h"
 #include "util/subprocess.h"
-#include "util/temp_dir.h"
-
-#ifndef STINTD_PATH
-#error "STINTD_PATH must name the stintd binary"
-#endif
-#ifndef STINTCTL_PATH
-#error "STINTCTL_PATH must name the stintctl binary"
-#endif
-#ifndef STINT_AGENT_PATH
-#error "STINT_AGENT_PATH must name the stint-agent binary"
-#endif
 
 namespace stint {
 namespace {
@@ -57,17 +46,12 @@ constexpr const char* kWorker =
     "mv \"$OUT/pid-$STINT_WORKER_ID.tmp\" \"$OUT/pid-$STINT_WORKER_ID\"; "
     "while [ ! -e \"$OUT/finish-$STINT_JOB_ID\" ]; do sleep 0.05; done; exit 0";
 
-class AgentElasticTest : public ::testing::Test {
+class AgentElasticTest : public AgentStintdTest {
  protected:
   void Start() {
-    daemon_ = std::make_unique<StintdProcess>(
-        STINTD_PATH, dir_.path(),
-        std::vector<std::string>{"--tick-seconds", "0.05", "--safety-seconds", "1",
-                                 "--min-run-seconds", "0", "--lease-ttl-seconds", "60",
-                                 "--start-grace-seconds", "60", "--node-ttl-seconds", "30"});
-    ASSERT_TRUE(daemon_->Start()) << daemon_->output();
-    admin_ = std::make_unique<HttpJson>(daemon_->port(), StintdProcess::kAdminToken);
-    ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "gpu"}}).status, 201);
+    ASSERT_NO_FATAL_FAILURE(StartStintd(
+        {"--tick-seconds", "0.05", "--safety-seconds", "1", "--min-run-seconds", "0",
+         "--lease-ttl-seconds", "60", "--start-grace-seconds", "60", "--node-ttl-seconds", "30"}));
     out_ = dir_.Sub("out");
     ASSERT_EQ(mkdir(out_.c_str(), 0755), 0);
   }
@@ -94,6 +78,18 @@ class AgentElasticTest : public ::testing::Test {
     auto r = admin_->Post("/v1/jobs", spec);
     EXPECT_EQ(r.status, 201) << r.text;
     return r.body.value("id", int64_t{0});
+  }
+
+  // The elastic LOW job of the shrink tests: 2 to 4 GPUs, not a gang;
+  // `extra` joins its spec.
+  int64_t SubmitElastic(const json& extra, json env = json::object()) {
+    json spec = {{"name", "elastic"},
+                 {"min_gpus", 2},
+                 {"max_gpus", 4},
+                 {"gang", false},
+                 {"priority", "LOW"}};
+    spec.update(extra);
+    return Submit(spec, env);
   }
 
   // The job; {} when stintd did not answer it.
@@ -150,10 +146,7 @@ class AgentElasticTest : public ::testing::Test {
     return env.substr(from, env.find('\n', from) - from);
   }
 
-  TempDir dir_;
   std::string out_;
-  std::unique_ptr<StintdProcess> daemon_;
-  std::unique_ptr<HttpJson> admin_;
 };
 
 // An elastic LOW job on two nodes (2 + 2 GPUs, min 2) shrinks for a HIGH job
@@ -165,13 +158,7 @@ TEST_F(AgentElasticTest, AShrinkSignalsOnlyTheLeavingNodesWorkers) {
   ASSERT_NO_FATAL_FAILURE(Start());
   auto a = Agent("na", "0,1");
   auto b = Agent("nb", "0,1");
-  const int64_t elastic = Submit({{"name", "elastic"},
-                                  {"min_gpus", 2},
-                                  {"max_gpus", 4},
-                                  {"gang", false},
-                                  {"priority", "LOW"},
-                                  {"checkpoint_seconds", 4},
-                                  {"remaining_seconds", 7200}});
+  const int64_t elastic = SubmitElastic({{"checkpoint_seconds", 4}, {"remaining_seconds", 7200}});
   ASSERT_TRUE(Eventually([&] { return PlacedWindows(elastic).size() == 2; }, 30))
       << Job(elastic).dump();
   const int64_t segment = Job(elastic)["segment_id"];
@@ -257,13 +244,7 @@ TEST_F(AgentElasticTest, ALeaverIgnoringTheSignalIsKilledAtTheDeadlineAndTheJobR
   ASSERT_NO_FATAL_FAILURE(Start());
   auto a = Agent("na", "0,1");
   auto b = Agent("nb", "0,1");
-  const int64_t elastic = Submit({{"name", "elastic"},
-                                  {"min_gpus", 2},
-                                  {"max_gpus", 4},
-                                  {"gang", false},
-                                  {"priority", "LOW"},
-                                  {"checkpoint_seconds", 2}},
-                                 {{"STUBBORN", "nb:"}});
+  const int64_t elastic = SubmitElastic({{"checkpoint_seconds", 2}}, {{"STUBBORN", "nb:"}});
   ASSERT_TRUE(Eventually([&] { return PlacedWindows(elastic).size() == 2; }, 30))
       << Job(elastic).dump();
   const int64_t segment = Job(elastic)["segment_id"];

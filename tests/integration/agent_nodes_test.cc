@@ -17,19 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "util/stintd_process.h"
+#include "util/agent_stintd.h"
 #include "util/subprocess.h"
-#include "util/temp_dir.h"
-
-#ifndef STINTD_PATH
-#error "STINTD_PATH must name the stintd binary"
-#endif
-#ifndef STINTCTL_PATH
-#error "STINTCTL_PATH must name the stintctl binary"
-#endif
-#ifndef STINT_AGENT_PATH
-#error "STINT_AGENT_PATH must name the stint-agent binary"
-#endif
 
 namespace stint {
 namespace {
@@ -41,7 +30,7 @@ void WriteFile(const std::string& path, const std::string& text, mode_t mode = 0
   ASSERT_EQ(chmod(path.c_str(), mode), 0) << path;
 }
 
-class AgentNodesTest : public ::testing::Test {
+class AgentNodesTest : public AgentStintdTest {
  protected:
   // Fast ticks; leases and start grace long enough that nothing expires
   // unless a test means it; `extra` appended.
@@ -51,10 +40,7 @@ class AgentNodesTest : public ::testing::Test {
         "--min-run-seconds",     "0",    "--lease-ttl-seconds", "60",
         "--start-grace-seconds", "60",   "--node-ttl-seconds",  node_ttl_seconds};
     args.insert(args.end(), extra.begin(), extra.end());
-    daemon_ = std::make_unique<StintdProcess>(STINTD_PATH, dir_.path(), args);
-    ASSERT_TRUE(daemon_->Start()) << daemon_->output();
-    admin_ = std::make_unique<HttpJson>(daemon_->port(), StintdProcess::kAdminToken);
-    ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "gpu"}}).status, 201);
+    StartStintd(args);
   }
 
   // An agent for `node` with `token_file`; `extra` e.g. {"--spot"}. Not
@@ -121,18 +107,7 @@ class AgentNodesTest : public ::testing::Test {
     }
     return token;
   }
-
-  TempDir dir_;
-  std::unique_ptr<StintdProcess> daemon_;
-  std::unique_ptr<HttpJson> admin_;
 };
-
-// The window id an agent printed when it registered.
-int64_t RegisteredWindow(const std::string& output) {
-  const std::string marker = "registered: window ";
-  const size_t at = output.find(marker);
-  return at == std::string::npos ? 0 : std::stoll(output.substr(at + marker.size()));
-}
 
 // --- node credentials ---
 

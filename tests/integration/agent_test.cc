@@ -16,19 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "util/stintd_process.h"
+#include "util/agent_stintd.h"
 #include "util/subprocess.h"
-#include "util/temp_dir.h"
-
-#ifndef STINTD_PATH
-#error "STINTD_PATH must name the stintd binary"
-#endif
-#ifndef STINTCTL_PATH
-#error "STINTCTL_PATH must name the stintctl binary"
-#endif
-#ifndef STINT_AGENT_PATH
-#error "STINT_AGENT_PATH must name the stint-agent binary"
-#endif
 
 namespace stint {
 namespace {
@@ -42,14 +31,9 @@ std::vector<std::string> DaemonArgs(const std::string& node_ttl_seconds = "30") 
           "--start-grace-seconds", "20", "--node-ttl-seconds", node_ttl_seconds};
 }
 
-class AgentTest : public ::testing::Test {
+class AgentTest : public AgentStintdTest {
  protected:
-  void Start(const std::vector<std::string>& args = DaemonArgs()) {
-    daemon_ = std::make_unique<StintdProcess>(STINTD_PATH, dir_.path(), args);
-    ASSERT_TRUE(daemon_->Start()) << daemon_->output();
-    admin_ = std::make_unique<HttpJson>(daemon_->port(), StintdProcess::kAdminToken);
-    ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "gpu"}}).status, 201);
-  }
+  void Start(const std::vector<std::string>& args = DaemonArgs()) { StartStintd(args); }
 
   // An agent for `node`; `extra` e.g. {"--spot"}. Not yet waited for.
   std::unique_ptr<ChildProcess> Agent(const std::string& node, const std::string& gpus,
@@ -87,18 +71,7 @@ class AgentTest : public ::testing::Test {
     all.insert(all.end(), args.begin(), args.end());
     return all;
   }
-
-  TempDir dir_;
-  std::unique_ptr<StintdProcess> daemon_;
-  std::unique_ptr<HttpJson> admin_;
 };
-
-// The window id an agent printed when it registered.
-int64_t RegisteredWindow(const std::string& output) {
-  const std::string marker = "registered: window ";
-  const size_t at = output.find(marker);
-  return at == std::string::npos ? 0 : std::stoll(output.substr(at + marker.size()));
-}
 
 TEST_F(AgentTest, ANodeLendsItsGpusAndSigtermClosesItsWindow) {
   Start();

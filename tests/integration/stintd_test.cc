@@ -74,6 +74,21 @@ class StintdTest : public ::testing::Test {
     EXPECT_EQ(r.status, 201) << r.text;
     return r.body.value("id", int64_t{0});
   }
+  // `spec` with checkpoints and restarts that take next to no time: a
+  // checkpoint of `checkpoint_seconds` every second, restarts free.
+  static json QuickCheckpoints(json spec, int checkpoint_seconds = 1) {
+    spec["checkpoint_seconds"] = checkpoint_seconds;
+    spec["restart_seconds"] = 0;
+    spec["checkpoint_interval_seconds"] = 1;
+    return spec;
+  }
+  // The queue holds `job` alone, waiting for a preemption's ack; in *queue.
+  void ExpectPreempting(int64_t job, json* queue) {
+    *queue = admin_->Get("/v1/queue").body;
+    ASSERT_EQ((*queue)["pending"].size(), 1u) << queue->dump();
+    EXPECT_EQ((*queue)["pending"][0]["job_id"], job);
+    EXPECT_EQ((*queue)["pending"][0]["reason"], "preempting");
+  }
   int64_t Submit(json spec) {
     auto r = admin_->Post("/v1/jobs", spec);
     EXPECT_EQ(r.status, 201) << r.text;
@@ -237,13 +252,8 @@ TEST_F(StintdTest, SegmentLifecycleNoticeAckAndFencing) {
   ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
   const int64_t end = WallNowMs() + 6000;
   const int64_t window = AddWindow("p", 8, end);
-  const int64_t job = Submit({{"name", "train"},
-                              {"pool", "p"},
-                              {"min_gpus", 4},
-                              {"max_gpus", 8},
-                              {"checkpoint_seconds", 1},
-                              {"restart_seconds", 0},
-                              {"checkpoint_interval_seconds", 1}});
+  const int64_t job = Submit(
+      QuickCheckpoints({{"name", "train"}, {"pool", "p"}, {"min_gpus", 4}, {"max_gpus", 8}}));
   ASSERT_TRUE(Eventually([&] { return JobIn(job, "RUNNING"); })) << Job(job).dump();
   json j = Job(job);
   ASSERT_EQ(j["segments"].size(), 1u);
@@ -324,12 +334,8 @@ TEST_F(StintdTest, SegmentLifecycleNoticeAckAndFencing) {
 TEST_F(StintdTest, ARankDroppedFromTheRendezvousCannotCommitWhileTheOthersCan) {
   ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
   AddWindow("p", 2, WallNowMs() + 3600000);
-  const int64_t job = Submit({{"name", "elastic"},
-                              {"min_gpus", 1},
-                              {"max_gpus", 2},
-                              {"checkpoint_seconds", 1},
-                              {"restart_seconds", 0},
-                              {"checkpoint_interval_seconds", 1}});
+  const int64_t job =
+      Submit(QuickCheckpoints({{"name", "elastic"}, {"min_gpus", 1}, {"max_gpus", 2}}));
   ASSERT_TRUE(Eventually([&] { return JobIn(job, "RUNNING"); }));
   auto client = [&](const std::string& name) {
     CoordinatorOptions o;
@@ -422,11 +428,7 @@ TEST_F(StintdTest, ARankDroppedFromTheRendezvousCannotCommitWhileTheOthersCan) {
 TEST_F(StintdTest, NoAckByTheDeadlineMarksTheSegmentLost) {
   ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
   const int64_t window = AddWindow("p", 4, WallNowMs() + 60000);
-  const int64_t job = Submit({{"name", "zombie"},
-                              {"min_gpus", 4},
-                              {"checkpoint_seconds", 1},
-                              {"restart_seconds", 0},
-                              {"checkpoint_interval_seconds", 1}});
+  const int64_t job = Submit(QuickCheckpoints({{"name", "zombie"}, {"min_gpus", 4}}));
   ASSERT_TRUE(Eventually([&] { return JobIn(job, "RUNNING"); }));
   json reg = Register(job);
   const int64_t wid = reg["worker_id"];
@@ -454,11 +456,7 @@ TEST_F(StintdTest, NoAckByTheDeadlineMarksTheSegmentLost) {
 TEST_F(StintdTest, SilentWorkersLoseTheirSegment) {
   ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
   AddWindow("p", 4, WallNowMs() + 120000);
-  const int64_t job = Submit({{"name", "crashy"},
-                              {"min_gpus", 2},
-                              {"checkpoint_seconds", 1},
-                              {"restart_seconds", 0},
-                              {"checkpoint_interval_seconds", 1}});
+  const int64_t job = Submit(QuickCheckpoints({{"name", "crashy"}, {"min_gpus", 2}}));
   ASSERT_TRUE(Eventually([&] { return JobIn(job, "RUNNING"); }));
   Register(job);  // and never heartbeats again
   ASSERT_TRUE(Eventually([&] { return Job(job)["segments"][0]["state"] == "lost"; }, 15))
@@ -474,20 +472,12 @@ TEST_F(StintdTest, SilentWorkersLoseTheirSegment) {
 TEST_F(StintdTest, HigherPriorityPreemptsWithNoticeAndStartsOnAck) {
   ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
   AddWindow("p", 8, WallNowMs() + 600000);
-  const int64_t low = Submit({{"name", "low"},
-                              {"priority", "LOW"},
-                              {"min_gpus", 8},
-                              {"checkpoint_seconds", 2},
-                              {"restart_seconds", 0},
-                              {"checkpoint_interval_seconds", 1}});
+  const int64_t low =
+      Submit(QuickCheckpoints({{"name", "low"}, {"priority", "LOW"}, {"min_gpus", 8}}, 2));
   ASSERT_TRUE(Eventually([&] { return JobIn(low, "RUNNING"); }));
   const int64_t wid = Register(low)["worker_id"];
-  const int64_t high = Submit({{"name", "high"},
-                               {"priority", "HIGH"},
-                               {"min_gpus", 8},
-                               {"checkpoint_seconds", 1},
-                               {"restart_seconds", 0},
-                               {"checkpoint_interval_seconds", 1}});
+  const int64_t high =
+      Submit(QuickCheckpoints({{"name", "high"}, {"priority", "HIGH"}, {"min_gpus", 8}}));
   json notice;
   ASSERT_TRUE(Eventually([&] {
     auto hb = As(wid).Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", json::object());
@@ -495,10 +485,8 @@ TEST_F(StintdTest, HigherPriorityPreemptsWithNoticeAndStartsOnAck) {
     return !notice.is_null();
   }));
   EXPECT_EQ(notice["reason"], "preempted");
-  json queue = admin_->Get("/v1/queue").body;
-  ASSERT_EQ(queue["pending"].size(), 1u) << queue.dump();
-  EXPECT_EQ(queue["pending"][0]["job_id"], high);
-  EXPECT_EQ(queue["pending"][0]["reason"], "preempting");
+  json queue;
+  ASSERT_NO_FATAL_FAILURE(ExpectPreempting(high, &queue));
   EXPECT_EQ(queue["pending"][0]["planned_start_ms"], notice["deadline_ms"]);
   ASSERT_EQ(As(wid).Post("/v1/workers/" + std::to_string(wid) + "/ack", {{"step", 7}}).status,
             200);
@@ -520,11 +508,7 @@ TEST_F(StintdTest, AJobItsQuotaBlocksPreemptsOnlyItsOwnTeamsJob) {
             200);
   ASSERT_EQ(admin_->Put("/v1/teams/r", {{"guaranteed_gpus", 0}}).status, 200);
   AddWindow("p", 16, WallNowMs() + 600000);
-  const json low_spec = {{"priority", "LOW"},
-                         {"min_gpus", 8},
-                         {"checkpoint_seconds", 2},
-                         {"restart_seconds", 0},
-                         {"checkpoint_interval_seconds", 1}};
+  const json low_spec = QuickCheckpoints({{"priority", "LOW"}, {"min_gpus", 8}}, 2);
   json own_spec = low_spec, other_spec = low_spec;
   own_spec["name"] = "own";
   own_spec["team"] = "q";
@@ -538,13 +522,8 @@ TEST_F(StintdTest, AJobItsQuotaBlocksPreemptsOnlyItsOwnTeamsJob) {
   auto beat = [&](int64_t wid) {
     return As(wid).Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", json::object());
   };
-  const int64_t high = Submit({{"name", "high"},
-                               {"team", "q"},
-                               {"priority", "HIGH"},
-                               {"min_gpus", 8},
-                               {"checkpoint_seconds", 1},
-                               {"restart_seconds", 0},
-                               {"checkpoint_interval_seconds", 1}});
+  const int64_t high = Submit(
+      QuickCheckpoints({{"name", "high"}, {"team", "q"}, {"priority", "HIGH"}, {"min_gpus", 8}}));
   json notice;
   ASSERT_TRUE(Eventually([&] {
     EXPECT_TRUE(beat(other_wid).body["notice"].is_null()) << "the other team's job was noticed";
@@ -552,10 +531,8 @@ TEST_F(StintdTest, AJobItsQuotaBlocksPreemptsOnlyItsOwnTeamsJob) {
     return !notice.is_null();
   }));
   EXPECT_EQ(notice["reason"], "preempted");
-  json queue = admin_->Get("/v1/queue").body;
-  ASSERT_EQ(queue["pending"].size(), 1u) << queue.dump();
-  EXPECT_EQ(queue["pending"][0]["job_id"], high);
-  EXPECT_EQ(queue["pending"][0]["reason"], "preempting");
+  json queue;
+  ASSERT_NO_FATAL_FAILURE(ExpectPreempting(high, &queue));
   ASSERT_EQ(
       As(own_wid).Post("/v1/workers/" + std::to_string(own_wid) + "/ack", {{"step", 3}}).status,
       200);

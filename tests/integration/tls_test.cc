@@ -21,19 +21,11 @@
 #include <string>
 #include <vector>
 
+#include "util/agent_tool_paths.h"
 #include "util/stintd_process.h"
 #include "util/subprocess.h"
 #include "util/temp_dir.h"
 
-#ifndef STINTD_PATH
-#error "STINTD_PATH must name the stintd binary"
-#endif
-#ifndef STINTCTL_PATH
-#error "STINTCTL_PATH must name the stintctl binary"
-#endif
-#ifndef STINT_AGENT_PATH
-#error "STINT_AGENT_PATH must name the stint-agent binary"
-#endif
 #ifndef STINT_COORD_WORKER
 #error "STINT_COORD_WORKER must name the coord_worker binary"
 #endif

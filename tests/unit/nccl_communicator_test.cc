@@ -16,6 +16,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -28,19 +29,13 @@
 #include "nccl_staging.h"
 #include "nccl_types.h"
 #include "nccl_unique_id.h"
+#include "util/gpu_skip.h"
 #include "util/status_matchers.h"
 
 namespace stint {
 namespace {
 
 using std::chrono::milliseconds;
-
-#define SKIP_UNLESS_GPUS(n)                                                                 \
-  do {                                                                                      \
-    Result<int> gpus_ = CudaDeviceCount();                                                  \
-    if (!gpus_.ok()) GTEST_SKIP() << "needs a CUDA device: " << gpus_.status().ToString();  \
-    if (*gpus_ < (n)) GTEST_SKIP() << "needs " << (n) << " CUDA devices, found " << *gpus_; \
-  } while (0)
 
 // The test's own GroupKv: a map in memory, Wait on a condition variable.
 class MemKv final : public GroupKv {
@@ -253,9 +248,16 @@ std::unique_ptr<Communicator> FormSingle(MemKv& kv, NcclCommunicatorOptions opti
   return comm.ok() ? std::move(*comm) : nullptr;
 }
 
-TEST(NcclSingleRank, AllReduceBroadcastBarrierOnDeviceMemory) {
-  SKIP_UNLESS_GPUS(1);
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+// Every test here needs a GPU (some two) and starts on device 0.
+class NcclSingleRank : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SKIP_UNLESS_GPUS(1);
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  }
+};
+
+TEST_F(NcclSingleRank, AllReduceBroadcastBarrierOnDeviceMemory) {
   MemKv kv;
   std::unique_ptr<Communicator> comm = FormSingle(kv);
   ASSERT_NE(comm, nullptr);
@@ -287,9 +289,7 @@ TEST(NcclSingleRank, AllReduceBroadcastBarrierOnDeviceMemory) {
   EXPECT_FALSE(comm->aborted());
 }
 
-TEST(NcclSingleRank, RunsOnTheCallersStream) {
-  SKIP_UNLESS_GPUS(1);
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+TEST_F(NcclSingleRank, RunsOnTheCallersStream) {
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   {
@@ -308,9 +308,7 @@ TEST(NcclSingleRank, RunsOnTheCallersStream) {
   EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess) << "the caller's stream stays the caller's";
 }
 
-TEST(NcclSingleRank, AbortThenEveryCallIsAborted) {
-  SKIP_UNLESS_GPUS(1);
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+TEST_F(NcclSingleRank, AbortThenEveryCallIsAborted) {
   MemKv kv;
   std::unique_ptr<Communicator> comm = FormSingle(kv);
   ASSERT_NE(comm, nullptr);
@@ -325,9 +323,7 @@ TEST(NcclSingleRank, AbortThenEveryCallIsAborted) {
   EXPECT_NE(s.message().find("Abort()"), std::string::npos) << s.ToString();
 }
 
-TEST(NcclSingleRank, AbortFromAnotherThreadStopsALoopOfCollectivesPromptly) {
-  SKIP_UNLESS_GPUS(1);
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+TEST_F(NcclSingleRank, AbortFromAnotherThreadStopsALoopOfCollectivesPromptly) {
   MemKv kv;
   std::unique_ptr<Communicator> comm = FormSingle(kv);
   ASSERT_NE(comm, nullptr);
@@ -353,9 +349,7 @@ TEST(NcclSingleRank, AbortFromAnotherThreadStopsALoopOfCollectivesPromptly) {
   EXPECT_TRUE(comm->aborted());
 }
 
-TEST(NcclSingleRank, HostMemoryIsStagedThroughTheDevice) {
-  SKIP_UNLESS_GPUS(1);
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+TEST_F(NcclSingleRank, HostMemoryIsStagedThroughTheDevice) {
   MemKv kv;
   std::unique_ptr<Communicator> comm = FormSingle(kv);
   ASSERT_NE(comm, nullptr);
@@ -384,7 +378,7 @@ TEST(NcclSingleRank, HostMemoryIsStagedThroughTheDevice) {
   EXPECT_FALSE(comm->aborted());
 }
 
-TEST(NcclSingleRank, DeviceMemoryOfAnotherDeviceIsRefusedAndAbortsTheCommunicator) {
+TEST_F(NcclSingleRank, DeviceMemoryOfAnotherDeviceIsRefusedAndAbortsTheCommunicator) {
   SKIP_UNLESS_GPUS(2);
   ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
   DeviceArray<float> elsewhere({1.0f});
@@ -399,9 +393,7 @@ TEST(NcclSingleRank, DeviceMemoryOfAnotherDeviceIsRefusedAndAbortsTheCommunicato
   EXPECT_EQ(comm->Barrier().code(), Code::kAborted);
 }
 
-TEST(NcclSingleRank, CollectiveWaitsForTheCallersCurrentStream) {
-  SKIP_UNLESS_GPUS(1);
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+TEST_F(NcclSingleRank, CollectiveWaitsForTheCallersCurrentStream) {
   cudaStream_t caller = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&caller, cudaStreamNonBlocking), cudaSuccess);
   {
@@ -442,9 +434,7 @@ TEST(NcclSingleRank, CollectiveWaitsForTheCallersCurrentStream) {
   EXPECT_EQ(cudaStreamDestroy(caller), cudaSuccess);
 }
 
-TEST(NcclSingleRank, UnreducibleDTypeIsRefusedNamingIt) {
-  SKIP_UNLESS_GPUS(1);
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+TEST_F(NcclSingleRank, UnreducibleDTypeIsRefusedNamingIt) {
   MemKv kv;
   std::unique_ptr<Communicator> comm = FormSingle(kv);
   ASSERT_NE(comm, nullptr);
@@ -454,9 +444,7 @@ TEST(NcclSingleRank, UnreducibleDTypeIsRefusedNamingIt) {
   EXPECT_NE(s.message().find("bool"), std::string::npos) << s.ToString();
 }
 
-TEST(NcclSingleRank, BroadcastFromARootOutsideTheWorldIsRefused) {
-  SKIP_UNLESS_GPUS(1);
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+TEST_F(NcclSingleRank, BroadcastFromARootOutsideTheWorldIsRefused) {
   MemKv kv;
   std::unique_ptr<Communicator> comm = FormSingle(kv);
   ASSERT_NE(comm, nullptr);
@@ -464,8 +452,7 @@ TEST(NcclSingleRank, BroadcastFromARootOutsideTheWorldIsRefused) {
   EXPECT_EQ(comm->Broadcast(bytes.get(), 1, 1).code(), Code::kInvalidArgument);
 }
 
-TEST(NcclSingleRank, FormOnADeviceThatDoesNotExistIsInvalidArgument) {
-  SKIP_UNLESS_GPUS(1);
+TEST_F(NcclSingleRank, FormOnADeviceThatDoesNotExistIsInvalidArgument) {
   NcclCommunicatorOptions options;
   options.device = *CudaDeviceCount();
   NcclCommunicatorFactory factory(options);
@@ -475,9 +462,7 @@ TEST(NcclSingleRank, FormOnADeviceThatDoesNotExistIsInvalidArgument) {
   EXPECT_EQ(comm.status().code(), Code::kInvalidArgument) << comm.status().ToString();
 }
 
-TEST(NcclSingleRank, ShrinkRefusesToExcludeItselfAndLeavesTheOldOneUsable) {
-  SKIP_UNLESS_GPUS(1);
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+TEST_F(NcclSingleRank, ShrinkRefusesToExcludeItselfAndLeavesTheOldOneUsable) {
   MemKv kv;
   std::unique_ptr<Communicator> comm = FormSingle(kv);
   ASSERT_NE(comm, nullptr);
@@ -515,33 +500,54 @@ std::vector<std::unique_ptr<Communicator>> FormPair(MemKv& kv, milliseconds time
   return comms;
 }
 
-TEST(NcclTwoRanks, AllReduceBroadcastBarrierAcrossTwoThreads) {
-  SKIP_UNLESS_GPUS(2);
-  MemKv kv;
-  std::vector<std::unique_ptr<Communicator>> comms = FormPair(kv, std::chrono::seconds(60));
-  ASSERT_EQ(comms.size(), 2u);
+// Every test here needs two GPUs: comms_ holds ranks 0 and 1 once formed.
+class NcclTwoRanks : public ::testing::Test {
+ protected:
+  void SetUp() override { SKIP_UNLESS_GPUS(2); }
+
+  // Forms comms_ (FormPair) with each collective's `timeout`.
+  void Form(milliseconds timeout) {
+    comms_ = FormPair(kv_, timeout);
+    ASSERT_EQ(comms_.size(), 2u);
+  }
+
+  // Runs `fn` for both ranks at once, each on a thread of its own with its
+  // device current; what each returned (OK where the device could not be
+  // made current).
+  std::vector<Status> OnBothRanks(const std::function<Status(int rank, Communicator& c)>& fn) {
+    std::vector<Status> status(2);
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < 2; ++rank) {
+      threads.emplace_back([&, rank] {
+        if (cudaSetDevice(rank) != cudaSuccess) return;
+        status[rank] = fn(rank, *comms_[rank]);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    return status;
+  }
+
+  MemKv kv_;
+  std::vector<std::unique_ptr<Communicator>> comms_;
+};
+
+TEST_F(NcclTwoRanks, AllReduceBroadcastBarrierAcrossTwoThreads) {
+  ASSERT_NO_FATAL_FAILURE(Form(std::chrono::seconds(60)));
   std::vector<std::vector<float>> sums(2), maxes(2);
   std::vector<std::vector<uint8_t>> bcast(2);
-  std::vector<Status> status(2);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 2; ++rank) {
-    threads.emplace_back([&, rank] {
-      if (cudaSetDevice(rank) != cudaSuccess) return;
-      Communicator& c = *comms[rank];
-      DeviceArray<float> sum(std::vector<float>(1000, rank + 1.0f));
-      DeviceArray<float> max(std::vector<float>(1000, rank + 1.0f));
-      DeviceArray<uint8_t> bytes(std::vector<uint8_t>(64, static_cast<uint8_t>(10 + rank)));
-      Status s = c.AllReduce(sum.get(), 1000, DType::kFloat32, ReduceOp::kSum);
-      if (s.ok()) s = c.AllReduce(max.get(), 1000, DType::kFloat32, ReduceOp::kMax);
-      if (s.ok()) s = c.Broadcast(bytes.get(), 64, /*root=*/1);
-      if (s.ok()) s = c.Barrier();
-      status[rank] = s;
-      sums[rank] = sum.ToHost();
-      maxes[rank] = max.ToHost();
-      bcast[rank] = bytes.ToHost();
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  const std::vector<Status> status = OnBothRanks([&](int rank, Communicator& c) {
+    DeviceArray<float> sum(std::vector<float>(1000, rank + 1.0f));
+    DeviceArray<float> max(std::vector<float>(1000, rank + 1.0f));
+    DeviceArray<uint8_t> bytes(std::vector<uint8_t>(64, static_cast<uint8_t>(10 + rank)));
+    Status s = c.AllReduce(sum.get(), 1000, DType::kFloat32, ReduceOp::kSum);
+    if (s.ok()) s = c.AllReduce(max.get(), 1000, DType::kFloat32, ReduceOp::kMax);
+    if (s.ok()) s = c.Broadcast(bytes.get(), 64, /*root=*/1);
+    if (s.ok()) s = c.Barrier();
+    sums[rank] = sum.ToHost();
+    maxes[rank] = max.ToHost();
+    bcast[rank] = bytes.ToHost();
+    return s;
+  });
   for (int rank = 0; rank < 2; ++rank) {
     ASSERT_OK(status[rank]) << "rank " << rank;
     EXPECT_EQ(sums[rank], std::vector<float>(1000, 3.0f)) << "rank " << rank;
@@ -550,37 +556,27 @@ TEST(NcclTwoRanks, AllReduceBroadcastBarrierAcrossTwoThreads) {
   }
 }
 
-TEST(NcclTwoRanks, HostFlagsAndABlobLargerThanTheStagingAreStagedOnBothRanks) {
-  SKIP_UNLESS_GPUS(2);
-  MemKv kv;
-  std::vector<std::unique_ptr<Communicator>> comms = FormPair(kv, std::chrono::seconds(60));
-  ASSERT_EQ(comms.size(), 2u);
+TEST_F(NcclTwoRanks, HostFlagsAndABlobLargerThanTheStagingAreStagedOnBothRanks) {
+  ASSERT_NO_FATAL_FAILURE(Form(std::chrono::seconds(60)));
   const size_t n = kNcclStagingCapacity + 1000;  // two chunks, the second partial
   std::vector<std::vector<int64_t>> flags(2);
   std::vector<std::string> blobs(2);
-  std::vector<Status> status(2);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 2; ++rank) {
-    threads.emplace_back([&, rank] {
-      if (cudaSetDevice(rank) != cudaSuccess) return;
-      Communicator& c = *comms[rank];
-      // The step-boundary agreement: rank 1 wants a new generation.
-      flags[rank] = {rank == 1 ? 1 : 0, 0};
-      Status s = c.AllReduce(flags[rank].data(), 2, DType::kInt64, ReduceOp::kMax);
-      // The state sync: rank 0's blob, size first.
-      std::string& blob = blobs[rank];
-      if (rank == 0) {
-        blob.resize(n);
-        for (size_t i = 0; i < n; ++i) blob[i] = static_cast<char>(i % 251);
-      }
-      uint64_t size = blob.size();
-      if (s.ok()) s = c.Broadcast(&size, sizeof(size), 0);
-      blob.resize(size);
-      if (s.ok()) s = c.Broadcast(blob.data(), blob.size(), 0);
-      status[rank] = s;
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  const std::vector<Status> status = OnBothRanks([&](int rank, Communicator& c) {
+    // The step-boundary agreement: rank 1 wants a new generation.
+    flags[rank] = {rank == 1 ? 1 : 0, 0};
+    Status s = c.AllReduce(flags[rank].data(), 2, DType::kInt64, ReduceOp::kMax);
+    // The state sync: rank 0's blob, size first.
+    std::string& blob = blobs[rank];
+    if (rank == 0) {
+      blob.resize(n);
+      for (size_t i = 0; i < n; ++i) blob[i] = static_cast<char>(i % 251);
+    }
+    uint64_t size = blob.size();
+    if (s.ok()) s = c.Broadcast(&size, sizeof(size), 0);
+    blob.resize(size);
+    if (s.ok()) s = c.Broadcast(blob.data(), blob.size(), 0);
+    return s;
+  });
   for (int rank = 0; rank < 2; ++rank) {
     ASSERT_OK(status[rank]) << "rank " << rank;
     EXPECT_EQ(flags[rank], (std::vector<int64_t>{1, 0})) << "rank " << rank;
@@ -589,54 +585,45 @@ TEST(NcclTwoRanks, HostFlagsAndABlobLargerThanTheStagingAreStagedOnBothRanks) {
   EXPECT_EQ(blobs[1].size(), n);
 }
 
-TEST(NcclTwoRanks, CollectiveWithoutItsPeerTimesOutAndAborts) {
-  SKIP_UNLESS_GPUS(2);
-  MemKv kv;
-  std::vector<std::unique_ptr<Communicator>> comms = FormPair(kv, milliseconds(1000));
-  ASSERT_EQ(comms.size(), 2u);
+TEST_F(NcclTwoRanks, CollectiveWithoutItsPeerTimesOutAndAborts) {
+  ASSERT_NO_FATAL_FAILURE(Form(milliseconds(1000)));
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   DeviceArray<float> f({1.0f});
   const auto t0 = std::chrono::steady_clock::now();
   Status s =
-      comms[0]->AllReduce(f.get(), 1, DType::kFloat32, ReduceOp::kSum);  // rank 1 never joins
+      comms_[0]->AllReduce(f.get(), 1, DType::kFloat32, ReduceOp::kSum);  // rank 1 never joins
   EXPECT_EQ(s.code(), Code::kDeadlineExceeded) << s.ToString();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
-  EXPECT_TRUE(comms[0]->aborted());
-  EXPECT_EQ(comms[0]->Barrier().code(), Code::kAborted);
-  comms[1]->Abort();
+  EXPECT_TRUE(comms_[0]->aborted());
+  EXPECT_EQ(comms_[0]->Barrier().code(), Code::kAborted);
+  comms_[1]->Abort();
 }
 
-TEST(NcclTwoRanks, AbortFromAnotherThreadInterruptsACollectiveInFlight) {
-  SKIP_UNLESS_GPUS(2);
-  MemKv kv;
-  std::vector<std::unique_ptr<Communicator>> comms = FormPair(kv, std::chrono::seconds(60));
-  ASSERT_EQ(comms.size(), 2u);
+TEST_F(NcclTwoRanks, AbortFromAnotherThreadInterruptsACollectiveInFlight) {
+  ASSERT_NO_FATAL_FAILURE(Form(std::chrono::seconds(60)));
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   DeviceArray<float> f({1.0f});
   std::thread aborter([&] {
     std::this_thread::sleep_for(milliseconds(300));
-    comms[0]->Abort();
+    comms_[0]->Abort();
   });
   const auto t0 = std::chrono::steady_clock::now();
   Status s =
-      comms[0]->AllReduce(f.get(), 1, DType::kFloat32, ReduceOp::kSum);  // rank 1 never joins
+      comms_[0]->AllReduce(f.get(), 1, DType::kFloat32, ReduceOp::kSum);  // rank 1 never joins
   const auto took = std::chrono::steady_clock::now() - t0;
   aborter.join();
   EXPECT_EQ(s.code(), Code::kAborted) << s.ToString();
   EXPECT_LT(took, std::chrono::seconds(20)) << "well before the 60 s timeout";
-  comms[1]->Abort();
+  comms_[1]->Abort();
 }
 
-TEST(NcclTwoRanks, ShrinkKeepsTheSurvivorAndAbortsTheParent) {
-  SKIP_UNLESS_GPUS(2);
-  MemKv kv;
-  std::vector<std::unique_ptr<Communicator>> comms = FormPair(kv, std::chrono::seconds(60));
-  ASSERT_EQ(comms.size(), 2u);
-  comms[1]->Abort();  // rank 1 leaves (or died)
+TEST_F(NcclTwoRanks, ShrinkKeepsTheSurvivorAndAbortsTheParent) {
+  ASSERT_NO_FATAL_FAILURE(Form(std::chrono::seconds(60)));
+  comms_[1]->Abort();  // rank 1 leaves (or died)
   NcclCommunicatorOptions options;
   options.device = 0;
   NcclCommunicatorFactory factory(options);
-  Result<std::unique_ptr<Communicator>> shrunk = factory.Shrink(*comms[0], Member(2, 0, 1), {1});
+  Result<std::unique_ptr<Communicator>> shrunk = factory.Shrink(*comms_[0], Member(2, 0, 1), {1});
   Result<NcclRecoveryPlan> ladder = LoadedNcclRecoveryPlan();
   ASSERT_OK(ladder);
   if (!ladder->shrink) {
@@ -644,7 +631,7 @@ TEST(NcclTwoRanks, ShrinkKeepsTheSurvivorAndAbortsTheParent) {
     GTEST_SKIP() << ladder->summary;
   }
   ASSERT_OK(shrunk);
-  EXPECT_TRUE(comms[0]->aborted()) << "the parent is aborted after an aborting shrink";
+  EXPECT_TRUE(comms_[0]->aborted()) << "the parent is aborted after an aborting shrink";
   Communicator& c = **shrunk;
   EXPECT_EQ(c.generation(), 2u);
   EXPECT_EQ(c.rank(), 0);

@@ -355,10 +355,9 @@ TEST(SimService, TheQueueGuardStartsALongJobBehindABacklogOfShortOnes) {
   EXPECT_LT(guarded.jobs[1].first_start_s, 8 * 3600.0) << guarded.jobs[1].first_start_s;
 }
 
-// Slurm-like with the teams' borrowing limits as GrpTRES caps
-// (slurm-limits): a team at its cap has its jobs held, neither started nor
-// reserved for, so the other team's jobs behind them start at once.
-TEST(SimTeams, SlurmLimitsHoldsATeamAtItsCapWithoutBlockingOthers) {
+// Two teams on 16 GPUs: team a submits twelve one-GPU jobs of an hour at
+// once, team b one a minute later.
+Workload TeamBurstBesideOneJob() {
   Workload w;
   w.windows = FixedCapacity(16);
   for (int i = 0; i < 12; i++) {
@@ -367,6 +366,14 @@ TEST(SimTeams, SlurmLimitsHoldsATeamAtItsCapWithoutBlockingOthers) {
   }
   w.jobs.push_back(Job(12, 60, 1, 3600));
   w.jobs.back().team = "b";
+  return w;
+}
+
+// Slurm-like with the teams' borrowing limits as GrpTRES caps
+// (slurm-limits): a team at its cap has its jobs held, neither started nor
+// reserved for, so the other team's jobs behind them start at once.
+TEST(SimTeams, SlurmLimitsHoldsATeamAtItsCapWithoutBlockingOthers) {
+  Workload w = TeamBurstBesideOneJob();
   SchedulerOptions o;
   o.team_guarantee_gpus = 2;
   o.team_borrow_limits = TeamBorrowLimits(o, w.jobs, 1);  // cap: 2 + 2 GPUs
@@ -412,14 +419,7 @@ TEST(SimBound, MeanJctLowerBoundCountsCapacityAndHoldsForEveryPolicy) {
 // --team-borrow-factor 1 (limit = its guarantee) it never holds more than
 // 4 and its jobs queue, while b's starts at once.
 TEST(SimTeams, ATeamsBorrowingLimitHoldsThroughTheReplay) {
-  Workload w;
-  w.windows = FixedCapacity(16);
-  for (int i = 0; i < 12; i++) {
-    w.jobs.push_back(Job(i, 0, 1, 3600));
-    w.jobs.back().team = "a";
-  }
-  w.jobs.push_back(Job(12, 60, 1, 3600));
-  w.jobs.back().team = "b";
+  Workload w = TeamBurstBesideOneJob();
   auto run = [&w](double factor) {
     SchedulerOptions o;
     o.team_guarantee_gpus = 2;

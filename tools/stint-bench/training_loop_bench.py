@@ -471,7 +471,7 @@ def machine():
                                                             os.sysconf("SC_PHYS_PAGES") / 2**30, 1)}
 
 
-def main():
+def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dir", default=None,
                    help="directory to write in (a temp dir is made inside it). Default: /var/tmp, "
@@ -499,147 +499,100 @@ def main():
     for key, v in preset.items():
         if getattr(args, key) is None:
             setattr(args, key, v)
+    return args
 
-    warnings.filterwarnings("ignore")
-    if args.torch_threads:
-        torch.set_num_threads(args.torch_threads)
-    import stint
-    import torch.distributed as dist
 
-    parent = os.path.abspath(args.dir or default_dir())
-    base = tempfile.mkdtemp(prefix="stint-training-loop-bench-", dir=parent)
-    mnt, fstype, dev = fs_of(base)
-    # DCP needs a process group: one process, gloo, a FileStore in the bench's directory.
-    dist.init_process_group("gloo", store=dist.FileStore(os.path.join(base, "store"), 1),
-                            rank=0, world_size=1)
+def new_samples(modes):
+    """Per mode, the per-repetition samples run_repetitions appends to."""
+    return {mo.name: {"total": [], "tail": [], "added_per_ckpt": [], "step_median": [], "steps": [],
+                      "excess_per_ckpt": [], "own_cpu": [], "foreign_cpu": []}
+            for mo in modes}
 
-    names = [m.strip() for m in args.modes.split(",")]
-    if "baseline" not in names:
-        names.insert(0, "baseline")
-    tr = Trainer(args)
-    nbytes = state_bytes(tr.state())
-    nparams = sum(p.numel() for p in tr.model.parameters())
-    makers = {
-        "baseline": lambda: Mode("baseline", base),
-        "stint eager": lambda: StintMode("stint eager", base, stint, lazy=False),
-        "stint lazy": lambda: StintMode("stint lazy", base, stint, lazy=True),
-        "torch.save": lambda: TorchSaveMode("torch.save", base),
-        "dcp.async_save": lambda: DcpMode("dcp.async_save", base),
-    }
-    modes = [makers[n]() for n in names]
-    refdir = os.path.join(base, "reference")
-    os.makedirs(refdir)
-    m = machine()
-    load0 = os.getloadavg()
-    started = datetime.datetime.now(datetime.timezone.utc)
-    steps = (args.checkpoints + 1) * args.every
-    print("model: MLP width %d depth %d (BatchNorm1d/LayerNorm), %.1fM params, batch %d; "
-          "state %.0f MiB (model + AdamW)" % (args.width, args.depth, nparams / 1e6, args.batch,
-                                             nbytes / 2**20))
-    print("loop: %d steps per segment, a checkpoint every %d steps (%d per segment), "
-          "%d repetitions + 1 warm-up" % (steps, args.every, args.checkpoints, args.reps))
-    print("machine: %s, %d CPUs, torch %s (%d threads); load avg %.2f" % (
-        m["cpu"], m["cpus"], m["torch"], m["torch_threads"], load0[0]))
-    print("dir: %s (%s on %s, %s)" % (base, fstype, dev, mnt), flush=True)
 
-    samples = {mo.name: {"total": [], "tail": [], "added_per_ckpt": [], "step_median": [], "steps": [],
-                         "excess_per_ckpt": [], "own_cpu": [], "foreign_cpu": []}
-               for mo in modes}
-    refs = {"torch.save+fsync": [], "torch.save": []}
-    check = None
-    try:
-        for rep in range(args.reps + 1):
-            warm = rep == 0
-            order = modes if rep % 2 == 0 else list(reversed(modes))
-            totals = {}
-            for mo in order:
-                gc.collect()
-                time.sleep(0.2)
-                total, tail, times = tr.segment(mo, args.every, 1 if warm else args.checkpoints)
-                mo.cleanup()
-                totals[mo.name] = (total, tail, times, tr.own_cpu, tr.foreign)
+def run_repetitions(tr, modes, names, args, refdir, samples, refs):
+    """Every repetition (the first a warm-up) runs every mode's segment, in alternating order,
+    then the torch.save reference of the same state; appends to `samples` and `refs`."""
+    for rep in range(args.reps + 1):
+        warm = rep == 0
+        order = modes if rep % 2 == 0 else list(reversed(modes))
+        totals = {}
+        for mo in order:
             gc.collect()
-            synced, plain = torch_save_reference(tr, refdir)
-            if warm:
-                for mo in modes:
-                    mo.reset()
-                print("  warm-up done (torch.save+fsync %.3f s)" % synced, flush=True)
-                continue
-            refs["torch.save+fsync"].append(synced)
-            refs["torch.save"].append(plain)
-            base_total = totals["baseline"][0]
-            for name, (total, tail, times, own_cpu, foreign) in totals.items():
-                s = samples[name]
-                s["own_cpu"].append(own_cpu)
-                s["foreign_cpu"].append(foreign)
-                # Within the segment: time above the segment's own median step (robust to a
-                # whole segment slowed by another process; blind to a uniform slowdown).
-                s["excess_per_ckpt"].append(
-                    (total - len(times) * statistics.median(times)) / args.checkpoints)
-                s["total"].append(total)
-                s["tail"].append(tail)
-                s["step_median"].append(statistics.median(times))
-                s["steps"].append(times)
-                s["added_per_ckpt"].append((total - base_total) / args.checkpoints)
-            print("  rep %d: baseline %.2f s; added/ckpt %s; torch.save+fsync %.3f s; "
-                  "foreign CPU s %s" % (
-                      rep, base_total, ", ".join("%s %+.3f" % (n, samples[n]["added_per_ckpt"][-1])
-                                                 for n in names if n != "baseline"), synced,
-                      "/".join("%.1f" % samples[n]["foreign_cpu"][-1] for n in names)),
-                  flush=True)
-        lazy = next((mo for mo in modes if mo.name == "stint lazy"), None)
-        if lazy is not None and not args.no_check:
-            check = check_lazy(tr, lazy, args.every, args.checkpoints)
-    finally:
-        for mo in modes:
-            try:
-                mo.close()
-            except Exception as e:  # noqa: BLE001
-                print("close %s: %s: %s" % (mo.name, type(e).__name__, e))
-        dist.destroy_process_group()
-        shutil.rmtree(base, ignore_errors=True)
-    load1 = os.getloadavg()
+            time.sleep(0.2)
+            total, tail, times = tr.segment(mo, args.every, 1 if warm else args.checkpoints)
+            mo.cleanup()
+            totals[mo.name] = (total, tail, times, tr.own_cpu, tr.foreign)
+        gc.collect()
+        synced, plain = torch_save_reference(tr, refdir)
+        if warm:
+            for mo in modes:
+                mo.reset()
+            print("  warm-up done (torch.save+fsync %.3f s)" % synced, flush=True)
+            continue
+        refs["torch.save+fsync"].append(synced)
+        refs["torch.save"].append(plain)
+        base_total = totals["baseline"][0]
+        for name, (total, tail, times, own_cpu, foreign) in totals.items():
+            s = samples[name]
+            s["own_cpu"].append(own_cpu)
+            s["foreign_cpu"].append(foreign)
+            # Within the segment: time above the segment's own median step (robust to a
+            # whole segment slowed by another process; blind to a uniform slowdown).
+            s["excess_per_ckpt"].append(
+                (total - len(times) * statistics.median(times)) / args.checkpoints)
+            s["total"].append(total)
+            s["tail"].append(tail)
+            s["step_median"].append(statistics.median(times))
+            s["steps"].append(times)
+            s["added_per_ckpt"].append((total - base_total) / args.checkpoints)
+        print("  rep %d: baseline %.2f s; added/ckpt %s; torch.save+fsync %.3f s; "
+              "foreign CPU s %s" % (
+                  rep, base_total, ", ".join("%s %+.3f" % (n, samples[n]["added_per_ckpt"][-1])
+                                             for n in names if n != "baseline"), synced,
+                  "/".join("%.1f" % samples[n]["foreign_cpu"][-1] for n in names)),
+              flush=True)
 
-    ref = med(refs["torch.save+fsync"])
-    ref_plain = med(refs["torch.save"])
-    base_step = med(samples["baseline"]["step_median"])
-    results = {}
-    for mo in modes:
-        s = samples[mo.name]
-        added = med(s["added_per_ckpt"])
-        # Repetitions where neither this segment nor the baseline's shared the CPUs
-        clean = [a for a, f, fb in zip(s["added_per_ckpt"], s["foreign_cpu"],
-                                       samples["baseline"]["foreign_cpu"])
-                 if f < FOREIGN_LIMIT and fb < FOREIGN_LIMIT]
-        r = {"added_per_ckpt_s": added, "ratio_vs_torch_save_fsync": added / ref,
-             "ratio_vs_torch_save_no_fsync": added / ref_plain,
-             "segment_s": med(s["total"]), "step_median_s": med(s["step_median"]),
-             "tail_s": med(s["tail"]), "excess_per_ckpt_s": med(s["excess_per_ckpt"]),
-             "excess_ratio_vs_torch_save_fsync": med(s["excess_per_ckpt"]) / ref,
-             "own_cpu_s": med(s["own_cpu"]), "foreign_cpu_s": med(s["foreign_cpu"]),
-             "by_position_per_ckpt_s": by_position(s["steps"], samples["baseline"]["steps"],
-                                                   args.every, args.checkpoints),
-             "clean_reps": len(clean), "added_per_ckpt_clean_s": med(clean),
-             "ratio_clean_vs_torch_save_fsync": med(clean) / ref,
-             "added_per_ckpt_min_s": min(s["added_per_ckpt"]) if s["added_per_ckpt"] else None,
-             "added_per_ckpt_max_s": max(s["added_per_ckpt"]) if s["added_per_ckpt"] else None}
-        if mo.name != "baseline":
-            stall = med(mo.stalls)
-            if isinstance(mo, StintMode) and mo.lazy:
-                r["hook_wait_per_ckpt_s"] = med(mo.hook_waits)
-                stall += r["hook_wait_per_ckpt_s"]
-            r["stall_per_ckpt_s"] = stall
-            r["save_call_s"] = med(mo.stalls)
-            r["to_durable_s"] = med(mo.durable)
-            errors = [d for d in mo.durable if isinstance(d, str)]
-            if errors:
-                r["durable_errors"] = errors[:5]
-            if isinstance(mo, StintMode):
-                for key in ("snapshot_seconds", "staged_seconds", "persist_seconds",
-                            "commit_seconds"):
-                    r[key] = med([ph.get(key) for ph in mo.phases])
-        results[mo.name] = r
 
+def mode_result(mo, samples, args, ref, ref_plain):
+    """One mode's medians over the repetitions (the "medians" of the JSON)."""
+    s = samples[mo.name]
+    added = med(s["added_per_ckpt"])
+    # Repetitions where neither this segment nor the baseline's shared the CPUs
+    clean = [a for a, f, fb in zip(s["added_per_ckpt"], s["foreign_cpu"],
+                                   samples["baseline"]["foreign_cpu"])
+             if f < FOREIGN_LIMIT and fb < FOREIGN_LIMIT]
+    r = {"added_per_ckpt_s": added, "ratio_vs_torch_save_fsync": added / ref,
+         "ratio_vs_torch_save_no_fsync": added / ref_plain,
+         "segment_s": med(s["total"]), "step_median_s": med(s["step_median"]),
+         "tail_s": med(s["tail"]), "excess_per_ckpt_s": med(s["excess_per_ckpt"]),
+         "excess_ratio_vs_torch_save_fsync": med(s["excess_per_ckpt"]) / ref,
+         "own_cpu_s": med(s["own_cpu"]), "foreign_cpu_s": med(s["foreign_cpu"]),
+         "by_position_per_ckpt_s": by_position(s["steps"], samples["baseline"]["steps"],
+                                               args.every, args.checkpoints),
+         "clean_reps": len(clean), "added_per_ckpt_clean_s": med(clean),
+         "ratio_clean_vs_torch_save_fsync": med(clean) / ref,
+         "added_per_ckpt_min_s": min(s["added_per_ckpt"]) if s["added_per_ckpt"] else None,
+         "added_per_ckpt_max_s": max(s["added_per_ckpt"]) if s["added_per_ckpt"] else None}
+    if mo.name != "baseline":
+        stall = med(mo.stalls)
+        if isinstance(mo, StintMode) and mo.lazy:
+            r["hook_wait_per_ckpt_s"] = med(mo.hook_waits)
+            stall += r["hook_wait_per_ckpt_s"]
+        r["stall_per_ckpt_s"] = stall
+        r["save_call_s"] = med(mo.stalls)
+        r["to_durable_s"] = med(mo.durable)
+        errors = [d for d in mo.durable if isinstance(d, str)]
+        if errors:
+            r["durable_errors"] = errors[:5]
+        if isinstance(mo, StintMode):
+            for key in ("snapshot_seconds", "staged_seconds", "persist_seconds",
+                        "commit_seconds"):
+                r[key] = med([ph.get(key) for ph in mo.phases])
+    return r
+
+
+def print_table(results, samples, args, ref, ref_plain, base_step):
+    """The medians table and the lines that explain it."""
     print()
     print("median over %d repetitions; torch.save+fsync of the state: %.3f s (without fsync %.3f s); "
           "baseline step %.3f s" % (args.reps, ref, ref_plain, base_step))
@@ -683,6 +636,11 @@ def main():
         FOREIGN_LIMIT, ", ".join("%s %d: added/ckpt %+.4f s, ratio %+.4f" % (
             n, r["clean_reps"], r["added_per_ckpt_clean_s"], r["ratio_clean_vs_torch_save_fsync"])
             for n, r in results.items() if n != "baseline")))
+
+
+def report_lazy(results, samples, ref):
+    """stint lazy against the target (<= 0.02 of torch.save+fsync): prints the verdict and adds it
+    (and the repetitions' MAD) to its results."""
     lz = results.get("stint lazy")
     if lz:
         print()
@@ -704,6 +662,77 @@ def main():
                   lz["added_per_ckpt_min_s"], lz["added_per_ckpt_max_s"]))
         print("stint lazy direct stall (save() + its pre-hooks) / torch.save+fsync: %.4f" % (
             lz["stall_per_ckpt_s"] / ref))
+
+
+def main():
+    args = parse_args()
+
+    warnings.filterwarnings("ignore")
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
+    import stint
+    import torch.distributed as dist
+
+    parent = os.path.abspath(args.dir or default_dir())
+    base = tempfile.mkdtemp(prefix="stint-training-loop-bench-", dir=parent)
+    mnt, fstype, dev = fs_of(base)
+    # DCP needs a process group: one process, gloo, a FileStore in the bench's directory.
+    dist.init_process_group("gloo", store=dist.FileStore(os.path.join(base, "store"), 1),
+                            rank=0, world_size=1)
+
+    names = [m.strip() for m in args.modes.split(",")]
+    if "baseline" not in names:
+        names.insert(0, "baseline")
+    tr = Trainer(args)
+    nbytes = state_bytes(tr.state())
+    nparams = sum(p.numel() for p in tr.model.parameters())
+    makers = {
+        "baseline": lambda: Mode("baseline", base),
+        "stint eager": lambda: StintMode("stint eager", base, stint, lazy=False),
+        "stint lazy": lambda: StintMode("stint lazy", base, stint, lazy=True),
+        "torch.save": lambda: TorchSaveMode("torch.save", base),
+        "dcp.async_save": lambda: DcpMode("dcp.async_save", base),
+    }
+    modes = [makers[n]() for n in names]
+    refdir = os.path.join(base, "reference")
+    os.makedirs(refdir)
+    m = machine()
+    load0 = os.getloadavg()
+    started = datetime.datetime.now(datetime.timezone.utc)
+    steps = (args.checkpoints + 1) * args.every
+    print("model: MLP width %d depth %d (BatchNorm1d/LayerNorm), %.1fM params, batch %d; "
+          "state %.0f MiB (model + AdamW)" % (args.width, args.depth, nparams / 1e6, args.batch,
+                                             nbytes / 2**20))
+    print("loop: %d steps per segment, a checkpoint every %d steps (%d per segment), "
+          "%d repetitions + 1 warm-up" % (steps, args.every, args.checkpoints, args.reps))
+    print("machine: %s, %d CPUs, torch %s (%d threads); load avg %.2f" % (
+        m["cpu"], m["cpus"], m["torch"], m["torch_threads"], load0[0]))
+    print("dir: %s (%s on %s, %s)" % (base, fstype, dev, mnt), flush=True)
+
+    samples = new_samples(modes)
+    refs = {"torch.save+fsync": [], "torch.save": []}
+    check = None
+    try:
+        run_repetitions(tr, modes, names, args, refdir, samples, refs)
+        lazy = next((mo for mo in modes if mo.name == "stint lazy"), None)
+        if lazy is not None and not args.no_check:
+            check = check_lazy(tr, lazy, args.every, args.checkpoints)
+    finally:
+        for mo in modes:
+            try:
+                mo.close()
+            except Exception as e:  # noqa: BLE001
+                print("close %s: %s: %s" % (mo.name, type(e).__name__, e))
+        dist.destroy_process_group()
+        shutil.rmtree(base, ignore_errors=True)
+    load1 = os.getloadavg()
+
+    ref = med(refs["torch.save+fsync"])
+    ref_plain = med(refs["torch.save"])
+    base_step = med(samples["baseline"]["step_median"])
+    results = {mo.name: mode_result(mo, samples, args, ref, ref_plain) for mo in modes}
+    print_table(results, samples, args, ref, ref_plain, base_step)
+    report_lazy(results, samples, ref)
     if check is not None:
         print("lazy check: " + "; ".join(
             "step %d %s%s" % (c["step"], c["result"], "" if c["result"] != "MISMATCH" else
