@@ -1,6 +1,8 @@
 #include "resumable_training.h"
 
 #include <chrono>
+#include <limits>
+#include <vector>
 
 #include "stint/coordinator_commit_channel.h"
 #include "stint_torch.h"
@@ -49,6 +51,16 @@ Result<std::unique_ptr<ResumableTraining>> ResumableTraining::Create(
     run->options_.checkpoint.device_copier = run->device_copier_.get();
   }
   CheckpointOptions& ckpt = run->options_.checkpoint;
+  if (ckpt.world_size > 1 && options.watch_signals && !options.process_group) {
+    return Status::InvalidArgument(
+        "ResumableTraining with world_size " + std::to_string(ckpt.world_size) +
+        " and watch_signals needs options.process_group: the ranks agree on stopping over it");
+  }
+  if (options.process_group && options.process_group->getSize() != ckpt.world_size) {
+    return Status::InvalidArgument(
+        "ResumableTraining: process_group has " + std::to_string(options.process_group->getSize()) +
+        " ranks, checkpoint.world_size is " + std::to_string(ckpt.world_size));
+  }
   if (options.fence_from_environment && !ckpt.commit_guard && !ckpt.token_guard) {
     STINT_ASSIGN_OR_RETURN(run->fencing_client_, FenceCommitsFromEnvironment(&ckpt));
   }
@@ -206,16 +218,62 @@ Status ResumableTraining::BeforeOptimizerStep() {
                                     CurrentCudaStream);
 }
 
+Result<std::vector<double>> ResumableTraining::AllReduceMax(std::vector<double> values,
+                                                             const char* what) {
+  if (!options_.process_group || options_.process_group->getSize() == 1) return values;
+  const std::string context = std::string("ResumableTraining: agreeing on ") + what;
+  return Guard(context, [&]() -> Result<std::vector<double>> {
+    std::vector<at::Tensor> tensors{
+        torch::tensor(values, torch::TensorOptions().dtype(torch::kFloat64))
+            .to(options_.process_group_device)};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = c10d::ReduceOp::MAX;
+    try {
+      options_.process_group->allreduce(tensors, opts)->wait();
+    } catch (const std::exception& e) {
+      return StatusFromC10dError(e, context);
+    }
+    at::Tensor reduced = tensors[0].cpu();
+    return std::vector<double>(reduced.data_ptr<double>(), reduced.data_ptr<double>() + values.size());
+  });
+}
+
 Result<StepAction> ResumableTraining::StepBoundary(uint64_t step) {
   if (sampler_ != nullptr) sampler_->CommitStep();
   ReapDurable();
   StepAction action;
-  if (watcher_ != nullptr && watcher_->requested()) {
+  // One all-reduce per step: MAX of [has a notice, -seconds to its deadline]
+  // is any rank's notice and the earliest deadline.
+  const std::optional<PreemptionNotice> own =
+      watcher_ != nullptr && watcher_->requested() ? watcher_->notice() : std::nullopt;
+  const auto now = std::chrono::steady_clock::now();
+  const double own_seconds =
+      own ? std::chrono::duration<double>(own->deadline - now).count() : 0.0;
+  STINT_ASSIGN_OR_RETURN(
+      std::vector<double> agreed,
+      AllReduceMax({own ? 1.0 : 0.0, own ? -own_seconds : -std::numeric_limits<double>::infinity()},
+                   "stopping"));
+  if (agreed[0] != 0) {
     action.exit = true;
     action.exit_code = kExitRequeue;
-    // The exit code is decided: a second signal while the process winds down must not kill it.
-    watcher_->KeepUntilExit();
-    action.plan = watcher_->PlanAt(Cost(step));
+    // A rank without a notice of its own takes the earliest rank's deadline as one.
+    PreemptionNotice notice{"preemption notice on another rank", now,
+                            now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                      std::chrono::duration<double>(-agreed[1]))};
+    if (own) notice = *own;
+    if (watcher_ != nullptr) {
+      if (!own) watcher_->Notify(notice.source, notice.deadline);
+      // The exit code is decided: a second signal while the process winds down must not kill it.
+      watcher_->KeepUntilExit();
+    }
+    action.plan = PlanPreemption(notice, now, options_.preemption.safety, Cost(step));
+    // All take the emergency checkpoint or none does (MAX of "does not fit").
+    STINT_ASSIGN_OR_RETURN(std::vector<double> misfit,
+                           AllReduceMax({action.plan.save ? 0.0 : 1.0}, "the emergency save"));
+    if (action.plan.save && misfit[0] != 0) {
+      action.plan.save = false;
+      action.plan.reason += "; not saving: the checkpoint does not fit the grace on another rank";
+    }
     if (action.plan.save) {
       Status s = SaveNow(step, /*wait_durable=*/true);
       action.saved = s.ok();

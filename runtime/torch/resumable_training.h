@@ -24,7 +24,10 @@
 // commit_channel, see stint/checkpointer.h): every rank calls the same
 // methods at the same steps; each saves its own sampler cursor, generators
 // and user state, rank 0 alone the module and optimizer (the same on every
-// rank, so written once), and every rank loads them on Resume().
+// rank, so written once), and every rank loads them on Resume(). The stop
+// is agreed over options.process_group (the job's c10d group, the one DDP
+// uses): a preemption notice to any rank stops every rank at the same step,
+// with one emergency checkpoint taken by all or by none.
 //
 // Snapshots: a model on a CUDA device is copied device-to-host into pinned
 // staging on copy streams (a CUDA copier is made when
@@ -47,6 +50,7 @@
 #ifndef STINT_TORCH_RESUMABLE_TRAINING_H_
 #define STINT_TORCH_RESUMABLE_TRAINING_H_
 
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
@@ -79,6 +83,18 @@ struct ResumableTrainingOptions {
   // ranks, every rank's): a worker that lost its lease cannot commit.
   // Skipped where checkpoint.commit_guard or token_guard is set. Default: true
   bool fence_from_environment = true;
+  // Several ranks (checkpoint.world_size > 1): the job's c10d backend
+  // (a ProcessGroupGloo or ProcessGroupNCCL; from a c10d::ProcessGroup,
+  // its getBackend(device)). StepBoundary
+  // all-reduces two flags over it, a CPU tensor each step (a device tensor
+  // with NCCL): whether any rank has a notice (so a SIGTERM to one rank stops
+  // all at the same step) and whether every rank's plan has time for the
+  // emergency checkpoint (so all take it or none does). Required with
+  // watch_signals and several ranks: ranks deciding alone stop at different
+  // steps, and the emergency save waits for ranks that never come.
+  c10::intrusive_ptr<c10d::Backend> process_group;
+  // The device of those flags with an NCCL group (CPU otherwise).
+  torch::Device process_group_device = torch::kCPU;
 };
 
 struct StepAction {
@@ -131,6 +147,9 @@ class ResumableTraining {
   ResumableTraining(const ResumableTrainingOptions& options, torch::nn::Module& model,
                     torch::optim::Optimizer& optimizer, ResumableSampler* sampler);
   CheckpointCost Cost(uint64_t step) const;
+  // `values` of this rank, element-wise MAX over options_.process_group
+  // (`values` itself without a group).
+  Result<std::vector<double>> AllReduceMax(std::vector<double> values, const char* what);
   // Whether this rank writes the module and optimizer (rank 0 of a data-parallel job).
   bool OwnsModelState() const { return options_.checkpoint.rank == 0; }
   // Reaps finished background saves into last_durable_step_.
