@@ -117,8 +117,7 @@ TEST(LaunchSpec, ReadsTheStoredText) {
 
 TEST(LaunchSpec, WritesBackTheFieldsGiven) {
   for (const char* text :
-       {R"({"command":["a","b"]})",
-        R"({"command":["a"],"env":{},"gpus_per_worker":1})",
+       {R"({"command":["a","b"]})", R"({"command":["a"],"env":{},"gpus_per_worker":1})",
         R"({"command":["a"],"env":{"K":"V"},"gpus_per_worker":2,"restart_crashed":false,)"
         R"("signal":"TERM","torchrun":["torchrun"],"workdir":"/w"})"}) {
     auto spec = LaunchSpec::Parse(text);

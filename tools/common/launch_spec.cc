@@ -39,9 +39,9 @@ Result<LaunchSpec> Read(const json& l, const JobGpus* job) {
     spec.command.push_back(a.get<std::string>());
   }
   const json torchrun = l.value("torchrun", json());
-  if (!torchrun.is_null() &&
-      (!torchrun.is_array() || torchrun.empty() ||
-       !std::all_of(torchrun.begin(), torchrun.end(), [](const json& a) { return a.is_string(); }))) {
+  if (!torchrun.is_null() && (!torchrun.is_array() || torchrun.empty() ||
+                              !std::all_of(torchrun.begin(), torchrun.end(),
+                                           [](const json& a) { return a.is_string(); }))) {
     return Status::InvalidArgument(
         "launch.torchrun must be a non-empty array of strings (the launcher, e.g. [\"torchrun\"])");
   }
@@ -57,7 +57,8 @@ Result<LaunchSpec> Read(const json& l, const JobGpus* job) {
     }
   }
   if (l.contains("workdir")) {
-    if (!l["workdir"].is_string()) return Status::InvalidArgument("launch.workdir must be a string");
+    if (!l["workdir"].is_string())
+      return Status::InvalidArgument("launch.workdir must be a string");
     spec.workdir = l["workdir"].get<std::string>();
   }
   const json gpw = l.value("gpus_per_worker", json(1));

@@ -310,8 +310,7 @@ namespace {
 
 // The plan of assignment `a` (API.md, "Launching"), before it is known what
 // to start. `url` and `addr`: the agent's --coord and --addr.
-LaunchPlan ReadAssignment(const Json& a, const std::string& url,
-                                     const std::string& addr) {
+LaunchPlan ReadAssignment(const Json& a, const std::string& url, const std::string& addr) {
   LaunchPlan plan;
   plan.sid = a.value("segment_id", int64_t{0});
   plan.job = a.value("job_id", int64_t{0});
@@ -372,14 +371,13 @@ EnvVars WorkerEnv(const LaunchPlan& plan, int i, int rank, const std::string& vi
                            {"STINT_SEGMENT_ID", std::to_string(plan.sid)},
                            {"STINT_WORKER_NAME", options.node + ":" + std::to_string(rank)}});
   if (!plan.torchrun()) {
-    vars.insert(
-        vars.end(),
-        {{"STINT_WORKER_ID", std::to_string(reg.value("worker_id", int64_t{0}))},
-         {"STINT_WORKER_SECRET", reg.value("worker_secret", std::string())},
-         {"STINT_FENCING_TOKEN", std::to_string(reg.value("fencing_token", uint64_t{0}))},
-         {"STINT_LEASE_TTL_SECONDS", std::to_string(reg.value("lease_ttl_seconds", 0.0))},
-         {"STINT_HEARTBEAT_INTERVAL_SECONDS",
-          std::to_string(reg.value("heartbeat_interval_seconds", 0.0))}});
+    vars.insert(vars.end(),
+                {{"STINT_WORKER_ID", std::to_string(reg.value("worker_id", int64_t{0}))},
+                 {"STINT_WORKER_SECRET", reg.value("worker_secret", std::string())},
+                 {"STINT_FENCING_TOKEN", std::to_string(reg.value("fencing_token", uint64_t{0}))},
+                 {"STINT_LEASE_TTL_SECONDS", std::to_string(reg.value("lease_ttl_seconds", 0.0))},
+                 {"STINT_HEARTBEAT_INTERVAL_SECONDS",
+                  std::to_string(reg.value("heartbeat_interval_seconds", 0.0))}});
   } else {
     vars.emplace_back("STINT_COORD_TOKEN", plan.segment_token);
   }
@@ -446,7 +444,7 @@ void NodeAgent::Launch(const void* assignment, int only_process) {
   // GPUs here), the workers of the GPUs no process of it was given. They
   // join the job's group as new members.
   auto found = runs_.find(plan.sid);
-  const LaunchKind kind = only_process >= 0     ? LaunchKind::kRestart
+  const LaunchKind kind = only_process >= 0      ? LaunchKind::kRestart
                           : found != runs_.end() ? LaunchKind::kGrow
                                                  : LaunchKind::kNew;
   if (kind == LaunchKind::kRestart) {
@@ -586,7 +584,8 @@ void NodeAgent::StartWorkers(const LaunchPlan& plan, LaunchKind kind, SegmentRun
   }
   if (kind == LaunchKind::kGrow) {
     std::string ranks;
-    for (int i : plan.starts) ranks += (ranks.empty() ? "" : ",") + std::to_string(plan.rank_base + i);
+    for (int i : plan.starts)
+      ranks += (ranks.empty() ? "" : ",") + std::to_string(plan.rank_base + i);
     std::printf("stint-agent: segment %lld of job %lld grew: started ranks %s of %d on GPUs %s\n",
                 static_cast<long long>(plan.sid), static_cast<long long>(plan.job), ranks.c_str(),
                 plan.world, JoinGpus(plan.gpus).c_str());

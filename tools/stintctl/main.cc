@@ -258,8 +258,9 @@ void AddPools(CLI::App& app, Leaves& leaves) {
                  [&](const Json&) { return Line("pool " + *name + " created"); });
   });
   CLI::App* pools_list = pools->add_subcommand("list", "list pools");
-  leaves.emplace_back(
-      pools_list, [](Ctl& c, int64_t) { return c.Run("GET", "/v1/pools", std::nullopt, RenderPools); });
+  leaves.emplace_back(pools_list, [](Ctl& c, int64_t) {
+    return c.Run("GET", "/v1/pools", std::nullopt, RenderPools);
+  });
 }
 
 // --- windows ---
@@ -333,8 +334,8 @@ int WindowsAdd(Ctl& c, int64_t now, const WindowsAddArgs& a) {
           w.contains("end_ms") && !w["end_ms"].is_null() ? TimeCell(w, "end_ms", now) : "revoked";
       std::string node;
       if (w.value("node", Json()).is_string()) node = " on node " + Cell(w, "node");
-      out += Line("window " + Cell(w, "id") + ": pool " + Cell(w, "pool") + ", " +
-                  Cell(w, "gpus") + " GPUs" + node + ", " + Cell(w, "kind") + ", from " +
+      out += Line("window " + Cell(w, "id") + ": pool " + Cell(w, "pool") + ", " + Cell(w, "gpus") +
+                  " GPUs" + node + ", " + Cell(w, "kind") + ", from " +
                   TimeCell(w, "start_ms", now) + " until " + end);
     }
     return out;
@@ -375,8 +376,8 @@ void AddWindows(CLI::App& app, Leaves& leaves) {
   CLI::App* windows_close =
       windows->add_subcommand("close", "close a window early (notices go out)");
   windows_close->add_option("id", *id, "window id")->required()->check(IdRange());
-  CLI::Option* lead_opt = windows_close->add_option(
-      "--lead", *lead, "notice before the close (default: the window's)");
+  CLI::Option* lead_opt =
+      windows_close->add_option("--lead", *lead, "notice before the close (default: the window's)");
   leaves.emplace_back(windows_close, [=](Ctl& c, int64_t now) {
     Json body = Json::object();
     if (*lead_opt) {
@@ -384,10 +385,9 @@ void AddWindows(CLI::App& app, Leaves& leaves) {
       if (!d.ok()) return Usage("--lead: " + d.status().message());
       body["lead_seconds"] = *d;
     }
-    return c.Run("POST", "/v1/windows/" + std::to_string(*id) + "/close", body,
-                 [&](const Json& w) {
-                   return Line("window " + Cell(w, "id") + " closes " + TimeCell(w, "end_ms", now));
-                 });
+    return c.Run("POST", "/v1/windows/" + std::to_string(*id) + "/close", body, [&](const Json& w) {
+      return Line("window " + Cell(w, "id") + " closes " + TimeCell(w, "end_ms", now));
+    });
   });
 }
 
@@ -405,11 +405,10 @@ void AddTeams(CLI::App& app, Leaves& leaves) {
   teams_set->add_option("--guaranteed", a->guaranteed, "GPUs guaranteed to the team")
       ->required()
       ->check(CLI::NonNegativeNumber);
-  CLI::Option* borrow_opt =
-      teams_set
-          ->add_option("--borrow-limit", a->borrow,
-                       "GPUs it may borrow beyond that (-1: unlimited)")
-          ->check(CLI::Range(-1, 1 << 30));
+  CLI::Option* borrow_opt = teams_set
+                                ->add_option("--borrow-limit", a->borrow,
+                                             "GPUs it may borrow beyond that (-1: unlimited)")
+                                ->check(CLI::Range(-1, 1 << 30));
   leaves.emplace_back(teams_set, [=](Ctl& c, int64_t) {
     Json body{{"guaranteed_gpus", a->guaranteed}};
     if (*borrow_opt) body["borrow_limit_gpus"] = a->borrow;
@@ -418,8 +417,9 @@ void AddTeams(CLI::App& app, Leaves& leaves) {
     });
   });
   CLI::App* teams_list = teams->add_subcommand("list", "list teams");
-  leaves.emplace_back(
-      teams_list, [](Ctl& c, int64_t) { return c.Run("GET", "/v1/teams", std::nullopt, RenderTeams); });
+  leaves.emplace_back(teams_list, [](Ctl& c, int64_t) {
+    return c.Run("GET", "/v1/teams", std::nullopt, RenderTeams);
+  });
 }
 
 // --- jobs ---

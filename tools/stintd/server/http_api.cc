@@ -372,8 +372,7 @@ json Assignments(const ClusterState& s, const Window& window, const std::set<int
               {"master_port", seg.master_port != 0 ? seg.master_port : 20000 + sid % 20000},
               {"launch", launch},
               {"notice", nullptr}};
-    if (spec->ThroughTorchrun())
-      a["registration_token"] = auth.SegmentToken(sid, window.node);
+    if (spec->ThroughTorchrun()) a["registration_token"] = auth.SegmentToken(sid, window.node);
     if (seg.state == SegmentState::kNotified) {
       a["notice"] = {{"reason", NoticeReasonName(seg.notice_reason)},
                      {"deadline_ms", seg.deadline_ms},
