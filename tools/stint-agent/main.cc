@@ -27,9 +27,10 @@
 #include <vector>
 
 #include "base/strings.h"
+#include "common/gpu_list.h"
+#include "common/time_parse.h"
 #include "coord/wall_clock.h"
 #include "stint-agent/node_agent.h"
-#include "stintctl/parse.h"
 
 namespace {
 
@@ -76,29 +77,18 @@ int main(int argc, char** argv) {
   if (!for_duration.empty() && !until.empty()) return Usage("give --for or --until, not both");
   const int64_t now_ms = stint::internal::WallNowMs();
   if (!for_duration.empty()) {
-    auto d = stint::ctl::ParseDuration(for_duration);
+    auto d = stint::tools::ParseDuration(for_duration);
     if (!d.ok()) return Usage("--for: " + d.status().message());
     o.end_ms = now_ms + *d * 1000;
   }
   if (!until.empty()) {
-    auto t = stint::ctl::ParseTime(until, now_ms);
+    auto t = stint::tools::ParseTime(until, now_ms);
     if (!t.ok()) return Usage("--until: " + t.status().message());
     o.end_ms = *t;
   }
-  std::vector<std::string> parts(1);
-  for (char ch : gpus) {
-    if (ch == ',')
-      parts.emplace_back();
-    else
-      parts.back() += ch;
-  }
-  for (const std::string& part : parts) {
-    char* end = nullptr;
-    const long g = std::strtol(part.c_str(), &end, 10);
-    if (part.empty() || *end != '\0' || g < 0 || g > 1000000)
-      return Usage("--gpus: \"" + part + "\" is not a GPU index");
-    o.gpus.push_back(static_cast<int>(g));
-  }
+  auto gpu_list = stint::tools::ParseGpuList(gpus);
+  if (!gpu_list.ok()) return Usage("--gpus: " + gpu_list.status().message());
+  o.gpus = std::move(*gpu_list);
   if (o.node.empty()) {
     char host[256] = {};
     if (gethostname(host, sizeof(host) - 1) != 0) return Usage("no --node and no host name");

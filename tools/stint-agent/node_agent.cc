@@ -16,6 +16,7 @@
 #include <fstream>
 #include <set>
 
+#include "common/launch_spec.h"
 #include "coord/http_json.h"
 #include "coord/wall_clock.h"
 
@@ -51,14 +52,6 @@ Status MakeDirs(const std::string& path) {
     }
   }
   return Status::OK();
-}
-
-int SignalNumber(const std::string& name) {
-  if (name == "INT") return SIGINT;
-  if (name == "HUP") return SIGHUP;
-  if (name == "USR1") return SIGUSR1;
-  if (name == "USR2") return SIGUSR2;
-  return SIGTERM;
 }
 
 // The last non-empty line of a log (its last 4 KiB), for a failure message.
@@ -277,101 +270,248 @@ void NodeAgent::Reap() {
   std::fflush(stdout);
 }
 
-void NodeAgent::Launch(const void* assignment, int only_process) {
-  const Json& a = *static_cast<const Json*>(assignment);
-  const int64_t sid = a.value("segment_id", int64_t{0});
-  const int64_t job = a.value("job_id", int64_t{0});
-  const Json launch = a.value("launch", Json::object());
-  const int gpw = std::max(1, launch.value("gpus_per_worker", 1));
-  const std::vector<int> gpus = a.value("gpus", std::vector<int>());
-  const int local = static_cast<int>(gpus.size()) / gpw;
-  const int rank_base = a.value("rank_base", 0);
-  const int world = a.value("world_size", local);
-  std::vector<std::string> command = launch.value("command", std::vector<std::string>());
-  // "torchrun": one launcher per node, which starts the local workers and
-  // forms the group at stintd (--rdzv-backend=stint) under a key prefix of
-  // this segment, so an earlier segment's closed rendezvous is not met.
-  const std::vector<std::string> torchrun =
-      launch.value("torchrun", std::vector<std::string>());
-  if (!torchrun.empty() && !command.empty()) {
-    std::string endpoint = options_.url;
-    if (endpoint.rfind("http://", 0) == 0) endpoint = endpoint.substr(7);
-    if (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
-    std::vector<std::string> full = torchrun;
-    full.insert(full.end(),
-                {"--nnodes=" + std::to_string(a.value("nodes", 1)),
-                 "--nproc-per-node=" + std::to_string(local), "--rdzv-backend=stint",
-                 "--rdzv-endpoint=" + endpoint, "--rdzv-id=" + std::to_string(job),
-                 "--rdzv-conf=prefix=torchrun/segment-" + std::to_string(sid),
-                 "--no-python"});  // the command is an argv, as without torchrun
-    if (!options_.addr.empty()) full.push_back("--local-addr=" + options_.addr);
-    full.insert(full.end(), command.begin(), command.end());
-    command = std::move(full);
-  }
-  const int procs = torchrun.empty() ? local : 1;  // processes this agent starts
+// One assignment's launch, read once from the heartbeat's answer, and what
+// this call of Launch starts of it.
+struct LaunchPlan {
+  int64_t sid = 0;
+  int64_t job = 0;
+  tools::LaunchSpec spec;  // its command is empty when the spec was unreadable
+  std::string spec_error;  // why it was ("" when read)
+  std::vector<int> gpus;   // the segment's GPUs on this node
+  int local = 0;           // its workers on this node
+  int rank_base = 0;
+  int world = 0;
+  std::string master_addr;
+  int master_port = 0;
+  std::string segment_token;  // torchrun's registration token for this node
+  // What the agent executes: the spec's command, after the launcher's
+  // arguments under torchrun.
+  std::vector<std::string> command;
+  int procs = 0;  // processes this agent starts: a launcher, or one per worker
+  // Which of them this call starts (LaunchKind), and their registrations
+  // (empty objects under torchrun), in the same order.
+  std::vector<int> starts;
+  std::vector<Json> regs;
+  std::string dir;  // their logs
+
+  bool torchrun() const { return spec.ThroughTorchrun(); }
   // The GPUs of process `i`: its gpus_per_worker share, or all of the
   // node's under torchrun.
-  auto gpus_of = [&](int i) {
-    if (!torchrun.empty()) return gpus;
+  std::vector<int> GpusOf(int i) const {
+    if (torchrun()) return gpus;
+    const int gpw = spec.GpusPerWorker();
     const size_t first = std::min(gpus.size(), static_cast<size_t>(i) * gpw);
     return std::vector<int>(gpus.begin() + first,
                             gpus.begin() + std::min(gpus.size(), first + gpw));
-  };
-  // Which of them to start: all for a new segment; `only_process` alone in
-  // place of a crashed one; for one that grew (an elastic job took more
+  }
+};
+
+namespace {
+
+// The plan of assignment `a` (API.md, "Launching"), before it is known what
+// to start. `url` and `addr`: the agent's --coord and --addr.
+LaunchPlan ReadAssignment(const Json& a, const std::string& url, const std::string& addr) {
+  LaunchPlan plan;
+  plan.sid = a.value("segment_id", int64_t{0});
+  plan.job = a.value("job_id", int64_t{0});
+  Result<tools::LaunchSpec> spec = tools::LaunchSpec::FromJson(a.value("launch", Json::object()));
+  if (spec.ok()) {
+    plan.spec = std::move(*spec);
+  } else {
+    plan.spec_error = spec.status().message();
+  }
+  plan.gpus = a.value("gpus", std::vector<int>());
+  plan.local = static_cast<int>(plan.gpus.size()) / plan.spec.GpusPerWorker();
+  plan.rank_base = a.value("rank_base", 0);
+  plan.world = a.value("world_size", plan.local);
+  plan.master_addr = a.value("master_addr", std::string("127.0.0.1"));
+  plan.master_port = a.value("master_port", 29500);
+  plan.segment_token = a.value("registration_token", std::string());
+  plan.command = plan.spec.command;
+  // "torchrun": one launcher per node, which starts the local workers and
+  // forms the group at stintd (--rdzv-backend=stint) under a key prefix of
+  // this segment, so an earlier segment's closed rendezvous is not met.
+  if (plan.torchrun() && !plan.command.empty()) {
+    std::string endpoint = url;
+    if (endpoint.rfind("http://", 0) == 0) endpoint = endpoint.substr(7);
+    if (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
+    std::vector<std::string> full = *plan.spec.torchrun;
+    full.insert(full.end(),
+                {"--nnodes=" + std::to_string(a.value("nodes", 1)),
+                 "--nproc-per-node=" + std::to_string(plan.local), "--rdzv-backend=stint",
+                 "--rdzv-endpoint=" + endpoint, "--rdzv-id=" + std::to_string(plan.job),
+                 "--rdzv-conf=prefix=torchrun/segment-" + std::to_string(plan.sid),
+                 "--no-python"});  // the command is an argv, as without torchrun
+    if (!addr.empty()) full.push_back("--local-addr=" + addr);
+    full.insert(full.end(), plan.command.begin(), plan.command.end());
+    plan.command = std::move(full);
+  }
+  plan.procs = plan.torchrun() ? 1 : plan.local;
+  return plan;
+}
+
+using EnvVars = std::vector<std::pair<std::string, std::string>>;
+
+// Everything the child of process `i` needs in its environment, made before
+// the fork. `reg`: its registration. torchrun sets the ranks and the master
+// itself.
+EnvVars WorkerEnv(const LaunchPlan& plan, int i, int rank, const std::string& visible,
+                  const Json& reg, const NodeAgentOptions& options) {
+  EnvVars vars = {{"CUDA_VISIBLE_DEVICES", visible}};
+  if (!plan.torchrun()) {
+    vars.insert(vars.end(), {{"RANK", std::to_string(rank)},
+                             {"LOCAL_RANK", std::to_string(i)},
+                             {"WORLD_SIZE", std::to_string(plan.world)},
+                             {"LOCAL_WORLD_SIZE", std::to_string(plan.local)},
+                             {"MASTER_ADDR", plan.master_addr},
+                             {"MASTER_PORT", std::to_string(plan.master_port)}});
+  }
+  vars.insert(vars.end(), {{"STINT_COORD_URL", options.url},
+                           {"STINT_JOB_ID", std::to_string(plan.job)},
+                           {"STINT_SEGMENT_ID", std::to_string(plan.sid)},
+                           {"STINT_WORKER_NAME", options.node + ":" + std::to_string(rank)}});
+  if (!plan.torchrun()) {
+    vars.insert(vars.end(),
+                {{"STINT_WORKER_ID", std::to_string(reg.value("worker_id", int64_t{0}))},
+                 {"STINT_WORKER_SECRET", reg.value("worker_secret", std::string())},
+                 {"STINT_FENCING_TOKEN", std::to_string(reg.value("fencing_token", uint64_t{0}))},
+                 {"STINT_LEASE_TTL_SECONDS", std::to_string(reg.value("lease_ttl_seconds", 0.0))},
+                 {"STINT_HEARTBEAT_INTERVAL_SECONDS",
+                  std::to_string(reg.value("heartbeat_interval_seconds", 0.0))}});
+  } else {
+    vars.emplace_back("STINT_COORD_TOKEN", plan.segment_token);
+  }
+  if (!options.ca_file.empty()) vars.emplace_back("STINT_CA_FILE", options.ca_file);
+  if (plan.spec.env) {
+    for (const auto& [k, v] : *plan.spec.env) vars.emplace_back(k, v);
+  }
+  return vars;
+}
+
+// Forks and executes `command` as a process group of its own, output to
+// `log`, in `workdir` ("": the agent's), with `vars` added to the
+// environment. The pid, or -1 when the fork failed.
+pid_t ForkWorker(std::vector<std::string> command, const std::string& log,
+                 const std::string& workdir, const EnvVars& vars) {
+  std::vector<char*> argv;
+  for (std::string& arg : command) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  const pid_t agent = getpid();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    // Workers never outlive the agent: killed when it dies, however it dies.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != agent) _exit(125);  // it died before the line above
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);  // the agent blocks its stop signals
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+    }
+    const int null_fd = open("/dev/null", O_RDONLY);
+    if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
+    if (!workdir.empty() && chdir(workdir.c_str()) != 0) {
+      std::fprintf(stderr, "stint-agent: chdir %s: %s\n", workdir.c_str(), std::strerror(errno));
+      _exit(127);
+    }
+    unsetenv("STINT_AGENT_TOKEN");  // the agent's right is not the worker's
+    // No credential but the one set below for this process.
+    for (const char* k : {"STINT_COORD_TOKEN", "STINT_WORKER_ID", "STINT_WORKER_SECRET"})
+      unsetenv(k);
+    for (const auto& [k, v] : vars) setenv(k.c_str(), v.c_str(), 1);
+    execvp(argv[0], argv.data());
+    std::fprintf(stderr, "stint-agent: exec %s: %s\n", argv[0], std::strerror(errno));
+    _exit(127);
+  }
+  if (pid < 0) {
+    std::fprintf(stderr, "stint-agent: fork: %s\n", std::strerror(errno));
+    return -1;
+  }
+  setpgid(pid, pid);  // also here: no race with a kill of the group
+  return pid;
+}
+
+}  // namespace
+
+void NodeAgent::Launch(const void* assignment, int only_process) {
+  LaunchPlan plan =
+      ReadAssignment(*static_cast<const Json*>(assignment), options_.url, options_.addr);
+  // Which processes to start: all for a new segment; `only_process` alone
+  // in place of a crashed one; for one that grew (an elastic job took more
   // GPUs here), the workers of the GPUs no process of it was given. They
   // join the job's group as new members.
-  auto found = runs_.find(sid);
-  const bool relaunch = only_process >= 0;
-  const bool growing = !relaunch && found != runs_.end();
-  std::vector<int> starts;
-  if (relaunch) {
-    if (only_process >= procs || found == runs_.end()) return;
-    // Only on the GPUs it had: after a shrink or grow the index may stand
-    // for others, and then the segment goes on without it.
-    const std::vector<int> slice = gpus_of(only_process);
-    bool same = false;
-    for (WorkerProc& p : found->second.procs) {
-      if (p.index != only_process) continue;
-      same = same || p.gpus == slice;
-      if (p.gpus != slice) p.relaunch = false;  // its exit code counts with the rest
-    }
-    if (!same) return;
-    starts.push_back(only_process);
+  auto found = runs_.find(plan.sid);
+  const LaunchKind kind = only_process >= 0      ? LaunchKind::kRestart
+                          : found != runs_.end() ? LaunchKind::kGrow
+                                                 : LaunchKind::kNew;
+  if (kind == LaunchKind::kRestart) {
+    if (!RestartsInPlace(plan, only_process)) return;
+    plan.starts.push_back(only_process);
+  } else {
+    plan.starts = Unstarted(plan, kind == LaunchKind::kGrow ? &found->second : nullptr);
   }
-  for (int i = 0; i < procs && !relaunch; i++) {
+  if (kind == LaunchKind::kGrow &&
+      (plan.torchrun() || found->second.done || found->second.signalled ||
+       found->second.leave_deadline_ms != 0 || plan.starts.empty()))
+    return;
+  SegmentRun fresh;
+  SegmentRun& run = kind == LaunchKind::kGrow ? found->second : fresh;
+  run.job_id = plan.job;
+  run.signal = plan.spec.SignalNumber();
+  // A torchrun launcher that exits non-zero has given up (it restarts its
+  // own workers, --max-restarts) and closed the segment's rendezvous: one
+  // started again could never join, so its crash ends the segment.
+  run.restart_crashed = plan.spec.RestartCrashed() && !plan.torchrun();
+  plan.dir = options_.workdir + "/job-" + std::to_string(plan.job) + "/segment-" +
+             std::to_string(plan.sid);
+  Status made = MakeDirs(plan.dir);
+  // Started before: the next beat tries again.
+  if (kind != LaunchKind::kNew && (plan.command.empty() || !made.ok())) return;
+  if (plan.command.empty() || plan.local < 1 || !made.ok()) {
+    run.done = true;
+    run.exit_code = 127;
+    run.message = plan.command.empty() ? plan.spec_error
+                  : !made.ok()         ? made.ToString()
+                                       : "no GPUs here";
+    runs_[plan.sid] = std::move(run);
+    return;
+  }
+  if (!RegisterWorkers(plan)) return;
+  StartWorkers(plan, kind, run);
+}
+
+bool NodeAgent::RestartsInPlace(const LaunchPlan& plan, int only_process) {
+  auto found = runs_.find(plan.sid);
+  if (only_process >= plan.procs || found == runs_.end()) return false;
+  // Only on the GPUs it had: after a shrink or grow the index may stand
+  // for others, and then the segment goes on without it.
+  const std::vector<int> slice = plan.GpusOf(only_process);
+  bool same = false;
+  for (WorkerProc& p : found->second.procs) {
+    if (p.index != only_process) continue;
+    same = same || p.gpus == slice;
+    if (p.gpus != slice) p.relaunch = false;  // its exit code counts with the rest
+  }
+  return same;
+}
+
+std::vector<int> NodeAgent::Unstarted(const LaunchPlan& plan, const SegmentRun* grown) {
+  std::vector<int> starts;
+  for (int i = 0; i < plan.procs; i++) {
     bool held = false;
-    for (int g : growing ? gpus_of(i) : std::vector<int>()) {
-      for (const WorkerProc& p : found->second.procs)
+    for (int g : grown != nullptr ? plan.GpusOf(i) : std::vector<int>()) {
+      for (const WorkerProc& p : grown->procs)
         held = held || std::find(p.gpus.begin(), p.gpus.end(), g) != p.gpus.end();
     }
     if (!held) starts.push_back(i);
   }
-  if (growing && (!torchrun.empty() || found->second.done || found->second.signalled ||
-                  found->second.leave_deadline_ms != 0 || starts.empty()))
-    return;
-  SegmentRun fresh;
-  SegmentRun& run = growing ? found->second : fresh;
-  run.job_id = job;
-  run.signal = SignalNumber(launch.value("signal", std::string("TERM")));
-  // A torchrun launcher that exits non-zero has given up (it restarts its
-  // own workers, --max-restarts) and closed the segment's rendezvous: one
-  // started again could never join, so its crash ends the segment.
-  run.restart_crashed = launch.value("restart_crashed", true) && torchrun.empty();
-  const std::string dir =
-      options_.workdir + "/job-" + std::to_string(job) + "/segment-" + std::to_string(sid);
-  Status made = MakeDirs(dir);
-  // Started before: the next beat tries again.
-  if ((growing || relaunch) && (command.empty() || !made.ok())) return;
-  if (command.empty() || local < 1 || !made.ok()) {
-    run.done = true;
-    run.exit_code = 127;
-    run.message = command.empty() ? "no command" : !made.ok() ? made.ToString() : "no GPUs here";
-    runs_[sid] = std::move(run);
-    return;
-  }
-  const std::string workdir = launch.value("workdir", std::string());
-  const Json env = launch.value("env", Json::object());
+  return starts;
+}
+
+bool NodeAgent::RegisterWorkers(LaunchPlan& plan) {
   // Each worker's credential: a registration made for it (the agent token
   // carries the worker right), whose secret acts for that worker and, in
   // the KV and the fencing check, for this job only. All of them before
@@ -381,146 +521,83 @@ void NodeAgent::Launch(const void* assignment, int only_process) {
   // for this node (the job's KV while the segment lasts), and each rank
   // torchrun starts registers itself with it, so every rank holds a secret
   // and a fencing token of its own.
-  const std::string segment_token = a.value("registration_token", std::string());
-  if (!torchrun.empty() && segment_token.empty()) {
+  if (plan.torchrun() && plan.segment_token.empty()) {
     std::fprintf(stderr, "stint-agent: segment %lld: no registration token for torchrun\n",
-                 static_cast<long long>(sid));
-    return;
+                 static_cast<long long>(plan.sid));
+    return false;
   }
-  std::vector<Json> regs;
-  for (int i : starts) {
-    if (!torchrun.empty()) {
-      regs.push_back(Json::object());
+  for (int i : plan.starts) {
+    if (plan.torchrun()) {
+      plan.regs.push_back(Json::object());
       continue;
     }
     HttpRequest req;
     req.method = "POST";
-    req.path = "/v1/jobs/" + std::to_string(job) + "/workers";
-    req.body = Json{{"name", options_.node + ":" + std::to_string(rank_base + i)},
+    req.path = "/v1/jobs/" + std::to_string(plan.job) + "/workers";
+    req.body = Json{{"name", options_.node + ":" + std::to_string(plan.rank_base + i)},
                     {"node", options_.node}};
     req.idempotent = false;
     Result<HttpReply> reg = http_->Call(req);
     if (!reg.ok() || !reg->body.is_object()) {
       std::fprintf(stderr, "stint-agent: segment %lld: cannot register rank %d: %s\n",
-                   static_cast<long long>(sid), rank_base + i,
+                   static_cast<long long>(plan.sid), plan.rank_base + i,
                    reg.ok() ? "no answer" : reg.status().ToString().c_str());
-      return;
+      return false;
     }
-    regs.push_back(reg->body);
+    plan.regs.push_back(reg->body);
   }
-  const pid_t agent = getpid();
-  for (size_t k = 0; k < starts.size(); k++) {
-    const int i = starts[k];
+  return true;
+}
+
+void NodeAgent::StartWorkers(const LaunchPlan& plan, LaunchKind kind, SegmentRun& run) {
+  const std::string workdir = plan.spec.workdir.value_or("");
+  for (size_t k = 0; k < plan.starts.size(); k++) {
+    const int i = plan.starts[k];
     WorkerProc p;
     p.index = i;
-    p.rank = rank_base + i;  // under torchrun: the node's first rank
-    const Json& reg = regs[k];
-    p.log = dir + "/rank-" + std::to_string(p.rank) + ".log";
-    p.gpus = gpus_of(i);
-    const std::string visible = JoinGpus(p.gpus);
-    // Everything the child needs, made before fork. torchrun sets the
-    // ranks and the master itself.
-    std::vector<std::pair<std::string, std::string>> vars = {{"CUDA_VISIBLE_DEVICES", visible}};
-    if (torchrun.empty()) {
-      vars.insert(vars.end(),
-                  {{"RANK", std::to_string(p.rank)},
-                   {"LOCAL_RANK", std::to_string(i)},
-                   {"WORLD_SIZE", std::to_string(world)},
-                   {"LOCAL_WORLD_SIZE", std::to_string(local)},
-                   {"MASTER_ADDR", a.value("master_addr", std::string("127.0.0.1"))},
-                   {"MASTER_PORT", std::to_string(a.value("master_port", 29500))}});
-    }
-    vars.insert(vars.end(), {{"STINT_COORD_URL", options_.url},
-                             {"STINT_JOB_ID", std::to_string(job)},
-                             {"STINT_SEGMENT_ID", std::to_string(sid)},
-                             {"STINT_WORKER_NAME", options_.node + ":" + std::to_string(p.rank)}});
-    if (torchrun.empty()) {
-      vars.insert(
-          vars.end(),
-          {{"STINT_WORKER_ID", std::to_string(reg.value("worker_id", int64_t{0}))},
-           {"STINT_WORKER_SECRET", reg.value("worker_secret", std::string())},
-           {"STINT_FENCING_TOKEN", std::to_string(reg.value("fencing_token", uint64_t{0}))},
-           {"STINT_LEASE_TTL_SECONDS", std::to_string(reg.value("lease_ttl_seconds", 0.0))},
-           {"STINT_HEARTBEAT_INTERVAL_SECONDS",
-            std::to_string(reg.value("heartbeat_interval_seconds", 0.0))}});
-    } else {
-      vars.emplace_back("STINT_COORD_TOKEN", segment_token);
-    }
-    if (!options_.ca_file.empty()) vars.emplace_back("STINT_CA_FILE", options_.ca_file);
-    for (const auto& [k, v] : env.items()) vars.emplace_back(k, v.get<std::string>());
-    std::vector<char*> argv;
-    for (std::string& arg : command) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    const pid_t pid = fork();
-    if (pid == 0) {
-      setpgid(0, 0);
-      // Workers never outlive the agent: killed when it dies, however it dies.
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != agent) _exit(125);  // it died before the line above
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, nullptr);  // the agent blocks its stop signals
-      const int fd = open(p.log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-      if (fd >= 0) {
-        dup2(fd, STDOUT_FILENO);
-        dup2(fd, STDERR_FILENO);
-      }
-      const int null_fd = open("/dev/null", O_RDONLY);
-      if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
-      if (!workdir.empty() && chdir(workdir.c_str()) != 0) {
-        std::fprintf(stderr, "stint-agent: chdir %s: %s\n", workdir.c_str(), std::strerror(errno));
-        _exit(127);
-      }
-      unsetenv("STINT_AGENT_TOKEN");  // the agent's right is not the worker's
-      // No credential but the one set below for this process.
-      for (const char* k : {"STINT_COORD_TOKEN", "STINT_WORKER_ID", "STINT_WORKER_SECRET"})
-        unsetenv(k);
-      for (const auto& [k, v] : vars) setenv(k.c_str(), v.c_str(), 1);
-      execvp(argv[0], argv.data());
-      std::fprintf(stderr, "stint-agent: exec %s: %s\n", argv[0], std::strerror(errno));
-      _exit(127);
-    }
-    if (pid < 0) {
-      std::fprintf(stderr, "stint-agent: fork: %s\n", std::strerror(errno));
-      continue;
-    }
-    setpgid(pid, pid);  // also here: no race with a kill of the group
+    p.rank = plan.rank_base + i;  // under torchrun: the node's first rank
+    p.log = plan.dir + "/rank-" + std::to_string(p.rank) + ".log";
+    p.gpus = plan.GpusOf(i);
+    const EnvVars vars = WorkerEnv(plan, i, p.rank, JoinGpus(p.gpus), plan.regs[k], options_);
+    const pid_t pid = ForkWorker(plan.command, p.log, workdir, vars);
+    if (pid < 0) continue;
     p.pid = pid;
-    if (relaunch) {
+    if (kind == LaunchKind::kRestart) {
       // In place of the crashed process; its log goes on in the same file.
-      for (WorkerProc& old : found->second.procs) {
+      for (WorkerProc& old : runs_[plan.sid].procs) {
         if (old.index != i) continue;
         p.log_sent = old.log_sent;
         old = std::move(p);
       }
-      std::printf("stint-agent: segment %lld: rank %d started again\n", static_cast<long long>(sid),
-                  rank_base + i);
+      std::printf("stint-agent: segment %lld: rank %d started again\n",
+                  static_cast<long long>(plan.sid), plan.rank_base + i);
       std::fflush(stdout);
       return;
     }
     run.procs.push_back(std::move(p));
   }
-  if (relaunch) return;  // the fork failed: the next beat tries again
-  if (run.procs.empty() && !growing) {
+  if (kind == LaunchKind::kRestart) return;  // the fork failed: the next beat tries again
+  if (run.procs.empty() && kind == LaunchKind::kNew) {
     run.done = true;
     run.exit_code = 127;
     run.message = "fork failed";
   }
-  if (growing) {
+  if (kind == LaunchKind::kGrow) {
     std::string ranks;
-    for (int i : starts) ranks += (ranks.empty() ? "" : ",") + std::to_string(rank_base + i);
+    for (int i : plan.starts)
+      ranks += (ranks.empty() ? "" : ",") + std::to_string(plan.rank_base + i);
     std::printf("stint-agent: segment %lld of job %lld grew: started ranks %s of %d on GPUs %s\n",
-                static_cast<long long>(sid), static_cast<long long>(job), ranks.c_str(), world,
-                JoinGpus(gpus).c_str());
+                static_cast<long long>(plan.sid), static_cast<long long>(plan.job), ranks.c_str(),
+                plan.world, JoinGpus(plan.gpus).c_str());
     std::fflush(stdout);
     return;
   }
   std::printf("stint-agent: segment %lld of job %lld: started ranks %d..%d of %d on GPUs %s%s\n",
-              static_cast<long long>(sid), static_cast<long long>(job), rank_base,
-              rank_base + local - 1, world, JoinGpus(gpus).c_str(),
-              torchrun.empty() ? "" : " (through torchrun)");
+              static_cast<long long>(plan.sid), static_cast<long long>(plan.job), plan.rank_base,
+              plan.rank_base + plan.local - 1, plan.world, JoinGpus(plan.gpus).c_str(),
+              plan.torchrun() ? " (through torchrun)" : "");
   std::fflush(stdout);
-  runs_[sid] = std::move(fresh);
+  runs_[plan.sid] = std::move(run);
 }
 
 void NodeAgent::ShrinkNotice(int64_t sid, SegmentRun& run, const void* notice_json, int64_t now) {

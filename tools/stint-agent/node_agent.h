@@ -38,6 +38,8 @@ class HttpJsonClient;
 
 namespace agent {
 
+struct LaunchPlan;  // node_agent.cc: one assignment's launch, read once
+
 struct NodeAgentOptions {
   std::string url = "http://127.0.0.1:7077";  // stintd
   std::string token;                           // an agent token (--agent-token-file of stintd)
@@ -113,9 +115,23 @@ class NodeAgent {
   // Starts the segment's workers; with `only_process` >= 0 that one of them
   // again (a crashed worker), in place of its earlier process.
   void Launch(const void* assignment, int only_process = -1);  // void: json stays out of here
+  struct SegmentRun;
+  // Launch's steps: what a call starts, in place of a crashed process
+  // (kRestart), for a new segment, or on the GPUs a grow added.
+  enum class LaunchKind { kNew, kGrow, kRestart };
+  // Whether process `only_process` of the plan's segment runs again: only
+  // on the GPUs it had.
+  bool RestartsInPlace(const LaunchPlan& plan, int only_process);
+  // The plan's processes to start: all, or for a run that grew (`grown`)
+  // those on GPUs none of its processes holds.
+  static std::vector<int> Unstarted(const LaunchPlan& plan, const SegmentRun* grown);
+  // The registrations of plan.starts (plan.regs); false: start nothing.
+  bool RegisterWorkers(LaunchPlan& plan);
+  // Forks plan.starts into `run` (a new or grown run) or in place of the
+  // crashed process (kRestart), and records them.
+  void StartWorkers(const LaunchPlan& plan, LaunchKind kind, SegmentRun& run);
   void Reap();
   void KillRun(int64_t segment_id, int sig);
-  struct SegmentRun;
   // A shrink notice (`notice`, a json object, names the GPUs that leave):
   // the workers all of whose GPUs leave get the job's signal, and SIGKILL
   // once its deadline passed; the others run on.

@@ -44,12 +44,14 @@
 #include <iostream>
 #include <limits>
 #include <map>
-#include <sstream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/gpu_list.h"
+#include "common/launch_spec.h"
 #include "coord/http_json.h"
 #include "coord/wall_clock.h"
 #include "stint/status.h"
@@ -232,6 +234,473 @@ class Ctl {
 
 std::string Line(const std::string& s) { return s + "\n"; }
 
+// What a leaf command runs once the command line is parsed. Main runs the
+// first parsed one in the order registered, so a command that has
+// subcommands of its own comes after them (it is parsed along with them).
+using Leaf = std::function<int(Ctl&, int64_t now_ms)>;
+using Leaves = std::vector<std::pair<CLI::App*, Leaf>>;
+
+// A positive id. CLI::PositiveNumber's message prints DBL_MAX in full.
+CLI::Range IdRange() { return CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()); }
+
+// --- pools ---
+void AddPools(CLI::App& app, Leaves& leaves) {
+  CLI::App* pools = app.add_subcommand("pools", "GPU pools")->require_subcommand(1);
+  auto name = std::make_shared<std::string>();
+  auto description = std::make_shared<std::string>();
+  CLI::App* pools_add = pools->add_subcommand("add", "create a pool");
+  pools_add->add_option("name", *name, "pool name")->required();
+  CLI::Option* desc_opt = pools_add->add_option("--description", *description, "free text");
+  leaves.emplace_back(pools_add, [=](Ctl& c, int64_t) {
+    Json body{{"name", *name}};
+    if (*desc_opt) body["description"] = *description;
+    return c.Run("POST", "/v1/pools", body,
+                 [&](const Json&) { return Line("pool " + *name + " created"); });
+  });
+  CLI::App* pools_list = pools->add_subcommand("list", "list pools");
+  leaves.emplace_back(pools_list, [](Ctl& c, int64_t) {
+    return c.Run("GET", "/v1/pools", std::nullopt, RenderPools);
+  });
+}
+
+// --- windows ---
+// `windows add`'s flags.
+struct WindowsAddArgs {
+  std::string pool, start, end, duration, kind = "hard", lead;
+  int gpus = 0;
+  std::vector<std::string> nodes, node;
+  CLI::Option* gpus_opt = nullptr;
+  CLI::Option* start_opt = nullptr;
+  CLI::Option* end_opt = nullptr;
+  CLI::Option* duration_opt = nullptr;
+  CLI::Option* lead_opt = nullptr;
+};
+
+// The "nodes" of the request: --nodes names, then --node NAME[:GPUS].
+Result<Json> WindowNodes(const WindowsAddArgs& a) {
+  Json nodes = Json::array();
+  for (const std::string& n : a.nodes) nodes.push_back(n);
+  for (const std::string& n : a.node) {
+    const size_t colon = n.find(':');
+    if (colon == std::string::npos) {
+      nodes.push_back(n);
+      continue;
+    }
+    auto gpus = tools::ParseGpuList(n.substr(colon + 1));
+    if (!gpus.ok()) return Status::InvalidArgument("--node " + n + ": " + gpus.status().message());
+    nodes.push_back({{"name", n.substr(0, colon)}, {"gpus", *gpus}});
+  }
+  return nodes;
+}
+
+int WindowsAdd(Ctl& c, int64_t now, const WindowsAddArgs& a) {
+  Json body{{"pool", a.pool}, {"kind", a.kind}};
+  const Result<Json> nodes = WindowNodes(a);
+  if (!nodes.ok()) return Usage(nodes.status().message());
+  if (*a.gpus_opt) body["gpus"] = a.gpus;
+  if (!nodes->empty()) {
+    body["nodes"] = *nodes;
+  } else if (!*a.gpus_opt) {
+    return Usage("--gpus is required (or --nodes / --node)");
+  }
+  int64_t start = now;
+  if (*a.start_opt) {
+    auto t = ParseTime(a.start, now);
+    if (!t.ok()) return Usage("--start: " + t.status().message());
+    start = *t;
+    body["start_ms"] = start;
+  }
+  if (*a.end_opt) {
+    auto t = ParseTime(a.end, now);
+    if (!t.ok()) return Usage("--end: " + t.status().message());
+    body["end_ms"] = *t;
+  } else if (*a.duration_opt) {
+    auto d = ParseDuration(a.duration);
+    if (!d.ok()) return Usage("--duration: " + d.status().message());
+    body["end_ms"] = start + *d * 1000;
+  } else if (a.kind == "hard") {
+    return Usage("a hard window needs --end or --duration");
+  }
+  if (*a.lead_opt) {
+    auto d = ParseDuration(a.lead);
+    if (!d.ok()) return Usage("--notice-lead: " + d.status().message());
+    body["notice_lead_seconds"] = *d;
+  }
+  return c.Run("POST", "/v1/windows", body, [&](const Json& reply) {
+    std::string out;
+    const Json made = reply.contains("windows") ? reply["windows"] : Json::array({reply});
+    for (const Json& w : made) {
+      std::string end =
+          w.contains("end_ms") && !w["end_ms"].is_null() ? TimeCell(w, "end_ms", now) : "revoked";
+      std::string node;
+      if (w.value("node", Json()).is_string()) node = " on node " + Cell(w, "node");
+      out += Line("window " + Cell(w, "id") + ": pool " + Cell(w, "pool") + ", " + Cell(w, "gpus") +
+                  " GPUs" + node + ", " + Cell(w, "kind") + ", from " +
+                  TimeCell(w, "start_ms", now) + " until " + end);
+    }
+    return out;
+  });
+}
+
+void AddWindowsAdd(CLI::App* windows, Leaves& leaves) {
+  auto a = std::make_shared<WindowsAddArgs>();
+  CLI::App* windows_add = windows->add_subcommand("add", "offer GPUs of a pool for a time window");
+  windows_add->add_option("--pool", a->pool, "pool name")->required();
+  a->gpus_opt = windows_add->add_option("--gpus", a->gpus, "number of GPUs (per node with nodes)")
+                    ->check(CLI::Range(1, 1 << 20));
+  windows_add
+      ->add_option("--nodes", a->nodes, "nodes the window covers, N1,N2 (their agents launch)")
+      ->delimiter(',');
+  windows_add->add_option("--node", a->node,
+                          "a node the window covers with its GPU indices, NAME:0,1,2 (repeatable)");
+  a->start_opt = windows_add->add_option("--start", a->start, "start time (default now)");
+  a->end_opt = windows_add->add_option("--end", a->end, "end time");
+  a->duration_opt = windows_add->add_option("--duration", a->duration, "length, from the start");
+  a->end_opt->excludes(a->duration_opt);
+  windows_add->add_option("--kind", a->kind, "hard (known end) or spot (revocable)")
+      ->check(CLI::IsMember({"hard", "spot"}));
+  a->lead_opt = windows_add->add_option("--notice-lead", a->lead, "notice a spot revocation gives");
+  leaves.emplace_back(windows_add, [a](Ctl& c, int64_t now) { return WindowsAdd(c, now, *a); });
+}
+
+void AddWindows(CLI::App& app, Leaves& leaves) {
+  CLI::App* windows = app.add_subcommand("windows", "time windows of GPUs")->require_subcommand(1);
+  AddWindowsAdd(windows, leaves);
+  CLI::App* windows_list = windows->add_subcommand("list", "list windows");
+  leaves.emplace_back(windows_list, [](Ctl& c, int64_t now) {
+    return c.Run("GET", "/v1/windows", std::nullopt,
+                 [now](const Json& r) { return RenderWindows(r, now); });
+  });
+  auto id = std::make_shared<int64_t>(0);
+  auto lead = std::make_shared<std::string>();
+  CLI::App* windows_close =
+      windows->add_subcommand("close", "close a window early (notices go out)");
+  windows_close->add_option("id", *id, "window id")->required()->check(IdRange());
+  CLI::Option* lead_opt =
+      windows_close->add_option("--lead", *lead, "notice before the close (default: the window's)");
+  leaves.emplace_back(windows_close, [=](Ctl& c, int64_t now) {
+    Json body = Json::object();
+    if (*lead_opt) {
+      auto d = ParseDuration(*lead);
+      if (!d.ok()) return Usage("--lead: " + d.status().message());
+      body["lead_seconds"] = *d;
+    }
+    return c.Run("POST", "/v1/windows/" + std::to_string(*id) + "/close", body, [&](const Json& w) {
+      return Line("window " + Cell(w, "id") + " closes " + TimeCell(w, "end_ms", now));
+    });
+  });
+}
+
+// --- teams ---
+void AddTeams(CLI::App& app, Leaves& leaves) {
+  CLI::App* teams =
+      app.add_subcommand("teams", "teams and their GPU guarantees")->require_subcommand(1);
+  struct Args {
+    std::string name;
+    int guaranteed = 0, borrow = 0;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* teams_set = teams->add_subcommand("set", "create or change a team");
+  teams_set->add_option("name", a->name, "team name")->required();
+  teams_set->add_option("--guaranteed", a->guaranteed, "GPUs guaranteed to the team")
+      ->required()
+      ->check(CLI::NonNegativeNumber);
+  CLI::Option* borrow_opt = teams_set
+                                ->add_option("--borrow-limit", a->borrow,
+                                             "GPUs it may borrow beyond that (-1: unlimited)")
+                                ->check(CLI::Range(-1, 1 << 30));
+  leaves.emplace_back(teams_set, [=](Ctl& c, int64_t) {
+    Json body{{"guaranteed_gpus", a->guaranteed}};
+    if (*borrow_opt) body["borrow_limit_gpus"] = a->borrow;
+    return c.Run("PUT", "/v1/teams/" + UrlEncode(a->name), body, [&](const Json& t) {
+      return RenderTeams(Json{{"teams", Json::array({t})}});
+    });
+  });
+  CLI::App* teams_list = teams->add_subcommand("list", "list teams");
+  leaves.emplace_back(teams_list, [](Ctl& c, int64_t) {
+    return c.Run("GET", "/v1/teams", std::nullopt, RenderTeams);
+  });
+}
+
+// --- jobs ---
+// `jobs submit`'s flags; the launch spec's go with a command after --.
+struct JobsSubmitArgs {
+  std::string name, gpus, team, pool, priority, remaining;
+  bool no_gang = false, not_preemptible = false;
+  double ckpt = 0, restart = 0, interval = 0;
+  CLI::Option* team_opt = nullptr;
+  CLI::Option* pool_opt = nullptr;
+  CLI::Option* priority_opt = nullptr;
+  CLI::Option* ckpt_opt = nullptr;
+  CLI::Option* restart_opt = nullptr;
+  CLI::Option* interval_opt = nullptr;
+  CLI::Option* remaining_opt = nullptr;
+  // The launch spec: stint-agent starts the command on the segment's nodes.
+  std::vector<std::string> command, env;
+  std::string workdir, signal, torchrun;
+  int gpus_per_worker = 1;
+  bool no_restart_crashed = false;
+  CLI::Option* gpw_opt = nullptr;
+  CLI::Option* workdir_opt = nullptr;
+  CLI::Option* signal_opt = nullptr;
+  CLI::Option* torchrun_opt = nullptr;
+  CLI::Option* no_restart_opt = nullptr;
+};
+
+// The launch spec the command and its flags make; nullopt without a command.
+Result<std::optional<tools::LaunchSpec>> LaunchOf(const JobsSubmitArgs& a) {
+  if (a.command.empty()) {
+    if (!a.env.empty() || *a.workdir_opt || *a.signal_opt || *a.gpw_opt || *a.torchrun_opt ||
+        *a.no_restart_opt) {
+      return Status::InvalidArgument(
+          "--env, --workdir, --signal, --gpus-per-worker, --torchrun and --no-restart-crashed go "
+          "with a command after --");
+    }
+    return std::optional<tools::LaunchSpec>();
+  }
+  tools::LaunchSpec launch;
+  launch.command = a.command;
+  launch.env.emplace();
+  for (const std::string& kv : a.env) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return Status::InvalidArgument("--env wants K=V (got \"" + kv + "\")");
+    (*launch.env)[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  launch.gpus_per_worker = a.gpus_per_worker;
+  if (*a.workdir_opt) launch.workdir = a.workdir;
+  if (*a.torchrun_opt)
+    launch.torchrun = std::vector<std::string>{a.torchrun.empty() ? "torchrun" : a.torchrun};
+  if (*a.signal_opt) launch.signal = a.signal.rfind("SIG", 0) == 0 ? a.signal.substr(3) : a.signal;
+  if (a.no_restart_crashed) launch.restart_crashed = false;
+  return std::optional<tools::LaunchSpec>(std::move(launch));
+}
+
+int JobsSubmit(Ctl& c, const JobsSubmitArgs& a) {
+  auto gpus = ParseGpuRange(a.gpus);
+  if (!gpus.ok()) return Usage(gpus.status().message());
+  Json body{{"name", a.name}, {"min_gpus", gpus->min}, {"max_gpus", gpus->max}};
+  if (*a.team_opt) body["team"] = a.team;
+  if (*a.pool_opt) body["pool"] = a.pool;
+  if (*a.priority_opt) {
+    auto p = ParsePriority(a.priority);
+    if (!p.ok()) return Usage(p.status().message());
+    body["priority"] = *p;
+  }
+  if (a.no_gang) body["gang"] = false;
+  if (a.not_preemptible) body["preemptible"] = false;
+  if (*a.ckpt_opt) body["checkpoint_seconds"] = a.ckpt;
+  if (*a.restart_opt) body["restart_seconds"] = a.restart;
+  if (*a.interval_opt) body["checkpoint_interval_seconds"] = a.interval;
+  if (*a.remaining_opt) {
+    auto d = ParseDuration(a.remaining);
+    if (!d.ok()) return Usage("--remaining: " + d.status().message());
+    body["remaining_seconds"] = *d;
+  }
+  const auto launch = LaunchOf(a);
+  if (!launch.ok()) return Usage(launch.status().message());
+  if (launch->has_value()) body["launch"] = (*launch)->ToJson();
+  return c.Run("POST", "/v1/jobs", body, [](const Json& j) {
+    return Line("job " + Cell(j, "id") + " submitted (" + Cell(j, "state") + ")");
+  });
+}
+
+void AddJobsSubmit(CLI::App* jobs, Leaves& leaves) {
+  auto a = std::make_shared<JobsSubmitArgs>();
+  CLI::App* jobs_submit = jobs->add_subcommand("submit", "queue a job");
+  jobs_submit->add_option("--name", a->name, "job name")->required();
+  jobs_submit->add_option("--gpus", a->gpus, "GPUs: N, or MIN:MAX for an elastic job")->required();
+  a->team_opt = jobs_submit->add_option("--team", a->team, "team");
+  a->pool_opt = jobs_submit->add_option("--pool", a->pool, "pool to run in");
+  a->priority_opt =
+      jobs_submit->add_option("--priority", a->priority, "LOW, MEDIUM, HIGH or CRITICAL");
+  jobs_submit->add_flag("--no-gang", a->no_gang,
+                        "may start on fewer GPUs than asked, growing later");
+  jobs_submit->add_flag("--not-preemptible", a->not_preemptible, "never preempted for priority");
+  a->ckpt_opt =
+      jobs_submit->add_option("--checkpoint-seconds", a->ckpt, "time one checkpoint takes")
+          ->check(CLI::NonNegativeNumber);
+  a->restart_opt =
+      jobs_submit->add_option("--restart-seconds", a->restart, "time from start to first step")
+          ->check(CLI::NonNegativeNumber);
+  a->interval_opt =
+      jobs_submit->add_option("--interval-seconds", a->interval, "time between checkpoints")
+          ->check(CLI::NonNegativeNumber);
+  a->remaining_opt = jobs_submit->add_option("--remaining", a->remaining, "work left, e.g. 12h");
+  a->gpw_opt = jobs_submit
+                   ->add_option("--gpus-per-worker", a->gpus_per_worker,
+                                "GPUs per worker process (with a command)")
+                   ->check(CLI::Range(1, 1024));
+  // One K=V per --env: a vector option would take the arguments up to the
+  // next flag and swallow the `--` before the command.
+  jobs_submit->add_option("--env", a->env, "K=V for the workers (with a command; repeatable)")
+      ->allow_extra_args(false);
+  a->workdir_opt =
+      jobs_submit->add_option("--workdir", a->workdir, "the workers' directory (with a command)");
+  a->signal_opt = jobs_submit->add_option(
+      "--signal", a->signal,
+      "sent to the workers on a notice: TERM (default), INT, HUP, USR1, USR2");
+  a->torchrun_opt = jobs_submit
+                        ->add_option("--torchrun", a->torchrun,
+                                     "start the command through torchrun, one launcher per node "
+                                     "(--rdzv-backend=stint); LAUNCHER: the torchrun executable")
+                        ->expected(0, 1)
+                        ->default_str("torchrun");
+  a->no_restart_opt = jobs_submit->add_flag(
+      "--no-restart-crashed", a->no_restart_crashed,
+      "a crashed worker ends its whole segment instead of being started again (with a command)");
+  jobs_submit->add_option("command", a->command,
+                          "after --: the command stint-agent starts per worker");
+  leaves.emplace_back(jobs_submit, [a](Ctl& c, int64_t) { return JobsSubmit(c, *a); });
+}
+
+// jobs list, show, cancel and priority.
+void AddJobViews(CLI::App* jobs, Leaves& leaves) {
+  auto state = std::make_shared<std::string>();
+  CLI::App* jobs_list = jobs->add_subcommand("list", "list jobs");
+  CLI::Option* state_opt =
+      jobs_list->add_option("--state", *state, "only PENDING, RUNNING, DONE, CANCELLED or FAILED");
+  leaves.emplace_back(jobs_list, [=](Ctl& c, int64_t now) {
+    std::string path = "/v1/jobs";
+    if (*state_opt) {
+      auto s = ParseJobState(*state);
+      if (!s.ok()) return Usage(s.status().message());
+      path += "?state=" + *s;
+    }
+    return c.Run("GET", path, std::nullopt, [now](const Json& r) { return RenderJobs(r, now); });
+  });
+  auto id = std::make_shared<int64_t>(0);
+  CLI::App* jobs_show = jobs->add_subcommand("show", "one job, its segments and why it waits");
+  jobs_show->add_option("id", *id, "job id")->required()->check(IdRange());
+  leaves.emplace_back(jobs_show, [=](Ctl& c, int64_t now) {
+    return c.Run("GET", "/v1/jobs/" + std::to_string(*id), std::nullopt,
+                 [now](const Json& j) { return RenderJob(j, now); });
+  });
+  auto reason = std::make_shared<std::string>();
+  CLI::App* jobs_cancel =
+      jobs->add_subcommand("cancel", "cancel a job (a running one gets a notice)");
+  jobs_cancel->add_option("id", *id, "job id")->required()->check(IdRange());
+  CLI::Option* reason_opt =
+      jobs_cancel->add_option("--reason", *reason, "recorded in the job's message");
+  leaves.emplace_back(jobs_cancel, [=](Ctl& c, int64_t) {
+    Json body = Json::object();
+    if (*reason_opt) body["reason"] = *reason;
+    return c.Run("POST", "/v1/jobs/" + std::to_string(*id) + "/cancel", body, [](const Json& j) {
+      return Line("job " + Cell(j, "id") + ": " + Cell(j, "state"));
+    });
+  });
+  auto level = std::make_shared<std::string>();
+  CLI::App* jobs_priority = jobs->add_subcommand("priority", "change a job's priority");
+  jobs_priority->add_option("id", *id, "job id")->required()->check(IdRange());
+  jobs_priority->add_option("level", *level, "LOW, MEDIUM, HIGH or CRITICAL")->required();
+  leaves.emplace_back(jobs_priority, [=](Ctl& c, int64_t) {
+    auto p = ParsePriority(*level);
+    if (!p.ok()) return Usage(p.status().message());
+    return c.Run("POST", "/v1/jobs/" + std::to_string(*id) + "/priority", Json{{"priority", *p}},
+                 [](const Json& j) {
+                   return Line("job " + Cell(j, "id") + ": priority " + Cell(j, "priority"));
+                 });
+  });
+}
+
+void AddJobs(CLI::App& app, Leaves& leaves) {
+  CLI::App* jobs = app.add_subcommand("jobs", "training jobs")->require_subcommand(1);
+  AddJobsSubmit(jobs, leaves);
+  AddJobViews(jobs, leaves);
+}
+
+// --- queue, segments ---
+void AddQueueAndSegments(CLI::App& app, Leaves& leaves) {
+  CLI::App* queue =
+      app.add_subcommand("queue", "pending jobs in order, with why they wait; running jobs");
+  leaves.emplace_back(
+      queue, [](Ctl& c, int64_t) { return c.Run("GET", "/v1/queue", std::nullopt, RenderQueue); });
+  auto job = std::make_shared<int64_t>(0);
+  CLI::App* segments = app.add_subcommand("segments", "job runs in windows");
+  CLI::Option* job_opt = segments->add_option("--job", *job, "only this job's")->check(IdRange());
+  leaves.emplace_back(segments, [=](Ctl& c, int64_t now) {
+    std::string path = "/v1/segments";
+    if (*job_opt) path += "?job_id=" + std::to_string(*job);
+    return c.Run("GET", path, std::nullopt,
+                 [now](const Json& r) { return RenderSegments(r, now); });
+  });
+}
+
+// --- logs ---
+void AddLogs(CLI::App& app, Leaves& leaves) {
+  auto job = std::make_shared<int64_t>(0);
+  auto follow = std::make_shared<bool>(false);
+  CLI::App* logs = app.add_subcommand("logs", "a job's workers' output (from its stint-agents)");
+  logs->add_option("job", *job, "job id")->required()->check(IdRange());
+  logs->add_flag("-f,--follow", *follow, "keep printing until the job ended");
+  leaves.emplace_back(logs, [=](Ctl& c, int64_t) { return c.Logs(*job, *follow); });
+}
+
+// --- nodes ---
+void AddNodes(CLI::App& app, Leaves& leaves) {
+  CLI::App* nodes = app.add_subcommand("nodes", "stint-agent nodes, their GPUs and windows");
+  // Before the leaf of `nodes` itself, which is parsed along with them.
+  auto name = std::make_shared<std::string>();
+  CLI::App* nodes_add = nodes->add_subcommand(
+      "add", "give a node its own agent token (printed once; replaces an earlier one)");
+  nodes_add->add_option("name", *name, "node name")->required();
+  leaves.emplace_back(nodes_add, [=](Ctl& c, int64_t) {
+    return c.Run("POST", "/v1/nodes/" + *name + "/token", Json::object(), [](const Json& r) {
+      return Line("node " + Cell(r, "name") + "'s agent token (shown once; stint-agent --node " +
+                  Cell(r, "name") + " --token-file FILE):") +
+             Line(r.value("token", std::string()));
+    });
+  });
+  CLI::App* nodes_revoke =
+      nodes->add_subcommand("revoke", "revoke a node's own agent token (its agent is refused)");
+  nodes_revoke->add_option("name", *name, "node name")->required();
+  leaves.emplace_back(nodes_revoke, [=](Ctl& c, int64_t) {
+    return c.Run("DELETE", "/v1/nodes/" + *name + "/token", std::nullopt,
+                 [&](const Json&) { return Line("node " + *name + "'s agent token revoked"); });
+  });
+  leaves.emplace_back(
+      nodes, [](Ctl& c, int64_t) { return c.Run("GET", "/v1/nodes", std::nullopt, RenderNodes); });
+}
+
+// --- status ---
+void AddStatus(CLI::App& app, Leaves& leaves) {
+  CLI::App* status = app.add_subcommand(
+      "status", "counts: jobs by state, GPUs, windows, the queue by priority and reason");
+  leaves.emplace_back(status, [](Ctl& c, int64_t) {
+    return c.RunGets({"/v1/queue", "/v1/jobs", "/v1/windows"},
+                     [](const std::vector<Json>& r) { return RenderStatus(r[0], r[1], r[2]); });
+  });
+}
+
+// The client of the global flags. Flags win over the environment; a token
+// beats a token file. An error is a usage error (nothing was sent).
+Result<std::unique_ptr<HttpJsonClient>> Connect(Globals g) {
+  if (g.url.empty()) g.url = Getenv("STINTD_URL");
+  if (g.url.empty()) g.url = "http://127.0.0.1:7077";
+  if (g.token.empty() && !g.token_file.empty()) {
+    auto t = ReadTokenFile(g.token_file);
+    if (!t.ok()) return Status::InvalidArgument("--token-file: " + t.status().message());
+    g.token = *t;
+  }
+  if (g.token.empty()) g.token = Getenv("STINTD_TOKEN");
+  if (g.token.empty() && !Getenv("STINTD_TOKEN_FILE").empty()) {
+    auto t = ReadTokenFile(Getenv("STINTD_TOKEN_FILE"));
+    if (!t.ok()) return Status::InvalidArgument("$STINTD_TOKEN_FILE: " + t.status().message());
+    g.token = *t;
+  }
+
+  if (g.ca_file.empty()) g.ca_file = Getenv("STINT_CA_FILE");
+
+  internal::HttpJsonOptions options;
+  options.url = g.url;
+  options.token = g.token;
+  options.ca_file = g.ca_file;
+  options.connect_timeout = std::chrono::seconds(3);
+  options.request_timeout = std::chrono::seconds(30);
+  options.retry.deadline = std::chrono::milliseconds(0);
+  return HttpJsonClient::Create(options);
+}
+
 int Main(int argc, char** argv) {
   CLI::App app{"stintctl: administer stintd (pools, windows, teams, jobs, queue)"};
   app.fallthrough();  // global flags also after the subcommand: `stintctl queue --json`
@@ -246,374 +715,15 @@ int Main(int argc, char** argv) {
                  "(default $STINT_CA_FILE)");
   app.add_flag("--json", g.json, "print stintd's JSON answer unchanged");
 
-  // CLI::PositiveNumber's message prints DBL_MAX in full.
-  const CLI::Range kId(int64_t{1}, std::numeric_limits<int64_t>::max());
-
-  // Each leaf command registers what it runs once everything is parsed.
-  std::vector<std::pair<CLI::App*, std::function<int(Ctl&, int64_t now_ms)>>> leaves;
-  auto leaf = [&](CLI::App* cmd, std::function<int(Ctl&, int64_t)> run) {
-    leaves.emplace_back(cmd, std::move(run));
-  };
-
-  // --- pools ---
-  CLI::App* pools = app.add_subcommand("pools", "GPU pools")->require_subcommand(1);
-  std::string pool_name, pool_description;
-  CLI::App* pools_add = pools->add_subcommand("add", "create a pool");
-  pools_add->add_option("name", pool_name, "pool name")->required();
-  auto* pool_desc_opt = pools_add->add_option("--description", pool_description, "free text");
-  leaf(pools_add, [&](Ctl& c, int64_t) {
-    Json body{{"name", pool_name}};
-    if (*pool_desc_opt) body["description"] = pool_description;
-    return c.Run("POST", "/v1/pools", body,
-                 [&](const Json&) { return Line("pool " + pool_name + " created"); });
-  });
-  CLI::App* pools_list = pools->add_subcommand("list", "list pools");
-  leaf(pools_list,
-       [&](Ctl& c, int64_t) { return c.Run("GET", "/v1/pools", std::nullopt, RenderPools); });
-
-  // --- windows ---
-  CLI::App* windows = app.add_subcommand("windows", "time windows of GPUs")->require_subcommand(1);
-  std::string w_pool, w_start, w_end, w_duration, w_kind = "hard", w_lead;
-  int w_gpus = 0;
-  CLI::App* windows_add = windows->add_subcommand("add", "offer GPUs of a pool for a time window");
-  windows_add->add_option("--pool", w_pool, "pool name")->required();
-  auto* w_gpus_opt =
-      windows_add->add_option("--gpus", w_gpus, "number of GPUs (per node with nodes)")
-          ->check(CLI::Range(1, 1 << 20));
-  std::vector<std::string> w_nodes, w_node;
-  windows_add
-      ->add_option("--nodes", w_nodes, "nodes the window covers, N1,N2 (their agents launch)")
-      ->delimiter(',');
-  windows_add->add_option("--node", w_node,
-                          "a node the window covers with its GPU indices, NAME:0,1,2 (repeatable)");
-  auto* w_start_opt = windows_add->add_option("--start", w_start, "start time (default now)");
-  auto* w_end_opt = windows_add->add_option("--end", w_end, "end time");
-  auto* w_duration_opt =
-      windows_add->add_option("--duration", w_duration, "length, from the start");
-  w_end_opt->excludes(w_duration_opt);
-  windows_add->add_option("--kind", w_kind, "hard (known end) or spot (revocable)")
-      ->check(CLI::IsMember({"hard", "spot"}));
-  auto* w_lead_opt =
-      windows_add->add_option("--notice-lead", w_lead, "notice a spot revocation gives");
-  leaf(windows_add, [&](Ctl& c, int64_t now) {
-    Json body{{"pool", w_pool}, {"kind", w_kind}};
-    Json nodes = Json::array();
-    for (const std::string& n : w_nodes) nodes.push_back(n);
-    for (const std::string& n : w_node) {
-      const size_t colon = n.find(':');
-      if (colon == std::string::npos) {
-        nodes.push_back(n);
-        continue;
-      }
-      Json gpus = Json::array();
-      std::string part;
-      std::istringstream in(n.substr(colon + 1));
-      while (std::getline(in, part, ',')) {
-        char* end = nullptr;
-        const long g = std::strtol(part.c_str(), &end, 10);
-        if (part.empty() || *end != '\0' || g < 0 || g > 1000000)
-          return Usage("--node " + n + ": \"" + part + "\" is not a GPU index");
-        gpus.push_back(g);
-      }
-      nodes.push_back({{"name", n.substr(0, colon)}, {"gpus", gpus}});
-    }
-    if (*w_gpus_opt) body["gpus"] = w_gpus;
-    if (!nodes.empty()) {
-      body["nodes"] = nodes;
-    } else if (!*w_gpus_opt) {
-      return Usage("--gpus is required (or --nodes / --node)");
-    }
-    int64_t start = now;
-    if (*w_start_opt) {
-      auto t = ParseTime(w_start, now);
-      if (!t.ok()) return Usage("--start: " + t.status().message());
-      start = *t;
-      body["start_ms"] = start;
-    }
-    if (*w_end_opt) {
-      auto t = ParseTime(w_end, now);
-      if (!t.ok()) return Usage("--end: " + t.status().message());
-      body["end_ms"] = *t;
-    } else if (*w_duration_opt) {
-      auto d = ParseDuration(w_duration);
-      if (!d.ok()) return Usage("--duration: " + d.status().message());
-      body["end_ms"] = start + *d * 1000;
-    } else if (w_kind == "hard") {
-      return Usage("a hard window needs --end or --duration");
-    }
-    if (*w_lead_opt) {
-      auto d = ParseDuration(w_lead);
-      if (!d.ok()) return Usage("--notice-lead: " + d.status().message());
-      body["notice_lead_seconds"] = *d;
-    }
-    return c.Run("POST", "/v1/windows", body, [&](const Json& reply) {
-      std::string out;
-      const Json made = reply.contains("windows") ? reply["windows"] : Json::array({reply});
-      for (const Json& w : made) {
-        std::string end =
-            w.contains("end_ms") && !w["end_ms"].is_null() ? TimeCell(w, "end_ms", now) : "revoked";
-        std::string node;
-        if (w.value("node", Json()).is_string()) node = " on node " + Cell(w, "node");
-        out += Line("window " + Cell(w, "id") + ": pool " + Cell(w, "pool") + ", " +
-                    Cell(w, "gpus") + " GPUs" + node + ", " + Cell(w, "kind") + ", from " +
-                    TimeCell(w, "start_ms", now) + " until " + end);
-      }
-      return out;
-    });
-  });
-  CLI::App* windows_list = windows->add_subcommand("list", "list windows");
-  leaf(windows_list, [&](Ctl& c, int64_t now) {
-    return c.Run("GET", "/v1/windows", std::nullopt,
-                 [now](const Json& r) { return RenderWindows(r, now); });
-  });
-  int64_t w_id = 0;
-  std::string w_close_lead;
-  CLI::App* windows_close =
-      windows->add_subcommand("close", "close a window early (notices go out)");
-  windows_close->add_option("id", w_id, "window id")->required()->check(kId);
-  auto* w_close_lead_opt = windows_close->add_option(
-      "--lead", w_close_lead, "notice before the close (default: the window's)");
-  leaf(windows_close, [&](Ctl& c, int64_t now) {
-    Json body = Json::object();
-    if (*w_close_lead_opt) {
-      auto d = ParseDuration(w_close_lead);
-      if (!d.ok()) return Usage("--lead: " + d.status().message());
-      body["lead_seconds"] = *d;
-    }
-    return c.Run("POST", "/v1/windows/" + std::to_string(w_id) + "/close", body,
-                 [&](const Json& w) {
-                   return Line("window " + Cell(w, "id") + " closes " + TimeCell(w, "end_ms", now));
-                 });
-  });
-
-  // --- teams ---
-  CLI::App* teams =
-      app.add_subcommand("teams", "teams and their GPU guarantees")->require_subcommand(1);
-  std::string team_name;
-  int t_guaranteed = 0, t_borrow = 0;
-  CLI::App* teams_set = teams->add_subcommand("set", "create or change a team");
-  teams_set->add_option("name", team_name, "team name")->required();
-  teams_set->add_option("--guaranteed", t_guaranteed, "GPUs guaranteed to the team")
-      ->required()
-      ->check(CLI::NonNegativeNumber);
-  auto* t_borrow_opt =
-      teams_set
-          ->add_option("--borrow-limit", t_borrow, "GPUs it may borrow beyond that (-1: unlimited)")
-          ->check(CLI::Range(-1, 1 << 30));
-  leaf(teams_set, [&](Ctl& c, int64_t) {
-    Json body{{"guaranteed_gpus", t_guaranteed}};
-    if (*t_borrow_opt) body["borrow_limit_gpus"] = t_borrow;
-    return c.Run("PUT", "/v1/teams/" + UrlEncode(team_name), body, [&](const Json& t) {
-      return RenderTeams(Json{{"teams", Json::array({t})}});
-    });
-  });
-  CLI::App* teams_list = teams->add_subcommand("list", "list teams");
-  leaf(teams_list,
-       [&](Ctl& c, int64_t) { return c.Run("GET", "/v1/teams", std::nullopt, RenderTeams); });
-
-  // --- jobs ---
-  CLI::App* jobs = app.add_subcommand("jobs", "training jobs")->require_subcommand(1);
-  std::string j_name, j_gpus, j_team, j_pool, j_priority, j_remaining;
-  bool j_no_gang = false, j_not_preemptible = false;
-  double j_ckpt = 0, j_restart = 0, j_interval = 0;
-  CLI::App* jobs_submit = jobs->add_subcommand("submit", "queue a job");
-  jobs_submit->add_option("--name", j_name, "job name")->required();
-  jobs_submit->add_option("--gpus", j_gpus, "GPUs: N, or MIN:MAX for an elastic job")->required();
-  auto* j_team_opt = jobs_submit->add_option("--team", j_team, "team");
-  auto* j_pool_opt = jobs_submit->add_option("--pool", j_pool, "pool to run in");
-  auto* j_priority_opt =
-      jobs_submit->add_option("--priority", j_priority, "LOW, MEDIUM, HIGH or CRITICAL");
-  jobs_submit->add_flag("--no-gang", j_no_gang,
-                        "may start on fewer GPUs than asked, growing later");
-  jobs_submit->add_flag("--not-preemptible", j_not_preemptible, "never preempted for priority");
-  auto* j_ckpt_opt =
-      jobs_submit->add_option("--checkpoint-seconds", j_ckpt, "time one checkpoint takes")
-          ->check(CLI::NonNegativeNumber);
-  auto* j_restart_opt =
-      jobs_submit->add_option("--restart-seconds", j_restart, "time from start to first step")
-          ->check(CLI::NonNegativeNumber);
-  auto* j_interval_opt =
-      jobs_submit->add_option("--interval-seconds", j_interval, "time between checkpoints")
-          ->check(CLI::NonNegativeNumber);
-  auto* j_remaining_opt =
-      jobs_submit->add_option("--remaining", j_remaining, "work left, e.g. 12h");
-  // The launch spec: stint-agent starts the command on the segment's nodes.
-  std::vector<std::string> j_command, j_env;
-  std::string j_workdir, j_signal;
-  int j_gpus_per_worker = 1;
-  auto* j_gpw_opt = jobs_submit
-                        ->add_option("--gpus-per-worker", j_gpus_per_worker,
-                                     "GPUs per worker process (with a command)")
-                        ->check(CLI::Range(1, 1024));
-  // One K=V per --env: a vector option would take the arguments up to the
-  // next flag and swallow the `--` before the command.
-  jobs_submit->add_option("--env", j_env, "K=V for the workers (with a command; repeatable)")
-      ->allow_extra_args(false);
-  auto* j_workdir_opt =
-      jobs_submit->add_option("--workdir", j_workdir, "the workers' directory (with a command)");
-  auto* j_signal_opt = jobs_submit->add_option(
-      "--signal", j_signal, "sent to the workers on a notice: TERM (default), INT, HUP, USR1, USR2");
-  std::string j_torchrun;
-  auto* j_torchrun_opt =
-      jobs_submit
-          ->add_option("--torchrun", j_torchrun,
-                       "start the command through torchrun, one launcher per node "
-                       "(--rdzv-backend=stint); LAUNCHER: the torchrun executable")
-          ->expected(0, 1)
-          ->default_str("torchrun");
-  bool j_no_restart_crashed = false;
-  auto* j_no_restart_opt = jobs_submit->add_flag(
-      "--no-restart-crashed", j_no_restart_crashed,
-      "a crashed worker ends its whole segment instead of being started again (with a command)");
-  jobs_submit->add_option("command", j_command,
-                          "after --: the command stint-agent starts per worker");
-  leaf(jobs_submit, [&](Ctl& c, int64_t) {
-    auto gpus = ParseGpuRange(j_gpus);
-    if (!gpus.ok()) return Usage(gpus.status().message());
-    Json body{{"name", j_name}, {"min_gpus", gpus->min}, {"max_gpus", gpus->max}};
-    if (*j_team_opt) body["team"] = j_team;
-    if (*j_pool_opt) body["pool"] = j_pool;
-    if (*j_priority_opt) {
-      auto p = ParsePriority(j_priority);
-      if (!p.ok()) return Usage(p.status().message());
-      body["priority"] = *p;
-    }
-    if (j_no_gang) body["gang"] = false;
-    if (j_not_preemptible) body["preemptible"] = false;
-    if (*j_ckpt_opt) body["checkpoint_seconds"] = j_ckpt;
-    if (*j_restart_opt) body["restart_seconds"] = j_restart;
-    if (*j_interval_opt) body["checkpoint_interval_seconds"] = j_interval;
-    if (*j_remaining_opt) {
-      auto d = ParseDuration(j_remaining);
-      if (!d.ok()) return Usage("--remaining: " + d.status().message());
-      body["remaining_seconds"] = *d;
-    }
-    if (!j_command.empty()) {
-      Json env = Json::object();
-      for (const std::string& kv : j_env) {
-        const size_t eq = kv.find('=');
-        if (eq == std::string::npos || eq == 0) return Usage("--env wants K=V (got \"" + kv + "\")");
-        env[kv.substr(0, eq)] = kv.substr(eq + 1);
-      }
-      Json launch{{"command", j_command}, {"env", env}, {"gpus_per_worker", j_gpus_per_worker}};
-      if (*j_workdir_opt) launch["workdir"] = j_workdir;
-      if (*j_torchrun_opt)
-        launch["torchrun"] = Json::array({j_torchrun.empty() ? "torchrun" : j_torchrun});
-      if (*j_signal_opt) {
-        std::string sig = j_signal;
-        if (sig.rfind("SIG", 0) == 0) sig = sig.substr(3);
-        launch["signal"] = sig;
-      }
-      if (j_no_restart_crashed) launch["restart_crashed"] = false;
-      body["launch"] = launch;
-    } else if (!j_env.empty() || *j_workdir_opt || *j_signal_opt || *j_gpw_opt || *j_torchrun_opt ||
-               *j_no_restart_opt) {
-      return Usage(
-          "--env, --workdir, --signal, --gpus-per-worker, --torchrun and --no-restart-crashed go "
-          "with a command after --");
-    }
-    return c.Run("POST", "/v1/jobs", body, [](const Json& j) {
-      return Line("job " + Cell(j, "id") + " submitted (" + Cell(j, "state") + ")");
-    });
-  });
-  std::string j_state;
-  CLI::App* jobs_list = jobs->add_subcommand("list", "list jobs");
-  auto* j_state_opt =
-      jobs_list->add_option("--state", j_state, "only PENDING, RUNNING, DONE, CANCELLED or FAILED");
-  leaf(jobs_list, [&](Ctl& c, int64_t now) {
-    std::string path = "/v1/jobs";
-    if (*j_state_opt) {
-      auto s = ParseJobState(j_state);
-      if (!s.ok()) return Usage(s.status().message());
-      path += "?state=" + *s;
-    }
-    return c.Run("GET", path, std::nullopt, [now](const Json& r) { return RenderJobs(r, now); });
-  });
-  int64_t j_id = 0;
-  CLI::App* jobs_show = jobs->add_subcommand("show", "one job, its segments and why it waits");
-  jobs_show->add_option("id", j_id, "job id")->required()->check(kId);
-  leaf(jobs_show, [&](Ctl& c, int64_t now) {
-    return c.Run("GET", "/v1/jobs/" + std::to_string(j_id), std::nullopt,
-                 [now](const Json& j) { return RenderJob(j, now); });
-  });
-  std::string j_reason;
-  CLI::App* jobs_cancel =
-      jobs->add_subcommand("cancel", "cancel a job (a running one gets a notice)");
-  jobs_cancel->add_option("id", j_id, "job id")->required()->check(kId);
-  auto* j_reason_opt =
-      jobs_cancel->add_option("--reason", j_reason, "recorded in the job's message");
-  leaf(jobs_cancel, [&](Ctl& c, int64_t) {
-    Json body = Json::object();
-    if (*j_reason_opt) body["reason"] = j_reason;
-    return c.Run("POST", "/v1/jobs/" + std::to_string(j_id) + "/cancel", body, [](const Json& j) {
-      return Line("job " + Cell(j, "id") + ": " + Cell(j, "state"));
-    });
-  });
-  std::string j_level;
-  CLI::App* jobs_priority = jobs->add_subcommand("priority", "change a job's priority");
-  jobs_priority->add_option("id", j_id, "job id")->required()->check(kId);
-  jobs_priority->add_option("level", j_level, "LOW, MEDIUM, HIGH or CRITICAL")->required();
-  leaf(jobs_priority, [&](Ctl& c, int64_t) {
-    auto p = ParsePriority(j_level);
-    if (!p.ok()) return Usage(p.status().message());
-    return c.Run("POST", "/v1/jobs/" + std::to_string(j_id) + "/priority", Json{{"priority", *p}},
-                 [](const Json& j) {
-                   return Line("job " + Cell(j, "id") + ": priority " + Cell(j, "priority"));
-                 });
-  });
-
-  // --- queue, segments ---
-  CLI::App* queue =
-      app.add_subcommand("queue", "pending jobs in order, with why they wait; running jobs");
-  leaf(queue,
-       [&](Ctl& c, int64_t) { return c.Run("GET", "/v1/queue", std::nullopt, RenderQueue); });
-  int64_t s_job = 0;
-  CLI::App* segments = app.add_subcommand("segments", "job runs in windows");
-  auto* s_job_opt = segments->add_option("--job", s_job, "only this job's")->check(kId);
-  leaf(segments, [&](Ctl& c, int64_t now) {
-    std::string path = "/v1/segments";
-    if (*s_job_opt) path += "?job_id=" + std::to_string(s_job);
-    return c.Run("GET", path, std::nullopt,
-                 [now](const Json& r) { return RenderSegments(r, now); });
-  });
-
-  int64_t logs_job = 0;
-  bool logs_follow = false;
-  CLI::App* logs = app.add_subcommand("logs", "a job's workers' output (from its stint-agents)");
-  logs->add_option("job", logs_job, "job id")->required()->check(kId);
-  logs->add_flag("-f,--follow", logs_follow, "keep printing until the job ended");
-  leaf(logs, [&](Ctl& c, int64_t) { return c.Logs(logs_job, logs_follow); });
-
-  CLI::App* nodes = app.add_subcommand("nodes", "stint-agent nodes, their GPUs and windows");
-  // Before the leaf of `nodes` itself, which is parsed along with them.
-  std::string node_name;
-  CLI::App* nodes_add = nodes->add_subcommand(
-      "add", "give a node its own agent token (printed once; replaces an earlier one)");
-  nodes_add->add_option("name", node_name, "node name")->required();
-  leaf(nodes_add, [&](Ctl& c, int64_t) {
-    return c.Run("POST", "/v1/nodes/" + node_name + "/token", Json::object(), [](const Json& r) {
-      return Line("node " + Cell(r, "name") + "'s agent token (shown once; stint-agent --node " +
-                  Cell(r, "name") + " --token-file FILE):") +
-             Line(r.value("token", std::string()));
-    });
-  });
-  CLI::App* nodes_revoke =
-      nodes->add_subcommand("revoke", "revoke a node's own agent token (its agent is refused)");
-  nodes_revoke->add_option("name", node_name, "node name")->required();
-  leaf(nodes_revoke, [&](Ctl& c, int64_t) {
-    return c.Run("DELETE", "/v1/nodes/" + node_name + "/token", std::nullopt,
-                 [&](const Json&) { return Line("node " + node_name + "'s agent token revoked"); });
-  });
-  leaf(nodes, [&](Ctl& c, int64_t) {
-    return c.Run("GET", "/v1/nodes", std::nullopt, RenderNodes);
-  });
-
-  CLI::App* status = app.add_subcommand(
-      "status", "counts: jobs by state, GPUs, windows, the queue by priority and reason");
-  leaf(status, [&](Ctl& c, int64_t) {
-    return c.RunGets({"/v1/queue", "/v1/jobs", "/v1/windows"},
-                     [](const std::vector<Json>& r) { return RenderStatus(r[0], r[1], r[2]); });
-  });
+  Leaves leaves;
+  AddPools(app, leaves);
+  AddWindows(app, leaves);
+  AddTeams(app, leaves);
+  AddJobs(app, leaves);
+  AddQueueAndSegments(app, leaves);
+  AddLogs(app, leaves);
+  AddNodes(app, leaves);
+  AddStatus(app, leaves);
 
   try {
     app.parse(argc, argv);
@@ -624,31 +734,7 @@ int Main(int argc, char** argv) {
     return kExitUsage;
   }
 
-  // Flags win over the environment; a token beats a token file.
-  if (g.url.empty()) g.url = Getenv("STINTD_URL");
-  if (g.url.empty()) g.url = "http://127.0.0.1:7077";
-  if (g.token.empty() && !g.token_file.empty()) {
-    auto t = ReadTokenFile(g.token_file);
-    if (!t.ok()) return Usage("--token-file: " + t.status().message());
-    g.token = *t;
-  }
-  if (g.token.empty()) g.token = Getenv("STINTD_TOKEN");
-  if (g.token.empty() && !Getenv("STINTD_TOKEN_FILE").empty()) {
-    auto t = ReadTokenFile(Getenv("STINTD_TOKEN_FILE"));
-    if (!t.ok()) return Usage("$STINTD_TOKEN_FILE: " + t.status().message());
-    g.token = *t;
-  }
-
-  if (g.ca_file.empty()) g.ca_file = Getenv("STINT_CA_FILE");
-
-  internal::HttpJsonOptions options;
-  options.url = g.url;
-  options.token = g.token;
-  options.ca_file = g.ca_file;
-  options.connect_timeout = std::chrono::seconds(3);
-  options.request_timeout = std::chrono::seconds(30);
-  options.retry.deadline = std::chrono::milliseconds(0);
-  auto http = HttpJsonClient::Create(options);
+  auto http = Connect(g);
   if (!http.ok()) return Usage(http.status().message());
   Ctl ctl(std::move(*http), g.json);
   const int64_t now = internal::WallNowMs();

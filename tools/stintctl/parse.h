@@ -1,28 +1,23 @@
-// stintctl's argument parsing: times, durations, GPU ranges and the names
-// stintd accepts. Pure functions (the clock is a parameter), so they are
-// unit-tested without a server.
+// stintctl's argument parsing: GPU ranges and the names stintd accepts,
+// with the times and durations of common/time_parse.h. Pure functions, so
+// they are unit-tested without a server.
 #ifndef STINT_TOOLS_STINTCTL_PARSE_H_
 #define STINT_TOOLS_STINTCTL_PARSE_H_
 
 #include <cstdint>
 #include <string>
 
+#include "common/time_parse.h"
 #include "stint/status.h"
 
 namespace stint {
 namespace ctl {
 
-// "90s", "15m", "2h", "1d", "1h30m", "1d2h", or "0": whole seconds. Units
-// d, h, m, s, each at most once and largest first; a bare number other than
-// 0 is refused (is "90" minutes or seconds?). kInvalidArgument otherwise.
-Result<int64_t> ParseDuration(const std::string& text);
-
-// A point in time, as ms since the Unix epoch:
-//   now | now+D | now-D | +D          D a duration as above, from now_ms
-//   1764698400                        unix seconds
-//   2026-12-02T18:00:00Z, 2026-12-02T18:00Z   ISO-8601, UTC only ("Z")
-// kInvalidArgument otherwise, listing the accepted forms.
-Result<int64_t> ParseTime(const std::string& text, int64_t now_ms);
+// Times and durations are read as stint-agent reads them (common/).
+using tools::CivilFromDays;
+using tools::DaysFromCivil;
+using tools::ParseDuration;
+using tools::ParseTime;
 
 // "4" (min = max = 4) or "2:8". REQUIRES of the answer: 1 <= min <= max.
 struct GpuRange {
@@ -35,11 +30,6 @@ Result<GpuRange> ParseGpuRange(const std::string& text);
 Result<std::string> ParsePriority(const std::string& text);  // LOW MEDIUM HIGH CRITICAL
 Result<std::string> ParseJobState(
     const std::string& text);  // PENDING RUNNING DONE CANCELLED FAILED
-
-// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's
-// algorithm), and back. Exposed for FormatUtc and the tests.
-int64_t DaysFromCivil(int64_t y, unsigned m, unsigned d);
-void CivilFromDays(int64_t days, int64_t* y, unsigned* m, unsigned* d);
 
 }  // namespace ctl
 }  // namespace stint

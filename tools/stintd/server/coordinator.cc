@@ -6,8 +6,7 @@
 #include <cstdlib>
 #include <set>
 
-#include <nlohmann/json.hpp>
-
+#include "common/launch_spec.h"
 #include "stintd/server/worker_secret.h"
 
 namespace stint::stintd {
@@ -879,17 +878,16 @@ void KeepLaunchableGrows(const ClusterState& s, Plan* plan) {
   for (GrowDecision& d : plan->grows) {
     auto seg = s.segments.find(d.segment_id);
     auto job = seg == s.segments.end() ? s.jobs.end() : s.jobs.find(seg->second.job_id);
-    const nlohmann::json launch =
+    const Result<tools::LaunchSpec> launch =
         job == s.jobs.end() || seg->second.placement.empty()
-            ? nlohmann::json()
-            : nlohmann::json::parse(job->second.launch, nullptr, /*allow_exceptions=*/false);
-    if (!launch.is_object()) {
+            ? Result<tools::LaunchSpec>(Status::NotFound("no job or no placement"))
+            : tools::LaunchSpec::Parse(job->second.launch);
+    if (!launch.ok()) {
       d.add.clear();
       continue;
     }
-    const bool torchrun = launch.value("torchrun", nlohmann::json()).is_array();
-    const nlohmann::json gpw_json = launch.value("gpus_per_worker", nlohmann::json(1));
-    const int gpw = gpw_json.is_number_integer() ? std::max(1, gpw_json.get<int>()) : 1;
+    const bool torchrun = launch->ThroughTorchrun();
+    const int gpw = launch->GpusPerWorker();
     for (Allocation& a : d.add) {
       auto w = s.windows.find(a.window_id);
       const bool node = w != s.windows.end() && !w->second.node.empty();

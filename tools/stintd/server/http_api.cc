@@ -21,6 +21,7 @@
 #include <set>
 #include <thread>
 
+#include "common/launch_spec.h"
 #include "stintd/server/dashboard.h"
 #include "stintd/server/json_model.h"
 #include "stintd/server/metrics.h"
@@ -321,51 +322,6 @@ Result<Job> ParseJobSpec(const RequestBody& b) {
   return j;
 }
 
-// A launch spec (API.md, "Launching"): refused whole, naming the field.
-Status CheckLaunch(const json& l, const Job& job) {
-  for (const auto& [key, value] : l.items()) {
-    if (key != "command" && key != "env" && key != "workdir" && key != "gpus_per_worker" &&
-        key != "signal" && key != "torchrun" && key != "restart_crashed") {
-      return Status::InvalidArgument("launch: unknown field \"" + key + "\"");
-    }
-  }
-  const json command = l.value("command", json());
-  if (!command.is_array() || command.empty())
-    return Status::InvalidArgument("launch.command must be a non-empty array of strings");
-  for (const json& a : command) {
-    if (!a.is_string()) return Status::InvalidArgument("launch.command must hold strings only");
-  }
-  const json torchrun = l.value("torchrun", json());
-  if (!torchrun.is_null() &&
-      (!torchrun.is_array() || torchrun.empty() ||
-       !std::all_of(torchrun.begin(), torchrun.end(), [](const json& a) { return a.is_string(); }))) {
-    return Status::InvalidArgument(
-        "launch.torchrun must be a non-empty array of strings (the launcher, e.g. [\"torchrun\"])");
-  }
-  const json env = l.value("env", json::object());
-  if (!env.is_object()) return Status::InvalidArgument("launch.env must be an object of strings");
-  for (const auto& [k, v] : env.items()) {
-    if (!v.is_string() || k.empty() || k.find('=') != std::string::npos)
-      return Status::InvalidArgument("launch.env: \"" + k + "\" must name a string value");
-  }
-  if (l.contains("workdir") && !l["workdir"].is_string())
-    return Status::InvalidArgument("launch.workdir must be a string");
-  const json gpw = l.value("gpus_per_worker", json(1));
-  if (!gpw.is_number_integer() || gpw.get<int64_t>() < 1 || gpw.get<int64_t>() > 1024)
-    return Status::InvalidArgument("launch.gpus_per_worker must be an integer in [1, 1024]");
-  if (job.min_gpus % gpw.get<int>() != 0 || job.max_gpus % gpw.get<int>() != 0) {
-    return Status::InvalidArgument("launch.gpus_per_worker must divide min_gpus and max_gpus");
-  }
-  if (l.contains("restart_crashed") && !l["restart_crashed"].is_boolean())
-    return Status::InvalidArgument("launch.restart_crashed must be true or false");
-  const json sig = l.value("signal", json("TERM"));
-  static const char* kSignals[] = {"TERM", "INT", "HUP", "USR1", "USR2"};
-  bool known = false;
-  for (const char* name : kSignals) known = known || (sig.is_string() && sig == name);
-  if (!known) return Status::InvalidArgument("launch.signal must be TERM, INT, HUP, USR1 or USR2");
-  return Status::OK();
-}
-
 // What a node's agent runs (API.md, "Launching"): each active segment with
 // GPUs on `window`, with its ranks and the job's launch spec.
 // `placed`: the active segments placed on the window (PlacementIndex).
@@ -383,8 +339,9 @@ json Assignments(const ClusterState& s, const Window& window, const std::set<int
     auto job = s.jobs.find(seg.job_id);
     if (job == s.jobs.end() || job->second.launch.empty()) continue;
     const json launch = json::parse(job->second.launch, nullptr, /*allow_exceptions=*/false);
-    if (!launch.is_object()) continue;
-    const int gpw = launch.value("gpus_per_worker", 1);
+    const Result<tools::LaunchSpec> spec = tools::LaunchSpec::FromJson(launch);
+    if (!spec.ok()) continue;
+    const int gpw = spec->GpusPerWorker();
     int world = 0, rank_base = -1;
     std::vector<int> gpus;
     std::string master;
@@ -415,8 +372,7 @@ json Assignments(const ClusterState& s, const Window& window, const std::set<int
               {"master_port", seg.master_port != 0 ? seg.master_port : 20000 + sid % 20000},
               {"launch", launch},
               {"notice", nullptr}};
-    if (launch.value("torchrun", json()).is_array())
-      a["registration_token"] = auth.SegmentToken(sid, window.node);
+    if (spec->ThroughTorchrun()) a["registration_token"] = auth.SegmentToken(sid, window.node);
     if (seg.state == SegmentState::kNotified) {
       a["notice"] = {{"reason", NoticeReasonName(seg.notice_reason)},
                      {"deadline_ms", seg.deadline_ms},
@@ -1122,7 +1078,8 @@ void HttpApi::InstallRoutes() {
     Job spec = STINT_HTTP_TRY(ParseJobSpec(b));
     const json* launch = STINT_HTTP_TRY(b.OptionalObject("launch"));
     if (launch != nullptr) {
-      if (Status bad = CheckLaunch(*launch, spec); !bad.ok()) return ErrorReply(bad);
+      const auto checked = tools::LaunchSpec::ForJob(*launch, spec.min_gpus, spec.max_gpus);
+      if (!checked.ok()) return ErrorReply(checked.status());
       spec.launch = launch->dump();
     }
     Job j = STINT_HTTP_TRY(c->SubmitJob(spec));
