@@ -78,25 +78,33 @@ bool WriteFile(const std::string& path, const std::string& text) {
   return true;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  using namespace stint::sim;
-  CLI::App app{"stint-sim: replay cluster traces through stint's policy and baselines"};
+// stint-sim's command line: the options fill the workload's, the
+// schedulers' and the engine's options, and these.
+struct Flags {
   std::string trace = "synthetic", capacity = "synthetic", policies = "all", out_dir;
-  WorkloadOptions wo;
-  SchedulerOptions so;
-  EngineOptions eo;
+  stint::sim::WorkloadOptions wo;
+  stint::sim::SchedulerOptions so;
+  stint::sim::EngineOptions eo;
   double max_work_h = 0, horizon_days = 0;
-  app.add_option("--trace", trace,
+  bool no_gang = false;
+  std::string start_at = "auto";
+  std::string team_guarantees;
+  double team_borrow_factor = -1;
+};
+
+void AddFlags(CLI::App& app, Flags* f) {
+  stint::sim::WorkloadOptions& wo = f->wo;
+  stint::sim::SchedulerOptions& so = f->so;
+  stint::sim::EngineOptions& eo = f->eo;
+  app.add_option("--trace", f->trace,
                  "philly:PATH | tiresias:PATH | helios:PATH | alibaba:PATH | synthetic");
-  app.add_option("--capacity", capacity,
+  app.add_option("--capacity", f->capacity,
                  "parts joined by '+': fixed:GPUS | helios:PATH[:COLUMN[:GPUS]] | "
                  "bamboo-nodes:PATH[:GPUS_PER_NODE] "
                  "| bamboo-avail:PATH[:GPUS[:h]] | synthetic; a part may end in @spot");
-  app.add_option("--policies", policies,
+  app.add_option("--policies", f->policies,
                  "comma-separated, or 'all' (fifo,easy,slurm,slurm-limits,stint,stint-*)");
-  app.add_option("--out", out_dir,
+  app.add_option("--out", f->out_dir,
                  "write table.md, results.json, utilisation.svg, events-<policy>.log here");
   app.add_option("--seed", wo.jobs.seed, "seed for synthetic parts");
   app.add_option("--max-jobs", wo.max_jobs, "replay only the first N jobs");
@@ -106,18 +114,17 @@ int main(int argc, char** argv) {
   app.add_option("--interval-s", wo.jobs.interval_s, "I: periodic checkpoint interval, s");
   app.add_option("--philly-median-s", wo.jobs.philly_median_s,
                  "Philly: run time of each job type's median job");
-  app.add_option("--max-work-h", max_work_h, "cap each job's work (hours; 0 = no cap)");
+  app.add_option("--max-work-h", f->max_work_h, "cap each job's work (hours; 0 = no cap)");
   app.add_option("--elastic-fraction", wo.jobs.elastic_fraction,
                  "share of multi-GPU jobs that may run on half");
-  bool no_gang = false;
-  app.add_flag("--no-gang", no_gang, "jobs may be assembled from several windows of a pool");
+  app.add_flag("--no-gang", f->no_gang, "jobs may be assembled from several windows of a pool");
   app.add_flag("--synthetic-priorities", wo.synthetic_priorities,
                "assign LOW/MEDIUM/HIGH (labelled synthetic)");
   app.add_option("--notice-lead-s", wo.notice_lead_s, "spot revocation notice, s");
-  std::string start_at = "auto";
-  app.add_option("--start-at", start_at,
-                 "real traces: start the replay where arrivals begin in earnest (auto, default), at the "
-                 "first arrival (first), or at SECONDS of the trace's clock");
+  app.add_option(
+      "--start-at", f->start_at,
+      "real traces: start the replay where arrivals begin in earnest (auto, default), at the "
+      "first arrival (first), or at SECONDS of the trace's clock");
   app.add_option("--synthetic-jobs", wo.synthetic_jobs.jobs, "synthetic: number of jobs");
   app.add_option("--synthetic-gap-s", wo.synthetic_jobs.mean_interarrival_s,
                  "synthetic: mean inter-arrival, s");
@@ -125,14 +132,13 @@ int main(int argc, char** argv) {
   app.add_option("--estimate-factor", so.estimate_factor,
                  "runtime estimates / time limits = true x this");
   app.add_option("--team-guarantee", so.team_guarantee_gpus, "stint: every team's guaranteed GPUs");
-  std::string team_guarantees;
-  double team_borrow_factor = -1;
-  app.add_option("--team-guarantees", team_guarantees,
+  app.add_option("--team-guarantees", f->team_guarantees,
                  "stint: helios:PATH:GPUS: per-team guarantees from the Helios per-VC GPU counts "
                  "(largest VC to the team with most jobs), scaled to sum to GPUS");
-  app.add_option("--team-borrow-factor", team_borrow_factor,
-                 "stint: each team may borrow max(ceil(F x guarantee), its largest job's min_gpus - "
-                 "guarantee) GPUs above its guarantee (< 0: no limit)");
+  app.add_option(
+      "--team-borrow-factor", f->team_borrow_factor,
+      "stint: each team may borrow max(ceil(F x guarantee), its largest job's min_gpus - "
+      "guarantee) GPUs above its guarantee (< 0: no limit)");
   app.add_option("--plan-depth", so.stint.plan_depth, "stint PolicyConfig.plan_depth");
   app.add_option("--aging-points", so.stint.aging_points_per_hour,
                  "stint PolicyConfig.aging_points_per_hour");
@@ -154,28 +160,112 @@ int main(int argc, char** argv) {
                  "a gang on k windows (nodes) runs 1 + this x (k - 1) times slower (every "
                  "policy; stint's planner sees it)");
   app.add_option("--tick-s", eo.tick_s, "schedule at least this often while jobs wait (virtual s)");
-  app.add_option("--horizon-days", horizon_days,
+  app.add_option("--horizon-days", f->horizon_days,
                  "stop the replay here (0: when every job is done)");
+}
+
+// --team-guarantees helios:PATH:GPUS into so->team_guarantees. False, with
+// a message on stderr, when the spec or the file is bad.
+bool SetTeamGuarantees(const std::string& spec, const stint::sim::Workload& w,
+                       stint::sim::SchedulerOptions* so) {
+  using namespace stint::sim;
+  // helios:PATH:GPUS (PATH may hold ':').
+  const size_t colon = spec.rfind(':');
+  const std::string prefix = "helios:";
+  char* end = nullptr;
+  const long total =
+      colon == std::string::npos ? 0 : std::strtol(spec.c_str() + colon + 1, &end, 10);
+  if (spec.rfind(prefix, 0) != 0 || colon < prefix.size() || end == nullptr || *end != '\0' ||
+      total <= 0 || total > 1000000) {
+    std::fprintf(stderr, "stint-sim: --team-guarantees expects helios:PATH:GPUS (got \"%s\")\n",
+                 spec.c_str());
+    return false;
+  }
+  const std::string path = spec.substr(prefix.size(), colon - prefix.size());
+  auto g = HeliosTeamGuarantees(path, w.jobs, static_cast<int>(total));
+  if (!g.ok()) {
+    std::fprintf(stderr, "stint-sim: %s\n", g.status().message().c_str());
+    return false;
+  }
+  so->team_guarantees = std::move(g).value();
+  return true;
+}
+
+// One policy's row of results.json.
+nlohmann::json PolicyJson(const stint::sim::Metrics& m, const stint::sim::SimResult& r,
+                          const stint::sim::SchedulerOptions& so, double wall) {
+  return {{"jct_mean_s", m.jct_mean_s},
+          {"jct_median_s", m.jct_median_s},
+          {"jct_p99_s", m.jct_p99_s},
+          {"queue_mean_s", m.queue_mean_s},
+          {"queue_p99_s", m.queue_p99_s},
+          {"gpu_util", m.gpu_util},
+          {"window_util", m.window_util},
+          {"fragmentation", m.fragmentation},
+          {"goodput", m.goodput},
+          {"lost_gpu_h", m.lost_gpu_h},
+          {"interrupts_per_job", m.interrupts_per_job},
+          {"preemptions_per_job", m.preemptions_per_job},
+          {"resizes_per_job", m.resizes_per_job},
+          {"fairness_jain", m.fairness_jain},
+          {"teams", TeamsJson(m, r, so)},
+          {"finished", m.finished},
+          {"jobs", m.jobs},
+          {"violations", m.violations},
+          {"log_hash", m.log_hash},
+          {"wall_s", wall}};
+}
+
+// The lines above the report's table: the inputs and the job model.
+std::vector<std::string> ReportHeader(const stint::sim::Workload& w,
+                                      const stint::sim::WorkloadOptions& wo,
+                                      const stint::sim::SchedulerOptions& so) {
+  return {
+      "# stint-sim report",
+      "",
+      std::string("- jobs: ") + w.job_source + " — " + std::to_string(w.jobs.size()) + " jobs" +
+          (w.synthetic_jobs ? " **[SYNTHETIC]**" : ""),
+      std::string("- capacity: ") + w.capacity_source + " — " + std::to_string(w.windows.size()) +
+          " windows" + (w.synthetic_capacity ? " **[SYNTHETIC]**" : ""),
+      std::string("- trace input: ") + (w.synthetic_jobs ? "synthetic" : w.load.Summary()),
+      "- job model: C = " + std::to_string(wo.jobs.checkpoint_s) +
+          " s, R = " + std::to_string(wo.jobs.restart_s) +
+          " s, I = " + std::to_string(wo.jobs.interval_s) + " s; estimates x" +
+          std::to_string(so.estimate_factor) + "; seed " + std::to_string(wo.jobs.seed),
+  };
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace stint::sim;
+  CLI::App app{"stint-sim: replay cluster traces through stint's policy and baselines"};
+  Flags f;
+  AddFlags(app, &f);
   CLI11_PARSE(app, argc, argv);
-  wo.jobs.gang = !no_gang;
-  wo.jobs.max_work_s = max_work_h * 3600;
+  WorkloadOptions& wo = f.wo;
+  SchedulerOptions& so = f.so;
+  EngineOptions& eo = f.eo;
+  const std::string& out_dir = f.out_dir;
+  wo.jobs.gang = !f.no_gang;
+  wo.jobs.max_work_s = f.max_work_h * 3600;
   wo.synthetic_windows.seed = wo.jobs.seed;
-  eo.horizon_s = horizon_days * 86400;
+  eo.horizon_s = f.horizon_days * 86400;
   eo.keep_log = !out_dir.empty();
   eo.gang_span_slowdown = so.stint.gang_span_slowdown;
 
-  auto start = ParseStartAt(start_at);
+  auto start = ParseStartAt(f.start_at);
   if (!start.ok()) {
     std::fprintf(stderr, "stint-sim: %s\n", start.status().message().c_str());
     return 2;
   }
   wo.start_at = start.value();
-  auto workload = BuildWorkload(trace, capacity, wo);
+  auto workload = BuildWorkload(f.trace, f.capacity, wo);
   if (!workload.ok()) {
     std::fprintf(stderr, "stint-sim: %s\n", workload.status().message().c_str());
     return 2;
   }
-  std::vector<std::string> names = policies == "all" ? AllPolicyNames() : SplitComma(policies);
+  std::vector<std::string> names = f.policies == "all" ? AllPolicyNames() : SplitComma(f.policies);
   std::vector<PolicySpec> specs;
   for (const std::string& n : names) {
     auto spec = ParsePolicy(n, so);
@@ -196,29 +286,9 @@ int main(int argc, char** argv) {
   }
 
   const Workload& w = workload.value();
-  if (!team_guarantees.empty()) {
-    // helios:PATH:GPUS (PATH may hold ':').
-    const size_t colon = team_guarantees.rfind(':');
-    const std::string prefix = "helios:";
-    char* end = nullptr;
-    const long total = colon == std::string::npos
-                           ? 0
-                           : std::strtol(team_guarantees.c_str() + colon + 1, &end, 10);
-    if (team_guarantees.rfind(prefix, 0) != 0 || colon < prefix.size() || end == nullptr ||
-        *end != '\0' || total <= 0 || total > 1000000) {
-      std::fprintf(stderr, "stint-sim: --team-guarantees expects helios:PATH:GPUS (got \"%s\")\n",
-                   team_guarantees.c_str());
-      return 2;
-    }
-    const std::string path = team_guarantees.substr(prefix.size(), colon - prefix.size());
-    auto g = HeliosTeamGuarantees(path, w.jobs, static_cast<int>(total));
-    if (!g.ok()) {
-      std::fprintf(stderr, "stint-sim: %s\n", g.status().message().c_str());
-      return 2;
-    }
-    so.team_guarantees = std::move(g).value();
-  }
-  if (team_borrow_factor >= 0) so.team_borrow_limits = TeamBorrowLimits(so, w.jobs, team_borrow_factor);
+  if (!f.team_guarantees.empty() && !SetTeamGuarantees(f.team_guarantees, w, &so)) return 2;
+  if (f.team_borrow_factor >= 0)
+    so.team_borrow_limits = TeamBorrowLimits(so, w.jobs, f.team_borrow_factor);
   eo.team_guarantees = so.team_guarantees;
   eo.team_guarantee_gpus = so.team_guarantee_gpus;
   if (!w.synthetic_jobs) std::fprintf(stderr, "stint-sim: trace: %s\n", w.load.Summary().c_str());
@@ -257,44 +327,11 @@ int main(int argc, char** argv) {
       if (!WriteFile(out_dir + "/events-" + spec.name + ".log", r.log)) return 1;
       r.log.clear();
     }
-    js["policies"][spec.name] = {{"jct_mean_s", m.jct_mean_s},
-                                 {"jct_median_s", m.jct_median_s},
-                                 {"jct_p99_s", m.jct_p99_s},
-                                 {"queue_mean_s", m.queue_mean_s},
-                                 {"queue_p99_s", m.queue_p99_s},
-                                 {"gpu_util", m.gpu_util},
-                                 {"window_util", m.window_util},
-                                 {"fragmentation", m.fragmentation},
-                                 {"goodput", m.goodput},
-                                 {"lost_gpu_h", m.lost_gpu_h},
-                                 {"interrupts_per_job", m.interrupts_per_job},
-                                 {"preemptions_per_job", m.preemptions_per_job},
-                                 {"resizes_per_job", m.resizes_per_job},
-                                 {"fairness_jain", m.fairness_jain},
-                                 {"teams", TeamsJson(m, r, so)},
-                                 {"finished", m.finished},
-                                 {"jobs", m.jobs},
-                                 {"violations", m.violations},
-                                 {"log_hash", m.log_hash},
-                                 {"wall_s", wall}};
+    js["policies"][spec.name] = PolicyJson(m, r, so, wall);
     rows.push_back(m);
     results.push_back(std::move(r));
   }
-  int64_t gpus_total = 0;
-  for (const SimWindow& win : w.windows) gpus_total = std::max<int64_t>(gpus_total, win.gpus);
-  std::vector<std::string> header = {
-      "# stint-sim report",
-      "",
-      std::string("- jobs: ") + w.job_source + " — " + std::to_string(w.jobs.size()) + " jobs" +
-          (w.synthetic_jobs ? " **[SYNTHETIC]**" : ""),
-      std::string("- capacity: ") + w.capacity_source + " — " + std::to_string(w.windows.size()) +
-          " windows" + (w.synthetic_capacity ? " **[SYNTHETIC]**" : ""),
-      std::string("- trace input: ") + (w.synthetic_jobs ? "synthetic" : w.load.Summary()),
-      "- job model: C = " + std::to_string(wo.jobs.checkpoint_s) +
-          " s, R = " + std::to_string(wo.jobs.restart_s) +
-          " s, I = " + std::to_string(wo.jobs.interval_s) + " s; estimates x" +
-          std::to_string(so.estimate_factor) + "; seed " + std::to_string(wo.jobs.seed),
-  };
+  const std::vector<std::string> header = ReportHeader(w, wo, so);
   const std::string table =
       FormatTable(rows, rows.empty() ? "" : (names[0] == "fifo" ? "fifo" : rows[0].policy), header);
   std::fputs(table.c_str(), stdout);

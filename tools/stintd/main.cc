@@ -38,74 +38,83 @@ bool IsLoopback(const std::string& host) {
   return false;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{
-      "stintd: queue coordinator for stint training jobs (fragment/spot windows, priorities, "
-      "notices)"};
+// stintd's command line.
+struct Flags {
   std::string listen = "127.0.0.1:7077";
   std::string db = "stintd.db";
   std::string admin_file, worker_file, agent_file;
   bool insecure = false;
+  std::string logs_dir;
+  std::string master_ports = "29500-29999";
   CoordinatorOptions options;
   HttpOptions http;
-  PolicyConfig& p = options.policy;
-  app.add_option("--listen", listen, "host:port to serve on (port 0: any free port)")
+};
+
+// The server's flags: where it listens and keeps its state, tokens, TLS,
+// nodes, logs, HTTP threads, KV limits and the tick.
+void AddServerFlags(CLI::App& app, Flags* f) {
+  app.add_option("--listen", f->listen, "host:port to serve on (port 0: any free port)")
       ->capture_default_str();
-  app.add_option("--db", db, "SQLite state file (created if missing)")->capture_default_str();
-  app.add_option("--admin-token-file", admin_file,
+  app.add_option("--db", f->db, "SQLite state file (created if missing)")->capture_default_str();
+  app.add_option("--admin-token-file", f->admin_file,
                  "admin bearer tokens, one per line (or $STINTD_ADMIN_TOKEN)");
-  app.add_option("--worker-token-file", worker_file,
+  app.add_option("--worker-token-file", f->worker_file,
                  "worker bearer tokens, one per line (or $STINTD_WORKER_TOKEN)");
-  app.add_option("--tls-cert", http.tls_cert,
+  app.add_option("--tls-cert", f->http.tls_cert,
                  "PEM certificate (chain) to serve https with; needs --tls-key");
-  app.add_option("--tls-key", http.tls_key, "PEM private key of --tls-cert");
-  app.add_flag("--insecure", insecure,
+  app.add_option("--tls-key", f->http.tls_key, "PEM private key of --tls-cert");
+  app.add_flag("--insecure", f->insecure,
                "serve beyond loopback over plain HTTP (bearer tokens cross the network in clear)");
-  app.add_option("--agent-token-file", agent_file,
-                 "stint-agent bearer tokens, one per line (or $STINTD_AGENT_TOKEN); none: no nodes");
-  app.add_option("--node-ttl-seconds", options.node_ttl_seconds,
+  app.add_option(
+      "--agent-token-file", f->agent_file,
+      "stint-agent bearer tokens, one per line (or $STINTD_AGENT_TOKEN); none: no nodes");
+  app.add_option("--node-ttl-seconds", f->options.node_ttl_seconds,
                  "a node (stint-agent) silent this long has its window closed")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  std::string logs_dir;
-  app.add_option("--logs-dir", logs_dir,
+  app.add_option("--logs-dir", f->logs_dir,
                  "where the workers' output is kept across restarts (default: the --db file's "
                  "path with .logs added)");
-  app.add_option("--log-retention-hours", http.log_retention_hours,
+  app.add_option("--log-retention-hours", f->http.log_retention_hours,
                  "the output of a job that ended is deleted once it is this old")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--http-nice", http.thread_nice,
+  app.add_option("--http-nice", f->http.thread_nice,
                  "nice value the HTTP threads add, so a flood of requests does not starve the "
                  "policy pass (0: none)")
       ->capture_default_str()
       ->check(CLI::Range(0, 19));
-  app.add_option("--http-threads", http.threads,
+  app.add_option("--http-threads", f->http.threads,
                  "HTTP threads: one per open connection or long-poll; a connection past them is "
                  "answered 503 and closed")
       ->capture_default_str()
       ->check(CLI::Range(4, 4096));
-  app.add_option("--http-keep-alive-seconds", http.keep_alive_seconds,
+  app.add_option("--http-keep-alive-seconds", f->http.keep_alive_seconds,
                  "an idle HTTP connection is closed after this long (and gives its thread back)")
       ->capture_default_str()
       ->check(CLI::Range(1, 300));
-  app.add_option("--kv-max-keys-per-job", options.kv_max_keys_per_job,
+  app.add_option("--kv-max-keys-per-job", f->options.kv_max_keys_per_job,
                  "keys a job's KV may hold; a write past it is refused with 429")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  app.add_option("--kv-max-bytes-per-job", options.kv_max_bytes_per_job,
+  app.add_option("--kv-max-bytes-per-job", f->options.kv_max_bytes_per_job,
                  "bytes (keys and values) a job's KV may hold; a write past it is refused with 429")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 50));
-  app.add_option("--tick-seconds", options.tick_seconds, "policy pass period")
+  app.add_option("--tick-seconds", f->options.tick_seconds, "policy pass period")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--heartbeat-interval-seconds", options.heartbeat_interval_seconds,
+  app.add_option("--heartbeat-interval-seconds", f->options.heartbeat_interval_seconds,
                  "suggested to workers")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+}
+
+// The scheduling flags (PolicyConfig): leases, rendezvous, notices, growth,
+// the queue order and service classes, the crash-loop guard, the launched
+// segments' MASTER_PORT range and the plan depth.
+void AddSchedulingFlags(CLI::App& app, Flags* f) {
+  PolicyConfig& p = f->options.policy;
   app.add_option("--lease-ttl-seconds", p.lease_ttl_seconds, "a worker silent this long has left")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -189,76 +198,84 @@ int main(int argc, char** argv) {
   app.add_option("--crash-window-seconds", p.crash_window_seconds, "the crash-loop guard's window")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  std::string master_ports = "29500-29999";
-  app.add_option("--master-ports", master_ports,
+  app.add_option("--master-ports", f->master_ports,
                  "MASTER_PORT range of launched segments, FIRST-LAST (each active segment on a "
                  "master node gets one of its own)")
       ->capture_default_str();
   app.add_option("--plan-depth", p.plan_depth, "pending jobs planned per pass")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
-  CLI11_PARSE(app, argc, argv);
+}
 
-  const size_t colon = listen.rfind(':');
+// Checks the parsed flags and fills in what they imply (--listen's host and
+// port, the MASTER_PORT range, the logs dir). False, with a message on
+// stderr, on a bad flag.
+bool ResolveFlags(Flags* f) {
+  const size_t colon = f->listen.rfind(':');
   if (colon == std::string::npos) {
-    std::fprintf(stderr, "stintd: --listen must be host:port (got \"%s\")\n", listen.c_str());
-    return 2;
+    std::fprintf(stderr, "stintd: --listen must be host:port (got \"%s\")\n", f->listen.c_str());
+    return false;
   }
-  http.host = listen.substr(0, colon);
+  f->http.host = f->listen.substr(0, colon);
   try {
-    http.port = std::stoi(listen.substr(colon + 1));
+    f->http.port = std::stoi(f->listen.substr(colon + 1));
   } catch (const std::exception&) {
-    http.port = -1;
+    f->http.port = -1;
   }
-  if (http.port < 0 || http.port > 65535) {
-    std::fprintf(stderr, "stintd: --listen port must be 0..65535 (got \"%s\")\n", listen.c_str());
-    return 2;
+  if (f->http.port < 0 || f->http.port > 65535) {
+    std::fprintf(stderr, "stintd: --listen port must be 0..65535 (got \"%s\")\n",
+                 f->listen.c_str());
+    return false;
   }
-  if (http.tls_cert.empty() != http.tls_key.empty()) {
+  if (f->http.tls_cert.empty() != f->http.tls_key.empty()) {
     std::fprintf(stderr, "stintd: --tls-cert and --tls-key go together\n");
-    return 2;
+    return false;
   }
-  const bool tls = !http.tls_cert.empty();
-  if (!IsLoopback(http.host) && !tls && !insecure) {
+  const bool tls = !f->http.tls_cert.empty();
+  if (!IsLoopback(f->http.host) && !tls && !f->insecure) {
     // A token sent to a non-loopback address over plain HTTP travels in clear.
     std::fprintf(stderr,
                  "stintd: --listen %s is not a loopback address, and without --tls-cert/--tls-key "
                  "stintd speaks plain HTTP: every bearer token would cross the network in clear. "
                  "Give a certificate, listen on 127.0.0.1, or pass --insecure to accept that "
                  "explicitly\n",
-                 http.host.c_str());
-    return 2;
+                 f->http.host.c_str());
+    return false;
   }
   {
-    const size_t dash = master_ports.find('-');
+    const size_t dash = f->master_ports.find('-');
     int first = -1, last = -1;
     if (dash != std::string::npos) {
-      const char* b = master_ports.data();
-      const char* e = b + master_ports.size();
+      const char* b = f->master_ports.data();
+      const char* e = b + f->master_ports.size();
       auto [p1, ec1] = std::from_chars(b, b + dash, first);
       auto [p2, ec2] = std::from_chars(b + dash + 1, e, last);
       if (ec1 != std::errc() || p1 != b + dash || ec2 != std::errc() || p2 != e) first = -1;
     }
     if (first < 1 || last > 65535 || first > last) {
       std::fprintf(stderr, "stintd: --master-ports must be FIRST-LAST in 1..65535 (got \"%s\")\n",
-                   master_ports.c_str());
-      return 2;
+                   f->master_ports.c_str());
+      return false;
     }
-    options.master_port_first = first;
-    options.master_port_last = last;
+    f->options.master_port_first = first;
+    f->options.master_port_last = last;
   }
-  options.db_path = db;
-  http.logs_dir = logs_dir.empty() ? db + ".logs" : logs_dir;
+  f->options.db_path = f->db;
+  f->http.logs_dir = f->logs_dir.empty() ? f->db + ".logs" : f->logs_dir;
+  return true;
+}
 
+// Loads the tokens, opens the coordinator, serves until SIGTERM or SIGINT.
+int Serve(Flags* f) {
   auto fail = [](const Status& s) {
     std::fprintf(stderr, "stintd: %s\n", s.ToString().c_str());
     return 1;
   };
-  Result<std::vector<std::string>> admin = TokenAuth::Load(admin_file, "STINTD_ADMIN_TOKEN");
+  Result<std::vector<std::string>> admin = TokenAuth::Load(f->admin_file, "STINTD_ADMIN_TOKEN");
   if (!admin.ok()) return fail(admin.status());
-  Result<std::vector<std::string>> worker = TokenAuth::Load(worker_file, "STINTD_WORKER_TOKEN");
+  Result<std::vector<std::string>> worker = TokenAuth::Load(f->worker_file, "STINTD_WORKER_TOKEN");
   if (!worker.ok()) return fail(worker.status());
-  Result<std::vector<std::string>> agent = TokenAuth::Load(agent_file, "STINTD_AGENT_TOKEN");
+  Result<std::vector<std::string>> agent = TokenAuth::Load(f->agent_file, "STINTD_AGENT_TOKEN");
   if (!agent.ok()) return fail(agent.status());
   Result<TokenAuth> auth =
       TokenAuth::Create(std::move(*admin), std::move(*worker), std::move(*agent));
@@ -276,9 +293,10 @@ int main(int argc, char** argv) {
   // A client that disconnects mid-answer must not kill the server.
   signal(SIGPIPE, SIG_IGN);
 
-  Result<std::unique_ptr<Coordinator>> coordinator = Coordinator::Open(options);
+  Result<std::unique_ptr<Coordinator>> coordinator = Coordinator::Open(f->options);
   if (!coordinator.ok()) return fail(coordinator.status());
-  Result<std::unique_ptr<HttpApi>> api = HttpApi::Bind(coordinator->get(), std::move(*auth), http);
+  Result<std::unique_ptr<HttpApi>> api =
+      HttpApi::Bind(coordinator->get(), std::move(*auth), f->http);
   if (!api.ok()) return fail(api.status());
 
   Status served;
@@ -286,8 +304,8 @@ int main(int argc, char** argv) {
     served = (*api)->Serve();
     if (!served.ok()) kill(getpid(), SIGTERM);  // wakes the sigwait below
   });
-  std::printf("stintd: listening on %s:%d%s\n", http.host.c_str(), (*api)->port(),
-              tls ? " (https)" : "");
+  std::printf("stintd: listening on %s:%d%s\n", f->http.host.c_str(), (*api)->port(),
+              f->http.tls_cert.empty() ? "" : " (https)");
   std::fflush(stdout);
 
   int sig = 0;
@@ -303,4 +321,18 @@ int main(int argc, char** argv) {
   coordinator->reset();
   if (!served.ok()) return fail(served);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "stintd: queue coordinator for stint training jobs (fragment/spot windows, priorities, "
+      "notices)"};
+  Flags flags;
+  AddServerFlags(app, &flags);
+  AddSchedulingFlags(app, &flags);
+  CLI11_PARSE(app, argc, argv);
+  if (!ResolveFlags(&flags)) return 2;
+  return Serve(&flags);
 }

@@ -4,7 +4,7 @@
 // [start, end) (0 before and after), running segments and the reservations
 // of jobs planned so far are subtracted from it, and every job is fitted
 // against what is left. Times before the origin (the plan's "now") are never
-// asked for. Internal to core/: policy.cc is its only user.
+// asked for. Internal to core/: the Planner (planner.h) is its only user.
 #ifndef STINT_TOOLS_STINTD_CORE_FREE_PROFILE_H_
 #define STINT_TOOLS_STINTD_CORE_FREE_PROFILE_H_
 

@@ -1,0 +1,617 @@
+// The stintd store's table layouts and row codecs (sqlite_tables.h).
+#include "stintd/store/sqlite_tables.h"
+
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace stint::stintd::internal {
+namespace {
+
+// The last enumerator of each enum as stored. Save refuses a value above it
+// (so the file never holds what Load would refuse) and Load checks it; a new
+// enumerator raises its bound here.
+constexpr int64_t kMaxPriority = static_cast<int64_t>(Priority::kCritical);
+constexpr int64_t kMaxWindowKind = static_cast<int64_t>(WindowKind::kSpot);
+constexpr int64_t kMaxJobState = static_cast<int64_t>(JobState::kFailed);
+constexpr int64_t kMaxSegmentState = static_cast<int64_t>(SegmentState::kCancelled);
+constexpr int64_t kMaxNoticeReason = static_cast<int64_t>(NoticeReason::kCancelled);
+constexpr int64_t kMaxRendezvousPhase = static_cast<int64_t>(RendezvousPhase::kFormed);
+
+Status CheckEnum(const char* field, int64_t v, int64_t max) {
+  if (v < 0 || v > max) {
+    return Status::Internal(std::string(field) + " " + std::to_string(v) + " is not a known value");
+  }
+  return Status::OK();
+}
+
+std::string AllocsToJson(const std::vector<Allocation>& allocs) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const Allocation& x : allocs) a.push_back({{"window_id", x.window_id}, {"gpus", x.gpus}});
+  return a.dump();
+}
+
+// Reads an integer member of a parsed JSON object; false when it is missing,
+// not an integer, or out of T's range.
+template <typename T>
+bool JsonInt(const nlohmann::json& obj, const char* name, T* out) {
+  auto it = obj.find(name);
+  if (it == obj.end() || !it->is_number_integer()) return false;
+  if (it->is_number_unsigned()) {
+    const uint64_t u = it->template get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<T>::max())) return false;
+    *out = static_cast<T>(u);
+    return true;
+  }
+  const int64_t v = it->template get<int64_t>();
+  if (v < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
+      v > static_cast<int64_t>(std::numeric_limits<T>::max())) {
+    return false;
+  }
+  *out = static_cast<T>(v);
+  return true;
+}
+
+Status AllocsFromJson(const std::string& text, std::vector<Allocation>* allocs) {
+  const nlohmann::json a = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!a.is_array()) return Status::DataLoss("allocs is not a JSON array: " + text);
+  for (const nlohmann::json& x : a) {
+    Allocation alloc;
+    if (!x.is_object() || !JsonInt(x, "window_id", &alloc.window_id) ||
+        !JsonInt(x, "gpus", &alloc.gpus)) {
+      return Status::DataLoss("allocs entry is not {\"window_id\":int,\"gpus\":int}: " + text);
+    }
+    allocs->push_back(alloc);
+  }
+  return Status::OK();
+}
+
+std::string BucketsToJson(const std::vector<int64_t>& buckets) {
+  return nlohmann::json(buckets).dump();
+}
+
+Status BucketsFromJson(const std::string& text, std::vector<int64_t>* buckets) {
+  const nlohmann::json a = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!a.is_array()) return Status::DataLoss("wait_buckets is not a JSON array: " + text);
+  for (const nlohmann::json& x : a) {
+    if (!x.is_number_integer() || (x.is_number_unsigned() && x.get<uint64_t>() > INT64_MAX)) {
+      return Status::DataLoss("wait_buckets holds a non-int64: " + text);
+    }
+    buckets->push_back(x.get<int64_t>());
+  }
+  return Status::OK();
+}
+
+Status IdsFromJson(const char* what, const std::string& text, std::vector<int64_t>* ids) {
+  const nlohmann::json a = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!a.is_array()) {
+    return Status::DataLoss(std::string(what) + " is not a JSON array: " + text);
+  }
+  for (const nlohmann::json& x : a) {
+    if (!x.is_number_integer() || (x.is_number_unsigned() && x.get<uint64_t>() > INT64_MAX)) {
+      return Status::DataLoss(std::string(what) + " holds a non-int64: " + text);
+    }
+    ids->push_back(x.get<int64_t>());
+  }
+  return Status::OK();
+}
+
+std::string MembersToJson(const std::vector<RendezvousMember>& members) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const RendezvousMember& m : members) {
+    a.push_back({{"worker_id", m.worker_id}, {"endpoint", m.endpoint}, {"rank", m.rank}});
+  }
+  return a.dump();
+}
+
+Status MembersFromJson(const std::string& text, std::vector<RendezvousMember>* members) {
+  const nlohmann::json a = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!a.is_array()) return Status::DataLoss("rendezvous members is not a JSON array: " + text);
+  for (const nlohmann::json& x : a) {
+    RendezvousMember m;
+    if (!x.is_object() || !JsonInt(x, "worker_id", &m.worker_id) || !JsonInt(x, "rank", &m.rank) ||
+        !x.contains("endpoint") || !x["endpoint"].is_string()) {
+      return Status::DataLoss(
+          "rendezvous member is not {\"worker_id\":int,\"endpoint\":str,\"rank\":int}: " + text);
+    }
+    m.endpoint = x["endpoint"].get<std::string>();
+    members->push_back(std::move(m));
+  }
+  return Status::OK();
+}
+
+constexpr int64_t kMetaRowId = 0;
+
+}  // namespace
+
+const Table kPools = {"pools", {"name"}, {{"name", Type::kText}, {"description", Type::kText}}};
+
+const Table kWindows = {"windows",
+                        {"id"},
+                        {{"id", Type::kInt},
+                         {"pool", Type::kText},
+                         {"gpus", Type::kInt},
+                         {"start_ms", Type::kInt},
+                         {"end_ms", Type::kInt},
+                         {"kind", Type::kInt},
+                         {"notice_lead_ms", Type::kInt},
+                         {"closed_early", Type::kInt},
+                         {"node", Type::kText},
+                         {"node_gpus", Type::kText},
+                         {"node_addr", Type::kText},
+                         {"declared", Type::kInt},
+                         {"joined", Type::kInt}}};
+
+const Table kTeams = {"teams",
+                      {"name"},
+                      {{"name", Type::kText},
+                       {"guaranteed_gpus", Type::kInt},
+                       {"borrow_limit_gpus", Type::kInt},
+                       {"usage_gpu_seconds", Type::kReal},
+                       {"usage_at_ms", Type::kInt}}};
+
+const Table kJobs = {"jobs",
+                     {"id"},
+                     {{"id", Type::kInt},
+                      {"name", Type::kText},
+                      {"team", Type::kText},
+                      {"pool", Type::kText},
+                      {"priority", Type::kInt},
+                      {"min_gpus", Type::kInt},
+                      {"max_gpus", Type::kInt},
+                      {"gang", Type::kInt},
+                      {"preemptible", Type::kInt},
+                      {"checkpoint_seconds", Type::kReal},
+                      {"restart_seconds", Type::kReal},
+                      {"checkpoint_interval_seconds", Type::kReal},
+                      {"remaining_seconds", Type::kReal},
+                      {"submit_ms", Type::kInt},
+                      {"eligible_ms", Type::kInt},
+                      {"state", Type::kInt},
+                      {"segment_id", Type::kInt},
+                      {"fencing_token", Type::kInt},
+                      {"last_step", Type::kInt},
+                      {"checkpoint_step", Type::kInt},
+                      {"checkpoint_ms", Type::kInt},
+                      {"segments", Type::kInt},
+                      {"preemptions", Type::kInt},
+                      {"lost_gpu_seconds", Type::kReal},
+                      {"message", Type::kText},
+                      {"service_gpu_seconds", Type::kReal},
+                      {"launch", Type::kText},
+                      {"crash_ms", Type::kText}}};
+
+const Table kSegments = {"segments",
+                         {"id"},
+                         {{"id", Type::kInt},
+                          {"job_id", Type::kInt},
+                          {"allocs", Type::kText},
+                          {"fencing_token", Type::kInt},
+                          {"start_ms", Type::kInt},
+                          {"planned_end_ms", Type::kInt},
+                          {"state", Type::kInt},
+                          {"notice_reason", Type::kInt},
+                          {"notice_ms", Type::kInt},
+                          {"deadline_ms", Type::kInt},
+                          {"preempted_for", Type::kInt},
+                          {"ended_ms", Type::kInt},
+                          {"last_heartbeat_ms", Type::kInt},
+                          {"placement", Type::kText},
+                          {"shrink_release", Type::kText},
+                          {"leaving_workers", Type::kText},
+                          {"shrink_notice_ms", Type::kInt},
+                          {"shrink_deadline_ms", Type::kInt},
+                          {"shrink_for", Type::kInt},
+                          {"master_port", Type::kInt}}};
+
+const Table kWorkers = {"workers",
+                        {"id"},
+                        {{"id", Type::kInt},
+                         {"job_id", Type::kInt},
+                         {"segment_id", Type::kInt},
+                         {"name", Type::kText},
+                         {"fencing_token", Type::kInt},
+                         {"registered_ms", Type::kInt},
+                         {"last_heartbeat_ms", Type::kInt},
+                         {"released", Type::kInt},
+                         {"secret_hash", Type::kText},
+                         {"node", Type::kText}}};
+
+const Table kKv = {"kv",
+                   {"job_id", "key"},
+                   {{"job_id", Type::kInt},
+                    {"key", Type::kText},
+                    {"value", Type::kBlob},
+                    {"version", Type::kInt},
+                    {"updated_ms", Type::kInt}}};
+
+const Table kRendezvous = {"rendezvous",
+                           {"job_id"},
+                           {{"job_id", Type::kInt},
+                            {"generation", Type::kInt},
+                            {"phase", Type::kInt},
+                            {"members", Type::kText},
+                            {"previous", Type::kText},
+                            {"opened_ms", Type::kInt},
+                            {"last_call_ms", Type::kInt},
+                            {"formed_ms", Type::kInt},
+                            {"dropped", Type::kText}}};
+
+const Table kNodeCredentials = {
+    "node_credentials",
+    {"name"},
+    {{"name", Type::kText}, {"secret_hash", Type::kText}, {"issued_ms", Type::kInt}}};
+
+const Table kMeta = {"meta",
+                     {"id"},
+                     {{"id", Type::kInt},
+                      {"next_id", Type::kInt},
+                      {"next_fencing_token", Type::kInt},
+                      {"segments_started", Type::kInt},
+                      {"notices_sent", Type::kInt},
+                      {"preemptions", Type::kInt},
+                      {"revocations", Type::kInt},
+                      {"acks", Type::kInt},
+                      {"segments_lost", Type::kInt},
+                      {"lost_gpu_seconds", Type::kReal},
+                      {"window_gpu_seconds", Type::kReal},
+                      {"used_gpu_seconds", Type::kReal},
+                      {"wait_seconds_sum", Type::kReal},
+                      {"wait_buckets", Type::kText},
+                      {"accounted_ms", Type::kInt}}};
+
+const std::vector<const Table*>& AllTables() {
+  static const std::vector<const Table*> kAll = {&kPools,      &kWindows,        &kTeams, &kJobs,
+                                                 &kSegments,   &kWorkers,        &kKv,    &kMeta,
+                                                 &kRendezvous, &kNodeCredentials};
+  return kAll;
+}
+
+void BindKey(Binder& b, const std::string& k) { b.Text(k); }
+void BindKey(Binder& b, int64_t k) { b.Int(k); }
+
+std::string Describe(const char* what, const std::string& k) {
+  return std::string(what) + " \"" + k + "\"";
+}
+std::string Describe(const char* what, int64_t k) {
+  return std::string(what) + " " + std::to_string(k);
+}
+
+Status BindRow(Binder& b, const Pool& p) {
+  b.Text(p.name);
+  b.Text(p.description);
+  return Status::OK();
+}
+
+Status ReadRow(RowReader& r, Pool* p) {
+  p->name = r.Text();
+  p->description = r.Text();
+  return Status::OK();
+}
+
+Status BindRow(Binder& b, const Window& w) {
+  STINT_RETURN_IF_ERROR(CheckEnum("kind", static_cast<int64_t>(w.kind), kMaxWindowKind));
+  b.Int(w.id);
+  b.Text(w.pool);
+  b.Int(w.gpus);
+  b.Int(w.start_ms);
+  b.Int(w.end_ms);
+  b.Int(static_cast<int64_t>(w.kind));
+  b.Int(w.notice_lead_ms);
+  b.Bool(w.closed_early);
+  b.Text(w.node);
+  b.Text(nlohmann::json(w.node_gpus).dump());
+  b.Text(w.node_addr);
+  b.Bool(w.declared);
+  b.Bool(w.joined);
+  return Status::OK();
+}
+
+Status ReadRow(RowReader& r, Window* w) {
+  w->id = r.Int();
+  w->pool = r.Text();
+  w->gpus = r.Int32();
+  w->start_ms = r.Int();
+  w->end_ms = r.Int();
+  w->kind = static_cast<WindowKind>(r.Ranged(0, kMaxWindowKind));
+  w->notice_lead_ms = r.Int();
+  w->closed_early = r.Bool();
+  w->node = r.Text();
+  const std::string gpus = r.Text();
+  const nlohmann::json a = nlohmann::json::parse(gpus, nullptr, /*allow_exceptions=*/false);
+  if (!a.is_array()) return Status::DataLoss("node_gpus is not a JSON array: " + gpus);
+  for (const nlohmann::json& x : a) {
+    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > 1000000)
+      return Status::DataLoss("node_gpus holds a value that is not a GPU index: " + gpus);
+    w->node_gpus.push_back(x.get<int>());
+  }
+  w->node_addr = r.Text();
+  w->declared = r.Bool();
+  w->joined = r.Bool();
+  return Status::OK();
+}
+
+Status BindRow(Binder& b, const NodeCredential& n) {
+  b.Text(n.name);
+  b.Text(n.secret_hash);
+  b.Int(n.issued_ms);
+  return Status::OK();
+}
+
+Status ReadRow(RowReader& r, NodeCredential* n) {
+  n->name = r.Text();
+  n->secret_hash = r.Text();
+  n->issued_ms = r.Int();
+  return Status::OK();
+}
+
+Status BindRow(Binder& b, const Team& t) {
+  b.Text(t.name);
+  b.Int(t.guaranteed_gpus);
+  b.Int(t.borrow_limit_gpus);
+  b.Double(t.usage_gpu_seconds);
+  b.Int(t.usage_at_ms);
+  return Status::OK();
+}
+
+Status ReadRow(RowReader& r, Team* t) {
+  t->name = r.Text();
+  t->guaranteed_gpus = r.Int32();
+  t->borrow_limit_gpus = r.Int32();
+  t->usage_gpu_seconds = r.Double();
+  t->usage_at_ms = r.Int();
+  return Status::OK();
+}
+
+Status BindRow(Binder& b, const Job& j) {
+  STINT_RETURN_IF_ERROR(CheckEnum("priority", static_cast<int64_t>(j.priority), kMaxPriority));
+  STINT_RETURN_IF_ERROR(CheckEnum("state", static_cast<int64_t>(j.state), kMaxJobState));
+  b.Int(j.id);
+  b.Text(j.name);
+  b.Text(j.team);
+  b.Text(j.pool);
+  b.Int(static_cast<int64_t>(j.priority));
+  b.Int(j.min_gpus);
+  b.Int(j.max_gpus);
+  b.Bool(j.gang);
+  b.Bool(j.preemptible);
+  b.Double(j.checkpoint_seconds);
+  b.Double(j.restart_seconds);
+  b.Double(j.checkpoint_interval_seconds);
+  b.Double(j.remaining_seconds);
+  b.Int(j.submit_ms);
+  b.Int(j.eligible_ms);
+  b.Int(static_cast<int64_t>(j.state));
+  b.Int(j.segment_id);
+  b.Uint(j.fencing_token);
+  b.Int(j.last_step);
+  b.Int(j.checkpoint_step);
+  b.Int(j.checkpoint_ms);
+  b.Int(j.segments);
+  b.Int(j.preemptions);
+  b.Double(j.lost_gpu_seconds);
+  b.Text(j.message);
+  b.Double(j.service_gpu_seconds);
+  b.Text(j.launch);
+  b.Text(BucketsToJson(j.crash_ms));
+  return Status::OK();
+}
+
+Status ReadRow(RowReader& r, Job* j) {
+  j->id = r.Int();
+  j->name = r.Text();
+  j->team = r.Text();
+  j->pool = r.Text();
+  j->priority = static_cast<Priority>(r.Ranged(0, kMaxPriority));
+  j->min_gpus = r.Int32();
+  j->max_gpus = r.Int32();
+  j->gang = r.Bool();
+  j->preemptible = r.Bool();
+  j->checkpoint_seconds = r.Double();
+  j->restart_seconds = r.Double();
+  j->checkpoint_interval_seconds = r.Double();
+  j->remaining_seconds = r.Double();
+  j->submit_ms = r.Int();
+  j->eligible_ms = r.Int();
+  j->state = static_cast<JobState>(r.Ranged(0, kMaxJobState));
+  j->segment_id = r.Int();
+  j->fencing_token = r.Uint();
+  j->last_step = r.Int();
+  j->checkpoint_step = r.Int();
+  j->checkpoint_ms = r.Int();
+  j->segments = r.Int32();
+  j->preemptions = r.Int32();
+  j->lost_gpu_seconds = r.Double();
+  j->message = r.Text();
+  j->service_gpu_seconds = r.Double();
+  j->launch = r.Text();
+  return BucketsFromJson(r.Text(), &j->crash_ms);
+}
+
+Status BindRow(Binder& b, const Segment& s) {
+  STINT_RETURN_IF_ERROR(CheckEnum("state", static_cast<int64_t>(s.state), kMaxSegmentState));
+  STINT_RETURN_IF_ERROR(
+      CheckEnum("notice_reason", static_cast<int64_t>(s.notice_reason), kMaxNoticeReason));
+  b.Int(s.id);
+  b.Int(s.job_id);
+  b.Text(AllocsToJson(s.allocs));
+  b.Uint(s.fencing_token);
+  b.Int(s.start_ms);
+  b.Int(s.planned_end_ms);
+  b.Int(static_cast<int64_t>(s.state));
+  b.Int(static_cast<int64_t>(s.notice_reason));
+  b.Int(s.notice_ms);
+  b.Int(s.deadline_ms);
+  b.Int(s.preempted_for);
+  b.Int(s.ended_ms);
+  b.Int(s.last_heartbeat_ms);
+  nlohmann::json placement = nlohmann::json::array();
+  for (const Placement& p : s.placement)
+    placement.push_back({{"window_id", p.window_id}, {"gpus", p.gpus}});
+  b.Text(placement.dump());
+  b.Text(AllocsToJson(s.shrink_release));
+  b.Text(nlohmann::json(s.leaving_workers).dump());
+  b.Int(s.shrink_notice_ms);
+  b.Int(s.shrink_deadline_ms);
+  b.Int(s.shrink_for);
+  b.Int(s.master_port);
+  return Status::OK();
+}
+
+Status ReadRow(RowReader& r, Segment* s) {
+  s->id = r.Int();
+  s->job_id = r.Int();
+  const std::string allocs = r.Text();
+  s->fencing_token = r.Uint();
+  s->start_ms = r.Int();
+  s->planned_end_ms = r.Int();
+  s->state = static_cast<SegmentState>(r.Ranged(0, kMaxSegmentState));
+  s->notice_reason = static_cast<NoticeReason>(r.Ranged(0, kMaxNoticeReason));
+  s->notice_ms = r.Int();
+  s->deadline_ms = r.Int();
+  s->preempted_for = r.Int();
+  s->ended_ms = r.Int();
+  s->last_heartbeat_ms = r.Int();
+  const std::string placement = r.Text();
+  const nlohmann::json a = nlohmann::json::parse(placement, nullptr, /*allow_exceptions=*/false);
+  if (!a.is_array()) return Status::DataLoss("placement is not a JSON array: " + placement);
+  for (const nlohmann::json& x : a) {
+    Placement p;
+    const nlohmann::json gpus = x.is_object() ? x.value("gpus", nlohmann::json()) : nlohmann::json();
+    if (!x.is_object() || !JsonInt(x, "window_id", &p.window_id) || !gpus.is_array())
+      return Status::DataLoss("placement entry is not {\"window_id\",\"gpus\"}: " + placement);
+    for (const nlohmann::json& g : gpus) {
+      if (!g.is_number_integer()) return Status::DataLoss("placement holds a non-index: " + placement);
+      p.gpus.push_back(g.get<int>());
+    }
+    s->placement.push_back(std::move(p));
+  }
+  const std::string release = r.Text();
+  const std::string leaving = r.Text();
+  s->shrink_notice_ms = r.Int();
+  s->shrink_deadline_ms = r.Int();
+  s->shrink_for = r.Int();
+  STINT_RETURN_IF_ERROR(AllocsFromJson(release, &s->shrink_release));
+  STINT_RETURN_IF_ERROR(IdsFromJson("segment leaving_workers", leaving, &s->leaving_workers));
+  s->master_port = static_cast<int>(r.Ranged(0, 65535));
+  return AllocsFromJson(allocs, &s->allocs);
+}
+
+Status BindRow(Binder& b, const Worker& w) {
+  b.Int(w.id);
+  b.Int(w.job_id);
+  b.Int(w.segment_id);
+  b.Text(w.name);
+  b.Uint(w.fencing_token);
+  b.Int(w.registered_ms);
+  b.Int(w.last_heartbeat_ms);
+  b.Bool(w.released);
+  b.Text(w.secret_hash);
+  b.Text(w.node);
+  return Status::OK();
+}
+
+Status ReadRow(RowReader& r, Worker* w) {
+  w->id = r.Int();
+  w->job_id = r.Int();
+  w->segment_id = r.Int();
+  w->name = r.Text();
+  w->fencing_token = r.Uint();
+  w->registered_ms = r.Int();
+  w->last_heartbeat_ms = r.Int();
+  w->released = r.Bool();
+  w->secret_hash = r.Text();
+  w->node = r.Text();
+  return Status::OK();
+}
+
+Status BindRow(Binder& b, const Rendezvous& r) {
+  b.Int(r.job_id);
+  b.Uint(r.generation);
+  b.Int(static_cast<int64_t>(r.phase));
+  b.Text(MembersToJson(r.members));
+  b.Text(nlohmann::json(r.previous).dump());
+  b.Int(r.opened_ms);
+  b.Int(r.last_call_ms);
+  b.Int(r.formed_ms);
+  b.Text(nlohmann::json(r.dropped).dump());
+  return Status::OK();
+}
+
+Status ReadRow(RowReader& r, Rendezvous* z) {
+  z->job_id = r.Int();
+  z->generation = r.Uint();
+  z->phase = static_cast<RendezvousPhase>(r.Ranged(0, kMaxRendezvousPhase));
+  const std::string members = r.Text();
+  const std::string previous = r.Text();
+  z->opened_ms = r.Int();
+  z->last_call_ms = r.Int();
+  z->formed_ms = r.Int();
+  const std::string dropped = r.Text();
+  STINT_RETURN_IF_ERROR(MembersFromJson(members, &z->members));
+  STINT_RETURN_IF_ERROR(IdsFromJson("rendezvous previous", previous, &z->previous));
+  return IdsFromJson("rendezvous dropped", dropped, &z->dropped);
+}
+
+Status BindRow(Binder& b, const KvRecord& e) {
+  b.Int(e.job_id);
+  b.Text(e.key);
+  b.Blob(e.value);
+  b.Int(e.version);
+  b.Int(e.updated_ms);
+  return Status::OK();
+}
+
+Status ReadRow(RowReader& r, KvRecord* e) {
+  e->job_id = r.Int();
+  e->key = r.Text();
+  e->value = r.Blob();
+  e->version = r.Int();
+  e->updated_ms = r.Int();
+  return Status::OK();
+}
+
+Status BindMeta(Binder& b, const ClusterState& s) {
+  const Counters& c = s.counters;
+  b.Int(kMetaRowId);
+  b.Int(s.next_id);
+  b.Uint(s.next_fencing_token);
+  b.Int(c.segments_started);
+  b.Int(c.notices_sent);
+  b.Int(c.preemptions);
+  b.Int(c.revocations);
+  b.Int(c.acks);
+  b.Int(c.segments_lost);
+  b.Double(c.lost_gpu_seconds);
+  b.Double(c.window_gpu_seconds);
+  b.Double(c.used_gpu_seconds);
+  b.Double(c.wait_seconds_sum);
+  b.Text(BucketsToJson(c.wait_buckets));
+  b.Int(c.accounted_ms);
+  return Status::OK();
+}
+
+Status ReadMeta(RowReader& r, ClusterState* s) {
+  Counters& c = s->counters;
+  r.Ranged(kMetaRowId, kMetaRowId);
+  s->next_id = r.Int();
+  s->next_fencing_token = r.Uint();
+  c.segments_started = r.Int();
+  c.notices_sent = r.Int();
+  c.preemptions = r.Int();
+  c.revocations = r.Int();
+  c.acks = r.Int();
+  c.segments_lost = r.Int();
+  c.lost_gpu_seconds = r.Double();
+  c.window_gpu_seconds = r.Double();
+  c.used_gpu_seconds = r.Double();
+  c.wait_seconds_sum = r.Double();
+  const std::string buckets = r.Text();
+  c.accounted_ms = r.Int();
+  return BucketsFromJson(buckets, &c.wait_buckets);
+}
+
+}  // namespace stint::stintd::internal
