@@ -16,7 +16,7 @@ void InstallMetricsRoutes(Routes* routes) {
     return Reply{200, {{"ok", true}}, {}, {}};
   });
 
-  // Static HTML without data: its script fetches the views below with the token from its URL
+  // Static HTML without data: its script fetches the read views with the token from its URL
   // fragment.
   routes->Add(Method::kGet, "/dashboard", Access::kOpen, [](const httplib::Request&) {
     return Reply{200, {}, std::string(DashboardHtml()), "text/html; charset=utf-8"};

@@ -28,7 +28,6 @@ void InstallSegmentRoutes(Routes* routes) {
     });
     return Reply{200, {{"segments", segments}}, {}, {}};
   });
-
 }
 
 }  // namespace stint::stintd
