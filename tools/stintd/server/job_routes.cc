@@ -99,11 +99,9 @@ Status CheckLaunch(const json& l, const Job& job) {
   return Status::OK();
 }
 
-}  // namespace
-
-void InstallJobRoutes(Routes* routes) {
+// POST /v1/jobs: the job, with its registration token.
+void AddSubmitRoute(Routes* routes) {
   Coordinator* c = routes->coordinator();
-  const Authorization* authz = routes->authorization();
   const TokenAuth* tokens = routes->tokens();  // each job's registration token (auth.h)
   routes->Add(Method::kPost, "/v1/jobs", Access::kAdmin, [c, tokens](const httplib::Request& req) {
     RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(
@@ -122,6 +120,13 @@ void InstallJobRoutes(Routes* routes) {
     answer["registration_token"] = tokens->JobToken(j.id);
     return Reply{201, std::move(answer), {}, {}};
   });
+}
+
+// GET /v1/jobs and /v1/jobs/{id}, as each reader may see them.
+void AddJobViewRoutes(Routes* routes) {
+  Coordinator* c = routes->coordinator();
+  const Authorization* authz = routes->authorization();
+  const TokenAuth* tokens = routes->tokens();
   routes->Add(Method::kGet, "/v1/jobs", Access::kRead, [c, authz](const httplib::Request& req) {
     const JobReader reader = authz->Reader(req);
     std::optional<JobState> filter;
@@ -176,6 +181,11 @@ void InstallJobRoutes(Routes* routes) {
         });
         return r;
       });
+}
+
+// Cancelling a job and changing its priority.
+void AddJobControlRoutes(Routes* routes) {
+  Coordinator* c = routes->coordinator();
   routes->Add(Method::kPost, R"(/v1/jobs/(\d+)/cancel)", Access::kAdmin,
               [c](const httplib::Request& req) {
                 const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "job"));
@@ -193,6 +203,11 @@ void InstallJobRoutes(Routes* routes) {
                 Job j = STINT_HTTP_TRY(c->SetPriority(id, p));
                 return Reply{200, ToJson(j), {}, {}};
               });
+}
+
+// GET /v1/queue: the pending jobs with why each waits, and the running ones.
+void AddQueueRoute(Routes* routes) {
+  Coordinator* c = routes->coordinator();
   routes->Add(Method::kGet, "/v1/queue", Access::kRead, [c](const httplib::Request&) {
     Reply r;
     c->Read([&](const ClusterState& s, const Plan& plan, TimeMs now) {
@@ -221,6 +236,15 @@ void InstallJobRoutes(Routes* routes) {
     });
     return r;
   });
+}
+
+}  // namespace
+
+void InstallJobRoutes(Routes* routes) {
+  AddSubmitRoute(routes);
+  AddJobViewRoutes(routes);
+  AddJobControlRoutes(routes);
+  AddQueueRoute(routes);
 }
 
 }  // namespace stint::stintd

@@ -96,8 +96,9 @@ json Assignments(const ClusterState& s, const Window& window, const std::set<int
   return out;
 }
 
-// POST /v1/nodes, the node tokens and GET /v1/nodes.
-void AddNodeRegistrationRoutes(Routes* routes) {
+// POST /v1/nodes: an agent registers its node (or joins the admin window
+// naming it).
+void AddNodeRegistrationRoute(Routes* routes) {
   Coordinator* c = routes->coordinator();
   routes->Add(Method::kPost, "/v1/nodes", Access::kAgent, [c](const httplib::Request& req) {
     RequestBody b =
@@ -139,8 +140,12 @@ void AddNodeRegistrationRoutes(Routes* routes) {
     });
     return r;
   });
-  // A node's own credential (API.md, "Credentials"): issued (or replaced)
-  // by an admin, shown once.
+}
+
+// A node's own credential (API.md, "Credentials"): issued (or replaced)
+// by an admin, shown once; or revoked.
+void AddNodeTokenRoutes(Routes* routes) {
+  Coordinator* c = routes->coordinator();
   routes->Add(
       Method::kPost, R"(/v1/nodes/([A-Za-z0-9._-]+)/token)", Access::kAdmin,
       [c](const httplib::Request& req) {
@@ -154,6 +159,11 @@ void AddNodeRegistrationRoutes(Routes* routes) {
                 Status s = c->RevokeNodeToken(req.matches[1]);
                 return s.ok() ? Reply{200, {{"ok", true}}, {}, {}} : ErrorReply(s);
               });
+}
+
+// GET /v1/nodes: each node once, with its newest window and what runs on it.
+void AddNodeListRoute(Routes* routes) {
+  Coordinator* c = routes->coordinator();
   routes->Add(Method::kGet, "/v1/nodes", Access::kRead, [c](const httplib::Request&) {
     // Each node once, with its newest window.
     json nodes = json::array();
@@ -345,7 +355,9 @@ void AddNodeHeartbeatRoutes(Routes* routes, LogTails* logs,
 }  // namespace
 
 void InstallNodeRoutes(Routes* routes, LogTails* logs, std::function<void()> prune_logs_if_due) {
-  AddNodeRegistrationRoutes(routes);
+  AddNodeRegistrationRoute(routes);
+  AddNodeTokenRoutes(routes);
+  AddNodeListRoute(routes);
   AddNodeHeartbeatRoutes(routes, logs, std::move(prune_logs_if_due));
 }
 

@@ -43,9 +43,8 @@ Result<Window> ParseWindowSpec(const RequestBody& b, TimeMs now, bool gpus_requi
   return w;
 }
 
-}  // namespace
-
-void InstallWindowRoutes(Routes* routes) {
+// POST and GET /v1/pools.
+void AddPoolRoutes(Routes* routes) {
   Coordinator* c = routes->coordinator();
   routes->Add(Method::kPost, "/v1/pools", Access::kAdmin, [c](const httplib::Request& req) {
     RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"name", "description"}));
@@ -62,6 +61,11 @@ void InstallWindowRoutes(Routes* routes) {
     });
     return Reply{200, {{"pools", pools}}, {}, {}};
   });
+}
+
+// POST and GET /v1/windows, and closing one.
+void AddWindowRoutes(Routes* routes) {
+  Coordinator* c = routes->coordinator();
   routes->Add(Method::kPost, "/v1/windows", Access::kAdmin, [c](const httplib::Request& req) {
     RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(
         req.body, {"pool", "gpus", "start_ms", "end_ms", "kind", "notice_lead_seconds", "nodes"}));
@@ -125,6 +129,11 @@ void InstallWindowRoutes(Routes* routes) {
                 });
                 return r;
               });
+}
+
+// PUT /v1/teams/{name} and GET /v1/teams.
+void AddTeamRoutes(Routes* routes) {
+  Coordinator* c = routes->coordinator();
   routes->Add(
       Method::kPut, R"(/v1/teams/([^/]+))", Access::kAdmin, [c](const httplib::Request& req) {
         RequestBody b =
@@ -156,6 +165,14 @@ void InstallWindowRoutes(Routes* routes) {
     });
     return Reply{200, {{"teams", teams}}, {}, {}};
   });
+}
+
+}  // namespace
+
+void InstallWindowRoutes(Routes* routes) {
+  AddPoolRoutes(routes);
+  AddWindowRoutes(routes);
+  AddTeamRoutes(routes);
 }
 
 }  // namespace stint::stintd

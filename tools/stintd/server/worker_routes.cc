@@ -68,7 +68,8 @@ void AddRegistrationRoute(Routes* routes) {
               });
 }
 
-// /v1/workers/{wid}/*, each for that worker's own secret.
+// /v1/workers/{wid}/*, each for that worker's own secret: its lease, the
+// notice, what it reports, and its end.
 void AddOwnWorkerRoutes(Routes* routes) {
   Coordinator* c = routes->coordinator();
   const double max_wait = routes->max_wait_seconds();
@@ -150,7 +151,12 @@ void AddOwnWorkerRoutes(Routes* routes) {
                 STINT_HTTP_TRY(RequestBody::Parse(req.body, {}));
                 return worker_status(c->Leave(id));
               });
-  // --- rendezvous ---
+}
+
+// The rendezvous of a worker's segment, for that worker's own secret.
+void AddRendezvousRoutes(Routes* routes) {
+  Coordinator* c = routes->coordinator();
+  const double max_wait = routes->max_wait_seconds();
   auto rendezvous_reply = [](const Result<RendezvousView>& v) {
     return v.ok() ? Reply{200, ToJson(*v), {}, {}} : WorkerErrorReply(v.status());
   };
@@ -250,6 +256,7 @@ void AddJobScopedRoutes(Routes* routes) {
 void InstallWorkerRoutes(Routes* routes) {
   AddRegistrationRoute(routes);
   AddOwnWorkerRoutes(routes);
+  AddRendezvousRoutes(routes);
   AddJobScopedRoutes(routes);
 }
 
