@@ -17,12 +17,6 @@ bool AnyEqual(const std::vector<std::string>& tokens, const std::string& t) {
 
 }  // namespace
 
-bool Allows(Right have, Right need) {
-  if (need == Right::kNone || have == Right::kAdmin) return true;
-  if (need == Right::kWorker) return have == Right::kWorker || have == Right::kAgent;
-  return have == need;
-}
-
 Result<TokenAuth> TokenAuth::Create(std::vector<std::string> admin, std::vector<std::string> worker,
                                     std::vector<std::string> agent) {
   for (const std::string& t : agent) {

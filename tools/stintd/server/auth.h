@@ -1,23 +1,8 @@
-// Bearer-token rights (API.md, "Credentials"). Who may do what:
-//   admin token          everything.
-//   shared worker token  registering workers into any job, and the read-only
-//                        views (launch.env stripped); never a job's KV or
-//                        fencing check (except for a job whose active segment
-//                        has a worker registered before per-worker secrets).
-//   agent / node token   the node endpoints (a node token: its own node's),
-//                        registering workers on a node it names, and reads;
-//                        job reads (GET /v1/jobs, /v1/jobs/{id}, logs) only of
-//                        jobs with an active segment on its node(s).
-//   job token "stj1."    registering into that one job, its KV and its
-//                        fencing check (given to the admin at submit).
-//   segment token "stg1." the same for one segment on one node, while it is
-//                        the job's active segment (stint-agent hands it to a
-//                        torchrun launcher: each rank registers with it).
-//   worker secret "stw1." /v1/workers/{its id}/*, its job's KV and fencing
-//                        check, while the worker is active (410 after).
-// Anything else on a job it is not scoped to: 403. Tokens come from files
-// (one per line, '#' comments) or the environment; comparison is
-// constant-time. http_api.cc applies these rules with stintd's state.
+// Bearer tokens (API.md, "Credentials"): the admin, shared worker and agent
+// token lists, the right each carries, and the job and segment registration
+// tokens ("stj1.", "stg1.") stintd derives by MAC. Who may do what with them
+// is authorization.h's. Tokens come from files (one per line, '#' comments)
+// or the environment; comparison is constant-time.
 #ifndef STINT_TOOLS_STINTD_SERVER_AUTH_H_
 #define STINT_TOOLS_STINTD_SERVER_AUTH_H_
 
@@ -30,12 +15,8 @@
 namespace stint::stintd {
 
 // kAgent (stint-agent: the node endpoints, and reads) is beside kWorker,
-// not above it: Allows() says which right covers which.
+// not above it: Allows() (authorization.h) says which right covers which.
 enum class Right : int { kNone = 0, kWorker = 1, kAdmin = 2, kAgent = 3 };
-
-// Whether a caller holding `have` may use an endpoint that needs `need`:
-// admin covers everything; a read (kWorker) is open to agents too.
-bool Allows(Right have, Right need);
 
 // The token of an "Authorization: Bearer <token>" header value, trimmed; ""
 // for any other value.

@@ -671,7 +671,7 @@ void Coordinator::PlaceSegments(const Changes& started, Changes* changes) {
 }
 
 int Coordinator::ChooseMasterPort(const Segment& seg) const {
-  // The master is the node of the first placement (Assignments, http_api.cc).
+  // The master is the node of the first placement (Assignments, node_routes.cc).
   auto master_node = [&](const Segment& g) -> std::string {
     if (g.placement.empty()) return "";
     auto w = state_.windows.find(g.placement.front().window_id);

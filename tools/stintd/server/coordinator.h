@@ -204,7 +204,7 @@ class Coordinator {
                          std::chrono::milliseconds wait);
   Status DeleteKv(int64_t job_id, const std::string& key);
 
-  // Long-polls of other state (a node's assignments, http_api.cc): the
+  // Long-polls of other state (a node's assignments, node_routes.cc): the
   // number of changes so far, and a wait until it is no longer `seen`.
   // False: `until` passed first, or the coordinator stops.
   uint64_t EventSeq() const;

@@ -1,6 +1,6 @@
-// The HTTP/JSON front of the Coordinator (routes in API.md). Every handler
-// checks the bearer token's right, parses its body strictly, calls one
-// Coordinator method and maps the Status to an HTTP status once, here.
+// The HTTP/JSON front of the Coordinator (routes in API.md): the server, its
+// threads and its stop. The routes are installed by one file per resource
+// (routes.h); who may call them is authorization.h's.
 #ifndef STINT_TOOLS_STINTD_SERVER_HTTP_API_H_
 #define STINT_TOOLS_STINTD_SERVER_HTTP_API_H_
 
@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "stintd/server/auth.h"
+#include "stintd/server/authorization.h"
 #include "stintd/server/coordinator.h"
 #include "stintd/server/log_tails.h"
 
@@ -66,6 +67,9 @@ class HttpApi {
  private:
   HttpApi(Coordinator* coordinator, TokenAuth auth, HttpOptions options);
   void InstallRoutes();
+  // Refuses connections past the thread cap and tracks the requests being
+  // answered (see Stop()); answers unknown routes in JSON.
+  void InstallConnectionHooks();
   // Prunes the output of jobs that ended log_retention_hours ago (see
   // HttpOptions), now or when an hour has passed since the last time.
   void PruneLogs();
@@ -73,6 +77,7 @@ class HttpApi {
 
   Coordinator* const coordinator_;
   const TokenAuth auth_;
+  const Authorization authorization_;  // of auth_'s tokens; every route goes through it
   const HttpOptions options_;
   std::unique_ptr<httplib::Server> server_;
   LogTails logs_;  // workers' output, from the agents' heartbeats

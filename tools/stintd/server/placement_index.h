@@ -1,7 +1,7 @@
 // PlacementIndex: the active segments placed on each node window.
 //
 // A node's heartbeat answers with the segments placed on it (Assignments,
-// http_api.cc). Without an index that is a walk over every segment for every
+// node_routes.cc). Without an index that is a walk over every segment for every
 // beat. The coordinator keeps this index beside its ClusterState: built from
 // the state when it is loaded or reloaded, and brought up to date with the
 // segment ids of every change it writes (Changes::segments: a segment whose

@@ -1,0 +1,178 @@
+// The capacity routes (API.md, "Pools", "Windows", "Teams"): pools, the
+// windows that lend GPUs to them (also one per named node), and the teams'
+// guarantees and borrowing limits.
+#include <httplib.h>
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "stintd/server/json_model.h"
+#include "stintd/server/request_params.h"
+#include "stintd/server/routes.h"
+
+namespace stint::stintd {
+namespace {
+
+// `gpus_required` false: an absent "gpus" leaves Window::gpus 0 (an admin
+// window on nodes that each name their GPU indices).
+Result<Window> ParseWindowSpec(const RequestBody& b, TimeMs now, bool gpus_required = true) {
+  Window w;
+  STINT_ASSIGN_OR_RETURN(w.pool, b.String("pool"));
+  STINT_ASSIGN_OR_RETURN(std::optional<int64_t> given, b.OptionalInt64("gpus"));
+  if (!given && gpus_required) return b.Int64("gpus").status();  // "gpus is required"
+  const int64_t gpus = given.value_or(1);  // absent: passes the check below, w.gpus stays 0
+  STINT_ASSIGN_OR_RETURN(std::optional<int64_t> start, b.OptionalInt64("start_ms"));
+  STINT_ASSIGN_OR_RETURN(std::optional<int64_t> end, b.OptionalInt64("end_ms"));
+  STINT_ASSIGN_OR_RETURN(std::optional<std::string> kind, b.OptionalString("kind"));
+  STINT_ASSIGN_OR_RETURN(std::optional<double> lead, b.OptionalNumber("notice_lead_seconds"));
+  if (gpus < 1 || gpus > 1000000) {
+    return Status::InvalidArgument("gpus must be between 1 and 1000000 (got " +
+                                   std::to_string(gpus) + ")");
+  }
+  w.gpus = b.Find("gpus") != nullptr ? static_cast<int>(gpus) : 0;
+  w.start_ms = start.value_or(now);
+  w.end_ms = end.value_or(kNever);
+  if (kind) {
+    STINT_ASSIGN_OR_RETURN(w.kind, ParseWindowKind(*kind));
+  }
+  if (lead && !(*lead >= 0 && *lead < 1e9))
+    return Status::InvalidArgument("notice_lead_seconds must be >= 0");
+  w.notice_lead_ms = lead ? SecondsToMs(*lead) : 0;
+  return w;
+}
+
+// POST and GET /v1/pools.
+void AddPoolRoutes(Routes* routes) {
+  Coordinator* c = routes->coordinator();
+  routes->Add(Method::kPost, "/v1/pools", Access::kAdmin, [c](const httplib::Request& req) {
+    RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"name", "description"}));
+    Pool p;
+    p.name = STINT_HTTP_TRY(b.String("name"));
+    p.description = STINT_HTTP_TRY(b.OptionalString("description")).value_or("");
+    Pool out = STINT_HTTP_TRY(c->AddPool(p));
+    return Reply{201, ToJson(out), {}, {}};
+  });
+  routes->Add(Method::kGet, "/v1/pools", Access::kRead, [c](const httplib::Request&) {
+    json pools = json::array();
+    c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+      for (const auto& [name, p] : s.pools) pools.push_back(ToJson(p));
+    });
+    return Reply{200, {{"pools", pools}}, {}, {}};
+  });
+}
+
+// POST and GET /v1/windows, and closing one.
+void AddWindowRoutes(Routes* routes) {
+  Coordinator* c = routes->coordinator();
+  routes->Add(Method::kPost, "/v1/windows", Access::kAdmin, [c](const httplib::Request& req) {
+    RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(
+        req.body, {"pool", "gpus", "start_ms", "end_ms", "kind", "notice_lead_seconds", "nodes"}));
+    const json* nodes = STINT_HTTP_TRY(b.OptionalArray("nodes"));
+    Window spec = STINT_HTTP_TRY(ParseWindowSpec(b, c->now(), /*gpus_required=*/nodes == nullptr));
+    if (nodes != nullptr) {
+      // One window per named node (API.md, "Windows on nodes").
+      std::vector<Coordinator::DeclaredNode> declared;
+      for (const json& n : *nodes) {
+        Coordinator::DeclaredNode d;
+        const json gpus = n.is_object() ? n.value("gpus", json::array()) : json::array();
+        const bool named = n.is_string() || (n.is_object() && n.value("name", json()).is_string());
+        if (!named || !gpus.is_array() ||
+            (n.is_object() && n.size() != (n.contains("gpus") ? 2u : 1u))) {
+          return ErrorReply(Status::InvalidArgument(
+              "nodes must be an array of node names or {\"name\",\"gpus\":[indices]?}"));
+        }
+        d.name = n.is_string() ? n.get<std::string>() : n["name"].get<std::string>();
+        for (const json& g : gpus) {
+          if (!g.is_number_integer() || g.get<int64_t>() < 0 || g.get<int64_t>() > 1000000)
+            return ErrorReply(Status::InvalidArgument("nodes[].gpus must hold GPU indices >= 0"));
+          d.gpus.push_back(g.get<int>());
+        }
+        declared.push_back(std::move(d));
+      }
+      std::vector<Window> made = STINT_HTTP_TRY(c->AddNodeWindows(spec, declared));
+      Reply r{201, {}, {}, {}};
+      c->Read([&](const ClusterState& s, const Plan&, TimeMs now) {
+        json windows = json::array();
+        for (const Window& w : made) windows.push_back(ToJson(s, w, now));
+        r.body = {{"windows", windows}};
+      });
+      return r;
+    }
+    Window w = STINT_HTTP_TRY(c->AddWindow(spec));
+    Reply r{201, {}, {}, {}};
+    c->Read([&](const ClusterState& s, const Plan&, TimeMs now) { r.body = ToJson(s, w, now); });
+    return r;
+  });
+  routes->Add(Method::kGet, "/v1/windows", Access::kRead, [c](const httplib::Request&) {
+    json windows = json::array();
+    c->Read([&](const ClusterState& s, const Plan&, TimeMs now) {
+      for (const auto& [id, w] : s.windows) windows.push_back(ToJson(s, w, now));
+    });
+    return Reply{200, {{"windows", windows}}, {}, {}};
+  });
+  routes->Add(Method::kPost, R"(/v1/windows/(\d+)/close)", Access::kAdmin,
+              [c](const httplib::Request& req) {
+                const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "window"));
+                RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"lead_seconds"}));
+                std::optional<double> lead = STINT_HTTP_TRY(b.OptionalNumber("lead_seconds"));
+                if (lead && !(*lead >= 0 && *lead < 1e9)) {
+                  return ErrorReply(Status::InvalidArgument("lead_seconds must be >= 0"));
+                }
+                std::optional<TimeMs> lead_ms;
+                if (lead) lead_ms = SecondsToMs(*lead);
+                Window w = STINT_HTTP_TRY(c->CloseWindow(id, lead_ms));
+                Reply r;
+                c->Read([&](const ClusterState& s, const Plan&, TimeMs now) {
+                  r.body = ToJson(s, w, now);
+                });
+                return r;
+              });
+}
+
+// PUT /v1/teams/{name} and GET /v1/teams.
+void AddTeamRoutes(Routes* routes) {
+  Coordinator* c = routes->coordinator();
+  routes->Add(
+      Method::kPut, R"(/v1/teams/([^/]+))", Access::kAdmin, [c](const httplib::Request& req) {
+        RequestBody b =
+            STINT_HTTP_TRY(RequestBody::Parse(req.body, {"guaranteed_gpus", "borrow_limit_gpus"}));
+        Team t;
+        t.name = req.matches[1];
+        std::optional<int64_t> g = STINT_HTTP_TRY(b.OptionalInt64("guaranteed_gpus"));
+        std::optional<int64_t> bl = STINT_HTTP_TRY(b.OptionalInt64("borrow_limit_gpus"));
+        if ((g && (*g < 0 || *g > 1000000)) || (bl && (*bl < -1 || *bl > 1000000))) {
+          return ErrorReply(Status::InvalidArgument(
+              "guaranteed_gpus must be 0..1000000 and borrow_limit_gpus -1..1000000"));
+        }
+        // An update keeps the fields it does not name.
+        c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+          auto it = s.teams.find(t.name);
+          if (it != s.teams.end()) t = it->second;
+        });
+        if (g) t.guaranteed_gpus = static_cast<int>(*g);
+        if (bl) t.borrow_limit_gpus = static_cast<int>(*bl);
+        Team out = STINT_HTTP_TRY(c->PutTeam(t));
+        Reply r;
+        c->Read([&](const ClusterState& s, const Plan&, TimeMs) { r.body = ToJson(s, out); });
+        return r;
+      });
+  routes->Add(Method::kGet, "/v1/teams", Access::kRead, [c](const httplib::Request&) {
+    json teams = json::array();
+    c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+      for (const auto& [name, t] : s.teams) teams.push_back(ToJson(s, t));
+    });
+    return Reply{200, {{"teams", teams}}, {}, {}};
+  });
+}
+
+}  // namespace
+
+void InstallWindowRoutes(Routes* routes) {
+  AddPoolRoutes(routes);
+  AddWindowRoutes(routes);
+  AddTeamRoutes(routes);
+}
+
+}  // namespace stint::stintd
