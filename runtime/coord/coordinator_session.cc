@@ -5,6 +5,7 @@
 // 30 s long-poll, and a notice is never late behind the heartbeat interval.
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -43,11 +44,22 @@ class CoordinatorSession::Impl {
   }
 
   void SetStep(uint64_t step) { step_plus_one_.store(step + 1, std::memory_order_relaxed); }
-  // The worker gave its segment back (Ack, Finished, Leave succeeded).
-  void Release() {
-    released_.store(true);
-    std::lock_guard<std::mutex> lock(mu_);
-    cv_.notify_all();
+  // The worker gives its segment back (Ack, Finished, Leave): `give_back`
+  // is that request. From before it is sent, an answer that the segment
+  // ended is its effect, not a fence: a heartbeat answered after stintd
+  // processed it but before it returned here must not fence the session.
+  // A request that fails lets the loops judge the answers again.
+  Status GiveBack(const std::function<Status()>& give_back) {
+    releasing_.store(true);
+    Status s = give_back();
+    if (s.ok()) {
+      released_.store(true);
+      std::lock_guard<std::mutex> lock(mu_);
+      cv_.notify_all();
+    } else {
+      releasing_.store(false);
+    }
+    return s;
   }
   bool fenced() const { return fenced_.load(); }
   std::optional<CoordinatorNotice> notice() const {
@@ -95,8 +107,8 @@ class CoordinatorSession::Impl {
   }
 
   void Handle(Result<WorkerView> view) {
-    // After our own Ack/Finished/Leave the segment's end is no news.
-    if (released_.load()) return;
+    // After (or during) our own Ack/Finished/Leave the segment's end is no news.
+    if (released_.load() || releasing_.load()) return;
     if (!view.ok()) {
       const Status& s = view.status();
       if (s.code() == Code::kCancelled) return;  // shutting down
@@ -159,6 +171,7 @@ class CoordinatorSession::Impl {
   std::atomic<uint64_t> step_plus_one_{0};  // 0: no step reported yet
   std::atomic<bool> fenced_{false};
   std::atomic<bool> released_{false};
+  std::atomic<bool> releasing_{false};  // an Ack/Finished/Leave is in flight
 
   mutable std::mutex mu_;
   std::condition_variable cv_;  // stopping_, fenced_ or released_ changed
@@ -194,21 +207,15 @@ Status CoordinatorSession::last_error() const { return impl_->last_error(); }
 void CoordinatorSession::SetStep(uint64_t step) { impl_->SetStep(step); }
 
 Status CoordinatorSession::Ack(uint64_t step) {
-  Status s = client_->Ack(step);
-  if (s.ok()) impl_->Release();
-  return s;
+  return impl_->GiveBack([this, step] { return client_->Ack(step); });
 }
 
 Status CoordinatorSession::Finished() {
-  Status s = client_->Finished();
-  if (s.ok()) impl_->Release();
-  return s;
+  return impl_->GiveBack([this] { return client_->Finished(); });
 }
 
 Status CoordinatorSession::Leave() {
-  Status s = client_->Leave();
-  if (s.ok()) impl_->Release();
-  return s;
+  return impl_->GiveBack([this] { return client_->Leave(); });
 }
 
 }  // namespace stint
