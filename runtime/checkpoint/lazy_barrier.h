@@ -5,9 +5,10 @@
 // for them; the persist thread waits for them (up to copy_timeout) before
 // it reads the staging buffer.
 //
-// Thread-compatible like the Checkpointer: Start, Track, Pending,
-// BeforeWrite and WaitStaged run on the training thread, Wait on the
-// persist thread (it touches only the SnapshotProgress it is given).
+// Thread-safe: the training thread starts, tracks and waits at the barrier
+// while the persist thread waits for one save's copies (Wait touches only
+// the SnapshotProgress it is given). The destructor finishes the queued lazy
+// copies.
 #ifndef STINT_RUNTIME_CHECKPOINT_LAZY_BARRIER_H_
 #define STINT_RUNTIME_CHECKPOINT_LAZY_BARRIER_H_
 
