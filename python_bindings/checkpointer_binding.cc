@@ -690,9 +690,8 @@ std::unique_ptr<PyCheckpointer> OpenCheckpointer(
                                           std::move(copier), std::move(fenced_by));
 }
 
-}  // namespace
-
-void BindCheckpointer(py::module_& m) {
+// stint._C.SaveHandle: what save() returns.
+void BindSaveHandle(py::module_& m) {
   py::class_<PySaveHandle>(m, "SaveHandle",
                            "A started save: `staged` (the state may be modified again; already "
                            "done when save() returns) and `durable` (committed on disk). "
@@ -713,7 +712,10 @@ void BindCheckpointer(py::module_& m) {
                 : h.durable.done() ? " durable>"
                                    : " persisting>");
       });
+}
 
+// stint._C.Checkpointer: save, the lazy barrier, load, flush and the rest.
+void BindCheckpointerClass(py::module_& m) {
   py::class_<PyCheckpointer>(m, "Checkpointer",
                              "Asynchronous, crash-consistent checkpoints of named tensors and "
                              "byte blobs (stint.Checkpointer adds nested state dicts).")
@@ -769,7 +771,10 @@ void BindCheckpointer(py::module_& m) {
       .def("close", &PyCheckpointer::Close, "Waits for pending saves and closes. Idempotent.")
       .def_property_readonly("closed", &PyCheckpointer::closed)
       .def_property_readonly("root", &PyCheckpointer::root);
+}
 
+// stint._C.CheckpointReader: read-only access to one committed checkpoint.
+void BindReader(py::module_& m) {
   py::class_<PyReader>(m, "CheckpointReader", "Read-only access to one committed checkpoint.")
       .def_static(
           "open",
@@ -851,7 +856,11 @@ void BindCheckpointer(py::module_& m) {
             return d;
           },
           "Reads every chunk and checks every checksum; DataLossError naming the file and chunk.");
+}
 
+// Module functions the Python package builds on: LibTorch RNG state and
+// tensor digests.
+void BindTorchHelpers(py::module_& m) {
   m.def(
       "capture_torch_rng",
       []() {
@@ -894,6 +903,15 @@ void BindCheckpointer(py::module_& m) {
       py::arg("tensors"),
       "XXH3-128 of each tensor's bytes (contiguous CPU tensors): a collective save compares "
       "them across ranks to find plain tensors that are not replicated.");
+}
+
+}  // namespace
+
+void BindCheckpointer(py::module_& m) {
+  BindSaveHandle(m);
+  BindCheckpointerClass(m);
+  BindReader(m);
+  BindTorchHelpers(m);
 }
 
 }  // namespace python

@@ -44,180 +44,237 @@ struct ChunkRef {
   size_t entry, index;
 };
 
+// One PersistSnapshot, step by step: PlanChunks (which chunks are written
+// and, incremental, where the base holds each entry's), then per window of
+// kWindowBytes EncodeWindow (hash, compress, match the base, on the pool)
+// and its writes (SubmitImage or SubmitPacked), and once the writes are
+// durable Finish (the file record).
+class SnapshotFileWriter {
+ public:
+  SnapshotFileWriter(IoEngine* engine, ThreadPool* pool, const Snapshot& snapshot,
+                     const PersistOptions& options)
+      : engine_(engine),
+        pool_(pool),
+        layout_(snapshot.layout),
+        image_(snapshot.buffer->data()),
+        options_(options),
+        io_size_(options.io_size < kChunkAlignment ? kChunkAlignment : AlignUp(options.io_size)),
+        // Raw and complete: the staging image is the file, so its size is
+        // known. Otherwise chunks are packed one after another.
+        image_is_file_(!options.compress && !options.incremental) {
+    PlanChunks();
+  }
+
+  // Submits every window's writes to `file`; the caller drains the engine.
+  Status Write(WritableFile* file) {
+    file_ = file;
+    Status status;
+    if (image_is_file_) status = file->Allocate(layout_.image_bytes);  // preallocated
+    for (size_t begin = 0; begin < refs_.size() && status.ok();) {
+      size_t end = begin;
+      while (end < refs_.size() && staging_offset(end) < staging_offset(begin) + kWindowBytes) {
+        ++end;
+      }
+      status = EncodeWindow(begin, end);
+      if (!status.ok()) break;
+      status = image_is_file_ ? SubmitImage(begin, end) : SubmitPacked(begin, end);
+      begin = end;
+    }
+    compressed_.clear();
+    return status;
+  }
+
+  // The result once the file is durable, its name the last part of `path`.
+  Result<PersistedFile> Finish(const std::string& path) {
+    std::vector<ChunkRecord> in_file_order;
+    in_file_order.reserve(refs_.size());
+    for (size_t i = 0; i < refs_.size(); ++i) {
+      if (referenced_[i]) continue;
+      in_file_order.push_back(record(i));
+      out_.stored_bytes += record(i).stored_len;
+    }
+    for (const SnapshotEntry& se : layout_.entries) {
+      for (const ChunkRecord& c : se.reused) out_.referenced_bytes += c.raw_len;
+    }
+    out_.file.size = file_size_;
+    out_.file.digest = FileDigest(in_file_order, file_size_);
+    size_t slash = path.rfind('/');
+    out_.file.name = slash == std::string::npos ? path : path.substr(slash + 1);
+    if (options_.base != nullptr) {
+      STINT_ASSIGN_OR_RETURN(out_.refs, ReferencedFiles(out_.entry_chunks, *options_.base));
+    }
+    return std::move(out_);
+  }
+
+ private:
+  // Chunks in staging (= raw file) order; frozen entries' records as they
+  // are (referenced, never staged); with a base, each tensor entry's chunks
+  // in it, compared by hash.
+  void PlanChunks() {
+    out_.entry_chunks.resize(layout_.entries.size());
+    base_chunks_.assign(layout_.entries.size(), nullptr);
+    for (size_t e = 0; e < layout_.entries.size(); ++e) {
+      const SnapshotEntry& se = layout_.entries[e];
+      if (!se.reused.empty()) {
+        out_.entry_chunks[e] = se.reused;
+        continue;
+      }
+      if (options_.base != nullptr && !se.is_blob) {
+        base_chunks_[e] =
+            options_.base->FindShard(se.name, se.dtype, se.global_shape, se.offsets, se.extents);
+      }
+      out_.entry_chunks[e].resize(se.chunk_len.size());
+      for (size_t c = 0; c < se.chunk_len.size(); ++c) refs_.push_back({e, c});
+    }
+    referenced_.assign(refs_.size(), 0);
+  }
+
+  uint64_t staging_offset(size_t i) const {
+    return layout_.entries[refs_[i].entry].chunk_offset[refs_[i].index];
+  }
+  ChunkRecord& record(size_t i) { return out_.entry_chunks[refs_[i].entry][refs_[i].index]; }
+
+  // A chunk the base holds with the same bytes: its record, with `ref` set.
+  const ChunkRecord* BaseMatch(size_t i, const RawHash& hash) {
+    const auto* chunks = base_chunks_[refs_[i].entry];
+    if (chunks == nullptr || refs_[i].index >= chunks->size()) return nullptr;
+    const ChunkRecord& b = (*chunks)[refs_[i].index];
+    return b.raw_hash == hash && b.raw_len == record(i).raw_len ? &b : nullptr;
+  }
+
+  // Records chunks [begin, end) on the pool; the first error.
+  Status EncodeWindow(size_t begin, size_t end) {
+    compressed_.assign(end - begin, nullptr);
+    errors_.assign(end - begin, Status::OK());
+    pool_->ParallelFor(end - begin, [&](size_t k) { EncodeChunk(begin + k, k); });
+    for (const Status& s : errors_) {
+      if (!s.ok()) return s;
+    }
+    return Status::OK();
+  }
+
+  // Chunk i, window slot k: referenced in the base (incremental, same
+  // bytes), compressed where zstd helps, else raw.
+  void EncodeChunk(size_t i, size_t k) {
+    ChunkRecord& rec = record(i);
+    const char* raw = image_ + staging_offset(i);
+    rec.raw_len = layout_.entries[refs_[i].entry].chunk_len[refs_[i].index];
+    rec.codec = Codec::kNone;
+    rec.stored_len = rec.raw_len;
+    if (options_.incremental) {
+      RawHash hash = Xxh128(raw, rec.raw_len);
+      if (const ChunkRecord* same = BaseMatch(i, hash)) {
+        rec = *same;
+        referenced_[i] = 1;
+        return;
+      }
+      rec.raw_hash = hash;
+    }
+    if (options_.compress && rec.raw_len > 0) {
+      size_t cap = AlignUp(ZstdBound(rec.raw_len));
+      AlignedBytes buf = AllocAligned(cap);
+      if (buf == nullptr) {
+        errors_[k] =
+            Status::ResourceExhausted("zstd: cannot allocate " + std::to_string(cap) + " bytes");
+        return;
+      }
+      auto n = ZstdCompress(raw, rec.raw_len, buf.get(), cap, options_.zstd_level);
+      if (!n.ok()) {
+        errors_[k] = n.status();
+        return;
+      }
+      if (*n < rec.raw_len) {  // keep raw when zstd does not help
+        std::memset(buf.get() + *n, 0, AlignUp(*n) - *n);
+        rec.codec = Codec::kZstd;
+        rec.stored_len = *n;
+        rec.xxh3 = Xxh3(buf.get(), *n);
+        compressed_[k] = std::make_shared<AlignedBytes>(std::move(buf));
+        return;
+      }
+    }
+    rec.xxh3 = Xxh3(raw, rec.raw_len);
+  }
+
+  // The image is the file: one run of large aligned writes straight from
+  // the staging image.
+  Status SubmitImage(size_t begin, size_t end) {
+    uint64_t from = staging_offset(begin);
+    uint64_t to = end < refs_.size() ? staging_offset(end) : layout_.image_bytes;
+    for (size_t i = begin; i < end; ++i) record(i).file_offset = staging_offset(i);
+    file_size_ = to;
+    return SubmitRange(engine_, file_, image_ + from, to - from, from, io_size_);
+  }
+
+  // Packed: raw chunks adjacent in staging go out as one run of writes;
+  // a compressed buffer lives until its last write completes.
+  Status SubmitPacked(size_t begin, size_t end) {
+    Status status;
+    uint64_t run_from = 0, run_len = 0, run_at = 0;
+    auto flush_run = [&] {
+      if (run_len > 0 && status.ok()) {
+        status = SubmitRange(engine_, file_, image_ + run_from, run_len, run_at, io_size_);
+      }
+      run_len = 0;
+    };
+    for (size_t i = begin; i < end && status.ok(); ++i) {
+      ChunkRecord& rec = record(i);
+      if (referenced_[i]) {
+        out_.referenced_bytes += rec.raw_len;
+        continue;
+      }
+      const auto& buf = compressed_[i - begin];
+      rec.file_offset = file_size_;
+      uint64_t padded = AlignUp(rec.stored_len == 0 ? 1 : rec.stored_len);
+      if (buf) {
+        flush_run();
+        status = SubmitRange(engine_, file_, buf->get(), padded, file_size_, io_size_, buf);
+      } else {
+        if (run_len > 0 && run_from + run_len != staging_offset(i)) flush_run();
+        if (run_len == 0) {
+          run_from = staging_offset(i);
+          run_at = file_size_;
+        }
+        run_len += padded;
+      }
+      file_size_ += padded;
+    }
+    flush_run();
+    return status;
+  }
+
+  IoEngine* const engine_;
+  ThreadPool* const pool_;
+  const SnapshotLayout& layout_;
+  const char* const image_;
+  const PersistOptions& options_;
+  const uint64_t io_size_;
+  const bool image_is_file_;
+  WritableFile* file_ = nullptr;  // set by Write()
+
+  std::vector<ChunkRef> refs_;  // the chunks written (or referenced), in staging order
+  PersistedFile out_;
+  std::vector<const std::vector<ChunkRecord>*> base_chunks_;  // by entry; null: none
+  std::vector<char> referenced_;                              // chunk i is in the base, not written
+  uint64_t file_size_ = 0;
+  // The current window's compressed chunks (null: written raw) and errors.
+  std::vector<std::shared_ptr<AlignedBytes>> compressed_;
+  std::vector<Status> errors_;
+};
+
 }  // namespace
 
 Result<PersistedFile> PersistSnapshot(Env* env, IoEngine* engine, ThreadPool* pool,
                                       const Snapshot& snapshot, const std::string& path,
                                       const PersistOptions& options) {
-  const SnapshotLayout& layout = snapshot.layout;
-  const char* image = snapshot.buffer->data();
-  const uint64_t io_size =
-      options.io_size < kChunkAlignment ? kChunkAlignment : AlignUp(options.io_size);
-
-  // Chunks in staging (= raw file) order.
-  std::vector<ChunkRef> refs;
-  PersistedFile out;
-  auto staging_offset = [&](size_t i) {
-    return layout.entries[refs[i].entry].chunk_offset[refs[i].index];
-  };
-  auto record = [&](size_t i) -> ChunkRecord& {
-    return out.entry_chunks[refs[i].entry][refs[i].index];
-  };
-
-  out.entry_chunks.resize(layout.entries.size());
-  // Incremental: each tensor entry's chunks in the base, compared by hash.
-  std::vector<const std::vector<ChunkRecord>*> base_chunks(layout.entries.size(), nullptr);
-  for (size_t e = 0; e < layout.entries.size(); ++e) {
-    const SnapshotEntry& se = layout.entries[e];
-    if (!se.reused.empty()) {
-      out.entry_chunks[e] = se.reused;  // frozen: referenced, never staged
-      continue;
-    }
-    if (options.base != nullptr && !se.is_blob) {
-      base_chunks[e] =
-          options.base->FindShard(se.name, se.dtype, se.global_shape, se.offsets, se.extents);
-    }
-    out.entry_chunks[e].resize(se.chunk_len.size());
-    for (size_t c = 0; c < se.chunk_len.size(); ++c) refs.push_back({e, c});
-  }
-  // A chunk the base holds with the same bytes: its record, with `ref` set.
-  auto base_match = [&](size_t i, const RawHash& hash) -> const ChunkRecord* {
-    const auto* chunks = base_chunks[refs[i].entry];
-    if (chunks == nullptr || refs[i].index >= chunks->size()) return nullptr;
-    const ChunkRecord& b = (*chunks)[refs[i].index];
-    return b.raw_hash == hash && b.raw_len == record(i).raw_len ? &b : nullptr;
-  };
-
+  SnapshotFileWriter writer(engine, pool, snapshot, options);
   STINT_ASSIGN_OR_RETURN(auto file, env->NewWritableFile(path, FileOptions{options.direct_io}));
-  Status status;
-  // Raw and complete: the staging image is the file, so its size is known;
-  // preallocate it. Otherwise chunks are packed one after another.
-  const bool image_is_file = !options.compress && !options.incremental;
-  if (image_is_file) status = file->Allocate(layout.image_bytes);
-  std::vector<char> referenced(refs.size(), 0);  // chunk i is in the base, not written
-
-  uint64_t file_size = 0;
-  std::vector<std::shared_ptr<AlignedBytes>> compressed;
-  std::vector<Status> errors;
-  for (size_t begin = 0; begin < refs.size() && status.ok();) {
-    size_t end = begin;
-    while (end < refs.size() && staging_offset(end) < staging_offset(begin) + kWindowBytes) ++end;
-    compressed.assign(end - begin, nullptr);
-    errors.assign(end - begin, Status::OK());
-
-    pool->ParallelFor(end - begin, [&](size_t k) {
-      const size_t i = begin + k;
-      ChunkRecord& rec = record(i);
-      const char* raw = image + staging_offset(i);
-      rec.raw_len = layout.entries[refs[i].entry].chunk_len[refs[i].index];
-      rec.codec = Codec::kNone;
-      rec.stored_len = rec.raw_len;
-      if (options.incremental) {
-        RawHash hash = Xxh128(raw, rec.raw_len);
-        if (const ChunkRecord* same = base_match(i, hash)) {
-          rec = *same;
-          referenced[i] = 1;
-          return;
-        }
-        rec.raw_hash = hash;
-      }
-      if (options.compress && rec.raw_len > 0) {
-        size_t cap = AlignUp(ZstdBound(rec.raw_len));
-        AlignedBytes buf = AllocAligned(cap);
-        if (buf == nullptr) {
-          errors[k] =
-              Status::ResourceExhausted("zstd: cannot allocate " + std::to_string(cap) + " bytes");
-          return;
-        }
-        auto n = ZstdCompress(raw, rec.raw_len, buf.get(), cap, options.zstd_level);
-        if (!n.ok()) {
-          errors[k] = n.status();
-          return;
-        }
-        if (*n < rec.raw_len) {  // keep raw when zstd does not help
-          std::memset(buf.get() + *n, 0, AlignUp(*n) - *n);
-          rec.codec = Codec::kZstd;
-          rec.stored_len = *n;
-          rec.xxh3 = Xxh3(buf.get(), *n);
-          compressed[k] = std::make_shared<AlignedBytes>(std::move(buf));
-          return;
-        }
-      }
-      rec.xxh3 = Xxh3(raw, rec.raw_len);
-    });
-    for (const Status& s : errors) {
-      if (status.ok() && !s.ok()) status = s;
-    }
-    if (!status.ok()) break;
-
-    if (image_is_file) {
-      // One run of large aligned writes straight from the staging image.
-      uint64_t from = staging_offset(begin);
-      uint64_t to = end < refs.size() ? staging_offset(end) : layout.image_bytes;
-      for (size_t i = begin; i < end; ++i) record(i).file_offset = staging_offset(i);
-      status = SubmitRange(engine, file.get(), image + from, to - from, from, io_size);
-      file_size = to;
-    } else {
-      // Packed: raw chunks adjacent in staging go out as one run of writes.
-      uint64_t run_from = 0, run_len = 0, run_at = 0;
-      auto flush_run = [&] {
-        if (run_len > 0 && status.ok()) {
-          status = SubmitRange(engine, file.get(), image + run_from, run_len, run_at, io_size);
-        }
-        run_len = 0;
-      };
-      for (size_t i = begin; i < end && status.ok(); ++i) {
-        ChunkRecord& rec = record(i);
-        if (referenced[i]) {
-          out.referenced_bytes += rec.raw_len;
-          continue;
-        }
-        const auto& buf = compressed[i - begin];
-        rec.file_offset = file_size;
-        uint64_t padded = AlignUp(rec.stored_len == 0 ? 1 : rec.stored_len);
-        if (buf) {
-          flush_run();
-          // A compressed buffer lives until its last write completes.
-          status = SubmitRange(engine, file.get(), buf->get(), padded, file_size, io_size, buf);
-        } else {
-          if (run_len > 0 && run_from + run_len != staging_offset(i)) flush_run();
-          if (run_len == 0) {
-            run_from = staging_offset(i);
-            run_at = file_size;
-          }
-          run_len += padded;
-        }
-        file_size += padded;
-      }
-      flush_run();
-    }
-    begin = end;
-  }
-  compressed.clear();
+  Status status = writer.Write(file.get());
   Status drained = engine->Drain();  // always: buffers must not be freed under the kernel
   STINT_RETURN_IF_ERROR(status.WithContext("write " + path));
   STINT_RETURN_IF_ERROR(drained.WithContext("write " + path));
   STINT_RETURN_IF_ERROR(file->Sync());
   STINT_RETURN_IF_ERROR(file->Close());
-
-  std::vector<ChunkRecord> in_file_order;
-  in_file_order.reserve(refs.size());
-  for (size_t i = 0; i < refs.size(); ++i) {
-    if (referenced[i]) continue;
-    in_file_order.push_back(record(i));
-    out.stored_bytes += record(i).stored_len;
-  }
-  for (const SnapshotEntry& se : layout.entries) {
-    for (const ChunkRecord& c : se.reused) out.referenced_bytes += c.raw_len;
-  }
-  out.file.size = file_size;
-  out.file.digest = FileDigest(in_file_order, file_size);
-  size_t slash = path.rfind('/');
-  out.file.name = slash == std::string::npos ? path : path.substr(slash + 1);
-  if (options.base != nullptr) {
-    STINT_ASSIGN_OR_RETURN(out.refs, ReferencedFiles(out.entry_chunks, *options.base));
-  }
-  return out;
+  return writer.Finish(path);
 }
 
 Manifest BuildManifest(const CheckpointOptions& options, const Snapshot& snapshot,

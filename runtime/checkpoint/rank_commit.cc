@@ -586,4 +586,10 @@ Status RankSave::AwaitDecision(const Manifest& part) {
                                   channel_->Describe() + "; not committed");
 }
 
+std::shared_ptr<const IncrementalBase> RankSaveCommit::CommittedBase(const Manifest& /*part*/) {
+  auto base = IncrementalBase::Load(env_, options_.root, StepDirName(step_));
+  if (!base.ok()) return nullptr;
+  return std::move(*base);
+}
+
 }  // namespace stint

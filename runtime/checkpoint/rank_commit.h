@@ -40,6 +40,8 @@
 #include <string_view>
 #include <vector>
 
+#include "checkpoint/incremental_base.h"
+#include "checkpoint/save_commit.h"
 #include "format/manifest.h"
 #include "stint/checkpointer.h"
 #include "stint/commit_channel.h"
@@ -206,6 +208,36 @@ class RankSave {
   std::string tmp_name_;  // the tmp directory's name in the root; set by Start()
   Deadline deadline_;     // of the gather (committer) or the decision; set by Start()
   double slowest_persist_seconds_ = 0;
+};
+
+// The multi-rank path of SaveCommit (save_commit.h): a RankSave whose
+// Start() publishes (or waits for) the tmp directory with `timeout`
+// (CommitTimeout).
+class RankSaveCommit final : public SaveCommit {
+ public:
+  RankSaveCommit(const CheckpointOptions& options, Env* env, uint64_t save_number, uint64_t step,
+                 std::chrono::milliseconds timeout)
+      : save_(options, env, save_number, step),
+        options_(options),
+        env_(env),
+        step_(step),
+        timeout_(timeout) {}
+
+  Result<std::string> Start() override { return save_.Start(timeout_); }
+  Status Finish(const Status& persisted, const Manifest& part, double persist_seconds) override {
+    return save_.Finish(persisted, part, persist_seconds);
+  }
+  // Read back from the root: every rank's chunks are in the committed
+  // manifest, which only the committer holds in memory.
+  std::shared_ptr<const IncrementalBase> CommittedBase(const Manifest& part) override;
+  double slowest_persist_seconds() const override { return save_.slowest_persist_seconds(); }
+
+ private:
+  RankSave save_;
+  const CheckpointOptions& options_;
+  Env* const env_;
+  const uint64_t step_;
+  const std::chrono::milliseconds timeout_;
 };
 
 }  // namespace stint

@@ -4,6 +4,8 @@
 #include <map>
 
 #include "format/chunk.h"
+#include "format/manifest.h"
+#include "format/shard_layout.h"
 
 namespace stint {
 namespace {
@@ -97,6 +99,23 @@ Result<SnapshotLayout> PlanSnapshot(const State& state, uint64_t chunk_size,
   }
   layout.image_bytes = cursor;
   return layout;
+}
+
+Status CheckSnapshotLayout(const SnapshotLayout& layout, bool require_cover) {
+  std::map<std::string, TensorRecord> tensors;
+  for (const SnapshotEntry& e : layout.entries) {
+    if (e.is_blob) continue;
+    TensorRecord& t = tensors[e.name];
+    t.name = e.name;
+    t.dtype = e.dtype;
+    t.global_shape = e.global_shape;
+    t.shards.push_back(ShardRecord{e.offsets, e.extents, "this state", {}});
+  }
+  for (const auto& [name, t] : tensors) {
+    std::string problem = FindShardLayoutProblem(t, require_cover);
+    if (!problem.empty()) return Status::InvalidArgument("save: " + problem);
+  }
+  return Status::OK();
 }
 
 StagingCopies PlanStagingCopies(const State& state, const SnapshotLayout& layout, char* buffer,

@@ -43,6 +43,11 @@ struct SnapshotLayout {
 // shards it holds with the same chunking are reused instead of staged.
 Result<SnapshotLayout> PlanSnapshot(const State& state, uint64_t chunk_size,
                                     const IncrementalBase* base = nullptr);
+// Shards of one tensor must not overlap (nor, with `require_cover`, as from
+// a single rank, leave a gap): refused at Save() (kInvalidArgument) rather
+// than found by a reader later. With several ranks the committer checks the
+// whole job's layout.
+Status CheckSnapshotLayout(const SnapshotLayout& layout, bool require_cover);
 
 // One host copy into a staging buffer: `len` bytes from `src` (may be null
 // when len is 0) to buffer + dst, then zeroes up to dst + padded.

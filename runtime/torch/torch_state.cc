@@ -461,6 +461,69 @@ Status TorchStateBuilder::MarkFrozen(const std::string& name) {
 
 // ---- loading ----------------------------------------------------------------
 
+namespace {
+
+// The destinations one Plan() hands the reader, and the stored tensors they
+// claim (TorchLoadOptions::strict refuses unclaimed ones under a prefix).
+class DestPlan {
+ public:
+  explicit DestPlan(const CheckpointReader& reader) : where_(reader.dir() + ": ") {
+    for (auto& info : reader.tensors()) stored_.emplace(info.name, info);
+  }
+
+  // "<checkpoint dir>: ", which every error starts with.
+  const std::string& where() const { return where_; }
+  // The stored tensor `name`; null if the checkpoint has none.
+  const TensorInfo* Find(const std::string& name) const {
+    auto it = stored_.find(name);
+    return it == stored_.end() ? nullptr : &it->second;
+  }
+  // Reads `name` into `t`: the box at `offsets` of a tensor of
+  // `global_shape`, or (both empty) the whole tensor of t's shape.
+  void Add(const std::string& name, const torch::Tensor& t, DType dtype,
+           const std::vector<int64_t>& global_shape = {},
+           const std::vector<int64_t>& offsets = {}) {
+    TensorDest d;
+    d.name = name;
+    d.dtype = dtype;
+    d.global_shape = global_shape.empty() ? t.sizes().vec() : global_shape;
+    if (!offsets.empty()) {
+      d.offsets = offsets;
+      d.extents = t.sizes().vec();
+    }
+    d.data = t.numel() > 0 ? t.data_ptr() : nullptr;
+    Add(name, std::move(d));
+  }
+  void Add(const std::string& name, TensorDest d) {
+    dests_.push_back(std::move(d));
+    claimed_.insert(name);
+  }
+  // kInvalidArgument for a stored tensor under one of `prefixes` that no
+  // destination claims.
+  Status CheckStrict(const std::set<std::string>& prefixes) const {
+    for (const auto& [name, info] : stored_) {
+      if (claimed_.count(name) != 0) continue;
+      for (const auto& prefix : prefixes) {
+        if (name.compare(0, prefix.size() + 1, prefix + ".") == 0) {
+          return Status::InvalidArgument(where_ + "tensor '" + name +
+                                         "' in the checkpoint has no counterpart under '" + prefix +
+                                         "' here (TorchLoadOptions::strict)");
+        }
+      }
+    }
+    return Status::OK();
+  }
+  std::vector<TensorDest> Take() { return std::move(dests_); }
+
+ private:
+  const std::string where_;
+  std::map<std::string, TensorInfo> stored_;
+  std::set<std::string> claimed_;
+  std::vector<TensorDest> dests_;
+};
+
+}  // namespace
+
 struct TorchStateLoader::Pending {
   // A tensor read into a CPU staging copy, copied into `target` by Finish().
   struct Copy {
@@ -482,6 +545,19 @@ struct TorchStateLoader::Pending {
   std::vector<Copy> copies;
   std::vector<torch::Tensor> direct;  // read in place: autograd's version bumped by Finish()
   std::vector<Optimizer> optimizers;
+
+  // Plan()'s steps, one kind of target each: what Finish() needs goes here,
+  // the destinations into `plan`.
+  Status PlanTensor(const TensorTarget& target, const TorchLoadOptions& options, DestPlan* plan);
+  Status PlanOptimizer(const OptimizerTarget& target, const CheckpointReader& reader,
+                       DestPlan* plan);
+
+ private:
+  Status PlanParamGroup(const std::string& prefix, size_t g, const nlohmann::json& gj,
+                        torch::optim::OptimizerParamGroup& group, Optimizer* po, DestPlan* plan);
+  Result<ParamState> PlanParamState(const std::string& prefix, size_t g, size_t i,
+                                    const torch::Tensor& param, const Optimizer& po,
+                                    DestPlan* plan);
 };
 
 Status TorchStateLoader::AddTensor(const std::string& name, torch::Tensor tensor) {
@@ -532,191 +608,193 @@ Status TorchStateLoader::AddOptimizer(const std::string& prefix,
 Result<std::vector<TensorDest>> TorchStateLoader::Plan(const CheckpointReader& reader) {
   pending_.reset();
   auto pending = std::make_shared<Pending>();
-  std::map<std::string, TensorInfo> stored;
-  for (auto& info : reader.tensors()) stored.emplace(info.name, info);
-  std::set<std::string> claimed;
-  std::vector<TensorDest> dests;
-  const std::string where = reader.dir() + ": ";
-
-  auto dest_for = [&](const std::string& name, const torch::Tensor& t, DType dtype,
-                      const std::vector<int64_t>& global_shape = {},
-                      const std::vector<int64_t>& offsets = {}) {
-    TensorDest d;
-    d.name = name;
-    d.dtype = dtype;
-    d.global_shape = global_shape.empty() ? t.sizes().vec() : global_shape;
-    if (!offsets.empty()) {
-      d.offsets = offsets;
-      d.extents = t.sizes().vec();
-    }
-    d.data = t.numel() > 0 ? t.data_ptr() : nullptr;
-    dests.push_back(std::move(d));
-    claimed.insert(name);
-  };
-
+  DestPlan plan(reader);
   // Module tensors and single tensors: into their own storage where possible.
   for (const auto& target : tensors_) {
-    const torch::Tensor& t = target.tensor;
-    auto it = stored.find(target.name);
-    if (it == stored.end()) {
-      return Status::NotFound(where + "tensor '" + target.name + "' is not in the checkpoint");
-    }
-    const TensorInfo& info = it->second;
-    STINT_ASSIGN_OR_RETURN(DType dtype, DTypeFromTorch(t.scalar_type()));
-    if (info.dtype != dtype) {
-      return Status::InvalidArgument(where + "tensor '" + target.name + "' is " +
-                                     DTypeName(info.dtype) + " in the checkpoint, " +
-                                     DTypeName(dtype) + " here");
-    }
-    if (info.shape != target.global_shape) {
-      return Status::InvalidArgument(where + "tensor '" + target.name + "' has shape " +
-                                     ShapeString(info.shape) + " in the checkpoint, " +
-                                     ShapeString(target.global_shape) + " here");
-    }
-    if (IsDirectTarget(t)) {
-      dest_for(target.name, t, dtype, target.global_shape, target.offsets);
-      pending->direct.push_back(t);
-    } else if (options_.device_destinations && t.is_cuda() && t.is_contiguous()) {
-      // Host-to-device on the copier's stream, ordered before the next use
-      // on the tensor's current stream.
-      STINT_ASSIGN_OR_RETURN(TensorDest d, CudaDest(target.name, t));
-      d.global_shape = target.global_shape;
-      d.offsets = target.offsets;
-      d.extents = t.sizes().vec();
-      dests.push_back(std::move(d));
-      claimed.insert(target.name);
-      pending->direct.push_back(t);
-    } else {
-      torch::Tensor staging = torch::empty(t.sizes(), at::TensorOptions().dtype(t.scalar_type()));
-      dest_for(target.name, staging, dtype, target.global_shape, target.offsets);
-      pending->copies.push_back({staging, t});
-    }
+    STINT_RETURN_IF_ERROR(pending->PlanTensor(target, options_, &plan));
   }
-
   // Optimizers: check the stored layout against this optimizer, then read the
   // state into new tensors of the stored shape and dtype.
   for (const auto& target : optimizers_) {
-    const std::string& prefix = target.prefix;
-    const std::string what = where + "optimizer '" + prefix + "'";
-    torch::optim::Optimizer& optimizer = *target.optimizer;
-    STINT_ASSIGN_OR_RETURN(OptimizerKind kind, KindOf(optimizer, prefix));
-    Result<std::string> blob = reader.ReadBlob(ParamGroupsBlobName(prefix));
-    if (!blob.ok()) {
-      if (blob.status().code() != Code::kNotFound) return blob.status();
-      return Status::NotFound(
-          what + ": the checkpoint has no optimizer state under this prefix (no blob '" +
-          ParamGroupsBlobName(prefix) + "')");
-    }
-    json doc = json::parse(*blob, nullptr, /*allow_exceptions=*/false);
-    if (doc.is_discarded() || !doc.is_object()) {
-      return Status::DataLoss(what + ": '" + ParamGroupsBlobName(prefix) + "' is not valid JSON");
-    }
-    auto type = doc.find("type");
-    if (type == doc.end() || !type->is_string())
-      return Status::DataLoss(what + ": no optimizer type stored");
-    if (type->get<std::string>() != KindName(kind)) {
-      return Status::InvalidArgument(what + ": the checkpoint holds " + type->get<std::string>() +
-                                     " state, the optimizer is " + KindName(kind));
-    }
-    auto groups_json = doc.find("param_groups");
-    auto defaults_json = doc.find("defaults");
-    if (groups_json == doc.end() || !groups_json->is_array() || defaults_json == doc.end()) {
-      return Status::DataLoss(what + ": no param groups stored");
-    }
-    auto& groups = optimizer.param_groups();
-    if (groups_json->size() != groups.size()) {
-      return Status::InvalidArgument(
-          what + ": the checkpoint has " + std::to_string(groups_json->size()) +
-          " param groups, the optimizer " + std::to_string(groups.size()));
-    }
-
-    Pending::Optimizer po;
-    po.optimizer = &optimizer;
-    po.kind = kind;
-    po.defaults = optimizer.defaults().clone();
-    STINT_RETURN_IF_ERROR(
-        OptionsFromJson(kind, *defaults_json, what + " defaults", po.defaults.get()));
-    for (size_t g = 0; g < groups.size(); ++g) {
-      const std::string gwhat = what + " param group " + std::to_string(g);
-      const json& gj = (*groups_json)[g];
-      auto nparams = gj.find("params");
-      auto opts = gj.find("options");
-      if (!gj.is_object() || nparams == gj.end() || !nparams->is_number_unsigned() ||
-          opts == gj.end()) {
-        return Status::DataLoss(gwhat + ": malformed param group");
-      }
-      const auto& params = groups[g].params();
-      if (nparams->get<uint64_t>() != params.size()) {
-        return Status::InvalidArgument(gwhat + " has " + std::to_string(nparams->get<uint64_t>()) +
-                                       " parameters in the checkpoint, " +
-                                       std::to_string(params.size()) + " here");
-      }
-      STINT_ASSIGN_OR_RETURN(json current, OptionsToJson(kind, groups[g].options(), gwhat));
-      (void)current;  // checks the group's options are of the optimizer's type
-      po.group_options.push_back(groups[g].options().clone());
-      STINT_RETURN_IF_ERROR(OptionsFromJson(kind, *opts, gwhat, po.group_options.back().get()));
-
-      for (size_t i = 0; i < params.size(); ++i) {
-        Pending::ParamState ps;
-        ps.param = params[i];
-        for (const std::string& field : StateFields(kind)) {
-          const std::string name = StateTensorName(prefix, g, i, field);
-          auto it = stored.find(name);
-          if (it == stored.end()) continue;
-          const TensorInfo& info = it->second;
-          if (field == "step") {
-            if (info.dtype != DType::kInt64 || !info.shape.empty()) {
-              return Status::InvalidArgument(where + "tensor '" + name +
-                                             "' is not an int64 scalar");
-            }
-          } else if (info.shape != params[i].sizes().vec()) {
-            return Status::InvalidArgument(
-                where + "tensor '" + name + "' has shape " + ShapeString(info.shape) +
-                " in the checkpoint, its parameter " + ShapeString(params[i].sizes()) + " here");
-          }
-          torch::Tensor t =
-              torch::empty(info.shape, at::TensorOptions().dtype(TorchScalarType(info.dtype)));
-          dest_for(name, t, info.dtype);
-          ps.fields.emplace(field, std::move(t));
-        }
-        if (!ps.fields.empty() && kind != OptimizerKind::kSgd) {
-          // Adam's step() dereferences all three without checking.
-          for (const char* required : {"step", "exp_avg", "exp_avg_sq"}) {
-            if (ps.fields.count(required) == 0) {
-              return Status::DataLoss(where + "tensor '" + StateTensorName(prefix, g, i, required) +
-                                      "' is missing while other state of its parameter is stored");
-            }
-          }
-          const bool amsgrad =
-              kind == OptimizerKind::kAdam
-                  ? static_cast<torch::optim::AdamOptions&>(*po.group_options.back()).amsgrad()
-                  : static_cast<torch::optim::AdamWOptions&>(*po.group_options.back()).amsgrad();
-          if (amsgrad && ps.fields.count("max_exp_avg_sq") == 0) {
-            return Status::DataLoss(where + "tensor '" +
-                                    StateTensorName(prefix, g, i, "max_exp_avg_sq") +
-                                    "' is missing although the group uses amsgrad");
-          }
-        }
-        po.params.push_back(std::move(ps));
-      }
-    }
-    pending->optimizers.push_back(std::move(po));
+    STINT_RETURN_IF_ERROR(pending->PlanOptimizer(target, reader, &plan));
   }
-
-  if (options_.strict) {
-    for (const auto& [name, info] : stored) {
-      if (claimed.count(name) != 0) continue;
-      for (const auto& prefix : strict_prefixes_) {
-        if (name.compare(0, prefix.size() + 1, prefix + ".") == 0) {
-          return Status::InvalidArgument(where + "tensor '" + name +
-                                         "' in the checkpoint has no counterpart under '" + prefix +
-                                         "' here (TorchLoadOptions::strict)");
-        }
-      }
-    }
-  }
+  if (options_.strict) STINT_RETURN_IF_ERROR(plan.CheckStrict(strict_prefixes_));
   pending_ = std::move(pending);
-  return dests;
+  return plan.Take();
+}
+
+// A whole tensor or a shard (the box at target.offsets) must match the
+// stored tensor's dtype and global shape. It is read in place where its
+// storage allows, else host-to-device (device_destinations), else into a
+// CPU staging copy that Finish() copies in.
+Status TorchStateLoader::Pending::PlanTensor(const TensorTarget& target,
+                                             const TorchLoadOptions& options, DestPlan* plan) {
+  const torch::Tensor& t = target.tensor;
+  const std::string& where = plan->where();
+  const TensorInfo* info = plan->Find(target.name);
+  if (info == nullptr) {
+    return Status::NotFound(where + "tensor '" + target.name + "' is not in the checkpoint");
+  }
+  STINT_ASSIGN_OR_RETURN(DType dtype, DTypeFromTorch(t.scalar_type()));
+  if (info->dtype != dtype) {
+    return Status::InvalidArgument(where + "tensor '" + target.name + "' is " +
+                                   DTypeName(info->dtype) + " in the checkpoint, " +
+                                   DTypeName(dtype) + " here");
+  }
+  if (info->shape != target.global_shape) {
+    return Status::InvalidArgument(where + "tensor '" + target.name + "' has shape " +
+                                   ShapeString(info->shape) + " in the checkpoint, " +
+                                   ShapeString(target.global_shape) + " here");
+  }
+  if (IsDirectTarget(t)) {
+    plan->Add(target.name, t, dtype, target.global_shape, target.offsets);
+    direct.push_back(t);
+  } else if (options.device_destinations && t.is_cuda() && t.is_contiguous()) {
+    // Host-to-device on the copier's stream, ordered before the next use
+    // on the tensor's current stream.
+    STINT_ASSIGN_OR_RETURN(TensorDest d, CudaDest(target.name, t));
+    d.global_shape = target.global_shape;
+    d.offsets = target.offsets;
+    d.extents = t.sizes().vec();
+    plan->Add(target.name, std::move(d));
+    direct.push_back(t);
+  } else {
+    torch::Tensor staging = torch::empty(t.sizes(), at::TensorOptions().dtype(t.scalar_type()));
+    plan->Add(target.name, staging, dtype, target.global_shape, target.offsets);
+    copies.push_back({staging, t});
+  }
+  return Status::OK();
+}
+
+// The optimizer's type and param groups against the stored ones (the
+// param-groups blob), then each group's options and state.
+Status TorchStateLoader::Pending::PlanOptimizer(const OptimizerTarget& target,
+                                                const CheckpointReader& reader, DestPlan* plan) {
+  const std::string& prefix = target.prefix;
+  const std::string what = plan->where() + "optimizer '" + prefix + "'";
+  torch::optim::Optimizer& optimizer = *target.optimizer;
+  STINT_ASSIGN_OR_RETURN(OptimizerKind kind, KindOf(optimizer, prefix));
+  Result<std::string> blob = reader.ReadBlob(ParamGroupsBlobName(prefix));
+  if (!blob.ok()) {
+    if (blob.status().code() != Code::kNotFound) return blob.status();
+    return Status::NotFound(what +
+                            ": the checkpoint has no optimizer state under this prefix (no blob '" +
+                            ParamGroupsBlobName(prefix) + "')");
+  }
+  json doc = json::parse(*blob, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) {
+    return Status::DataLoss(what + ": '" + ParamGroupsBlobName(prefix) + "' is not valid JSON");
+  }
+  auto type = doc.find("type");
+  if (type == doc.end() || !type->is_string())
+    return Status::DataLoss(what + ": no optimizer type stored");
+  if (type->get<std::string>() != KindName(kind)) {
+    return Status::InvalidArgument(what + ": the checkpoint holds " + type->get<std::string>() +
+                                   " state, the optimizer is " + KindName(kind));
+  }
+  auto groups_json = doc.find("param_groups");
+  auto defaults_json = doc.find("defaults");
+  if (groups_json == doc.end() || !groups_json->is_array() || defaults_json == doc.end()) {
+    return Status::DataLoss(what + ": no param groups stored");
+  }
+  auto& groups = optimizer.param_groups();
+  if (groups_json->size() != groups.size()) {
+    return Status::InvalidArgument(what + ": the checkpoint has " +
+                                   std::to_string(groups_json->size()) +
+                                   " param groups, the optimizer " + std::to_string(groups.size()));
+  }
+
+  Optimizer po;
+  po.optimizer = &optimizer;
+  po.kind = kind;
+  po.defaults = optimizer.defaults().clone();
+  STINT_RETURN_IF_ERROR(
+      OptionsFromJson(kind, *defaults_json, what + " defaults", po.defaults.get()));
+  for (size_t g = 0; g < groups.size(); ++g) {
+    STINT_RETURN_IF_ERROR(PlanParamGroup(prefix, g, (*groups_json)[g], groups[g], &po, plan));
+  }
+  optimizers.push_back(std::move(po));
+  return Status::OK();
+}
+
+// Param group g: its parameter count and options against the stored group,
+// then each parameter's state.
+Status TorchStateLoader::Pending::PlanParamGroup(const std::string& prefix, size_t g,
+                                                 const json& gj,
+                                                 torch::optim::OptimizerParamGroup& group,
+                                                 Optimizer* po, DestPlan* plan) {
+  const OptimizerKind kind = po->kind;
+  const std::string gwhat =
+      plan->where() + "optimizer '" + prefix + "'" + " param group " + std::to_string(g);
+  auto nparams = gj.find("params");
+  auto opts = gj.find("options");
+  if (!gj.is_object() || nparams == gj.end() || !nparams->is_number_unsigned() ||
+      opts == gj.end()) {
+    return Status::DataLoss(gwhat + ": malformed param group");
+  }
+  const auto& params = group.params();
+  if (nparams->get<uint64_t>() != params.size()) {
+    return Status::InvalidArgument(gwhat + " has " + std::to_string(nparams->get<uint64_t>()) +
+                                   " parameters in the checkpoint, " +
+                                   std::to_string(params.size()) + " here");
+  }
+  STINT_ASSIGN_OR_RETURN(json current, OptionsToJson(kind, group.options(), gwhat));
+  (void)current;  // checks the group's options are of the optimizer's type
+  po->group_options.push_back(group.options().clone());
+  STINT_RETURN_IF_ERROR(OptionsFromJson(kind, *opts, gwhat, po->group_options.back().get()));
+
+  for (size_t i = 0; i < params.size(); ++i) {
+    STINT_ASSIGN_OR_RETURN(ParamState ps, PlanParamState(prefix, g, i, params[i], *po, plan));
+    po->params.push_back(std::move(ps));
+  }
+  return Status::OK();
+}
+
+// Parameter i of group g: each stored state field (checked against the
+// parameter) into a new CPU tensor; Adam's fields all or none.
+Result<TorchStateLoader::Pending::ParamState> TorchStateLoader::Pending::PlanParamState(
+    const std::string& prefix, size_t g, size_t i, const torch::Tensor& param, const Optimizer& po,
+    DestPlan* plan) {
+  const OptimizerKind kind = po.kind;
+  const std::string& where = plan->where();
+  ParamState ps;
+  ps.param = param;
+  for (const std::string& field : StateFields(kind)) {
+    const std::string name = StateTensorName(prefix, g, i, field);
+    const TensorInfo* info = plan->Find(name);
+    if (info == nullptr) continue;
+    if (field == "step") {
+      if (info->dtype != DType::kInt64 || !info->shape.empty()) {
+        return Status::InvalidArgument(where + "tensor '" + name + "' is not an int64 scalar");
+      }
+    } else if (info->shape != param.sizes().vec()) {
+      return Status::InvalidArgument(
+          where + "tensor '" + name + "' has shape " + ShapeString(info->shape) +
+          " in the checkpoint, its parameter " + ShapeString(param.sizes()) + " here");
+    }
+    torch::Tensor t =
+        torch::empty(info->shape, at::TensorOptions().dtype(TorchScalarType(info->dtype)));
+    plan->Add(name, t, info->dtype);
+    ps.fields.emplace(field, std::move(t));
+  }
+  if (!ps.fields.empty() && kind != OptimizerKind::kSgd) {
+    // Adam's step() dereferences all three without checking.
+    for (const char* required : {"step", "exp_avg", "exp_avg_sq"}) {
+      if (ps.fields.count(required) == 0) {
+        return Status::DataLoss(where + "tensor '" + StateTensorName(prefix, g, i, required) +
+                                "' is missing while other state of its parameter is stored");
+      }
+    }
+    const bool amsgrad =
+        kind == OptimizerKind::kAdam
+            ? static_cast<torch::optim::AdamOptions&>(*po.group_options.back()).amsgrad()
+            : static_cast<torch::optim::AdamWOptions&>(*po.group_options.back()).amsgrad();
+    if (amsgrad && ps.fields.count("max_exp_avg_sq") == 0) {
+      return Status::DataLoss(where + "tensor '" + StateTensorName(prefix, g, i, "max_exp_avg_sq") +
+                              "' is missing although the group uses amsgrad");
+    }
+  }
+  return ps;
 }
 
 DestPlanner TorchStateLoader::Planner() {
