@@ -533,14 +533,17 @@ Status RankSave::Finish(const Status& persisted, const Manifest& part, double pe
     }
     outcome = reports.ok() ? Commit(*reports, part) : reports.status();
   }
+  if (!outcome.ok()) outcome = outcome.WithContext("step " + std::to_string(step_) + " not committed");
+  // The decision goes out before the tmp directory: a rank still writing
+  // into it then finds the cause ("rank 0 failed its part") when its write
+  // fails, not only its own NotFound.
+  Publish(keys_.decision(tmp_name_), EncodeDecision(outcome));
   if (!outcome.ok()) {
-    outcome = outcome.WithContext("step " + std::to_string(step_) + " not committed");
+    // A rank that has not even started (not read the tmp name) learns it too.
+    Publish(keys_.abort(), EncodeDecision(outcome));
     // A crash here: the next Open removes it.
     RemoveRecursively(env_, options_.root + "/" + tmp_name_).IgnoreError();
   }
-  Publish(keys_.decision(tmp_name_), EncodeDecision(outcome));
-  // A rank that has not even started (not read the tmp name) learns it too.
-  if (!outcome.ok()) Publish(keys_.abort(), EncodeDecision(outcome));
   // The save's keys, reports too (a rank may report after the gather gave
   // up), go once every rank is done with them (ReleaseKeys).
   return outcome;
