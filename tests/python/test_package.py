@@ -57,7 +57,7 @@ _OPTIONS = {
     "keep_every": 0, "io_engine": "auto", "direct_io": True, "io_queue_depth": 32,
     "io_size": 4 << 20, "threads": 0, "process_group": None, "collective": None,
     "commit_timeout": 0.0, "snapshot": "auto", "cuda": None, "incremental": False,
-    "read_only": False, "fencing": True,
+    "read_only": False, "lock_wait": 0.0, "fencing": True,
 }
 
 

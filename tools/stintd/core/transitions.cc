@@ -562,16 +562,42 @@ Status ReleaseWorker(ClusterState& s, int64_t worker_id, TimeMs now, Changes* ch
   return Status::OK();
 }
 
-Status ReportSegmentExit(ClusterState& s, int64_t segment_id, int exit_code, bool all_nodes_done,
-                         const std::string& message, int crash_limit, TimeMs crash_window_ms,
-                         TimeMs now, Changes* changes) {
+namespace {
+
+// The segment `segment_id` while it is active: what its workers report on.
+Result<Segment*> ActiveSegment(ClusterState& s, int64_t segment_id) {
   auto it = s.segments.find(segment_id);
   if (it == s.segments.end())
     return Status::NotFound("segment " + std::to_string(segment_id) + " does not exist");
-  Segment& seg = it->second;
-  if (!SegmentActive(seg.state)) {
+  if (!SegmentActive(it->second.state)) {
     return Status::FailedPrecondition("segment " + std::to_string(segment_id) + " already ended");
   }
+  return &it->second;
+}
+
+// Records a crash of `j` now, forgetting those older than the window; true
+// (and the job's message says so) when that makes crash_limit crashes in it.
+bool CrashLoop(Job& j, const std::string& what, int crash_limit, TimeMs crash_window_ms,
+               TimeMs now) {
+  std::vector<TimeMs> recent;
+  for (TimeMs t : j.crash_ms) {
+    if (now - t < crash_window_ms) recent.push_back(t);
+  }
+  recent.push_back(now);
+  j.crash_ms = std::move(recent);
+  if (crash_limit <= 0 || static_cast<int>(j.crash_ms.size()) < crash_limit) return false;
+  j.message = "crash loop: " + std::to_string(j.crash_ms.size()) + " crashes within " +
+              std::to_string(crash_window_ms / 1000) + " s; last: " + what;
+  return true;
+}
+
+}  // namespace
+
+Status ReportSegmentExit(ClusterState& s, int64_t segment_id, int exit_code, bool all_nodes_done,
+                         const std::string& message, int crash_limit, TimeMs crash_window_ms,
+                         TimeMs now, Changes* changes) {
+  STINT_ASSIGN_OR_RETURN(Segment* active, ActiveSegment(s, segment_id));
+  Segment& seg = *active;
   auto job = s.jobs.find(seg.job_id);
   const std::string what = "workers exited " + std::to_string(exit_code) +
                            (message.empty() ? std::string() : ": " + message);
@@ -593,19 +619,8 @@ Status ReportSegmentExit(ClusterState& s, int64_t segment_id, int exit_code, boo
     default: {
       JobState next = JobState::kPending;
       if (job != s.jobs.end()) {
-        Job& j = job->second;
-        std::vector<TimeMs> recent;
-        for (TimeMs t : j.crash_ms) {
-          if (now - t < crash_window_ms) recent.push_back(t);
-        }
-        recent.push_back(now);
-        j.crash_ms = std::move(recent);
-        j.message = what;
-        if (crash_limit > 0 && static_cast<int>(j.crash_ms.size()) >= crash_limit) {
-          next = JobState::kFailed;
-          j.message = "crash loop: " + std::to_string(j.crash_ms.size()) + " crashes within " +
-                      std::to_string(crash_window_ms / 1000) + " s; last: " + what;
-        }
+        job->second.message = what;
+        if (CrashLoop(job->second, what, crash_limit, crash_window_ms, now)) next = JobState::kFailed;
       }
       EndSegment(s, seg, SegmentState::kLost, next, now, changes);
       break;
@@ -618,29 +633,16 @@ Status ReportWorkerCrash(ClusterState& s, int64_t segment_id, int exit_code,
                          const std::string& message, int crash_limit, TimeMs crash_window_ms,
                          TimeMs now, Changes* changes, bool* relaunch) {
   *relaunch = false;
-  auto it = s.segments.find(segment_id);
-  if (it == s.segments.end())
-    return Status::NotFound("segment " + std::to_string(segment_id) + " does not exist");
-  Segment& seg = it->second;
-  if (!SegmentActive(seg.state)) {
-    return Status::FailedPrecondition("segment " + std::to_string(segment_id) + " already ended");
-  }
+  STINT_ASSIGN_OR_RETURN(Segment* active, ActiveSegment(s, segment_id));
+  Segment& seg = *active;
   auto job = s.jobs.find(seg.job_id);
   if (job == s.jobs.end()) return Status::OK();
   Job& j = job->second;
   const std::string what = "a worker exited " + std::to_string(exit_code) +
                            (message.empty() ? std::string() : ": " + message);
-  std::vector<TimeMs> recent;
-  for (TimeMs t : j.crash_ms) {
-    if (now - t < crash_window_ms) recent.push_back(t);
-  }
-  recent.push_back(now);
-  j.crash_ms = std::move(recent);
   j.message = what + " (started again)";
   changes->jobs.insert(j.id);
-  if (crash_limit > 0 && static_cast<int>(j.crash_ms.size()) >= crash_limit) {
-    j.message = "crash loop: " + std::to_string(j.crash_ms.size()) + " crashes within " +
-                std::to_string(crash_window_ms / 1000) + " s; last: " + what;
+  if (CrashLoop(j, what, crash_limit, crash_window_ms, now)) {
     EndSegment(s, seg, SegmentState::kLost, JobState::kFailed, now, changes);
     return Status::OK();
   }
