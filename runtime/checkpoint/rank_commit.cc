@@ -346,6 +346,17 @@ Result<LoadDecision> DecideLoadRound(CommitChannel* channel, const std::string& 
   return d;
 }
 
+// Each rank calls it once it has round `base`'s decision (rank 0 once it
+// published it): the last one deletes the round's keys, so a finished load
+// leaves nothing in the job's store. Best effort, like ReleaseKeys.
+void ReleaseLoadRound(CommitChannel* channel, const std::string& base, int world_size) {
+  auto read = channel->Add(base + "read", 1);
+  if (!read.ok() || *read < world_size) return;
+  for (int r = 1; r < world_size; ++r) channel->Delete(base + "answer/" + std::to_string(r)).IgnoreError();
+  channel->Delete(base + "decision").IgnoreError();
+  channel->Delete(base + "read").IgnoreError();
+}
+
 }  // namespace
 
 Result<LoadResult> AgreeOnLoad(const CheckpointOptions& options, uint64_t load_number,
@@ -382,6 +393,7 @@ Result<LoadResult> AgreeOnLoad(const CheckpointOptions& options, uint64_t load_n
       }
       decided = DecodeLoadDecision(found->value, decision_key);
     }
+    ReleaseLoadRound(channel, base, options.world_size);
     if (!decided.ok()) return decided.status();
     if (decided->final) {
       if (!loaded.ok() || loaded->step != decided->step) {

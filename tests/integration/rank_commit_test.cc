@@ -137,6 +137,32 @@ TEST_F(RankCommitTest, AFinishedSaveLeavesNoKeysInTheStore) {
   EXPECT_EQ(Committed(), std::vector<uint64_t>{10});
 }
 
+// A load's agreement (every round of it) leaves no keys either, also when a
+// damaged step took the ranks through a second round.
+TEST_F(RankCommitTest, AFinishedLoadLeavesNoKeysInTheStore) {
+  for (uint64_t step : {1, 2}) {
+    auto runs = Run("save", 2, step);
+    for (const auto& r : runs) ASSERT_TRUE(r.ok()) << All(runs);
+  }
+  const int64_t before = store_->getNumKeys();  // the save barriers' counters
+  auto loads = Run("load", 2, 100);
+  for (const auto& r : loads) ASSERT_TRUE(r.ok()) << All(loads);
+  EXPECT_FALSE(store_->check({"stint-ckpt/rank-saver/load-0/round-0/decision"}));
+  EXPECT_EQ(store_->getNumKeys(), before + 1) << "load-ready-100 and nothing else";
+  // Rank 1 alone cannot read step 2: round 0 decides to go back, round 1 agrees on 1.
+  const std::string file = dir_.path() + "/" + StepDirName(2) + "/" + RankFileName(1);
+  auto bytes = ReadFileToString(Env::Default(), file);
+  ASSERT_OK(bytes.status());
+  (*bytes)[8] ^= 0x20;
+  ASSERT_OK(WriteStringToFileSync(Env::Default(), file, *bytes));
+  loads = Run("load", 2, 101);
+  for (const auto& r : loads) {
+    ASSERT_TRUE(r.ok()) << All(loads);
+    EXPECT_NE(r.output.find("loaded 1 "), std::string::npos) << All(loads);
+  }
+  EXPECT_EQ(store_->getNumKeys(), before + 2) << "load-ready-100, load-ready-101 and nothing else";
+}
+
 // A rank that alone reads a damaged chunk of the newest checkpoint takes
 // every rank back to the newest step all of them load: no mixed resume.
 TEST_F(RankCommitTest, RanksLoadTheSameStepWhenOnlyOneSeesDamage) {
