@@ -123,12 +123,16 @@ TEST_F(StintctlMetricsTest, StatusAndQueueCountsEqualTheMetrics) {
                 .value("state", ""),
             "CANCELLED");
 
+  ASSERT_TRUE(Eventually([&] { return JobState(done) == "DONE"; }));
+
+  // a and b run before high is submitted: a scheduler pass that saw all
+  // four at once would give alpha's 8 free GPUs to high, not to a.
   const int64_t a = Submit("a", "alpha", 6, "MEDIUM");
   const int64_t b = Submit("b", "beta", 3, "MEDIUM");
+  ASSERT_TRUE(Eventually([&] { return JobState(a) == "RUNNING" && JobState(b) == "RUNNING"; }));
   const int64_t high =
       Submit("high", "alpha", 8, "HIGH");  // 6 of alpha's 8 GPUs are held, not preemptible
   const int64_t later = Submit("later", "beta", 12, "LOW");  // only the upcoming window is that big
-  ASSERT_TRUE(Eventually([&] { return JobState(a) == "RUNNING" && JobState(b) == "RUNNING"; }));
   json queue;
   ASSERT_TRUE(Eventually([&] {
     auto r = admin_->Get("/v1/queue");
