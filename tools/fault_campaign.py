@@ -70,6 +70,7 @@ KINDS = ["kill_save", "eio", "kill_load", "reader", "kill_commit", "enospc", "st
          "partition"]
 ADMIN, WORKER, AGENT = "campaign-admin-token", "campaign-worker-token", "campaign-agent-token"
 STEPS_PER_RUN = 4
+BLOCK = 40  # faults that share a pair of roots (plain, fsdp) before fresh ones
 RUN_DEADLINE = 150.0  # seconds a run's ranks may take, faults and timeouts included
 PLAIN_SHAPES = {"w": (64, 1024), "b": (4096,)}
 FSDP_DIMS = (32, 256, 16)
@@ -268,7 +269,7 @@ class Run:
 class Campaign:
     def __init__(self, args):
         self.args = args
-        self.rng = random.Random(args.seed)
+        self.rng = None  # seeded per fault in run()
         self.work = tempfile.mkdtemp(prefix="stint-faults-", dir=args.workdir)
         self.python_path = os.path.join(args.build, "python_bindings")
         self.env = dict(os.environ, PYTHONPATH=self.python_path + os.pathsep +
@@ -490,14 +491,21 @@ class Campaign:
         kinds = self.args.kinds.split(",")
         roots = {}
         began = time.monotonic()
-        for i in range(self.args.faults):
-            if i > 0 and self.args.budget and time.monotonic() - began > self.args.budget:
-                print("budget of %.0f s spent: %d of %d faults run" % (self.args.budget, i, self.args.faults))
+        first = self.args.first
+        for i in range(first, first + self.args.faults):
+            if i > first and self.args.budget and time.monotonic() - began > self.args.budget:
+                print("budget of %.0f s spent: %d of %d faults run" %
+                      (self.args.budget, i - first, self.args.faults))
                 break
+            # Each fault draws from its own seeded stream and each block of
+            # BLOCK faults starts on fresh roots, so `--first` at a block
+            # boundary replays the tail of a longer run (split across hosts
+            # or days) with the same faults.
+            self.rng = random.Random("%d:%d" % (self.args.seed, i))
             kind = kinds[i % len(kinds)]
             state = self.rng.choice(["plain", "fsdp"])
             label = "f%04d-%s-%s" % (i, kind, state)
-            if i % 40 == 0:
+            if i % BLOCK == 0 or i == first:
                 for r in roots.values():
                     shutil.rmtree(r, ignore_errors=True)
                 roots = {s: os.path.join(self.work, "root-%d-%s" % (i, s)) for s in ("plain", "fsdp")}
@@ -829,12 +837,16 @@ def main():
     p.add_argument("--build", required=True, help="the build tree (stintd, stint-agent, the module)")
     p.add_argument("--faults", type=int, default=12)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--first", type=int, default=0,
+                   help="index of the first fault, a multiple of %d (resumes a longer seeded run)" % BLOCK)
     p.add_argument("--kinds", default=",".join(KINDS))
     p.add_argument("--workdir", default=None)
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     p.add_argument("--budget", type=float, default=0,
                    help="seconds after which no new fault starts (0: none); the counts say how many ran")
     args = p.parse_args()
+    if args.first < 0 or args.first % BLOCK:
+        p.error("--first %d is not a multiple of %d (a block of faults shares its roots)" % (args.first, BLOCK))
     args.build = os.path.abspath(args.build)
     sys.path.insert(0, os.path.join(args.build, "python_bindings"))
     return Campaign(args).run()

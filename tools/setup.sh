@@ -26,10 +26,11 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import torch, numpy, pybind11, pytest, scikit_build_core" 2>/dev/null; then
+if ! .venv/bin/python -c "import torch, numpy, pybind11, pytest, scikit_build_core, torchdata" 2>/dev/null; then
   echo "setup: installing torch and numpy into .venv (large download, once)"
   .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q "torch>=2.0" numpy pybind11 pytest scikit-build-core  # the last for `pip install .`
+  # scikit-build-core for `pip install .`; torchdata for StatefulDataLoader resume tests
+  .venv/bin/pip install -q "torch>=2.0" numpy pybind11 pytest scikit-build-core "torchdata>=0.10"
 fi
 
 BUILD_DIR=${STINT_BUILD_DIR:-build}

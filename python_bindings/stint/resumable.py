@@ -373,6 +373,11 @@ class Resumable:
             "started": started,
             "batches": self._epoch_batches if started else 0,
             "state": self.loader.state_dict() if _is_stateful(self.loader) else None,
+            # A stateful loader's own state leaves out the loader's generator
+            # (the base seed of each iterator) and where the sampler left it:
+            # their states now, for the epochs after the resumed one.
+            "generators_now": ([_generator_state(g) for g in self._loader_generators]
+                               if _is_stateful(self.loader) else None),
         }
 
     def _resume_loader(self, saved: Any, where: str) -> None:
@@ -396,6 +401,10 @@ class Resumable:
         if not self._epoch_started:
             return
         it = iter(self.loader)
+        now = saved.get("generators_now")
+        if _is_stateful(self.loader) and isinstance(now, list) and len(now) == len(generators):
+            for g, state in zip(self._loader_generators, now):
+                g.set_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
         # A stateful loader or a ResumableSampler starts where it left off;
         # any other loader starts its epoch over: skip what was trained on.
         if not _resumes_itself(self.loader):

@@ -180,12 +180,16 @@ class _AugmentedData(torch.utils.data.Dataset):
         return torch.full((4,), i / 40.0) + 0.01 * torch.randn(4), i
 
 
-def _loader_parts(own_generator):
+def _loader_parts(kind, own_generator):
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.3), torch.nn.Linear(8, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     generator = torch.Generator().manual_seed(5) if own_generator else None
-    loader = torch.utils.data.DataLoader(_AugmentedData(), batch_size=4, shuffle=True,
-                                         generator=generator)
+    if kind == "stateful":
+        # torchdata's loader saves its own position (tools/setup.sh installs it).
+        from torchdata.stateful_dataloader import StatefulDataLoader as loader_class
+    else:
+        loader_class = torch.utils.data.DataLoader
+    loader = loader_class(_AugmentedData(), batch_size=4, shuffle=True, generator=generator)
     return model, opt, loader
 
 
@@ -208,14 +212,16 @@ def _train_through(run, model, opt, step, total, seen, notice_at=None):
     return step
 
 
+@pytest.mark.parametrize("kind", ["dataloader", "stateful"])
 @pytest.mark.parametrize("own_generator", [True, False])
-def test_resume_with_a_shuffling_dataloader_is_exact(tmp_path, own_generator):
-    """A plain DataLoader (RandomSampler, augmentation from the global RNG,
-    dropout) resumed mid-epoch through Resumable(loader=) and iterate():
-    the same batches, the same noise, the same parameters as without the stop."""
+def test_resume_with_a_shuffling_dataloader_is_exact(tmp_path, kind, own_generator):
+    """A DataLoader or torchdata's StatefulDataLoader (RandomSampler,
+    augmentation from the global RNG, dropout) resumed mid-epoch through
+    Resumable(loader=) and iterate(): the same batches, the same noise, the
+    same parameters as without the stop."""
     total = 25  # 10 batches per epoch: the stop at 13 is 3 batches into the second epoch
     torch.manual_seed(1)
-    model, opt, loader = _loader_parts(own_generator)
+    model, opt, loader = _loader_parts(kind, own_generator)
     straight = []
     with stint.Resumable(str(tmp_path / "straight"), model=model, optimizer=opt, loader=loader,
                          save_every=0, watch_signals=False) as run:
@@ -223,14 +229,14 @@ def test_resume_with_a_shuffling_dataloader_is_exact(tmp_path, own_generator):
     expected = [v.clone() for v in model.state_dict().values()]
 
     torch.manual_seed(1)
-    model, opt, loader = _loader_parts(own_generator)
+    model, opt, loader = _loader_parts(kind, own_generator)
     seen = []
     with stint.Resumable(str(tmp_path / "ckpt"), model=model, optimizer=opt, loader=loader,
                          save_every=0) as run:
         assert _train_through(run, model, opt, run.resume(), total, seen, notice_at=13) == 13
 
     torch.manual_seed(99)  # a new process: other global RNG states, a new model and loader
-    model, opt, loader = _loader_parts(own_generator)
+    model, opt, loader = _loader_parts(kind, own_generator)
     with stint.Resumable(str(tmp_path / "ckpt"), model=model, optimizer=opt, loader=loader,
                          save_every=0, watch_signals=False) as run:
         step = run.resume()
