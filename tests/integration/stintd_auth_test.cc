@@ -239,6 +239,56 @@ TEST_F(StintdAuthTest, AgentsReadOnlyTheJobsOnTheirNodeAndOnlyAdminsSeeLaunchEnv
   EXPECT_FALSE(no_env(admin_->Get("/v1/jobs")));
 }
 
+TEST_F(StintdAuthTest, AgentsListOnlyTheirNodesJobsInSegmentsQueueAndNodes) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  AddNode("n1", "p1");
+  AddNode("n2", "p2");
+  auto issued = admin_->Post("/v1/nodes/n1/token", json::object());
+  ASSERT_EQ(issued.status, 201) << issued.text;
+  HttpJson n1(daemon_->port(), issued.body["token"].get<std::string>());
+  const int64_t on_n1 = Submit("p1", nullptr, {{"name", "visible-on-n1"}});
+  const int64_t on_n2 = Submit("p2", nullptr, {{"name", "secret-on-n2"}});
+  RunningSegment(on_n1);
+  RunningSegment(on_n2);
+  // Waits for a GPU that n1's job holds: pending, placed nowhere.
+  const int64_t waiting = Submit("p1", nullptr, {{"name", "secret-pending"}});
+  ASSERT_TRUE(Eventually([&] {
+    return admin_->Get("/v1/queue").body.value("pending", json::array()).size() == 1;
+  }));
+
+  // Segments name no job, only its id (checked below).
+  for (const std::string path : {"/v1/queue", "/v1/nodes"}) {
+    auto r = n1.Get(path);
+    ASSERT_EQ(r.status, 200) << path << ": " << r.text;
+    EXPECT_NE(r.text.find("visible-on-n1"), std::string::npos) << path << ": " << r.text;
+    EXPECT_EQ(r.text.find("secret-"), std::string::npos) << path << ": " << r.text;
+    auto everything = worker_->Get(path).text;  // the shared worker token reads all
+    EXPECT_NE(everything.find("secret-on-n2"), std::string::npos) << path << ": " << everything;
+  }
+  auto segment_jobs = [](HttpJson& as) {
+    const json segments = as.Get("/v1/segments").body["segments"];
+    std::set<int64_t> jobs;
+    for (const json& seg : segments) jobs.insert(seg["job_id"].get<int64_t>());
+    return jobs;
+  };
+  EXPECT_EQ(segment_jobs(n1), std::set<int64_t>({on_n1}));
+  EXPECT_EQ(segment_jobs(*worker_), std::set<int64_t>({on_n1, on_n2}));
+  const json queue = n1.Get("/v1/queue").body;
+  EXPECT_TRUE(queue["pending"].empty()) << queue.dump();
+  ASSERT_EQ(queue["running"].size(), 1u) << queue.dump();
+  EXPECT_EQ(queue["running"][0]["job_id"], on_n1);
+  // Other nodes' GPUs in use are shown, not whose they are.
+  const json nodes = n1.Get("/v1/nodes").body["nodes"];
+  ASSERT_EQ(nodes.size(), 2u) << nodes.dump();
+  for (const json& node : nodes) {
+    ASSERT_EQ(node["running"].size(), 1u) << node.dump();
+    EXPECT_EQ(node["running"][0].contains("job_id"), node["name"] == "n1") << node.dump();
+  }
+  // The shared agent token acts for n2 (no token of its own): job 2 only.
+  EXPECT_EQ(segment_jobs(*agent_), std::set<int64_t>({on_n2}));
+  EXPECT_EQ(admin_->Get("/v1/jobs/" + std::to_string(waiting)).body["state"], "PENDING");
+}
+
 TEST_F(StintdAuthTest, ANodeHeartbeatKeepsOnlyTheSegmentsPlacedOnThatNode) {
   // Short leases: a segment no beat refreshes is lost within seconds.
   ASSERT_NO_FATAL_FAILURE(Start("2"));

@@ -260,17 +260,20 @@ JobReader Authorization::Reader(const httplib::Request& req) const {
 }
 
 bool SeesJob(const ClusterState& s, const JobReader& r, int64_t job) {
-  if (!r.agent) return true;
+  return SeenJobs(s, r).Has(job);
+}
+
+SeenJobs::SeenJobs(const ClusterState& s, const JobReader& r) : all_(!r.agent) {
+  if (all_) return;
   for (const auto& [sid, seg] : s.segments) {
-    if (seg.job_id != job || !SegmentActive(seg.state)) continue;
+    if (!SegmentActive(seg.state)) continue;
     for (const Placement& p : seg.placement) {
       auto w = s.windows.find(p.window_id);
       if (w == s.windows.end() || w->second.node.empty()) continue;
       if (r.node.empty() ? s.node_credentials.count(w->second.node) == 0 : w->second.node == r.node)
-        return true;
+        jobs_.insert(seg.job_id);
     }
   }
-  return false;
 }
 
 json JobJsonFor(const JobReader& r, const Job& job) {

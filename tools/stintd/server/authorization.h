@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <unordered_set>
 
 #include "stintd/server/auth.h"
 #include "stintd/server/coordinator.h"
@@ -67,6 +68,18 @@ struct JobReader {
 };
 
 bool SeesJob(const ClusterState& s, const JobReader& r, int64_t job);
+
+// The jobs `r` sees, worked out once for the list views (GET /v1/segments,
+// /v1/queue, /v1/nodes), which check many jobs.
+class SeenJobs {
+ public:
+  SeenJobs(const ClusterState& s, const JobReader& r);
+  bool Has(int64_t job) const { return all_ || jobs_.count(job) > 0; }
+
+ private:
+  bool all_;
+  std::unordered_set<int64_t> jobs_;
+};
 
 // A job's JSON as `r` may see it: launch.env only to admins (it may hold
 // credentials of the job's own).

@@ -164,19 +164,22 @@ void AddJobControlRoutes(Routes* routes) {
 // GET /v1/queue: the pending jobs with why each waits, and the running ones.
 void AddQueueRoute(Routes* routes) {
   Coordinator* c = routes->coordinator();
-  routes->Add(Method::kGet, "/v1/queue", Access::kRead, [c](const httplib::Request&) {
+  const Authorization* authz = routes->authorization();
+  routes->Add(Method::kGet, "/v1/queue", Access::kRead, [c, authz](const httplib::Request& req) {
+    const JobReader reader = authz->Reader(req);
     Reply r;
     c->Read([&](const ClusterState& s, const Plan& plan, TimeMs now) {
+      const SeenJobs seen(s, reader);  // an agent: only its node's jobs (stats are counts)
       json pending = json::array();
       for (const PendingInfo& p : plan.pending) {
         auto job = s.jobs.find(p.job_id);
         // A job cancelled or started since the plan is no longer pending.
-        if (job != s.jobs.end() && job->second.state == JobState::kPending)
+        if (job != s.jobs.end() && job->second.state == JobState::kPending && seen.Has(p.job_id))
           pending.push_back(ToJson(s, p, now));
       }
       json running = json::array();
       for (const auto& [id, j] : s.jobs) {
-        if (j.state != JobState::kRunning) continue;
+        if (j.state != JobState::kRunning || !seen.Has(id)) continue;
         auto seg = s.segments.find(j.segment_id);
         running.push_back(
             {{"job_id", id},

@@ -165,10 +165,13 @@ void AddNodeTokenRoutes(Routes* routes) {
 // GET /v1/nodes: each node once, with its newest window and what runs on it.
 void AddNodeListRoute(Routes* routes) {
   Coordinator* c = routes->coordinator();
-  routes->Add(Method::kGet, "/v1/nodes", Access::kRead, [c](const httplib::Request&) {
+  const Authorization* authz = routes->authorization();
+  routes->Add(Method::kGet, "/v1/nodes", Access::kRead, [c, authz](const httplib::Request& req) {
+    const JobReader reader = authz->Reader(req);
     // Each node once, with its newest window.
     json nodes = json::array();
     c->Read([&](const ClusterState& s, const Plan&, TimeMs now) {
+      const SeenJobs seen(s, reader);
       std::map<std::string, const Window*> newest;
       for (const auto& [id, w] : s.windows) {
         if (w.node.empty()) continue;
@@ -183,11 +186,14 @@ void AddNodeListRoute(Routes* routes) {
           if (!SegmentActive(seg.state)) continue;
           for (const Placement& p : seg.placement) {
             if (p.window_id != w->id) continue;
-            auto job = s.jobs.find(seg.job_id);
-            running.push_back({{"segment_id", sid},
-                               {"job_id", seg.job_id},
-                               {"job_name", job != s.jobs.end() ? job->second.name : ""},
-                               {"gpus", p.gpus}});
+            // An agent sees the GPUs other nodes' segments hold, not whose.
+            json entry = {{"segment_id", sid}, {"gpus", p.gpus}};
+            if (seen.Has(seg.job_id)) {
+              auto job = s.jobs.find(seg.job_id);
+              entry["job_id"] = seg.job_id;
+              entry["job_name"] = job != s.jobs.end() ? job->second.name : "";
+            }
+            running.push_back(entry);
           }
         }
         nodes.push_back({{"name", name},

@@ -1,4 +1,5 @@
-// GET /v1/segments (API.md, "Segments"): every segment, or one job's.
+// GET /v1/segments (API.md, "Segments"): every segment, or one job's; an
+// agent sees those of jobs placed on its node only.
 #include <httplib.h>
 
 #include <charconv>
@@ -11,7 +12,9 @@ namespace stint::stintd {
 
 void InstallSegmentRoutes(Routes* routes) {
   Coordinator* c = routes->coordinator();
-  routes->Add(Method::kGet, "/v1/segments", Access::kRead, [c](const httplib::Request& req) {
+  const Authorization* authz = routes->authorization();
+  routes->Add(Method::kGet, "/v1/segments", Access::kRead, [c, authz](const httplib::Request& req) {
+    const JobReader reader = authz->Reader(req);
     int64_t job_filter = 0;
     if (req.has_param("job_id")) {
       const std::string v = req.get_param_value("job_id");
@@ -22,8 +25,10 @@ void InstallSegmentRoutes(Routes* routes) {
     }
     json segments = json::array();
     c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+      const SeenJobs seen(s, reader);  // an agent: only its node's jobs
       for (const auto& [id, seg] : s.segments) {
-        if (job_filter == 0 || seg.job_id == job_filter) segments.push_back(ToJson(seg));
+        if ((job_filter == 0 || seg.job_id == job_filter) && seen.Has(seg.job_id))
+          segments.push_back(ToJson(seg));
       }
     });
     return Reply{200, {{"segments", segments}}, {}, {}};
