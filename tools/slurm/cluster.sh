@@ -1,0 +1,209 @@
+#!/bin/bash
+# A real Slurm cluster on this host, for stint's Slurm tests and demo:
+# a private munged, one slurmctld and N slurmd (`slurmd -N NAME`, each node
+# on its own port), fake GPUs as character devices named in gres.conf, two
+# partitions ("low" preemptible with PreemptMode=REQUEUE and GraceTime,
+# "high" above it), fast scheduling. Everything lives in DIR; the node names
+# go to /etc/hosts with a tag naming DIR, so `stop` removes exactly its own.
+#
+#   tools/slurm/cluster.sh start DIR [--nodes N] [--gpus G] [--prefix NAME]
+#                                    [--grace S] [--kill-wait S]
+#   eval "$(tools/slurm/cluster.sh env DIR)"   # SLURM_CONF for sbatch/srun/squeue
+#   tools/slurm/cluster.sh stop DIR
+#
+# `start` returns once sinfo shows every node idle (or fails, printing the
+# daemons' logs). It needs root (slurmd runs jobs as their users), Debian's
+# slurmctld, slurmd, slurm-client and munge (tools/setup.sh installs them).
+# Slurm 22.05's facts this relies on: ../shared/research/cluster_engines_2026.md.
+set -euo pipefail
+
+usage() {
+  sed -n '2,17p' "$0" >&2
+  exit 2
+}
+
+die() {
+  echo "slurm cluster: $*" >&2
+  exit 1
+}
+
+# A TCP port nobody listens on (a random one from a range away from the
+# ephemeral ports and from the campaign's and tests' ranges).
+free_port() {
+  local port
+  for _ in $(seq 1 200); do
+    port=$((30000 + RANDOM % 2000))
+    if ! ss -Htln "sport = :$port" | grep -q .; then
+      echo "$port"
+      return
+    fi
+  done
+  die "no free port in 30000-31999"
+}
+
+# Waits until `cmd` succeeds, at most `seconds`; the daemons' logs on failure.
+wait_for() {
+  local seconds=$1 what=$2
+  shift 2
+  local deadline=$((SECONDS + seconds))
+  until "$@" >/dev/null 2>&1; do
+    if [ $SECONDS -ge $deadline ]; then
+      for log in "$DIR"/log/*.log; do
+        echo "--- $log" >&2
+        tail -20 "$log" >&2 || true
+      done
+      die "$what within $seconds s"
+    fi
+    sleep 0.2
+  done
+}
+
+all_idle() {
+  local states
+  states=$(SLURM_CONF="$DIR/slurm.conf" sinfo -h -N -o '%N %t' 2>/dev/null) || return 1
+  [ "$(echo "$states" | awk '$2 == "idle"' | sort -u | wc -l)" -eq "$NODES" ]
+}
+
+start() {
+  [ "$(id -u)" = 0 ] || die "needs root (slurmd starts jobs as their users)"
+  for tool in munged mungekey slurmctld slurmd sinfo sbatch; do
+    command -v "$tool" >/dev/null || die "$tool is missing (bash tools/setup.sh installs Slurm)"
+  done
+  [ -e "$DIR/slurm.conf" ] && die "$DIR already holds a cluster (stop it first)"
+  mkdir -p "$DIR"/{munge,state,spool,log,dev,run}
+  chmod 700 "$DIR/munge"
+  DIR=$(cd "$DIR" && pwd)
+
+  # munge: a private key and socket (the system's munged is not ours to use).
+  mungekey -c -k "$DIR/munge/munge.key" >/dev/null
+  chmod 400 "$DIR/munge/munge.key"
+  munged --force --socket="$DIR/munge/munge.socket" --key-file="$DIR/munge/munge.key" \
+    --pid-file="$DIR/munge/munged.pid" --log-file="$DIR/log/munged.log" \
+    --seed-file="$DIR/munge/munged.seed"
+  wait_for 20 "munged did not start" test -S "$DIR/munge/munge.socket"
+
+  local ctld_port host nodes_conf="" gres_conf="" name
+  ctld_port=$(free_port)
+  host=$(hostname -s)
+  for k in $(seq 1 "$NODES"); do
+    name="$PREFIX$k"
+    for g in $(seq 0 $((GPUS - 1))); do
+      # A character device (like /dev/null): Slurm then sets
+      # CUDA_VISIBLE_DEVICES / SLURM_JOB_GPUS; a regular file gives nothing.
+      mknod "$DIR/dev/$name-gpu$g" c 1 3
+    done
+    nodes_conf+="NodeName=$name NodeAddr=127.0.0.1 NodeHostname=$name Port=$(free_port) CPUs=$((GPUS * 2)) RealMemory=4096 Gres=gpu:$GPUS State=UNKNOWN
+"
+    gres_conf+="NodeName=$name Name=gpu File=$DIR/dev/$name-gpu[0-$((GPUS - 1))]
+"
+    echo "127.0.0.1 $name # stint-slurm $DIR" >> /etc/hosts
+  done
+  echo "$ctld_port" > "$DIR/run/ctld_port"
+
+  cat > "$DIR/slurm.conf" <<EOF
+# Written by tools/slurm/cluster.sh for $DIR.
+ClusterName=stint
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$ctld_port
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$DIR/munge/munge.socket
+CredType=cred/munge
+StateSaveLocation=$DIR/state
+SlurmdSpoolDir=$DIR/spool/%n
+SlurmctldPidFile=$DIR/run/slurmctld.pid
+SlurmdPidFile=$DIR/run/slurmd-%n.pid
+SlurmctldLogFile=$DIR/log/slurmctld.log
+SlurmdLogFile=$DIR/log/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+MpiDefault=none
+SlurmdParameters=config_overrides
+ReturnToService=2
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=1,sched_interval=2,sched_min_interval=100000
+MinJobAge=3600
+KillWait=$KILL_WAIT
+JobRequeue=1
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+SlurmctldParameters=preempt_send_user_signal
+$nodes_conf
+PartitionName=low Nodes=ALL Default=YES PriorityTier=1 PreemptMode=REQUEUE GraceTime=$GRACE MaxTime=INFINITE State=UP
+PartitionName=high Nodes=ALL PriorityTier=2 PreemptMode=OFF MaxTime=INFINITE State=UP
+EOF
+  printf '%s' "$gres_conf" > "$DIR/gres.conf"
+
+  slurmctld -c -D -f "$DIR/slurm.conf" > "$DIR/log/slurmctld.out" 2>&1 &
+  echo $! > "$DIR/run/slurmctld.daemon"
+  for k in $(seq 1 "$NODES"); do
+    slurmd -D -N "$PREFIX$k" -f "$DIR/slurm.conf" > "$DIR/log/slurmd-$PREFIX$k.out" 2>&1 &
+    echo $! > "$DIR/run/slurmd-$PREFIX$k.daemon"
+  done
+  wait_for 60 "the nodes were not all idle" all_idle
+  echo "slurm cluster: $NODES nodes x $GPUS GPUs idle in $DIR (SLURM_CONF=$DIR/slurm.conf)"
+}
+
+stop() {
+  [ -d "$DIR" ] || die "$DIR does not exist"
+  DIR=$(cd "$DIR" && pwd)
+  # Jobs first, so no job outlives its slurmd.
+  if [ -e "$DIR/slurm.conf" ]; then
+    SLURM_CONF="$DIR/slurm.conf" timeout 10 scancel --full --quiet --user=root 2>/dev/null || true
+  fi
+  local pids=()
+  for f in "$DIR"/run/*.daemon; do
+    [ -e "$f" ] && pids+=("$(cat "$f")")
+  done
+  [ -e "$DIR/munge/munged.pid" ] && pids+=("$(cat "$DIR/munge/munged.pid")")
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  local deadline=$((SECONDS + 20))
+  for pid in "${pids[@]}"; do
+    while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+  # Job processes slurmd started and left behind (linuxproc tracks by
+  # parentage only): those whose environment names this cluster.
+  for p in /proc/[0-9]*; do
+    if grep -qs "SLURM_CONF=$DIR/slurm.conf" "$p/environ" 2>/dev/null; then
+      kill -KILL "${p#/proc/}" 2>/dev/null || true
+    fi
+  done
+  if grep -q "# stint-slurm $DIR\$" /etc/hosts; then
+    # /etc/hosts may be a bind mount: rewrite it in place, never replace it.
+    local kept
+    kept=$(grep -v "# stint-slurm $DIR\$" /etc/hosts)
+    printf '%s\n' "$kept" > /etc/hosts
+  fi
+  rm -rf "$DIR"
+}
+
+[ $# -ge 2 ] || usage
+CMD=$1
+DIR=$2
+shift 2
+NODES=3 GPUS=4 PREFIX=stint GRACE=30 KILL_WAIT=15
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --nodes) NODES=$2; shift 2;;
+    --gpus) GPUS=$2; shift 2;;
+    --prefix) PREFIX=$2; shift 2;;
+    --grace) GRACE=$2; shift 2;;
+    --kill-wait) KILL_WAIT=$2; shift 2;;
+    *) usage;;
+  esac
+done
+case "$CMD" in
+  start) start;;
+  stop) stop;;
+  env) echo "export SLURM_CONF=$(cd "$DIR" && pwd)/slurm.conf";;
+  *) usage;;
+esac
