@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "stint/launch_env.h"  // LaunchEnv, once declared here
 #include "stint/status.h"
 
 namespace stint {
@@ -117,23 +118,6 @@ class PreemptionWatcher {
   // kill()s may count fewer than N.
   virtual uint64_t signals_received() const = 0;
 };
-
-// Rank, world size and local rank from the launcher's environment:
-// torchrun (RANK, WORLD_SIZE, LOCAL_RANK) or Slurm (SLURM_PROCID,
-// SLURM_NTASKS, SLURM_LOCALID); (0, 1, 0) when neither is set.
-// torchrun wins when any of its variables is set, and then all three must
-// be. Slurm is recognized by SLURM_PROCID; an unset SLURM_NTASKS means 1 and
-// an unset SLURM_LOCALID 0 (an sbatch script without --ntasks). Empty counts
-// as unset. kInvalidArgument, naming the variable and its value, for a
-// value that is not a non-negative integer, world size 0, or a rank or
-// local rank not below the world size.
-struct LaunchEnv {
-  int rank = 0;
-  int world_size = 1;
-  int local_rank = 0;
-  std::string launcher;  // "torchrun", "slurm" or "none"
-};
-Result<LaunchEnv> LaunchEnvFromEnvironment();
 
 }  // namespace stint
 

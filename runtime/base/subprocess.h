@@ -1,0 +1,30 @@
+// RunCommand: a short external command (squeue, scontrol) run to completion
+// with a deadline, its output captured. For the few places the runtime asks
+// a scheduler's CLI; nothing long-running.
+#ifndef STINT_RUNTIME_BASE_SUBPROCESS_H_
+#define STINT_RUNTIME_BASE_SUBPROCESS_H_
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "stint/status.h"
+
+namespace stint {
+
+struct CommandOutput {
+  int exit_code = 0;   // the exit status; 128 + N when killed by signal N
+  std::string output;  // stdout and stderr together, at most 1 MiB kept
+};
+
+// Runs argv (argv[0] looked up in PATH) with stdin from /dev/null and waits
+// at most `timeout` for it to exit. kNotFound when argv[0] is not found;
+// kDeadlineExceeded (the command is then SIGKILLed and reaped) naming the
+// command; kIoError for a failed syscall. A non-zero exit is not an error
+// here: the caller reads exit_code. REQUIRES: !argv.empty().
+Result<CommandOutput> RunCommand(const std::vector<std::string>& argv,
+                                 std::chrono::milliseconds timeout);
+
+}  // namespace stint
+
+#endif  // STINT_RUNTIME_BASE_SUBPROCESS_H_

@@ -1,0 +1,44 @@
+// A Slurm job's end and its requeue, for a job run with srun (one task per
+// GPU) and no stint service (see stint/launch_env.h for the ranks).
+//
+//   auto end = stint::SlurmJobEndTime(env.job_id);   // plan the last checkpoint
+//   ... the emergency checkpoint is durable ...
+//   if (env.rank == 0) stint::SlurmRequeue(env.job_id);  // then exit kExitRequeue
+//
+// Slurm 22.05 facts these rely on (../shared/research/cluster_engines_2026.md):
+// SLURM_JOB_END_TIME exists from 23.02 only, so older releases are asked
+// once through squeue; a job that exits by itself during a preemption's
+// GraceTime is not requeued, so the job requeues itself; `scontrol requeue`
+// of a running job ends it at once, so only after the checkpoint is durable.
+#ifndef STINT_INCLUDE_STINT_SLURM_H_
+#define STINT_INCLUDE_STINT_SLURM_H_
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "stint/status.h"
+
+namespace stint {
+
+// When job `job_id` will be killed for its time limit: SLURM_JOB_END_TIME
+// (UNIX seconds; Slurm 23.02+) where set, else `squeue -h -j JOB -o %e`
+// (local time, as squeue prints it). nullopt when the job has no limit.
+// kNotFound when squeue is missing or does not know the job; kInvalidArgument
+// naming the text for an end time that does not parse; kDeadlineExceeded
+// when squeue takes longer than `timeout` (slurmctld unreachable).
+Result<std::optional<std::chrono::system_clock::time_point>> SlurmJobEndTime(
+    const std::string& job_id, std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+// `scontrol requeue JOB`: the job goes back to the queue under the same id
+// (SLURM_RESTART_COUNT + 1) and every task of this run is killed at once.
+// Call it from one task, once its checkpoint is durable. kNotFound when
+// scontrol is missing (inside a container: exit kExitRequeue and let the
+// batch script requeue); kFailedPrecondition with scontrol's message when
+// it refuses (a job without --requeue, JobRequeue=0).
+Status SlurmRequeue(const std::string& job_id,
+                    std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+}  // namespace stint
+
+#endif  // STINT_INCLUDE_STINT_SLURM_H_

@@ -1,0 +1,51 @@
+// RunCommand with real processes: output and exit status, a command that
+// is not in PATH, and one that outlives its deadline (killed and reaped).
+#include "base/subprocess.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+
+#include "util/status_matchers.h"
+
+namespace stint {
+namespace {
+
+using std::chrono::milliseconds;
+
+TEST(RunCommandTest, CapturesOutputAndExitStatus) {
+  Result<CommandOutput> out =
+      RunCommand({"sh", "-c", "echo out; echo err >&2; exit 3"}, milliseconds(60000));
+  ASSERT_OK(out);
+  EXPECT_EQ(out->exit_code, 3);
+  EXPECT_EQ(out->output, "out\nerr\n");
+  out = RunCommand({"sh", "-c", "kill -TERM $$"}, milliseconds(60000));
+  ASSERT_OK(out);
+  EXPECT_EQ(out->exit_code, 128 + SIGTERM);
+}
+
+TEST(RunCommandTest, AMissingProgramIsNotFound) {
+  Result<CommandOutput> out = RunCommand({"stint-no-such-program"}, milliseconds(60000));
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), Code::kNotFound);
+  EXPECT_NE(out.status().ToString().find("stint-no-such-program"), std::string::npos);
+}
+
+TEST(RunCommandTest, ACommandPastItsDeadlineIsKilledAndReaped) {
+  // The shell would sleep for 10 minutes; the command gets 200 ms.
+  const auto start = std::chrono::steady_clock::now();
+  Result<CommandOutput> out = RunCommand({"sh", "-c", "echo started; exec sleep 600"},
+                                         milliseconds(200));
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), Code::kDeadlineExceeded);
+  EXPECT_NE(out.status().ToString().find("sh -c echo started; exec sleep 600"), std::string::npos)
+      << out.status().ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::minutes(5));
+  // Reaped: no child of this process is left.
+  EXPECT_EQ(waitpid(-1, nullptr, WNOHANG), -1);
+}
+
+}  // namespace
+}  // namespace stint
