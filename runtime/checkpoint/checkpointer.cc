@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "base/clock.h"
+#include "checkpoint/completion.h"
 #include "checkpoint/local_commit.h"
 #include "checkpoint/open_checks.h"
 #include "checkpoint/quarantine.h"
@@ -448,6 +449,31 @@ Status CheckpointerImpl::Quarantine(uint64_t step) {
     }
   }
   return StopNamingInLatest(env_, options_.root, step);
+}
+
+Status CheckpointerImpl::MarkComplete(uint64_t step, const std::string& info) {
+  if (options_.read_only) {
+    return Status::FailedPrecondition(options_.root + ": opened read_only; not marking step " +
+                                      std::to_string(step) + " complete");
+  }
+  if (options_.rank != 0) return Status::OK();  // the committer writes it, once
+  if (!env_->FileExists(options_.root + "/" + StepDirName(step) + "/" + kManifestName)) {
+    return Status::FailedPrecondition(options_.root + ": step " + std::to_string(step) +
+                                      " is not committed; a run completes at a durable step");
+  }
+  return WriteCompletion(env_, options_.root, step, info);
+}
+
+Result<std::optional<CompletionMarker>> CheckpointerImpl::Completion() {
+  return ReadCompletion(env_, options_.root);
+}
+
+Status CheckpointerImpl::ClearCompletion() {
+  if (options_.read_only) {
+    return Status::FailedPrecondition(options_.root + ": opened read_only; not clearing COMPLETE");
+  }
+  if (options_.rank != 0) return Status::OK();
+  return RemoveCompletion(env_, options_.root);
 }
 
 CheckpointerStats CheckpointerImpl::stats() const {

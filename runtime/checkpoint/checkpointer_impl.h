@@ -84,6 +84,9 @@ class CheckpointerImpl final : public Checkpointer {
   }
   Result<std::vector<uint64_t>> ListReplicated() override;
   Status Quarantine(uint64_t step) override;
+  Status MarkComplete(uint64_t step, const std::string& info) override;
+  Result<std::optional<CompletionMarker>> Completion() override;
+  Status ClearCompletion() override;
   CheckpointerStats stats() const override;
   const CheckpointOptions& options() const override { return options_; }
   Status AbandonSave(uint64_t step, const Status& why) override;

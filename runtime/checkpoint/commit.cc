@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <random>
 
+#include "checkpoint/completion.h"
 #include "format/manifest.h"
 
 namespace stint {
@@ -71,7 +72,7 @@ Status CleanLeftovers(Env* env, const std::string& root) {
   STINT_ASSIGN_OR_RETURN(auto children, env->GetChildren(root));
   for (const auto& name : children) {
     if (name.compare(0, sizeof(kTmpPrefix) - 1, kTmpPrefix) == 0 ||
-        name == std::string(kLatestName) + ".tmp") {
+        name == std::string(kLatestName) + ".tmp" || name == std::string(kCompleteName) + ".tmp") {
       STINT_RETURN_IF_ERROR(
           RemoveRecursively(env, root + "/" + name).WithContext("cleaning leftovers"));
     }

@@ -469,6 +469,59 @@ TEST(CheckpointerOptions, BadOptionsAreRefusedClearly) {
   EXPECT_FALSE(Checkpointer::Open(o).ok());
 }
 
+TEST(CheckpointerCompletion, AFinishedRunIsMarkedInItsRootUntilCleared) {
+  TempDir dir;
+  CheckpointOptions o;
+  o.root = dir.Sub("ckpt");
+  auto ckpt = Checkpointer::Open(o);
+  ASSERT_OK(ckpt);
+  auto none = (*ckpt)->Completion();
+  ASSERT_OK(none);
+  EXPECT_FALSE(none->has_value());
+  // Only a committed step completes a run.
+  EXPECT_EQ((*ckpt)->MarkComplete(5).code(), Code::kFailedPrecondition);
+  Model m = MakeModel(1);
+  auto h = (*ckpt)->Save(5, m.AsState());
+  ASSERT_OK(h);
+  ASSERT_OK(h->durable.get());
+  EXPECT_EQ((*ckpt)->MarkComplete(5, "[1]").code(), Code::kInvalidArgument);
+  ASSERT_OK((*ckpt)->MarkComplete(5, R"({"slurm_job_id": "42"})"));
+  ckpt->reset();
+
+  // A later start (a reader too) sees it; the checkpoints are untouched.
+  o.read_only = true;
+  auto reader = Checkpointer::Open(o);
+  ASSERT_OK(reader);
+  auto marker = (*reader)->Completion();
+  ASSERT_OK(marker);
+  ASSERT_TRUE(marker->has_value());
+  EXPECT_EQ((*marker)->step, 5u);
+  EXPECT_EQ((*marker)->info, R"({"slurm_job_id":"42"})");
+  EXPECT_EQ((*reader)->ClearCompletion().code(), Code::kFailedPrecondition);
+  EXPECT_EQ((*reader)->MarkComplete(5).code(), Code::kFailedPrecondition);
+  Model out = MakeModel(9);
+  auto loaded = (*reader)->Load(out.Dests());
+  ASSERT_OK(loaded);
+  EXPECT_EQ(loaded->step, 5u);
+  reader->reset();
+
+  // A damaged marker is named, not taken for "complete" or "not complete".
+  ASSERT_OK(WriteStringToFileSync(Env::Default(), o.root + "/COMPLETE", "{\"step\": -1}"));
+  auto writer_o = o;
+  writer_o.read_only = false;
+  auto writer = Checkpointer::Open(writer_o);
+  ASSERT_OK(writer);
+  auto damaged = (*writer)->Completion();
+  ASSERT_FALSE(damaged.ok());
+  EXPECT_EQ(damaged.status().code(), Code::kDataLoss);
+  EXPECT_NE(damaged.status().ToString().find("COMPLETE"), std::string::npos);
+  ASSERT_OK((*writer)->ClearCompletion());
+  auto cleared = (*writer)->Completion();
+  ASSERT_OK(cleared);
+  EXPECT_FALSE(cleared->has_value());
+  EXPECT_OK((*writer)->ClearCompletion());  // none: OK
+}
+
 INSTANTIATE_TEST_SUITE_P(Engines, CheckpointerTest, EnginesAndCompression(),
                          EngineAndCompressName);
 

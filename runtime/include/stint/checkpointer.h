@@ -313,6 +313,12 @@ struct LoadResult {
 // optimizer state for the tensors it holds).
 using DestPlanner = std::function<Result<std::vector<TensorDest>>(const CheckpointReader&)>;
 
+// A finished run's marker in its root (Checkpointer::MarkComplete).
+struct CompletionMarker {
+  uint64_t step = 0;  // the run's final step
+  std::string info;   // the JSON object MarkComplete was given
+};
+
 class Checkpointer {
  public:
   // Waits for pending saves (their copies at most copy_timeout).
@@ -390,6 +396,22 @@ class Checkpointer {
   // first, does), or may reference (its manifest cannot be read), and for a
   // step of a format version this build does not know (not damage).
   virtual Status Quarantine(uint64_t step) = 0;
+
+  // The run is complete at `step`, a committed step: writes the root's
+  // COMPLETE marker durably with `info` (a JSON object: who finished it, e.g.
+  // the Slurm job id), so that any later start of the same run can see it
+  // and exit at once (ResumableTraining, stint.Resumable). With several
+  // ranks only rank 0 writes; the others return OK. kFailedPrecondition on
+  // a read_only Checkpointer or for a step that is not committed.
+  virtual Status MarkComplete(uint64_t step, const std::string& info = "{}") = 0;
+  // The root's marker; nullopt while the run is not complete. kDataLoss
+  // naming the file when it is not a marker MarkComplete wrote.
+  virtual Result<std::optional<CompletionMarker>> Completion() = 0;
+  // Removes the marker, to train a finished run further on purpose (OK
+  // when there is none; only rank 0 acts). kFailedPrecondition on a
+  // read_only Checkpointer.
+  virtual Status ClearCompletion() = 0;
+
   virtual CheckpointerStats stats() const = 0;
   virtual const CheckpointOptions& options() const = 0;
 };
