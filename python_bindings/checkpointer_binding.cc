@@ -580,6 +580,39 @@ class PyCheckpointer {
     ThrowIfError(s);
   }
 
+  void MarkComplete(uint64_t step, const std::string& info) {
+    Checkpointer& ckpt = get();
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = ckpt.MarkComplete(step, info);
+    }
+    ThrowIfError(s);
+  }
+
+  // (step, info JSON text) or None.
+  py::object Completion() {
+    Checkpointer& ckpt = get();
+    std::optional<Result<std::optional<CompletionMarker>>> r;
+    {
+      py::gil_scoped_release nogil;
+      r.emplace(ckpt.Completion());
+    }
+    std::optional<CompletionMarker> m = ValueOrThrow(std::move(*r));
+    if (!m) return py::none();
+    return py::make_tuple(m->step, m->info);
+  }
+
+  void ClearCompletion() {
+    Checkpointer& ckpt = get();
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = ckpt.ClearCompletion();
+    }
+    ThrowIfError(s);
+  }
+
   py::dict Stats() const { return StatsDict(get().stats()); }
   std::string root() const { return get().options().root; }
 
@@ -767,6 +800,9 @@ void BindCheckpointerClass(py::module_& m) {
            "previous flush() that no durable future raised or returned already.")
       .def("list_committed", &PyCheckpointer::ListCommitted)
       .def("quarantine", &PyCheckpointer::Quarantine, py::arg("step"))
+      .def("mark_complete", &PyCheckpointer::MarkComplete, py::arg("step"), py::arg("info") = "{}")
+      .def("completion", &PyCheckpointer::Completion)
+      .def("clear_completion", &PyCheckpointer::ClearCompletion)
       .def("stats", &PyCheckpointer::Stats)
       .def("close", &PyCheckpointer::Close, "Waits for pending saves and closes. Idempotent.")
       .def_property_readonly("closed", &PyCheckpointer::closed)

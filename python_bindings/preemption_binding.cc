@@ -1,4 +1,5 @@
-// stint._C.PreemptionWatcher, PreemptionPlan and launch_env(): preemption
+// stint._C.PreemptionWatcher, PreemptionPlan, launch_env() and the Slurm
+// calls (expand_hostlist, slurm_job_end_time, slurm_requeue): preemption
 // notices for Python training loops. stint.PreemptionWatcher
 // (python_bindings/stint/preemption.py) adds the context manager and the
 // callback thread.
@@ -16,7 +17,9 @@
 #include "bindings.h"
 #include "future.h"
 #include "status_to_exception.h"
+#include "stint/launch_env.h"
 #include "stint/preemption.h"
+#include "stint/slurm.h"
 
 namespace stint {
 namespace python {
@@ -185,9 +188,47 @@ void BindPreemption(py::module_& m) {
         d["world_size"] = e.world_size;
         d["local_rank"] = e.local_rank;
         d["launcher"] = e.launcher;
+        d["node_rank"] = e.node_rank;
+        d["master_addr"] = e.master_addr;
+        d["master_port"] = e.master_port;
+        d["job_id"] = e.job_id;
+        d["restart_count"] = e.restart_count;
         return d;
       },
-      "Rank, world size and local rank from torchrun's or Slurm's environment.");
+      "Rank, world size, local and node rank, the master address and port, and under Slurm "
+      "the job id and restart count, from torchrun's or Slurm's environment.");
+  m.def(
+      "expand_hostlist",
+      [](const std::string& hostlist) { return ValueOrThrow(ExpandHostlist(hostlist)); },
+      py::arg("hostlist"), "Slurm's hostlist syntax expanded: 'gpu[01-02],x' -> gpu01 gpu02 x.");
+  m.def(
+      "slurm_job_end_time",
+      [](const std::string& job_id, double timeout) -> std::optional<double> {
+        std::optional<Result<std::optional<std::chrono::system_clock::time_point>>> r;
+        {
+          py::gil_scoped_release nogil;
+          r.emplace(SlurmJobEndTime(job_id, std::chrono::milliseconds(
+                                                static_cast<int64_t>(timeout * 1000))));
+        }
+        auto end = ValueOrThrow(std::move(*r));
+        if (!end) return std::nullopt;
+        return std::chrono::duration<double>(end->time_since_epoch()).count();
+      },
+      py::arg("job_id"), py::arg("timeout") = 30.0,
+      "UNIX time the Slurm job ends (SLURM_JOB_END_TIME, else squeue); None without a limit.");
+  m.def(
+      "slurm_requeue",
+      [](const std::string& job_id, double timeout) {
+        Status s;
+        {
+          py::gil_scoped_release nogil;
+          s = SlurmRequeue(job_id,
+                           std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000)));
+        }
+        ThrowIfError(s);
+      },
+      py::arg("job_id"), py::arg("timeout") = 60.0,
+      "`scontrol requeue JOB`: ends every task of this run at once; only after a durable save.");
 }
 
 }  // namespace python

@@ -78,6 +78,7 @@ Thread-compatible: use one Checkpointer from one thread at a time.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Tuple, Union
 
@@ -486,6 +487,25 @@ class Checkpointer:
         reference (its manifest cannot be read), and for one of a format
         version this build does not know (written by a newer stint)."""
         self._c.quarantine(_check_step(step))
+
+    def mark_complete(self, step: int, info: Optional[Dict[str, Any]] = None) -> None:
+        """The run is complete at `step` (a committed step): writes the root's
+        COMPLETE marker durably, with `info` (plain JSON values: who finished
+        it), so any later start of the run can see it and exit at once
+        (stint.Resumable does). Collective: rank 0 writes it."""
+        self._c.mark_complete(_check_step(step), json.dumps(info or {}))
+
+    def completion(self) -> Optional[Tuple[int, Dict[str, Any]]]:
+        """(final step, info) of the root's COMPLETE marker, or None while the
+        run is not complete. DataLossError naming the file for a damaged one."""
+        marker = self._c.completion()
+        if marker is None:
+            return None
+        return marker[0], json.loads(marker[1])
+
+    def clear_completion(self) -> None:
+        """Removes the COMPLETE marker (to train a finished run further)."""
+        self._c.clear_completion()
 
     def stats(self) -> Dict[str, Any]:
         """{'saves', 'skipped', 'failed', 'committed', 'last': {...} or None}."""

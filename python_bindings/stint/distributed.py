@@ -70,6 +70,41 @@ def available() -> bool:
     return _dist is not None and _dist.is_available() and _dist.is_initialized()
 
 
+def init_from_env(backend: Optional[str] = None, timeout: Optional[float] = None) -> Dict[str, Any]:
+    """Initialises torch.distributed's default group from the launcher's
+    environment (stint.launch_env()): torchrun's variables, or Slurm's when
+    the job runs one task per GPU under srun, with no torchrun in between
+    (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; the master is the first host
+    of SLURM_JOB_NODELIST, expanded here, and the port 15000 + job id mod
+    10000 unless MASTER_ADDR / MASTER_PORT are set). backend: "nccl" when
+    CUDA has a device, else "gloo"; with NCCL the current device becomes
+    the local rank's (of the devices the task sees). timeout: seconds for
+    the rendezvous and each collective (None: torch's default). Returns the
+    launch_env() dict. Nothing to do for one process, or when the group is
+    initialised already."""
+    env = _C.launch_env()
+    if env["world_size"] == 1 or available():
+        return env
+    if _dist is None or not _dist.is_available():  # pragma: no cover
+        raise _C.FailedPreconditionError("torch.distributed is not built into this torch")
+    if not env["master_addr"] or not env["master_port"]:
+        raise _C.InvalidArgumentError(
+            "%s launch of %d ranks without a master address and port: set MASTER_ADDR and "
+            "MASTER_PORT" % (env["launcher"], env["world_size"]))
+    if backend is None:
+        backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() > 0 else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(env["local_rank"] % torch.cuda.device_count())
+    kwargs: Dict[str, Any] = {}
+    if timeout is not None:
+        import datetime
+        kwargs["timeout"] = datetime.timedelta(seconds=timeout)
+    _dist.init_process_group(
+        backend, init_method="tcp://%s:%d" % (env["master_addr"], env["master_port"]),
+        rank=env["rank"], world_size=env["world_size"], **kwargs)
+    return env
+
+
 def is_dtensor(x: Any) -> bool:
     return _DTensor is not None and isinstance(x, _DTensor)
 

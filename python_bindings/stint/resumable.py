@@ -80,6 +80,8 @@ from __future__ import annotations
 
 import logging
 import math
+import signal
+import time
 from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Literal, Mapping,
                     Optional, Tuple)
 
@@ -88,6 +90,8 @@ import torch.distributed
 import torch.utils.data
 
 from . import _C
+from . import distributed
+from . import slurm
 from .checkpointer import Checkpointer, _check_step
 from .preemption import PreemptionWatcher
 from .rng import capture_rng, restore_rng
@@ -107,6 +111,7 @@ class Resumable:
                  signals: Optional[Iterable[int]] = None, grace: Optional[float] = None,
                  safety: Optional[float] = None,
                  on_preemption: Optional[Callable[[_C.PreemptionPlan], Any]] = None,
+                 exit_if_complete: bool = True,
                  **checkpoint_options: Any) -> None:
         """root: the checkpoint directory. save_every: asynchronous checkpoint
         every N steps (0: only on preemption and finish()). objects: {name:
@@ -115,9 +120,23 @@ class Resumable:
         ResumableSampler is taken as `sampler` when that is not given).
         watch_signals: install a PreemptionWatcher (signals, grace, safety as
         there; the same on every rank). on_preemption: called with the
-        PreemptionPlan at the step boundary that acts on a notice. Other
+        PreemptionPlan at the step boundary that acts on a notice.
+        exit_if_complete: resume() of a run whose root holds the COMPLETE
+        marker finish() writes exits 0 at once (False: resumes its final
+        step; Checkpointer.clear_completion() to train it further). Other
         keyword arguments go to stint.Checkpointer (under
-        stint-agent its commits are fenced by default: see its fencing=)."""
+        stint-agent its commits are fenced by default: see its fencing=).
+        Under Slurm (srun, no torchrun) it initialises torch.distributed
+        from Slurm's variables when that is not done yet, also watches
+        SIGUSR2 and the job's end time, and requeues the job after a
+        stop (see stint.slurm)."""
+        self.launch = _C.launch_env()
+        self._slurm = slurm.under_slurm(self.launch)
+        if self._slurm and checkpoint_options.get("collective", None) is not False \
+                and checkpoint_options.get("process_group") is None:
+            distributed.init_from_env()
+        if signals is None and self._slurm:
+            signals = [signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2]
         if sampler is None and loader is not None:
             sampler = next((s for s in (getattr(loader, "batch_sampler", None),
                                         getattr(loader, "sampler", None))
@@ -136,6 +155,7 @@ class Resumable:
         self.objects = dict(objects or {})
         self.save_every = int(save_every)
         self.on_preemption = on_preemption
+        self.exit_if_complete = exit_if_complete
         self.user_state: Dict[str, Any] = {}
         self.exit_code = 0
         self.last_plan: Optional[_C.PreemptionPlan] = None
@@ -150,18 +170,24 @@ class Resumable:
             # (buffers) and the optimizer step (parameters, optimizer state).
             self.checkpointer.attach(model, optimizer)
         self.watcher: Optional[PreemptionWatcher] = None
+        self._end_clock: Optional[slurm.EndClock] = None
         if watch_signals:
             try:
                 self.watcher = PreemptionWatcher(signals, grace=grace, safety=safety)
+                if self._slurm:
+                    end = slurm.job_end_time(self.launch, self._group())
+                    if end is not None:
+                        self._end_clock = slurm.EndClock(end, 2.0 if safety is None else safety)
             except BaseException:
-                self.checkpointer.close()
+                self.close()
                 raise
 
     # -- state ------------------------------------------------------------------
 
     def state(self, step: int) -> Dict[str, Any]:
         """The object a checkpoint of `step` holds."""
-        s = {"step": step, "rng": capture_rng(), "user": self.user_state}
+        s = {"step": step, "rng": capture_rng(), "user": self.user_state,
+             "launch": self._launch_info()}
         if self.model is not None:
             s["model"] = self.model.state_dict()
         if self.optimizer is not None:
@@ -176,7 +202,14 @@ class Resumable:
 
     def resume(self) -> int:
         """Restores the newest checkpoint that verifies; returns its step, or 0
-        when there is none."""
+        when there is none. A root whose run completed (finish() wrote its
+        COMPLETE marker) exits 0 here, unless exit_if_complete=False."""
+        marker = self.checkpointer.completion()
+        if marker is not None and self.exit_if_complete:
+            _log.warning("stint: %s: this run completed at step %d (%s): nothing to do, exiting 0",
+                         self.checkpointer.root, marker[0], marker[1])
+            self.close()
+            raise SystemExit(0)
         if not self.checkpointer.list_committed():
             return 0
         into = {"model": self.model.state_dict()} if self.model is not None else None
@@ -220,6 +253,10 @@ class Resumable:
         self.user_state = dict(s.get("user") or {})
         step = int(s["step"])
         self.last_durable_step = self._last_saved_step = step
+        saved_by = s.get("launch") or {}
+        _log.info("stint: resumed at step %d from %s%s (saved by %s)", step, r.dir,
+                  " as Slurm job %s, restart %d" % (self.launch["job_id"], self.launch["restart_count"])
+                  if self._slurm else "", saved_by or "an older stint")
         return step
 
     # -- the loop -------------------------------------------------------------------
@@ -269,6 +306,10 @@ class Resumable:
             self.sampler.commit_step()
         self._reap()
         watcher = self.watcher
+        if watcher is not None and self._end_clock is not None and not watcher.requested:
+            left = self._end_clock.due(self._cost(step))
+            if left is not None:
+                watcher.notify("Slurm time limit", max(left, 0.0))
         if watcher is not None and self._stop_agreed(watcher):
             # The exit code is decided: a signal while the process winds down must not kill it.
             watcher.keep_until_exit()
@@ -292,6 +333,8 @@ class Resumable:
             _log.warning("stint: preempted at step %d: %s", step, reason)
             self.last_plan = plan
             self.exit_code = _C.EXIT_REQUEUE
+            if self._slurm:
+                slurm.requeue_at_exit(self.launch, self.checkpointer.rank)
             if self.on_preemption is not None:
                 self.on_preemption(plan)
             return True
@@ -310,6 +353,7 @@ class Resumable:
         self._reap()
         if self.watcher is not None:
             self.watcher.keep_until_exit()
+        self.checkpointer.mark_complete(step, self._launch_info())
 
     def close(self) -> None:
         """Waits for pending saves, closes the checkpointer, uninstalls the watcher."""
@@ -327,6 +371,15 @@ class Resumable:
         return False
 
     # -- internals ---------------------------------------------------------------------
+
+    def _launch_info(self) -> Dict[str, Any]:
+        """Who ran this: the launcher, the Slurm job id and restart count."""
+        info: Dict[str, Any] = {"launcher": self.launch["launcher"],
+                                "world_size": self.launch["world_size"], "unix_time": time.time()}
+        if self._slurm:
+            info.update(slurm_job_id=self.launch["job_id"],
+                        slurm_restart_count=self.launch["restart_count"])
+        return info
 
     def _group(self) -> Any:
         """The process group the stop decision is agreed over, or None (one process)."""

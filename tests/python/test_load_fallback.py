@@ -49,7 +49,7 @@ def test_resume_passes_over_a_newer_format_and_leaves_it_untouched(root):
 
     # An older binary resumes beside a newer one's checkpoint, with retention on.
     with stint.Resumable(root, model=model, optimizer=opt, watch_signals=False, save_every=0,
-                         keep_last=1) as run:
+                         keep_last=1, exit_if_complete=False) as run:
         assert run.resume() == 2
         assert len(run.resume_skipped) == 1, run.resume_skipped
         assert "step-00000004" in run.resume_skipped[0]

@@ -90,7 +90,8 @@ def test_resume_skips_and_quarantines_a_damaged_checkpoint(root):
     with open(data, "r+b") as f:
         f.seek(8)
         f.write(b"\xff\xff")
-    with _resumable(root, _setup(), watch_signals=False) as run:
+    # The run finished (COMPLETE); resume it anyway, to see what it loads.
+    with _resumable(root, _setup(), watch_signals=False, exit_if_complete=False) as run:
         assert run.resume() == 2
         assert run.resume_skipped and "checksum mismatch" in run.resume_skipped[0]
         assert run.checkpointer.list_committed() == [2]
@@ -104,15 +105,16 @@ def test_resume_with_a_changed_model_or_missing_object(root):
         run.finish(1)
     model, opt, sched, sampler = _setup()
     bigger = torch.nn.Sequential(torch.nn.Linear(4, 9), torch.nn.Dropout(0.2), torch.nn.Linear(9, 1))
-    with stint.Resumable(root, model=bigger, watch_signals=False) as run:
+    with stint.Resumable(root, model=bigger, watch_signals=False, exit_if_complete=False) as run:
         with pytest.raises(stint.InvalidArgumentError, match="has shape"):
             run.resume()
     with stint.Resumable(root, model=model, optimizer=opt, objects={"other": sched},
-                         watch_signals=False) as run:
+                         watch_signals=False, exit_if_complete=False) as run:
         with pytest.raises(stint.FailedPreconditionError, match="no state for object 'other'"):
             run.resume()
     changed = stint.ResumableSampler(41, 4, seed=1, rank=0, world_size=1)
-    with stint.Resumable(root, model=model, optimizer=opt, sampler=changed, watch_signals=False) as run:
+    with stint.Resumable(root, model=model, optimizer=opt, sampler=changed, watch_signals=False,
+                         exit_if_complete=False) as run:
         with pytest.raises(stint.FailedPreconditionError, match="dataset_size|size"):
             run.resume()
 
@@ -253,3 +255,31 @@ def test_steps_beyond_64_bits_are_refused_by_resumable(root):
         for call in (run.save, run.step_boundary, run.finish):
             with pytest.raises(ValueError, match=r"step 18446744073709551616 is out of range"):
                 call(2**64)
+
+
+def test_a_finished_run_exits_0_at_its_next_start_until_cleared(root):
+    """finish() marks the root COMPLETE: a later start of the same run (a
+    requeue racing the end, a resubmission) exits 0 in resume(), without
+    training; the marker records who finished it."""
+    parts = _setup()
+    with _resumable(root, parts, save_every=0, watch_signals=False) as run:
+        assert run.resume() == 0
+        for step in (1, 2, 3):
+            _step(*parts)
+            run.step_boundary(step)
+        run.finish(3)
+    reader = stint.Checkpointer(root, read_only=True)
+    step, info = reader.completion()
+    reader.close()
+    assert step == 3 and info["launcher"] == "none" and info["world_size"] == 1
+
+    with _resumable(root, _setup(), watch_signals=False) as run:
+        with pytest.raises(SystemExit) as exited:
+            run.resume()
+        assert exited.value.code == 0
+    with _resumable(root, _setup(), watch_signals=False, exit_if_complete=False) as run:
+        assert run.resume() == 3  # on purpose: the final step
+        run.checkpointer.clear_completion()
+    with _resumable(root, _setup(), watch_signals=False) as run:
+        assert run.resume() == 3
+        assert run.checkpointer.completion() is None

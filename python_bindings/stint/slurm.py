@@ -1,0 +1,114 @@
+"""Slurm without a stint service: what stint.Resumable does when its job
+runs under srun (one task per GPU, no torchrun in between).
+
+  ranks      stint.distributed.init_from_env(): SLURM_PROCID, SLURM_NTASKS,
+             SLURM_LOCALID; the master is the first host of
+             SLURM_JOB_NODELIST (expanded here: no scontrol needed)
+  notices    SIGTERM (preemption with GraceTime, the time limit; SIGKILL
+             follows after KillWait), SIGUSR1 / SIGUSR2 (--signal=USR1@N);
+             and the job's own end time (SLURM_JOB_END_TIME on Slurm 23.02+,
+             else asked once from squeue): the run stops in time for its
+             last checkpoint even without --signal
+  requeue    once the stop's checkpoint is durable, rank 0 runs `scontrol
+             requeue $SLURM_JOB_ID` as the process exits (a requeue ends
+             every task at once, so never earlier); with
+             STINT_SLURM_REQUEUE=script (what `stint slurm submit`'s batch
+             script sets) the tasks only exit 75 and the script requeues,
+             which also works where scontrol is missing (containers)
+  completion finish() writes the root's COMPLETE marker; a later start of
+             the run (a requeue racing the end, a resubmission) exits 0 at
+             once
+
+Slurm 22.05's behaviour behind these choices: ../shared/research/cluster_engines_2026.md.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import time
+from typing import Any, Dict, Optional
+
+import torch
+import torch.distributed
+
+from . import _C
+
+_log = logging.getLogger("stint")
+
+# STINT_SLURM_REQUEUE: "self" (default: rank 0 runs scontrol requeue at exit)
+# or "script" (the batch script requeues when srun exits 75).
+REQUEUE_ENV = "STINT_SLURM_REQUEUE"
+
+
+def under_slurm(launch: Dict[str, Any]) -> bool:
+    """Whether launch_env() says this process is a Slurm task of a job."""
+    return launch["launcher"] == "slurm" and bool(launch["job_id"])
+
+
+def job_end_time(launch: Dict[str, Any], group: Any = None) -> Optional[float]:
+    """The job's end (UNIX seconds), or None without a limit or when it
+    cannot be learnt (logged). With a group, rank 0 asks squeue and the
+    others get its answer (one all-reduce), so N tasks do not ask N times."""
+    end = float("-inf")
+    if group is None or torch.distributed.get_rank(group) == 0:
+        try:
+            got = _C.slurm_job_end_time(launch["job_id"])
+            end = got if got is not None else float("inf")
+        except _C.Error as e:
+            _log.warning("stint: the end time of Slurm job %s is unknown (%s); only signals "
+                         "will stop the run", launch["job_id"], e)
+    if group is not None:
+        from .resumable import _collective_device
+        t = torch.tensor([end], dtype=torch.float64, device=_collective_device(group))
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX, group=group)
+        end = float(t.item())
+    return end if end not in (float("inf"), float("-inf")) else None
+
+
+def requeue_at_exit(launch: Dict[str, Any], rank: int) -> None:
+    """After the stop's checkpoint: rank 0 requeues the job as this process
+    exits (unless the batch script does, STINT_SLURM_REQUEUE=script)."""
+    mode = os.environ.get(REQUEUE_ENV, "self")
+    if rank != 0 or mode == "script":
+        return
+    if mode != "self":
+        raise _C.InvalidArgumentError("%s=%r: must be 'self' or 'script'" % (REQUEUE_ENV, mode))
+    job = launch["job_id"]
+
+    def requeue() -> None:
+        try:
+            _C.slurm_requeue(job)
+            _log.warning("stint: requeued Slurm job %s (scontrol requeue)", job)
+        except _C.NotFoundError:
+            _log.warning("stint: no scontrol here: exiting %d for the batch script to requeue "
+                         "Slurm job %s", _C.EXIT_REQUEUE, job)
+        except _C.Error as e:
+            _log.warning("stint: scontrol requeue %s failed: %s", job, e)
+
+    atexit.register(requeue)
+
+
+class EndClock:
+    """Turns the job's end time into a notice at the step boundary from which
+    the last checkpoint still fits: the checkpoint's estimate, two steps and
+    the watcher's safety margin before the end."""
+
+    def __init__(self, end: float, safety: float) -> None:
+        self.end = end
+        self.safety = safety
+        self._last_boundary: Optional[float] = None
+        self._step_seconds = 0.0
+
+    def due(self, cost: Dict[str, Any]) -> Optional[float]:
+        """Seconds left to the end when the run must stop now, else None."""
+        now = time.time()
+        if self._last_boundary is not None:
+            self._step_seconds = max(self._step_seconds * 0.8, now - self._last_boundary)
+        self._last_boundary = now
+        bps = cost.get("bytes_per_second", 0.0)
+        save = cost.get("fixed_seconds", 0.0) + (cost["state_bytes"] / bps if bps > 0 else 10.0) \
+            if "state_bytes" in cost else 10.0
+        left = self.end - now
+        return left if left <= save + 2 * self._step_seconds + self.safety else None
