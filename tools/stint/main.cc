@@ -29,6 +29,7 @@
 
 #include "base/strings.h"
 #include "checkpoint/commit.h"
+#include "slurm_command.h"
 #include "format/manifest.h"
 #include "format/shard_layout.h"
 #include "stint/checkpoint_reader.h"
@@ -538,7 +539,19 @@ int RunVerify(const std::string& path_arg, bool all) {
 }  // namespace stint
 
 int main(int argc, char** argv) {
-  CLI::App app{"stint: list, inspect and verify stint checkpoints"};
+  // `stint slurm ...` takes sbatch's options and a command after `--`: its
+  // own parser (slurm_command.h), not CLI11's.
+  if (argc >= 2 && std::string(argv[1]) == "slurm") {
+    const std::vector<std::string> rest(argv + std::min(argc, 3), argv + argc);
+    const std::string sub = argc >= 3 ? argv[2] : "";
+    if (sub == "submit") return stint::RunSlurmSubmit(rest);
+    if (sub == "status") return stint::RunSlurmStatus(rest);
+    std::cerr << "usage: stint slurm submit [OPTIONS] -- COMMAND [ARG ...]\n"
+                 "       stint slurm status JOB [--root DIR]\n";
+    return stint::kExitUsage;
+  }
+  CLI::App app{"stint: list, inspect and verify stint checkpoints; submit and follow Slurm jobs "
+               "(stint slurm submit|status)"};
   app.require_subcommand(1);
   std::string path;
   bool json = false, all = false, all_shards = false;

@@ -1,0 +1,75 @@
+"""A data-parallel training job for the Slurm tests, run as one srun task
+per GPU (no torchrun): stint.Resumable initialises Gloo from Slurm's
+variables, checkpoints every SAVE_EVERY steps, stops on Slurm's notices and
+requeues the job; the final parameters' digest goes to OUT/final-rank<r>.
+
+    resumable_job.py ROOT OUT TOTAL_STEPS STEP_SECONDS
+
+Every start appends one line to OUT/starts: restart count, rank, world
+size, the step it resumed at; every stop one line to OUT/stops.
+"""
+
+import hashlib
+import logging
+import os
+import sys
+import time
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+import stint
+
+SAVE_EVERY = 20
+
+
+def _append(path, line):
+    with open(path, "a") as f:  # O_APPEND: one write per line, ranks do not interleave
+        f.write(line + "\n")
+
+
+def main(root, out, total, step_seconds):
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    torch.set_num_threads(1)
+    torch.manual_seed(0)  # the same initial model on every rank
+    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Dropout(0.25), torch.nn.Linear(32, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    sampler = stint.ResumableSampler(256, 8, seed=3)  # rank and world size from Slurm
+    run = stint.Resumable(root, model=model, optimizer=opt, sampler=sampler, save_every=SAVE_EVERY)
+    env = run.launch
+    rank = torch.distributed.get_rank()
+    torch.manual_seed(100 + rank)  # dropout differs per rank: the RNG is resumed per rank
+    ddp = DistributedDataParallel(model)
+    data = torch.randn(256, 8, generator=torch.Generator().manual_seed(7))
+    step = run.resume()
+    _append(os.path.join(out, "starts"), "restart=%d rank=%d world=%d step=%d at=%.3f" % (
+        env["restart_count"], rank, env["world_size"], step, time.time()))
+    while step < total:
+        for ids in sampler:
+            loss = ddp(data[ids]).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            step += 1
+            time.sleep(step_seconds)
+            if run.step_boundary(step):
+                _append(os.path.join(out, "stops"), "restart=%d rank=%d step=%d source=%s at=%.3f "
+                        "durable=%s" % (env["restart_count"], rank, step,
+                                        run.watcher.notice().source.replace(" ", "_"),
+                                        time.time(), run.last_durable_step))
+                run.close()
+                sys.exit(run.exit_code)
+            if step >= total:
+                break
+    run.finish(step)
+    digest = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(t.contiguous().numpy().tobytes())
+    with open(os.path.join(out, "final-rank%d" % rank), "w") as f:
+        f.write(digest.hexdigest())
+    run.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))

@@ -1,0 +1,152 @@
+"""stint on a real Slurm 22.05 cluster (tools/slurm/cluster.sh: a private
+munged, slurmctld and three `slurmd -N` nodes of four fake GPUs on this
+host), through the public surfaces: `stint slurm submit` and a training job
+of one srun task per GPU whose stint.Resumable does the rest.
+
+Slurm checks time limits and --signal every 30 s, so these tests take
+minutes; every wait has a deadline derived from that cadence.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+JOB = os.path.join(HERE, "resumable_job.py")
+CLUSTER_SH = os.path.join(REPO, "tools", "slurm", "cluster.sh")
+SLURM_TICK = 30  # seconds between Slurm's time-limit and --signal checks
+JOB_DEADLINE = 900  # seconds for a job's whole life, requeues included (a loaded 2-core host)
+
+
+def _stint_cli():
+    path = os.environ.get("STINT_CLI")
+    if not path:
+        pytest.skip("STINT_CLI (the stint binary) is not set: run through ctest")
+    return path
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A fresh cluster for this module; skipped, saying why, only where Slurm cannot run."""
+    if os.geteuid() != 0:
+        pytest.skip("a Slurm cluster needs root here (slurmd runs jobs as their users)")
+    missing = [t for t in ("slurmctld", "slurmd", "munged", "sbatch") if shutil.which(t) is None]
+    if missing:
+        pytest.skip("Slurm is not installed (%s missing): bash tools/setup.sh" % ", ".join(missing))
+    d = str(tmp_path_factory.mktemp("slurm") / "cluster")
+    prefix = "st%dn" % (os.getpid() % 100000)  # node names unique to this run (in /etc/hosts)
+    subprocess.run(["bash", CLUSTER_SH, "start", d, "--nodes", "3", "--gpus", "4",
+                    "--prefix", prefix], check=True, timeout=120)
+    # The jobs import the stint under test (sbatch passes the environment on).
+    env = dict(os.environ, SLURM_CONF=os.path.join(d, "slurm.conf"),
+               PYTHONPATH=os.environ.get("STINT_PYTHON_PATH", ""))
+    try:
+        yield env
+    finally:
+        subprocess.run(["bash", CLUSTER_SH, "stop", d], timeout=120)
+
+
+def _run(env, *args, timeout=60):
+    r = subprocess.run(list(args), env=env, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, "%s: exit %d\n%s%s" % (" ".join(args), r.returncode, r.stdout, r.stderr)
+    return r.stdout
+
+
+def _submit(env, root, out, total, step_seconds, *sbatch, lead=None):
+    """`stint slurm submit` of resumable_job.py; returns the job id."""
+    os.makedirs(out, exist_ok=True)
+    args = [_stint_cli(), "slurm", "submit", "--root", root, "--gpus-per-node", "2",
+            "--script", os.path.join(out, "job.sh"), "--nodes=2", "--output=" + os.path.join(out, "log")]
+    if lead is not None:
+        args += ["--lead", str(lead)]
+    args += list(sbatch) + ["--", sys.executable, JOB, root, out, str(total), str(step_seconds)]
+    said = _run(env, *args)
+    assert said.startswith("submitted Slurm job "), said
+    return said.split()[3]
+
+
+def _state(env, job):
+    """The job's state as squeue says (finished jobs stay listed: MinJobAge), and its reason."""
+    line = _run(env, "squeue", "-h", "-t", "all", "-j", job, "-o", "%T %r").strip()
+    state, _, reason = line.partition(" ")
+    return state, reason
+
+
+def _follow(env, job, out, deadline):
+    """Waits for the job to end; a requeued job is released at once (Slurm
+    holds a requeue about 120 s). Returns (final state, times released)."""
+    released = 0
+    while True:
+        state, reason = _state(env, job)
+        if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
+            return state, released
+        if state == "PENDING" and reason == "BeginTime":
+            _run(env, "scontrol", "update", "JobId=" + job, "StartTime=now")
+            released += 1
+        if time.monotonic() > deadline:
+            log = open(os.path.join(out, "log")).read() if os.path.exists(os.path.join(out, "log")) else ""
+            pytest.fail("job %s still %s (%s) at its deadline; log:\n%s" % (job, state, reason, log[-4000:]))
+        time.sleep(1)
+
+
+def _lines(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [dict(kv.split("=", 1) for kv in line.split()) for line in f if line.strip()]
+
+
+def _digests(out):
+    return [open(os.path.join(out, "final-rank%d" % r)).read() for r in range(4)]
+
+
+def test_a_job_warned_before_its_time_limit_checkpoints_requeues_and_resumes_bit_exactly(
+        cluster, tmp_path):
+    """2 nodes x 2 GPUs, Gloo, one srun task per GPU: --time=3 with
+    --signal=USR1@120 warns every task about a minute in; all stop at one
+    step with one checkpoint, exit 75, the batch script requeues, and the
+    next run resumes there. It ends bit-identical to an uninterrupted run of
+    the same job, and a requeue of the completed job does nothing."""
+    total, step_seconds = 700, 0.1
+    ref_root, ref_out = str(tmp_path / "ref-root"), str(tmp_path / "ref")
+    root, out = str(tmp_path / "root"), str(tmp_path / "run")
+    start = time.monotonic()
+    ref = _submit(cluster, ref_root, ref_out, total, 0.0, "--time=30")
+    job = _submit(cluster, root, out, total, step_seconds, "--time=3", lead=120)
+
+    state, released = _follow(cluster, job, out, start + JOB_DEADLINE)
+    log = open(os.path.join(out, "log")).read()
+    assert state == "COMPLETED", log[-4000:]
+    assert _follow(cluster, ref, ref_out, start + JOB_DEADLINE)[0] == "COMPLETED"
+
+    starts, stops = _lines(os.path.join(out, "starts")), _lines(os.path.join(out, "stops"))
+    restarts = sorted({int(s["restart"]) for s in starts})
+    assert len(restarts) >= 2 and released >= 1, (starts, stops)
+    # Every stop: all four ranks at one step, on Slurm's warning, durable there;
+    # the next run resumed every rank at that step.
+    for restart in restarts[:-1]:
+        at = {int(s["step"]) for s in stops if int(s["restart"]) == restart}
+        sources = {s["source"] for s in stops if int(s["restart"]) == restart}
+        assert len(at) == 1 and len([s for s in stops if int(s["restart"]) == restart]) == 4, stops
+        # Slurm's warning, the end time, or (a rank whose boundary came first) agreement.
+        assert sources <= {"signal_SIGUSR1", "Slurm_time_limit",
+                           "preemption_notice_on_another_rank"}, stops
+        resumed = {int(s["step"]) for s in starts if int(s["restart"]) == restart + 1}
+        assert resumed == at, (starts, stops)
+    assert "stint: requeueing Slurm job %s" % job in log
+    assert _digests(out) == _digests(ref_out)
+    assert len(set(_digests(out))) == 1
+
+    # The root knows who finished it; a requeue of the finished job runs nothing.
+    status = _run(cluster, _stint_cli(), "slurm", "status", job, "--root", root)
+    assert "complete at step %d" % total in status and '"slurm_job_id":"%s"' % job in status, status
+    _run(cluster, "scontrol", "requeue", job)
+    state, _ = _follow(cluster, job, out, time.monotonic() + 10 * SLURM_TICK)
+    assert state == "COMPLETED"
+    assert "the run is complete, nothing to do" in open(os.path.join(out, "log")).read()
+    assert _lines(os.path.join(out, "starts")) == starts  # no task started again

@@ -1,0 +1,227 @@
+#include "slurm_command.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "base/strings.h"
+#include "base/subprocess.h"
+#include "checkpoint/commit.h"
+#include "checkpoint/completion.h"
+#include "stint/env.h"
+#include "stint/version.h"
+
+namespace stint {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+
+int Usage(const std::string& why) {
+  std::cerr << "stint slurm: " << why << "\n"
+            << "usage: stint slurm submit [--root DIR] [--gpus-per-node N] [--lead S | "
+               "--checkpoint-seconds S]\n"
+            << "                          [--script PATH] [--dry-run] [--SBATCH-OPTION=VALUE ...] "
+               "-- COMMAND [ARG ...]\n"
+            << "       stint slurm status JOB [--root DIR]\n";
+  return kExitUsage;
+}
+
+// `text` single-quoted for sh.
+std::string ShellQuote(const std::string& text) {
+  std::string q = "'";
+  for (char c : text) {
+    if (c == '\'') {
+      q += "'\\''";
+    } else {
+      q += c;
+    }
+  }
+  return q + "'";
+}
+
+bool ParsePositive(const std::string& text, int* out) {
+  if (text.empty() || text.size() > 7 || text.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  *out = std::stoi(text);
+  return *out > 0;
+}
+
+Status WriteScript(const std::string& path, const std::string& text) {
+  STINT_RETURN_IF_ERROR(WriteStringToFileSync(Env::Default(), path, text));
+  if (chmod(path.c_str(), 0755) != 0) return Status::IoError("chmod " + path);
+  return Status::OK();
+}
+
+}  // namespace
+
+std::string SlurmBatchScript(const SlurmSubmitSpec& spec) {
+  std::string s = "#!/bin/bash\n";
+  s += "# Written by `stint slurm submit` (stint " STINT_VERSION_STRING "): one srun task per GPU,\n";
+  s += "# Slurm's notices to every task, a requeue when the tasks exit 75 (their\n";
+  s += "# checkpoint is durable), and nothing to do once the run is complete.\n";
+  s += "#SBATCH --requeue\n";
+  s += "#SBATCH --open-mode=append\n";
+  s += "#SBATCH --signal=USR1@" + std::to_string(spec.lead_seconds) + "\n";
+  if (spec.gpus_per_node > 0) {
+    s += "#SBATCH --ntasks-per-node=" + std::to_string(spec.gpus_per_node) + "\n";
+    s += "#SBATCH --gres=gpu:" + std::to_string(spec.gpus_per_node) + "\n";
+  }
+  for (const std::string& option : spec.sbatch) s += "#SBATCH " + option + "\n";
+  s += "\n";
+  // The tasks exit 75 and this script requeues: it works where scontrol is
+  // missing inside the tasks' container, and never before the tasks ended.
+  s += "export STINT_SLURM_REQUEUE=script\n";
+  s += "echo \"stint: Slurm job $SLURM_JOB_ID, restart ${SLURM_RESTART_COUNT:-0}, "
+       "$SLURM_NTASKS tasks on $SLURM_JOB_NODELIST\"\n";
+  if (!spec.root.empty()) {
+    const std::string complete = ShellQuote(spec.root + "/" + kCompleteName);
+    s += "if [ -e " + complete + " ]; then\n";
+    s += "  echo \"stint: the run is complete, nothing to do:\" " + complete + "\n";
+    s += "  exit 0\n";
+    s += "fi\n";
+  }
+  // A SIGTERM here (the time limit) must not end the script before the
+  // tasks: it would lose the requeue.
+  s += "trap 'echo \"stint: the batch script got SIGTERM; waiting for the tasks\"' TERM\n";
+  // USR1/USR2 ignored until the task's watcher installs its handlers: a
+  // notice during start-up (imports) must not kill the task; the job's end
+  // time covers a notice lost that way.
+  s += "srun --kill-on-bad-exit=1 /bin/sh -c 'trap \"\" USR1 USR2; exec \"$0\" \"$@\"'";
+  for (const std::string& arg : spec.command) s += " " + ShellQuote(arg);
+  s += " &\n";
+  s += "srun_pid=$!\n";
+  s += "wait \"$srun_pid\"; rc=$?\n";
+  s += "while [ \"$rc\" -gt 128 ] && kill -0 \"$srun_pid\" 2>/dev/null; do "
+       "wait \"$srun_pid\"; rc=$?; done\n";
+  s += "echo \"stint: the tasks exited $rc\"\n";
+  s += "if [ \"$rc\" = 75 ]; then\n";
+  s += "  echo \"stint: requeueing Slurm job $SLURM_JOB_ID\"\n";
+  s += "  scontrol requeue \"$SLURM_JOB_ID\"\n";
+  s += "fi\n";
+  s += "exit \"$rc\"\n";
+  return s;
+}
+
+int RunSlurmSubmit(const std::vector<std::string>& args) {
+  SlurmSubmitSpec spec;
+  std::string script;
+  bool dry_run = false;
+  int checkpoint_seconds = 0;
+  bool lead_given = false;
+  size_t i = 0;
+  auto value = [&](const std::string& flag, std::string* out) {
+    if (i + 1 >= args.size()) return false;
+    *out = args[++i];
+    (void)flag;
+    return true;
+  };
+  for (; i < args.size() && args[i] != "--"; ++i) {
+    const std::string& a = args[i];
+    std::string v;
+    if (a == "--root") {
+      if (!value(a, &spec.root)) return Usage("--root needs a directory");
+    } else if (a == "--script") {
+      if (!value(a, &script)) return Usage("--script needs a path");
+    } else if (a == "--dry-run") {
+      dry_run = true;
+    } else if (a == "--gpus-per-node" || a == "--lead" || a == "--checkpoint-seconds") {
+      int n = 0;
+      if (!value(a, &v) || !ParsePositive(v, &n)) return Usage(a + " needs a positive number");
+      if (a == "--gpus-per-node") spec.gpus_per_node = n;
+      if (a == "--lead") spec.lead_seconds = n, lead_given = true;
+      if (a == "--checkpoint-seconds") checkpoint_seconds = n;
+    } else if (a.rfind("--", 0) == 0 && a.find('=') != std::string::npos) {
+      spec.sbatch.push_back(a);
+    } else if (a.rfind("-", 0) == 0) {
+      return Usage("'" + a + "': give sbatch options as --option=value");
+    } else {
+      return Usage("'" + a + "' before --: the command goes after --");
+    }
+  }
+  if (i >= args.size() || i + 1 == args.size()) return Usage("no command after --");
+  spec.command.assign(args.begin() + static_cast<long>(i) + 1, args.end());
+  if (lead_given && checkpoint_seconds > 0)
+    return Usage("--lead and --checkpoint-seconds: give one");
+  // The warning must leave time for the step in progress, the checkpoint
+  // and its commit, and Slurm's 30 s signal resolution.
+  if (checkpoint_seconds > 0) spec.lead_seconds = 2 * checkpoint_seconds + 60;
+
+  const std::string text = SlurmBatchScript(spec);
+  if (dry_run) {
+    std::cout << text;
+    return kExitOk;
+  }
+  if (script.empty()) {
+    script = "stint-slurm-job-" + std::to_string(std::time(nullptr)) + "-" +
+             std::to_string(getpid()) + ".sh";
+  }
+  if (Status s = WriteScript(script, text); !s.ok()) {
+    std::cerr << "stint slurm submit: " << s.ToString() << "\n";
+    return kExitFailed;
+  }
+  Result<CommandOutput> out = RunCommand({"sbatch", "--parsable", script}, std::chrono::minutes(2));
+  if (!out.ok() || out->exit_code != 0) {
+    std::cerr << "stint slurm submit: sbatch " << script << ": "
+              << (out.ok() ? Trim(out->output) : out.status().ToString()) << "\n";
+    return kExitFailed;
+  }
+  std::cout << "submitted Slurm job " << Trim(out->output) << " (batch script " << script
+            << ")\n";
+  return kExitOk;
+}
+
+int RunSlurmStatus(const std::vector<std::string>& args) {
+  std::string job, root;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--root" && i + 1 < args.size()) {
+      root = args[++i];
+    } else if (job.empty() && args[i].rfind("-", 0) != 0) {
+      job = args[i];
+    } else {
+      return Usage("unexpected '" + args[i] + "'");
+    }
+  }
+  if (job.empty()) return Usage("status needs a job id");
+  int rc = kExitOk;
+  Result<CommandOutput> q = RunCommand(
+      {"squeue", "-h", "-j", job, "-o", "%i %T %M %l %D %R restarts=%Y"}, std::chrono::minutes(1));
+  if (q.ok() && q->exit_code == 0 && !Trim(q->output).empty()) {
+    std::cout << "job " << Trim(q->output) << "\n";
+  } else {
+    std::cout << "job " << job << ": not in squeue ("
+              << (q.ok() ? Trim(q->output) : q.status().ToString()) << ")\n";
+    rc = kExitFailed;
+  }
+  if (root.empty()) return rc;
+  Env* env = Env::Default();
+  Result<std::vector<uint64_t>> steps = ListCheckpointSteps(env, root);
+  if (!steps.ok()) {
+    std::cout << "root " << root << ": " << steps.status().ToString() << "\n";
+    return kExitFailed;
+  }
+  std::cout << "root " << root << ": " << steps->size() << " committed checkpoint"
+            << (steps->size() == 1 ? "" : "s");
+  if (!steps->empty()) std::cout << ", newest step " << steps->back();
+  std::cout << "\n";
+  Result<std::optional<CompletionMarker>> done = ReadCompletion(env, root);
+  if (!done.ok()) {
+    std::cout << "complete: " << done.status().ToString() << "\n";
+    return kExitFailed;
+  }
+  if (*done) {
+    std::cout << "complete at step " << (*done)->step << " " << (*done)->info << "\n";
+  } else {
+    std::cout << "not complete\n";
+  }
+  return rc;
+}
+
+}  // namespace stint

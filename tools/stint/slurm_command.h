@@ -1,0 +1,40 @@
+// `stint slurm submit` and `stint slurm status`: a training job on a Slurm
+// cluster with no stint service, through the batch script that does it right.
+#ifndef STINT_TOOLS_STINT_SLURM_COMMAND_H_
+#define STINT_TOOLS_STINT_SLURM_COMMAND_H_
+
+#include <string>
+#include <vector>
+
+namespace stint {
+
+// stint slurm submit [--root DIR] [--gpus-per-node N] [--lead S | --checkpoint-seconds S]
+//                    [--script PATH] [--dry-run] [--SBATCH-OPTION=VALUE ...] -- COMMAND [ARG ...]
+//
+// Writes a batch script (--requeue, --open-mode=append, --signal=USR1@lead
+// to every task, one srun task per GPU with --kill-on-bad-exit, the tasks
+// started with USR1/USR2 ignored until stint's watcher takes them,
+// STINT_SLURM_REQUEUE=script and `scontrol requeue` when srun exits 75, an
+// exit 0 at once when ROOT holds COMPLETE) and submits it with sbatch,
+// printing the job id; --dry-run prints the script instead. Options it does
+// not know go to sbatch as #SBATCH lines (--opt=value form). Returns the
+// exit code.
+int RunSlurmSubmit(const std::vector<std::string>& args);
+
+// stint slurm status JOB [--root DIR]: the job as squeue sees it, and the
+// root's checkpoints (newest first) and completion marker.
+int RunSlurmStatus(const std::vector<std::string>& args);
+
+// The script `submit` writes (exposed for its test).
+struct SlurmSubmitSpec {
+  std::string root;                  // "" when not given
+  int gpus_per_node = 0;             // 0: sbatch options decide the tasks
+  int lead_seconds = 120;            // --signal=USR1@lead
+  std::vector<std::string> sbatch;   // "--opt=value" lines
+  std::vector<std::string> command;  // what each task runs
+};
+std::string SlurmBatchScript(const SlurmSubmitSpec& spec);
+
+}  // namespace stint
+
+#endif  // STINT_TOOLS_STINT_SLURM_COMMAND_H_
