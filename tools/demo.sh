@@ -74,7 +74,10 @@ echo "== 3. the checkpoints, through the stint CLI"
 "$STINT" ls "$SPOT_CKPT"
 "$STINT" verify "$SPOT_CKPT" --all
 "$STINT" ls "$WORK/preempted"
-"$STINT" inspect "$WORK/preempted" | head -24
+# Into a file, then head: with pipefail a `| head` that closes early makes
+# the inspector die of SIGPIPE and the demo exit 141.
+"$STINT" inspect "$WORK/preempted" > "$WORK/inspect.txt"
+head -24 "$WORK/inspect.txt"
 "$STINT" verify "$WORK/preempted" --all
 
 echo "== 4. stint-bench --quick (ratios against fio and torch.save, same run)"
