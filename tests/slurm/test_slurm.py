@@ -150,3 +150,41 @@ def test_a_job_warned_before_its_time_limit_checkpoints_requeues_and_resumes_bit
     assert state == "COMPLETED"
     assert "the run is complete, nothing to do" in open(os.path.join(out, "log")).read()
     assert _lines(os.path.join(out, "starts")) == starts  # no task started again
+
+
+def test_a_preempted_job_checkpoints_in_its_grace_and_resumes_on_fewer_nodes(cluster, tmp_path):
+    """The low partition is preemptible (PreemptMode=REQUEUE, GraceTime):
+    a high-partition job that needs two whole nodes preempts the low job of
+    2 nodes x 2 GPUs. Its tasks get SIGTERM at once, stop at one step with a
+    checkpoint inside the grace and exit 75; the job is requeued and, with
+    --nodes=1-2, resumes on the one node left (world 4 -> 2) at that step,
+    then finishes with every sample of each epoch seen exactly once."""
+    total, step_seconds = 400, 0.1
+    root, out = str(tmp_path / "root"), str(tmp_path / "run")
+    start = time.monotonic()
+    job = _submit(cluster, root, out, total, step_seconds, "--nodes=1-2", "--time=30",
+                  "--partition=low")
+    # Wait until it trains (a checkpoint is committed), then preempt it.
+    while not _lines(os.path.join(out, "starts")) or not any(
+            n.startswith("step-") for n in (os.listdir(root) if os.path.isdir(root) else [])):
+        assert time.monotonic() < start + JOB_DEADLINE / 3, open(os.path.join(out, "log")).read()
+        time.sleep(1)
+    high = _run(cluster, "sbatch", "--parsable", "--partition=high", "--nodes=2", "--exclusive",
+                "--gres=gpu:4", "--time=30", "-o", os.path.join(str(tmp_path), "high.log"),
+                "--wrap", "sleep 1200").strip()
+    try:
+        state, released = _follow(cluster, job, out, start + JOB_DEADLINE)
+        log = open(os.path.join(out, "log")).read()
+        assert state == "COMPLETED", log[-4000:]
+    finally:
+        subprocess.run(["scancel", high], env=cluster, timeout=60)
+    starts, stops = _lines(os.path.join(out, "starts")), _lines(os.path.join(out, "stops"))
+    first = [s for s in stops if s["restart"] == "0"]
+    assert len(first) == 4 and len({s["step"] for s in first}) == 1, stops
+    assert {s["source"] for s in first} <= {"signal_SIGTERM", "preemption_notice_on_another_rank"}
+    stopped_at = int(first[0]["step"])
+    assert all(int(s["durable"]) == stopped_at for s in first), stops  # checkpointed in the grace
+    second = [s for s in starts if s["restart"] == "1"]
+    assert {int(s["world"]) for s in second} == {2} and {int(s["step"]) for s in second} == {stopped_at}
+    assert "stint: requeueing Slurm job %s" % job in log
+    assert len(set(_digests(out)[:2])) == 1  # the two ranks of the last run agree

@@ -191,10 +191,14 @@ int RunSlurmStatus(const std::vector<std::string>& args) {
   }
   if (job.empty()) return Usage("status needs a job id");
   int rc = kExitOk;
+  // Finished jobs too (for MinJobAge): -t all.
   Result<CommandOutput> q = RunCommand(
-      {"squeue", "-h", "-j", job, "-o", "%i %T %M %l %D %R restarts=%Y"}, std::chrono::minutes(1));
+      {"squeue", "-h", "-t", "all", "-j", job, "-O",
+       "JobId:12,State:12,TimeUsed:12,TimeLimit:12,NumNodes:7,RestartCnt:10,ReasonList:60"},
+      std::chrono::minutes(1));
   if (q.ok() && q->exit_code == 0 && !Trim(q->output).empty()) {
-    std::cout << "job " << Trim(q->output) << "\n";
+    std::cout << "JOB         STATE       USED        LIMIT       NODES  RESTARTS  NODES/REASON\n"
+              << Trim(q->output) << "\n";
   } else {
     std::cout << "job " << job << ": not in squeue ("
               << (q.ok() ? Trim(q->output) : q.status().ToString()) << ")\n";
