@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
@@ -63,6 +64,15 @@ class StintdAuthTest : public ::testing::Test {
     EXPECT_EQ(r.status, 201) << r.text;
     if (token != nullptr) *token = r.body.value("registration_token", "");
     return r.body.value("id", int64_t{0});
+  }
+  // Nodes n1 (pool p1) and n2 (pool p2); n1 gets a token of its own, and
+  // `*n1` a client holding it. n2 is the shared agent token's.
+  void TwoNodesN1WithItsOwnToken(std::unique_ptr<HttpJson>* n1) {
+    AddNode("n1", "p1");
+    AddNode("n2", "p2");
+    auto issued = admin_->Post("/v1/nodes/n1/token", json::object());
+    ASSERT_EQ(issued.status, 201) << issued.text;
+    *n1 = std::make_unique<HttpJson>(daemon_->port(), issued.body["token"].get<std::string>());
   }
   // Node `name` lending GPU 0 to `pool` (made too) until an hour from now,
   // with the shared agent token.
@@ -186,11 +196,9 @@ TEST_F(StintdAuthTest, ASegmentTokenReachesItsJobOnlyWhileTheSegmentRuns) {
 
 TEST_F(StintdAuthTest, AgentsReadOnlyTheJobsOnTheirNodeAndOnlyAdminsSeeLaunchEnv) {
   ASSERT_NO_FATAL_FAILURE(Start());
-  AddNode("n1", "p1");
-  AddNode("n2", "p2");
-  auto issued = admin_->Post("/v1/nodes/n1/token", json::object());
-  ASSERT_EQ(issued.status, 201) << issued.text;
-  HttpJson n1(daemon_->port(), issued.body["token"].get<std::string>());
+  std::unique_ptr<HttpJson> n1_client;
+  ASSERT_NO_FATAL_FAILURE(TwoNodesN1WithItsOwnToken(&n1_client));
+  HttpJson& n1 = *n1_client;
   json launch = {{"launch", {{"command", {"/bin/true"}}, {"env", {{"HF_TOKEN", "hush"}}}}}};
   const int64_t on_n1 = Submit("p1", nullptr, launch);
   const int64_t on_n2 = Submit("p2", nullptr, launch);
@@ -241,11 +249,9 @@ TEST_F(StintdAuthTest, AgentsReadOnlyTheJobsOnTheirNodeAndOnlyAdminsSeeLaunchEnv
 
 TEST_F(StintdAuthTest, AgentsListOnlyTheirNodesJobsInSegmentsQueueAndNodes) {
   ASSERT_NO_FATAL_FAILURE(Start());
-  AddNode("n1", "p1");
-  AddNode("n2", "p2");
-  auto issued = admin_->Post("/v1/nodes/n1/token", json::object());
-  ASSERT_EQ(issued.status, 201) << issued.text;
-  HttpJson n1(daemon_->port(), issued.body["token"].get<std::string>());
+  std::unique_ptr<HttpJson> n1_client;
+  ASSERT_NO_FATAL_FAILURE(TwoNodesN1WithItsOwnToken(&n1_client));
+  HttpJson& n1 = *n1_client;
   const int64_t on_n1 = Submit("p1", nullptr, {{"name", "visible-on-n1"}});
   const int64_t on_n2 = Submit("p2", nullptr, {{"name", "secret-on-n2"}});
   RunningSegment(on_n1);

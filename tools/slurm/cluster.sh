@@ -64,6 +64,23 @@ all_idle() {
   [ "$(echo "$states" | awk '$2 == "idle"' | sort -u | wc -l)" -eq "$NODES" ]
 }
 
+# Removes the /etc/hosts lines of clusters whose directory is gone, and of
+# an earlier cluster in this DIR (runs killed before their stop), in place
+# (/etc/hosts may be a bind mount).
+prune_hosts() {
+  local kept="" line dir changed=0
+  while IFS= read -r line; do
+    dir=$(sed -n 's/.*# stint-slurm \(.*\)$/\1/p' <<< "$line")
+    if [ -n "$dir" ] && { [ ! -d "$dir" ] || [ "$dir" = "$DIR" ]; }; then
+      changed=1
+      continue
+    fi
+    kept+="$line"$'\n'
+  done < /etc/hosts
+  [ "$changed" = 1 ] && printf '%s' "$kept" > /etc/hosts
+  return 0
+}
+
 start() {
   [ "$(id -u)" = 0 ] || die "needs root (slurmd starts jobs as their users)"
   for tool in munged mungekey slurmctld slurmd sinfo sbatch; do
@@ -73,6 +90,7 @@ start() {
   mkdir -p "$DIR"/{munge,state,spool,log,dev,run}
   chmod 700 "$DIR/munge"
   DIR=$(cd "$DIR" && pwd)
+  prune_hosts
 
   # munge: a private key and socket (the system's munged is not ours to use).
   mungekey -c -k "$DIR/munge/munge.key" >/dev/null
