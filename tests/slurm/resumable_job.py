@@ -39,7 +39,9 @@ def main(root, out, total, step_seconds):
     env = run.launch
     rank = torch.distributed.get_rank()
     torch.manual_seed(100 + rank)  # dropout differs per rank: the RNG is resumed per rank
-    ddp = DistributedDataParallel(model)
+    # No bucket rebuild (README, "DDP and FSDP"): a restarted DDP would sum the
+    # first step's gradients of 4 ranks in another order than the run it resumes.
+    ddp = DistributedDataParallel(model, find_unused_parameters=True)
     data = torch.randn(256, 8, generator=torch.Generator().manual_seed(7))
     step = run.resume()
     _append(os.path.join(out, "starts"), "restart=%d rank=%d world=%d step=%d at=%.3f" % (

@@ -173,6 +173,12 @@ def test_a_preempted_job_checkpoints_in_its_grace_and_resumes_on_fewer_nodes(clu
                 "--gres=gpu:4", "--time=30", "-o", os.path.join(str(tmp_path), "high.log"),
                 "--wrap", "sleep 1200").strip()
     try:
+        # Slurm 22.05 requeues a job with the node, task and CPU counts of its
+        # last allocation (--nodes=1-2 became 2): let it start on one node.
+        while _state(cluster, job)[0] != "PENDING" or not _lines(os.path.join(out, "stops")):
+            assert time.monotonic() < start + JOB_DEADLINE / 2, open(os.path.join(out, "log")).read()
+            time.sleep(1)
+        _run(cluster, "scontrol", "update", "JobId=" + job, "NumNodes=1", "NumTasks=2", "NumCPUs=2")
         state, released = _follow(cluster, job, out, start + JOB_DEADLINE)
         log = open(os.path.join(out, "log")).read()
         assert state == "COMPLETED", log[-4000:]
@@ -181,7 +187,10 @@ def test_a_preempted_job_checkpoints_in_its_grace_and_resumes_on_fewer_nodes(clu
     starts, stops = _lines(os.path.join(out, "starts")), _lines(os.path.join(out, "stops"))
     first = [s for s in stops if s["restart"] == "0"]
     assert len(first) == 4 and len({s["step"] for s in first}) == 1, stops
-    assert {s["source"] for s in first} <= {"signal_SIGTERM", "preemption_notice_on_another_rank"}
+    # preempt_send_user_signal: Slurm sends the job's --signal (USR1) in place
+    # of the grace's first SIGTERM.
+    assert {s["source"] for s in first} <= {"signal_SIGUSR1", "signal_SIGTERM",
+                                            "preemption_notice_on_another_rank"}, stops
     stopped_at = int(first[0]["step"])
     assert all(int(s["durable"]) == stopped_at for s in first), stops  # checkpointed in the grace
     second = [s for s in starts if s["restart"] == "1"]
