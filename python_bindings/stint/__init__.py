@@ -57,7 +57,10 @@ EXIT_DO_NOT_REQUEUE: int = _C.EXIT_DO_NOT_REQUEUE  # 76: a fatal error a restart
 
 
 def launch_env() -> Dict[str, Any]:
-    """{'rank', 'world_size', 'local_rank', 'launcher'} from torchrun's or Slurm's environment."""
+    """{'rank', 'world_size', 'local_rank', 'node_rank', 'launcher', 'master_addr',
+    'master_port', 'job_id', 'restart_count'} from torchrun's or Slurm's environment
+    (under Slurm the master is the first host of SLURM_JOB_NODELIST and the port
+    15000 + job id mod 10000, unless MASTER_ADDR / MASTER_PORT are set)."""
     return _C.launch_env()
 
 
