@@ -41,18 +41,23 @@ class RankCommitTest : public ::testing::Test {
 
   // Runs `world` ranks to completion (each bounded: a hung rank fails the test).
   // `step`: what a save saves; for a load only a name for the start barrier.
+  // `timeouts`: a rank's own commit_timeout in ms, where it is not `timeout_ms`.
   std::vector<RankRun> Run(const std::string& mode, int world, uint64_t step,
-                           const std::map<int, std::string>& faults = {}, int64_t timeout_ms = 0) {
+                           const std::map<int, std::string>& faults = {}, int64_t timeout_ms = 0,
+                           const std::map<int, int64_t>& timeouts = {}) {
     std::vector<std::unique_ptr<ChildProcess>> children;
     auto t0 = std::chrono::steady_clock::now();
     for (int r = 0; r < world; ++r) {
       auto fault = faults.find(r);
+      auto own_timeout = timeouts.find(r);
       children.push_back(std::make_unique<ChildProcess>(
           STINT_RANK_SAVER,
           std::vector<std::string>{mode, dir_.path(), std::to_string(store_->getPort()),
                                    std::to_string(r), std::to_string(world), std::to_string(step),
                                    fault == faults.end() ? "none" : fault->second,
-                                   std::to_string(timeout_ms)}));
+                                   std::to_string(own_timeout == timeouts.end()
+                                                      ? timeout_ms
+                                                      : own_timeout->second)}));
     }
     std::vector<RankRun> runs(world);
     for (int r = 0; r < world; ++r) {
@@ -220,6 +225,17 @@ TEST_F(RankCommitTest, AFastRankWaitsForASlowRanksLoad) {
     ASSERT_TRUE(loads[r].ok()) << All(loads);
     EXPECT_NE(loads[r].output.find("loaded 1 "), std::string::npos) << All(loads);
   }
+}
+
+TEST_F(RankCommitTest, EveryRankWaitsForTheDecisionByTheCommittersDeadline) {
+  // Rank 1's own deadline (1.5 s) is far shorter than the committer's
+  // (60 s), whose persist takes 6 s: rank 1 must wait by the committer's
+  // deadline, published with the save, not give up by its own while rank 0
+  // commits.
+  auto runs = Run("save", 2, 7, {{0, "slowwrite@6000"}}, 60000, {{1, 1500}});
+  for (const auto& r : runs) EXPECT_TRUE(r.ok()) << All(runs);
+  EXPECT_EQ(Committed(), std::vector<uint64_t>({7})) << All(runs);
+  ExpectVerifies(7);
 }
 
 TEST_F(RankCommitTest, EnospcOnOneRankFailsEveryRankAndCommitsNothing) {

@@ -13,7 +13,8 @@
 // rank's data file); "kill@N": SIGKILL itself at its N-th operation (file
 // system or channel), so the test can stop a rank at any point of a save;
 // "slowread@MS": the first file this rank opens to read takes MS ms more (a
-// rank whose load is slow); "eio@BYTES": this rank's writes fail with EIO
+// rank whose load is slow); "slowwrite@MS": the same for the first file it
+// opens to write (a rank whose persist is slow); "eio@BYTES": this rank's writes fail with EIO
 // once BYTES were written (a failing disk mid-save); "eioread@SUFFIX":
 // opening a file whose path ends with SUFFIX to read fails with EIO (an
 // unreadable file of one step, e.g. "step-00000004/rank-00001.stint").
@@ -69,8 +70,9 @@ class Killer {
 
 class KillingEnv final : public EnvWrapper {
  public:
-  KillingEnv(Env* base, Killer* killer, std::chrono::milliseconds read_delay)
-      : EnvWrapper(base), killer_(killer), read_delay_(read_delay) {}
+  KillingEnv(Env* base, Killer* killer, std::chrono::milliseconds read_delay,
+             std::chrono::milliseconds write_delay)
+      : EnvWrapper(base), killer_(killer), read_delay_(read_delay), write_delay_(write_delay) {}
   Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
       const std::string& path, const FileOptions& options) override {
     if (!delayed_.exchange(true)) std::this_thread::sleep_for(read_delay_);  // the fault
@@ -79,6 +81,7 @@ class KillingEnv final : public EnvWrapper {
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
                                                         const FileOptions& options) override {
     killer_->Tick();
+    if (!write_delayed_.exchange(true)) std::this_thread::sleep_for(write_delay_);  // the fault
     return EnvWrapper::NewWritableFile(path, options);
   }
   Status CreateDir(const std::string& path) override {
@@ -97,7 +100,9 @@ class KillingEnv final : public EnvWrapper {
  private:
   Killer* const killer_;
   const std::chrono::milliseconds read_delay_;
+  const std::chrono::milliseconds write_delay_;
   std::atomic<bool> delayed_{false};
+  std::atomic<bool> write_delayed_{false};
 };
 
 class KillingChannel final : public CommitChannel {
@@ -151,7 +156,9 @@ int Run(int argc, char** argv) {
   FaultEnv fault_env(Env::Default());
   const auto read_delay = std::chrono::milliseconds(
       fault.rfind("slowread@", 0) == 0 ? std::strtoll(fault.c_str() + 9, nullptr, 10) : 0);
-  KillingEnv env(&fault_env, &killer, read_delay);
+  const auto write_delay = std::chrono::milliseconds(
+      fault.rfind("slowwrite@", 0) == 0 ? std::strtoll(fault.c_str() + 10, nullptr, 10) : 0);
+  KillingEnv env(&fault_env, &killer, read_delay, write_delay);
   if (fault == "enospc") fault_env.FailWritesAfterBytes(4096, ENOSPC);
   if (fault == "fsync") fault_env.FailNthSync(1);
   if (fault.rfind("eio@", 0) == 0)

@@ -55,10 +55,12 @@ def main(root, out, total, step_seconds):
             step += 1
             time.sleep(step_seconds)
             if run.step_boundary(step):
+                notice = run.watcher.notice()
+                # age: from the notice (the signal's arrival) to here, the checkpoint durable.
                 _append(os.path.join(out, "stops"), "restart=%d rank=%d step=%d source=%s at=%.3f "
-                        "durable=%s" % (env["restart_count"], rank, step,
-                                        run.watcher.notice().source.replace(" ", "_"),
-                                        time.time(), run.last_durable_step))
+                        "age=%.3f durable=%s" % (env["restart_count"], rank, step,
+                                                 notice.source.replace(" ", "_"), time.time(),
+                                                 notice.seconds_since_received, run.last_durable_step))
                 run.close()
                 sys.exit(run.exit_code)
             if step >= total:

@@ -101,8 +101,8 @@ def _lines(path):
         return [dict(kv.split("=", 1) for kv in line.split()) for line in f if line.strip()]
 
 
-def _digests(out):
-    return [open(os.path.join(out, "final-rank%d" % r)).read() for r in range(4)]
+def _digests(out, world=4):
+    return [open(os.path.join(out, "final-rank%d" % r)).read() for r in range(world)]
 
 
 def test_a_job_warned_before_its_time_limit_checkpoints_requeues_and_resumes_bit_exactly(
@@ -196,4 +196,4 @@ def test_a_preempted_job_checkpoints_in_its_grace_and_resumes_on_fewer_nodes(clu
     second = [s for s in starts if s["restart"] == "1"]
     assert {int(s["world"]) for s in second} == {2} and {int(s["step"]) for s in second} == {stopped_at}
     assert "stint: requeueing Slurm job %s" % job in log
-    assert len(set(_digests(out)[:2])) == 1  # the two ranks of the last run agree
+    assert len(set(_digests(out, world=2))) == 1  # the two ranks of the last run agree
