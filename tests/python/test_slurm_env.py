@@ -16,8 +16,8 @@ import stint.distributed
 WORKER_TIMEOUT = 240  # seconds per process: torch imported on a loaded machine
 
 
-def _slurm_env(procid, ntasks, job_id, nodelist, **extra):
-    env = {k: v for k, v in os.environ.items()
+def _slurm_env(procid, ntasks, job_id, nodelist, base=None, **extra):
+    env = {k: v for k, v in (base or os.environ).items()
            if not k.startswith(("SLURM_", "MASTER_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK"))}
     env.update(SLURM_PROCID=str(procid), SLURM_NTASKS=str(ntasks), SLURM_LOCALID=str(procid),
                SLURM_NODEID="0", SLURM_JOB_ID=str(job_id), SLURM_JOB_NODELIST=nodelist,
@@ -57,7 +57,7 @@ torch.distributed.destroy_process_group()
 '''
 
 
-def test_two_srun_tasks_form_a_gloo_group_from_slurms_variables(tmp_path):
+def test_two_srun_tasks_form_a_gloo_group_from_slurms_variables(tmp_path, python_env):
     # A free port stands in for 15000 + job id mod 10000 (it may be taken here).
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -69,7 +69,7 @@ def test_two_srun_tasks_form_a_gloo_group_from_slurms_variables(tmp_path):
     script.write_text(_WORKER)
     procs = [subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True,
-                              env=_slurm_env(r, 2, job_id, "localhost", **extra))
+                              env=_slurm_env(r, 2, job_id, "localhost", python_env, **extra))
              for r in range(2)]
     outs = []
     for p in procs:

@@ -72,6 +72,9 @@ TEST(C10dCommitChannelTest, AReadOfAKeyDeletedAfterCheckEndsAtTheCallersDeadline
   auto server = ServeStore(kStoreTimeout);
   C10dCommitChannel channel(c10::make_intrusive<VanishingKeyStore>(server), "test TCPStore");
   ASSERT_OK(channel.Set("decision", "{}"));
+  // A set is not acknowledged; a check on the same connection is answered
+  // after it, so the channel's own connection then finds the key.
+  ASSERT_TRUE(server->check({"decision"}));
 
   const Clock::time_point start = Clock::now();
   Result<std::optional<std::string>> got =
@@ -89,6 +92,7 @@ TEST(C10dCommitChannelTest, AReadOfAKeyDeletedAfterCheckEndsAtTheCallersDeadline
   // shortened timeout: a later read of a present key on a plain store works.
   C10dCommitChannel plain(server, "test TCPStore");
   ASSERT_OK(plain.Set("answer/1", "7"));
+  ASSERT_TRUE(server->check({"answer/1"}));  // the set is in (see above)
   auto answer = plain.GetBy("answer/1", Clock::now() + std::chrono::seconds(60));
   ASSERT_OK(answer);
   ASSERT_TRUE(answer->has_value());
