@@ -142,6 +142,9 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 MpiDefault=none
 SlurmdParameters=config_overrides
+# Long RPC timeouts: on a loaded host a launch that times out is retried and
+# the node refuses the retry ("Job credential replayed", the step fails).
+MessageTimeout=60
 ReturnToService=2
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
