@@ -127,7 +127,10 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 AuthInfo=socket=$DIR/munge/munge.socket
-CredType=cred/munge
+# Job credentials unsigned: the nodes share one munged here, whose replay
+# cache refuses the same credential decoded for a second node ("Job
+# credential replayed", seen under load). RPCs stay authenticated by munge.
+CredType=cred/none
 StateSaveLocation=$DIR/state
 SlurmdSpoolDir=$DIR/spool/%n
 SlurmctldPidFile=$DIR/run/slurmctld.pid
@@ -192,10 +195,17 @@ stop() {
     kill -KILL "$pid" 2>/dev/null || true
   done
   # Job processes slurmd started and left behind (linuxproc tracks by
-  # parentage only): those whose environment names this cluster.
+  # parentage only): those of a job (SLURM_JOB_ID) of this cluster, never
+  # this script or the shell that runs it (they may have SLURM_CONF too).
+  local pid env_text
   for p in /proc/[0-9]*; do
-    if grep -qs "SLURM_CONF=$DIR/slurm.conf" "$p/environ" 2>/dev/null; then
-      kill -KILL "${p#/proc/}" 2>/dev/null || true
+    pid=${p#/proc/}
+    [ "$pid" = $$ ] || [ "$pid" = "$PPID" ] && continue
+    # (2> first: a process that is gone, or not ours to read, is skipped quietly)
+    env_text=$(tr '\0' '\n' 2>/dev/null < "$p/environ") || continue
+    if grep -qx "SLURM_CONF=$DIR/slurm.conf" <<< "$env_text" &&
+       grep -q "^SLURM_JOB_ID=" <<< "$env_text"; then
+      kill -KILL "$pid" 2>/dev/null || true
     fi
   done
   if grep -q "# stint-slurm $DIR\$" /etc/hosts; then
