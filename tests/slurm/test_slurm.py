@@ -81,10 +81,17 @@ def _follow(env, job, out, deadline):
     """Waits for the job to end; a requeued job is released at once (Slurm
     holds a requeue about 120 s). Returns (final state, times released)."""
     released = 0
+    final_since = None
     while True:
         state, reason = _state(env, job)
+        # A job being requeued passes through CANCELLED ("due to job
+        # requeue") on its way back to PENDING: final only once it stays.
         if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
-            return state, released
+            final_since = final_since or time.monotonic()
+            if time.monotonic() - final_since >= 10:
+                return state, released
+        else:
+            final_since = None
         if state == "PENDING" and reason == "BeginTime":
             _run(env, "scontrol", "update", "JobId=" + job, "StartTime=now")
             released += 1
