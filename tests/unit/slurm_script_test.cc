@@ -34,7 +34,9 @@ TEST(SlurmBatchScript, RequeueSignalsTasksAndCompletion) {
   // A finished run exits 0 before any task starts; 75 is requeued.
   EXPECT_TRUE(Has(s, "if [ -e '/ckpt/run 7/COMPLETE' ]; then")) << s;
   EXPECT_TRUE(Has(s, "if [ \"$rc\" = 75 ]; then")) << s;
-  EXPECT_TRUE(Has(s, "scontrol requeue \"$SLURM_JOB_ID\"")) << s;
+  EXPECT_TRUE(Has(s, "if scontrol requeue \"$SLURM_JOB_ID\"; then")) << s;
+  // ...and waits to be ended by it, not exiting 75 first.
+  EXPECT_LT(s.find("scontrol requeue"), s.find("sleep 60 & wait $!")) << s;
   EXPECT_LT(s.find("if [ -e"), s.find("srun --")) << s;
 }
 

@@ -104,7 +104,12 @@ std::string SlurmBatchScript(const SlurmSubmitSpec& spec) {
   s += "echo \"stint: the tasks exited $rc\"\n";
   s += "if [ \"$rc\" = 75 ]; then\n";
   s += "  echo \"stint: requeueing Slurm job $SLURM_JOB_ID\"\n";
-  s += "  scontrol requeue \"$SLURM_JOB_ID\"\n";
+  // The requeue ends this script. Exiting first races it: the job could
+  // end as FAILED (exit 75) before Slurm requeues it (seen under load).
+  s += "  if scontrol requeue \"$SLURM_JOB_ID\"; then\n";
+  s += "    for _ in 1 2 3 4 5 6 7 8 9 10; do sleep 60 & wait $!; done\n";
+  s += "    echo \"stint: Slurm did not end the requeued job within 10 minutes\"\n";
+  s += "  fi\n";
   s += "fi\n";
   s += "exit \"$rc\"\n";
   return s;
