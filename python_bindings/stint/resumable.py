@@ -353,7 +353,7 @@ class Resumable:
         self._reap()
         if self.watcher is not None:
             self.watcher.keep_until_exit()
-        self.checkpointer.mark_complete(step, self._launch_info())
+        self.checkpointer.mark_complete(step, dict(self._launch_info(), unix_time=time.time()))
 
     def close(self) -> None:
         """Waits for pending saves, closes the checkpointer, uninstalls the watcher."""
@@ -373,9 +373,10 @@ class Resumable:
     # -- internals ---------------------------------------------------------------------
 
     def _launch_info(self) -> Dict[str, Any]:
-        """Who ran this: the launcher, the Slurm job id and restart count."""
+        """Who ran this: the launcher, the Slurm job id and restart count (no
+        time: two runs of the same job save the same state)."""
         info: Dict[str, Any] = {"launcher": self.launch["launcher"],
-                                "world_size": self.launch["world_size"], "unix_time": time.time()}
+                                "world_size": self.launch["world_size"]}
         if self._slurm:
             info.update(slurm_job_id=self.launch["job_id"],
                         slurm_restart_count=self.launch["restart_count"])

@@ -114,9 +114,12 @@ def test_grace_from_the_environment_is_validated(monkeypatch):
 
 
 def test_launch_env(monkeypatch):
-    for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"):
+    for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
+              "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(v, raising=False)
-    assert stint.launch_env() == {"rank": 0, "world_size": 1, "local_rank": 0, "launcher": "none"}
+    assert stint.launch_env() == {"rank": 0, "world_size": 1, "local_rank": 0, "node_rank": 0,
+                                  "launcher": "none", "master_addr": "", "master_port": 0,
+                                  "job_id": "", "restart_count": 0}
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("LOCAL_RANK", "1")
