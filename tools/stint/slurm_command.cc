@@ -122,24 +122,24 @@ int RunSlurmSubmit(const std::vector<std::string>& args) {
   int checkpoint_seconds = 0;
   bool lead_given = false;
   size_t i = 0;
-  auto value = [&](const std::string& flag, std::string* out) {
+  // The value after a flag; false when there is none.
+  auto value = [&](std::string* out) {
     if (i + 1 >= args.size()) return false;
     *out = args[++i];
-    (void)flag;
     return true;
   };
   for (; i < args.size() && args[i] != "--"; ++i) {
     const std::string& a = args[i];
     std::string v;
     if (a == "--root") {
-      if (!value(a, &spec.root)) return Usage("--root needs a directory");
+      if (!value(&spec.root)) return Usage("--root needs a directory");
     } else if (a == "--script") {
-      if (!value(a, &script)) return Usage("--script needs a path");
+      if (!value(&script)) return Usage("--script needs a path");
     } else if (a == "--dry-run") {
       dry_run = true;
     } else if (a == "--gpus-per-node" || a == "--lead" || a == "--checkpoint-seconds") {
       int n = 0;
-      if (!value(a, &v) || !ParsePositive(v, &n)) return Usage(a + " needs a positive number");
+      if (!value(&v) || !ParsePositive(v, &n)) return Usage(a + " needs a positive number");
       if (a == "--gpus-per-node") spec.gpus_per_node = n;
       if (a == "--lead") spec.lead_seconds = n, lead_given = true;
       if (a == "--checkpoint-seconds") checkpoint_seconds = n;
