@@ -34,10 +34,27 @@ int ExitCode(int status) {
   return -1;
 }
 
+// The caller's environment with `env` applied, as "NAME=value" strings.
+std::vector<std::string> Environment(const CommandEnv& env) {
+  auto changed = [&](const std::string& entry) {
+    const std::string name = entry.substr(0, entry.find('='));
+    for (const std::string& u : env.unset)
+      if (u == name) return true;
+    for (const auto& [k, v] : env.set)
+      if (k == name) return true;
+    return false;
+  };
+  std::vector<std::string> out;
+  for (char** e = environ; *e != nullptr; e++)
+    if (!changed(*e)) out.emplace_back(*e);
+  for (const auto& [k, v] : env.set) out.push_back(k + "=" + v);
+  return out;
+}
+
 }  // namespace
 
 Result<CommandOutput> RunCommand(const std::vector<std::string>& argv,
-                                 std::chrono::milliseconds timeout) {
+                                 std::chrono::milliseconds timeout, const CommandEnv& env) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const std::string line = CommandLine(argv);
   int fds[2];
@@ -58,8 +75,12 @@ Result<CommandOutput> RunCommand(const std::vector<std::string>& argv,
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  std::vector<std::string> vars = Environment(env);
+  std::vector<char*> envp;
+  for (std::string& v : vars) envp.push_back(v.data());
+  envp.push_back(nullptr);
   pid_t pid = 0;
-  const int spawned = posix_spawnp(&pid, args[0], &actions, &attr, args.data(), environ);
+  const int spawned = posix_spawnp(&pid, args[0], &actions, &attr, args.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   close(fds[1]);

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "stint/status.h"
@@ -17,13 +18,20 @@ struct CommandOutput {
   std::string output;  // stdout and stderr together, at most 1 MiB kept
 };
 
-// Runs argv (argv[0] looked up in PATH) with stdin from /dev/null and waits
-// at most `timeout` for it to exit. kNotFound when argv[0] is not found;
+// Changes to the command's environment (the caller's otherwise).
+struct CommandEnv {
+  std::vector<std::string> unset;                           // names removed
+  std::vector<std::pair<std::string, std::string>> set;  // added or replaced
+};
+
+// Runs argv (argv[0] looked up in PATH) with stdin from /dev/null, the
+// caller's environment changed by `env`, and waits at most `timeout` for it
+// to exit. kNotFound when argv[0] is not found;
 // kDeadlineExceeded (the command is then SIGKILLed and reaped) naming the
 // command; kIoError for a failed syscall. A non-zero exit is not an error
 // here: the caller reads exit_code. REQUIRES: !argv.empty().
 Result<CommandOutput> RunCommand(const std::vector<std::string>& argv,
-                                 std::chrono::milliseconds timeout);
+                                 std::chrono::milliseconds timeout, const CommandEnv& env = {});
 
 }  // namespace stint
 

@@ -24,9 +24,9 @@ Result<SystemTime> FromUnixSeconds(const std::string& what, const std::string& t
   return SystemTime(std::chrono::seconds(seconds));
 }
 
-// squeue's %e: "2026-12-05T06:10:00" in local time; "NONE", "N/A",
-// "Unknown" or "INVALID" when there is no end.
-Result<std::optional<SystemTime>> FromSqueueTime(const std::string& job, const std::string& text) {
+}  // namespace
+
+Result<std::optional<SystemTime>> ParseSlurmTime(const std::string& text) {
   if (text == "NONE" || text == "N/A" || text == "Unknown" || text == "INVALID" ||
       text == "UNLIMITED") {
     return std::optional<SystemTime>();
@@ -34,19 +34,15 @@ Result<std::optional<SystemTime>> FromSqueueTime(const std::string& job, const s
   tm parts{};
   const char* rest = strptime(text.c_str(), "%Y-%m-%dT%H:%M:%S", &parts);
   if (rest == nullptr || *rest != '\0') {
-    return Status::InvalidArgument("squeue's end time of Slurm job " + job + " '" + text +
-                                   "' is not YYYY-MM-DDTHH:MM:SS");
+    return Status::InvalidArgument("Slurm time '" + text + "' is not YYYY-MM-DDTHH:MM:SS");
   }
   parts.tm_isdst = -1;
   const time_t t = mktime(&parts);
   if (t == static_cast<time_t>(-1)) {
-    return Status::InvalidArgument("squeue's end time of Slurm job " + job + " '" + text +
-                                   "' is not a local time");
+    return Status::InvalidArgument("Slurm time '" + text + "' is not a local time");
   }
   return std::optional<SystemTime>(std::chrono::system_clock::from_time_t(t));
 }
-
-}  // namespace
 
 Result<std::optional<SystemTime>> SlurmJobEndTime(const std::string& job_id,
                                                   std::chrono::milliseconds timeout) {
@@ -61,7 +57,9 @@ Result<std::optional<SystemTime>> SlurmJobEndTime(const std::string& job_id,
     return Status::NotFound("squeue -j " + job_id + " (exit " + std::to_string(out.exit_code) +
                             "): " + (text.empty() ? "no such job" : text));
   }
-  return FromSqueueTime(job_id, text);
+  Result<std::optional<SystemTime>> end = ParseSlurmTime(text);
+  if (!end.ok()) return end.status().WithContext("squeue's end time of Slurm job " + job_id);
+  return end;
 }
 
 Status SlurmRequeue(const std::string& job_id, std::chrono::milliseconds timeout) {

@@ -26,6 +26,27 @@ TEST(RunCommandTest, CapturesOutputAndExitStatus) {
   EXPECT_EQ(out->exit_code, 128 + SIGTERM);
 }
 
+TEST(RunCommandTest, TheEnvironmentIsTheCallersChanged) {
+  // What stintd --slurm relies on: sbatch gets the workers' secrets and
+  // never stintd's own tokens.
+  ASSERT_EQ(setenv("STINT_TEST_KEPT", "kept", 1), 0);
+  ASSERT_EQ(setenv("STINT_TEST_DROPPED", "secret", 1), 0);
+  ASSERT_EQ(setenv("STINT_TEST_REPLACED", "old", 1), 0);
+  CommandEnv env;
+  env.unset = {"STINT_TEST_DROPPED"};
+  env.set = {{"STINT_TEST_REPLACED", "new"}, {"STINT_TEST_ADDED", "a b=c"}};
+  Result<CommandOutput> out = RunCommand(
+      {"sh", "-c",
+       "echo \"$STINT_TEST_KEPT|${STINT_TEST_DROPPED-unset}|$STINT_TEST_REPLACED|"
+       "$STINT_TEST_ADDED\"; env | grep -c '^STINT_TEST_REPLACED='"},
+      milliseconds(60000), env);
+  unsetenv("STINT_TEST_KEPT");
+  unsetenv("STINT_TEST_DROPPED");
+  unsetenv("STINT_TEST_REPLACED");
+  ASSERT_OK(out);
+  EXPECT_EQ(out->output, "kept|unset|new|a b=c\n1\n");
+}
+
 TEST(RunCommandTest, AMissingProgramIsNotFound) {
   Result<CommandOutput> out = RunCommand({"stint-no-such-program"}, milliseconds(60000));
   ASSERT_FALSE(out.ok());

@@ -5,8 +5,9 @@ requeues the job; the final parameters' digest goes to OUT/final-rank<r>.
 
     resumable_job.py ROOT OUT TOTAL_STEPS STEP_SECONDS
 
-Every start appends one line to OUT/starts: restart count, rank, world
-size, the step it resumed at; every stop one line to OUT/stops.
+Every start appends one line to OUT/starts: restart count, the stintd
+segment (under stintd --slurm, else -), rank, world size, the step it
+resumed at; every stop one line to OUT/stops.
 """
 
 import hashlib
@@ -34,7 +35,10 @@ def main(root, out, total, step_seconds):
     torch.manual_seed(0)  # the same initial model on every rank
     model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Dropout(0.25), torch.nn.Linear(32, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    sampler = stint.ResumableSampler(256, 8, seed=3)  # rank and world size from Slurm
+    # Under srun stint.Resumable would do it; under stintd --slurm the ranks
+    # come as torchrun's variables.
+    stint.distributed.init_from_env()
+    sampler = stint.ResumableSampler(256, 8, seed=3)  # rank and world size from the launcher
     run = stint.Resumable(root, model=model, optimizer=opt, sampler=sampler, save_every=SAVE_EVERY)
     env = run.launch
     rank = torch.distributed.get_rank()
@@ -44,8 +48,9 @@ def main(root, out, total, step_seconds):
     ddp = DistributedDataParallel(model, find_unused_parameters=True)
     data = torch.randn(256, 8, generator=torch.Generator().manual_seed(7))
     step = run.resume()
-    _append(os.path.join(out, "starts"), "restart=%d rank=%d world=%d step=%d at=%.3f" % (
-        env["restart_count"], rank, env["world_size"], step, time.time()))
+    segment = os.environ.get("STINT_SEGMENT_ID", "-")
+    _append(os.path.join(out, "starts"), "restart=%d segment=%s rank=%d world=%d step=%d at=%.3f" % (
+        env["restart_count"], segment, rank, env["world_size"], step, time.time()))
     while step < total:
         for ids in sampler:
             loss = ddp(data[ids]).pow(2).mean()
@@ -57,8 +62,8 @@ def main(root, out, total, step_seconds):
             if run.step_boundary(step):
                 notice = run.watcher.notice()
                 # age: from the notice (the signal's arrival) to here, the checkpoint durable.
-                _append(os.path.join(out, "stops"), "restart=%d rank=%d step=%d source=%s at=%.3f "
-                        "age=%.3f durable=%s" % (env["restart_count"], rank, step,
+                _append(os.path.join(out, "stops"), "restart=%d segment=%s rank=%d step=%d source=%s "
+                        "at=%.3f age=%.3f durable=%s" % (env["restart_count"], segment, rank, step,
                                                  notice.source.replace(" ", "_"), time.time(),
                                                  notice.seconds_since_received, run.last_durable_step))
                 run.close()

@@ -8,71 +8,43 @@ minutes; every wait has a deadline derived from that cadence.
 """
 
 import os
-import shutil
 import subprocess
 import sys
 import time
 
 import pytest
 
+from conftest import digests, lines, run, slurm_cluster, tool
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
 JOB = os.path.join(HERE, "resumable_job.py")
-CLUSTER_SH = os.path.join(REPO, "tools", "slurm", "cluster.sh")
 SLURM_TICK = 30  # seconds between Slurm's time-limit and --signal checks
 JOB_DEADLINE = 900  # seconds for a job's whole life, requeues included (a loaded 2-core host)
 
 
-def _stint_cli():
-    path = os.environ.get("STINT_CLI")
-    if not path:
-        pytest.skip("STINT_CLI (the stint binary) is not set: run through ctest")
-    return path
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """A fresh cluster for this module; skipped, saying why, only where Slurm cannot run."""
-    if os.geteuid() != 0:
-        pytest.skip("a Slurm cluster needs root here (slurmd runs jobs as their users)")
-    missing = [t for t in ("slurmctld", "slurmd", "munged", "sbatch") if shutil.which(t) is None]
-    if missing:
-        pytest.skip("Slurm is not installed (%s missing): bash tools/setup.sh" % ", ".join(missing))
-    d = str(tmp_path_factory.mktemp("slurm") / "cluster")
-    prefix = "st%dn" % (os.getpid() % 100000)  # node names unique to this run (in /etc/hosts)
-    subprocess.run(["bash", CLUSTER_SH, "start", d, "--nodes", "3", "--gpus", "4",
-                    "--prefix", prefix], check=True, timeout=120)
-    # The jobs import the stint under test (sbatch passes the environment on).
-    env = dict(os.environ, SLURM_CONF=os.path.join(d, "slurm.conf"),
-               PYTHONPATH=os.environ.get("STINT_PYTHON_PATH", ""))
-    try:
+    """3 nodes x 4 GPUs, fresh for this module."""
+    with slurm_cluster(tmp_path_factory, nodes=3, gpus=4) as (env, _):
         yield env
-    finally:
-        subprocess.run(["bash", CLUSTER_SH, "stop", d], timeout=120)
-
-
-def _run(env, *args, timeout=60):
-    r = subprocess.run(list(args), env=env, capture_output=True, text=True, timeout=timeout)
-    assert r.returncode == 0, "%s: exit %d\n%s%s" % (" ".join(args), r.returncode, r.stdout, r.stderr)
-    return r.stdout
 
 
 def _submit(env, root, out, total, step_seconds, *sbatch, lead=None):
     """`stint slurm submit` of resumable_job.py; returns the job id."""
     os.makedirs(out, exist_ok=True)
-    args = [_stint_cli(), "slurm", "submit", "--root", root, "--gpus-per-node", "2",
+    args = [tool("STINT_CLI"), "slurm", "submit", "--root", root, "--gpus-per-node", "2",
             "--script", os.path.join(out, "job.sh"), "--nodes=2", "--output=" + os.path.join(out, "log")]
     if lead is not None:
         args += ["--lead", str(lead)]
     args += list(sbatch) + ["--", sys.executable, JOB, root, out, str(total), str(step_seconds)]
-    said = _run(env, *args)
+    said = run(env, *args)
     assert said.startswith("submitted Slurm job "), said
     return said.split()[3]
 
 
 def _state(env, job):
     """The job's state as squeue says (finished jobs stay listed: MinJobAge), and its reason."""
-    line = _run(env, "squeue", "-h", "-t", "all", "-j", job, "-o", "%T %r").strip()
+    line = run(env, "squeue", "-h", "-t", "all", "-j", job, "-o", "%T %r").strip()
     state, _, reason = line.partition(" ")
     return state, reason
 
@@ -93,23 +65,12 @@ def _follow(env, job, out, deadline):
         else:
             final_since = None
         if state == "PENDING" and reason == "BeginTime":
-            _run(env, "scontrol", "update", "JobId=" + job, "StartTime=now")
+            run(env, "scontrol", "update", "JobId=" + job, "StartTime=now")
             released += 1
         if time.monotonic() > deadline:
             log = open(os.path.join(out, "log")).read() if os.path.exists(os.path.join(out, "log")) else ""
             pytest.fail("job %s still %s (%s) at its deadline; log:\n%s" % (job, state, reason, log[-4000:]))
         time.sleep(1)
-
-
-def _lines(path):
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [dict(kv.split("=", 1) for kv in line.split()) for line in f if line.strip()]
-
-
-def _digests(out, world=4):
-    return [open(os.path.join(out, "final-rank%d" % r)).read() for r in range(world)]
 
 
 def test_a_job_warned_before_its_time_limit_checkpoints_requeues_and_resumes_bit_exactly(
@@ -131,7 +92,7 @@ def test_a_job_warned_before_its_time_limit_checkpoints_requeues_and_resumes_bit
     assert state == "COMPLETED", log[-4000:]
     assert _follow(cluster, ref, ref_out, start + JOB_DEADLINE)[0] == "COMPLETED"
 
-    starts, stops = _lines(os.path.join(out, "starts")), _lines(os.path.join(out, "stops"))
+    starts, stops = lines(os.path.join(out, "starts")), lines(os.path.join(out, "stops"))
     restarts = sorted({int(s["restart"]) for s in starts})
     assert len(restarts) >= 2 and released >= 1, (starts, stops)
     # Every stop: all four ranks at one step, on Slurm's warning, durable there;
@@ -146,17 +107,17 @@ def test_a_job_warned_before_its_time_limit_checkpoints_requeues_and_resumes_bit
         resumed = {int(s["step"]) for s in starts if int(s["restart"]) == restart + 1}
         assert resumed == at, (starts, stops)
     assert "stint: requeueing Slurm job %s" % job in log
-    assert _digests(out) == _digests(ref_out)
-    assert len(set(_digests(out))) == 1
+    assert digests(out, 4) == digests(ref_out, 4)
+    assert len(set(digests(out, 4))) == 1
 
     # The root knows who finished it; a requeue of the finished job runs nothing.
-    status = _run(cluster, _stint_cli(), "slurm", "status", job, "--root", root)
+    status = run(cluster, tool("STINT_CLI"), "slurm", "status", job, "--root", root)
     assert "complete at step %d" % total in status and '"slurm_job_id":"%s"' % job in status, status
-    _run(cluster, "scontrol", "requeue", job)
+    run(cluster, "scontrol", "requeue", job)
     state, _ = _follow(cluster, job, out, time.monotonic() + 10 * SLURM_TICK)
     assert state == "COMPLETED"
     assert "the run is complete, nothing to do" in open(os.path.join(out, "log")).read()
-    assert _lines(os.path.join(out, "starts")) == starts  # no task started again
+    assert lines(os.path.join(out, "starts")) == starts  # no task started again
 
 
 def test_a_preempted_job_checkpoints_in_its_grace_and_resumes_on_fewer_nodes(cluster, tmp_path):
@@ -172,26 +133,26 @@ def test_a_preempted_job_checkpoints_in_its_grace_and_resumes_on_fewer_nodes(clu
     job = _submit(cluster, root, out, total, step_seconds, "--nodes=1-2", "--time=30",
                   "--partition=low")
     # Wait until it trains (a checkpoint is committed), then preempt it.
-    while not _lines(os.path.join(out, "starts")) or not any(
+    while not lines(os.path.join(out, "starts")) or not any(
             n.startswith("step-") for n in (os.listdir(root) if os.path.isdir(root) else [])):
         assert time.monotonic() < start + JOB_DEADLINE / 3, open(os.path.join(out, "log")).read()
         time.sleep(1)
-    high = _run(cluster, "sbatch", "--parsable", "--partition=high", "--nodes=2", "--exclusive",
+    high = run(cluster, "sbatch", "--parsable", "--partition=high", "--nodes=2", "--exclusive",
                 "--gres=gpu:4", "--time=30", "-o", os.path.join(str(tmp_path), "high.log"),
                 "--wrap", "sleep 1200").strip()
     try:
         # Slurm 22.05 requeues a job with the node, task and CPU counts of its
         # last allocation (--nodes=1-2 became 2): let it start on one node.
-        while _state(cluster, job)[0] != "PENDING" or not _lines(os.path.join(out, "stops")):
+        while _state(cluster, job)[0] != "PENDING" or not lines(os.path.join(out, "stops")):
             assert time.monotonic() < start + JOB_DEADLINE / 2, open(os.path.join(out, "log")).read()
             time.sleep(1)
-        _run(cluster, "scontrol", "update", "JobId=" + job, "NumNodes=1", "NumTasks=2", "NumCPUs=2")
+        run(cluster, "scontrol", "update", "JobId=" + job, "NumNodes=1", "NumTasks=2", "NumCPUs=2")
         state, released = _follow(cluster, job, out, start + JOB_DEADLINE)
         log = open(os.path.join(out, "log")).read()
         assert state == "COMPLETED", log[-4000:]
     finally:
         subprocess.run(["scancel", high], env=cluster, timeout=60)
-    starts, stops = _lines(os.path.join(out, "starts")), _lines(os.path.join(out, "stops"))
+    starts, stops = lines(os.path.join(out, "starts")), lines(os.path.join(out, "stops"))
     first = [s for s in stops if s["restart"] == "0"]
     assert len(first) == 4 and len({s["step"] for s in first}) == 1, stops
     # preempt_send_user_signal: Slurm sends the job's --signal (USR1) in place
@@ -203,4 +164,4 @@ def test_a_preempted_job_checkpoints_in_its_grace_and_resumes_on_fewer_nodes(clu
     second = [s for s in starts if s["restart"] == "1"]
     assert {int(s["world"]) for s in second} == {2} and {int(s["step"]) for s in second} == {stopped_at}
     assert "stint: requeueing Slurm job %s" % job in log
-    assert len(set(_digests(out, world=2))) == 1  # the two ranks of the last run agree
+    assert len(set(digests(out, 2))) == 1  # the two ranks of the last run agree

@@ -148,7 +148,9 @@ SlurmdParameters=config_overrides
 # Long RPC timeouts: on a loaded host a launch that times out is retried and
 # the node refuses the retry ("Job credential replayed", the step fails).
 MessageTimeout=60
-ReturnToService=2
+# An admin's DOWN holds until RESUME (the node-down tests); a node DOWN for
+# not responding returns once its slurmd registers again.
+ReturnToService=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 GresTypes=gpu

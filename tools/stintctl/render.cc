@@ -159,7 +159,8 @@ std::string RenderTeams(const Json& reply) {
 std::string RenderNodes(const Json& reply) {
   const Json& nodes = List(reply, "nodes");
   if (nodes.empty()) return "no nodes\n";
-  Table t({"NODE", "POOL", "GPUS", "STATE", "WINDOW", "KIND", "TOKEN", "ALLOCATED", "RUNNING"});
+  Table t({"NODE", "EXECUTOR", "POOL", "GPUS", "STATE", "WINDOW", "KIND", "TOKEN", "ALLOCATED",
+           "RUNNING"});
   auto indices = [](const Json& list) {
     std::string out;
     for (const Json& g : list.is_array() ? list : Json::array())
@@ -175,14 +176,16 @@ std::string RenderNodes(const Json& reply) {
     for (const Json& r : n.value("running", Json::array())) {
       running += (running.empty() ? "" : "; ") + std::string("job ") + Cell(r, "job_id") + " " +
                  Cell(r, "job_name") + " (segment " + Cell(r, "segment_id") + ", GPUs " +
-                 indices(r.value("gpus", Json::array())) + ")";
+                 indices(r.value("gpus", Json::array())) +
+                 (r.contains("external_id") ? ", " + Cell(r, "external_id") : std::string()) + ")";
     }
     // An admin's window on the node (API.md, "Windows on nodes"), which
     // its agent may not have joined yet.
     const bool declared = w.value("declared", false);
     std::string state = open ? (w.value("closed_early", false) ? "closing" : "open") : "closed";
     if (open && declared && !w.value("joined", false)) state += ", no agent yet";
-    t.AddRow({Cell(n, "name"), Cell(n, "pool"), gpus.empty() ? "-" : gpus, state, Cell(w, "id"),
+    t.AddRow({Cell(n, "name"), n.value("executor", std::string("stint-agent")), Cell(n, "pool"),
+              gpus.empty() ? "-" : gpus, state, Cell(w, "id"),
               Cell(w, "kind") + (declared ? " (admin)" : ""),
               n.value("own_token", false) ? "own" : "shared", Cell(w, "allocated_gpus"),
               running.empty() ? "-" : running});
@@ -210,7 +213,7 @@ std::string RenderSegments(const Json& reply, int64_t now_ms) {
   const Json& segments = List(reply, "segments");
   if (segments.empty()) return "no segments\n";
   Table t({"ID", "JOB", "STATE", "GPUS", "WINDOWS", "TOKEN", "START", "PLANNED_END", "NOTICE",
-           "DEADLINE", "ENDED"});
+           "DEADLINE", "ENDED", "RUNS_AS"});
   for (const Json& s : segments) {
     std::string notice = Cell(s, "notice_reason");
     if (notice == "none") notice = "-";
@@ -229,7 +232,9 @@ std::string RenderSegments(const Json& reply, int64_t now_ms) {
     t.AddRow({Cell(s, "id"), Cell(s, "job_id"), Cell(s, "state"), Cell(s, "gpus"), AllocsCell(s),
               Cell(s, "fencing_token"), TimeCell(s, "start_ms", now_ms),
               TimeCell(s, "planned_end_ms", now_ms), notice, deadline,
-              TimeCell(s, "ended_ms", now_ms)});
+              TimeCell(s, "ended_ms", now_ms),
+              // stintd --slurm: "slurm:1234"; stint-agent's segments have none.
+              s.is_object() && s.contains("external_id") ? Cell(s, "external_id") : "-"});
   }
   return t.Render();
 }

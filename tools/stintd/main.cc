@@ -19,6 +19,7 @@
 #include "stintd/server/auth.h"
 #include "stintd/server/coordinator.h"
 #include "stintd/server/http_api.h"
+#include "stintd/slurm/slurm_executor.h"
 
 using namespace stint;
 using namespace stint::stintd;
@@ -48,6 +49,9 @@ struct Flags {
   std::string master_ports = "29500-29999";
   CoordinatorOptions options;
   HttpOptions http;
+  bool slurm = false;
+  SlurmExecutorOptions slurm_options;
+  double slurm_poll_seconds = 2;
 };
 
 // The server's flags: where it listens and keeps its state, tokens, TLS,
@@ -207,6 +211,48 @@ void AddSchedulingFlags(CLI::App& app, Flags* f) {
       ->check(CLI::Range(1, 1000000));
 }
 
+// stintd over Slurm (slurm_executor.h): Slurm runs the segments on the
+// nodes of the given partitions, no stint-agent there.
+void AddSlurmFlags(CLI::App& app, Flags* f) {
+  SlurmExecutorOptions& o = f->slurm_options;
+  app.add_flag("--slurm", f->slurm,
+               "run segments as Slurm jobs on the nodes of --slurm-partition (sinfo, squeue, "
+               "sbatch and scancel in PATH, SLURM_CONF as for them)");
+  app.add_option("--slurm-partition", o.partitions,
+                 "a Slurm partition whose GPU nodes lend windows, in the pool of its name "
+                 "(repeat for several)");
+  app.add_option("--slurm-coord-url", o.coord_url,
+                 "where the workers reach stintd (default: --listen's address)");
+  app.add_option("--slurm-workdir", o.workdir,
+                 "batch scripts and the jobs' output (default: the --db file's path with .slurm "
+                 "added); must be readable where batch scripts start")
+      ->capture_default_str();
+  app.add_option("--slurm-tag", o.tag,
+                 "Slurm job names are stint.TAG.SEGMENT: two stintds on one cluster need two tags")
+      ->capture_default_str();
+  app.add_option("--slurm-poll-seconds", f->slurm_poll_seconds,
+                 "how often Slurm is read (a window never outlives its node by more)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 60.0));
+  app.add_option("--slurm-notice-lead-seconds", o.notice_lead_seconds,
+                 "notice a node window gives its segments when the node drains or leaves")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--slurm-margin-seconds", o.margin_seconds,
+                 "a segment's Slurm time limit ends this long before its window")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--slurm-start-timeout-seconds", o.start_timeout_seconds,
+                 "a segment's Slurm job still pending after this long is cancelled and the job "
+                 "queued again")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--slurm-exit-grace-seconds", o.exit_grace_seconds,
+                 "after one worker exits, the others' time to end by themselves (srun --wait)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+}
+
 // Checks the parsed flags and fills in what they imply (--listen's host and
 // port, the MASTER_PORT range, the logs dir). False, with a message on
 // stderr, on a bad flag.
@@ -262,6 +308,13 @@ bool ResolveFlags(Flags* f) {
   }
   f->options.db_path = f->db;
   f->http.logs_dir = f->logs_dir.empty() ? f->db + ".logs" : f->logs_dir;
+  if (f->slurm_options.workdir.empty()) f->slurm_options.workdir = f->db + ".slurm";
+  f->slurm_options.poll_interval =
+      std::chrono::milliseconds(static_cast<int64_t>(f->slurm_poll_seconds * 1000));
+  if (!f->slurm && !f->slurm_options.partitions.empty()) {
+    std::fprintf(stderr, "stintd: --slurm-partition needs --slurm\n");
+    return false;
+  }
   return true;
 }
 
@@ -304,6 +357,29 @@ int Serve(Flags* f) {
     served = (*api)->Serve();
     if (!served.ok()) kill(getpid(), SIGTERM);  // wakes the sigwait below
   });
+  std::unique_ptr<SlurmExecutor> slurm;
+  if (f->slurm) {
+    SlurmExecutorOptions o = f->slurm_options;
+    if (o.coord_url.empty()) {
+      // A wildcard address is reachable at this host's name.
+      std::string host = f->http.host;
+      if (host == "0.0.0.0" || host == "::" || host.empty()) {
+        char name[256] = {};
+        gethostname(name, sizeof(name) - 1);
+        host = name;
+      }
+      o.coord_url = std::string(f->http.tls_cert.empty() ? "http://" : "https://") + host + ":" +
+                    std::to_string((*api)->port());
+    }
+    Result<std::unique_ptr<SlurmExecutor>> started =
+        SlurmExecutor::Start(coordinator->get(), std::move(o));
+    if (!started.ok()) {
+      (*api)->Stop();
+      server.join();
+      return fail(started.status().WithContext("--slurm"));
+    }
+    slurm = std::move(*started);
+  }
   std::printf("stintd: listening on %s:%d%s\n", f->http.host.c_str(), (*api)->port(),
               f->http.tls_cert.empty() ? "" : " (https)");
   std::fflush(stdout);
@@ -315,6 +391,7 @@ int Serve(Flags* f) {
     return fail(StatusFromErrno("sigwait", err));
   }
   std::fprintf(stderr, "stintd: %s received, stopping\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  slurm.reset();  // its Slurm jobs run on; a restarted stintd finds them by name
   (*api)->Stop();
   server.join();
   api->reset();
@@ -332,6 +409,7 @@ int main(int argc, char** argv) {
   Flags flags;
   AddServerFlags(app, &flags);
   AddSchedulingFlags(app, &flags);
+  AddSlurmFlags(app, &flags);
   CLI11_PARSE(app, argc, argv);
   if (!ResolveFlags(&flags)) return 2;
   return Serve(&flags);

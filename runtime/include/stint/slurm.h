@@ -39,6 +39,12 @@ Result<std::optional<std::chrono::system_clock::time_point>> SlurmJobEndTime(
 Status SlurmRequeue(const std::string& job_id,
                     std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
+// A time as Slurm's CLIs print it: "2026-12-05T06:10:00", the controller's
+// local time. nullopt for NONE, N/A, Unknown, INVALID and UNLIMITED;
+// kInvalidArgument naming the text otherwise.
+Result<std::optional<std::chrono::system_clock::time_point>> ParseSlurmTime(
+    const std::string& text);
+
 }  // namespace stint
 
 #endif  // STINT_INCLUDE_STINT_SLURM_H_

@@ -160,6 +160,16 @@ class Coordinator {
   enum class NodeToken { kNoCredential, kMatch, kMismatch };
   NodeToken CheckNodeToken(const std::string& name, const std::string& random) const;
 
+  // Soft labels from an executor other than stint-agent (stintd --slurm):
+  // the executor of node `node` ("slurm") and the id it gave segment
+  // `segment_id` ("slurm:1234"), for /v1/nodes, /v1/segments and the
+  // dashboard. Not persisted: the executor labels again after a restart.
+  // Thread-safe. An empty id removes the segment's label.
+  void LabelNode(const std::string& node, const std::string& executor);
+  void LabelSegment(int64_t segment_id, const std::string& external_id);
+  std::string NodeLabel(const std::string& node) const;  // "" for none
+  std::string SegmentLabel(int64_t segment_id) const;    // "" for none
+
   // Worker requests.
   // Each registration gets a fresh secret (worker_secret.h): `*secret` is
   // the only copy, the store keeps its hash. REQUIRES: secret != nullptr.
@@ -288,6 +298,10 @@ class Coordinator {
   // Soft: segment id -> windows whose node reported exit 0 (guarded by
   // write_mu_); a lost entry only delays completion until the agents repeat.
   std::map<int64_t, std::set<int64_t>> exited_ok_;
+
+  mutable std::mutex labels_mu_;
+  std::map<std::string, std::string> node_labels_;   // guarded by labels_mu_
+  std::map<int64_t, std::string> segment_labels_;  // guarded by labels_mu_
 
   // Long-polls wait for event_seq_ to move.
   mutable std::mutex event_mu_;

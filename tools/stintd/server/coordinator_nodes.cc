@@ -307,6 +307,32 @@ Result<Window> Coordinator::CloseNode(const std::string& node) {
   return state_.windows.at(id);
 }
 
+void Coordinator::LabelNode(const std::string& node, const std::string& executor) {
+  std::lock_guard<std::mutex> lock(labels_mu_);
+  node_labels_[node] = executor;
+}
+
+void Coordinator::LabelSegment(int64_t segment_id, const std::string& external_id) {
+  std::lock_guard<std::mutex> lock(labels_mu_);
+  if (external_id.empty()) {
+    segment_labels_.erase(segment_id);
+  } else {
+    segment_labels_[segment_id] = external_id;
+  }
+}
+
+std::string Coordinator::NodeLabel(const std::string& node) const {
+  std::lock_guard<std::mutex> lock(labels_mu_);
+  auto it = node_labels_.find(node);
+  return it == node_labels_.end() ? std::string() : it->second;
+}
+
+std::string Coordinator::SegmentLabel(int64_t segment_id) const {
+  std::lock_guard<std::mutex> lock(labels_mu_);
+  auto it = segment_labels_.find(segment_id);
+  return it == segment_labels_.end() ? std::string() : it->second;
+}
+
 TimeMs Coordinator::NodeLastHeartbeat(int64_t window_id) const {
   std::lock_guard<std::mutex> lock(beats_mu_);
   auto it = node_beats_.find(window_id);

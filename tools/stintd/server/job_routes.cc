@@ -126,7 +126,7 @@ void AddJobViewRoutes(Routes* routes) {
           if (reader.admin) r.body["registration_token"] = tokens->JobToken(id);
           json segments = json::array();
           for (const auto& [sid, seg] : s.segments) {
-            if (seg.job_id == id) segments.push_back(ToJson(seg));
+            if (seg.job_id == id) segments.push_back(SegmentJson(*c, seg));
           }
           r.body["segments"] = segments;
           auto rdzv = s.rendezvous.find(id);
@@ -186,7 +186,7 @@ void AddQueueRoute(Routes* routes) {
              {"name", j.name},
              {"team", j.team},
              {"priority", PriorityName(j.priority)},
-             {"segment", seg == s.segments.end() ? json(nullptr) : ToJson(seg->second)}});
+             {"segment", seg == s.segments.end() ? json(nullptr) : SegmentJson(*c, seg->second)}});
       }
       r.body = {{"now_ms", now},
                 {"pending", pending},

@@ -193,10 +193,13 @@ void AddNodeListRoute(Routes* routes) {
               entry["job_id"] = seg.job_id;
               entry["job_name"] = job != s.jobs.end() ? job->second.name : "";
             }
+            if (std::string ext = c->SegmentLabel(sid); !ext.empty()) entry["external_id"] = ext;
             running.push_back(entry);
           }
         }
+        const std::string executor = c->NodeLabel(name);
         nodes.push_back({{"name", name},
+                         {"executor", executor.empty() ? "stint-agent" : executor},
                          {"own_token", s.node_credentials.count(name) > 0},
                          {"pool", w->pool},
                          {"gpus", w->node_gpus},

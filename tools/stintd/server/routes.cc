@@ -6,7 +6,15 @@
 #include <string>
 #include <utility>
 
+#include "stintd/server/json_model.h"
+
 namespace stint::stintd {
+
+nlohmann::json SegmentJson(const Coordinator& c, const Segment& seg) {
+  nlohmann::json j = ToJson(seg);
+  if (std::string ext = c.SegmentLabel(seg.id); !ext.empty()) j["external_id"] = ext;
+  return j;
+}
 
 void Routes::Add(Method method, const char* pattern, Access access, Handler handler) {
   const std::string route_pattern = pattern;

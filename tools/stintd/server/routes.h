@@ -57,6 +57,11 @@ class Routes {
 };
 
 // Each resource's routes, one file each (<resource>_routes.cc).
+// A segment as the routes answer it: ToJson(seg) with, for a segment an
+// executor other than stint-agent runs, its "external_id" (stintd --slurm:
+// "slurm:1234").
+nlohmann::json SegmentJson(const Coordinator& c, const Segment& seg);
+
 void InstallMetricsRoutes(Routes* routes);  // /healthz, /dashboard, /metrics
 void InstallWindowRoutes(Routes* routes);   // pools, windows, teams
 void InstallJobRoutes(Routes* routes);      // jobs, the queue

@@ -1,0 +1,522 @@
+#include "stintd/slurm/slurm_executor.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "base/subprocess.h"
+#include "common/launch_spec.h"
+#include "stint/env.h"
+
+extern char** environ;
+
+namespace stint::stintd {
+namespace {
+
+// What a worker task does before the user's command (bash, no single
+// quotes: it is passed quoted): its rank's registration, ranks and GPUs
+// from the per-rank lists the executor put in the job's environment.
+constexpr const char kTaskPrelude[] = R"(r=$SLURM_PROCID
+ids=($STINT_WORKER_IDS); secrets=($STINT_WORKER_SECRETS); tokens=($STINT_FENCING_TOKENS)
+locals=($STINT_LOCAL_RANKS); sizes=($STINT_LOCAL_WORLD_SIZES)
+export RANK=$r LOCAL_RANK=${locals[$r]} LOCAL_WORLD_SIZE=${sizes[$r]}
+export STINT_WORKER_ID=${ids[$r]} STINT_WORKER_SECRET=${secrets[$r]} STINT_FENCING_TOKEN=${tokens[$r]}
+export STINT_WORKER_NAME=$SLURMD_NODENAME:$r
+unset STINT_WORKER_IDS STINT_WORKER_SECRETS STINT_FENCING_TOKENS STINT_LOCAL_RANKS STINT_LOCAL_WORLD_SIZES
+if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+  IFS=, read -ra d <<< "$CUDA_VISIBLE_DEVICES"; g=$STINT_GPUS_PER_WORKER
+  if [ ${#d[@]} -ge $(( (LOCAL_RANK + 1) * g )) ]; then
+    CUDA_VISIBLE_DEVICES=$(IFS=,; echo "${d[*]:$((LOCAL_RANK * g)):$g}"); export CUDA_VISIBLE_DEVICES
+  fi
+fi
+exec "$@")";
+
+std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string Join(const std::vector<std::string>& items, const char* sep) {
+  std::string out;
+  for (const std::string& i : items) out += (out.empty() ? "" : sep) + i;
+  return out;
+}
+
+void Log(const std::string& line) { std::fprintf(stderr, "stintd: slurm: %s\n", line.c_str()); }
+
+// Variables of stintd's own environment the jobs must not inherit: its
+// tokens, and the Slurm variables of an allocation stintd may run in.
+std::vector<std::string> InheritedToDrop() {
+  std::vector<std::string> drop = {"STINTD_ADMIN_TOKEN", "STINTD_WORKER_TOKEN",
+                                   "STINTD_AGENT_TOKEN"};
+  for (char** e = environ; *e != nullptr; e++) {
+    const std::string entry = *e;
+    const std::string name = entry.substr(0, entry.find('='));
+    if (name.rfind("SLURM_", 0) == 0 && name != "SLURM_CONF") drop.push_back(name);
+  }
+  return drop;
+}
+
+// How a Slurm job that ended maps to a segment exit (API.md, "Launching"):
+// its batch script's code where the job ran to its end, 75 (queue again)
+// where Slurm ended it (preemption, time limit, node failure, a cancel that
+// was not ours).
+int SegmentExitCode(const SlurmJob& job) {
+  if (job.state == "COMPLETED" || job.state == "FAILED") return job.exit_code;
+  if (job.state == "OUT_OF_MEMORY") return 128 + 9;
+  return 75;
+}
+
+// The node's newest window that has not ended (nullptr: none).
+const Window* OpenNodeWindow(const ClusterState& s, const std::string& node, TimeMs now) {
+  const Window* found = nullptr;
+  for (const auto& [id, w] : s.windows) {
+    if (w.node == node && now < w.end_ms && (found == nullptr || w.id > found->id)) found = &w;
+  }
+  return found;
+}
+
+bool NodeDown(const SlurmNode& n) {
+  if (n.state == "DOWN" || n.state == "UNKNOWN" || n.state == "FUTURE") return true;
+  for (const std::string& f : n.flags)
+    if (f == "NOT_RESPONDING" || f == "FAIL" || f == "POWERED_DOWN") return true;
+  return false;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<SlurmExecutor>> SlurmExecutor::Start(Coordinator* coordinator,
+                                                            SlurmExecutorOptions options) {
+  if (options.partitions.empty())
+    return Status::InvalidArgument("--slurm needs at least one --slurm-partition");
+  if (options.coord_url.empty())
+    return Status::InvalidArgument("--slurm needs the URL the workers reach stintd at");
+  if (options.workdir.empty()) return Status::InvalidArgument("--slurm-workdir is empty");
+  if (options.margin_seconds < 0 || options.notice_lead_seconds < 0 ||
+      options.start_timeout_seconds <= 0 || options.exit_grace_seconds <= 0 ||
+      options.poll_interval.count() <= 0) {
+    return Status::InvalidArgument(
+        "Slurm margins, leads and timeouts must be positive (the margin and lead may be 0)");
+  }
+  Status made = Env::Default()->CreateDir(options.workdir);
+  if (!made.ok() && made.code() != Code::kAlreadyExists)
+    return made.WithContext("--slurm-workdir");
+  std::unique_ptr<SlurmExecutor> e(new SlurmExecutor(coordinator, std::move(options)));
+  STINT_ASSIGN_OR_RETURN(Cluster cluster, e->ReadCluster());
+  for (const std::string& p : e->options_.partitions) {
+    const bool known = std::any_of(cluster.nodes.begin(), cluster.nodes.end(),
+                                   [&](const SlurmNode& n) { return n.InPartition(p); });
+    if (!known) return Status::NotFound("Slurm partition " + p + " has no nodes (sinfo --json)");
+    Result<Pool> pool = coordinator->AddPool(Pool{p, "Slurm partition " + p});
+    if (!pool.ok() && pool.status().code() != Code::kAlreadyExists) return pool.status();
+  }
+  e->thread_ = std::thread([raw = e.get()] { raw->Loop(); });
+  return e;
+}
+
+SlurmExecutor::SlurmExecutor(Coordinator* coordinator, SlurmExecutorOptions options)
+    : coordinator_(coordinator), options_(std::move(options)) {}
+
+SlurmExecutor::~SlurmExecutor() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void SlurmExecutor::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    lock.unlock();
+    Status polled = Poll();
+    if (!polled.ok() && logged_["poll"] != polled.ToString()) {
+      Log("cannot read the cluster: " + polled.ToString());
+      logged_["poll"] = polled.ToString();
+    } else if (polled.ok() && !logged_["poll"].empty()) {
+      Log("the cluster answers again");
+      logged_["poll"].clear();
+    }
+    lock.lock();
+    cv_.wait_for(lock, options_.poll_interval, [this] { return stop_; });
+  }
+}
+
+std::string SlurmExecutor::JobName(int64_t segment_id) const {
+  return "stint." + options_.tag + "." + std::to_string(segment_id);
+}
+
+Result<SlurmExecutor::Cluster> SlurmExecutor::ReadCluster() const {
+  auto run = [&](std::vector<std::string> argv) -> Result<std::string> {
+    STINT_ASSIGN_OR_RETURN(CommandOutput out, RunCommand(argv, options_.command_timeout));
+    if (out.exit_code != 0) {
+      return Status::Unavailable(Join(argv, " ") + " exited " + std::to_string(out.exit_code) +
+                                 ": " + out.output.substr(0, 500));
+    }
+    return out.output;
+  };
+  Cluster c;
+  STINT_ASSIGN_OR_RETURN(std::string sinfo, run({"sinfo", "--json"}));
+  STINT_ASSIGN_OR_RETURN(c.nodes, ParseSinfoJson(sinfo));
+  STINT_ASSIGN_OR_RETURN(std::string squeue, run({"squeue", "--json"}));
+  STINT_ASSIGN_OR_RETURN(c.jobs, ParseSqueueJson(squeue));
+  STINT_ASSIGN_OR_RETURN(std::string res, run({"scontrol", "show", "reservation", "-o"}));
+  STINT_ASSIGN_OR_RETURN(c.reservations, ParseReservations(res));
+  const std::string prefix = "stint." + options_.tag + ".";
+  for (const SlurmJob& j : c.jobs) {
+    if (j.name.rfind(prefix, 0) != 0) continue;
+    const std::string sid_text = j.name.substr(prefix.size());
+    if (sid_text.empty() || !std::all_of(sid_text.begin(), sid_text.end(), ::isdigit)) continue;
+    const int64_t sid = std::stoll(sid_text);
+    const SlurmJob*& newest = c.ours[sid];
+    if (newest == nullptr || j.id > newest->id) newest = &j;
+  }
+  return c;
+}
+
+Status SlurmExecutor::Poll() {
+  STINT_ASSIGN_OR_RETURN(Cluster cluster, ReadCluster());
+  const TimeMs now = coordinator_->now();
+  std::set<std::string> managed;
+  ReconcileWindows(cluster, now, &managed);
+  std::map<std::string, NodeReport> reports;
+  ReconcileSegments(cluster, now, managed, &reports);
+  for (const std::string& node : managed) {
+    const NodeReport& r = reports[node];
+    Result<Window> beat = coordinator_->NodeHeartbeat(node, r.running, r.exits);
+    // kNotFound: no window yet (not schedulable); kAborted: its window ended.
+    if (!beat.ok() && beat.status().code() != Code::kNotFound &&
+        beat.status().code() != Code::kAborted) {
+      Log("heartbeat of node " + node + ": " + beat.status().ToString());
+    }
+  }
+  return Status::OK();
+}
+
+void SlurmExecutor::ReconcileWindows(const Cluster& cluster, TimeMs now,
+                                     std::set<std::string>* managed) {
+  // Nodes that a job not ours holds: Slurm would not give them to us.
+  std::set<std::string> foreign;
+  for (const SlurmJob& j : cluster.jobs) {
+    if (!j.Live() || j.state == "PENDING" || j.name.rfind(JobName(0).substr(0, JobName(0).size() - 1), 0) == 0)
+      continue;
+    foreign.insert(j.nodes.begin(), j.nodes.end());
+  }
+  for (const SlurmNode& node : cluster.nodes) {
+    auto part = std::find_if(options_.partitions.begin(), options_.partitions.end(),
+                             [&](const std::string& p) { return node.InPartition(p); });
+    if (part == options_.partitions.end() || node.gpus <= 0) continue;
+    managed->insert(node.name);
+    coordinator_->LabelNode(node.name, "slurm");
+    // The next reservation over the node ends its window; one in force
+    // now makes it unavailable.
+    TimeMs end = kNever;
+    bool reserved = false;
+    for (const SlurmReservation& r : cluster.reservations) {
+      if (std::find(r.nodes.begin(), r.nodes.end(), node.name) == r.nodes.end()) continue;
+      if (r.start_ms <= now && now < r.end_ms) reserved = true;
+      if (r.start_ms > now) end = std::min(end, r.start_ms);
+    }
+    const bool available = node.Schedulable() && !reserved && !foreign.count(node.name);
+    std::optional<Window> open;
+    coordinator_->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+      if (const Window* w = OpenNodeWindow(s, node.name, now)) open = *w;
+    });
+    const TimeMs lead = SecondsToMs(options_.notice_lead_seconds);
+    const std::string subject = "node " + node.name;
+    if (available && !open) {
+      // A window too short for a segment to start and stop is not lent.
+      if (end != kNever && end - now < SecondsToMs(2 * options_.margin_seconds + 60)) continue;
+      Window spec;
+      spec.node = node.name;
+      spec.pool = *part;
+      for (int g = 0; g < node.gpus; g++) spec.node_gpus.push_back(g);
+      spec.end_ms = end;
+      spec.kind = end == kNever ? WindowKind::kSpot : WindowKind::kHard;
+      spec.notice_lead_ms = lead;
+      if (!node.address.empty() && node.address != node.name) spec.node_addr = node.address;
+      bool created = false;
+      Result<Window> w = coordinator_->RegisterNode(spec, &created);
+      if (!w.ok()) {
+        if (logged_[subject] != w.status().ToString()) Log(subject + ": " + w.status().ToString());
+        logged_[subject] = w.status().ToString();
+        continue;
+      }
+      logged_.erase(subject);
+      if (created) {
+        Log(subject + " lends window " + std::to_string(w->id) + " (" +
+            std::to_string(node.gpus) + " GPUs, pool " + *part +
+            (end == kNever ? ", no known end)" : ", until a reservation)"));
+      }
+    } else if (available && open && !open->closed_early && end < open->end_ms) {
+      Log(subject + ": a reservation starts in " + std::to_string((end - now) / 1000) +
+          " s: window " + std::to_string(open->id) + " closes then");
+      Result<Window> closed = coordinator_->CloseWindow(open->id, std::max<TimeMs>(0, end - now));
+      if (!closed.ok()) Log(subject + ": " + closed.status().ToString());
+    } else if (!available && open && !open->closed_early) {
+      const bool down = NodeDown(node);
+      Log(subject + " is " + node.state + (node.flags.empty() ? "" : "+" + Join(node.flags, "+")) +
+          (reserved ? ", reserved" : "") + (foreign.count(node.name) ? ", held by another job" : "") +
+          (node.reason.empty() ? "" : " (" + node.reason + ")") + ": window " +
+          std::to_string(open->id) + (down ? " closes now" : " closes with its notice lead"));
+      Result<Window> closed =
+          coordinator_->CloseWindow(open->id, down ? std::optional<TimeMs>(0) : std::nullopt);
+      if (!closed.ok()) Log(subject + ": " + closed.status().ToString());
+    }
+  }
+}
+
+void SlurmExecutor::ReconcileSegments(const Cluster& cluster, TimeMs now,
+                                      const std::set<std::string>& managed,
+                                      std::map<std::string, NodeReport>* reports) {
+  struct Seg {
+    SegmentState state = SegmentState::kRunning;
+    TimeMs ended_ms = 0;
+    std::vector<std::string> nodes;  // one per placement, in order
+    bool has_launch = false;
+    std::string signal;
+  };
+  std::map<int64_t, Seg> segs;
+  coordinator_->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+    for (const auto& [sid, seg] : s.segments) {
+      const bool ours = cluster.ours.count(sid) > 0;
+      if (!ours && !SegmentActive(seg.state)) continue;
+      Seg info;
+      bool placed_here = false;
+      for (const Placement& p : seg.placement) {
+        auto w = s.windows.find(p.window_id);
+        if (w == s.windows.end()) continue;
+        info.nodes.push_back(w->second.node);
+        placed_here = placed_here || managed.count(w->second.node) > 0;
+      }
+      if (!placed_here && !ours) continue;
+      info.state = seg.state;
+      info.ended_ms = seg.ended_ms;
+      auto job = s.jobs.find(seg.job_id);
+      if (job != s.jobs.end() && !job->second.launch.empty()) {
+        Result<tools::LaunchSpec> spec = tools::LaunchSpec::Parse(job->second.launch);
+        info.has_launch = spec.ok();
+        if (spec.ok()) info.signal = spec->signal.value_or("TERM");
+      }
+      segs[sid] = std::move(info);
+    }
+  });
+  auto report_exit = [&](int64_t sid, const Seg& seg, int code, const std::string& message) {
+    for (const std::string& node : seg.nodes)
+      (*reports)[node].exits.push_back({sid, code, message});
+  };
+  for (const auto& [sid, seg] : segs) {
+    auto found = cluster.ours.find(sid);
+    const SlurmJob* job = found == cluster.ours.end() ? nullptr : found->second;
+    const std::string subject = "segment " + std::to_string(sid);
+    if (SegmentActive(seg.state)) {
+      if (job == nullptr) {
+        if (submitted_ms_.count(sid)) {
+          // Submitted at an earlier poll and gone from squeue: Slurm lost it.
+          Log(subject + ": its Slurm job is gone; the job is queued again");
+          report_exit(sid, seg, 75, "its Slurm job vanished");
+          submitted_ms_.erase(sid);
+        } else if (seg.has_launch) {
+          Status submitted = Submit(sid, now);
+          if (!submitted.ok()) {
+            Log(subject + ": " + submitted.ToString());
+            report_exit(sid, seg, 1, "Slurm submit failed: " + submitted.ToString());
+          }
+        }
+        continue;
+      }
+      submitted_ms_.emplace(sid, now);  // found after a restart: the timeout counts from now
+      coordinator_->LabelSegment(sid, "slurm:" + std::to_string(job->id));
+      if (job->Live()) {
+        if (job->state == "PENDING" &&
+            now - submitted_ms_[sid] > SecondsToMs(options_.start_timeout_seconds)) {
+          Log(subject + ": Slurm job " + std::to_string(job->id) + " did not start (" +
+              job->reason + "): cancelled, the job is queued again");
+          Cancel(job->id).IgnoreError();  // a cancel that fails is retried next poll
+          report_exit(sid, seg, 75, "Slurm did not start it (" + job->reason + ")");
+          continue;
+        }
+        for (const std::string& node : seg.nodes) (*reports)[node].running.push_back(sid);
+        if (seg.state == SegmentState::kNotified && !signalled_.count(sid)) {
+          Status sent = Cancel(job->id, seg.signal);
+          if (sent.ok()) {
+            signalled_.insert(sid);
+            Log(subject + ": notice forwarded to Slurm job " + std::to_string(job->id) +
+                " as SIG" + seg.signal);
+          }
+        }
+        continue;
+      }
+      const int code = SegmentExitCode(*job);
+      Log(subject + ": Slurm job " + std::to_string(job->id) + " " + job->state + " (exit " +
+          std::to_string(job->exit_code) + ", " + job->reason + ")");
+      report_exit(sid, seg, code,
+                  "Slurm job " + std::to_string(job->id) + " " + job->state + " (" + job->reason +
+                      ", exit " + std::to_string(job->exit_code) + ")");
+      continue;
+    }
+    // The segment ended: its Slurm job, if it still runs, goes too, at
+    // once when its GPUs are gone (lost, cancelled), else after the grace
+    // its workers get to exit by themselves.
+    if (job != nullptr && job->Live()) {
+      const bool at_once = seg.state == SegmentState::kLost || seg.state == SegmentState::kCancelled;
+      if (at_once || now - seg.ended_ms > SecondsToMs(options_.exit_grace_seconds)) {
+        if (!logged_.count(subject)) {
+          Log(subject + " ended: cancelling Slurm job " + std::to_string(job->id));
+          logged_[subject] = "cancelled";
+        }
+        Cancel(job->id).IgnoreError();  // retried next poll while it lives
+      }
+    } else {
+      submitted_ms_.erase(sid);
+      signalled_.erase(sid);
+      logged_.erase(subject);
+    }
+  }
+}
+
+Status SlurmExecutor::Submit(int64_t segment_id, TimeMs now) {
+  int64_t job_id = 0;
+  std::string job_name, launch_text, partition;
+  std::vector<std::string> hosts;  // per placement
+  std::vector<int> gpus;           // per placement
+  std::string master;
+  int master_port = 0;
+  TimeMs end = kNever;
+  coordinator_->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+    auto seg = s.segments.find(segment_id);
+    if (seg == s.segments.end()) return;
+    job_id = seg->second.job_id;
+    auto job = s.jobs.find(job_id);
+    if (job != s.jobs.end()) {
+      job_name = job->second.name;
+      launch_text = job->second.launch;
+    }
+    master_port = seg->second.master_port;
+    for (const Placement& p : seg->second.placement) {
+      auto w = s.windows.find(p.window_id);
+      if (w == s.windows.end()) continue;
+      hosts.push_back(w->second.node);
+      gpus.push_back(static_cast<int>(p.gpus.size()));
+      if (master.empty())
+        master = w->second.node_addr.empty() ? w->second.node : w->second.node_addr;
+      if (partition.empty()) partition = w->second.pool;
+      end = std::min(end, w->second.end_ms);
+    }
+  });
+  if (hosts.empty()) return Status::NotFound("segment " + std::to_string(segment_id) + " has no placement");
+  STINT_ASSIGN_OR_RETURN(tools::LaunchSpec spec, tools::LaunchSpec::Parse(launch_text));
+  const int gpw = spec.GpusPerWorker();
+  // Ranks in placement order, as stint-agent numbers them.
+  std::vector<std::string> task_hosts, local_ranks, local_sizes;
+  for (size_t i = 0; i < hosts.size(); i++) {
+    const int local = gpus[i] / gpw;
+    for (int l = 0; l < local; l++) {
+      task_hosts.push_back(hosts[i]);
+      local_ranks.push_back(std::to_string(l));
+      local_sizes.push_back(std::to_string(local));
+    }
+  }
+  const int world = static_cast<int>(task_hosts.size());
+  if (world == 0) return Status::FailedPrecondition("segment " + std::to_string(segment_id) + " has no workers");
+  std::vector<std::string> ids, secrets, tokens;
+  for (int r = 0; r < world; r++) {
+    std::string secret;
+    STINT_ASSIGN_OR_RETURN(Worker w, coordinator_->RegisterWorker(
+                                         job_id, "slurm:" + task_hosts[r] + ":" + std::to_string(r),
+                                         &secret, task_hosts[r]));
+    ids.push_back(std::to_string(w.id));
+    secrets.push_back(secret);
+    tokens.push_back(std::to_string(w.fencing_token));
+  }
+
+  const std::string dir = options_.workdir + "/job-" + std::to_string(job_id);
+  Status made = Env::Default()->CreateDir(dir);
+  if (!made.ok() && made.code() != Code::kAlreadyExists) return made;
+  const std::string base = dir + "/segment-" + std::to_string(segment_id);
+  std::string command;
+  for (const std::string& arg : spec.command) command += " " + ShellQuote(arg);
+  std::string host_lines;
+  for (const std::string& h : task_hosts) host_lines += " " + h;
+  const std::string script =
+      "#!/bin/bash\n"
+      "# stintd segment " + std::to_string(segment_id) + " of job " + std::to_string(job_id) +
+      " (" + job_name + "): " + std::to_string(world) +
+      " workers, one srun task each, ranks in placement order.\n"
+      "hosts=$(mktemp) || exit 1\n"
+      "trap 'rm -f \"$hosts\"' EXIT\n"
+      "printf '%s\\n'" + host_lines + " > \"$hosts\"\n"
+      "export SLURM_HOSTFILE=$hosts\n"
+      "srun --distribution=arbitrary --ntasks=" + std::to_string(world) +
+      " --kill-on-bad-exit=0 --wait=" +
+      std::to_string(static_cast<int>(options_.exit_grace_seconds)) + " /bin/bash -c " +
+      ShellQuote(kTaskPrelude) + " stint-task" + command + "\n";
+  STINT_RETURN_IF_ERROR(WriteStringToFileSync(Env::Default(), base + ".sh", script));
+
+  CommandEnv env;
+  env.unset = InheritedToDrop();
+  env.set = {{"STINT_COORD_URL", options_.coord_url},
+             {"STINT_JOB_ID", std::to_string(job_id)},
+             {"STINT_SEGMENT_ID", std::to_string(segment_id)},
+             {"STINT_WORKER_IDS", Join(ids, " ")},
+             {"STINT_WORKER_SECRETS", Join(secrets, " ")},
+             {"STINT_FENCING_TOKENS", Join(tokens, " ")},
+             {"STINT_LOCAL_RANKS", Join(local_ranks, " ")},
+             {"STINT_LOCAL_WORLD_SIZES", Join(local_sizes, " ")},
+             {"STINT_GPUS_PER_WORKER", std::to_string(gpw)},
+             {"STINT_LEASE_TTL_SECONDS",
+              std::to_string(coordinator_->options().policy.lease_ttl_seconds)},
+             {"STINT_HEARTBEAT_INTERVAL_SECONDS",
+              std::to_string(coordinator_->options().heartbeat_interval_seconds)},
+             {"WORLD_SIZE", std::to_string(world)},
+             {"MASTER_ADDR", master},
+             {"MASTER_PORT", std::to_string(master_port != 0 ? master_port
+                                                             : 20000 + segment_id % 20000)}};
+  if (!options_.ca_file.empty()) env.set.emplace_back("STINT_CA_FILE", options_.ca_file);
+  if (spec.env) {
+    for (const auto& [k, v] : *spec.env) env.set.emplace_back(k, v);
+  }
+  const int max_gpus = *std::max_element(gpus.begin(), gpus.end());
+  std::vector<std::string> argv = {
+      "sbatch", "--parsable", "--job-name=" + JobName(segment_id), "--partition=" + partition,
+      "--nodes=" + std::to_string(hosts.size()), "--nodelist=" + Join(hosts, ","),
+      "--ntasks=" + std::to_string(world), "--gres=gpu:" + std::to_string(max_gpus),
+      "--no-requeue", "--output=" + base + ".log", "--open-mode=append", "--export=ALL",
+      "--comment=stintd job " + std::to_string(job_id) + " segment " + std::to_string(segment_id)};
+  if (end != kNever) {
+    const int64_t seconds = (end - now) / 1000 - static_cast<int64_t>(options_.margin_seconds);
+    argv.push_back("--time=" + SlurmTimeLimit(std::max<int64_t>(60, seconds)));
+  }
+  if (spec.workdir) argv.push_back("--chdir=" + *spec.workdir);
+  argv.push_back(base + ".sh");
+  STINT_ASSIGN_OR_RETURN(CommandOutput out, RunCommand(argv, options_.command_timeout, env));
+  const std::string id_text = out.output.substr(0, out.output.find_first_of(";\n"));
+  if (out.exit_code != 0 || id_text.empty() ||
+      !std::all_of(id_text.begin(), id_text.end(), ::isdigit)) {
+    return Status::FailedPrecondition("sbatch (exit " + std::to_string(out.exit_code) +
+                                      "): " + out.output.substr(0, 500));
+  }
+  submitted_ms_[segment_id] = now;
+  coordinator_->LabelSegment(segment_id, "slurm:" + id_text);
+  Log("segment " + std::to_string(segment_id) + " of job " + std::to_string(job_id) +
+      " is Slurm job " + id_text + " on " + Join(hosts, ",") + " (" + std::to_string(world) +
+      " workers)");
+  return Status::OK();
+}
+
+Status SlurmExecutor::Cancel(int64_t slurm_job, const std::string& signal) {
+  std::vector<std::string> argv = {"scancel"};
+  if (!signal.empty()) argv.push_back("--signal=" + signal);
+  argv.push_back(std::to_string(slurm_job));
+  STINT_ASSIGN_OR_RETURN(CommandOutput out, RunCommand(argv, options_.command_timeout));
+  if (out.exit_code != 0) {
+    return Status::FailedPrecondition(Join(argv, " ") + " (exit " + std::to_string(out.exit_code) +
+                                      "): " + out.output.substr(0, 300));
+  }
+  return Status::OK();
+}
+
+}  // namespace stint::stintd

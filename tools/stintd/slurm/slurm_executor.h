@@ -1,0 +1,134 @@
+// SlurmExecutor: stintd --slurm. stintd decides (its queue, guarantees,
+// fragment fitting, preemption), Slurm runs: the executor takes the place
+// of stint-agent for the nodes of the Slurm partitions it is given, with no
+// stint process on them.
+//
+// Every poll it reads the cluster (slurm_view.h) and reconciles:
+//   windows   each node of a partition with GPUs that Slurm would schedule
+//             now (up, not draining, outside an active reservation, no GPU
+//             held by a job that is not ours) lends one node window in the
+//             pool named like the partition: hard, ending where the next
+//             reservation over the node starts, or open-ended (spot) with
+//             the notice lead when none is known. A window closes when its
+//             node stops being schedulable (with the lead; at once for a
+//             node that is DOWN or not responding) and is cut short when a
+//             reservation appears; a node that Slurm stops answering for
+//             keeps no window past stintd's node TTL.
+//   segments  each segment placed on these windows becomes one Slurm job
+//             ("stint.<tag>.<segment>") bound to its nodes (--nodelist,
+//             --gres=gpu:N, --time = the window's remaining time less the
+//             margin, --no-requeue: stintd requeues), one srun task per
+//             worker in placement order, each registered as a worker of
+//             the segment beforehand (its secret reaches the task through
+//             the job's environment, never its command line or script).
+//   notices   a notified segment's job gets the launch spec's signal
+//             (scancel --signal); a segment that ended while its job runs
+//             is cancelled.
+//   exits     a job that ended maps back: 0 -> DONE (once the job
+//             completed), 75 -> queued again, 76 -> FAILED, any other code
+//             through the crash-loop guard; a job that Slurm ended itself
+//             (preempted, timed out, node failure) or did not start within
+//             the start timeout -> queued again.
+// The map segment -> Slurm job is Slurm's own (the job names), so a
+// restarted stintd finds its jobs again.
+#ifndef STINT_TOOLS_STINTD_SLURM_SLURM_EXECUTOR_H_
+#define STINT_TOOLS_STINTD_SLURM_SLURM_EXECUTOR_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "stint/status.h"
+#include "stintd/server/coordinator.h"
+#include "stintd/slurm/slurm_view.h"
+
+namespace stint::stintd {
+
+struct SlurmExecutorOptions {
+  // The partitions whose nodes lend windows, each in the pool of its name
+  // (made if missing). A node in several goes to the first listed.
+  std::vector<std::string> partitions;
+  std::string coord_url;  // where the workers reach stintd (STINT_COORD_URL)
+  std::string ca_file;    // https: passed to the workers as STINT_CA_FILE
+  // Slurm job names are "stint.<tag>.<segment id>": two stintds on one
+  // cluster need different tags.
+  std::string tag = "stintd";
+  // Batch scripts and the jobs' output: <workdir>/job-<J>/segment-<S>.{sh,log}.
+  // It must be readable where the batch script starts (a shared file system
+  // on a real cluster).
+  std::string workdir;
+  std::chrono::milliseconds poll_interval{std::chrono::seconds(2)};
+  double notice_lead_seconds = 60;  // an open-ended node window's notice when it closes
+  // A segment's Slurm time limit ends this long before its window, so the
+  // planner's notice, not Slurm's kill, ends it.
+  double margin_seconds = 30;
+  double start_timeout_seconds = 120;  // a job not started by then is cancelled and requeued
+  double exit_grace_seconds = 60;      // srun --wait: how long the other tasks get after one exits
+  std::chrono::milliseconds command_timeout{std::chrono::seconds(30)};
+};
+
+class SlurmExecutor {
+ public:
+  // Checks the options and that sinfo answers and knows every partition
+  // (kInvalidArgument / kNotFound naming it), makes the pools, and starts
+  // the polling thread.
+  static Result<std::unique_ptr<SlurmExecutor>> Start(Coordinator* coordinator,
+                                                      SlurmExecutorOptions options);
+  ~SlurmExecutor();  // stops and joins the thread; Slurm jobs run on
+  SlurmExecutor(const SlurmExecutor&) = delete;
+  SlurmExecutor& operator=(const SlurmExecutor&) = delete;
+
+ private:
+  SlurmExecutor(Coordinator* coordinator, SlurmExecutorOptions options);
+  void Loop();
+  // One reconciliation (above). Errors of one node or segment are logged
+  // and the rest goes on; an unreadable cluster view skips the poll.
+  Status Poll();
+
+  struct Cluster {
+    std::vector<SlurmNode> nodes;
+    std::vector<SlurmJob> jobs;
+    std::vector<SlurmReservation> reservations;
+    std::map<int64_t, const SlurmJob*> ours;  // segment id -> its newest Slurm job
+  };
+  Result<Cluster> ReadCluster() const;
+  // Per node: its exits and running segments, reported by its heartbeat.
+  struct NodeReport {
+    std::vector<int64_t> running;
+    std::vector<Coordinator::NodeExit> exits;
+  };
+  void ReconcileWindows(const Cluster& cluster, TimeMs now, std::set<std::string>* managed);
+  void ReconcileSegments(const Cluster& cluster, TimeMs now, const std::set<std::string>& managed,
+                         std::map<std::string, NodeReport>* reports);
+  // Registers the segment's workers and submits its Slurm job. The error
+  // ends the segment as a crash (the crash-loop guard stops a job whose
+  // launch never works).
+  Status Submit(int64_t segment_id, TimeMs now);
+  Status Cancel(int64_t slurm_job, const std::string& signal = "");
+  std::string JobName(int64_t segment_id) const;
+
+  Coordinator* const coordinator_;
+  const SlurmExecutorOptions options_;
+  // Soft state, rebuilt from Slurm after a restart: when each segment's job
+  // was submitted (its start timeout counts from there) and the segments
+  // whose notice was forwarded.
+  std::map<int64_t, TimeMs> submitted_ms_;
+  std::set<int64_t> signalled_;
+  std::map<std::string, std::string> logged_;  // last error logged per subject, to log changes once
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;  // guarded by mu_
+  std::thread thread_;  // last: started once the rest exists
+};
+
+}  // namespace stint::stintd
+
+#endif  // STINT_TOOLS_STINTD_SLURM_SLURM_EXECUTOR_H_
