@@ -216,6 +216,35 @@ void BindPreemption(py::module_& m) {
       },
       py::arg("job_id"), py::arg("timeout") = 30.0,
       "UNIX time the Slurm job ends (SLURM_JOB_END_TIME, else squeue); None without a limit.");
+  py::class_<SlurmEndClock>(
+      m, "SlurmEndClock",
+      "When a job with a time limit must stop for its last checkpoint to fit (stint/slurm.h).")
+      .def(py::init([](double end, double safety) {
+             return SlurmEndClock(
+                 std::chrono::system_clock::time_point(std::chrono::duration_cast<
+                     std::chrono::system_clock::duration>(std::chrono::duration<double>(end))),
+                 std::chrono::milliseconds(static_cast<int64_t>(safety * 1000)));
+           }),
+           py::arg("end"), py::arg("safety"),
+           "end: UNIX seconds the job ends; safety: seconds kept free before it.")
+      .def(
+          "due",
+          [](SlurmEndClock& clock, uint64_t state_bytes, double bytes_per_second,
+             double fixed_seconds, uint64_t steps_since_durable) {
+            CheckpointCost c;
+            c.state_bytes = state_bytes;
+            c.bytes_per_second = bytes_per_second;
+            c.fixed_seconds = fixed_seconds;
+            c.steps_since_durable = steps_since_durable;
+            return clock.Due(c);
+          },
+          py::arg("state_bytes") = 0, py::arg("bytes_per_second") = 0.0,
+          py::arg("fixed_seconds") = 0.05, py::arg("steps_since_durable") = 0,
+          "Call at every step boundary: seconds left to the end when the run must stop now "
+          "(the checkpoint, two steps and the safety margin still fit), else None.")
+      .def_property_readonly("end", [](const SlurmEndClock& clock) {
+        return std::chrono::duration<double>(clock.end().time_since_epoch()).count();
+      });
   m.def(
       "slurm_requeue",
       [](const std::string& job_id, double timeout) {

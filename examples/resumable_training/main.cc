@@ -13,6 +13,14 @@
 // it fits in the grace period) -> exit 75 ("requeue me"). Run it again and
 // it continues from exactly where it stopped.
 //
+// Data parallel under Slurm (srun, one task per GPU) or torchrun: each rank
+// trains its slice of every global batch and the gradients are averaged
+// over the group ResumableTraining formed from the environment; under
+// Slurm a stop requeues the job and a completed run exits 0 when started
+// again (see stint::ResumableTraining):
+//
+//   stint slurm submit --root DIR --gpus-per-node 2 --nodes=2 -- resumable_training --ckpt-dir DIR
+//
 //   resumable_training --ckpt-dir DIR [--steps 600] [--every 50] [--seed 1]
 //                      [--log FILE] [--step-ms 0] [--grace 30]
 #include <ATen/CPUGeneratorImpl.h>
@@ -155,8 +163,17 @@ int main(int argc, char** argv) {
   options.preemption.grace = std::chrono::milliseconds(int64_t(flags.grace * 1000));
   auto run = stint::ResumableTraining::Create(options, *model, optimizer, &*sampler);
   if (!run.ok()) return Fail("open", run.status());
+  stint::LaunchedGroup* group = (*run)->group();  // stint: several ranks (Slurm, torchrun)
+  const int rank = group != nullptr ? group->env().rank : 0;
+  const int world = group != nullptr ? group->env().world_size : 1;
+  if (world > 1) torch::manual_seed(flags.seed * 1000 + uint64_t(rank));  // dropout per rank
   auto resumed = (*run)->Resume();
   if (!resumed.ok()) return Fail("resume", resumed.status());
+  if ((*run)->complete()) {  // stint: finished before (a requeue racing the end)
+    std::printf("complete: the run finished at step %llu, nothing to do\n",
+                (unsigned long long)*resumed);
+    return 0;
+  }
   uint64_t step = *resumed;
   for (const auto& why : (*run)->resume_skipped())
     std::printf("skipped damaged checkpoint %s\n", why.c_str());
@@ -167,10 +184,13 @@ int main(int argc, char** argv) {
               (unsigned long long)sampler->cursor().consumed);
   std::fflush(stdout);
 
-  FILE* log = flags.log.empty() ? nullptr : std::fopen(flags.log.c_str(), "a");
+  const std::string log_path = world > 1 && !flags.log.empty()
+                                   ? flags.log + ".rank" + std::to_string(rank)
+                                   : flags.log;
+  FILE* log = log_path.empty() ? nullptr : std::fopen(log_path.c_str(), "a");
   model->train();
   while (step < uint64_t(flags.steps)) {
-    auto ids = sampler->RankIndices(0, 1);
+    auto ids = sampler->RankIndices(rank, world);
     if (!ids.ok()) return Fail("sampler", ids.status());
     const uint64_t epoch = sampler->cursor().epoch;
     std::vector<int64_t> index(ids->begin(), ids->end());
@@ -188,6 +208,15 @@ int main(int argc, char** argv) {
     torch::Tensor loss =
         torch::nn::functional::cross_entropy(model->forward(x), labels.index_select(0, idx));
     loss.backward();
+    if (group != nullptr) {  // the global batch's mean gradient: every rank's, averaged
+      std::vector<torch::Tensor> grads;
+      for (auto& p : model->parameters()) grads.push_back(p.grad());
+      for (auto& g : grads) {
+        std::vector<torch::Tensor> one = {g};
+        group->backend()->allreduce(one)->wait();
+        g.div_(world);
+      }
+    }
     auto barrier = (*run)->BeforeOptimizerStep();  // stint: the snapshot's copies are done
     if (!barrier.ok()) return Fail("lazy barrier", barrier);
     optimizer.step();
@@ -217,7 +246,7 @@ int main(int argc, char** argv) {
   if (log != nullptr) std::fclose(log);
   stint::Status done = (*run)->Finish(step);  // stint: final durable checkpoint
   if (!done.ok()) return Fail("final checkpoint", done);
-  std::printf("final step %llu loss %.4f checksum %016llx\n", (unsigned long long)step, ema_loss,
-              (unsigned long long)StateChecksum(*model, optimizer));
+  std::printf("final step %llu rank %d loss %.4f checksum %016llx\n", (unsigned long long)step,
+              rank, ema_loss, (unsigned long long)StateChecksum(*model, optimizer));
   return 0;
 }

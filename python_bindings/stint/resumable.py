@@ -170,14 +170,14 @@ class Resumable:
             # (buffers) and the optimizer step (parameters, optimizer state).
             self.checkpointer.attach(model, optimizer)
         self.watcher: Optional[PreemptionWatcher] = None
-        self._end_clock: Optional[slurm.EndClock] = None
+        self._end_clock: Optional[_C.SlurmEndClock] = None  # the job's time limit (Slurm)
         if watch_signals:
             try:
                 self.watcher = PreemptionWatcher(signals, grace=grace, safety=safety)
                 if self._slurm:
                     end = slurm.job_end_time(self.launch, self._group())
                     if end is not None:
-                        self._end_clock = slurm.EndClock(end, 2.0 if safety is None else safety)
+                        self._end_clock = _C.SlurmEndClock(end, 2.0 if safety is None else safety)
             except BaseException:
                 self.close()
                 raise
@@ -307,7 +307,7 @@ class Resumable:
         self._reap()
         watcher = self.watcher
         if watcher is not None and self._end_clock is not None and not watcher.requested:
-            left = self._end_clock.due(self._cost(step))
+            left = self._end_clock.due(**self._cost(step))
             if left is not None:
                 watcher.notify("Slurm time limit", max(left, 0.0))
         if watcher is not None and self._stop_agreed(watcher):

@@ -27,7 +27,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import time
 from typing import Any, Dict, Optional
 
 import torch
@@ -88,27 +87,3 @@ def requeue_at_exit(launch: Dict[str, Any], rank: int) -> None:
             _log.warning("stint: scontrol requeue %s failed: %s", job, e)
 
     atexit.register(requeue)
-
-
-class EndClock:
-    """Turns the job's end time into a notice at the step boundary from which
-    the last checkpoint still fits: the checkpoint's estimate, two steps and
-    the watcher's safety margin before the end."""
-
-    def __init__(self, end: float, safety: float) -> None:
-        self.end = end
-        self.safety = safety
-        self._last_boundary: Optional[float] = None
-        self._step_seconds = 0.0
-
-    def due(self, cost: Dict[str, Any]) -> Optional[float]:
-        """Seconds left to the end when the run must stop now, else None."""
-        now = time.time()
-        if self._last_boundary is not None:
-            self._step_seconds = max(self._step_seconds * 0.8, now - self._last_boundary)
-        self._last_boundary = now
-        bps = cost.get("bytes_per_second", 0.0)
-        save = cost.get("fixed_seconds", 0.0) + (cost["state_bytes"] / bps if bps > 0 else 10.0) \
-            if "state_bytes" in cost else 10.0
-        left = self.end - now
-        return left if left <= save + 2 * self._step_seconds + self.safety else None

@@ -3,6 +3,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -60,6 +61,21 @@ Result<std::optional<SystemTime>> SlurmJobEndTime(const std::string& job_id,
   Result<std::optional<SystemTime>> end = ParseSlurmTime(text);
   if (!end.ok()) return end.status().WithContext("squeue's end time of Slurm job " + job_id);
   return end;
+}
+
+std::optional<double> SlurmEndClock::Due(const CheckpointCost& cost, SystemTime now) {
+  if (last_boundary_) {
+    step_seconds_ = std::max(step_seconds_ * 0.8,
+                             std::chrono::duration<double>(now - *last_boundary_).count());
+  }
+  last_boundary_ = now;
+  const double save = cost.fixed_seconds + (cost.bytes_per_second > 0
+                                                ? double(cost.state_bytes) / cost.bytes_per_second
+                                                : 10.0);
+  const double left = std::chrono::duration<double>(end_ - now).count();
+  const double safety = std::chrono::duration<double>(safety_).count();
+  if (left <= save + 2 * step_seconds_ + safety) return left;
+  return std::nullopt;
 }
 
 Status SlurmRequeue(const std::string& job_id, std::chrono::milliseconds timeout) {

@@ -1,6 +1,11 @@
 #include "resumable_training.h"
 
+#include <signal.h>
+
 #include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <vector>
 
@@ -40,25 +45,89 @@ ResumableTraining::ResumableTraining(const ResumableTrainingOptions& options,
 
 ResumableTraining::~ResumableTraining() {
   // The Checkpointer's destructor finishes queued saves; nothing is dropped.
+  // Only then may a requeue end the job.
+  checkpointer_.reset();
+  RequeueIfStopped();
+}
+
+void ResumableTraining::RequeueIfStopped() {
+  if (!requeue_at_exit_) return;
+  Status s = SlurmRequeue(launch_.job_id);
+  if (s.ok()) {
+    std::fprintf(stderr, "stint: requeued Slurm job %s (scontrol requeue)\n",
+                 launch_.job_id.c_str());
+  } else if (s.code() == Code::kNotFound) {
+    std::fprintf(stderr, "stint: no scontrol here: exiting %d for the batch script to requeue "
+                 "Slurm job %s\n", kExitRequeue, launch_.job_id.c_str());
+  } else {
+    std::fprintf(stderr, "stint: scontrol requeue %s failed: %s\n", launch_.job_id.c_str(),
+                 s.ToString().c_str());
+  }
+}
+
+Status ResumableTraining::LearnSlurmEnd() {
+  // Rank 0 asks squeue once; the others get its answer (MAX over the
+  // group: theirs is -inf). +inf: no limit.
+  double end = -std::numeric_limits<double>::infinity();
+  if (options_.checkpoint.rank == 0) {
+    Result<std::optional<std::chrono::system_clock::time_point>> got =
+        SlurmJobEndTime(launch_.job_id);
+    if (!got.ok()) {
+      std::fprintf(stderr, "stint: the end time of Slurm job %s is unknown (%s); only signals "
+                   "will stop the run\n", launch_.job_id.c_str(), got.status().ToString().c_str());
+    }
+    end = got.ok() && got->has_value()
+              ? std::chrono::duration<double>((*got)->time_since_epoch()).count()
+              : std::numeric_limits<double>::infinity();
+  }
+  STINT_ASSIGN_OR_RETURN(std::vector<double> agreed, AllReduceMax({end}, "the Slurm job's end"));
+  if (std::isfinite(agreed[0])) {
+    end_clock_.emplace(std::chrono::system_clock::time_point(
+                           std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                               std::chrono::duration<double>(agreed[0]))),
+                       options_.preemption.safety);
+  }
+  return Status::OK();
 }
 
 Result<std::unique_ptr<ResumableTraining>> ResumableTraining::Create(
     const ResumableTrainingOptions& options, torch::nn::Module& model,
     torch::optim::Optimizer& optimizer, ResumableSampler* sampler) {
   std::unique_ptr<ResumableTraining> run(new ResumableTraining(options, model, optimizer, sampler));
+  STINT_ASSIGN_OR_RETURN(run->launch_, LaunchEnvFromEnvironment());
+  if (options.group_from_environment && !options.process_group &&
+      options.checkpoint.commit_channel == nullptr && run->launch_.world_size > 1) {
+    STINT_ASSIGN_OR_RETURN(run->group_, LaunchedGroup::FromEnvironment());
+    run->options_.checkpoint.rank = run->launch_.rank;
+    run->options_.checkpoint.world_size = run->launch_.world_size;
+    run->options_.checkpoint.commit_channel = run->group_->commit_channel();
+    run->options_.process_group = run->group_->backend();
+  }
+  if (run->UnderSlurm()) {
+    const char* mode = std::getenv("STINT_SLURM_REQUEUE");
+    const std::string requeue = mode != nullptr && mode[0] != '\0' ? mode : "self";
+    if (requeue != "self" && requeue != "script") {
+      return Status::InvalidArgument("STINT_SLURM_REQUEUE='" + requeue +
+                                     "': must be 'self' or 'script'");
+    }
+    std::vector<int>& signals = run->options_.preemption.signals;
+    if (signals == PreemptionOptions().signals) signals.push_back(SIGUSR2);  // --signal=USR2@N
+    run->requeue_self_ = requeue == "self";
+  }
   if (run->options_.checkpoint.device_copier == nullptr && OnCudaDevice(model)) {
     STINT_ASSIGN_OR_RETURN(run->device_copier_, NewTorchDeviceCopier());
     run->options_.checkpoint.device_copier = run->device_copier_.get();
   }
   CheckpointOptions& ckpt = run->options_.checkpoint;
-  if (ckpt.world_size > 1 && options.watch_signals && !options.process_group) {
+  if (ckpt.world_size > 1 && options.watch_signals && !run->options_.process_group) {
     return Status::InvalidArgument(
         "ResumableTraining with world_size " + std::to_string(ckpt.world_size) +
         " and watch_signals needs options.process_group: the ranks agree on stopping over it");
   }
-  if (options.process_group && options.process_group->getSize() != ckpt.world_size) {
+  const auto& group = run->options_.process_group;
+  if (group && group->getSize() != ckpt.world_size) {
     return Status::InvalidArgument(
-        "ResumableTraining: process_group has " + std::to_string(options.process_group->getSize()) +
+        "ResumableTraining: process_group has " + std::to_string(group->getSize()) +
         " ranks, checkpoint.world_size is " + std::to_string(ckpt.world_size));
   }
   if (options.fence_from_environment && !ckpt.commit_guard && !ckpt.token_guard) {
@@ -66,12 +135,22 @@ Result<std::unique_ptr<ResumableTraining>> ResumableTraining::Create(
   }
   STINT_ASSIGN_OR_RETURN(run->checkpointer_, Checkpointer::Open(ckpt));
   if (options.watch_signals) {
-    STINT_ASSIGN_OR_RETURN(run->watcher_, PreemptionWatcher::Install(options.preemption));
+    STINT_ASSIGN_OR_RETURN(run->watcher_, PreemptionWatcher::Install(run->options_.preemption));
+    if (run->UnderSlurm()) STINT_RETURN_IF_ERROR(run->LearnSlurmEnd());
   }
   return run;
 }
 
 Result<uint64_t> ResumableTraining::Resume() {
+  STINT_ASSIGN_OR_RETURN(std::optional<CompletionMarker> marker, checkpointer_->Completion());
+  if (marker) {
+    complete_ = true;
+    if (options_.checkpoint.rank == 0) {
+      std::fprintf(stderr, "stint: %s: this run completed at step %llu (%s): nothing to do\n",
+                   options_.checkpoint.root.c_str(), static_cast<unsigned long long>(marker->step),
+                   marker->info.c_str());
+    }
+  }
   // A fresh start only when no tier holds a checkpoint: a node with an empty
   // local directory resumes from the shared tier 2.
   STINT_ASSIGN_OR_RETURN(auto committed, checkpointer_->ListCommitted());
@@ -244,9 +323,16 @@ Result<StepAction> ResumableTraining::StepBoundary(uint64_t step) {
   StepAction action;
   // One all-reduce per step: MAX of [has a notice, -seconds to its deadline]
   // is any rank's notice and the earliest deadline.
+  const auto now = std::chrono::steady_clock::now();
+  if (end_clock_ && watcher_ != nullptr && !watcher_->requested()) {
+    if (std::optional<double> left = end_clock_->Due(Cost(step))) {
+      watcher_->Notify("Slurm time limit",
+                       now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                 std::chrono::duration<double>(std::max(*left, 0.0))));
+    }
+  }
   const std::optional<PreemptionNotice> own =
       watcher_ != nullptr && watcher_->requested() ? watcher_->notice() : std::nullopt;
-  const auto now = std::chrono::steady_clock::now();
   const double own_seconds =
       own ? std::chrono::duration<double>(own->deadline - now).count() : 0.0;
   STINT_ASSIGN_OR_RETURN(
@@ -284,6 +370,9 @@ Result<StepAction> ResumableTraining::StepBoundary(uint64_t step) {
       if (left.count() > 0) checkpointer_->Flush(left).IgnoreError();
       ReapDurable();
     }
+    // Under Slurm rank 0 requeues as this object goes, after every save
+    // (never earlier: a requeue ends every task at once).
+    requeue_at_exit_ = requeue_self_ && options_.checkpoint.rank == 0;
     return action;
   }
   if (options_.save_every != 0 && step % options_.save_every == 0) {
@@ -298,7 +387,14 @@ Status ResumableTraining::Finish(uint64_t step) {
   STINT_RETURN_IF_ERROR(checkpointer_->Flush());
   // The run is complete: a preemption signal from now until exit changes nothing.
   if (watcher_ != nullptr) watcher_->KeepUntilExit();
-  return Status::OK();
+  // Who finished it (no time: two runs of one job write the same marker).
+  std::string info = "{\"launcher\":\"" + launch_.launcher +
+                     "\",\"world_size\":" + std::to_string(options_.checkpoint.world_size);
+  if (UnderSlurm()) {
+    info += ",\"slurm_job_id\":\"" + launch_.job_id +
+            "\",\"slurm_restart_count\":" + std::to_string(launch_.restart_count);
+  }
+  return checkpointer_->MarkComplete(step, info + "}");
 }
 
 }  // namespace stint

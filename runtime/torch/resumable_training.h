@@ -20,6 +20,20 @@
 // user state (an LR scheduler's JSON, counters). Resume() restores all of
 // it from the newest checkpoint that verifies.
 //
+// Launched by Slurm (srun, one task per GPU) or torchrun with several ranks
+// and given no group, Create() forms the job's group itself (LaunchedGroup:
+// a TCPStore at the master, Gloo over it, the commit channel on the same
+// store); group() hands it to the loop for its gradients. Under Slurm it
+// also watches SIGUSR2 (besides SIGTERM and SIGUSR1: --signal's warning,
+// preemption's GraceTime SIGTERM), stops in time for its last checkpoint
+// before the job's end (SlurmEndClock) even without a warning, and once a
+// stop's checkpoint is durable rank 0 requeues the job as this object is
+// destroyed (`scontrol requeue`, which ends every task at once; with
+// STINT_SLURM_REQUEUE=script the tasks only exit kExitRequeue and the
+// batch script requeues). Finish() writes the root's COMPLETE marker;
+// Resume() of a completed run says so (complete()), so a later start of the
+// same run (a requeue racing the end, a resubmission) exits 0 at once.
+//
 // Several ranks (data parallel: options.checkpoint.world_size > 1 with a
 // commit_channel, see stint/checkpointer.h): every rank calls the same
 // methods at the same steps; each saves its own sampler cursor, generators
@@ -59,11 +73,13 @@
 #include <optional>
 #include <string>
 
+#include "launched_group.h"
 #include "stint/checkpointer.h"
 #include "stint/coordinator_client.h"
 #include "stint/device_copier.h"
 #include "stint/preemption.h"
 #include "stint/resumable_sampler.h"
+#include "stint/slurm.h"
 #include "stint/status.h"
 
 namespace stint {
@@ -95,6 +111,12 @@ struct ResumableTrainingOptions {
   c10::intrusive_ptr<c10d::Backend> process_group;
   // The device of those flags with an NCCL group (CPU otherwise).
   torch::Device process_group_device = torch::kCPU;
+  // With neither process_group nor checkpoint.commit_channel given, and a
+  // launch of several ranks in the environment (stint/launch_env.h: Slurm's
+  // or torchrun's variables): form the group (LaunchedGroup) and set
+  // checkpoint.rank, world_size, commit_channel and process_group from it.
+  // Default: true.
+  bool group_from_environment = true;
 };
 
 struct StepAction {
@@ -111,11 +133,16 @@ class ResumableTraining {
                                                            torch::nn::Module& model,
                                                            torch::optim::Optimizer& optimizer,
                                                            ResumableSampler* sampler);
+  // Waits for queued saves; under Slurm, after a stop, rank 0 requeues the
+  // job here (see above), so destroy it last, right before exiting.
   ~ResumableTraining();
 
   // Loads the newest checkpoint; returns its step, or 0 when there is none.
-  // kFailedPrecondition when the data configuration changed.
+  // kFailedPrecondition when the data configuration changed. When the root
+  // holds the COMPLETE marker, complete() is true afterwards: the run
+  // finished before, exit 0.
   Result<uint64_t> Resume();
+  bool complete() const { return complete_; }
 
   // Named user state, saved with every checkpoint and restored by Resume().
   void SetUserState(const std::string& name, std::string bytes);
@@ -134,6 +161,10 @@ class ResumableTraining {
   Status Finish(uint64_t step);
 
   Checkpointer& checkpointer() { return *checkpointer_; }
+  // The group Create() formed from the environment (nullptr: none formed).
+  LaunchedGroup* group() { return group_.get(); }
+  // Who this process is in its job (stint/launch_env.h).
+  const LaunchEnv& launch() const { return launch_; }
   PreemptionWatcher* watcher() { return watcher_.get(); }
   // Newest step known durable in this process (or resumed from).
   uint64_t last_durable_step() const { return last_durable_step_; }
@@ -156,6 +187,13 @@ class ResumableTraining {
   void ReapDurable();
 
   ResumableTrainingOptions options_;
+  // Under Slurm: what a stop's requeue needs, and the job's end.
+  bool UnderSlurm() const { return launch_.launcher == "slurm" && !launch_.job_id.empty(); }
+  Status LearnSlurmEnd();
+  void RequeueIfStopped();
+
+  LaunchEnv launch_;
+  std::unique_ptr<LaunchedGroup> group_;  // outlives checkpointer_ (its commit channel)
   std::unique_ptr<DeviceCopier> device_copier_;  // made for a CUDA model; outlives checkpointer_
   std::unique_ptr<CoordinatorClient> fencing_client_;  // under stint-agent; outlives checkpointer_
   torch::nn::Module& model_;
@@ -173,6 +211,10 @@ class ResumableTraining {
   uint64_t last_durable_step_ = 0;
   uint64_t last_saved_step_ = 0;
   bool saved_any_ = false;
+  bool complete_ = false;
+  std::optional<SlurmEndClock> end_clock_;
+  bool requeue_self_ = false;     // under Slurm, STINT_SLURM_REQUEUE=self (the default)
+  bool requeue_at_exit_ = false;  // rank 0 under Slurm after a stop
 };
 
 }  // namespace stint

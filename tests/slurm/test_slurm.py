@@ -165,3 +165,56 @@ def test_a_preempted_job_checkpoints_in_its_grace_and_resumes_on_fewer_nodes(clu
     assert {int(s["world"]) for s in second} == {2} and {int(s["step"]) for s in second} == {stopped_at}
     assert "stint: requeueing Slurm job %s" % job in log
     assert len(set(digests(out, 2))) == 1  # the two ranks of the last run agree
+
+
+def test_the_libtorch_example_under_srun_stops_requeues_itself_and_resumes_bit_exactly(
+        cluster, tmp_path):
+    """examples/resumable_training, 2 nodes x 2 tasks under a plain sbatch +
+    srun (no stint script): stint::ResumableTraining forms the Gloo group
+    from Slurm's variables. Warned with scancel --signal=USR1, every rank
+    stops at one step with one checkpoint and rank 0 requeues the job
+    itself (scontrol requeue); the next run resumes and ends with the same
+    parameters as an uninterrupted run. A requeue of the completed job
+    trains nothing and exits 0."""
+    train = tool("STINT_RESUMABLE_TRAINING")
+
+    def submit(name, *args):
+        out = str(tmp_path / name)
+        os.makedirs(out)
+        command = "srun %s --ckpt-dir %s --steps 300 --every 50 %s" % (
+            train, os.path.join(out, "ckpt"), " ".join(args))
+        job = run(cluster, "sbatch", "--parsable", "--requeue", "--open-mode=append",
+                  "--nodes=2", "--ntasks-per-node=2", "--gres=gpu:2", "--time=30",
+                  "--output=" + os.path.join(out, "log"), "--wrap", command).strip()
+        return job, out
+
+    start = time.monotonic()
+    ref, ref_out = submit("ref")
+    job, out = submit("run", "--step-ms", "50")
+    ckpt = os.path.join(out, "ckpt")
+    while not any(n.startswith("step-") for n in (os.listdir(ckpt) if os.path.isdir(ckpt) else [])):
+        log = os.path.join(out, "log")
+        assert time.monotonic() < start + JOB_DEADLINE / 3, open(log).read() if os.path.exists(log) else ""
+        time.sleep(0.5)
+    run(cluster, "scancel", "--signal=USR1", job)
+    state, released = _follow(cluster, job, out, start + JOB_DEADLINE)
+    log = open(os.path.join(out, "log")).read()
+    assert state == "COMPLETED" and released >= 1, log[-4000:]
+    assert _follow(cluster, ref, ref_out, start + JOB_DEADLINE)[0] == "COMPLETED"
+
+    preempted = [l for l in log.splitlines() if l.startswith("preempted at step ")]
+    assert len(preempted) == 4 and len({l.split()[3] for l in preempted}) == 1, log[-4000:]
+    stopped = preempted[0].split()[3].rstrip(":")
+    resumed = [l for l in log.splitlines() if l.startswith("ready: resumed from step ")]
+    assert {l.split()[4] for l in resumed[4:8]} == {stopped}, log[-4000:]
+    assert "stint: requeued Slurm job %s (scontrol requeue)" % job in log
+    checksum = lambda text: {l.split()[-1] for l in text.splitlines() if l.startswith("final step ")}
+    want = checksum(open(os.path.join(ref_out, "log")).read())
+    assert len(want) == 1 and checksum(log) == want, log[-4000:]
+    assert '"slurm_job_id":"%s"' % job in open(os.path.join(ckpt, "COMPLETE")).read()
+
+    run(cluster, "scontrol", "requeue", job)
+    state, _ = _follow(cluster, job, out, time.monotonic() + 10 * SLURM_TICK)
+    assert state == "COMPLETED"
+    log = open(os.path.join(out, "log")).read()
+    assert log.count("complete: the run finished at step 300, nothing to do") == 4, log[-4000:]

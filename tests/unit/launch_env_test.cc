@@ -1,5 +1,6 @@
 // LaunchEnvFromEnvironment (torchrun's and Slurm's variables, the master
-// address and port) and ExpandHostlist (Slurm's hostlist syntax).
+// address and port), ExpandHostlist (Slurm's hostlist syntax) and
+// SlurmEndClock (when a job with a time limit must stop).
 #include "stint/launch_env.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "stint/slurm.h"
 #include "util/status_matchers.h"
 
 namespace stint {
@@ -261,6 +263,38 @@ TEST(ExpandHostlist, MalformedListsNameTheListAndWhere) {
               std::string::npos)
         << hosts.status().ToString();
   }
+}
+
+TEST(SlurmEndClockTest, StopsWhenTheCheckpointTwoStepsAndTheSafetyStillFit) {
+  using std::chrono::milliseconds;
+  using std::chrono::seconds;
+  const auto t0 = std::chrono::system_clock::time_point(seconds(1800000000));
+  SlurmEndClock clock(t0 + seconds(100), milliseconds(2000));
+  CheckpointCost measured;
+  measured.state_bytes = 1000000000;    // 1 GB at 100 MB/s: 10 s, plus 1 s fixed
+  measured.bytes_per_second = 100e6;
+  measured.fixed_seconds = 1;
+  // Steps 5 s apart: the rule is 11 + 2 x 5 + 2 = 23 s before the end.
+  for (int t = 50; t <= 75; t += 5)
+    EXPECT_FALSE(clock.Due(measured, t0 + seconds(t)).has_value()) << t;
+  std::optional<double> due = clock.Due(measured, t0 + seconds(80));
+  ASSERT_TRUE(due.has_value());
+  EXPECT_DOUBLE_EQ(*due, 20.0);
+  EXPECT_EQ(clock.end(), t0 + seconds(100));
+  // One slow step (40 s) moves the stop earlier: 11 + 2 x 40 + 2 s.
+  SlurmEndClock slow(t0 + seconds(100), milliseconds(2000));
+  EXPECT_FALSE(slow.Due(measured, t0).has_value());
+  due = slow.Due(measured, t0 + seconds(40));
+  ASSERT_TRUE(due.has_value());
+  EXPECT_DOUBLE_EQ(*due, 60.0);
+
+  // Nothing measured yet: a checkpoint is taken to cost 10 s.
+  SlurmEndClock fresh(t0 + seconds(100), milliseconds(0));
+  EXPECT_FALSE(fresh.Due(CheckpointCost{}, t0 + seconds(89)).has_value());
+  EXPECT_TRUE(fresh.Due(CheckpointCost{}, t0 + seconds(90)).has_value());
+  // Past the end it says so (a negative time left): stop at once.
+  SlurmEndClock late(t0, milliseconds(0));
+  EXPECT_LT(*late.Due(CheckpointCost{}, t0 + seconds(1)), 0);
 }
 
 }  // namespace

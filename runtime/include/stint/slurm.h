@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 
+#include "stint/preemption.h"
 #include "stint/status.h"
 
 namespace stint {
@@ -38,6 +39,30 @@ Result<std::optional<std::chrono::system_clock::time_point>> SlurmJobEndTime(
 // it refuses (a job without --requeue, JobRequeue=0).
 Status SlurmRequeue(const std::string& job_id,
                     std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+// SlurmEndClock: the step boundary from which a job with a time limit must
+// stop for its last checkpoint to fit before the end (SlurmJobEndTime),
+// even when no --signal warning comes: the time left is at most the
+// checkpoint's estimate (CheckpointCost: fixed seconds plus bytes over the
+// measured throughput; 10 s while nothing was measured), two steps (the
+// spacing of the calls, a decaying maximum) and `safety`.
+class SlurmEndClock {
+ public:
+  using SystemTime = std::chrono::system_clock::time_point;
+  SlurmEndClock(SystemTime end, std::chrono::milliseconds safety) : end_(end), safety_(safety) {}
+
+  // Call at every step boundary: the seconds left to the end when the run
+  // must stop now, else nullopt.
+  std::optional<double> Due(const CheckpointCost& cost,
+                            SystemTime now = std::chrono::system_clock::now());
+  SystemTime end() const { return end_; }
+
+ private:
+  SystemTime end_;
+  std::chrono::milliseconds safety_;
+  std::optional<SystemTime> last_boundary_;
+  double step_seconds_ = 0;
+};
 
 // A time as Slurm's CLIs print it: "2026-12-05T06:10:00", the controller's
 // local time. nullopt for NONE, N/A, Unknown, INVALID and UNLIMITED;
