@@ -6,10 +6,14 @@
 # closes, a preemption, a spot revocation, each met with an emergency
 # checkpoint and a resume elsewhere; it prints the summary (fragment-training
 # efficiency against the same job run continuously) and checks the final
-# model against an uninterrupted run. 2: a single-process run
+# model against an uninterrupted run. 2: examples/slurm_demo: the same on a
+# real Slurm (3 nodes x 4 GPUs on this host) under stintd --slurm: a
+# LibTorch job through a backfill hole, a reservation, a preemption and a
+# drained node, bit-identical to a continuous run (skipped, saying why,
+# where Slurm cannot run). 3: a single-process run
 # (examples/resumable_training) killed again and again with SIGTERM and
-# SIGKILL, compared bit for bit with an uninterrupted one. 3: the
-# checkpoints through the `stint` CLI. 4: stint-bench's ratios against fio
+# SIGKILL, compared bit for bit with an uninterrupted one. 4: the
+# checkpoints through the `stint` CLI. 5: stint-bench's ratios against fio
 # and torch.save on this machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +31,10 @@ echo "== 1. spot_demo: one elastic job across spot and fragment windows"
 .venv/bin/python examples/spot_demo/spot_demo.py --build "$BUILD_DIR" --work-root "$WORK" --keep-work
 SPOT_CKPT=$(ls -d "$WORK"/stint-spot-demo-*/ckpt-train)
 
-echo "== 2. one process, preempted again and again: SIGTERM (graceful) and SIGKILL (no grace)"
+echo "== 2. slurm_demo: one job in the holes of a real Slurm, run by stintd --slurm"
+.venv/bin/python examples/slurm_demo/slurm_demo.py --build "$BUILD_DIR" --work-root "$WORK"
+
+echo "== 3. one process, preempted again and again: SIGTERM (graceful) and SIGKILL (no grace)"
 echo "   uninterrupted reference run ($STEPS steps)"
 "$TRAIN" --ckpt-dir "$WORK/reference" "${ARGS[@]}" > "$WORK/reference.log"
 want=$(awk '/^final step/ {print $NF}' "$WORK/reference.log")
@@ -70,7 +77,7 @@ else
   echo "   MISMATCH: $got != $want"; exit 1
 fi
 
-echo "== 3. the checkpoints, through the stint CLI"
+echo "== 4. the checkpoints, through the stint CLI"
 "$STINT" ls "$SPOT_CKPT"
 "$STINT" verify "$SPOT_CKPT" --all
 "$STINT" ls "$WORK/preempted"
@@ -80,6 +87,6 @@ echo "== 3. the checkpoints, through the stint CLI"
 head -24 "$WORK/inspect.txt"
 "$STINT" verify "$WORK/preempted" --all
 
-echo "== 4. stint-bench --quick (ratios against fio and torch.save, same run)"
+echo "== 5. stint-bench --quick (ratios against fio and torch.save, same run)"
 mkdir -p "$WORK/bench"
 "$BENCH" --quick --dir "$WORK/bench" || echo "   (benchmark failed; see above)"

@@ -274,6 +274,10 @@ void SlurmExecutor::ReconcileSegments(const Cluster& cluster, TimeMs now,
                                       std::map<std::string, NodeReport>* reports) {
   struct Seg {
     SegmentState state = SegmentState::kRunning;
+    // Notified, or shrinking: one srun step cannot signal some of its tasks
+    // only, so a shrink stops the whole segment, which restarts at its new
+    // size.
+    bool notice = false;
     TimeMs ended_ms = 0;
     std::vector<std::string> nodes;  // one per placement, in order
     bool has_launch = false;
@@ -294,6 +298,7 @@ void SlurmExecutor::ReconcileSegments(const Cluster& cluster, TimeMs now,
       }
       if (!placed_here && !ours) continue;
       info.state = seg.state;
+      info.notice = seg.state == SegmentState::kNotified || seg.shrink_deadline_ms != 0;
       info.ended_ms = seg.ended_ms;
       auto job = s.jobs.find(seg.job_id);
       if (job != s.jobs.end() && !job->second.launch.empty()) {
@@ -340,7 +345,7 @@ void SlurmExecutor::ReconcileSegments(const Cluster& cluster, TimeMs now,
           continue;
         }
         for (const std::string& node : seg.nodes) (*reports)[node].running.push_back(sid);
-        if (seg.state == SegmentState::kNotified && !signalled_.count(sid)) {
+        if (seg.notice && !signalled_.count(sid)) {
           Status sent = Cancel(job->id, seg.signal);
           if (sent.ok()) {
             signalled_.insert(sid);

@@ -22,8 +22,10 @@
 //             the segment beforehand (its secret reaches the task through
 //             the job's environment, never its command line or script).
 //   notices   a notified segment's job gets the launch spec's signal
-//             (scancel --signal); a segment that ended while its job runs
-//             is cancelled.
+//             (scancel --signal); so does a shrinking one (a step's tasks
+//             cannot be signalled apart: the whole segment stops and the
+//             job restarts at its new size); a segment that ended while
+//             its job runs is cancelled.
 //   exits     a job that ended maps back: 0 -> DONE (once the job
 //             completed), 75 -> queued again, 76 -> FAILED, any other code
 //             through the crash-loop guard; a job that Slurm ended itself
