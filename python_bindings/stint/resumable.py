@@ -38,9 +38,9 @@ all-reduces the stop decision once per step (one 16-byte all-reduce on the
 checkpointer's process group; on a CUDA tensor for NCCL): a notice on any
 rank stops every rank at the same step, with one emergency checkpoint
 whose deadline is the earliest rank's, taken only if it fits on every rank.
-(FSDP2: resume() fills the model's shards in place but gives the optimizer
-full tensors; checkpoint a sharded optimizer with stint.Checkpointer and
-get_state_dict()/set_state_dict().) Under torchrun, run `python -m stint.torchrun` in its place so the launcher
+(FSDP2: resume() fills the model's shards in place and shards the
+optimizer's state like its parameters again, each rank slicing its own
+part.) Under torchrun, run `python -m stint.torchrun` in its place so the launcher
 exits 75 too when its workers did (see stint.torchrun.main).
 
 Data: pass the DataLoader as `loader=` (a ResumableSampler that is its
@@ -237,7 +237,7 @@ class Resumable:
                 raise _C.FailedPreconditionError("%s: the checkpoint holds no '%s' state" % (r.dir, key))
             # For the model a copy onto itself (already in place); it checks the keys
             # and restores non-tensor extra state.
-            obj.load_state_dict(s[key])
+            obj.load_state_dict(_sharded_like_params(obj, s[key]) if key == "optim" else s[key])
         for name, obj in self.objects.items():
             saved = s.get("objects", {})
             if name not in saved:
@@ -497,6 +497,28 @@ class Resumable:
 
 
 _END = object()
+
+
+def _sharded_like_params(optimizer: torch.optim.Optimizer, saved: Dict[str, Any]) -> Dict[str, Any]:
+    """FSDP2: a DTensor's shards come back from a load as one whole tensor,
+    so the state of a sharded parameter (momentum, Adam's moments) becomes a
+    DTensor sharded like the parameter again: every rank slices its own
+    part (distribute_tensor with src_data_rank=None: no communication).
+    Anything else is left as it is."""
+    try:
+        from torch.distributed.tensor import DTensor, distribute_tensor
+    except ImportError:  # pragma: no cover
+        return saved
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    state = saved.get("state", {}) if isinstance(saved, dict) else {}
+    for index, p in enumerate(params):
+        if not isinstance(p, DTensor) or index not in state:
+            continue
+        for k, v in state[index].items():
+            if isinstance(v, torch.Tensor) and not isinstance(v, DTensor) and v.shape == p.shape:
+                state[index][k] = distribute_tensor(v.to(p.device), p.device_mesh, p.placements,
+                                                    src_data_rank=None)
+    return saved
 
 
 def _collective_device(group: Any) -> torch.device:

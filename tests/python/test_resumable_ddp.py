@@ -2,10 +2,11 @@
 `python -m stint.torchrun`: a SIGTERM to rank 1 alone stops both ranks at
 the same step with one checkpoint, every worker exits 75 and so does the
 launcher; a SIGTERM to the launcher does the same; the resumed job ends
-bit-identical to an uninterrupted one.
+bit-identical to an uninterrupted one. The same with FSDP2 (fully_shard):
+the sharded optimizer state is resumed as shards again.
 
 The workers are this file run as a script under torchrun
-(`test_resumable_ddp.py ROOT OUT TAG TOTAL`); each leaves small files in OUT
+(`test_resumable_ddp.py ROOT OUT TAG TOTAL [ddp|fsdp]`); each leaves small files in OUT
 (its pid, the step it resumed at, the step it stopped at, its final state's
 digest) that the test waits for, each wait with a deadline.
 """
@@ -32,7 +33,7 @@ def _write(out, name, text):
     os.rename(tmp, os.path.join(out, name))
 
 
-def worker(root, out, tag, total):
+def worker(root, out, tag, total, parallel="ddp"):
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -45,7 +46,13 @@ def worker(root, out, tag, total):
     _write(out, "%s-pid-rank%d" % (tag, rank), str(os.getpid()))
     torch.manual_seed(0)  # the same initial model on both ranks
     model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Dropout(0.25), torch.nn.Linear(32, 1))
-    ddp = DistributedDataParallel(model)
+    if parallel == "fsdp":  # each rank holds its shards of the parameters and the momentum
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        fully_shard(model, mesh=init_device_mesh("cpu", (dist.get_world_size(),)))
+        ddp = model
+    else:
+        ddp = DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     torch.manual_seed(100 + rank)  # dropout differs per rank: the RNG is resumed per rank
     data = torch.randn(64, 8, generator=torch.Generator().manual_seed(7))
@@ -73,6 +80,8 @@ def worker(root, out, tag, total):
     run.close()
     digest = hashlib.sha256()
     for t in list(model.state_dict().values()) + [s["momentum_buffer"] for s in opt.state.values()]:
+        if hasattr(t, "full_tensor"):  # FSDP2: the whole tensor from the shards (a collective)
+            t = t.full_tensor()
         digest.update(t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     _write(out, "%s-final-rank%d" % (tag, rank), digest.hexdigest())
     dist.destroy_process_group()
@@ -83,7 +92,7 @@ def worker(root, out, tag, total):
 class Launch:
     """One `python -m stint.torchrun` of this file on 2 workers."""
 
-    def __init__(self, tmp, env, root, tag, total):
+    def __init__(self, tmp, env, root, tag, total, parallel="ddp"):
         self.out = str(tmp / "out")
         os.makedirs(self.out, exist_ok=True)
         self.tag = tag
@@ -93,7 +102,7 @@ class Launch:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "stint.torchrun", "--standalone", "--nproc-per-node=2",
              "--max-restarts=0", "--monitor-interval=0.1", os.path.abspath(__file__),
-             root, self.out, tag, str(total)],
+             root, self.out, tag, str(total), parallel],
             env=env, stdout=self.log, stderr=subprocess.STDOUT)
 
     def read(self, name, rank):
@@ -182,5 +191,34 @@ def test_a_notice_to_one_rank_stops_both_and_the_launcher_exits_75(tmp_path, env
         assert third.read("final", r) == reference.read("final", r), "rank %d differs" % r
 
 
+def test_an_fsdp2_job_resumes_its_sharded_optimizer_state_bit_exactly(tmp_path, env):
+    """FSDP2 (fully_shard): the momentum is a DTensor of shards. A SIGTERM
+    to the launcher stops both ranks at one step with one checkpoint; the
+    resumed job (its optimizer state sharded like the parameters again)
+    ends bit-identical to an uninterrupted one. Before the fix the resumed
+    optimizer held whole tensors and its first step failed."""
+    import stint
+    root = str(tmp_path / "ckpt")
+    first = Launch(tmp_path, env, root, "first", 10**9, "fsdp")
+    first.wait_for("ready", 0)
+    first.wait_for("ready", 1)
+    first.proc.send_signal(signal.SIGTERM)
+    rc = first.wait()
+    stopped = [int(first.wait_for("stopped", r)) for r in (0, 1)]
+    if rc != stint.EXIT_REQUEUE:
+        first.fail("launcher exit %s, not 75" % rc)
+    assert stopped[0] == stopped[1], stopped
+    total = stopped[0] + 5
+    second = Launch(tmp_path, env, root, "second", total, "fsdp")
+    assert [int(second.wait_for("start", r)) for r in (0, 1)] == stopped
+    if second.wait() != 0:
+        second.fail("exit %s" % second.proc.returncode)
+    reference = Launch(tmp_path, env, str(tmp_path / "reference"), "reference", total, "fsdp")
+    if reference.wait() != 0:
+        reference.fail("exit %s" % reference.proc.returncode)
+    for r in (0, 1):
+        assert second.read("final", r) == reference.read("final", r), "rank %d differs" % r
+
+
 if __name__ == "__main__":
-    worker(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    worker(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), *sys.argv[5:])

@@ -3,7 +3,11 @@ per GPU (no torchrun): stint.Resumable initialises Gloo from Slurm's
 variables, checkpoints every SAVE_EVERY steps, stops on Slurm's notices and
 requeues the job; the final parameters' digest goes to OUT/final-rank<r>.
 
-    resumable_job.py ROOT OUT TOTAL_STEPS STEP_SECONDS
+    resumable_job.py ROOT OUT TOTAL_STEPS STEP_SECONDS [ddp|fsdp]
+
+ddp (the default): DistributedDataParallel, the model and optimizer whole
+on every rank; fsdp: FSDP2 (fully_shard), each rank holding its shards of
+the parameters and optimizer state (DTensors) and checkpointing them.
 
 Every start appends one line to OUT/starts: restart count, the stintd
 segment (under stintd --slurm, else -), rank, world size, the step it
@@ -29,15 +33,19 @@ def _append(path, line):
         f.write(line + "\n")
 
 
-def main(root, out, total, step_seconds):
+def main(root, out, total, step_seconds, parallel="ddp"):
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     torch.set_num_threads(1)
     torch.manual_seed(0)  # the same initial model on every rank
     model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Dropout(0.25), torch.nn.Linear(32, 1))
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     # Under srun stint.Resumable would do it; under stintd --slurm the ranks
     # come as torchrun's variables.
     stint.distributed.init_from_env()
+    if parallel == "fsdp":  # sharded before the optimizer sees the parameters
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        fully_shard(model, mesh=init_device_mesh("cpu", (torch.distributed.get_world_size(),)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     sampler = stint.ResumableSampler(256, 8, seed=3)  # rank and world size from the launcher
     run = stint.Resumable(root, model=model, optimizer=opt, sampler=sampler, save_every=SAVE_EVERY)
     env = run.launch
@@ -45,7 +53,7 @@ def main(root, out, total, step_seconds):
     torch.manual_seed(100 + rank)  # dropout differs per rank: the RNG is resumed per rank
     # No bucket rebuild (README, "DDP and FSDP"): a restarted DDP would sum the
     # first step's gradients of 4 ranks in another order than the run it resumes.
-    ddp = DistributedDataParallel(model, find_unused_parameters=True)
+    net = model if parallel == "fsdp" else DistributedDataParallel(model, find_unused_parameters=True)
     data = torch.randn(256, 8, generator=torch.Generator().manual_seed(7))
     step = run.resume()
     segment = os.environ.get("STINT_SEGMENT_ID", "-")
@@ -53,7 +61,7 @@ def main(root, out, total, step_seconds):
         env["restart_count"], segment, rank, env["world_size"], step, time.time()))
     while step < total:
         for ids in sampler:
-            loss = ddp(data[ids]).pow(2).mean()
+            loss = net(data[ids]).pow(2).mean()
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -73,6 +81,8 @@ def main(root, out, total, step_seconds):
     run.finish(step)
     digest = hashlib.sha256()
     for name, t in sorted(model.state_dict().items()):
+        if hasattr(t, "full_tensor"):  # FSDP2's shards: the whole tensor (a collective)
+            t = t.full_tensor()
         digest.update(name.encode())
         digest.update(t.contiguous().numpy().tobytes())
     with open(os.path.join(out, "final-rank%d" % rank), "w") as f:
@@ -81,4 +91,4 @@ def main(root, out, total, step_seconds):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), *sys.argv[5:])

@@ -29,14 +29,16 @@ def cluster(tmp_path_factory):
         yield env
 
 
-def _submit(env, root, out, total, step_seconds, *sbatch, lead=None):
-    """`stint slurm submit` of resumable_job.py; returns the job id."""
+def _submit(env, root, out, total, step_seconds, *sbatch, lead=None, parallel="ddp"):
+    """`stint slurm submit` of resumable_job.py (DDP, or FSDP2 state with
+    parallel="fsdp"); returns the job id."""
     os.makedirs(out, exist_ok=True)
     args = [tool("STINT_CLI"), "slurm", "submit", "--root", root, "--gpus-per-node", "2",
             "--script", os.path.join(out, "job.sh"), "--nodes=2", "--output=" + os.path.join(out, "log")]
     if lead is not None:
         args += ["--lead", str(lead)]
-    args += list(sbatch) + ["--", sys.executable, JOB, root, out, str(total), str(step_seconds)]
+    args += list(sbatch) + ["--", sys.executable, JOB, root, out, str(total), str(step_seconds),
+                            parallel]
     said = run(env, *args)
     assert said.startswith("submitted Slurm job "), said
     return said.split()[3]
@@ -75,7 +77,8 @@ def _follow(env, job, out, deadline):
 
 def test_a_job_warned_before_its_time_limit_checkpoints_requeues_and_resumes_bit_exactly(
         cluster, tmp_path):
-    """2 nodes x 2 GPUs, Gloo, one srun task per GPU: --time=3 with
+    """2 nodes x 2 GPUs, Gloo, FSDP2 state (each rank checkpoints its shards
+    of the parameters and the momentum), one srun task per GPU: --time=3 with
     --signal=USR1@120 warns every task about a minute in; all stop at one
     step with one checkpoint, exit 75, the batch script requeues, and the
     next run resumes there. It ends bit-identical to an uninterrupted run of
@@ -84,8 +87,8 @@ def test_a_job_warned_before_its_time_limit_checkpoints_requeues_and_resumes_bit
     ref_root, ref_out = str(tmp_path / "ref-root"), str(tmp_path / "ref")
     root, out = str(tmp_path / "root"), str(tmp_path / "run")
     start = time.monotonic()
-    ref = _submit(cluster, ref_root, ref_out, total, 0.0, "--time=30")
-    job = _submit(cluster, root, out, total, step_seconds, "--time=3", lead=120)
+    ref = _submit(cluster, ref_root, ref_out, total, 0.0, "--time=30", parallel="fsdp")
+    job = _submit(cluster, root, out, total, step_seconds, "--time=3", lead=120, parallel="fsdp")
 
     state, released = _follow(cluster, job, out, start + JOB_DEADLINE)
     log = open(os.path.join(out, "log")).read()
