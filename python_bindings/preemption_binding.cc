@@ -99,6 +99,17 @@ py::object NoticeDict(const std::optional<PreemptionNotice>& notice) {
   return d;
 }
 
+// The keyword arguments of plan() and due(): a checkpoint's cost.
+CheckpointCost Cost(uint64_t state_bytes, double bytes_per_second, double fixed_seconds,
+                    uint64_t steps_since_durable) {
+  CheckpointCost c;
+  c.state_bytes = state_bytes;
+  c.bytes_per_second = bytes_per_second;
+  c.fixed_seconds = fixed_seconds;
+  c.steps_since_durable = steps_since_durable;
+  return c;
+}
+
 }  // namespace
 
 void BindPreemption(py::module_& m) {
@@ -160,12 +171,8 @@ void BindPreemption(py::module_& m) {
           "plan",
           [](const PyWatcher& w, uint64_t state_bytes, double bytes_per_second,
              double fixed_seconds, uint64_t steps_since_durable) {
-            CheckpointCost c;
-            c.state_bytes = state_bytes;
-            c.bytes_per_second = bytes_per_second;
-            c.fixed_seconds = fixed_seconds;
-            c.steps_since_durable = steps_since_durable;
-            return w.get().PlanAt(c);
+            return w.get().PlanAt(
+                Cost(state_bytes, bytes_per_second, fixed_seconds, steps_since_durable));
           },
           py::arg("state_bytes") = 0, py::arg("bytes_per_second") = 0.0,
           py::arg("fixed_seconds") = 0.05, py::arg("steps_since_durable") = 0,
@@ -231,12 +238,7 @@ void BindPreemption(py::module_& m) {
           "due",
           [](SlurmEndClock& clock, uint64_t state_bytes, double bytes_per_second,
              double fixed_seconds, uint64_t steps_since_durable) {
-            CheckpointCost c;
-            c.state_bytes = state_bytes;
-            c.bytes_per_second = bytes_per_second;
-            c.fixed_seconds = fixed_seconds;
-            c.steps_since_durable = steps_since_durable;
-            return clock.Due(c);
+            return clock.Due(Cost(state_bytes, bytes_per_second, fixed_seconds, steps_since_durable));
           },
           py::arg("state_bytes") = 0, py::arg("bytes_per_second") = 0.0,
           py::arg("fixed_seconds") = 0.05, py::arg("steps_since_durable") = 0,

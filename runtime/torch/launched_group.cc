@@ -31,8 +31,8 @@ Result<std::unique_ptr<LaunchedGroup>> LaunchedGroup::FromEnvironment(
     auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
     opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     group->backend_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
-        c10::make_intrusive<c10d::PrefixStore>("stint.pg", group->store_), env.rank,
-        env.world_size, opts);
+        c10::make_intrusive<c10d::PrefixStore>("stint.pg", group->store_), env.rank, env.world_size,
+        opts);
   } catch (const std::exception& e) {
     return Status::Unavailable("the process group of rank " + std::to_string(env.rank) + " of " +
                                std::to_string(env.world_size) + " at " + master + " (" +

@@ -101,8 +101,7 @@ Result<std::unique_ptr<SlurmExecutor>> SlurmExecutor::Start(Coordinator* coordin
         "Slurm margins, leads and timeouts must be positive (the margin and lead may be 0)");
   }
   Status made = Env::Default()->CreateDir(options.workdir);
-  if (!made.ok() && made.code() != Code::kAlreadyExists)
-    return made.WithContext("--slurm-workdir");
+  if (!made.ok() && made.code() != Code::kAlreadyExists) return made.WithContext("--slurm-workdir");
   std::unique_ptr<SlurmExecutor> e(new SlurmExecutor(coordinator, std::move(options)));
   STINT_ASSIGN_OR_RETURN(Cluster cluster, e->ReadCluster());
   for (const std::string& p : e->options_.partitions) {
@@ -145,8 +144,10 @@ void SlurmExecutor::Loop() {
   }
 }
 
+std::string SlurmExecutor::JobPrefix() const { return "stint." + options_.tag + "."; }
+
 std::string SlurmExecutor::JobName(int64_t segment_id) const {
-  return "stint." + options_.tag + "." + std::to_string(segment_id);
+  return JobPrefix() + std::to_string(segment_id);
 }
 
 Result<SlurmExecutor::Cluster> SlurmExecutor::ReadCluster() const {
@@ -165,7 +166,7 @@ Result<SlurmExecutor::Cluster> SlurmExecutor::ReadCluster() const {
   STINT_ASSIGN_OR_RETURN(c.jobs, ParseSqueueJson(squeue));
   STINT_ASSIGN_OR_RETURN(std::string res, run({"scontrol", "show", "reservation", "-o"}));
   STINT_ASSIGN_OR_RETURN(c.reservations, ParseReservations(res));
-  const std::string prefix = "stint." + options_.tag + ".";
+  const std::string prefix = JobPrefix();
   for (const SlurmJob& j : c.jobs) {
     if (j.name.rfind(prefix, 0) != 0) continue;
     const std::string sid_text = j.name.substr(prefix.size());
@@ -201,8 +202,7 @@ void SlurmExecutor::ReconcileWindows(const Cluster& cluster, TimeMs now,
   // Nodes that a job not ours holds: Slurm would not give them to us.
   std::set<std::string> foreign;
   for (const SlurmJob& j : cluster.jobs) {
-    if (!j.Live() || j.state == "PENDING" || j.name.rfind(JobName(0).substr(0, JobName(0).size() - 1), 0) == 0)
-      continue;
+    if (!j.Live() || j.state == "PENDING" || j.name.rfind(JobPrefix(), 0) == 0) continue;
     foreign.insert(j.nodes.begin(), j.nodes.end());
   }
   for (const SlurmNode& node : cluster.nodes) {
@@ -247,8 +247,8 @@ void SlurmExecutor::ReconcileWindows(const Cluster& cluster, TimeMs now,
       }
       logged_.erase(subject);
       if (created) {
-        Log(subject + " lends window " + std::to_string(w->id) + " (" +
-            std::to_string(node.gpus) + " GPUs, pool " + *part +
+        Log(subject + " lends window " + std::to_string(w->id) + " (" + std::to_string(node.gpus) +
+            " GPUs, pool " + *part +
             (end == kNever ? ", no known end)" : ", until a reservation)"));
       }
     } else if (available && open && !open->closed_early && end < open->end_ms) {
@@ -259,7 +259,8 @@ void SlurmExecutor::ReconcileWindows(const Cluster& cluster, TimeMs now,
     } else if (!available && open && !open->closed_early) {
       const bool down = NodeDown(node);
       Log(subject + " is " + node.state + (node.flags.empty() ? "" : "+" + Join(node.flags, "+")) +
-          (reserved ? ", reserved" : "") + (foreign.count(node.name) ? ", held by another job" : "") +
+          (reserved ? ", reserved" : "") +
+          (foreign.count(node.name) ? ", held by another job" : "") +
           (node.reason.empty() ? "" : " (" + node.reason + ")") + ": window " +
           std::to_string(open->id) + (down ? " closes now" : " closes with its notice lead"));
       Result<Window> closed =
@@ -349,8 +350,8 @@ void SlurmExecutor::ReconcileSegments(const Cluster& cluster, TimeMs now,
           Status sent = Cancel(job->id, seg.signal);
           if (sent.ok()) {
             signalled_.insert(sid);
-            Log(subject + ": notice forwarded to Slurm job " + std::to_string(job->id) +
-                " as SIG" + seg.signal);
+            Log(subject + ": notice forwarded to Slurm job " + std::to_string(job->id) + " as SIG" +
+                seg.signal);
           }
         }
         continue;
@@ -367,7 +368,8 @@ void SlurmExecutor::ReconcileSegments(const Cluster& cluster, TimeMs now,
     // once when its GPUs are gone (lost, cancelled), else after the grace
     // its workers get to exit by themselves.
     if (job != nullptr && job->Live()) {
-      const bool at_once = seg.state == SegmentState::kLost || seg.state == SegmentState::kCancelled;
+      const bool at_once =
+          seg.state == SegmentState::kLost || seg.state == SegmentState::kCancelled;
       if (at_once || now - seg.ended_ms > SecondsToMs(options_.exit_grace_seconds)) {
         if (!logged_.count(subject)) {
           Log(subject + " ended: cancelling Slurm job " + std::to_string(job->id));
@@ -412,7 +414,8 @@ Status SlurmExecutor::Submit(int64_t segment_id, TimeMs now) {
       end = std::min(end, w->second.end_ms);
     }
   });
-  if (hosts.empty()) return Status::NotFound("segment " + std::to_string(segment_id) + " has no placement");
+  if (hosts.empty())
+    return Status::NotFound("segment " + std::to_string(segment_id) + " has no placement");
   STINT_ASSIGN_OR_RETURN(tools::LaunchSpec spec, tools::LaunchSpec::Parse(launch_text));
   const int gpw = spec.GpusPerWorker();
   // Ranks in placement order, as stint-agent numbers them.
@@ -426,7 +429,8 @@ Status SlurmExecutor::Submit(int64_t segment_id, TimeMs now) {
     }
   }
   const int world = static_cast<int>(task_hosts.size());
-  if (world == 0) return Status::FailedPrecondition("segment " + std::to_string(segment_id) + " has no workers");
+  if (world == 0)
+    return Status::FailedPrecondition("segment " + std::to_string(segment_id) + " has no workers");
   std::vector<std::string> ids, secrets, tokens;
   for (int r = 0; r < world; r++) {
     std::string secret;
@@ -448,48 +452,58 @@ Status SlurmExecutor::Submit(int64_t segment_id, TimeMs now) {
   for (const std::string& h : task_hosts) host_lines += " " + h;
   const std::string script =
       "#!/bin/bash\n"
-      "# stintd segment " + std::to_string(segment_id) + " of job " + std::to_string(job_id) +
-      " (" + job_name + "): " + std::to_string(world) +
+      "# stintd segment " +
+      std::to_string(segment_id) + " of job " + std::to_string(job_id) + " (" + job_name +
+      "): " + std::to_string(world) +
       " workers, one srun task each, ranks in placement order.\n"
       "hosts=$(mktemp) || exit 1\n"
       "trap 'rm -f \"$hosts\"' EXIT\n"
-      "printf '%s\\n'" + host_lines + " > \"$hosts\"\n"
+      "printf '%s\\n'" +
+      host_lines +
+      " > \"$hosts\"\n"
       "export SLURM_HOSTFILE=$hosts\n"
-      "srun --distribution=arbitrary --ntasks=" + std::to_string(world) +
-      " --kill-on-bad-exit=0 --wait=" +
+      "srun --distribution=arbitrary --ntasks=" +
+      std::to_string(world) + " --kill-on-bad-exit=0 --wait=" +
       std::to_string(static_cast<int>(options_.exit_grace_seconds)) + " /bin/bash -c " +
       ShellQuote(kTaskPrelude) + " stint-task" + command + "\n";
   STINT_RETURN_IF_ERROR(WriteStringToFileSync(Env::Default(), base + ".sh", script));
 
   CommandEnv env;
   env.unset = InheritedToDrop();
-  env.set = {{"STINT_COORD_URL", options_.coord_url},
-             {"STINT_JOB_ID", std::to_string(job_id)},
-             {"STINT_SEGMENT_ID", std::to_string(segment_id)},
-             {"STINT_WORKER_IDS", Join(ids, " ")},
-             {"STINT_WORKER_SECRETS", Join(secrets, " ")},
-             {"STINT_FENCING_TOKENS", Join(tokens, " ")},
-             {"STINT_LOCAL_RANKS", Join(local_ranks, " ")},
-             {"STINT_LOCAL_WORLD_SIZES", Join(local_sizes, " ")},
-             {"STINT_GPUS_PER_WORKER", std::to_string(gpw)},
-             {"STINT_LEASE_TTL_SECONDS",
-              std::to_string(coordinator_->options().policy.lease_ttl_seconds)},
-             {"STINT_HEARTBEAT_INTERVAL_SECONDS",
-              std::to_string(coordinator_->options().heartbeat_interval_seconds)},
-             {"WORLD_SIZE", std::to_string(world)},
-             {"MASTER_ADDR", master},
-             {"MASTER_PORT", std::to_string(master_port != 0 ? master_port
-                                                             : 20000 + segment_id % 20000)}};
+  env.set = {
+      {"STINT_COORD_URL", options_.coord_url},
+      {"STINT_JOB_ID", std::to_string(job_id)},
+      {"STINT_SEGMENT_ID", std::to_string(segment_id)},
+      {"STINT_WORKER_IDS", Join(ids, " ")},
+      {"STINT_WORKER_SECRETS", Join(secrets, " ")},
+      {"STINT_FENCING_TOKENS", Join(tokens, " ")},
+      {"STINT_LOCAL_RANKS", Join(local_ranks, " ")},
+      {"STINT_LOCAL_WORLD_SIZES", Join(local_sizes, " ")},
+      {"STINT_GPUS_PER_WORKER", std::to_string(gpw)},
+      {"STINT_LEASE_TTL_SECONDS", std::to_string(coordinator_->options().policy.lease_ttl_seconds)},
+      {"STINT_HEARTBEAT_INTERVAL_SECONDS",
+       std::to_string(coordinator_->options().heartbeat_interval_seconds)},
+      {"WORLD_SIZE", std::to_string(world)},
+      {"MASTER_ADDR", master},
+      {"MASTER_PORT", std::to_string(master_port != 0 ? master_port : 20000 + segment_id % 20000)}};
   if (!options_.ca_file.empty()) env.set.emplace_back("STINT_CA_FILE", options_.ca_file);
   if (spec.env) {
     for (const auto& [k, v] : *spec.env) env.set.emplace_back(k, v);
   }
   const int max_gpus = *std::max_element(gpus.begin(), gpus.end());
   std::vector<std::string> argv = {
-      "sbatch", "--parsable", "--job-name=" + JobName(segment_id), "--partition=" + partition,
-      "--nodes=" + std::to_string(hosts.size()), "--nodelist=" + Join(hosts, ","),
-      "--ntasks=" + std::to_string(world), "--gres=gpu:" + std::to_string(max_gpus),
-      "--no-requeue", "--output=" + base + ".log", "--open-mode=append", "--export=ALL",
+      "sbatch",
+      "--parsable",
+      "--job-name=" + JobName(segment_id),
+      "--partition=" + partition,
+      "--nodes=" + std::to_string(hosts.size()),
+      "--nodelist=" + Join(hosts, ","),
+      "--ntasks=" + std::to_string(world),
+      "--gres=gpu:" + std::to_string(max_gpus),
+      "--no-requeue",
+      "--output=" + base + ".log",
+      "--open-mode=append",
+      "--export=ALL",
       "--comment=stintd job " + std::to_string(job_id) + " segment " + std::to_string(segment_id)};
   if (end != kNever) {
     const int64_t seconds = (end - now) / 1000 - static_cast<int64_t>(options_.margin_seconds);

@@ -114,6 +114,7 @@ class SlurmExecutor {
   // launch never works).
   Status Submit(int64_t segment_id, TimeMs now);
   Status Cancel(int64_t slurm_job, const std::string& signal = "");
+  std::string JobPrefix() const;  // "stint.<tag>.": the names of this stintd's jobs
   std::string JobName(int64_t segment_id) const;
 
   Coordinator* const coordinator_;
@@ -127,7 +128,7 @@ class SlurmExecutor {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;  // guarded by mu_
+  bool stop_ = false;   // guarded by mu_
   std::thread thread_;  // last: started once the rest exists
 };
 

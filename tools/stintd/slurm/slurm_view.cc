@@ -87,7 +87,7 @@ int ExitCode(const json& v) {
   if (v.is_number_integer()) {
     const int status = v.get<int>();
     if ((status & 0x7f) == 0) return (status >> 8) & 0xff;  // exited
-    return 128 + (status & 0x7f);                            // killed by a signal
+    return 128 + (status & 0x7f);                           // killed by a signal
   }
   if (!v.is_object()) return 0;
   auto number = [](const json& n) -> int {
@@ -121,9 +121,8 @@ bool SlurmNode::InPartition(const std::string& partition) const {
 }
 
 bool SlurmJob::Live() const {
-  for (const char* s : {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED",
-                        "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "STAGE_OUT",
-                        "SIGNALING"}) {
+  for (const char* s : {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
+                        "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "STAGE_OUT", "SIGNALING"}) {
     if (state == s) return true;
   }
   return false;
@@ -200,10 +199,11 @@ Result<std::vector<SlurmReservation>> ParseReservations(const std::string& text)
     for (auto [key, out_ms] : {std::pair{"StartTime", &r.start_ms}, {"EndTime", &r.end_ms}}) {
       Result<std::optional<std::chrono::system_clock::time_point>> t = ParseSlurmTime(fields[key]);
       if (!t.ok()) return t.status().WithContext(what + " " + key);
-      *out_ms = t->has_value() ? std::chrono::duration_cast<std::chrono::milliseconds>(
-                                     (*t)->time_since_epoch())
-                                     .count()
-                               : std::numeric_limits<int64_t>::max();
+      *out_ms =
+          t->has_value()
+              ? std::chrono::duration_cast<std::chrono::milliseconds>((*t)->time_since_epoch())
+                    .count()
+              : std::numeric_limits<int64_t>::max();
     }
     STINT_ASSIGN_OR_RETURN(r.nodes, Hosts(what + " Nodes", fields["Nodes"]));
     std::stringstream flags(fields["Flags"]);

@@ -39,7 +39,7 @@ struct SlurmNode {
 struct SlurmJob {
   int64_t id = 0;
   std::string name;
-  std::string state;  // upper case: PENDING, RUNNING, COMPLETED, FAILED, ...
+  std::string state;               // upper case: PENDING, RUNNING, COMPLETED, FAILED, ...
   std::vector<std::string> nodes;  // expanded; empty while pending
   std::string partition;
   std::string reason;  // state_reason ("None", "Resources", "NonZeroExitCode", ...)
