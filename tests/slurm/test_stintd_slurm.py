@@ -184,3 +184,42 @@ def test_a_node_set_down_under_a_segment_requeues_it_elsewhere_with_nothing_lost
                      "-o", "%N").strip()
     assert later_node != node, why()
     assert digests(out, 2) == digests(ref_out, 2), why()
+
+
+def test_a_segment_that_slurm_preempts_for_another_partition_resumes_elsewhere(cluster, tmp_path):
+    """Slurm itself preempts a stintd segment: another user's job in the
+    higher partition takes its node (PreemptMode=REQUEUE, GraceTime). The
+    tasks get SIGTERM, checkpoint within the grace and exit; the Slurm job
+    (submitted --no-requeue) ends, stintd sees it within a poll, queues the
+    job again and runs it on another node, resumed at its checkpoint, ending
+    bit-identical to an uninterrupted run."""
+    env, nodes, log = cluster
+    start = time.monotonic()
+    _wait("three open Slurm windows", lambda: _open_nodes(env) == set(nodes), start + 60,
+          lambda: _why(env, log))
+    ref, _, ref_out = _submit(env, tmp_path, "reference", "MEDIUM")
+    job, root, out = _submit(env, tmp_path, "preempted", "MEDIUM")
+    why = lambda: _why(env, log, out, ref_out)
+    _wait("a checkpoint of the job", lambda: _committed_steps(root), start + DEADLINE / 3, why)
+    first = _job(env, job)["segments"][-1]
+    node = run(env, "squeue", "-h", "-j", first["external_id"].split(":")[1], "-o", "%N").strip()
+    high = run(env, "sbatch", "--parsable", "--partition=high", "-w", node, "--exclusive",
+               "--gres=gpu:2", "-o", "/dev/null", "--wrap", "sleep 600").strip()
+    try:
+        _wait("both jobs DONE", lambda: all(_job(env, j)["state"] == "DONE" for j in (job, ref)),
+              start + DEADLINE, why)
+    finally:
+        subprocess.run(["scancel", high], env=env, timeout=60)
+    stops, starts = lines(os.path.join(out, "stops")), lines(os.path.join(out, "starts"))
+    assert len(stops) == 2 and len({s["step"] for s in stops}) == 1, why()
+    assert {s["source"] for s in stops} <= {"signal_SIGTERM", "preemption_notice_on_another_rank"}, why()
+    stopped = int(stops[0]["step"])
+    assert all(int(s["durable"]) == stopped for s in stops), why()  # within the grace
+    segments = sorted({s["segment"] for s in starts}, key=int)
+    assert len(segments) == 2, why()
+    assert {int(s["step"]) for s in starts if s["segment"] == segments[1]} == {stopped}, why()
+    later = [s for s in _job(env, job)["segments"] if str(s["id"]) == segments[1]][0]
+    assert run(env, "squeue", "-h", "-t", "all", "-j", later["external_id"].split(":")[1],
+               "-o", "%N").strip() != node, why()
+    assert "segment %d: Slurm job %s" % (first["id"], first["external_id"].split(":")[1]) in open(log).read()
+    assert digests(out, 2) == digests(ref_out, 2), why()
