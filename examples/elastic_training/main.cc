@@ -261,6 +261,9 @@ class RankZeroCheckpoints {
       ro.checkpoint.lock_wait = std::chrono::minutes(2);
       ro.save_every = 0;
       ro.watch_signals = false;  // the process's watcher already has the signals
+      // The elastic group is the job's; this rank-0 checkpointer is one
+      // process's, whatever WORLD_SIZE the launcher set.
+      ro.group_from_environment = false;
       STINT_ASSIGN_OR_RETURN(run_, stint::ResumableTraining::Create(ro, *net_, opt_, sampler_));
     }
     if (!resume) return stint::Status::OK();

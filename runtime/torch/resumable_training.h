@@ -115,7 +115,9 @@ struct ResumableTrainingOptions {
   // launch of several ranks in the environment (stint/launch_env.h: Slurm's
   // or torchrun's variables): form the group (LaunchedGroup) and set
   // checkpoint.rank, world_size, commit_channel and process_group from it.
-  // Default: true.
+  // Set false where the process manages its group itself and checkpoints
+  // as one process (an ElasticGroup's rank 0, say): the launcher's
+  // WORLD_SIZE is then not this checkpointer's. Default: true.
   bool group_from_environment = true;
 };
 
