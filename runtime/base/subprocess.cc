@@ -8,14 +8,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 extern char** environ;
 
 namespace stint {
 namespace {
-
-constexpr size_t kMaxOutput = 1 << 20;
 
 std::string CommandLine(const std::vector<std::string>& argv) {
   std::string line;
@@ -54,7 +53,8 @@ std::vector<std::string> Environment(const CommandEnv& env) {
 }  // namespace
 
 Result<CommandOutput> RunCommand(const std::vector<std::string>& argv,
-                                 std::chrono::milliseconds timeout, const CommandEnv& env) {
+                                 std::chrono::milliseconds timeout, const CommandEnv& env,
+                                 size_t max_output) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const std::string line = CommandLine(argv);
   int fds[2];
@@ -103,11 +103,13 @@ Result<CommandOutput> RunCommand(const std::vector<std::string>& argv,
     const int ready = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
     if (ready < 0 && errno != EINTR) break;
     if (ready <= 0) continue;
-    char buf[4096];
+    char buf[65536];
     const ssize_t n = read(fds[0], buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // EOF: the command closed its output
-    if (out.output.size() < kMaxOutput) out.output.append(buf, static_cast<size_t>(n));
+    const size_t kept = std::min(static_cast<size_t>(n), max_output - out.output.size());
+    out.output.append(buf, kept);
+    out.truncated = out.truncated || kept < static_cast<size_t>(n);
   }
   close(fds[0]);
   if (timed_out) kill(pid, SIGKILL);

@@ -15,7 +15,8 @@ namespace stint {
 
 struct CommandOutput {
   int exit_code = 0;   // the exit status; 128 + N when killed by signal N
-  std::string output;  // stdout and stderr together, at most 1 MiB kept
+  std::string output;  // stdout and stderr together, at most max_output bytes
+  bool truncated = false;  // whether the command printed more than was kept
 };
 
 // Changes to the command's environment (the caller's otherwise).
@@ -26,12 +27,15 @@ struct CommandEnv {
 
 // Runs argv (argv[0] looked up in PATH) with stdin from /dev/null, the
 // caller's environment changed by `env`, and waits at most `timeout` for it
-// to exit. kNotFound when argv[0] is not found;
+// to exit, keeping at most `max_output` bytes of its output (the rest is
+// read and dropped, so the command never blocks on a full pipe; `truncated`
+// says so). kNotFound when argv[0] is not found;
 // kDeadlineExceeded (the command is then SIGKILLed and reaped) naming the
 // command; kIoError for a failed syscall. A non-zero exit is not an error
 // here: the caller reads exit_code. REQUIRES: !argv.empty().
 Result<CommandOutput> RunCommand(const std::vector<std::string>& argv,
-                                 std::chrono::milliseconds timeout, const CommandEnv& env = {});
+                                 std::chrono::milliseconds timeout, const CommandEnv& env = {},
+                                 size_t max_output = size_t{1} << 20);
 
 }  // namespace stint
 

@@ -26,6 +26,22 @@ TEST(RunCommandTest, CapturesOutputAndExitStatus) {
   EXPECT_EQ(out->exit_code, 128 + SIGTERM);
 }
 
+TEST(RunCommandTest, OutputPastTheLimitIsDroppedAndSaidSoWhileTheCommandRunsToItsEnd) {
+  // 3 MiB through the pipe: a caller's limit keeps what it asked for, the
+  // rest is drained (the command is not blocked on a full pipe) and flagged,
+  // and a larger limit keeps it all (squeue --json of a busy cluster).
+  const std::vector<std::string> argv = {"sh", "-c", "head -c 3145728 /dev/zero; exit 4"};
+  Result<CommandOutput> out = RunCommand(argv, milliseconds(60000), {}, 1000);
+  ASSERT_OK(out);
+  EXPECT_EQ(out->exit_code, 4);
+  EXPECT_EQ(out->output.size(), 1000u);
+  EXPECT_TRUE(out->truncated);
+  out = RunCommand(argv, milliseconds(60000), {}, 8u << 20);
+  ASSERT_OK(out);
+  EXPECT_EQ(out->output.size(), 3145728u);
+  EXPECT_FALSE(out->truncated);
+}
+
 TEST(RunCommandTest, TheEnvironmentIsTheCallersChanged) {
   // What stintd --slurm relies on: sbatch gets the workers' secrets and
   // never stintd's own tokens.

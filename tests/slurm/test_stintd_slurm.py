@@ -69,8 +69,12 @@ def _job(env, job):
 
 
 def _why(env, log, *outs):
-    """The coordinator's log and the jobs' Slurm output, for a failure."""
+    """The coordinator's log, the Slurm daemons' errors and the jobs' Slurm
+    output, for a failure."""
     text = "stintd:\n" + open(log).read()[-3000:]
+    for f in sorted(glob.glob(os.path.join(os.path.dirname(env["SLURM_CONF"]), "log", "slurm*.log"))):
+        errors = [l for l in open(f, errors="replace") if "error" in l.lower()]
+        text += "\n--- errors in %s\n%s" % (f, "".join(errors[-10:]))
     for f in sorted(glob.glob(os.path.join(os.path.dirname(log), "stintd.db.slurm", "job-*", "*.log"))):
         text += "\n--- %s\n%s" % (f, open(f).read()[-2000:])
     for out in outs:

@@ -80,6 +80,34 @@ TEST(SlurmViewTest, SqueueJsonGivesExitCodesOfBothDialects) {
   EXPECT_EQ((*jobs)[4].exit_code, 128 + 9);
 }
 
+TEST(SlurmViewTest, AJobWhoseBatchScriptSlurmCouldNotLaunchIsToldApart) {
+  // What 22.05 printed here for a batch launch the node refused (its step
+  // socket path was too long): CANCELLED, nodes given, ended as it started.
+  // Cancelled while pending (no nodes), cancelled after running, and a
+  // script that failed by itself are not launch failures.
+  const std::string text = R"({"jobs": [
+    {"job_id": 1, "job_state": "CANCELLED", "nodes": "sx1", "state_reason": "None",
+     "exit_code": 0, "start_time": 1796470732, "end_time": 1796470732},
+    {"job_id": 2, "job_state": "FAILED", "nodes": "sx1", "state_reason": "JobLaunchFailure",
+     "exit_code": 4021, "start_time": 1796470752, "end_time": 1796470752},
+    {"job_id": 3, "job_state": ["CANCELLED"], "nodes": "", "state_reason": "None",
+     "start_time": {"set": true, "number": 1796470800}, "end_time": {"set": true, "number": 1796470800}},
+    {"job_id": 4, "job_state": "CANCELLED", "nodes": "sx2", "state_reason": "None",
+     "exit_code": 0, "start_time": 1796470700, "end_time": 1796470760},
+    {"job_id": 5, "job_state": "FAILED", "nodes": "sx2", "state_reason": "NonZeroExitCode",
+     "exit_code": 256, "start_time": 1796470700, "end_time": 1796470700},
+    {"job_id": 6, "job_state": ["CANCELLED"], "nodes": "sx3", "state_reason": "None",
+     "start_time": {"set": true, "number": 1796470900}, "end_time": {"set": true, "number": 1796470901}}]})";
+  Result<std::vector<SlurmJob>> jobs = ParseSqueueJson(text);
+  ASSERT_OK(jobs);
+  ASSERT_EQ(jobs->size(), 6u);
+  EXPECT_EQ((*jobs)[0].start_time, 1796470732);
+  EXPECT_EQ((*jobs)[5].end_time, 1796470901);
+  std::vector<bool> failed;
+  for (const SlurmJob& j : *jobs) failed.push_back(j.LaunchFailed());
+  EXPECT_EQ(failed, (std::vector<bool>{true, true, false, false, false, true}));
+}
+
 TEST(SlurmViewTest, ReservationsAreReadInTheControllersLocalTime) {
   setenv("TZ", "CET-1", 1);  // UTC+1, a POSIX rule: no tzdata needed
   tzset();

@@ -3,7 +3,8 @@
 # a private munged, one slurmctld and N slurmd (`slurmd -N NAME`, each node
 # on its own port), fake GPUs as character devices named in gres.conf, two
 # partitions ("low" preemptible with PreemptMode=REQUEUE and GraceTime,
-# "high" above it), fast scheduling. Everything lives in DIR; the node names
+# "high" above it), fast scheduling. Everything lives in DIR but the Unix
+# sockets (a short /tmp/stint-slurm.* directory `stop` removes); the node names
 # go to /etc/hosts with a tag naming DIR, so `stop` removes exactly its own.
 #
 #   tools/slurm/cluster.sh start DIR [--nodes N] [--gpus G] [--prefix NAME]
@@ -87,18 +88,27 @@ start() {
     command -v "$tool" >/dev/null || die "$tool is missing (bash tools/setup.sh installs Slurm)"
   done
   [ -e "$DIR/slurm.conf" ] && die "$DIR already holds a cluster (stop it first)"
-  mkdir -p "$DIR"/{munge,state,spool,log,dev,run}
-  chmod 700 "$DIR/munge"
+  mkdir -p "$DIR"/{state,log,dev,run}
   DIR=$(cd "$DIR" && pwd)
   prune_hosts
+  # The Unix sockets (munged's, and slurmstepd's per job step in the spool,
+  # named NODE_JOBID.STEPID) live under a short directory of their own: a
+  # socket path over 107 bytes makes every batch launch fail, and Slurm then
+  # cancels jobs that may not be requeued (seen with a DIR 13 bytes longer).
+  SOCK=$(mktemp -d /tmp/stint-slurm.XXXXXX)
+  echo "$SOCK" > "$DIR/run/socket_dir"
+  mkdir -p "$SOCK"/{munge,spool}
+  chmod 700 "$SOCK/munge"
+  local longest="$SOCK/spool/$PREFIX$NODES/$PREFIX${NODES}_4294967295.4294967295"
+  [ ${#longest} -lt 108 ] || die "socket paths such as $longest are over 107 bytes: use a shorter --prefix"
 
   # munge: a private key and socket (the system's munged is not ours to use).
-  mungekey -c -k "$DIR/munge/munge.key" >/dev/null
-  chmod 400 "$DIR/munge/munge.key"
-  munged --force --socket="$DIR/munge/munge.socket" --key-file="$DIR/munge/munge.key" \
-    --pid-file="$DIR/munge/munged.pid" --log-file="$DIR/log/munged.log" \
-    --seed-file="$DIR/munge/munged.seed"
-  wait_for 20 "munged did not start" test -S "$DIR/munge/munge.socket"
+  mungekey -c -k "$SOCK/munge/munge.key" >/dev/null
+  chmod 400 "$SOCK/munge/munge.key"
+  munged --force --socket="$SOCK/munge/munge.socket" --key-file="$SOCK/munge/munge.key" \
+    --pid-file="$SOCK/munge/munged.pid" --log-file="$DIR/log/munged.log" \
+    --seed-file="$SOCK/munge/munged.seed"
+  wait_for 20 "munged did not start" test -S "$SOCK/munge/munge.socket"
 
   local ctld_port host nodes_conf="" gres_conf="" name
   ctld_port=$(free_port)
@@ -126,13 +136,13 @@ SlurmctldPort=$ctld_port
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket=$DIR/munge/munge.socket
+AuthInfo=socket=$SOCK/munge/munge.socket
 # Job credentials unsigned: the nodes share one munged here, whose replay
 # cache refuses the same credential decoded for a second node ("Job
 # credential replayed", seen under load). RPCs stay authenticated by munge.
 CredType=cred/none
 StateSaveLocation=$DIR/state
-SlurmdSpoolDir=$DIR/spool/%n
+SlurmdSpoolDir=$SOCK/spool/%n
 SlurmctldPidFile=$DIR/run/slurmctld.pid
 SlurmdPidFile=$DIR/run/slurmd-%n.pid
 SlurmctldLogFile=$DIR/log/slurmctld.log
@@ -181,6 +191,8 @@ EOF
 stop() {
   [ -d "$DIR" ] || die "$DIR does not exist"
   DIR=$(cd "$DIR" && pwd)
+  local SOCK=""
+  [ -e "$DIR/run/socket_dir" ] && SOCK=$(cat "$DIR/run/socket_dir")
   # Jobs first, so no job outlives its slurmd.
   if [ -e "$DIR/slurm.conf" ]; then
     SLURM_CONF="$DIR/slurm.conf" timeout 10 scancel --full --quiet --user=root 2>/dev/null || true
@@ -189,7 +201,7 @@ stop() {
   for f in "$DIR"/run/*.daemon; do
     [ -e "$f" ] && pids+=("$(cat "$f")")
   done
-  [ -e "$DIR/munge/munged.pid" ] && pids+=("$(cat "$DIR/munge/munged.pid")")
+  [ -n "$SOCK" ] && [ -e "$SOCK/munge/munged.pid" ] && pids+=("$(cat "$SOCK/munge/munged.pid")")
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   local deadline=$((SECONDS + 20))
   for pid in "${pids[@]}"; do
@@ -216,6 +228,7 @@ stop() {
     kept=$(grep -v "# stint-slurm $DIR\$" /etc/hosts)
     printf '%s\n' "$kept" > /etc/hosts
   fi
+  case "$SOCK" in /tmp/stint-slurm.*) rm -rf "$SOCK";; esac
   rm -rf "$DIR"
 }
 

@@ -59,11 +59,14 @@ std::vector<std::string> InheritedToDrop() {
   return drop;
 }
 
-// How a Slurm job that ended maps to a segment exit (API.md, "Launching"):
-// its batch script's code where the job ran to its end, 75 (queue again)
-// where Slurm ended it (preemption, time limit, node failure, a cancel that
-// was not ours).
+// How a Slurm job that ended maps to a segment exit (API.md, "Slurm"): a
+// crash where Slurm could not launch its batch script (so a node that cannot
+// launch anything trips the crash-loop guard instead of a resubmit every
+// poll), its batch script's code where the job ran to its end, 75 (queue
+// again) where Slurm ended it (preemption, time limit, node failure, a
+// cancel that was not ours).
 int SegmentExitCode(const SlurmJob& job) {
+  if (job.LaunchFailed()) return 1;
   if (job.state == "COMPLETED" || job.state == "FAILED") return job.exit_code;
   if (job.state == "OUT_OF_MEMORY") return 128 + 9;
   return 75;
@@ -151,8 +154,17 @@ std::string SlurmExecutor::JobName(int64_t segment_id) const {
 }
 
 Result<SlurmExecutor::Cluster> SlurmExecutor::ReadCluster() const {
+  // squeue --json lists every job Slurm remembers (22.05 ignores its
+  // filters with --json), about 4 KiB each: a busy cluster's runs to tens of
+  // MiB.
+  constexpr size_t kMaxClusterOutput = size_t{512} << 20;
   auto run = [&](std::vector<std::string> argv) -> Result<std::string> {
-    STINT_ASSIGN_OR_RETURN(CommandOutput out, RunCommand(argv, options_.command_timeout));
+    STINT_ASSIGN_OR_RETURN(CommandOutput out,
+                           RunCommand(argv, options_.command_timeout, {}, kMaxClusterOutput));
+    if (out.truncated) {
+      return Status::ResourceExhausted(Join(argv, " ") + " printed more than " +
+                                       std::to_string(kMaxClusterOutput >> 20) + " MiB");
+    }
     if (out.exit_code != 0) {
       return Status::Unavailable(Join(argv, " ") + " exited " + std::to_string(out.exit_code) +
                                  ": " + out.output.substr(0, 500));
@@ -357,11 +369,15 @@ void SlurmExecutor::ReconcileSegments(const Cluster& cluster, TimeMs now,
         continue;
       }
       const int code = SegmentExitCode(*job);
-      Log(subject + ": Slurm job " + std::to_string(job->id) + " " + job->state + " (exit " +
-          std::to_string(job->exit_code) + ", " + job->reason + ")");
-      report_exit(sid, seg, code,
-                  "Slurm job " + std::to_string(job->id) + " " + job->state + " (" + job->reason +
-                      ", exit " + std::to_string(job->exit_code) + ")");
+      std::string what = "Slurm job " + std::to_string(job->id) + " " + job->state + " (" +
+                         job->reason + ", exit " + std::to_string(job->exit_code) + ")";
+      if (job->LaunchFailed()) {
+        what = "Slurm could not launch the batch script of job " + std::to_string(job->id) +
+               " on " + Join(job->nodes, ",") + ": " + job->state + " (" + job->reason +
+               "); slurmd's log on that node says why";
+      }
+      Log(subject + ": " + what);
+      report_exit(sid, seg, code, what);
       continue;
     }
     // The segment ended: its Slurm job, if it still runs, goes too, at

@@ -81,6 +81,15 @@ Result<std::vector<std::string>> Hosts(const std::string& what, const std::strin
   return hosts;
 }
 
+// A number field: N (22.05) or {"set": true, "number": N} (23.02+); 0
+// otherwise.
+int64_t Number(const json& n) {
+  if (n.is_number_integer()) return n.get<int64_t>();
+  if (n.is_object() && n.contains("number") && n["number"].is_number_integer())
+    return n["number"].get<int64_t>();
+  return 0;
+}
+
 // An exit_code field: the raw wait status (22.05), or {"status": [...],
 // "return_code": N | {"number": N}, "signal": {"id": N | {"number": N}}}.
 int ExitCode(const json& v) {
@@ -90,12 +99,7 @@ int ExitCode(const json& v) {
     return 128 + (status & 0x7f);                           // killed by a signal
   }
   if (!v.is_object()) return 0;
-  auto number = [](const json& n) -> int {
-    if (n.is_number_integer()) return n.get<int>();
-    if (n.is_object() && n.contains("number") && n["number"].is_number_integer())
-      return n["number"].get<int>();
-    return 0;
-  };
+  auto number = [](const json& n) { return static_cast<int>(Number(n)); };
   if (v.contains("signal") && v["signal"].is_object() && v["signal"].contains("id")) {
     const int sig = number(v["signal"]["id"]);
     if (sig > 0) return 128 + sig;
@@ -126,6 +130,11 @@ bool SlurmJob::Live() const {
     if (state == s) return true;
   }
   return false;
+}
+
+bool SlurmJob::LaunchFailed() const {
+  if (state == "FAILED") return reason == "JobLaunchFailure";
+  return state == "CANCELLED" && !nodes.empty() && start_time > 0 && end_time - start_time <= 1;
 }
 
 Result<std::vector<SlurmNode>> ParseSinfoJson(const std::string& text) {
@@ -175,6 +184,8 @@ Result<std::vector<SlurmJob>> ParseSqueueJson(const std::string& text) {
     job.partition = StringOr(j, "partition");
     job.reason = StringOr(j, "state_reason");
     if (j.contains("exit_code")) job.exit_code = ExitCode(j["exit_code"]);
+    if (j.contains("start_time")) job.start_time = Number(j["start_time"]);
+    if (j.contains("end_time")) job.end_time = Number(j["end_time"]);
     out.push_back(std::move(job));
   }
   return out;

@@ -45,9 +45,17 @@ struct SlurmJob {
   std::string reason;  // state_reason ("None", "Resources", "NonZeroExitCode", ...)
   // How its batch script ended: the exit status, or 128 + N for a signal.
   int exit_code = 0;
+  int64_t start_time = 0;  // seconds since the epoch; 0 when unknown
+  int64_t end_time = 0;
   // Whether the job still holds (or will hold) its nodes: PENDING,
   // CONFIGURING, RUNNING, COMPLETING, SUSPENDED, REQUEUED, RESIZING.
   bool Live() const;
+  // Whether Slurm gave it nodes but could not start its batch script there:
+  // FAILED for JobLaunchFailure (slurmstepd could not set it up), or
+  // CANCELLED within a second of its start with nodes (a launch RPC the node
+  // refused; Slurm cancels a job it may not requeue). Not a job that was
+  // cancelled while pending: that one has no nodes.
+  bool LaunchFailed() const;
 };
 
 struct SlurmReservation {
