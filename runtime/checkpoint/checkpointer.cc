@@ -15,6 +15,7 @@
 #include "checkpoint/open_checks.h"
 #include "checkpoint/quarantine.h"
 #include "checkpoint/rank_commit.h"
+#include "checkpoint/save_times.h"
 #include "format/manifest.h"
 
 namespace stint {
@@ -234,8 +235,14 @@ void CheckpointerImpl::PersistLoop() {
     // writes everything rather than failing the same way forever.
     if (!s.ok() && job->base != nullptr) SetBase(nullptr);
     const uint64_t step = job->stats.step;
+    const double durable_seconds = SecondsSince(job->saved_at);
     ReportOutcome(std::move(job), s);
-    if (s.ok() && options_.rank == 0) ApplyRetentionAfter(step);
+    if (s.ok() && options_.rank == 0) {
+      ApplyRetentionAfter(step);
+      // For launchers sizing their warning (stint slurm submit --root); a
+      // save stays committed whether or not its time could be written.
+      RecordSaveTime(env_, options_.root, {step, durable_seconds}).IgnoreError();
+    }
     lock.lock();
     busy_ = false;
     idle_cv_.notify_all();

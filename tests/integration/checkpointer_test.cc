@@ -9,6 +9,7 @@
 #include <random>
 
 #include "checkpoint/commit.h"
+#include "checkpoint/save_times.h"
 #include "util/engine_params.h"
 #include "util/status_matchers.h"
 #include "util/temp_dir.h"
@@ -520,6 +521,60 @@ TEST(CheckpointerCompletion, AFinishedRunIsMarkedInItsRootUntilCleared) {
   ASSERT_OK(cleared);
   EXPECT_FALSE(cleared->has_value());
   EXPECT_OK((*writer)->ClearCompletion());  // none: OK
+}
+
+TEST_P(CheckpointerTest, EachCommittedSaveRecordsItsTimeToDurableForLaunchers) {
+  // What `stint slurm submit --root` sizes its warning from.
+  CheckpointOptions o = Options();
+  auto ckpt = Checkpointer::Open(o);
+  ASSERT_OK(ckpt);
+  for (uint64_t step : {3, 5, 8}) {
+    Model m = MakeModel(uint32_t(step), 10);
+    auto h = (*ckpt)->Save(step, m.AsState());
+    ASSERT_OK(h);
+    ASSERT_OK(h->durable.get());
+  }
+  ASSERT_OK((*ckpt)->Flush());  // recorded after the commit is reported
+  auto times = ReadSaveTimes(Env::Default(), o.root);
+  ASSERT_OK(times);
+  ASSERT_EQ(times->size(), 3u);
+  EXPECT_EQ((*times)[0].step, 3u);
+  EXPECT_EQ((*times)[2].step, 8u);
+  for (const SaveTime& t : *times) EXPECT_GE(t.durable_seconds, 0);
+  // Not a checkpoint: listing and loading pass over it.
+  auto steps = (*ckpt)->ListCommitted();
+  ASSERT_OK(steps);
+  EXPECT_EQ(*steps, (std::vector<uint64_t>{3, 5, 8}));
+}
+
+TEST(SaveTimesTest, TheNewestAreKeptAndADamagedFileIsNamedThenStartedAfresh) {
+  TempDir dir;
+  Env* env = Env::Default();
+  const std::string root = dir.path();
+  auto none = ReadSaveTimes(env, root);
+  ASSERT_OK(none);
+  EXPECT_TRUE(none->empty());
+  for (uint64_t step = 1; step <= kSaveTimesKept + 8; ++step)
+    ASSERT_OK(RecordSaveTime(env, root, {step, 0.5 * double(step)}));
+  auto times = ReadSaveTimes(env, root);
+  ASSERT_OK(times);
+  ASSERT_EQ(times->size(), kSaveTimesKept);
+  EXPECT_EQ(times->front().step, 9u);
+  EXPECT_EQ(times->back().step, kSaveTimesKept + 8);
+  EXPECT_DOUBLE_EQ(times->back().durable_seconds, 0.5 * double(kSaveTimesKept + 8));
+  EXPECT_FALSE(env->FileExists(root + "/" + kSaveTimesName + ".tmp"));
+
+  ASSERT_OK(WriteStringToFileSync(env, root + "/" + kSaveTimesName, "1 0.5\n2 nan\n"));
+  auto damaged = ReadSaveTimes(env, root);
+  ASSERT_FALSE(damaged.ok());
+  EXPECT_EQ(damaged.status().code(), Code::kDataLoss);
+  EXPECT_NE(damaged.status().ToString().find("SAVE_TIMES line 2"), std::string::npos)
+      << damaged.status().ToString();
+  ASSERT_OK(RecordSaveTime(env, root, {3, 1.25}));
+  times = ReadSaveTimes(env, root);
+  ASSERT_OK(times);
+  ASSERT_EQ(times->size(), 1u);
+  EXPECT_EQ(times->front().step, 3u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, CheckpointerTest, EnginesAndCompression(),

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "checkpoint/commit.h"
+#include "checkpoint/save_times.h"
 #include "format/manifest.h"
 #include "stint/checkpointer.h"
 #include "util/status_matchers.h"
@@ -401,6 +403,37 @@ TEST_F(CliTest, UsageErrorsExitTwo) {
   r = RunCli({"--help"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(Contains(r.output, "verify")) << r.output;
+}
+
+TEST_F(CliTest, SlurmSubmitSizesItsWarningFromTheRootsMeasuredSaves) {
+  // The two saves of SetUp recorded their time to durable in the root.
+  auto times = ReadSaveTimes(Env::Default(), root_);
+  ASSERT_OK(times);
+  ASSERT_EQ(times->size(), 2u);
+  double slowest = 0;
+  for (const SaveTime& t : *times) slowest = std::max(slowest, t.durable_seconds);
+  const int lead = 2 * std::max(1, int(std::ceil(slowest))) + 60;
+  const std::vector<std::string> tail = {"--dry-run", "--", "python", "train.py"};
+  auto submit = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"slurm", "submit", "--root", root_});
+    args.insert(args.end(), tail.begin(), tail.end());
+    return RunCli(args);
+  };
+  RunResult r = submit({});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "#SBATCH --signal=USR1@" + std::to_string(lead) + "\n"))
+      << r.output;
+  EXPECT_TRUE(Contains(r.output, "measured: the slowest of the 2 newest saves")) << r.output;
+  // Given by the user, the lead is theirs.
+  r = submit({"--lead", "300"});
+  EXPECT_TRUE(Contains(r.output, "#SBATCH --signal=USR1@300\n")) << r.output;
+  EXPECT_FALSE(Contains(r.output, "measured")) << r.output;
+  // A damaged record is named, and the default lead is used.
+  ASSERT_OK(WriteStringToFileSync(Env::Default(), root_ + "/" + kSaveTimesName, "garbage\n"));
+  r = submit({});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "SAVE_TIMES line 1")) << r.output;
+  EXPECT_TRUE(Contains(r.output, "#SBATCH --signal=USR1@120\n")) << r.output;
 }
 
 TEST_F(CliTest, RootWithoutCheckpoints) {

@@ -3,8 +3,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <ctime>
 #include <iostream>
 #include <string>
@@ -14,6 +16,7 @@
 #include "base/subprocess.h"
 #include "checkpoint/commit.h"
 #include "checkpoint/completion.h"
+#include "checkpoint/save_times.h"
 #include "stint/env.h"
 #include "stint/version.h"
 
@@ -54,6 +57,12 @@ bool ParsePositive(const std::string& text, int* out) {
   return *out > 0;
 }
 
+std::string Seconds(double s) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f s", s);
+  return text;
+}
+
 Status WriteScript(const std::string& path, const std::string& text) {
   STINT_RETURN_IF_ERROR(WriteStringToFileSync(Env::Default(), path, text));
   if (chmod(path.c_str(), 0755) != 0) return Status::IoError("chmod " + path);
@@ -69,6 +78,7 @@ std::string SlurmBatchScript(const SlurmSubmitSpec& spec) {
   s += "# checkpoint is durable), and nothing to do once the run is complete.\n";
   s += "#SBATCH --requeue\n";
   s += "#SBATCH --open-mode=append\n";
+  if (!spec.lead_note.empty()) s += "# The warning's lead: 2 x checkpoint + 60 s, " + spec.lead_note + ".\n";
   s += "#SBATCH --signal=USR1@" + std::to_string(spec.lead_seconds) + "\n";
   if (spec.gpus_per_node > 0) {
     s += "#SBATCH --ntasks-per-node=" + std::to_string(spec.gpus_per_node) + "\n";
@@ -155,9 +165,27 @@ int RunSlurmSubmit(const std::vector<std::string>& args) {
   spec.command.assign(args.begin() + static_cast<long>(i) + 1, args.end());
   if (lead_given && checkpoint_seconds > 0)
     return Usage("--lead and --checkpoint-seconds: give one");
+  if (!lead_given && checkpoint_seconds == 0 && !spec.root.empty()) {
+    // Measured: the slowest of the root's recent saves (Save() to durable).
+    Result<std::vector<SaveTime>> times = ReadSaveTimes(Env::Default(), spec.root);
+    if (!times.ok()) {
+      std::cerr << "stint slurm submit: " << times.status().ToString() << "; lead "
+                << spec.lead_seconds << " s (the default)\n";
+    } else if (!times->empty()) {
+      double slowest = 0;
+      for (const SaveTime& t : *times) slowest = std::max(slowest, t.durable_seconds);
+      checkpoint_seconds = std::max(1, static_cast<int>(std::ceil(slowest)));
+      spec.lead_note = "measured: the slowest of the " + std::to_string(times->size()) +
+                       " newest saves in the root took " + Seconds(slowest);
+    }
+  }
   // The warning must leave time for the step in progress, the checkpoint
   // and its commit, and Slurm's 30 s signal resolution.
   if (checkpoint_seconds > 0) spec.lead_seconds = 2 * checkpoint_seconds + 60;
+  if (!dry_run) {
+    std::cerr << "stint slurm submit: --signal=USR1@" << spec.lead_seconds
+              << (spec.lead_note.empty() ? "" : " (" + spec.lead_note + ")") << "\n";
+  }
 
   const std::string text = SlurmBatchScript(spec);
   if (dry_run) {
@@ -220,6 +248,16 @@ int RunSlurmStatus(const std::vector<std::string>& args) {
             << (steps->size() == 1 ? "" : "s");
   if (!steps->empty()) std::cout << ", newest step " << steps->back();
   std::cout << "\n";
+  Result<std::vector<SaveTime>> times = ReadSaveTimes(env, root);
+  if (!times.ok()) {
+    std::cout << "save times: " << times.status().ToString() << "\n";
+  } else if (!times->empty()) {
+    std::vector<double> s;
+    for (const SaveTime& t : *times) s.push_back(t.durable_seconds);
+    std::sort(s.begin(), s.end());
+    std::cout << "save to durable over the newest " << s.size() << ": median "
+              << Seconds(s[s.size() / 2]) << ", slowest " << Seconds(s.back()) << "\n";
+  }
   Result<std::optional<CompletionMarker>> done = ReadCompletion(env, root);
   if (!done.ok()) {
     std::cout << "complete: " << done.status().ToString() << "\n";

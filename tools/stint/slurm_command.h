@@ -16,13 +16,16 @@ namespace stint {
 // started with USR1/USR2 ignored until stint's watcher takes them,
 // STINT_SLURM_REQUEUE=script and `scontrol requeue` when srun exits 75, an
 // exit 0 at once when ROOT holds COMPLETE) and submits it with sbatch,
-// printing the job id; --dry-run prints the script instead. Options it does
+// printing the job id; --dry-run prints the script instead. The lead is
+// --lead, else 2 x --checkpoint-seconds + 60, else the same from the
+// slowest of ROOT's recent saves (SAVE_TIMES, written by the checkpointer),
+// else 120 s. Options it does
 // not know go to sbatch as #SBATCH lines (--opt=value form). Returns the
 // exit code.
 int RunSlurmSubmit(const std::vector<std::string>& args);
 
 // stint slurm status JOB [--root DIR]: the job as squeue sees it, and the
-// root's checkpoints (newest first) and completion marker.
+// root's checkpoints, its recent saves' times and its completion marker.
 int RunSlurmStatus(const std::vector<std::string>& args);
 
 // The script `submit` writes (exposed for its test).
@@ -30,6 +33,7 @@ struct SlurmSubmitSpec {
   std::string root;                  // "" when not given
   int gpus_per_node = 0;             // 0: sbatch options decide the tasks
   int lead_seconds = 120;            // --signal=USR1@lead
+  std::string lead_note;             // where a measured lead came from; "" if not measured
   std::vector<std::string> sbatch;   // "--opt=value" lines
   std::vector<std::string> command;  // what each task runs
 };
