@@ -7,6 +7,7 @@
 // exactly once per epoch (the model's own per-sample counter says so).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <stdlib.h>
 
 #include <memory>
 #include <string>
@@ -87,6 +88,30 @@ TEST_F(ElasticTest, WorkerKilledMidAllreduceDoesNotHangTheOthers) {
     EXPECT_EQ(last.world, 2) << w[i]->output();
     EXPECT_GT(last.generation, 1u) << w[i]->output();
   }
+  ExpectMatchesReference();
+}
+
+TEST_F(ElasticTest, CheckpointingUnderALaunchersVariablesRankZeroFormsNoGroupOfItsOwn) {
+  // stint-agent (like torchrun) gives every worker WORLD_SIZE, RANK and
+  // MASTER_*; the elastic group is the job's, so rank 0's ResumableTraining
+  // must not form a second group from them: it did, and waited for peers
+  // that never came (spot_demo's elastic jobs stalled at their first step).
+  // MASTER_PORT names a port nobody serves.
+  const std::vector<std::pair<const char*, const char*>> launcher = {
+      {"WORLD_SIZE", "2"}, {"RANK", "0"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "1"},
+      {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "9"}};
+  for (const auto& [k, v] : launcher) ASSERT_EQ(setenv(k, v, 1), 0);
+  const std::vector<std::string> flags = {"--ckpt-dir", dir_.Sub("ckpt"), "--save-every", "100"};
+  std::vector<std::unique_ptr<ChildProcess>> w;
+  for (int i = 0; i < 2; ++i) w.push_back(Worker("w" + std::to_string(i), flags));
+  for (const auto& [k, v] : launcher) unsetenv(k);
+  for (auto& p : w) {
+    bool killed = false;
+    EXPECT_EQ(ExitCode(p->WaitAtMost(300, &killed)), 0) << p->output();
+    EXPECT_FALSE(killed) << p->output();
+  }
+  const std::string all = w[0]->output() + w[1]->output();
+  EXPECT_NE(all.find("CHECKPOINT step 100 "), std::string::npos) << all;
   ExpectMatchesReference();
 }
 
