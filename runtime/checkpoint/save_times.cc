@@ -26,8 +26,17 @@ Status RecordSaveTime(Env* env, const std::string& root, const SaveTime& t) {
                   s.durable_seconds);
     text += line;
   }
+  // Not synced: it is advisory, and an fsync after every save would load
+  // the disk the next save writes to. A power cut may leave it empty or
+  // short; readers then name it or see fewer saves.
   const std::string tmp = TimesPath(root) + ".tmp";
-  STINT_RETURN_IF_ERROR(WriteStringToFileSync(env, tmp, text));
+  {
+    STINT_ASSIGN_OR_RETURN(auto file, env->NewWritableFile(tmp, FileOptions{}));
+    Status written = file->PositionedWrite(text.data(), text.size(), 0);
+    Status closed = file->Close();
+    STINT_RETURN_IF_ERROR(written);
+    STINT_RETURN_IF_ERROR(closed);
+  }
   return env->RenameFile(tmp, TimesPath(root));
 }
 

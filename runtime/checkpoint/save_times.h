@@ -23,8 +23,8 @@ struct SaveTime {
 };
 
 // Adds one save to root/SAVE_TIMES, keeping the newest kSaveTimesKept; the
-// file is replaced whole (tmp file synced, renamed), so a reader never sees
-// it half-written.
+// file is replaced whole (a tmp file renamed), so a reader never sees it
+// half-written. Not synced: after a power cut it may be short or empty.
 Status RecordSaveTime(Env* env, const std::string& root, const SaveTime& t);
 
 // The recorded saves, oldest first; empty when there is no file. kDataLoss

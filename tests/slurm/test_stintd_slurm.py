@@ -1,6 +1,7 @@
 """stintd over a real Slurm 22.05 cluster (stintd --slurm): stintd keeps its
-queue and policy, Slurm runs the segments, no stint-agent anywhere. Three
-`slurmd -N` nodes of two fake GPUs; training jobs of two ranks
+queue and policy, Slurm runs the segments, no stint-agent on Slurm's nodes
+(one test adds a stint-agent node beside them). Three `slurmd -N` nodes of
+two fake GPUs; training jobs of two ranks
 (resumable_job.py through stint.Resumable, Gloo) submitted with stintctl.
 
 Slurm runs each granted segment as a job bound to its node; stintd's notice
@@ -25,6 +26,7 @@ JOB = os.path.join(HERE, "resumable_job.py")
 TOTAL, STEP_SECONDS = 300, 0.1
 DEADLINE = 900  # seconds for a test's jobs, restarts included (a loaded 2-core host)
 ADMIN_TOKEN = "stint-slurm-test-admin-token"
+AGENT_TOKEN = "stint-slurm-test-agent-token"
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +35,8 @@ def cluster(tmp_path_factory):
     with slurm_cluster(tmp_path_factory, nodes=3, gpus=2) as (env, nodes):
         d = str(tmp_path_factory.mktemp("stintd"))
         env = dict(env, STINTD_ADMIN_TOKEN=ADMIN_TOKEN,
-                   STINTD_WORKER_TOKEN="stint-slurm-test-worker-token")
+                   STINTD_WORKER_TOKEN="stint-slurm-test-worker-token",
+                   STINTD_AGENT_TOKEN=AGENT_TOKEN)
         log = open(os.path.join(d, "stintd.log"), "w")
         stintd = subprocess.Popen(
             [tool("STINTD_BIN"), "--db", os.path.join(d, "stintd.db"), "--listen", "127.0.0.1:0",
@@ -55,10 +58,10 @@ def _ctl(env, *args):
     return json.loads(run(env, tool("STINTCTL_BIN"), "--json", *args))
 
 
-def _submit(env, tmp_path, name, priority, total=TOTAL):
+def _submit(env, tmp_path, name, priority, total=TOTAL, pool="low"):
     root, out = str(tmp_path / (name + "-root")), str(tmp_path / name)
     os.makedirs(out)
-    job = _ctl(env, "jobs", "submit", "--name", name, "--gpus", "2", "--pool", "low",
+    job = _ctl(env, "jobs", "submit", "--name", name, "--gpus", "2", "--pool", pool,
                "--priority", priority, "--signal", "TERM", "--",
                sys.executable, JOB, root, out, str(total), str(STEP_SECONDS))
     return job["id"], root, out
@@ -227,3 +230,50 @@ def test_a_segment_that_slurm_preempts_for_another_partition_resumes_elsewhere(c
                "-o", "%N").strip() != node, why()
     assert "segment %d: Slurm job %s" % (first["id"], first["external_id"].split(":")[1]) in open(log).read()
     assert digests(out, 2) == digests(ref_out, 2), why()
+
+
+def test_windows_a_stint_agent_lends_and_windows_slurm_gives_coexist_in_one_stintd(cluster, tmp_path):
+    """A stint-agent beside Slurm lends its own node to the same stintd, in a
+    pool of its own. stintctl nodes names who runs each node; a job in the
+    agent's pool runs through the agent (no Slurm job) while a job in the
+    Slurm partition's pool runs as a Slurm job, and both end with the same
+    parameters (the same training)."""
+    env, nodes, log = cluster
+    work = str(tmp_path / "agent")
+    os.makedirs(work)
+    agent_log = open(os.path.join(work, "agent.log"), "w")
+    agent = subprocess.Popen(
+        [tool("STINT_AGENT_BIN"), "--coord", env["STINTD_URL"], "--pool", "agents", "--gpus", "0,1",
+         "--node", "agent-node", "--addr", "127.0.0.1", "--for", "2h", "--heartbeat-seconds", "0.5",
+         "--workdir", work],
+        env=dict(env, STINT_AGENT_TOKEN=AGENT_TOKEN), stdout=agent_log, stderr=subprocess.STDOUT)
+    try:
+        start = time.monotonic()
+        why = lambda: _why(env, log) + "\n--- agent\n" + open(agent_log.name).read()[-3000:]
+        _wait("the agent's window and a Slurm window",
+              lambda: "agent-node" in _open_nodes(env) and _open_nodes(env) & set(nodes),
+              start + 60, why)
+        executors = {n["name"]: n["executor"] for n in _ctl(env, "nodes")["nodes"]}
+        assert executors["agent-node"] == "stint-agent", executors
+        assert {executors[n] for n in nodes if n in executors} == {"slurm"}, executors
+        total = 100
+        by_agent, _, agent_out = _submit(env, tmp_path, "by-agent", "MEDIUM", total, pool="agents")
+        by_slurm, _, slurm_out = _submit(env, tmp_path, "by-slurm", "MEDIUM", total)
+        why = lambda: (_why(env, log, agent_out, slurm_out) + "\n--- agent\n" +
+                       open(agent_log.name).read()[-3000:])
+        _wait("both jobs DONE",
+              lambda: all(_job(env, j)["state"] == "DONE" for j in (by_agent, by_slurm)),
+              start + DEADLINE / 2, why)
+        agent_segments = _job(env, by_agent)["segments"]
+        slurm_segments = _job(env, by_slurm)["segments"]
+        assert all(not s.get("external_id") for s in agent_segments), agent_segments
+        assert all(s.get("external_id", "").startswith("slurm:") for s in slurm_segments), slurm_segments
+        assert digests(agent_out, 2) == digests(slurm_out, 2), why()
+    finally:
+        agent.terminate()
+        try:
+            agent.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            agent.kill()
+            agent.wait()
+        agent_log.close()

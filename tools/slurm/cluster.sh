@@ -115,6 +115,7 @@ start() {
   host=$(hostname -s)
   for k in $(seq 1 "$NODES"); do
     name="$PREFIX$k"
+    mkdir -p "$SOCK/spool/$name"
     for g in $(seq 0 $((GPUS - 1))); do
       # A character device (like /dev/null): Slurm then sets
       # CUDA_VISIBLE_DEVICES / SLURM_JOB_GPUS; a regular file gives nothing.
