@@ -241,6 +241,7 @@ def test_windows_a_stint_agent_lends_and_windows_slurm_gives_coexist_in_one_stin
     env, nodes, log = cluster
     work = str(tmp_path / "agent")
     os.makedirs(work)
+    _ctl(env, "pools", "add", "agents")
     agent_log = open(os.path.join(work, "agent.log"), "w")
     agent = subprocess.Popen(
         [tool("STINT_AGENT_BIN"), "--coord", env["STINTD_URL"], "--pool", "agents", "--gpus", "0,1",
