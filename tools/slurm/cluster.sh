@@ -128,6 +128,10 @@ start() {
     echo "127.0.0.1 $name # stint-slurm $DIR" >> /etc/hosts
   done
   echo "$ctld_port" > "$DIR/run/ctld_port"
+  # Job ids start at a block of 100 of their own (by the controller's port):
+  # stint derives a job's default MASTER_PORT from its id, so clusters
+  # running side by side on this host must not number jobs alike.
+  local first_job=$(( (ctld_port % 100) * 100 + 1 ))
 
   cat > "$DIR/slurm.conf" <<EOF
 # Written by tools/slurm/cluster.sh for $DIR.
@@ -168,6 +172,7 @@ GresTypes=gpu
 SchedulerType=sched/backfill
 SchedulerParameters=bf_interval=1,sched_interval=2,sched_min_interval=100000
 MinJobAge=3600
+FirstJobId=$first_job
 KillWait=$KILL_WAIT
 JobRequeue=1
 PreemptType=preempt/partition_prio
