@@ -31,7 +31,8 @@ AGENT_TOKEN = "stint-slurm-test-agent-token"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """3 nodes x 2 GPUs, and stintd --slurm over its "low" partition."""
+    """3 nodes x 2 GPUs, and stintd --slurm over its "low" partition, whose
+    node windows give 45 s of notice."""
     with slurm_cluster(tmp_path_factory, nodes=3, gpus=2) as (env, nodes):
         d = str(tmp_path_factory.mktemp("stintd"))
         env = dict(env, STINTD_ADMIN_TOKEN=ADMIN_TOKEN,
@@ -40,7 +41,7 @@ def cluster(tmp_path_factory):
         log = open(os.path.join(d, "stintd.log"), "w")
         stintd = subprocess.Popen(
             [tool("STINTD_BIN"), "--db", os.path.join(d, "stintd.db"), "--listen", "127.0.0.1:0",
-             "--slurm", "--slurm-partition", "low", "--slurm-poll-seconds", "1",
+             "--slurm", "--slurm-partition", "low:45", "--slurm-poll-seconds", "1",
              "--min-run-seconds", "0", "--tick-seconds", "0.5"],
             env=env, stdout=subprocess.PIPE, stderr=log, text=True)
         try:
@@ -118,6 +119,8 @@ def test_stintd_preempts_through_slurm_and_the_lower_job_resumes_bit_exactly(clu
     _wait("two open Slurm windows", lambda: _open_nodes(env) == set(nodes[:2]), start + 60, why)
     listed = _ctl(env, "nodes")["nodes"]
     assert {n["executor"] for n in listed} == {"slurm"}, listed
+    # The partition's own notice lead (--slurm-partition low:45).
+    assert {n["window"]["notice_lead_seconds"] for n in listed if n["open"]} == {45}, listed
 
     medium, _, medium_out = _submit(env, tmp_path, "medium", "MEDIUM")
     low, low_root, low_out = _submit(env, tmp_path, "low", "LOW")

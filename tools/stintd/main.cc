@@ -12,9 +12,12 @@
 
 #include <CLI/CLI.hpp>
 #include <charconv>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "stintd/server/auth.h"
 #include "stintd/server/coordinator.h"
@@ -52,6 +55,7 @@ struct Flags {
   bool slurm = false;
   SlurmExecutorOptions slurm_options;
   double slurm_poll_seconds = 2;
+  std::vector<std::string> slurm_partitions;  // --slurm-partition PARTITION[:LEAD]
 };
 
 // The server's flags: where it listens and keeps its state, tokens, TLS,
@@ -218,9 +222,10 @@ void AddSlurmFlags(CLI::App& app, Flags* f) {
   app.add_flag("--slurm", f->slurm,
                "run segments as Slurm jobs on the nodes of --slurm-partition (sinfo, squeue, "
                "sbatch and scancel in PATH, SLURM_CONF as for them)");
-  app.add_option("--slurm-partition", o.partitions,
-                 "a Slurm partition whose GPU nodes lend windows, in the pool of its name "
-                 "(repeat for several)");
+  app.add_option("--slurm-partition", f->slurm_partitions,
+                 "PARTITION[:LEAD]: a Slurm partition whose GPU nodes lend windows, in the pool "
+                 "of its name (repeat for several); LEAD: seconds of notice its node windows "
+                 "give (a spot or cloud partition's; default --slurm-notice-lead-seconds)");
   app.add_option("--slurm-coord-url", o.coord_url,
                  "where the workers reach stintd (default: --listen's address)");
   app.add_option("--slurm-workdir", o.workdir,
@@ -311,9 +316,25 @@ bool ResolveFlags(Flags* f) {
   if (f->slurm_options.workdir.empty()) f->slurm_options.workdir = f->db + ".slurm";
   f->slurm_options.poll_interval =
       std::chrono::milliseconds(static_cast<int64_t>(f->slurm_poll_seconds * 1000));
-  if (!f->slurm && !f->slurm_options.partitions.empty()) {
+  if (!f->slurm && !f->slurm_partitions.empty()) {
     std::fprintf(stderr, "stintd: --slurm-partition needs --slurm\n");
     return false;
+  }
+  for (const std::string& given : f->slurm_partitions) {
+    const size_t colon = given.find(':');
+    const std::string name = given.substr(0, colon);
+    if (colon != std::string::npos) {
+      const std::string lead = given.substr(colon + 1);
+      char* end = nullptr;
+      const double seconds = std::strtod(lead.c_str(), &end);
+      if (name.empty() || lead.empty() || *end != '\0' || !(seconds >= 0)) {
+        std::fprintf(stderr, "stintd: --slurm-partition %s: want PARTITION[:LEAD_SECONDS]\n",
+                     given.c_str());
+        return false;
+      }
+      f->slurm_options.partition_notice_lead_seconds[name] = seconds;
+    }
+    f->slurm_options.partitions.push_back(name);
   }
   return true;
 }

@@ -237,7 +237,10 @@ void SlurmExecutor::ReconcileWindows(const Cluster& cluster, TimeMs now,
     coordinator_->Read([&](const ClusterState& s, const Plan&, TimeMs) {
       if (const Window* w = OpenNodeWindow(s, node.name, now)) open = *w;
     });
-    const TimeMs lead = SecondsToMs(options_.notice_lead_seconds);
+    auto own_lead = options_.partition_notice_lead_seconds.find(*part);
+    const TimeMs lead = SecondsToMs(own_lead != options_.partition_notice_lead_seconds.end()
+                                        ? own_lead->second
+                                        : options_.notice_lead_seconds);
     const std::string subject = "node " + node.name;
     if (available && !open) {
       // A window too short for a segment to start and stop is not lent.

@@ -68,6 +68,9 @@ struct SlurmExecutorOptions {
   std::string workdir;
   std::chrono::milliseconds poll_interval{std::chrono::seconds(2)};
   double notice_lead_seconds = 60;  // an open-ended node window's notice when it closes
+  // A partition's own lead, where it has one (a spot or cloud partition that
+  // warns its nodes' jobs that long before taking them).
+  std::map<std::string, double> partition_notice_lead_seconds;
   // A segment's Slurm time limit ends this long before its window, so the
   // planner's notice, not Slurm's kill, ends it.
   double margin_seconds = 30;
