@@ -105,6 +105,20 @@ def _open_nodes(env):
             if n["open"] and not n["window"].get("closed_early")}
 
 
+def _reference_and_job(cluster, tmp_path, name):
+    """Once all three nodes lend windows: an uninterrupted reference job and
+    the job under test (`name`), both MEDIUM. Returns (start time, the
+    reference's job id and output dir, the job's id, root and output dir,
+    why())."""
+    env, nodes, log = cluster
+    start = time.monotonic()
+    _wait("three open Slurm windows", lambda: _open_nodes(env) == set(nodes), start + 60,
+          lambda: _why(env, log))
+    ref, _, ref_out = _submit(env, tmp_path, "reference", "MEDIUM")
+    job, root, out = _submit(env, tmp_path, name, "MEDIUM")
+    return start, ref, ref_out, job, root, out, lambda: _why(env, log, out, ref_out)
+
+
 def test_stintd_preempts_through_slurm_and_the_lower_job_resumes_bit_exactly(cluster, tmp_path):
     """Two nodes lend windows (the third is drained). A LOW and a MEDIUM
     job of 2 GPUs each run as Slurm jobs; a HIGH job then preempts the LOW
@@ -165,12 +179,7 @@ def test_a_node_set_down_under_a_segment_requeues_it_elsewhere_with_nothing_lost
     at its newest checkpoint: it ends bit-identical to an uninterrupted run."""
     env, nodes, log = cluster
     run(env, "scontrol", "update", "NodeName=" + nodes[2], "State=RESUME")
-    start = time.monotonic()
-    _wait("three open Slurm windows", lambda: _open_nodes(env) == set(nodes), start + 60,
-          lambda: _why(env, log))
-    ref, _, ref_out = _submit(env, tmp_path, "reference", "MEDIUM")
-    job, root, out = _submit(env, tmp_path, "down", "MEDIUM")
-    why = lambda: _why(env, log, out, ref_out)
+    start, ref, ref_out, job, root, out, why = _reference_and_job(cluster, tmp_path, "down")
     _wait("checkpoints of the job", lambda: len(_committed_steps(root)) >= 2, start + DEADLINE / 3, why)
     seg = _job(env, job)["segments"][-1]
     slurm_job = seg["external_id"].split(":")[1]
@@ -204,12 +213,7 @@ def test_a_segment_that_slurm_preempts_for_another_partition_resumes_elsewhere(c
     job again and runs it on another node, resumed at its checkpoint, ending
     bit-identical to an uninterrupted run."""
     env, nodes, log = cluster
-    start = time.monotonic()
-    _wait("three open Slurm windows", lambda: _open_nodes(env) == set(nodes), start + 60,
-          lambda: _why(env, log))
-    ref, _, ref_out = _submit(env, tmp_path, "reference", "MEDIUM")
-    job, root, out = _submit(env, tmp_path, "preempted", "MEDIUM")
-    why = lambda: _why(env, log, out, ref_out)
+    start, ref, ref_out, job, root, out, why = _reference_and_job(cluster, tmp_path, "preempted")
     _wait("a checkpoint of the job", lambda: _committed_steps(root), start + DEADLINE / 3, why)
     first = _job(env, job)["segments"][-1]
     node = run(env, "squeue", "-h", "-j", first["external_id"].split(":")[1], "-o", "%N").strip()
