@@ -424,6 +424,11 @@ TEST_F(CliTest, SlurmSubmitSizesItsWarningFromTheRootsMeasuredSaves) {
   EXPECT_TRUE(Contains(r.output, "#SBATCH --signal=USR1@" + std::to_string(lead) + "\n"))
       << r.output;
   EXPECT_TRUE(Contains(r.output, "measured: the slowest of the 2 newest saves")) << r.output;
+  // A --time-min grant that leaves little training before the warning is flagged.
+  r = submit({"--time-min=2"});
+  EXPECT_TRUE(Contains(r.output, "warning: --time-min=2 leaves")) << r.output;
+  r = submit({"--time-min=0:30:00"});
+  EXPECT_FALSE(Contains(r.output, "submit: warning")) << r.output;
   // Given by the user, the lead is theirs.
   r = submit({"--lead", "300"});
   EXPECT_TRUE(Contains(r.output, "#SBATCH --signal=USR1@300\n")) << r.output;

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace stint {
 namespace {
@@ -47,6 +49,22 @@ TEST(SlurmBatchScript, WithoutARootOrGpusItLeavesThoseOut) {
   EXPECT_FALSE(Has(s, "COMPLETE")) << s;
   EXPECT_FALSE(Has(s, "--gres")) << s;
   EXPECT_TRUE(Has(s, "#SBATCH --signal=USR1@120\n")) << s;  // the default lead
+}
+
+TEST(SlurmDuration, EveryFormSbatchTakes) {
+  const std::vector<std::pair<std::string, int64_t>> cases = {
+      {"30", 1800},       {"1:30", 90},       {"2:00:05", 7205},   {"1-2", 93600},
+      {"1-0:30", 88200},  {"0-1:2:3", 3723}, {"0", 0}};
+  for (const auto& [text, seconds] : cases) {
+    Result<int64_t> got = ParseSlurmDuration(text);
+    ASSERT_TRUE(got.ok()) << text << ": " << got.status().ToString();
+    EXPECT_EQ(*got, seconds) << text;
+  }
+  for (const char* bad : {"", "1:", ":5", "1:2:3:4", "x", "1-", "-1", "1-2-3", "1h"}) {
+    Result<int64_t> got = ParseSlurmDuration(bad);
+    ASSERT_FALSE(got.ok()) << bad;
+    EXPECT_EQ(got.status().code(), Code::kInvalidArgument) << bad;
+  }
 }
 
 }  // namespace

@@ -125,6 +125,41 @@ std::string SlurmBatchScript(const SlurmSubmitSpec& spec) {
   return s;
 }
 
+Result<int64_t> ParseSlurmDuration(const std::string& text) {
+  auto bad = [&] {
+    return Status::InvalidArgument("'" + text +
+                                   "' is not a Slurm duration (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S)");
+  };
+  std::string rest = text;
+  int64_t days = -1;
+  const size_t dash = rest.find('-');
+  if (dash != std::string::npos) {
+    int d = 0;
+    if (!ParsePositive(rest.substr(0, dash), &d) && rest.substr(0, dash) != "0") return bad();
+    days = d;
+    rest = rest.substr(dash + 1);
+  }
+  std::vector<int64_t> parts;
+  size_t start = 0;
+  for (;;) {
+    const size_t colon = rest.find(':', start);
+    const std::string part = rest.substr(start, colon - start);
+    if (part.empty() || part.size() > 7 || part.find_first_not_of("0123456789") != std::string::npos)
+      return bad();
+    parts.push_back(std::stoll(part));
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  if (parts.size() > 3) return bad();
+  if (days >= 0) {  // D-H[:M[:S]]
+    while (parts.size() < 3) parts.push_back(0);
+    return ((days * 24 + parts[0]) * 60 + parts[1]) * 60 + parts[2];
+  }
+  if (parts.size() == 1) return parts[0] * 60;                // M
+  if (parts.size() == 2) return parts[0] * 60 + parts[1];     // M:S
+  return (parts[0] * 60 + parts[1]) * 60 + parts[2];          // H:M:S
+}
+
 int RunSlurmSubmit(const std::vector<std::string>& args) {
   SlurmSubmitSpec spec;
   std::string script;
@@ -182,6 +217,20 @@ int RunSlurmSubmit(const std::vector<std::string>& args) {
   // The warning must leave time for the step in progress, the checkpoint
   // and its commit, and Slurm's 30 s signal resolution.
   if (checkpoint_seconds > 0) spec.lead_seconds = 2 * checkpoint_seconds + 60;
+  // A grant of --time-min (what 22.05's backfill gives) must leave training
+  // time after the restart and before the warning.
+  for (const std::string& option : spec.sbatch) {
+    if (option.rfind("--time-min=", 0) != 0) continue;
+    Result<int64_t> time_min = ParseSlurmDuration(option.substr(11));
+    if (!time_min.ok()) return Usage(option + ": " + time_min.status().message());
+    if (*time_min - spec.lead_seconds < 120) {
+      std::cerr << "stint slurm submit: warning: " << option << " leaves "
+                << std::max<int64_t>(0, *time_min - spec.lead_seconds)
+                << " s between a run's start and its warning " << spec.lead_seconds
+                << " s before the end; the restart (imports, rendezvous, load) comes out of "
+                   "that: give --time-min at least the lead + 2 minutes\n";
+    }
+  }
   if (!dry_run) {
     std::cerr << "stint slurm submit: --signal=USR1@" << spec.lead_seconds
               << (spec.lead_note.empty() ? "" : " (" + spec.lead_note + ")") << "\n";

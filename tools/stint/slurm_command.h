@@ -3,8 +3,11 @@
 #ifndef STINT_TOOLS_STINT_SLURM_COMMAND_H_
 #define STINT_TOOLS_STINT_SLURM_COMMAND_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
+
+#include "stint/status.h"
 
 namespace stint {
 
@@ -38,6 +41,10 @@ struct SlurmSubmitSpec {
   std::vector<std::string> command;  // what each task runs
 };
 std::string SlurmBatchScript(const SlurmSubmitSpec& spec);
+
+// A Slurm duration (--time, --time-min) in seconds: "M", "M:S", "H:M:S",
+// "D-H", "D-H:M", "D-H:M:S"; kInvalidArgument naming the text otherwise.
+Result<int64_t> ParseSlurmDuration(const std::string& text);
 
 }  // namespace stint
 
