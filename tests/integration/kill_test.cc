@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -45,14 +46,20 @@ TEST_P(KillTest, SigkillAtRandomPoints) {
   std::string root = dir.Sub("ckpt");
   uint64_t durable = 0;
   int loaded_nonzero = 0;
+  // Kills land up to this long after the start; doubled (to 4 s at most)
+  // whenever a writer had committed nothing yet, so a slow machine (ASan, a
+  // busy host) still sees most kills land between commits.
+  uint32_t spread_us = 120000;
   for (int i = 0; i < kills; ++i) {
     ChildProcess writer(STINT_CRASH_WRITER, {root, engine}, /*merge_stderr=*/false);
     ASSERT_TRUE(writer.started());
-    std::this_thread::sleep_for(std::chrono::microseconds(2000 + rng() % 120000));
+    std::this_thread::sleep_for(std::chrono::microseconds(2000 + rng() % spread_us));
     ASSERT_EQ(kill(writer.pid(), SIGKILL), 0);
     int wstatus = writer.Wait();
     ASSERT_TRUE(WIFSIGNALED(wstatus))
         << "writer exited by itself (status " << wstatus << "): it failed; seed " << seed;
+    if (writer.output().find("durable ") == std::string::npos)
+      spread_us = std::min<uint32_t>(2 * spread_us, 4000000);
     durable = LastDurable(writer.output(), durable);
     if (durable == 0) continue;  // killed before its first commit
     // Anything from the last reported commit on (a later one may have committed
