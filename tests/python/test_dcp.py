@@ -16,6 +16,8 @@ import torch
 
 import torch.distributed.checkpoint as dcp
 
+from util import root_entries
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER_TIMEOUT = 180  # seconds per multi-process phase, start-up included (2 loaded cores)
 
@@ -175,7 +177,7 @@ def test_fsdp2_save_async_save_and_load_round_trip_bit_for_bit(fsdp_run):
 def test_fsdp2_checkpoints_are_normal_stint_checkpoints(fsdp_run):
     from stint import _C
     root, _, _ = fsdp_run
-    names = sorted(os.listdir(root))
+    names = root_entries(root)
     assert names == [".writer.lock", "LATEST", "step-00000000", "step-00000001",
                      "step-00000002"], names
     with open(os.path.join(root, "LATEST")) as f:
@@ -242,7 +244,7 @@ def test_single_process_save_and_load(root):
     writer = stint.dcp.StorageWriter(root, keep_last=2)
     dcp.save(sd, storage_writer=writer)
     assert writer.last_step == 2
-    assert sorted(os.listdir(root)) == [".writer.lock", "LATEST", "step-00000001",
+    assert root_entries(root) == [".writer.lock", "LATEST", "step-00000001",
                                         "step-00000002"]
     _C.CheckpointReader.open(os.path.join(root, "step-00000002")).verify()
 
@@ -277,7 +279,7 @@ def test_checkpoint_id_selects_the_step(root):
     first = {"w": torch.arange(6.0).reshape(2, 3)}
     dcp.save(first, storage_writer=stint.dcp.StorageWriter(root), checkpoint_id=5)
     dcp.save({"w": first["w"] * 2}, storage_writer=stint.dcp.StorageWriter(root))
-    assert sorted(os.listdir(root)) == [".writer.lock", "LATEST", "step-00000005",
+    assert root_entries(root) == [".writer.lock", "LATEST", "step-00000005",
                                         "step-00000006"]
     out = {"w": torch.zeros(2, 3)}
     dcp.load(out, storage_reader=stint.dcp.StorageReader("/nonexistent"),

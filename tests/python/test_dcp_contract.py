@@ -15,6 +15,8 @@ import torch
 
 import torch.distributed.checkpoint as dcp
 
+from util import root_entries
+
 WORKER_TIMEOUT = 120  # seconds per multi-process phase, start-up included (loaded cores)
 
 
@@ -149,17 +151,17 @@ def test_overwrite_false_refuses_an_existing_checkpoint_as_filesystemwriter(root
     warnings.simplefilter("ignore")
     sd = {"w": torch.arange(4.0)}
     dcp.save(sd, storage_writer=stint.dcp.StorageWriter(root, overwrite=False))
-    before = sorted(os.listdir(root))
+    before = root_entries(root)
     with pytest.raises(BaseException, match="Checkpoint already exists"):
         dcp.save(sd, storage_writer=stint.dcp.StorageWriter(root, overwrite=False))
-    assert sorted(os.listdir(root)) == before
+    assert root_entries(root) == before
     # A step not saved yet is no existing checkpoint; once saved, it is.
     dcp.save(sd, storage_writer=stint.dcp.StorageWriter(root, overwrite=False),
              checkpoint_id=os.path.join(root, "step-7"))
     with pytest.raises(BaseException, match="Checkpoint already exists"):
         dcp.save(sd, storage_writer=stint.dcp.StorageWriter(root, overwrite=False),
                  checkpoint_id=7)
-    assert sorted(os.listdir(root)) == [".writer.lock", "LATEST", "step-00000000", "step-00000007"]
+    assert root_entries(root) == [".writer.lock", "LATEST", "step-00000000", "step-00000007"]
     # overwrite=True (the default, as FileSystemWriter's): the new save is what loads.
     dcp.save({"w": sd["w"] * 3}, storage_writer=stint.dcp.StorageWriter(root))
     out = {"w": torch.zeros(4)}
@@ -237,7 +239,7 @@ def test_plan_caching_saves_each_step_with_its_values(root):
     for step in range(3):
         dcp.save(_cached_state(1, step), storage_writer=stint.dcp.StorageWriter(root),
                  planner=_CachingPlanner(enable_plan_caching=True))
-    assert sorted(os.listdir(root)) == [".writer.lock", "LATEST", "step-00000000", "step-00000001",
+    assert root_entries(root) == [".writer.lock", "LATEST", "step-00000000", "step-00000001",
                                         "step-00000002"]
     for step in range(3):
         want = _cached_state(1, step)
@@ -249,7 +251,7 @@ def test_plan_caching_saves_each_step_with_its_values(root):
 
 def test_plan_caching_over_two_ranks(root, tmp_path, python_env):
     _run_ranks("plan_cache", 2, root, tmp_path, python_env)
-    assert sorted(os.listdir(root)) == [".writer.lock", "LATEST", "step-00000000", "step-00000001",
+    assert root_entries(root) == [".writer.lock", "LATEST", "step-00000000", "step-00000001",
                                         "step-00000002"]
 
 

@@ -1,6 +1,14 @@
 """Helpers shared by the stint pytest files."""
 
+import os
+
 import torch
+
+
+def root_entries(root):
+    """A checkpoint root's entries, sorted, without SAVE_TIMES (advisory: the
+    writer records it after each commit is reported, so it may lag)."""
+    return sorted(n for n in os.listdir(root) if n != "SAVE_TIMES")
 
 
 def same_bits(a, b):
