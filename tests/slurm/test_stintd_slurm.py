@@ -39,8 +39,12 @@ def cluster(tmp_path_factory):
                    STINTD_WORKER_TOKEN="stint-slurm-test-worker-token",
                    STINTD_AGENT_TOKEN=AGENT_TOKEN)
         log = open(os.path.join(d, "stintd.log"), "w")
+        # MASTER_PORTs of its own: other tests' stintds on this host use the
+        # default range, and a segment whose rendezvous port is taken crashes.
+        first_port = 25000 + (os.getpid() % 80) * 50
         stintd = subprocess.Popen(
             [tool("STINTD_BIN"), "--db", os.path.join(d, "stintd.db"), "--listen", "127.0.0.1:0",
+             "--master-ports", "%d-%d" % (first_port, first_port + 49),
              "--slurm", "--slurm-partition", "low:45", "--slurm-poll-seconds", "1",
              "--min-run-seconds", "0", "--tick-seconds", "0.5"],
             env=env, stdout=subprocess.PIPE, stderr=log, text=True)
