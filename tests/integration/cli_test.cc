@@ -433,6 +433,9 @@ TEST_F(CliTest, SlurmSubmitSizesItsWarningFromTheRootsMeasuredSaves) {
   r = submit({"--lead", "300"});
   EXPECT_TRUE(Contains(r.output, "#SBATCH --signal=USR1@300\n")) << r.output;
   EXPECT_FALSE(Contains(r.output, "measured")) << r.output;
+  // status shows them with the root (whatever squeue says of job 1 here).
+  r = RunCli({"slurm", "status", "1", "--root", root_});
+  EXPECT_TRUE(Contains(r.output, "save to durable over the newest 2: median ")) << r.output;
   // A damaged record is named, and the default lead is used.
   ASSERT_OK(WriteStringToFileSync(Env::Default(), root_ + "/" + kSaveTimesName, "garbage\n"));
   r = submit({});
