@@ -154,7 +154,11 @@ Status MeasureRound(Variant* v, BenchState* bs, uint64_t step, bool drop, bool f
 }
 
 void Summarize(Variant* v, uint64_t raw_bytes) {
-  std::vector<double> persist_bw, durable_bw, stall, snap, durable, persist, commit, comp, restore;
+  std::vector<double>& persist_bw = v->persist_bw_runs;
+  std::vector<double>& durable_bw = v->durable_bw_runs;
+  std::vector<double>& restore = v->restore_bw_runs;
+  persist_bw.clear(), durable_bw.clear(), restore.clear();
+  std::vector<double> stall, snap, durable, persist, commit, comp;
   for (const auto& s : v->saves) {
     double raw = double(s.stats.raw_bytes);
     persist_bw.push_back(raw / (s.stats.persist_seconds + s.stats.commit_seconds));

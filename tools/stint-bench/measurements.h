@@ -52,6 +52,9 @@ struct Variant {
   std::vector<SaveSample> saves;
   std::vector<double> load_s;
   std::vector<int64_t> load_faults;  // minor faults during Load()
+  // Per run, in run order (Summarize): bytes/s of persist+commit, of
+  // Save() -> durable, and of Load().
+  std::vector<double> persist_bw_runs, durable_bw_runs, restore_bw_runs;
   // Medians.
   double persist_bw = std::nan(""), durable_bw = std::nan(""), restore_bw = std::nan("");
   double stall_s = std::nan(""), snapshot_s = std::nan(""), durable_s = std::nan("");

@@ -54,26 +54,54 @@ ReferenceMedians MediansOf(const BenchResults& r) {
   return m;
 }
 
+// The lowest and highest ratio of one run's stint figure to the same run's
+// reference (runs are taken back to back, so a slow phase of a shared
+// machine hits both); NaN when no run has both.
+struct RatioRange {
+  double lo = std::nan(""), hi = std::nan("");
+};
+
+RatioRange RangeOf(const std::vector<double>& stint, const std::vector<double>& reference) {
+  RatioRange r;
+  for (size_t i = 0; i < std::min(stint.size(), reference.size()); ++i) {
+    const double x = Div(stint[i], reference[i]);
+    if (std::isnan(x) || std::isinf(x)) continue;
+    r.lo = std::isnan(r.lo) ? x : std::min(r.lo, x);
+    r.hi = std::isnan(r.hi) ? x : std::max(r.hi, x);
+  }
+  return r;
+}
+
+std::string RangeText(const RatioRange& r) {
+  return std::isnan(r.lo) ? "" : Printf("%.2f-%.2f", r.lo, r.hi);
+}
+
+json RangeJson(const RatioRange& r) {
+  return std::isnan(r.lo) ? json(nullptr) : json::array({r.lo, r.hi});
+}
+
 struct Row {
   std::string figure, stint, reference, ref_value, ratio;
+  std::string runs = "";  // the per-run ratios' range, where runs pair up
 };
 
 void PrintTable(const std::string& title, const std::vector<Row>& rows) {
-  Row head{"figure", "stint", "reference", "value", "ratio"};
-  size_t w[5] = {head.figure.size(), head.stint.size(), head.reference.size(),
-                 head.ref_value.size(), head.ratio.size()};
+  Row head{"figure", "stint", "reference", "value", "ratio", "runs"};
+  size_t w[6] = {head.figure.size(),    head.stint.size(), head.reference.size(),
+                 head.ref_value.size(), head.ratio.size(), head.runs.size()};
   for (const auto& r : rows) {
     w[0] = std::max(w[0], r.figure.size());
     w[1] = std::max(w[1], r.stint.size());
     w[2] = std::max(w[2], r.reference.size());
     w[3] = std::max(w[3], r.ref_value.size());
     w[4] = std::max(w[4], r.ratio.size());
+    w[5] = std::max(w[5], r.runs.size());
   }
   std::printf("\n%s\n", title.c_str());
   auto line = [&](const Row& r) {
-    std::printf("  %-*s  %*s  %-*s  %*s  %*s\n", int(w[0]), r.figure.c_str(), int(w[1]),
+    std::printf("  %-*s  %*s  %-*s  %*s  %*s  %*s\n", int(w[0]), r.figure.c_str(), int(w[1]),
                 r.stint.c_str(), int(w[2]), r.reference.c_str(), int(w[3]), r.ref_value.c_str(),
-                int(w[4]), r.ratio.c_str());
+                int(w[4]), r.ratio.c_str(), int(w[5]), r.runs.c_str());
   };
   line(head);
   for (const auto& r : rows) line(r);
@@ -107,10 +135,12 @@ Tables BuildTables(const Flags& flags, const BenchState& bs, const BenchResults&
     std::string engine_note = v.saves.empty() ? "" : " [" + v.saves.back().stats.engine + "]";
     persist_rows.push_back({"persist " + v.label + engine_note + " (persist+commit)",
                             Rate(v.persist_bw), fio_label + " O_DIRECT write", Rate(fio_w),
-                            Ratio(Div(v.persist_bw, fio_w))});
+                            Ratio(Div(v.persist_bw, fio_w)),
+                            RangeText(RangeOf(v.persist_bw_runs, fio.write_bw))});
     persist_rows.push_back({"  Save() call -> durable, " + v.label, Rate(v.durable_bw),
                             fio_label + " O_DIRECT write", Rate(fio_w),
-                            Ratio(Div(v.durable_bw, fio_w))});
+                            Ratio(Div(v.durable_bw, fio_w)),
+                            RangeText(RangeOf(v.durable_bw_runs, fio.write_bw))});
     if (!v.compress) {
       persist_rows.push_back({"  same persist, " + v.label, Rate(v.persist_bw),
                               fio_label + " --fallocate=none", Rate(fio_x),
@@ -118,7 +148,8 @@ Tables BuildTables(const Flags& flags, const BenchState& bs, const BenchResults&
     }
     restore_rows.push_back({"restore " + v.label + " (Checkpointer::Load)", Rate(v.restore_bw),
                             fio_label + " O_DIRECT read", Rate(fio_r),
-                            Ratio(Div(v.restore_bw, fio_r))});
+                            Ratio(Div(v.restore_bw, fio_r)),
+                            RangeText(RangeOf(v.restore_bw_runs, fio.read_bw))});
     stall_rows.push_back({"stall " + v.label + " (Save() returns)", Secs(v.stall_s),
                           "torch.save + fsync", Secs(torch.fsync_s),
                           Ratio(Div(v.stall_s, torch.fsync_s))});
@@ -190,7 +221,8 @@ void PrintContext(const Flags& flags, const BenchState& bs, const BenchContext& 
                   const BenchOptions& options) {
   const uint64_t raw_bytes = bs.raw_bytes();
   std::printf(
-      "stint-bench: %s state (%zu float32 tensors + %zu blobs, %llu bytes), %d run(s), medians\n",
+      "stint-bench: %s state (%zu float32 tensors + %zu blobs, %llu bytes), %d run(s), medians"
+      " (\"runs\": the lowest-highest of the per-run ratios)\n",
       HumanBytes(raw_bytes).c_str(), bs.specs.size(), bs.state.blobs.size(),
       (unsigned long long)raw_bytes, flags.runs);
   std::printf("  data:      %s (generated in %.1f s)\n", bs.description.c_str(), context.gen_s);
@@ -365,6 +397,11 @@ void WriteJson(const Flags& flags, const BenchState& bs, const BenchResults& res
                   {"stall_vs_torch_save_nofsync", Num(Div(v.stall_s, torch.nofsync_s))},
                   {"durable_vs_torch_save_fsync", Num(Div(v.durable_s, torch.fsync_s))},
                   {"stall_vs_memcpy", Num(Div(v.stall_s, m.memcpy_only))}};
+    // The per-run ratios' [lowest, highest]: how far one invocation's runs agree.
+    o["ratio_range_over_runs"] = {
+        {"persist_vs_fio_write", RangeJson(RangeOf(v.persist_bw_runs, results.fio.write_bw))},
+        {"save_to_durable_vs_fio_write", RangeJson(RangeOf(v.durable_bw_runs, results.fio.write_bw))},
+        {"restore_vs_fio_read", RangeJson(RangeOf(v.restore_bw_runs, results.fio.read_bw))}};
     vs.push_back(o);
   }
   j["variants"] = vs;
