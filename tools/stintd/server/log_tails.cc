@@ -231,7 +231,10 @@ Result<int> LogTails::Prune(const std::function<bool(int64_t)>& keep,
   const time_t now = std::time(nullptr);
   int pruned = 0;
   for (const auto& [job, mtime] : newest) {
-    if (now - mtime < min_age.count() || keep(job)) continue;
+    // A file's timestamp may be a second ahead of time(): the kernel may
+    // stamp files from a finer clock than the coarse one time() reads.
+    const time_t age = std::max<time_t>(0, now - mtime);
+    if (age < min_age.count() || keep(job)) continue;
     for (const std::string& path : {JobPath(job), JobPath(job) + ".1"}) {
       if (unlink(path.c_str()) != 0 && errno != ENOENT)
         return StatusFromErrno("unlink " + path, errno);
