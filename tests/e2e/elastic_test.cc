@@ -98,7 +98,8 @@ TEST_F(ElasticTest, CheckpointingUnderALaunchersVariablesRankZeroFormsNoGroupOfI
   // that never came (spot_demo's elastic jobs stalled at their first step).
   // MASTER_PORT names a port nobody serves.
   const std::vector<std::pair<const char*, const char*>> launcher = {
-      {"WORLD_SIZE", "2"}, {"RANK", "0"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "1"},
+      {"WORLD_SIZE", "2"},          {"RANK", "0"},
+      {"LOCAL_RANK", "0"},          {"LOCAL_WORLD_SIZE", "1"},
       {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "9"}};
   for (const auto& [k, v] : launcher) ASSERT_EQ(setenv(k, v, 1), 0);
   const std::vector<std::string> flags = {"--ckpt-dir", dir_.Sub("ckpt"), "--save-every", "100"};

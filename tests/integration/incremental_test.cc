@@ -309,7 +309,9 @@ TEST_P(IncrementalTest, CrashAtEveryOpOfAnIncrementalSaveLeavesThePreviousLoadab
       (*ckpt)->Flush().IgnoreError();  // a crash after the commit fails it: only waited for
       reported = d.ok();
       completed = !env.crashed();
-      if (completed) ASSERT_OK(d);
+      if (completed) {
+        ASSERT_OK(d);
+      }
     }
     ASSERT_OK(env.DropUnsyncedData());
     // A fresh process: the newest committed step loads bit-exactly and verifies.

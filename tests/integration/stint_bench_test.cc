@@ -20,11 +20,11 @@ namespace {
 TEST(StintBenchTest, EachRatioToFioComesWithTheRangeOfItsRuns) {
   TempDir dir;
   const std::string json_file = dir.Sub("out.json");
-  RunResult r = RunProgram(STINT_BENCH_PATH,
-                           {"--dir", dir.path(), "--size", "8MiB", "--runs", "2", "--no-torch",
-                            "--no-drop-caches", "--engines", "posix", "--compress", "off",
-                            "--json=" + json_file},
-                           /*with_stderr=*/true);
+  RunResult r = RunProgram(
+      STINT_BENCH_PATH,
+      {"--dir", dir.path(), "--size", "8MiB", "--runs", "2", "--no-torch", "--no-drop-caches",
+       "--engines", "posix", "--compress", "off", "--json=" + json_file},
+      /*with_stderr=*/true);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(ReadWholeFile(json_file), nullptr, false);
   ASSERT_TRUE(j.is_object()) << ReadWholeFile(json_file);

@@ -53,8 +53,8 @@ TEST(SlurmBatchScript, WithoutARootOrGpusItLeavesThoseOut) {
 
 TEST(SlurmDuration, EveryFormSbatchTakes) {
   const std::vector<std::pair<std::string, int64_t>> cases = {
-      {"30", 1800},       {"1:30", 90},       {"2:00:05", 7205},   {"1-2", 93600},
-      {"1-0:30", 88200},  {"0-1:2:3", 3723}, {"0", 0}};
+      {"30", 1800},      {"1:30", 90},      {"2:00:05", 7205}, {"1-2", 93600},
+      {"1-0:30", 88200}, {"0-1:2:3", 3723}, {"0", 0}};
   for (const auto& [text, seconds] : cases) {
     Result<int64_t> got = ParseSlurmDuration(text);
     ASSERT_TRUE(got.ok()) << text << ": " << got.status().ToString();

@@ -400,7 +400,8 @@ void WriteJson(const Flags& flags, const BenchState& bs, const BenchResults& res
     // The per-run ratios' [lowest, highest]: how far one invocation's runs agree.
     o["ratio_range_over_runs"] = {
         {"persist_vs_fio_write", RangeJson(RangeOf(v.persist_bw_runs, results.fio.write_bw))},
-        {"save_to_durable_vs_fio_write", RangeJson(RangeOf(v.durable_bw_runs, results.fio.write_bw))},
+        {"save_to_durable_vs_fio_write",
+         RangeJson(RangeOf(v.durable_bw_runs, results.fio.write_bw))},
         {"restore_vs_fio_read", RangeJson(RangeOf(v.restore_bw_runs, results.fio.read_bw))}};
     vs.push_back(o);
   }

@@ -50,12 +50,15 @@ std::string ShellQuote(const std::string& text) {
   return q + "'";
 }
 
-bool ParsePositive(const std::string& text, int* out) {
+// 1 to 7 decimal digits; false otherwise.
+bool ParseCount(const std::string& text, int* out) {
   if (text.empty() || text.size() > 7 || text.find_first_not_of("0123456789") != std::string::npos)
     return false;
   *out = std::stoi(text);
-  return *out > 0;
+  return true;
 }
+
+bool ParsePositive(const std::string& text, int* out) { return ParseCount(text, out) && *out > 0; }
 
 std::string Seconds(double s) {
   char text[32];
@@ -78,7 +81,8 @@ std::string SlurmBatchScript(const SlurmSubmitSpec& spec) {
   s += "# checkpoint is durable), and nothing to do once the run is complete.\n";
   s += "#SBATCH --requeue\n";
   s += "#SBATCH --open-mode=append\n";
-  if (!spec.lead_note.empty()) s += "# The warning's lead: 2 x checkpoint + 60 s, " + spec.lead_note + ".\n";
+  if (!spec.lead_note.empty())
+    s += "# The warning's lead: 2 x checkpoint + 60 s, " + spec.lead_note + ".\n";
   s += "#SBATCH --signal=USR1@" + std::to_string(spec.lead_seconds) + "\n";
   if (spec.gpus_per_node > 0) {
     s += "#SBATCH --ntasks-per-node=" + std::to_string(spec.gpus_per_node) + "\n";
@@ -127,15 +131,15 @@ std::string SlurmBatchScript(const SlurmSubmitSpec& spec) {
 
 Result<int64_t> ParseSlurmDuration(const std::string& text) {
   auto bad = [&] {
-    return Status::InvalidArgument("'" + text +
-                                   "' is not a Slurm duration (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S)");
+    return Status::InvalidArgument(
+        "'" + text + "' is not a Slurm duration (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S)");
   };
   std::string rest = text;
   int64_t days = -1;
   const size_t dash = rest.find('-');
   if (dash != std::string::npos) {
     int d = 0;
-    if (!ParsePositive(rest.substr(0, dash), &d) && rest.substr(0, dash) != "0") return bad();
+    if (!ParseCount(rest.substr(0, dash), &d)) return bad();
     days = d;
     rest = rest.substr(dash + 1);
   }
@@ -143,10 +147,9 @@ Result<int64_t> ParseSlurmDuration(const std::string& text) {
   size_t start = 0;
   for (;;) {
     const size_t colon = rest.find(':', start);
-    const std::string part = rest.substr(start, colon - start);
-    if (part.empty() || part.size() > 7 || part.find_first_not_of("0123456789") != std::string::npos)
-      return bad();
-    parts.push_back(std::stoll(part));
+    int part = 0;
+    if (!ParseCount(rest.substr(start, colon - start), &part)) return bad();
+    parts.push_back(part);
     if (colon == std::string::npos) break;
     start = colon + 1;
   }
@@ -155,9 +158,9 @@ Result<int64_t> ParseSlurmDuration(const std::string& text) {
     while (parts.size() < 3) parts.push_back(0);
     return ((days * 24 + parts[0]) * 60 + parts[1]) * 60 + parts[2];
   }
-  if (parts.size() == 1) return parts[0] * 60;                // M
-  if (parts.size() == 2) return parts[0] * 60 + parts[1];     // M:S
-  return (parts[0] * 60 + parts[1]) * 60 + parts[2];          // H:M:S
+  if (parts.size() == 1) return parts[0] * 60;             // M
+  if (parts.size() == 2) return parts[0] * 60 + parts[1];  // M:S
+  return (parts[0] * 60 + parts[1]) * 60 + parts[2];       // H:M:S
 }
 
 int RunSlurmSubmit(const std::vector<std::string>& args) {
