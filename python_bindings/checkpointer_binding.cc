@@ -187,23 +187,61 @@ class PyStoreChannel final : public CommitChannel {
     Status s = Call("get " + key, [&] {
       // check() does not wait for the key; get() would, for the store's whole
       // timeout, were the key deleted in between: bounded by the deadline.
-      py::list keys;
-      keys.append(key);
-      if (!read_store_.attr("check")(keys).cast<bool>()) return;
-      if (bounded_) {
-        py::object timeout = store_.attr("timeout");
-        if (deadline != Clock::time_point::max()) {
-          auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-          timeout = py::module_::import("datetime")
-                        .attr("timedelta")(py::arg("milliseconds") =
-                                               std::max<int64_t>(1, left.count()));
-        }
-        read_store_.attr("set_timeout")(timeout);
-      }
+      if (!read_store_.attr("check")(KeyList({key})).cast<bool>()) return;
+      BoundReadsBy(deadline);
       out = read_store_.attr("get")(key).cast<std::string>();
     });
     if (!s.ok()) return s;
     return out;
+  }
+  Result<std::optional<std::string>> WaitFor(const std::string& key,
+                                             Clock::time_point deadline) override {
+    std::lock_guard<std::mutex> lock(read_mu_);
+    std::optional<std::string> out;
+    Status s = Call("wait for " + key, [&] {
+      py::list keys = KeyList({key});
+      const bool waited = deadline > Clock::now() && [&] {
+        try {
+          read_store_.attr("wait")(keys, Timedelta(deadline));
+          return true;
+        } catch (py::error_already_set& e) {
+          // Its timeout (TCPStore cancels the wait on the server first, so
+          // the connection stays usable): not there by the deadline.
+          if (std::string(e.what()).find("imeout") == std::string::npos) throw;
+          return false;
+        }
+      }();
+      if (!waited && !read_store_.attr("check")(keys).cast<bool>()) return;
+      BoundReadsBy(deadline);
+      out = read_store_.attr("get")(key).cast<std::string>();
+    });
+    if (!s.ok()) return s;
+    return out;
+  }
+  Result<std::vector<std::optional<std::string>>> GetMany(const std::vector<std::string>& keys,
+                                                          Clock::time_point deadline) override {
+    std::vector<std::optional<std::string>> out;
+    bool all = false;
+    {
+      std::lock_guard<std::mutex> lock(read_mu_);
+      Status s = Call("get " + std::to_string(keys.size()) + " keys", [&] {
+        // One round trip when every key is there; multi_get() would wait for
+        // a missing one.
+        py::list list = KeyList(keys);
+        if (!py::hasattr(read_store_, "multi_get") ||
+            !read_store_.attr("check")(list).cast<bool>()) {
+          return;
+        }
+        BoundReadsBy(deadline);
+        for (py::handle v : read_store_.attr("multi_get")(list)) {
+          out.emplace_back(v.cast<std::string>());
+        }
+        all = true;
+      });
+      if (!s.ok()) return s;
+    }
+    if (all) return out;
+    return CommitChannel::GetMany(keys, deadline);
   }
   Status Delete(const std::string& key) override {
     return Call("delete " + key, [&] { store_.attr("delete_key")(key); });
@@ -233,6 +271,23 @@ class PyStoreChannel final : public CommitChannel {
     } catch (const std::exception& e) {
       return Status::Unavailable(Describe() + ": " + what + ": " + e.what());
     }
+  }
+  static py::list KeyList(const std::vector<std::string>& keys) {
+    py::list list;
+    for (const std::string& k : keys) list.append(k);
+    return list;
+  }
+  // A datetime.timedelta of what is left until `deadline` (at least 1 ms);
+  // the store's own timeout for time_point::max(). REQUIRES: the GIL.
+  py::object Timedelta(Clock::time_point deadline) {
+    if (deadline == Clock::time_point::max()) return store_.attr("timeout");
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    return py::module_::import("datetime")
+        .attr("timedelta")(py::arg("milliseconds") = std::max<int64_t>(1, left.count()));
+  }
+  // Sets the clone's timeout to what is left until `deadline`. REQUIRES: the GIL.
+  void BoundReadsBy(Clock::time_point deadline) {
+    if (bounded_) read_store_.attr("set_timeout")(Timedelta(deadline));
   }
   static bool PythonIsFinalizing() {
 #if PY_VERSION_HEX >= 0x030D0000

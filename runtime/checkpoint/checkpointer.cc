@@ -230,13 +230,18 @@ void CheckpointerImpl::PersistLoop() {
     lock.unlock();
 
     Status s = WaitForCopies(job.get());
-    if (s.ok()) s = PersistAndCommit(job.get());
+    // Kept until the outcome is reported: its end cleans the save's keys off
+    // the commit channel (one rank deletes them all), not part of
+    // time-to-durable.
+    std::unique_ptr<SaveCommit> commit;
+    if (s.ok()) s = PersistAndCommit(job.get(), &commit);
     // The base may be what failed (a referenced file gone): the next save
     // writes everything rather than failing the same way forever.
     if (!s.ok() && job->base != nullptr) SetBase(nullptr);
     const uint64_t step = job->stats.step;
     const double durable_seconds = SecondsSince(job->saved_at);
     ReportOutcome(std::move(job), s);
+    commit.reset();
     if (s.ok() && options_.rank == 0) {
       ApplyRetentionAfter(step);
       // For launchers sizing their warning (stint slurm submit --root); a
@@ -270,10 +275,11 @@ Status CheckpointerImpl::WaitForCopies(PersistJob* job) {
 }
 
 // Persists this rank's data file into the tmp directory its commit path
-// names, then commits through it.
-Status CheckpointerImpl::PersistAndCommit(PersistJob* job) {
+// names (made into *commit), then commits through it.
+Status CheckpointerImpl::PersistAndCommit(PersistJob* job, std::unique_ptr<SaveCommit>* commit_out) {
   auto t0 = Clock::now();
-  std::unique_ptr<SaveCommit> commit = NewCommit(*job);
+  *commit_out = NewCommit(*job);
+  SaveCommit* commit = commit_out->get();
   STINT_ASSIGN_OR_RETURN(std::string tmp, commit->Start());
   PersistedFile file;
   Status s = Persist(job, tmp, &file);

@@ -3,12 +3,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
-#include <thread>
 
 #include "base/json_fields.h"
+#include "checkpoint/channel_poll.h"
 #include "checkpoint/commit.h"
 #include "checkpoint/incremental_base.h"
 #include "format/shard_layout.h"
@@ -41,17 +42,6 @@ Status StatusFromJson(const internal::JsonFields& f, Status* out) {
   }
   *out = Status(static_cast<Code>(code), std::move(message));
   return Status::OK();
-}
-
-// Sleeps before the next poll: 2 ms at first, doubling up to 100 ms, so a
-// quick commit costs little latency and a long wait little traffic. False
-// once `deadline` has passed.
-bool PauseBeforeNextPoll(Deadline deadline, std::chrono::milliseconds* pause) {
-  auto now = Clock::now();
-  if (now >= deadline) return false;
-  std::this_thread::sleep_for(std::min<Clock::duration>(*pause, deadline - now));
-  *pause = std::min(*pause * 2, std::chrono::milliseconds(100));
-  return true;
 }
 
 Result<json> ParseMessage(std::string_view bytes, std::string_view origin) {
@@ -220,58 +210,100 @@ SaveKeys::SaveKeys(const std::string& prefix, uint64_t save_number, uint64_t ste
     : base_(prefix + "/save-" + std::to_string(save_number) + "-step-" + std::to_string(step) +
             "/") {}
 
-Result<std::optional<KeyValue>> PollKeys(CommitChannel* channel,
-                                         const std::vector<std::string>& keys, Deadline deadline) {
+namespace {
+
+// The sender's half of a gather over `bell`: counts this sender on
+// `counter`; the one that completes the count of `expected`, or one that
+// failed, rings the bell. A count that failed rings it too: the receiver
+// then reads what is there.
+void CountAndRing(CommitChannel* channel, const std::string& counter, const std::string& bell,
+                  int expected, bool failed) {
+  auto counted = channel->Add(counter, 1);
+  if (failed || !counted.ok() || *counted >= expected) channel->Set(bell, "").IgnoreError();
+}
+
+// The receiver's half: waits for `bell` (unless `rung`), reads every key of
+// `keys` at once, then polls those still missing (a count lost, a stale
+// value) until `deadline`. `take` gets each value found: true when it counts,
+// false when it is stale (read again), or an error that ends the gather.
+// Returns the indices of `keys` still missing at the deadline.
+Result<std::vector<size_t>> GatherKeys(
+    CommitChannel* channel, const std::string& bell, bool rung,
+    const std::vector<std::string>& keys, Deadline deadline,
+    const std::function<Result<bool>(size_t index, const std::string& value)>& take) {
+  if (!rung) STINT_RETURN_IF_ERROR(channel->WaitFor(bell, deadline).status());
+  std::vector<size_t> missing(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) missing[i] = i;
   auto pause = std::chrono::milliseconds(2);
   for (;;) {
-    for (size_t i = 0; i < keys.size(); ++i) {
-      STINT_ASSIGN_OR_RETURN(std::optional<std::string> v, channel->GetBy(keys[i], deadline));
-      if (v) return std::optional<KeyValue>(KeyValue{i, std::move(*v)});
+    std::vector<std::string> wanted;
+    wanted.reserve(missing.size());
+    for (size_t i : missing) wanted.push_back(keys[i]);
+    STINT_ASSIGN_OR_RETURN(std::vector<std::optional<std::string>> values,
+                           channel->GetMany(wanted, deadline));
+    std::vector<size_t> still;
+    for (size_t j = 0; j < missing.size(); ++j) {
+      bool taken = false;
+      if (values[j]) {
+        STINT_ASSIGN_OR_RETURN(taken, take(missing[j], *values[j]));
+      }
+      if (!taken) still.push_back(missing[j]);
     }
-    if (!PauseBeforeNextPoll(deadline, &pause)) return std::optional<KeyValue>();
+    missing = std::move(still);
+    if (missing.empty() || !PauseBeforeNextPoll(deadline, &pause)) return missing;
   }
 }
+
+}  // namespace
 
 Result<std::vector<RankReport>> GatherRankReports(CommitChannel* channel, const SaveKeys& keys,
                                                   int world_size, RankReport own,
                                                   Deadline deadline) {
   std::vector<std::optional<RankReport>> got(world_size);
   const int own_rank = own.rank;
+  const std::string tmp = own.tmp;
   got[own_rank] = std::move(own);
-  int missing = world_size - 1;
-  auto pause = std::chrono::milliseconds(2);
-  for (;;) {
-    for (int r = 0; r < world_size; ++r) {
-      if (got[r]) continue;
-      const std::string key = keys.report(r);
-      STINT_ASSIGN_OR_RETURN(std::optional<std::string> v, channel->GetBy(key, deadline));
-      if (!v) continue;
-      STINT_ASSIGN_OR_RETURN(RankReport report, DecodeRankReport(*v, key));
-      if (!report.tmp.empty() && report.tmp != got[own_rank]->tmp) continue;  // stale
-      if (report.rank != r) {
-        return Status::DataLoss(key + ": holds the report of rank " + std::to_string(report.rank));
+  std::vector<std::string> report_keys;
+  std::vector<int> ranks;
+  for (int r = 0; r < world_size; ++r) {
+    if (r == own_rank) continue;
+    report_keys.push_back(keys.report(r));
+    ranks.push_back(r);
+  }
+  // A rank that gave the save up before it started may have rung a bell
+  // the committer's Start() cleared; its mark stays.
+  STINT_ASSIGN_OR_RETURN(std::optional<std::string> abandoned,
+                         channel->GetBy(keys.abandoned(), deadline));
+  STINT_ASSIGN_OR_RETURN(
+      std::vector<size_t> missing,
+      GatherKeys(channel, keys.bell(), abandoned.has_value(), report_keys, deadline,
+                 [&](size_t i, const std::string& value) -> Result<bool> {
+                   const int r = ranks[i];
+                   STINT_ASSIGN_OR_RETURN(RankReport report,
+                                          DecodeRankReport(value, report_keys[i]));
+                   if (!report.tmp.empty() && report.tmp != tmp) return false;  // stale
+                   if (report.rank != r) {
+                     return Status::DataLoss(report_keys[i] + ": holds the report of rank " +
+                                             std::to_string(report.rank));
+                   }
+                   if (!report.status.ok()) {
+                     return report.status.WithContext("rank " + std::to_string(r) +
+                                                      " failed its part");
+                   }
+                   got[r] = std::move(report);
+                   return true;
+                 }));
+  if (!missing.empty()) {
+    std::string named;
+    for (size_t j = 0; j < missing.size(); ++j) {
+      if (j == 16) {
+        named += ", ...";
+        break;
       }
-      if (!report.status.ok()) {
-        return report.status.WithContext("rank " + std::to_string(r) + " failed its part");
-      }
-      got[r] = std::move(report);
-      --missing;
+      named += (named.empty() ? "rank " : ", rank ") + std::to_string(ranks[missing[j]]);
     }
-    if (missing == 0) break;
-    if (!PauseBeforeNextPoll(deadline, &pause)) {
-      std::string ranks;
-      int listed = 0;
-      for (int r = 0; r < world_size; ++r) {
-        if (got[r]) continue;
-        if (listed++ == 16) {
-          ranks += ", ...";
-          break;
-        }
-        ranks += (ranks.empty() ? "rank " : ", rank ") + std::to_string(r);
-      }
-      return Status::DeadlineExceeded(ranks + " did not report within the commit deadline (lost, " +
-                                      "killed or still writing) on " + channel->Describe());
-    }
+    return Status::DeadlineExceeded(named + " did not report within the commit deadline (lost, " +
+                                    "killed or still writing) on " + channel->Describe());
   }
   std::vector<RankReport> out;
   out.reserve(world_size);
@@ -323,38 +355,47 @@ Result<LoadDecision> DecideLoadRound(CommitChannel* channel, const std::string& 
                                     std::to_string(timeout.count()) + " ms)");
   }
   LoadDecision d{own->step, true};
-  for (int r = 1; r < world_size; ++r) {
-    const std::string key = base + "answer/" + std::to_string(r);
-    STINT_ASSIGN_OR_RETURN(auto found, PollKeys(channel, {key}, deadline));
-    if (!found) {
-      return Status::DeadlineExceeded("rank " + std::to_string(r) + " did not say which step it " +
-                                      "loaded within " + std::to_string(timeout.count()) +
-                                      " ms on " + channel->Describe());
-    }
-    STINT_ASSIGN_OR_RETURN(json theirs, ParseMessage(found->value, key));
-    internal::JsonFields f(theirs, key, kChannelFields);
-    STINT_ASSIGN_OR_RETURN(const json* error, f.OptionalObject("error"));
-    if (error != nullptr) {
-      Status why;
-      STINT_RETURN_IF_ERROR(StatusFromJson(f.Child(*error, "error"), &why));
-      return why.WithContext("rank " + std::to_string(r) + " could not load");
-    }
-    STINT_ASSIGN_OR_RETURN(uint64_t step, f.Uint64("step"));
-    if (step != d.step) d.final = false;
-    d.step = std::min(d.step, step);
+  std::vector<std::string> answers;
+  for (int r = 1; r < world_size; ++r) answers.push_back(base + "answer/" + std::to_string(r));
+  STINT_ASSIGN_OR_RETURN(
+      std::vector<size_t> missing,
+      GatherKeys(channel, base + "bell", /*rung=*/false, answers, deadline,
+                 [&](size_t i, const std::string& value) -> Result<bool> {
+                   const std::string& key = answers[i];
+                   STINT_ASSIGN_OR_RETURN(json theirs, ParseMessage(value, key));
+                   internal::JsonFields f(theirs, key, kChannelFields);
+                   STINT_ASSIGN_OR_RETURN(const json* error, f.OptionalObject("error"));
+                   if (error != nullptr) {
+                     Status why;
+                     STINT_RETURN_IF_ERROR(StatusFromJson(f.Child(*error, "error"), &why));
+                     return why.WithContext("rank " + std::to_string(i + 1) + " could not load");
+                   }
+                   STINT_ASSIGN_OR_RETURN(uint64_t step, f.Uint64("step"));
+                   if (step != d.step) d.final = false;
+                   d.step = std::min(d.step, step);
+                   return true;
+                 }));
+  if (!missing.empty()) {
+    return Status::DeadlineExceeded("rank " + std::to_string(missing[0] + 1) +
+                                    " did not say which step it loaded within " +
+                                    std::to_string(timeout.count()) + " ms on " +
+                                    channel->Describe());
   }
   return d;
 }
 
 // Each rank calls it once it has round `base`'s decision (rank 0 once it
-// published it): the last one deletes the round's keys, so a finished load
-// leaves nothing in the job's store. Best effort, like ReleaseKeys.
-void ReleaseLoadRound(CommitChannel* channel, const std::string& base, int world_size) {
+// published it): rank 0 reads no answer after deciding, so each rank
+// deletes its own; the last one deletes the round's other keys, so a
+// finished load leaves nothing in the job's store. Best effort, like
+// ReleaseKeys.
+void ReleaseLoadRound(CommitChannel* channel, const std::string& base, int world_size, int rank) {
+  if (rank != 0) channel->Delete(base + "answer/" + std::to_string(rank)).IgnoreError();
   auto read = channel->Add(base + "read", 1);
   if (!read.ok() || *read < world_size) return;
-  for (int r = 1; r < world_size; ++r) channel->Delete(base + "answer/" + std::to_string(r)).IgnoreError();
-  channel->Delete(base + "decision").IgnoreError();
-  channel->Delete(base + "read").IgnoreError();
+  for (const char* key : {"decision", "answered", "bell", "read"}) {
+    channel->Delete(base + key).IgnoreError();
+  }
 }
 
 }  // namespace
@@ -383,17 +424,19 @@ Result<LoadResult> AgreeOnLoad(const CheckpointOptions& options, uint64_t load_n
                               : json{{"error", StatusJson(loaded.status())}};
       STINT_RETURN_IF_ERROR(channel->Set(base + "answer/" + std::to_string(options.rank),
                                          mine.dump()));
+      CountAndRing(channel, base + "answered", base + "bell", options.world_size - 1,
+                   !loaded.ok());
       STINT_ASSIGN_OR_RETURN(auto found,
-                             PollKeys(channel, {decision_key}, round_start + 2 * timeout));
+                             channel->WaitFor(decision_key, round_start + 2 * timeout));
       if (!found) {
         return Status::DeadlineExceeded("rank 0 gave no decision on load " +
                                         std::to_string(load_number) + " within " +
                                         std::to_string((2 * timeout).count()) + " ms on " +
                                         channel->Describe());
       }
-      decided = DecodeLoadDecision(found->value, decision_key);
+      decided = DecodeLoadDecision(*found, decision_key);
     }
-    ReleaseLoadRound(channel, base, options.world_size);
+    ReleaseLoadRound(channel, base, options.world_size, options.rank);
     if (!decided.ok()) return decided.status();
     if (decided->final) {
       if (!loaded.ok() || loaded->step != decided->step) {
@@ -431,18 +474,31 @@ RankSave::RankSave(const CheckpointOptions& options, Env* env, uint64_t save_num
 RankSave::~RankSave() { ReleaseKeys(); }
 
 void RankSave::ReleaseKeys() {
-  // Best effort: keys a failed count leaves behind go with the job's store.
+  // A committed save's reports were all read (a commit reads every one):
+  // each rank deletes its own, so the last rank's clean-up does not grow
+  // with the job. Best effort: keys a failed count leaves behind go with
+  // the job's store.
+  if (committed_ && !committer()) channel_->Delete(keys_.report(options_.rank)).IgnoreError();
   auto done = channel_->Add(keys_.done(), 1);
   if (!done.ok() || *done < options_.world_size) return;
   std::string tmp = tmp_name_;
   if (tmp.empty()) {  // this rank never learned it; nobody else deletes it
     auto published = channel_->Get(keys_.tmp());
-    if (published.ok() && published->has_value()) tmp = **published;
+    auto name = published.ok() && published->has_value()
+                    ? ParseMessage(**published, keys_.tmp())
+                    : Result<json>(Status::NotFound(keys_.tmp()));
+    if (name.ok() && name->contains("tmp") && (*name)["tmp"].is_string()) {
+      tmp = (*name)["tmp"].get<std::string>();
+    }
   }
   if (!tmp.empty()) channel_->Delete(keys_.decision(tmp)).IgnoreError();
-  for (int r = 0; r < options_.world_size; ++r) channel_->Delete(keys_.report(r)).IgnoreError();
-  channel_->Delete(keys_.tmp()).IgnoreError();
-  channel_->Delete(keys_.abort()).IgnoreError();
+  if (!committed_) {
+    for (int r = 1; r < options_.world_size; ++r) channel_->Delete(keys_.report(r)).IgnoreError();
+  }
+  for (const std::string& key :
+       {keys_.tmp(), keys_.abort(), keys_.reported(), keys_.bell(), keys_.abandoned()}) {
+    channel_->Delete(key).IgnoreError();
+  }
   channel_->Delete(keys_.done()).IgnoreError();
 }
 
@@ -452,14 +508,28 @@ void RankSave::Publish(const std::string& key, const std::string& value) {
   channel_->Set(key, value).IgnoreError();
 }
 
+void RankSave::Report(const RankReport& report) {
+  Publish(keys_.report(options_.rank), EncodeRankReport(report));
+  if (report.tmp.empty()) {
+    // Before the committer's Start(), which clears the count and the bell.
+    Publish(keys_.abandoned(), "1");
+    Publish(keys_.bell(), "");
+    return;
+  }
+  CountAndRing(channel_, keys_.reported(), keys_.bell(), options_.world_size - 1,
+               !report.status.ok());
+}
+
 Result<std::string> RankSave::Start(std::chrono::milliseconds timeout) {
   const std::string what = "step " + std::to_string(step_);
   if (committer()) {
     const std::string name = TmpDirName(step_, RandomNonce());
-    // Left by an earlier incarnation (a count too, or the last rank would
-    // come early).
-    Status s = channel_->Delete(keys_.abort());
-    if (s.ok()) s = channel_->Delete(keys_.done());
+    // Left by an earlier incarnation (counts too, or the last rank would
+    // come early; a bell would ring at once).
+    Status s = Status::OK();
+    for (const std::string& key : {keys_.abort(), keys_.done(), keys_.reported(), keys_.bell()}) {
+      if (s.ok()) s = channel_->Delete(key);
+    }
     if (s.ok()) s = env_->CreateDir(options_.root + "/" + name);
     // The save's one deadline goes with the tmp name: every rank measures it
     // from when it starts, none from its own persist time.
@@ -474,8 +544,8 @@ Result<std::string> RankSave::Start(std::chrono::milliseconds timeout) {
     tmp_name_ = name;
     return options_.root + "/" + name;
   }
-  STINT_ASSIGN_OR_RETURN(auto found, PollKeys(channel_, {keys_.tmp(), keys_.abort()},
-                                              std::chrono::steady_clock::now() + timeout));
+  STINT_ASSIGN_OR_RETURN(auto found,
+                         channel_->WaitFor(keys_.tmp(), Clock::now() + timeout));
   if (!found) {
     Status s = Status::DeadlineExceeded("rank 0 (the committer) did not start " + what +
                                         " within " + std::to_string(timeout.count()) + " ms on " +
@@ -483,13 +553,15 @@ Result<std::string> RankSave::Start(std::chrono::milliseconds timeout) {
     Abandon(s);
     return s;
   }
-  if (found->index == 1) {
-    Status aborted = DecodeDecision(found->value, keys_.abort());
-    return aborted.ok() ? Status::DataLoss(keys_.abort() + ": holds no error") : aborted;
-  }
   const Clock::time_point started = Clock::now();
-  STINT_ASSIGN_OR_RETURN(json published, ParseMessage(found->value, keys_.tmp()));
+  STINT_ASSIGN_OR_RETURN(json published, ParseMessage(*found, keys_.tmp()));
   internal::JsonFields f(published, keys_.tmp(), kChannelFields);
+  STINT_ASSIGN_OR_RETURN(const json* error, f.OptionalObject("error"));
+  if (error != nullptr) {  // the committer could not start the save
+    Status why;
+    STINT_RETURN_IF_ERROR(StatusFromJson(f.Child(*error, "error"), &why));
+    return why.ok() ? Status::DataLoss(keys_.tmp() + ": holds no error") : why;
+  }
   STINT_ASSIGN_OR_RETURN(std::string name, f.String("tmp"));
   STINT_ASSIGN_OR_RETURN(uint64_t timeout_ms, f.Uint64("timeout_ms"));
   if (ParseTmpDirStep(name) != step_ || name.find('/') != std::string::npos) {
@@ -505,10 +577,12 @@ Result<std::string> RankSave::Start(std::chrono::milliseconds timeout) {
 
 void RankSave::Abandon(const Status& why) {
   if (committer()) {
-    Publish(keys_.abort(), EncodeDecision(why.WithContext("rank 0 failed its part")));
+    const Status failed = why.WithContext("rank 0 failed its part");
+    Publish(keys_.abort(), EncodeDecision(failed));
+    // The ranks waiting for the tmp directory's name learn it there.
+    if (tmp_name_.empty()) Publish(keys_.tmp(), json{{"error", StatusJson(failed)}}.dump());
   } else {
-    Publish(keys_.report(options_.rank),
-            EncodeRankReport(RankReport{options_.rank, options_.fencing_token, "", why, {}, 0}));
+    Report(RankReport{options_.rank, options_.fencing_token, tmp_name_, why, {}, 0});
   }
 }
 
@@ -516,9 +590,8 @@ Status RankSave::Finish(const Status& persisted, const Manifest& part, double pe
   const auto persist_ms = static_cast<uint64_t>(persist_seconds * 1000);
   slowest_persist_seconds_ = persist_seconds;
   if (!committer()) {
-    Publish(keys_.report(options_.rank),
-            EncodeRankReport(RankReport{options_.rank, options_.fencing_token, tmp_name_,
-                                        persisted, part, persist_ms}));
+    Report(RankReport{options_.rank, options_.fencing_token, tmp_name_, persisted, part,
+                      persist_ms});
     // Its own error is this rank's outcome (the committer decides "aborted"
     // for everyone else when it reads the report), unless the save was
     // aborted already: then that is the cause (e.g. the tmp directory this
@@ -531,7 +604,9 @@ Status RankSave::Finish(const Status& persisted, const Manifest& part, double pe
       }
       return persisted;
     }
-    return AwaitDecision(part);
+    Status decided = AwaitDecision(part);
+    committed_ = decided.ok();
+    return decided;
   }
   Status outcome = persisted.WithContext("rank 0 failed its part");
   if (persisted.ok()) {
@@ -556,8 +631,9 @@ Status RankSave::Finish(const Status& persisted, const Manifest& part, double pe
     // A crash here: the next Open removes it.
     RemoveRecursively(env_, options_.root + "/" + tmp_name_).IgnoreError();
   }
-  // The save's keys, reports too (a rank may report after the gather gave
-  // up), go once every rank is done with them (ReleaseKeys).
+  // The save's keys go once every rank is done with them (ReleaseKeys);
+  // reports too when not committed (a rank may report after the gather gave up).
+  committed_ = outcome.ok();
   return outcome;
 }
 
@@ -582,8 +658,8 @@ Status RankSave::Commit(const std::vector<RankReport>& reports, const Manifest& 
 
 Status RankSave::AwaitDecision(const Manifest& part) {
   const std::string key = keys_.decision(tmp_name_);
-  STINT_ASSIGN_OR_RETURN(auto found, PollKeys(channel_, {key}, deadline_));
-  if (found) return DecodeDecision(found->value, key);
+  STINT_ASSIGN_OR_RETURN(auto found, channel_->WaitFor(key, deadline_));
+  if (found) return DecodeDecision(*found, key);
   // The committer may have died between its rename and its decision: the
   // committed manifest, if it lists this rank's file as written, says so.
   const std::string dir = options_.root + "/" + StepDirName(step_);

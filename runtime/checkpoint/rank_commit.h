@@ -4,16 +4,23 @@
 //
 //   committer  creates .tmp-<s>-<nonce>/, publishes its name with
 //              the save's timeout T (CommitTimeout)               -> tmp
-//              (or, when it cannot take part, its error            -> abort)
-//   each rank  waits for tmp (or abort), writes and fdatasyncs
+//              (or, when it cannot take part, its error            -> tmp, abort)
+//   each rank  waits for tmp, writes and fdatasyncs
 //              rank-<r>.stint there, publishes                    -> report/<r>
 //              (the tmp name, files, digests, shard boxes, fencing token;
-//              or its error)
-//   committer  gathers every report until T after it published tmp; merges them into
+//              or its error), counts itself                        -> reported
+//              and, if it completed the count or failed, rings    -> bell
+//   committer  waits for the bell until T after it published tmp, reads
+//              every report at once; merges them into
 //              the manifest, checks the shard layout and every rank's
 //              token, commits (MANIFEST, rename, fsync, LATEST), publishes -> decision/<tmp>
 //   each rank  waits for the decision until 2T after it read tmp: that is
 //              its durable outcome
+//
+// Every wait is one blocking read of one key (CommitChannel::WaitFor) and
+// the gather one read of every report (GetMany), so a commit costs each
+// rank a constant number of round trips and the committer a few plus one
+// read of N reports: no key is polled per rank.
 //
 // One deadline per save, the committer's, so no rank's own persist time
 // decides how long another is waited for. Every channel read is bounded by
@@ -92,6 +99,13 @@ class SaveKeys {
   std::string abort() const { return base_ + "abort"; }
   std::string report(int rank) const { return base_ + "report/" + std::to_string(rank); }
   std::string decision(const std::string& tmp_name) const { return base_ + "decision/" + tmp_name; }
+  // The counter of ranks that reported (CommitChannel::Add); the last one,
+  // or one that failed, sets the bell the committer waits on.
+  std::string reported() const { return base_ + "reported"; }
+  std::string bell() const { return base_ + "bell"; }
+  // Set by a rank that gave the save up before it started: the committer
+  // clears the bell when it starts, never this mark.
+  std::string abandoned() const { return base_ + "abandoned"; }
   // The counter of ranks done with the save's keys (CommitChannel::Add).
   std::string done() const { return base_ + "done"; }
   const std::string& base() const { return base_; }
@@ -102,17 +116,8 @@ class SaveKeys {
 
 using Deadline = std::chrono::steady_clock::time_point;
 
-// Polls `keys` until one exists: its index and value; nullopt once `deadline`
-// passed.
-struct KeyValue {
-  size_t index;
-  std::string value;
-};
-Result<std::optional<KeyValue>> PollKeys(CommitChannel* channel,
-                                         const std::vector<std::string>& keys, Deadline deadline);
-
 // The committer's gather: `own` and every other rank's report for the tmp
-// directory own.tmp, by rank, or the first failure (a rank's own error,
+// directory own.tmp, by rank, once the bell rang (read at once), or the first failure (a rank's own error,
 // naming it; kDeadlineExceeded naming the ranks that did not report by
 // `deadline`). Reports of another tmp directory are stale and ignored;
 // reports are checked to come from the rank whose key they are under.
@@ -143,7 +148,9 @@ std::chrono::milliseconds LoadTimeout(const CheckpointOptions& options);
 //
 //   each rank  loads (round 0: its newest; later: at most the decided step)
 //              and publishes the step it loaded, or why it could not  -> answer/<r>
-//   rank 0     gathers every answer until LoadTimeout() after the round
+//              counts itself, and rings if it completed the count or failed
+//                                                              -> answered, bell
+//   rank 0     waits for the bell, reads every answer until LoadTimeout() after the round
 //              began; decides the oldest step every rank loaded (final
 //              when every rank loaded that one), or the first error, or
 //              kDeadlineExceeded naming the ranks that did not answer
@@ -193,8 +200,12 @@ class RankSave {
   Status Commit(const std::vector<RankReport>& reports, const Manifest& part);
   Status AwaitDecision(const Manifest& part);
   void Publish(const std::string& key, const std::string& value);
+  // A non-committer's report: published, counted, the bell rung when it
+  // completes the count or is a failure.
+  void Report(const RankReport& report);
   // Counts this rank as done with the save's keys; the last rank of all
-  // deletes them (tmp, abort, reports, decision, the counter). Every rank writes
+  // deletes them (tmp, abort, decision, the counters and the bell; the
+  // reports too unless committed, when each rank deleted its own). Every rank writes
   // before it counts, so none is written after, and none is deleted while
   // a rank may still poll it (a c10d get() of a key deleted after its
   // check() waits for the store's whole timeout).
@@ -208,6 +219,7 @@ class RankSave {
   std::string tmp_name_;  // the tmp directory's name in the root; set by Start()
   Deadline deadline_;     // of the gather (committer) or the decision; set by Start()
   double slowest_persist_seconds_ = 0;
+  bool committed_ = false;  // Finish() returned OK
 };
 
 // The multi-rank path of SaveCommit (save_commit.h): a RankSave whose

@@ -44,6 +44,18 @@ Result<std::optional<std::string>> C10dCommitChannel::Get(const std::string& key
   return GetBy(key, std::chrono::steady_clock::time_point::max());
 }
 
+void C10dCommitChannel::BoundReadsBy(std::chrono::steady_clock::time_point deadline) {
+  if (!bounded_) return;
+  read_store_->setTimeout(std::max(TimeLeft(deadline), std::chrono::milliseconds(1)));
+}
+
+std::chrono::milliseconds C10dCommitChannel::TimeLeft(
+    std::chrono::steady_clock::time_point deadline) const {
+  if (deadline == std::chrono::steady_clock::time_point::max()) return store_->getTimeout();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                               std::chrono::steady_clock::now());
+}
+
 Result<std::optional<std::string>> C10dCommitChannel::GetBy(
     const std::string& key, std::chrono::steady_clock::time_point deadline) {
   std::lock_guard<std::mutex> lock(read_mu_);
@@ -51,18 +63,61 @@ Result<std::optional<std::string>> C10dCommitChannel::GetBy(
     // check() does not wait for the key; get() would, for the store's whole
     // timeout, were the key deleted in between: bounded by the deadline.
     if (!read_store_->check({key})) return std::optional<std::string>();
-    if (bounded_) {
-      auto now = std::chrono::steady_clock::now();
-      auto left = deadline == std::chrono::steady_clock::time_point::max()
-                      ? store_->getTimeout()
-                      : std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
-      read_store_->setTimeout(std::max(left, std::chrono::milliseconds(1)));
-    }
+    BoundReadsBy(deadline);
     std::vector<uint8_t> v = read_store_->get(key);
     return std::optional<std::string>(std::string(v.begin(), v.end()));
   } catch (const std::exception& e) {
     return StatusFromC10dError(e, description_ + ": get " + key);
   }
+}
+
+Result<std::optional<std::string>> C10dCommitChannel::WaitFor(
+    const std::string& key, std::chrono::steady_clock::time_point deadline) {
+  std::lock_guard<std::mutex> lock(read_mu_);
+  try {
+    const std::chrono::milliseconds left = TimeLeft(deadline);
+    if (left.count() <= 0) {
+      if (!read_store_->check({key})) return std::optional<std::string>();
+    } else {
+      try {
+        read_store_->wait({key}, left);
+      } catch (const std::exception& e) {
+        // The store's wait ends in an exception at its timeout (TCPStore
+        // cancels the wait on the server first, so the connection stays
+        // usable): then the key is not there by the deadline.
+        if (StatusFromC10dError(e, "").code() != Code::kDeadlineExceeded) throw;
+        if (!read_store_->check({key})) return std::optional<std::string>();
+      }
+    }
+    BoundReadsBy(deadline);
+    std::vector<uint8_t> v = read_store_->get(key);
+    return std::optional<std::string>(std::string(v.begin(), v.end()));
+  } catch (const std::exception& e) {
+    return StatusFromC10dError(e, description_ + ": wait for " + key);
+  }
+}
+
+Result<std::vector<std::optional<std::string>>> C10dCommitChannel::GetMany(
+    const std::vector<std::string>& keys, std::chrono::steady_clock::time_point deadline) {
+  {
+    std::lock_guard<std::mutex> lock(read_mu_);
+    try {
+      // When every key is there (the common case: the ranks counted
+      // themselves in), one round trip; multiGet() would wait for any missing.
+      if (read_store_->check(keys)) {
+        BoundReadsBy(deadline);
+        std::vector<std::vector<uint8_t>> values = read_store_->multiGet(keys);
+        std::vector<std::optional<std::string>> out;
+        out.reserve(values.size());
+        for (auto& v : values) out.emplace_back(std::string(v.begin(), v.end()));
+        return out;
+      }
+    } catch (const std::exception& e) {
+      return StatusFromC10dError(e, description_ + ": get " + std::to_string(keys.size()) +
+                                        " keys from " + (keys.empty() ? "" : keys[0]));
+    }
+  }
+  return CommitChannel::GetMany(keys, deadline);
 }
 
 Status C10dCommitChannel::Delete(const std::string& key) {

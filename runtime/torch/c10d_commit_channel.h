@@ -12,7 +12,9 @@
 // store's own timeouts). Reads go through a clone of the store (its own
 // connection), whose timeout GetBy() sets to what is left of the caller's
 // deadline, so no read outlasts it (a store that cannot be cloned is read
-// directly, bounded by its own timeout). Thread-safe.
+// directly, bounded by its own timeout). WaitFor() is the store's wait(),
+// GetMany() its multiGet(). Thread-safe; one read at a time, so a WaitFor()
+// holds off this channel's other reads until it returns.
 #ifndef STINT_TORCH_C10D_COMMIT_CHANNEL_H_
 #define STINT_TORCH_C10D_COMMIT_CHANNEL_H_
 
@@ -36,11 +38,21 @@ class C10dCommitChannel final : public CommitChannel {
   Result<std::optional<std::string>> Get(const std::string& key) override;
   Result<std::optional<std::string>> GetBy(const std::string& key,
                                            std::chrono::steady_clock::time_point deadline) override;
+  Result<std::optional<std::string>> WaitFor(
+      const std::string& key, std::chrono::steady_clock::time_point deadline) override;
+  Result<std::vector<std::optional<std::string>>> GetMany(
+      const std::vector<std::string>& keys,
+      std::chrono::steady_clock::time_point deadline) override;
   Status Delete(const std::string& key) override;
   Result<int64_t> Add(const std::string& key, int64_t delta) override;
   std::string Describe() const override { return description_; }
 
  private:
+  // Sets read_store_'s timeout to what is left until `deadline` (a clone only).
+  void BoundReadsBy(std::chrono::steady_clock::time_point deadline);
+  // Until `deadline`; the store's own timeout for time_point::max().
+  std::chrono::milliseconds TimeLeft(std::chrono::steady_clock::time_point deadline) const;
+
   c10::intrusive_ptr<c10d::Store> store_;
   const std::string description_;
   std::mutex read_mu_;  // one read at a time: each sets the clone's timeout

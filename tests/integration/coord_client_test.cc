@@ -341,8 +341,11 @@ TEST_F(CoordClientTest, RanksCommitThroughTheJobKvAndAStaleRankCannot) {
   };
   for (const Status& s : save(1)) ASSERT_OK(s);
   EXPECT_TRUE(Env::Default()->FileExists(dir_.Sub("ckpt") + "/" + StepDirName(1)));
-  // Every rank has its outcome: the save's keys are gone from the job's KV.
-  for (const char* key : {"tmp", "done", "abort"}) {
+  // Every rank is done with the save (its keys are cleaned after the
+  // durable future is set, off time-to-durable): they are gone from the
+  // job's KV.
+  for (auto& ckpt : ckpts) ASSERT_OK(ckpt->Flush());
+  for (const char* key : {"tmp", "done", "abort", "reported", "bell", "report/1"}) {
     auto left = clients[0]->Get("seg-" + std::to_string(regs[0].segment_id) + "/stint-ckpt/" +
                                 std::to_string(job) + "/save-0-step-1/" + key);
     EXPECT_EQ(left.status().code(), Code::kNotFound) << key;

@@ -116,6 +116,24 @@ class KillingChannel final : public CommitChannel {
     killer_->Tick();
     return base_->Get(key);
   }
+  // The base's own bounded reads, blocking waits and multi-key reads, so the
+  // protocol runs over what a job's channel really does.
+  Result<std::optional<std::string>> GetBy(const std::string& key,
+                                           std::chrono::steady_clock::time_point deadline) override {
+    killer_->Tick();
+    return base_->GetBy(key, deadline);
+  }
+  Result<std::optional<std::string>> WaitFor(
+      const std::string& key, std::chrono::steady_clock::time_point deadline) override {
+    killer_->Tick();
+    return base_->WaitFor(key, deadline);
+  }
+  Result<std::vector<std::optional<std::string>>> GetMany(
+      const std::vector<std::string>& keys,
+      std::chrono::steady_clock::time_point deadline) override {
+    killer_->Tick();
+    return base_->GetMany(keys, deadline);
+  }
   Status Delete(const std::string& key) override {
     killer_->Tick();
     return base_->Delete(key);

@@ -1,12 +1,15 @@
 // C10dCommitChannel over a real TCPStore (in-process, loopback): a read
 // is bounded by the caller's deadline, not by the store's own timeout, when
 // the key vanishes between check() and get() (another rank deleted it: the
-// commit protocol deletes its keys once every rank has read them).
+// commit protocol deletes its keys once every rank has read them); a wait
+// for a key ends when another connection sets it, or at the caller's
+// deadline with the connection still usable; several keys read at once.
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "c10d_commit_channel.h"
@@ -98,6 +101,68 @@ TEST(C10dCommitChannelTest, AReadOfAKeyDeletedAfterCheckEndsAtTheCallersDeadline
   ASSERT_TRUE(answer->has_value());
   EXPECT_EQ(**answer, "7");
   EXPECT_EQ(server->getTimeout(), std::chrono::milliseconds(kStoreTimeout));
+}
+
+
+TEST(C10dCommitChannelTest, AWaitEndsWhenAnotherConnectionSetsTheKeyOrAtTheDeadline) {
+  constexpr auto kStoreTimeout = std::chrono::minutes(10);
+  auto server = ServeStore(kStoreTimeout);
+  C10dCommitChannel waiter(server, "test TCPStore");
+
+  // Nobody sets it: nullopt at the deadline, not an error, and not the
+  // store's own 10 minutes.
+  const Clock::time_point start = Clock::now();
+  auto none = waiter.WaitFor("bell", start + std::chrono::milliseconds(200));
+  ASSERT_OK(none);
+  EXPECT_FALSE(none->has_value());
+  EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(200)) << "it did not wait";
+  EXPECT_LT(Clock::now() - start, kStoreTimeout / 4) << "it waited for the store's own timeout";
+
+  // The cancelled wait left the connection usable: a second wait gets the
+  // key another connection sets while it waits.
+  std::thread setter([&] {
+    C10dCommitChannel other(server->clone(), "other");
+    // Most likely while the wait is in place; before it is as correct (the
+    // wait then returns at once), so the pause decides nothing.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_OK(other.Set("bell", "rung"));
+  });
+  auto rung = waiter.WaitFor("bell", Clock::now() + std::chrono::seconds(60));
+  setter.join();
+  ASSERT_OK(rung);
+  ASSERT_TRUE(rung->has_value());
+  EXPECT_EQ(**rung, "rung");
+
+  // A key already there is returned at once, even past the deadline.
+  auto again = waiter.WaitFor("bell", Clock::now() - std::chrono::seconds(1));
+  ASSERT_OK(again);
+  ASSERT_TRUE(again->has_value());
+  EXPECT_EQ(**again, "rung");
+}
+
+TEST(C10dCommitChannelTest, ManyKeysAreReadAtOnceAndAMissingOneIsNullopt) {
+  auto server = ServeStore(std::chrono::minutes(10));
+  C10dCommitChannel channel(server, "test TCPStore");
+  for (int r = 0; r < 5; ++r) ASSERT_OK(channel.Set("report/" + std::to_string(r), std::to_string(r * r)));
+  ASSERT_TRUE(server->check({"report/4"}));  // the sets are in (see above)
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+
+  auto all = channel.GetMany({"report/0", "report/2", "report/4"}, deadline);
+  ASSERT_OK(all);
+  ASSERT_EQ(all->size(), 3u);
+  EXPECT_EQ((*all)[0], std::optional<std::string>("0"));
+  EXPECT_EQ((*all)[1], std::optional<std::string>("4"));
+  EXPECT_EQ((*all)[2], std::optional<std::string>("16"));
+
+  // One missing: the others still come back, without waiting for it.
+  const Clock::time_point start = Clock::now();
+  auto some = channel.GetMany({"report/1", "report/9", "report/3"}, deadline);
+  ASSERT_OK(some);
+  ASSERT_EQ(some->size(), 3u);
+  EXPECT_EQ((*some)[0], std::optional<std::string>("1"));
+  EXPECT_FALSE((*some)[1].has_value());
+  EXPECT_EQ((*some)[2], std::optional<std::string>("9"));
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(30)) << "it waited for the missing key";
 }
 
 }  // namespace

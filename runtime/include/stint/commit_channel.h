@@ -29,8 +29,10 @@
 #define STINT_INCLUDE_STINT_COMMIT_CHANNEL_H_
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "stint/status.h"
 
@@ -55,6 +57,19 @@ class CommitChannel {
     (void)deadline;
     return Get(key);
   }
+  // The value under `key` once it exists; nullopt when it does not by
+  // `deadline`. Where the store can block on a key (c10d wait()), this is
+  // one blocking read, so a thousand ranks waiting for one key cost the
+  // store a thousand waiters rather than a thousand pollers, and each
+  // learns of the key as it is set. Default: GetBy() polled, 2 ms doubling
+  // to 100 ms.
+  virtual Result<std::optional<std::string>> WaitFor(
+      const std::string& key, std::chrono::steady_clock::time_point deadline);
+  // The values under `keys`, nullopt where there is none, answering by
+  // `deadline`; in one round trip where the store has one and every key
+  // exists (c10d multiGet()). Default: GetBy() each.
+  virtual Result<std::vector<std::optional<std::string>>> GetMany(
+      const std::vector<std::string>& keys, std::chrono::steady_clock::time_point deadline);
   // Removes `key`; OK when it does not exist.
   virtual Status Delete(const std::string& key) = 0;
   // Adds `delta` to the integer counter under `key` (0 when absent) and
