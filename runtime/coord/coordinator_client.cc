@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -538,6 +539,31 @@ Result<uint64_t> CoordinatorClient::Put(const std::string& key, const std::strin
   STINT_ASSIGN_OR_RETURN(HttpReply reply, http_->Call(req));
   const internal::JsonFields r = ReplyFields(reply.body, req.method + " " + req.path);
   return r.Uint64("version");
+}
+
+Result<int64_t> CoordinatorClient::Add(const std::string& key, int64_t delta) {
+  if (options_.job_id == 0) return Status::InvalidArgument("CoordinatorOptions.job_id is not set");
+  if (!ValidKvKey(key)) {
+    return Status::InvalidArgument("KV key '" + key.substr(0, 64) +
+                                   "' is not [A-Za-z0-9._/-]{1,200}");
+  }
+  HttpRequest req;
+  req.method = "POST";
+  req.path = "/v1/jobs/" + std::to_string(options_.job_id) + "/kv/" + key;
+  req.token = JobToken();
+  req.body = Json{{"add", delta}};
+  // Repeating an add whose answer was lost would count it twice.
+  req.idempotent = false;
+  STINT_ASSIGN_OR_RETURN(HttpReply reply, http_->Call(req));
+  const internal::JsonFields r = ReplyFields(reply.body, req.method + " " + req.path);
+  STINT_ASSIGN_OR_RETURN(std::string value, r.String("value"));
+  int64_t sum = 0;
+  auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), sum);
+  if (ec != std::errc() || end != value.data() + value.size()) {
+    return Status::DataLoss(req.method + " " + req.path + ": the sum \"" + value.substr(0, 32) +
+                            "\" is not an integer");
+  }
+  return sum;
 }
 
 Result<KvEntry> CoordinatorClient::Get(const std::string& key, std::chrono::seconds wait,

@@ -1,6 +1,5 @@
 #include "stint/coordinator_commit_channel.h"
 
-#include <charconv>
 #include <chrono>
 #include <cstdlib>
 
@@ -28,32 +27,7 @@ Status CoordinatorCommitChannel::Delete(const std::string& key) {
 }
 
 Result<int64_t> CoordinatorCommitChannel::Add(const std::string& key, int64_t delta) {
-  const std::string full = prefix_ + "/" + key;
-  // Each lost race is another caller's add that went through: bounded by
-  // the number of ranks adding at once, far below this.
-  constexpr int kMaxRaces = 100000;
-  for (int race = 0; race < kMaxRaces; ++race) {
-    auto entry = client_->Get(full, std::chrono::seconds(0));
-    if (!entry.ok() && entry.status().code() != Code::kNotFound) return entry.status();
-    int64_t sum = delta;
-    uint64_t version = 0;  // 0: only if still absent
-    if (entry.ok()) {
-      const std::string& v = entry->value;
-      int64_t current = 0;
-      auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), current);
-      if (ec != std::errc() || end != v.data() + v.size()) {
-        return Status::DataLoss(Describe() + ": " + key + " holds \"" + v.substr(0, 32) +
-                                "\", not a counter");
-      }
-      sum = current + delta;
-      version = entry->version;
-    }
-    auto put = client_->Put(full, std::to_string(sum), version);
-    if (put.ok()) return sum;
-    if (put.status().code() != Code::kAborted) return put.status();
-  }
-  return Status::Aborted(Describe() + ": add " + key + " lost " + std::to_string(kMaxRaces) +
-                         " races in a row");
+  return client_->Add(prefix_ + "/" + key, delta);
 }
 
 std::string CoordinatorCommitChannel::Describe() const {

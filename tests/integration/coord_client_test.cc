@@ -417,6 +417,18 @@ TEST_F(CoordClientTest, KvRoundTripsThroughTheServer) {
   EXPECT_EQ(newer->value, "host-c:29500");
   ASSERT_OK((*client)->Delete("rdzv/gen-1"));
   EXPECT_EQ((*client)->Get("rdzv/gen-1").status().code(), Code::kNotFound);
+
+  // A counter: from absent, added in one write each; a value that is not
+  // an integer is refused, named, and left as it was.
+  EXPECT_EQ(*(*client)->Add("count", 3), 3);
+  EXPECT_EQ(*(*client)->Add("count", -1), 2);
+  EXPECT_EQ((*client)->Get("count")->value, "2");
+  ASSERT_OK((*client)->Put("rdzv/host", "host-a"));
+  auto refused = (*client)->Add("rdzv/host", 1);
+  EXPECT_EQ(refused.status().code(), Code::kFailedPrecondition) << refused.status().ToString();
+  EXPECT_NE(refused.status().ToString().find("rdzv/host"), std::string::npos)
+      << refused.status().ToString();
+  EXPECT_EQ((*client)->Get("rdzv/host")->value, "host-a");
 }
 
 TEST_F(CoordClientTest, StintctlDrivesTheAdminApi) {

@@ -282,6 +282,11 @@ class CoordinatorClient {
   Result<KvEntry> Get(const std::string& key, std::chrono::seconds wait = std::chrono::seconds(0),
                       uint64_t min_version = 0);
   Status Delete(const std::string& key);
+  // Adds `delta` to the counter under `key` (a decimal integer, 0 when
+  // absent) in one atomic write, and returns the sum: ranks counting at
+  // once need no compare-and-set rounds. kFailedPrecondition when the value
+  // is not an integer.
+  Result<int64_t> Add(const std::string& key, int64_t delta);
 
   // Ends every call in progress (they return kCancelled) and refuses all
   // later ones, promptly: for shutting down threads blocked in a long-poll.

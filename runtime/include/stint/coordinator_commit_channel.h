@@ -43,10 +43,12 @@ class CoordinatorCommitChannel final : public CommitChannel {
   Status Set(const std::string& key, const std::string& value) override;
   Result<std::optional<std::string>> Get(const std::string& key) override;
   Status Delete(const std::string& key) override;
-  // A compare-and-set on the KV entry's version, again while another rank's
-  // add comes first.
+  // One atomic add on stintd (CoordinatorClient::Add).
   Result<int64_t> Add(const std::string& key, int64_t delta) override;
   std::string Describe() const override;
+  // WaitFor() and GetMany() are CommitChannel's polling defaults: a long-poll
+  // holds one of stintd's HTTP threads for its whole wait, and a job's every
+  // rank waiting on the decision at once would take them all.
 
  private:
   CoordinatorClient* const client_;

@@ -1,6 +1,8 @@
 #include "stintd/server/coordinator.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
@@ -417,49 +419,88 @@ Result<RendezvousView> Coordinator::AwaitRendezvous(
 Result<int64_t> Coordinator::PutKv(int64_t job_id, const std::string& key, const std::string& value,
                                    std::optional<int64_t> if_version) {
   STINT_RETURN_IF_ERROR(CheckKv(key, &value));
-  int64_t version = 0;
+  Result<int64_t> version = Status::Internal("not written");
   {
     std::lock_guard<std::mutex> writer(write_mu_);
     std::unique_lock<std::shared_mutex> lock(mu_);
-    if (!state_.jobs.count(job_id))
-      return Status::NotFound("job " + std::to_string(job_id) + " does not exist");
-    if (JobEnded(state_, job_id)) {
-      return Status::FailedPrecondition("job " + std::to_string(job_id) +
-                                        " has ended: its KV is gone and takes no writes");
-    }
-    auto it = kv_.find({job_id, key});
-    const int64_t current = it == kv_.end() ? 0 : it->second.version;
-    if (if_version && *if_version != current) {
-      return Status::Aborted("kv " + key + " of job " + std::to_string(job_id) + " is at version " +
-                             std::to_string(current) + ", not " + std::to_string(*if_version));
-    }
-    const KvUsage before = kv_usage_[job_id];
-    KvUsage after = before;
-    if (it == kv_.end()) {
-      after.keys++;
-    } else {
-      after.bytes -= KvBytes(key, it->second.value);
-    }
-    after.bytes += KvBytes(key, value);
-    if (after.keys > before.keys && after.keys > options_.kv_max_keys_per_job) {
-      return Status::ResourceExhausted(
-          "job " + std::to_string(job_id) + "'s KV holds " + std::to_string(before.keys) +
-          " keys, the most a job may hold (stintd --kv-max-keys-per-job); delete keys first");
-    }
-    if (after.bytes > before.bytes && after.bytes > options_.kv_max_bytes_per_job) {
-      return Status::ResourceExhausted(
-          "kv " + key + " would take job " + std::to_string(job_id) + "'s KV to " +
-          std::to_string(after.bytes) + " bytes, past the " +
-          std::to_string(options_.kv_max_bytes_per_job) +
-          " a job may hold (stintd --kv-max-bytes-per-job); delete keys first");
-    }
-    KvRecord e{job_id, key, value, current + 1, options_.clock()};
-    STINT_RETURN_IF_ERROR(store_->PutKv(e));
-    version = e.version;
-    kv_[{job_id, key}] = std::move(e);
-    kv_usage_[job_id] = after;
+    version = PutKvLocked(job_id, key, value, if_version);
   }
-  NotifyEvent();
+  if (version.ok()) NotifyEvent();
+  return version;
+}
+
+Result<KvRecord> Coordinator::AddKv(int64_t job_id, const std::string& key, int64_t delta) {
+  STINT_RETURN_IF_ERROR(CheckKv(key, nullptr));
+  Result<KvRecord> added = Status::Internal("not written");
+  {
+    std::lock_guard<std::mutex> writer(write_mu_);
+    std::unique_lock<std::shared_mutex> lock(mu_);
+    added = [&]() -> Result<KvRecord> {
+      auto it = kv_.find({job_id, key});
+      int64_t current = 0;
+      if (it != kv_.end()) {
+        const std::string& v = it->second.value;
+        auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), current);
+        if (ec != std::errc() || end != v.data() + v.size() || v.empty()) {
+          return Status::FailedPrecondition("kv " + key + " of job " + std::to_string(job_id) +
+                                            " holds \"" + v.substr(0, 32) +
+                                            "\", not a counter (a decimal integer)");
+        }
+      }
+      if ((delta > 0 && current > INT64_MAX - delta) || (delta < 0 && current < INT64_MIN - delta)) {
+        return Status::InvalidArgument("kv " + key + " of job " + std::to_string(job_id) + ": " +
+                                  std::to_string(current) + " + " + std::to_string(delta) +
+                                  " overflows");
+      }
+      STINT_RETURN_IF_ERROR(
+          PutKvLocked(job_id, key, std::to_string(current + delta), std::nullopt).status());
+      return kv_.at({job_id, key});
+    }();
+  }
+  if (added.ok()) NotifyEvent();
+  return added;
+}
+
+Result<int64_t> Coordinator::PutKvLocked(int64_t job_id, const std::string& key,
+                                         const std::string& value,
+                                         std::optional<int64_t> if_version) {
+  if (!state_.jobs.count(job_id))
+    return Status::NotFound("job " + std::to_string(job_id) + " does not exist");
+  if (JobEnded(state_, job_id)) {
+    return Status::FailedPrecondition("job " + std::to_string(job_id) +
+                                      " has ended: its KV is gone and takes no writes");
+  }
+  auto it = kv_.find({job_id, key});
+  const int64_t current = it == kv_.end() ? 0 : it->second.version;
+  if (if_version && *if_version != current) {
+    return Status::Aborted("kv " + key + " of job " + std::to_string(job_id) + " is at version " +
+                           std::to_string(current) + ", not " + std::to_string(*if_version));
+  }
+  const KvUsage before = kv_usage_[job_id];
+  KvUsage after = before;
+  if (it == kv_.end()) {
+    after.keys++;
+  } else {
+    after.bytes -= KvBytes(key, it->second.value);
+  }
+  after.bytes += KvBytes(key, value);
+  if (after.keys > before.keys && after.keys > options_.kv_max_keys_per_job) {
+    return Status::ResourceExhausted(
+        "job " + std::to_string(job_id) + "'s KV holds " + std::to_string(before.keys) +
+        " keys, the most a job may hold (stintd --kv-max-keys-per-job); delete keys first");
+  }
+  if (after.bytes > before.bytes && after.bytes > options_.kv_max_bytes_per_job) {
+    return Status::ResourceExhausted(
+        "kv " + key + " would take job " + std::to_string(job_id) + "'s KV to " +
+        std::to_string(after.bytes) + " bytes, past the " +
+        std::to_string(options_.kv_max_bytes_per_job) +
+        " a job may hold (stintd --kv-max-bytes-per-job); delete keys first");
+  }
+  KvRecord e{job_id, key, value, current + 1, options_.clock()};
+  STINT_RETURN_IF_ERROR(store_->PutKv(e));
+  const int64_t version = e.version;
+  kv_[{job_id, key}] = std::move(e);
+  kv_usage_[job_id] = after;
   return version;
 }
 

@@ -209,6 +209,11 @@ class Coordinator {
   // kv_max_bytes_per_job (a write that grows neither is always taken).
   Result<int64_t> PutKv(int64_t job_id, const std::string& key, const std::string& value,
                         std::optional<int64_t> if_version);
+  // Adds `delta` to the decimal integer under `key` (0 when absent) in one
+  // write: a counter many ranks add to at once without compare-and-set
+  // rounds. The entry after the add. kFailedPrecondition when the value is
+  // not an integer; kInvalidArgument on overflow; the caps as PutKv.
+  Result<KvRecord> AddKv(int64_t job_id, const std::string& key, int64_t delta);
   // Waits up to `wait` for the entry to exist with version >= min_version.
   Result<KvRecord> GetKv(int64_t job_id, const std::string& key, int64_t min_version,
                          std::chrono::milliseconds wait);
@@ -245,6 +250,10 @@ class Coordinator {
   // exclusively.
   Status DropJobKv(int64_t job_id);
   void MergeHeartbeats();                         // REQUIRES: mu_ held exclusively
+  // PutKv's checks and write; its version. REQUIRES: write_mu_ and mu_ held
+  // exclusively.
+  Result<int64_t> PutKvLocked(int64_t job_id, const std::string& key, const std::string& value,
+                              std::optional<int64_t> if_version);
   // Waits until `done(view)` or `until`, closing rounds whose last call passes.
   Result<RendezvousView> AwaitRendezvous(int64_t worker_id,
                                          const std::function<bool(const RendezvousView&)>& done,

@@ -232,6 +232,16 @@ void AddJobScopedRoutes(Routes* routes) {
         const int64_t version = STINT_HTTP_TRY(c->PutKv(job, req.matches[2], value, if_version));
         return Reply{200, {{"version", version}}, {}, {}};
       });
+  // A counter: many ranks add at once, each in one write (no compare-and-set rounds).
+  routes->Add(Method::kPost, R"(/v1/jobs/(\d+)/kv/([A-Za-z0-9._/-]+))", Access::kJobCredential,
+              [c, authz](const httplib::Request& req) {
+                const int64_t job = STINT_HTTP_TRY(PathId(req, 1, "job"));
+                if (std::optional<Reply> refused = authz->JobScoped(req, job)) return *refused;
+                RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"add"}));
+                const int64_t delta = STINT_HTTP_TRY(b.Int64("add"));
+                KvRecord e = STINT_HTTP_TRY(c->AddKv(job, req.matches[2], delta));
+                return Reply{200, ToJson(e), {}, {}};
+              });
   routes->Add(Method::kGet, R"(/v1/jobs/(\d+)/kv/([A-Za-z0-9._/-]+))", Access::kJobCredential,
               [c, authz, max_wait](const httplib::Request& req) {
                 const int64_t job = STINT_HTTP_TRY(PathId(req, 1, "job"));
