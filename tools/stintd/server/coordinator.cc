@@ -422,8 +422,7 @@ Result<int64_t> Coordinator::PutKv(int64_t job_id, const std::string& key, const
   Result<int64_t> version = Status::Internal("not written");
   {
     std::lock_guard<std::mutex> writer(write_mu_);
-    std::unique_lock<std::shared_mutex> lock(mu_);
-    version = PutKvLocked(job_id, key, value, if_version);
+    version = PutKvAsWriter(job_id, key, value, if_version);
   }
   if (version.ok()) NotifyEvent();
   return version;
@@ -434,26 +433,29 @@ Result<KvRecord> Coordinator::AddKv(int64_t job_id, const std::string& key, int6
   Result<KvRecord> added = Status::Internal("not written");
   {
     std::lock_guard<std::mutex> writer(write_mu_);
-    std::unique_lock<std::shared_mutex> lock(mu_);
     added = [&]() -> Result<KvRecord> {
-      auto it = kv_.find({job_id, key});
       int64_t current = 0;
-      if (it != kv_.end()) {
-        const std::string& v = it->second.value;
-        auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), current);
-        if (ec != std::errc() || end != v.data() + v.size() || v.empty()) {
-          return Status::FailedPrecondition("kv " + key + " of job " + std::to_string(job_id) +
-                                            " holds \"" + v.substr(0, 32) +
-                                            "\", not a counter (a decimal integer)");
+      {
+        std::shared_lock<std::shared_mutex> lock(mu_);
+        auto it = kv_.find({job_id, key});
+        if (it != kv_.end()) {
+          const std::string& v = it->second.value;
+          auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), current);
+          if (ec != std::errc() || end != v.data() + v.size() || v.empty()) {
+            return Status::FailedPrecondition("kv " + key + " of job " + std::to_string(job_id) +
+                                              " holds \"" + v.substr(0, 32) +
+                                              "\", not a counter (a decimal integer)");
+          }
         }
       }
       if ((delta > 0 && current > INT64_MAX - delta) || (delta < 0 && current < INT64_MIN - delta)) {
         return Status::InvalidArgument("kv " + key + " of job " + std::to_string(job_id) + ": " +
-                                  std::to_string(current) + " + " + std::to_string(delta) +
-                                  " overflows");
+                                       std::to_string(current) + " + " + std::to_string(delta) +
+                                       " overflows");
       }
       STINT_RETURN_IF_ERROR(
-          PutKvLocked(job_id, key, std::to_string(current + delta), std::nullopt).status());
+          PutKvAsWriter(job_id, key, std::to_string(current + delta), std::nullopt).status());
+      std::shared_lock<std::shared_mutex> lock(mu_);
       return kv_.at({job_id, key});
     }();
   }
@@ -461,44 +463,54 @@ Result<KvRecord> Coordinator::AddKv(int64_t job_id, const std::string& key, int6
   return added;
 }
 
-Result<int64_t> Coordinator::PutKvLocked(int64_t job_id, const std::string& key,
-                                         const std::string& value,
-                                         std::optional<int64_t> if_version) {
-  if (!state_.jobs.count(job_id))
-    return Status::NotFound("job " + std::to_string(job_id) + " does not exist");
-  if (JobEnded(state_, job_id)) {
-    return Status::FailedPrecondition("job " + std::to_string(job_id) +
-                                      " has ended: its KV is gone and takes no writes");
+Result<int64_t> Coordinator::PutKvAsWriter(int64_t job_id, const std::string& key,
+                                           const std::string& value,
+                                           std::optional<int64_t> if_version) {
+  KvRecord e;
+  KvUsage after;
+  {
+    std::shared_lock<std::shared_mutex> lock(mu_);
+    if (!state_.jobs.count(job_id))
+      return Status::NotFound("job " + std::to_string(job_id) + " does not exist");
+    if (JobEnded(state_, job_id)) {
+      return Status::FailedPrecondition("job " + std::to_string(job_id) +
+                                        " has ended: its KV is gone and takes no writes");
+    }
+    auto it = kv_.find({job_id, key});
+    const int64_t current = it == kv_.end() ? 0 : it->second.version;
+    if (if_version && *if_version != current) {
+      return Status::Aborted("kv " + key + " of job " + std::to_string(job_id) +
+                             " is at version " + std::to_string(current) + ", not " +
+                             std::to_string(*if_version));
+    }
+    auto used = kv_usage_.find(job_id);
+    const KvUsage before = used == kv_usage_.end() ? KvUsage{} : used->second;
+    after = before;
+    if (it == kv_.end()) {
+      after.keys++;
+    } else {
+      after.bytes -= KvBytes(key, it->second.value);
+    }
+    after.bytes += KvBytes(key, value);
+    if (after.keys > before.keys && after.keys > options_.kv_max_keys_per_job) {
+      return Status::ResourceExhausted(
+          "job " + std::to_string(job_id) + "'s KV holds " + std::to_string(before.keys) +
+          " keys, the most a job may hold (stintd --kv-max-keys-per-job); delete keys first");
+    }
+    if (after.bytes > before.bytes && after.bytes > options_.kv_max_bytes_per_job) {
+      return Status::ResourceExhausted(
+          "kv " + key + " would take job " + std::to_string(job_id) + "'s KV to " +
+          std::to_string(after.bytes) + " bytes, past the " +
+          std::to_string(options_.kv_max_bytes_per_job) +
+          " a job may hold (stintd --kv-max-bytes-per-job); delete keys first");
+    }
+    e = KvRecord{job_id, key, value, current + 1, options_.clock()};
   }
-  auto it = kv_.find({job_id, key});
-  const int64_t current = it == kv_.end() ? 0 : it->second.version;
-  if (if_version && *if_version != current) {
-    return Status::Aborted("kv " + key + " of job " + std::to_string(job_id) + " is at version " +
-                           std::to_string(current) + ", not " + std::to_string(*if_version));
-  }
-  const KvUsage before = kv_usage_[job_id];
-  KvUsage after = before;
-  if (it == kv_.end()) {
-    after.keys++;
-  } else {
-    after.bytes -= KvBytes(key, it->second.value);
-  }
-  after.bytes += KvBytes(key, value);
-  if (after.keys > before.keys && after.keys > options_.kv_max_keys_per_job) {
-    return Status::ResourceExhausted(
-        "job " + std::to_string(job_id) + "'s KV holds " + std::to_string(before.keys) +
-        " keys, the most a job may hold (stintd --kv-max-keys-per-job); delete keys first");
-  }
-  if (after.bytes > before.bytes && after.bytes > options_.kv_max_bytes_per_job) {
-    return Status::ResourceExhausted(
-        "kv " + key + " would take job " + std::to_string(job_id) + "'s KV to " +
-        std::to_string(after.bytes) + " bytes, past the " +
-        std::to_string(options_.kv_max_bytes_per_job) +
-        " a job may hold (stintd --kv-max-bytes-per-job); delete keys first");
-  }
-  KvRecord e{job_id, key, value, current + 1, options_.clock()};
+  // The durable write holds only write_mu_: heartbeats and reads, which take
+  // mu_ shared, go on during its fsync; no other writer can run meanwhile.
   STINT_RETURN_IF_ERROR(store_->PutKv(e));
   const int64_t version = e.version;
+  std::unique_lock<std::shared_mutex> lock(mu_);
   kv_[{job_id, key}] = std::move(e);
   kv_usage_[job_id] = after;
   return version;
@@ -532,11 +544,17 @@ Result<KvRecord> Coordinator::GetKv(int64_t job_id, const std::string& key, int6
 Status Coordinator::DeleteKv(int64_t job_id, const std::string& key) {
   STINT_RETURN_IF_ERROR(CheckKv(key, nullptr));
   std::lock_guard<std::mutex> writer(write_mu_);
+  {
+    std::shared_lock<std::shared_mutex> lock(mu_);
+    if (!kv_.count({job_id, key})) {
+      return Status::NotFound("kv " + key + " of job " + std::to_string(job_id) +
+                              " does not exist");
+    }
+  }
+  // As in PutKvAsWriter: readers go on during the write's fsync.
+  STINT_RETURN_IF_ERROR(store_->DeleteKv(job_id, key));
   std::unique_lock<std::shared_mutex> lock(mu_);
   auto it = kv_.find({job_id, key});
-  if (it == kv_.end())
-    return Status::NotFound("kv " + key + " of job " + std::to_string(job_id) + " does not exist");
-  STINT_RETURN_IF_ERROR(store_->DeleteKv(job_id, key));
   KvUsage& u = kv_usage_[job_id];
   u.keys--;
   u.bytes -= KvBytes(key, it->second.value);

@@ -250,10 +250,11 @@ class Coordinator {
   // exclusively.
   Status DropJobKv(int64_t job_id);
   void MergeHeartbeats();                         // REQUIRES: mu_ held exclusively
-  // PutKv's checks and write; its version. REQUIRES: write_mu_ and mu_ held
-  // exclusively.
-  Result<int64_t> PutKvLocked(int64_t job_id, const std::string& key, const std::string& value,
-                              std::optional<int64_t> if_version);
+  // PutKv's checks and write; its version. Takes mu_ only to read and then
+  // to apply, not for the store's write. REQUIRES: write_mu_ held (every
+  // writer of state_ and kv_ holds it), mu_ not held.
+  Result<int64_t> PutKvAsWriter(int64_t job_id, const std::string& key, const std::string& value,
+                                std::optional<int64_t> if_version);
   // Waits until `done(view)` or `until`, closing rounds whose last call passes.
   Result<RendezvousView> AwaitRendezvous(int64_t worker_id,
                                          const std::function<bool(const RendezvousView&)>& done,
