@@ -259,6 +259,32 @@ TEST_F(RankCommitTest, FsyncFailureOnOneRankFailsEveryRankAndCommitsNothing) {
   EXPECT_EQ(Latest(), StepDirName(1));
 }
 
+// A rank that gives the save up before it starts (it could not build its
+// state) fails every rank at once, naming it, whether that happens before
+// or after the committer started the save (and cleared the save's bell):
+// nobody waits out the 60 s deadline.
+TEST_F(RankCommitTest, ARankThatAbandonsTheSaveFailsEveryRankPromptly) {
+  ASSERT_TRUE(Run("save", 3, 1)[0].ok());
+  uint64_t step = 2;
+  for (const char* fault : {"abandon@0", "abandon@500"}) {
+    auto runs = Run("save", 3, step, {{1, fault}}, 60000);
+    for (const auto& r : runs) {
+      EXPECT_EQ(r.exit_code, 3) << fault << "\n" << All(runs);
+      // Not a speed threshold: it tells "told at once" from "waited out
+      // the 60 s deadline".
+      EXPECT_LT(r.seconds, 30) << fault << "\n" << All(runs);
+    }
+    for (int r : {0, 2}) {
+      EXPECT_NE(runs[r].output.find("rank 1"), std::string::npos) << fault << "\n" << All(runs);
+      EXPECT_NE(runs[r].output.find("this rank's state is bad"), std::string::npos)
+          << fault << "\n" << All(runs);
+    }
+    EXPECT_EQ(Committed(), std::vector<uint64_t>{1}) << fault;
+    EXPECT_EQ(Latest(), StepDirName(1)) << fault;
+    ++step;
+  }
+}
+
 TEST_F(RankCommitTest, FailureOfTheCommitterFailsEveryRank) {
   auto runs = Run("save", 3, 5, {{0, "enospc"}});
   for (const auto& r : runs) EXPECT_EQ(r.exit_code, 3) << All(runs);

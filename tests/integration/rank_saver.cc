@@ -17,7 +17,9 @@
 // opens to write (a rank whose persist is slow); "eio@BYTES": this rank's writes fail with EIO
 // once BYTES were written (a failing disk mid-save); "eioread@SUFFIX":
 // opening a file whose path ends with SUFFIX to read fails with EIO (an
-// unreadable file of one step, e.g. "step-00000004/rank-00001.stint").
+// unreadable file of one step, e.g. "step-00000004/rank-00001.stint");
+// "abandon@MS": after MS ms this rank gives the save up (AbandonSave, as
+// when it cannot build its state) instead of saving.
 //
 // Every rank waits for the others before it starts (RUN, or STEP, names the
 // barrier on the store).
@@ -234,6 +236,12 @@ int Run(int argc, char** argv) {
     if (rank == 0)
       state.tensors.push_back(TensorShard{"bias", DType::kInt64, {kBias}, {}, {}, bias.data()});
     state.blobs["who"] = "rank " + std::to_string(rank);
+    if (fault.rfind("abandon@", 0) == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::atoll(fault.c_str() + 8)));
+      Status s = (*ckpt)->AbandonSave(step, Status::InvalidArgument("this rank's state is bad"));
+      std::printf("outcome %s\n", s.ToString().c_str());
+      return 3;
+    }
     auto handle = (*ckpt)->Save(step, state);
     Status s = handle.ok() ? handle->durable.get() : handle.status();
     std::printf("outcome %s\n", s.ToString().c_str());
