@@ -9,7 +9,7 @@
 #include <set>
 
 #include "base/json_fields.h"
-#include "checkpoint/channel_poll.h"
+#include "base/channel_poll.h"
 #include "checkpoint/commit.h"
 #include "checkpoint/incremental_base.h"
 #include "format/shard_layout.h"
@@ -44,6 +44,17 @@ Status StatusFromJson(const internal::JsonFields& f, Status* out) {
   return Status::OK();
 }
 
+// The error a message carries in its "error" field into *carried (OK when
+// it has none); an error of its own when the field is malformed or holds
+// no error.
+Status CarriedError(const internal::JsonFields& f, Status* carried) {
+  *carried = Status::OK();
+  STINT_ASSIGN_OR_RETURN(const json* error, f.OptionalObject("error"));
+  if (error == nullptr) return Status::OK();
+  STINT_RETURN_IF_ERROR(StatusFromJson(f.Child(*error, "error"), carried));
+  return carried->ok() ? f.BadValue("error", "holds no error") : Status::OK();
+}
+
 Result<json> ParseMessage(std::string_view bytes, std::string_view origin) {
   json top = json::parse(bytes.begin(), bytes.end(), nullptr, /*allow_exceptions=*/false);
   if (top.is_discarded() || !top.is_object()) {
@@ -76,12 +87,8 @@ Result<RankReport> DecodeRankReport(std::string_view bytes, std::string_view ori
   STINT_ASSIGN_OR_RETURN(r.fencing_token, f.Uint64("fencing_token"));
   STINT_ASSIGN_OR_RETURN(r.tmp, f.String("tmp"));
   STINT_ASSIGN_OR_RETURN(r.persist_ms, f.Uint64("persist_ms"));
-  STINT_ASSIGN_OR_RETURN(const json* error, f.OptionalObject("error"));
-  if (error != nullptr) {
-    STINT_RETURN_IF_ERROR(StatusFromJson(f.Child(*error, "error"), &r.status));
-    if (r.status.ok()) return f.BadValue("error", "holds no error");
-    return r;
-  }
+  STINT_RETURN_IF_ERROR(CarriedError(f, &r.status));
+  if (!r.status.ok()) return r;
   STINT_ASSIGN_OR_RETURN(std::string part, f.String("part"));
   STINT_ASSIGN_OR_RETURN(r.part, DecodeManifest(part, std::string(origin) + " part"));
   return r;
@@ -331,13 +338,9 @@ struct LoadDecision {
 Result<LoadDecision> DecodeLoadDecision(std::string_view bytes, const std::string& key) {
   STINT_ASSIGN_OR_RETURN(json top, ParseMessage(bytes, key));
   internal::JsonFields f(top, key, kChannelFields);
-  STINT_ASSIGN_OR_RETURN(const json* error, f.OptionalObject("error"));
-  if (error != nullptr) {
-    Status why;
-    STINT_RETURN_IF_ERROR(StatusFromJson(f.Child(*error, "error"), &why));
-    if (why.ok()) return f.BadValue("error", "holds no error");
-    return why;
-  }
+  Status why;
+  STINT_RETURN_IF_ERROR(CarriedError(f, &why));
+  if (!why.ok()) return why;
   LoadDecision d;
   STINT_ASSIGN_OR_RETURN(d.step, f.Uint64("step"));
   STINT_ASSIGN_OR_RETURN(d.final, f.Bool("final"));
@@ -364,10 +367,9 @@ Result<LoadDecision> DecideLoadRound(CommitChannel* channel, const std::string& 
                    const std::string& key = answers[i];
                    STINT_ASSIGN_OR_RETURN(json theirs, ParseMessage(value, key));
                    internal::JsonFields f(theirs, key, kChannelFields);
-                   STINT_ASSIGN_OR_RETURN(const json* error, f.OptionalObject("error"));
-                   if (error != nullptr) {
-                     Status why;
-                     STINT_RETURN_IF_ERROR(StatusFromJson(f.Child(*error, "error"), &why));
+                   Status why;
+                   STINT_RETURN_IF_ERROR(CarriedError(f, &why));
+                   if (!why.ok()) {
                      return why.WithContext("rank " + std::to_string(i + 1) + " could not load");
                    }
                    STINT_ASSIGN_OR_RETURN(uint64_t step, f.Uint64("step"));
@@ -556,12 +558,9 @@ Result<std::string> RankSave::Start(std::chrono::milliseconds timeout) {
   const Clock::time_point started = Clock::now();
   STINT_ASSIGN_OR_RETURN(json published, ParseMessage(*found, keys_.tmp()));
   internal::JsonFields f(published, keys_.tmp(), kChannelFields);
-  STINT_ASSIGN_OR_RETURN(const json* error, f.OptionalObject("error"));
-  if (error != nullptr) {  // the committer could not start the save
-    Status why;
-    STINT_RETURN_IF_ERROR(StatusFromJson(f.Child(*error, "error"), &why));
-    return why.ok() ? Status::DataLoss(keys_.tmp() + ": holds no error") : why;
-  }
+  Status why;
+  STINT_RETURN_IF_ERROR(CarriedError(f, &why));
+  if (!why.ok()) return why;  // the committer could not start the save
   STINT_ASSIGN_OR_RETURN(std::string name, f.String("tmp"));
   STINT_ASSIGN_OR_RETURN(uint64_t timeout_ms, f.Uint64("timeout_ms"));
   if (ParseTmpDirStep(name) != step_ || name.find('/') != std::string::npos) {

@@ -516,21 +516,33 @@ std::function<Status(uint64_t)> CoordinatorClient::CommitGuard() {
   return [this](uint64_t step) { return GuardCommit(step); };
 }
 
-Result<uint64_t> CoordinatorClient::Put(const std::string& key, const std::string& value,
-                                        std::optional<uint64_t> if_version) {
-  if (options_.job_id == 0) return Status::InvalidArgument("CoordinatorOptions.job_id is not set");
+namespace {
+
+// A request on key `key` of the job's KV, with `token`; kInvalidArgument for
+// a client without a job or a key stintd would refuse.
+Result<HttpRequest> KvRequest(const CoordinatorOptions& options, const std::string& token,
+                              const char* method, const std::string& key) {
+  if (options.job_id == 0) return Status::InvalidArgument("CoordinatorOptions.job_id is not set");
   if (!ValidKvKey(key)) {
     return Status::InvalidArgument("KV key '" + key.substr(0, 64) +
                                    "' is not [A-Za-z0-9._/-]{1,200}");
   }
+  HttpRequest req;
+  req.method = method;
+  req.path = "/v1/jobs/" + std::to_string(options.job_id) + "/kv/" + key;
+  req.token = token;
+  return req;
+}
+
+}  // namespace
+
+Result<uint64_t> CoordinatorClient::Put(const std::string& key, const std::string& value,
+                                        std::optional<uint64_t> if_version) {
   if (value.size() > kMaxKvValueBytes) {
     return Status::InvalidArgument("KV value for '" + key + "' has " +
                                    std::to_string(value.size()) + " bytes, more than 1 MiB");
   }
-  HttpRequest req;
-  req.method = "PUT";
-  req.path = "/v1/jobs/" + std::to_string(options_.job_id) + "/kv/" + key;
-  req.token = JobToken();
+  STINT_ASSIGN_OR_RETURN(HttpRequest req, KvRequest(options_, JobToken(), "PUT", key));
   req.body = Json{{"value", value}};
   if (if_version) (*req.body)["if_version"] = *if_version;
   // Repeating a compare-and-set whose answer was lost would report kAborted
@@ -542,15 +554,7 @@ Result<uint64_t> CoordinatorClient::Put(const std::string& key, const std::strin
 }
 
 Result<int64_t> CoordinatorClient::Add(const std::string& key, int64_t delta) {
-  if (options_.job_id == 0) return Status::InvalidArgument("CoordinatorOptions.job_id is not set");
-  if (!ValidKvKey(key)) {
-    return Status::InvalidArgument("KV key '" + key.substr(0, 64) +
-                                   "' is not [A-Za-z0-9._/-]{1,200}");
-  }
-  HttpRequest req;
-  req.method = "POST";
-  req.path = "/v1/jobs/" + std::to_string(options_.job_id) + "/kv/" + key;
-  req.token = JobToken();
+  STINT_ASSIGN_OR_RETURN(HttpRequest req, KvRequest(options_, JobToken(), "POST", key));
   req.body = Json{{"add", delta}};
   // Repeating an add whose answer was lost would count it twice.
   req.idempotent = false;
@@ -568,17 +572,9 @@ Result<int64_t> CoordinatorClient::Add(const std::string& key, int64_t delta) {
 
 Result<KvEntry> CoordinatorClient::Get(const std::string& key, std::chrono::seconds wait,
                                        uint64_t min_version) {
-  if (options_.job_id == 0) return Status::InvalidArgument("CoordinatorOptions.job_id is not set");
-  if (!ValidKvKey(key)) {
-    return Status::InvalidArgument("KV key '" + key.substr(0, 64) +
-                                   "' is not [A-Za-z0-9._/-]{1,200}");
-  }
   const int64_t seconds = std::max<int64_t>(0, wait.count());
-  HttpRequest req;
-  req.method = "GET";
-  req.token = JobToken();
-  req.path = "/v1/jobs/" + std::to_string(options_.job_id) + "/kv/" + key +
-             "?wait_seconds=" + std::to_string(seconds);
+  STINT_ASSIGN_OR_RETURN(HttpRequest req, KvRequest(options_, JobToken(), "GET", key));
+  req.path += "?wait_seconds=" + std::to_string(seconds);
   // Versions start at 1, and stintd refuses min_version=0: "any" is no parameter.
   if (min_version > 0) req.path += "&min_version=" + std::to_string(min_version);
   req.server_wait = std::chrono::seconds(seconds);
@@ -597,15 +593,7 @@ Result<KvEntry> CoordinatorClient::Get(const std::string& key, std::chrono::seco
 }
 
 Status CoordinatorClient::Delete(const std::string& key) {
-  if (options_.job_id == 0) return Status::InvalidArgument("CoordinatorOptions.job_id is not set");
-  if (!ValidKvKey(key)) {
-    return Status::InvalidArgument("KV key '" + key.substr(0, 64) +
-                                   "' is not [A-Za-z0-9._/-]{1,200}");
-  }
-  HttpRequest req;
-  req.method = "DELETE";
-  req.path = "/v1/jobs/" + std::to_string(options_.job_id) + "/kv/" + key;
-  req.token = JobToken();
+  STINT_ASSIGN_OR_RETURN(HttpRequest req, KvRequest(options_, JobToken(), "DELETE", key));
   return http_->Call(req).status();
 }
 

@@ -1,6 +1,6 @@
 // Polling a CommitChannel where it cannot block on a key.
-#ifndef STINT_RUNTIME_CHECKPOINT_CHANNEL_POLL_H_
-#define STINT_RUNTIME_CHECKPOINT_CHANNEL_POLL_H_
+#ifndef STINT_RUNTIME_BASE_CHANNEL_POLL_H_
+#define STINT_RUNTIME_BASE_CHANNEL_POLL_H_
 
 #include <chrono>
 
@@ -14,4 +14,4 @@ bool PauseBeforeNextPoll(std::chrono::steady_clock::time_point deadline,
 
 }  // namespace stint
 
-#endif  // STINT_RUNTIME_CHECKPOINT_CHANNEL_POLL_H_
+#endif  // STINT_RUNTIME_BASE_CHANNEL_POLL_H_

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <thread>
 
-#include "checkpoint/channel_poll.h"
+#include "base/channel_poll.h"
 
 namespace stint {
 
