@@ -154,7 +154,9 @@ py::dict TensorDict(std::vector<std::pair<std::string, at::Tensor>> tensors) {
 // GIL for each call, and the Store's own methods release it while they wait.
 // Reads go through the store's clone (its own connection), whose timeout
 // GetBy() sets to what is left of the caller's deadline (a store without
-// clone() is read directly, bounded by its own timeout).
+// clone() is read directly, bounded by its own timeout). WaitFor() is the
+// store's wait() on another clone (polled without one), GetMany() its
+// multi_get().
 class PyStoreChannel final : public CommitChannel {
  public:
   // REQUIRES: the GIL held.
@@ -172,6 +174,7 @@ class PyStoreChannel final : public CommitChannel {
     py::gil_scoped_acquire gil;
     store_ = py::object();
     read_store_ = py::object();
+    wait_store_ = py::object();
   }
 
   Status Set(const std::string& key, const std::string& value) override {
@@ -196,13 +199,20 @@ class PyStoreChannel final : public CommitChannel {
   }
   Result<std::optional<std::string>> WaitFor(const std::string& key,
                                              Clock::time_point deadline) override {
-    std::lock_guard<std::mutex> lock(read_mu_);
+    // A store without a clone serves every read on one connection: a
+    // blocking wait there would hold off the other readers, so it is polled.
+    if (!bounded_) return CommitChannel::WaitFor(key, deadline);
+    // The wait blocks its connection: it gets one of its own, the channel's
+    // spare one unless another thread's wait holds it.
+    std::unique_lock<std::mutex> spare(wait_mu_, std::try_to_lock);
     std::optional<std::string> out;
     Status s = Call("wait for " + key, [&] {
+      if (spare.owns_lock() && !wait_store_) wait_store_ = store_.attr("clone")();
+      py::object waiter = spare.owns_lock() ? wait_store_ : store_.attr("clone")();
       py::list keys = KeyList({key});
       const bool waited = deadline > Clock::now() && [&] {
         try {
-          read_store_.attr("wait")(keys, Timedelta(deadline));
+          waiter.attr("wait")(keys, Timedelta(deadline));
           return true;
         } catch (py::error_already_set& e) {
           // Its timeout (TCPStore cancels the wait on the server first, so
@@ -211,11 +221,17 @@ class PyStoreChannel final : public CommitChannel {
           return false;
         }
       }();
-      if (!waited && !read_store_.attr("check")(keys).cast<bool>()) return;
-      BoundReadsBy(deadline);
-      out = read_store_.attr("get")(key).cast<std::string>();
+      if (!waited && !waiter.attr("check")(keys).cast<bool>()) return;
+      waiter.attr("set_timeout")(Timedelta(deadline));
+      out = waiter.attr("get")(key).cast<std::string>();
     });
-    if (!s.ok()) return s;
+    if (!s.ok()) {
+      if (spare.owns_lock()) {
+        py::gil_scoped_acquire gil;
+        wait_store_ = py::object();  // a broken connection is not kept
+      }
+      return s;
+    }
     return out;
   }
   Result<std::vector<std::optional<std::string>>> GetMany(const std::vector<std::string>& keys,
@@ -302,6 +318,8 @@ class PyStoreChannel final : public CommitChannel {
   std::mutex read_mu_;  // one read at a time: each sets the clone's timeout
   py::object read_store_;  // store_'s clone, or store_
   bool bounded_ = false;   // read_store_ is a clone
+  std::mutex wait_mu_;     // guards wait_store_, held for a whole wait
+  py::object wait_store_;  // another clone, made at the first wait
 };
 
 // ---- Checkpointer ------------------------------------------------------------

@@ -73,26 +73,36 @@ Result<std::optional<std::string>> C10dCommitChannel::GetBy(
 
 Result<std::optional<std::string>> C10dCommitChannel::WaitFor(
     const std::string& key, std::chrono::steady_clock::time_point deadline) {
-  std::lock_guard<std::mutex> lock(read_mu_);
+  // A store that cannot be cloned serves every read of this channel on one
+  // connection: a blocking wait there would hold off the other ranks'
+  // reads (threads sharing the channel), so it is polled.
+  if (!bounded_) return CommitChannel::WaitFor(key, deadline);
+  // The wait blocks its connection: it gets a connection of its own, the
+  // channel's spare one unless another thread's wait holds it.
+  std::unique_lock<std::mutex> spare(wait_mu_, std::try_to_lock);
+  c10::intrusive_ptr<c10d::Store> waiter;
   try {
+    if (spare.owns_lock() && !wait_store_) wait_store_ = store_->clone();
+    waiter = spare.owns_lock() ? wait_store_ : store_->clone();
     const std::chrono::milliseconds left = TimeLeft(deadline);
     if (left.count() <= 0) {
-      if (!read_store_->check({key})) return std::optional<std::string>();
+      if (!waiter->check({key})) return std::optional<std::string>();
     } else {
       try {
-        read_store_->wait({key}, left);
+        waiter->wait({key}, left);
       } catch (const std::exception& e) {
         // The store's wait ends in an exception at its timeout (TCPStore
         // cancels the wait on the server first, so the connection stays
         // usable): then the key is not there by the deadline.
         if (StatusFromC10dError(e, "").code() != Code::kDeadlineExceeded) throw;
-        if (!read_store_->check({key})) return std::optional<std::string>();
+        if (!waiter->check({key})) return std::optional<std::string>();
       }
     }
-    BoundReadsBy(deadline);
-    std::vector<uint8_t> v = read_store_->get(key);
+    waiter->setTimeout(std::max(TimeLeft(deadline), std::chrono::milliseconds(1)));
+    std::vector<uint8_t> v = waiter->get(key);
     return std::optional<std::string>(std::string(v.begin(), v.end()));
   } catch (const std::exception& e) {
+    if (spare.owns_lock()) wait_store_.reset();  // a broken connection is not kept
     return StatusFromC10dError(e, description_ + ": wait for " + key);
   }
 }

@@ -12,9 +12,9 @@
 // store's own timeouts). Reads go through a clone of the store (its own
 // connection), whose timeout GetBy() sets to what is left of the caller's
 // deadline, so no read outlasts it (a store that cannot be cloned is read
-// directly, bounded by its own timeout). WaitFor() is the store's wait(),
-// GetMany() its multiGet(). Thread-safe; one read at a time, so a WaitFor()
-// holds off this channel's other reads until it returns.
+// directly, bounded by its own timeout). WaitFor() is the store's wait() on
+// a connection of its own (a store that cannot be cloned is polled instead),
+// GetMany() its multiGet(). Thread-safe: ranks in threads may share one.
 #ifndef STINT_TORCH_C10D_COMMIT_CHANNEL_H_
 #define STINT_TORCH_C10D_COMMIT_CHANNEL_H_
 
@@ -58,6 +58,8 @@ class C10dCommitChannel final : public CommitChannel {
   std::mutex read_mu_;  // one read at a time: each sets the clone's timeout
   c10::intrusive_ptr<c10d::Store> read_store_;  // store_'s clone, or store_
   const bool bounded_;                          // read_store_ is a clone
+  std::mutex wait_mu_;  // guards wait_store_, held for a whole wait
+  c10::intrusive_ptr<c10d::Store> wait_store_;  // another clone, made at the first wait
 };
 
 }  // namespace stint
