@@ -276,7 +276,8 @@ Status CheckpointerImpl::WaitForCopies(PersistJob* job) {
 
 // Persists this rank's data file into the tmp directory its commit path
 // names (made into *commit), then commits through it.
-Status CheckpointerImpl::PersistAndCommit(PersistJob* job, std::unique_ptr<SaveCommit>* commit_out) {
+Status CheckpointerImpl::PersistAndCommit(PersistJob* job,
+                                          std::unique_ptr<SaveCommit>* commit_out) {
   auto t0 = Clock::now();
   *commit_out = NewCommit(*job);
   SaveCommit* commit = commit_out->get();

@@ -283,23 +283,22 @@ Result<std::vector<RankReport>> GatherRankReports(CommitChannel* channel, const 
                          channel->GetBy(keys.abandoned(), deadline));
   STINT_ASSIGN_OR_RETURN(
       std::vector<size_t> missing,
-      GatherKeys(channel, keys.bell(), abandoned.has_value(), report_keys, deadline,
-                 [&](size_t i, const std::string& value) -> Result<bool> {
-                   const int r = ranks[i];
-                   STINT_ASSIGN_OR_RETURN(RankReport report,
-                                          DecodeRankReport(value, report_keys[i]));
-                   if (!report.tmp.empty() && report.tmp != tmp) return false;  // stale
-                   if (report.rank != r) {
-                     return Status::DataLoss(report_keys[i] + ": holds the report of rank " +
-                                             std::to_string(report.rank));
-                   }
-                   if (!report.status.ok()) {
-                     return report.status.WithContext("rank " + std::to_string(r) +
-                                                      " failed its part");
-                   }
-                   got[r] = std::move(report);
-                   return true;
-                 }));
+      GatherKeys(
+          channel, keys.bell(), abandoned.has_value(), report_keys, deadline,
+          [&](size_t i, const std::string& value) -> Result<bool> {
+            const int r = ranks[i];
+            STINT_ASSIGN_OR_RETURN(RankReport report, DecodeRankReport(value, report_keys[i]));
+            if (!report.tmp.empty() && report.tmp != tmp) return false;  // stale
+            if (report.rank != r) {
+              return Status::DataLoss(report_keys[i] + ": holds the report of rank " +
+                                      std::to_string(report.rank));
+            }
+            if (!report.status.ok()) {
+              return report.status.WithContext("rank " + std::to_string(r) + " failed its part");
+            }
+            got[r] = std::move(report);
+            return true;
+          }));
   if (!missing.empty()) {
     std::string named;
     for (size_t j = 0; j < missing.size(); ++j) {
@@ -378,10 +377,9 @@ Result<LoadDecision> DecideLoadRound(CommitChannel* channel, const std::string& 
                    return true;
                  }));
   if (!missing.empty()) {
-    return Status::DeadlineExceeded("rank " + std::to_string(missing[0] + 1) +
-                                    " did not say which step it loaded within " +
-                                    std::to_string(timeout.count()) + " ms on " +
-                                    channel->Describe());
+    return Status::DeadlineExceeded(
+        "rank " + std::to_string(missing[0] + 1) + " did not say which step it loaded within " +
+        std::to_string(timeout.count()) + " ms on " + channel->Describe());
   }
   return d;
 }
@@ -426,10 +424,8 @@ Result<LoadResult> AgreeOnLoad(const CheckpointOptions& options, uint64_t load_n
                               : json{{"error", StatusJson(loaded.status())}};
       STINT_RETURN_IF_ERROR(channel->Set(base + "answer/" + std::to_string(options.rank),
                                          mine.dump()));
-      CountAndRing(channel, base + "answered", base + "bell", options.world_size - 1,
-                   !loaded.ok());
-      STINT_ASSIGN_OR_RETURN(auto found,
-                             channel->WaitFor(decision_key, round_start + 2 * timeout));
+      CountAndRing(channel, base + "answered", base + "bell", options.world_size - 1, !loaded.ok());
+      STINT_ASSIGN_OR_RETURN(auto found, channel->WaitFor(decision_key, round_start + 2 * timeout));
       if (!found) {
         return Status::DeadlineExceeded("rank 0 gave no decision on load " +
                                         std::to_string(load_number) + " within " +
@@ -546,8 +542,7 @@ Result<std::string> RankSave::Start(std::chrono::milliseconds timeout) {
     tmp_name_ = name;
     return options_.root + "/" + name;
   }
-  STINT_ASSIGN_OR_RETURN(auto found,
-                         channel_->WaitFor(keys_.tmp(), Clock::now() + timeout));
+  STINT_ASSIGN_OR_RETURN(auto found, channel_->WaitFor(keys_.tmp(), Clock::now() + timeout));
   if (!found) {
     Status s = Status::DeadlineExceeded("rank 0 (the committer) did not start " + what +
                                         " within " + std::to_string(timeout.count()) + " ms on " +
@@ -589,8 +584,8 @@ Status RankSave::Finish(const Status& persisted, const Manifest& part, double pe
   const auto persist_ms = static_cast<uint64_t>(persist_seconds * 1000);
   slowest_persist_seconds_ = persist_seconds;
   if (!committer()) {
-    Report(RankReport{options_.rank, options_.fencing_token, tmp_name_, persisted, part,
-                      persist_ms});
+    Report(
+        RankReport{options_.rank, options_.fencing_token, tmp_name_, persisted, part, persist_ms});
     // Its own error is this rank's outcome (the committer decides "aborted"
     // for everyone else when it reads the report), unless the save was
     // aborted already: then that is the cause (e.g. the tmp directory this

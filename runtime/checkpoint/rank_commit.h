@@ -117,10 +117,10 @@ class SaveKeys {
 using Deadline = std::chrono::steady_clock::time_point;
 
 // The committer's gather: `own` and every other rank's report for the tmp
-// directory own.tmp, by rank, once the bell rang (read at once), or the first failure (a rank's own error,
-// naming it; kDeadlineExceeded naming the ranks that did not report by
-// `deadline`). Reports of another tmp directory are stale and ignored;
-// reports are checked to come from the rank whose key they are under.
+// directory own.tmp, by rank, once the bell rang (read at once), or the first failure (a rank's own
+// error, naming it; kDeadlineExceeded naming the ranks that did not report by `deadline`). Reports
+// of another tmp directory are stale and ignored; reports are checked to come from the rank whose
+// key they are under.
 Result<std::vector<RankReport>> GatherRankReports(CommitChannel* channel, const SaveKeys& keys,
                                                   int world_size, RankReport own,
                                                   Deadline deadline);

@@ -58,7 +58,7 @@ class C10dCommitChannel final : public CommitChannel {
   std::mutex read_mu_;  // one read at a time: each sets the clone's timeout
   c10::intrusive_ptr<c10d::Store> read_store_;  // store_'s clone, or store_
   const bool bounded_;                          // read_store_ is a clone
-  std::mutex wait_mu_;  // guards wait_store_, held for a whole wait
+  std::mutex wait_mu_;                          // guards wait_store_, held for a whole wait
   c10::intrusive_ptr<c10d::Store> wait_store_;  // another clone, made at the first wait
 };
 

@@ -23,7 +23,8 @@ Result<std::unique_ptr<CommitChannel>> ConnectTcpStore(const TcpStoreOptions& op
     return std::unique_ptr<CommitChannel>(std::make_unique<C10dCommitChannel>(
         store, "c10d TCPStore at " + options.host + ":" + std::to_string(store->getPort())));
   } catch (const std::exception& e) {
-    return StatusFromC10dError(e, (options.serve ? "serving a TCPStore at " : "connecting to the TCPStore at ") + where);
+    return StatusFromC10dError(
+        e, (options.serve ? "serving a TCPStore at " : "connecting to the TCPStore at ") + where);
   }
 }
 

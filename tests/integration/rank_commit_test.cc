@@ -276,8 +276,8 @@ TEST_F(RankCommitTest, ARankThatAbandonsTheSaveFailsEveryRankPromptly) {
     }
     for (int r : {0, 2}) {
       EXPECT_NE(runs[r].output.find("rank 1"), std::string::npos) << fault << "\n" << All(runs);
-      EXPECT_NE(runs[r].output.find("this rank's state is bad"), std::string::npos)
-          << fault << "\n" << All(runs);
+      EXPECT_NE(runs[r].output.find("this rank's state is bad"), std::string::npos) << fault << "\n"
+                                                                                    << All(runs);
     }
     EXPECT_EQ(Committed(), std::vector<uint64_t>{1}) << fault;
     EXPECT_EQ(Latest(), StepDirName(1)) << fault;

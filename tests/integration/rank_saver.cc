@@ -120,8 +120,8 @@ class KillingChannel final : public CommitChannel {
   }
   // The base's own bounded reads, blocking waits and multi-key reads, so the
   // protocol runs over what a job's channel really does.
-  Result<std::optional<std::string>> GetBy(const std::string& key,
-                                           std::chrono::steady_clock::time_point deadline) override {
+  Result<std::optional<std::string>> GetBy(
+      const std::string& key, std::chrono::steady_clock::time_point deadline) override {
     killer_->Tick();
     return base_->GetBy(key, deadline);
   }

@@ -103,7 +103,6 @@ TEST(C10dCommitChannelTest, AReadOfAKeyDeletedAfterCheckEndsAtTheCallersDeadline
   EXPECT_EQ(server->getTimeout(), std::chrono::milliseconds(kStoreTimeout));
 }
 
-
 TEST(C10dCommitChannelTest, AWaitEndsWhenAnotherConnectionSetsTheKeyOrAtTheDeadline) {
   constexpr auto kStoreTimeout = std::chrono::minutes(10);
   auto server = ServeStore(kStoreTimeout);
@@ -143,7 +142,8 @@ TEST(C10dCommitChannelTest, AWaitEndsWhenAnotherConnectionSetsTheKeyOrAtTheDeadl
 TEST(C10dCommitChannelTest, ManyKeysAreReadAtOnceAndAMissingOneIsNullopt) {
   auto server = ServeStore(std::chrono::minutes(10));
   C10dCommitChannel channel(server, "test TCPStore");
-  for (int r = 0; r < 5; ++r) ASSERT_OK(channel.Set("report/" + std::to_string(r), std::to_string(r * r)));
+  for (int r = 0; r < 5; ++r)
+    ASSERT_OK(channel.Set("report/" + std::to_string(r), std::to_string(r * r)));
   ASSERT_TRUE(server->check({"report/4"}));  // the sets are in (see above)
   const auto deadline = Clock::now() + std::chrono::seconds(60);
 

@@ -102,14 +102,14 @@ Result<std::unique_ptr<CommitChannel>> OpenChannel(const ChannelTarget& target, 
   co.token = target.token;
   co.job_id = target.job;
   STINT_ASSIGN_OR_RETURN(*client, CoordinatorClient::Create(co));
-  return std::unique_ptr<CommitChannel>(std::make_unique<CoordinatorCommitChannel>(
-      client->get(), "bench-" + std::to_string(world)));
+  return std::unique_ptr<CommitChannel>(
+      std::make_unique<CoordinatorCommitChannel>(client->get(), "bench-" + std::to_string(world)));
 }
 
 // One rank: opens its Checkpointer, then per save waits for every rank and
 // saves its shard.
-Status RunRank(const ChannelTarget& target, const std::string& root, int world, int rank,
-               int saves, std::vector<RankSample>* out) {
+Status RunRank(const ChannelTarget& target, const std::string& root, int world, int rank, int saves,
+               std::vector<RankSample>* out) {
   std::unique_ptr<CoordinatorClient> client;
   STINT_ASSIGN_OR_RETURN(std::unique_ptr<CommitChannel> channel,
                          OpenChannel(target, world, &client));
@@ -125,15 +125,18 @@ Status RunRank(const ChannelTarget& target, const std::string& root, int world, 
   STINT_ASSIGN_OR_RETURN(std::unique_ptr<Checkpointer> ckpt, Checkpointer::Open(o));
   std::vector<float> shard(kFloatsPerRank, float(rank));
   State state;
-  state.tensors.push_back(TensorShard{"w", DType::kFloat32, {world * kFloatsPerRank},
-                                      {rank * kFloatsPerRank}, {kFloatsPerRank}, shard.data()});
+  state.tensors.push_back(TensorShard{"w",
+                                      DType::kFloat32,
+                                      {world * kFloatsPerRank},
+                                      {rank * kFloatsPerRank},
+                                      {kFloatsPerRank},
+                                      shard.data()});
   for (int s = 1; s <= saves; ++s) {
     // Start together: the last to arrive opens the gate.
     const std::string gate = "bench/" + std::to_string(world) + "/go-" + std::to_string(s);
-    STINT_ASSIGN_OR_RETURN(int64_t arrived,
-                           channel->Add("bench/" + std::to_string(world) + "/arrive-" +
-                                            std::to_string(s),
-                                        1));
+    STINT_ASSIGN_OR_RETURN(
+        int64_t arrived,
+        channel->Add("bench/" + std::to_string(world) + "/arrive-" + std::to_string(s), 1));
     if (arrived == world) STINT_RETURN_IF_ERROR(channel->Set(gate, "1"));
     STINT_ASSIGN_OR_RETURN(std::optional<std::string> open,
                            channel->WaitFor(gate, Clock::now() + std::chrono::minutes(5)));
@@ -243,7 +246,8 @@ WorldResult RunWorld(const std::string& self, const ChannelTarget& target, const
       json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
       if (!j.is_object()) continue;  // a library's own output
       RankSample s{j["rank"], j["step"], j["call"], j["report"], j["durable"], j["error"]};
-      if (!s.error.empty() && r.error.empty()) r.error = "rank " + std::to_string(s.rank) + ": " + s.error;
+      if (!s.error.empty() && r.error.empty())
+        r.error = "rank " + std::to_string(s.rank) + ": " + s.error;
       by_step[s.step].push_back(s);
     }
   }
@@ -290,8 +294,15 @@ class BenchStintd {
     std::ofstream(admin) << kAdminToken << "\n";
     std::ofstream(worker) << kWorkerToken << "\n";
     const std::string log = dir + "/stintd.log";
-    std::vector<std::string> args{binary, "--listen", "127.0.0.1:0", "--db", dir + "/stintd.db",
-                                  "--admin-token-file", admin, "--worker-token-file", worker};
+    std::vector<std::string> args{binary,
+                                  "--listen",
+                                  "127.0.0.1:0",
+                                  "--db",
+                                  dir + "/stintd.db",
+                                  "--admin-token-file",
+                                  admin,
+                                  "--worker-token-file",
+                                  worker};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -438,7 +449,8 @@ int Main(int argc, char** argv) {
   if (argc == 12 && std::string(argv[1]) == "--child") {
     ChannelTarget t{argv[2], static_cast<uint16_t>(std::atoi(argv[3])),
                     std::string(argv[4]) == "-" ? "" : argv[4],
-                    std::string(argv[5]) == "-" ? "" : argv[5], std::strtoull(argv[6], nullptr, 10)};
+                    std::string(argv[5]) == "-" ? "" : argv[5],
+                    std::strtoull(argv[6], nullptr, 10)};
     return RunChild(t, argv[7], std::atoi(argv[8]), std::atoi(argv[9]), std::atoi(argv[10]),
                     std::atoi(argv[11]));
   }
@@ -447,7 +459,8 @@ int Main(int argc, char** argv) {
   std::vector<int> ranks;
   int max_procs = 16, saves = 6;
   std::string dir, json_out, kind = "tcpstore";
-  std::string stintd = std::filesystem::path(self).parent_path().parent_path() / "stintd" / "stintd";
+  std::string stintd =
+      std::filesystem::path(self).parent_path().parent_path() / "stintd" / "stintd";
   app.add_option("--channel", kind, "tcpstore or stintd")
       ->check(CLI::IsMember({"tcpstore", "stintd"}));
   app.add_option("--stintd", stintd, "the stintd binary (--channel stintd)")->capture_default_str();
@@ -527,8 +540,8 @@ int Main(int argc, char** argv) {
   for (int world : ranks) {
     const double from = Seconds(Clock::now());
     WorldResult r = RunWorld(self, target, dir, world, max_procs, saves);
-    const auto [hb_p99, hb_n] = kind == "stintd" ? probe.P99(from, Seconds(Clock::now()))
-                                                 : std::pair<double, size_t>{0, 0};
+    const auto [hb_p99, hb_n] =
+        kind == "stintd" ? probe.P99(from, Seconds(Clock::now())) : std::pair<double, size_t>{0, 0};
     if (!r.error.empty() || r.commit.empty()) {
       std::printf("%6d %6d %8d  failed: %s\n", r.ranks, r.procs, r.threads_per_proc,
                   r.error.empty() ? "no complete save" : r.error.c_str());

@@ -448,7 +448,8 @@ Result<KvRecord> Coordinator::AddKv(int64_t job_id, const std::string& key, int6
           }
         }
       }
-      if ((delta > 0 && current > INT64_MAX - delta) || (delta < 0 && current < INT64_MIN - delta)) {
+      if ((delta > 0 && current > INT64_MAX - delta) ||
+          (delta < 0 && current < INT64_MIN - delta)) {
         return Status::InvalidArgument("kv " + key + " of job " + std::to_string(job_id) + ": " +
                                        std::to_string(current) + " + " + std::to_string(delta) +
                                        " overflows");
@@ -479,9 +480,8 @@ Result<int64_t> Coordinator::PutKvAsWriter(int64_t job_id, const std::string& ke
     auto it = kv_.find({job_id, key});
     const int64_t current = it == kv_.end() ? 0 : it->second.version;
     if (if_version && *if_version != current) {
-      return Status::Aborted("kv " + key + " of job " + std::to_string(job_id) +
-                             " is at version " + std::to_string(current) + ", not " +
-                             std::to_string(*if_version));
+      return Status::Aborted("kv " + key + " of job " + std::to_string(job_id) + " is at version " +
+                             std::to_string(current) + ", not " + std::to_string(*if_version));
     }
     auto used = kv_usage_.find(job_id);
     const KvUsage before = used == kv_usage_.end() ? KvUsage{} : used->second;
