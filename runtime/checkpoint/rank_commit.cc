@@ -63,6 +63,25 @@ Result<json> ParseMessage(std::string_view bytes, std::string_view origin) {
   return top;
 }
 
+// What the committer published under a save's tmp key: the tmp directory's
+// name and the save's timeout, or the error it could not start the save with.
+struct PublishedTmp {
+  std::string name;
+  uint64_t timeout_ms = 0;
+};
+
+Result<PublishedTmp> DecodePublishedTmp(std::string_view bytes, const std::string& key) {
+  STINT_ASSIGN_OR_RETURN(json published, ParseMessage(bytes, key));
+  internal::JsonFields f(published, key, kChannelFields);
+  Status why;
+  STINT_RETURN_IF_ERROR(CarriedError(f, &why));
+  if (!why.ok()) return why;
+  PublishedTmp p;
+  STINT_ASSIGN_OR_RETURN(p.name, f.String("tmp"));
+  STINT_ASSIGN_OR_RETURN(p.timeout_ms, f.Uint64("timeout_ms"));
+  return p;
+}
+
 }  // namespace
 
 std::string EncodeRankReport(const RankReport& report) {
@@ -482,11 +501,9 @@ void RankSave::ReleaseKeys() {
   std::string tmp = tmp_name_;
   if (tmp.empty()) {  // this rank never learned it; nobody else deletes it
     auto published = channel_->Get(keys_.tmp());
-    auto name = published.ok() && published->has_value()
-                    ? ParseMessage(**published, keys_.tmp())
-                    : Result<json>(Status::NotFound(keys_.tmp()));
-    if (name.ok() && name->contains("tmp") && (*name)["tmp"].is_string()) {
-      tmp = (*name)["tmp"].get<std::string>();
+    if (published.ok() && published->has_value()) {
+      auto decoded = DecodePublishedTmp(**published, keys_.tmp());
+      if (decoded.ok()) tmp = decoded->name;
     }
   }
   if (!tmp.empty()) channel_->Delete(keys_.decision(tmp)).IgnoreError();
@@ -551,20 +568,16 @@ Result<std::string> RankSave::Start(std::chrono::milliseconds timeout) {
     return s;
   }
   const Clock::time_point started = Clock::now();
-  STINT_ASSIGN_OR_RETURN(json published, ParseMessage(*found, keys_.tmp()));
-  internal::JsonFields f(published, keys_.tmp(), kChannelFields);
-  Status why;
-  STINT_RETURN_IF_ERROR(CarriedError(f, &why));
-  if (!why.ok()) return why;  // the committer could not start the save
-  STINT_ASSIGN_OR_RETURN(std::string name, f.String("tmp"));
-  STINT_ASSIGN_OR_RETURN(uint64_t timeout_ms, f.Uint64("timeout_ms"));
+  // An error here is the committer's: it could not start the save.
+  STINT_ASSIGN_OR_RETURN(PublishedTmp published, DecodePublishedTmp(*found, keys_.tmp()));
+  const std::string& name = published.name;
   if (ParseTmpDirStep(name) != step_ || name.find('/') != std::string::npos) {
     return Status::DataLoss(keys_.tmp() + ": '" + name.substr(0, 64) +
                             "' is not a tmp directory name of " + what);
   }
   // The committer decides by its start + timeout: waiting twice that for
   // its decision covers its commit and the clocks' different starts.
-  deadline_ = started + 2 * std::chrono::milliseconds(timeout_ms);
+  deadline_ = started + 2 * std::chrono::milliseconds(published.timeout_ms);
   tmp_name_ = name;
   return options_.root + "/" + name;
 }

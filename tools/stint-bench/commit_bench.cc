@@ -52,6 +52,7 @@ extern char** environ;
 #include <thread>
 #include <vector>
 
+#include "common.h"
 #include "coord/http_json.h"
 #include "machine.h"
 #include "process.h"
@@ -63,7 +64,6 @@ namespace stint {
 namespace bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using json = nlohmann::json;
 
 constexpr int64_t kFloatsPerRank = 16;
@@ -193,12 +193,6 @@ int RunChild(const ChannelTarget& target, const std::string& root, int world, in
     }
   }
   return rc;
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
 struct WorldResult {
