@@ -173,7 +173,9 @@ Status CheckpointerImpl::CheckCanSave(uint64_t step, const State& state) {
 }
 
 // Copies `state` into the job's staging buffer: what must be copied now,
-// here; the rest starts under the lazy barrier. Then queues the job.
+// here; the rest starts under the lazy barrier. The job is queued before
+// the copies here run, so the persist thread writes each window of the
+// buffer as soon as it is filled.
 Result<SaveHandle> CheckpointerImpl::TakeSnapshot(const State& state,
                                                   std::unique_ptr<PersistJob> job) {
   const uint64_t step = job->snapshot.step;
@@ -181,7 +183,6 @@ Result<SaveHandle> CheckpointerImpl::TakeSnapshot(const State& state,
   char* image = job->snapshot.buffer->data();
   StagingCopies copies = PlanStagingCopies(state, job->snapshot.layout, image,
                                            options_.snapshot == SnapshotMode::kLazy);
-  RunStagingCopies(copies.now, image, &pool_);
   SaveHandle handle{
       step, false, ReadyFuture(Status::OK()), job->durable.get_future().share(),
       replicator_ == nullptr ? ReadyFuture(Status::OK()) : job->replicated.get_future().share()};
@@ -199,15 +200,28 @@ Result<SaveHandle> CheckpointerImpl::TakeSnapshot(const State& state,
     handle.staged = job->progress->staged();
     copies_.Track(job->progress, state.owner);
   }
-  job->stats.snapshot_seconds = SecondsSince(t0);
-  if (job->progress == nullptr) job->stats.staged_seconds = job->stats.snapshot_seconds;
+  auto filled = std::make_shared<StagingWatermark>(job->snapshot.layout.image_bytes);
+  job->snapshot.filled = filled;
   {
     std::lock_guard<std::mutex> lock(mu_);
     steps_in_flight_.insert(step);
     queue_.push_back(std::move(job));
   }
   work_cv_.notify_all();
+  RunStagingCopies(copies.now, image, &pool_, filled.get());
+  filled->Finish();
   return handle;
+}
+
+// Waits until Save() finished copying into the job's buffer (the buffer
+// must not be read whole, reused or freed before) and records how long
+// that took: the training thread's stall.
+void CheckpointerImpl::WaitForSnapshot(PersistJob* job) {
+  if (job->snapshot.filled == nullptr) return;
+  Clock::time_point done = job->snapshot.filled->WaitFinished();
+  job->stats.snapshot_seconds = std::chrono::duration<double>(done - job->saved_at).count();
+  if (job->progress == nullptr) job->stats.staged_seconds = job->stats.snapshot_seconds;
+  job->snapshot.filled.reset();
 }
 
 Status CheckpointerImpl::AbandonSave(uint64_t step, const Status& why) {
@@ -238,6 +252,7 @@ void CheckpointerImpl::PersistLoop() {
     // The base may be what failed (a referenced file gone): the next save
     // writes everything rather than failing the same way forever.
     if (!s.ok() && job->base != nullptr) SetBase(nullptr);
+    WaitForSnapshot(job.get());
     const uint64_t step = job->stats.step;
     const double durable_seconds = SecondsSince(job->saved_at);
     ReportOutcome(std::move(job), s);
@@ -322,6 +337,8 @@ Status CheckpointerImpl::Persist(PersistJob* job, const std::string& tmp, Persis
   engine_->RegisterBuffer(job->snapshot.buffer->data(), job->snapshot.buffer->size());
   bool compress = options_.compress;
   if (options_.compress_auto) {
+    // The policy samples chunks anywhere in the image.
+    if (job->snapshot.filled != nullptr) job->snapshot.filled->WaitFor(job->snapshot.filled->image_bytes());
     CompressChoice choice = compress_policy_.Decide(job->snapshot, &pool_);
     compress = choice.compress;
     job->stats.compress_decision = std::move(choice.why);

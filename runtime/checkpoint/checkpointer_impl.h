@@ -102,6 +102,7 @@ class CheckpointerImpl final : public Checkpointer {
   // The persist thread's, in order.
   void PersistLoop();
   Status WaitForCopies(PersistJob* job);
+  void WaitForSnapshot(PersistJob* job);
   Status PersistAndCommit(PersistJob* job, std::unique_ptr<SaveCommit>* commit);
   std::unique_ptr<SaveCommit> NewCommit(const PersistJob& job);
   Status Persist(PersistJob* job, const std::string& tmp, PersistedFile* file);

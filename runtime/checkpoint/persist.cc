@@ -57,6 +57,7 @@ class SnapshotFileWriter {
         pool_(pool),
         layout_(snapshot.layout),
         image_(snapshot.buffer->data()),
+        filled_(snapshot.filled.get()),
         options_(options),
         io_size_(options.io_size < kChunkAlignment ? kChunkAlignment : AlignUp(options.io_size)),
         // Raw and complete: the staging image is the file, so its size is
@@ -75,6 +76,8 @@ class SnapshotFileWriter {
       while (end < refs_.size() && staging_offset(end) < staging_offset(begin) + kWindowBytes) {
         ++end;
       }
+      // Save() may still be copying the later windows in.
+      if (filled_ != nullptr) filled_->WaitFor(window_end(end));
       status = EncodeWindow(begin, end);
       if (!status.ok()) break;
       status = image_is_file_ ? SubmitImage(begin, end) : SubmitPacked(begin, end);
@@ -131,6 +134,10 @@ class SnapshotFileWriter {
 
   uint64_t staging_offset(size_t i) const {
     return layout_.entries[refs_[i].entry].chunk_offset[refs_[i].index];
+  }
+  // Where the staged bytes of a window ending before chunk `end` end.
+  uint64_t window_end(size_t end) const {
+    return end < refs_.size() ? staging_offset(end) : layout_.image_bytes;
   }
   ChunkRecord& record(size_t i) { return out_.entry_chunks[refs_[i].entry][refs_[i].index]; }
 
@@ -199,7 +206,7 @@ class SnapshotFileWriter {
   // the staging image.
   Status SubmitImage(size_t begin, size_t end) {
     uint64_t from = staging_offset(begin);
-    uint64_t to = end < refs_.size() ? staging_offset(end) : layout_.image_bytes;
+    uint64_t to = window_end(end);
     for (size_t i = begin; i < end; ++i) record(i).file_offset = staging_offset(i);
     file_size_ = to;
     return SubmitRange(engine_, file_, image_ + from, to - from, from, io_size_);
@@ -246,6 +253,7 @@ class SnapshotFileWriter {
   ThreadPool* const pool_;
   const SnapshotLayout& layout_;
   const char* const image_;
+  StagingWatermark* const filled_;  // null: the image is filled
   const PersistOptions& options_;
   const uint64_t io_size_;
   const bool image_is_file_;

@@ -157,12 +157,25 @@ StagingCopies PlanStagingCopies(const State& state, const SnapshotLayout& layout
   return out;
 }
 
-void RunStagingCopies(const std::vector<StagingPiece>& pieces, char* buffer, ThreadPool* pool) {
-  pool->ParallelFor(pieces.size(), [&](size_t i) {
-    const StagingPiece& p = pieces[i];
-    if (p.len > 0) std::memcpy(buffer + p.dst, p.src, p.len);
-    std::memset(buffer + p.dst + p.len, 0, p.padded - p.len);
-  });
+void RunStagingCopies(const std::vector<StagingPiece>& pieces, char* buffer, ThreadPool* pool,
+                      StagingWatermark* filled) {
+  // A batch is large enough to keep every thread busy and small enough that
+  // the writer does not wait long for its first bytes.
+  constexpr uint64_t kBatchBytes = 16u << 20;
+  for (size_t begin = 0; begin < pieces.size();) {
+    size_t end = begin;
+    uint64_t bytes = 0;
+    while (end < pieces.size() && (bytes < kBatchBytes || filled == nullptr)) {
+      bytes += pieces[end++].padded;
+    }
+    pool->ParallelFor(end - begin, [&](size_t k) {
+      const StagingPiece& p = pieces[begin + k];
+      if (p.len > 0) std::memcpy(buffer + p.dst, p.src, p.len);
+      std::memset(buffer + p.dst + p.len, 0, p.padded - p.len);
+    });
+    if (filled != nullptr) filled->Advance(pieces[end - 1].dst + pieces[end - 1].padded);
+    begin = end;
+  }
 }
 
 }  // namespace stint

@@ -13,6 +13,7 @@
 #include "base/thread_pool.h"
 #include "checkpoint/incremental_base.h"
 #include "checkpoint/staging_pool.h"
+#include "checkpoint/staging_watermark.h"
 #include "format/chunk.h"
 #include "stint/device_copier.h"
 #include "stint/state.h"
@@ -72,13 +73,20 @@ struct StagingCopies {
 // host tensors go into `later`, else into `now`.
 StagingCopies PlanStagingCopies(const State& state, const SnapshotLayout& layout, char* buffer,
                                 bool lazy_host);
-// Runs `pieces` into `buffer` with the pool's threads.
-void RunStagingCopies(const std::vector<StagingPiece>& pieces, char* buffer, ThreadPool* pool);
+// Runs `pieces` (in staging order, as planned) into `buffer` with the
+// pool's threads, a batch at a time; `filled` (may be null) advances past
+// each batch.
+void RunStagingCopies(const std::vector<StagingPiece>& pieces, char* buffer, ThreadPool* pool,
+                      StagingWatermark* filled = nullptr);
 
 struct Snapshot {
   uint64_t step = 0;
   SnapshotLayout layout;
   std::unique_ptr<StagingBuffer> buffer;
+  // Where Save()'s copies into `buffer` have got to while they still run;
+  // null: the buffer was filled before the snapshot was handed on. Copies
+  // that outlast Save() (lazy, device) are waited for on their own.
+  std::shared_ptr<StagingWatermark> filled;
 };
 
 }  // namespace stint
