@@ -71,6 +71,7 @@ class SnapshotFileWriter {
     file_ = file;
     Status status;
     if (image_is_file_) status = file->Allocate(layout_.image_bytes);  // preallocated
+    size_t encoded = 0;  // chunks [0, encoded) are recorded
     for (size_t begin = 0; begin < refs_.size() && status.ok();) {
       size_t end = begin;
       while (end < refs_.size() && staging_offset(end) < staging_offset(begin) + kWindowBytes) {
@@ -78,11 +79,23 @@ class SnapshotFileWriter {
       }
       // Save() may still be copying the later windows in.
       if (filled_ != nullptr) filled_->WaitFor(window_end(end));
-      status = EncodeWindow(begin, end);
-      if (!status.ok()) break;
-      status = image_is_file_ ? SubmitImage(begin, end) : SubmitPacked(begin, end);
+      if (!image_is_file_) {
+        status = EncodeWindow(begin, end);
+        if (status.ok()) status = SubmitPacked(begin, end);
+        encoded = end;
+      } else {
+        // Raw chunks are written before they are checksummed. While Save()
+        // still copies, checksums wait: hashing beside the copies would
+        // take their cores and lengthen the training thread's stall.
+        status = SubmitImage(begin, end);
+        if (status.ok() && (filled_ == nullptr || filled_->finished())) {
+          status = EncodeWindow(encoded, end);
+          encoded = end;
+        }
+      }
       begin = end;
     }
+    if (status.ok() && encoded < refs_.size()) status = EncodeWindow(encoded, refs_.size());
     compressed_.clear();
     return status;
   }

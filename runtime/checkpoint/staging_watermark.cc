@@ -21,6 +21,11 @@ void StagingWatermark::Finish() {
   cv_.notify_all();
 }
 
+bool StagingWatermark::finished() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return finished_;
+}
+
 void StagingWatermark::WaitFor(uint64_t to) {
   if (to > image_bytes_) to = image_bytes_;
   std::unique_lock<std::mutex> lock(mu_);

@@ -32,12 +32,13 @@ class StagingWatermark {
   // Blocks until bytes [0, min(to, image_bytes)) are written. No deadline:
   // Save() is copying on its own thread and finishes in memcpy time.
   void WaitFor(uint64_t to);
+  bool finished() const;
   // Blocks until Finish(); when it was called.
   Clock::time_point WaitFinished();
 
  private:
   const uint64_t image_bytes_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   uint64_t filled_ = 0;           // guarded by mu_
   bool finished_ = false;         // guarded by mu_
