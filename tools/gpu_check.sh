@@ -16,10 +16,14 @@
 #    tests/integration/torch_cuda_test and the CUDA cases of torch_state_test
 # 4. pytest tests/python/test_cuda.py
 # 5. stint-cuda-bench (C++: D2H snapshot / pinned cudaMemcpyAsync, stall per
-#    checkpoint, time to durable) and tools/stint-bench/gpu_bench.py (through
+#    checkpoint, time to durable and its ratio to fio's O_DIRECT write of the
+#    same bytes) and tools/stint-bench/gpu_bench.py (through
 #    torch: D2H snapshot / pinned torch copies, step time with a checkpoint
 #    every k steps / without on a >= 2 GB model, stint lazy and eager vs
 #    torch.save, time to durable)
+# 6. with 2+ GPUs: tools/stint-bench/sharded_bench.py --device cuda, one rank
+#    per GPU over NCCL (stall, time to durable and load at N/2 against DCP;
+#    aggregate persist against fio numjobs=N); with one GPU it says it skipped
 # A summary at the end. Exit: 0 all tests passed and the bench ran with its
 # targets met; 1 a test failed (or skipped for want of a device while one is
 # visible); 2 configure or build failed; 3 tests passed, a bench target was
@@ -29,7 +33,7 @@
 # tests skip, the benches report "no device"; exit 0 if nothing failed: checks
 # this script's plumbing, verifies nothing on a device). BUILD_DIR (build-gpu),
 # JOBS (nproc), PYTHON, STINT_BENCH_GB (4: state of the snapshot benches),
-# STINT_BENCH_MODEL_GB (2.2), STINT_BENCH_DIR ($BUILD_DIR/bench: the disk
+# STINT_BENCH_MODEL_GB (2.2), STINT_SHARDED_MIB (4096: the N-GPU state), STINT_BENCH_DIR ($BUILD_DIR/bench: the disk
 # under test), GPU_CHECK_SKIP_BENCH=1. With $OUT set, the log, the benches'
 # output and gpu_bench.json go there.
 set -uo pipefail
@@ -169,12 +173,12 @@ bench_rc=0
 echo "== stint-cuda-bench (C++: ${STINT_BENCH_GB:-4} GB)"
 t=$SECONDS
 rm -rf "$bench_dir"
-timeout 150 "$BUILD_DIR/tools/stint-bench/stint-cuda-bench" --root "$bench_dir/cxx" \
+timeout 200 "$BUILD_DIR/tools/stint-bench/stint-cuda-bench" --root "$bench_dir/cxx" \
   --replica "$bench_dir/cxx-replica" --state-gb "${STINT_BENCH_GB:-4}" --tensors 64 \
   2>&1 | tee "$LOGDIR/cuda_bench.txt"
 rc=${PIPESTATUS[0]}
 rm -rf "$bench_dir"
-while read -r line; do note "  cuda-bench" "$line"; done < <(grep -E "^(ratio|stall|time to durable)" "$LOGDIR/cuda_bench.txt")
+while read -r line; do note "  cuda-bench" "$line"; done < <(grep -E "^(ratio|stall|time to durable|durable / fio)" "$LOGDIR/cuda_bench.txt")
 case $rc in
   0) note "stint-cuda-bench" "ok, targets met ($((SECONDS - t)) s)" ;;
   3) note "stint-cuda-bench" "ran, a target MISSED (see above)"; bench_rc=3 ;;
@@ -219,6 +223,25 @@ case $rc in
   77) note "gpu_bench.py" "no usable device: not measured" ;;
   *) note "gpu_bench.py" "FAILED (rc $rc)"; bench_rc=4 ;;
 esac
+
+echo "== sharded_bench.py (N = $gpus GPUs, one rank per GPU, NCCL; ${STINT_SHARDED_MIB:-4096} MiB)"
+t=$SECONDS
+if [[ "$gpus" -lt 2 ]]; then
+  echo "sharded N-GPU figures: skipped: $gpus GPU visible, they need 2 or more"
+  note "sharded_bench.py" "skipped: $gpus GPU visible, the N-GPU figures need 2 or more"
+else
+  sjson=$LOGDIR/sharded_bench.json
+  PYTHONPATH="$PWD/$BUILD_DIR/python_bindings" timeout 420 "$PYTHON" \
+    tools/stint-bench/sharded_bench.py --device cuda --dir "$bench_dir" --worlds "$gpus" \
+    --total-mib "${STINT_SHARDED_MIB:-4096}" --json "$sjson" 2>&1 | tee "$LOGDIR/sharded_bench.txt"
+  rc=${PIPESTATUS[0]}
+  rm -rf "$bench_dir"
+  while read -r line; do note "  sharded" "$line"; done < <(grep -E "^stint (stall|time-to-durable|aggregate)|^dcp.load time" "$LOGDIR/sharded_bench.txt")
+  case $rc in
+    0) note "sharded_bench.py" "ran ($((SECONDS - t)) s; $sjson)" ;;
+    *) note "sharded_bench.py" "FAILED (rc $rc)"; bench_rc=4 ;;
+  esac
+fi
 
 if [[ "$gpus" == 0 ]]; then
   finish "PLUMBING ONLY: no GPU, nothing verified on a device" "$bench_rc"

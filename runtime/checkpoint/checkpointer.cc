@@ -243,12 +243,16 @@ void CheckpointerImpl::PersistLoop() {
     busy_ = true;
     lock.unlock();
 
-    Status s = WaitForCopies(job.get());
     // Kept until the outcome is reported: its end cleans the save's keys off
     // the commit channel (one rank deletes them all), not part of
     // time-to-durable.
     std::unique_ptr<SaveCommit> commit;
-    if (s.ok()) s = PersistAndCommit(job.get(), &commit);
+    // Copies may still run: each window of the image is written once they
+    // filled it.
+    Status s = PersistAndCommit(job.get(), &commit);
+    // A copy that failed is the cause, whatever persisting made of it.
+    Status copied = WaitForCopies(job.get());
+    if (!copied.ok()) s = copied;
     // The base may be what failed (a referenced file gone): the next save
     // writes everything rather than failing the same way forever.
     if (!s.ok() && job->base != nullptr) SetBase(nullptr);
@@ -269,9 +273,10 @@ void CheckpointerImpl::PersistLoop() {
   }
 }
 
-// The persist thread's first step: the buffer is read only after every
-// copy wrote it. Copies that miss copy_timeout fail the save, and the
-// buffer they may still write is abandoned.
+// The persist thread's step after persisting: every copy into the buffer
+// settled (persisting waited for each window's). Copies that missed
+// copy_timeout fail the save, and the buffer they may still write is
+// abandoned.
 Status CheckpointerImpl::WaitForCopies(PersistJob* job) {
   SnapshotProgress* p = job->progress.get();
   if (p == nullptr) return Status::OK();
@@ -283,7 +288,7 @@ Status CheckpointerImpl::WaitForCopies(PersistJob* job) {
     p->Fail(first);
   }
   job->stats.staged_seconds = p->staged_seconds();
-  if (p->device_ticket(WriteBarrier::kForward) || p->device_ticket(WriteBarrier::kOptimizerStep)) {
+  if (!p->device_groups().empty()) {
     job->stats.device_copy_seconds = job->stats.staged_seconds;
   }
   return first;
@@ -335,17 +340,23 @@ Status CheckpointerImpl::Persist(PersistJob* job, const std::string& tmp, Persis
   // Registered once for the buffer's life (the pool unregisters it before
   // unmapping): pinning 1 GiB on every save costs more than it saves.
   engine_->RegisterBuffer(job->snapshot.buffer->data(), job->snapshot.buffer->size());
-  bool compress = options_.compress;
+  PersistOptions po{options_.compress, options_.zstd_level,  options_.direct_io,
+                    options_.io_size,  options_.incremental, job->base.get()};
+  if (SnapshotProgress* p = job->progress.get()) {
+    po.wait_staged = [this, job, p](uint64_t to) {
+      return copies_.WaitStagedUpTo(p, to, job->saved_at, &job->device_groups_waited);
+    };
+  }
   if (options_.compress_auto) {
     // The policy samples chunks anywhere in the image.
-    if (job->snapshot.filled != nullptr) job->snapshot.filled->WaitFor(job->snapshot.filled->image_bytes());
+    const uint64_t all = job->snapshot.layout.image_bytes;
+    if (job->snapshot.filled != nullptr) job->snapshot.filled->WaitFor(all);
+    if (po.wait_staged) STINT_RETURN_IF_ERROR(po.wait_staged(all));
     CompressChoice choice = compress_policy_.Decide(job->snapshot, &pool_);
-    compress = choice.compress;
+    po.compress = choice.compress;
     job->stats.compress_decision = std::move(choice.why);
   }
-  job->stats.compressed = compress;
-  PersistOptions po{compress,         options_.zstd_level,  options_.direct_io,
-                    options_.io_size, options_.incremental, job->base.get()};
+  job->stats.compressed = po.compress;
   STINT_ASSIGN_OR_RETURN(*file, PersistSnapshot(env_, engine_.get(), &pool_, job->snapshot,
                                                 tmp + "/" + RankFileName(options_.rank), po));
   if (options_.keep_in_memory) job->file = *file;

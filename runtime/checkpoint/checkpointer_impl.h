@@ -55,6 +55,7 @@ struct PersistJob {
   Clock::time_point saved_at;
   // Copies still running after Save() returned (lazy host, device); null if none.
   std::shared_ptr<SnapshotProgress> progress;
+  size_t device_groups_waited = 0;  // the persist thread's place in progress's device groups
   PersistedFile file;  // set by a successful persist
   // Incremental: what this save compares against (its files are pinned
   // against retention until the save is done); null for a full save.

@@ -11,35 +11,67 @@ LazyBarrier::LazyBarrier(ThreadPool* pool, DeviceCopier* copier,
                          std::chrono::milliseconds copy_timeout)
     : copier_(copier), copy_timeout_(copy_timeout), lazy_(pool) {}
 
+namespace {
+
+// Device copies are grouped into tickets of about this many bytes, so the
+// persist thread writes a group's chunks while later groups still copy.
+constexpr uint64_t kDeviceGroupBytes = 64u << 20;
+
+// `copies` (consecutive in the image) cut into groups of kDeviceGroupBytes.
+std::vector<std::vector<DeviceCopy>> GroupDeviceCopies(const std::vector<DeviceCopy>& copies) {
+  std::vector<std::vector<DeviceCopy>> groups;
+  uint64_t bytes = kDeviceGroupBytes;
+  for (const DeviceCopy& c : copies) {
+    if (bytes >= kDeviceGroupBytes) {
+      groups.emplace_back();
+      bytes = 0;
+    }
+    groups.back().push_back(c);
+    bytes += c.bytes;
+  }
+  return groups;
+}
+
+}  // namespace
+
 Result<std::shared_ptr<SnapshotProgress>> LazyBarrier::Start(uint64_t step,
                                                              Clock::time_point saved_at,
                                                              char* image, StagingCopies* copies,
                                                              bool* image_still_written) {
   const WriteBarrier order[2] = {WriteBarrier::kForward, WriteBarrier::kOptimizerStep};
   bool host[2];
+  std::vector<std::vector<DeviceCopy>> groups[2];
   int device_tickets = 0;
   for (WriteBarrier w : order) {
     host[int(w)] = !copies->later[int(w)].empty();
-    device_tickets += copies->device[int(w)].empty() ? 0 : 1;
+    groups[int(w)] = GroupDeviceCopies(copies->device[int(w)]);
+    device_tickets += int(groups[int(w)].size());
   }
   if (!host[0] && !host[1] && device_tickets == 0) return std::shared_ptr<SnapshotProgress>();
   auto progress = std::make_shared<SnapshotProgress>(step, saved_at, host, device_tickets);
   std::vector<uint64_t> started;
   for (WriteBarrier w : order) {
-    const auto& list = copies->device[int(w)];
-    if (list.empty()) continue;
-    auto ticket = copier_->CopyToHostAsync(list, [progress] { progress->DeviceTicketDone(); });
-    if (!ticket.ok()) {
-      for (uint64_t t : started) {  // they write `image`
-        Status waited = WaitTicket(t, saved_at + copy_timeout_);
-        if (waited.code() == Code::kDeadlineExceeded) *image_still_written = true;
+    for (const auto& group : groups[int(w)]) {
+      auto ticket =
+          copier_->CopyToHostAsync(group, [progress] { progress->DeviceTicketDone(); });
+      if (!ticket.ok()) {
+        for (uint64_t t : started) {  // they write `image`
+          Status waited = WaitTicket(t, saved_at + copy_timeout_);
+          if (waited.code() == Code::kDeadlineExceeded) *image_still_written = true;
+        }
+        return ticket.status().WithContext("save step " + std::to_string(step));
       }
-      return ticket.status().WithContext("save step " + std::to_string(step));
+      started.push_back(*ticket);
+      std::set<std::pair<int, void*>> streams;
+      uint64_t begin = UINT64_MAX, end = 0;
+      for (const DeviceCopy& c : group) {
+        streams.emplace(c.device, c.stream);
+        const uint64_t at = uint64_t(static_cast<char*>(c.dst) - image);
+        begin = std::min(begin, at);
+        end = std::max(end, at + c.bytes);
+      }
+      progress->AddDeviceTicket(w, *ticket, begin, end, {streams.begin(), streams.end()});
     }
-    started.push_back(*ticket);
-    std::set<std::pair<int, void*>> streams;
-    for (const DeviceCopy& c : list) streams.emplace(c.device, c.stream);
-    progress->AddDeviceTicket(w, *ticket, {streams.begin(), streams.end()});
   }
   if (host[0] || host[1]) {
     LazyCopyThread::Task task{image, {}, progress};
@@ -65,14 +97,35 @@ Status LazyBarrier::Wait(SnapshotProgress* p, Clock::time_point saved_at, bool* 
                                      " ms after Save() (CheckpointOptions.copy_timeout)");
     *still_written = true;
   }
-  for (WriteBarrier w : {WriteBarrier::kForward, WriteBarrier::kOptimizerStep}) {
-    if (auto ticket = p->device_ticket(w)) {
-      Status s = WaitTicket(*ticket, deadline);
-      if (first.ok() && !s.ok()) first = s;
-      if (s.code() == Code::kDeadlineExceeded) *still_written = true;
-    }
+  for (size_t i = 0; i < p->device_groups().size(); ++i) {
+    Status s = WaitGroup(p, i, deadline);
+    if (first.ok() && !s.ok()) first = s;
+    if (s.code() == Code::kDeadlineExceeded) *still_written = true;
   }
   return first;
+}
+
+Status LazyBarrier::WaitStagedUpTo(SnapshotProgress* p, uint64_t to, Clock::time_point saved_at,
+                                   size_t* next_group) {
+  const Clock::time_point deadline = saved_at + copy_timeout_;
+  if (*next_group == 0 && !p->WaitHost(WriteBarrier::kOptimizerStep, deadline)) {
+    return Status::DeadlineExceeded("lazy host copies not done " +
+                                    std::to_string(copy_timeout_.count()) +
+                                    " ms after Save() (CheckpointOptions.copy_timeout)");
+  }
+  const auto& groups = p->device_groups();
+  for (; *next_group < groups.size() && groups[*next_group].begin < to; ++*next_group) {
+    STINT_RETURN_IF_ERROR(WaitGroup(p, *next_group, deadline));
+  }
+  return Status::OK();
+}
+
+Status LazyBarrier::WaitGroup(SnapshotProgress* p, size_t i, Clock::time_point deadline) {
+  const SnapshotProgress::DeviceGroup& group = p->device_groups()[i];
+  if (group.retired) return group.result;
+  Status s = WaitTicket(group.ticket, deadline);
+  if (s.code() != Code::kDeadlineExceeded) p->RetireDeviceGroup(i, s);  // it answers only once
+  return s;
 }
 
 std::vector<std::shared_ptr<SnapshotProgress>> LazyBarrier::Pending() {
@@ -116,11 +169,12 @@ Status LazyBarrier::BeforeWrite(WriteBarrier barrier, std::chrono::milliseconds 
       }
     }
     for (WriteBarrier w : classes) {
-      auto ticket = p->device_ticket(w);
-      if (!ticket) continue;
-      for (const auto& [device, stream] : streams) {
-        STINT_RETURN_IF_ERROR(copier_->OrderAfter(*ticket, device, stream)
-                                  .WithContext("lazy barrier, step " + std::to_string(p->step())));
+      for (uint64_t ticket : p->device_tickets(w)) {
+        for (const auto& [device, stream] : streams) {
+          STINT_RETURN_IF_ERROR(
+              copier_->OrderAfter(ticket, device, stream)
+                  .WithContext("lazy barrier, step " + std::to_string(p->step())));
+        }
       }
     }
   }

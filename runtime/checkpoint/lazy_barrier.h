@@ -52,6 +52,14 @@ class LazyBarrier {
   // buffer, which must never go back to the pool.
   Status Wait(SnapshotProgress* progress, Clock::time_point saved_at, bool* still_written);
 
+  // The persist thread's wait before it writes image bytes [0, to): the
+  // lazy host copies, then the device groups beginning below `to`, from
+  // *next_group on (advanced past those waited for; 0 at first). The first
+  // failure, or kDeadlineExceeded at copy_timeout after `saved_at`; Wait()
+  // then settles the save.
+  Status WaitStagedUpTo(SnapshotProgress* progress, uint64_t to, Clock::time_point saved_at,
+                        size_t* next_group);
+
   // Drops the saves whose copies completed (and what their shards borrowed,
   // here on the calling thread); returns the others, oldest first.
   std::vector<std::shared_ptr<SnapshotProgress>> Pending();
@@ -63,6 +71,9 @@ class LazyBarrier {
   void Clear();
 
  private:
+  // Waits for device group i of `progress` until `deadline`; a group whose
+  // ticket answered already gives that answer again.
+  Status WaitGroup(SnapshotProgress* progress, size_t i, Clock::time_point deadline);
   // Waits for a device ticket until `deadline`. kDeadlineExceeded means the
   // copies may still write their buffer.
   Status WaitTicket(uint64_t ticket, Clock::time_point deadline);

@@ -78,7 +78,8 @@ class SnapshotFileWriter {
         ++end;
       }
       // Save() may still be copying the later windows in.
-      if (filled_ != nullptr) filled_->WaitFor(window_end(end));
+      status = WaitStaged(window_end(end));
+      if (!status.ok()) break;
       if (!image_is_file_) {
         status = EncodeWindow(begin, end);
         if (status.ok()) status = SubmitPacked(begin, end);
@@ -96,6 +97,8 @@ class SnapshotFileWriter {
       begin = end;
     }
     if (status.ok() && encoded < refs_.size()) status = EncodeWindow(encoded, refs_.size());
+    // Nothing is committed before every copy into the image is done.
+    if (status.ok()) status = WaitStaged(layout_.image_bytes);
     compressed_.clear();
     return status;
   }
@@ -148,6 +151,11 @@ class SnapshotFileWriter {
   uint64_t staging_offset(size_t i) const {
     return layout_.entries[refs_[i].entry].chunk_offset[refs_[i].index];
   }
+  Status WaitStaged(uint64_t to) {
+    if (filled_ != nullptr) filled_->WaitFor(to);
+    return options_.wait_staged ? options_.wait_staged(to) : Status::OK();
+  }
+
   // Where the staged bytes of a window ending before chunk `end` end.
   uint64_t window_end(size_t end) const {
     return end < refs_.size() ? staging_offset(end) : layout_.image_bytes;

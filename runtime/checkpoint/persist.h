@@ -6,6 +6,7 @@
 #ifndef STINT_RUNTIME_CHECKPOINT_PERSIST_H_
 #define STINT_RUNTIME_CHECKPOINT_PERSIST_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,11 @@ struct PersistOptions {
   // `base` (may be null) is referenced there instead of written.
   bool incremental = false;
   const IncrementalBase* base = nullptr;
+  // Copies that outlast Save() (lazy host, device-to-host) may still run
+  // when persisting starts: blocks until image bytes [0, to) are staged,
+  // or returns their first error. Null: they are done. (Save()'s own
+  // copies are waited for through Snapshot::filled.)
+  std::function<Status(uint64_t to)> wait_staged;
 };
 
 struct PersistedFile {

@@ -1,5 +1,7 @@
 #include "checkpoint/snapshot_progress.h"
 
+#include <algorithm>
+
 namespace stint {
 
 SnapshotProgress::SnapshotProgress(uint64_t step, Clock::time_point saved_at,
@@ -20,11 +22,21 @@ double SnapshotProgress::staged_seconds() const {
   return set_ ? std::chrono::duration<double>(done_at_ - saved_at_).count() : 0.0;
 }
 
-void SnapshotProgress::AddDeviceTicket(WriteBarrier when, uint64_t ticket,
-                                       std::vector<std::pair<int, void*>> streams) {
+void SnapshotProgress::AddDeviceTicket(WriteBarrier when, uint64_t ticket, uint64_t begin,
+                                       uint64_t end,
+                                       const std::vector<std::pair<int, void*>>& streams) {
   std::lock_guard<std::mutex> lock(mu_);
-  ticket_[Index(when)] = ticket;
-  streams_[Index(when)] = std::move(streams);
+  tickets_[Index(when)].push_back(ticket);
+  auto& known = streams_[Index(when)];
+  for (const auto& s : streams) {
+    if (std::find(known.begin(), known.end(), s) == known.end()) known.push_back(s);
+  }
+  DeviceGroup group{ticket, begin, end, false, Status::OK()};
+  groups_.insert(std::upper_bound(groups_.begin(), groups_.end(), group,
+                                  [](const DeviceGroup& a, const DeviceGroup& b) {
+                                    return a.begin < b.begin;
+                                  }),
+                 group);
 }
 
 void SnapshotProgress::DeviceTicketDone() {

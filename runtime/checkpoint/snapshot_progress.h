@@ -16,7 +16,6 @@
 #include <future>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <utility>
 #include <vector>
 
@@ -42,14 +41,34 @@ class SnapshotProgress {
   // Seconds from Save() until the staged future became ready; 0 before.
   double staged_seconds() const;
 
-  // Records a device ticket of class `when` for the barrier.
-  void AddDeviceTicket(WriteBarrier when, uint64_t ticket,
-                       std::vector<std::pair<int, void*>> streams);
-  // The device ticket of class `when`, if any, and the (device, stream)
-  // pairs its shards were saved from.
-  std::optional<uint64_t> device_ticket(WriteBarrier when) const { return ticket_[Index(when)]; }
+  // A group of device copies in flight: its ticket and the part of the
+  // staging image its copies write, [begin, end).
+  struct DeviceGroup {
+    uint64_t ticket;
+    uint64_t begin, end;
+    // The copier's answer once Wait() retired the ticket (the persist
+    // thread's, the only one that waits).
+    bool retired = false;
+    Status result;
+  };
+
+  // Records a device ticket of class `when` for the barrier, covering
+  // image bytes [begin, end); its shards were saved from `streams`.
+  void AddDeviceTicket(WriteBarrier when, uint64_t ticket, uint64_t begin, uint64_t end,
+                       const std::vector<std::pair<int, void*>>& streams);
+  // The device tickets of class `when`, and the (device, stream) pairs
+  // their shards were saved from.
+  const std::vector<uint64_t>& device_tickets(WriteBarrier when) const {
+    return tickets_[Index(when)];
+  }
   const std::vector<std::pair<int, void*>>& device_streams(WriteBarrier when) const {
     return streams_[Index(when)];
+  }
+  // Every class's groups, by where they begin in the image.
+  const std::vector<DeviceGroup>& device_groups() const { return groups_; }
+  void RetireDeviceGroup(size_t i, Status result) {
+    groups_[i].retired = true;
+    groups_[i].result = std::move(result);
   }
 
   // A device ticket completed successfully. Never blocks.
@@ -85,9 +104,11 @@ class SnapshotProgress {
   std::promise<Status> promise_;
 
   std::shared_future<Status> staged_;
-  // Written by the saving thread before any copy can complete.
-  std::optional<uint64_t> ticket_[2];
+  // Written by the saving thread before the save is queued (a group's
+  // result later by the persist thread alone).
+  std::vector<uint64_t> tickets_[2];
   std::vector<std::pair<int, void*>> streams_[2];
+  std::vector<DeviceGroup> groups_;
   std::shared_ptr<const void> owner_;
 };
 

@@ -1,9 +1,10 @@
-// A save's first chunks reach its data file while Save() is still copying
-// the later ones (StagingWatermark): Save() -> durable takes about the time
-// of the writes, not of the copies plus the writes.
+// A save's first chunks reach its data file while later ones are still
+// being copied (by Save() itself: StagingWatermark; from a device: groups
+// of tickets): Save() -> durable takes about the time of the writes, not of
+// the copies plus the writes.
 //
-// Deterministic, not timed: the last tensor's memory is protected, so the
-// copy of it faults. The SIGSEGV handler holds that copy until the data file
+// Deterministic, not timed. Host: the last tensor's memory is protected, so
+// the copy of it faults. The SIGSEGV handler holds that copy until the data file
 // has been written to (or a deadline passes), then lets it go on. Were the
 // writes to start only after the whole snapshot, the handler would wait out
 // its deadline and the test fail.
@@ -14,11 +15,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "stint/checkpointer.h"
 #include "stint/env.h"
+#include "util/host_copier.h"
 #include "util/status_matchers.h"
 #include "util/temp_dir.h"
 
@@ -157,6 +161,58 @@ TEST_P(PipelinedSaveTest, TheFirstChunksAreWrittenWhileLaterOnesAreStillCopied) 
   EXPECT_EQ(loaded->step, 5u);
   EXPECT_EQ(std::memcmp(first_back.data(), first.data(), first.size() * sizeof(float)), 0);
   EXPECT_EQ(std::memcmp(last_back.data(), last, g_region_len), 0);
+}
+
+// Device tensors: their copies go out in groups of tickets, and the first
+// group's chunks are written while a later group is still held on the
+// "device" (the HostCopier double, held from its second ticket on).
+TEST_P(PipelinedSaveTest, TheFirstDeviceGroupIsWrittenWhileALaterOneIsStillCopied) {
+  WriteWatchEnv env(Env::Default());
+  HostCopier copier;
+  CheckpointOptions o;
+  o.root = dir_.Sub("ckpt");
+  o.env = &env;
+  o.io_engine = GetParam();
+  o.chunk_size = 1u << 20;
+  o.device_copier = &copier;
+  auto ckpt = Checkpointer::Open(o);
+  ASSERT_OK(ckpt);
+
+  // Two "device" tensors of 64 MiB: a ticket each.
+  const size_t n = (64u << 20) / sizeof(float);
+  std::vector<float> a(n), b(n);
+  for (size_t i = 0; i < n; ++i) {
+    a[i] = float(i % 977);
+    b[i] = -float(i % 613);
+  }
+  State state;
+  state.tensors.push_back({"a", DType::kFloat32, {int64_t(n)}, {}, {}, a.data(), 0, nullptr});
+  state.tensors.push_back({"b", DType::kFloat32, {int64_t(n)}, {}, {}, b.data(), 0, nullptr});
+  g_data_written = false;
+  copier.Hold(/*from_ticket=*/2);
+  auto h = (*ckpt)->Save(9, state);
+  ASSERT_OK(h);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!g_data_written && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const bool written_while_held = g_data_written;
+  EXPECT_GE(copier.copies_pending(), 1) << "the second group was not held";
+  copier.Release();
+  EXPECT_TRUE(written_while_held)
+      << "no byte reached the data file in 60 s while the second device group was held: "
+         "writes wait for every device copy";
+  ASSERT_OK(h->staged.get());
+  ASSERT_OK(h->durable.get());
+  EXPECT_EQ(copier.d2h_calls.load(), 2);
+
+  std::vector<float> a_back(n), b_back(n);
+  auto loaded = (*ckpt)->Load({{"a", DType::kFloat32, {int64_t(n)}, {}, {}, a_back.data()},
+                               {"b", DType::kFloat32, {int64_t(n)}, {}, {}, b_back.data()}});
+  ASSERT_OK(loaded);
+  EXPECT_EQ(loaded->step, 9u);
+  EXPECT_EQ(a_back, a);
+  EXPECT_EQ(b_back, b);
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, PipelinedSaveTest, ::testing::Values("uring", "posix"),

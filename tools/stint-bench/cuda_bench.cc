@@ -10,6 +10,9 @@
 //                   that does not: Save() + the lazy barrier before the
 //                   "optimizer step"                           target < 1 s for 10 GB
 //   durable         Save() to committed on --root (and on --replica)
+//   durable / fio   Save() -> durable bandwidth (median over the steps) over
+//                   fio's O_DIRECT sequential write of the same bytes in --root
+//                                                              target >= 0.9
 // Compute is simulated with cudaMemsetAsync on a scratch buffer (no kernels
 // needed); its length per step is --step-ms.
 #include <cuda_runtime_api.h>
@@ -22,9 +25,11 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "base/stats.h"
 #include "cuda_copier.h"
 #include "device_probe.h"
 #include "pinned_host.h"
+#include "references.h"
 #include "stint/checkpointer.h"
 
 namespace {
@@ -195,6 +200,7 @@ int main(int argc, char** argv) {
   double base = 1e9;
   for (int i = 0; i < f.steps; ++i) base = std::min(base, step(false, 0, nullptr, nullptr));
   double worst_stall = 0, snapshot_s = 1e9, durable_s = 0, replica_s = 0, worst_call = 0;
+  std::vector<double> durables;
   for (int i = 0; i < f.steps; ++i) {
     uint64_t n = uint64_t(i) + 2;
     auto t0 = Clock::now();
@@ -203,7 +209,8 @@ int main(int argc, char** argv) {
     worst_call = std::max(worst_call, save_call);
     Check(h.staged.get(), "staged");
     Check(h.durable.get(), "durable");
-    durable_s = std::max(durable_s, SecondsSince(t0));
+    durables.push_back(SecondsSince(t0));
+    durable_s = std::max(durable_s, durables.back());
     auto stats = ckpt->stats();
     if (stats.last) snapshot_s = std::min(snapshot_s, stats.last->device_copy_seconds);
     if (!f.replica.empty()) {
@@ -228,7 +235,26 @@ int main(int argc, char** argv) {
   std::printf("time to durable    %.2f s (tier 1, %s)\n", durable_s,
               ckpt->stats().last->engine.c_str());
   if (!f.replica.empty()) std::printf("time to durable    %.2f s (tier 2)\n", replica_s);
+  const std::string engine = ckpt->stats().last->engine;
   ckpt.reset();
   copier.reset();
-  return ratio >= 0.8 && worst_stall < 1.0 ? 0 : 3;
+
+  // 4. The disk's ceiling for time to durable: fio, the same bytes, same directory.
+  stint::bench::FioReference fio;
+  fio.engine = "io_uring";
+  stint::Status fio_status = stint::bench::RunFioRound(f.root, total, /*drop=*/false, &fio);
+  bool durable_ok = true;
+  if (fio.write_bw.empty()) {
+    std::printf("durable / fio      not measured: %s\n", fio_status.ToString().c_str());
+  } else {
+    const double durable_gbs = total / stint::Median(durables) / 1e9;
+    const double fio_gbs = fio.write_bw[0] / 1e9;
+    durable_ok = durable_gbs / fio_gbs >= 0.9;
+    std::printf(
+        "durable / fio      %.2f  target >= 0.90  %s  (Save() -> durable %.2f GB/s, median of %zu, "
+        "%s; fio %s O_DIRECT write %.2f GB/s)\n",
+        durable_gbs / fio_gbs, durable_ok ? "PASS" : "FAIL", durable_gbs, durables.size(),
+        engine.c_str(), fio.engine.c_str(), fio_gbs);
+  }
+  return ratio >= 0.8 && worst_stall < 1.0 && durable_ok ? 0 : 3;
 }

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """stint's multi-rank save against torch.distributed.checkpoint and fio, N
-processes on one machine (gloo on CPU), same run, same state, same directory.
+processes on one machine (gloo on CPU, or NCCL with one GPU per rank), same
+run, same state, same directory.
 
     PYTHONPATH=build/python_bindings .venv/bin/python tools/stint-bench/sharded_bench.py \\
         --dir /nvme/tmp --worlds 2,4 --total-mib 1024 --repeat 3
     ... --quick            # 256 MiB, a smoke run
+    ... --device cuda      # rank r's shard on GPU r (N GPUs; exit 77 with fewer)
 
 The state: four float32 tensors of --total-mib MiB together (1/2, 1/4, 1/8,
 1/8 of it, 2048 columns), each split by rows over the N ranks (Shard(0) on a
@@ -21,7 +23,8 @@ processes (--load-world, default N // 2, at least 1) that loads the last
 checkpoint of stint and of DCP save into the boxes / DTensors of M ranks.
 
   stall            per rank, the wall time of the call on the training
-                   thread: stint save() (staged when it returns), DCP
+                   thread: stint save() until its staged future (at once on
+                   CPU; the device-to-host copies on a GPU), DCP
                    async_save() (its stager copies before returning), DCP
                    save() (returns when durable). Median over ranks and runs.
   time-to-durable  per run, from the first rank's call to the last rank's
@@ -108,18 +111,22 @@ class Rank:
         from torch.distributed.tensor import DTensor, Shard
         self.torch, self.dist = torch, dist
         self.cfg, self.rank, self.world = cfg, rank, world
-        dist.init_process_group("gloo", init_method="file://" + cfg["store"] + "-%d" % world,
+        self.device = cfg.get("device", "cpu")
+        if self.device == "cuda":
+            torch.cuda.set_device(rank)
+        dist.init_process_group("nccl" if self.device == "cuda" else "gloo",
+                                init_method="file://" + cfg["store"] + "-%d" % world,
                                 rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=900))
-        self.mesh = init_device_mesh("cpu", (world,))
+        self.mesh = init_device_mesh(self.device, (world,))
         self.names, self.locals, self.boxes, self.dtensors = [], [], [], {}
         g = torch.Generator().manual_seed(1000 + rank)
         for name, rows in layout(cfg["total_mib"], cfg["save_world"]):
             off, n = rows_of(rows, rank, world)
             if cfg["role"] == "save":
-                t = torch.randn(n, WIDTH, generator=g)
+                t = torch.randn(n, WIDTH, generator=g).to(self.device)
             else:
-                t = torch.zeros(n, WIDTH)
+                t = torch.zeros(n, WIDTH, device=self.device)
             self.names.append(name)
             self.locals.append(t)
             self.boxes.append(([rows, WIDTH], [off, 0]))
@@ -146,15 +153,17 @@ class StintSave:
         self.root = os.path.join(r.cfg["base"], "stint")
         self.ckpt = _C.Checkpointer(self.root, rank=r.rank, world_size=r.world,
                                     store=r.store() if r.world > 1 else None, keep_last=1,
-                                    commit_timeout=600.0)
+                                    commit_timeout=600.0, cuda=r.device == "cuda")
         self.step = 0
 
     def save(self):
         self.step += 1
         t0 = time.monotonic()
         h = self.ckpt.save(self.step, self.r.names, self.r.locals, {}, self.r.boxes)
+        # The stall ends when the tensors may change again: at once on CPU,
+        # when the device-to-host copies are done on a GPU.
+        h.staged.result(600.0)
         t1 = time.monotonic()
-        h.staged.result(600.0)  # already done when save() returns
         h.durable.result(600.0)
         t2 = time.monotonic()
         last = self.ckpt.stats().get("last") or {}
@@ -282,7 +291,7 @@ def load_job(r):
         from stint import _C
         ckpt = _C.Checkpointer(paths["stint"], rank=r.rank, world_size=r.world,
                                store=r.store() if r.world > 1 else None, keep_last=1000,
-                               commit_timeout=600.0)
+                               commit_timeout=600.0, cuda=r.device == "cuda")
     dcp_path = paths.get("dcp.save") or next(
         (paths[m] for m in DCP_MODES if m in paths), None)
     methods = []
@@ -314,6 +323,8 @@ def load_job(r):
                 else:
                     import torch.distributed.checkpoint as dcp
                     dcp.load(r.dtensors, checkpoint_id=dcp_path)
+                if r.device == "cuda":
+                    r.torch.cuda.synchronize()
             except Exception as e:  # noqa: BLE001
                 err = "%s: %s" % (type(e).__name__, e)
             t1 = time.monotonic()
@@ -476,7 +487,7 @@ def bench_world(args, world, base, nbytes_target):
 
     cfg = {"role": "save", "store": os.path.join(work, "store"), "base": work,
            "total_mib": args.total_mib, "save_world": world, "repeat": args.repeat,
-           "methods": args.methods.split(",")}
+           "methods": args.methods.split(","), "device": args.device}
     outs = run_job(cfg, world, work)
     saved = summarize(outs)
     skipped = outs[0]["skipped"]
@@ -565,16 +576,28 @@ def main():
     p.add_argument("--load-world", type=int, default=0, help="M for the loads (default N // 2)")
     p.add_argument("--methods", default="stint," + ",".join(DCP_MODES))
     p.add_argument("--no-fio", action="store_true")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cuda: rank r holds its shard on GPU r, groups over NCCL")
     p.add_argument("--json", help="write the medians here")
     args = p.parse_args()
     if args.quick:
         args.total_mib = 256
 
     import torch
+    worlds = [int(x) for x in args.worlds.split(",")]
+    if args.device == "cuda":
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        need = max(worlds + [args.load_world])
+        if gpus < need:
+            print("sharded bench on cuda: skipped: %d GPU(s) visible, N = %s needs %d"
+                  % (gpus, args.worlds, need))
+            return 77
     base = os.path.join(os.path.abspath(args.dir), "stint-sharded-bench-%d" % os.getpid())
     os.makedirs(base)
-    print("stint sharded bench, %s, torch %s, %d runs + 1 warm-up per method, in %s" % (
-        time.strftime("%Y-%m-%d %H:%M:%S %Z"), torch.__version__, args.repeat, base))
+    print("stint sharded bench, %s, torch %s, %d runs + 1 warm-up per method, on %s, in %s" % (
+        time.strftime("%Y-%m-%d %H:%M:%S %Z"), torch.__version__, args.repeat,
+        "GPUs (NCCL): %s" % torch.cuda.get_device_name(0) if args.device == "cuda"
+        else "CPU (gloo)", base))
     print("machine: %d cores, load average %s at start; shared with other work, so figures move "
           "between runs: read the medians and the ratios, not one absolute number" % (
               os.cpu_count(), " ".join("%.2f" % x for x in os.getloadavg())))
@@ -582,7 +605,7 @@ def main():
           "both checkpoints (no root for drop_caches); stint loads with O_DIRECT")
     results = []
     try:
-        for w in [int(x) for x in args.worlds.split(",")]:
+        for w in worlds:
             results.append(bench_world(args, w, base, args.total_mib))
     finally:
         shutil.rmtree(base, ignore_errors=True)
