@@ -72,6 +72,10 @@ class SnapshotFileWriter {
     Status status;
     if (image_is_file_) status = file->Allocate(layout_.image_bytes);  // preallocated
     size_t encoded = 0;  // chunks [0, encoded) are recorded
+    // Encoding (zstd, hashing every chunk) needs the cores Save()'s own
+    // copies run on: it starts once they are done. (Device copies do not
+    // compete for them: windows still follow those as they land.)
+    if (!image_is_file_ && filled_ != nullptr) filled_->WaitFor(layout_.image_bytes);
     for (size_t begin = 0; begin < refs_.size() && status.ok();) {
       size_t end = begin;
       while (end < refs_.size() && staging_offset(end) < staging_offset(begin) + kWindowBytes) {

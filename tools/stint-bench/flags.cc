@@ -18,7 +18,7 @@ const char kUsage[] =
     "  --dir DIR          directory to benchmark (a temp dir is made inside it). Default: "
     "/var/tmp\n"
     "  --size SIZE        state size, e.g. 1GiB, 256MiB, 64M. Default: 1GiB\n"
-    "  --runs N           measured runs per figure; medians are reported. Default: 3\n"
+    "  --runs N           measured runs per figure; medians (ratios: of the per-run ratios). Default: 5\n"
     "  --quick            --size 256MiB --runs 1 (explicit --size/--runs still win)\n"
     "  --json[=FILE]      also emit every figure as JSON (to stdout, or to FILE)\n"
     "  --engines LIST     io engines to compare: uring,posix. Default: uring,posix\n"

@@ -17,7 +17,7 @@ namespace bench {
 struct Flags {
   std::string dir;  // parent of the bench's own temp dir; empty: /var/tmp
   uint64_t size = uint64_t{1} << 30;
-  int runs = 3;
+  int runs = 5;
   bool quick = false;
   bool json_stdout = false;
   std::string json_file;

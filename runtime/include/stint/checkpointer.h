@@ -8,7 +8,10 @@
 // Save() copies the state into a bounded staging pool (parallel memcpy) and
 // hands it to a background persist thread, which chunks, optionally
 // compresses (zstd), checksums (XXH3-64) and writes it with the I/O engine
-// (io_uring + O_DIRECT, or pwrite), then commits:
+// (io_uring + O_DIRECT, or pwrite), then commits. Writing does not wait for
+// the whole snapshot: each 64 MiB window of the staging image goes to disk
+// once the copies into it are done, while Save() (or the device, for device
+// tensors) still copies the later ones. The commit:
 //   .tmp-<step>-<nonce>/ -> fdatasync data -> MANIFEST.json -> fsync ->
 //   [commit_guard] -> rename to step-<step> -> fsync root -> LATEST (tmp + fsync + rename) -> fsync
 //   root
