@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <unordered_map>
 
 namespace stint {
 namespace {
@@ -13,6 +14,10 @@ namespace {
 // while the previous window's writes are in flight, so hashing and zstd
 // overlap the I/O instead of preceding it.
 constexpr uint64_t kWindowBytes = 64u << 20;
+// Chunks this small (stored, padded) are written through a pack buffer of
+// kPackBytes.
+constexpr uint64_t kPackedChunkBytes = 256u << 10;
+constexpr uint64_t kPackBytes = 4u << 20;
 
 struct FreeDeleter {
   void operator()(char* p) const { std::free(p); }
@@ -237,8 +242,11 @@ class SnapshotFileWriter {
     return SubmitRange(engine_, file_, image_ + from, to - from, from, io_size_);
   }
 
-  // Packed: raw chunks adjacent in staging go out as one run of writes;
-  // a compressed buffer lives until its last write completes.
+  // Packed: raw chunks adjacent in staging go out as one run of writes; a
+  // compressed buffer lives until its last write completes. Small chunks
+  // (an incremental save's changed adapters, optimizer scalars) are gathered
+  // into a pack buffer and written together: one 4 KiB write per chunk
+  // would make a save of a few MiB take thousands of requests.
   Status SubmitPacked(size_t begin, size_t end) {
     Status status;
     uint64_t run_from = 0, run_len = 0, run_at = 0;
@@ -257,10 +265,17 @@ class SnapshotFileWriter {
       const auto& buf = compressed_[i - begin];
       rec.file_offset = file_size_;
       uint64_t padded = AlignUp(rec.stored_len == 0 ? 1 : rec.stored_len);
-      if (buf) {
+      if (padded <= kPackedChunkBytes) {
         flush_run();
-        status = SubmitRange(engine_, file_, buf->get(), padded, file_size_, io_size_, buf);
+        status = Pack(buf ? buf->get() : image_ + staging_offset(i), padded);
+      } else if (buf) {
+        flush_run();
+        status = FlushPack();
+        if (status.ok()) {
+          status = SubmitRange(engine_, file_, buf->get(), padded, file_size_, io_size_, buf);
+        }
       } else {
+        if (status.ok()) status = FlushPack();
         if (run_len > 0 && run_from + run_len != staging_offset(i)) flush_run();
         if (run_len == 0) {
           run_from = staging_offset(i);
@@ -271,7 +286,35 @@ class SnapshotFileWriter {
       file_size_ += padded;
     }
     flush_run();
+    if (status.ok() && end == refs_.size()) status = FlushPack();
     return status;
+  }
+
+  // Appends `padded` bytes (a chunk and its zeroed padding) at file offset
+  // file_size_ to the pack, writing it first when they would not fit.
+  Status Pack(const char* src, uint64_t padded) {
+    if (pack_ != nullptr && pack_len_ + padded > kPackBytes) STINT_RETURN_IF_ERROR(FlushPack());
+    if (pack_ == nullptr) {
+      AlignedBytes bytes = AllocAligned(kPackBytes);
+      if (bytes == nullptr) {
+        return Status::ResourceExhausted("cannot allocate a " + std::to_string(kPackBytes) +
+                                         " byte write buffer");
+      }
+      pack_ = std::make_shared<AlignedBytes>(std::move(bytes));
+      pack_at_ = file_size_;
+    }
+    std::memcpy(pack_->get() + pack_len_, src, padded);
+    pack_len_ += padded;
+    return Status::OK();
+  }
+
+  // Writes the pack (it lives until its last write completes).
+  Status FlushPack() {
+    if (pack_ == nullptr) return Status::OK();
+    Status s = SubmitRange(engine_, file_, pack_->get(), pack_len_, pack_at_, io_size_, pack_);
+    pack_.reset();
+    pack_len_ = 0;
+    return s;
   }
 
   IoEngine* const engine_;
@@ -292,6 +335,9 @@ class SnapshotFileWriter {
   // The current window's compressed chunks (null: written raw) and errors.
   std::vector<std::shared_ptr<AlignedBytes>> compressed_;
   std::vector<Status> errors_;
+  // Small chunks gathered for one write: file bytes [pack_at_, + pack_len_).
+  std::shared_ptr<AlignedBytes> pack_;
+  uint64_t pack_at_ = 0, pack_len_ = 0;
 };
 
 }  // namespace
@@ -324,20 +370,17 @@ Manifest BuildManifest(const CheckpointOptions& options, const Snapshot& snapsho
   m.files.push_back(file.file);
   m.refs = file.refs;
   const auto& entries = snapshot.layout.entries;
+  std::unordered_map<std::string, size_t> tensor_index;  // thousands of tensors: no linear search
   for (size_t e = 0; e < entries.size(); ++e) {
     const SnapshotEntry& se = entries[e];
     if (se.is_blob) {
       m.blobs.push_back(BlobRecord{se.name, file.file.name, file.entry_chunks[e]});
       continue;
     }
-    ShardRecord shard{se.offsets, se.extents, file.file.name, file.entry_chunks[e]};
-    auto it = std::find_if(m.tensors.begin(), m.tensors.end(),
-                           [&](const TensorRecord& t) { return t.name == se.name; });
-    if (it == m.tensors.end()) {
-      m.tensors.push_back(TensorRecord{se.name, se.dtype, se.global_shape, {}});
-      it = m.tensors.end() - 1;
-    }
-    it->shards.push_back(std::move(shard));
+    auto [it, fresh] = tensor_index.emplace(se.name, m.tensors.size());
+    if (fresh) m.tensors.push_back(TensorRecord{se.name, se.dtype, se.global_shape, {}});
+    m.tensors[it->second].shards.push_back(
+        ShardRecord{se.offsets, se.extents, file.file.name, file.entry_chunks[e]});
   }
   return m;
 }
