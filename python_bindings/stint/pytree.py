@@ -116,7 +116,7 @@ class _Flattener:
         self.flat = Flat()
         self.tensor_names: Set[str] = set()
         self.blob_names: Set[str] = {STRUCTURE_BLOB}
-        # (storage, offset, shape, stride, dtype, device) -> name
+        # (address, shape, stride, dtype, device) -> name
         self.by_view: Dict[Tuple[Any, ...], str] = {}
         self.by_id: Dict[int, str] = {}  # id(DTensor) -> name
 
@@ -136,15 +136,18 @@ class _Flattener:
         return ".".join(_component(p) for p in path)
 
     def _view_key(self, t: torch.Tensor) -> Optional[Tuple[Any, ...]]:
+        # The first element's address with shape, stride, dtype and device
+        # names one view of one storage. Called for every tensor of every
+        # save: no storage object is made for it.
         if t.layout != torch.strided or t.numel() == 0:
             return None
         try:
-            ptr = t.untyped_storage().data_ptr()
+            ptr = t.data_ptr()
         except (RuntimeError, NotImplementedError):
             return None
         if ptr == 0:
             return None
-        return (ptr, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype, str(t.device))
+        return (ptr, t.shape, t.stride(), t.dtype, t.device)
 
     def tensor(self, t: torch.Tensor, path: Path) -> str:
         key = self._view_key(t)
