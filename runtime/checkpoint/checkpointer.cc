@@ -340,8 +340,13 @@ Status CheckpointerImpl::Persist(PersistJob* job, const std::string& tmp, Persis
   // Registered once for the buffer's life (the pool unregisters it before
   // unmapping): pinning 1 GiB on every save costs more than it saves.
   engine_->RegisterBuffer(job->snapshot.buffer->data(), job->snapshot.buffer->size());
-  PersistOptions po{options_.compress, options_.zstd_level,  options_.direct_io,
-                    options_.io_size,  options_.incremental, job->base.get()};
+  PersistOptions po;
+  po.compress = options_.compress;
+  po.zstd_level = options_.zstd_level;
+  po.direct_io = options_.direct_io;
+  po.io_size = options_.io_size;
+  po.incremental = options_.incremental;
+  po.base = job->base.get();
   if (SnapshotProgress* p = job->progress.get()) {
     po.wait_staged = [this, job, p](uint64_t to) {
       return copies_.WaitStagedUpTo(p, to, job->saved_at, &job->device_groups_waited);
