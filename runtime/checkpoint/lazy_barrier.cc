@@ -52,8 +52,7 @@ Result<std::shared_ptr<SnapshotProgress>> LazyBarrier::Start(uint64_t step,
   std::vector<uint64_t> started;
   for (WriteBarrier w : order) {
     for (const auto& group : groups[int(w)]) {
-      auto ticket =
-          copier_->CopyToHostAsync(group, [progress] { progress->DeviceTicketDone(); });
+      auto ticket = copier_->CopyToHostAsync(group, [progress] { progress->DeviceTicketDone(); });
       if (!ticket.ok()) {
         for (uint64_t t : started) {  // they write `image`
           Status waited = WaitTicket(t, saved_at + copy_timeout_);

@@ -32,10 +32,9 @@ void SnapshotProgress::AddDeviceTicket(WriteBarrier when, uint64_t ticket, uint6
     if (std::find(known.begin(), known.end(), s) == known.end()) known.push_back(s);
   }
   DeviceGroup group{ticket, begin, end, false, Status::OK()};
-  groups_.insert(std::upper_bound(groups_.begin(), groups_.end(), group,
-                                  [](const DeviceGroup& a, const DeviceGroup& b) {
-                                    return a.begin < b.begin;
-                                  }),
+  groups_.insert(std::upper_bound(
+                     groups_.begin(), groups_.end(), group,
+                     [](const DeviceGroup& a, const DeviceGroup& b) { return a.begin < b.begin; }),
                  group);
 }
 

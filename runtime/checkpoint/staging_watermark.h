@@ -40,8 +40,8 @@ class StagingWatermark {
   const uint64_t image_bytes_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  uint64_t filled_ = 0;           // guarded by mu_
-  bool finished_ = false;         // guarded by mu_
+  uint64_t filled_ = 0;            // guarded by mu_
+  bool finished_ = false;          // guarded by mu_
   Clock::time_point finished_at_;  // guarded by mu_
 };
 

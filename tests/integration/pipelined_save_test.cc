@@ -130,8 +130,8 @@ TEST_P(PipelinedSaveTest, TheFirstChunksAreWrittenWhileLaterOnesAreStillCopied) 
   std::vector<float> first((96u << 20) / sizeof(float));
   for (size_t i = 0; i < first.size(); ++i) first[i] = float(i % 1000) * 0.5f;
   g_region_len = 1u << 20;
-  void* mem = mmap(nullptr, g_region_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
-                   0);
+  void* mem =
+      mmap(nullptr, g_region_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(mem, MAP_FAILED);
   g_region = static_cast<char*>(mem);
   float* last = reinterpret_cast<float*>(g_region);
@@ -154,9 +154,9 @@ TEST_P(PipelinedSaveTest, TheFirstChunksAreWrittenWhileLaterOnesAreStillCopied) 
 
   // What was written while the copy was held is the saved state, whole.
   std::vector<float> first_back(first.size()), last_back(last_n);
-  auto loaded = (*ckpt)->Load(
-      {{"first", DType::kFloat32, {int64_t(first.size())}, {}, {}, first_back.data()},
-       {"last", DType::kFloat32, {int64_t(last_n)}, {}, {}, last_back.data()}});
+  auto loaded =
+      (*ckpt)->Load({{"first", DType::kFloat32, {int64_t(first.size())}, {}, {}, first_back.data()},
+                     {"last", DType::kFloat32, {int64_t(last_n)}, {}, {}, last_back.data()}});
   ASSERT_OK(loaded);
   EXPECT_EQ(loaded->step, 5u);
   EXPECT_EQ(std::memcmp(first_back.data(), first.data(), first.size() * sizeof(float)), 0);

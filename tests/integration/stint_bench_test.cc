@@ -44,8 +44,7 @@ TEST(StintBenchTest, EachRatioToFioComesWithTheRangeOfItsRuns) {
   }
   EXPECT_NE(r.output.find("\"ratio\": the median of the per-run ratios"), std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("\"runs\": the lowest-highest of those"), std::string::npos)
-      << r.output;
+  EXPECT_NE(r.output.find("\"runs\": the lowest-highest of those"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -147,26 +147,25 @@ Tables BuildTables(const Flags& flags, const BenchState& bs, const BenchResults&
   for (const auto& v : r.variants) {
     if (!v.unavailable.empty()) continue;
     std::string engine_note = v.saves.empty() ? "" : " [" + v.saves.back().stats.engine + "]";
-    persist_rows.push_back({"persist " + v.label + engine_note + " (persist+commit)",
-                            Rate(v.persist_bw), fio_label + " O_DIRECT write", Rate(fio_w),
-                            Ratio(PairedRatio(v.persist_bw_runs, fio.write_bw,
-                                              Div(v.persist_bw, fio_w))),
-                            RangeText(RangeOf(v.persist_bw_runs, fio.write_bw))});
-    persist_rows.push_back({"  Save() call -> durable, " + v.label, Rate(v.durable_bw),
-                            fio_label + " O_DIRECT write", Rate(fio_w),
-                            Ratio(PairedRatio(v.durable_bw_runs, fio.write_bw,
-                                              Div(v.durable_bw, fio_w))),
-                            RangeText(RangeOf(v.durable_bw_runs, fio.write_bw))});
+    persist_rows.push_back(
+        {"persist " + v.label + engine_note + " (persist+commit)", Rate(v.persist_bw),
+         fio_label + " O_DIRECT write", Rate(fio_w),
+         Ratio(PairedRatio(v.persist_bw_runs, fio.write_bw, Div(v.persist_bw, fio_w))),
+         RangeText(RangeOf(v.persist_bw_runs, fio.write_bw))});
+    persist_rows.push_back(
+        {"  Save() call -> durable, " + v.label, Rate(v.durable_bw), fio_label + " O_DIRECT write",
+         Rate(fio_w), Ratio(PairedRatio(v.durable_bw_runs, fio.write_bw, Div(v.durable_bw, fio_w))),
+         RangeText(RangeOf(v.durable_bw_runs, fio.write_bw))});
     if (!v.compress) {
       persist_rows.push_back({"  same persist, " + v.label, Rate(v.persist_bw),
                               fio_label + " --fallocate=none", Rate(fio_x),
                               Ratio(Div(v.persist_bw, fio_x))});
     }
-    restore_rows.push_back({"restore " + v.label + " (Checkpointer::Load)", Rate(v.restore_bw),
-                            fio_label + " O_DIRECT read", Rate(fio_r),
-                            Ratio(PairedRatio(v.restore_bw_runs, fio.read_bw,
-                                              Div(v.restore_bw, fio_r))),
-                            RangeText(RangeOf(v.restore_bw_runs, fio.read_bw))});
+    restore_rows.push_back(
+        {"restore " + v.label + " (Checkpointer::Load)", Rate(v.restore_bw),
+         fio_label + " O_DIRECT read", Rate(fio_r),
+         Ratio(PairedRatio(v.restore_bw_runs, fio.read_bw, Div(v.restore_bw, fio_r))),
+         RangeText(RangeOf(v.restore_bw_runs, fio.read_bw))});
     stall_rows.push_back({"stall " + v.label + " (Save() returns)", Secs(v.stall_s),
                           "torch.save + fsync", Secs(torch.fsync_s),
                           Ratio(Div(v.stall_s, torch.fsync_s))});
@@ -407,19 +406,18 @@ void WriteJson(const Flags& flags, const BenchState& bs, const BenchResults& res
         {"snapshot_seconds", Num(v.snapshot_s)},  {"time_to_durable_seconds", Num(v.durable_s)},
         {"persist_seconds", Num(v.persist_s)},    {"commit_seconds", Num(v.commit_s)},
         {"compression_ratio", Num(v.compression)}};
-    o["ratio"] = {{"persist_vs_fio_write",
-                   Num(PairedRatio(v.persist_bw_runs, results.fio.write_bw,
-                                   Div(v.persist_bw, m.fio_w)))},
-                  {"persist_vs_fio_write_extending", Num(Div(v.persist_bw, m.fio_x))},
-                  {"save_to_durable_vs_fio_write",
-                   Num(PairedRatio(v.durable_bw_runs, results.fio.write_bw,
-                                   Div(v.durable_bw, m.fio_w)))},
-                  {"restore_vs_fio_read", Num(PairedRatio(v.restore_bw_runs, results.fio.read_bw,
-                                                          Div(v.restore_bw, m.fio_r)))},
-                  {"stall_vs_torch_save_fsync", Num(Div(v.stall_s, torch.fsync_s))},
-                  {"stall_vs_torch_save_nofsync", Num(Div(v.stall_s, torch.nofsync_s))},
-                  {"durable_vs_torch_save_fsync", Num(Div(v.durable_s, torch.fsync_s))},
-                  {"stall_vs_memcpy", Num(Div(v.stall_s, m.memcpy_only))}};
+    o["ratio"] = {
+        {"persist_vs_fio_write",
+         Num(PairedRatio(v.persist_bw_runs, results.fio.write_bw, Div(v.persist_bw, m.fio_w)))},
+        {"persist_vs_fio_write_extending", Num(Div(v.persist_bw, m.fio_x))},
+        {"save_to_durable_vs_fio_write",
+         Num(PairedRatio(v.durable_bw_runs, results.fio.write_bw, Div(v.durable_bw, m.fio_w)))},
+        {"restore_vs_fio_read",
+         Num(PairedRatio(v.restore_bw_runs, results.fio.read_bw, Div(v.restore_bw, m.fio_r)))},
+        {"stall_vs_torch_save_fsync", Num(Div(v.stall_s, torch.fsync_s))},
+        {"stall_vs_torch_save_nofsync", Num(Div(v.stall_s, torch.nofsync_s))},
+        {"durable_vs_torch_save_fsync", Num(Div(v.durable_s, torch.fsync_s))},
+        {"stall_vs_memcpy", Num(Div(v.stall_s, m.memcpy_only))}};
     // The per-run ratios' [lowest, highest]: how far one invocation's runs agree.
     o["ratio_range_over_runs"] = {
         {"persist_vs_fio_write", RangeJson(RangeOf(v.persist_bw_runs, results.fio.write_bw))},
