@@ -62,14 +62,12 @@ Result<std::shared_ptr<SnapshotProgress>> LazyBarrier::Start(uint64_t step,
       }
       started.push_back(*ticket);
       std::set<std::pair<int, void*>> streams;
-      uint64_t begin = UINT64_MAX, end = 0;
+      uint64_t begin = UINT64_MAX;
       for (const DeviceCopy& c : group) {
         streams.emplace(c.device, c.stream);
-        const uint64_t at = uint64_t(static_cast<char*>(c.dst) - image);
-        begin = std::min(begin, at);
-        end = std::max(end, at + c.bytes);
+        begin = std::min(begin, uint64_t(static_cast<char*>(c.dst) - image));
       }
-      progress->AddDeviceTicket(w, *ticket, begin, end, {streams.begin(), streams.end()});
+      progress->AddDeviceTicket(w, *ticket, begin, {streams.begin(), streams.end()});
     }
   }
   if (host[0] || host[1]) {
@@ -167,13 +165,11 @@ Status LazyBarrier::BeforeWrite(WriteBarrier barrier, std::chrono::milliseconds 
         streams.insert({device, stream});
       }
     }
-    for (WriteBarrier w : classes) {
-      for (uint64_t ticket : p->device_tickets(w)) {
-        for (const auto& [device, stream] : streams) {
-          STINT_RETURN_IF_ERROR(
-              copier_->OrderAfter(ticket, device, stream)
-                  .WithContext("lazy barrier, step " + std::to_string(p->step())));
-        }
+    for (const SnapshotProgress::DeviceGroup& g : p->device_groups()) {
+      if (forward && g.when != WriteBarrier::kForward) continue;
+      for (const auto& [device, stream] : streams) {
+        STINT_RETURN_IF_ERROR(copier_->OrderAfter(g.ticket, device, stream)
+                                  .WithContext("lazy barrier, step " + std::to_string(p->step())));
       }
     }
   }

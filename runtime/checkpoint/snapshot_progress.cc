@@ -23,15 +23,13 @@ double SnapshotProgress::staged_seconds() const {
 }
 
 void SnapshotProgress::AddDeviceTicket(WriteBarrier when, uint64_t ticket, uint64_t begin,
-                                       uint64_t end,
                                        const std::vector<std::pair<int, void*>>& streams) {
   std::lock_guard<std::mutex> lock(mu_);
-  tickets_[Index(when)].push_back(ticket);
   auto& known = streams_[Index(when)];
   for (const auto& s : streams) {
     if (std::find(known.begin(), known.end(), s) == known.end()) known.push_back(s);
   }
-  DeviceGroup group{ticket, begin, end, false, Status::OK()};
+  DeviceGroup group{when, ticket, begin, false, Status::OK()};
   groups_.insert(std::upper_bound(
                      groups_.begin(), groups_.end(), group,
                      [](const DeviceGroup& a, const DeviceGroup& b) { return a.begin < b.begin; }),

@@ -41,26 +41,23 @@ class SnapshotProgress {
   // Seconds from Save() until the staged future became ready; 0 before.
   double staged_seconds() const;
 
-  // A group of device copies in flight: its ticket and the part of the
-  // staging image its copies write, [begin, end).
+  // A group of device copies in flight: its class, its ticket and where in
+  // the staging image its copies begin.
   struct DeviceGroup {
+    WriteBarrier when;
     uint64_t ticket;
-    uint64_t begin, end;
+    uint64_t begin;
     // The copier's answer once Wait() retired the ticket (the persist
     // thread's, the only one that waits).
     bool retired = false;
     Status result;
   };
 
-  // Records a device ticket of class `when` for the barrier, covering
-  // image bytes [begin, end); its shards were saved from `streams`.
-  void AddDeviceTicket(WriteBarrier when, uint64_t ticket, uint64_t begin, uint64_t end,
+  // Records a device ticket of class `when` whose copies write the image
+  // from `begin` on; its shards were saved from `streams`.
+  void AddDeviceTicket(WriteBarrier when, uint64_t ticket, uint64_t begin,
                        const std::vector<std::pair<int, void*>>& streams);
-  // The device tickets of class `when`, and the (device, stream) pairs
-  // their shards were saved from.
-  const std::vector<uint64_t>& device_tickets(WriteBarrier when) const {
-    return tickets_[Index(when)];
-  }
+  // The (device, stream) pairs the shards of class `when` were saved from.
   const std::vector<std::pair<int, void*>>& device_streams(WriteBarrier when) const {
     return streams_[Index(when)];
   }
@@ -106,7 +103,6 @@ class SnapshotProgress {
   std::shared_future<Status> staged_;
   // Written by the saving thread before the save is queued (a group's
   // result later by the persist thread alone).
-  std::vector<uint64_t> tickets_[2];
   std::vector<std::pair<int, void*>> streams_[2];
   std::vector<DeviceGroup> groups_;
   std::shared_ptr<const void> owner_;
