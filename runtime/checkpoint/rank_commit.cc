@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
+#include <unordered_map>
 
 #include "base/json_fields.h"
 #include "base/channel_poll.h"
@@ -70,16 +71,26 @@ struct PublishedTmp {
   uint64_t timeout_ms = 0;
 };
 
-Result<PublishedTmp> DecodePublishedTmp(std::string_view bytes, const std::string& key) {
-  STINT_ASSIGN_OR_RETURN(json published, ParseMessage(bytes, key));
-  internal::JsonFields f(published, key, kChannelFields);
+// A message under `key` that holds either an error or its fields: the
+// error it carries, or what read(fields) makes of the fields.
+template <typename T, typename Read>
+Result<T> DecodeUnlessError(std::string_view bytes, const std::string& key, Read read) {
+  STINT_ASSIGN_OR_RETURN(json top, ParseMessage(bytes, key));
+  internal::JsonFields f(top, key, kChannelFields);
   Status why;
   STINT_RETURN_IF_ERROR(CarriedError(f, &why));
   if (!why.ok()) return why;
-  PublishedTmp p;
-  STINT_ASSIGN_OR_RETURN(p.name, f.String("tmp"));
-  STINT_ASSIGN_OR_RETURN(p.timeout_ms, f.Uint64("timeout_ms"));
-  return p;
+  return read(f);
+}
+
+Result<PublishedTmp> DecodePublishedTmp(std::string_view bytes, const std::string& key) {
+  return DecodeUnlessError<PublishedTmp>(
+      bytes, key, [](const internal::JsonFields& f) -> Result<PublishedTmp> {
+        PublishedTmp p;
+        STINT_ASSIGN_OR_RETURN(p.name, f.String("tmp"));
+        STINT_ASSIGN_OR_RETURN(p.timeout_ms, f.Uint64("timeout_ms"));
+        return p;
+      });
 }
 
 }  // namespace
@@ -187,6 +198,7 @@ Result<Manifest> MergeRankReports(const Manifest& header, const std::vector<Rank
   m.blobs.clear();
   m.files.clear();
   m.refs.clear();
+  std::unordered_map<std::string, size_t> tensor_index;  // thousands of tensors: no linear search
   for (const RankReport& r : reports) {
     const std::string who = "rank " + std::to_string(r.rank);
     for (const FileRecord& f : r.part.files) {
@@ -210,12 +222,12 @@ Result<Manifest> MergeRankReports(const Manifest& header, const std::vector<Rank
       m.blobs.push_back(BlobRecord{RankBlobName(r.rank, b.name), b.file, b.chunks});
     }
     for (const TensorRecord& t : r.part.tensors) {
-      auto it = std::find_if(m.tensors.begin(), m.tensors.end(),
-                             [&](const TensorRecord& x) { return x.name == t.name; });
-      if (it == m.tensors.end()) {
+      auto [at, fresh] = tensor_index.emplace(t.name, m.tensors.size());
+      if (fresh) {
         m.tensors.push_back(t);
         continue;
       }
+      TensorRecord* it = &m.tensors[at->second];
       if (it->dtype != t.dtype || it->global_shape != t.global_shape) {
         return Status::InvalidArgument(
             "tensor '" + t.name + "': " + who + " saves it as " + DTypeName(t.dtype) + " of " +
@@ -354,15 +366,13 @@ struct LoadDecision {
 };
 
 Result<LoadDecision> DecodeLoadDecision(std::string_view bytes, const std::string& key) {
-  STINT_ASSIGN_OR_RETURN(json top, ParseMessage(bytes, key));
-  internal::JsonFields f(top, key, kChannelFields);
-  Status why;
-  STINT_RETURN_IF_ERROR(CarriedError(f, &why));
-  if (!why.ok()) return why;
-  LoadDecision d;
-  STINT_ASSIGN_OR_RETURN(d.step, f.Uint64("step"));
-  STINT_ASSIGN_OR_RETURN(d.final, f.Bool("final"));
-  return d;
+  return DecodeUnlessError<LoadDecision>(
+      bytes, key, [](const internal::JsonFields& f) -> Result<LoadDecision> {
+        LoadDecision d;
+        STINT_ASSIGN_OR_RETURN(d.step, f.Uint64("step"));
+        STINT_ASSIGN_OR_RETURN(d.final, f.Bool("final"));
+        return d;
+      });
 }
 
 // Rank 0's decision of one round: every answer (its own first) by `deadline`.
