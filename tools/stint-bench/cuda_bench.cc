@@ -232,10 +232,9 @@ int main(int argc, char** argv) {
   std::printf("step               %.3f s without checkpoint\n", base);
   std::printf("stall              %.3f s per checkpoint (worst of %d)  target < 1 s  %s\n",
               worst_stall, f.steps, worst_stall < 1.0 ? "PASS" : "FAIL");
-  std::printf("time to durable    %.2f s (tier 1, %s)\n", durable_s,
-              ckpt->stats().last->engine.c_str());
-  if (!f.replica.empty()) std::printf("time to durable    %.2f s (tier 2)\n", replica_s);
   const std::string engine = ckpt->stats().last->engine;
+  std::printf("time to durable    %.2f s (tier 1, %s)\n", durable_s, engine.c_str());
+  if (!f.replica.empty()) std::printf("time to durable    %.2f s (tier 2)\n", replica_s);
   ckpt.reset();
   copier.reset();
 
