@@ -366,13 +366,13 @@ struct LoadDecision {
 };
 
 Result<LoadDecision> DecodeLoadDecision(std::string_view bytes, const std::string& key) {
-  return DecodeUnlessError<LoadDecision>(
-      bytes, key, [](const internal::JsonFields& f) -> Result<LoadDecision> {
-        LoadDecision d;
-        STINT_ASSIGN_OR_RETURN(d.step, f.Uint64("step"));
-        STINT_ASSIGN_OR_RETURN(d.final, f.Bool("final"));
-        return d;
-      });
+  return DecodeUnlessError<LoadDecision>(bytes, key,
+                                         [](const internal::JsonFields& f) -> Result<LoadDecision> {
+                                           LoadDecision d;
+                                           STINT_ASSIGN_OR_RETURN(d.step, f.Uint64("step"));
+                                           STINT_ASSIGN_OR_RETURN(d.final, f.Bool("final"));
+                                           return d;
+                                         });
 }
 
 // Rank 0's decision of one round: every answer (its own first) by `deadline`.
