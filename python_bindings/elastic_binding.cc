@@ -37,6 +37,7 @@
 #include "status_to_exception.h"
 #include "stint/coordinator_client.h"
 #include "stint/elastic_group.h"
+#include "stint/progress_reporter.h"
 
 namespace stint {
 namespace python {
@@ -332,7 +333,36 @@ std::shared_ptr<CoordinatorSession> SessionOf(py::handle session, const char* wh
   return session.cast<const PySession&>().shared();
 }
 
+void BindProgressReporter(py::module_& m) {
+  py::class_<ProgressReporter>(
+      m, "ProgressReporter",
+      "Sends a worker's step, training loss and samples to stintd from a thread of its own, "
+      "once per heartbeat interval (stint.Resumable makes one under stint-agent).")
+      .def_static(
+          "from_environment",
+          []() -> std::unique_ptr<ProgressReporter> {
+            return ValueOrThrow(ProgressReporter::FromEnvironment());
+          },
+          "For the worker registration stint-agent put in the environment; None outside "
+          "stint-agent.")
+      .def(
+          "report",
+          [](ProgressReporter& r, uint64_t step, std::optional<double> loss,
+             std::optional<uint64_t> samples) { r.Report(step, loss, samples); },
+          py::arg("step"), py::arg("loss") = py::none(), py::arg("samples") = py::none(),
+          "The newest finished step, its loss and the samples so far; never blocks.")
+      .def(
+          "last_error",
+          [](const ProgressReporter& r) -> py::object {
+            Status e = r.last_error();
+            return e.ok() ? py::object(py::none()) : ExceptionFor(e);
+          },
+          "The last heartbeat's error, or None. Dropping the last reference sends what was "
+          "reported, then stops its thread.");
+}
+
 void BindElastic(py::module_& m) {
+  BindProgressReporter(m);
   py::class_<PySession>(
       m, "CoordinatorSession",
       "A worker registered with stintd, kept alive by heartbeats on the session's "
@@ -391,6 +421,14 @@ void BindElastic(py::module_& m) {
       .def(
           "set_step", [](PySession& s, uint64_t step) { s.get().SetStep(step); }, py::arg("step"),
           "The step sent with the next heartbeat. Cheap; call it every step.")
+      .def(
+          "report_loss", [](PySession& s, double loss) { s.get().ReportLoss(loss); },
+          py::arg("loss"),
+          "The newest step's training loss, sent with the next heartbeat (stintd's loss curve). "
+          "Cheap; a loss that is not finite is not sent.")
+      .def(
+          "set_samples", [](PySession& s, uint64_t samples) { s.get().SetSamples(samples); },
+          py::arg("samples"), "The samples trained on so far, sent with the next heartbeat.")
       .def(
           "report_checkpoint",
           [](PySession& s, uint64_t step, double seconds, std::optional<uint64_t> bytes) {

@@ -164,6 +164,10 @@ class Resumable:
         self._last_saved_step: Optional[int] = None
         self._pending: List[Tuple[int, _C.Future]] = []  # (step, durable future)
         self.checkpointer = Checkpointer(root, **checkpoint_options)
+        # Under stint-agent: the step and the loss passed to step_boundary()
+        # go to stintd (the job's loss curve and efficiency figures).
+        self._progress: Optional[_C.ProgressReporter] = _C.ProgressReporter.from_environment()
+        self._loss_reported_at = -math.inf  # monotonic time of the last loss read
         if model is not None and optimizer is not None:
             # Lazy snapshots: a save returns at once and its copies run during
             # the next forward and backward; the hooks wait before the forward
@@ -295,13 +299,17 @@ class Resumable:
                     self.last_durable_step = step
         self._reap()
 
-    def step_boundary(self, step: int) -> bool:
+    def step_boundary(self, step: int, loss: Any = None) -> bool:
         """Call once per step, after the optimizer step; `step` counts steps
         done. Commits the sampler's cursor, saves every save_every steps, and
         returns True when a preemption notice says: stop and exit with
         self.exit_code (stint.EXIT_REQUEUE). Distributed: collective (every
-        rank stops at the same step, see the module doc)."""
+        rank stops at the same step, see the module doc). loss: the step's
+        training loss (a number or a one-element tensor); under stint-agent
+        it goes to stintd with the step, read at most once per heartbeat
+        interval (a CUDA tensor is synchronised only then)."""
         _check_step(step)
+        self._report_progress(step, loss)
         if self.sampler is not None:
             self.sampler.commit_step()
         self._reap()
@@ -360,6 +368,7 @@ class Resumable:
         try:
             self.checkpointer.close()
         finally:
+            self._progress = None  # sends what was reported, stops its thread
             if self.watcher is not None:
                 self.watcher.uninstall()
 
@@ -371,6 +380,19 @@ class Resumable:
         return False
 
     # -- internals ---------------------------------------------------------------------
+
+    # How often the loss is read: about a heartbeat (what stintd samples it at).
+    _LOSS_READ_SECONDS = 1.0
+
+    def _report_progress(self, step: int, loss: Any) -> None:
+        if self._progress is None:
+            return
+        value = None
+        now = time.monotonic()
+        if loss is not None and now - self._loss_reported_at >= self._LOSS_READ_SECONDS:
+            value = float(loss.item() if isinstance(loss, torch.Tensor) else loss)
+            self._loss_reported_at = now
+        self._progress.report(step, value)  # a loss is sent once, with its own step
 
     def _launch_info(self) -> Dict[str, Any]:
         """Who ran this: the launcher, the Slurm job id and restart count (no

@@ -345,13 +345,24 @@ Result<WorkerRegistration> CoordinatorClient::Register() {
 }
 
 Result<WorkerView> CoordinatorClient::Heartbeat(std::optional<uint64_t> step) {
+  WorkerProgress progress;
+  progress.step = step;
+  return Heartbeat(progress);
+}
+
+Result<WorkerView> CoordinatorClient::Heartbeat(const WorkerProgress& progress) {
   STINT_ASSIGN_OR_RETURN(WorkerRegistration reg, RequireRegistration());
   HttpRequest req;
   req.method = "POST";
   req.path = "/v1/workers/" + std::to_string(reg.worker_id) + "/heartbeat";
   req.token = reg.secret;
   req.body = Json::object();
-  if (step) (*req.body)["step"] = *step;
+  if (progress.step) (*req.body)["step"] = *progress.step;
+  if (progress.samples) (*req.body)["samples"] = *progress.samples;
+  if (progress.loss && std::isfinite(*progress.loss)) {
+    (*req.body)["loss"] = *progress.loss;
+    if (progress.loss_step) (*req.body)["loss_step"] = *progress.loss_step;
+  }
   STINT_ASSIGN_OR_RETURN(HttpReply reply, http_->Call(req));
   return ParseView(reply, req.method + " " + req.path);
 }

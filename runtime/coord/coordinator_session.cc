@@ -4,11 +4,14 @@
 // Two threads rather than one so that a heartbeat is never late behind a
 // 30 s long-poll, and a notice is never late behind the heartbeat interval.
 #include <atomic>
+#include <cstring>
+#include <cmath>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
 #include <thread>
 
+#include "coord/progress_cell.h"
 #include "coord/wall_clock.h"
 #include "stint/coordinator_client.h"
 
@@ -43,7 +46,7 @@ class CoordinatorSession::Impl {
     notice_thread_.join();
   }
 
-  void SetStep(uint64_t step) { step_plus_one_.store(step + 1, std::memory_order_relaxed); }
+  internal::ProgressCell& progress() { return progress_; }
   // The worker gives its segment back (Ack, Finished, Leave): `give_back`
   // is that request. From before it is sent, an answer that the segment
   // ended is its effect, not a fence: a heartbeat answered after stintd
@@ -86,8 +89,7 @@ class CoordinatorSession::Impl {
   void HeartbeatLoop() {
     // Register() just renewed the lease: the first beat is one interval on.
     while (!SleepFor(interval_) && !done()) {
-      const uint64_t s = step_plus_one_.load(std::memory_order_relaxed);
-      Handle(client_->Heartbeat(s == 0 ? std::nullopt : std::optional<uint64_t>(s - 1)));
+      Handle(client_->Heartbeat(progress_.Take()));
     }
   }
 
@@ -168,7 +170,7 @@ class CoordinatorSession::Impl {
   PreemptionWatcher* const watcher_;
   const std::chrono::milliseconds interval_;
 
-  std::atomic<uint64_t> step_plus_one_{0};  // 0: no step reported yet
+  internal::ProgressCell progress_;  // what the next heartbeat sends
   std::atomic<bool> fenced_{false};
   std::atomic<bool> released_{false};
   std::atomic<bool> releasing_{false};  // an Ack/Finished/Leave is in flight
@@ -204,7 +206,9 @@ CoordinatorSession::~CoordinatorSession() = default;
 bool CoordinatorSession::fenced() const { return impl_->fenced(); }
 std::optional<CoordinatorNotice> CoordinatorSession::notice() const { return impl_->notice(); }
 Status CoordinatorSession::last_error() const { return impl_->last_error(); }
-void CoordinatorSession::SetStep(uint64_t step) { impl_->SetStep(step); }
+void CoordinatorSession::SetStep(uint64_t step) { impl_->progress().SetStep(step); }
+void CoordinatorSession::ReportLoss(double loss) { impl_->progress().SetLoss(loss); }
+void CoordinatorSession::SetSamples(uint64_t samples) { impl_->progress().SetSamples(samples); }
 
 Status CoordinatorSession::Ack(uint64_t step) {
   return impl_->GiveBack([this, step] { return client_->Ack(step); });

@@ -133,6 +133,7 @@ Result<std::unique_ptr<ResumableTraining>> ResumableTraining::Create(
   if (options.fence_from_environment && !ckpt.commit_guard && !ckpt.token_guard) {
     STINT_ASSIGN_OR_RETURN(run->fencing_client_, FenceCommitsFromEnvironment(&ckpt));
   }
+  STINT_ASSIGN_OR_RETURN(run->progress_, ProgressReporter::FromEnvironment());
   STINT_ASSIGN_OR_RETURN(run->checkpointer_, Checkpointer::Open(ckpt));
   if (options.watch_signals) {
     STINT_ASSIGN_OR_RETURN(run->watcher_, PreemptionWatcher::Install(run->options_.preemption));
@@ -317,7 +318,8 @@ Result<std::vector<double>> ResumableTraining::AllReduceMax(std::vector<double> 
   });
 }
 
-Result<StepAction> ResumableTraining::StepBoundary(uint64_t step) {
+Result<StepAction> ResumableTraining::StepBoundary(uint64_t step, std::optional<double> loss) {
+  if (progress_ != nullptr) progress_->Report(step, loss);
   if (sampler_ != nullptr) sampler_->CommitStep();
   ReapDurable();
   StepAction action;

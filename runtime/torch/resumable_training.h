@@ -78,6 +78,7 @@
 #include "stint/coordinator_client.h"
 #include "stint/device_copier.h"
 #include "stint/preemption.h"
+#include "stint/progress_reporter.h"
 #include "stint/resumable_sampler.h"
 #include "stint/slurm.h"
 #include "stint/status.h"
@@ -150,8 +151,11 @@ class ResumableTraining {
   void SetUserState(const std::string& name, std::string bytes);
   std::optional<std::string> UserState(const std::string& name) const;
 
-  // Call once per step, after the optimizer step; `step` counts committed steps.
-  Result<StepAction> StepBoundary(uint64_t step);
+  // Call once per step, after the optimizer step; `step` counts committed
+  // steps. `loss`: the step's training loss; under stint-agent it goes to
+  // stintd with the step (ProgressReporter) for the job's loss curve and
+  // efficiency figures, and is not used otherwise.
+  Result<StepAction> StepBoundary(uint64_t step, std::optional<double> loss = std::nullopt);
   // Call right before optimizer.step(): waits (lazy snapshots) until a save's
   // copies of the parameters and optimizer state are done; on a device
   // torch's current stream of that device at this call (the one the
@@ -198,6 +202,7 @@ class ResumableTraining {
   std::unique_ptr<LaunchedGroup> group_;  // outlives checkpointer_ (its commit channel)
   std::unique_ptr<DeviceCopier> device_copier_;  // made for a CUDA model; outlives checkpointer_
   std::unique_ptr<CoordinatorClient> fencing_client_;  // under stint-agent; outlives checkpointer_
+  std::unique_ptr<ProgressReporter> progress_;         // under stint-agent: step and loss to stintd
   torch::nn::Module& model_;
   torch::optim::Optimizer& optimizer_;
   ResumableSampler* sampler_;

@@ -1068,5 +1068,185 @@ TEST(StintdStop, SigtermRightAfterListeningExitsCleanly) {
   }
 }
 
+// --- prices, price rules, budgets, loss curves (issue 33) ---
+
+TEST_F(StintdTest, PoolPricesRulesAndBudgetsOverHttp) {
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "a"}, {"price_per_gpu_hour", 3}}).status, 201);
+  auto spot = admin_->Post("/v1/pools", {{"name", "b"}, {"pricing", "spot"}, {"price_per_gpu_hour", 1}});
+  ASSERT_EQ(spot.status, 201) << spot.text;
+  EXPECT_EQ(spot.body["pricing"], "spot");
+  EXPECT_EQ(admin_->Post("/v1/pools", {{"name", "c"}, {"pricing", "barter"}}).status, 400);
+  EXPECT_EQ(admin_->Post("/v1/pools", {{"name", "c"}, {"price_per_gpu_hour", -1}}).status, 400);
+  auto priced = admin_->Post("/v1/pools/a/price", {{"price_per_gpu_hour", 2.5}});
+  ASSERT_EQ(priced.status, 200) << priced.text;
+  EXPECT_EQ(priced.body["price_per_gpu_hour"], 2.5);
+  ASSERT_EQ(priced.body["price_history"].size(), 2u) << priced.text;
+  EXPECT_EQ(priced.body["price_history"][0]["price_per_gpu_hour"], 3);
+  EXPECT_EQ(admin_->Post("/v1/pools/a/price", {{"price_per_gpu_hour", -2}}).status, 400);
+  EXPECT_EQ(admin_->Post("/v1/pools/nowhere/price", {{"price_per_gpu_hour", 2}}).status, 404);
+  EXPECT_EQ(worker_->Post("/v1/pools/a/price", {{"price_per_gpu_hour", 0}}).status, 403);
+
+  auto rule = admin_->Put("/v1/price-rules/low",
+                          {{"max_price_per_gpu_hour", 2}, {"spot_fallback_revocations", 3}});
+  ASSERT_EQ(rule.status, 200) << rule.text;
+  EXPECT_EQ(rule.body["rules"][0]["priority"], "LOW");
+  EXPECT_EQ(rule.body["rules"][0]["max_price_per_gpu_hour"], 2);
+  EXPECT_EQ(rule.body["rules"][0]["spot_fallback_revocations"], 3);
+  EXPECT_TRUE(rule.body["rules"][1]["max_price_per_gpu_hour"].is_null());  // MEDIUM: any price
+  EXPECT_EQ(admin_->Put("/v1/price-rules/URGENT", json::object()).status, 400);
+  EXPECT_EQ(admin_->Put("/v1/price-rules/LOW", {{"spot_fallback_window_seconds", 0}}).status, 400);
+
+  auto team = admin_->Put("/v1/teams/vision", {{"guaranteed_gpus", 0}, {"budget", 50},
+                                               {"budget_period_seconds", 86400}});
+  ASSERT_EQ(team.status, 200) << team.text;
+  EXPECT_EQ(team.body["budget"], 50);
+  EXPECT_EQ(team.body["left"], 50);
+  EXPECT_EQ(team.body["spent"], 0);
+  EXPECT_EQ(admin_->Put("/v1/teams/vision", {{"budget", -3}}).status, 400);
+
+  // A LOW job may use only pools under its cap; a job names several pools.
+  AddWindow("a", 4, WallNowMs() + 3'600'000);
+  const int64_t low = Submit(
+      {{"name", "low"}, {"team", "vision"}, {"pool", "a"}, {"priority", "LOW"}, {"min_gpus", 1}});
+  const int64_t any = Submit({{"name", "any"}, {"pools", {"a", "b"}}, {"min_gpus", 1}});
+  EXPECT_EQ(Job(any)["pools"], json::array({"a", "b"}));
+  ASSERT_TRUE(Eventually([&] { return JobIn(any, "RUNNING"); })) << Job(any).dump();
+  ASSERT_TRUE(Eventually([&] { return Job(low).contains("pending"); })) << Job(low).dump();
+  EXPECT_EQ(Job(low)["pending"]["reason"], "price") << Job(low).dump();
+  EXPECT_EQ(Job(any)["segments"][0]["price_per_gpu_hour"], 2.5);
+}
+
+// Jobs of one team submitted at once from many connections: the budget
+// admits what it pays for, the rest wait with "budget" and the amounts, and
+// once it is spent the running segments are told to checkpoint and stop.
+TEST_F(StintdTest, ABudgetHoldsUnderConcurrentSubmissions) {
+  // 3600 per GPU-hour: a GPU costs 1 a second, so the budget goes in seconds.
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}, {"price_per_gpu_hour", 3600}}).status, 201);
+  AddWindow("p", 64, WallNowMs() + 3'600'000);
+  ASSERT_EQ(admin_->Put("/v1/teams/t", {{"guaranteed_gpus", 0}, {"budget", 60}}).status, 200);
+  // A minimum segment: restart 0 + interval 1 + checkpoint 1 + safety 1 s
+  // on 4 GPUs costs 12: the budget admits at most five at a time.
+  constexpr int kJobs = 16;
+  std::vector<std::thread> submitters;
+  std::atomic<int> submitted{0};
+  for (int t = 0; t < 8; t++) {
+    submitters.emplace_back([&, t] {
+      HttpJson admin(daemon_->port(), StintdProcess::kAdminToken);
+      for (int i = 0; i < kJobs / 8; i++) {
+        json spec = QuickCheckpoints({{"name", "j" + std::to_string(t) + "-" + std::to_string(i)},
+                                      {"team", "t"},
+                                      {"min_gpus", 4}});
+        if (admin.Post("/v1/jobs", spec).status == 201) submitted++;
+      }
+    });
+  }
+  for (std::thread& t : submitters) t.join();
+  ASSERT_EQ(submitted.load(), kJobs);
+  // The workers: one per running job, heartbeating, acking a notice at once.
+  std::map<int64_t, int64_t> worker_of;  // job -> worker
+  bool saw_budget_wait = false, saw_budget_notice = false;
+  auto drive = [&] {
+    const json running = admin_->Get("/v1/jobs?state=RUNNING").body["jobs"];
+    for (const json& j : running) {
+      const int64_t job = j["id"];
+      const int64_t seg = j["segment_id"];
+      auto w = worker_of.find(job);
+      if (w == worker_of.end() || Job(job)["segments"].back()["id"] != seg) {
+        auto r = worker_->Post("/v1/jobs/" + std::to_string(job) + "/workers", {{"name", "w"}});
+        if (r.status != 201) continue;
+        const int64_t wid = r.body["worker_id"];
+        secrets_[wid] = r.body["worker_secret"];
+        worker_of[job] = wid;
+      }
+      const int64_t wid = worker_of[job];
+      auto hb = As(wid).Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", {{"step", 1}});
+      if (hb.status == 200 && hb.body["notice"].is_object()) {
+        saw_budget_notice = saw_budget_notice || hb.body["notice"]["reason"] == "budget";
+        As(wid).Post("/v1/workers/" + std::to_string(wid) + "/ack", {{"step", 1}});
+      }
+    }
+    // Settled: nothing runs and the budget left pays no job's minimum segment.
+    bool all_wait_for_budget = true;
+    const json queue = admin_->Get("/v1/queue").body;
+    for (const json& p : queue["pending"]) {
+      if (p["reason"] != "budget") {
+        all_wait_for_budget = false;
+        continue;
+      }
+      saw_budget_wait = true;
+      EXPECT_NE(p["detail"].get<std::string>().find("of its budget 60.00"), std::string::npos)
+          << p.dump();
+    }
+    return running.empty() && all_wait_for_budget && saw_budget_notice;
+  };
+  ASSERT_TRUE(Eventually(drive, 60)) << admin_->Get("/v1/teams").text;
+  EXPECT_TRUE(saw_budget_wait) << admin_->Get("/v1/jobs").text;
+  json t = admin_->Get("/v1/teams").body["teams"];
+  double spent = -1;
+  for (const json& team : t) {
+    if (team["name"] == "t") spent = team["spent"];
+  }
+  // What was charged: within the budget, up to the ticks and round trips
+  // between the last charge and the acks; and no less than what is left
+  // unable to pay a minimum segment (12).
+  EXPECT_GT(spent, 60 - 12) << t.dump();
+  EXPECT_LE(spent, 60 * 1.1) << t.dump();
+  double charged = 0;
+  const json jobs = admin_->Get("/v1/jobs").body["jobs"];
+  for (const json& j : jobs) charged += j["cost"].get<double>();
+  EXPECT_NEAR(charged, spent, 1e-6);
+  // Raising the budget lets the waiting jobs start again.
+  ASSERT_EQ(admin_->Put("/v1/teams/t", {{"budget", 10000}}).status, 200);
+  ASSERT_TRUE(Eventually([&] {
+    return !admin_->Get("/v1/jobs?state=RUNNING").body["jobs"].empty();
+  })) << admin_->Get("/v1/queue").text;
+}
+
+TEST_F(StintdTest, HeartbeatsBuildTheLossCurveAndEfficiency) {
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}, {"price_per_gpu_hour", 1.5}}).status, 201);
+  AddWindow("p", 2, WallNowMs() + 3'600'000);
+  const int64_t job = Submit({{"name", "train"}, {"min_gpus", 2}});
+  ASSERT_TRUE(Eventually([&] { return JobIn(job, "RUNNING"); }));
+  const int64_t wid = Register(job)["worker_id"];
+  const std::string beat = "/v1/workers/" + std::to_string(wid) + "/heartbeat";
+  EXPECT_EQ(As(wid).Post(beat, {{"step", 1}, {"loss", "low"}}).status, 400);
+  EXPECT_EQ(As(wid).Post(beat, {{"step", 1}, {"samples", -1}}).status, 400);
+  // One step per heartbeat, each merged at a tick before the next.
+  for (int step = 1; step <= 5; step++) {
+    ASSERT_EQ(As(wid).Post(beat, {{"step", step}, {"loss", 3.0 - 0.5 * step},
+                                  {"samples", 64 * step}})
+                  .status,
+              200);
+    ASSERT_TRUE(Eventually([&] {
+      json l = admin_->Get("/v1/jobs/" + std::to_string(job) + "/losses").body;
+      return l["points"].size() == static_cast<size_t>(step);
+    }));
+  }
+  ASSERT_EQ(As(wid)
+                .Post("/v1/workers/" + std::to_string(wid) + "/checkpoint",
+                      {{"step", 5}, {"seconds", 0.5}})
+                .status,
+            200);
+  json losses = admin_->Get("/v1/jobs/" + std::to_string(job) + "/losses").body;
+  EXPECT_EQ(losses["points"][0][0], 1);
+  EXPECT_EQ(losses["points"][4][1], 0.5);
+  ASSERT_EQ(losses["segments"].size(), 1u);
+  EXPECT_EQ(losses["segments"][0]["start_step"], 0);
+  json j = Job(job);
+  EXPECT_EQ(j["samples"], 320);
+  EXPECT_EQ(j["figures"]["kept_steps"], 5);
+  EXPECT_GT(j["figures"]["held_gpu_seconds"].get<double>(), 0);
+  EXPECT_GT(j["figures"]["efficiency"].get<double>(), 0);
+  EXPECT_LE(j["figures"]["efficiency"].get<double>(), 1);
+  EXPECT_TRUE(j["step_seconds"].contains("2")) << j.dump();
+  ASSERT_TRUE(Eventually([&] { return Job(job)["cost"].get<double>() > 0; }));
+  const std::map<std::string, double> m = ParseMetrics(admin_->Get("/metrics").text);
+  const std::string label = "{job=\"" + std::to_string(job) + "\"}";
+  EXPECT_TRUE(m.count("stintd_job_efficiency" + label));
+  EXPECT_TRUE(m.count("stintd_job_cost" + label));
+  EXPECT_EQ(m.at("stintd_pool_price_per_gpu_hour{pool=\"p\"}"), 1.5);
+  EXPECT_EQ(admin_->Get("/v1/jobs/999999/losses").status, 404);
+}
+
 }  // namespace
 }  // namespace stint

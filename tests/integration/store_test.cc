@@ -65,6 +65,10 @@ ClusterState RichState() {
   ClusterState s;
   s.pools["gpu-a"] = Pool{"gpu-a", "Grappe à 8×H100 — 東京"};
   s.pools["empty"] = Pool{"empty", ""};
+  Pool& priced = s.pools["gpu-a"];
+  priced.pricing = PoolPricing::kOnPrem;
+  priced.price_per_gpu_hour = 2.75;
+  priced.price_history = {{-1, 0}, {1700000000000, 2.75}};
 
   Window w;
   w.id = 11;
@@ -92,12 +96,17 @@ ClusterState RichState() {
   s.teams["vision"] = Team{"vision", 16, -1, 123456.789, 1700000000001};
   s.teams["ünïcødé"] = Team{"ünïcødé", -3, std::numeric_limits<int>::max(), -0.5,
                             std::numeric_limits<int64_t>::min()};
+  Team& budgeted = s.teams["vision"];
+  budgeted.budget = 1e6;
+  budgeted.budget_period_seconds = 7 * 24 * 3600.0;
+  budgeted.period_start_ms = 1700000000000;
+  budgeted.spent = 12345.5;
 
   Job j;
   j.id = 42;
   j.name = "llama-7b ✓ \"quoted\" 'single'";
   j.team = "ünïcødé";
-  j.pool = "gpu-a";
+  j.pools = {"gpu-a", "gpu-b"};
   j.priority = Priority::kCritical;
   j.min_gpus = 4;
   j.max_gpus = std::numeric_limits<int>::max();
@@ -122,6 +131,11 @@ ClusterState RichState() {
   j.message = std::string("nul\0inside", 10) + "\n\ttabs; DROP TABLE jobs; --";
   j.launch = R"({"command":["python","train.py"],"env":{"K":"V"}})";
   j.crash_ms = {1700000000001, -3};
+  j.revoked_ms = {1700000000002};
+  j.cost = 99.125;
+  j.samples = std::numeric_limits<int64_t>::max();
+  j.step_seconds = {{1, 0.5}, {1000000, 1e-9}};
+  j.losses = {{1, 2.5, 77, 1700000000003}, {std::numeric_limits<int64_t>::max(), -1e300, -1, 0}};
   s.jobs[j.id] = j;
   Job j2;  // defaults but for the id: the other end of every range
   j2.id = -1;
@@ -150,12 +164,21 @@ ClusterState RichState() {
   g.shrink_deadline_ms = kNever;
   g.shrink_for = -7;
   g.master_port = 65535;
+  g.price_per_gpu_hour = 0.125;
+  g.cost = 1e-300;
+  g.start_step = 100;
+  g.checkpoint_step = std::numeric_limits<int64_t>::max();
+  g.first_step = 101;
+  g.first_step_ms = 1700000000012;
+  g.last_step = -1;
+  g.last_step_ms = kNever;
+  g.checkpoint_seconds = 12.5;
   s.segments[g.id] = g;
   Segment g2;  // no allocations at all
   g2.id = 78;
   g2.job_id = -1;
   g2.state = SegmentState::kNotified;
-  g2.notice_reason = NoticeReason::kWindowClose;
+  g2.notice_reason = NoticeReason::kBudget;
   s.segments[g2.id] = g2;
 
   Worker k;
@@ -203,6 +226,8 @@ ClusterState RichState() {
   c.wait_seconds_sum = 3.14159265358979;
   c.wait_buckets = {0, 1, 2, 3, std::numeric_limits<int64_t>::max(), -1, 6, 7};
   c.accounted_ms = 1700000000010;
+  s.price_rules[0] = PriceRule{1.5, 3, 7200};
+  s.price_rules[3] = PriceRule{-1, 0, 1};
   s.next_id = 1000;
   s.next_fencing_token = std::numeric_limits<uint64_t>::max() - 1;
   return s;
@@ -221,6 +246,14 @@ void ExpectSameDouble(double a, double b, const char* field) {
 void ExpectSame(const Pool& a, const Pool& b) {
   EXPECT_EQ(a.name, b.name);
   EXPECT_EQ(a.description, b.description);
+  EXPECT_EQ(a.pricing, b.pricing);
+  ExpectSameDouble(a.price_per_gpu_hour, b.price_per_gpu_hour, "price_per_gpu_hour");
+  ASSERT_EQ(a.price_history.size(), b.price_history.size());
+  for (size_t i = 0; i < a.price_history.size(); i++) {
+    EXPECT_EQ(a.price_history[i].at_ms, b.price_history[i].at_ms);
+    ExpectSameDouble(a.price_history[i].price_per_gpu_hour, b.price_history[i].price_per_gpu_hour,
+                     "price_history");
+  }
 }
 
 void ExpectSame(const Window& a, const Window& b) {
@@ -245,13 +278,17 @@ void ExpectSame(const Team& a, const Team& b) {
   EXPECT_EQ(a.borrow_limit_gpus, b.borrow_limit_gpus);
   ExpectSameDouble(a.usage_gpu_seconds, b.usage_gpu_seconds, "usage_gpu_seconds");
   EXPECT_EQ(a.usage_at_ms, b.usage_at_ms);
+  ExpectSameDouble(a.budget, b.budget, "budget");
+  ExpectSameDouble(a.budget_period_seconds, b.budget_period_seconds, "budget_period_seconds");
+  EXPECT_EQ(a.period_start_ms, b.period_start_ms);
+  ExpectSameDouble(a.spent, b.spent, "spent");
 }
 
 void ExpectSame(const Job& a, const Job& b) {
   EXPECT_EQ(a.id, b.id);
   EXPECT_EQ(a.name, b.name);
   EXPECT_EQ(a.team, b.team);
-  EXPECT_EQ(a.pool, b.pool);
+  EXPECT_EQ(a.pools, b.pools);
   EXPECT_EQ(a.priority, b.priority);
   EXPECT_EQ(a.min_gpus, b.min_gpus);
   EXPECT_EQ(a.max_gpus, b.max_gpus);
@@ -277,6 +314,17 @@ void ExpectSame(const Job& a, const Job& b) {
   EXPECT_EQ(a.launch, b.launch);
   EXPECT_EQ(a.crash_ms, b.crash_ms);
   ExpectSameDouble(a.service_gpu_seconds, b.service_gpu_seconds, "service_gpu_seconds");
+  EXPECT_EQ(a.revoked_ms, b.revoked_ms);
+  ExpectSameDouble(a.cost, b.cost, "cost");
+  EXPECT_EQ(a.samples, b.samples);
+  EXPECT_EQ(a.step_seconds, b.step_seconds);
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (size_t i = 0; i < a.losses.size(); i++) {
+    EXPECT_EQ(a.losses[i].step, b.losses[i].step);
+    ExpectSameDouble(a.losses[i].loss, b.losses[i].loss, "loss");
+    EXPECT_EQ(a.losses[i].segment_id, b.losses[i].segment_id);
+    EXPECT_EQ(a.losses[i].at_ms, b.losses[i].at_ms);
+  }
 }
 
 void ExpectSame(const Segment& a, const Segment& b) {
@@ -312,6 +360,15 @@ void ExpectSame(const Segment& a, const Segment& b) {
   EXPECT_EQ(a.shrink_deadline_ms, b.shrink_deadline_ms);
   EXPECT_EQ(a.shrink_for, b.shrink_for);
   EXPECT_EQ(a.master_port, b.master_port);
+  ExpectSameDouble(a.price_per_gpu_hour, b.price_per_gpu_hour, "segment price");
+  ExpectSameDouble(a.cost, b.cost, "segment cost");
+  EXPECT_EQ(a.start_step, b.start_step);
+  EXPECT_EQ(a.checkpoint_step, b.checkpoint_step);
+  EXPECT_EQ(a.first_step, b.first_step);
+  EXPECT_EQ(a.first_step_ms, b.first_step_ms);
+  EXPECT_EQ(a.last_step, b.last_step);
+  EXPECT_EQ(a.last_step_ms, b.last_step_ms);
+  ExpectSameDouble(a.checkpoint_seconds, b.checkpoint_seconds, "segment checkpoint_seconds");
 }
 
 void ExpectSame(const NodeCredential& a, const NodeCredential& b) {
@@ -386,6 +443,13 @@ void ExpectSameState(const ClusterState& a, const ClusterState& b) {
   ExpectSameMap(a.rendezvous, b.rendezvous, "rendezvous");
   ExpectSameMap(a.node_credentials, b.node_credentials, "node credential");
   ExpectSame(a.counters, b.counters);
+  for (size_t i = 0; i < a.price_rules.size(); i++) {
+    ExpectSameDouble(a.price_rules[i].max_price_per_gpu_hour, b.price_rules[i].max_price_per_gpu_hour,
+                     "max_price_per_gpu_hour");
+    EXPECT_EQ(a.price_rules[i].spot_fallback_revocations, b.price_rules[i].spot_fallback_revocations);
+    ExpectSameDouble(a.price_rules[i].spot_fallback_window_seconds,
+                     b.price_rules[i].spot_fallback_window_seconds, "spot_fallback_window_seconds");
+  }
   EXPECT_EQ(a.next_id, b.next_id);
   EXPECT_EQ(a.next_fencing_token, b.next_fencing_token);
 }
@@ -661,15 +725,15 @@ TEST(StoreOpen, NewerSchemaVersionIsRefusedAndTheFileLeftAsItWas) {
     ClusterState s = RichState();
     ASSERT_OK(store->Save(s, All(s)));
   }
-  ASSERT_EQ(RawSql(path, "PRAGMA user_version=10; PRAGMA user_version"), "10");
+  ASSERT_EQ(RawSql(path, "PRAGMA user_version=11; PRAGMA user_version"), "11");
   const std::string bytes = ReadWholeFile(path);
   auto store = Store::Open(path);
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), Code::kFailedPrecondition) << store.status().ToString();
   EXPECT_NE(store.status().message().find(path), std::string::npos) << store.status().ToString();
-  EXPECT_NE(store.status().message().find("version 10"), std::string::npos)
+  EXPECT_NE(store.status().message().find("version 11"), std::string::npos)
       << store.status().ToString();
-  EXPECT_NE(store.status().message().find("1 to 9"), std::string::npos)
+  EXPECT_NE(store.status().message().find("1 to 10"), std::string::npos)
       << store.status().ToString();
   EXPECT_TRUE(ReadWholeFile(path) == bytes) << "a refused open changed the file";
   EXPECT_FALSE(Exists(path + "-wal"));
@@ -786,7 +850,7 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
     ASSERT_NE(store, nullptr);
   }
   EXPECT_EQ(RawSql(path, "PRAGMA journal_mode"), "wal");
-  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "9");
+  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "10");
   EXPECT_EQ(RawSql(path, "PRAGMA quick_check"), "ok");
   // Reopened as often as wanted.
   for (int i = 0; i < 3; ++i) {
@@ -803,7 +867,20 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
 // a version-5 file the windows columns node and node_gpus, empty, a
 // version-6 file jobs.launch, segments.placement and windows.node_addr.
 // What a file older than version 6 lacks (the node of a window).
-#define kDropVersion9                                                                          \
+#define kDropVersion10                                                                         \
+  " ALTER TABLE pools DROP COLUMN pricing; ALTER TABLE pools DROP COLUMN price_per_gpu_hour;"     \
+  " ALTER TABLE pools DROP COLUMN price_history; ALTER TABLE teams DROP COLUMN budget;"          \
+  " ALTER TABLE teams DROP COLUMN budget_period_seconds; ALTER TABLE teams DROP COLUMN"          \
+  " period_start_ms; ALTER TABLE teams DROP COLUMN spent; ALTER TABLE jobs DROP COLUMN"          \
+  " revoked_ms; ALTER TABLE jobs DROP COLUMN cost; ALTER TABLE jobs DROP COLUMN samples;"        \
+  " ALTER TABLE jobs DROP COLUMN step_seconds; ALTER TABLE jobs DROP COLUMN losses;"            \
+  " ALTER TABLE segments DROP COLUMN price_per_gpu_hour; ALTER TABLE segments DROP COLUMN cost;" \
+  " ALTER TABLE segments DROP COLUMN start_step; ALTER TABLE segments DROP COLUMN"               \
+  " checkpoint_step; ALTER TABLE segments DROP COLUMN first_step; ALTER TABLE segments DROP"     \
+  " COLUMN first_step_ms; ALTER TABLE segments DROP COLUMN last_step; ALTER TABLE segments DROP" \
+  " COLUMN last_step_ms; ALTER TABLE segments DROP COLUMN checkpoint_seconds; ALTER TABLE meta"   \
+  " DROP COLUMN price_rules;"
+#define kDropVersion9 kDropVersion10                                                           \
   " ALTER TABLE segments DROP COLUMN shrink_release; ALTER TABLE segments DROP COLUMN"          \
   " leaving_workers; ALTER TABLE segments DROP COLUMN shrink_notice_ms; ALTER TABLE segments"    \
   " DROP COLUMN shrink_deadline_ms; ALTER TABLE segments DROP COLUMN shrink_for; ALTER TABLE"    \
@@ -820,7 +897,7 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
                                   bool had_rendezvous, bool had_service = false,
                                   bool had_dropped = false, bool had_secrets = false,
                                   bool had_nodes = false, bool had_launch = false,
-                                  bool had_crashes = false) {
+                                  bool had_crashes = false, bool had_shrinks = false) {
   TempDir dir;
   const std::string path = dir.Sub("stintd.db");
   ClusterState s = RichState();
@@ -848,11 +925,15 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
       w.node_gpus.clear();
     }
     if (!had_launch) w.node_addr.clear();
-    w.declared = false;
-    w.joined = false;
+    if (!had_shrinks) {
+      w.declared = false;
+      w.joined = false;
+    }
   }
-  s.node_credentials.clear();
-  for (auto& [id, seg] : s.segments) seg.master_port = 0;
+  if (!had_shrinks) {
+    s.node_credentials.clear();
+    for (auto& [id, seg] : s.segments) seg.master_port = 0;
+  }
   for (auto& [id, j] : s.jobs) {
     if (!had_launch) j.launch.clear();
   }
@@ -864,13 +945,36 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
   }
   // No file before version 9 held a shrink in flight, a worker's node, an
   // admin window on nodes, a master port or a node credential.
-  for (auto& [id, seg] : s.segments) {
-    seg.shrink_release.clear();
-    seg.leaving_workers.clear();
-    seg.shrink_notice_ms = seg.shrink_deadline_ms = 0;
-    seg.shrink_for = 0;
+  if (!had_shrinks) {
+    for (auto& [id, seg] : s.segments) {
+      seg.shrink_release.clear();
+      seg.leaving_workers.clear();
+      seg.shrink_notice_ms = seg.shrink_deadline_ms = 0;
+      seg.shrink_for = 0;
+    }
+    for (auto& [id, w] : s.workers) w.node.clear();
   }
-  for (auto& [id, w] : s.workers) w.node.clear();
+  // No file before version 10 held a price, a budget or what a segment achieved.
+  for (auto& [name, p] : s.pools) p = Pool{p.name, p.description};
+  for (auto& [name, t] : s.teams) {
+    t.budget = -1;
+    t.budget_period_seconds = 30 * 24 * 3600.0;
+    t.period_start_ms = 0;
+    t.spent = 0;
+  }
+  for (auto& [id, j] : s.jobs) {
+    j.revoked_ms.clear();
+    j.cost = 0;
+    j.samples = 0;
+    j.step_seconds.clear();
+    j.losses.clear();
+  }
+  for (auto& [id, seg] : s.segments) {
+    seg.price_per_gpu_hour = seg.cost = seg.checkpoint_seconds = 0;
+    seg.start_step = seg.checkpoint_step = seg.first_step = seg.last_step = -1;
+    seg.first_step_ms = seg.last_step_ms = 0;
+  }
+  s.price_rules = {};
   {
     auto store = OpenOrDie(path);
     ASSERT_NE(store, nullptr);
@@ -880,7 +984,7 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
     s = RichState();
     ASSERT_OK(store->Save(s, All(s)));
   }
-  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "9");
+  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "10");
   auto store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
   Result<ClusterState> loaded = store->Load();
@@ -942,6 +1046,14 @@ TEST(StoreOpen, VersionEightFileIsMigratedKeepingItsRows) {
                                /*had_service=*/true, /*had_dropped=*/true,
                                /*had_secrets=*/true, /*had_nodes=*/true, /*had_launch=*/true,
                                /*had_crashes=*/true);
+}
+
+// Version 9 knew no prices, budgets, loss curves or segment figures.
+TEST(StoreOpen, VersionNineFileIsMigratedKeepingItsRows) {
+  ExpectMigratedKeepingItsRows(kDropVersion10, "9", /*had_rendezvous=*/true,
+                               /*had_service=*/true, /*had_dropped=*/true,
+                               /*had_secrets=*/true, /*had_nodes=*/true, /*had_launch=*/true,
+                               /*had_crashes=*/true, /*had_shrinks=*/true);
 }
 
 // Version 6 knew no launch specs, placements or node addresses.

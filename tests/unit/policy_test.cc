@@ -85,6 +85,13 @@ class Cluster {
   }
   Job& JobOf(const Segment& seg) { return s.jobs.at(seg.job_id); }
 
+  // Prices the pool (made by Window()) and says how it is paid for.
+  void Price(const std::string& pool, double price,
+             PoolPricing pricing = PoolPricing::kOnDemand) {
+    s.pools.at(pool).price_per_gpu_hour = price;
+    s.pools.at(pool).pricing = pricing;
+  }
+
   // `n` live workers of the segment (ranks of an elastic group).
   void Workers(const Segment& seg, int n) {
     for (int i = 0; i < n; i++) {
@@ -231,7 +238,7 @@ TEST(Policy, JobsUseOnlyTheirPool) {
   c.Window("a", 8, kNow - Hours(1), kNow + Hours(10));
   const int64_t b = c.Window("b", 8, kNow - Hours(1), kNow + Hours(10));
   Job& j = c.Pending(8);
-  j.pool = "b";
+  j.pools = {"b"};
   c.Running({{b, 8}}, Priority::kHigh);
   const Plan plan = PlanAt(c.s);
   EXPECT_EQ(StartOf(plan, j.id), nullptr);  // pool a is free, but not its pool
@@ -741,7 +748,7 @@ ClusterState RandomCluster(uint32_t seed, bool plain = false) {
     Job& j = c.Pending(pick(1, 12), static_cast<Priority>(pick(0, 3)), Sec(600 * pick(0, 100)));
     j.max_gpus = j.min_gpus + (pick(0, 2) == 0 ? pick(1, 8) : 0);
     j.gang = pick(0, 2) != 0;
-    j.pool = pick(0, 2) == 0 ? "" : (pick(0, 1) ? "p" : "q");
+    if (pick(0, 2) != 0) j.pools = {pick(0, 1) ? "p" : "q"};
     j.remaining_seconds = pick(0, 1) ? 600.0 * pick(1, 20) : 0;
     j.checkpoint_interval_seconds = 300.0 * pick(1, 6);
     j.team = pick(0, 1) ? "x" : "y";
@@ -817,7 +824,7 @@ std::map<int64_t, TimeMs> Simulate(ClusterState& s, TimeMs from, TimeMs until, T
       if (now >= seg.planned_end_ms) {
         EXPECT_OK(FinishJob(s, worker_of[id], now, &ch));
       } else {
-        EXPECT_OK(Heartbeat(s, worker_of[id], 0, now));
+        EXPECT_OK(Heartbeat(s, worker_of[id], {}, now));
       }
     }
     const Plan plan = MakePlan(s, now, config);
@@ -1277,7 +1284,7 @@ TEST(PolicyStats, CountsAndFragmentation) {
   c.Window("a", 16, kNow + Hours(1), kNow + Hours(10));  // not open: not counted
   c.Running({{a, 4}}, Priority::kCritical);
   Job& head = c.Pending(4, Priority::kHigh);
-  head.pool = "a";
+  head.pools = {"a"};
   head.max_gpus = 4;
   c.Pending(1, Priority::kLow);
   const Plan plan = PlanAt(c.s);
@@ -1693,6 +1700,202 @@ TEST(Policy, SameInputGivesTheSamePlan) {
     EXPECT_EQ(first, Dump(PlanAt(copy))) << "seed " << seed;
     EXPECT_EQ(first, Dump(PlanAt(s))) << "seed " << seed;
   }
+}
+
+// --- prices, price rules and budgets (planner_prices.cc) ---
+
+TEST(PolicyPrices, AmongEqualStartsTheCheapestPoolWins) {
+  Cluster c;
+  c.Window("a", 8, kNow - Hours(1), kNow + Hours(10));
+  const int64_t b = c.Window("b", 8, kNow - Hours(1), kNow + Hours(10));
+  c.Window("z", 8, kNow - Hours(1), kNow + Hours(10));
+  c.Price("a", 3);
+  c.Price("b", 1);
+  c.Price("z", 2);
+  const int64_t j = c.Pending(4).id;
+  const Plan plan = PlanAt(c.s);
+  const StartDecision* d = StartOf(plan, j);
+  ASSERT_NE(d, nullptr);
+  ASSERT_EQ(d->allocs.size(), 1u);
+  EXPECT_EQ(d->allocs[0].window_id, b);
+}
+
+TEST(PolicyPrices, TheSoonestFitWinsOverACheaperLaterOne) {
+  Cluster c;
+  const int64_t a = c.Window("a", 8, kNow - Hours(1), kNow + Hours(10));
+  const int64_t b = c.Window("b", 8, kNow - Hours(1), kNow + Hours(10));
+  c.Price("a", 3);
+  c.Price("b", 1);
+  c.Running({{b, 8}}, Priority::kHigh, Hours(1), kNow + Hours(2));
+  const int64_t j = c.Pending(4).id;
+  const Plan plan = PlanAt(c.s);
+  const StartDecision* d = StartOf(plan, j);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->allocs[0].window_id, a);
+}
+
+TEST(PolicyPrices, ASpotPoolCostsWhatItsRevocationsLose) {
+  Cluster c;
+  const int64_t a = c.Window("a", 8, kNow - Hours(1), kNow + Hours(10));
+  const int64_t b = c.Window("b", 8, kNow - Hours(1), kNow + Hours(10));
+  c.s.windows.at(b).kind = WindowKind::kSpot;
+  // Three earlier spot hours of pool b, each revoked: one revocation per hour.
+  for (int i = 0; i < 3; i++) {
+    const int64_t old = c.Window("b", 8, kNow - Hours(5 + i), kNow - Hours(4 + i));
+    c.s.windows.at(old).kind = WindowKind::kSpot;
+    c.s.windows.at(old).closed_early = true;
+  }
+  c.Price("a", 1.2);
+  c.Price("b", 1, PoolPricing::kSpot);
+  // Each revocation costs this job 600 + 60 + 1200 / 2 s: a third of every
+  // spot hour, so pool b costs 1 / (1 - 0.35) = 1.54 per useful GPU-hour.
+  Job& slow = c.Pending(4);
+  slow.restart_seconds = 600;
+  slow.checkpoint_seconds = 60;
+  slow.checkpoint_interval_seconds = 1200;
+  // A job that restarts at once loses little there: b stays the cheaper.
+  Job& quick = c.Pending(4);
+  quick.restart_seconds = 1;
+  quick.checkpoint_seconds = 1;
+  quick.checkpoint_interval_seconds = 60;
+  const Plan plan = PlanAt(c.s);
+  ASSERT_NE(StartOf(plan, slow.id), nullptr);
+  ASSERT_NE(StartOf(plan, quick.id), nullptr);
+  EXPECT_EQ(StartOf(plan, slow.id)->allocs[0].window_id, a);
+  EXPECT_EQ(StartOf(plan, quick.id)->allocs[0].window_id, b);
+}
+
+TEST(PolicyPrices, APriceCapKeepsALevelOutOfDearPools) {
+  Cluster c;
+  const int64_t cheap = c.Window("cheap", 4, kNow - Hours(1), kNow + Hours(10));
+  c.Window("dear", 8, kNow - Hours(1), kNow + Hours(10));
+  c.Price("cheap", 1);
+  c.Price("dear", 3);
+  c.s.price_rules[static_cast<size_t>(Priority::kLow)].max_price_per_gpu_hour = 2;
+  c.Running({{cheap, 4}}, Priority::kHigh);
+  const int64_t low = c.Pending(4, Priority::kLow).id;
+  const int64_t medium = c.Pending(4, Priority::kMedium).id;
+  const Plan plan = PlanAt(c.s);
+  EXPECT_NE(StartOf(plan, medium), nullptr);  // no cap for MEDIUM
+  EXPECT_EQ(StartOf(plan, low), nullptr);     // dear is free, but above its cap
+  EXPECT_EQ(Info(plan, low).reason, BlockReason::kPriority);
+  // Its only pool priced above the cap: it waits for a price change.
+  Job& only_dear = c.Pending(2, Priority::kLow);
+  only_dear.pools = {"dear"};
+  const Plan capped = PlanAt(c.s);
+  EXPECT_EQ(StartOf(capped, only_dear.id), nullptr);
+  EXPECT_EQ(Info(capped, only_dear.id).reason, BlockReason::kPrice);
+  EXPECT_NE(Info(capped, only_dear.id).detail.find("LOW cap of 2.00/GPU-hour"), std::string::npos)
+      << Info(capped, only_dear.id).detail;
+}
+
+TEST(PolicyPrices, AJobRevokedTooOftenFallsBackFromSpot) {
+  Cluster c;
+  c.Window("spot", 8, kNow - Hours(1), kNow + Hours(10));
+  const int64_t demand = c.Window("demand", 8, kNow - Hours(1), kNow + Hours(10));
+  c.Price("spot", 0.5, PoolPricing::kSpot);
+  c.Price("demand", 2);
+  PriceRule& rule = c.s.price_rules[static_cast<size_t>(Priority::kMedium)];
+  rule.spot_fallback_revocations = 2;
+  rule.spot_fallback_window_seconds = 3600;
+  Job& twice = c.Pending(4);
+  twice.revoked_ms = {kNow - Sec(600), kNow - Sec(60)};
+  Job& once = c.Pending(4);
+  once.revoked_ms = {kNow - Hours(2), kNow - Sec(60)};  // the first is outside the window
+  const Plan plan = PlanAt(c.s);
+  ASSERT_NE(StartOf(plan, twice.id), nullptr);
+  ASSERT_NE(StartOf(plan, once.id), nullptr);
+  EXPECT_EQ(StartOf(plan, twice.id)->allocs[0].window_id, demand);
+  EXPECT_NE(StartOf(plan, once.id)->allocs[0].window_id, demand);
+}
+
+TEST(PolicyBudget, StartsOnlyWhatTheBudgetPays) {
+  Cluster c;
+  c.Window("p", 64, kNow - Hours(1), kNow + Hours(10));
+  c.Price("p", 2);
+  c.Team("t", 0);
+  c.s.teams.at("t").budget = 4;
+  // A minimum segment (700 s) of 4 GPUs at 2 per GPU-hour costs 1.56: the
+  // budget of 4 pays two in this pass, not three.
+  std::vector<int64_t> jobs;
+  for (int i = 0; i < 4; i++) jobs.push_back(c.Pending(4).id);
+  const Plan plan = PlanAt(c.s);
+  EXPECT_EQ(plan.starts.size(), 2u);
+  for (size_t i = 2; i < jobs.size(); i++) {
+    EXPECT_EQ(Info(plan, jobs[i]).reason, BlockReason::kBudget);
+    EXPECT_NE(Info(plan, jobs[i]).detail.find("costs 1.56"), std::string::npos)
+        << Info(plan, jobs[i]).detail;
+    EXPECT_NE(Info(plan, jobs[i]).detail.find("of its budget 4.00"), std::string::npos)
+        << Info(plan, jobs[i]).detail;
+  }
+  // What it spent counts: with 3 of 4 spent, none starts.
+  c.s.teams.at("t").spent = 3;
+  EXPECT_TRUE(PlanAt(c.s).starts.empty());
+  // A pool that costs nothing is still open to it.
+  c.Window("free", 8, kNow - Hours(1), kNow + Hours(10));
+  EXPECT_EQ(PlanAt(c.s).starts.size(), 2u);
+}
+
+TEST(PolicyBudget, ATeamOutOfBudgetCheckpointsAndStops) {
+  Cluster c;
+  const int64_t w = c.Window("p", 16, kNow - Hours(2), kNow + Hours(10));
+  c.Price("p", 2);
+  c.Team("t", 0);
+  c.Team("other", 0);
+  Segment& mine = c.Running({{w, 4}}, Priority::kMedium, Hours(1));
+  mine.price_per_gpu_hour = 2;
+  Segment& theirs = c.Running({{w, 4}}, Priority::kMedium, Hours(1));
+  theirs.price_per_gpu_hour = 2;
+  c.JobOf(theirs).team = "other";
+  // Stopping costs 4 GPUs x (30 + 10) s x 2 / h = 0.09: a team with less
+  // than that left is told to stop now.
+  c.s.teams.at("t").budget = 10;
+  c.s.teams.at("t").spent = 9.95;
+  const Plan plan = PlanAt(c.s);
+  const NoticeDecision* n = NoticeOf(plan, mine.id);
+  ASSERT_NE(n, nullptr);
+  EXPECT_EQ(n->reason, NoticeReason::kBudget);
+  EXPECT_EQ(n->deadline_ms, kNow + Sec(30 + 10));
+  EXPECT_EQ(NoticeOf(plan, theirs.id), nullptr);
+  c.s.teams.at("t").spent = 9.5;  // enough left to stop later
+  EXPECT_EQ(NoticeOf(PlanAt(c.s), mine.id), nullptr);
+}
+
+// Many jobs of a team queued at once, run tick by tick as stintd does
+// (plan, apply, charge; workers ack a notice at once): what the team is
+// charged stays within its budget, and the budget was used.
+TEST(PolicyBudget, HoldsWhileManyJobsRun) {
+  Cluster c;
+  c.Window("p", 64, kNow - Hours(1), kNow + Hours(10));
+  c.Price("p", 2);
+  c.Team("t", 0);
+  c.s.teams.at("t").budget = 12;
+  c.s.teams.at("t").period_start_ms = kNow;
+  for (int i = 0; i < 10; i++) c.Pending(4).remaining_seconds = 3 * 3600;
+  PolicyConfig config;
+  Changes ch;
+  c.s.counters.accounted_ms = kNow;
+  int budget_notices = 0;
+  for (TimeMs now = kNow; now < kNow + Hours(3); now += Sec(5)) {
+    AccountTime(c.s, now, config, &ch);
+    for (auto& [id, seg] : c.s.segments) seg.last_heartbeat_ms = now;
+    const Plan plan = MakePlan(c.s, now, config);
+    for (const NoticeDecision& d : plan.notices) budget_notices += d.reason == NoticeReason::kBudget;
+    ApplyPlan(c.s, plan, now, &ch);
+    // Workers: register once, ack a notice at once.
+    for (auto& [id, seg] : c.s.segments) {
+      if (seg.state != SegmentState::kNotified) continue;
+      const Worker w = RegisterWorker(c.s, seg.job_id, "w", now, &ch).value();
+      ASSERT_OK(AckSegment(c.s, w.id, 0, now, &ch));
+    }
+  }
+  const Team& t = c.s.teams.at("t");
+  EXPECT_GT(budget_notices, 0);
+  EXPECT_LE(t.spent, t.budget + 4 * 2 * 5 / 3600.0 + 1e-9);  // at most one tick's charge over
+  EXPECT_GT(t.spent, t.budget * 0.9);
+  double charged = 0;
+  for (const auto& [id, j] : c.s.jobs) charged += j.cost;
+  EXPECT_NEAR(charged, t.spent, 1e-9);
 }
 
 }  // namespace

@@ -18,7 +18,7 @@ class RendezvousTest : public ::testing::Test {
     config_.rendezvous_last_call_seconds = 2;
     config_.lease_ttl_seconds = 10;
     Changes c;
-    ASSERT_OK(AddPool(s_, Pool{"p", ""}, &c));
+    ASSERT_OK(AddPool(s_, Pool{"p", ""}, 0, &c));
     Window w;
     w.pool = "p";
     w.gpus = 8;

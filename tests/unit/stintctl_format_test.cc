@@ -189,7 +189,7 @@ TEST(StintctlRender, WindowsTeamsSegmentsAndOneJob) {
   Json teams =
       Json::parse(R"({"teams": [{"name": "research", "guaranteed_gpus": 8, "borrow_limit_gpus": -1,
                                           "usage_gpu_seconds": 7200, "allocated_gpus": 4}]})");
-  std::string t = RenderTeams(teams);
+  std::string t = RenderTeams(teams, 0);
   EXPECT_NE(t.find("unlimited"), std::string::npos) << t;
   EXPECT_NE(t.find("2.0"), std::string::npos);
 

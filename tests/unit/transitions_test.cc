@@ -2,6 +2,8 @@
 // error, the segment lifecycle, fencing, and time accounting.
 #include "stintd/core/transitions.h"
 
+#include "stintd/core/accounting.h"
+
 #include <cmath>
 
 #include <gtest/gtest.h>
@@ -16,14 +18,14 @@ constexpr TimeMs kT0 = 1'800'000'000'000;  // an arbitrary wall-clock origin
 class TransitionsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_OK(AddPool(s_, Pool{"p", ""}, &c_));
+    ASSERT_OK(AddPool(s_, Pool{"p", ""}, 0, &c_));
     Window w;
     w.pool = "p";
     w.gpus = 8;
     w.start_ms = kT0;
     w.end_ms = kT0 + 3'600'000;
     window_ = AddWindow(s_, w, kT0, &c_).value();
-    ASSERT_OK(PutTeam(s_, Team{"ml", 4, 2, 0, 0}, &c_));
+    ASSERT_OK(PutTeam(s_, Team{"ml", 4, 2, 0, 0}, 0, &c_));
   }
 
   int64_t Submit(int min_gpus, const std::string& team = "ml") {
@@ -74,9 +76,9 @@ TEST_F(TransitionsTest, InvalidRequestsChangeNothing) {
   w.pool = "p";
   w.end_ms = kNever;  // a hard window needs an end
   EXPECT_EQ(AddWindow(s_, w, kT0, &ch).status().code(), Code::kInvalidArgument);
-  EXPECT_EQ(AddPool(s_, Pool{"p", ""}, &ch).code(), Code::kAlreadyExists);
-  EXPECT_EQ(AddPool(s_, Pool{"has space", ""}, &ch).code(), Code::kInvalidArgument);
-  EXPECT_EQ(PutTeam(s_, Team{"t", -1, -1, 0, 0}, &ch).code(), Code::kInvalidArgument);
+  EXPECT_EQ(AddPool(s_, Pool{"p", ""}, 0, &ch).code(), Code::kAlreadyExists);
+  EXPECT_EQ(AddPool(s_, Pool{"has space", ""}, 0, &ch).code(), Code::kInvalidArgument);
+  EXPECT_EQ(PutTeam(s_, Team{"t", -1, -1, 0, 0}, 0, &ch).code(), Code::kInvalidArgument);
   EXPECT_EQ(CancelJob(s_, 999, "", kT0, &ch).code(), Code::kNotFound);
   EXPECT_TRUE(ch.empty());
   EXPECT_EQ(s_.jobs.size(), before.jobs.size());
@@ -246,8 +248,8 @@ TEST_F(TransitionsTest, WorkersOnlyJoinARunningSegment) {
   ASSERT_OK(FinishJob(s_, w.id, kT0 + 5000, &ch));
   EXPECT_EQ(s_.jobs.at(job).state, JobState::kDone);
   EXPECT_EQ(RegisterWorker(s_, job, "w2", kT0, &ch).status().code(), Code::kFailedPrecondition);
-  EXPECT_EQ(Heartbeat(s_, w.id, 1, kT0 + 6000)->active, false);
-  EXPECT_EQ(Heartbeat(s_, 12345, 1, kT0).status().code(), Code::kNotFound);
+  EXPECT_EQ(Heartbeat(s_, w.id, HeartbeatReport{1, {}, {}, {}}, kT0 + 6000)->active, false);
+  EXPECT_EQ(Heartbeat(s_, 12345, HeartbeatReport{1, {}, {}, {}}, kT0).status().code(), Code::kNotFound);
 }
 
 TEST_F(TransitionsTest, CancelEndsARunningSegment) {
@@ -414,6 +416,142 @@ TEST_F(TransitionsTest, AWorkerCrashIsCountedAndOnlyTheLimitEndsTheSegment) {
             Code::kFailedPrecondition);
   EXPECT_EQ(ReportWorkerCrash(s_, 999, 9, "", 3, 60'000, kT0, &ch, &relaunch).code(),
             Code::kNotFound);
+}
+
+// --- prices, budgets and what segments achieved (accounting.h) ---
+
+TEST_F(TransitionsTest, ASegmentIsChargedAtThePriceInForceWhenItStarted) {
+  Changes ch;
+  ASSERT_OK(SetPoolPrice(s_, "p", 2, kT0, &ch));
+  EXPECT_TRUE(ch.pools.count("p"));
+  const ClusterState before = s_;
+  EXPECT_EQ(SetPoolPrice(s_, "p", -1, kT0, &ch).code(), Code::kInvalidArgument);
+  EXPECT_EQ(SetPoolPrice(s_, "p", NAN, kT0, &ch).code(), Code::kInvalidArgument);
+  EXPECT_EQ(SetPoolPrice(s_, "nowhere", 1, kT0, &ch).code(), Code::kNotFound);
+  EXPECT_EQ(s_.pools.at("p").price_history.size(), before.pools.at("p").price_history.size());
+
+  const int64_t job = Submit(4);
+  const int64_t seg = Start(job, 4);
+  EXPECT_EQ(s_.segments.at(seg).price_per_gpu_hour, 2);
+  ASSERT_OK(SetPoolPrice(s_, "p", 5, kT0 + 1000, &ch));  // a later price: not this segment's
+  ASSERT_EQ(s_.pools.at("p").price_history.size(), 2u);
+  EXPECT_EQ(s_.pools.at("p").price_history[1].at_ms, kT0 + 1000);
+  EXPECT_EQ(s_.pools.at("p").price_history[1].price_per_gpu_hour, 5);
+  s_.counters.accounted_ms = kT0;
+  AccountTime(s_, kT0 + 1'800'000, PolicyConfig(), &ch);  // half an hour of 4 GPUs at 2
+  EXPECT_NEAR(s_.segments.at(seg).cost, 4.0, 1e-9);
+  EXPECT_NEAR(s_.jobs.at(job).cost, 4.0, 1e-9);
+  EXPECT_NEAR(s_.teams.at("ml").spent, 4.0, 1e-9);
+  // The next segment of the job pays the new price.
+  const Worker w = RegisterWorker(s_, job, "w", kT0 + 1'800'000, &ch).value();
+  ASSERT_OK(AckSegment(s_, w.id, 10, kT0 + 1'800'000, &ch));
+  EXPECT_EQ(s_.segments.at(Start(job, 4, kT0 + 1'800'000)).price_per_gpu_hour, 5);
+}
+
+TEST_F(TransitionsTest, ABudgetPeriodStartsOverWhenItEnds) {
+  Changes ch;
+  Team t = s_.teams.at("ml");
+  t.budget = 100;
+  t.budget_period_seconds = 3600;
+  ASSERT_OK(PutTeam(s_, t, kT0, &ch));
+  EXPECT_EQ(s_.teams.at("ml").period_start_ms, kT0);
+  t.budget_period_seconds = 60;  // shorter than an hour: refused
+  EXPECT_EQ(PutTeam(s_, t, kT0, &ch).code(), Code::kInvalidArgument);
+  t.budget_period_seconds = 3600;
+  t.budget = -5;
+  EXPECT_EQ(PutTeam(s_, t, kT0, &ch).code(), Code::kInvalidArgument);
+  ASSERT_OK(SetPoolPrice(s_, "p", 1, kT0, &ch));
+  Start(Submit(2), 2);
+  s_.counters.accounted_ms = kT0;
+  AccountTime(s_, kT0 + 3'000'000, PolicyConfig(), &ch);  // 50 min x 2 GPUs
+  EXPECT_NEAR(s_.teams.at("ml").spent, 100.0 / 60, 1e-9);
+  AccountTime(s_, kT0 + 3'700'000, PolicyConfig(), &ch);  // into the next period
+  EXPECT_EQ(s_.teams.at("ml").period_start_ms, kT0 + 3'600'000);
+  EXPECT_NEAR(s_.teams.at("ml").spent, 2 * 700.0 / 3600, 1e-9);
+  // An admin raising the budget keeps what was spent.
+  t.budget = 200;
+  ASSERT_OK(PutTeam(s_, t, kT0 + 3'700'000, &ch));
+  EXPECT_NEAR(s_.teams.at("ml").spent, 2 * 700.0 / 3600, 1e-9);
+  EXPECT_EQ(s_.teams.at("ml").period_start_ms, kT0 + 3'600'000);
+}
+
+// A segment resumed from step 100 restarts for 30 s, then steps once a
+// second at 4 GPUs; its checkpoint at step 150 keeps 50 steps; it is
+// lost at step 160.
+TEST_F(TransitionsTest, HeartbeatsGiveThePaceLossCurveAndEfficiency) {
+  Changes ch;
+  const int64_t job = Submit(4);
+  s_.jobs.at(job).checkpoint_step = 100;
+  const int64_t seg = Start(job, 4);
+  EXPECT_EQ(s_.segments.at(seg).start_step, 100);
+  const Worker w = RegisterWorker(s_, job, "w", kT0, &ch).value();
+  auto beat = [&](int64_t step, TimeMs at, std::optional<double> loss) {
+    HeartbeatReport r;
+    r.step = step;
+    r.loss = loss;
+    r.samples = step * 32;
+    ASSERT_TRUE(Heartbeat(s_, w.id, r, at).value().active);
+  };
+  beat(100, kT0 + 10'000, std::nullopt);  // still restarting
+  beat(101, kT0 + 30'000, 2.5);
+  beat(101, kT0 + 31'000, 2.4);  // the same step again: one point per step
+  beat(130, kT0 + 59'000, 2.0);
+  ASSERT_OK(ReportCheckpoint(s_, w.id, 150, 4.0, 0, kT0 + 80'000, &ch));
+  beat(160, kT0 + 89'000, 1.5);
+  const Job& j = s_.jobs.at(job);
+  EXPECT_EQ(j.samples, 160 * 32);
+  ASSERT_EQ(j.losses.size(), 3u);
+  EXPECT_EQ(j.losses[0].step, 101);
+  EXPECT_EQ(j.losses[0].loss, 2.5);
+  EXPECT_EQ(j.losses[2].segment_id, seg);
+  ASSERT_EQ(j.step_seconds.count(4), 1u);
+  EXPECT_NEAR(j.step_seconds.at(4), 1.0, 1e-9);  // (89 - 30) s / (160 - 101) steps
+
+  Plan lost;
+  lost.lost.push_back(LostDecision{seg, "all worker leases expired"});
+  ApplyPlan(s_, lost, kT0 + 100'000, &ch);
+  const JobFigures f = FigureJob(s_, s_.jobs.at(job), kT0 + 200'000);
+  ASSERT_EQ(f.segments.size(), 1u);
+  const SegmentFigures& g = f.segments[0];
+  EXPECT_NEAR(g.held_gpu_seconds, 4 * 100.0, 1e-9);
+  EXPECT_NEAR(g.restart_gpu_seconds, 4 * 30.0, 1e-9);
+  EXPECT_NEAR(g.checkpoint_gpu_seconds, 4 * 4.0, 1e-9);
+  EXPECT_EQ(g.kept_steps, 50);
+  EXPECT_NEAR(g.useful_gpu_seconds, 4 * 50.0, 1e-9);
+  EXPECT_NEAR(g.lost_gpu_seconds, 4 * 10.0, 1e-9);
+  EXPECT_NEAR(f.efficiency, 0.5, 1e-9);
+
+  // The next segment resumes at 150: the curve goes on from there, its
+  // first point marks the segment's start.
+  const int64_t next = Start(job, 4, kT0 + 300'000);
+  EXPECT_EQ(s_.segments.at(next).start_step, 150);
+  const Worker w2 = RegisterWorker(s_, job, "w2", kT0 + 300'000, &ch).value();
+  HeartbeatReport r;
+  r.step = 151;
+  r.loss = 1.6;
+  ASSERT_OK(Heartbeat(s_, w2.id, r, kT0 + 330'000).status());
+  EXPECT_EQ(s_.jobs.at(job).losses.back().segment_id, next);
+  EXPECT_EQ(s_.jobs.at(job).losses.back().step, 151);
+}
+
+TEST_F(TransitionsTest, ALongLossCurveIsThinnedKeepingItsEnds) {
+  Changes ch;
+  const int64_t job = Submit(1);
+  Start(job, 1);
+  const Worker w = RegisterWorker(s_, job, "w", kT0, &ch).value();
+  const int64_t steps = 3 * static_cast<int64_t>(kMaxLossPoints);
+  for (int64_t step = 1; step <= steps; step++) {
+    HeartbeatReport r;
+    r.step = step;
+    r.loss = 1.0 / static_cast<double>(step);
+    ASSERT_OK(Heartbeat(s_, w.id, r, kT0 + step).status());
+  }
+  const std::vector<LossPoint>& losses = s_.jobs.at(job).losses;
+  EXPECT_LE(losses.size(), kMaxLossPoints);
+  EXPECT_GT(losses.size(), kMaxLossPoints / 2);
+  EXPECT_EQ(losses.front().step, 1);
+  EXPECT_EQ(losses.back().step, steps);
+  for (size_t i = 1; i < losses.size(); i++) ASSERT_LT(losses[i - 1].step, losses[i].step);
 }
 
 }  // namespace

@@ -251,15 +251,78 @@ void AddPools(CLI::App& app, Leaves& leaves) {
   CLI::App* pools_add = pools->add_subcommand("add", "create a pool");
   pools_add->add_option("name", *name, "pool name")->required();
   CLI::Option* desc_opt = pools_add->add_option("--description", *description, "free text");
+  auto pricing = std::make_shared<std::string>();
+  auto price = std::make_shared<double>(0);
+  CLI::Option* pricing_opt = pools_add->add_option(
+      "--pricing", *pricing, "how its GPUs are paid for: on_demand (default), spot or on_prem");
+  CLI::Option* price_opt =
+      pools_add->add_option("--price", *price, "price per GPU-hour (0: unpriced)")
+          ->check(CLI::NonNegativeNumber);
   leaves.emplace_back(pools_add, [=](Ctl& c, int64_t) {
     Json body{{"name", *name}};
     if (*desc_opt) body["description"] = *description;
+    if (*pricing_opt) body["pricing"] = *pricing;
+    if (*price_opt) body["price_per_gpu_hour"] = *price;
     return c.Run("POST", "/v1/pools", body,
                  [&](const Json&) { return Line("pool " + *name + " created"); });
+  });
+  auto set_name = std::make_shared<std::string>();
+  auto set_price = std::make_shared<double>(0);
+  CLI::App* pools_price =
+      pools->add_subcommand("set-price", "set a pool's price per GPU-hour from now on");
+  pools_price->add_option("name", *set_name, "pool name")->required();
+  pools_price->add_option("price", *set_price, "price per GPU-hour")
+      ->required()
+      ->check(CLI::NonNegativeNumber);
+  leaves.emplace_back(pools_price, [=](Ctl& c, int64_t) {
+    return c.Run("POST", "/v1/pools/" + UrlEncode(*set_name) + "/price",
+                 Json{{"price_per_gpu_hour", *set_price}}, [&](const Json& p) {
+                   return Line("pool " + *set_name + ": " + Cell(p, "price_per_gpu_hour") +
+                               " per GPU-hour from now on");
+                 });
   });
   CLI::App* pools_list = pools->add_subcommand("list", "list pools");
   leaves.emplace_back(pools_list, [](Ctl& c, int64_t) {
     return c.Run("GET", "/v1/pools", std::nullopt, RenderPools);
+  });
+}
+
+// --- price-rules ---
+void AddPriceRules(CLI::App& app, Leaves& leaves) {
+  CLI::App* rules = app.add_subcommand("price-rules", "what each priority level may pay")
+                        ->require_subcommand(1);
+  CLI::App* list = rules->add_subcommand("list", "list the rules");
+  leaves.emplace_back(list, [](Ctl& c, int64_t) {
+    return c.Run("GET", "/v1/price-rules", std::nullopt, RenderPriceRules);
+  });
+  struct Args {
+    std::string priority, window;
+    double cap = -1;
+    int revocations = 0;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* set = rules->add_subcommand("set", "change a level's rule (fields not given are kept)");
+  set->add_option("priority", a->priority, "LOW, MEDIUM, HIGH or CRITICAL")->required();
+  CLI::Option* cap_opt = set->add_option(
+      "--max-price", a->cap, "pools priced above this per GPU-hour are not used (-1: any price)");
+  CLI::Option* revocations_opt =
+      set->add_option("--spot-fallback", a->revocations,
+                      "after this many revocations a job stops using spot pools (0: never)")
+          ->check(CLI::NonNegativeNumber);
+  CLI::Option* window_opt = set->add_option(
+      "--spot-fallback-window", a->window, "within this long, e.g. 24h (default)");
+  leaves.emplace_back(set, [=](Ctl& c, int64_t) {
+    auto p = ParsePriority(a->priority);
+    if (!p.ok()) return Usage(p.status().message());
+    Json body = Json::object();
+    if (*cap_opt) body["max_price_per_gpu_hour"] = a->cap;
+    if (*revocations_opt) body["spot_fallback_revocations"] = a->revocations;
+    if (*window_opt) {
+      auto d = ParseDuration(a->window);
+      if (!d.ok()) return Usage("--spot-fallback-window: " + d.status().message());
+      body["spot_fallback_window_seconds"] = *d;
+    }
+    return c.Run("PUT", "/v1/price-rules/" + *p, body, RenderPriceRules);
   });
 }
 
@@ -396,8 +459,9 @@ void AddTeams(CLI::App& app, Leaves& leaves) {
   CLI::App* teams =
       app.add_subcommand("teams", "teams and their GPU guarantees")->require_subcommand(1);
   struct Args {
-    std::string name;
+    std::string name, period;
     int guaranteed = 0, borrow = 0;
+    double budget = -1;
   };
   auto a = std::make_shared<Args>();
   CLI::App* teams_set = teams->add_subcommand("set", "create or change a team");
@@ -409,16 +473,27 @@ void AddTeams(CLI::App& app, Leaves& leaves) {
                                 ->add_option("--borrow-limit", a->borrow,
                                              "GPUs it may borrow beyond that (-1: unlimited)")
                                 ->check(CLI::Range(-1, 1 << 30));
-  leaves.emplace_back(teams_set, [=](Ctl& c, int64_t) {
+  CLI::Option* budget_opt =
+      teams_set->add_option("--budget", a->budget, "spending limit per period (-1: none)");
+  CLI::Option* period_opt = teams_set->add_option(
+      "--budget-period", a->period, "the budget's period, e.g. 30d (default) or 7d");
+  leaves.emplace_back(teams_set, [=](Ctl& c, int64_t now) {
     Json body{{"guaranteed_gpus", a->guaranteed}};
     if (*borrow_opt) body["borrow_limit_gpus"] = a->borrow;
+    if (*budget_opt) body["budget"] = a->budget;
+    if (*period_opt) {
+      auto d = ParseDuration(a->period);
+      if (!d.ok()) return Usage("--budget-period: " + d.status().message());
+      body["budget_period_seconds"] = *d;
+    }
     return c.Run("PUT", "/v1/teams/" + UrlEncode(a->name), body, [&](const Json& t) {
-      return RenderTeams(Json{{"teams", Json::array({t})}});
+      return RenderTeams(Json{{"teams", Json::array({t})}}, now);
     });
   });
   CLI::App* teams_list = teams->add_subcommand("list", "list teams");
-  leaves.emplace_back(teams_list, [](Ctl& c, int64_t) {
-    return c.Run("GET", "/v1/teams", std::nullopt, RenderTeams);
+  leaves.emplace_back(teams_list, [](Ctl& c, int64_t now) {
+    return c.Run("GET", "/v1/teams", std::nullopt,
+                 [now](const Json& r) { return RenderTeams(r, now); });
   });
 }
 
@@ -511,7 +586,8 @@ void AddJobsSubmit(CLI::App* jobs, Leaves& leaves) {
   jobs_submit->add_option("--name", a->name, "job name")->required();
   jobs_submit->add_option("--gpus", a->gpus, "GPUs: N, or MIN:MAX for an elastic job")->required();
   a->team_opt = jobs_submit->add_option("--team", a->team, "team");
-  a->pool_opt = jobs_submit->add_option("--pool", a->pool, "pool to run in");
+  a->pool_opt = jobs_submit->add_option(
+      "--pool", a->pool, "pools it may run in, e.g. a or a,b,c (default: any)");
   a->priority_opt =
       jobs_submit->add_option("--priority", a->priority, "LOW, MEDIUM, HIGH or CRITICAL");
   jobs_submit->add_flag("--no-gang", a->no_gang,
@@ -719,6 +795,7 @@ int Main(int argc, char** argv) {
   AddPools(app, leaves);
   AddWindows(app, leaves);
   AddTeams(app, leaves);
+  AddPriceRules(app, leaves);
   AddJobs(app, leaves);
   AddQueueAndSegments(app, leaves);
   AddLogs(app, leaves);

@@ -60,6 +60,23 @@ std::string StepCell(const Json& o, const char* key) {
   return Cell(o, key);
 }
 
+// Money and ratios with two and three decimals ("-" when missing).
+std::string MoneyCell(const Json& o, const char* key) {
+  double v;
+  if (!Number(o, key, &v)) return "-";
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%.2f", v);
+  return buf;
+}
+
+std::string RatioCell(const Json& o, const char* key) {
+  double v;
+  if (!Number(o, key, &v)) return "-";
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%.3f", v);
+  return buf;
+}
+
 std::string Plural(size_t n, const char* one, const char* many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
 }
@@ -110,8 +127,27 @@ std::string TimeCell(const Json& object, const char* key, int64_t now_ms) {
 std::string RenderPools(const Json& reply) {
   const Json& pools = List(reply, "pools");
   if (pools.empty()) return "no pools\n";
-  Table t({"POOL", "DESCRIPTION"});
-  for (const Json& p : pools) t.AddRow({Cell(p, "name"), Cell(p, "description")});
+  Table t({"POOL", "PRICING", "PRICE_PER_GPU_H", "PRICE_CHANGES", "DESCRIPTION"});
+  for (const Json& p : pools) {
+    t.AddRow({Cell(p, "name"), Cell(p, "pricing"), MoneyCell(p, "price_per_gpu_hour"),
+              std::to_string(List(p, "price_history").size()), Cell(p, "description")});
+  }
+  return t.Render();
+}
+
+std::string RenderPriceRules(const Json& reply) {
+  Table t({"PRIORITY", "MAX_PRICE_PER_GPU_H", "SPOT_FALLBACK_AFTER", "WITHIN"});
+  for (const Json& r : List(reply, "rules")) {
+    const std::string cap = Field(r, "max_price_per_gpu_hour").is_null()
+                                ? "any"
+                                : MoneyCell(r, "max_price_per_gpu_hour");
+    int64_t n = 0;
+    const std::string fallback = Int(r, "spot_fallback_revocations", &n) && n == 0
+                                     ? "never"
+                                     : Cell(r, "spot_fallback_revocations") + " revocations";
+    t.AddRow({Cell(r, "priority"), cap, fallback,
+              DurationCell(r, "spot_fallback_window_seconds")});
+  }
   return t.Render();
 }
 
@@ -137,10 +173,11 @@ std::string RenderWindows(const Json& reply, int64_t now_ms) {
   return t.Render();
 }
 
-std::string RenderTeams(const Json& reply) {
+std::string RenderTeams(const Json& reply, int64_t now_ms) {
   const Json& teams = List(reply, "teams");
   if (teams.empty()) return "no teams\n";
-  Table t({"TEAM", "GUARANTEED", "BORROW_LIMIT", "ALLOCATED", "USAGE_GPU_H"});
+  Table t({"TEAM", "GUARANTEED", "BORROW_LIMIT", "ALLOCATED", "USAGE_GPU_H", "BUDGET", "SPENT",
+           "LEFT", "PER_HOUR", "FORECAST", "PERIOD_ENDS"});
   for (const Json& team : teams) {
     int64_t limit;
     std::string borrow = Int(team, "borrow_limit_gpus", &limit) && limit < 0
@@ -150,8 +187,12 @@ std::string RenderTeams(const Json& reply) {
     char hours[32] = "-";
     if (Number(team, "usage_gpu_seconds", &usage))
       std::snprintf(hours, sizeof(hours), "%.1f", usage / 3600);
+    const bool budgeted = !Field(team, "budget").is_null();
     t.AddRow({Cell(team, "name"), Cell(team, "guaranteed_gpus"), borrow,
-              Cell(team, "allocated_gpus"), hours});
+              Cell(team, "allocated_gpus"), hours, budgeted ? MoneyCell(team, "budget") : "none",
+              MoneyCell(team, "spent"), budgeted ? MoneyCell(team, "left") : "-",
+              MoneyCell(team, "spend_per_hour"), MoneyCell(team, "forecast"),
+              TimeCell(team, "period_end_ms", now_ms)});
   }
   return t.Render();
 }
@@ -267,6 +308,18 @@ std::string RenderJob(const Json& job, int64_t now_ms) {
   add("preemptions", Cell(job, "preemptions"));
   add("lost GPU time", DurationCell(job, "lost_gpu_seconds"));
   add("GPU time held", DurationCell(job, "service_gpu_seconds"));
+  add("cost", MoneyCell(job, "cost"));
+  add("samples", Cell(job, "samples"));
+  const Json& figures = Field(job, "figures");
+  if (figures.is_object()) {
+    add("efficiency", RatioCell(figures, "efficiency") + " (useful " +
+                          DurationCell(figures, "useful_gpu_seconds") + " of " +
+                          DurationCell(figures, "held_gpu_seconds") + " GPU time held)");
+    add("overheads", "restart " + DurationCell(figures, "restart_gpu_seconds") + ", checkpoint " +
+                         DurationCell(figures, "checkpoint_gpu_seconds") + ", lost " +
+                         DurationCell(figures, "lost_gpu_seconds") + " GPU time");
+    add("cost per step", MoneyCell(figures, "cost_per_step"));
+  }
   add("message", Cell(job, "message"));
   std::string out = kv.Render();
   // Drop the FIELD/VALUE header: a key-value list reads better without it.
@@ -292,6 +345,19 @@ std::string RenderJob(const Json& job, int64_t now_ms) {
   const Json& segments = Field(job, "segments");
   if (segments.is_array() && !segments.empty()) {
     out += "\nsegments:\n" + RenderSegments(Json{{"segments", segments}}, now_ms);
+  }
+  // What each segment's GPU time achieved (accounting.h in stintd).
+  const Json& per_segment = List(figures, "segments");
+  if (!per_segment.empty()) {
+    Table t({"SEGMENT", "GPUS", "HELD", "USEFUL", "RESTART", "CHECKPOINT", "LOST", "KEPT_STEPS",
+             "EFFICIENCY", "COST"});
+    for (const Json& g : per_segment) {
+      t.AddRow({Cell(g, "segment_id"), Cell(g, "gpus"), DurationCell(g, "held_gpu_seconds"),
+                DurationCell(g, "useful_gpu_seconds"), DurationCell(g, "restart_gpu_seconds"),
+                DurationCell(g, "checkpoint_gpu_seconds"), DurationCell(g, "lost_gpu_seconds"),
+                Cell(g, "kept_steps"), RatioCell(g, "efficiency"), MoneyCell(g, "cost")});
+    }
+    out += "\nGPU time by segment:\n" + t.Render();
   }
   return out;
 }

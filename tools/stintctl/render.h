@@ -16,7 +16,8 @@ using Json = nlohmann::json;
 
 std::string RenderPools(const Json& reply);                     // {"pools":[...]}
 std::string RenderWindows(const Json& reply, int64_t now_ms);   // {"windows":[...]}
-std::string RenderTeams(const Json& reply);                     // {"teams":[...]}
+std::string RenderTeams(const Json& reply, int64_t now_ms);     // {"teams":[...]}
+std::string RenderPriceRules(const Json& reply);                // {"rules":[...]}
 std::string RenderJobs(const Json& reply, int64_t now_ms);      // {"jobs":[...]}
 std::string RenderJob(const Json& job, int64_t now_ms);         // GET /v1/jobs/{id}
 std::string RenderSegments(const Json& reply, int64_t now_ms);  // {"segments":[...]}

@@ -83,6 +83,14 @@ struct WorkerRegistration {
   std::string secret;
 };
 
+// What a worker reports with a heartbeat besides its lease.
+struct WorkerProgress {
+  std::optional<uint64_t> step;     // the newest finished step
+  std::optional<uint64_t> samples;  // samples trained on so far
+  std::optional<double> loss;       // the training loss at loss_step
+  std::optional<uint64_t> loss_step;
+};
+
 struct CoordinatorOptions {
   // "http://host:port" or "https://host:port" (a trailing "/" is allowed,
   // no other path). Default: http://127.0.0.1:7077, stintd's default.
@@ -222,6 +230,9 @@ class CoordinatorClient {
   // The worker calls. REQUIRES: Register() succeeded (else kFailedPrecondition).
   // Heartbeat renews the lease; `step` (optional) is the newest finished step.
   Result<WorkerView> Heartbeat(std::optional<uint64_t> step = std::nullopt);
+  // The same, with the worker's progress (stintd keeps the job's loss curve
+  // and its pace per world size; a loss that is not finite is not sent).
+  Result<WorkerView> Heartbeat(const WorkerProgress& progress);
   // Long-poll: returns at once when a notice is pending or the segment ended,
   // else when one is sent, else after `wait` (at most 60 s; whole seconds)
   // with view.notice empty.
@@ -342,6 +353,12 @@ class CoordinatorSession {
 
   // The step sent with the next heartbeat. Cheap; call it every step.
   void SetStep(uint64_t step);
+  // The training loss of the newest step and the samples trained on so
+  // far, sent with the next heartbeat (stintd's loss curve and efficiency
+  // figures). Cheap; call them every step. A loss that is not finite is
+  // not sent.
+  void ReportLoss(double loss);
+  void SetSamples(uint64_t samples);
   Status ReportCheckpoint(uint64_t step, double seconds,
                           std::optional<uint64_t> bytes = std::nullopt) {
     return client_->ReportCheckpoint(step, seconds, bytes);

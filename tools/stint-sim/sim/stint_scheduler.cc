@@ -30,14 +30,14 @@ class StintScheduler : public Scheduler {
     std::set<std::string> pools, teams;
     for (const SimWindow& win : w.windows) pools.insert(win.pool);
     for (const SimJob& j : w.jobs) teams.insert(j.team);
-    for (const std::string& p : pools) Check(stintd::AddPool(s_, stintd::Pool{p, ""}, &ch));
+    for (const std::string& p : pools) Check(stintd::AddPool(s_, stintd::Pool{p, ""}, 0, &ch));
     for (const std::string& t : teams) {
       stintd::Team team;
       team.name = t;
       team.guaranteed_gpus = TeamGuarantee(opt_, t);
       auto b = opt_.team_borrow_limits.find(t);
       team.borrow_limit_gpus = b != opt_.team_borrow_limits.end() ? b->second : -1;
-      Check(stintd::PutTeam(s_, team, &ch));
+      Check(stintd::PutTeam(s_, team, 0, &ch));
     }
     s_.counters.accounted_ms = kEpochMs;
   }
@@ -134,7 +134,7 @@ class StintScheduler : public Scheduler {
     stintd::Changes ch;
     Forget();
     for (const auto& [job, worker] : worker_of_) {
-      auto hb = stintd::Heartbeat(s_, worker, 0, t);
+      auto hb = stintd::Heartbeat(s_, worker, {}, t);
       if (!hb.ok()) errors_++;
     }
     stintd::AccountTime(s_, t, cfg_, &ch);

@@ -125,7 +125,7 @@ ClusterState BuildState(const Options& o, TimeMs now) {
     j.id = next_id++;
     j.name = "job-" + std::to_string(j.id);
     j.team = teams[uniform(0, static_cast<int>(teams.size()) - 1)];
-    j.pool = uniform(0, 9) < 3 ? "" : pools[uniform(0, static_cast<int>(pools.size()) - 1)];
+    if (uniform(0, 9) >= 3) j.pools = {pools[uniform(0, static_cast<int>(pools.size()) - 1)]};
     const int p = uniform(0, 99);
     j.priority = p < 40   ? Priority::kLow
                  : p < 75 ? Priority::kMedium
@@ -152,7 +152,7 @@ ClusterState BuildState(const Options& o, TimeMs now) {
   for (int attempt = 0; placed < o.segments && attempt < o.segments * 20; attempt++) {
     Job j = make_job(JobState::kRunning);
     j.min_gpus = j.max_gpus = std::min(j.min_gpus, 4);
-    j.pool.clear();
+    j.pools.clear();
     std::vector<int64_t> open;
     for (const auto& [id, w] : s.windows) {
       if (w.open_at(now) && w.gpus - used[id] >= j.min_gpus) open.push_back(id);
@@ -195,7 +195,7 @@ ClusterState BuildNodeState(const Options& o, TimeMs now) {
     Job j;
     j.id = next_id++;
     j.name = "job" + std::to_string(j.id);
-    j.pool = "bench";
+    j.pools = {"bench"};
     j.min_gpus = j.max_gpus = 4;
     j.submit_ms = j.eligible_ms = now - uniform(0, 3600) * 1000LL;
     j.state = state;

@@ -48,6 +48,45 @@ Result<WindowKind> ParseWindowKind(std::string_view s) {
                                  "\")");
 }
 
+const char* PoolPricingName(PoolPricing p) {
+  switch (p) {
+    case PoolPricing::kOnDemand:
+      return "on_demand";
+    case PoolPricing::kSpot:
+      return "spot";
+    case PoolPricing::kOnPrem:
+      return "on_prem";
+  }
+  return "unknown";
+}
+
+Result<PoolPricing> ParsePoolPricing(std::string_view s) {
+  const std::string u = Upper(s);
+  for (PoolPricing p : {PoolPricing::kOnDemand, PoolPricing::kSpot, PoolPricing::kOnPrem}) {
+    if (u == Upper(PoolPricingName(p))) return p;
+  }
+  return Status::InvalidArgument("pricing must be on_demand, spot or on_prem (got \"" +
+                                 std::string(s) + "\")");
+}
+
+std::string JoinPoolNames(const std::vector<std::string>& pools) {
+  std::string out;
+  for (const std::string& p : pools) out += (out.empty() ? "" : ",") + p;
+  return out;
+}
+
+std::vector<std::string> SplitPoolNames(std::string_view text) {
+  std::vector<std::string> pools;
+  size_t begin = 0;
+  while (begin < text.size()) {
+    size_t end = text.find(',', begin);
+    if (end == std::string_view::npos) end = text.size();
+    if (end > begin) pools.emplace_back(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return pools;
+}
+
 const char* JobStateName(JobState s) {
   switch (s) {
     case JobState::kPending:
@@ -96,6 +135,8 @@ const char* NoticeReasonName(NoticeReason r) {
       return "cancelled";
     case NoticeReason::kShrink:
       return "shrink";
+    case NoticeReason::kBudget:
+      return "budget";
   }
   return "unknown";
 }

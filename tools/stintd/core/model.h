@@ -8,11 +8,13 @@
 #ifndef STINT_TOOLS_STINTD_CORE_MODEL_H_
 #define STINT_TOOLS_STINTD_CORE_MODEL_H_
 
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "stint/status.h"
@@ -31,9 +33,37 @@ enum class Priority : int { kLow = 0, kMedium = 1, kHigh = 2, kCritical = 3 };
 const char* PriorityName(Priority p);                // "LOW", "MEDIUM", "HIGH", "CRITICAL"
 Result<Priority> ParsePriority(std::string_view s);  // case-insensitive
 
+// How a pool's GPUs are paid for. A spot pool's capacity may be revoked;
+// a job revoked there too often falls back to the others (PriceRule).
+enum class PoolPricing : int { kOnDemand = 0, kSpot = 1, kOnPrem = 2 };
+const char* PoolPricingName(PoolPricing p);  // "on_demand", "spot", "on_prem"
+Result<PoolPricing> ParsePoolPricing(std::string_view s);
+
+// A price an admin (or a spot price feed) set, from at_ms on.
+struct PricePoint {
+  TimeMs at_ms = 0;
+  double price_per_gpu_hour = 0;
+};
+// The price changes a pool keeps (oldest dropped first).
+constexpr size_t kMaxPriceHistory = 1000;
+
+// Pool names joined by commas ("" for none), and split back (empty names
+// dropped): how a job's pools are written in the store and on the command
+// line (names never hold a comma).
+std::string JoinPoolNames(const std::vector<std::string>& pools);
+std::vector<std::string> SplitPoolNames(std::string_view text);
+
 struct Pool {
+  explicit Pool(std::string name_ = "", std::string description_ = "")
+      : name(std::move(name_)), description(std::move(description_)) {}
   std::string name;  // [A-Za-z0-9._-]{1,64}
   std::string description;
+  PoolPricing pricing = PoolPricing::kOnDemand;
+  // In force now, in the currency budgets are kept in (on-prem: amortised);
+  // 0: unpriced, charged nothing. A segment keeps the price in force when
+  // it started and is charged at it.
+  double price_per_gpu_hour = 0;
+  std::vector<PricePoint> price_history;  // oldest first; the last entry is in force
 };
 
 // Capacity lent to us for a time. Hard windows have a known close; spot
@@ -70,12 +100,38 @@ struct Window {
 // decayed with a half-life (Slurm PriorityDecayHalfLife); it orders teams
 // at equal priority so a heavy user yields to a light one.
 struct Team {
+  explicit Team(std::string name_ = "", int guaranteed = 0, int borrow_limit = -1,
+                double usage = 0, TimeMs usage_at = 0)
+      : name(std::move(name_)),
+        guaranteed_gpus(guaranteed),
+        borrow_limit_gpus(borrow_limit),
+        usage_gpu_seconds(usage),
+        usage_at_ms(usage_at) {}
   std::string name;
   int guaranteed_gpus = 0;
   int borrow_limit_gpus = -1;
   double usage_gpu_seconds = 0;
   TimeMs usage_at_ms = 0;  // when usage_gpu_seconds was last decayed
+  // A spending limit per period, in the pools' currency (-1: none). While
+  // what is left cannot pay a job's minimum segment, its new segments wait
+  // (BlockReason::kBudget); once it cannot pay for the running segments to
+  // checkpoint and stop, they get a kBudget notice. Periods follow each
+  // other from period_start_ms; `spent` is charged within the current one.
+  double budget = -1;
+  double budget_period_seconds = 30 * 24 * 3600.0;
+  TimeMs period_start_ms = 0;
+  double spent = 0;
 };
+
+// One point of a job's loss curve: the loss at `step`, reported by a
+// worker of `segment_id`.
+struct LossPoint {
+  int64_t step = 0;
+  double loss = 0;
+  int64_t segment_id = 0;
+  TimeMs at_ms = 0;
+};
+constexpr size_t kMaxLossPoints = 4096;
 
 enum class JobState : int { kPending = 0, kRunning = 1, kDone = 2, kCancelled = 3, kFailed = 4 };
 const char* JobStateName(JobState s);  // "PENDING", "RUNNING", "DONE", "CANCELLED", "FAILED"
@@ -84,7 +140,7 @@ struct Job {
   int64_t id = 0;
   std::string name;
   std::string team;
-  std::string pool;  // "" = any pool
+  std::vector<std::string> pools;  // the pools it may run in; empty: any pool
   Priority priority = Priority::kMedium;
   int min_gpus = 1;  // never started with fewer (no partial gangs)
   int max_gpus = 1;  // >= min_gpus
@@ -125,6 +181,17 @@ struct Job {
   // When its launched workers crashed (exited neither 0, 75 nor 76) within
   // the crash window, oldest first: the crash-loop guard's memory.
   std::vector<TimeMs> crash_ms;
+  // When its segments were revoked (spot), oldest first, within the longest
+  // spot-fallback window of the price rules: PriceRule's memory.
+  std::vector<TimeMs> revoked_ms;
+  double cost = 0;        // charged for its segments so far
+  int64_t samples = 0;    // the newest sample count its workers reported
+  // Seconds per step at each world size (GPUs of a segment), measured from
+  // its heartbeats: what a continuous run would take (JobEfficiency).
+  std::map<int, double> step_seconds;
+  // Its training loss as reported with heartbeats (at most kMaxLossPoints,
+  // older ones thinned), for the loss curve across segments.
+  std::vector<LossPoint> losses;
 };
 
 struct Allocation {
@@ -152,6 +219,7 @@ enum class NoticeReason : int {
   kPreempted = 3,    // a higher-priority job needs the GPUs
   kCancelled = 4,    // the job was cancelled: checkpoint and stop
   kShrink = 5,       // to the ranks that leave a shrinking segment: checkpoint and exit
+  kBudget = 6,       // its team's budget is spent: checkpoint and stop
 };
 const char* NoticeReasonName(NoticeReason r);
 
@@ -197,6 +265,18 @@ struct Segment {
   TimeMs shrink_notice_ms = 0;
   TimeMs shrink_deadline_ms = 0;  // 0: no shrink in progress
   int64_t shrink_for = 0;
+  // Cost and what it achieved. The price is its pool's when it started.
+  double price_per_gpu_hour = 0;
+  double cost = 0;
+  int64_t start_step = -1;       // the job's durable checkpoint it resumed from (-1: none)
+  int64_t checkpoint_step = -1;  // the newest durable checkpoint reported in it
+  // Its pace: the first heartbeat past start_step (its restart is over
+  // then; 0: not yet) and the newest step reported, with their times.
+  int64_t first_step = -1;
+  TimeMs first_step_ms = 0;
+  int64_t last_step = -1;
+  TimeMs last_step_ms = 0;
+  double checkpoint_seconds = 0;  // reported checkpoint times in it, summed
   int gpus() const {
     int n = 0;
     for (const Allocation& a : allocs) n += a.gpus;
@@ -288,6 +368,16 @@ inline const std::vector<double>& WaitBucketsSeconds() {
   return kBounds;
 }
 
+// What an admin sets per priority level about prices.
+struct PriceRule {
+  // Pools priced above this are not used (-1: any price).
+  double max_price_per_gpu_hour = -1;
+  // A job whose segments were revoked this many times within
+  // spot_fallback_window_seconds stops using spot pools (0: never).
+  int spot_fallback_revocations = 0;
+  double spot_fallback_window_seconds = 24 * 3600.0;
+};
+
 // Everything the policy sees. Ordered maps keep iteration (and therefore
 // every decision) deterministic.
 struct ClusterState {
@@ -300,6 +390,7 @@ struct ClusterState {
   std::map<int64_t, Rendezvous> rendezvous;  // by job id
   std::map<std::string, NodeCredential> node_credentials;  // by node name
   Counters counters;
+  std::array<PriceRule, 4> price_rules;  // by Priority
   // Counters for ids and fencing tokens; persisted with the objects.
   int64_t next_id = 1;
   uint64_t next_fencing_token = 1;

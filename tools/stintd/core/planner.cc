@@ -11,6 +11,7 @@ namespace stint::stintd::internal {
 Plan Planner::Run() {
   BuildWindows();
   ScanSegments();
+  ScanBudgets();
   OrderPending();
   base_ = profiles_;
   Backfill();
@@ -35,6 +36,25 @@ void Planner::BuildWindows() {
     profiles_.windows.emplace_back(now_, w.start_ms, w.end_ms, w.gpus);
   }
   for (auto& [pool, g] : group_of) group_by_pool_[pool] = g;
+  // Each pool's price and how often its spot windows were revoked so far:
+  // revocations per hour of spot window (an estimate a price compares
+  // with, not a forecast).
+  group_pool_.assign(groups_.size(), nullptr);
+  group_revocations_per_hour_.assign(groups_.size(), 0);
+  for (auto& [pool, g] : group_of) {
+    auto p = s_.pools.find(pool);
+    if (p != s_.pools.end()) group_pool_[g] = &p->second;
+  }
+  std::vector<double> spot_hours(groups_.size(), 0), revoked(groups_.size(), 0);
+  for (const auto& [id, w] : s_.windows) {
+    auto g = group_of.find(w.pool);
+    if (w.kind != WindowKind::kSpot || g == group_of.end() || w.start_ms >= now_) continue;
+    spot_hours[g->second] += (std::min(w.end_ms, now_) - w.start_ms) / 3.6e6;
+    if (w.closed_early) revoked[g->second]++;
+  }
+  for (size_t g = 0; g < groups_.size(); g++) {
+    if (spot_hours[g] > 0) group_revocations_per_hour_[g] = revoked[g] / std::max(1.0, spot_hours[g]);
+  }
   for (size_t g = 0; g < groups_.size(); g++) all_groups_.push_back(static_cast<int>(g));
   for (const std::vector<int>& group : groups_) {
     int capacity = 0;
@@ -66,8 +86,8 @@ Planner::TeamState& Planner::TeamOf(const std::string& name) {
 
 Planner::JobCtx Planner::MakeCtx(size_t index) {
   const Job& job = *order_[index];
-  JobCtx j{&job, &plan_.pending[index], &TeamOf(job.team), static_cast<int>(index) + 1, 0, kNever,
-           {}};
+  JobCtx j{&job,   &plan_.pending[index], &TeamOf(job.team), static_cast<int>(index) + 1, 0, kNever,
+           {},     BlockReason::kNone,    {}};
   if (job.remaining_seconds > 0) {
     j.run = SecondsToMs(job.restart_seconds + job.remaining_seconds + job.checkpoint_seconds +
                         c_.safety_seconds);
@@ -75,12 +95,15 @@ Planner::JobCtx Planner::MakeCtx(size_t index) {
   // A job about to finish need not fit a whole checkpoint interval: it
   // only has to fit the rest of its work.
   j.len = std::max<TimeMs>(1, std::min(MinSegmentMs(job, c_), j.run));
-  if (job.pool.empty()) {
+  if (job.pools.empty()) {
     j.groups = all_groups_;
   } else {
-    auto g = group_by_pool_.find(job.pool);
-    if (g != group_by_pool_.end()) j.groups.push_back(g->second);
+    for (const std::string& pool : job.pools) {
+      auto g = group_by_pool_.find(pool);
+      if (g != group_by_pool_.end()) j.groups.push_back(g->second);
+    }
   }
+  FilterPools(&j);
   return j;
 }
 

@@ -17,10 +17,14 @@
 //   planner_preempt.cc   priority / service-class preemption: the victims
 //   planner_grow.cc      elastic segments grow into GPUs nothing is planned on
 //   planner_blocked.cc   why a job that does not start waits (BlockReason)
+//   planner_prices.cc    the pools a job may use at its price rule and
+//                        budget, what a pool costs per useful GPU-hour, and
+//                        notices to the segments of a team out of budget
 #ifndef STINT_TOOLS_STINTD_CORE_PLANNER_H_
 #define STINT_TOOLS_STINTD_CORE_PLANNER_H_
 
 #include <climits>
+#include <limits>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -54,6 +58,11 @@ class Planner {
     int held_all = 0;            // active segments, for the guarantee bonus (as JobScore sees it)
     int profile = -1;            // index into Profiles::teams; -1: unlimited
     int limit = INT_MAX;         // guarantee + borrowing limit
+    // What the team may still commit this pass: its budget left, less what
+    // its active segments will cost at least (to their minimum segment's
+    // end, or to checkpoint and stop), less the minimum segments of the
+    // starts planned so far. +infinity without a budget.
+    double budget_left = std::numeric_limits<double>::infinity();
   };
   // Free GPUs per window and quota room per limited team, both over time.
   // The quota is a profile too, not a count at `now`: otherwise a team's
@@ -99,7 +108,10 @@ class Planner {
     TimeMs len;  // what must fit: the minimum segment (or the rest of the work if shorter)
     TimeMs run;  // the whole segment it wants: restart + remaining + checkpoint + safety; kNever if
                  // unknown
-    std::vector<int> groups;
+    std::vector<int> groups;  // the pools it may use now, as groups_ indices
+    // Set when its price rule or budget leaves it no pool with a window.
+    BlockReason excluded = BlockReason::kNone;
+    std::string excluded_detail;
   };
 
   // planner.cc
@@ -137,6 +149,13 @@ class Planner {
   // planner_grow.cc
   void Grow();
 
+  // planner_prices.cc
+  void ScanBudgets();
+  void FilterPools(JobCtx* j);
+  double GroupCost(const JobCtx& j, int group) const;
+  double MinSegmentCost(const JobCtx& j, int group, int gpus) const;
+  void ChargeStart(const JobCtx& j, const Fit& fit);
+
   // planner_backfill.cc
   void Backfill();
   void PlanJob(size_t index);
@@ -162,6 +181,8 @@ class Planner {
   std::map<std::pair<int, TimeMs>, int> base_group_free_;   // (group, length) -> free GPUs on base_
   std::map<std::pair<int, TimeMs>, int> empty_group_gpus_;  // (group, length) -> open window GPUs
   std::vector<int> group_capacity_;                         // GPUs of each group's windows
+  std::vector<const Pool*> group_pool_;                     // null: a window of an unknown pool
+  std::vector<double> group_revocations_per_hour_;          // of its spot windows so far
   int allocated_now_ = 0;
 
   std::map<std::string, TeamState> teams_;

@@ -53,6 +53,13 @@ void Planner::PlanJob(size_t index) {
   JobCtx j = MakeCtx(index);
   const Job& job = *j.job;
   PendingInfo& info = *j.info;
+  if (j.excluded != BlockReason::kNone) {
+    info.reason = j.excluded;
+    info.detail = j.excluded_detail;
+    info.planned_start_ms = kNever;
+    info.planned_gpus = 0;
+    return;
+  }
   Fit fit = EarliestFit(j, now_);
   const int room_now = j.team->profile >= 0 ? profiles_.teams[j.team->profile].At(now_) : INT_MAX;
   if (room_now < job.min_gpus && !preempting_.count(job.id)) {
@@ -85,6 +92,7 @@ void Planner::PlanJob(size_t index) {
   }
   if (fit.start == now_) {
     Reserve(j, fit);
+    ChargeStart(j, fit);
     StartDecision d{job.id, {}, fit.end};
     for (const Part& part : fit.parts)
       d.allocs.push_back(Allocation{slots_[part.slot].w->id, part.gpus});

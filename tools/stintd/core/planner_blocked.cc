@@ -15,7 +15,8 @@ namespace {
 std::string Secs(TimeMs ms) { return std::to_string(std::llround(ms / 1000.0)) + " s"; }
 
 std::string PoolPhrase(const Job& job) {
-  return job.pool.empty() ? "any pool" : "pool " + job.pool;
+  if (job.pools.empty()) return "any pool";
+  return (job.pools.size() == 1 ? "pool " : "pools ") + JoinPoolNames(job.pools);
 }
 
 }  // namespace

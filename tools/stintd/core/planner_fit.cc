@@ -11,9 +11,10 @@
 
 namespace stint::stintd::internal {
 
-// The best allocation starting exactly at t on profiles `p`, or none:
-// the most GPUs after the span slowdown (one window beats several with as
-// many GPUs), then the longest segment, then (one window) the tightest.
+// The best allocation starting exactly at t on profiles `p`, or none: in
+// the pool cheapest per useful GPU-hour (GroupCost), then the most GPUs
+// after the span slowdown (one window beats several with as many GPUs),
+// then the longest segment, then (one window) the tightest.
 // only_slot >= 0 restricts a single-window gang to that window, and a
 // spanning allocation to that window's pool.
 Planner::Fit Planner::FitAt(const JobCtx& j, TimeMs t, const Profiles& profiles,
@@ -34,10 +35,20 @@ Planner::Fit Planner::FitAt(const JobCtx& j, TimeMs t, const Profiles& profiles,
   // The segment also ends where the team's room drops below what it holds.
   auto team_end = [team, t](int g) { return team == nullptr ? kNever : team->FirstBelow(t, g); };
   int best_free = 0;
+  double best_cost = 0;
   auto take = [&](Fit fit, int free) {
+    const double cost = GroupCost(j, slots_[fit.parts.front().slot].group);
+    if (best.start != kNever && cost != best_cost) {
+      if (cost > best_cost) return;
+      best = std::move(fit);
+      best_free = free;
+      best_cost = cost;
+      return;
+    }
     const double e = SpanEffective(job, fit.gpus, fit.parts.size());
     const double b = best.start == kNever ? -1 : SpanEffective(job, best.gpus, best.parts.size());
     if (e > b || (e == b && (fit.end > best.end || (fit.end == best.end && free < best_free)))) {
+      best_cost = cost;
       best = std::move(fit);
       best_free = free;
     }

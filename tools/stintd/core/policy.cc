@@ -20,6 +20,10 @@ const char* BlockReasonName(BlockReason r) {
       return "priority";
     case BlockReason::kPreempting:
       return "preempting";
+    case BlockReason::kBudget:
+      return "budget";
+    case BlockReason::kPrice:
+      return "price";
     case BlockReason::kDepth:
       return "depth";
   }

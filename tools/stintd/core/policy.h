@@ -149,9 +149,11 @@ enum class BlockReason : int {
   kPriority = 4,    // the GPUs are used by, or reserved for, jobs ordered ahead
   kPreempting = 5,  // victims were notified; it starts when they release
   kDepth = 6,       // beyond plan_depth: not planned this pass
+  kBudget = 7,      // its team's budget cannot pay a minimum segment in any pool it may use
+  kPrice = 8,       // every pool it may use is priced above its priority's cap
 };
-const char* BlockReasonName(
-    BlockReason r);  // "none", "quota", "window", "gang", "priority", "preempting", "depth"
+// "none", "quota", "window", "gang", "priority", "preempting", "depth", "budget", "price"
+const char* BlockReasonName(BlockReason r);
 
 struct PendingInfo {
   int64_t job_id = 0;

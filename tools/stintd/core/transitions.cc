@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "stintd/core/accounting.h"
 #include "stintd/core/rendezvous.h"
 
 namespace stint::stintd {
@@ -62,6 +63,24 @@ void ReleaseSegmentWorkers(ClusterState& s, int64_t segment_id, Changes* changes
       changes->workers.insert(id);
     }
   }
+}
+
+// A job that completed kept every step its last segment ran.
+void KeepFinalSteps(Segment& seg, Job& job) {
+  seg.checkpoint_step = std::max({seg.checkpoint_step, seg.last_step, job.last_step});
+}
+
+// Remembers a revocation of the job's segment for the spot fallback
+// (PriceRule), forgetting those older than every rule's window.
+void RememberRevocation(const ClusterState& s, Job& job, TimeMs now) {
+  double window_seconds = 0;
+  for (const PriceRule& r : s.price_rules)
+    window_seconds = std::max(window_seconds, r.spot_fallback_window_seconds);
+  const TimeMs window = SecondsToMs(window_seconds);
+  job.revoked_ms.erase(std::remove_if(job.revoked_ms.begin(), job.revoked_ms.end(),
+                                      [&](TimeMs t) { return now - t >= window; }),
+                       job.revoked_ms.end());
+  job.revoked_ms.push_back(now);
 }
 
 // Ends an active segment; the job becomes pending again unless `job_state`
@@ -187,13 +206,17 @@ void Changes::Merge(const Changes& o) {
   counters = counters || o.counters;
 }
 
-Status AddPool(ClusterState& s, const Pool& pool, Changes* changes) {
+Status AddPool(ClusterState& s, Pool pool, TimeMs now, Changes* changes) {
   if (!ValidName(pool.name)) {
     return Status::InvalidArgument("pool name must match [A-Za-z0-9._-]{1,64} (got \"" + pool.name +
                                    "\")");
   }
   if (s.pools.count(pool.name))
     return Status::AlreadyExists("pool " + pool.name + " already exists");
+  STINT_RETURN_IF_ERROR(CheckFinite("price_per_gpu_hour", pool.price_per_gpu_hour, 0));
+  pool.price_history.clear();
+  if (pool.price_per_gpu_hour > 0)
+    pool.price_history.push_back(PricePoint{now, pool.price_per_gpu_hour});
   s.pools[pool.name] = pool;
   changes->pools.insert(pool.name);
   return Status::OK();
@@ -233,7 +256,7 @@ Status CloseWindow(ClusterState& s, int64_t window_id, TimeMs lead_ms, TimeMs no
   return Status::OK();
 }
 
-Status PutTeam(ClusterState& s, const Team& team, Changes* changes) {
+Status PutTeam(ClusterState& s, const Team& team, TimeMs now, Changes* changes) {
   if (!ValidName(team.name)) {
     return Status::InvalidArgument("team name must match [A-Za-z0-9._-]{1,64} (got \"" + team.name +
                                    "\")");
@@ -241,10 +264,20 @@ Status PutTeam(ClusterState& s, const Team& team, Changes* changes) {
   if (team.guaranteed_gpus < 0) return Status::InvalidArgument("guaranteed_gpus must be >= 0");
   if (team.borrow_limit_gpus < -1)
     return Status::InvalidArgument("borrow_limit_gpus must be >= -1 (-1: unlimited)");
+  if (!std::isfinite(team.budget) || (team.budget < 0 && team.budget != -1))
+    return Status::InvalidArgument("budget must be >= 0, or -1 for none (got " +
+                                   std::to_string(team.budget) + ")");
+  if (!std::isfinite(team.budget_period_seconds) || team.budget_period_seconds < 3600)
+    return Status::InvalidArgument("budget_period_seconds must be >= 3600 (got " +
+                                   std::to_string(team.budget_period_seconds) + ")");
+  const bool fresh = !s.teams.count(team.name);
   Team& t = s.teams[team.name];
   t.name = team.name;
   t.guaranteed_gpus = team.guaranteed_gpus;
   t.borrow_limit_gpus = team.borrow_limit_gpus;
+  t.budget = team.budget;
+  t.budget_period_seconds = team.budget_period_seconds;
+  if (fresh || t.period_start_ms == 0) t.period_start_ms = now;
   changes->teams.insert(team.name);
   return Status::OK();
 }
@@ -259,8 +292,11 @@ Result<int64_t> SubmitJob(ClusterState& s, Job j, TimeMs now, Changes* changes) 
     return Status::NotFound("team \"" + j.team +
                             "\" does not exist (create it with PUT /v1/teams/" + j.team + ")");
   }
-  if (!j.pool.empty() && !s.pools.count(j.pool))
-    return Status::NotFound("pool \"" + j.pool + "\" does not exist");
+  std::sort(j.pools.begin(), j.pools.end());
+  j.pools.erase(std::unique(j.pools.begin(), j.pools.end()), j.pools.end());
+  for (const std::string& pool : j.pools) {
+    if (!s.pools.count(pool)) return Status::NotFound("pool \"" + pool + "\" does not exist");
+  }
   if (j.min_gpus < 1)
     return Status::InvalidArgument("min_gpus must be >= 1 (got " + std::to_string(j.min_gpus) +
                                    ")");
@@ -369,7 +405,14 @@ void ApplyPlan(ClusterState& s, const Plan& plan, TimeMs now, Changes* changes) 
     changes->segments.insert(sg.id);
     c.notices_sent++;
     if (d.reason == NoticeReason::kPreempted) c.preemptions++;
-    if (d.reason == NoticeReason::kRevoked) c.revocations++;
+    if (d.reason == NoticeReason::kRevoked) {
+      c.revocations++;
+      auto job = s.jobs.find(sg.job_id);
+      if (job != s.jobs.end()) {
+        RememberRevocation(s, job->second, now);
+        changes->jobs.insert(sg.job_id);
+      }
+    }
     changes->counters = true;
   }
   for (const ShrinkDecision& d : plan.shrinks) {
@@ -410,6 +453,8 @@ void ApplyPlan(ClusterState& s, const Plan& plan, TimeMs now, Changes* changes) 
     sg.start_ms = now;
     sg.planned_end_ms = d.planned_end_ms;
     sg.state = SegmentState::kRunning;
+    sg.start_step = j.checkpoint_step;
+    if (const Pool* pool = SegmentPool(s, sg)) sg.price_per_gpu_hour = pool->price_per_gpu_hour;
     s.segments[sg.id] = sg;
     const double wait = std::max<TimeMs>(0, now - j.eligible_ms) / 1000.0;
     c.wait_seconds_sum += wait;
@@ -488,7 +533,8 @@ Result<WorkerView> ViewWorker(const ClusterState& s, int64_t worker_id) {
   return v;
 }
 
-Result<WorkerView> Heartbeat(ClusterState& s, int64_t worker_id, int64_t step, TimeMs now) {
+Result<WorkerView> Heartbeat(ClusterState& s, int64_t worker_id, const HeartbeatReport& report,
+                             TimeMs now) {
   STINT_ASSIGN_OR_RETURN(WorkerView v, ViewWorker(s, worker_id));
   if (!v.active) return v;
   Worker& w = s.workers[worker_id];
@@ -496,7 +542,8 @@ Result<WorkerView> Heartbeat(ClusterState& s, int64_t worker_id, int64_t step, T
   Segment& seg = s.segments[w.segment_id];
   seg.last_heartbeat_ms = std::max(seg.last_heartbeat_ms, now);
   Job& j = s.jobs[w.job_id];
-  if (step > j.last_step) j.last_step = step;
+  if (report.step > j.last_step) j.last_step = report.step;
+  RecordProgress(seg, j, report, now);
   return v;
 }
 
@@ -515,6 +562,10 @@ Status ReportCheckpoint(ClusterState& s, int64_t worker_id, int64_t step, double
   // that grew slower must shift notices earlier quickly.
   j.checkpoint_seconds = 0.3 * j.checkpoint_seconds + 0.7 * seconds;
   changes->jobs.insert(j.id);
+  Segment& seg = *ctx.segment;
+  seg.checkpoint_step = std::max(seg.checkpoint_step, step);
+  seg.checkpoint_seconds += seconds;
+  changes->segments.insert(seg.id);
   return Status::OK();
 }
 
@@ -537,6 +588,7 @@ Status AckSegment(ClusterState& s, int64_t worker_id, int64_t step, TimeMs now, 
     j.checkpoint_step = step;
     j.checkpoint_ms = now;
   }
+  ctx.segment->checkpoint_step = std::max(ctx.segment->checkpoint_step, step);
   if (ctx.segment->notice_reason == NoticeReason::kPreempted) j.preemptions++;
   s.counters.acks++;
   changes->counters = true;
@@ -547,6 +599,7 @@ Status AckSegment(ClusterState& s, int64_t worker_id, int64_t step, TimeMs now, 
 Status FinishJob(ClusterState& s, int64_t worker_id, TimeMs now, Changes* changes) {
   STINT_ASSIGN_OR_RETURN(WorkerContext ctx, FindActiveWorker(s, worker_id));
   ctx.job->remaining_seconds = 0;
+  KeepFinalSteps(*ctx.segment, *ctx.job);
   EndSegment(s, *ctx.segment, SegmentState::kCompleted, JobState::kDone, now, changes);
   return Status::OK();
 }
@@ -604,7 +657,10 @@ Status ReportSegmentExit(ClusterState& s, int64_t segment_id, int exit_code, boo
   switch (exit_code) {
     case 0:
       if (!all_nodes_done) return Status::OK();
-      if (job != s.jobs.end()) job->second.remaining_seconds = 0;
+      if (job != s.jobs.end()) {
+        job->second.remaining_seconds = 0;
+        KeepFinalSteps(seg, job->second);
+      }
       EndSegment(s, seg, SegmentState::kCompleted, JobState::kDone, now, changes);
       break;
     case 75:  // EX_TEMPFAIL: checkpointed, run me again
@@ -731,6 +787,7 @@ void AccountTime(ClusterState& s, TimeMs now, const PolicyConfig& config, Change
   }
   c.window_gpu_seconds += offered * dt;
   c.used_gpu_seconds += used * dt;
+  ChargeSegments(s, dt, now);
   c.accounted_ms = now;
   changes->counters = true;
   const double half_life = std::max(1.0, config.usage_half_life_seconds);

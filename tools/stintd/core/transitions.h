@@ -9,6 +9,7 @@
 #define STINT_TOOLS_STINTD_CORE_TRANSITIONS_H_
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -37,7 +38,8 @@ struct Changes {
 // The team a job without one belongs to; created on first use.
 constexpr const char* kDefaultTeam = "default";
 
-Status AddPool(ClusterState& s, const Pool& pool, Changes* changes);
+// Validates the name, pricing and price; a price > 0 starts its history at `now`.
+Status AddPool(ClusterState& s, Pool pool, TimeMs now, Changes* changes);
 
 // Returns the new window's id. Validates pool, gpus > 0, start < end, a
 // hard window's finite end, notice lead >= 0.
@@ -48,8 +50,10 @@ Result<int64_t> AddWindow(ClusterState& s, Window window, TimeMs now, Changes* c
 Status CloseWindow(ClusterState& s, int64_t window_id, TimeMs lead_ms, TimeMs now,
                    Changes* changes);
 
-// Creates or updates a team's guarantee and borrowing limit (usage kept).
-Status PutTeam(ClusterState& s, const Team& team, Changes* changes);
+// Creates or updates a team's guarantee, borrowing limit, budget and
+// budget period (usage and what it spent kept; a new team's first period
+// starts at `now`).
+Status PutTeam(ClusterState& s, const Team& team, TimeMs now, Changes* changes);
 
 // Returns the new job's id. `spec` gives name, team, pool, priority, GPU
 // range, gang, preemptible, cost estimates; the rest is set here.
@@ -87,9 +91,20 @@ struct WorkerView {
 };
 Result<WorkerView> ViewWorker(const ClusterState& s, int64_t worker_id);
 
+// What a heartbeat reports besides the lease: the newest finished step,
+// and optionally the samples seen so far and the training loss at
+// loss_step (`step` when not given).
+struct HeartbeatReport {
+  int64_t step = 0;
+  std::optional<int64_t> samples;
+  std::optional<double> loss;
+  std::optional<int64_t> loss_step;
+};
 // Renews the lease (soft state: changes nothing persisted) and records the
-// step. kNotFound for an unknown worker.
-Result<WorkerView> Heartbeat(ClusterState& s, int64_t worker_id, int64_t step, TimeMs now);
+// step, samples and loss (RecordProgress in accounting.h). kNotFound for an
+// unknown worker.
+Result<WorkerView> Heartbeat(ClusterState& s, int64_t worker_id, const HeartbeatReport& report,
+                             TimeMs now);
 
 // A checkpoint of `step` is durable; it took `seconds` (replaces the job's
 // estimate by a moving average) and holds `bytes`.
@@ -146,8 +161,8 @@ bool FencingValid(const ClusterState& s, int64_t job_id, uint64_t token, TimeMs 
                   TimeMs* valid_until_ms, std::string* why = nullptr);
 
 // Integrates team usage (with half-life decay), each running job's attained
-// service and the window/used GPU-second counters from
-// counters.accounted_ms up to `now`.
+// service, the window/used GPU-second counters and the segments' charges
+// (ChargeSegments) from counters.accounted_ms up to `now`.
 void AccountTime(ClusterState& s, TimeMs now, const PolicyConfig& config, Changes* changes);
 
 }  // namespace stint::stintd

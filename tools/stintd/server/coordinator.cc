@@ -8,6 +8,7 @@
 #include <set>
 
 #include "common/launch_spec.h"
+#include "stintd/core/accounting.h"
 #include "stintd/server/worker_secret.h"
 
 namespace stint::stintd {
@@ -179,9 +180,26 @@ Status Coordinator::Mutate(const std::function<Status(ClusterState&, TimeMs, Cha
 }
 
 Result<Pool> Coordinator::AddPool(const Pool& pool) {
-  STINT_RETURN_IF_ERROR(
-      Mutate([&](ClusterState& s, TimeMs, Changes* c) { return stintd::AddPool(s, pool, c); }));
-  return pool;
+  STINT_RETURN_IF_ERROR(Mutate(
+      [&](ClusterState& s, TimeMs now, Changes* c) { return stintd::AddPool(s, pool, now, c); }));
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  return state_.pools.at(pool.name);
+}
+
+Result<Pool> Coordinator::SetPoolPrice(const std::string& pool, double price_per_gpu_hour) {
+  STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs now, Changes* c) {
+    return stintd::SetPoolPrice(s, pool, price_per_gpu_hour, now, c);
+  }));
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  return state_.pools.at(pool);
+}
+
+Status Coordinator::SetPriceRule(Priority priority, const PriceRule& rule) {
+  const Status s = Mutate([&](ClusterState& st, TimeMs, Changes* c) {
+    return stintd::SetPriceRule(st, priority, rule, c);
+  });
+  if (s.ok()) WakeTick();
+  return s;
 }
 
 Result<Window> Coordinator::AddWindow(const Window& window) {
@@ -206,8 +224,8 @@ Result<Window> Coordinator::CloseWindow(int64_t window_id, std::optional<TimeMs>
 }
 
 Result<Team> Coordinator::PutTeam(const Team& team) {
-  STINT_RETURN_IF_ERROR(
-      Mutate([&](ClusterState& s, TimeMs, Changes* c) { return stintd::PutTeam(s, team, c); }));
+  STINT_RETURN_IF_ERROR(Mutate(
+      [&](ClusterState& s, TimeMs now, Changes* c) { return stintd::PutTeam(s, team, now, c); }));
   std::shared_lock<std::shared_mutex> lock(mu_);
   return state_.teams.at(team.name);
 }
@@ -255,7 +273,7 @@ Result<Worker> Coordinator::RegisterWorker(int64_t job_id, const std::string& na
   return worker;
 }
 
-Result<WorkerView> Coordinator::Heartbeat(int64_t worker_id, int64_t step) {
+Result<WorkerView> Coordinator::Heartbeat(int64_t worker_id, const HeartbeatReport& report) {
   Result<WorkerView> view = [&] {
     std::shared_lock<std::shared_mutex> lock(mu_);
     return ViewWorker(state_, worker_id);
@@ -265,7 +283,12 @@ Result<WorkerView> Coordinator::Heartbeat(int64_t worker_id, int64_t step) {
     std::lock_guard<std::mutex> lock(beats_mu_);
     Beat& b = beats_[worker_id];
     b.at = options_.clock();
-    if (step > b.step) b.step = step;
+    b.report.step = std::max(b.report.step, report.step);
+    if (report.samples) b.report.samples = report.samples;
+    if (report.loss) {
+      b.report.loss = report.loss;
+      b.report.loss_step = report.loss_step;
+    }
   }
   std::lock_guard<std::mutex> lock(counters_mu_);
   counters_.heartbeats++;
@@ -281,7 +304,7 @@ std::chrono::milliseconds Coordinator::LongPollLimit(std::chrono::milliseconds w
 
 Result<WorkerView> Coordinator::WaitNotice(int64_t worker_id, std::chrono::milliseconds wait) {
   const auto until = std::chrono::steady_clock::now() + LongPollLimit(wait);
-  Result<WorkerView> first = Heartbeat(worker_id, 0);
+  Result<WorkerView> first = Heartbeat(worker_id);
   if (!first.ok() || !first->active || first->notice_reason != NoticeReason::kNone) return first;
   for (;;) {
     uint64_t seen;
@@ -298,7 +321,7 @@ Result<WorkerView> Coordinator::WaitNotice(int64_t worker_id, std::chrono::milli
     std::unique_lock<std::mutex> lock(event_mu_);
     if (!event_cv_.wait_until(lock, until, [&] { return event_seq_ != seen || stop_.load(); })) {
       lock.unlock();
-      return Heartbeat(worker_id, 0);
+      return Heartbeat(worker_id);
     }
   }
 }
@@ -344,7 +367,7 @@ Result<RendezvousView> Coordinator::JoinRendezvous(int64_t worker_id, const std:
                                                    uint64_t known_generation,
                                                    std::chrono::milliseconds wait) {
   const auto until = std::chrono::steady_clock::now() + LongPollLimit(wait);
-  STINT_RETURN_IF_ERROR(Heartbeat(worker_id, 0).status());
+  STINT_RETURN_IF_ERROR(Heartbeat(worker_id).status());
   RendezvousView joined;
   STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs now, Changes* c) -> Status {
     STINT_ASSIGN_OR_RETURN(joined, stintd::JoinRendezvous(s, worker_id, endpoint, known_generation,
@@ -360,7 +383,7 @@ Result<RendezvousView> Coordinator::JoinRendezvous(int64_t worker_id, const std:
 Result<RendezvousView> Coordinator::WaitRendezvous(int64_t worker_id, uint64_t known_generation,
                                                    std::chrono::milliseconds wait) {
   const auto until = std::chrono::steady_clock::now() + LongPollLimit(wait);
-  STINT_RETURN_IF_ERROR(Heartbeat(worker_id, 0).status());
+  STINT_RETURN_IF_ERROR(Heartbeat(worker_id).status());
   return AwaitRendezvous(
       worker_id,
       [known_generation](const RendezvousView& v) { return v.generation != known_generation; },
@@ -405,7 +428,7 @@ Result<RendezvousView> Coordinator::AwaitRendezvous(
     }
     if (event) continue;
     if (std::chrono::steady_clock::now() >= until) {
-      Heartbeat(worker_id, 0).status().IgnoreError();
+      Heartbeat(worker_id).status().IgnoreError();
       std::shared_lock<std::shared_mutex> lock(mu_);
       return ViewRendezvous(state_, worker_id);
     }
@@ -589,7 +612,12 @@ void Coordinator::MergeHeartbeats() {
     if (seg != state_.segments.end())
       seg->second.last_heartbeat_ms = std::max(seg->second.last_heartbeat_ms, b.at);
     auto job = state_.jobs.find(w->second.job_id);
-    if (job != state_.jobs.end() && b.step > job->second.last_step) job->second.last_step = b.step;
+    if (job == state_.jobs.end()) continue;
+    if (b.report.step > job->second.last_step) job->second.last_step = b.report.step;
+    // Only a worker of the job's running segment reports its progress.
+    if (seg != state_.segments.end() && SegmentActive(seg->second.state) &&
+        job->second.segment_id == seg->first && !w->second.released)
+      RecordProgress(seg->second, job->second, b.report, b.at);
   }
 }
 
@@ -654,7 +682,9 @@ void Coordinator::Tick() {
     if (now - usage_flushed_ms_ >= SecondsToMs(options_.usage_flush_seconds)) {
       for (const auto& [name, t] : state_.teams) changes.teams.insert(name);
       for (const auto& [id, seg] : state_.segments) {
-        if (SegmentActive(seg.state)) changes.jobs.insert(seg.job_id);
+        if (!SegmentActive(seg.state)) continue;
+        changes.jobs.insert(seg.job_id);
+        changes.segments.insert(id);  // its charges and pace
       }
       changes.counters = true;
       usage_flushed_ms_ = now;

@@ -93,6 +93,9 @@ class Coordinator {
 
   // Admin requests. Each answers the object as it is after the change.
   Result<Pool> AddPool(const Pool& pool);
+  // SetPoolPrice / SetPriceRule (accounting.h).
+  Result<Pool> SetPoolPrice(const std::string& pool, double price_per_gpu_hour);
+  Status SetPriceRule(Priority priority, const PriceRule& rule);
   Result<Window> AddWindow(const Window& window);
   // An admin window on named nodes: one window per node, each a copy of
   // `spec` (pool, start, end, kind, lead) with declared set, the node's
@@ -176,7 +179,9 @@ class Coordinator {
   // `node`: the stint-agent node that launches it ("" for none).
   Result<Worker> RegisterWorker(int64_t job_id, const std::string& name, std::string* secret,
                                 const std::string& node = "");
-  Result<WorkerView> Heartbeat(int64_t worker_id, int64_t step);
+  // `report`: the step, and the samples and loss when the worker sent them;
+  // merged into the state (RecordProgress) at the next tick.
+  Result<WorkerView> Heartbeat(int64_t worker_id, const HeartbeatReport& report = {});
   // Answers when the worker has a notice or is no longer active, or after
   // `wait` with the current view.
   Result<WorkerView> WaitNotice(int64_t worker_id, std::chrono::milliseconds wait);
@@ -294,7 +299,7 @@ class Coordinator {
   // Soft heartbeat state: worker id -> (time, step).
   struct Beat {
     TimeMs at = 0;
-    int64_t step = 0;
+    HeartbeatReport report;  // the newest of the worker's since the last tick
   };
   mutable std::mutex beats_mu_;
   std::unordered_map<int64_t, Beat> beats_;

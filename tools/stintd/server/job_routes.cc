@@ -20,6 +20,7 @@ Result<Job> ParseJobSpec(const RequestBody& b) {
   STINT_ASSIGN_OR_RETURN(j.name, b.String("name"));
   STINT_ASSIGN_OR_RETURN(std::optional<std::string> team, b.OptionalString("team"));
   STINT_ASSIGN_OR_RETURN(std::optional<std::string> pool, b.OptionalString("pool"));
+  STINT_ASSIGN_OR_RETURN(const json* pools, b.OptionalArray("pools"));
   STINT_ASSIGN_OR_RETURN(std::optional<std::string> prio, b.OptionalString("priority"));
   STINT_ASSIGN_OR_RETURN(int64_t min_gpus, b.Int64("min_gpus"));
   STINT_ASSIGN_OR_RETURN(std::optional<int64_t> max_gpus, b.OptionalInt64("max_gpus"));
@@ -39,7 +40,17 @@ Result<Job> ParseJobSpec(const RequestBody& b) {
                                    std::to_string(*max_gpus) + ")");
   }
   j.team = team.value_or("");
-  j.pool = pool.value_or("");
+  // "pool": one name or several joined by commas; "pools": an array. Both
+  // empty or absent: any pool.
+  if (pool && pools != nullptr) return Status::InvalidArgument("give pool or pools, not both");
+  if (pool) j.pools = SplitPoolNames(*pool);
+  if (pools != nullptr) {
+    for (const json& p : *pools) {
+      if (!p.is_string() || p.get<std::string>().empty())
+        return Status::InvalidArgument("pools must be an array of pool names");
+      j.pools.push_back(p.get<std::string>());
+    }
+  }
   if (prio) {
     STINT_ASSIGN_OR_RETURN(j.priority, ParsePriority(*prio));
   }
@@ -60,7 +71,7 @@ void AddSubmitRoute(Routes* routes) {
   const TokenAuth* tokens = routes->tokens();  // each job's registration token (auth.h)
   routes->Add(Method::kPost, "/v1/jobs", Access::kAdmin, [c, tokens](const httplib::Request& req) {
     RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(
-        req.body, {"name", "team", "pool", "priority", "min_gpus", "max_gpus", "gang",
+        req.body, {"name", "team", "pool", "pools", "priority", "min_gpus", "max_gpus", "gang",
                    "preemptible", "checkpoint_seconds", "restart_seconds",
                    "checkpoint_interval_seconds", "remaining_seconds", "launch"}));
     Job spec = STINT_HTTP_TRY(ParseJobSpec(b));
@@ -123,6 +134,7 @@ void AddJobViewRoutes(Routes* routes) {
             return;
           }
           r.body = JobJsonFor(reader, it->second);
+          r.body["figures"] = ToJson(FigureJob(s, it->second, now));
           if (reader.admin) r.body["registration_token"] = tokens->JobToken(id);
           json segments = json::array();
           for (const auto& [sid, seg] : s.segments) {
@@ -137,6 +149,24 @@ void AddJobViewRoutes(Routes* routes) {
         });
         return r;
       });
+  routes->Add(Method::kGet, R"(/v1/jobs/(\d+)/losses)", Access::kRead,
+              [c, authz](const httplib::Request& req) {
+                const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "job"));
+                const JobReader reader = authz->Reader(req);
+                Reply r;
+                c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+                  auto it = s.jobs.find(id);
+                  if (it == s.jobs.end()) {
+                    r = ErrorReply(
+                        Status::NotFound("job " + std::to_string(id) + " does not exist"));
+                  } else if (!SeesJob(s, reader, id)) {
+                    r = UnseenJobReply(id);
+                  } else {
+                    r.body = LossCurveJson(s, it->second);
+                  }
+                });
+                return r;
+              });
 }
 
 // Cancelling a job and changing its priority.

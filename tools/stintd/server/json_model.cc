@@ -4,7 +4,16 @@ namespace stint::stintd {
 
 json TimeJson(TimeMs t) { return t == kNever ? json(nullptr) : json(t); }
 
-json ToJson(const Pool& p) { return {{"name", p.name}, {"description", p.description}}; }
+json ToJson(const Pool& p) {
+  json history = json::array();
+  for (const PricePoint& h : p.price_history)
+    history.push_back({{"at_ms", h.at_ms}, {"price_per_gpu_hour", h.price_per_gpu_hour}});
+  return {{"name", p.name},
+          {"description", p.description},
+          {"pricing", PoolPricingName(p.pricing)},
+          {"price_per_gpu_hour", p.price_per_gpu_hour},
+          {"price_history", history}};
+}
 
 json ToJson(const ClusterState& s, const Window& w, TimeMs now) {
   int allocated = 0;
@@ -31,19 +40,46 @@ json ToJson(const ClusterState& s, const Window& w, TimeMs now) {
           {"joined", w.joined}};
 }
 
-json ToJson(const ClusterState& s, const Team& t) {
+json ToJson(const ClusterState& s, const Team& t, TimeMs now) {
   int allocated = 0;
+  double burn_per_second = 0;  // what its active segments are charged now
+  json cost_by_job = json::object();
   for (const auto& [id, seg] : s.segments) {
     if (!SegmentActive(seg.state)) continue;
     auto job = s.jobs.find(seg.job_id);
-    if (job != s.jobs.end() && job->second.team == t.name) allocated += seg.gpus();
+    if (job == s.jobs.end() || job->second.team != t.name) continue;
+    allocated += seg.gpus();
+    burn_per_second += seg.gpus() * seg.price_per_gpu_hour / 3600.0;
   }
+  for (const auto& [id, j] : s.jobs) {
+    if (j.team == t.name && j.cost > 0) cost_by_job[std::to_string(id)] = j.cost;
+  }
+  const TimeMs period_end = t.period_start_ms + SecondsToMs(t.budget_period_seconds);
+  const double forecast =
+      t.spent + burn_per_second * std::max<TimeMs>(0, period_end - now) / 1000.0;
   return {{"name", t.name},
           {"guaranteed_gpus", t.guaranteed_gpus},
           {"borrow_limit_gpus", t.borrow_limit_gpus},
           {"usage_gpu_seconds", t.usage_gpu_seconds},
-          {"allocated_gpus", allocated}};
+          {"allocated_gpus", allocated},
+          {"budget", t.budget < 0 ? json(nullptr) : json(t.budget)},
+          {"budget_period_seconds", t.budget_period_seconds},
+          {"period_start_ms", t.period_start_ms},
+          {"period_end_ms", period_end},
+          {"spent", t.spent},
+          {"left", t.budget < 0 ? json(nullptr) : json(t.budget - t.spent)},
+          {"spend_per_hour", burn_per_second * 3600.0},
+          {"forecast", forecast},
+          {"cost_by_job", cost_by_job}};
 }
+
+namespace {
+json StepSecondsJson(const std::map<int, double>& step_seconds) {
+  json o = json::object();
+  for (const auto& [gpus, seconds] : step_seconds) o[std::to_string(gpus)] = seconds;
+  return o;
+}
+}  // namespace
 
 json ToJson(const Job& j) {
   json launch = nullptr;
@@ -53,7 +89,12 @@ json ToJson(const Job& j) {
           {"id", j.id},
           {"name", j.name},
           {"team", j.team},
-          {"pool", j.pool},
+          {"pool", JoinPoolNames(j.pools)},
+          {"pools", j.pools},
+          {"cost", j.cost},
+          {"samples", j.samples},
+          {"step_seconds", StepSecondsJson(j.step_seconds)},
+          {"recent_revocations", j.revoked_ms.size()},
           {"priority", PriorityName(j.priority)},
           {"min_gpus", j.min_gpus},
           {"max_gpus", j.max_gpus},
@@ -149,7 +190,52 @@ json ToJson(const Segment& seg) {
           {"deadline_ms", seg.deadline_ms},
           {"preempted_for", seg.preempted_for},
           {"ended_ms", seg.ended_ms},
-          {"master_port", seg.master_port}};
+          {"master_port", seg.master_port},
+          {"price_per_gpu_hour", seg.price_per_gpu_hour},
+          {"cost", seg.cost},
+          {"start_step", seg.start_step},
+          {"checkpoint_step", seg.checkpoint_step},
+          {"last_step", seg.last_step}};
+}
+
+json ToJson(const JobFigures& f) {
+  json segments = json::array();
+  for (const SegmentFigures& g : f.segments) {
+    segments.push_back({{"segment_id", g.segment_id},
+                        {"gpus", g.gpus},
+                        {"held_gpu_seconds", g.held_gpu_seconds},
+                        {"useful_gpu_seconds", g.useful_gpu_seconds},
+                        {"restart_gpu_seconds", g.restart_gpu_seconds},
+                        {"checkpoint_gpu_seconds", g.checkpoint_gpu_seconds},
+                        {"lost_gpu_seconds", g.lost_gpu_seconds},
+                        {"kept_steps", g.kept_steps},
+                        {"efficiency", g.efficiency},
+                        {"cost", g.cost}});
+  }
+  return {{"held_gpu_seconds", f.held_gpu_seconds},
+          {"useful_gpu_seconds", f.useful_gpu_seconds},
+          {"restart_gpu_seconds", f.restart_gpu_seconds},
+          {"checkpoint_gpu_seconds", f.checkpoint_gpu_seconds},
+          {"lost_gpu_seconds", f.lost_gpu_seconds},
+          {"kept_steps", f.kept_steps},
+          {"efficiency", f.efficiency},
+          {"cost", f.cost},
+          {"cost_per_step", f.cost_per_step},
+          {"segments", segments}};
+}
+
+json LossCurveJson(const ClusterState& s, const Job& j) {
+  json points = json::array();
+  for (const LossPoint& p : j.losses) points.push_back({p.step, p.loss, p.segment_id, p.at_ms});
+  json segments = json::array();
+  for (const auto& [id, seg] : s.segments) {
+    if (seg.job_id != j.id) continue;
+    segments.push_back({{"id", seg.id},
+                        {"start_ms", seg.start_ms},
+                        {"start_step", std::max<int64_t>(0, seg.start_step)},
+                        {"gpus", seg.gpus()}});
+  }
+  return {{"job_id", j.id}, {"points", points}, {"segments", segments}};
 }
 
 json ToJson(const WorkerView& v) {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/json_fields.h"
+#include "stintd/core/accounting.h"
 #include "stintd/core/model.h"
 #include "stintd/core/policy.h"
 #include "stintd/core/rendezvous.h"
@@ -25,9 +26,13 @@ using nlohmann::json;
 json TimeJson(TimeMs t);  // null for kNever
 json ToJson(const Pool& p);
 json ToJson(const ClusterState& s, const Window& w, TimeMs now);
-json ToJson(const ClusterState& s, const Team& t);
+json ToJson(const ClusterState& s, const Team& t, TimeMs now);
 json ToJson(const Job& j);
 json ToJson(const Segment& seg);
+json ToJson(const JobFigures& f);
+// The job's loss curve: {"points": [[step, loss, segment_id, at_ms], ...],
+// "segments": [{"id", "start_ms", "start_step", "gpus"}, ...]}.
+json LossCurveJson(const ClusterState& s, const Job& j);
 json ToJson(const WorkerView& v);
 json ToJson(const KvRecord& e);
 json ToJson(const ClusterState& s, const PendingInfo& p, TimeMs now);

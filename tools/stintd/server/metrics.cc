@@ -1,5 +1,7 @@
 #include "stintd/server/metrics.h"
 
+#include "stintd/core/accounting.h"
+
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -60,7 +62,8 @@ std::string RenderMetrics(const ClusterState& s, const Plan& plan, TimeMs now,
     e.Sample("stintd_queue_length", n, Label("priority", PriorityName(p)));
   std::map<BlockReason, int> by_reason;
   for (BlockReason r : {BlockReason::kQuota, BlockReason::kWindow, BlockReason::kGang,
-                        BlockReason::kPriority, BlockReason::kPreempting, BlockReason::kDepth}) {
+                        BlockReason::kPriority, BlockReason::kPreempting, BlockReason::kDepth,
+                        BlockReason::kBudget, BlockReason::kPrice}) {
     by_reason[r] = 0;
   }
   for (const PendingInfo& p : plan.pending) {
@@ -151,6 +154,31 @@ std::string RenderMetrics(const ClusterState& s, const Plan& plan, TimeMs now,
   e.Family("stintd_team_usage_gpu_seconds", "gauge", "A team's decayed usage.");
   for (const auto& [name, t] : s.teams)
     e.Sample("stintd_team_usage_gpu_seconds", t.usage_gpu_seconds, Label("team", name));
+  e.Family("stintd_team_spent", "gauge", "What a team's segments were charged this budget period.");
+  for (const auto& [name, t] : s.teams) e.Sample("stintd_team_spent", t.spent, Label("team", name));
+  e.Family("stintd_team_budget", "gauge", "A team's budget per period (teams with one).");
+  for (const auto& [name, t] : s.teams) {
+    if (t.budget >= 0) e.Sample("stintd_team_budget", t.budget, Label("team", name));
+  }
+  e.Family("stintd_pool_price_per_gpu_hour", "gauge", "A pool's price in force.");
+  for (const auto& [name, p] : s.pools)
+    e.Sample("stintd_pool_price_per_gpu_hour", p.price_per_gpu_hour, Label("pool", name));
+  // Per running job: its cost and fragment-training efficiency
+  // (accounting.h), so a dashboard can follow them while it runs.
+  e.Family("stintd_job_cost", "gauge", "What a job's segments were charged.");
+  e.Family("stintd_job_efficiency", "gauge",
+           "Useful GPU-seconds (kept steps at the job's measured pace) / GPU-seconds held.");
+  e.Family("stintd_job_useful_gpu_seconds", "gauge", "A job's useful GPU-seconds.");
+  e.Family("stintd_job_held_gpu_seconds", "gauge", "GPU-seconds a job's segments held.");
+  for (const auto& [id, j] : s.jobs) {
+    if (j.state != JobState::kRunning) continue;
+    const std::string label = Label("job", std::to_string(id));
+    const JobFigures f = FigureJob(s, j, now);
+    e.Sample("stintd_job_cost", j.cost, label);
+    e.Sample("stintd_job_efficiency", f.efficiency, label);
+    e.Sample("stintd_job_useful_gpu_seconds", f.useful_gpu_seconds, label);
+    e.Sample("stintd_job_held_gpu_seconds", f.held_gpu_seconds, label);
+  }
   return e.str();
 }
 

@@ -47,13 +47,27 @@ Result<Window> ParseWindowSpec(const RequestBody& b, TimeMs now, bool gpus_requi
 void AddPoolRoutes(Routes* routes) {
   Coordinator* c = routes->coordinator();
   routes->Add(Method::kPost, "/v1/pools", Access::kAdmin, [c](const httplib::Request& req) {
-    RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"name", "description"}));
+    RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(
+        req.body, {"name", "description", "pricing", "price_per_gpu_hour"}));
     Pool p;
     p.name = STINT_HTTP_TRY(b.String("name"));
     p.description = STINT_HTTP_TRY(b.OptionalString("description")).value_or("");
+    const std::optional<std::string> pricing = STINT_HTTP_TRY(b.OptionalString("pricing"));
+    if (pricing) p.pricing = STINT_HTTP_TRY(ParsePoolPricing(*pricing));
+    p.price_per_gpu_hour =
+        STINT_HTTP_TRY(b.OptionalNonNegativeNumber("price_per_gpu_hour")).value_or(0);
     Pool out = STINT_HTTP_TRY(c->AddPool(p));
     return Reply{201, ToJson(out), {}, {}};
   });
+  // A new price from now on (an admin, or a spot price feed).
+  routes->Add(Method::kPost, R"(/v1/pools/([A-Za-z0-9._-]{1,64})/price)", Access::kAdmin,
+              [c](const httplib::Request& req) {
+                RequestBody b =
+                    STINT_HTTP_TRY(RequestBody::Parse(req.body, {"price_per_gpu_hour"}));
+                const double price = STINT_HTTP_TRY(b.NonNegativeNumber("price_per_gpu_hour"));
+                Pool out = STINT_HTTP_TRY(c->SetPoolPrice(req.matches[1], price));
+                return Reply{200, ToJson(out), {}, {}};
+              });
   routes->Add(Method::kGet, "/v1/pools", Access::kRead, [c](const httplib::Request&) {
     json pools = json::array();
     c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
@@ -137,11 +151,14 @@ void AddTeamRoutes(Routes* routes) {
   routes->Add(
       Method::kPut, R"(/v1/teams/([^/]+))", Access::kAdmin, [c](const httplib::Request& req) {
         RequestBody b =
-            STINT_HTTP_TRY(RequestBody::Parse(req.body, {"guaranteed_gpus", "borrow_limit_gpus"}));
+            STINT_HTTP_TRY(RequestBody::Parse(req.body, {"guaranteed_gpus", "borrow_limit_gpus",
+                                                          "budget", "budget_period_seconds"}));
         Team t;
         t.name = req.matches[1];
         std::optional<int64_t> g = STINT_HTTP_TRY(b.OptionalInt64("guaranteed_gpus"));
         std::optional<int64_t> bl = STINT_HTTP_TRY(b.OptionalInt64("borrow_limit_gpus"));
+        std::optional<double> budget = STINT_HTTP_TRY(b.OptionalNumber("budget"));
+        std::optional<double> period = STINT_HTTP_TRY(b.OptionalNumber("budget_period_seconds"));
         if ((g && (*g < 0 || *g > 1000000)) || (bl && (*bl < -1 || *bl > 1000000))) {
           return ErrorReply(Status::InvalidArgument(
               "guaranteed_gpus must be 0..1000000 and borrow_limit_gpus -1..1000000"));
@@ -153,18 +170,73 @@ void AddTeamRoutes(Routes* routes) {
         });
         if (g) t.guaranteed_gpus = static_cast<int>(*g);
         if (bl) t.borrow_limit_gpus = static_cast<int>(*bl);
+        if (budget) t.budget = *budget;  // -1: none
+        if (period) t.budget_period_seconds = *period;
         Team out = STINT_HTTP_TRY(c->PutTeam(t));
         Reply r;
-        c->Read([&](const ClusterState& s, const Plan&, TimeMs) { r.body = ToJson(s, out); });
+        c->Read([&](const ClusterState& s, const Plan&, TimeMs now) { r.body = ToJson(s, out, now); });
         return r;
       });
   routes->Add(Method::kGet, "/v1/teams", Access::kRead, [c](const httplib::Request&) {
     json teams = json::array();
-    c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
-      for (const auto& [name, t] : s.teams) teams.push_back(ToJson(s, t));
+    c->Read([&](const ClusterState& s, const Plan&, TimeMs now) {
+      for (const auto& [name, t] : s.teams) teams.push_back(ToJson(s, t, now));
     });
     return Reply{200, {{"teams", teams}}, {}, {}};
   });
+}
+
+// GET /v1/price-rules and PUT /v1/price-rules/{PRIORITY}: what each
+// priority level may pay (PriceRule).
+void AddPriceRuleRoutes(Routes* routes) {
+  Coordinator* c = routes->coordinator();
+  auto rules_json = [](const ClusterState& s) {
+    json rules = json::array();
+    for (Priority p : {Priority::kLow, Priority::kMedium, Priority::kHigh, Priority::kCritical}) {
+      const PriceRule& r = s.price_rules[static_cast<size_t>(p)];
+      rules.push_back({{"priority", PriorityName(p)},
+                       {"max_price_per_gpu_hour", r.max_price_per_gpu_hour < 0
+                                                      ? json(nullptr)
+                                                      : json(r.max_price_per_gpu_hour)},
+                       {"spot_fallback_revocations", r.spot_fallback_revocations},
+                       {"spot_fallback_window_seconds", r.spot_fallback_window_seconds}});
+    }
+    return json{{"rules", rules}};
+  };
+  routes->Add(Method::kGet, "/v1/price-rules", Access::kRead,
+              [c, rules_json](const httplib::Request&) {
+                Reply r;
+                c->Read([&](const ClusterState& s, const Plan&, TimeMs) { r.body = rules_json(s); });
+                return r;
+              });
+  routes->Add(
+      Method::kPut, R"(/v1/price-rules/([A-Za-z]+))", Access::kAdmin,
+      [c, rules_json](const httplib::Request& req) {
+        const Priority priority = STINT_HTTP_TRY(ParsePriority(req.matches[1].str()));
+        RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(
+            req.body, {"max_price_per_gpu_hour", "spot_fallback_revocations",
+                       "spot_fallback_window_seconds"}));
+        const std::optional<double> cap = STINT_HTTP_TRY(b.OptionalNumber("max_price_per_gpu_hour"));
+        const std::optional<int64_t> revocations =
+            STINT_HTTP_TRY(b.OptionalInt64("spot_fallback_revocations"));
+        const std::optional<double> window =
+            STINT_HTTP_TRY(b.OptionalNumber("spot_fallback_window_seconds"));
+        if (revocations && (*revocations < 0 || *revocations > 1000000))
+          return ErrorReply(Status::InvalidArgument("spot_fallback_revocations must be 0..1000000"));
+        // A rule keeps the fields a request does not name.
+        PriceRule rule;
+        c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+          rule = s.price_rules[static_cast<size_t>(priority)];
+        });
+        if (cap) rule.max_price_per_gpu_hour = *cap;
+        if (revocations) rule.spot_fallback_revocations = static_cast<int>(*revocations);
+        if (window) rule.spot_fallback_window_seconds = *window;
+        const Status set = c->SetPriceRule(priority, rule);
+        if (!set.ok()) return ErrorReply(set);
+        Reply r;
+        c->Read([&](const ClusterState& s, const Plan&, TimeMs) { r.body = rules_json(s); });
+        return r;
+      });
 }
 
 }  // namespace
@@ -173,6 +245,7 @@ void InstallWindowRoutes(Routes* routes) {
   AddPoolRoutes(routes);
   AddWindowRoutes(routes);
   AddTeamRoutes(routes);
+  AddPriceRuleRoutes(routes);
 }
 
 }  // namespace stint::stintd

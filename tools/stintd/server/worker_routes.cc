@@ -86,10 +86,20 @@ void AddOwnWorkerRoutes(Routes* routes) {
   routes->Add(Method::kPost, R"(/v1/workers/(\d+)/heartbeat)", Access::kOwnWorker,
               [c, view_reply](const httplib::Request& req) {
                 const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
-                RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"step"}));
-                const int64_t step = STINT_HTTP_TRY(b.OptionalInt64("step")).value_or(0);
-                if (step < 0) return ErrorReply(Status::InvalidArgument("step must be >= 0"));
-                return view_reply(c->Heartbeat(id, step));
+                RequestBody b =
+                    STINT_HTTP_TRY(RequestBody::Parse(req.body, {"step", "samples", "loss", "loss_step"}));
+                HeartbeatReport report;
+                report.step = STINT_HTTP_TRY(b.OptionalInt64("step")).value_or(0);
+                if (report.step < 0)
+                  return ErrorReply(Status::InvalidArgument("step must be >= 0"));
+                report.samples = STINT_HTTP_TRY(b.OptionalInt64("samples"));
+                if (report.samples && *report.samples < 0)
+                  return ErrorReply(Status::InvalidArgument("samples must be >= 0"));
+                report.loss = STINT_HTTP_TRY(b.OptionalNumber("loss"));
+                report.loss_step = STINT_HTTP_TRY(b.OptionalInt64("loss_step"));
+                if (report.loss_step && *report.loss_step < 0)
+                  return ErrorReply(Status::InvalidArgument("loss_step must be >= 0"));
+                return view_reply(c->Heartbeat(id, report));
               });
   routes->Add(Method::kGet, R"(/v1/workers/(\d+)/notice)", Access::kOwnWorker,
               [c, view_reply, max_wait](const httplib::Request& req) {

@@ -1,7 +1,7 @@
 // Store on SQLite: one file, WAL journal, synchronous=FULL, exclusive
 // locking (one stintd per file), schema version in PRAGMA user_version.
 //
-// Schema version 9 (tables are STRICT, so a value of the wrong type is
+// Schema version 10 (tables are STRICT, so a value of the wrong type is
 // refused when written, not discovered when read):
 //   pools, windows, teams, jobs, segments, workers: one row per object,
 //     one column per field of model.h, named as the field; enums as their
@@ -38,7 +38,17 @@
 // segments.master_port (0: started before ports were assigned; stintd then
 // answers the old port, 20000 + id % 20000, which its workers already use)
 // and the table node_credentials (name, secret_hash, issued_ms): no node
-// has a credential of its own yet.
+// has a credential of its own yet. Version 9 -> 10 adds prices, budgets
+// and what segments achieved: pools.pricing (0, on demand),
+// pools.price_per_gpu_hour (0, unpriced) and pools.price_history ('[]');
+// teams.budget (-1, none), budget_period_seconds (30 days),
+// period_start_ms and spent (0); jobs.revoked_ms ('[]'), cost (0), samples
+// (0), step_seconds ('{}') and losses ('[]'); segments.price_per_gpu_hour and
+// cost (0: segments before prices cost nothing), start_step,
+// checkpoint_step, first_step and last_step (-1: unknown), first_step_ms
+// and last_step_ms (0) and
+// checkpoint_seconds (0); meta.price_rules ('[]': every rule the default).
+// jobs.pool holds the job's pools joined by commas (one name before).
 // Each table's layout and row codec: sqlite_tables.h.
 #include <cstdint>
 #include <map>
@@ -85,7 +95,7 @@ using internal::StatusFromSqlite;
 using internal::StepDone;
 using internal::Table;
 
-constexpr int64_t kSchemaVersion = 9;
+constexpr int64_t kSchemaVersion = 10;
 // STRICT tables need 3.37. Checked at run time too: the shared library
 // loaded may be older than the header compiled against.
 constexpr int kMinSqliteVersion = 3037000;
@@ -350,6 +360,32 @@ Status SqliteStore::Init() {
                 "ALTER TABLE windows ADD COLUMN joined INTEGER NOT NULL DEFAULT 0;\n" +
                     kNodeCredentials.Create(),
                 9));
+  }
+  if (version >= 1 && version <= 9) {
+    STINT_RETURN_IF_ERROR(Migrate(
+        "ALTER TABLE pools ADD COLUMN pricing INTEGER NOT NULL DEFAULT 0;\n"
+        "ALTER TABLE pools ADD COLUMN price_per_gpu_hour REAL DEFAULT 0;\n"
+        "ALTER TABLE pools ADD COLUMN price_history TEXT NOT NULL DEFAULT '[]';\n"
+        "ALTER TABLE teams ADD COLUMN budget REAL DEFAULT -1;\n"
+        "ALTER TABLE teams ADD COLUMN budget_period_seconds REAL DEFAULT 2592000;\n"
+        "ALTER TABLE teams ADD COLUMN period_start_ms INTEGER NOT NULL DEFAULT 0;\n"
+        "ALTER TABLE teams ADD COLUMN spent REAL DEFAULT 0;\n"
+        "ALTER TABLE jobs ADD COLUMN revoked_ms TEXT NOT NULL DEFAULT '[]';\n"
+        "ALTER TABLE jobs ADD COLUMN cost REAL DEFAULT 0;\n"
+        "ALTER TABLE jobs ADD COLUMN samples INTEGER NOT NULL DEFAULT 0;\n"
+        "ALTER TABLE jobs ADD COLUMN step_seconds TEXT NOT NULL DEFAULT '{}';\n"
+        "ALTER TABLE jobs ADD COLUMN losses TEXT NOT NULL DEFAULT '[]';\n"
+        "ALTER TABLE segments ADD COLUMN price_per_gpu_hour REAL DEFAULT 0;\n"
+        "ALTER TABLE segments ADD COLUMN cost REAL DEFAULT 0;\n"
+        "ALTER TABLE segments ADD COLUMN start_step INTEGER NOT NULL DEFAULT -1;\n"
+        "ALTER TABLE segments ADD COLUMN checkpoint_step INTEGER NOT NULL DEFAULT -1;\n"
+        "ALTER TABLE segments ADD COLUMN first_step INTEGER NOT NULL DEFAULT -1;\n"
+        "ALTER TABLE segments ADD COLUMN first_step_ms INTEGER NOT NULL DEFAULT 0;\n"
+        "ALTER TABLE segments ADD COLUMN last_step INTEGER NOT NULL DEFAULT -1;\n"
+        "ALTER TABLE segments ADD COLUMN last_step_ms INTEGER NOT NULL DEFAULT 0;\n"
+        "ALTER TABLE segments ADD COLUMN checkpoint_seconds REAL DEFAULT 0;\n"
+        "ALTER TABLE meta ADD COLUMN price_rules TEXT NOT NULL DEFAULT '[]'",
+        10));
   }
   return PrepareAll();
 }

@@ -1,7 +1,10 @@
 // The stintd store's table layouts and row codecs (sqlite_tables.h).
 #include "stintd/store/sqlite_tables.h"
 
+#include <array>
 #include <cstdint>
+#include <cstdlib>
+#include <map>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -18,7 +21,8 @@ constexpr int64_t kMaxPriority = static_cast<int64_t>(Priority::kCritical);
 constexpr int64_t kMaxWindowKind = static_cast<int64_t>(WindowKind::kSpot);
 constexpr int64_t kMaxJobState = static_cast<int64_t>(JobState::kFailed);
 constexpr int64_t kMaxSegmentState = static_cast<int64_t>(SegmentState::kCancelled);
-constexpr int64_t kMaxNoticeReason = static_cast<int64_t>(NoticeReason::kCancelled);
+constexpr int64_t kMaxNoticeReason = static_cast<int64_t>(NoticeReason::kBudget);
+constexpr int64_t kMaxPoolPricing = static_cast<int64_t>(PoolPricing::kOnPrem);
 constexpr int64_t kMaxRendezvousPhase = static_cast<int64_t>(RendezvousPhase::kFormed);
 
 Status CheckEnum(const char* field, int64_t v, int64_t max) {
@@ -123,11 +127,99 @@ Status MembersFromJson(const std::string& text, std::vector<RendezvousMember>* m
   return Status::OK();
 }
 
+// Compact arrays of arrays: a job keeps thousands of loss points.
+std::string PricesToJson(const std::vector<PricePoint>& prices) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const PricePoint& p : prices) a.push_back({p.at_ms, p.price_per_gpu_hour});
+  return a.dump();
+}
+
+Status PricesFromJson(const std::string& text, std::vector<PricePoint>* prices) {
+  const nlohmann::json a = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!a.is_array()) return Status::DataLoss("price_history is not a JSON array: " + text);
+  for (const nlohmann::json& x : a) {
+    if (!x.is_array() || x.size() != 2 || !x[0].is_number_integer() || !x[1].is_number())
+      return Status::DataLoss("price_history entry is not [at_ms, price]: " + x.dump());
+    prices->push_back(PricePoint{x[0].get<int64_t>(), x[1].get<double>()});
+  }
+  return Status::OK();
+}
+
+std::string LossesToJson(const std::vector<LossPoint>& losses) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const LossPoint& p : losses) a.push_back({p.step, p.loss, p.segment_id, p.at_ms});
+  return a.dump();
+}
+
+Status LossesFromJson(const std::string& text, std::vector<LossPoint>* losses) {
+  const nlohmann::json a = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!a.is_array()) return Status::DataLoss("losses is not a JSON array: " + text);
+  for (const nlohmann::json& x : a) {
+    if (!x.is_array() || x.size() != 4 || !x[0].is_number_integer() || !x[1].is_number() ||
+        !x[2].is_number_integer() || !x[3].is_number_integer())
+      return Status::DataLoss("losses entry is not [step, loss, segment_id, at_ms]: " + x.dump());
+    losses->push_back(
+        LossPoint{x[0].get<int64_t>(), x[1].get<double>(), x[2].get<int64_t>(), x[3].get<int64_t>()});
+  }
+  return Status::OK();
+}
+
+std::string StepSecondsToJson(const std::map<int, double>& step_seconds) {
+  nlohmann::json o = nlohmann::json::object();
+  for (const auto& [gpus, seconds] : step_seconds) o[std::to_string(gpus)] = seconds;
+  return o.dump();
+}
+
+Status StepSecondsFromJson(const std::string& text, std::map<int, double>* step_seconds) {
+  const nlohmann::json o = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!o.is_object()) return Status::DataLoss("step_seconds is not a JSON object: " + text);
+  for (const auto& [key, value] : o.items()) {
+    char* end = nullptr;
+    const long gpus = std::strtol(key.c_str(), &end, 10);
+    if (end == key.c_str() || *end != '\0' || gpus < 1 || gpus > 1000000 || !value.is_number())
+      return Status::DataLoss("step_seconds entry is not \"gpus\": seconds: " + text);
+    (*step_seconds)[static_cast<int>(gpus)] = value.get<double>();
+  }
+  return Status::OK();
+}
+
+std::string PriceRulesToJson(const std::array<PriceRule, 4>& rules) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const PriceRule& r : rules) {
+    a.push_back({r.max_price_per_gpu_hour, r.spot_fallback_revocations,
+                 r.spot_fallback_window_seconds});
+  }
+  return a.dump();
+}
+
+Status PriceRulesFromJson(const std::string& text, std::array<PriceRule, 4>* rules) {
+  const nlohmann::json a = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  // '[]': a file from before prices (schema version 10): every rule the default.
+  if (a.is_array() && a.empty()) return Status::OK();
+  if (!a.is_array() || a.size() != rules->size())
+    return Status::DataLoss("price_rules is not an array of 4 rules: " + text);
+  for (size_t i = 0; i < rules->size(); i++) {
+    const nlohmann::json& x = a[i];
+    if (!x.is_array() || x.size() != 3 || !x[0].is_number() || !x[1].is_number_integer() ||
+        !x[2].is_number())
+      return Status::DataLoss("price rule is not [max_price, revocations, window_seconds]: " +
+                              x.dump());
+    (*rules)[i] = PriceRule{x[0].get<double>(), x[1].get<int>(), x[2].get<double>()};
+  }
+  return Status::OK();
+}
+
 constexpr int64_t kMetaRowId = 0;
 
 }  // namespace
 
-const Table kPools = {"pools", {"name"}, {{"name", Type::kText}, {"description", Type::kText}}};
+const Table kPools = {"pools",
+                      {"name"},
+                      {{"name", Type::kText},
+                       {"description", Type::kText},
+                       {"pricing", Type::kInt},
+                       {"price_per_gpu_hour", Type::kReal},
+                       {"price_history", Type::kText}}};
 
 const Table kWindows = {"windows",
                         {"id"},
@@ -151,7 +243,11 @@ const Table kTeams = {"teams",
                        {"guaranteed_gpus", Type::kInt},
                        {"borrow_limit_gpus", Type::kInt},
                        {"usage_gpu_seconds", Type::kReal},
-                       {"usage_at_ms", Type::kInt}}};
+                       {"usage_at_ms", Type::kInt},
+                       {"budget", Type::kReal},
+                       {"budget_period_seconds", Type::kReal},
+                       {"period_start_ms", Type::kInt},
+                       {"spent", Type::kReal}}};
 
 const Table kJobs = {"jobs",
                      {"id"},
@@ -182,7 +278,12 @@ const Table kJobs = {"jobs",
                       {"message", Type::kText},
                       {"service_gpu_seconds", Type::kReal},
                       {"launch", Type::kText},
-                      {"crash_ms", Type::kText}}};
+                      {"crash_ms", Type::kText},
+                      {"revoked_ms", Type::kText},
+                      {"cost", Type::kReal},
+                      {"samples", Type::kInt},
+                      {"step_seconds", Type::kText},
+                      {"losses", Type::kText}}};
 
 const Table kSegments = {"segments",
                          {"id"},
@@ -205,7 +306,16 @@ const Table kSegments = {"segments",
                           {"shrink_notice_ms", Type::kInt},
                           {"shrink_deadline_ms", Type::kInt},
                           {"shrink_for", Type::kInt},
-                          {"master_port", Type::kInt}}};
+                          {"master_port", Type::kInt},
+                          {"price_per_gpu_hour", Type::kReal},
+                          {"cost", Type::kReal},
+                          {"start_step", Type::kInt},
+                          {"checkpoint_step", Type::kInt},
+                          {"first_step", Type::kInt},
+                          {"first_step_ms", Type::kInt},
+                          {"last_step", Type::kInt},
+                          {"last_step_ms", Type::kInt},
+                          {"checkpoint_seconds", Type::kReal}}};
 
 const Table kWorkers = {"workers",
                         {"id"},
@@ -261,7 +371,8 @@ const Table kMeta = {"meta",
                       {"used_gpu_seconds", Type::kReal},
                       {"wait_seconds_sum", Type::kReal},
                       {"wait_buckets", Type::kText},
-                      {"accounted_ms", Type::kInt}}};
+                      {"accounted_ms", Type::kInt},
+                      {"price_rules", Type::kText}}};
 
 const std::vector<const Table*>& AllTables() {
   static const std::vector<const Table*> kAll = {&kPools,      &kWindows,        &kTeams, &kJobs,
@@ -283,13 +394,19 @@ std::string Describe(const char* what, int64_t k) {
 Status BindRow(Binder& b, const Pool& p) {
   b.Text(p.name);
   b.Text(p.description);
+  STINT_RETURN_IF_ERROR(CheckEnum("pricing", static_cast<int64_t>(p.pricing), kMaxPoolPricing));
+  b.Int(static_cast<int64_t>(p.pricing));
+  b.Double(p.price_per_gpu_hour);
+  b.Text(PricesToJson(p.price_history));
   return Status::OK();
 }
 
 Status ReadRow(RowReader& r, Pool* p) {
   p->name = r.Text();
   p->description = r.Text();
-  return Status::OK();
+  p->pricing = static_cast<PoolPricing>(r.Ranged(0, kMaxPoolPricing));
+  p->price_per_gpu_hour = r.Double();
+  return PricesFromJson(r.Text(), &p->price_history);
 }
 
 Status BindRow(Binder& b, const Window& w) {
@@ -354,6 +471,10 @@ Status BindRow(Binder& b, const Team& t) {
   b.Int(t.borrow_limit_gpus);
   b.Double(t.usage_gpu_seconds);
   b.Int(t.usage_at_ms);
+  b.Double(t.budget);
+  b.Double(t.budget_period_seconds);
+  b.Int(t.period_start_ms);
+  b.Double(t.spent);
   return Status::OK();
 }
 
@@ -363,6 +484,10 @@ Status ReadRow(RowReader& r, Team* t) {
   t->borrow_limit_gpus = r.Int32();
   t->usage_gpu_seconds = r.Double();
   t->usage_at_ms = r.Int();
+  t->budget = r.Double();
+  t->budget_period_seconds = r.Double();
+  t->period_start_ms = r.Int();
+  t->spent = r.Double();
   return Status::OK();
 }
 
@@ -372,7 +497,7 @@ Status BindRow(Binder& b, const Job& j) {
   b.Int(j.id);
   b.Text(j.name);
   b.Text(j.team);
-  b.Text(j.pool);
+  b.Text(JoinPoolNames(j.pools));
   b.Int(static_cast<int64_t>(j.priority));
   b.Int(j.min_gpus);
   b.Int(j.max_gpus);
@@ -397,6 +522,11 @@ Status BindRow(Binder& b, const Job& j) {
   b.Double(j.service_gpu_seconds);
   b.Text(j.launch);
   b.Text(BucketsToJson(j.crash_ms));
+  b.Text(BucketsToJson(j.revoked_ms));
+  b.Double(j.cost);
+  b.Int(j.samples);
+  b.Text(StepSecondsToJson(j.step_seconds));
+  b.Text(LossesToJson(j.losses));
   return Status::OK();
 }
 
@@ -404,7 +534,7 @@ Status ReadRow(RowReader& r, Job* j) {
   j->id = r.Int();
   j->name = r.Text();
   j->team = r.Text();
-  j->pool = r.Text();
+  j->pools = SplitPoolNames(r.Text());
   j->priority = static_cast<Priority>(r.Ranged(0, kMaxPriority));
   j->min_gpus = r.Int32();
   j->max_gpus = r.Int32();
@@ -428,7 +558,12 @@ Status ReadRow(RowReader& r, Job* j) {
   j->message = r.Text();
   j->service_gpu_seconds = r.Double();
   j->launch = r.Text();
-  return BucketsFromJson(r.Text(), &j->crash_ms);
+  STINT_RETURN_IF_ERROR(BucketsFromJson(r.Text(), &j->crash_ms));
+  STINT_RETURN_IF_ERROR(BucketsFromJson(r.Text(), &j->revoked_ms));
+  j->cost = r.Double();
+  j->samples = r.Int();
+  STINT_RETURN_IF_ERROR(StepSecondsFromJson(r.Text(), &j->step_seconds));
+  return LossesFromJson(r.Text(), &j->losses);
 }
 
 Status BindRow(Binder& b, const Segment& s) {
@@ -458,6 +593,15 @@ Status BindRow(Binder& b, const Segment& s) {
   b.Int(s.shrink_deadline_ms);
   b.Int(s.shrink_for);
   b.Int(s.master_port);
+  b.Double(s.price_per_gpu_hour);
+  b.Double(s.cost);
+  b.Int(s.start_step);
+  b.Int(s.checkpoint_step);
+  b.Int(s.first_step);
+  b.Int(s.first_step_ms);
+  b.Int(s.last_step);
+  b.Int(s.last_step_ms);
+  b.Double(s.checkpoint_seconds);
   return Status::OK();
 }
 
@@ -497,6 +641,15 @@ Status ReadRow(RowReader& r, Segment* s) {
   STINT_RETURN_IF_ERROR(AllocsFromJson(release, &s->shrink_release));
   STINT_RETURN_IF_ERROR(IdsFromJson("segment leaving_workers", leaving, &s->leaving_workers));
   s->master_port = static_cast<int>(r.Ranged(0, 65535));
+  s->price_per_gpu_hour = r.Double();
+  s->cost = r.Double();
+  s->start_step = r.Int();
+  s->checkpoint_step = r.Int();
+  s->first_step = r.Int();
+  s->first_step_ms = r.Int();
+  s->last_step = r.Int();
+  s->last_step_ms = r.Int();
+  s->checkpoint_seconds = r.Double();
   return AllocsFromJson(allocs, &s->allocs);
 }
 
@@ -591,6 +744,7 @@ Status BindMeta(Binder& b, const ClusterState& s) {
   b.Double(c.wait_seconds_sum);
   b.Text(BucketsToJson(c.wait_buckets));
   b.Int(c.accounted_ms);
+  b.Text(PriceRulesToJson(s.price_rules));
   return Status::OK();
 }
 
@@ -611,6 +765,7 @@ Status ReadMeta(RowReader& r, ClusterState* s) {
   c.wait_seconds_sum = r.Double();
   const std::string buckets = r.Text();
   c.accounted_ms = r.Int();
+  STINT_RETURN_IF_ERROR(PriceRulesFromJson(r.Text(), &s->price_rules));
   return BucketsFromJson(buckets, &c.wait_buckets);
 }
 

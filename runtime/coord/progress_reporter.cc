@@ -1,0 +1,92 @@
+#include "stint/progress_reporter.h"
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "coord/progress_cell.h"
+#include "stint/coordinator_commit_channel.h"
+
+namespace stint {
+
+class ProgressReporter::Impl {
+ public:
+  Impl(std::unique_ptr<CoordinatorClient> client, std::chrono::milliseconds interval)
+      : client_(std::move(client)), interval_(interval), thread_([this] { Loop(); }) {}
+
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  internal::ProgressCell& cell() { return cell_; }
+
+  Status last_error() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_error_;
+  }
+
+ private:
+  void Loop() {
+    bool stop = false;
+    while (!stop) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        stop = cv_.wait_for(lock, interval_, [this] { return stopping_; });
+      }
+      // One more beat on the way out: the last steps' loss is not lost.
+      const WorkerProgress p = cell_.Take();
+      if (!p.step && !p.loss && !p.samples) continue;
+      Result<WorkerView> view = client_->Heartbeat(p);
+      std::lock_guard<std::mutex> lock(mu_);
+      last_error_ = view.status();
+    }
+  }
+
+  const std::unique_ptr<CoordinatorClient> client_;
+  const std::chrono::milliseconds interval_;
+  internal::ProgressCell cell_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  Status last_error_;
+  std::thread thread_;  // last: started once everything above exists
+};
+
+ProgressReporter::ProgressReporter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ProgressReporter::~ProgressReporter() = default;
+
+Result<std::unique_ptr<ProgressReporter>> ProgressReporter::Start(
+    std::unique_ptr<CoordinatorClient> client, std::chrono::milliseconds interval) {
+  if (client == nullptr || !client->registration())
+    return Status::FailedPrecondition("ProgressReporter needs a registered worker's client");
+  if (interval.count() <= 0)
+    return Status::InvalidArgument("the progress interval must be > 0");
+  return std::unique_ptr<ProgressReporter>(
+      new ProgressReporter(std::make_unique<Impl>(std::move(client), interval)));
+}
+
+Result<std::unique_ptr<ProgressReporter>> ProgressReporter::FromEnvironment() {
+  STINT_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> client, WorkerClientFromEnvironment());
+  if (client == nullptr) return std::unique_ptr<ProgressReporter>();
+  std::chrono::milliseconds interval = client->registration()->heartbeat_interval;
+  if (interval.count() <= 0) interval = std::chrono::seconds(5);
+  return Start(std::move(client), interval);
+}
+
+void ProgressReporter::Report(uint64_t step, std::optional<double> loss,
+                              std::optional<uint64_t> samples) {
+  internal::ProgressCell& cell = impl_->cell();
+  cell.SetStep(step);
+  if (loss) cell.SetLoss(*loss, step);
+  if (samples) cell.SetSamples(*samples);
+}
+
+Status ProgressReporter::last_error() const { return impl_->last_error(); }
+
+}  // namespace stint
