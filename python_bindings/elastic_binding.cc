@@ -351,6 +351,12 @@ void BindProgressReporter(py::module_& m) {
              std::optional<uint64_t> samples) { r.Report(step, loss, samples); },
           py::arg("step"), py::arg("loss") = py::none(), py::arg("samples") = py::none(),
           "The newest finished step, its loss and the samples so far; never blocks.")
+      .def_property_readonly(
+          "interval_seconds",
+          [](const ProgressReporter& r) {
+            return std::chrono::duration<double>(r.interval()).count();
+          },
+          "How often it heartbeats (a loss need not be read more often).")
       .def(
           "last_error",
           [](const ProgressReporter& r) -> py::object {

@@ -233,7 +233,8 @@ int main(int argc, char** argv) {
     char ema[32];
     std::snprintf(ema, sizeof(ema), "%.17g", ema_loss);
     (*run)->SetUserState("ema_loss", ema);     // stint: named user state
-    auto action = (*run)->StepBoundary(step);  // stint: cursor, saves, preemption
+    // stint: cursor, saves, preemption; the loss goes to stintd under stint-agent
+    auto action = (*run)->StepBoundary(step, loss.item<double>());
     if (!action.ok()) return Fail("step boundary", action.status());
     if (action->exit) {
       std::printf("preempted at step %llu: %s\n", (unsigned long long)step,

@@ -287,6 +287,14 @@ class ElasticWorker:
         """The step sent with the next heartbeat (progress in stintctl). Cheap."""
         self._session.set_step(_check_step(step))
 
+    def report_loss(self, loss: float, samples: Optional[int] = None) -> None:
+        """The newest step's training loss (and the samples trained on so far),
+        sent with the next heartbeat: stintd's loss curve and efficiency
+        figures for the job. Cheap; a loss that is not finite is not sent."""
+        self._session.report_loss(float(loss))
+        if samples is not None:
+            self._session.set_samples(int(samples))
+
     def finished(self) -> None:
         """The job is complete (one rank calls it, after the others are done)."""
         self._session.finished()

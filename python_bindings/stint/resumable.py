@@ -381,15 +381,13 @@ class Resumable:
 
     # -- internals ---------------------------------------------------------------------
 
-    # How often the loss is read: about a heartbeat (what stintd samples it at).
-    _LOSS_READ_SECONDS = 1.0
-
     def _report_progress(self, step: int, loss: Any) -> None:
         if self._progress is None:
             return
         value = None
         now = time.monotonic()
-        if loss is not None and now - self._loss_reported_at >= self._LOSS_READ_SECONDS:
+        # Read (a CUDA tensor: synchronised) once per heartbeat, what stintd samples it at.
+        if loss is not None and now - self._loss_reported_at >= self._progress.interval_seconds:
             value = float(loss.item() if isinstance(loss, torch.Tensor) else loss)
             self._loss_reported_at = now
         self._progress.report(step, value)  # a loss is sent once, with its own step

@@ -25,6 +25,7 @@ class ProgressReporter::Impl {
   }
 
   internal::ProgressCell& cell() { return cell_; }
+  std::chrono::milliseconds interval() const { return interval_; }
 
   Status last_error() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -88,5 +89,7 @@ void ProgressReporter::Report(uint64_t step, std::optional<double> loss,
 }
 
 Status ProgressReporter::last_error() const { return impl_->last_error(); }
+
+std::chrono::milliseconds ProgressReporter::interval() const { return impl_->interval(); }
 
 }  // namespace stint

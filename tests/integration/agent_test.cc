@@ -931,5 +931,80 @@ TEST_F(AgentTest, ALongPollingAgentStartsAGrantedSegmentBeforeItsNextBeat) {
       << NodeInfo("n24").dump();
 }
 
+// A job's checkpoints are evaluated on what the node leaves over: the first
+// on the GPU no segment holds (its metrics come back with the step), the
+// second stopped the moment a training job is placed on that GPU, which
+// starts at once; it waits for leftover capacity again.
+TEST_F(AgentTest, EvaluationsRunOnLeftoverGpusAndYieldThemToTraining) {
+  Start();
+  auto agent = Agent("n1", "0,1", {"--spot", "--notice-lead", "0", "--eval-slots", "2"});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n1 registered: window ")) << agent->output();
+  // Step 1's evaluation prints its metrics and ends; later ones run on.
+  const std::string script =
+      "echo \"{\\\"step\\\": $STINT_EVAL_STEP, \\\"gpu\\\": \\\"$CUDA_VISIBLE_DEVICES\\\"}\"; "
+      "[ \"$STINT_EVAL_STEP\" = 1 ] || exec sleep 600";
+  auto submitted = admin_->Post(
+      "/v1/jobs", {{"name", "train"},
+                   {"pool", "gpu"},
+                   {"min_gpus", 1},
+                   {"eval", {{"command", {"sh", "-c", script}}, {"gpus", 1}, {"every", 1}}}});
+  ASSERT_EQ(submitted.status, 201) << submitted.text;
+  const int64_t job = submitted.body["id"];
+  EXPECT_EQ(admin_->Post("/v1/jobs", {{"name", "bad"}, {"min_gpus", 1}, {"eval", {{"gpus", 1}}}})
+                .status,
+            400);
+  ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "RUNNING"; }))
+      << Job(job).dump();
+  const json placed = Job(job)["segments"][0]["placement"][0]["gpus"];
+  ASSERT_EQ(placed.size(), 1u) << Job(job).dump();
+  const int free_gpu = placed[0] == 0 ? 1 : 0;
+  HttpJson workers(daemon_->port(), StintdProcess::kWorkerToken);
+  auto reg = workers.Post("/v1/jobs/" + std::to_string(job) + "/workers", {{"name", "w"}});
+  ASSERT_EQ(reg.status, 201) << reg.text;
+  HttpJson worker(daemon_->port(), reg.body["worker_secret"].get<std::string>());
+  const std::string wid = std::to_string(reg.body["worker_id"].get<int64_t>());
+  // Each look at the evaluations also renews the worker's lease.
+  auto evals = [&] {
+    worker.Post("/v1/workers/" + wid + "/heartbeat", {{"step", 2}});
+    return admin_->Get("/v1/jobs/" + std::to_string(job) + "/losses").body["evals"];
+  };
+
+  ASSERT_EQ(worker.Post("/v1/workers/" + wid + "/checkpoint", {{"step", 1}, {"seconds", 0.1}})
+                .status,
+            200);
+  ASSERT_TRUE(Eventually([&] { return !evals().empty() && evals()[0]["state"] == "done"; }))
+      << evals().dump() << agent->output();
+  EXPECT_EQ(evals()[0]["step"], 1);
+  EXPECT_EQ(evals()[0]["result"], json({{"step", 1}, {"gpu", std::to_string(free_gpu)}}));
+
+  ASSERT_EQ(worker.Post("/v1/workers/" + wid + "/checkpoint", {{"step", 2}, {"seconds", 0.1}})
+                .status,
+            200);
+  ASSERT_TRUE(Eventually([&] { return evals().size() == 2 && evals()[1]["state"] == "running"; }))
+      << evals().dump();
+  EXPECT_EQ(evals()[1]["gpu"], free_gpu);
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: evaluation " + std::to_string(evals()[1]["id"].get<int64_t>()) +
+                                 " of job " + std::to_string(job) + " step 2 started"))
+      << agent->output();
+
+  // Training comes first: a job that needs the evaluation's GPU starts on it.
+  auto other = admin_->Post("/v1/jobs", {{"name", "other"}, {"pool", "gpu"}, {"min_gpus", 1}});
+  ASSERT_EQ(other.status, 201) << other.text;
+  const int64_t other_job = other.body["id"];
+  ASSERT_TRUE(Eventually([&] { return Job(other_job).value("state", "") == "RUNNING"; }))
+      << Job(other_job).dump() << admin_->Get("/v1/queue").text;
+  EXPECT_EQ(Job(other_job)["segments"][0]["placement"][0]["gpus"], json::array({free_gpu}));
+  ASSERT_TRUE(Eventually([&] { return evals()[1]["state"] == "pending"; })) << evals().dump();
+  EXPECT_NE(evals()[1]["message"].get<std::string>().find("went to a training segment"),
+            std::string::npos)
+      << evals().dump();
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: evaluation " + std::to_string(evals()[1]["id"].get<int64_t>()) +
+                                 " stopped"))
+      << agent->output();
+  // The training job the evaluations belong to ran on untouched.
+  EXPECT_EQ(Job(job)["segments"].size(), 1u);
+  EXPECT_EQ(Job(job)["segments"][0]["state"], "running");
+}
+
 }  // namespace
 }  // namespace stint

@@ -6,6 +6,10 @@
 // segment inside the window it holds, the queue rows with their reasons, and a
 // metrics table whose values are those of GET /metrics. A screenshot is kept
 // as an artefact ($STINT_ARTIFACT_DIR, else the test's temporary directory).
+// Prices, budgets and loss curves (issue 33): the teams, pools and jobs
+// tables against /v1/teams, /v1/pools and the jobs' figures, and the selected
+// job's loss plot (a polyline per segment, a marker where each began) against
+// /v1/jobs/{id}/losses, empty and at the server's 4096 points.
 //
 // The tests that need a browser are skipped (GTEST_SKIP) when no chromium or
 // chromium-browser is on $PATH.
@@ -19,11 +23,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -277,6 +283,57 @@ class Dom {
   std::string html_;
 };
 
+// A table row's cells by class: each class of a <td> names it, except "num"
+// and "detail", which only style it.
+std::map<std::string, Element> Cells(const Element& tr) {
+  std::map<std::string, Element> out;
+  for (Element& td : Dom(tr.inner).All("td")) {
+    std::istringstream in(td.Attr("class"));
+    for (std::string c; in >> c;) {
+      if (c != "num" && c != "detail") out[c] = td;
+    }
+  }
+  return out;
+}
+
+// The exact number a cell holds in data-value (the API's, unrounded).
+::testing::AssertionResult DataValue(const Element& e, double* v) {
+  if (!e.Has("data-value")) return ::testing::AssertionFailure() << "no data-value: " << e.inner;
+  if (!ParseDouble(e.Attr("data-value"), v)) {
+    return ::testing::AssertionFailure()
+           << "data-value \"" << e.Attr("data-value") << "\" is not a number";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// An SVG polyline's "x,y x,y ..." as strings, exactly as written.
+std::vector<std::pair<std::string, std::string>> PolylinePoints(const Element& line) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::istringstream in(line.Attr("points"));
+  for (std::string xy; in >> xy;) {
+    const size_t comma = xy.find(',');
+    out.emplace_back(xy.substr(0, comma), comma == std::string::npos ? "" : xy.substr(comma + 1));
+  }
+  return out;
+}
+
+double Number(const std::string& text) {
+  double v = 0;
+  EXPECT_TRUE(ParseDouble(text, &v)) << "not a number: \"" << text << "\"";
+  return v;
+}
+
+// Polls `fn` without pausing until it holds; the bound only turns a hang
+// into a failure. For waits of about one tick of a fast-ticking stintd,
+// where Eventually's 20 ms pause would be most of the time spent.
+bool Soon(const std::function<bool()>& fn, double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < until) {
+    if (fn()) return true;
+  }
+  return fn();
+}
+
 // --- PNG ---
 
 uint32_t Be32(const std::string& b, size_t at) {
@@ -440,30 +497,57 @@ class DashboardTest : public ::testing::Test {
     EXPECT_EQ(r.status, want) << "POST " << path << " " << body.dump() << ": " << r.text;
     return r.body;
   }
-  int64_t Submit(const std::string& name, const std::string& pool, int gpus) {
-    return Post("/v1/jobs",
-                {{"name", name},
-                 {"pool", pool},
-                 {"min_gpus", gpus},
-                 {"checkpoint_seconds", 1},
-                 {"restart_seconds", 0},
-                 {"checkpoint_interval_seconds", 60}},
-                201)
-        .value("id", int64_t{0});
+  int64_t Submit(const std::string& name, const std::string& pool, int gpus,
+                 const std::string& team = "") {
+    json spec = {{"name", name},         {"pool", pool},
+                 {"min_gpus", gpus},     {"checkpoint_seconds", 1},
+                 {"restart_seconds", 0}, {"checkpoint_interval_seconds", 60}};
+    if (!team.empty()) spec["team"] = team;
+    return Post("/v1/jobs", spec, 201).value("id", int64_t{0});
   }
-  std::string JobState(int64_t id) {
-    return GetJson(*admin_, "/v1/jobs/" + std::to_string(id)).value("state", "");
-  }
-  // Registers a worker for the job's segment and heartbeats once.
-  int64_t Attach(int64_t job) {
+  json Job(int64_t id) { return GetJson(*admin_, "/v1/jobs/" + std::to_string(id)); }
+  std::string JobState(int64_t id) { return Job(id).value("state", ""); }
+  // Registers a worker for the job's segment.
+  int64_t Register(int64_t job) {
     auto reg = worker_->Post("/v1/jobs/" + std::to_string(job) + "/workers", {{"name", "w0"}});
     EXPECT_EQ(reg.status, 201) << reg.text;
     const int64_t wid = reg.body.value("worker_id", int64_t{0});
     secrets_[wid] = reg.body.value("worker_secret", "");
-    HttpJson as_worker(daemon_->port(), secrets_[wid]);
-    auto hb = as_worker.Post("/v1/workers/" + std::to_string(wid) + "/heartbeat", {{"step", 1}});
-    EXPECT_EQ(hb.status, 200) << hb.text;
     return wid;
+  }
+  // A client holding the worker's own secret.
+  HttpJson As(int64_t wid) { return HttpJson(daemon_->port(), secrets_[wid]); }
+  json WorkerPost(int64_t wid, const std::string& what, const json& body) {
+    auto r = As(wid).Post("/v1/workers/" + std::to_string(wid) + "/" + what, body);
+    EXPECT_EQ(r.status, 200) << what << " " << body.dump() << ": " << r.text;
+    return r.body;
+  }
+  // Registers a worker for the job's segment and heartbeats once.
+  int64_t Attach(int64_t job) {
+    const int64_t wid = Register(job);
+    WorkerPost(wid, "heartbeat", {{"step", 1}});
+    return wid;
+  }
+  // Heartbeats the loss at `step` and waits until a tick merged it into the
+  // job's curve: a later heartbeat before that tick would replace it.
+  void ReportLoss(int64_t job, int64_t wid, int64_t step, double loss) {
+    const std::string path = "/v1/jobs/" + std::to_string(job) + "/losses";
+    json curve = GetJson(*worker_, path);
+    const size_t before = curve["points"].size();
+    WorkerPost(wid, "heartbeat", {{"step", step}, {"loss", loss}, {"samples", 64 * step}});
+    ASSERT_TRUE(Eventually([&] {
+      curve = GetJson(*worker_, path);
+      return curve["points"].size() == before + 1 && curve["points"].back()[0] == step;
+    })) << "step "
+        << step << " never reached the curve: " << curve.dump();
+  }
+  // The team named `name` in a GET /v1/teams answer.
+  static json Team(const json& teams, const std::string& name) {
+    for (const json& t : teams["teams"]) {
+      if (t["name"] == name) return t;
+    }
+    ADD_FAILURE() << "no team " << name << " in " << teams.dump();
+    return json::object();
   }
 
   TempDir dir_;
@@ -492,8 +576,8 @@ TEST_F(DashboardTest, ServedWithoutATokenSelfContainedAndTheDataStaysProtected) 
     EXPECT_EQ(html.find(external), std::string::npos) << external;
   }
   // The data views keep their tokens.
-  for (const char* path :
-       {"/v1/pools", "/v1/windows", "/v1/jobs", "/v1/queue", "/v1/segments", "/metrics"}) {
+  for (const char* path : {"/v1/pools", "/v1/windows", "/v1/jobs", "/v1/queue", "/v1/segments",
+                           "/v1/teams", "/metrics"}) {
     auto r = anonymous.Get(path);
     ASSERT_TRUE(r) << path;
     EXPECT_EQ(r->status, 401) << path;
@@ -866,6 +950,373 @@ TEST_F(DashboardTest, ChromiumDrawsWindowsSegmentsQueueAndMetrics) {
                     : "")
             << "\n";
   RecordProperty("dashboard_png", png_path);
+}
+
+// Issue 33: prices, a budget and a loss curve across two segments. A job of
+// team "vision" ran in a priced pool, reported losses at steps 1-4, a
+// checkpoint at 3 and acked (step 4 is lost), started again from step 3,
+// reported 4-7 and finished; a second job of the team keeps running, so the
+// team spends. The teams, pools and jobs tables show the server's numbers
+// (data-value exact, the text rounded), and the finished job, selected by
+// #job=, has a polyline per segment, a marker at each segment's start step,
+// and its figures per segment.
+TEST_F(DashboardTest, ChromiumDrawsSpendPricesCostsAndALossCurveAcrossSegments) {
+  if (chromium_.empty()) GTEST_SKIP() << kNoChromium;
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "priced"}, {"price_per_gpu_hour", 30}}).status,
+            201);
+  Post("/v1/pools/priced/price", {{"price_per_gpu_hour", 36}}, 200);
+  ASSERT_EQ(
+      admin_
+          ->Post("/v1/pools", {{"name", "cheap"}, {"pricing", "spot"}, {"price_per_gpu_hour", 12}})
+          .status,
+      201);
+  auto put =
+      admin_->Put("/v1/teams/vision",
+                  {{"guaranteed_gpus", 0}, {"budget", 500}, {"budget_period_seconds", 86400}});
+  ASSERT_EQ(put.status, 200) << put.text;
+  put = admin_->Put("/v1/teams/research", {{"guaranteed_gpus", 2}});
+  ASSERT_EQ(put.status, 200) << put.text;
+  Post("/v1/windows", {{"pool", "priced"}, {"gpus", 8}, {"end_ms", WallNowMs() + 3600000}}, 201);
+
+  const int64_t train = Submit("train", "priced", 2, "vision");
+  ASSERT_TRUE(Eventually([&] { return JobState(train) == "RUNNING"; }));
+  const int64_t first_segment = Job(train)["segment_id"];
+  int64_t wid = Register(train);
+  const std::vector<std::pair<int64_t, double>> first = {{1, 3.0}, {2, 2.6}, {3, 2.3}, {4, 2.1}};
+  for (const auto& [step, loss] : first) {
+    ASSERT_NO_FATAL_FAILURE(ReportLoss(train, wid, step, loss));
+  }
+  WorkerPost(wid, "checkpoint", {{"step", 3}, {"seconds", 0.5}});
+  WorkerPost(wid, "ack", {{"step", 3}});
+  ASSERT_TRUE(Eventually([&] {
+    const json j = Job(train);
+    return j["state"] == "RUNNING" && j["segment_id"] != first_segment;
+  })) << Job(train).dump();
+  const int64_t second_segment = Job(train)["segment_id"];
+  wid = Register(train);
+  const std::vector<std::pair<int64_t, double>> second = {{4, 2.2}, {5, 2.0}, {6, 1.8}, {7, 1.7}};
+  for (const auto& [step, loss] : second) {
+    ASSERT_NO_FATAL_FAILURE(ReportLoss(train, wid, step, loss));
+  }
+  WorkerPost(wid, "checkpoint", {{"step", 7}, {"seconds", 0.5}});
+  WorkerPost(wid, "finished", json::object());
+  ASSERT_TRUE(Eventually([&] { return JobState(train) == "DONE"; }));
+
+  const int64_t burner = Submit("burner", "priced", 2, "vision");
+  ASSERT_TRUE(Eventually([&] { return JobState(burner) == "RUNNING"; }));
+  Attach(burner);
+
+  // A finished job's curve and figures no longer move; the team's spend does.
+  const std::string id = std::to_string(train);
+  const json curve = GetJson(*worker_, "/v1/jobs/" + id + "/losses");
+  ASSERT_EQ(curve["points"].size(), first.size() + second.size()) << curve.dump();
+  ASSERT_EQ(curve["segments"].size(), 2u) << curve.dump();
+  std::map<int64_t, int64_t> start_step;  // segment -> the step it began at
+  for (const json& seg : curve["segments"]) start_step[seg["id"]] = seg["start_step"];
+  ASSERT_EQ(start_step.count(first_segment), 1u) << curve.dump();
+  ASSERT_EQ(start_step.count(second_segment), 1u) << curve.dump();
+  EXPECT_EQ(start_step[first_segment], 0);
+  EXPECT_EQ(start_step[second_segment], 3) << "the second segment resumed from the checkpoint";
+  const json figures = Job(train)["figures"];
+  ASSERT_EQ(figures["segments"].size(), 2u) << figures.dump();
+  const json pools = GetJson(*worker_, "/v1/pools")["pools"];
+  const json team_before = Team(GetJson(*worker_, "/v1/teams"), "vision");
+  const double burner_cost_before = Job(burner)["cost"];
+
+  const std::string dom_text =
+      DumpDom(PageUrl(std::string("token=") + StintdProcess::kWorkerToken + "&job=" + id));
+  const json team_after = Team(GetJson(*worker_, "/v1/teams"), "vision");
+  const double burner_cost_after = Job(burner)["cost"];
+  ASSERT_EQ(Job(train)["figures"], figures) << "a finished job's figures moved";
+  Dom dom(dom_text);
+  auto status = dom.Where("span", "", "id", "status");
+  ASSERT_EQ(status.size(), 1u) << dom_text;
+  ASSERT_EQ(status[0].Attr("data-state"), "ok") << "the page reported: " << status[0].Text();
+
+  // Pools: pricing and the price in force.
+  Dom pool_table = dom.Section("<table id=\"pools\"", "</table>");
+  for (const json& p : pools) {
+    auto rows = pool_table.Where("tr", "", "data-pool", p["name"]);
+    ASSERT_EQ(rows.size(), 1u) << p.dump();
+    EXPECT_EQ(rows[0].Attr("data-pricing"), p["pricing"]);
+    auto cells = Cells(rows[0]);
+    double price = 0;
+    ASSERT_TRUE(DataValue(cells["price"], &price));
+    EXPECT_EQ(price, p["price_per_gpu_hour"].get<double>()) << p.dump();
+  }
+  auto priced = Cells(pool_table.Where("tr", "", "data-pool", "priced").at(0));
+  EXPECT_EQ(priced["pricing"].Text(), "on-demand");
+  EXPECT_EQ(priced["price"].Text(), "36.00");
+  EXPECT_NE(priced["history"].Text().find("2 prices"), std::string::npos)
+      << priced["history"].Text();
+  EXPECT_EQ(Cells(pool_table.Where("tr", "", "data-pool", "cheap").at(0))["pricing"].Text(),
+            "spot");
+
+  // Teams: vision's budget, what it spent (between the answers before and
+  // after the page's), what is left of that, the burn of the running job,
+  // and the forecast: spent plus that burn to the period's end, whose
+  // second part only shrinks as time passes.
+  Dom team_table = dom.Section("<table id=\"teams\"", "</table>");
+  auto vision_rows = team_table.Where("tr", "", "data-team", "vision");
+  ASSERT_EQ(vision_rows.size(), 1u);
+  auto vision = Cells(vision_rows[0]);
+  double budget = 0, spent = 0, left = 0, per_hour = 0, forecast = 0, period_end = 0;
+  ASSERT_TRUE(DataValue(vision["budget"], &budget));
+  ASSERT_TRUE(DataValue(vision["spent"], &spent));
+  ASSERT_TRUE(DataValue(vision["left"], &left));
+  ASSERT_TRUE(DataValue(vision["spend-per-hour"], &per_hour));
+  ASSERT_TRUE(DataValue(vision["forecast"], &forecast));
+  ASSERT_TRUE(DataValue(vision["period-end"], &period_end));
+  EXPECT_EQ(budget, 500);
+  EXPECT_EQ(vision["budget"].Text(), "500.00");
+  EXPECT_LE(team_before["spent"].get<double>(), spent);
+  EXPECT_LE(spent, team_after["spent"].get<double>());
+  EXPECT_GT(spent, 0) << "train's two segments were charged";
+  EXPECT_EQ(left, 500 - spent);
+  EXPECT_EQ(per_hour, team_after["spend_per_hour"].get<double>());
+  EXPECT_EQ(per_hour, team_before["spend_per_hour"].get<double>());
+  EXPECT_NEAR(per_hour, 2 * 36, 1e-9) << "burner's 2 GPUs at 36 per GPU-hour";
+  EXPECT_NEAR(Number(vision["spend-per-hour"].Text()), per_hour, 0.005);
+  const double ahead = forecast - spent;
+  const double tolerance = 1e-9 * forecast;
+  EXPECT_LE(team_after["forecast"].get<double>() - team_after["spent"].get<double>(),
+            ahead + tolerance);
+  EXPECT_LE(ahead,
+            team_before["forecast"].get<double>() - team_before["spent"].get<double>() + tolerance);
+  EXPECT_NEAR(Number(vision["forecast"].Text()), forecast, 0.005);
+  EXPECT_EQ(period_end, team_after["period_end_ms"].get<double>());
+  EXPECT_EQ(vision_rows[0].HasClass("over"), forecast > budget);
+  EXPECT_NE(vision["cost-by-job"].Text().find("train #" + id), std::string::npos)
+      << vision["cost-by-job"].Text();
+  auto research_rows = team_table.Where("tr", "", "data-team", "research");
+  ASSERT_EQ(research_rows.size(), 1u);
+  auto research = Cells(research_rows[0]);
+  EXPECT_EQ(research["budget"].Text(), "none");
+  EXPECT_FALSE(research["budget"].Has("data-value"));
+  EXPECT_EQ(research["left"].Text(), "-");
+
+  // Jobs: cost and efficiency.
+  Dom job_table = dom.Section("<table id=\"jobs\"", "</table>");
+  auto train_rows = job_table.Where("tr", "", "data-job", id);
+  ASSERT_EQ(train_rows.size(), 1u);
+  EXPECT_TRUE(train_rows[0].HasClass("selected"));
+  auto train_cells = Cells(train_rows[0]);
+  double cost = 0, efficiency = 0, kept = 0;
+  ASSERT_TRUE(DataValue(train_cells["cost"], &cost));
+  ASSERT_TRUE(DataValue(train_cells["efficiency"], &efficiency));
+  ASSERT_TRUE(DataValue(train_cells["kept"], &kept));
+  EXPECT_EQ(cost, figures["cost"].get<double>());
+  EXPECT_GT(cost, 0);
+  EXPECT_NEAR(Number(train_cells["cost"].Text()), cost, 0.05 * cost) << train_cells["cost"].Text();
+  EXPECT_EQ(efficiency, figures["efficiency"].get<double>());
+  EXPECT_GT(efficiency, 0);
+  char percent[32];
+  std::snprintf(percent, sizeof(percent), "%.1f%%", efficiency * 100);
+  EXPECT_EQ(train_cells["efficiency"].Text(), percent);
+  EXPECT_EQ(kept, 7) << "steps 1-3 kept by the first segment, 4-7 by the second";
+  auto burner_rows = job_table.Where("tr", "", "data-job", std::to_string(burner));
+  ASSERT_EQ(burner_rows.size(), 1u);
+  auto burner_cells = Cells(burner_rows[0]);
+  double burner_cost = 0, burner_efficiency = 0;
+  ASSERT_TRUE(DataValue(burner_cells["cost"], &burner_cost));
+  EXPECT_LE(burner_cost_before, burner_cost);
+  EXPECT_LE(burner_cost, burner_cost_after);
+  ASSERT_TRUE(DataValue(burner_cells["efficiency"], &burner_efficiency));
+  EXPECT_EQ(burner_efficiency, 0) << "no checkpoint: no kept step";
+  EXPECT_EQ(burner_cells["efficiency"].Text(), "0.0%");
+
+  // The selected job's panel and loss plot.
+  auto panel = dom.Where("section", "", "id", "job-panel");
+  ASSERT_EQ(panel.size(), 1u);
+  EXPECT_FALSE(panel[0].Has("hidden"));
+  Dom plot = dom.Section("<svg id=\"loss-plot\"", "</svg>");
+  ASSERT_FALSE(plot.empty());
+  auto box = plot.Where("svg", "", "id", "loss-plot");
+  ASSERT_EQ(box.size(), 1u);
+  EXPECT_EQ(box[0].Attr("data-job"), id);
+  EXPECT_EQ(box[0].Attr("data-state"), "drawn");
+  EXPECT_EQ(box[0].Attr("data-points"), "8");
+  EXPECT_EQ(box[0].Attr("data-segments"), "2");
+  std::map<int64_t, Element> line_of;  // segment -> its polyline
+  for (Element& line : plot.All("polyline")) {
+    if (!line.HasClass("loss-line")) continue;
+    const int64_t seg = static_cast<int64_t>(Number(line.Attr("data-segment")));
+    EXPECT_TRUE(line_of.emplace(seg, line).second) << "two polylines for segment " << seg;
+  }
+  ASSERT_EQ(line_of.size(), 2u) << "one polyline per segment";
+  ASSERT_EQ(line_of.count(first_segment), 1u);
+  ASSERT_EQ(line_of.count(second_segment), 1u);
+  EXPECT_NE(line_of[first_segment].Attr("stroke"), line_of[second_segment].Attr("stroke"));
+  for (const auto& [seg, line] : line_of) {
+    EXPECT_EQ(line.Attr("data-points"), "4") << seg;
+    auto xy = PolylinePoints(line);
+    ASSERT_EQ(xy.size(), 4u) << line.Attr("points");
+    for (size_t i = 1; i < xy.size(); i++) {
+      EXPECT_LT(Number(xy[i - 1].first), Number(xy[i].first)) << "steps go right";
+      EXPECT_LT(Number(xy[i - 1].second), Number(xy[i].second)) << "a falling loss goes down";
+    }
+  }
+  std::map<int64_t, Element> marker_of;  // segment -> its boundary marker
+  for (Element& line : plot.All("line")) {
+    if (!line.HasClass("segment-boundary")) continue;
+    const int64_t seg = static_cast<int64_t>(Number(line.Attr("data-segment")));
+    EXPECT_TRUE(marker_of.emplace(seg, line).second) << "two markers for segment " << seg;
+  }
+  ASSERT_EQ(marker_of.size(), 2u) << "one marker per segment";
+  for (const auto& [seg, marker] : marker_of) {
+    ASSERT_EQ(start_step.count(seg), 1u) << seg;
+    EXPECT_EQ(marker.Attr("data-step"), std::to_string(start_step[seg]));
+    EXPECT_EQ(marker.Attr("x1"), marker.Attr("x2")) << "vertical";
+  }
+  // The second segment's marker stands at step 3, where the first
+  // segment's third point is; its own points begin right of it.
+  const auto first_points = PolylinePoints(line_of[first_segment]);
+  const auto second_points = PolylinePoints(line_of[second_segment]);
+  EXPECT_EQ(marker_of[second_segment].Attr("x1"), first_points[2].first);
+  EXPECT_LT(Number(marker_of[second_segment].Attr("x1")), Number(second_points[0].first));
+  EXPECT_EQ(second_points[0].first, first_points[3].first) << "both reported step 4";
+  EXPECT_LT(Number(marker_of[first_segment].Attr("x1")), Number(first_points[0].first));
+  std::set<std::string> axes;
+  for (const Element& t : plot.All("text")) {
+    if (t.HasClass("axis-label")) axes.insert(t.Text());
+  }
+  EXPECT_EQ(axes, (std::set<std::string>{"step", "loss"}));
+
+  // The figures, per segment and for the job.
+  Dom figure_table = dom.Section("<table id=\"job-figures\"", "</table>");
+  std::vector<std::pair<std::string, json>> want;
+  for (const json& g : figures["segments"]) {
+    want.emplace_back(std::to_string(g["segment_id"].get<int64_t>()), g);
+  }
+  want.emplace_back("job", figures);
+  for (const auto& [key, g] : want) {
+    auto rows = figure_table.Where("tr", "", "data-segment", key);
+    ASSERT_EQ(rows.size(), 1u) << key;
+    auto cells = Cells(rows[0]);
+    for (const auto& [cls, field] :
+         std::vector<std::pair<std::string, std::string>>{{"held", "held_gpu_seconds"},
+                                                          {"useful", "useful_gpu_seconds"},
+                                                          {"restart", "restart_gpu_seconds"},
+                                                          {"checkpoint", "checkpoint_gpu_seconds"},
+                                                          {"lost", "lost_gpu_seconds"},
+                                                          {"kept", "kept_steps"},
+                                                          {"efficiency", "efficiency"},
+                                                          {"cost", "cost"}}) {
+      double v = 0;
+      ASSERT_TRUE(DataValue(cells[cls], &v)) << key << " " << cls;
+      EXPECT_EQ(v, g[field].get<double>()) << key << " " << cls;
+      EXPECT_FALSE(cells[cls].Text().empty()) << key << " " << cls;
+    }
+  }
+  EXPECT_GT(figures["segments"][0]["lost_gpu_seconds"].get<double>(), 0)
+      << "step 4 of the first segment was lost";
+}
+
+// Before any loss is reported the plot says so; without #job= no job panel
+// is shown.
+TEST_F(DashboardTest, TheLossPlotSaysSoBeforeAnyLossIsReported) {
+  if (chromium_.empty()) GTEST_SKIP() << kNoChromium;
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "alpha"}}).status, 201);
+  Post("/v1/windows", {{"pool", "alpha"}, {"gpus", 2}, {"end_ms", WallNowMs() + 3600000}}, 201);
+  const int64_t job = Submit("quiet", "alpha", 2);
+  ASSERT_TRUE(Eventually([&] { return JobState(job) == "RUNNING"; }));
+  Attach(job);  // a step, no loss
+  const std::string token = std::string("token=") + StintdProcess::kWorkerToken;
+
+  Dom dom(DumpDom(PageUrl(token + "&job=" + std::to_string(job))));
+  auto status = dom.Where("span", "", "id", "status");
+  ASSERT_EQ(status.size(), 1u);
+  ASSERT_EQ(status[0].Attr("data-state"), "ok") << status[0].Text();
+  auto box = dom.Where("svg", "", "id", "loss-plot");
+  ASSERT_EQ(box.size(), 1u);
+  EXPECT_EQ(box[0].Attr("data-job"), std::to_string(job));
+  EXPECT_EQ(box[0].Attr("data-state"), "empty");
+  EXPECT_EQ(box[0].Attr("data-points"), "0");
+  Dom plot = dom.Section("<svg id=\"loss-plot\"", "</svg>");
+  EXPECT_TRUE(plot.All("polyline").empty());
+  bool said = false;
+  for (const Element& t : plot.All("text")) {
+    said = said || t.Text().find("no loss reported yet") != std::string::npos;
+  }
+  EXPECT_TRUE(said) << "no \"no loss reported yet\" note";
+  // Its figures still have its running segment.
+  const json segment_id = Job(job)["segment_id"];
+  Dom figure_table = dom.Section("<table id=\"job-figures\"", "</table>");
+  EXPECT_EQ(figure_table.Where("tr", "", "data-segment", segment_id.dump()).size(), 1u);
+
+  Dom none(DumpDom(PageUrl(token)));
+  auto panel = none.Where("section", "", "id", "job-panel");
+  ASSERT_EQ(panel.size(), 1u);
+  EXPECT_TRUE(panel[0].Has("hidden")) << "no job selected, no panel";
+  EXPECT_EQ(none.Where("tr", "", "data-job", std::to_string(job)).size(), 2u)
+      << "the job is in the queue and the jobs tables";
+}
+
+// A curve as long as stintd keeps (kMaxLossPoints, 4096 points) is drawn
+// whole, as one polyline, within the page's refresh. stintd ticks every
+// millisecond here: a tick merges one loss per worker, so the curve takes
+// 4096 ticks to build.
+TEST_F(DashboardTest, ALossCurveOf4096PointsIsDrawnWhole) {
+  if (chromium_.empty()) GTEST_SKIP() << kNoChromium;
+  constexpr int kPoints = 4096;
+  daemon_->Kill(SIGTERM);
+  std::vector<std::string> args = SteadyStintdArgs();
+  for (size_t i = 0; i + 1 < args.size(); i++) {
+    if (args[i] == "--tick-seconds") args[i + 1] = "0.001";
+  }
+  daemon_ = std::make_unique<StintdProcess>(STINTD_PATH, dir_.path(), args);
+  ASSERT_TRUE(daemon_->Start()) << daemon_->output();
+  admin_ = std::make_unique<HttpJson>(daemon_->port(), StintdProcess::kAdminToken);
+  worker_ = std::make_unique<HttpJson>(daemon_->port(), StintdProcess::kWorkerToken);
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "alpha"}}).status, 201);
+  Post("/v1/windows", {{"pool", "alpha"}, {"gpus", 2}, {"end_ms", WallNowMs() + 3600000}}, 201);
+  const int64_t job = Submit("long", "alpha", 2);
+  ASSERT_TRUE(Eventually([&] { return JobState(job) == "RUNNING"; }));
+  const int64_t wid = Register(job);
+  HttpJson as_worker = As(wid);
+  const std::string beat = "/v1/workers/" + std::to_string(wid) + "/heartbeat";
+  const std::string job_path = "/v1/jobs/" + std::to_string(job);
+  const auto started = std::chrono::steady_clock::now();
+  for (int step = 1; step <= kPoints; step++) {
+    // A noisy falling curve.
+    const double loss = 4.0 / (1.0 + step / 256.0) + 0.05 * ((step * 7919) % 13) / 13.0;
+    auto r = as_worker.Post(beat, {{"step", step}, {"loss", loss}});
+    ASSERT_EQ(r.status, 200) << r.text;
+    ASSERT_TRUE(Soon(
+        [&] {
+          const json j = worker_->Get(job_path).body;
+          return j.is_object() && j.value("last_step", int64_t{0}) >= step;
+        },
+        10))
+        << "step " << step << " was not merged";
+  }
+  const json curve = GetJson(*worker_, job_path + "/losses");
+  ASSERT_EQ(curve["points"].size(), size_t{kPoints});
+  std::cout << "dashboard: " << kPoints << " loss points reported in "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()
+            << " s\n";
+
+  const auto drawn = std::chrono::steady_clock::now();
+  Dom dom(DumpDom(PageUrl(std::string("token=") + StintdProcess::kWorkerToken +
+                          "&job=" + std::to_string(job))));
+  std::cout << "dashboard: the page with them drawn in "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - drawn).count()
+            << " s (5 s of virtual time)\n";
+  auto status = dom.Where("span", "", "id", "status");
+  ASSERT_EQ(status.size(), 1u);
+  ASSERT_EQ(status[0].Attr("data-state"), "ok") << status[0].Text();
+  auto box = dom.Where("svg", "", "id", "loss-plot");
+  ASSERT_EQ(box.size(), 1u);
+  EXPECT_EQ(box[0].Attr("data-state"), "drawn");
+  EXPECT_EQ(box[0].Attr("data-points"), std::to_string(kPoints));
+  Dom plot = dom.Section("<svg id=\"loss-plot\"", "</svg>");
+  auto lines = plot.All("polyline");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].Attr("data-points"), std::to_string(kPoints));
+  const auto xy = PolylinePoints(lines[0]);
+  ASSERT_EQ(xy.size(), size_t{kPoints});
+  EXPECT_LT(Number(xy.front().first), Number(xy.back().first));
+  EXPECT_EQ(plot.All("circle").size(), 0u) << "no element per point";
 }
 
 }  // namespace

@@ -126,4 +126,39 @@ TEST(SimCli, AlibabaExcerptReportsSkipsCensoredFractionalAndTrim) {
   Shell("rm -rf " + dir);
 }
 
+TEST(SimCli, SpotMixWithPricesReportsCostAgainstFirstFitAndBadPricesNameTheEntry) {
+  const std::string dir = TempDir();
+  ASSERT_FALSE(dir.empty());
+  const std::string sim = std::string(STINT_SIM_PATH) +
+                          " --synthetic-jobs 40 --capacity spot-mix:1:2:2:3 --policies "
+                          "stint,stint-first-fit,stint-cheapest-only";
+  const std::string prices = " --prices onprem=on_prem:1,ondemand=on_demand:3,spot=spot:0.35*ondemand";
+  ASSERT_EQ(Shell(sim + prices + " --out " + dir + "/p > " + dir + "/p.txt 2>&1"), 0)
+      << Slurp(dir + "/p.txt");
+  const std::string table = Slurp(dir + "/p/table.md");
+  EXPECT_NE(table.find("- prices per GPU-hour: onprem=on_prem:1,ondemand=on_demand:3,spot=spot:1.05"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("| cost / stint-first-fit |"), std::string::npos) << table;
+  EXPECT_NE(table.find("| stint-first-fit | 40/40 |"), std::string::npos) << table;
+  EXPECT_NE(table.find("stintd's Job::cost within"), std::string::npos) << table;
+  const std::string json = Slurp(dir + "/p/results.json");
+  EXPECT_NE(json.find("\"cost_total\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"gpu_h\""), std::string::npos) << json;
+
+  EXPECT_EQ(Shell(sim + " --prices onprem=on_prem:1,spot=spot:0.3*ondemand > " + dir +
+                  "/bad.txt 2>&1"),
+            2);
+  EXPECT_NE(Slurp(dir + "/bad.txt")
+                .find("--prices entry 2 (\"spot=spot:0.3*ondemand\"): \"ondemand\" in "
+                      "\"0.3*ondemand\" is not a pool priced before it"),
+            std::string::npos)
+      << Slurp(dir + "/bad.txt");
+  EXPECT_EQ(Shell(sim + " --prices onprem=on_prem:1,spot=spot:1 > " + dir + "/miss.txt 2>&1"), 2);
+  EXPECT_NE(Slurp(dir + "/miss.txt").find("the capacity's pool \"ondemand\" has no price"),
+            std::string::npos)
+      << Slurp(dir + "/miss.txt");
+  Shell("rm -rf " + dir);
+}
+
 }  // namespace

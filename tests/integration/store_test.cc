@@ -54,6 +54,7 @@ Changes All(const ClusterState& s) {
   for (const auto& [k, v] : s.workers) c.workers.insert(k);
   for (const auto& [k, v] : s.rendezvous) c.rendezvous.insert(k);
   for (const auto& [k, v] : s.node_credentials) c.node_credentials.insert(k);
+  for (const auto& [k, v] : s.evals) c.evals.insert(k);
   c.counters = true;
   return c;
 }
@@ -136,6 +137,10 @@ ClusterState RichState() {
   j.samples = std::numeric_limits<int64_t>::max();
   j.step_seconds = {{1, 0.5}, {1000000, 1e-9}};
   j.losses = {{1, 2.5, 77, 1700000000003}, {std::numeric_limits<int64_t>::max(), -1e300, -1, 0}};
+  j.eval = R"({"command":["python","eval.py"],"every":3,"gpus":1})";
+  j.eval_every = 3;
+  j.eval_gpus = 1;
+  j.checkpoints = std::numeric_limits<int64_t>::max();
   s.jobs[j.id] = j;
   Job j2;  // defaults but for the id: the other end of every range
   j2.id = -1;
@@ -212,6 +217,24 @@ ClusterState RichState() {
   Rendezvous empty;
   empty.job_id = 8;
   s.rendezvous[empty.job_id] = empty;
+
+  EvalTask e;
+  e.id = 90;
+  e.job_id = 42;
+  e.step = std::numeric_limits<int64_t>::max();
+  e.state = EvalState::kDone;
+  e.node = "nœud-1";
+  e.gpu = 7;
+  e.created_ms = -1;
+  e.started_ms = 1700000000013;
+  e.ended_ms = kNever;
+  e.attempts = 3;
+  e.result = R"({"accuracy":0.5,"note":"✓"})";
+  e.message = std::string("nul\0inside", 10);
+  s.evals[e.id] = e;
+  EvalTask waiting;
+  waiting.id = 91;
+  s.evals[waiting.id] = waiting;
 
   Counters& c = s.counters;
   c.segments_started = 1;
@@ -318,6 +341,10 @@ void ExpectSame(const Job& a, const Job& b) {
   ExpectSameDouble(a.cost, b.cost, "cost");
   EXPECT_EQ(a.samples, b.samples);
   EXPECT_EQ(a.step_seconds, b.step_seconds);
+  EXPECT_EQ(a.eval, b.eval);
+  EXPECT_EQ(a.eval_every, b.eval_every);
+  EXPECT_EQ(a.eval_gpus, b.eval_gpus);
+  EXPECT_EQ(a.checkpoints, b.checkpoints);
   ASSERT_EQ(a.losses.size(), b.losses.size());
   for (size_t i = 0; i < a.losses.size(); i++) {
     EXPECT_EQ(a.losses[i].step, b.losses[i].step);
@@ -369,6 +396,21 @@ void ExpectSame(const Segment& a, const Segment& b) {
   EXPECT_EQ(a.last_step, b.last_step);
   EXPECT_EQ(a.last_step_ms, b.last_step_ms);
   ExpectSameDouble(a.checkpoint_seconds, b.checkpoint_seconds, "segment checkpoint_seconds");
+}
+
+void ExpectSame(const EvalTask& a, const EvalTask& b) {
+  EXPECT_EQ(a.id, b.id);
+  EXPECT_EQ(a.job_id, b.job_id);
+  EXPECT_EQ(a.step, b.step);
+  EXPECT_EQ(a.state, b.state);
+  EXPECT_EQ(a.node, b.node);
+  EXPECT_EQ(a.gpu, b.gpu);
+  EXPECT_EQ(a.created_ms, b.created_ms);
+  EXPECT_EQ(a.started_ms, b.started_ms);
+  EXPECT_EQ(a.ended_ms, b.ended_ms);
+  EXPECT_EQ(a.attempts, b.attempts);
+  EXPECT_EQ(a.result, b.result);
+  EXPECT_EQ(a.message, b.message);
 }
 
 void ExpectSame(const NodeCredential& a, const NodeCredential& b) {
@@ -442,6 +484,7 @@ void ExpectSameState(const ClusterState& a, const ClusterState& b) {
   ExpectSameMap(a.workers, b.workers, "worker");
   ExpectSameMap(a.rendezvous, b.rendezvous, "rendezvous");
   ExpectSameMap(a.node_credentials, b.node_credentials, "node credential");
+  ExpectSameMap(a.evals, b.evals, "evaluation");
   ExpectSame(a.counters, b.counters);
   for (size_t i = 0; i < a.price_rules.size(); i++) {
     ExpectSameDouble(a.price_rules[i].max_price_per_gpu_hour, b.price_rules[i].max_price_per_gpu_hour,
@@ -879,7 +922,9 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
   " checkpoint_step; ALTER TABLE segments DROP COLUMN first_step; ALTER TABLE segments DROP"     \
   " COLUMN first_step_ms; ALTER TABLE segments DROP COLUMN last_step; ALTER TABLE segments DROP" \
   " COLUMN last_step_ms; ALTER TABLE segments DROP COLUMN checkpoint_seconds; ALTER TABLE meta"   \
-  " DROP COLUMN price_rules;"
+  " DROP COLUMN price_rules; ALTER TABLE jobs DROP COLUMN eval; ALTER TABLE jobs DROP COLUMN"    \
+  " eval_every; ALTER TABLE jobs DROP COLUMN eval_gpus; ALTER TABLE jobs DROP COLUMN"            \
+  " checkpoints; DROP TABLE evals;"
 #define kDropVersion9 kDropVersion10                                                           \
   " ALTER TABLE segments DROP COLUMN shrink_release; ALTER TABLE segments DROP COLUMN"          \
   " leaving_workers; ALTER TABLE segments DROP COLUMN shrink_notice_ms; ALTER TABLE segments"    \
@@ -968,7 +1013,11 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
     j.samples = 0;
     j.step_seconds.clear();
     j.losses.clear();
+    j.eval.clear();
+    j.eval_every = j.eval_gpus = 0;
+    j.checkpoints = 0;
   }
+  s.evals.clear();
   for (auto& [id, seg] : s.segments) {
     seg.price_per_gpu_hour = seg.cost = seg.checkpoint_seconds = 0;
     seg.start_step = seg.checkpoint_step = seg.first_step = seg.last_step = -1;

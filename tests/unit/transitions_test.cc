@@ -3,6 +3,7 @@
 #include "stintd/core/transitions.h"
 
 #include "stintd/core/accounting.h"
+#include "stintd/core/evals.h"
 
 #include <cmath>
 
@@ -552,6 +553,97 @@ TEST_F(TransitionsTest, ALongLossCurveIsThinnedKeepingItsEnds) {
   EXPECT_EQ(losses.front().step, 1);
   EXPECT_EQ(losses.back().step, steps);
   for (size_t i = 1; i < losses.size(); i++) ASSERT_LT(losses[i - 1].step, losses[i].step);
+}
+
+// --- evaluations (evals.h) ---
+
+TEST_F(TransitionsTest, EvaluationsAreQueuedPlacedOnLeftoversAndSuperseded) {
+  Changes ch;
+  // A node window with GPUs 0-3; a job on GPUs 0 and 1 evaluates every
+  // second checkpoint on one GPU.
+  Window node;
+  node.pool = "p";
+  node.gpus = 4;
+  node.start_ms = kT0;
+  node.end_ms = kT0 + 3'600'000;
+  node.node = "n1";
+  node.node_gpus = {0, 1, 2, 3};
+  const int64_t nw = AddWindow(s_, node, kT0, &ch).value();
+  node = s_.windows.at(nw);
+  Job spec;
+  spec.name = "j";
+  spec.team = "ml";
+  spec.min_gpus = spec.max_gpus = 2;
+  spec.eval = R"({"command":["eval"]})";
+  spec.eval_every = 2;
+  spec.eval_gpus = 1;
+  const int64_t job = SubmitJob(s_, spec, kT0, &ch).value();
+  Plan plan;
+  plan.starts.push_back(StartDecision{job, {Allocation{nw, 2}}, kT0 + 3'600'000});
+  ApplyPlan(s_, plan, kT0, &ch);
+  Segment& seg = s_.segments.at(s_.jobs.at(job).segment_id);
+  seg.placement = {Placement{nw, {0, 1}}};
+  const Worker w = RegisterWorker(s_, job, "w", kT0, &ch).value();
+
+  ASSERT_OK(ReportCheckpoint(s_, w.id, 10, 1, 0, kT0 + 1, &ch));
+  EXPECT_TRUE(s_.evals.empty());  // every second checkpoint
+  ASSERT_OK(ReportCheckpoint(s_, w.id, 20, 1, 0, kT0 + 2, &ch));
+  ASSERT_EQ(s_.evals.size(), 1u);
+  ASSERT_OK(ReportCheckpoint(s_, w.id, 30, 1, 0, kT0 + 3, &ch));
+  ASSERT_OK(ReportCheckpoint(s_, w.id, 40, 1, 0, kT0 + 4, &ch));
+  // Step 20's evaluation never ran: step 40's replaced it.
+  ASSERT_EQ(s_.evals.size(), 2u);
+  const EvalTask& old = s_.evals.begin()->second;
+  const int64_t newest = s_.evals.rbegin()->first;
+  EXPECT_EQ(old.state, EvalState::kSuperseded);
+  EXPECT_EQ(s_.evals.at(newest).step, 40);
+
+  // Placed on the first GPU no segment holds; with no slot, nowhere.
+  EXPECT_TRUE(PlaceEvaluations(s_, node, 0, kT0 + 5, &ch).empty());
+  EXPECT_EQ(PlaceEvaluations(s_, node, 1, kT0 + 5, &ch), std::vector<int64_t>{newest});
+  EXPECT_EQ(s_.evals.at(newest).state, EvalState::kRunning);
+  EXPECT_EQ(s_.evals.at(newest).gpu, 2);
+  EXPECT_EQ(s_.evals.at(newest).attempts, 1);
+  // A segment placed on its GPU stops it: it waits, and starts again on
+  // the GPU left over.
+  seg.placement[0].gpus = {0, 1, 2};
+  EXPECT_EQ(PlaceEvaluations(s_, node, 1, kT0 + 6, &ch), std::vector<int64_t>{newest});
+  EXPECT_EQ(s_.evals.at(newest).gpu, 3);
+  EXPECT_EQ(s_.evals.at(newest).attempts, 2);
+  seg.placement[0].gpus = {0, 1, 2, 3};
+  EXPECT_TRUE(PlaceEvaluations(s_, node, 1, kT0 + 7, &ch).empty());
+  EXPECT_EQ(s_.evals.at(newest).state, EvalState::kPending);
+  EXPECT_NE(s_.evals.at(newest).message.find("GPU 3 of node n1 went to a training segment"),
+            std::string::npos);
+
+  // Its result, reported by the node running it; another node's report,
+  // or one for a task not running, changes nothing.
+  seg.placement[0].gpus = {0, 1};
+  PlaceEvaluations(s_, node, 1, kT0 + 8, &ch);
+  ASSERT_OK(ReportEvaluation(s_, "n2", newest, 0, R"({"acc":1})", "", kT0 + 9, &ch));
+  EXPECT_EQ(s_.evals.at(newest).state, EvalState::kRunning);
+  ASSERT_OK(ReportEvaluation(s_, "n1", newest, 0, R"({"acc":0.9})", "", kT0 + 9, &ch));
+  EXPECT_EQ(s_.evals.at(newest).state, EvalState::kDone);
+  EXPECT_EQ(s_.evals.at(newest).result, R"({"acc":0.9})");
+  EXPECT_EQ(ReportEvaluation(s_, "n1", 999999, 0, "", "", kT0, &ch).code(), Code::kNotFound);
+
+  // An evaluation running on a node that left waits again.
+  ASSERT_OK(ReportCheckpoint(s_, w.id, 50, 1, 0, kT0 + 10, &ch));
+  ASSERT_OK(ReportCheckpoint(s_, w.id, 60, 1, 0, kT0 + 11, &ch));
+  const int64_t last = s_.evals.rbegin()->first;
+  PlaceEvaluations(s_, node, 1, kT0 + 12, &ch);
+  ASSERT_EQ(s_.evals.at(last).state, EvalState::kRunning);
+  Window other = node;
+  other.node = "n2";
+  ASSERT_OK(CloseWindow(s_, nw, 0, kT0 + 13, &ch));
+  PlaceEvaluations(s_, other, 0, kT0 + 14, &ch);
+  EXPECT_EQ(s_.evals.at(last).state, EvalState::kPending);
+  // A CPU-only evaluation needs a slot, no GPU.
+  s_.jobs.at(job).eval_gpus = 0;
+  Window cpu_only = other;
+  cpu_only.node_gpus.clear();
+  EXPECT_EQ(PlaceEvaluations(s_, cpu_only, 1, kT0 + 15, &ch), std::vector<int64_t>{last});
+  EXPECT_EQ(s_.evals.at(last).gpu, -1);
 }
 
 }  // namespace

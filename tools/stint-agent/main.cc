@@ -69,6 +69,11 @@ int main(int argc, char** argv) {
   app.add_flag("--no-long-poll", no_long_poll,
                "beat only every --heartbeat-seconds instead of waiting at stintd for new "
                "assignments in between");
+  app.add_option("--eval-slots", o.eval_slots,
+                 "evaluations of jobs' checkpoints run at once on what segments leave over "
+                 "(0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
   app.add_option("--heartbeat-seconds", heartbeat_seconds, "between heartbeats")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -210,6 +211,13 @@ void NodeAgent::Reap() {
     int status = 0;
     const pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid <= 0) break;
+    for (auto& [id, e] : evals_) {
+      if (e.pid != pid) continue;
+      e.exited = true;
+      e.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      kill(-e.pid, SIGKILL);
+      std::printf("stint-agent: evaluation %lld exited %d\n", static_cast<long long>(id), e.code);
+    }
     for (auto& [sid, run] : runs_) {
       for (WorkerProc& p : run.procs) {
         if (p.pid != pid) continue;
@@ -434,7 +442,77 @@ pid_t ForkWorker(std::vector<std::string> command, const std::string& log,
   return pid;
 }
 
+// The last line of the log's last 64 KiB that is a JSON object (an
+// evaluation's metrics), or null.
+Json LastJsonObject(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return Json();
+  const std::streamoff size = in.tellg();
+  const std::streamoff from = std::max<std::streamoff>(0, size - 65536);
+  in.seekg(from);
+  std::string text(static_cast<size_t>(size - from), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  size_t end = text.size();
+  while (end > 0) {
+    size_t begin = text.rfind('\n', end - 1);
+    begin = begin == std::string::npos ? 0 : begin + 1;
+    const Json j = Json::parse(text.substr(begin, end - begin), nullptr, /*allow_exceptions=*/false);
+    if (j.is_object()) return j;
+    if (begin == 0) break;
+    end = begin - 1;
+  }
+  return Json();
+}
+
 }  // namespace
+
+void NodeAgent::RunEvaluations(const void* list) {
+  const Json& evals = *static_cast<const Json*>(list);
+  std::set<int64_t> listed;
+  for (const Json& e : evals) listed.insert(e.value("id", int64_t{0}));
+  for (auto it = evals_.begin(); it != evals_.end();) {
+    if (listed.count(it->first) || it->second.exited) {
+      ++it;
+      continue;
+    }
+    // Stopped by stintd (its GPU went to a segment): it runs again later.
+    kill(-it->second.pid, SIGKILL);
+    std::printf("stint-agent: evaluation %lld stopped\n", static_cast<long long>(it->first));
+    it = evals_.erase(it);  // the zombie is reaped by the next Reap (its pid matches nothing)
+  }
+  for (const Json& e : evals) {
+    const int64_t id = e.value("id", int64_t{0});
+    if (evals_.count(id)) continue;
+    const Json spec = e.value("eval", Json());
+    const Json gpu = e.value("gpu", Json());
+    if (!spec.is_object() || !spec.value("command", Json()).is_array()) continue;
+    std::vector<std::string> command;
+    for (const Json& arg : spec["command"]) command.push_back(arg.get<std::string>());
+    const int64_t job = e.value("job_id", int64_t{0});
+    const std::string dir = options_.workdir + "/job-" + std::to_string(job);
+    if (!MakeDirs(dir).ok()) continue;
+    EnvVars vars = {{"STINT_EVAL_ID", std::to_string(id)},
+                    {"STINT_EVAL_JOB_ID", std::to_string(job)},
+                    {"STINT_EVAL_STEP", std::to_string(e.value("step", int64_t{0}))},
+                    {"CUDA_VISIBLE_DEVICES", gpu.is_number_integer() ? std::to_string(gpu.get<int>())
+                                                                     : std::string()}};
+    const Json env = spec.value("env", Json::object());
+    for (const auto& [k, v] : env.items()) vars.emplace_back(k, v.get<std::string>());
+    EvalRun run;
+    run.log = dir + "/eval-" + std::to_string(id) + ".log";
+    run.pid = ForkWorker(command, run.log, spec.value("workdir", std::string()), vars);
+    if (run.pid < 0) continue;
+    // Leftover capacity: the lowest CPU priority, below any training worker.
+    setpriority(PRIO_PROCESS, static_cast<id_t>(run.pid), 19);
+    std::printf("stint-agent: evaluation %lld of job %lld step %lld started (%s)\n",
+                static_cast<long long>(id), static_cast<long long>(job),
+                static_cast<long long>(e.value("step", int64_t{0})),
+                gpu.is_number_integer() ? ("GPU " + std::to_string(gpu.get<int>())).c_str()
+                                        : "CPU");
+    evals_[id] = std::move(run);
+  }
+  std::fflush(stdout);
+}
 
 void NodeAgent::Launch(const void* assignment, int only_process) {
   LaunchPlan plan =
@@ -755,9 +833,24 @@ Status NodeAgent::Beat(bool may_wait) {
   }
   Json body{{"running", running}, {"exited", exited}, {"logs", logs}};
   if (!crashed.empty()) body["crashed"] = crashed;
+  // Evaluations that ended, each with the JSON object it printed last.
+  body["eval_slots"] = options_.eval_slots;
+  Json eval_exits = Json::array();
+  std::vector<int64_t> eval_reported;
+  for (const auto& [id, e] : evals_) {
+    if (!e.exited) continue;
+    Json x{{"id", id}, {"exit_code", e.code}};
+    const Json result = LastJsonObject(e.log);
+    if (result.is_object()) x["result"] = result;
+    if (e.code != 0) x["message"] = ValidUtf8(LastLine(e.log));
+    eval_exits.push_back(std::move(x));
+    eval_reported.push_back(id);
+  }
+  if (!eval_exits.empty()) body["eval_exits"] = std::move(eval_exits);
   req.body = std::move(body);
   STINT_ASSIGN_OR_RETURN(HttpReply reply, http_->Call(req));
   for (WorkerProc* p : crash_reports) p->crash_sent = true;
+  for (int64_t id : eval_reported) evals_.erase(id);
   for (const LogPiece& l : pieces) l.proc->log_sent = l.offset + l.size;
   const bool first_beat = !beaten_;
   beaten_ = true;
@@ -768,6 +861,10 @@ Status NodeAgent::Beat(bool may_wait) {
   const Json assignments = reply.body.is_object()
                                ? reply.body.value("assignments", Json::array())
                                : Json::array();
+  // Evaluations first: one on a GPU a new segment takes is stopped before
+  // the segment's workers start there.
+  const Json evals = reply.body.is_object() ? reply.body.value("evals", Json()) : Json();
+  if (evals.is_array()) RunEvaluations(&evals);
   const int64_t now = internal::WallNowMs();
   std::set<int64_t> listed;
   for (const Json& a : assignments) {

@@ -76,6 +76,10 @@ struct NodeAgentOptions {
   bool long_poll = true;
   // How long one call may retry an unreachable stintd. Default: 10 s.
   std::chrono::milliseconds call_deadline{std::chrono::seconds(10)};
+  // Evaluations of jobs' checkpoints (API.md, "Evaluation") this node runs
+  // at once on what its segments leave over (a CPU slot at the lowest CPU
+  // priority, or a GPU no segment holds); 0: none. Default: 1.
+  int eval_slots = 1;
 };
 
 // Why Run() returned.
@@ -137,6 +141,16 @@ class NodeAgent {
   // once its deadline passed; the others run on.
   void ShrinkNotice(int64_t segment_id, SegmentRun& run, const void* notice, int64_t now);
   bool AnyRunning() const;
+  // Evaluations: stops those stintd no longer lists (their GPU went to a
+  // segment), then starts the new ones; `evals` is the answer's list.
+  void RunEvaluations(const void* evals);
+  struct EvalRun {
+    pid_t pid = 0;  // also its process group
+    std::string log;
+    bool exited = false;
+    int code = 0;
+  };
+  std::map<int64_t, EvalRun> evals_;  // by evaluation id
 
   struct WorkerProc {
     pid_t pid = 0;  // also its process group

@@ -99,9 +99,22 @@ void AddFlags(CLI::App& app, Flags* f) {
   app.add_option("--trace", f->trace,
                  "philly:PATH | tiresias:PATH | helios:PATH | alibaba:PATH | synthetic");
   app.add_option("--capacity", f->capacity,
-                 "parts joined by '+': fixed:GPUS | helios:PATH[:COLUMN[:GPUS]] | "
-                 "bamboo-nodes:PATH[:GPUS_PER_NODE] "
-                 "| bamboo-avail:PATH[:GPUS[:h]] | synthetic; a part may end in @spot");
+                 "parts joined by '+': fixed:GPUS | nodes:NODES[:GPUS_PER_NODE] | "
+                 "helios:PATH[:COLUMN[:GPUS]] | bamboo-nodes:PATH[:GPUS_PER_NODE] "
+                 "| bamboo-avail:PATH[:GPUS[:h]] | "
+                 "spot-nodes:NODES[:GPUS_PER_NODE[:MEAN_LIFE_H[:MEAN_GAP_H]]] | synthetic; a part "
+                 "may end in @spot, and begin with POOL= to put its windows in pool POOL (default "
+                 "p0); spot-mix[:ONPREM[:ONDEMAND[:SPOT[:MEAN_LIFE_H]]]] (nodes of 8 GPUs, "
+                 "default 2:4:4:6) = onprem=nodes:ONPREM:8+ondemand=nodes:ONDEMAND:8+"
+                 "spot=spot-nodes:SPOT:8:MEAN_LIFE_H:1");
+  app.add_option("--prices", wo.prices,
+                 "price table, POOL=KIND:PRICE,...: KIND on_prem|on_demand|spot, PRICE per "
+                 "GPU-hour or FRACTION*POOL (a pool listed before), e.g. "
+                 "onprem=on_prem:0.8,ondemand=on_demand:3,spot=spot:0.35*ondemand; every pool of "
+                 "the capacity needs one. Costs every policy; stint routes by it; "
+                 "stint-first-fit tries the pools in this order");
+  app.add_option("--spot-horizon-days", wo.spot_horizon_days,
+                 "spot-nodes: revocations until the last arrival + this (days)");
   app.add_option("--policies", f->policies,
                  "comma-separated, or 'all' (fifo,easy,slurm,slurm-limits,stint,stint-*)");
   app.add_option("--out", f->out_dir,
@@ -191,6 +204,14 @@ bool SetTeamGuarantees(const std::string& spec, const stint::sim::Workload& w,
   return true;
 }
 
+// GPU-hours held and cost, by pool.
+nlohmann::json PoolsJson(const stint::sim::Metrics& m) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [pool, use] : m.pools)
+    out[pool] = {{"gpu_h", use.gpu_s / 3600}, {"cost", use.cost}};
+  return out;
+}
+
 // One policy's row of results.json.
 nlohmann::json PolicyJson(const stint::sim::Metrics& m, const stint::sim::SimResult& r,
                           const stint::sim::SchedulerOptions& so, double wall) {
@@ -209,6 +230,10 @@ nlohmann::json PolicyJson(const stint::sim::Metrics& m, const stint::sim::SimRes
           {"resizes_per_job", m.resizes_per_job},
           {"fairness_jain", m.fairness_jain},
           {"teams", TeamsJson(m, r, so)},
+          {"cost_total", m.cost_total},
+          {"cost_per_job", m.cost_per_job},
+          {"pools", PoolsJson(m)},
+          {"coordinator_cost_gap", m.coordinator_cost_gap},
           {"finished", m.finished},
           {"jobs", m.jobs},
           {"violations", m.violations},
@@ -220,7 +245,7 @@ nlohmann::json PolicyJson(const stint::sim::Metrics& m, const stint::sim::SimRes
 std::vector<std::string> ReportHeader(const stint::sim::Workload& w,
                                       const stint::sim::WorkloadOptions& wo,
                                       const stint::sim::SchedulerOptions& so) {
-  return {
+  std::vector<std::string> header = {
       "# stint-sim report",
       "",
       std::string("- jobs: ") + w.job_source + " — " + std::to_string(w.jobs.size()) + " jobs" +
@@ -233,6 +258,11 @@ std::vector<std::string> ReportHeader(const stint::sim::Workload& w,
           " s, I = " + std::to_string(wo.jobs.interval_s) + " s; estimates x" +
           std::to_string(so.estimate_factor) + "; seed " + std::to_string(wo.jobs.seed),
   };
+  if (!w.prices.empty()) {
+    header.push_back("- prices per GPU-hour: " + w.prices.ToString() +
+                     " (stint-first-fit tries the pools in this order)");
+  }
+  return header;
 }
 
 }  // namespace
@@ -303,6 +333,7 @@ int main(int argc, char** argv) {
   // ... and with the capacity counted (pooled, shortest remaining first).
   js["jct_bound_s"] = MeanJctLowerBoundS(w);
   js["capacity"] = w.capacity_source;
+  if (!w.prices.empty()) js["prices"] = w.prices.ToString();
   if (!w.synthetic_jobs) {
     js["input"] = {
         {"rows", w.load.rows},           {"skipped", w.load.skipped},
@@ -332,8 +363,16 @@ int main(int argc, char** argv) {
     results.push_back(std::move(r));
   }
   const std::vector<std::string> header = ReportHeader(w, wo, so);
-  const std::string table =
+  std::string table =
       FormatTable(rows, rows.empty() ? "" : (names[0] == "fifo" ? "fifo" : rows[0].policy), header);
+  if (!w.prices.empty() && !rows.empty()) {
+    // Against first-fit, the routing the issue compares with, where it ran.
+    std::string base = rows[0].policy;
+    for (const Metrics& m : rows) {
+      if (m.policy == "stint-first-fit") base = m.policy;
+    }
+    table += FormatCostTable(rows, base, w.prices);
+  }
   std::fputs(table.c_str(), stdout);
   if (!out_dir.empty()) {
     if (!WriteFile(out_dir + "/table.md", table)) return 1;

@@ -8,6 +8,13 @@ traces and loads, which is what the rows are.
 
   tools/stint-sim/sweep.py --sim build/tools/stint-sim/stint-sim --out /tmp/sweep
   tools/stint-sim/sweep.py --only philly-ee9e8c-32,spot-philly --jobs 2
+  tools/stint-sim/sweep.py --spot-mix --seeds 1,2,3,4,5 --out /tmp/spot-mix   # issue 33
+
+With --spot-mix it runs the priced spot-mix replays instead (Philly VCs and
+synthetic jobs on on-prem + on-demand + revoked spot nodes, each over the
+seeds) through stint, stint-first-fit and stint-cheapest-only, and prints
+stint's cost, mean JCT and p99 JCT against first-fit's per seed and the
+medians (targets: cost <= 0.75 x, mean JCT <= 1 x, p99 JCT <= 1.2 x).
 
 Replays: the 13 Philly VC x cluster-size points (Helios Venus daily capacity
 scaled to G GPUs), the spot mixes (Philly ee9e8c on 24 hard GPUs plus the
@@ -73,13 +80,45 @@ def replays(traces, data):
     return out
 
 
-def run_one(sim, out, name, args, extra, reuse=False):
+# The price table of the spot-mix replays (per GPU-hour; round figures, not
+# quotes): on-prem amortised, on-demand, spot at 35 % of on-demand. Listed in
+# the order a cluster grows (own, rent, then spot): first-fit's order.
+SPOT_MIX_PRICES = "onprem=on_prem:1.00,ondemand=on_demand:3.06,spot=spot:0.35*ondemand"
+SPOT_MIX_POLICIES = "stint,stint-first-fit,stint-cheapest-only"
+SPOT_MIX_SEEDS = "1,2,3,4,5"
+
+
+def spot_mix_replays(traces):
+    """(name, stint-sim arguments) for the priced spot-mix replays: Philly VCs
+    and synthetic jobs on on-prem + on-demand + spot nodes (8 GPUs each), the
+    spot nodes revoked at a rate (seeded by --seed)."""
+    philly = f"{traces}/philly-gavel-msr-seed0"
+    out = []
+    # On-prem holds about two thirds of the mean demand (ee9e8c 23 GPUs,
+    # 6c71a0 27, 6214e9 60), on-demand more than the peak, spot about as
+    # much as on-prem; spot nodes live 6 h on average, 1 h until replaced.
+    for vc, mix in (("ee9e8c", "2:8:4:6"), ("6c71a0", "2:8:4:6"), ("6214e9", "5:16:8:6")):
+        out.append((f"spot-mix-{vc}", ["--trace", f"philly:{philly}/{vc}.trace", "--max-work-h", "48",
+                                       "--capacity", f"spot-mix:{mix}"]))
+    # The revocation rate Bamboo measured on g4dn spot nodes (74 revocations
+    # in 136 node-hours: a mean life of 1.8 h).
+    out.append(("spot-mix-ee9e8c-bamboo-rate", ["--trace", f"philly:{philly}/ee9e8c.trace", "--max-work-h", "48",
+                                                "--capacity", "spot-mix:2:8:4:1.8"]))
+    out.append(("spot-mix-ee9e8c-elastic", ["--trace", f"philly:{philly}/ee9e8c.trace", "--max-work-h", "48",
+                                            "--elastic-fraction", "0.5", "--capacity", "spot-mix:2:8:4:6"]))
+    # Synthetic jobs (seeded too): 400 arrivals, one per 30 min on average.
+    out.append(("spot-mix-synthetic", ["--trace", "synthetic", "--synthetic-jobs", "400",
+                                       "--synthetic-gap-s", "1800", "--capacity", "spot-mix:2:8:4:6"]))
+    return [(name, args + ["--prices", SPOT_MIX_PRICES]) for name, args in out]
+
+
+def run_one(sim, out, name, args, extra, reuse=False, policies=POLICIES):
     out_dir = os.path.join(out, name)
     os.makedirs(out_dir, exist_ok=True)
     if reuse and os.path.exists(os.path.join(out_dir, "results.json")):
         with open(os.path.join(out_dir, "results.json")) as f:
             return name, json.load(f)
-    cmd = [sim] + args + ["--policies", POLICIES, "--out", out_dir] + extra
+    cmd = [sim] + args + ["--policies", policies, "--out", out_dir] + extra
     done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}:\n{done.stdout[-2000:]}")
@@ -95,6 +134,80 @@ def check(value, ok, fmt="{:.3f}"):
     return f"{fmt.format(value)} {'✓' if ok else '✗'}"
 
 
+def median(values):
+    v = sorted(values)
+    n = len(v)
+    return float("nan") if n == 0 else (v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2)
+
+
+def spot_mix_main(args):
+    """Issue 33: cost against first-fit on the spot-mix replays, per seed and
+    the median over seeds; stint-cheapest-only beside it."""
+    todo = []
+    for name, replay_args in spot_mix_replays(args.traces):
+        for seed in args.seeds.split(","):
+            todo.append((f"{name}/seed{seed}", replay_args + ["--seed", seed]))
+    if args.only:
+        wanted = set(args.only.split(","))
+        todo = [r for r in todo if r[0].split("/")[0] in wanted]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        rows = list(pool.map(lambda r: run_one(args.sim, args.out, r[0], r[1], args.extra, args.reuse,
+                                               SPOT_MIX_POLICIES), todo))
+    by_replay = {}
+    lines = [f"prices per GPU-hour: {SPOT_MIX_PRICES} (first-fit tries the pools in this order)", "",
+             "| replay | seed | cost stint/first-fit ≤ 0.75 | mean JCT stint/first-fit ≤ 1 "
+             "| p99 JCT stint/first-fit ≤ 1.2 | cost/job first-fit | cost/job stint "
+             "| GPU-h on-prem, on-demand, spot: first-fit | stint | interrupts/job first-fit, stint "
+             "| cheapest-only: cost, mean JCT, p99 JCT / first-fit | cost check | met |",
+             "|---|---:|---:|---:|---:|---:|---:|---|---|---|---|---|---|"]
+
+    def pools(p):
+        return ", ".join(f"{p['pools'].get(k, {}).get('gpu_h', 0):.0f}" for k in ("onprem", "ondemand", "spot"))
+
+    for name, res in rows:
+        replay, seed = name.split("/")
+        p = res["policies"]
+        ff, st, co = p["stint-first-fit"], p["stint"], p["stint-cheapest-only"]
+        r = {"cost": ratio(st["cost_total"], ff["cost_total"]),
+             "jct": ratio(st["jct_mean_s"], ff["jct_mean_s"]),
+             "p99": ratio(st["jct_p99_s"], ff["jct_p99_s"]),
+             "co_cost": ratio(co["cost_total"], ff["cost_total"]),
+             "co_jct": ratio(co["jct_mean_s"], ff["jct_mean_s"]),
+             "co_p99": ratio(co["jct_p99_s"], ff["jct_p99_s"])}
+        oks = [r["cost"] <= 0.75, r["jct"] <= 1.0, r["p99"] <= 1.2]
+        by_replay.setdefault(replay, []).append(r)
+        gap = max(st["coordinator_cost_gap"], co["coordinator_cost_gap"])
+        lines.append(
+            f"| {replay} | {seed[4:]} | {check(r['cost'], oks[0])} | {check(r['jct'], oks[1])} "
+            f"| {check(r['p99'], oks[2])} | {ff['cost_per_job']:.2f} | {st['cost_per_job']:.2f} "
+            f"| {pools(ff)} | {pools(st)} | {ff['interrupts_per_job']:.3f}, {st['interrupts_per_job']:.3f} "
+            f"| {r['co_cost']:.3f}, {r['co_jct']:.2f}, {r['co_p99']:.2f} "
+            f"| {'≤ ' + format(gap, '.0e') if gap >= 0 else '-'} | {'met' if all(oks) else 'missed'} |")
+    lines += ["", "Medians over the seeds:", "",
+              "| replay | seeds | cost stint/first-fit ≤ 0.75 | mean JCT stint/first-fit ≤ 1 "
+              "| p99 JCT stint/first-fit ≤ 1.2 | cheapest-only: cost, mean JCT, p99 JCT / first-fit | met |",
+              "|---|---:|---:|---:|---:|---|---|"]
+    everything = []
+    for replay, rs in by_replay.items():
+        everything += rs
+        m = {k: median([r[k] for r in rs]) for k in rs[0]}
+        oks = [m["cost"] <= 0.75, m["jct"] <= 1.0, m["p99"] <= 1.2]
+        lines.append(f"| {replay} | {len(rs)} | {check(m['cost'], oks[0])} | {check(m['jct'], oks[1])} "
+                      f"| {check(m['p99'], oks[2])} | {m['co_cost']:.3f}, {m['co_jct']:.2f}, {m['co_p99']:.2f} "
+                      f"| {'met' if all(oks) else 'missed'} |")
+    if everything:
+        m = {k: median([r[k] for r in everything]) for k in everything[0]}
+        oks = [m["cost"] <= 0.75, m["jct"] <= 1.0, m["p99"] <= 1.2]
+        lines.append(f"| all | {len(everything)} | {check(m['cost'], oks[0])} | {check(m['jct'], oks[1])} "
+                     f"| {check(m['p99'], oks[2])} | {m['co_cost']:.3f}, {m['co_jct']:.2f}, {m['co_p99']:.2f} "
+                     f"| {'met' if all(oks) else 'missed'} |")
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(args.out, "spot-mix.md"), "w") as f:
+        f.write(text)
+    sys.stdout.write(text)
+    return 0
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.dirname(os.path.dirname(here))
@@ -107,8 +220,13 @@ def main():
     parser.add_argument("--jobs", type=int, default=2, help="replays run at once")
     parser.add_argument("--reuse", action="store_true",
                         help="tabulate the results.json already under --out instead of running again")
+    parser.add_argument("--spot-mix", action="store_true",
+                        help="the priced spot-mix replays over --seeds against first-fit (issue 33)")
+    parser.add_argument("--seeds", default=SPOT_MIX_SEEDS, help="--spot-mix: comma-separated seeds")
     parser.add_argument("extra", nargs="*", help="more stint-sim options, after --")
     args = parser.parse_args()
+    if args.spot_mix:
+        return spot_mix_main(args)
 
     todo = replays(args.traces, args.data)
     if args.only:

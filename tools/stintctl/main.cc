@@ -500,7 +500,9 @@ void AddTeams(CLI::App& app, Leaves& leaves) {
 // --- jobs ---
 // `jobs submit`'s flags; the launch spec's go with a command after --.
 struct JobsSubmitArgs {
-  std::string name, gpus, team, pool, priority, remaining;
+  std::string name, gpus, team, pool, priority, remaining, eval;
+  int eval_every = 1, eval_gpus = 0;
+  CLI::Option* eval_opt = nullptr;
   bool no_gang = false, not_preemptible = false;
   double ckpt = 0, restart = 0, interval = 0;
   CLI::Option* team_opt = nullptr;
@@ -572,6 +574,10 @@ int JobsSubmit(Ctl& c, const JobsSubmitArgs& a) {
     if (!d.ok()) return Usage("--remaining: " + d.status().message());
     body["remaining_seconds"] = *d;
   }
+  if (*a.eval_opt) {
+    body["eval"] = {{"command", {"sh", "-c", a.eval}}, {"every", a.eval_every},
+                    {"gpus", a.eval_gpus}};
+  }
   const auto launch = LaunchOf(a);
   if (!launch.ok()) return Usage(launch.status().message());
   if (launch->has_value()) body["launch"] = (*launch)->ToJson();
@@ -603,6 +609,14 @@ void AddJobsSubmit(CLI::App* jobs, Leaves& leaves) {
       jobs_submit->add_option("--interval-seconds", a->interval, "time between checkpoints")
           ->check(CLI::NonNegativeNumber);
   a->remaining_opt = jobs_submit->add_option("--remaining", a->remaining, "work left, e.g. 12h");
+  a->eval_opt = jobs_submit->add_option(
+      "--eval", a->eval,
+      "shell command evaluating a checkpoint on leftover capacity ($STINT_EVAL_STEP: which; "
+      "it prints its metrics as a JSON object)");
+  jobs_submit->add_option("--eval-every", a->eval_every, "evaluate every Nth durable checkpoint")
+      ->check(CLI::Range(1, 1000000));
+  jobs_submit->add_option("--eval-gpus", a->eval_gpus, "0: CPU only (default), 1: one GPU")
+      ->check(CLI::Range(0, 1));
   a->gpw_opt = jobs_submit
                    ->add_option("--gpus-per-worker", a->gpus_per_worker,
                                 "GPUs per worker process (with a command)")

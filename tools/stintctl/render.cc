@@ -359,6 +359,18 @@ std::string RenderJob(const Json& job, int64_t now_ms) {
     }
     out += "\nGPU time by segment:\n" + t.Render();
   }
+  const Json& evaluations = List(job, "evaluations");
+  if (!evaluations.empty()) {
+    Table t({"EVAL", "STEP", "STATE", "WHERE", "RESULT"});
+    for (const Json& e : evaluations) {
+      std::string where = Cell(e, "node");
+      if (Field(e, "gpu").is_number_integer()) where += " GPU " + Cell(e, "gpu");
+      const Json& result = Field(e, "result");
+      t.AddRow({Cell(e, "id"), Cell(e, "step"), Cell(e, "state"), where,
+                result.is_object() ? result.dump() : Cell(e, "message")});
+    }
+    out += "\nevaluations:\n" + t.Render();
+  }
   return out;
 }
 

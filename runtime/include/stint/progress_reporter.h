@@ -43,6 +43,9 @@ class ProgressReporter {
   // The last heartbeat's error (OK once one succeeded): reporting is best
   // effort and never fails the training loop.
   Status last_error() const;
+  // How often it heartbeats: a loop that must synchronise to read its loss
+  // (a CUDA tensor) need not read it more often.
+  std::chrono::milliseconds interval() const;
 
  private:
   class Impl;

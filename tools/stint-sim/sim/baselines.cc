@@ -481,7 +481,9 @@ std::vector<std::string> AllPolicyNames() {
           "stint-no-queue-guard",
           "stint-no-preemption",
           "stint-no-notices",
-          "stint-no-estimates"};
+          "stint-no-estimates",
+          "stint-first-fit",
+          "stint-cheapest-only"};
 }
 
 Result<PolicySpec> ParsePolicy(const std::string& name, const SchedulerOptions& o) {
@@ -525,12 +527,17 @@ Result<PolicySpec> ParsePolicy(const std::string& name, const SchedulerOptions& 
       p.workers_ignore_notices = true;
     } else if (name == "stint-no-estimates") {
       p.runtime_estimates = false;
+    } else if (name == "stint-first-fit") {
+      p.routing = Routing::kFirstFit;
+    } else if (name == "stint-cheapest-only") {
+      p.routing = Routing::kCheapestOnly;
     } else {
       return Status::InvalidArgument("unknown policy \"" + name + "\"");
     }
   } else {
     return Status::InvalidArgument("unknown policy \"" + name +
-                                   "\" (known: fifo, easy, slurm, stint, stint-no-*)");
+                                   "\" (known: fifo, easy, slurm, slurm-limits, stint, stint-no-*, "
+                                   "stint-las, stint-first-fit, stint-cheapest-only)");
   }
   return p;
 }

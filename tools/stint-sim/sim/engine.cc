@@ -85,6 +85,11 @@ class Engine {
     }
     usage_.assign(w_.windows.size(), 0);
     open_.assign(w_.windows.size(), false);
+    price_.assign(w_.windows.size(), 0);
+    for (size_t i = 0; i < w_.windows.size(); i++) {
+      price_[i] = w_.prices.PriceOf(w_.windows[i].pool) / 3600.0;
+      result_.pools[w_.windows[i].pool];
+    }
     BuildEvents();
     sched_.Init(w_);
     TimeMs now = 0;
@@ -130,7 +135,9 @@ class Engine {
       now = next;
     }
     result_.end_s = now / 1000.0;
-    for (const auto& r : runs_) {
+    for (auto& r : runs_) {
+      r.result.coordinator_cost = sched_.CoordinatorCost(r.job->id);
+      result_.cost += r.result.cost;
       result_.jobs.push_back(r.result);
       if (r.phase == Phase::kDone) result_.useful_gpu_s += r.job->work_s * r.job->max_gpus;
     }
@@ -188,6 +195,7 @@ class Engine {
         break;
       case EventType::kWindowOpen:
         open_[e.index] = true;
+        offered_ += w_.windows[e.index].gpus;
         Log(now, "window %" PRId64 " open gpus=%d kind=%s", e.index, w_.windows[e.index].gpus,
             stintd::WindowKindName(w_.windows[e.index].kind));
         break;
@@ -209,6 +217,7 @@ class Engine {
         break;
       }
       case EventType::kWindowGone: {
+        if (open_[e.index]) offered_ -= w_.windows[e.index].gpus;
         open_[e.index] = false;
         Log(now, "window %" PRId64 " gone", e.index);
         for (int64_t id : std::vector<int64_t>(running_.begin(), running_.end())) {
@@ -490,13 +499,7 @@ class Engine {
     return any;
   }
 
-  int Offered() const {
-    int n = 0;
-    for (size_t i = 0; i < open_.size(); i++) {
-      if (open_[i]) n += w_.windows[i].gpus;
-    }
-    return n;
-  }
+  int Offered() const { return offered_; }
 
   void Integrate(TimeMs from, TimeMs to) {
     const double dt = (to - from) / 1000.0;
@@ -506,6 +509,23 @@ class Engine {
     result_.demand_capped_gpu_s += std::min<int64_t>(offered, demand_) * dt;
     if (pending_ > 0) result_.idle_while_waiting_gpu_s += std::max(0, offered - allocated_) * dt;
     IntegrateTeams(dt);
+    IntegrateCost(dt);
+  }
+
+  // Every GPU held is charged at its window's pool's price, whatever the
+  // segment does with it (restart, checkpoint, work later lost).
+  void IntegrateCost(double dt) {
+    for (int64_t id : running_) {
+      JobRun& r = runs_[id];
+      for (const SimAlloc& a : r.allocs) {
+        if (a.window < 0 || a.window >= static_cast<int>(price_.size())) continue;
+        const double charge = a.gpus * dt * price_[a.window];
+        r.result.cost += charge;
+        PoolUse& use = result_.pools[w_.windows[a.window].pool];
+        use.gpu_s += a.gpus * dt;
+        use.cost += charge;
+      }
+    }
   }
 
   // What each team's segments hold, and above its guarantee.
@@ -543,6 +563,8 @@ class Engine {
   std::set<int64_t> running_;
   std::vector<int> usage_;
   std::vector<bool> open_;
+  std::vector<double> price_;  // per window: its pool's price per GPU-second
+  int offered_ = 0;            // GPUs of the open windows
   size_t done_ = 0;
   int64_t pending_ = 0;
   int64_t demand_ = 0;

@@ -93,6 +93,13 @@ class Scheduler {
   virtual Decisions Schedule(TimeMs now) = 0;
   // The next time the scheduler wants Schedule called without an event; kNever: none.
   virtual TimeMs NextWake(TimeMs now) const = 0;
+  // What the coordinator itself charged the job so far, at the replay's
+  // prices (stint: stintd's Job::cost); -1 where it keeps no such account
+  // or charges other prices. Read once at the end, to check the engine's.
+  virtual double CoordinatorCost(int64_t job) const {
+    (void)job;
+    return -1;
+  }
 };
 
 struct EngineOptions {
@@ -129,6 +136,16 @@ struct JobResult {
   int preemptions = 0;    // of those, for a higher-priority job
   int resizes = 0;        // shrinks and grows of running segments
   double lost_gpu_s = 0;
+  // GPU-seconds its segments held x the price of their pool (the
+  // Workload's prices), restarts, checkpoints and lost work included.
+  double cost = 0;
+  double coordinator_cost = -1;  // Scheduler::CoordinatorCost at the end
+};
+
+// What a pool's GPUs were held for, over every job.
+struct PoolUse {
+  double gpu_s = 0;
+  double cost = 0;
 };
 
 // Utilisation as a step function: from `t_s` on, `allocated` of `offered` GPUs.
@@ -153,6 +170,8 @@ struct SimResult {
   int64_t conservation_violations = 0;  // a window over-allocated, or used while closed
   int64_t schedule_calls = 0;
   std::map<std::string, TeamUse> teams;  // every team with a job
+  double cost = 0;                       // the sum of the jobs' cost
+  std::map<std::string, PoolUse> pools;  // every pool with a window
   std::string log;        // one line per event (if keep_log)
   uint64_t log_hash = 0;  // FNV-1a 64 of the whole log
 };

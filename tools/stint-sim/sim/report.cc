@@ -143,7 +143,52 @@ Metrics ComputeMetrics(const SimResult& r) {
   m.fairness_jain = n > 0 && sq > 0 ? sum * sum / (n * sq) : 1.0;
   m.violations = r.conservation_violations;
   m.log_hash = r.log_hash;
+  m.cost_total = r.cost;
+  m.cost_per_job = m.jobs > 0 ? r.cost / m.jobs : 0;
+  m.pools = r.pools;
+  for (const JobResult& j : r.jobs) {
+    if (j.finish_s < 0 || j.coordinator_cost < 0) continue;
+    const double gap = std::abs(j.cost - j.coordinator_cost) / std::max(j.cost, 1e-9);
+    m.coordinator_cost_gap = std::max(m.coordinator_cost_gap, gap);
+  }
   return m;
+}
+
+std::string FormatCostTable(const std::vector<Metrics>& rows, const std::string& baseline,
+                            const PriceTable& prices) {
+  const Metrics* base = nullptr;
+  for (const Metrics& m : rows) {
+    if (m.policy == baseline) base = &m;
+  }
+  std::vector<std::string> pools;
+  for (const PoolPrice& p : prices.pools) pools.push_back(p.pool);
+  auto ratio = [](double v, double b) { return b > 0 ? Fmt("%.3f", v / b) : std::string("-"); };
+  std::string out = "\nCost at " + prices.ToString() + " (per GPU-hour held), against " + baseline + ":\n\n";
+  out += "| policy | done | cost total | cost/job | cost / " + baseline + " | JCT mean (h) | / " +
+         baseline + " | JCT p99 (h) | / " + baseline + " |";
+  for (const std::string& p : pools) out += " GPU-h " + p + " |";
+  out += " interrupts/job | cost check |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|";
+  for (size_t i = 0; i < pools.size(); i++) out += "---:|";
+  out += "---:|---|\n";
+  for (const Metrics& m : rows) {
+    out += "| " + m.policy + " | " + std::to_string(m.finished) + "/" + std::to_string(m.jobs) +
+           " | " + Fmt("%.1f", m.cost_total) + " | " + Fmt("%.2f", m.cost_per_job) + " | " +
+           (base ? ratio(m.cost_total, base->cost_total) : "-") + " | " +
+           Fmt("%.2f", m.jct_mean_s / 3600) + " | " +
+           (base ? ratio(m.jct_mean_s, base->jct_mean_s) : "-") + " | " +
+           Fmt("%.2f", m.jct_p99_s / 3600) + " | " +
+           (base ? ratio(m.jct_p99_s, base->jct_p99_s) : "-") + " |";
+    for (const std::string& p : pools) {
+      auto use = m.pools.find(p);
+      out += " " + Fmt("%.0f", use != m.pools.end() ? use->second.gpu_s / 3600 : 0.0) + " |";
+    }
+    out += " " + Fmt("%.3f", m.interrupts_per_job) + " | " +
+           (m.coordinator_cost_gap < 0 ? std::string("-")
+                                       : "stintd's Job::cost within " +
+                                             Fmt("%.1e", m.coordinator_cost_gap)) +
+           " |\n";
+  }
+  return out;
 }
 
 std::string FormatTable(const std::vector<Metrics>& rows, const std::string& baseline,

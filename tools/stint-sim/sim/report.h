@@ -34,6 +34,15 @@ struct Metrics {
   double resizes_per_job = 0;      // shrinks and grows of running segments
   double fairness_jain = 0;        // Jain's index over per-team mean slowdown (JCT / work)
   std::map<std::string, TeamMetrics> teams;
+  // Cost at the Workload's prices (0 without them): every GPU-second held x
+  // its pool's price, summed over all jobs, and that over the jobs.
+  double cost_total = 0;
+  double cost_per_job = 0;
+  std::map<std::string, PoolUse> pools;  // GPU-seconds held and cost, by pool
+  // Over finished jobs with a coordinator account (Scheduler::CoordinatorCost
+  // >= 0): the largest |engine cost - coordinator cost| / max(engine cost,
+  // 1e-9); -1 when no job has one.
+  double coordinator_cost_gap = -1;
   double makespan_s = 0;
   int64_t violations = 0;
   uint64_t log_hash = 0;
@@ -56,6 +65,13 @@ double MeanJctLowerBoundS(const Workload& w);
 // `baseline` (FIFO = 1.0). `header` lines are printed first (sources, labels).
 std::string FormatTable(const std::vector<Metrics>& rows, const std::string& baseline,
                         const std::vector<std::string>& header);
+
+// Markdown: per policy the cost (total, per job, and / `baseline`'s), mean
+// and p99 JCT beside `baseline`'s, the GPU-hours held in each pool, the
+// interruptions per job and the coordinator's own account's gap (stint).
+// Pools in the price table's order.
+std::string FormatCostTable(const std::vector<Metrics>& rows, const std::string& baseline,
+                            const PriceTable& prices);
 
 // Utilisation (allocated / offered, binned) over time, one line per policy.
 std::string UtilisationSvg(const std::vector<SimResult>& results, const std::string& title);

@@ -10,6 +10,8 @@
 //                   Heartbeat, ReportCheckpoint, ReportProgress, AckSegment,
 //                   FinishJob, AccountTime: no re-implementation
 //   stint-no-X      stint with one feature off (see ParsePolicy)
+//   stint-first-fit, stint-cheapest-only
+//                   stint with another routing between pools (below)
 //
 // Schedulers are single-threaded objects confined to the engine's thread.
 #ifndef STINT_TOOLS_STINT_SIM_SIM_SCHEDULERS_H_
@@ -27,6 +29,17 @@ namespace stint::sim {
 
 enum class PolicyKind { kFifo, kEasy, kSlurm, kStint };
 
+// How the stint scheduler chooses among the pools (everything else the
+// same). kPrice: stintd's planner with the replay's prices (among fits at
+// the soonest start, the cheapest per useful GPU-hour). kFirstFit: the
+// first pool, in the price table's order (else by name), among those where
+// the job fits soonest: the planner gets prices that rank the pools in that
+// order, 100^rank, so far apart that its spot correction (at most x20)
+// cannot reorder them. kCheapestOnly: each job may use only the pool with
+// the lowest listed price that can ever hold it (ties: table order) and
+// waits for it.
+enum class Routing { kPrice, kFirstFit, kCheapestOnly };
+
 struct PolicySpec {
   std::string name;
   PolicyKind kind = PolicyKind::kFifo;
@@ -34,6 +47,7 @@ struct PolicySpec {
   bool runtime_estimates = true;        // kStint: submit remaining_seconds (false: unknown)
   bool workers_ignore_notices = false;  // an engine-side ablation
   bool team_limits = false;             // kSlurm: team_borrow_limits as GrpTRES caps (slurm-limits)
+  Routing routing = Routing::kPrice;    // kStint: how it chooses among pools
 };
 
 // stintd's policy defaults, except where the sim's workers differ: they
@@ -76,7 +90,9 @@ std::map<std::string, int> TeamBorrowLimits(const SchedulerOptions& o,
 // false, grow_elastic = false), stint-no-starvation-guard (service_starvation_guard = false),
 // stint-las (service_class_by_remaining = false: classes by attained service only),
 // stint-no-notices (workers ignore notices),
-// stint-no-estimates (remaining_seconds = 0: no runtime knowledge).
+// stint-no-estimates (remaining_seconds = 0: no runtime knowledge),
+// stint-first-fit (Routing::kFirstFit), stint-cheapest-only
+// (Routing::kCheapestOnly).
 Result<PolicySpec> ParsePolicy(const std::string& name, const SchedulerOptions& options);
 std::vector<std::string> AllPolicyNames();
 

@@ -2,9 +2,13 @@
 // tools/stintd/core (MakePlan + ApplyPlan), every worker report goes through
 // its transitions, exactly as stintd would receive them over HTTP.
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 #include <map>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "stintd/core/policy.h"
 #include "stintd/core/transitions.h"
@@ -27,10 +31,20 @@ class StintScheduler : public Scheduler {
   void Init(const Workload& w) override {
     w_ = &w;
     stintd::Changes ch;
-    std::set<std::string> pools, teams;
-    for (const SimWindow& win : w.windows) pools.insert(win.pool);
+    std::set<std::string> teams;
     for (const SimJob& j : w.jobs) teams.insert(j.team);
-    for (const std::string& p : pools) Check(stintd::AddPool(s_, stintd::Pool{p, ""}, 0, &ch));
+    pool_order_ = PoolOrder(w);
+    for (size_t rank = 0; rank < pool_order_.size(); rank++) {
+      const std::string& name = pool_order_[rank];
+      stintd::Pool pool{name, ""};
+      if (const PoolPrice* price = w.prices.Find(name)) {
+        pool.pricing = price->pricing;
+        pool.price_per_gpu_hour = price->per_gpu_hour;
+      }
+      // First-fit: prices that rank the pools in order and nothing else.
+      if (spec_.routing == Routing::kFirstFit) pool.price_per_gpu_hour = std::pow(100.0, rank);
+      Check(stintd::AddPool(s_, pool, kEpochMs, &ch));
+    }
     for (const std::string& t : teams) {
       stintd::Team team;
       team.name = t;
@@ -55,6 +69,7 @@ class StintScheduler : public Scheduler {
     j.restart_seconds = sj.restart_s;
     j.checkpoint_interval_seconds = sj.interval_s;
     j.remaining_seconds = Estimate(sj.work_s);
+    if (spec_.routing == Routing::kCheapestOnly) j.pools = {CheapestPoolFor(sj.min_gpus)};
     stintd::Changes ch;
     auto id = stintd::SubmitJob(s_, j, kEpochMs + now, &ch);
     if (!id.ok()) {
@@ -113,6 +128,10 @@ class StintScheduler : public Scheduler {
     stintd::Changes ch;
     const TimeMs t = kEpochMs + now;
     const int64_t step = Ms(w_->jobs[job].work_s - remaining_s);
+    // stintd accounts every tick (a second), so a segment's charge and
+    // attained service run up to its end; the sim plans only at events, so
+    // it accounts here first (else the time since the last plan is lost).
+    stintd::AccountTime(s_, t, cfg_, &ch);
     switch (kind) {
       case EndKind::kFinished:
         Check(stintd::FinishJob(s_, worker, t, &ch));
@@ -229,9 +248,57 @@ class StintScheduler : public Scheduler {
     return next;
   }
 
+  double CoordinatorCost(int64_t job) const override {
+    // First-fit's planner prices only rank the pools: no money.
+    if (spec_.routing == Routing::kFirstFit) return -1;
+    auto done = cost_of_done_.find(job);
+    if (done != cost_of_done_.end()) return done->second;
+    auto id = job_of_sim_.find(job);
+    if (id == job_of_sim_.end()) return -1;
+    auto j = s_.jobs.find(id->second);
+    return j != s_.jobs.end() ? j->second.cost : -1;
+  }
+
   int64_t errors() const { return errors_; }
 
  private:
+  // The price table's pools in its order, then any other pool by name.
+  static std::vector<std::string> PoolOrder(const Workload& w) {
+    std::vector<std::string> order;
+    for (const PoolPrice& p : w.prices.pools) order.push_back(p.pool);
+    std::set<std::string> rest;
+    for (const SimWindow& win : w.windows) {
+      if (w.prices.Find(win.pool) == nullptr) rest.insert(win.pool);
+    }
+    order.insert(order.end(), rest.begin(), rest.end());
+    return order;
+  }
+
+  // Cheapest-only: the pool with the lowest listed price (ties: the
+  // table's order) that ever has `gpus` open at once; the first such pool
+  // when none does (DropUnplaceable leaves no such job).
+  std::string CheapestPoolFor(int gpus) {
+    if (pool_peak_.empty()) {
+      std::map<std::string, std::vector<std::pair<double, int>>> changes;
+      for (const SimWindow& win : w_->windows) {
+        changes[win.pool].emplace_back(win.start_s, win.gpus);
+        changes[win.pool].emplace_back(win.gone_s(), -win.gpus);
+      }
+      for (auto& [pool, deltas] : changes) {
+        std::sort(deltas.begin(), deltas.end());
+        int open = 0, peak = 0;
+        for (const auto& [t, d] : deltas) peak = std::max(peak, open += d);
+        pool_peak_[pool] = peak;
+      }
+    }
+    const std::string* best = nullptr;
+    for (const std::string& pool : pool_order_) {
+      if (pool_peak_[pool] < gpus) continue;
+      if (best == nullptr || w_->prices.PriceOf(pool) < w_->prices.PriceOf(*best)) best = &pool;
+    }
+    return best != nullptr ? *best : pool_order_.front();
+  }
+
   // Drops what no decision reads again: ended segments, released workers,
   // finished jobs. stintd keeps them (its API and store show them); the
   // sim would otherwise walk every segment and worker ever created on each
@@ -252,6 +319,7 @@ class StintScheduler : public Scheduler {
         continue;
       }
       s_.rendezvous.erase(it->first);
+      cost_of_done_[sim_of_job_[it->first]] = it->second.cost;
       job_of_sim_.erase(sim_of_job_[it->first]);
       sim_of_job_.erase(it->first);
       it = s_.jobs.erase(it);
@@ -282,6 +350,9 @@ class StintScheduler : public Scheduler {
   std::map<int64_t, int> window_of_;                    // core window id -> sim window index
   std::map<int, int64_t> id_of_window_;
   std::map<int64_t, int64_t> worker_of_;  // sim job -> its live worker
+  std::vector<std::string> pool_order_;   // first-fit's order (PoolOrder)
+  std::map<std::string, int> pool_peak_;  // the most GPUs each pool has open at once
+  std::map<int64_t, double> cost_of_done_;  // sim job -> stintd's Job::cost when it was forgotten
   TimeMs next_planned_ = stintd::kNever;
   int pending_ = 0;
   int64_t errors_ = 0;

@@ -799,6 +799,47 @@ std::vector<SimWindow> GenerateWindows(const SyntheticWindows& g) {
   return out;
 }
 
+std::vector<SimWindow> NodeCapacity(int nodes, int gpus_per_node) {
+  std::vector<SimWindow> out;
+  for (int i = 0; i < nodes; i++) {
+    SimWindow w;
+    w.gpus = gpus_per_node;
+    out.push_back(w);
+  }
+  return out;
+}
+
+std::vector<SimWindow> GenerateSpotNodes(const SyntheticSpotNodes& g) {
+  std::mt19937_64 rng(g.seed ^ 0x9e3779b97f4a7c15ull);
+  std::exponential_distribution<double> life(1.0 / std::max(1.0, g.mean_life_s));
+  std::exponential_distribution<double> gap(1.0 / std::max(1.0, g.mean_gap_s));
+  std::vector<SimWindow> out;
+  for (int node = 0; node < g.nodes; node++) {
+    double t = 0;
+    while (true) {
+      SimWindow w;
+      w.pool = "p0";
+      w.gpus = g.gpus_per_node;
+      w.kind = stintd::WindowKind::kSpot;
+      w.notice_lead_s = g.notice_s;
+      w.start_s = t;
+      w.end_s = kForever;
+      // At least a minute up, so that the notice never precedes the open.
+      const double revoke = t + std::max(60.0, life(rng));
+      if (revoke >= g.horizon_s) {
+        out.push_back(w);
+        break;
+      }
+      w.revoke_s = revoke;
+      out.push_back(w);
+      t = revoke + gap(rng);
+    }
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const SimWindow& a, const SimWindow& b) { return a.start_s < b.start_s; });
+  return out;
+}
+
 int DropUnplaceable(std::vector<SimJob>* jobs, const std::vector<SimWindow>& windows) {
   // The most GPUs a pool ever has open at once: windows that follow each
   // other in time do not add up.

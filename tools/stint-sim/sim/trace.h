@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/prices.h"
 #include "stintd/core/model.h"
 #include "stint/status.h"
 
@@ -84,6 +85,8 @@ struct Workload {
   bool synthetic_jobs = false;
   bool synthetic_capacity = false;
   LoadReport load;  // what the job reader skipped, censored, rounded and trimmed (real traces)
+  // What each pool's GPUs cost (--prices); empty: nothing is charged.
+  PriceTable prices;
 };
 
 // Job-side defaults applied by every adapter (a trace gives arrivals, GPU
@@ -220,6 +223,27 @@ struct SyntheticWindows {
   uint64_t seed = 1;
 };
 std::vector<SimWindow> GenerateWindows(const SyntheticWindows& g);
+
+// `nodes` hard windows of `gpus_per_node` each for the whole replay: a
+// pool of nodes, so that a gang larger than a node spans nodes (and pays
+// the span slowdown) as it does on spot nodes.
+std::vector<SimWindow> NodeCapacity(int nodes, int gpus_per_node);
+
+// Spot nodes revoked at a rate: each of `nodes` slots holds a node for an
+// exponential time of mean `mean_life_s` (revoked with `notice_s` of
+// notice), then stays empty for an exponential time of mean `mean_gap_s`
+// before a new node opens in it. Revocations are drawn up to `horizon_s`;
+// a node open then is never revoked. Seeded; labelled synthetic.
+struct SyntheticSpotNodes {
+  int nodes = 4;
+  int gpus_per_node = 8;
+  double mean_life_s = 6 * 3600.0;
+  double mean_gap_s = 3600.0;
+  double horizon_s = 60 * 86400.0;
+  double notice_s = 120;
+  uint64_t seed = 1;
+};
+std::vector<SimWindow> GenerateSpotNodes(const SyntheticSpotNodes& g);
 
 // Drops jobs that no pool could ever hold (min_gpus above the most GPUs a
 // pool has open at once: a gang may span a pool's windows) and renumbers;

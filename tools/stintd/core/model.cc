@@ -87,6 +87,22 @@ std::vector<std::string> SplitPoolNames(std::string_view text) {
   return pools;
 }
 
+const char* EvalStateName(EvalState s) {
+  switch (s) {
+    case EvalState::kPending:
+      return "pending";
+    case EvalState::kRunning:
+      return "running";
+    case EvalState::kDone:
+      return "done";
+    case EvalState::kFailed:
+      return "failed";
+    case EvalState::kSuperseded:
+      return "superseded";
+  }
+  return "unknown";
+}
+
 const char* JobStateName(JobState s) {
   switch (s) {
     case JobState::kPending:

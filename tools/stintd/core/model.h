@@ -192,6 +192,43 @@ struct Job {
   // Its training loss as reported with heartbeats (at most kMaxLossPoints,
   // older ones thinned), for the loss curve across segments.
   std::vector<LossPoint> losses;
+  // Evaluation of its checkpoints (EvalTask): the JSON of API.md's "eval"
+  // ({"command":[...],"env":{},"workdir","every","gpus"}), opaque here;
+  // "" for none. Every eval_every-th durable checkpoint is evaluated, on
+  // eval_gpus (0: CPU only, or 1) of a node's leftover capacity.
+  std::string eval;
+  int eval_every = 0;
+  int eval_gpus = 0;
+  int64_t checkpoints = 0;  // durable checkpoints reported so far
+};
+
+// An evaluation of one durable checkpoint of a job: a low-priority task a
+// stint-agent runs on what its node has left (a CPU slot, or a GPU no
+// segment holds), reading the checkpoint read-only. A GPU a segment is
+// placed on takes precedence: the evaluation there is stopped and waits
+// again. A newer checkpoint supersedes one still waiting.
+enum class EvalState : int {
+  kPending = 0,     // waiting for a node
+  kRunning = 1,     // on `node`
+  kDone = 2,        // `result` holds the metrics it printed
+  kFailed = 3,      // `message` says why
+  kSuperseded = 4,  // a newer checkpoint's evaluation replaced it before it ran
+};
+const char* EvalStateName(EvalState s);  // "pending", "running", "done", "failed", "superseded"
+
+struct EvalTask {
+  int64_t id = 0;
+  int64_t job_id = 0;
+  int64_t step = 0;  // the checkpoint evaluated
+  EvalState state = EvalState::kPending;
+  std::string node;  // running: where
+  int gpu = -1;      // running: the node's GPU index it holds (-1: CPU only)
+  TimeMs created_ms = 0;
+  TimeMs started_ms = 0;
+  TimeMs ended_ms = 0;
+  int attempts = 0;    // starts so far (a stopped one starts again)
+  std::string result;  // done: the JSON object it printed last
+  std::string message;
 };
 
 struct Allocation {
@@ -389,6 +426,7 @@ struct ClusterState {
   std::map<int64_t, Worker> workers;
   std::map<int64_t, Rendezvous> rendezvous;  // by job id
   std::map<std::string, NodeCredential> node_credentials;  // by node name
+  std::map<int64_t, EvalTask> evals;
   Counters counters;
   std::array<PriceRule, 4> price_rules;  // by Priority
   // Counters for ids and fencing tokens; persisted with the objects.

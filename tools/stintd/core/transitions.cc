@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "stintd/core/accounting.h"
+#include "stintd/core/evals.h"
 #include "stintd/core/rendezvous.h"
 
 namespace stint::stintd {
@@ -203,6 +204,7 @@ void Changes::Merge(const Changes& o) {
   workers.insert(o.workers.begin(), o.workers.end());
   rendezvous.insert(o.rendezvous.begin(), o.rendezvous.end());
   node_credentials.insert(o.node_credentials.begin(), o.node_credentials.end());
+  evals.insert(o.evals.begin(), o.evals.end());
   counters = counters || o.counters;
 }
 
@@ -310,6 +312,10 @@ Result<int64_t> SubmitJob(ClusterState& s, Job j, TimeMs now, Changes* changes) 
   STINT_RETURN_IF_ERROR(
       CheckFinite("checkpoint_interval_seconds", j.checkpoint_interval_seconds, 0));
   STINT_RETURN_IF_ERROR(CheckFinite("remaining_seconds", j.remaining_seconds, 0));
+  if (!j.eval.empty() && j.eval_every < 1)
+    return Status::InvalidArgument("eval.every must be >= 1 (got " + std::to_string(j.eval_every) + ")");
+  if (j.eval_gpus < 0 || j.eval_gpus > 1)
+    return Status::InvalidArgument("eval.gpus must be 0 or 1 (got " + std::to_string(j.eval_gpus) + ")");
   if (j.team == kDefaultTeam && !s.teams.count(kDefaultTeam)) {
     s.teams[kDefaultTeam] = Team{kDefaultTeam, 0, -1, 0, now};
     changes->teams.insert(kDefaultTeam);
@@ -566,6 +572,7 @@ Status ReportCheckpoint(ClusterState& s, int64_t worker_id, int64_t step, double
   seg.checkpoint_step = std::max(seg.checkpoint_step, step);
   seg.checkpoint_seconds += seconds;
   changes->segments.insert(seg.id);
+  QueueEvaluation(s, j, step, now, changes);
   return Status::OK();
 }
 

@@ -27,10 +27,12 @@ struct Changes {
   std::set<int64_t> workers;
   std::set<int64_t> rendezvous;  // by job id
   std::set<std::string> node_credentials;
+  std::set<int64_t> evals;
   bool counters = false;         // next_id / next_fencing_token / Counters
   bool empty() const {
     return pools.empty() && windows.empty() && teams.empty() && jobs.empty() && segments.empty() &&
-           workers.empty() && rendezvous.empty() && node_credentials.empty() && !counters;
+           workers.empty() && rendezvous.empty() && node_credentials.empty() && evals.empty() &&
+           !counters;
   }
   void Merge(const Changes& other);
 };

@@ -142,6 +142,18 @@ class Coordinator {
     int exit_code = 0;
     std::string message;
   };
+  // An evaluation a node's agent ran to its end: `result` is the JSON
+  // object it printed last ("" when none).
+  struct EvalExit {
+    int64_t eval_id = 0;
+    int exit_code = 0;
+    std::string result;
+    std::string message;
+  };
+  // The node's evaluations (evals.h): records `exits`, then places what its
+  // `slots` may run now. The ids it runs, oldest first.
+  Result<std::vector<int64_t>> NodeEvaluations(const std::string& node, int slots,
+                                               const std::vector<EvalExit>& exits);
   // `crashes`: workers of segments still running here that crashed; the
   // agent starts them again unless the crash-loop guard failed the job
   // (ReportWorkerCrash). Several crashes of one segment in one heartbeat

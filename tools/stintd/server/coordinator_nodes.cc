@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "stintd/core/evals.h"
 #include "stintd/server/worker_secret.h"
 
 namespace stint::stintd {
@@ -287,6 +288,24 @@ Result<Window> Coordinator::NodeHeartbeat(const std::string& node,
                            " has closed: register again");
   }
   return w;
+}
+
+Result<std::vector<int64_t>> Coordinator::NodeEvaluations(const std::string& node, int slots,
+                                                           const std::vector<EvalExit>& exits) {
+  std::vector<int64_t> run;
+  STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs now, Changes* c) -> Status {
+    for (const EvalExit& e : exits) {
+      Status reported =
+          ReportEvaluation(s, node, e.eval_id, e.exit_code, e.result, e.message, now, c);
+      // An evaluation gone from the state (it cannot be: they are kept) is
+      // not this heartbeat's failure.
+      if (!reported.ok() && reported.code() != Code::kNotFound) return reported;
+    }
+    const Window* open = NodeWindow(s, node, now);
+    if (open != nullptr) run = PlaceEvaluations(s, *open, slots, now, c);
+    return Status::OK();
+  }));
+  return run;
 }
 
 Result<Window> Coordinator::CloseNode(const std::string& node) {

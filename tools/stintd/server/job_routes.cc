@@ -65,6 +65,42 @@ Result<Job> ParseJobSpec(const RequestBody& b) {
   return j;
 }
 
+// The job's "eval" (API.md, "Evaluation"): {"command":[string],"env"?:{K:V},
+// "workdir"?, "every"?(1), "gpus"?(0)}.
+Status ParseEvalSpec(const json& spec, Job* j) {
+  if (!spec.is_object()) return Status::InvalidArgument("eval must be an object");
+  for (const auto& item : spec.items()) {
+    const std::string& k = item.key();
+    if (k != "command" && k != "env" && k != "workdir" && k != "every" && k != "gpus")
+      return Status::InvalidArgument("eval: unknown field \"" + k +
+                                     "\" (allowed: command, env, workdir, every, gpus)");
+  }
+  const json command = spec.value("command", json());
+  if (!command.is_array() || command.empty())
+    return Status::InvalidArgument("eval.command must be a non-empty array of strings");
+  for (const json& arg : command) {
+    if (!arg.is_string()) return Status::InvalidArgument("eval.command must hold strings only");
+  }
+  const json env = spec.value("env", json::object());
+  if (!env.is_object()) return Status::InvalidArgument("eval.env must be an object of strings");
+  for (const auto& kv : env.items()) {
+    if (!kv.value().is_string() || kv.key().empty() || kv.key().find('=') != std::string::npos)
+      return Status::InvalidArgument("eval.env must map names (no '=') to strings");
+  }
+  if (!spec.value("workdir", json("")).is_string())
+    return Status::InvalidArgument("eval.workdir must be a string");
+  const json every = spec.value("every", json(1));
+  const json gpus = spec.value("gpus", json(0));
+  if (!every.is_number_integer() || every.get<int64_t>() < 1 || every.get<int64_t>() > 1000000)
+    return Status::InvalidArgument("eval.every must be an integer 1..1000000");
+  if (!gpus.is_number_integer() || gpus.get<int64_t>() < 0 || gpus.get<int64_t>() > 1)
+    return Status::InvalidArgument("eval.gpus must be 0 (CPU only) or 1");
+  j->eval = spec.dump();
+  j->eval_every = every.get<int>();
+  j->eval_gpus = gpus.get<int>();
+  return Status::OK();
+}
+
 // POST /v1/jobs: the job, with its registration token.
 void AddSubmitRoute(Routes* routes) {
   Coordinator* c = routes->coordinator();
@@ -73,13 +109,18 @@ void AddSubmitRoute(Routes* routes) {
     RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(
         req.body, {"name", "team", "pool", "pools", "priority", "min_gpus", "max_gpus", "gang",
                    "preemptible", "checkpoint_seconds", "restart_seconds",
-                   "checkpoint_interval_seconds", "remaining_seconds", "launch"}));
+                   "checkpoint_interval_seconds", "remaining_seconds", "launch", "eval"}));
     Job spec = STINT_HTTP_TRY(ParseJobSpec(b));
     const json* launch = STINT_HTTP_TRY(b.OptionalObject("launch"));
     if (launch != nullptr) {
       const auto checked = tools::LaunchSpec::ForJob(*launch, spec.min_gpus, spec.max_gpus);
       if (!checked.ok()) return ErrorReply(checked.status());
       spec.launch = launch->dump();
+    }
+    const json* eval = STINT_HTTP_TRY(b.OptionalObject("eval"));
+    if (eval != nullptr) {
+      const Status parsed = ParseEvalSpec(*eval, &spec);
+      if (!parsed.ok()) return ErrorReply(parsed);
     }
     Job j = STINT_HTTP_TRY(c->SubmitJob(spec));
     // The job's own credential for workers started by hand (auth.h).
@@ -135,6 +176,7 @@ void AddJobViewRoutes(Routes* routes) {
           }
           r.body = JobJsonFor(reader, it->second);
           r.body["figures"] = ToJson(FigureJob(s, it->second, now));
+          r.body["evaluations"] = EvalsOf(s, it->second);
           if (reader.admin) r.body["registration_token"] = tokens->JobToken(id);
           json segments = json::array();
           for (const auto& [sid, seg] : s.segments) {

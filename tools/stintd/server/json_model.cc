@@ -84,7 +84,11 @@ json StepSecondsJson(const std::map<int, double>& step_seconds) {
 json ToJson(const Job& j) {
   json launch = nullptr;
   if (!j.launch.empty()) launch = json::parse(j.launch, nullptr, /*allow_exceptions=*/false);
+  json eval = nullptr;
+  if (!j.eval.empty()) eval = json::parse(j.eval, nullptr, /*allow_exceptions=*/false);
   return {{"launch", launch.is_discarded() ? json(nullptr) : launch},
+          {"eval", eval.is_discarded() ? json(nullptr) : eval},
+          {"checkpoints", j.checkpoints},
           {"recent_crashes", j.crash_ms.size()},
           {"id", j.id},
           {"name", j.name},
@@ -235,7 +239,31 @@ json LossCurveJson(const ClusterState& s, const Job& j) {
                         {"start_step", std::max<int64_t>(0, seg.start_step)},
                         {"gpus", seg.gpus()}});
   }
-  return {{"job_id", j.id}, {"points", points}, {"segments", segments}};
+  return {{"job_id", j.id}, {"points", points}, {"segments", segments}, {"evals", EvalsOf(s, j)}};
+}
+
+json ToJson(const EvalTask& e) {
+  json result = nullptr;
+  if (!e.result.empty()) result = json::parse(e.result, nullptr, /*allow_exceptions=*/false);
+  return {{"id", e.id},
+          {"step", e.step},
+          {"state", EvalStateName(e.state)},
+          {"result", result.is_discarded() ? json(nullptr) : result},
+          {"node", e.node},
+          {"gpu", e.gpu < 0 ? json(nullptr) : json(e.gpu)},
+          {"attempts", e.attempts},
+          {"created_ms", e.created_ms},
+          {"started_ms", e.started_ms},
+          {"ended_ms", e.ended_ms},
+          {"message", e.message}};
+}
+
+json EvalsOf(const ClusterState& s, const Job& j) {
+  json evals = json::array();
+  for (const auto& [id, e] : s.evals) {
+    if (e.job_id == j.id) evals.push_back(ToJson(e));
+  }
+  return evals;
 }
 
 json ToJson(const WorkerView& v) {

@@ -33,6 +33,9 @@ json ToJson(const JobFigures& f);
 // The job's loss curve: {"points": [[step, loss, segment_id, at_ms], ...],
 // "segments": [{"id", "start_ms", "start_step", "gpus"}, ...]}.
 json LossCurveJson(const ClusterState& s, const Job& j);
+json ToJson(const EvalTask& e);
+// The job's evaluations, oldest first.
+json EvalsOf(const ClusterState& s, const Job& j);
 json ToJson(const WorkerView& v);
 json ToJson(const KvRecord& e);
 json ToJson(const ClusterState& s, const PendingInfo& p, TimeMs now);

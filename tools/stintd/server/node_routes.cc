@@ -10,12 +10,14 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/launch_spec.h"
+#include "stintd/core/evals.h"
 #include "stintd/server/json_model.h"
 #include "stintd/server/request_params.h"
 #include "stintd/server/routes.h"
@@ -233,6 +235,48 @@ Result<std::vector<Coordinator::NodeExit>> ParseNodeExits(const RequestBody& b,
   return exits;
 }
 
+// The evaluations a heartbeat reports ended ("eval_exits").
+Result<std::vector<Coordinator::EvalExit>> ParseEvalExits(const RequestBody& b) {
+  std::vector<Coordinator::EvalExit> exits;
+  STINT_ASSIGN_OR_RETURN(const json* e, b.OptionalArray("eval_exits"));
+  for (const json& x : e != nullptr ? *e : json::array()) {
+    if (!x.is_object() || !x.value("id", json()).is_number_integer() ||
+        !x.value("exit_code", json()).is_number_integer() ||
+        !x.value("message", json("")).is_string() ||
+        !(x.value("result", json()).is_null() || x.value("result", json()).is_object())) {
+      return Status::InvalidArgument(
+          "eval_exits must be an array of {\"id\",\"exit_code\",\"result\"?:{...},\"message\"?}");
+    }
+    const json result = x.value("result", json());
+    exits.push_back({x["id"].get<int64_t>(), x["exit_code"].get<int>(),
+                     result.is_object() ? result.dump().substr(0, 65536) : std::string(),
+                     x.value("message", "").substr(0, 4096)});
+  }
+  return exits;
+}
+
+// The evaluations `ids` as the agent runs them: the job's "eval" spec, the
+// step, and the GPU; those on a GPU a segment is placed on now are left
+// out (the agent stops them before it starts that segment's workers).
+json EvalsJson(const ClusterState& s, const Window& w, const std::vector<int64_t>& ids) {
+  const std::vector<int> held = HeldGpus(s, w);
+  json out = json::array();
+  for (int64_t id : ids) {
+    auto e = s.evals.find(id);
+    if (e == s.evals.end() || e->second.state != EvalState::kRunning) continue;
+    if (e->second.gpu >= 0 && std::count(held.begin(), held.end(), e->second.gpu) > 0) continue;
+    auto job = s.jobs.find(e->second.job_id);
+    if (job == s.jobs.end()) continue;
+    const json spec = json::parse(job->second.eval, nullptr, /*allow_exceptions=*/false);
+    out.push_back({{"id", id},
+                   {"job_id", e->second.job_id},
+                   {"step", e->second.step},
+                   {"gpu", e->second.gpu < 0 ? json(nullptr) : json(e->second.gpu)},
+                   {"eval", spec.is_discarded() ? json(nullptr) : spec}});
+  }
+  return out;
+}
+
 // The workers' output a heartbeat carries ("logs"), each entry checked.
 Result<const json*> ParseNodeLogs(const RequestBody& b) {
   STINT_ASSIGN_OR_RETURN(const json* l, b.OptionalArray("logs"));
@@ -288,7 +332,8 @@ std::set<int64_t> TakeNodeLogs(Coordinator* c, LogTails* logs, const std::string
 // differ from the tag `known` (the agent's last answer; "": at once), or at
 // `until`.
 Reply AnswerAssignments(Coordinator* c, const TokenAuth& tokens, const Window& w,
-                        const std::string& known, std::chrono::steady_clock::time_point until) {
+                        const std::string& known, std::chrono::steady_clock::time_point until,
+                        const std::optional<std::vector<int64_t>>& evals) {
   Reply reply;
   for (;;) {
     const uint64_t seen = c->EventSeq();
@@ -304,6 +349,7 @@ Reply AnswerAssignments(Coordinator* c, const TokenAuth& tokens, const Window& w
                     {"window", ToJson(s, win != s.windows.end() ? win->second : w, now)},
                     {"assignments", std::move(assignments)},
                     {"assignments_tag", tag}};
+      if (evals) reply.body["evals"] = EvalsJson(s, w, *evals);
     });
     if (known.empty() || tag != known || !c->WaitEvent(seen, until)) break;
   }
@@ -321,7 +367,8 @@ void AddNodeHeartbeatRoutes(Routes* routes, LogTails* logs,
       [c, logs, max_wait, prune_logs_if_due, tokens](const httplib::Request& req) {
         prune_logs_if_due();
         RequestBody b =
-            STINT_HTTP_TRY(RequestBody::Parse(req.body, {"running", "exited", "logs", "crashed"}));
+            STINT_HTTP_TRY(RequestBody::Parse(req.body, {"running", "exited", "logs", "crashed",
+                                                          "eval_slots", "eval_exits"}));
         std::vector<int64_t> running;
         const json* r = STINT_HTTP_TRY(b.OptionalArray("running"));
         for (const json& id : r != nullptr ? *r : json::array()) {
@@ -334,6 +381,10 @@ void AddNodeHeartbeatRoutes(Routes* routes, LogTails* logs,
         const std::vector<Coordinator::NodeExit> crashes =
             STINT_HTTP_TRY(ParseNodeExits(b, "crashed"));
         const json* l = STINT_HTTP_TRY(ParseNodeLogs(b));
+        const std::optional<int64_t> eval_slots = STINT_HTTP_TRY(b.OptionalInt64("eval_slots"));
+        if (eval_slots && (*eval_slots < 0 || *eval_slots > 1024))
+          return ErrorReply(Status::InvalidArgument("eval_slots must be 0..1024"));
+        const std::vector<Coordinator::EvalExit> eval_exits = STINT_HTTP_TRY(ParseEvalExits(b));
         // The output first, then the exits: whoever sees the job end
         // finds all of it (stintctl logs --follow). Only output of
         // segments with GPUs on this node is taken.
@@ -348,7 +399,13 @@ void AddNodeHeartbeatRoutes(Routes* routes, LogTails* logs,
         Result<Window> w = c->NodeHeartbeat(node, running, exits, crashes);
         for (int64_t job : exit_jobs) logs->Wake(job);
         if (!w.ok()) return WorkerErrorReply(w.status());
-        return AnswerAssignments(c, *tokens, *w, known, until);
+        // An agent that runs evaluations says how many at once (API.md,
+        // "Evaluation"); one that does not is given none.
+        std::optional<std::vector<int64_t>> evals;
+        if (eval_slots) {
+          evals = STINT_HTTP_TRY(c->NodeEvaluations(node, static_cast<int>(*eval_slots), eval_exits));
+        }
+        return AnswerAssignments(c, *tokens, *w, known, until, evals);
       });
   routes->Add(Method::kPost, R"(/v1/nodes/([A-Za-z0-9._-]+)/close)", Access::kAgent,
               [c](const httplib::Request& req) {

@@ -47,7 +47,9 @@
 // cost (0: segments before prices cost nothing), start_step,
 // checkpoint_step, first_step and last_step (-1: unknown), first_step_ms
 // and last_step_ms (0) and
-// checkpoint_seconds (0); meta.price_rules ('[]': every rule the default).
+// checkpoint_seconds (0); meta.price_rules ('[]': every rule the default);
+// jobs.eval (''), eval_every, eval_gpus and checkpoints (0): no job is
+// evaluated; and the table evals (EvalTask's fields): none queued.
 // jobs.pool holds the job's pools joined by commas (one name before).
 // Each table's layout and row codec: sqlite_tables.h.
 #include <cstdint>
@@ -75,6 +77,7 @@ using internal::KeyOf;
 using internal::kJobs;
 using internal::kKv;
 using internal::kMeta;
+using internal::kEvals;
 using internal::kNodeCredentials;
 using internal::kPools;
 using internal::kRendezvous;
@@ -208,7 +211,7 @@ class SqliteStore final : public Store {
   SqliteDb db_;
 
   TableStmts pools_, windows_, teams_, jobs_, segments_, workers_, kv_, meta_, rendezvous_;
-  TableStmts node_credentials_;
+  TableStmts node_credentials_, evals_;
   SqliteStmt kv_erase_job_;
   SqliteStmt begin_read_, begin_write_, commit_, rollback_;
 
@@ -384,7 +387,12 @@ Status SqliteStore::Init() {
         "ALTER TABLE segments ADD COLUMN last_step INTEGER NOT NULL DEFAULT -1;\n"
         "ALTER TABLE segments ADD COLUMN last_step_ms INTEGER NOT NULL DEFAULT 0;\n"
         "ALTER TABLE segments ADD COLUMN checkpoint_seconds REAL DEFAULT 0;\n"
-        "ALTER TABLE meta ADD COLUMN price_rules TEXT NOT NULL DEFAULT '[]'",
+        "ALTER TABLE meta ADD COLUMN price_rules TEXT NOT NULL DEFAULT '[]';\n"
+        "ALTER TABLE jobs ADD COLUMN eval TEXT NOT NULL DEFAULT '';\n"
+        "ALTER TABLE jobs ADD COLUMN eval_every INTEGER NOT NULL DEFAULT 0;\n"
+        "ALTER TABLE jobs ADD COLUMN eval_gpus INTEGER NOT NULL DEFAULT 0;\n"
+        "ALTER TABLE jobs ADD COLUMN checkpoints INTEGER NOT NULL DEFAULT 0;\n" +
+            kEvals.Create(),
         10));
   }
   return PrepareAll();
@@ -437,6 +445,7 @@ Status SqliteStore::PrepareAll() {
   STINT_RETURN_IF_ERROR(PrepareTable(kMeta, &meta_));
   STINT_RETURN_IF_ERROR(PrepareTable(kRendezvous, &rendezvous_));
   STINT_RETURN_IF_ERROR(PrepareTable(kNodeCredentials, &node_credentials_));
+  STINT_RETURN_IF_ERROR(PrepareTable(kEvals, &evals_));
   sqlite3* db = db_.get();
   STINT_ASSIGN_OR_RETURN(kv_erase_job_, Prepare(db, "DELETE FROM kv WHERE job_id = ?", true,
                                                 "prepare kv erase by job"));
@@ -489,6 +498,7 @@ Status SqliteStore::ReadAll(ClusterState* s) {
   STINT_RETURN_IF_ERROR(LoadTable("worker", workers_, &s->workers));
   STINT_RETURN_IF_ERROR(LoadTable("rendezvous", rendezvous_, &s->rendezvous));
   STINT_RETURN_IF_ERROR(LoadTable("node credential", node_credentials_, &s->node_credentials));
+  STINT_RETURN_IF_ERROR(LoadTable("evaluation", evals_, &s->evals));
   // No meta row yet (nothing saved with counters): the defaults stand.
   return ForEachRow(meta_.select.get(), "load meta", [&](RowReader& r) { return ReadMeta(r, s); });
 }
@@ -509,6 +519,7 @@ Status SqliteStore::WriteChanges(const ClusterState& s, const Changes& c) {
   STINT_RETURN_IF_ERROR(SaveTable("rendezvous", rendezvous_, c.rendezvous, s.rendezvous));
   STINT_RETURN_IF_ERROR(
       SaveTable("node credential", node_credentials_, c.node_credentials, s.node_credentials));
+  STINT_RETURN_IF_ERROR(SaveTable("evaluation", evals_, c.evals, s.evals));
   if (c.counters) {
     STINT_RETURN_IF_ERROR(
         Run(meta_.upsert.get(), "save counters", [&](Binder& b) { return BindMeta(b, s); }));

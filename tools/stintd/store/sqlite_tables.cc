@@ -22,6 +22,7 @@ constexpr int64_t kMaxWindowKind = static_cast<int64_t>(WindowKind::kSpot);
 constexpr int64_t kMaxJobState = static_cast<int64_t>(JobState::kFailed);
 constexpr int64_t kMaxSegmentState = static_cast<int64_t>(SegmentState::kCancelled);
 constexpr int64_t kMaxNoticeReason = static_cast<int64_t>(NoticeReason::kBudget);
+constexpr int64_t kMaxEvalState = static_cast<int64_t>(EvalState::kSuperseded);
 constexpr int64_t kMaxPoolPricing = static_cast<int64_t>(PoolPricing::kOnPrem);
 constexpr int64_t kMaxRendezvousPhase = static_cast<int64_t>(RendezvousPhase::kFormed);
 
@@ -283,7 +284,11 @@ const Table kJobs = {"jobs",
                       {"cost", Type::kReal},
                       {"samples", Type::kInt},
                       {"step_seconds", Type::kText},
-                      {"losses", Type::kText}}};
+                      {"losses", Type::kText},
+                      {"eval", Type::kText},
+                      {"eval_every", Type::kInt},
+                      {"eval_gpus", Type::kInt},
+                      {"checkpoints", Type::kInt}}};
 
 const Table kSegments = {"segments",
                          {"id"},
@@ -355,6 +360,21 @@ const Table kNodeCredentials = {
     {"name"},
     {{"name", Type::kText}, {"secret_hash", Type::kText}, {"issued_ms", Type::kInt}}};
 
+const Table kEvals = {"evals",
+                      {"id"},
+                      {{"id", Type::kInt},
+                       {"job_id", Type::kInt},
+                       {"step", Type::kInt},
+                       {"state", Type::kInt},
+                       {"node", Type::kText},
+                       {"gpu", Type::kInt},
+                       {"created_ms", Type::kInt},
+                       {"started_ms", Type::kInt},
+                       {"ended_ms", Type::kInt},
+                       {"attempts", Type::kInt},
+                       {"result", Type::kText},
+                       {"message", Type::kText}}};
+
 const Table kMeta = {"meta",
                      {"id"},
                      {{"id", Type::kInt},
@@ -377,7 +397,7 @@ const Table kMeta = {"meta",
 const std::vector<const Table*>& AllTables() {
   static const std::vector<const Table*> kAll = {&kPools,      &kWindows,        &kTeams, &kJobs,
                                                  &kSegments,   &kWorkers,        &kKv,    &kMeta,
-                                                 &kRendezvous, &kNodeCredentials};
+                                                 &kRendezvous, &kNodeCredentials, &kEvals};
   return kAll;
 }
 
@@ -527,6 +547,10 @@ Status BindRow(Binder& b, const Job& j) {
   b.Int(j.samples);
   b.Text(StepSecondsToJson(j.step_seconds));
   b.Text(LossesToJson(j.losses));
+  b.Text(j.eval);
+  b.Int(j.eval_every);
+  b.Int(j.eval_gpus);
+  b.Int(j.checkpoints);
   return Status::OK();
 }
 
@@ -563,7 +587,12 @@ Status ReadRow(RowReader& r, Job* j) {
   j->cost = r.Double();
   j->samples = r.Int();
   STINT_RETURN_IF_ERROR(StepSecondsFromJson(r.Text(), &j->step_seconds));
-  return LossesFromJson(r.Text(), &j->losses);
+  STINT_RETURN_IF_ERROR(LossesFromJson(r.Text(), &j->losses));
+  j->eval = r.Text();
+  j->eval_every = r.Int32();
+  j->eval_gpus = r.Int32();
+  j->checkpoints = r.Int();
+  return Status::OK();
 }
 
 Status BindRow(Binder& b, const Segment& s) {
@@ -707,6 +736,39 @@ Status ReadRow(RowReader& r, Rendezvous* z) {
   STINT_RETURN_IF_ERROR(MembersFromJson(members, &z->members));
   STINT_RETURN_IF_ERROR(IdsFromJson("rendezvous previous", previous, &z->previous));
   return IdsFromJson("rendezvous dropped", dropped, &z->dropped);
+}
+
+Status BindRow(Binder& b, const EvalTask& e) {
+  STINT_RETURN_IF_ERROR(CheckEnum("eval state", static_cast<int64_t>(e.state), kMaxEvalState));
+  b.Int(e.id);
+  b.Int(e.job_id);
+  b.Int(e.step);
+  b.Int(static_cast<int64_t>(e.state));
+  b.Text(e.node);
+  b.Int(e.gpu);
+  b.Int(e.created_ms);
+  b.Int(e.started_ms);
+  b.Int(e.ended_ms);
+  b.Int(e.attempts);
+  b.Text(e.result);
+  b.Text(e.message);
+  return Status::OK();
+}
+
+Status ReadRow(RowReader& r, EvalTask* e) {
+  e->id = r.Int();
+  e->job_id = r.Int();
+  e->step = r.Int();
+  e->state = static_cast<EvalState>(r.Ranged(0, kMaxEvalState));
+  e->node = r.Text();
+  e->gpu = r.Int32();
+  e->created_ms = r.Int();
+  e->started_ms = r.Int();
+  e->ended_ms = r.Int();
+  e->attempts = r.Int32();
+  e->result = r.Text();
+  e->message = r.Text();
+  return Status::OK();
 }
 
 Status BindRow(Binder& b, const KvRecord& e) {

@@ -94,6 +94,7 @@ extern const Table kWorkers;
 extern const Table kKv;
 extern const Table kRendezvous;
 extern const Table kNodeCredentials;
+extern const Table kEvals;
 extern const Table kMeta;
 const std::vector<const Table*>& AllTables();
 
@@ -108,6 +109,7 @@ inline int64_t KeyOf(const Segment& s) { return s.id; }
 inline int64_t KeyOf(const Worker& w) { return w.id; }
 inline int64_t KeyOf(const Rendezvous& r) { return r.job_id; }
 inline const std::string& KeyOf(const NodeCredential& n) { return n.name; }
+inline int64_t KeyOf(const EvalTask& e) { return e.id; }
 
 void BindKey(Binder& b, const std::string& k);
 void BindKey(Binder& b, int64_t k);
@@ -130,6 +132,8 @@ Status BindRow(Binder& b, const Worker& w);
 Status ReadRow(RowReader& r, Worker* w);
 Status BindRow(Binder& b, const Rendezvous& r);
 Status ReadRow(RowReader& r, Rendezvous* z);
+Status BindRow(Binder& b, const EvalTask& e);
+Status ReadRow(RowReader& r, EvalTask* e);
 Status BindRow(Binder& b, const KvRecord& e);
 Status ReadRow(RowReader& r, KvRecord* e);
 // The meta table's one row: ClusterState's next ids and its Counters.
