@@ -39,8 +39,8 @@
 //
 // Prints "GENERATION g rank r world w reform_s x step s t_ms T" whenever a
 // generation is formed, "FIRST_STEP g step s t_ms T" at its first committed
-// step, "RESUMED step s", "CHECKPOINT step s seconds x", "PREEMPTED step s"
-// and "DONE step s rank r t_ms T" (with --backend nccl, first "NCCL_LADDER
+// step, "RESUMED step s", "CHECKPOINT step s seconds x", "PREEMPTED step s
+// t_ms T", "FENCED step s t_ms T" and "DONE step s rank r t_ms T" (with --backend nccl, first "NCCL_LADDER
 // ...": the recovery rungs the loaded NCCL offers). Rank 0 writes FILE
 // (JSON) at the end.
 #include <signal.h>
@@ -164,8 +164,9 @@ void Batch(const std::vector<uint64_t>& ids, torch::Tensor* x, torch::Tensor* y)
 
 // One step's forward and backward on this rank's slice, on `device` (the
 // samples are built on the CPU); the sample counter delta (a CPU tensor)
-// goes with the gradients.
-torch::Tensor LocalStep(Net& net, const std::vector<uint64_t>& ids, torch::Device device) {
+// goes with the gradients. `*slice_loss`: the mean loss of the slice.
+torch::Tensor LocalStep(Net& net, const std::vector<uint64_t>& ids, torch::Device device,
+                        double* slice_loss) {
   net->zero_grad();
   torch::Tensor x, y;
   Batch(ids, &x, &y);
@@ -173,6 +174,9 @@ torch::Tensor LocalStep(Net& net, const std::vector<uint64_t>& ids, torch::Devic
   y = y.to(device);
   torch::Tensor loss = (net->forward(x) - y).pow(2).sum() / static_cast<double>(kGlobalBatch);
   loss.backward();
+  *slice_loss = ids.empty() ? 0.0
+                            : loss.item<double>() * static_cast<double>(kGlobalBatch) /
+                                  static_cast<double>(ids.size());
   torch::Tensor delta = torch::zeros({kDataset}, torch::kFloat64);
   for (uint64_t id : ids) delta[static_cast<int64_t>(id)] += 1;
   return delta;
@@ -217,7 +221,8 @@ int RunReference(const Flags& f) {
   torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   stint::ResumableSampler sampler = MakeSampler();
   for (int64_t step = 0; step < f.steps; ++step) {
-    torch::Tensor delta = LocalStep(net, sampler.RankIndices(0, 1).value(), torch::kCPU);
+    double loss = 0;
+    torch::Tensor delta = LocalStep(net, sampler.RankIndices(0, 1).value(), torch::kCPU, &loss);
     Apply(net, opt, delta);
     sampler.CommitStep();
   }
@@ -410,11 +415,13 @@ int RunWorker(const Flags& f) {
   while (step < static_cast<uint64_t>(f.steps)) {
     stint::ElasticGroup& g = **group;
     if ((*session)->fenced()) {
-      std::printf("FENCED step %llu\n", static_cast<unsigned long long>(step));
+      std::printf("FENCED step %llu t_ms %lld\n", static_cast<unsigned long long>(step),
+                  static_cast<long long>(NowMs()));
       return stint::kExitRequeue;
     }
     const std::vector<uint64_t> ids = sampler.RankIndices(g.rank(), g.world_size()).value();
-    torch::Tensor delta = LocalStep(net, ids, device);
+    double loss = 0;
+    torch::Tensor delta = LocalStep(net, ids, device, &loss);
     // Stands in for device compute, which scales with this rank's share.
     if (f.sample_ms > 0)
       std::this_thread::sleep_for(std::chrono::milliseconds(f.sample_ms * ids.size()));
@@ -434,6 +441,9 @@ int RunWorker(const Flags& f) {
       sampler.CommitStep();
       ++step;
       (*session)->SetStep(step);  // stint: progress with the next heartbeat
+      // stint: rank 0's slice loss for the job's loss curve (one slice
+      // stands for the batch: no extra collective per step)
+      if (g.rank() == 0) (*session)->ReportLoss(loss);
       if (f.save_every > 0 && step % static_cast<uint64_t>(f.save_every) == 0) {
         stint::Status saved = checkpoints.Save(step);
         if (!saved.ok()) std::fprintf(stderr, "checkpoint: %s\n", saved.ToString().c_str());
@@ -464,7 +474,8 @@ int RunWorker(const Flags& f) {
         if (!saved.ok())
           std::fprintf(stderr, "emergency checkpoint: %s\n", saved.ToString().c_str());
       }
-      std::printf("PREEMPTED step %llu\n", static_cast<unsigned long long>(step));
+      std::printf("PREEMPTED step %llu t_ms %lld\n", static_cast<unsigned long long>(step),
+                  static_cast<long long>(NowMs()));
       std::fflush(stdout);
       return stint::kExitRequeue;
     }

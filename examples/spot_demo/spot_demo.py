@@ -57,16 +57,77 @@ import shutil
 import signal
 import subprocess
 import sys
+import struct
 import tempfile
 import time
 import urllib.error
 import urllib.request
+import zlib
 
 ADMIN_TOKEN = "spot-demo-admin-token"
 WORKER_TOKEN = "spot-demo-worker-token"
 AGENT_TOKEN = "spot-demo-agent-token"
 DATASET, GLOBAL_BATCH = 240, 12  # examples/elastic_training
 EXIT_REQUEUE = 75
+# Per GPU-hour: the on-prem fragments amortised, the cloud spot capacity.
+PRICES = {"onprem": 1.2, "spot": 0.45}
+
+
+def write_png(path, width, height, pixels):
+    """pixels: rows of (r, g, b) tuples; an 8-bit RGB PNG."""
+    raw = b"".join(b"\0" + bytes(c for px in row for c in px) for row in pixels)
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)) +
+                chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+
+
+def plot_loss_png(path, curve, width=800, height=360):
+    """The loss curve stintd keeps (GET /v1/jobs/{id}/losses), one colour per
+    segment, a dashed grey line at each segment's start step: what the
+    dashboard draws, as a file."""
+    points, segments = curve["points"], curve["segments"]
+    white, axis, grey = (255, 255, 255), (60, 60, 60), (170, 170, 170)
+    colours = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189),
+               (140, 86, 75), (227, 119, 194)]
+    img = [[white] * width for _ in range(height)]
+    left, right, top, bottom = 50, width - 10, 10, height - 30
+    for x in range(left, right + 1):
+        img[bottom][x] = axis
+    for y in range(top, bottom + 1):
+        img[y][left] = axis
+    if not points:
+        write_png(path, width, height, img)
+        return
+    steps = [p[0] for p in points] + [s["start_step"] for s in segments]
+    losses = [p[1] for p in points]
+    s0, s1 = min(steps), max(max(steps), min(steps) + 1)
+    l0, l1 = min(losses), max(max(losses), min(losses) + 1e-12)
+
+    def xy(step, loss):
+        return (left + round((step - s0) / (s1 - s0) * (right - left)),
+                bottom - round((loss - l0) / (l1 - l0) * (bottom - top)))
+
+    for s in segments:  # segment boundaries
+        x = xy(s["start_step"], l0)[0]
+        for y in range(top, bottom, 2):
+            img[y][x] = grey
+    order = {s["id"]: i for i, s in enumerate(segments)}
+    prev = {}
+    for step, loss, seg, _ in points:
+        c = colours[order.get(seg, 0) % len(colours)]
+        x, y = xy(step, loss)
+        if seg in prev:  # a line from the segment's previous point
+            px, py = prev[seg]
+            n = max(abs(x - px), abs(y - py), 1)
+            for i in range(n + 1):
+                img[py + (y - py) * i // n][px + (x - px) * i // n] = c
+        img[y][x] = c
+        prev[seg] = (x, y)
+    write_png(path, width, height, img)
 
 
 class Stintd:
@@ -198,6 +259,10 @@ class Demo:
         self.steps_at_world = {}  # job -> {world: steps trained at that world size}
         # job -> (first step, t_ms) of its first step, then (world, GPU-seconds per step) at its end
         self.steady = {}
+        # "train"'s segments as its workers saw them: segment id -> {"first": (step, t_ms) of
+        # its first step, "last": (step, t_ms) of its last, "resumed": step, "kept": newest
+        # step made durable in it}
+        self.segment_steps = {}
         self.failures = []
 
     # --- output -------------------------------------------------------
@@ -281,7 +346,30 @@ class Demo:
         else:
             self.say("stintd: segment %d of '%s' %s" % (s["id"], job["name"], s["state"]))
 
+    def note_segment_step(self, w, line):
+        """What "train"'s workers say of their segment: its first and last
+        steps with their times, where it resumed, what it made durable."""
+        if w.job_name != "train":
+            return
+        seg = self.segment_steps.setdefault(w.segment_id, {"resumed": 0, "kept": 0})
+        f = line.split()
+        if line.startswith("FIRST_STEP"):  # FIRST_STEP g step s t_ms T
+            got = (int(f[3]), int(f[5]))
+            if "first" not in seg or got[1] < seg["first"][1]:
+                seg["first"] = got
+        elif line.startswith(("PREEMPTED step", "FENCED step", "DONE step")) and "t_ms" in f:
+            got = (int(f[2]), int(f[f.index("t_ms") + 1]))
+            if "last" not in seg or got[0] > seg["last"][0]:
+                seg["last"] = got
+            if not line.startswith("FENCED"):  # acked, or the job is complete
+                seg["kept"] = max(seg["kept"], got[0])
+        elif line.startswith("CHECKPOINT step"):
+            seg["kept"] = max(seg["kept"], int(f[2]))
+        elif line.startswith("RESUMED step"):
+            seg["resumed"] = int(f[2])
+
     def narrate_worker(self, w, line):
+        self.note_segment_step(w, line)
         name = w.job_name
         m = re.match(r"GENERATION (\d+) rank (\d+) world (\d+) reform_s ([\d.]+) step (\d+)", line)
         if m and m.group(2) == "0":
@@ -302,7 +390,7 @@ class Demo:
             _, _, _, step, _, t_ms = line.split()
             self.steady[name] = (int(step), int(t_ms))
         elif line.startswith(("PREEMPTED step", "FENCED step")):
-            step = int(line.split()[-1])
+            step = int(line.split()[2])
             self.close_run(name, w.segment_id, step)
             if self.events["last_step"].get((name, w.segment_id)) != step:
                 self.events["last_step"][(name, w.segment_id)] = step
@@ -363,7 +451,9 @@ class Demo:
         self.say("dashboard: %s/dashboard#token=%s" % (self.stintd.url, WORKER_TOKEN))
         for pool, desc in (("onprem", "hard fragments between other teams' reservations"),
                            ("spot", "cloud spot capacity")):
-            self.stintd.call("POST", "/v1/pools", {"name": pool, "description": desc})
+            self.stintd.call("POST", "/v1/pools", {"name": pool, "description": desc,
+                                                   "price_per_gpu_hour": PRICES[pool],
+                                                   "pricing": "spot" if pool == "spot" else "on_prem"})
         # The same job run continuously, and at 1 and 2 GPUs for each size's
         # pace, on a coordinator of their own: no window of theirs is ever
         # free for "train".
@@ -463,6 +553,29 @@ class Demo:
         matched = useful * sum(n * pace[w] for w, n in per_world.items()) / continuous_share
         return matched / train_gs
 
+    def fragment_efficiency(self, segs):
+        """stintd's fragment-training efficiency (tools/stintd/API.md,
+        "Efficiency and loss"), computed again from the workers' own logs:
+        each segment's kept steps (resumed checkpoint to its newest durable
+        one) at the job's pace for the segment's GPUs (its steps' time over
+        their count, pooled over the segments of that size, once each
+        segment's first step is done), over the GPU-seconds held."""
+        time_at = {}  # gpus -> [seconds, steps]
+        for s in segs:
+            got = self.segment_steps.get(s["id"], {})
+            if "first" in got and "last" in got and got["last"][0] > got["first"][0]:
+                acc = time_at.setdefault(s["gpus"], [0.0, 0])
+                acc[0] += (got["last"][1] - got["first"][1]) / 1000.0
+                acc[1] += got["last"][0] - got["first"][0]
+        useful = held = 0.0
+        for s in segs:
+            got = self.segment_steps.get(s["id"], {"resumed": 0, "kept": 0})
+            seconds, count = time_at.get(s["gpus"], (0.0, 0))
+            pace = seconds / count if count else 0.0
+            useful += s["gpus"] * pace * max(0, got["kept"] - got["resumed"])
+            held += s["gpus"] * ((s["ended_ms"] or int(time.time() * 1000)) - s["start_ms"]) / 1000.0
+        return useful / held if held > 0 else 0.0
+
     def check_model(self, name):
         ref_path = os.path.join(self.work, "reference-model.json")
         subprocess.run([os.path.join(self.build, "examples", "elastic_training"), "--reference", "--steps",
@@ -523,6 +636,28 @@ class Demo:
         eff = self.matched_efficiency(train_gs, ref_gs)
         if eff is not None:
             print("  fragment-training efficiency = %.3f (target >= 0.95)" % eff)
+        # stintd's own figures: cost, and the efficiency against the job's
+        # own pace per world size, which this script computes again from the
+        # workers' logs.
+        figures = jobs["train"].get("figures", {})
+        own = self.fragment_efficiency(train_segs)
+        theirs = figures.get("efficiency", 0.0)
+        print("  stintd: cost %.4f (%s), %d kept steps, cost per useful step %.6f" % (
+            jobs["train"]["cost"], ", ".join("%s %.2f/GPU-h" % kv for kv in sorted(PRICES.items())),
+            figures.get("kept_steps", 0), figures.get("cost_per_step", 0.0)))
+        diff = abs(theirs - own) / own if own > 0 else float("inf")
+        print("  stintd's fragment-training efficiency %.4f, from the workers' logs %.4f (%.2f %% apart, "
+              "target <= 1 %%)" % (theirs, own, 100 * diff))
+        if diff > 0.01:
+            self.failures.append("stintd's efficiency %.4f and the logs' %.4f differ by %.2f %%" % (
+                theirs, own, 100 * diff))
+        curve = self.stintd.call("GET", "/v1/jobs/%d/losses" % self.jobs["train"]["id"])
+        png = os.path.join(self.work, "train-loss.png")
+        plot_loss_png(png, curve)
+        print("  loss curve: %d points over %d segments -> %s (the dashboard draws it too)" % (
+            len(curve["points"]), len(curve["segments"]), png))
+        if not curve["points"]:
+            self.failures.append("stintd holds no loss point of 'train'")
         verdict = self.check_model("train")
         print("  final model vs one uninterrupted process: %s" % verdict)
         if not verdict.startswith("ok"):

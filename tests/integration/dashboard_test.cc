@@ -19,6 +19,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -321,6 +322,19 @@ double Number(const std::string& text) {
   double v = 0;
   EXPECT_TRUE(ParseDouble(text, &v)) << "not a number: \"" << text << "\"";
   return v;
+}
+
+// Whether `text` is `value` rounded to the decimals it shows.
+::testing::AssertionResult RoundedFrom(const std::string& text, double value) {
+  double shown = 0;
+  if (!ParseDouble(text, &shown)) return ::testing::AssertionFailure() << "\"" << text << "\"";
+  const size_t dot = text.find('.');
+  const int decimals = dot == std::string::npos ? 0 : static_cast<int>(text.size() - dot - 1);
+  const double half_unit = 0.5 * std::pow(10.0, -decimals);
+  if (std::abs(shown - value) > half_unit * (1 + 1e-9)) {
+    return ::testing::AssertionFailure() << "\"" << text << "\" is not " << value << " rounded";
+  }
+  return ::testing::AssertionSuccess();
 }
 
 // Polls `fn` without pausing until it holds; the bound only turns a hang
@@ -1073,17 +1087,19 @@ TEST_F(DashboardTest, ChromiumDrawsSpendPricesCostsAndALossCurveAcrossSegments) 
   EXPECT_LE(spent, team_after["spent"].get<double>());
   EXPECT_GT(spent, 0) << "train's two segments were charged";
   EXPECT_EQ(left, 500 - spent);
+  EXPECT_TRUE(RoundedFrom(vision["spent"].Text(), spent));
+  EXPECT_TRUE(RoundedFrom(vision["left"].Text(), left));
   EXPECT_EQ(per_hour, team_after["spend_per_hour"].get<double>());
   EXPECT_EQ(per_hour, team_before["spend_per_hour"].get<double>());
   EXPECT_NEAR(per_hour, 2 * 36, 1e-9) << "burner's 2 GPUs at 36 per GPU-hour";
-  EXPECT_NEAR(Number(vision["spend-per-hour"].Text()), per_hour, 0.005);
+  EXPECT_TRUE(RoundedFrom(vision["spend-per-hour"].Text(), per_hour));
   const double ahead = forecast - spent;
   const double tolerance = 1e-9 * forecast;
   EXPECT_LE(team_after["forecast"].get<double>() - team_after["spent"].get<double>(),
             ahead + tolerance);
   EXPECT_LE(ahead,
             team_before["forecast"].get<double>() - team_before["spent"].get<double>() + tolerance);
-  EXPECT_NEAR(Number(vision["forecast"].Text()), forecast, 0.005);
+  EXPECT_TRUE(RoundedFrom(vision["forecast"].Text(), forecast));
   EXPECT_EQ(period_end, team_after["period_end_ms"].get<double>());
   EXPECT_EQ(vision_rows[0].HasClass("over"), forecast > budget);
   EXPECT_NE(vision["cost-by-job"].Text().find("train #" + id), std::string::npos)
@@ -1107,7 +1123,7 @@ TEST_F(DashboardTest, ChromiumDrawsSpendPricesCostsAndALossCurveAcrossSegments) 
   ASSERT_TRUE(DataValue(train_cells["kept"], &kept));
   EXPECT_EQ(cost, figures["cost"].get<double>());
   EXPECT_GT(cost, 0);
-  EXPECT_NEAR(Number(train_cells["cost"].Text()), cost, 0.05 * cost) << train_cells["cost"].Text();
+  EXPECT_TRUE(RoundedFrom(train_cells["cost"].Text(), cost));
   EXPECT_EQ(efficiency, figures["efficiency"].get<double>());
   EXPECT_GT(efficiency, 0);
   char percent[32];
@@ -1121,6 +1137,7 @@ TEST_F(DashboardTest, ChromiumDrawsSpendPricesCostsAndALossCurveAcrossSegments) 
   ASSERT_TRUE(DataValue(burner_cells["cost"], &burner_cost));
   EXPECT_LE(burner_cost_before, burner_cost);
   EXPECT_LE(burner_cost, burner_cost_after);
+  EXPECT_TRUE(RoundedFrom(burner_cells["cost"].Text(), burner_cost));
   ASSERT_TRUE(DataValue(burner_cells["efficiency"], &burner_efficiency));
   EXPECT_EQ(burner_efficiency, 0) << "no checkpoint: no kept step";
   EXPECT_EQ(burner_cells["efficiency"].Text(), "0.0%");

@@ -135,7 +135,8 @@ ClusterState RichState() {
   j.revoked_ms = {1700000000002};
   j.cost = 99.125;
   j.samples = std::numeric_limits<int64_t>::max();
-  j.step_seconds = {{1, 0.5}, {1000000, 1e-9}};
+  j.step_time = {{1, StepTime{0.5, 7}},
+                 {1000000, StepTime{1e-9, std::numeric_limits<int64_t>::max()}}};
   j.losses = {{1, 2.5, 77, 1700000000003}, {std::numeric_limits<int64_t>::max(), -1e300, -1, 0}};
   j.eval = R"({"command":["python","eval.py"],"every":3,"gpus":1})";
   j.eval_every = 3;
@@ -340,7 +341,12 @@ void ExpectSame(const Job& a, const Job& b) {
   EXPECT_EQ(a.revoked_ms, b.revoked_ms);
   ExpectSameDouble(a.cost, b.cost, "cost");
   EXPECT_EQ(a.samples, b.samples);
-  EXPECT_EQ(a.step_seconds, b.step_seconds);
+  ASSERT_EQ(a.step_time.size(), b.step_time.size());
+  for (const auto& [gpus, t] : a.step_time) {
+    ASSERT_TRUE(b.step_time.count(gpus)) << gpus;
+    ExpectSameDouble(t.seconds, b.step_time.at(gpus).seconds, "step_time seconds");
+    EXPECT_EQ(t.steps, b.step_time.at(gpus).steps);
+  }
   EXPECT_EQ(a.eval, b.eval);
   EXPECT_EQ(a.eval_every, b.eval_every);
   EXPECT_EQ(a.eval_gpus, b.eval_gpus);
@@ -916,7 +922,7 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
   " ALTER TABLE teams DROP COLUMN budget_period_seconds; ALTER TABLE teams DROP COLUMN"          \
   " period_start_ms; ALTER TABLE teams DROP COLUMN spent; ALTER TABLE jobs DROP COLUMN"          \
   " revoked_ms; ALTER TABLE jobs DROP COLUMN cost; ALTER TABLE jobs DROP COLUMN samples;"        \
-  " ALTER TABLE jobs DROP COLUMN step_seconds; ALTER TABLE jobs DROP COLUMN losses;"            \
+  " ALTER TABLE jobs DROP COLUMN step_time; ALTER TABLE jobs DROP COLUMN losses;"               \
   " ALTER TABLE segments DROP COLUMN price_per_gpu_hour; ALTER TABLE segments DROP COLUMN cost;" \
   " ALTER TABLE segments DROP COLUMN start_step; ALTER TABLE segments DROP COLUMN"               \
   " checkpoint_step; ALTER TABLE segments DROP COLUMN first_step; ALTER TABLE segments DROP"     \
@@ -1011,7 +1017,7 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
     j.revoked_ms.clear();
     j.cost = 0;
     j.samples = 0;
-    j.step_seconds.clear();
+    j.step_time.clear();
     j.losses.clear();
     j.eval.clear();
     j.eval_every = j.eval_gpus = 0;

@@ -7,16 +7,15 @@ workers, and an ElasticWorker's report_loss. stintd keeps the job's loss curve
 Real stintd on loopback, real worker processes; skipped without the binaries.
 """
 
-import json
 import os
 import subprocess
 import sys
 import time
-import urllib.request
 
 import pytest
 
 from test_elastic import STINTD, WORKER, Stintd
+from test_fencing import http
 
 pytestmark = pytest.mark.skipif(not os.path.exists(STINTD), reason="stintd is not built ($STINTD_PATH)")
 
@@ -38,15 +37,6 @@ with stint.Resumable(sys.argv[1], model=model, optimizer=opt, save_every=10,
         run.step_boundary(step, loss=torch.tensor(1.0 / step))
     run.finish(step)
 """
-
-
-def http(url, method, path, token, body=None):
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url + path, data=data, method=method,
-                                 headers={"Authorization": "Bearer " + token,
-                                          "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as r:
-        return json.loads(r.read().decode())
 
 
 def worker_env(stintd, job, python_env):

@@ -505,8 +505,9 @@ TEST_F(TransitionsTest, HeartbeatsGiveThePaceLossCurveAndEfficiency) {
   EXPECT_EQ(j.losses[0].step, 101);
   EXPECT_EQ(j.losses[0].loss, 2.5);
   EXPECT_EQ(j.losses[2].segment_id, seg);
-  ASSERT_EQ(j.step_seconds.count(4), 1u);
-  EXPECT_NEAR(j.step_seconds.at(4), 1.0, 1e-9);  // (89 - 30) s / (160 - 101) steps
+  ASSERT_EQ(j.step_time.count(4), 1u);
+  EXPECT_NEAR(j.step_time.at(4).pace(), 1.0, 1e-9);  // (89 - 30) s / (160 - 101) steps
+  EXPECT_EQ(j.step_time.at(4).steps, 59);
 
   Plan lost;
   lost.lost.push_back(LostDecision{seg, "all worker leases expired"});

@@ -60,22 +60,17 @@ std::string StepCell(const Json& o, const char* key) {
   return Cell(o, key);
 }
 
-// Money and ratios with two and three decimals ("-" when missing).
-std::string MoneyCell(const Json& o, const char* key) {
+// A number with `digits` decimals ("-" when missing): money with two,
+// ratios with three.
+std::string FixedCell(const Json& o, const char* key, int digits) {
   double v;
   if (!Number(o, key, &v)) return "-";
   char buf[48];
-  std::snprintf(buf, sizeof(buf), "%.2f", v);
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
   return buf;
 }
-
-std::string RatioCell(const Json& o, const char* key) {
-  double v;
-  if (!Number(o, key, &v)) return "-";
-  char buf[48];
-  std::snprintf(buf, sizeof(buf), "%.3f", v);
-  return buf;
-}
+std::string MoneyCell(const Json& o, const char* key) { return FixedCell(o, key, 2); }
+std::string RatioCell(const Json& o, const char* key) { return FixedCell(o, key, 3); }
 
 std::string Plural(size_t n, const char* one, const char* many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);

@@ -110,14 +110,17 @@ void RecordProgress(Segment& seg, Job& job, const HeartbeatReport& report, TimeM
   if (report.samples && *report.samples > job.samples) job.samples = *report.samples;
   if (report.step > seg.last_step) {
     const int64_t resumed = std::max<int64_t>(0, seg.start_step);
-    if (seg.first_step_ms == 0 && report.step > resumed) {
+    if (seg.first_step_ms != 0) {
+      // Steps since the segment's last report, past its restart: its pace.
+      StepTime& t = job.step_time[seg.gpus()];
+      t.seconds += std::max<TimeMs>(0, now - seg.last_step_ms) / 1000.0;
+      t.steps += report.step - seg.last_step;
+    } else if (report.step > resumed) {
       seg.first_step = report.step;
       seg.first_step_ms = now;
     }
     seg.last_step = report.step;
     seg.last_step_ms = now;
-    const double pace = SegmentPace(seg);
-    if (pace > 0) job.step_seconds[seg.gpus()] = pace;
   }
   if (report.loss && std::isfinite(*report.loss)) {
     const int64_t step = report.loss_step.value_or(report.step);
@@ -143,8 +146,10 @@ JobFigures FigureJob(const ClusterState& s, const Job& job, TimeMs now) {
     const TimeMs restart_end = seg.first_step_ms != 0 ? seg.first_step_ms : end;
     g.restart_gpu_seconds = g.gpus * std::max<TimeMs>(0, restart_end - seg.start_ms) / 1000.0;
     g.checkpoint_gpu_seconds = g.gpus * seg.checkpoint_seconds;
-    auto measured = job.step_seconds.find(g.gpus);
-    const double pace = measured != job.step_seconds.end() ? measured->second : SegmentPace(seg);
+    auto measured = job.step_time.find(g.gpus);
+    const double pace = measured != job.step_time.end() && measured->second.steps > 0
+                            ? measured->second.pace()
+                            : SegmentPace(seg);
     const int64_t resumed = std::max<int64_t>(0, seg.start_step);
     if (seg.checkpoint_step > resumed) g.kept_steps = seg.checkpoint_step - resumed;
     g.useful_gpu_seconds = g.gpus * pace * static_cast<double>(g.kept_steps);

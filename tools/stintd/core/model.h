@@ -123,6 +123,12 @@ struct Team {
   double spent = 0;
 };
 
+struct StepTime {
+  double seconds = 0;
+  int64_t steps = 0;
+  double pace() const { return steps > 0 ? seconds / static_cast<double>(steps) : 0; }
+};
+
 // One point of a job's loss curve: the loss at `step`, reported by a
 // worker of `segment_id`.
 struct LossPoint {
@@ -186,9 +192,11 @@ struct Job {
   std::vector<TimeMs> revoked_ms;
   double cost = 0;        // charged for its segments so far
   int64_t samples = 0;    // the newest sample count its workers reported
-  // Seconds per step at each world size (GPUs of a segment), measured from
-  // its heartbeats: what a continuous run would take (JobEfficiency).
-  std::map<int, double> step_seconds;
+  // Its pace at each world size (GPUs of a segment): the time and steps
+  // between heartbeats of its segments once their restart was over, summed
+  // over every segment of that size. What a continuous run at that size
+  // needs per step (FigureJob).
+  std::map<int, StepTime> step_time;
   // Its training loss as reported with heartbeats (at most kMaxLossPoints,
   // older ones thinned), for the loss curve across segments.
   std::vector<LossPoint> losses;

@@ -74,9 +74,9 @@ json ToJson(const ClusterState& s, const Team& t, TimeMs now) {
 }
 
 namespace {
-json StepSecondsJson(const std::map<int, double>& step_seconds) {
+json StepSecondsJson(const std::map<int, StepTime>& step_time) {
   json o = json::object();
-  for (const auto& [gpus, seconds] : step_seconds) o[std::to_string(gpus)] = seconds;
+  for (const auto& [gpus, t] : step_time) o[std::to_string(gpus)] = t.pace();
   return o;
 }
 }  // namespace
@@ -97,7 +97,7 @@ json ToJson(const Job& j) {
           {"pools", j.pools},
           {"cost", j.cost},
           {"samples", j.samples},
-          {"step_seconds", StepSecondsJson(j.step_seconds)},
+          {"step_seconds", StepSecondsJson(j.step_time)},
           {"recent_revocations", j.revoked_ms.size()},
           {"priority", PriorityName(j.priority)},
           {"min_gpus", j.min_gpus},

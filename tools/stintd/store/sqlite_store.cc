@@ -43,7 +43,7 @@
 // pools.price_per_gpu_hour (0, unpriced) and pools.price_history ('[]');
 // teams.budget (-1, none), budget_period_seconds (30 days),
 // period_start_ms and spent (0); jobs.revoked_ms ('[]'), cost (0), samples
-// (0), step_seconds ('{}') and losses ('[]'); segments.price_per_gpu_hour and
+// (0), step_time ('{}') and losses ('[]'); segments.price_per_gpu_hour and
 // cost (0: segments before prices cost nothing), start_step,
 // checkpoint_step, first_step and last_step (-1: unknown), first_step_ms
 // and last_step_ms (0) and
@@ -376,7 +376,7 @@ Status SqliteStore::Init() {
         "ALTER TABLE jobs ADD COLUMN revoked_ms TEXT NOT NULL DEFAULT '[]';\n"
         "ALTER TABLE jobs ADD COLUMN cost REAL DEFAULT 0;\n"
         "ALTER TABLE jobs ADD COLUMN samples INTEGER NOT NULL DEFAULT 0;\n"
-        "ALTER TABLE jobs ADD COLUMN step_seconds TEXT NOT NULL DEFAULT '{}';\n"
+        "ALTER TABLE jobs ADD COLUMN step_time TEXT NOT NULL DEFAULT '{}';\n"
         "ALTER TABLE jobs ADD COLUMN losses TEXT NOT NULL DEFAULT '[]';\n"
         "ALTER TABLE segments ADD COLUMN price_per_gpu_hour REAL DEFAULT 0;\n"
         "ALTER TABLE segments ADD COLUMN cost REAL DEFAULT 0;\n"

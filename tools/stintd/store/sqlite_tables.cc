@@ -165,21 +165,22 @@ Status LossesFromJson(const std::string& text, std::vector<LossPoint>* losses) {
   return Status::OK();
 }
 
-std::string StepSecondsToJson(const std::map<int, double>& step_seconds) {
+std::string StepTimeToJson(const std::map<int, StepTime>& step_time) {
   nlohmann::json o = nlohmann::json::object();
-  for (const auto& [gpus, seconds] : step_seconds) o[std::to_string(gpus)] = seconds;
+  for (const auto& [gpus, t] : step_time) o[std::to_string(gpus)] = {t.seconds, t.steps};
   return o.dump();
 }
 
-Status StepSecondsFromJson(const std::string& text, std::map<int, double>* step_seconds) {
+Status StepTimeFromJson(const std::string& text, std::map<int, StepTime>* step_time) {
   const nlohmann::json o = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!o.is_object()) return Status::DataLoss("step_seconds is not a JSON object: " + text);
+  if (!o.is_object()) return Status::DataLoss("step_time is not a JSON object: " + text);
   for (const auto& [key, value] : o.items()) {
     char* end = nullptr;
     const long gpus = std::strtol(key.c_str(), &end, 10);
-    if (end == key.c_str() || *end != '\0' || gpus < 1 || gpus > 1000000 || !value.is_number())
-      return Status::DataLoss("step_seconds entry is not \"gpus\": seconds: " + text);
-    (*step_seconds)[static_cast<int>(gpus)] = value.get<double>();
+    if (end == key.c_str() || *end != '\0' || gpus < 1 || gpus > 1000000 || !value.is_array() ||
+        value.size() != 2 || !value[0].is_number() || !value[1].is_number_integer())
+      return Status::DataLoss("step_time entry is not \"gpus\": [seconds, steps]: " + text);
+    (*step_time)[static_cast<int>(gpus)] = StepTime{value[0].get<double>(), value[1].get<int64_t>()};
   }
   return Status::OK();
 }
@@ -283,7 +284,7 @@ const Table kJobs = {"jobs",
                       {"revoked_ms", Type::kText},
                       {"cost", Type::kReal},
                       {"samples", Type::kInt},
-                      {"step_seconds", Type::kText},
+                      {"step_time", Type::kText},
                       {"losses", Type::kText},
                       {"eval", Type::kText},
                       {"eval_every", Type::kInt},
@@ -545,7 +546,7 @@ Status BindRow(Binder& b, const Job& j) {
   b.Text(BucketsToJson(j.revoked_ms));
   b.Double(j.cost);
   b.Int(j.samples);
-  b.Text(StepSecondsToJson(j.step_seconds));
+  b.Text(StepTimeToJson(j.step_time));
   b.Text(LossesToJson(j.losses));
   b.Text(j.eval);
   b.Int(j.eval_every);
@@ -586,7 +587,7 @@ Status ReadRow(RowReader& r, Job* j) {
   STINT_RETURN_IF_ERROR(BucketsFromJson(r.Text(), &j->revoked_ms));
   j->cost = r.Double();
   j->samples = r.Int();
-  STINT_RETURN_IF_ERROR(StepSecondsFromJson(r.Text(), &j->step_seconds));
+  STINT_RETURN_IF_ERROR(StepTimeFromJson(r.Text(), &j->step_time));
   STINT_RETURN_IF_ERROR(LossesFromJson(r.Text(), &j->losses));
   j->eval = r.Text();
   j->eval_every = r.Int32();
