@@ -4,7 +4,9 @@
 // (always) the report says it is synthetic, and a malformed trace line is
 // reported with its file and line; on the Alibaba excerpt in
 // tests/data/traces the report counts the skipped rows by reason, the
-// censored and fractional pods and the trimmed lead-in.
+// censored and fractional pods and the trimmed lead-in; on a priced
+// spot-mix it reports the cost against first-fit, and a bad price table is
+// refused naming the entry.
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -132,12 +134,14 @@ TEST(SimCli, SpotMixWithPricesReportsCostAgainstFirstFitAndBadPricesNameTheEntry
   const std::string sim = std::string(STINT_SIM_PATH) +
                           " --synthetic-jobs 40 --capacity spot-mix:1:2:2:3 --policies "
                           "stint,stint-first-fit,stint-cheapest-only";
-  const std::string prices = " --prices onprem=on_prem:1,ondemand=on_demand:3,spot=spot:0.35*ondemand";
+  const std::string prices =
+      " --prices onprem=on_prem:1,ondemand=on_demand:3,spot=spot:0.35*ondemand";
   ASSERT_EQ(Shell(sim + prices + " --out " + dir + "/p > " + dir + "/p.txt 2>&1"), 0)
       << Slurp(dir + "/p.txt");
   const std::string table = Slurp(dir + "/p/table.md");
-  EXPECT_NE(table.find("- prices per GPU-hour: onprem=on_prem:1,ondemand=on_demand:3,spot=spot:1.05"),
-            std::string::npos)
+  EXPECT_NE(
+      table.find("- prices per GPU-hour: onprem=on_prem:1,ondemand=on_demand:3,spot=spot:1.05"),
+      std::string::npos)
       << table;
   EXPECT_NE(table.find("| cost / stint-first-fit |"), std::string::npos) << table;
   EXPECT_NE(table.find("| stint-first-fit | 40/40 |"), std::string::npos) << table;
@@ -146,9 +150,9 @@ TEST(SimCli, SpotMixWithPricesReportsCostAgainstFirstFitAndBadPricesNameTheEntry
   EXPECT_NE(json.find("\"cost_total\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"gpu_h\""), std::string::npos) << json;
 
-  EXPECT_EQ(Shell(sim + " --prices onprem=on_prem:1,spot=spot:0.3*ondemand > " + dir +
-                  "/bad.txt 2>&1"),
-            2);
+  EXPECT_EQ(
+      Shell(sim + " --prices onprem=on_prem:1,spot=spot:0.3*ondemand > " + dir + "/bad.txt 2>&1"),
+      2);
   EXPECT_NE(Slurp(dir + "/bad.txt")
                 .find("--prices entry 2 (\"spot=spot:0.3*ondemand\"): \"ondemand\" in "
                       "\"0.3*ondemand\" is not a pool priced before it"),

@@ -102,13 +102,16 @@ TEST(SimPrices, RefusesBadEntriesNamingWhichAndWhy) {
       {"", "--prices is empty"},
       {"a=spot:1,b:spot:2", "--prices entry 2 (\"b:spot:2\"): expected POOL=KIND:PRICE"},
       {"a=spot", "--prices entry 1 (\"a=spot\"): expected POOL=KIND:PRICE"},
-      {"a=reserved:1", "--prices entry 1 (\"a=reserved:1\"): kind \"reserved\" is not one of "
-                       "on_prem, on_demand, spot"},
-      {"a=spot:cheap", "--prices entry 1 (\"a=spot:cheap\"): price \"cheap\" is not a number >= 0 "
-                       "or FRACTION*POOL"},
+      {"a=reserved:1",
+       "--prices entry 1 (\"a=reserved:1\"): kind \"reserved\" is not one of "
+       "on_prem, on_demand, spot"},
+      {"a=spot:cheap",
+       "--prices entry 1 (\"a=spot:cheap\"): price \"cheap\" is not a number >= 0 "
+       "or FRACTION*POOL"},
       {"a=spot:-1", "price \"-1\" is not a number >= 0"},
       {"a=spot:inf", "price \"inf\" is not a number >= 0"},
-      {"a=spot:1,a=on_demand:2", "--prices entry 2 (\"a=on_demand:2\"): pool \"a\" is priced twice"},
+      {"a=spot:1,a=on_demand:2",
+       "--prices entry 2 (\"a=on_demand:2\"): pool \"a\" is priced twice"},
       {"s=spot:0.3*od,od=on_demand:3",
        "--prices entry 1 (\"s=spot:0.3*od\"): \"od\" in \"0.3*od\" is not a pool priced before it"},
       {"s=spot:x*od", "fraction in \"x*od\" is not a number >= 0"},
@@ -299,8 +302,7 @@ TEST(SimPrices, CheapestOnlyWaitsForTheCheapestPoolThatCanHoldTheJob) {
 // one from 2000 s, and an on-demand pool: one 4-GPU job of one hour.
 Workload Revoked() {
   Workload w;
-  w.windows = {Spot("spot", 4, 0, 1800), Spot("spot", 4, 2000, kForever),
-               Hard("ondemand", 4)};
+  w.windows = {Spot("spot", 4, 0, 1800), Spot("spot", 4, 2000, kForever), Hard("ondemand", 4)};
   w.jobs = {Job(0, 0, 4, 3600)};
   w.prices = Prices("ondemand=on_demand:3,spot=spot:1");
   return w;

@@ -68,8 +68,8 @@ Result<PriceTable> ParsePriceTable(const std::string& spec) {
   size_t from = 0;
   for (int index = 1;; index++) {
     const size_t comma = spec.find(',', from);
-    const std::string entry = Trim(
-        spec.substr(from, comma == std::string::npos ? std::string::npos : comma - from));
+    const std::string entry =
+        Trim(spec.substr(from, comma == std::string::npos ? std::string::npos : comma - from));
     auto bad = [&](const std::string& what) {
       return Status::InvalidArgument("--prices entry " + std::to_string(index) + " (\"" + entry +
                                      "\"): " + what);
@@ -86,8 +86,7 @@ Result<PriceTable> ParsePriceTable(const std::string& spec) {
     std::string kind = Trim(entry.substr(eq + 1, colon - eq - 1));
     std::replace(kind.begin(), kind.end(), '-', '_');
     auto pricing = stintd::ParsePoolPricing(kind);
-    if (!pricing.ok())
-      return bad("kind \"" + kind + "\" is not one of on_prem, on_demand, spot");
+    if (!pricing.ok()) return bad("kind \"" + kind + "\" is not one of on_prem, on_demand, spot");
     p.pricing = pricing.value();
     const std::string price = Trim(entry.substr(colon + 1));
     const size_t star = price.find('*');

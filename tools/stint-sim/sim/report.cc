@@ -163,7 +163,8 @@ std::string FormatCostTable(const std::vector<Metrics>& rows, const std::string&
   std::vector<std::string> pools;
   for (const PoolPrice& p : prices.pools) pools.push_back(p.pool);
   auto ratio = [](double v, double b) { return b > 0 ? Fmt("%.3f", v / b) : std::string("-"); };
-  std::string out = "\nCost at " + prices.ToString() + " (per GPU-hour held), against " + baseline + ":\n\n";
+  std::string out =
+      "\nCost at " + prices.ToString() + " (per GPU-hour held), against " + baseline + ":\n\n";
   out += "| policy | done | cost total | cost/job | cost / " + baseline + " | JCT mean (h) | / " +
          baseline + " | JCT p99 (h) | / " + baseline + " |";
   for (const std::string& p : pools) out += " GPU-h " + p + " |";
@@ -183,9 +184,9 @@ std::string FormatCostTable(const std::vector<Metrics>& rows, const std::string&
       out += " " + Fmt("%.0f", use != m.pools.end() ? use->second.gpu_s / 3600 : 0.0) + " |";
     }
     out += " " + Fmt("%.3f", m.interrupts_per_job) + " | " +
-           (m.coordinator_cost_gap < 0 ? std::string("-")
-                                       : "stintd's Job::cost within " +
-                                             Fmt("%.1e", m.coordinator_cost_gap)) +
+           (m.coordinator_cost_gap < 0
+                ? std::string("-")
+                : "stintd's Job::cost within " + Fmt("%.1e", m.coordinator_cost_gap)) +
            " |\n";
   }
   return out;

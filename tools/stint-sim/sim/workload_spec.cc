@@ -53,7 +53,8 @@ Result<std::vector<SimWindow>> SpotNodesPart(const std::string& rest, const Work
   SyntheticSpotNodes g;
   if (f.size() > 4) {
     return Status::InvalidArgument(
-        "spot-nodes expects NODES[:GPUS_PER_NODE[:MEAN_LIFE_H[:MEAN_GAP_H]]] (got \"" + rest + "\")");
+        "spot-nodes expects NODES[:GPUS_PER_NODE[:MEAN_LIFE_H[:MEAN_GAP_H]]] (got \"" + rest +
+        "\")");
   }
   STINT_ASSIGN_OR_RETURN(g.nodes, PositiveInt(f[0], "spot-nodes NODES"));
   if (f.size() > 1) {
@@ -95,11 +96,10 @@ Result<std::vector<SimWindow>> CapacityPart(std::string part, const WorkloadOpti
   if (eq != std::string::npos && eq < part.find(':')) {
     pool = part.substr(0, eq);
     part = part.substr(eq + 1);
-    const bool valid = !pool.empty() && pool.size() <= 64 &&
-                       std::all_of(pool.begin(), pool.end(), [](char c) {
-                         return std::isalnum(static_cast<unsigned char>(c)) || c == '.' ||
-                                c == '_' || c == '-';
-                       });
+    const bool valid =
+        !pool.empty() && pool.size() <= 64 && std::all_of(pool.begin(), pool.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+        });
     if (!valid) {
       return Status::InvalidArgument("capacity pool name \"" + pool +
                                      "\" must match [A-Za-z0-9._-]{1,64}");
