@@ -46,7 +46,13 @@ Result<std::optional<std::string>> C10dCommitChannel::Get(const std::string& key
 
 void C10dCommitChannel::BoundReadsBy(std::chrono::steady_clock::time_point deadline) {
   if (!bounded_) return;
-  read_store_->setTimeout(std::max(TimeLeft(deadline), std::chrono::milliseconds(1)));
+  // A read of keys check() found is one round trip; the store's timeout
+  // bounds that round trip too (torch 2.15 fails a 1 ms get of a present
+  // key), so even past the caller's deadline it gets a round trip's worth
+  // with a wide margin. Only a key deleted in between is waited for, and
+  // only this long past the deadline.
+  constexpr std::chrono::milliseconds kRoundTrip{2000};
+  read_store_->setTimeout(std::max(TimeLeft(deadline), kRoundTrip));
 }
 
 std::chrono::milliseconds C10dCommitChannel::TimeLeft(

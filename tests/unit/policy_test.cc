@@ -1898,5 +1898,125 @@ TEST(PolicyBudget, HoldsWhileManyJobsRun) {
   EXPECT_NEAR(charged, t.spent, 1e-9);
 }
 
+// Price migration: an 8-GPU job running for an hour on demand (3.00 per
+// GPU-hour) with 4 h of work left, and an on-prem pool (1.00) of 8 GPUs.
+struct Migration {
+  Cluster c;
+  int64_t seg = 0;
+  PolicyConfig config;
+};
+Migration MigrationCase() {
+  Migration m;
+  const int64_t w = m.c.Window("ondemand", 8, kNow - Hours(2), kNow + Hours(100));
+  m.c.Window("onprem", 8, kNow - Hours(2), kNow + Hours(100));
+  m.c.Price("ondemand", 3);
+  m.c.Price("onprem", 1, PoolPricing::kOnPrem);
+  Segment& seg = m.c.Running({{w, 8}}, Priority::kLow, Hours(1));
+  m.c.JobOf(seg).remaining_seconds = 4 * 3600;
+  m.seg = seg.id;
+  m.config.price_migration = true;
+  return m;
+}
+
+// The saving (8 GPUs x 4 h x 2.00) pays the move: a notice to checkpoint
+// (deadline C + safety), reason migrate.
+TEST(PolicyMigration, MovesToACheaperPoolWithRoom) {
+  Migration m = MigrationCase();
+  const Plan plan = PlanAt(m.c.s, kNow, m.config);
+  const NoticeDecision* n = NoticeOf(plan, m.seg);
+  ASSERT_NE(n, nullptr);
+  EXPECT_EQ(n->reason, NoticeReason::kMigrate);
+  EXPECT_EQ(n->deadline_ms, kNow + Sec(30 + 10));
+  EXPECT_EQ(n->for_job_id, 0);
+  EXPECT_STREQ(NoticeReasonName(n->reason), "migrate");
+}
+
+TEST(PolicyMigration, NotWithLittleWorkLeft) {
+  Migration m = MigrationCase();
+  m.c.JobOf(m.c.s.segments.at(m.seg)).remaining_seconds = 1800;
+  EXPECT_EQ(NoticeOf(PlanAt(m.c.s, kNow, m.config), m.seg), nullptr);
+}
+
+TEST(PolicyMigration, NotWithoutAnEstimate) {
+  Migration m = MigrationCase();
+  m.c.JobOf(m.c.s.segments.at(m.seg)).remaining_seconds = 0;
+  EXPECT_EQ(NoticeOf(PlanAt(m.c.s, kNow, m.config), m.seg), nullptr);
+}
+
+TEST(PolicyMigration, OffByDefault) {
+  Migration m = MigrationCase();
+  EXPECT_EQ(NoticeOf(PlanAt(m.c.s, kNow), m.seg), nullptr);
+  m.config.price_migration = false;
+  EXPECT_EQ(NoticeOf(PlanAt(m.c.s, kNow, m.config), m.seg), nullptr);
+}
+
+TEST(PolicyMigration, NotWhenTheCheapPoolIsBusy) {
+  Migration m = MigrationCase();
+  const int64_t onprem = m.c.s.windows.rbegin()->first;
+  m.c.Running({{onprem, 4}}, Priority::kLow, Hours(1));
+  EXPECT_EQ(NoticeOf(PlanAt(m.c.s, kNow, m.config), m.seg), nullptr);
+}
+
+// On-prem has 16 GPUs, half of them held for 30 more minutes; a pending
+// 16-GPU job that may only run on-prem is planned on all of them then. The
+// 8 free now are not the migrant's: they last 30 min, not the hour of work
+// a move needs.
+TEST(PolicyMigration, NotOntoGpusReservedForAPendingJob) {
+  Migration m = MigrationCase();
+  const int64_t onprem = m.c.s.windows.rbegin()->first;
+  m.c.s.windows.at(onprem).gpus = 16;
+  Segment& busy = m.c.Running({{onprem, 8}}, Priority::kMedium, Hours(1), kNow + Hours(0.5));
+  m.c.JobOf(busy).preemptible = false;
+  {
+    const NoticeDecision* n = NoticeOf(PlanAt(m.c.s, kNow, m.config), m.seg);
+    ASSERT_NE(n, nullptr);  // without the pending job the 8 free now stay free
+    EXPECT_EQ(n->reason, NoticeReason::kMigrate);
+  }
+  Job& pending = m.c.Pending(16);
+  pending.pools = {"onprem"};
+  pending.remaining_seconds = 4 * 3600;
+  const Plan plan = PlanAt(m.c.s, kNow, m.config);
+  EXPECT_EQ(NoticeOf(plan, m.seg), nullptr);
+  ASSERT_EQ(plan.pending.size(), 1u);
+  EXPECT_EQ(plan.pending[0].planned_start_ms, kNow + Hours(0.5));
+}
+
+// Tick by tick as stintd runs it (plan, apply, workers ack a notice at
+// once): on-prem opens an hour in; the job moves there once, and the move
+// is not counted as a preemption.
+TEST(PolicyMigration, EndsRunningInTheCheapPool) {
+  Migration m = MigrationCase();
+  const int64_t onprem = m.c.s.windows.rbegin()->first;
+  m.c.s.windows.at(onprem).start_ms = kNow + Hours(1);
+  const int64_t job_id = m.c.s.segments.at(m.seg).job_id;
+  Changes ch;
+  int migrations = 0;
+  for (TimeMs now = kNow; now < kNow + Hours(3); now += Sec(5)) {
+    for (auto& [id, seg] : m.c.s.segments) seg.last_heartbeat_ms = now;
+    const Plan plan = MakePlan(m.c.s, now, m.config);
+    for (const NoticeDecision& d : plan.notices) {
+      ASSERT_EQ(d.reason, NoticeReason::kMigrate);
+      EXPECT_GE(now, kNow + Hours(1));
+      migrations++;
+    }
+    ApplyPlan(m.c.s, plan, now, &ch);
+    for (auto& [id, seg] : m.c.s.segments) {
+      if (seg.state != SegmentState::kNotified) continue;
+      const Worker w = RegisterWorker(m.c.s, seg.job_id, "w", now, &ch).value();
+      ASSERT_OK(AckSegment(m.c.s, w.id, 0, now, &ch));
+    }
+  }
+  EXPECT_EQ(migrations, 1);
+  const Job& job = m.c.s.jobs.at(job_id);
+  EXPECT_EQ(job.state, JobState::kRunning);
+  EXPECT_EQ(job.preemptions, 0);
+  const Segment& seg = m.c.s.segments.at(job.segment_id);
+  EXPECT_EQ(seg.state, SegmentState::kRunning);
+  ASSERT_EQ(seg.allocs.size(), 1u);
+  EXPECT_EQ(seg.allocs[0].window_id, onprem);
+  EXPECT_EQ(seg.allocs[0].gpus, 8);
+  EXPECT_EQ(m.c.s.counters.preemptions, 0);
+}
+
 }  // namespace
 }  // namespace stint::stintd

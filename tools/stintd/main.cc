@@ -151,6 +151,20 @@ void AddSchedulingFlags(CLI::App& app, Flags* f) {
                  "an elastic job grows only with at least this much work left (remaining_seconds)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--price-migration", p.price_migration,
+                 "move a running job to a pool cheaper per useful GPU-hour that has room now, "
+                 "when the saving over its work left pays for the checkpoint and restart "
+                 "(true/false; API.md, Prices and budgets)")
+      ->capture_default_str();
+  app.add_option("--price-migration-factor", p.price_migration_factor,
+                 "a move needs the new pool below this x the current pool's cost per useful "
+                 "GPU-hour")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--price-migration-min-left-seconds", p.price_migration_min_left_seconds,
+                 "a job moves only with at least this much work left (remaining_seconds)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--min-run-seconds", p.min_run_seconds,
                  "a segment younger than this is not preempted for priority")
       ->capture_default_str()

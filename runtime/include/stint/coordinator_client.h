@@ -153,7 +153,9 @@ bool IsFenced(const Status& status);
 
 
 struct CoordinatorNotice {
-  std::string reason;       // "window_close", "revoked", "preempted", "cancelled"
+  // "window_close", "revoked", "preempted", "cancelled", "shrink", "budget" (its team's
+  // budget is spent), "migrate" (a cheaper pool has room): each means checkpoint and stop
+  std::string reason;
   int64_t deadline_ms = 0;  // wall clock (ms since the Unix epoch): the GPUs go away
   int64_t notice_ms = 0;    // wall clock: when the server sent it
 };

@@ -482,6 +482,7 @@ std::vector<std::string> AllPolicyNames() {
           "stint-no-preemption",
           "stint-no-notices",
           "stint-no-estimates",
+          "stint-no-migration",
           "stint-first-fit",
           "stint-cheapest-only"};
 }
@@ -527,10 +528,15 @@ Result<PolicySpec> ParsePolicy(const std::string& name, const SchedulerOptions& 
       p.workers_ignore_notices = true;
     } else if (name == "stint-no-estimates") {
       p.runtime_estimates = false;
+    } else if (name == "stint-no-migration") {
+      p.stint.price_migration = false;
     } else if (name == "stint-first-fit") {
+      // Routing baselines: a job stays where it started (no price migration).
       p.routing = Routing::kFirstFit;
+      p.stint.price_migration = false;
     } else if (name == "stint-cheapest-only") {
       p.routing = Routing::kCheapestOnly;
+      p.stint.price_migration = false;
     } else {
       return Status::InvalidArgument("unknown policy \"" + name + "\"");
     }

@@ -52,11 +52,13 @@ struct PolicySpec {
 
 // stintd's policy defaults, except where the sim's workers differ: they
 // can always re-form larger (grow_elastic), and one sim worker stands for
-// every rank of a gang (shrink_min_workers 1).
+// every rank of a gang (shrink_min_workers 1). Price migration is on (off
+// in stintd unless --price-migration; METHOD.md, "Prices").
 inline stintd::PolicyConfig SimPolicyConfig() {
   stintd::PolicyConfig c;
   c.grow_elastic = true;
   c.shrink_min_workers = 1;
+  c.price_migration = true;
   return c;
 }
 
@@ -91,8 +93,9 @@ std::map<std::string, int> TeamBorrowLimits(const SchedulerOptions& o,
 // stint-las (service_class_by_remaining = false: classes by attained service only),
 // stint-no-notices (workers ignore notices),
 // stint-no-estimates (remaining_seconds = 0: no runtime knowledge),
+// stint-no-migration (price_migration = false),
 // stint-first-fit (Routing::kFirstFit), stint-cheapest-only
-// (Routing::kCheapestOnly).
+// (Routing::kCheapestOnly); both without price migration.
 Result<PolicySpec> ParsePolicy(const std::string& name, const SchedulerOptions& options);
 std::vector<std::string> AllPolicyNames();
 

@@ -153,6 +153,8 @@ const char* NoticeReasonName(NoticeReason r) {
       return "shrink";
     case NoticeReason::kBudget:
       return "budget";
+    case NoticeReason::kMigrate:
+      return "migrate";
   }
   return "unknown";
 }

@@ -265,6 +265,7 @@ enum class NoticeReason : int {
   kCancelled = 4,    // the job was cancelled: checkpoint and stop
   kShrink = 5,       // to the ranks that leave a shrinking segment: checkpoint and exit
   kBudget = 6,       // its team's budget is spent: checkpoint and stop
+  kMigrate = 7,      // a cheaper pool has room: checkpoint, the job restarts there
 };
 const char* NoticeReasonName(NoticeReason r);
 

@@ -15,7 +15,17 @@ Plan Planner::Run() {
   OrderPending();
   base_ = profiles_;
   Backfill();
+  if (c_.price_migration) Migrate();
   if (c_.grow_elastic) Grow();
+  // A segment that moves does not grow where it leaves.
+  if (!migrating_.empty()) {
+    plan_.grows.erase(std::remove_if(plan_.grows.begin(), plan_.grows.end(),
+                                     [this](const GrowDecision& d) {
+                                       return std::count(migrating_.begin(), migrating_.end(),
+                                                         d.segment_id) > 0;
+                                     }),
+                      plan_.grows.end());
+  }
   ComputeStats();
   return std::move(plan_);
 }

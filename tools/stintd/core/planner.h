@@ -16,6 +16,7 @@
 //   planner_shrink.cc    shrink before preempt: elastic segments give GPUs
 //   planner_preempt.cc   priority / service-class preemption: the victims
 //   planner_grow.cc      elastic segments grow into GPUs nothing is planned on
+//   planner_migrate.cc   running segments move to a cheaper pool with room now
 //   planner_blocked.cc   why a job that does not start waits (BlockReason)
 //   planner_prices.cc    the pools a job may use at its price rule and
 //                        budget, what a pool costs per useful GPU-hour, and
@@ -149,6 +150,9 @@ class Planner {
   // planner_grow.cc
   void Grow();
 
+  // planner_migrate.cc
+  void Migrate();
+
   // planner_prices.cc
   void ScanBudgets();
   void FilterPools(JobCtx* j);
@@ -189,6 +193,7 @@ class Planner {
   std::vector<Victim> victims_;
   std::map<int64_t, TimeMs> preempting_;  // job -> latest deadline of its victims
   bool preempted_ = false;                // one new preemption per pass
+  std::vector<int64_t> migrating_;        // segments given a kMigrate notice this pass
   std::vector<const Job*> order_;         // pending jobs by position
 };
 

@@ -14,6 +14,8 @@
 //     checkpoint-aware, gang-aware and minimal, never CRITICAL, never a
 //     higher level, the same level only from a job in a lower service
 //     class, never a segment younger than min_run);
+//   * (price_migration) which running segment moves to a cheaper pool
+//     that has room now: a kMigrate notice, its job restarts there;
 //   * which notified segments are lost (no ack by the deadline) and which
 //     segments are lost because every worker's lease expired;
 //   * for each pending job its position, blocking reason and planned start,
@@ -134,6 +136,23 @@ struct PolicyConfig {
   // spec); stint-sim, which plays the workers, turns it on too.
   bool grow_elastic = false;
   double grow_min_seconds = 1800;
+  // Price migration: after the queue is planned, a running segment of a
+  // preemptible job (not CRITICAL, older than min_run, not shrinking) that
+  // reports at least price_migration_min_left_seconds of work left gets a
+  // kMigrate notice (deadline C + safety, not counted as a preemption) when
+  // another of its pools fits it now, on GPUs no pending job is planned
+  // on (for at least price_migration_min_left_seconds of work), at below
+  // price_migration_factor x what its pool costs per useful GPU-hour, and
+  // the saving over the work left (as much as fits there) pays for the
+  // move: its GPUs x (C + R + safety) at the new price plus the checkpoint
+  // at the old one. The target GPUs are reserved for the rest of the pass;
+  // the job, pending again after its ack, starts there as the cheapest fit
+  // at the soonest start. One move per pass. Off by default here; stintd
+  // turns it on with --price-migration, stint-sim for "stint" (METHOD.md,
+  // "Prices").
+  bool price_migration = false;
+  double price_migration_factor = 0.7;
+  double price_migration_min_left_seconds = 3600;
   int plan_depth = 256;  // pending jobs planned (and given a planned start) per pass
   // A rendezvous round with at least min workers closes this long after it
   // reached min, or at once when it reaches the segment's size.
