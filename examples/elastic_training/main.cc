@@ -40,7 +40,8 @@
 // Prints "GENERATION g rank r world w reform_s x step s t_ms T" whenever a
 // generation is formed, "FIRST_STEP g step s t_ms T" at its first committed
 // step, "RESUMED step s", "CHECKPOINT step s seconds x", "PREEMPTED step s
-// t_ms T", "FENCED step s t_ms T" and "DONE step s rank r t_ms T" (with --backend nccl, first "NCCL_LADDER
+// t_ms T", "FENCED step s t_ms T" and "DONE step s rank r t_ms T" (with --backend nccl, first
+// "NCCL_LADDER
 // ...": the recovery rungs the loaded NCCL offers). Rank 0 writes FILE
 // (JSON) at the end.
 #include <signal.h>

@@ -66,8 +66,7 @@ Result<std::unique_ptr<ProgressReporter>> ProgressReporter::Start(
     std::unique_ptr<CoordinatorClient> client, std::chrono::milliseconds interval) {
   if (client == nullptr || !client->registration())
     return Status::FailedPrecondition("ProgressReporter needs a registered worker's client");
-  if (interval.count() <= 0)
-    return Status::InvalidArgument("the progress interval must be > 0");
+  if (interval.count() <= 0) return Status::InvalidArgument("the progress interval must be > 0");
   return std::unique_ptr<ProgressReporter>(
       new ProgressReporter(std::make_unique<Impl>(std::move(client), interval)));
 }

@@ -950,9 +950,9 @@ TEST_F(AgentTest, EvaluationsRunOnLeftoverGpusAndYieldThemToTraining) {
                    {"eval", {{"command", {"sh", "-c", script}}, {"gpus", 1}, {"every", 1}}}});
   ASSERT_EQ(submitted.status, 201) << submitted.text;
   const int64_t job = submitted.body["id"];
-  EXPECT_EQ(admin_->Post("/v1/jobs", {{"name", "bad"}, {"min_gpus", 1}, {"eval", {{"gpus", 1}}}})
-                .status,
-            400);
+  EXPECT_EQ(
+      admin_->Post("/v1/jobs", {{"name", "bad"}, {"min_gpus", 1}, {"eval", {{"gpus", 1}}}}).status,
+      400);
   ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "RUNNING"; }))
       << Job(job).dump();
   const json placed = Job(job)["segments"][0]["placement"][0]["gpus"];
@@ -969,22 +969,23 @@ TEST_F(AgentTest, EvaluationsRunOnLeftoverGpusAndYieldThemToTraining) {
     return admin_->Get("/v1/jobs/" + std::to_string(job) + "/losses").body["evals"];
   };
 
-  ASSERT_EQ(worker.Post("/v1/workers/" + wid + "/checkpoint", {{"step", 1}, {"seconds", 0.1}})
-                .status,
-            200);
+  ASSERT_EQ(
+      worker.Post("/v1/workers/" + wid + "/checkpoint", {{"step", 1}, {"seconds", 0.1}}).status,
+      200);
   ASSERT_TRUE(Eventually([&] { return !evals().empty() && evals()[0]["state"] == "done"; }))
       << evals().dump() << agent->output();
   EXPECT_EQ(evals()[0]["step"], 1);
   EXPECT_EQ(evals()[0]["result"], json({{"step", 1}, {"gpu", std::to_string(free_gpu)}}));
 
-  ASSERT_EQ(worker.Post("/v1/workers/" + wid + "/checkpoint", {{"step", 2}, {"seconds", 0.1}})
-                .status,
-            200);
+  ASSERT_EQ(
+      worker.Post("/v1/workers/" + wid + "/checkpoint", {{"step", 2}, {"seconds", 0.1}}).status,
+      200);
   ASSERT_TRUE(Eventually([&] { return evals().size() == 2 && evals()[1]["state"] == "running"; }))
       << evals().dump();
   EXPECT_EQ(evals()[1]["gpu"], free_gpu);
-  ASSERT_TRUE(agent->WaitForLine("stint-agent: evaluation " + std::to_string(evals()[1]["id"].get<int64_t>()) +
-                                 " of job " + std::to_string(job) + " step 2 started"))
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: evaluation " +
+                                 std::to_string(evals()[1]["id"].get<int64_t>()) + " of job " +
+                                 std::to_string(job) + " step 2 started"))
       << agent->output();
 
   // Training comes first: a job that needs the evaluation's GPU starts on it.
@@ -998,8 +999,8 @@ TEST_F(AgentTest, EvaluationsRunOnLeftoverGpusAndYieldThemToTraining) {
   EXPECT_NE(evals()[1]["message"].get<std::string>().find("went to a training segment"),
             std::string::npos)
       << evals().dump();
-  ASSERT_TRUE(agent->WaitForLine("stint-agent: evaluation " + std::to_string(evals()[1]["id"].get<int64_t>()) +
-                                 " stopped"))
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: evaluation " +
+                                 std::to_string(evals()[1]["id"].get<int64_t>()) + " stopped"))
       << agent->output();
   // The training job the evaluations belong to ran on untouched.
   EXPECT_EQ(Job(job)["segments"].size(), 1u);

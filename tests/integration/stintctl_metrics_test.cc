@@ -242,7 +242,7 @@ TEST_F(StintctlMetricsTest, PricesRulesBudgetsAndFiguresThroughStintctl) {
   EXPECT_NE(Ctl({"pools", "set-price", "a", "2"}).find("2 per GPU-hour from now on"),
             std::string::npos);
   const std::string pools = Ctl({"pools", "list"});
-  EXPECT_TRUE(std::regex_search(pools, std::regex("\\na +spot +2\\.00 +2 ")) ) << pools;
+  EXPECT_TRUE(std::regex_search(pools, std::regex("\\na +spot +2\\.00 +2 "))) << pools;
   EXPECT_TRUE(std::regex_search(pools, std::regex("\\nb +on_demand +3\\.00 +1 "))) << pools;
 
   const std::string rules = Ctl({"price-rules", "set", "low", "--max-price", "2.5",
@@ -253,8 +253,8 @@ TEST_F(StintctlMetricsTest, PricesRulesBudgetsAndFiguresThroughStintctl) {
   EXPECT_EQ(got["max_price_per_gpu_hour"], 2.5);
   EXPECT_EQ(got["spot_fallback_window_seconds"], 6 * 3600);
 
-  const std::string team = Ctl({"teams", "set", "vision", "--guaranteed", "0", "--budget", "100",
-                                "--budget-period", "7d"});
+  const std::string team = Ctl(
+      {"teams", "set", "vision", "--guaranteed", "0", "--budget", "100", "--budget-period", "7d"});
   EXPECT_NE(team.find("100.00"), std::string::npos) << team;
   EXPECT_EQ(Metrics().at("stintd_team_budget{team=\"vision\"}"), 100);
 
@@ -270,26 +270,27 @@ TEST_F(StintctlMetricsTest, PricesRulesBudgetsAndFiguresThroughStintctl) {
   HttpJson as_worker(daemon_->port(), reg.body["worker_secret"].get<std::string>());
   const std::string wid = std::to_string(reg.body["worker_id"].get<int64_t>());
   for (int step = 1; step <= 3; step++) {
-    ASSERT_EQ(as_worker.Post("/v1/workers/" + wid + "/heartbeat", {{"step", step}, {"loss", 1.0}})
-                  .status,
-              200);
+    ASSERT_EQ(
+        as_worker.Post("/v1/workers/" + wid + "/heartbeat", {{"step", step}, {"loss", 1.0}}).status,
+        200);
     ASSERT_TRUE(Eventually([&] {
       return admin_->Get("/v1/jobs/" + std::to_string(job) + "/losses").body["points"].size() ==
              static_cast<size_t>(step);
     }));
   }
-  ASSERT_EQ(as_worker.Post("/v1/workers/" + wid + "/checkpoint", {{"step", 3}, {"seconds", 0.1}})
-                .status,
-            200);
-  ASSERT_TRUE(Eventually(
-      [&] { return admin_->Get("/v1/jobs/" + std::to_string(job)).body["cost"] > 0; }));
+  ASSERT_EQ(
+      as_worker.Post("/v1/workers/" + wid + "/checkpoint", {{"step", 3}, {"seconds", 0.1}}).status,
+      200);
+  ASSERT_TRUE(
+      Eventually([&] { return admin_->Get("/v1/jobs/" + std::to_string(job)).body["cost"] > 0; }));
   const std::string shown = Ctl({"jobs", "show", std::to_string(job)});
   for (const char* want : {"pool ", "a,b", "cost ", "efficiency ", "overheads ", "cost per step ",
                            "GPU time by segment:", "KEPT_STEPS"}) {
     EXPECT_NE(shown.find(want), std::string::npos) << want << " in:\n" << shown;
   }
   const std::string teams = Ctl({"teams", "list"});
-  EXPECT_TRUE(std::regex_search(teams, std::regex("\\nvision .* 100\\.00 +[0-9.]+ +[0-9.]+ +4\\.00 ")))
+  EXPECT_TRUE(
+      std::regex_search(teams, std::regex("\\nvision .* 100\\.00 +[0-9.]+ +[0-9.]+ +4\\.00 ")))
       << teams;  // budget, spent, left, 2 GPUs x 2 per hour
 }
 

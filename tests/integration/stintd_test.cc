@@ -1072,7 +1072,8 @@ TEST(StintdStop, SigtermRightAfterListeningExitsCleanly) {
 
 TEST_F(StintdTest, PoolPricesRulesAndBudgetsOverHttp) {
   ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "a"}, {"price_per_gpu_hour", 3}}).status, 201);
-  auto spot = admin_->Post("/v1/pools", {{"name", "b"}, {"pricing", "spot"}, {"price_per_gpu_hour", 1}});
+  auto spot =
+      admin_->Post("/v1/pools", {{"name", "b"}, {"pricing", "spot"}, {"price_per_gpu_hour", 1}});
   ASSERT_EQ(spot.status, 201) << spot.text;
   EXPECT_EQ(spot.body["pricing"], "spot");
   EXPECT_EQ(admin_->Post("/v1/pools", {{"name", "c"}, {"pricing", "barter"}}).status, 400);
@@ -1096,8 +1097,9 @@ TEST_F(StintdTest, PoolPricesRulesAndBudgetsOverHttp) {
   EXPECT_EQ(admin_->Put("/v1/price-rules/URGENT", json::object()).status, 400);
   EXPECT_EQ(admin_->Put("/v1/price-rules/LOW", {{"spot_fallback_window_seconds", 0}}).status, 400);
 
-  auto team = admin_->Put("/v1/teams/vision", {{"guaranteed_gpus", 0}, {"budget", 50},
-                                               {"budget_period_seconds", 86400}});
+  auto team =
+      admin_->Put("/v1/teams/vision",
+                  {{"guaranteed_gpus", 0}, {"budget", 50}, {"budget_period_seconds", 86400}});
   ASSERT_EQ(team.status, 200) << team.text;
   EXPECT_EQ(team.body["budget"], 50);
   EXPECT_EQ(team.body["left"], 50);
@@ -1213,8 +1215,8 @@ TEST_F(StintdTest, HeartbeatsBuildTheLossCurveAndEfficiency) {
   EXPECT_EQ(As(wid).Post(beat, {{"step", 1}, {"samples", -1}}).status, 400);
   // One step per heartbeat, each merged at a tick before the next.
   for (int step = 1; step <= 5; step++) {
-    ASSERT_EQ(As(wid).Post(beat, {{"step", step}, {"loss", 3.0 - 0.5 * step},
-                                  {"samples", 64 * step}})
+    ASSERT_EQ(As(wid)
+                  .Post(beat, {{"step", step}, {"loss", 3.0 - 0.5 * step}, {"samples", 64 * step}})
                   .status,
               200);
     ASSERT_TRUE(Eventually([&] {

@@ -493,9 +493,10 @@ void ExpectSameState(const ClusterState& a, const ClusterState& b) {
   ExpectSameMap(a.evals, b.evals, "evaluation");
   ExpectSame(a.counters, b.counters);
   for (size_t i = 0; i < a.price_rules.size(); i++) {
-    ExpectSameDouble(a.price_rules[i].max_price_per_gpu_hour, b.price_rules[i].max_price_per_gpu_hour,
-                     "max_price_per_gpu_hour");
-    EXPECT_EQ(a.price_rules[i].spot_fallback_revocations, b.price_rules[i].spot_fallback_revocations);
+    ExpectSameDouble(a.price_rules[i].max_price_per_gpu_hour,
+                     b.price_rules[i].max_price_per_gpu_hour, "max_price_per_gpu_hour");
+    EXPECT_EQ(a.price_rules[i].spot_fallback_revocations,
+              b.price_rules[i].spot_fallback_revocations);
     ExpectSameDouble(a.price_rules[i].spot_fallback_window_seconds,
                      b.price_rules[i].spot_fallback_window_seconds, "spot_fallback_window_seconds");
   }
@@ -916,27 +917,29 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
 // a version-5 file the windows columns node and node_gpus, empty, a
 // version-6 file jobs.launch, segments.placement and windows.node_addr.
 // What a file older than version 6 lacks (the node of a window).
-#define kDropVersion10                                                                         \
-  " ALTER TABLE pools DROP COLUMN pricing; ALTER TABLE pools DROP COLUMN price_per_gpu_hour;"     \
+#define kDropVersion10                                                                           \
+  " ALTER TABLE pools DROP COLUMN pricing; ALTER TABLE pools DROP COLUMN price_per_gpu_hour;"    \
   " ALTER TABLE pools DROP COLUMN price_history; ALTER TABLE teams DROP COLUMN budget;"          \
   " ALTER TABLE teams DROP COLUMN budget_period_seconds; ALTER TABLE teams DROP COLUMN"          \
   " period_start_ms; ALTER TABLE teams DROP COLUMN spent; ALTER TABLE jobs DROP COLUMN"          \
   " revoked_ms; ALTER TABLE jobs DROP COLUMN cost; ALTER TABLE jobs DROP COLUMN samples;"        \
-  " ALTER TABLE jobs DROP COLUMN step_time; ALTER TABLE jobs DROP COLUMN losses;"               \
+  " ALTER TABLE jobs DROP COLUMN step_time; ALTER TABLE jobs DROP COLUMN losses;"                \
   " ALTER TABLE segments DROP COLUMN price_per_gpu_hour; ALTER TABLE segments DROP COLUMN cost;" \
   " ALTER TABLE segments DROP COLUMN start_step; ALTER TABLE segments DROP COLUMN"               \
   " checkpoint_step; ALTER TABLE segments DROP COLUMN first_step; ALTER TABLE segments DROP"     \
   " COLUMN first_step_ms; ALTER TABLE segments DROP COLUMN last_step; ALTER TABLE segments DROP" \
-  " COLUMN last_step_ms; ALTER TABLE segments DROP COLUMN checkpoint_seconds; ALTER TABLE meta"   \
+  " COLUMN last_step_ms; ALTER TABLE segments DROP COLUMN checkpoint_seconds; ALTER TABLE meta"  \
   " DROP COLUMN price_rules; ALTER TABLE jobs DROP COLUMN eval; ALTER TABLE jobs DROP COLUMN"    \
   " eval_every; ALTER TABLE jobs DROP COLUMN eval_gpus; ALTER TABLE jobs DROP COLUMN"            \
   " checkpoints; DROP TABLE evals;"
-#define kDropVersion9 kDropVersion10                                                           \
-  " ALTER TABLE segments DROP COLUMN shrink_release; ALTER TABLE segments DROP COLUMN"          \
-  " leaving_workers; ALTER TABLE segments DROP COLUMN shrink_notice_ms; ALTER TABLE segments"    \
-  " DROP COLUMN shrink_deadline_ms; ALTER TABLE segments DROP COLUMN shrink_for; ALTER TABLE"    \
-  " workers DROP COLUMN node; ALTER TABLE windows DROP COLUMN declared; ALTER TABLE windows DROP" \
-  " COLUMN joined; ALTER TABLE segments DROP COLUMN master_port; DROP TABLE node_credentials;"
+#define kDropVersion9                                                                             \
+  kDropVersion10                                                                                  \
+      " ALTER TABLE segments DROP COLUMN shrink_release; ALTER TABLE segments DROP COLUMN"        \
+      " leaving_workers; ALTER TABLE segments DROP COLUMN shrink_notice_ms; ALTER TABLE segments" \
+      " DROP COLUMN shrink_deadline_ms; ALTER TABLE segments DROP COLUMN shrink_for; ALTER TABLE" \
+      " workers DROP COLUMN node; ALTER TABLE windows DROP COLUMN declared; ALTER TABLE windows " \
+      "DROP"                                                                                      \
+      " COLUMN joined; ALTER TABLE segments DROP COLUMN master_port; DROP TABLE node_credentials;"
 #define kDropCrashColumn " ALTER TABLE jobs DROP COLUMN crash_ms;" kDropVersion9
 #define kDropLaunchColumns                                                                 \
   " ALTER TABLE jobs DROP COLUMN launch; ALTER TABLE segments DROP COLUMN placement; ALTER " \

@@ -86,8 +86,7 @@ class Cluster {
   Job& JobOf(const Segment& seg) { return s.jobs.at(seg.job_id); }
 
   // Prices the pool (made by Window()) and says how it is paid for.
-  void Price(const std::string& pool, double price,
-             PoolPricing pricing = PoolPricing::kOnDemand) {
+  void Price(const std::string& pool, double price, PoolPricing pricing = PoolPricing::kOnDemand) {
     s.pools.at(pool).price_per_gpu_hour = price;
     s.pools.at(pool).pricing = pricing;
   }
@@ -1880,7 +1879,8 @@ TEST(PolicyBudget, HoldsWhileManyJobsRun) {
     AccountTime(c.s, now, config, &ch);
     for (auto& [id, seg] : c.s.segments) seg.last_heartbeat_ms = now;
     const Plan plan = MakePlan(c.s, now, config);
-    for (const NoticeDecision& d : plan.notices) budget_notices += d.reason == NoticeReason::kBudget;
+    for (const NoticeDecision& d : plan.notices)
+      budget_notices += d.reason == NoticeReason::kBudget;
     ApplyPlan(c.s, plan, now, &ch);
     // Workers: register once, ack a notice at once.
     for (auto& [id, seg] : c.s.segments) {

@@ -250,7 +250,8 @@ TEST_F(TransitionsTest, WorkersOnlyJoinARunningSegment) {
   EXPECT_EQ(s_.jobs.at(job).state, JobState::kDone);
   EXPECT_EQ(RegisterWorker(s_, job, "w2", kT0, &ch).status().code(), Code::kFailedPrecondition);
   EXPECT_EQ(Heartbeat(s_, w.id, HeartbeatReport{1, {}, {}, {}}, kT0 + 6000)->active, false);
-  EXPECT_EQ(Heartbeat(s_, 12345, HeartbeatReport{1, {}, {}, {}}, kT0).status().code(), Code::kNotFound);
+  EXPECT_EQ(Heartbeat(s_, 12345, HeartbeatReport{1, {}, {}, {}}, kT0).status().code(),
+            Code::kNotFound);
 }
 
 TEST_F(TransitionsTest, CancelEndsARunningSegment) {

@@ -456,7 +456,8 @@ Json LastJsonObject(const std::string& path) {
   while (end > 0) {
     size_t begin = text.rfind('\n', end - 1);
     begin = begin == std::string::npos ? 0 : begin + 1;
-    const Json j = Json::parse(text.substr(begin, end - begin), nullptr, /*allow_exceptions=*/false);
+    const Json j =
+        Json::parse(text.substr(begin, end - begin), nullptr, /*allow_exceptions=*/false);
     if (j.is_object()) return j;
     if (begin == 0) break;
     end = begin - 1;
@@ -494,8 +495,8 @@ void NodeAgent::RunEvaluations(const void* list) {
     EnvVars vars = {{"STINT_EVAL_ID", std::to_string(id)},
                     {"STINT_EVAL_JOB_ID", std::to_string(job)},
                     {"STINT_EVAL_STEP", std::to_string(e.value("step", int64_t{0}))},
-                    {"CUDA_VISIBLE_DEVICES", gpu.is_number_integer() ? std::to_string(gpu.get<int>())
-                                                                     : std::string()}};
+                    {"CUDA_VISIBLE_DEVICES",
+                     gpu.is_number_integer() ? std::to_string(gpu.get<int>()) : std::string()}};
     const Json env = spec.value("env", Json::object());
     for (const auto& [k, v] : env.items()) vars.emplace_back(k, v.get<std::string>());
     EvalRun run;
@@ -504,11 +505,11 @@ void NodeAgent::RunEvaluations(const void* list) {
     if (run.pid < 0) continue;
     // Leftover capacity: the lowest CPU priority, below any training worker.
     setpriority(PRIO_PROCESS, static_cast<id_t>(run.pid), 19);
-    std::printf("stint-agent: evaluation %lld of job %lld step %lld started (%s)\n",
-                static_cast<long long>(id), static_cast<long long>(job),
-                static_cast<long long>(e.value("step", int64_t{0})),
-                gpu.is_number_integer() ? ("GPU " + std::to_string(gpu.get<int>())).c_str()
-                                        : "CPU");
+    std::printf(
+        "stint-agent: evaluation %lld of job %lld step %lld started (%s)\n",
+        static_cast<long long>(id), static_cast<long long>(job),
+        static_cast<long long>(e.value("step", int64_t{0})),
+        gpu.is_number_integer() ? ("GPU " + std::to_string(gpu.get<int>())).c_str() : "CPU");
     evals_[id] = std::move(run);
   }
   std::fflush(stdout);

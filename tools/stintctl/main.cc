@@ -289,8 +289,8 @@ void AddPools(CLI::App& app, Leaves& leaves) {
 
 // --- price-rules ---
 void AddPriceRules(CLI::App& app, Leaves& leaves) {
-  CLI::App* rules = app.add_subcommand("price-rules", "what each priority level may pay")
-                        ->require_subcommand(1);
+  CLI::App* rules =
+      app.add_subcommand("price-rules", "what each priority level may pay")->require_subcommand(1);
   CLI::App* list = rules->add_subcommand("list", "list the rules");
   leaves.emplace_back(list, [](Ctl& c, int64_t) {
     return c.Run("GET", "/v1/price-rules", std::nullopt, RenderPriceRules);
@@ -309,8 +309,8 @@ void AddPriceRules(CLI::App& app, Leaves& leaves) {
       set->add_option("--spot-fallback", a->revocations,
                       "after this many revocations a job stops using spot pools (0: never)")
           ->check(CLI::NonNegativeNumber);
-  CLI::Option* window_opt = set->add_option(
-      "--spot-fallback-window", a->window, "within this long, e.g. 24h (default)");
+  CLI::Option* window_opt =
+      set->add_option("--spot-fallback-window", a->window, "within this long, e.g. 24h (default)");
   leaves.emplace_back(set, [=](Ctl& c, int64_t) {
     auto p = ParsePriority(a->priority);
     if (!p.ok()) return Usage(p.status().message());
@@ -475,8 +475,8 @@ void AddTeams(CLI::App& app, Leaves& leaves) {
                                 ->check(CLI::Range(-1, 1 << 30));
   CLI::Option* budget_opt =
       teams_set->add_option("--budget", a->budget, "spending limit per period (-1: none)");
-  CLI::Option* period_opt = teams_set->add_option(
-      "--budget-period", a->period, "the budget's period, e.g. 30d (default) or 7d");
+  CLI::Option* period_opt = teams_set->add_option("--budget-period", a->period,
+                                                  "the budget's period, e.g. 30d (default) or 7d");
   leaves.emplace_back(teams_set, [=](Ctl& c, int64_t now) {
     Json body{{"guaranteed_gpus", a->guaranteed}};
     if (*borrow_opt) body["borrow_limit_gpus"] = a->borrow;
@@ -575,8 +575,8 @@ int JobsSubmit(Ctl& c, const JobsSubmitArgs& a) {
     body["remaining_seconds"] = *d;
   }
   if (*a.eval_opt) {
-    body["eval"] = {{"command", {"sh", "-c", a.eval}}, {"every", a.eval_every},
-                    {"gpus", a.eval_gpus}};
+    body["eval"] = {
+        {"command", {"sh", "-c", a.eval}}, {"every", a.eval_every}, {"gpus", a.eval_gpus}};
   }
   const auto launch = LaunchOf(a);
   if (!launch.ok()) return Usage(launch.status().message());
@@ -592,8 +592,8 @@ void AddJobsSubmit(CLI::App* jobs, Leaves& leaves) {
   jobs_submit->add_option("--name", a->name, "job name")->required();
   jobs_submit->add_option("--gpus", a->gpus, "GPUs: N, or MIN:MAX for an elastic job")->required();
   a->team_opt = jobs_submit->add_option("--team", a->team, "team");
-  a->pool_opt = jobs_submit->add_option(
-      "--pool", a->pool, "pools it may run in, e.g. a or a,b,c (default: any)");
+  a->pool_opt = jobs_submit->add_option("--pool", a->pool,
+                                        "pools it may run in, e.g. a or a,b,c (default: any)");
   a->priority_opt =
       jobs_submit->add_option("--priority", a->priority, "LOW, MEDIUM, HIGH or CRITICAL");
   jobs_submit->add_flag("--no-gang", a->no_gang,

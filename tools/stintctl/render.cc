@@ -140,8 +140,7 @@ std::string RenderPriceRules(const Json& reply) {
     const std::string fallback = Int(r, "spot_fallback_revocations", &n) && n == 0
                                      ? "never"
                                      : Cell(r, "spot_fallback_revocations") + " revocations";
-    t.AddRow({Cell(r, "priority"), cap, fallback,
-              DurationCell(r, "spot_fallback_window_seconds")});
+    t.AddRow({Cell(r, "priority"), cap, fallback, DurationCell(r, "spot_fallback_window_seconds")});
   }
   return t.Render();
 }

@@ -59,8 +59,9 @@ Status SetPoolPrice(ClusterState& s, const std::string& pool, double price_per_g
 Status SetPriceRule(ClusterState& s, Priority priority, const PriceRule& rule, Changes* changes) {
   if (!std::isfinite(rule.max_price_per_gpu_hour) ||
       (rule.max_price_per_gpu_hour < 0 && rule.max_price_per_gpu_hour != -1)) {
-    return Status::InvalidArgument("max_price_per_gpu_hour must be >= 0, or -1 for any price (got " +
-                                   std::to_string(rule.max_price_per_gpu_hour) + ")");
+    return Status::InvalidArgument(
+        "max_price_per_gpu_hour must be >= 0, or -1 for any price (got " +
+        std::to_string(rule.max_price_per_gpu_hour) + ")");
   }
   if (rule.spot_fallback_revocations < 0)
     return Status::InvalidArgument("spot_fallback_revocations must be >= 0 (0: never)");
@@ -154,8 +155,9 @@ JobFigures FigureJob(const ClusterState& s, const Job& job, TimeMs now) {
     if (seg.checkpoint_step > resumed) g.kept_steps = seg.checkpoint_step - resumed;
     g.useful_gpu_seconds = g.gpus * pace * static_cast<double>(g.kept_steps);
     if (!SegmentActive(seg.state) && seg.last_step > std::max(resumed, seg.checkpoint_step)) {
-      g.lost_gpu_seconds = g.gpus * pace *
-                           static_cast<double>(seg.last_step - std::max(resumed, seg.checkpoint_step));
+      g.lost_gpu_seconds =
+          g.gpus * pace *
+          static_cast<double>(seg.last_step - std::max(resumed, seg.checkpoint_step));
     }
     g.efficiency = g.held_gpu_seconds > 0 ? g.useful_gpu_seconds / g.held_gpu_seconds : 0;
     g.cost = seg.cost;

@@ -7,9 +7,8 @@ namespace stint::stintd {
 namespace {
 
 bool NodeOpen(const ClusterState& s, const std::string& node, TimeMs now) {
-  return std::any_of(s.windows.begin(), s.windows.end(), [&](const auto& w) {
-    return w.second.node == node && w.second.open_at(now);
-  });
+  return std::any_of(s.windows.begin(), s.windows.end(),
+                     [&](const auto& w) { return w.second.node == node && w.second.open_at(now); });
 }
 
 void Requeue(EvalTask& e, const std::string& why, Changes* changes) {
@@ -70,8 +69,9 @@ std::vector<int64_t> PlaceEvaluations(ClusterState& s, const Window& window, int
       continue;
     }
     if (e.gpu >= 0 && std::count(held.begin(), held.end(), e.gpu) > 0) {
-      Requeue(e, "stopped: GPU " + std::to_string(e.gpu) + " of node " + window.node +
-                     " went to a training segment",
+      Requeue(e,
+              "stopped: GPU " + std::to_string(e.gpu) + " of node " + window.node +
+                  " went to a training segment",
               changes);
       continue;
     }

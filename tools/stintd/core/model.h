@@ -100,8 +100,8 @@ struct Window {
 // decayed with a half-life (Slurm PriorityDecayHalfLife); it orders teams
 // at equal priority so a heavy user yields to a light one.
 struct Team {
-  explicit Team(std::string name_ = "", int guaranteed = 0, int borrow_limit = -1,
-                double usage = 0, TimeMs usage_at = 0)
+  explicit Team(std::string name_ = "", int guaranteed = 0, int borrow_limit = -1, double usage = 0,
+                TimeMs usage_at = 0)
       : name(std::move(name_)),
         guaranteed_gpus(guaranteed),
         borrow_limit_gpus(borrow_limit),
@@ -190,8 +190,8 @@ struct Job {
   // When its segments were revoked (spot), oldest first, within the longest
   // spot-fallback window of the price rules: PriceRule's memory.
   std::vector<TimeMs> revoked_ms;
-  double cost = 0;        // charged for its segments so far
-  int64_t samples = 0;    // the newest sample count its workers reported
+  double cost = 0;      // charged for its segments so far
+  int64_t samples = 0;  // the newest sample count its workers reported
   // Its pace at each world size (GPUs of a segment): the time and steps
   // between heartbeats of its segments once their restart was over, summed
   // over every segment of that size. What a continuous run at that size

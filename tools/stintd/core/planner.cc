@@ -63,7 +63,8 @@ void Planner::BuildWindows() {
     if (w.closed_early) revoked[g->second]++;
   }
   for (size_t g = 0; g < groups_.size(); g++) {
-    if (spot_hours[g] > 0) group_revocations_per_hour_[g] = revoked[g] / std::max(1.0, spot_hours[g]);
+    if (spot_hours[g] > 0)
+      group_revocations_per_hour_[g] = revoked[g] / std::max(1.0, spot_hours[g]);
   }
   for (size_t g = 0; g < groups_.size(); g++) all_groups_.push_back(static_cast<int>(g));
   for (const std::vector<int>& group : groups_) {
@@ -96,8 +97,15 @@ Planner::TeamState& Planner::TeamOf(const std::string& name) {
 
 Planner::JobCtx Planner::MakeCtx(size_t index) {
   const Job& job = *order_[index];
-  JobCtx j{&job,   &plan_.pending[index], &TeamOf(job.team), static_cast<int>(index) + 1, 0, kNever,
-           {},     BlockReason::kNone,    {}};
+  JobCtx j{&job,
+           &plan_.pending[index],
+           &TeamOf(job.team),
+           static_cast<int>(index) + 1,
+           0,
+           kNever,
+           {},
+           BlockReason::kNone,
+           {}};
   if (job.remaining_seconds > 0) {
     j.run = SecondsToMs(job.restart_seconds + job.remaining_seconds + job.checkpoint_seconds +
                         c_.safety_seconds);

@@ -43,8 +43,8 @@ void Planner::ScanBudgets() {
     const double stop_s = job->second.checkpoint_seconds + c_.safety_seconds;
     const TimeMs stop_by =
         seg.state == SegmentState::kNotified ? seg.deadline_ms : now_ + SecondsToMs(stop_s);
-    const TimeMs committed_end =
-        std::min(ReleaseMs(s_, seg), std::max(stop_by, seg.start_ms + MinSegmentMs(job->second, c_)));
+    const TimeMs committed_end = std::min(
+        ReleaseMs(s_, seg), std::max(stop_by, seg.start_ms + MinSegmentMs(job->second, c_)));
     team.budget_left -= seg.gpus() * seg.price_per_gpu_hour / 3600.0 *
                         std::max<TimeMs>(0, committed_end - now_) / 1000.0;
     const bool noticed = std::any_of(plan_.notices.begin(), plan_.notices.end(),
@@ -92,10 +92,11 @@ void Planner::FilterPools(JobCtx* j) {
     if (unaffordable > 0) {
       const Team& t = *j->team->team;
       j->excluded = BlockReason::kBudget;
-      j->excluded_detail = "team " + job.team + " has " + Money(std::max(0.0, j->team->budget_left)) +
-                           " of its budget " + Money(t.budget) + " left to commit this period (" +
-                           Money(t.spent) + " spent); a minimum segment of " +
-                           std::to_string(job.min_gpus) + " GPUs costs " + Money(cheapest);
+      j->excluded_detail = "team " + job.team + " has " +
+                           Money(std::max(0.0, j->team->budget_left)) + " of its budget " +
+                           Money(t.budget) + " left to commit this period (" + Money(t.spent) +
+                           " spent); a minimum segment of " + std::to_string(job.min_gpus) +
+                           " GPUs costs " + Money(cheapest);
     } else {
       j->excluded = BlockReason::kPrice;
       j->excluded_detail = std::string("every pool with a window it may use is priced above the ") +
@@ -121,7 +122,8 @@ double Planner::GroupCost(const JobCtx& j, int group) const {
   const Job& job = *j.job;
   const double per_revocation_s =
       job.restart_seconds + job.checkpoint_seconds + job.checkpoint_interval_seconds / 2;
-  const double lost = std::min(0.95, group_revocations_per_hour_[group] * per_revocation_s / 3600.0);
+  const double lost =
+      std::min(0.95, group_revocations_per_hour_[group] * per_revocation_s / 3600.0);
   return price / (1.0 - lost);
 }
 

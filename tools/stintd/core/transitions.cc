@@ -313,9 +313,11 @@ Result<int64_t> SubmitJob(ClusterState& s, Job j, TimeMs now, Changes* changes) 
       CheckFinite("checkpoint_interval_seconds", j.checkpoint_interval_seconds, 0));
   STINT_RETURN_IF_ERROR(CheckFinite("remaining_seconds", j.remaining_seconds, 0));
   if (!j.eval.empty() && j.eval_every < 1)
-    return Status::InvalidArgument("eval.every must be >= 1 (got " + std::to_string(j.eval_every) + ")");
+    return Status::InvalidArgument("eval.every must be >= 1 (got " + std::to_string(j.eval_every) +
+                                   ")");
   if (j.eval_gpus < 0 || j.eval_gpus > 1)
-    return Status::InvalidArgument("eval.gpus must be 0 or 1 (got " + std::to_string(j.eval_gpus) + ")");
+    return Status::InvalidArgument("eval.gpus must be 0 or 1 (got " + std::to_string(j.eval_gpus) +
+                                   ")");
   if (j.team == kDefaultTeam && !s.teams.count(kDefaultTeam)) {
     s.teams[kDefaultTeam] = Team{kDefaultTeam, 0, -1, 0, now};
     changes->teams.insert(kDefaultTeam);

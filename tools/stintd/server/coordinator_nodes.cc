@@ -291,7 +291,7 @@ Result<Window> Coordinator::NodeHeartbeat(const std::string& node,
 }
 
 Result<std::vector<int64_t>> Coordinator::NodeEvaluations(const std::string& node, int slots,
-                                                           const std::vector<EvalExit>& exits) {
+                                                          const std::vector<EvalExit>& exits) {
   std::vector<int64_t> run;
   STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs now, Changes* c) -> Status {
     for (const EvalExit& e : exits) {

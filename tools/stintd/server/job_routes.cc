@@ -191,24 +191,24 @@ void AddJobViewRoutes(Routes* routes) {
         });
         return r;
       });
-  routes->Add(Method::kGet, R"(/v1/jobs/(\d+)/losses)", Access::kRead,
-              [c, authz](const httplib::Request& req) {
-                const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "job"));
-                const JobReader reader = authz->Reader(req);
-                Reply r;
-                c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
-                  auto it = s.jobs.find(id);
-                  if (it == s.jobs.end()) {
-                    r = ErrorReply(
-                        Status::NotFound("job " + std::to_string(id) + " does not exist"));
-                  } else if (!SeesJob(s, reader, id)) {
-                    r = UnseenJobReply(id);
-                  } else {
-                    r.body = LossCurveJson(s, it->second);
-                  }
-                });
-                return r;
-              });
+  routes->Add(
+      Method::kGet, R"(/v1/jobs/(\d+)/losses)", Access::kRead,
+      [c, authz](const httplib::Request& req) {
+        const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "job"));
+        const JobReader reader = authz->Reader(req);
+        Reply r;
+        c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+          auto it = s.jobs.find(id);
+          if (it == s.jobs.end()) {
+            r = ErrorReply(Status::NotFound("job " + std::to_string(id) + " does not exist"));
+          } else if (!SeesJob(s, reader, id)) {
+            r = UnseenJobReply(id);
+          } else {
+            r.body = LossCurveJson(s, it->second);
+          }
+        });
+        return r;
+      });
 }
 
 // Cancelling a job and changing its priority.

@@ -61,9 +61,9 @@ std::string RenderMetrics(const ClusterState& s, const Plan& plan, TimeMs now,
   for (const auto& [p, n] : pending_by_priority)
     e.Sample("stintd_queue_length", n, Label("priority", PriorityName(p)));
   std::map<BlockReason, int> by_reason;
-  for (BlockReason r : {BlockReason::kQuota, BlockReason::kWindow, BlockReason::kGang,
-                        BlockReason::kPriority, BlockReason::kPreempting, BlockReason::kDepth,
-                        BlockReason::kBudget, BlockReason::kPrice}) {
+  for (BlockReason r :
+       {BlockReason::kQuota, BlockReason::kWindow, BlockReason::kGang, BlockReason::kPriority,
+        BlockReason::kPreempting, BlockReason::kDepth, BlockReason::kBudget, BlockReason::kPrice}) {
     by_reason[r] = 0;
   }
   for (const PendingInfo& p : plan.pending) {

@@ -366,9 +366,8 @@ void AddNodeHeartbeatRoutes(Routes* routes, LogTails* logs,
       Method::kPost, R"(/v1/nodes/([A-Za-z0-9._-]+)/heartbeat)", Access::kAgent,
       [c, logs, max_wait, prune_logs_if_due, tokens](const httplib::Request& req) {
         prune_logs_if_due();
-        RequestBody b =
-            STINT_HTTP_TRY(RequestBody::Parse(req.body, {"running", "exited", "logs", "crashed",
-                                                          "eval_slots", "eval_exits"}));
+        RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(
+            req.body, {"running", "exited", "logs", "crashed", "eval_slots", "eval_exits"}));
         std::vector<int64_t> running;
         const json* r = STINT_HTTP_TRY(b.OptionalArray("running"));
         for (const json& id : r != nullptr ? *r : json::array()) {
@@ -403,7 +402,8 @@ void AddNodeHeartbeatRoutes(Routes* routes, LogTails* logs,
         // "Evaluation"); one that does not is given none.
         std::optional<std::vector<int64_t>> evals;
         if (eval_slots) {
-          evals = STINT_HTTP_TRY(c->NodeEvaluations(node, static_cast<int>(*eval_slots), eval_exits));
+          evals =
+              STINT_HTTP_TRY(c->NodeEvaluations(node, static_cast<int>(*eval_slots), eval_exits));
         }
         return AnswerAssignments(c, *tokens, *w, known, until, evals);
       });

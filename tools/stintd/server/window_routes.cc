@@ -47,8 +47,8 @@ Result<Window> ParseWindowSpec(const RequestBody& b, TimeMs now, bool gpus_requi
 void AddPoolRoutes(Routes* routes) {
   Coordinator* c = routes->coordinator();
   routes->Add(Method::kPost, "/v1/pools", Access::kAdmin, [c](const httplib::Request& req) {
-    RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(
-        req.body, {"name", "description", "pricing", "price_per_gpu_hour"}));
+    RequestBody b = STINT_HTTP_TRY(
+        RequestBody::Parse(req.body, {"name", "description", "pricing", "price_per_gpu_hour"}));
     Pool p;
     p.name = STINT_HTTP_TRY(b.String("name"));
     p.description = STINT_HTTP_TRY(b.OptionalString("description")).value_or("");
@@ -150,9 +150,8 @@ void AddTeamRoutes(Routes* routes) {
   Coordinator* c = routes->coordinator();
   routes->Add(
       Method::kPut, R"(/v1/teams/([^/]+))", Access::kAdmin, [c](const httplib::Request& req) {
-        RequestBody b =
-            STINT_HTTP_TRY(RequestBody::Parse(req.body, {"guaranteed_gpus", "borrow_limit_gpus",
-                                                          "budget", "budget_period_seconds"}));
+        RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(
+            req.body, {"guaranteed_gpus", "borrow_limit_gpus", "budget", "budget_period_seconds"}));
         Team t;
         t.name = req.matches[1];
         std::optional<int64_t> g = STINT_HTTP_TRY(b.OptionalInt64("guaranteed_gpus"));
@@ -174,7 +173,8 @@ void AddTeamRoutes(Routes* routes) {
         if (period) t.budget_period_seconds = *period;
         Team out = STINT_HTTP_TRY(c->PutTeam(t));
         Reply r;
-        c->Read([&](const ClusterState& s, const Plan&, TimeMs now) { r.body = ToJson(s, out, now); });
+        c->Read(
+            [&](const ClusterState& s, const Plan&, TimeMs now) { r.body = ToJson(s, out, now); });
         return r;
       });
   routes->Add(Method::kGet, "/v1/teams", Access::kRead, [c](const httplib::Request&) {
@@ -194,35 +194,37 @@ void AddPriceRuleRoutes(Routes* routes) {
     json rules = json::array();
     for (Priority p : {Priority::kLow, Priority::kMedium, Priority::kHigh, Priority::kCritical}) {
       const PriceRule& r = s.price_rules[static_cast<size_t>(p)];
-      rules.push_back({{"priority", PriorityName(p)},
-                       {"max_price_per_gpu_hour", r.max_price_per_gpu_hour < 0
-                                                      ? json(nullptr)
-                                                      : json(r.max_price_per_gpu_hour)},
-                       {"spot_fallback_revocations", r.spot_fallback_revocations},
-                       {"spot_fallback_window_seconds", r.spot_fallback_window_seconds}});
+      rules.push_back(
+          {{"priority", PriorityName(p)},
+           {"max_price_per_gpu_hour",
+            r.max_price_per_gpu_hour < 0 ? json(nullptr) : json(r.max_price_per_gpu_hour)},
+           {"spot_fallback_revocations", r.spot_fallback_revocations},
+           {"spot_fallback_window_seconds", r.spot_fallback_window_seconds}});
     }
     return json{{"rules", rules}};
   };
-  routes->Add(Method::kGet, "/v1/price-rules", Access::kRead,
-              [c, rules_json](const httplib::Request&) {
-                Reply r;
-                c->Read([&](const ClusterState& s, const Plan&, TimeMs) { r.body = rules_json(s); });
-                return r;
-              });
+  routes->Add(
+      Method::kGet, "/v1/price-rules", Access::kRead, [c, rules_json](const httplib::Request&) {
+        Reply r;
+        c->Read([&](const ClusterState& s, const Plan&, TimeMs) { r.body = rules_json(s); });
+        return r;
+      });
   routes->Add(
       Method::kPut, R"(/v1/price-rules/([A-Za-z]+))", Access::kAdmin,
       [c, rules_json](const httplib::Request& req) {
         const Priority priority = STINT_HTTP_TRY(ParsePriority(req.matches[1].str()));
-        RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(
-            req.body, {"max_price_per_gpu_hour", "spot_fallback_revocations",
-                       "spot_fallback_window_seconds"}));
-        const std::optional<double> cap = STINT_HTTP_TRY(b.OptionalNumber("max_price_per_gpu_hour"));
+        RequestBody b = STINT_HTTP_TRY(
+            RequestBody::Parse(req.body, {"max_price_per_gpu_hour", "spot_fallback_revocations",
+                                          "spot_fallback_window_seconds"}));
+        const std::optional<double> cap =
+            STINT_HTTP_TRY(b.OptionalNumber("max_price_per_gpu_hour"));
         const std::optional<int64_t> revocations =
             STINT_HTTP_TRY(b.OptionalInt64("spot_fallback_revocations"));
         const std::optional<double> window =
             STINT_HTTP_TRY(b.OptionalNumber("spot_fallback_window_seconds"));
         if (revocations && (*revocations < 0 || *revocations > 1000000))
-          return ErrorReply(Status::InvalidArgument("spot_fallback_revocations must be 0..1000000"));
+          return ErrorReply(
+              Status::InvalidArgument("spot_fallback_revocations must be 0..1000000"));
         // A rule keeps the fields a request does not name.
         PriceRule rule;
         c->Read([&](const ClusterState& s, const Plan&, TimeMs) {

@@ -86,8 +86,8 @@ void AddOwnWorkerRoutes(Routes* routes) {
   routes->Add(Method::kPost, R"(/v1/workers/(\d+)/heartbeat)", Access::kOwnWorker,
               [c, view_reply](const httplib::Request& req) {
                 const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
-                RequestBody b =
-                    STINT_HTTP_TRY(RequestBody::Parse(req.body, {"step", "samples", "loss", "loss_step"}));
+                RequestBody b = STINT_HTTP_TRY(
+                    RequestBody::Parse(req.body, {"step", "samples", "loss", "loss_step"}));
                 HeartbeatReport report;
                 report.step = STINT_HTTP_TRY(b.OptionalInt64("step")).value_or(0);
                 if (report.step < 0)

@@ -34,12 +34,11 @@
 // worker ids), shrink_notice_ms, shrink_deadline_ms and shrink_for (0): no
 // shrink in flight (version 8 kept them in memory only, so a file of a
 // stintd stopped mid-shrink has none), and workers.node ('': a worker
-// registered before, as by itself), the windows columns declared and joined (0: windows an agent made, or none),
-// segments.master_port (0: started before ports were assigned; stintd then
-// answers the old port, 20000 + id % 20000, which its workers already use)
-// and the table node_credentials (name, secret_hash, issued_ms): no node
-// has a credential of its own yet. Version 9 -> 10 adds prices, budgets
-// and what segments achieved: pools.pricing (0, on demand),
+// registered before, as by itself), the windows columns declared and joined (0: windows an agent
+// made, or none), segments.master_port (0: started before ports were assigned; stintd then answers
+// the old port, 20000 + id % 20000, which its workers already use) and the table node_credentials
+// (name, secret_hash, issued_ms): no node has a credential of its own yet. Version 9 -> 10 adds
+// prices, budgets and what segments achieved: pools.pricing (0, on demand),
 // pools.price_per_gpu_hour (0, unpriced) and pools.price_history ('[]');
 // teams.budget (-1, none), budget_period_seconds (30 days),
 // period_start_ms and spent (0); jobs.revoked_ms ('[]'), cost (0), samples
@@ -73,11 +72,11 @@ using internal::BindMeta;
 using internal::BindRow;
 using internal::Describe;
 using internal::Exec;
+using internal::kEvals;
 using internal::KeyOf;
 using internal::kJobs;
 using internal::kKv;
 using internal::kMeta;
-using internal::kEvals;
 using internal::kNodeCredentials;
 using internal::kPools;
 using internal::kRendezvous;
@@ -365,35 +364,35 @@ Status SqliteStore::Init() {
                 9));
   }
   if (version >= 1 && version <= 9) {
-    STINT_RETURN_IF_ERROR(Migrate(
-        "ALTER TABLE pools ADD COLUMN pricing INTEGER NOT NULL DEFAULT 0;\n"
-        "ALTER TABLE pools ADD COLUMN price_per_gpu_hour REAL DEFAULT 0;\n"
-        "ALTER TABLE pools ADD COLUMN price_history TEXT NOT NULL DEFAULT '[]';\n"
-        "ALTER TABLE teams ADD COLUMN budget REAL DEFAULT -1;\n"
-        "ALTER TABLE teams ADD COLUMN budget_period_seconds REAL DEFAULT 2592000;\n"
-        "ALTER TABLE teams ADD COLUMN period_start_ms INTEGER NOT NULL DEFAULT 0;\n"
-        "ALTER TABLE teams ADD COLUMN spent REAL DEFAULT 0;\n"
-        "ALTER TABLE jobs ADD COLUMN revoked_ms TEXT NOT NULL DEFAULT '[]';\n"
-        "ALTER TABLE jobs ADD COLUMN cost REAL DEFAULT 0;\n"
-        "ALTER TABLE jobs ADD COLUMN samples INTEGER NOT NULL DEFAULT 0;\n"
-        "ALTER TABLE jobs ADD COLUMN step_time TEXT NOT NULL DEFAULT '{}';\n"
-        "ALTER TABLE jobs ADD COLUMN losses TEXT NOT NULL DEFAULT '[]';\n"
-        "ALTER TABLE segments ADD COLUMN price_per_gpu_hour REAL DEFAULT 0;\n"
-        "ALTER TABLE segments ADD COLUMN cost REAL DEFAULT 0;\n"
-        "ALTER TABLE segments ADD COLUMN start_step INTEGER NOT NULL DEFAULT -1;\n"
-        "ALTER TABLE segments ADD COLUMN checkpoint_step INTEGER NOT NULL DEFAULT -1;\n"
-        "ALTER TABLE segments ADD COLUMN first_step INTEGER NOT NULL DEFAULT -1;\n"
-        "ALTER TABLE segments ADD COLUMN first_step_ms INTEGER NOT NULL DEFAULT 0;\n"
-        "ALTER TABLE segments ADD COLUMN last_step INTEGER NOT NULL DEFAULT -1;\n"
-        "ALTER TABLE segments ADD COLUMN last_step_ms INTEGER NOT NULL DEFAULT 0;\n"
-        "ALTER TABLE segments ADD COLUMN checkpoint_seconds REAL DEFAULT 0;\n"
-        "ALTER TABLE meta ADD COLUMN price_rules TEXT NOT NULL DEFAULT '[]';\n"
-        "ALTER TABLE jobs ADD COLUMN eval TEXT NOT NULL DEFAULT '';\n"
-        "ALTER TABLE jobs ADD COLUMN eval_every INTEGER NOT NULL DEFAULT 0;\n"
-        "ALTER TABLE jobs ADD COLUMN eval_gpus INTEGER NOT NULL DEFAULT 0;\n"
-        "ALTER TABLE jobs ADD COLUMN checkpoints INTEGER NOT NULL DEFAULT 0;\n" +
-            kEvals.Create(),
-        10));
+    STINT_RETURN_IF_ERROR(
+        Migrate("ALTER TABLE pools ADD COLUMN pricing INTEGER NOT NULL DEFAULT 0;\n"
+                "ALTER TABLE pools ADD COLUMN price_per_gpu_hour REAL DEFAULT 0;\n"
+                "ALTER TABLE pools ADD COLUMN price_history TEXT NOT NULL DEFAULT '[]';\n"
+                "ALTER TABLE teams ADD COLUMN budget REAL DEFAULT -1;\n"
+                "ALTER TABLE teams ADD COLUMN budget_period_seconds REAL DEFAULT 2592000;\n"
+                "ALTER TABLE teams ADD COLUMN period_start_ms INTEGER NOT NULL DEFAULT 0;\n"
+                "ALTER TABLE teams ADD COLUMN spent REAL DEFAULT 0;\n"
+                "ALTER TABLE jobs ADD COLUMN revoked_ms TEXT NOT NULL DEFAULT '[]';\n"
+                "ALTER TABLE jobs ADD COLUMN cost REAL DEFAULT 0;\n"
+                "ALTER TABLE jobs ADD COLUMN samples INTEGER NOT NULL DEFAULT 0;\n"
+                "ALTER TABLE jobs ADD COLUMN step_time TEXT NOT NULL DEFAULT '{}';\n"
+                "ALTER TABLE jobs ADD COLUMN losses TEXT NOT NULL DEFAULT '[]';\n"
+                "ALTER TABLE segments ADD COLUMN price_per_gpu_hour REAL DEFAULT 0;\n"
+                "ALTER TABLE segments ADD COLUMN cost REAL DEFAULT 0;\n"
+                "ALTER TABLE segments ADD COLUMN start_step INTEGER NOT NULL DEFAULT -1;\n"
+                "ALTER TABLE segments ADD COLUMN checkpoint_step INTEGER NOT NULL DEFAULT -1;\n"
+                "ALTER TABLE segments ADD COLUMN first_step INTEGER NOT NULL DEFAULT -1;\n"
+                "ALTER TABLE segments ADD COLUMN first_step_ms INTEGER NOT NULL DEFAULT 0;\n"
+                "ALTER TABLE segments ADD COLUMN last_step INTEGER NOT NULL DEFAULT -1;\n"
+                "ALTER TABLE segments ADD COLUMN last_step_ms INTEGER NOT NULL DEFAULT 0;\n"
+                "ALTER TABLE segments ADD COLUMN checkpoint_seconds REAL DEFAULT 0;\n"
+                "ALTER TABLE meta ADD COLUMN price_rules TEXT NOT NULL DEFAULT '[]';\n"
+                "ALTER TABLE jobs ADD COLUMN eval TEXT NOT NULL DEFAULT '';\n"
+                "ALTER TABLE jobs ADD COLUMN eval_every INTEGER NOT NULL DEFAULT 0;\n"
+                "ALTER TABLE jobs ADD COLUMN eval_gpus INTEGER NOT NULL DEFAULT 0;\n"
+                "ALTER TABLE jobs ADD COLUMN checkpoints INTEGER NOT NULL DEFAULT 0;\n" +
+                    kEvals.Create(),
+                10));
   }
   return PrepareAll();
 }

@@ -159,8 +159,8 @@ Status LossesFromJson(const std::string& text, std::vector<LossPoint>* losses) {
     if (!x.is_array() || x.size() != 4 || !x[0].is_number_integer() || !x[1].is_number() ||
         !x[2].is_number_integer() || !x[3].is_number_integer())
       return Status::DataLoss("losses entry is not [step, loss, segment_id, at_ms]: " + x.dump());
-    losses->push_back(
-        LossPoint{x[0].get<int64_t>(), x[1].get<double>(), x[2].get<int64_t>(), x[3].get<int64_t>()});
+    losses->push_back(LossPoint{x[0].get<int64_t>(), x[1].get<double>(), x[2].get<int64_t>(),
+                                x[3].get<int64_t>()});
   }
   return Status::OK();
 }
@@ -180,7 +180,8 @@ Status StepTimeFromJson(const std::string& text, std::map<int, StepTime>* step_t
     if (end == key.c_str() || *end != '\0' || gpus < 1 || gpus > 1000000 || !value.is_array() ||
         value.size() != 2 || !value[0].is_number() || !value[1].is_number_integer())
       return Status::DataLoss("step_time entry is not \"gpus\": [seconds, steps]: " + text);
-    (*step_time)[static_cast<int>(gpus)] = StepTime{value[0].get<double>(), value[1].get<int64_t>()};
+    (*step_time)[static_cast<int>(gpus)] =
+        StepTime{value[0].get<double>(), value[1].get<int64_t>()};
   }
   return Status::OK();
 }
@@ -188,8 +189,8 @@ Status StepTimeFromJson(const std::string& text, std::map<int, StepTime>* step_t
 std::string PriceRulesToJson(const std::array<PriceRule, 4>& rules) {
   nlohmann::json a = nlohmann::json::array();
   for (const PriceRule& r : rules) {
-    a.push_back({r.max_price_per_gpu_hour, r.spot_fallback_revocations,
-                 r.spot_fallback_window_seconds});
+    a.push_back(
+        {r.max_price_per_gpu_hour, r.spot_fallback_revocations, r.spot_fallback_window_seconds});
   }
   return a.dump();
 }
@@ -396,8 +397,8 @@ const Table kMeta = {"meta",
                       {"price_rules", Type::kText}}};
 
 const std::vector<const Table*>& AllTables() {
-  static const std::vector<const Table*> kAll = {&kPools,      &kWindows,        &kTeams, &kJobs,
-                                                 &kSegments,   &kWorkers,        &kKv,    &kMeta,
+  static const std::vector<const Table*> kAll = {&kPools,      &kWindows,         &kTeams, &kJobs,
+                                                 &kSegments,   &kWorkers,         &kKv,    &kMeta,
                                                  &kRendezvous, &kNodeCredentials, &kEvals};
   return kAll;
 }
