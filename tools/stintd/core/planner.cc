@@ -96,11 +96,14 @@ Planner::TeamState& Planner::TeamOf(const std::string& name) {
 }
 
 Planner::JobCtx Planner::MakeCtx(size_t index) {
-  const Job& job = *order_[index];
+  return ContextFor(*order_[index], &plan_.pending[index], static_cast<int>(index) + 1);
+}
+
+Planner::JobCtx Planner::ContextFor(const Job& job, PendingInfo* info, int position) {
   JobCtx j{&job,
-           &plan_.pending[index],
+           info,
            &TeamOf(job.team),
-           static_cast<int>(index) + 1,
+           position,
            0,
            kNever,
            {},

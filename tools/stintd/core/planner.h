@@ -119,7 +119,10 @@ class Planner {
   void BuildWindows();
   int SlotOf(int64_t window_id) const;
   TeamState& TeamOf(const std::string& name);
-  JobCtx MakeCtx(size_t index);
+  JobCtx MakeCtx(size_t index);  // of order_[index]
+  // What a start of `job` is planned with: its minimum segment, whole run,
+  // team and the pools it may use now.
+  JobCtx ContextFor(const Job& job, PendingInfo* info, int position);
   void ComputeStats();
 
   // planner_segments.cc

@@ -63,19 +63,7 @@ void Planner::Migrate() {
       const int here = slots_[slot].group;
 
       // The job as if pending: the context a start of it is planned with.
-      JobCtx j{&job, &scratch, &TeamOf(job.team), 0, 0, kNever, {}, BlockReason::kNone, {}};
-      j.run = SecondsToMs(job.restart_seconds + job.remaining_seconds + job.checkpoint_seconds +
-                          c_.safety_seconds);
-      j.len = std::max<TimeMs>(1, std::min(MinSegmentMs(job, c_), j.run));
-      if (job.pools.empty()) {
-        j.groups = all_groups_;
-      } else {
-        for (const std::string& pool : job.pools) {
-          auto g = group_by_pool_.find(pool);
-          if (g != group_by_pool_.end()) j.groups.push_back(g->second);
-        }
-      }
-      FilterPools(&j);
+      JobCtx j = ContextFor(job, &scratch, 0);
       // What staying costs per useful GPU-hour: the segment is charged at
       // the price in force when it started.
       double cost_here = GroupCost(j, here);
