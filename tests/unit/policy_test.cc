@@ -1968,7 +1968,8 @@ TEST(PolicyMigration, NotOntoGpusReservedForAPendingJob) {
   Segment& busy = m.c.Running({{onprem, 8}}, Priority::kMedium, Hours(1), kNow + Hours(0.5));
   m.c.JobOf(busy).preemptible = false;
   {
-    const NoticeDecision* n = NoticeOf(PlanAt(m.c.s, kNow, m.config), m.seg);
+    const Plan free_plan = PlanAt(m.c.s, kNow, m.config);
+    const NoticeDecision* n = NoticeOf(free_plan, m.seg);
     ASSERT_NE(n, nullptr);  // without the pending job the 8 free now stay free
     EXPECT_EQ(n->reason, NoticeReason::kMigrate);
   }
