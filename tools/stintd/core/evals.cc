@@ -46,12 +46,21 @@ void QueueEvaluation(ClusterState& s, Job& job, int64_t step, TimeMs now, Change
   changes->counters = true;  // next_id
 }
 
-std::vector<int> HeldGpus(const ClusterState& s, const Window& window) {
+std::vector<int> HeldGpus(const ClusterState& s, const Window& window,
+                          const std::set<int64_t>* among) {
   std::vector<int> held;
-  for (const auto& [id, seg] : s.segments) {
-    if (!SegmentActive(seg.state)) continue;
+  auto add = [&](const Segment& seg) {
+    if (!SegmentActive(seg.state)) return;
     for (const Placement& p : seg.placement) {
       if (p.window_id == window.id) held.insert(held.end(), p.gpus.begin(), p.gpus.end());
+    }
+  };
+  if (among == nullptr) {
+    for (const auto& [id, seg] : s.segments) add(seg);
+  } else {
+    for (int64_t id : *among) {
+      auto seg = s.segments.find(id);
+      if (seg != s.segments.end()) add(seg->second);
     }
   }
   return held;

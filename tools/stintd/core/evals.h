@@ -5,6 +5,7 @@
 #define STINT_TOOLS_STINTD_CORE_EVALS_H_
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,8 +37,11 @@ Status ReportEvaluation(ClusterState& s, const std::string& node, int64_t eval_i
                         const std::string& result, const std::string& message, TimeMs now,
                         Changes* changes);
 
-// The GPU indices of `window` a segment is placed on.
-std::vector<int> HeldGpus(const ClusterState& s, const Window& window);
+// The GPU indices of `window` an active segment is placed on; `among`: the
+// ids of the segments placed there when the caller knows them (stintd's
+// placement index), else every segment is looked at.
+std::vector<int> HeldGpus(const ClusterState& s, const Window& window,
+                          const std::set<int64_t>* among = nullptr);
 
 }  // namespace stint::stintd
 

@@ -293,6 +293,17 @@ Result<Window> Coordinator::NodeHeartbeat(const std::string& node,
 Result<std::vector<int64_t>> Coordinator::NodeEvaluations(const std::string& node, int slots,
                                                           const std::vector<EvalExit>& exits) {
   std::vector<int64_t> run;
+  // Most heartbeats have nothing to report and no evaluation to place or
+  // stop: they need not take the writer's lock.
+  if (exits.empty()) {
+    bool active = false;
+    Read([&](const ClusterState& s, const Plan&, TimeMs) {
+      active = std::any_of(s.evals.begin(), s.evals.end(), [](const auto& e) {
+        return e.second.state == EvalState::kPending || e.second.state == EvalState::kRunning;
+      });
+    });
+    if (!active) return run;
+  }
   STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs now, Changes* c) -> Status {
     for (const EvalExit& e : exits) {
       Status reported =

@@ -258,8 +258,9 @@ Result<std::vector<Coordinator::EvalExit>> ParseEvalExits(const RequestBody& b) 
 // The evaluations `ids` as the agent runs them: the job's "eval" spec, the
 // step, and the GPU; those on a GPU a segment is placed on now are left
 // out (the agent stops them before it starts that segment's workers).
-json EvalsJson(const ClusterState& s, const Window& w, const std::vector<int64_t>& ids) {
-  const std::vector<int> held = HeldGpus(s, w);
+json EvalsJson(const ClusterState& s, const Window& w, const std::set<int64_t>& placed,
+               const std::vector<int64_t>& ids) {
+  const std::vector<int> held = HeldGpus(s, w, &placed);
   json out = json::array();
   for (int64_t id : ids) {
     auto e = s.evals.find(id);
@@ -349,7 +350,7 @@ Reply AnswerAssignments(Coordinator* c, const TokenAuth& tokens, const Window& w
                     {"window", ToJson(s, win != s.windows.end() ? win->second : w, now)},
                     {"assignments", std::move(assignments)},
                     {"assignments_tag", tag}};
-      if (evals) reply.body["evals"] = EvalsJson(s, w, *evals);
+      if (evals) reply.body["evals"] = EvalsJson(s, w, placed, *evals);
     });
     if (known.empty() || tag != known || !c->WaitEvent(seen, until)) break;
   }
