@@ -343,6 +343,7 @@ py::dict StatsDict(const CheckpointerStats& s) {
     last["raw_bytes"] = s.last->raw_bytes;
     last["stored_bytes"] = s.last->stored_bytes;
     last["referenced_bytes"] = s.last->referenced_bytes;
+    last["matched_in_place_bytes"] = s.last->matched_in_place_bytes;
     last["compressed"] = s.last->compressed;
     last["compress_decision"] = s.last->compress_decision;
     last["snapshot_seconds"] = s.last->snapshot_seconds;

@@ -181,8 +181,19 @@ Result<SaveHandle> CheckpointerImpl::TakeSnapshot(const State& state,
   const uint64_t step = job->snapshot.step;
   const Clock::time_point t0 = job->saved_at;
   char* image = job->snapshot.buffer->data();
-  StagingCopies copies = PlanStagingCopies(state, job->snapshot.layout, image,
-                                           options_.snapshot == SnapshotMode::kLazy);
+  std::shared_ptr<const std::unordered_set<std::string>> unchanged;
+  if (job->base != nullptr) {
+    std::lock_guard<std::mutex> lock(mu_);
+    unchanged = unchanged_shards_;
+  }
+  SourceHashing hashing{job->base.get(), [&unchanged](const SnapshotEntry& e) {
+                          return unchanged->count(ShardKey(e.name, e.offsets, e.extents)) != 0;
+                        }};
+  StagingCopies copies =
+      PlanStagingCopies(state, job->snapshot.layout, image,
+                        options_.snapshot == SnapshotMode::kLazy,
+                        unchanged != nullptr && !unchanged->empty() ? &hashing : nullptr);
+  job->snapshot.unchanged = copies.unchanged;
   SaveHandle handle{
       step, false, ReadyFuture(Status::OK()), job->durable.get_future().share(),
       replicator_ == nullptr ? ReadyFuture(Status::OK()) : job->replicated.get_future().share()};
@@ -308,8 +319,10 @@ Status CheckpointerImpl::PersistAndCommit(PersistJob* job,
   if (s.ok() && options_.compress_auto) {
     compress_policy_.Record(job->stats.compressed, file.stored_bytes, job->stats.persist_seconds);
   }
+  if (s.ok() && options_.incremental) RecordUnchanged(job->snapshot.layout, file);
   job->stats.stored_bytes = file.stored_bytes;
   job->stats.referenced_bytes = file.referenced_bytes;
+  job->stats.matched_in_place_bytes = file.matched_in_place_bytes;
   job->stats.engine = engine_->name();
 
   auto t1 = Clock::now();
@@ -321,6 +334,22 @@ Status CheckpointerImpl::PersistAndCommit(PersistJob* job,
     if (auto base = commit->CommittedBase(part)) SetBase(std::move(base));
   }
   return s;
+}
+
+// A shard is whole in the base when every one of its chunks was referenced,
+// none written.
+void CheckpointerImpl::RecordUnchanged(const SnapshotLayout& layout, const PersistedFile& file) {
+  auto keys = std::make_shared<std::unordered_set<std::string>>();
+  for (size_t e = 0; e < layout.entries.size(); ++e) {
+    const SnapshotEntry& se = layout.entries[e];
+    if (se.is_blob) continue;
+    const auto& chunks = file.entry_chunks[e];
+    bool whole = std::all_of(chunks.begin(), chunks.end(),
+                             [](const ChunkRecord& c) { return !c.ref.empty(); });
+    if (whole) keys->insert(ShardKey(se.name, se.offsets, se.extents));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  unchanged_shards_ = std::move(keys);
 }
 
 // The commit path of one save: this process alone, or every rank.

@@ -21,6 +21,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "base/thread_pool.h"
@@ -108,6 +109,7 @@ class CheckpointerImpl final : public Checkpointer {
   std::unique_ptr<SaveCommit> NewCommit(const PersistJob& job);
   Status Persist(PersistJob* job, const std::string& tmp, PersistedFile* file);
   void ReportOutcome(std::unique_ptr<PersistJob> job, const Status& s);
+  void RecordUnchanged(const SnapshotLayout& layout, const PersistedFile& file);
   void ApplyRetentionAfter(uint64_t step);
 
   void SetBase(std::shared_ptr<const IncrementalBase> base) {
@@ -141,6 +143,9 @@ class CheckpointerImpl final : public Checkpointer {
   std::multiset<uint64_t> steps_in_flight_;  // queued or persisting
   CheckpointerStats stats_;
   std::shared_ptr<const IncrementalBase> base_;          // incremental: the newest commit
+  // Incremental: the ShardKeys of the shards the last save found whole in
+  // its base; the next save hashes them before staging (SourceHashing).
+  std::shared_ptr<const std::unordered_set<std::string>> unchanged_shards_;
   uint64_t saves_started_ = 0;                           // the training thread's
   double last_persist_seconds_ = 0;                      // the persist thread's
   CompressPolicy compress_policy_{options_.zstd_level};  // the persist thread's

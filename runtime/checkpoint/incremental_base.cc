@@ -3,7 +3,6 @@
 #include "checkpoint/commit.h"
 
 namespace stint {
-namespace {
 
 std::string ShardKey(const std::string& name, const std::vector<int64_t>& offsets,
                      const std::vector<int64_t>& extents) {
@@ -14,8 +13,6 @@ std::string ShardKey(const std::string& name, const std::vector<int64_t>& offset
   for (int64_t e : extents) key += std::to_string(e) + ",";
   return key;
 }
-
-}  // namespace
 
 IncrementalBase::IncrementalBase(const Manifest& m, const std::string& step_dir)
     : step_(m.step), dir_(step_dir) {

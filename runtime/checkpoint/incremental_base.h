@@ -63,6 +63,10 @@ class IncrementalBase {
   std::map<std::string, uint64_t> file_sizes_;
 };
 
+// A tensor shard's identity within a checkpoint: its name and box.
+std::string ShardKey(const std::string& name, const std::vector<int64_t>& offsets,
+                     const std::vector<int64_t>& extents);
+
 // The files `entries`' chunks reference, as FileRecords for Manifest::refs,
 // sizes taken from `base`. kInternal if one is not the base's.
 Result<std::vector<FileRecord>> ReferencedFiles(

@@ -71,7 +71,7 @@ Result<std::shared_ptr<SnapshotProgress>> LazyBarrier::Start(uint64_t step,
     }
   }
   if (host[0] || host[1]) {
-    LazyCopyThread::Task task{image, {}, progress};
+    LazyCopyThread::Task task{image, {}, copies->unchanged, progress};
     for (WriteBarrier w : order) task.pieces[int(w)] = std::move(copies->later[int(w)]);
     lazy_.Enqueue(std::move(task));
   }

@@ -25,6 +25,9 @@ class LazyCopyThread {
   struct Task {
     char* buffer;  // REQUIRES: valid until `progress` reports the host groups done
     std::vector<StagingPiece> pieces[2];  // by WriteBarrier
+    // What the pieces' `unchanged` point into: kept until they ran, even
+    // past an abandoned save.
+    std::shared_ptr<std::vector<uint8_t>> unchanged;
     std::shared_ptr<SnapshotProgress> progress;
   };
 

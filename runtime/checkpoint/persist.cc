@@ -62,6 +62,7 @@ class SnapshotFileWriter {
         pool_(pool),
         layout_(snapshot.layout),
         image_(snapshot.buffer->data()),
+        unchanged_(snapshot.unchanged.get()),
         filled_(snapshot.filled.get()),
         options_(options),
         io_size_(options.io_size < kChunkAlignment ? kChunkAlignment : AlignUp(options.io_size)),
@@ -171,12 +172,13 @@ class SnapshotFileWriter {
   }
   ChunkRecord& record(size_t i) { return out_.entry_chunks[refs_[i].entry][refs_[i].index]; }
 
-  // A chunk the base holds with the same bytes: its record, with `ref` set.
-  const ChunkRecord* BaseMatch(size_t i, const RawHash& hash) {
+  // The base's chunk of the same bytes of the same shard, with `ref` set,
+  // if it has the same length; null if none.
+  const ChunkRecord* BaseChunk(size_t i) {
     const auto* chunks = base_chunks_[refs_[i].entry];
     if (chunks == nullptr || refs_[i].index >= chunks->size()) return nullptr;
     const ChunkRecord& b = (*chunks)[refs_[i].index];
-    return b.raw_hash == hash && b.raw_len == record(i).raw_len ? &b : nullptr;
+    return b.raw_len == record(i).raw_len ? &b : nullptr;
   }
 
   // Records chunks [begin, end) on the pool; the first error.
@@ -199,8 +201,13 @@ class SnapshotFileWriter {
     rec.codec = Codec::kNone;
     rec.stored_len = rec.raw_len;
     if (options_.incremental) {
-      RawHash hash = Xxh128(raw, rec.raw_len);
-      if (const ChunkRecord* same = BaseMatch(i, hash)) {
+      const ChunkRecord* same = BaseChunk(i);
+      // Matched before staging (Snapshot::unchanged): never copied, not in
+      // the image.
+      bool matched = same != nullptr && unchanged_ != nullptr && (*unchanged_)[i];
+      RawHash hash{};
+      if (!matched) hash = Xxh128(raw, rec.raw_len);
+      if (matched || (same != nullptr && same->raw_hash == hash)) {
         rec = *same;
         referenced_[i] = 1;
         return;
@@ -260,6 +267,7 @@ class SnapshotFileWriter {
       ChunkRecord& rec = record(i);
       if (referenced_[i]) {
         out_.referenced_bytes += rec.raw_len;
+        if (unchanged_ != nullptr && (*unchanged_)[i]) out_.matched_in_place_bytes += rec.raw_len;
         continue;
       }
       const auto& buf = compressed_[i - begin];
@@ -321,7 +329,8 @@ class SnapshotFileWriter {
   ThreadPool* const pool_;
   const SnapshotLayout& layout_;
   const char* const image_;
-  StagingWatermark* const filled_;  // null: the image is filled
+  const std::vector<uint8_t>* const unchanged_;  // Snapshot::unchanged, by chunk i; may be null
+  StagingWatermark* const filled_;         // null: the image is filled
   const PersistOptions& options_;
   const uint64_t io_size_;
   const bool image_is_file_;

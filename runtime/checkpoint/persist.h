@@ -41,6 +41,7 @@ struct PersistedFile {
   std::vector<std::vector<ChunkRecord>> entry_chunks;  // parallel to layout.entries
   uint64_t stored_bytes = 0;      // written to `file`
   uint64_t referenced_bytes = 0;  // raw bytes referenced in the base instead
+  uint64_t matched_in_place_bytes = 0;  // of those, matched before staging (not copied)
   std::vector<FileRecord> refs;   // the base's files those chunks live in
 };
 

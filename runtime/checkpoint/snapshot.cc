@@ -119,13 +119,20 @@ Status CheckSnapshotLayout(const SnapshotLayout& layout, bool require_cover) {
 }
 
 StagingCopies PlanStagingCopies(const State& state, const SnapshotLayout& layout, char* buffer,
-                                bool lazy_host) {
+                                bool lazy_host, const SourceHashing* hashing) {
   StagingCopies out;
+  if (hashing != nullptr) {
+    size_t chunks = 0;
+    for (const auto& e : layout.entries) chunks += e.chunk_len.size();
+    out.unchanged = std::make_shared<std::vector<uint8_t>>(chunks, 0);
+  }
   size_t tensor_index = 0;
+  size_t chunk_index = 0;  // among staged chunks: the persist's chunk order
   auto blob = state.blobs.begin();
   for (const auto& e : layout.entries) {
     const char* src;
     bool on_device = false;
+    const std::vector<ChunkRecord>* base_chunks = nullptr;
     std::vector<StagingPiece>* pieces = &out.now;
     if (e.is_blob) {
       src = (blob++)->second.data();
@@ -142,15 +149,26 @@ StagingCopies PlanStagingCopies(const State& state, const SnapshotLayout& layout
             DeviceCopy{t.device, t.stream, buffer + e.chunk_offset[0], src, size_t(e.raw_bytes)});
       }
       if (!on_device && lazy_host) pieces = &out.later[when];
+      if (!on_device && hashing != nullptr && e.raw_bytes > 0 && hashing->worth_it(e)) {
+        base_chunks =
+            hashing->base->FindShard(e.name, e.dtype, e.global_shape, e.offsets, e.extents);
+      }
     }
     uint64_t done = 0;
-    for (size_t c = 0; c < e.chunk_len.size(); ++c) {
+    for (size_t c = 0; c < e.chunk_len.size(); ++c, ++chunk_index) {
       uint64_t len = e.chunk_len[c];
       // Device bytes arrive by DMA; only the padding is written here.
-      pieces->push_back(on_device ? StagingPiece{nullptr, e.chunk_offset[c] + len, 0,
-                                                 AlignUp(len == 0 ? 1 : len) - len}
-                                  : StagingPiece{src + done, e.chunk_offset[c], len,
-                                                 AlignUp(len == 0 ? 1 : len)});
+      StagingPiece piece = on_device ? StagingPiece{nullptr, e.chunk_offset[c] + len, 0,
+                                                    AlignUp(len == 0 ? 1 : len) - len}
+                                     : StagingPiece{src + done, e.chunk_offset[c], len,
+                                                    AlignUp(len == 0 ? 1 : len)};
+      // The base chunks the same bytes of the shard, if it chunks them alike.
+      if (base_chunks != nullptr && c < base_chunks->size() &&
+          (*base_chunks)[c].raw_len == len) {
+        piece.base_hash = &*(*base_chunks)[c].raw_hash;
+        piece.unchanged = &(*out.unchanged)[chunk_index];
+      }
+      pieces->push_back(piece);
       done += len;
     }
   }
@@ -170,6 +188,10 @@ void RunStagingCopies(const std::vector<StagingPiece>& pieces, char* buffer, Thr
     }
     pool->ParallelFor(end - begin, [&](size_t k) {
       const StagingPiece& p = pieces[begin + k];
+      if (p.base_hash != nullptr && Xxh128(p.src, p.len) == *p.base_hash) {
+        *p.unchanged = 1;  // the persist references the base's chunk, never reads it here
+        return;
+      }
       if (p.len > 0) std::memcpy(buffer + p.dst, p.src, p.len);
       std::memset(buffer + p.dst + p.len, 0, p.padded - p.len);
     });

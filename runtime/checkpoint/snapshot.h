@@ -6,6 +6,7 @@
 #define STINT_RUNTIME_CHECKPOINT_SNAPSHOT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +58,19 @@ struct StagingPiece {
   uint64_t dst;
   uint64_t len;
   uint64_t padded;
+  // Incremental: the hash of the base's chunk for these bytes. When `src`
+  // hashes the same, nothing is copied and *unchanged is set: reading the
+  // bytes once to hash them costs less than copying them and hashing the copy.
+  const RawHash* base_hash = nullptr;
+  uint8_t* unchanged = nullptr;
+};
+
+// Incremental saves: which shards' chunks are hashed from their own memory
+// before they are copied (StagingPiece::base_hash). A chunk that differs is
+// then copied too, so only shards likely unchanged (`worth_it`) are tried.
+struct SourceHashing {
+  const IncrementalBase* base;
+  std::function<bool(const SnapshotEntry&)> worth_it;
 };
 
 // Every copy that fills a staging buffer, by when it runs. Indexed by
@@ -65,14 +79,18 @@ struct StagingCopies {
   std::vector<StagingPiece> now;       // blobs, padding, and host tensors unless lazy
   std::vector<StagingPiece> later[2];  // lazy: host tensors, after Save() returned
   std::vector<DeviceCopy> device[2];   // device tensors: one copy per tensor
+  // What the pieces' `unchanged` point into: one byte per staged chunk, in
+  // staging order (the persist's chunk order). Null when no source is hashed.
+  std::shared_ptr<std::vector<uint8_t>> unchanged;
 };
 
 // Plans the copies of `state` into `buffer` (REQUIRES: size >= image_bytes).
 // Device tensors (device >= 0) go into `device`: each tensor's chunks are
 // back to back in the buffer, so one copy fills them. With `lazy_host`,
-// host tensors go into `later`, else into `now`.
+// host tensors go into `later`, else into `now`. With `hashing`, the chunks
+// of host shards it finds worth it are hashed before they are copied.
 StagingCopies PlanStagingCopies(const State& state, const SnapshotLayout& layout, char* buffer,
-                                bool lazy_host);
+                                bool lazy_host, const SourceHashing* hashing = nullptr);
 // Runs `pieces` (in staging order, as planned) into `buffer` with the
 // pool's threads, a batch at a time; `filled` (may be null) advances past
 // each batch.
@@ -83,6 +101,10 @@ struct Snapshot {
   uint64_t step = 0;
   SnapshotLayout layout;
   std::unique_ptr<StagingBuffer> buffer;
+  // StagingCopies::unchanged: 1 where a chunk's source matched the base
+  // and was not copied. Read once every copy is done; null when no source
+  // is hashed.
+  std::shared_ptr<const std::vector<uint8_t>> unchanged;
   // Where Save()'s copies into `buffer` have got to while they still run;
   // null: the buffer was filled before the snapshot was handed on. Copies
   // that outlast Save() (lazy, device) are waited for on their own.

@@ -182,6 +182,44 @@ TEST_P(IncrementalTest, FrozenShardsAreReferencedWithoutBeingWritten) {
   ExpectLoads(ckpt->get(), 2, state);
 }
 
+// Shards the previous save found whole in its base are hashed from their
+// own memory, eagerly or lazily, and not copied when they still match; a
+// chunk that changed since is found, copied and written.
+TEST_P(IncrementalTest, ShardsUnchangedLastTimeAreMatchedInPlaceAndChangesStillWritten) {
+  for (SnapshotMode mode : {SnapshotMode::kEager, SnapshotMode::kLazy}) {
+    SCOPED_TRACE(mode == SnapshotMode::kLazy ? "lazy" : "eager");
+    TempDir dir;
+    CheckpointOptions o = Incremental(dir.Sub("ckpt"), GetParam());
+    o.snapshot = mode;
+    auto ckpt = Checkpointer::Open(o);
+    ASSERT_OK(ckpt);
+    FineTuneState state(3);
+    const uint64_t unchanged = (kFrozenFloats + kWeightFloats) * 4;
+    SaveDurably(ckpt->get(), 1, state.AsState(/*frozen_flag=*/false));
+    state.Step(2, 0);
+    SaveStats second = SaveDurably(ckpt->get(), 2, state.AsState(false));
+    // Found unchanged by hashing the staged copy: nothing was known yet.
+    EXPECT_EQ(second.referenced_bytes, unchanged);
+    EXPECT_EQ(second.matched_in_place_bytes, 0u);
+    state.Step(3, 0);
+    SaveStats third = SaveDurably(ckpt->get(), 3, state.AsState(false));
+    EXPECT_EQ(third.referenced_bytes, unchanged);
+    EXPECT_EQ(third.matched_in_place_bytes, unchanged);
+    EXPECT_LE(third.stored_bytes, kMomentFloats * 4 + kChunk);
+    ExpectLoads(ckpt->get(), 3, state);
+    // One chunk of the base and the last (short) chunk of the weight change.
+    state.frozen[5 * kChunk / 4 + 7] += 1.0f;
+    state.weight.back() += 1.0f;
+    state.Step(4, 0);
+    SaveStats fourth = SaveDurably(ckpt->get(), 4, state.AsState(false));
+    const uint64_t short_chunk = kWeightFloats * 4 - 12 * kChunk;
+    EXPECT_EQ(fourth.matched_in_place_bytes, unchanged - kChunk - short_chunk);
+    EXPECT_EQ(fourth.referenced_bytes, fourth.matched_in_place_bytes);
+    EXPECT_GE(fourth.stored_bytes, kMomentFloats * 4 + kChunk + short_chunk);
+    ExpectLoads(ckpt->get(), 4, state);
+  }
+}
+
 TEST_P(IncrementalTest, RetentionKeepsWhatKeptCheckpointsReferenceAndNothingElse) {
   TempDir dir;
   const std::string root = dir.Sub("ckpt");

@@ -153,7 +153,9 @@ struct CheckpointOptions {
   // bytes) and, where the newest committed checkpoint holds the same bytes
   // for the same tensor box and chunk, references that chunk in the new
   // manifest instead of writing it (TensorShard::frozen shards are not even
-  // copied). A referenced chunk is verified on load like any other;
+  // copied). The chunks of host shards the previous save found unchanged
+  // are hashed from their own memory before they would be copied, and not
+  // copied when they still match. A referenced chunk is verified on load like any other;
   // retention never deletes a checkpoint that a kept one references; tier 2
   // copies what the replica lacks. Not with keep_in_memory. Default: false
   bool incremental = false;
@@ -250,6 +252,9 @@ struct SaveStats {
   uint64_t raw_bytes = 0;
   uint64_t stored_bytes = 0;  // written by this save (referenced chunks not counted)
   uint64_t referenced_bytes = 0;  // incremental: raw bytes referenced, not written
+  // Incremental: of referenced_bytes, those found unchanged by hashing the
+  // tensors' own memory, so never copied into staging.
+  uint64_t matched_in_place_bytes = 0;
   bool compressed = false;        // zstd was used (compress, or compress_auto chose it)
   std::string compress_decision;  // compress_auto: what it chose and the figures why
   double snapshot_seconds = 0;  // in Save(): the training thread's stall
