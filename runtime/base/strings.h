@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace stint {
 
@@ -14,6 +15,10 @@ std::string HumanBytes(uint64_t n);
 
 // `s` without leading and trailing spaces, tabs, CRs and LFs.
 std::string Trim(const std::string& s);
+
+// Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code
+// points past U+10FFFF): what a JSON string may hold.
+bool IsValidUtf8(std::string_view s);
 
 }  // namespace stint
 

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <map>
 
+#include "base/strings.h"
 #include "format/chunk.h"
 #include "format/manifest.h"
 #include "format/shard_layout.h"
@@ -32,6 +33,13 @@ Status CheckShard(const TensorShard& t, std::vector<int64_t>* offsets,
     return Status::InvalidArgument(ctx + ": data is null");
   }
   return Status::OK();
+}
+
+// The manifest stores names as JSON strings.
+Status CheckName(const char* what, const std::string& name) {
+  if (IsValidUtf8(name)) return Status::OK();
+  return Status::InvalidArgument(std::string(what) + " name '" + name +
+                                 "' is not valid UTF-8");
 }
 
 void AddChunks(SnapshotEntry* e, uint64_t chunk_size, uint64_t* cursor) {
@@ -71,6 +79,7 @@ Result<SnapshotLayout> PlanSnapshot(const State& state, uint64_t chunk_size,
   uint64_t cursor = 0;
   for (const auto& t : state.tensors) {
     if (t.name.empty()) return Status::InvalidArgument("a tensor has an empty name");
+    STINT_RETURN_IF_ERROR(CheckName("tensor", t.name));
     SnapshotEntry e;
     e.name = t.name;
     e.dtype = t.dtype;
@@ -89,6 +98,7 @@ Result<SnapshotLayout> PlanSnapshot(const State& state, uint64_t chunk_size,
   }
   for (const auto& [name, bytes] : state.blobs) {
     if (name.empty()) return Status::InvalidArgument("a blob has an empty name");
+    STINT_RETURN_IF_ERROR(CheckName("blob", name));
     SnapshotEntry e;
     e.name = name;
     e.is_blob = true;

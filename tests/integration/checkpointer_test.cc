@@ -219,6 +219,34 @@ TEST_P(CheckpointerTest, OverlappingOrMissingShardsAreRefusedAtSave) {
   EXPECT_TRUE((*ckpt)->ListCommitted()->empty());
 }
 
+// The manifest stores names as JSON strings: a name that is not UTF-8 is
+// refused at Save(), naming it, and nothing is committed.
+TEST_P(CheckpointerTest, NamesThatAreNotUtf8AreRefusedAtSave) {
+  auto ckpt = Checkpointer::Open(Options());
+  ASSERT_OK(ckpt);
+  std::vector<float> w(4, 1.0f);
+  for (const std::string bad : {"w\xff", "w\xc3", "w\xed\xa0\x80", "w\xc0\xaf"}) {
+    State tensor;
+    tensor.tensors = {TensorShard{bad, DType::kFloat32, {4}, {}, {}, w.data()}};
+    auto h = (*ckpt)->Save(1, tensor);
+    ASSERT_EQ(h.status().code(), Code::kInvalidArgument) << h.status().ToString();
+    EXPECT_NE(h.status().message().find("tensor name '" + bad + "' is not valid UTF-8"),
+              std::string::npos)
+        << h.status().ToString();
+    State blob;
+    blob.blobs[bad] = "x";
+    h = (*ckpt)->Save(1, blob);
+    ASSERT_EQ(h.status().code(), Code::kInvalidArgument) << h.status().ToString();
+    EXPECT_NE(h.status().message().find("blob name"), std::string::npos) << h.status().ToString();
+  }
+  EXPECT_TRUE((*ckpt)->ListCommitted()->empty());
+  State fine;  // UTF-8 beyond ASCII is a name like any other
+  fine.tensors = {TensorShard{"caf\xc3\xa9.\xf0\x9f\x98\x80", DType::kFloat32, {4}, {}, {}, w.data()}};
+  auto h = (*ckpt)->Save(1, fine);
+  ASSERT_OK(h);
+  ASSERT_OK(h->durable.get());
+}
+
 // A reader next to a running writer: opening read_only neither creates the
 // root nor removes a save's tmp directory, and refuses to save.
 TEST_P(CheckpointerTest, ReadOnlyOpenLoadsAndTouchesNothing) {

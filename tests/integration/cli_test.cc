@@ -345,9 +345,9 @@ TEST_F(CliTest, DamagedManifest) {
   auto bytes = ReadFileToString(Env::Default(), dir + "/" + kManifestName);
   ASSERT_OK(bytes);
   std::string bad = *bytes;
-  size_t pos = bad.find("\"step\": 1");
+  size_t pos = bad.find("\"step\":1");
   ASSERT_NE(pos, std::string::npos) << bad;
-  bad[pos + 8] = '7';
+  bad[pos + 7] = '7';
   ASSERT_OK(WriteStringToFileSync(Env::Default(), dir + "/" + kManifestName, bad));
 
   RunResult r = RunCli({"verify", dir});

@@ -135,6 +135,29 @@ Manifest IncrementalManifest() {
   return m;
 }
 
+// EncodeManifest writes the body itself; DecodeManifest checks its hash
+// against nlohmann's dump() of what it parsed. The two must agree byte for
+// byte for every kind of field and character a name may hold.
+TEST(ManifestTest, WrittenBodyIsExactlyTheCanonicalDump) {
+  std::string every_control;
+  for (char c = 1; c < 0x20; ++c) every_control += c;
+  const std::string awkward = "q\"b\\s/ " + every_control + "\x7f caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80";
+  for (Manifest m : {SampleManifest(), IncrementalManifest(), Manifest()}) {
+    m.job_id = awkward;
+    if (!m.tensors.empty()) m.tensors[0].name = awkward + "w";
+    const std::string bytes = EncodeManifest(m);
+    json top = json::parse(bytes);
+    const std::string canonical = top["manifest"].dump();
+    EXPECT_NE(bytes.find(canonical), std::string::npos) << bytes;
+    EXPECT_EQ(top["manifest_xxh3"], HashToHex(Xxh3(canonical.data(), canonical.size())));
+    auto d = DecodeManifest(bytes, kOrigin);
+    ASSERT_OK(d);
+    EXPECT_EQ(d->job_id, awkward);
+    if (!m.tensors.empty()) EXPECT_EQ(d->tensors[0].name, awkward + "w");
+    EXPECT_EQ(EncodeManifest(*d), bytes);
+  }
+}
+
 TEST(ManifestTest, ReferencesRoundTrip) {
   Manifest m = IncrementalManifest();
   ASSERT_OK(Validate(m));
