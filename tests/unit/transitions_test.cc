@@ -648,5 +648,62 @@ TEST_F(TransitionsTest, EvaluationsAreQueuedPlacedOnLeftoversAndSuperseded) {
   EXPECT_EQ(s_.evals.at(last).gpu, -1);
 }
 
+// Results are kept however many there are; superseded and failed
+// evaluations only the newest kKeptWithoutResult of them per job, the older
+// ones deleted from the state and the store (named in the changes).
+TEST_F(TransitionsTest, EvaluationsWithoutAResultAreKeptOnlyTheNewestFew) {
+  Changes ch;
+  Job spec;
+  spec.name = "j";
+  spec.team = "ml";
+  spec.min_gpus = spec.max_gpus = 1;
+  spec.eval = R"({"command":["eval"]})";
+  spec.eval_every = 1;
+  const int64_t job = SubmitJob(s_, spec, kT0, &ch).value();
+  Job& j = s_.jobs.at(job);
+  int64_t step = 0;
+  std::vector<int64_t> created;
+  auto queue = [&] {
+    QueueEvaluation(s_, j, ++step, kT0 + step, &ch);
+    created.push_back(s_.evals.rbegin()->first);
+  };
+  auto count = [&](EvalState state) {
+    return std::count_if(s_.evals.begin(), s_.evals.end(),
+                         [&](const auto& e) { return e.second.state == state; });
+  };
+  const size_t kMany = 3 * kKeptWithoutResult;
+  std::set<int64_t> done;
+  for (size_t i = 0; i < kMany; ++i) {
+    queue();
+    if (i % 3 == 0) {  // a third end with a result, a third fail, a third are superseded
+      EvalTask& e = s_.evals.at(created.back());
+      e.state = i % 2 == 0 ? EvalState::kDone : EvalState::kFailed;
+      if (e.state == EvalState::kDone) done.insert(e.id);
+    }
+  }
+  queue();
+  ch = Changes();
+  queue();  // supersedes the one before
+  EXPECT_EQ(size_t(count(EvalState::kSuperseded) + count(EvalState::kFailed)), kKeptWithoutResult);
+  EXPECT_EQ(count(EvalState::kPending), 1);
+  for (int64_t id : done) EXPECT_EQ(s_.evals.count(id), 1u) << id;  // results stay
+  // What was deleted is named so the store deletes its rows.
+  size_t named = 0;
+  for (int64_t id : ch.evals) named += s_.evals.count(id) == 0;
+  EXPECT_GE(named, 1u);
+  // The kept ones are the newest.
+  int64_t oldest_kept = INT64_MAX, newest_gone = 0;
+  for (int64_t id : created) {
+    auto e = s_.evals.find(id);
+    if (e == s_.evals.end()) {
+      newest_gone = std::max(newest_gone, id);
+    } else if (e->second.state == EvalState::kSuperseded || e->second.state == EvalState::kFailed) {
+      oldest_kept = std::min(oldest_kept, id);
+    }
+  }
+  EXPECT_GT(newest_gone, 0);
+  EXPECT_LT(newest_gone, oldest_kept);
+}
+
 }  // namespace
 }  // namespace stint::stintd

@@ -26,6 +26,7 @@ void QueueEvaluation(ClusterState& s, Job& job, int64_t step, TimeMs now, Change
   job.checkpoints++;
   changes->jobs.insert(job.id);
   if (job.checkpoints % job.eval_every != 0) return;
+  std::vector<int64_t> without_result;  // the job's superseded and failed ones, oldest first
   for (auto& [id, e] : s.evals) {
     if (e.job_id != job.id) continue;
     if (e.step == step && e.state != EvalState::kSuperseded) return;  // this one is queued already
@@ -35,6 +36,16 @@ void QueueEvaluation(ClusterState& s, Job& job, int64_t step, TimeMs now, Change
       e.message = "superseded by the checkpoint of step " + std::to_string(step);
       changes->evals.insert(id);
     }
+    if (e.state == EvalState::kSuperseded || e.state == EvalState::kFailed) {
+      without_result.push_back(id);
+    }
+  }
+  // Results are kept; of the rest only the newest few, or a job that
+  // checkpoints often would grow the table (and every heartbeat's walk of
+  // it) without end.
+  for (size_t k = 0; k + kKeptWithoutResult < without_result.size(); ++k) {
+    s.evals.erase(without_result[k]);
+    changes->evals.insert(without_result[k]);  // deleted from the store
   }
   EvalTask e;
   e.id = s.next_id++;

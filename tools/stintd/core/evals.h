@@ -14,10 +14,15 @@
 
 namespace stint::stintd {
 
+// How many of a job's evaluations that ended without a result (superseded,
+// failed) are kept; older ones are deleted. Results are all kept.
+constexpr size_t kKeptWithoutResult = 16;
+
 // A durable checkpoint of `step` was reported for `job`: counted, and every
 // job.eval_every-th queued for evaluation (superseding the job's evaluation
-// still waiting, so the backlog never grows). Nothing for a job without an
-// evaluation.
+// still waiting, so the backlog never grows; beyond kKeptWithoutResult, the
+// oldest that ended without a result are deleted). Nothing for a job without
+// an evaluation.
 void QueueEvaluation(ClusterState& s, Job& job, int64_t step, TimeMs now, Changes* changes);
 
 // What node window `window` runs now, at most `slots` evaluations at once:

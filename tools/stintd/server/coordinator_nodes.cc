@@ -308,8 +308,8 @@ Result<std::vector<int64_t>> Coordinator::NodeEvaluations(const std::string& nod
     for (const EvalExit& e : exits) {
       Status reported =
           ReportEvaluation(s, node, e.eval_id, e.exit_code, e.result, e.message, now, c);
-      // An evaluation gone from the state (it cannot be: they are kept) is
-      // not this heartbeat's failure.
+      // An evaluation gone from the state (stopped, superseded and deleted
+      // while the agent ran it) is not this heartbeat's failure.
       if (!reported.ok() && reported.code() != Code::kNotFound) return reported;
     }
     const Window* open = NodeWindow(s, node, now);
