@@ -88,6 +88,25 @@ def test_unflagged_tensors_are_hashed_and_unchanged_chunks_skipped(tmp_path):
         assert ck.load(step=1)["x"][5].item() == 5.0
 
 
+def test_a_base_unchanged_last_time_is_matched_in_place_and_changes_still_saved(tmp_path):
+    """Without frozen=: from the third save on, a tensor the previous save
+    found unchanged is hashed in its own memory, not copied; a chunk of it
+    that did change is found and written."""
+    base = torch.arange(1 << 16, dtype=torch.float32)  # four 64 KiB chunks
+    with stint.Checkpointer(tmp_path / "ck", incremental=True, chunk_size=64 << 10) as ck:
+        for step in (1, 2, 3):
+            ck.save(step, {"base": base, "step": step}).durable.result(timeout=60)
+        last = ck.stats()["last"]
+        assert last["matched_in_place_bytes"] == base.nbytes, last
+        base[(1 << 14) + 3] = -1.0  # the second chunk changes
+        ck.save(4, {"base": base, "step": 4}).durable.result(timeout=60)
+        last = ck.stats()["last"]
+        assert last["matched_in_place_bytes"] == 3 * (64 << 10), last
+        assert last["stored_bytes"] >= 64 << 10, last
+        assert torch.equal(ck.load(step=4)["base"], base)
+        assert ck.load(step=3)["base"][(1 << 14) + 3].item() == float((1 << 14) + 3)
+
+
 def test_frozen_names_must_exist(tmp_path):
     with stint.Checkpointer(tmp_path / "ck", incremental=True) as ck:
         with pytest.raises(stint.NotFoundError, match="model.nope"):
