@@ -496,10 +496,32 @@ int JsonDepthUpTo(std::string_view bytes, int limit) {
 
 constexpr int kMaxManifestDepth = 16;  // a valid manifest needs 7
 
+// EncodeManifest's envelope around the canonical body.
+constexpr std::string_view kEnvelopeHead = "{\"manifest\":";
+constexpr std::string_view kEnvelopeHashKey = ",\"manifest_xxh3\":\"";
+constexpr std::string_view kEnvelopeTail = "\"}\n";
+
+// The body's bytes and the stored hash's text when `bytes` is exactly that
+// envelope: the body is then stored as its canonical dump, and hashing it
+// where it lies spares re-dumping the parsed body (half a decode's time).
+bool SplitEnvelope(std::string_view bytes, std::string_view* body, std::string_view* hex) {
+  const size_t tail = kEnvelopeHashKey.size() + 16 + kEnvelopeTail.size();
+  if (bytes.size() < kEnvelopeHead.size() + tail || bytes.substr(0, kEnvelopeHead.size()) != kEnvelopeHead ||
+      bytes.substr(bytes.size() - kEnvelopeTail.size()) != kEnvelopeTail ||
+      bytes.substr(bytes.size() - tail, kEnvelopeHashKey.size()) != kEnvelopeHashKey) {
+    return false;
+  }
+  *body = bytes.substr(kEnvelopeHead.size(), bytes.size() - tail - kEnvelopeHead.size());
+  *hex = bytes.substr(bytes.size() - tail + kEnvelopeHashKey.size(), 16);
+  return true;
+}
+
 }  // namespace
 
 Result<Manifest> DecodeManifest(std::string_view bytes, std::string_view origin_view) {
   std::string origin(origin_view);
+  std::string_view stored_body, stored_hex;
+  const bool as_written = SplitEnvelope(bytes, &stored_body, &stored_hex);
   if (JsonDepthUpTo(bytes, kMaxManifestDepth) > kMaxManifestDepth) {
     return Status::DataLoss(origin + ": manifest nests deeper than " +
                             std::to_string(kMaxManifestDepth) + " levels");
@@ -511,7 +533,6 @@ Result<Manifest> DecodeManifest(std::string_view bytes, std::string_view origin_
     STINT_RETURN_IF_ERROR(f.CheckObject());
     STINT_ASSIGN_OR_RETURN(std::string hex, f.String("manifest_xxh3"));
     STINT_ASSIGN_OR_RETURN(const json* body, f.Object("manifest"));
-    std::string canonical = body->dump();
     auto want = HexToHash(hex);
     if (!want.ok()) return f.BadValue("manifest_xxh3", want.status().message());
     // Version first: a future format must say "unknown version", not "bad checksum".
@@ -521,9 +542,13 @@ Result<Manifest> DecodeManifest(std::string_view bytes, std::string_view origin_
         (*version)[0].get<uint64_t>() != uint64_t(kFormatMajor)) {
       return DecodeBody(*body, origin);
     }
-    if (Xxh3(canonical.data(), canonical.size()) != *want) {
-      return Status::DataLoss(origin + ": manifest checksum mismatch");
+    bool sound = as_written && stored_hex == hex &&
+                 Xxh3(stored_body.data(), stored_body.size()) == *want;
+    if (!sound) {  // not as EncodeManifest wrote it: the canonical dump decides
+      std::string canonical = body->dump();
+      sound = Xxh3(canonical.data(), canonical.size()) == *want;
     }
+    if (!sound) return Status::DataLoss(origin + ": manifest checksum mismatch");
     return DecodeBody(*body, origin);
   } catch (const std::exception& e) {  // nlohmann on pathological input; never escapes
     return Status::DataLoss(origin + ": malformed manifest: " + e.what());

@@ -441,6 +441,21 @@ TEST(ManifestCorruptionTest, WhitespaceDoesNotMatter) {
   json top = SampleJson();
   EXPECT_OK(DecodeManifest(top.dump(), kOrigin));
   EXPECT_OK(DecodeManifest(top.dump(8), kOrigin));
+  EXPECT_OK(DecodeManifest(top.dump(1) + "\n", kOrigin));  // how manifests were written before
+  // The writer's envelope around a body that is not its canonical dump: the
+  // stored bytes do not hash to manifest_xxh3, the canonical dump does.
+  std::string hex = top["manifest_xxh3"];
+  EXPECT_OK(DecodeManifest(
+      "{\"manifest\":" + top["manifest"].dump(2) + ",\"manifest_xxh3\":\"" + hex + "\"}\n",
+      kOrigin));
+  // And a body changed inside that envelope is a mismatch either way.
+  std::string bytes = EncodeManifest(SampleManifest());
+  size_t at = bytes.find("\"job-7\"");
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 5] = '8';
+  auto d = DecodeManifest(bytes, kOrigin);
+  EXPECT_EQ(d.status().code(), Code::kDataLoss);
+  EXPECT_NE(d.status().message().find("checksum mismatch"), std::string::npos) << d.status().ToString();
 }
 
 TEST(ManifestCorruptionTest, UnknownMajorVersionIsUnimplemented) {
