@@ -9,7 +9,9 @@
 #include <mutex>
 #include <new>
 #include <optional>
+#include <string_view>
 #include <thread>
+#include <unordered_map>
 
 #include "base/mapped_buffer.h"
 #include "base/thread_pool.h"
@@ -112,6 +114,8 @@ class CheckpointReaderImpl final : public CheckpointReader {
         options_(options),
         decode_pool_(options.threads != 0 ? options.threads
                                           : std::max(1u, std::thread::hardware_concurrency()) - 1) {
+    // A load plans every destination by name: no linear search per tensor.
+    for (const TensorRecord& t : m_.tensors) tensors_.emplace(t.name, &t);
   }
 
   Status OpenFiles() {
@@ -363,7 +367,8 @@ class CheckpointReaderImpl final : public CheckpointReader {
   }
 
   Status PlanTensor(const TensorDest& d, ReadPlan* plan) const {
-    const TensorRecord* t = m_.FindTensor(d.name);
+    auto found = tensors_.find(d.name);
+    const TensorRecord* t = found == tensors_.end() ? nullptr : found->second;
     std::string ctx = dir_ + ": tensor '" + d.name + "'";
     if (t == nullptr) return Status::NotFound(ctx + " is not in this checkpoint");
     if (t->dtype != d.dtype) {
@@ -615,6 +620,7 @@ class CheckpointReaderImpl final : public CheckpointReader {
 
   const std::string dir_;
   const Manifest m_;
+  std::unordered_map<std::string_view, const TensorRecord*> tensors_;  // m_'s, by name
   Env* const env_;
   // Declared before engine_: unmapped only after the engine that may hold
   // them registered is gone.

@@ -67,6 +67,7 @@ struct Manifest {
   // size; digest unused (each referenced chunk's XXH3 covers its bytes).
   std::vector<FileRecord> refs;
 
+  // Linear searches, for one-off lookups (a reader indexes its tensors).
   const TensorRecord* FindTensor(std::string_view name) const;
   const BlobRecord* FindBlob(std::string_view name) const;
   const FileRecord* FindFile(std::string_view name) const;
