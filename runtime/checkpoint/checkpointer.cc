@@ -189,10 +189,9 @@ Result<SaveHandle> CheckpointerImpl::TakeSnapshot(const State& state,
   SourceHashing hashing{job->base.get(), [&unchanged](const SnapshotEntry& e) {
                           return unchanged->count(ShardKey(e.name, e.offsets, e.extents)) != 0;
                         }};
-  StagingCopies copies =
-      PlanStagingCopies(state, job->snapshot.layout, image,
-                        options_.snapshot == SnapshotMode::kLazy,
-                        unchanged != nullptr && !unchanged->empty() ? &hashing : nullptr);
+  StagingCopies copies = PlanStagingCopies(
+      state, job->snapshot.layout, image, options_.snapshot == SnapshotMode::kLazy,
+      unchanged != nullptr && !unchanged->empty() ? &hashing : nullptr);
   job->snapshot.unchanged = copies.unchanged;
   SaveHandle handle{
       step, false, ReadyFuture(Status::OK()), job->durable.get_future().share(),

@@ -330,7 +330,7 @@ class SnapshotFileWriter {
   const SnapshotLayout& layout_;
   const char* const image_;
   const std::vector<uint8_t>* const unchanged_;  // Snapshot::unchanged, by chunk i; may be null
-  StagingWatermark* const filled_;         // null: the image is filled
+  StagingWatermark* const filled_;               // null: the image is filled
   const PersistOptions& options_;
   const uint64_t io_size_;
   const bool image_is_file_;

@@ -38,8 +38,7 @@ Status CheckShard(const TensorShard& t, std::vector<int64_t>* offsets,
 // The manifest stores names as JSON strings.
 Status CheckName(const char* what, const std::string& name) {
   if (IsValidUtf8(name)) return Status::OK();
-  return Status::InvalidArgument(std::string(what) + " name '" + name +
-                                 "' is not valid UTF-8");
+  return Status::InvalidArgument(std::string(what) + " name '" + name + "' is not valid UTF-8");
 }
 
 void AddChunks(SnapshotEntry* e, uint64_t chunk_size, uint64_t* cursor) {
@@ -168,13 +167,12 @@ StagingCopies PlanStagingCopies(const State& state, const SnapshotLayout& layout
     for (size_t c = 0; c < e.chunk_len.size(); ++c, ++chunk_index) {
       uint64_t len = e.chunk_len[c];
       // Device bytes arrive by DMA; only the padding is written here.
-      StagingPiece piece = on_device ? StagingPiece{nullptr, e.chunk_offset[c] + len, 0,
-                                                    AlignUp(len == 0 ? 1 : len) - len}
-                                     : StagingPiece{src + done, e.chunk_offset[c], len,
-                                                    AlignUp(len == 0 ? 1 : len)};
+      StagingPiece piece =
+          on_device
+              ? StagingPiece{nullptr, e.chunk_offset[c] + len, 0, AlignUp(len == 0 ? 1 : len) - len}
+              : StagingPiece{src + done, e.chunk_offset[c], len, AlignUp(len == 0 ? 1 : len)};
       // The base chunks the same bytes of the shard, if it chunks them alike.
-      if (base_chunks != nullptr && c < base_chunks->size() &&
-          (*base_chunks)[c].raw_len == len) {
+      if (base_chunks != nullptr && c < base_chunks->size() && (*base_chunks)[c].raw_len == len) {
         piece.base_hash = &*(*base_chunks)[c].raw_hash;
         piece.unchanged = &(*out.unchanged)[chunk_index];
       }

@@ -193,10 +193,22 @@ class CanonicalWriter {
   std::string Take() { return std::move(out_); }
 
   // Each object's keys must be given in byte order.
-  void Open() { out_ += '{'; first_ = true; }
-  void Close() { out_ += '}'; first_ = false; }
-  void OpenArray() { out_ += '['; first_ = true; }
-  void CloseArray() { out_ += ']'; first_ = false; }
+  void Open() {
+    out_ += '{';
+    first_ = true;
+  }
+  void Close() {
+    out_ += '}';
+    first_ = false;
+  }
+  void OpenArray() {
+    out_ += '[';
+    first_ = true;
+  }
+  void CloseArray() {
+    out_ += ']';
+    first_ = false;
+  }
   void Key(const char* key) {
     Comma();
     out_ += '"';
@@ -212,13 +224,27 @@ class CanonicalWriter {
     for (char ch : v) {
       auto c = static_cast<unsigned char>(ch);
       switch (c) {
-        case '"': out_ += "\\\""; break;
-        case '\\': out_ += "\\\\"; break;
-        case '\b': out_ += "\\b"; break;
-        case '\f': out_ += "\\f"; break;
-        case '\n': out_ += "\\n"; break;
-        case '\r': out_ += "\\r"; break;
-        case '\t': out_ += "\\t"; break;
+        case '"':
+          out_ += "\\\"";
+          break;
+        case '\\':
+          out_ += "\\\\";
+          break;
+        case '\b':
+          out_ += "\\b";
+          break;
+        case '\f':
+          out_ += "\\f";
+          break;
+        case '\n':
+          out_ += "\\n";
+          break;
+        case '\r':
+          out_ += "\\r";
+          break;
+        case '\t':
+          out_ += "\\t";
+          break;
         default:
           if (c < 0x20) {
             static const char kHex[] = "0123456789abcdef";
@@ -506,7 +532,8 @@ constexpr std::string_view kEnvelopeTail = "\"}\n";
 // where it lies spares re-dumping the parsed body (half a decode's time).
 bool SplitEnvelope(std::string_view bytes, std::string_view* body, std::string_view* hex) {
   const size_t tail = kEnvelopeHashKey.size() + 16 + kEnvelopeTail.size();
-  if (bytes.size() < kEnvelopeHead.size() + tail || bytes.substr(0, kEnvelopeHead.size()) != kEnvelopeHead ||
+  if (bytes.size() < kEnvelopeHead.size() + tail ||
+      bytes.substr(0, kEnvelopeHead.size()) != kEnvelopeHead ||
       bytes.substr(bytes.size() - kEnvelopeTail.size()) != kEnvelopeTail ||
       bytes.substr(bytes.size() - tail, kEnvelopeHashKey.size()) != kEnvelopeHashKey) {
     return false;
@@ -542,8 +569,8 @@ Result<Manifest> DecodeManifest(std::string_view bytes, std::string_view origin_
         (*version)[0].get<uint64_t>() != uint64_t(kFormatMajor)) {
       return DecodeBody(*body, origin);
     }
-    bool sound = as_written && stored_hex == hex &&
-                 Xxh3(stored_body.data(), stored_body.size()) == *want;
+    bool sound =
+        as_written && stored_hex == hex && Xxh3(stored_body.data(), stored_body.size()) == *want;
     if (!sound) {  // not as EncodeManifest wrote it: the canonical dump decides
       std::string canonical = body->dump();
       sound = Xxh3(canonical.data(), canonical.size()) == *want;

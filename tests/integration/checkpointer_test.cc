@@ -241,7 +241,8 @@ TEST_P(CheckpointerTest, NamesThatAreNotUtf8AreRefusedAtSave) {
   }
   EXPECT_TRUE((*ckpt)->ListCommitted()->empty());
   State fine;  // UTF-8 beyond ASCII is a name like any other
-  fine.tensors = {TensorShard{"caf\xc3\xa9.\xf0\x9f\x98\x80", DType::kFloat32, {4}, {}, {}, w.data()}};
+  fine.tensors = {
+      TensorShard{"caf\xc3\xa9.\xf0\x9f\x98\x80", DType::kFloat32, {4}, {}, {}, w.data()}};
   auto h = (*ckpt)->Save(1, fine);
   ASSERT_OK(h);
   ASSERT_OK(h->durable.get());

@@ -141,7 +141,8 @@ Manifest IncrementalManifest() {
 TEST(ManifestTest, WrittenBodyIsExactlyTheCanonicalDump) {
   std::string every_control;
   for (char c = 1; c < 0x20; ++c) every_control += c;
-  const std::string awkward = "q\"b\\s/ " + every_control + "\x7f caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80";
+  const std::string awkward =
+      "q\"b\\s/ " + every_control + "\x7f caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80";
   for (Manifest m : {SampleManifest(), IncrementalManifest(), Manifest()}) {
     m.job_id = awkward;
     if (!m.tensors.empty()) m.tensors[0].name = awkward + "w";
@@ -455,7 +456,8 @@ TEST(ManifestCorruptionTest, WhitespaceDoesNotMatter) {
   bytes[at + 5] = '8';
   auto d = DecodeManifest(bytes, kOrigin);
   EXPECT_EQ(d.status().code(), Code::kDataLoss);
-  EXPECT_NE(d.status().message().find("checksum mismatch"), std::string::npos) << d.status().ToString();
+  EXPECT_NE(d.status().message().find("checksum mismatch"), std::string::npos)
+      << d.status().ToString();
 }
 
 TEST(ManifestCorruptionTest, UnknownMajorVersionIsUnimplemented) {
