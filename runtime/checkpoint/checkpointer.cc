@@ -186,9 +186,7 @@ Result<SaveHandle> CheckpointerImpl::TakeSnapshot(const State& state,
     std::lock_guard<std::mutex> lock(mu_);
     unchanged = unchanged_shards_;
   }
-  SourceHashing hashing{job->base.get(), [&unchanged](const SnapshotEntry& e) {
-                          return unchanged->count(ShardKey(e.name, e.offsets, e.extents)) != 0;
-                        }};
+  SourceHashing hashing{job->base.get(), unchanged.get()};
   StagingCopies copies = PlanStagingCopies(
       state, job->snapshot.layout, image, options_.snapshot == SnapshotMode::kLazy,
       unchanged != nullptr && !unchanged->empty() ? &hashing : nullptr);

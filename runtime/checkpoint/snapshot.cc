@@ -158,7 +158,8 @@ StagingCopies PlanStagingCopies(const State& state, const SnapshotLayout& layout
             DeviceCopy{t.device, t.stream, buffer + e.chunk_offset[0], src, size_t(e.raw_bytes)});
       }
       if (!on_device && lazy_host) pieces = &out.later[when];
-      if (!on_device && hashing != nullptr && e.raw_bytes > 0 && hashing->worth_it(e)) {
+      if (!on_device && hashing != nullptr && e.raw_bytes > 0 &&
+          hashing->unchanged->count(ShardKey(e.name, e.offsets, e.extents)) != 0) {
         base_chunks =
             hashing->base->FindShard(e.name, e.dtype, e.global_shape, e.offsets, e.extents);
       }

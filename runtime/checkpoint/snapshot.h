@@ -6,9 +6,9 @@
 #define STINT_RUNTIME_CHECKPOINT_SNAPSHOT_H_
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "base/thread_pool.h"
@@ -67,10 +67,11 @@ struct StagingPiece {
 
 // Incremental saves: which shards' chunks are hashed from their own memory
 // before they are copied (StagingPiece::base_hash). A chunk that differs is
-// then copied too, so only shards likely unchanged (`worth_it`) are tried.
+// then copied too, so only shards likely unchanged are tried: those whose
+// ShardKey is in `unchanged` (the previous save found them whole in its base).
 struct SourceHashing {
   const IncrementalBase* base;
-  std::function<bool(const SnapshotEntry&)> worth_it;
+  const std::unordered_set<std::string>* unchanged;
 };
 
 // Every copy that fills a staging buffer, by when it runs. Indexed by
@@ -88,7 +89,7 @@ struct StagingCopies {
 // Device tensors (device >= 0) go into `device`: each tensor's chunks are
 // back to back in the buffer, so one copy fills them. With `lazy_host`,
 // host tensors go into `later`, else into `now`. With `hashing`, the chunks
-// of host shards it finds worth it are hashed before they are copied.
+// of the host shards it names are hashed before they are copied.
 StagingCopies PlanStagingCopies(const State& state, const SnapshotLayout& layout, char* buffer,
                                 bool lazy_host, const SourceHashing* hashing = nullptr);
 // Runs `pieces` (in staging order, as planned) into `buffer` with the

@@ -482,16 +482,27 @@ bool IsValidRefPath(std::string_view path) {
   return !file.empty() && file[0] != '.' && file.find('/') == std::string_view::npos;
 }
 
+namespace {
+
+// The file around the canonical body: head, body, hash key, the body's
+// XXH3 as 16 hex digits, tail.
+constexpr std::string_view kEnvelopeHead = "{\"manifest\":";
+constexpr std::string_view kEnvelopeHashKey = ",\"manifest_xxh3\":\"";
+constexpr std::string_view kEnvelopeTail = "\"}\n";
+
+}  // namespace
+
 std::string EncodeManifest(const Manifest& m) {
   std::string canonical = CanonicalBody(m);
   std::string hash = HashToHex(Xxh3(canonical.data(), canonical.size()));
   std::string out;
-  out.reserve(canonical.size() + 64);
-  out += "{\"manifest\":";
+  out.reserve(kEnvelopeHead.size() + canonical.size() + kEnvelopeHashKey.size() + hash.size() +
+              kEnvelopeTail.size());
+  out += kEnvelopeHead;
   out += canonical;
-  out += ",\"manifest_xxh3\":\"";
+  out += kEnvelopeHashKey;
   out += hash;
-  out += "\"}\n";
+  out += kEnvelopeTail;
   return out;
 }
 
@@ -522,13 +533,8 @@ int JsonDepthUpTo(std::string_view bytes, int limit) {
 
 constexpr int kMaxManifestDepth = 16;  // a valid manifest needs 7
 
-// EncodeManifest's envelope around the canonical body.
-constexpr std::string_view kEnvelopeHead = "{\"manifest\":";
-constexpr std::string_view kEnvelopeHashKey = ",\"manifest_xxh3\":\"";
-constexpr std::string_view kEnvelopeTail = "\"}\n";
-
-// The body's bytes and the stored hash's text when `bytes` is exactly that
-// envelope: the body is then stored as its canonical dump, and hashing it
+// The body's bytes and the stored hash's text when `bytes` is exactly
+// EncodeManifest's envelope: the body is then stored as its canonical dump, and hashing it
 // where it lies spares re-dumping the parsed body (half a decode's time).
 bool SplitEnvelope(std::string_view bytes, std::string_view* body, std::string_view* hex) {
   const size_t tail = kEnvelopeHashKey.size() + 16 + kEnvelopeTail.size();

@@ -559,6 +559,17 @@ TEST_F(TransitionsTest, ALongLossCurveIsThinnedKeepingItsEnds) {
 
 // --- evaluations (evals.h) ---
 
+// A job of `gpus` GPUs that evaluates every `every`-th checkpoint.
+Job EvaluatedJob(int gpus, int every) {
+  Job spec;
+  spec.name = "j";
+  spec.team = "ml";
+  spec.min_gpus = spec.max_gpus = gpus;
+  spec.eval = R"({"command":["eval"]})";
+  spec.eval_every = every;
+  return spec;
+}
+
 TEST_F(TransitionsTest, EvaluationsAreQueuedPlacedOnLeftoversAndSuperseded) {
   Changes ch;
   // A node window with GPUs 0-3; a job on GPUs 0 and 1 evaluates every
@@ -572,12 +583,7 @@ TEST_F(TransitionsTest, EvaluationsAreQueuedPlacedOnLeftoversAndSuperseded) {
   node.node_gpus = {0, 1, 2, 3};
   const int64_t nw = AddWindow(s_, node, kT0, &ch).value();
   node = s_.windows.at(nw);
-  Job spec;
-  spec.name = "j";
-  spec.team = "ml";
-  spec.min_gpus = spec.max_gpus = 2;
-  spec.eval = R"({"command":["eval"]})";
-  spec.eval_every = 2;
+  Job spec = EvaluatedJob(2, 2);
   spec.eval_gpus = 1;
   const int64_t job = SubmitJob(s_, spec, kT0, &ch).value();
   Plan plan;
@@ -653,13 +659,7 @@ TEST_F(TransitionsTest, EvaluationsAreQueuedPlacedOnLeftoversAndSuperseded) {
 // ones deleted from the state and the store (named in the changes).
 TEST_F(TransitionsTest, EvaluationsWithoutAResultAreKeptOnlyTheNewestFew) {
   Changes ch;
-  Job spec;
-  spec.name = "j";
-  spec.team = "ml";
-  spec.min_gpus = spec.max_gpus = 1;
-  spec.eval = R"({"command":["eval"]})";
-  spec.eval_every = 1;
-  const int64_t job = SubmitJob(s_, spec, kT0, &ch).value();
+  const int64_t job = SubmitJob(s_, EvaluatedJob(1, 1), kT0, &ch).value();
   Job& j = s_.jobs.at(job);
   int64_t step = 0;
   std::vector<int64_t> created;
