@@ -195,7 +195,10 @@ class Checkpointer:
                          requeued elsewhere) gets AbortedError "fenced: ..."
                          on the durable future, and nothing committed or
                          LATEST moves. fencing_token=0 then records the
-                         worker's. A stint.elastic.ElasticWorker or
+                         worker's; retention then also keeps the steps an
+                         evaluation of the job is queued or running on
+                         (stintd's pinned steps). A
+                         stint.elastic.ElasticWorker or
                          stint._C.CoordinatorSession: check its registration
                          instead; False: never check. Without stint-agent and
                          without a session there is nothing to check.

@@ -438,7 +438,7 @@ void CheckpointerImpl::ReportOutcome(std::unique_ptr<PersistJob> job, const Stat
 void CheckpointerImpl::ApplyRetentionAfter(uint64_t step) {
   std::string held_back;
   Status r = ApplyRetention(env_, options_.root, options_.keep_last, options_.keep_every,
-                            &tier1_guard_, PinnedSteps(), &held_back);
+                            &tier1_guard_, PinnedSteps(), &held_back, options_.retention_pins);
   std::lock_guard<std::mutex> lock(mu_);
   stats_.retention_held_back = std::move(held_back);
   if (!r.ok() && background_error_.ok()) {

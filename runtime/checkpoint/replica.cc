@@ -118,6 +118,7 @@ Replicator::Replicator(const CheckpointOptions& options, RetentionGuard* source_
       dst_root_(options.replica_root),
       keep_last_(options.replica_keep_last),
       keep_every_(options.replica_keep_every),
+      pins_(options.retention_pins),
       verify_(options.replica_verify),
       source_guard_(source_guard) {
   // Tier 2 never stops tier 1: a replica path that is down now is reported
@@ -228,7 +229,8 @@ Status Replicator::Replicate(const Job& job) {
     ++replicated_;
     last_ = ReplicaStats{job.step, bytes, SecondsSince(t0), SecondsSince(job.saved_at)};
   }
-  Status r = ApplyRetention(dst_env_, dst_root_, keep_last_, keep_every_, nullptr);
+  Status r = ApplyRetention(dst_env_, dst_root_, keep_last_, keep_every_, nullptr, {}, nullptr,
+                            pins_);
   if (!r.ok()) {
     RecordError(r.WithContext("tier-2 retention after step " + std::to_string(job.step)));
   }

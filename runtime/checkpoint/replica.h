@@ -107,6 +107,7 @@ class Replicator {
   const std::string dst_root_;
   const int keep_last_;
   const uint64_t keep_every_;
+  const RetentionPins pins_;  // options.retention_pins: kept in tier 2 too
   const bool verify_;
   RetentionGuard* const source_guard_;
 

@@ -93,7 +93,7 @@ Result<std::set<uint64_t>> ReferencedSteps(Env* env, const std::string& root,
 
 Status ApplyRetention(Env* env, const std::string& root, int keep_last, uint64_t keep_every,
                       RetentionGuard* guard, const std::set<uint64_t>& pinned,
-                      std::string* held_back) {
+                      std::string* held_back, const RetentionPins& pins) {
   if (held_back != nullptr) held_back->clear();
   STINT_ASSIGN_OR_RETURN(auto steps, ListCheckpointSteps(env, root));
   std::optional<uint64_t> protect;
@@ -113,15 +113,22 @@ Status ApplyRetention(Env* env, const std::string& root, int keep_last, uint64_t
       return hold_back(m.status().WithContext(StepDirName(step) + " cannot be judged"));
     }
   }
+  std::set<uint64_t> keep = pinned;  // whatever StepsToDelete says
+  if (pins) {
+    Result<std::set<uint64_t>> named = pins();
+    if (!named.ok()) return hold_back(named.status().WithContext("the pinned steps are unknown"));
+    keep.insert(named->begin(), named->end());
+  }
   std::set<uint64_t> kept(steps.begin(), steps.end());
   for (uint64_t s : doomed) kept.erase(s);
-  kept.insert(pinned.begin(), pinned.end());
+  kept.insert(keep.begin(), keep.end());
   if (guard != nullptr) {
     if (auto held = guard->held()) kept.insert(*held);
   }
   auto referenced = ReferencedSteps(env, root, kept);
   if (!referenced.ok()) return hold_back(referenced.status());
   for (uint64_t step : doomed) {
+    if (keep.count(step) != 0) continue;
     if (referenced->count(step) != 0) continue;  // a kept checkpoint's chunks live there
     Status deleted = guard != nullptr ? guard->DeleteUnlessHeld(env, root, step)
                                       : DeleteCheckpoint(env, root, step);

@@ -4,6 +4,7 @@
 #define STINT_RUNTIME_CHECKPOINT_RETENTION_H_
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -53,17 +54,23 @@ class RetentionGuard {
 Result<std::set<uint64_t>> ReferencedSteps(Env* env, const std::string& root,
                                            const std::set<uint64_t>& kept);
 
+// Steps retention must keep that only someone else knows (an evaluation
+// queued on them: CheckpointOptions::retention_pins).
+using RetentionPins = std::function<Result<std::set<uint64_t>>()>;
+
 // Deletes what StepsToDelete names among the committed steps of `root`, with
-// the step LATEST names protected, and never a step that a kept one, the
-// `guard`'s held step (may be null) or a `pinned` step (a save in progress
-// references it) references. When what a kept step references cannot be
-// established, or a step due for deletion has a manifest this build cannot
-// read (it may be a newer format's, referencing older steps), nothing at all
-// is deleted: OK is returned and *held_back (when not null) says why; it is
-// cleared when retention ran. Stops at the first deletion that fails.
+// the step LATEST names protected, and never a `pinned` step (a save in
+// progress references it), a step `pins` (may be empty; asked only when
+// something is due for deletion) names, nor one that a kept, held (by
+// `guard`, may be null), pinned or named step references. When the pins
+// cannot be had, what a kept step references cannot be established, or a
+// step due for deletion has a manifest this build cannot read (it may be a
+// newer format's, referencing older steps), nothing at all is deleted: OK is
+// returned and *held_back (when not null) says why; it is cleared when
+// retention ran. Stops at the first deletion that fails.
 Status ApplyRetention(Env* env, const std::string& root, int keep_last, uint64_t keep_every,
                       RetentionGuard* guard, const std::set<uint64_t>& pinned = {},
-                      std::string* held_back = nullptr);
+                      std::string* held_back = nullptr, const RetentionPins& pins = nullptr);
 
 }  // namespace stint
 

@@ -527,6 +527,30 @@ std::function<Status(uint64_t)> CoordinatorClient::CommitGuard() {
   return [this](uint64_t step) { return GuardCommit(step); };
 }
 
+Result<std::set<uint64_t>> CoordinatorClient::PinnedSteps() {
+  if (options_.job_id == 0) return Status::InvalidArgument("CoordinatorOptions.job_id is not set");
+  HttpRequest req;
+  req.token = JobToken();
+  req.method = "GET";
+  req.path = "/v1/jobs/" + std::to_string(options_.job_id) + "/pinned_steps";
+  STINT_ASSIGN_OR_RETURN(HttpReply reply, http_->Call(req));
+  const std::string what = req.method + " " + req.path;
+  const Json steps = reply.body.is_object() ? reply.body.value("steps", Json()) : Json();
+  if (!steps.is_array()) return Status::DataLoss(what + ": the answer has no \"steps\" array");
+  std::set<uint64_t> pinned;
+  for (const Json& step : steps) {
+    if (!step.is_number_unsigned()) {
+      return Status::DataLoss(what + ": \"steps\" holds " + step.dump() + ", not a step");
+    }
+    pinned.insert(step.get<uint64_t>());
+  }
+  return pinned;
+}
+
+std::function<Result<std::set<uint64_t>>()> CoordinatorClient::RetentionPins() {
+  return [this] { return PinnedSteps(); };
+}
+
 namespace {
 
 // A request on key `key` of the job's KV, with `token`; kInvalidArgument for

@@ -58,6 +58,7 @@ Status FenceCommits(CoordinatorClient* client, CheckpointOptions* options) {
   if (options->fencing_token == 0) options->fencing_token = reg->fencing_token;
   if (!options->commit_guard) options->commit_guard = client->CommitGuard();
   if (!options->token_guard) options->token_guard = CoordinatorTokenGuard(client);
+  if (!options->retention_pins) options->retention_pins = client->RetentionPins();
   return Status::OK();
 }
 

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "checkpoint/commit.h"
@@ -254,6 +255,88 @@ TEST_F(CoordClientTest, FencingGuardsARealCommitAndRefusesOnceTheSegmentEnded) {
   ASSERT_OK(latest);
   EXPECT_EQ(*latest, StepDirName(1));
   EXPECT_TRUE(IsFenced((*client)->Heartbeat(2).status()));
+}
+
+// A checkpoint an evaluation is queued or running on stays through
+// retention (FenceCommits asks stintd for the job's pinned steps): with
+// keep_last=3 the step of an evaluation that waits for a node survives three
+// newer saves, and more while a node runs it; the first save after it ended
+// deletes it.
+TEST_F(CoordClientTest, RetentionKeepsTheStepOfAQueuedOrRunningEvaluationUntilItEnds) {
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
+  ASSERT_EQ(admin_->Post("/v1/windows",
+                         {{"pool", "p"}, {"gpus", 1}, {"end_ms", WallNowMs() + 3600 * 1000}})
+                .status,
+            201);
+  auto submitted = admin_->Post("/v1/jobs", {{"name", "train"},
+                                             {"pool", "p"},
+                                             {"min_gpus", 1},
+                                             {"eval", {{"command", {"true"}}, {"every", 4}}}});
+  ASSERT_EQ(submitted.status, 201) << submitted.text;
+  const int64_t job = submitted.body["id"];
+  ASSERT_TRUE(Eventually([&] { return JobIn(job, "RUNNING"); })) << Job(job).dump();
+  auto client = CoordinatorClient::Create(WorkerOptions(job));
+  ASSERT_OK(client);
+  ASSERT_OK((*client)->Register());
+
+  CheckpointOptions co;
+  co.root = dir_.Sub("ckpt");
+  co.keep_last = 3;
+  co.io_engine = "posix";
+  ASSERT_OK(FenceCommits(client->get(), &co));
+  auto ckpt = Checkpointer::Open(co);
+  ASSERT_OK(ckpt);
+  std::vector<float> w(1024, 1.0f);
+  State state;
+  state.tensors.push_back({"w", DType::kFloat32, {int64_t(w.size())}, {}, {}, w.data()});
+  // Each save is durable, reported (every 4th queues an evaluation), and
+  // its retention has run.
+  auto save = [&](uint64_t step) {
+    auto saved = (*ckpt)->Save(step, state);
+    ASSERT_OK(saved);
+    ASSERT_OK(saved->durable.get());
+    ASSERT_OK((*ckpt)->Flush());
+    ASSERT_OK((*client)->ReportCheckpoint(step, 0.1));
+  };
+  auto steps = [&] {
+    auto listed = ListCheckpointSteps(Env::Default(), co.root);
+    return listed.ok() ? *listed : std::vector<uint64_t>{};
+  };
+  auto evals = [&] {
+    return admin_->Get("/v1/jobs/" + std::to_string(job) + "/losses").body["evals"];
+  };
+
+  for (uint64_t step = 1; step <= 7; step++) save(step);
+  ASSERT_EQ(evals().size(), 1u) << evals().dump();
+  EXPECT_EQ(evals()[0]["step"], 4);
+  EXPECT_EQ(evals()[0]["state"], "pending");
+  EXPECT_EQ(steps(), (std::vector<uint64_t>{4, 5, 6, 7}));
+  auto pinned = (*client)->PinnedSteps();
+  ASSERT_OK(pinned);
+  EXPECT_EQ(*pinned, (std::set<uint64_t>{4}));
+
+  // A node takes it up: running, it stays pinned.
+  HttpJson agent(daemon_->port(), StintdProcess::kAgentToken);
+  auto node =
+      agent.Post("/v1/nodes", {{"name", "n1"}, {"pool", "p"}, {"gpus", {0}}, {"kind", "spot"}});
+  ASSERT_EQ(node.status, 201) << node.text;
+  auto beat = agent.Post("/v1/nodes/n1/heartbeat", {{"eval_slots", 1}});
+  ASSERT_EQ(beat.status, 200) << beat.text;
+  ASSERT_EQ(beat.body["evals"].size(), 1u) << beat.text;
+  const int64_t eval_id = beat.body["evals"][0]["id"];
+  EXPECT_EQ(beat.body["evals"][0]["step"], 4);
+  save(8);
+  EXPECT_EQ(steps(), (std::vector<uint64_t>{4, 6, 7, 8}));
+
+  // It ended: the next save's retention deletes its step.
+  const json exit = {{"id", eval_id}, {"exit_code", 0}, {"result", {{"acc", 1}}}};
+  beat = agent.Post("/v1/nodes/n1/heartbeat",
+                    {{"eval_slots", 0}, {"eval_exits", json::array({exit})}});
+  ASSERT_EQ(beat.status, 200) << beat.text;
+  EXPECT_EQ(evals()[0]["state"], "done") << evals().dump();
+  save(9);
+  EXPECT_EQ(steps(), (std::vector<uint64_t>{7, 8, 9}));
+  EXPECT_EQ((*ckpt)->stats().retention_held_back, "");
 }
 
 // CoordinatorCommitChannel::Add is atomic over stintd's KV: ranks adding

@@ -75,6 +75,7 @@
 #include <future>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -187,6 +188,13 @@ struct CheckpointOptions {
   std::chrono::milliseconds copy_timeout{std::chrono::minutes(10)};
   int keep_last = 3;               // newest K committed checkpoints kept; 0 = all. Default: 3
   uint64_t keep_every = 0;         // also keep steps divisible by N forever; 0 = none. Default: 0
+  // Steps retention must keep besides (with the steps they reference), e.g.
+  // those an evaluation is queued or running on
+  // (CoordinatorClient::RetentionPins(), set by FenceCommits). Asked on the
+  // persist thread before each retention pass, tier 1 and tier 2; an error
+  // makes that pass delete nothing (CheckpointStats::retention_held_back
+  // says why). Default: none (no pins)
+  std::function<Result<std::set<uint64_t>>()> retention_pins;
   std::string io_engine = "auto";  // "auto", "uring", "posix". Default: "auto"
   bool direct_io = true;           // O_DIRECT data files where supported. Default: true
   unsigned io_queue_depth = 32;    // writes in flight. Default: 32

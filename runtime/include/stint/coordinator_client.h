@@ -42,6 +42,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -270,6 +271,14 @@ class CoordinatorClient {
   // GuardCommit bound to this client. REQUIRES: the client outlives every
   // Checkpointer holding the function.
   std::function<Status(uint64_t step)> CommitGuard();
+
+  // The steps of the job (options().job_id) that an evaluation is queued or
+  // running on (tools/stintd/API.md, "Evaluation"): retention of the job's
+  // checkpoints must keep them until the evaluation ends.
+  Result<std::set<uint64_t>> PinnedSteps();
+  // PinnedSteps bound to this client, for CheckpointOptions::retention_pins.
+  // REQUIRES: the client outlives every Checkpointer holding the function.
+  std::function<Result<std::set<uint64_t>>()> RetentionPins();
 
   // Joins the job's rendezvous, advertising `endpoint` (host:port where this
   // worker's group store listens if it becomes rank 0), and waits up to

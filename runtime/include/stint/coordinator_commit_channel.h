@@ -65,8 +65,10 @@ std::function<Status(uint64_t fencing_token)> CoordinatorTokenGuard(CoordinatorC
 // worker incarnation of `client`'s registration with stintd: sets
 // options->fencing_token to the registration's (when it is 0),
 // options->commit_guard to client->CommitGuard() and options->token_guard to
-// CoordinatorTokenGuard(client) (multi-rank: every rank's token), each only
-// where unset. A refused commit leaves the save's durable future with
+// CoordinatorTokenGuard(client) (multi-rank: every rank's token), and
+// options->retention_pins to client->RetentionPins() (retention keeps the
+// steps the job's evaluations are queued or running on), each only where
+// unset. A refused commit leaves the save's durable future with
 // kAborted "fenced: ..." (IsFenced()) and touches no committed step or LATEST;
 // stintd unreachable past the client's retry deadline refuses it too.
 // kFailedPrecondition before client->Register().

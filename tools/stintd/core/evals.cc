@@ -57,6 +57,15 @@ void QueueEvaluation(ClusterState& s, Job& job, int64_t step, TimeMs now, Change
   changes->counters = true;  // next_id
 }
 
+std::set<int64_t> PinnedSteps(const ClusterState& s, int64_t job_id) {
+  std::set<int64_t> steps;
+  for (const auto& [id, e] : s.evals) {
+    if (e.job_id == job_id && (e.state == EvalState::kPending || e.state == EvalState::kRunning))
+      steps.insert(e.step);
+  }
+  return steps;
+}
+
 std::vector<int> HeldGpus(const ClusterState& s, const Window& window,
                           const std::set<int64_t>* among) {
   std::vector<int> held;

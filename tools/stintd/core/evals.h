@@ -42,6 +42,10 @@ Status ReportEvaluation(ClusterState& s, const std::string& node, int64_t eval_i
                         const std::string& result, const std::string& message, TimeMs now,
                         Changes* changes);
 
+// The steps of job `job_id` that an evaluation is queued (pending) or
+// running on: retention of the job's checkpoints keeps them until it ends.
+std::set<int64_t> PinnedSteps(const ClusterState& s, int64_t job_id);
+
 // The GPU indices of `window` an active segment is placed on; `among`: the
 // ids of the segments placed there when the caller knows them (stintd's
 // placement index), else every segment is looked at.

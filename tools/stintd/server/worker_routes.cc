@@ -2,12 +2,14 @@
 // registering a worker into a job; what a registered worker does with its
 // own secret (heartbeat, notice, progress, checkpoint, ack, finish, leave,
 // rendezvous); and the job-scoped calls its job's credentials reach, the
-// fencing check and the job's KV.
+// fencing check, the steps retention must keep, and the job's KV.
 #include <httplib.h>
 
 #include <optional>
+#include <set>
 #include <string>
 
+#include "stintd/core/evals.h"
 #include "stintd/server/json_model.h"
 #include "stintd/server/request_params.h"
 #include "stintd/server/routes.h"
@@ -220,6 +222,24 @@ void AddJobScopedRoutes(Routes* routes) {
         if (!valid) answer["reason"] = why;
         return Reply{200, std::move(answer), {}, {}};
       });
+
+  // The steps the job's checkpoint retention must keep (API.md, "Evaluation").
+  routes->Add(Method::kGet, R"(/v1/jobs/(\d+)/pinned_steps)", Access::kJobCredential,
+              [c, authz](const httplib::Request& req) {
+                const int64_t job = STINT_HTTP_TRY(PathId(req, 1, "job"));
+                if (std::optional<Reply> refused = authz->JobScoped(req, job)) return *refused;
+                bool found = false;
+                std::set<int64_t> steps;
+                c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+                  found = s.jobs.count(job) != 0;
+                  steps = PinnedSteps(s, job);
+                });
+                if (!found) {
+                  return ErrorReply(
+                      Status::NotFound("job " + std::to_string(job) + " does not exist"));
+                }
+                return Reply{200, {{"job_id", job}, {"steps", steps}}, {}, {}};
+              });
 
   // --- KV ---
   routes->Add(
