@@ -1007,5 +1007,114 @@ TEST_F(AgentTest, EvaluationsRunOnLeftoverGpusAndYieldThemToTraining) {
   EXPECT_EQ(Job(job)["segments"][0]["state"], "running");
 }
 
+// Whether process `pid` is gone: not there, or dead and not yet reaped.
+bool Gone(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return true;
+  const size_t close = line.rfind(')');
+  return close != std::string::npos && line.compare(close + 2, 1, "Z") == 0;
+}
+
+// The pid in file `path` (written whole, then renamed into place); 0 while
+// there is none.
+pid_t PidIn(const std::string& path) {
+  std::ifstream in(path);
+  long long pid = 0;
+  return in >> pid ? static_cast<pid_t>(pid) : 0;
+}
+
+// An evaluation has a deadline: past it the agent kills every process it
+// started, a grandchild in a session of its own (setsid) too, waits until
+// they are gone, and only then reports it failed with the reason, so its
+// GPU goes to training after that. A stopping agent leaves no process of an
+// evaluation behind either.
+TEST_F(AgentTest, AnEvaluationPastItsDeadlineIsKilledWithEveryProcessItStarted) {
+  Start();
+  auto agent = Agent("n1", "0,1", {"--spot", "--notice-lead", "0", "--eval-slots", "1"});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n1 registered: window ")) << agent->output();
+  // The command and its grandchild write their pids, then sleep on.
+  const std::string at = dir_.path() + "/$STINT_EVAL_ID";
+  const std::string script =
+      "setsid sh -c 'echo $$ > " + at + ".gc.tmp && mv " + at + ".gc.tmp " + at +
+      ".gc && exec sleep 600' & echo $$ > " + at + ".root.tmp && mv " + at + ".root.tmp " + at +
+      ".root && exec sleep 600";
+  const json command = {"sh", "-c", script};
+  auto submitted = admin_->Post(
+      "/v1/jobs",
+      {{"name", "train"},
+       {"pool", "gpu"},
+       {"min_gpus", 1},
+       {"eval", {{"command", command}, {"gpus", 1}, {"timeout_seconds", 5}}}});
+  ASSERT_EQ(submitted.status, 201) << submitted.text;
+  const int64_t job = submitted.body["id"];
+  EXPECT_EQ(admin_
+                ->Post("/v1/jobs", {{"name", "bad"},
+                                    {"min_gpus", 1},
+                                    {"eval", {{"command", command}, {"timeout_seconds", 0}}}})
+                .status,
+            400);
+  ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "RUNNING"; }))
+      << Job(job).dump();
+  const int free_gpu = Job(job)["segments"][0]["placement"][0]["gpus"][0] == 0 ? 1 : 0;
+  HttpJson workers(daemon_->port(), StintdProcess::kWorkerToken);
+  // Registers a worker of `id` and reports its checkpoint of step 1: an
+  // evaluation is queued; its id once the agent started it.
+  auto evaluate = [&](int64_t id) -> int64_t {
+    auto reg = workers.Post("/v1/jobs/" + std::to_string(id) + "/workers", {{"name", "w"}});
+    EXPECT_EQ(reg.status, 201) << reg.text;
+    HttpJson worker(daemon_->port(), reg.body.value("worker_secret", ""));
+    const std::string wid = std::to_string(reg.body.value("worker_id", int64_t{0}));
+    EXPECT_EQ(
+        worker.Post("/v1/workers/" + wid + "/checkpoint", {{"step", 1}, {"seconds", 0.1}}).status,
+        200);
+    json evals;
+    EXPECT_TRUE(Eventually([&] {
+      evals = admin_->Get("/v1/jobs/" + std::to_string(id) + "/losses").body["evals"];
+      return evals.size() == 1 && evals[0]["state"] == "running";
+    })) << evals.dump();
+    return evals.size() == 1 ? evals[0].value("id", int64_t{0}) : 0;
+  };
+  const int64_t first = evaluate(job);
+  const std::string pids = dir_.path() + "/" + std::to_string(first);
+  ASSERT_TRUE(Eventually([&] { return PidIn(pids + ".root") > 0 && PidIn(pids + ".gc") > 0; }))
+      << agent->output();
+
+  json evals;
+  ASSERT_TRUE(Eventually([&] {
+    evals = admin_->Get("/v1/jobs/" + std::to_string(job) + "/losses").body["evals"];
+    return evals[0]["state"] == "failed";
+  })) << evals.dump() << agent->output();
+  EXPECT_TRUE(Gone(PidIn(pids + ".root")));
+  EXPECT_TRUE(Gone(PidIn(pids + ".gc"))) << "the grandchild outlived its evaluation";
+  EXPECT_NE(evals[0]["message"].get<std::string>().find("deadline exceeded"), std::string::npos)
+      << evals.dump();
+  EXPECT_TRUE(agent->WaitForLine("stint-agent: evaluation " + std::to_string(first) +
+                                 ": deadline exceeded"))
+      << agent->output();
+
+  // Its GPU is free for training again; the new job's CPU evaluation then
+  // runs until the agent stops, which ends all of it.
+  auto other = admin_->Post(
+      "/v1/jobs", {{"name", "other"},
+                   {"pool", "gpu"},
+                   {"min_gpus", 1},
+                   {"eval", {{"command", command}, {"gpus", 0}, {"timeout_seconds", 3600}}}});
+  ASSERT_EQ(other.status, 201) << other.text;
+  const int64_t other_job = other.body["id"];
+  ASSERT_TRUE(Eventually([&] { return Job(other_job).value("state", "") == "RUNNING"; }))
+      << Job(other_job).dump() << admin_->Get("/v1/queue").text;
+  EXPECT_EQ(Job(other_job)["segments"][0]["placement"][0]["gpus"], json::array({free_gpu}));
+  const std::string more = dir_.path() + "/" + std::to_string(evaluate(other_job));
+  ASSERT_TRUE(Eventually([&] { return PidIn(more + ".root") > 0 && PidIn(more + ".gc") > 0; }))
+      << agent->output();
+  ASSERT_EQ(kill(agent->pid(), SIGTERM), 0);
+  bool killed = false;
+  agent->WaitAtMost(30, &killed);
+  ASSERT_FALSE(killed) << "stint-agent did not stop on SIGTERM: " << agent->output();
+  EXPECT_TRUE(Gone(PidIn(more + ".root")));
+  EXPECT_TRUE(Gone(PidIn(more + ".gc"))) << "the grandchild outlived the agent";
+}
+
 }  // namespace
 }  // namespace stint

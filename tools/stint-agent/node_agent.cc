@@ -29,6 +29,13 @@ using internal::HttpReply;
 using internal::HttpRequest;
 using internal::Json;
 
+// An evaluation's deadline when its spec gives none (eval.timeout_seconds).
+constexpr double kEvalTimeoutSeconds = 3600;
+// How long a heartbeat waits for the processes of an evaluation it killed
+// to be gone (SIGKILL takes milliseconds; one stuck in the kernel is waited
+// for over later beats, its GPU taking no worker meanwhile).
+constexpr std::chrono::seconds kSettleWait{2};
+
 bool ValidNodeName(const std::string& name) {
   if (name.empty() || name.size() > 128) return false;
   for (unsigned char c : name) {
@@ -212,10 +219,12 @@ void NodeAgent::Reap() {
     const pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid <= 0) break;
     for (auto& [id, e] : evals_) {
-      if (e.pid != pid) continue;
-      e.exited = true;
+      if (e.pid != pid || e.reaped) continue;
+      e.reaped = true;
       e.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      kill(-e.pid, SIGKILL);
+      // What it started goes with it (SettleEvaluations waits for that).
+      e.killed = true;
+      e.tree->Kill();
       std::printf("stint-agent: evaluation %lld exited %d\n", static_cast<long long>(id), e.code);
     }
     for (auto& [sid, run] : runs_) {
@@ -471,15 +480,13 @@ void NodeAgent::RunEvaluations(const void* list) {
   const Json& evals = *static_cast<const Json*>(list);
   std::set<int64_t> listed;
   for (const Json& e : evals) listed.insert(e.value("id", int64_t{0}));
-  for (auto it = evals_.begin(); it != evals_.end();) {
-    if (listed.count(it->first) || it->second.exited) {
-      ++it;
-      continue;
-    }
+  for (auto& [id, e] : evals_) {
+    if (listed.count(id) || e.exited || e.stopped) continue;
     // Stopped by stintd (its GPU went to a segment): it runs again later.
-    kill(-it->second.pid, SIGKILL);
-    std::printf("stint-agent: evaluation %lld stopped\n", static_cast<long long>(it->first));
-    it = evals_.erase(it);  // the zombie is reaped by the next Reap (its pid matches nothing)
+    // SettleEvaluations drops it once all of it is gone.
+    e.stopped = e.killed = true;
+    e.tree->Kill();
+    std::printf("stint-agent: evaluation %lld stopped\n", static_cast<long long>(id));
   }
   for (const Json& e : evals) {
     const int64_t id = e.value("id", int64_t{0});
@@ -499,20 +506,67 @@ void NodeAgent::RunEvaluations(const void* list) {
                      gpu.is_number_integer() ? std::to_string(gpu.get<int>()) : std::string()}};
     const Json env = spec.value("env", Json::object());
     for (const auto& [k, v] : env.items()) vars.emplace_back(k, v.get<std::string>());
+    const Json timeout = spec.value("timeout_seconds", Json(kEvalTimeoutSeconds));
+    const double seconds = timeout.is_number() ? timeout.get<double>() : kEvalTimeoutSeconds;
     EvalRun run;
+    run.gpu = gpu.is_number_integer() ? gpu.get<int>() : -1;
     run.log = dir + "/eval-" + std::to_string(id) + ".log";
     run.pid = ForkWorker(command, run.log, spec.value("workdir", std::string()), vars);
     if (run.pid < 0) continue;
+    run.tree = std::make_unique<ProcessTree>(run.pid, "STINT_EVAL_ID=" + std::to_string(id));
+    run.timeout_seconds = seconds;
+    run.deadline_ms = internal::WallNowMs() + static_cast<int64_t>(seconds * 1000);
     // Leftover capacity: the lowest CPU priority, below any training worker.
     setpriority(PRIO_PROCESS, static_cast<id_t>(run.pid), 19);
     std::printf(
-        "stint-agent: evaluation %lld of job %lld step %lld started (%s)\n",
+        "stint-agent: evaluation %lld of job %lld step %lld started (%s, deadline in %g s)\n",
         static_cast<long long>(id), static_cast<long long>(job),
         static_cast<long long>(e.value("step", int64_t{0})),
-        gpu.is_number_integer() ? ("GPU " + std::to_string(gpu.get<int>())).c_str() : "CPU");
+        gpu.is_number_integer() ? ("GPU " + std::to_string(gpu.get<int>())).c_str() : "CPU",
+        seconds);
     evals_[id] = std::move(run);
   }
   std::fflush(stdout);
+}
+
+std::set<int> NodeAgent::SettleEvaluations(std::chrono::milliseconds wait) {
+  const auto until = std::chrono::steady_clock::now() + wait;
+  const pid_t agent = getpid();
+  for (;;) {
+    Reap();
+    const ProcessTable table = evals_.empty() ? ProcessTable() : ReadProcessTable();
+    const int64_t now = internal::WallNowMs();
+    std::set<int> dying;
+    for (auto& [id, e] : evals_) {
+      if (e.exited) continue;
+      e.tree->Update(table, agent);
+      if (!e.killed && now >= e.deadline_ms) {
+        e.killed = true;
+        char why[128];
+        std::snprintf(why, sizeof(why),
+                      "deadline exceeded: killed after its timeout_seconds (%g s)",
+                      e.timeout_seconds);
+        e.why = why;
+        std::printf("stint-agent: evaluation %lld: %s\n", static_cast<long long>(id), why);
+      }
+      if (e.killed) e.tree->Kill();
+      if (e.reaped && !e.tree->HasMembers()) {
+        e.exited = true;
+      } else if (e.killed && e.gpu >= 0) {
+        dying.insert(e.gpu);
+      }
+    }
+    for (auto it = evals_.begin(); it != evals_.end();) {
+      it = it->second.exited && it->second.stopped ? evals_.erase(it) : std::next(it);
+    }
+    bool settled = true;
+    for (const auto& [id, e] : evals_) settled = settled && (e.exited || !e.killed);
+    if (settled || std::chrono::steady_clock::now() >= until) {
+      std::fflush(stdout);
+      return dying;
+    }
+    usleep(10000);
+  }
 }
 
 void NodeAgent::Launch(const void* assignment, int only_process) {
@@ -784,7 +838,7 @@ bool NodeAgent::LogCaughtUp(const WorkerProc& p, const std::vector<LogPiece>& pi
 }
 
 Status NodeAgent::Beat(bool may_wait) {
-  Reap();
+  SettleEvaluations(kSettleWait);  // reaps the workers too
   // The output first: an exit (or a crash) is reported once stintd has
   // (with this beat) its workers' output up to it, so whoever sees a job
   // end finds all of it; until then the segment counts as running and the
@@ -843,7 +897,7 @@ Status NodeAgent::Beat(bool may_wait) {
     Json x{{"id", id}, {"exit_code", e.code}};
     const Json result = LastJsonObject(e.log);
     if (result.is_object()) x["result"] = result;
-    if (e.code != 0) x["message"] = ValidUtf8(LastLine(e.log));
+    if (e.code != 0) x["message"] = ValidUtf8(e.why.empty() ? LastLine(e.log) : e.why);
     eval_exits.push_back(std::move(x));
     eval_reported.push_back(id);
   }
@@ -866,6 +920,9 @@ Status NodeAgent::Beat(bool may_wait) {
   // the segment's workers start there.
   const Json evals = reply.body.is_object() ? reply.body.value("evals", Json()) : Json();
   if (evals.is_array()) RunEvaluations(&evals);
+  // A GPU an evaluation's processes may still use takes no worker yet: the
+  // segment starts (or grows) there at a later beat.
+  const std::set<int> dying = SettleEvaluations(kSettleWait);
   const int64_t now = internal::WallNowMs();
   std::set<int64_t> listed;
   for (const Json& a : assignments) {
@@ -886,12 +943,16 @@ Status NodeAgent::Beat(bool may_wait) {
       runs_[sid] = std::move(orphan);
       continue;
     }
+    bool gpu_dying = false;
+    for (const Json& g : a.value("gpus", Json::array()))
+      gpu_dying = gpu_dying || (g.is_number_integer() && dying.count(g.get<int>()) != 0);
     if (it == runs_.end()) {
       if (deadline != 0 && now >= deadline) continue;  // too late to start
+      if (gpu_dying) continue;
       Launch(&a);
       it = runs_.find(sid);
       if (it == runs_.end()) continue;
-    } else if (deadline == 0) {
+    } else if (deadline == 0 && !gpu_dying) {
       Launch(&a);  // starts the workers of GPUs a grow added, if any
     }
     SegmentRun& run = it->second;
@@ -948,6 +1009,22 @@ Status NodeAgent::Beat(bool may_wait) {
 }
 
 AgentExit NodeAgent::Run(const std::vector<int>& stop_signals) {
+  // Orphans become the agent's children, not init's: an evaluation's
+  // processes whose parent died are still found, killed and reaped.
+  if (!BecomeSubreaper()) {
+    std::fprintf(stderr,
+                 "stint-agent: PR_SET_CHILD_SUBREAPER: %s (an evaluation's orphaned processes "
+                 "may outlive it)\n",
+                 std::strerror(errno));
+  }
+  const AgentExit exit = Serve(stop_signals);
+  for (auto& [id, e] : evals_) e.killed = true;
+  // Bounded: a process stuck in the kernel (D state) must not keep the agent.
+  SettleEvaluations(std::chrono::seconds(10));
+  return exit;
+}
+
+AgentExit NodeAgent::Serve(const std::vector<int>& stop_signals) {
   sigset_t set;
   sigemptyset(&set);
   for (int sig : stop_signals) sigaddset(&set, sig);

@@ -14,6 +14,11 @@
 // again, so it rejoins the elastic group; the crash-loop guard at stintd
 // ends a job that keeps crashing.
 //
+// Evaluations (API.md, "Evaluation") run until their deadline; the agent, a
+// child subreaper, then kills and waits for every process of one
+// (ProcessTree), before it reports it or starts a segment's workers on its
+// GPU, and when it stops.
+//
 // Confined to the thread that calls Run(): the signals it waits for must be
 // blocked in every thread (main() blocks them before anything starts).
 #ifndef STINT_TOOLS_STINT_AGENT_NODE_AGENT_H_
@@ -26,9 +31,11 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "stint-agent/process_tree.h"
 #include "stint/status.h"
 
 namespace stint {
@@ -106,10 +113,13 @@ class NodeAgent {
   // Heartbeats every heartbeat_interval until one of `stop_signals` is
   // delivered (REQUIRES: blocked in every thread) or the window ends.
   // Progress lines go to stdout ("stint-agent: ..."), errors to stderr.
+  // No process of an evaluation outlives it.
   AgentExit Run(const std::vector<int>& stop_signals);
 
  private:
   explicit NodeAgent(NodeAgentOptions options, std::unique_ptr<internal::HttpJsonClient> http);
+  // Run()'s heartbeats, until it returns.
+  AgentExit Serve(const std::vector<int>& stop_signals);
   Status CloseWindow();
   // One heartbeat: reports running and exited segments, then acts on the
   // assignments. kAborted: the window closed.
@@ -144,10 +154,24 @@ class NodeAgent {
   // Evaluations: stops those stintd no longer lists (their GPU went to a
   // segment), then starts the new ones; `evals` is the answer's list.
   void RunEvaluations(const void* evals);
+  // Ends evaluations whose deadline passed or whose command exited: their
+  // whole process tree is killed and waited for, up to `wait`. An
+  // evaluation counts as exited (reported, or dropped when stintd stopped
+  // it) only once every process of it is gone. The GPUs of those still
+  // dying.
+  std::set<int> SettleEvaluations(std::chrono::milliseconds wait);
   struct EvalRun {
     pid_t pid = 0;  // also its process group
+    std::unique_ptr<ProcessTree> tree;  // every process it started
+    int gpu = -1;                       // -1: CPU only
     std::string log;
-    bool exited = false;
+    double timeout_seconds = 0;  // eval.timeout_seconds
+    int64_t deadline_ms = 0;     // wall clock: killed past it
+    bool reaped = false;         // the command exited (`code`)
+    bool killed = false;         // its processes are being killed
+    bool stopped = false;        // by stintd: nothing to report
+    std::string why;             // the reason of a kill, for the report
+    bool exited = false;         // all of it gone
     int code = 0;
   };
   std::map<int64_t, EvalRun> evals_;  // by evaluation id

@@ -66,14 +66,16 @@ Result<Job> ParseJobSpec(const RequestBody& b) {
 }
 
 // The job's "eval" (API.md, "Evaluation"): {"command":[string],"env"?:{K:V},
-// "workdir"?, "every"?(1), "gpus"?(0)}.
+// "workdir"?, "every"?(1), "gpus"?(0), "timeout_seconds"?(3600)}.
 Status ParseEvalSpec(const json& spec, Job* j) {
   if (!spec.is_object()) return Status::InvalidArgument("eval must be an object");
   for (const auto& item : spec.items()) {
     const std::string& k = item.key();
-    if (k != "command" && k != "env" && k != "workdir" && k != "every" && k != "gpus")
-      return Status::InvalidArgument("eval: unknown field \"" + k +
-                                     "\" (allowed: command, env, workdir, every, gpus)");
+    if (k != "command" && k != "env" && k != "workdir" && k != "every" && k != "gpus" &&
+        k != "timeout_seconds")
+      return Status::InvalidArgument(
+          "eval: unknown field \"" + k +
+          "\" (allowed: command, env, workdir, every, gpus, timeout_seconds)");
   }
   const json command = spec.value("command", json());
   if (!command.is_array() || command.empty())
@@ -95,6 +97,10 @@ Status ParseEvalSpec(const json& spec, Job* j) {
     return Status::InvalidArgument("eval.every must be an integer 1..1000000");
   if (!gpus.is_number_integer() || gpus.get<int64_t>() < 0 || gpus.get<int64_t>() > 1)
     return Status::InvalidArgument("eval.gpus must be 0 (CPU only) or 1");
+  // The agent kills an evaluation past it (default 3600, API.md).
+  const json timeout = spec.value("timeout_seconds", json(3600));
+  if (!timeout.is_number() || !(timeout.get<double>() > 0 && timeout.get<double>() <= 604800))
+    return Status::InvalidArgument("eval.timeout_seconds must be a number in (0, 604800]");
   j->eval = spec.dump();
   j->eval_every = every.get<int>();
   j->eval_gpus = gpus.get<int>();
