@@ -342,6 +342,8 @@ class Resumable:
             self.last_plan = plan
             self.exit_code = _C.EXIT_REQUEUE
             if self._slurm:
+                slurm.record_decision(self.launch, self.checkpointer.root, self.checkpointer.rank,
+                                      step, self.last_durable_step)
                 slurm.requeue_at_exit(self.launch, self.checkpointer.rank)
             if self.on_preemption is not None:
                 self.on_preemption(plan)

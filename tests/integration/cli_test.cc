@@ -444,6 +444,44 @@ TEST_F(CliTest, SlurmSubmitSizesItsWarningFromTheRootsMeasuredSaves) {
   EXPECT_TRUE(Contains(r.output, "#SBATCH --signal=USR1@120\n")) << r.output;
 }
 
+// Issue 41: sbatch's options as users type them; no option value that
+// writes a line of its own into the script; the script kept in the root.
+TEST_F(CliTest, SlurmSubmitTakesSbatchOptionsAsTypedAndKeepsItsScriptInTheRoot) {
+  RunResult r = RunCli({"slurm", "submit", "--root", root_, "-p", "low", "-N2", "-o", "out",
+                        "--job-name", "a b", "--dry-run", "--", "python", "train.py"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output,
+                       "#SBATCH -p low\n#SBATCH -N 2\n#SBATCH -o out\n"
+                       "#SBATCH --job-name=\"a b\"\n"))
+      << r.output;
+  r = RunCli({"slurm", "submit", "-J", "x\ntouch pwned", "--dry-run", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(Contains(r.output, "'-J': its value holds a control character (0x0a)")) << r.output;
+  EXPECT_FALSE(Contains(r.output, "\ntouch pwned")) << r.output;
+  r = RunCli({"slurm", "submit", "--comment=x\ntouch pwned", "--dry-run", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_FALSE(Contains(r.output, "\ntouch pwned")) << r.output;
+  // Submitted (sbatch fails here: no cluster), the script is in the root, not here.
+  auto scripts = [](const std::string& dir) {
+    std::vector<std::string> found;
+    auto children = Env::Default()->GetChildren(dir);
+    EXPECT_OK(children);
+    for (const std::string& name : *children) {
+      if (name.rfind("stint-slurm-job-", 0) == 0) found.push_back(name);
+    }
+    return found;
+  };
+  char cwd[4096];
+  ASSERT_NE(getcwd(cwd, sizeof(cwd)), nullptr);
+  const std::vector<std::string> here = scripts(cwd);
+  r = RunCli({"slurm", "submit", "--root", root_, "--", "true"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  const std::vector<std::string> in_root = scripts(root_);
+  ASSERT_EQ(in_root.size(), 1u) << r.output;
+  EXPECT_TRUE(Contains(r.output, "sbatch " + root_ + "/" + in_root[0])) << r.output;
+  EXPECT_EQ(scripts(cwd), here);
+}
+
 TEST_F(CliTest, RootWithoutCheckpoints) {
   RunResult r = RunCli({"verify", dir_.path(), "--all"});
   EXPECT_EQ(r.exit_code, 1) << r.output;

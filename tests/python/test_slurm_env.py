@@ -80,3 +80,43 @@ def test_two_srun_tasks_form_a_gloo_group_from_slurms_variables(tmp_path, python
     for r, (p, out) in enumerate(zip(procs, outs)):
         assert p.returncode == 0, out
         assert "rank %d of 2 sum 3 master localhost %d" % (r, port) in out, out
+
+
+_STOPPING = r'''
+import os, signal, sys
+import torch
+import stint
+root = sys.argv[1]
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+run = stint.Resumable(root, model=model, optimizer=opt, save_every=0)
+step = run.resume()
+while True:
+    model(torch.ones(2, 4)).sum().backward()
+    opt.step()
+    step += 1
+    if step == 3:
+        os.kill(os.getpid(), signal.SIGUSR1)  # Slurm's --signal warning
+    if run.step_boundary(step):
+        run.close()
+        sys.exit(run.exit_code)
+'''
+
+
+def test_a_stop_under_slurm_is_recorded_in_the_root_for_the_batch_script(tmp_path, python_env):
+    """Issue 41: a task that dies after its stop must still get its job
+    requeued, so every task records the stop (this job, this restart, the
+    step, its durable step) in ROOT/REQUEUE before step_boundary() returns;
+    the batch script of `stint slurm submit` reads it."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script, root = tmp_path / "stopping.py", tmp_path / "ckpt"
+    script.write_text(_STOPPING)
+    env = _slurm_env(0, 1, 4242, "localhost", python_env, MASTER_PORT=str(port),
+                     STINT_SLURM_REQUEUE="script")
+    p = subprocess.run([sys.executable, str(script), str(root)], env=env, capture_output=True,
+                       text=True, timeout=WORKER_TIMEOUT)
+    assert p.returncode == stint.EXIT_REQUEUE, p.stdout + p.stderr
+    assert (root / "REQUEUE").read_text() == "slurm_job=4242 restart=2 step=3 durable=3\n"
+    assert [n for n in os.listdir(root) if n.startswith("REQUEUE")] == ["REQUEUE"]

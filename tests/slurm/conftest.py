@@ -36,9 +36,9 @@ def slurm_cluster(tmp_path_factory, nodes, gpus):
         subprocess.run(["bash", CLUSTER_SH, "stop", d], timeout=120)
 
 
-def run(env, *args, timeout=60):
-    """Runs a command to success; its stdout."""
-    r = subprocess.run(list(args), env=env, capture_output=True, text=True, timeout=timeout)
+def run(env, *args, timeout=60, cwd=None):
+    """Runs a command to success (in `cwd`, else here); its stdout."""
+    r = subprocess.run(list(args), env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd)
     assert r.returncode == 0, "%s: exit %d\n%s%s" % (" ".join(args), r.returncode, r.stdout, r.stderr)
     return r.stdout
 

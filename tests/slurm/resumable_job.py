@@ -3,11 +3,16 @@ per GPU (no torchrun): stint.Resumable initialises Gloo from Slurm's
 variables, checkpoints every SAVE_EVERY steps, stops on Slurm's notices and
 requeues the job; the final parameters' digest goes to OUT/final-rank<r>.
 
-    resumable_job.py ROOT OUT TOTAL_STEPS STEP_SECONDS [ddp|fsdp]
+    resumable_job.py ROOT OUT TOTAL_STEPS STEP_SECONDS [ddp|fsdp] [FAULT]
 
 ddp (the default): DistributedDataParallel, the model and optimizer whole
 on every rank; fsdp: FSDP2 (fully_shard), each rank holding its shards of
 the parameters and optimizer state (DTensors) and checkpointing them.
+
+FAULT, in the job's first run (restart 0) only: abort-after-stop, rank 1
+dies of SIGABRT once every rank is past its stop (the checkpoint durable)
+instead of exiting 75, as a crash in a process's teardown would;
+abort-at-N, rank 1 dies of SIGABRT at step N, a crash before any stop.
 
 Every start appends one line to OUT/starts: restart count, the stintd
 segment (under stintd --slurm, else -), rank, world size, the step it
@@ -33,7 +38,7 @@ def _append(path, line):
         f.write(line + "\n")
 
 
-def main(root, out, total, step_seconds, parallel="ddp"):
+def main(root, out, total, step_seconds, parallel="ddp", fault=""):
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     torch.set_num_threads(1)
     torch.manual_seed(0)  # the same initial model on every rank
@@ -57,6 +62,7 @@ def main(root, out, total, step_seconds, parallel="ddp"):
     data = torch.randn(256, 8, generator=torch.Generator().manual_seed(7))
     step = run.resume()
     segment = os.environ.get("STINT_SEGMENT_ID", "-")
+    faulty = rank == 1 and env["restart_count"] == 0
     _append(os.path.join(out, "starts"), "restart=%d segment=%s rank=%d world=%d step=%d at=%.3f" % (
         env["restart_count"], segment, rank, env["world_size"], step, time.time()))
     while step < total:
@@ -67,6 +73,8 @@ def main(root, out, total, step_seconds, parallel="ddp"):
             opt.step()
             step += 1
             time.sleep(step_seconds)
+            if faulty and fault == "abort-at-%d" % step:
+                os.abort()
             if run.step_boundary(step):
                 notice = run.watcher.notice()
                 # age: from the notice (the signal's arrival) to here, the checkpoint durable.
@@ -75,6 +83,10 @@ def main(root, out, total, step_seconds, parallel="ddp"):
                                                  notice.source.replace(" ", "_"), time.time(),
                                                  notice.seconds_since_received, run.last_durable_step))
                 run.close()
+                if fault == "abort-after-stop" and env["restart_count"] == 0:
+                    torch.distributed.barrier()  # every rank's stop line is written
+                    if faulty:
+                        os.abort()
                 sys.exit(run.exit_code)
             if step >= total:
                 break

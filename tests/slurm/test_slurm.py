@@ -29,19 +29,25 @@ def cluster(tmp_path_factory):
         yield env
 
 
-def _submit(env, root, out, total, step_seconds, *sbatch, lead=None, parallel="ddp"):
+def _submit(env, root, out, total, step_seconds, *sbatch, lead=None, parallel="ddp", fault=""):
     """`stint slurm submit` of resumable_job.py (DDP, or FSDP2 state with
-    parallel="fsdp"); returns the job id."""
+    parallel="fsdp"; a FAULT of resumable_job.py), sbatch's options in the
+    short forms users type; returns the job id. The batch script goes to the
+    root, and `submit` says so."""
     os.makedirs(out, exist_ok=True)
     args = [tool("STINT_CLI"), "slurm", "submit", "--root", root, "--gpus-per-node", "2",
-            "--script", os.path.join(out, "job.sh"), "--nodes=2", "--output=" + os.path.join(out, "log")]
+            "-N2", "-o", os.path.join(out, "log")]
     if lead is not None:
         args += ["--lead", str(lead)]
     args += list(sbatch) + ["--", sys.executable, JOB, root, out, str(total), str(step_seconds),
-                            parallel]
-    said = run(env, *args)
+                            parallel] + ([fault] if fault else [])
+    said = run(env, *args, cwd=out)
     assert said.startswith("submitted Slurm job "), said
-    return said.split()[3]
+    job = said.split()[3]
+    script = said.split("(batch script ")[1].rstrip(")\n")
+    assert os.path.dirname(script) == root and os.path.exists(script), said
+    assert not [n for n in os.listdir(out) if n.endswith(".sh")], said  # not in the caller's directory
+    return job
 
 
 def _state(env, job):
@@ -80,15 +86,18 @@ def test_a_job_warned_before_its_time_limit_checkpoints_requeues_and_resumes_bit
     """2 nodes x 2 GPUs, Gloo, FSDP2 state (each rank checkpoints its shards
     of the parameters and the momentum), one srun task per GPU: --time=3 with
     --signal=USR1@120 warns every task about a minute in; all stop at one
-    step with one checkpoint, exit 75, the batch script requeues, and the
-    next run resumes there. It ends bit-identical to an uninterrupted run of
-    the same job, and a requeue of the completed job does nothing."""
+    step with one checkpoint and exit 75 but rank 1, which dies of SIGABRT
+    (a crash in its teardown); the stop the tasks recorded makes the batch
+    script requeue all the same, and the next run resumes there. It ends
+    bit-identical to an uninterrupted run of the same job, and a requeue of
+    the completed job does nothing."""
     total, step_seconds = 700, 0.1
     ref_root, ref_out = str(tmp_path / "ref-root"), str(tmp_path / "ref")
     root, out = str(tmp_path / "root"), str(tmp_path / "run")
     start = time.monotonic()
     ref = _submit(cluster, ref_root, ref_out, total, 0.0, "--time=30", parallel="fsdp")
-    job = _submit(cluster, root, out, total, step_seconds, "--time=3", lead=120, parallel="fsdp")
+    job = _submit(cluster, root, out, total, step_seconds, "-t", "3", lead=120, parallel="fsdp",
+                  fault="abort-after-stop")
 
     state, released = _follow(cluster, job, out, start + JOB_DEADLINE)
     log = open(os.path.join(out, "log")).read()
@@ -110,6 +119,7 @@ def test_a_job_warned_before_its_time_limit_checkpoints_requeues_and_resumes_bit
         resumed = {int(s["step"]) for s in starts if int(s["restart"]) == restart + 1}
         assert resumed == at, (starts, stops)
     assert "stint: requeueing Slurm job %s" % job in log
+    assert "after this run's stop was recorded (slurm_job=%s restart=0 step=" % job in log, log[-4000:]
     assert digests(out, 4) == digests(ref_out, 4)
     assert len(set(digests(out, 4))) == 1
 
@@ -123,18 +133,42 @@ def test_a_job_warned_before_its_time_limit_checkpoints_requeues_and_resumes_bit
     assert lines(os.path.join(out, "starts")) == starts  # no task started again
 
 
+def test_a_task_that_crashes_before_any_stop_fails_the_job_and_is_not_requeued(cluster, tmp_path):
+    """Rank 1 dies of SIGABRT at step 30, before any notice (after the
+    periodic save at step 20): no stop was decided, so the job ends FAILED and is
+    not requeued, even with the root holding the record of a stop of the
+    same job's restart 1 (stale: this is restart 0). Submitted held (-H), so
+    the record is in place before it runs."""
+    root, out = str(tmp_path / "root"), str(tmp_path / "run")
+    start = time.monotonic()
+    job = _submit(cluster, root, out, 400, 0.05, "-H", "-t", "30", fault="abort-at-30")
+    with open(os.path.join(root, "REQUEUE"), "w") as f:
+        f.write("slurm_job=%s restart=1 step=20 durable=20\n" % job)
+    run(cluster, "scontrol", "release", job)
+    state, released = _follow(cluster, job, out, start + JOB_DEADLINE / 3)
+    log = open(os.path.join(out, "log")).read()
+    assert state == "FAILED" and released == 0, log[-4000:]
+    assert "stint: the tasks exited " in log and "requeueing" not in log, log[-4000:]
+    assert {int(s["restart"]) for s in lines(os.path.join(out, "starts"))} == {0}
+    assert " Restarts=0 " in run(cluster, "scontrol", "show", "job", job)
+
+
 def test_a_preempted_job_checkpoints_in_its_grace_and_resumes_on_fewer_nodes(cluster, tmp_path):
     """The low partition is preemptible (PreemptMode=REQUEUE, GraceTime):
     a high-partition job that needs two whole nodes preempts the low job of
     2 nodes x 2 GPUs. Its tasks get SIGTERM at once, stop at one step with a
-    checkpoint inside the grace and exit 75; the job is requeued and, with
-    --nodes=1-2, resumes on the one node left (world 4 -> 2) at that step,
-    then finishes with every sample of each epoch seen exactly once."""
+    checkpoint inside the grace and exit 75 (rank 1 dies of SIGABRT after
+    it instead); the job is requeued and, with --nodes=1-2, resumes on the
+    one node left (world 4 -> 2) at that step, then finishes with every
+    sample of each epoch seen exactly once. Its name, with blanks, '#' and
+    quotes, reaches Slurm whole."""
     total, step_seconds = 400, 0.1
     root, out = str(tmp_path / "root"), str(tmp_path / "run")
     start = time.monotonic()
-    job = _submit(cluster, root, out, total, step_seconds, "--nodes=1-2", "--time=30",
-                  "--partition=low")
+    name = 'low #2 "preempted"'
+    job = _submit(cluster, root, out, total, step_seconds, "--nodes", "1-2", "--time=30",
+                  "-plow", "-J", name, fault="abort-after-stop")
+    assert run(cluster, "squeue", "-h", "-j", job, "-o", "%j").strip() == name
     # Wait until it trains (a checkpoint is committed), then preempt it.
     while not lines(os.path.join(out, "starts")) or not any(
             n.startswith("step-") for n in (os.listdir(root) if os.path.isdir(root) else [])):

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <iostream>
 #include <string>
@@ -17,6 +18,7 @@
 #include "checkpoint/commit.h"
 #include "checkpoint/completion.h"
 #include "checkpoint/save_times.h"
+#include "sbatch_options.h"
 #include "stint/env.h"
 #include "stint/version.h"
 
@@ -31,7 +33,7 @@ int Usage(const std::string& why) {
   std::cerr << "stint slurm: " << why << "\n"
             << "usage: stint slurm submit [--root DIR] [--gpus-per-node N] [--lead S | "
                "--checkpoint-seconds S]\n"
-            << "                          [--script PATH] [--dry-run] [--SBATCH-OPTION=VALUE ...] "
+            << "                          [--script PATH|DIR] [--dry-run] [SBATCH-OPTION ...] "
                "-- COMMAND [ARG ...]\n"
             << "       stint slurm status JOB [--root DIR]\n";
   return kExitUsage;
@@ -78,7 +80,8 @@ std::string SlurmBatchScript(const SlurmSubmitSpec& spec) {
   std::string s = "#!/bin/bash\n";
   s += "# Written by `stint slurm submit` (stint " STINT_VERSION_STRING "): one srun task per GPU,\n";
   s += "# Slurm's notices to every task, a requeue when the tasks exit 75 (their\n";
-  s += "# checkpoint is durable), and nothing to do once the run is complete.\n";
+  s += "# checkpoint is durable) or recorded their stop before one of them died,\n";
+  s += "# and nothing to do once the run is complete.\n";
   s += "#SBATCH --requeue\n";
   s += "#SBATCH --open-mode=append\n";
   if (!spec.lead_note.empty())
@@ -116,6 +119,22 @@ std::string SlurmBatchScript(const SlurmSubmitSpec& spec) {
   s += "while [ \"$rc\" -gt 128 ] && kill -0 \"$srun_pid\" 2>/dev/null; do "
        "wait \"$srun_pid\"; rc=$?; done\n";
   s += "echo \"stint: the tasks exited $rc\"\n";
+  if (!spec.root.empty()) {
+    // A task may die (a signal, a crash in its teardown) after the run's stop
+    // and its checkpoint are settled: the tasks' record of that stop, for this
+    // job and this restart only, decides. A crash before the stop has no
+    // such record and fails the job.
+    const std::string decision = ShellQuote(spec.root + "/" + kRequeueDecisionName);
+    s += "if [ \"$rc\" != 0 ] && [ \"$rc\" != 75 ]; then\n";
+    s += "  decided=$(head -n 1 " + decision + " 2>/dev/null)\n";
+    s += "  case \"$decided\" in\n";
+    s += "    \"slurm_job=$SLURM_JOB_ID restart=${SLURM_RESTART_COUNT:-0} \"*)\n";
+    s += "      echo \"stint: the tasks exited $rc after this run's stop was recorded ($decided):"
+         " requeueing as for 75\"\n";
+    s += "      rc=75 ;;\n";
+    s += "  esac\n";
+    s += "fi\n";
+  }
   s += "if [ \"$rc\" = 75 ]; then\n";
   s += "  echo \"stint: requeueing Slurm job $SLURM_JOB_ID\"\n";
   // The requeue ends this script. Exiting first races it: the job could
@@ -169,36 +188,46 @@ int RunSlurmSubmit(const std::vector<std::string>& args) {
   bool dry_run = false;
   int checkpoint_seconds = 0;
   bool lead_given = false;
+  std::vector<SbatchOption> sbatch;
   size_t i = 0;
-  // The value after a flag; false when there is none.
-  auto value = [&](std::string* out) {
-    if (i + 1 >= args.size()) return false;
-    *out = args[++i];
-    return true;
-  };
-  for (; i < args.size() && args[i] != "--"; ++i) {
+  while (i < args.size() && args[i] != "--") {
     const std::string& a = args[i];
+    // Ours, as --flag VALUE or --flag=VALUE; the value, false when there is none.
+    const std::string flag = a.substr(0, a.find('='));
+    auto value = [&](std::string* out) {
+      if (flag.size() < a.size()) {
+        *out = a.substr(flag.size() + 1);
+      } else if (i + 1 < args.size()) {
+        *out = args[++i];
+      } else {
+        return false;
+      }
+      ++i;
+      return true;
+    };
     std::string v;
-    if (a == "--root") {
-      if (!value(&spec.root)) return Usage("--root needs a directory");
-    } else if (a == "--script") {
-      if (!value(&script)) return Usage("--script needs a path");
+    if (flag == "--root") {
+      if (!value(&spec.root) || spec.root.empty()) return Usage("--root needs a directory");
+    } else if (flag == "--script") {
+      if (!value(&script) || script.empty()) return Usage("--script needs a path");
     } else if (a == "--dry-run") {
       dry_run = true;
-    } else if (a == "--gpus-per-node" || a == "--lead" || a == "--checkpoint-seconds") {
+      ++i;
+    } else if (flag == "--gpus-per-node" || flag == "--lead" || flag == "--checkpoint-seconds") {
       int n = 0;
-      if (!value(&v) || !ParsePositive(v, &n)) return Usage(a + " needs a positive number");
-      if (a == "--gpus-per-node") spec.gpus_per_node = n;
-      if (a == "--lead") spec.lead_seconds = n, lead_given = true;
-      if (a == "--checkpoint-seconds") checkpoint_seconds = n;
-    } else if (a.rfind("--", 0) == 0 && a.find('=') != std::string::npos) {
-      spec.sbatch.push_back(a);
-    } else if (a.rfind("-", 0) == 0) {
-      return Usage("'" + a + "': give sbatch options as --option=value");
+      if (!value(&v) || !ParsePositive(v, &n)) return Usage(flag + " needs a positive number");
+      if (flag == "--gpus-per-node") spec.gpus_per_node = n;
+      if (flag == "--lead") spec.lead_seconds = n, lead_given = true;
+      if (flag == "--checkpoint-seconds") checkpoint_seconds = n;
+    } else if (a.size() > 1 && a[0] == '-') {
+      Result<std::vector<SbatchOption>> taken = TakeSbatchOption(args, &i);
+      if (!taken.ok()) return Usage(taken.status().message());
+      sbatch.insert(sbatch.end(), taken->begin(), taken->end());
     } else {
       return Usage("'" + a + "' before --: the command goes after --");
     }
   }
+  for (const SbatchOption& option : sbatch) spec.sbatch.push_back(SbatchDirective(option));
   if (i >= args.size() || i + 1 == args.size()) return Usage("no command after --");
   spec.command.assign(args.begin() + static_cast<long>(i) + 1, args.end());
   if (lead_given && checkpoint_seconds > 0)
@@ -222,12 +251,13 @@ int RunSlurmSubmit(const std::vector<std::string>& args) {
   if (checkpoint_seconds > 0) spec.lead_seconds = 2 * checkpoint_seconds + 60;
   // A grant of --time-min (what 22.05's backfill gives) must leave training
   // time after the restart and before the warning.
-  for (const std::string& option : spec.sbatch) {
-    if (option.rfind("--time-min=", 0) != 0) continue;
-    Result<int64_t> time_min = ParseSlurmDuration(option.substr(11));
-    if (!time_min.ok()) return Usage(option + ": " + time_min.status().message());
+  for (const SbatchOption& option : sbatch) {
+    if (option.flag != "--time-min") continue;
+    const std::string given = SbatchDirective(option);
+    Result<int64_t> time_min = ParseSlurmDuration(*option.value);
+    if (!time_min.ok()) return Usage(given + ": " + time_min.status().message());
     if (*time_min - spec.lead_seconds < 120) {
-      std::cerr << "stint slurm submit: warning: " << option << " leaves "
+      std::cerr << "stint slurm submit: warning: " << given << " leaves "
                 << std::max<int64_t>(0, *time_min - spec.lead_seconds)
                 << " s between a run's start and its warning " << spec.lead_seconds
                 << " s before the end; the restart (imports, rendezvous, load) comes out of "
@@ -244,21 +274,40 @@ int RunSlurmSubmit(const std::vector<std::string>& args) {
     std::cout << text;
     return kExitOk;
   }
-  if (script.empty()) {
-    script = "stint-slurm-job-" + std::to_string(std::time(nullptr)) + "-" +
-             std::to_string(getpid()) + ".sh";
+  // Where the job's files are (the root, or where the user says), never the
+  // caller's working directory; without either, a temporary file (sbatch
+  // keeps its own copy: `scontrol write batch_script JOB`).
+  Env* env = Env::Default();
+  const std::string name = "stint-slurm-job-" + std::to_string(std::time(nullptr)) + "-" +
+                           std::to_string(getpid()) + ".sh";
+  const bool keep = !script.empty() || !spec.root.empty();
+  if (script.empty() && !spec.root.empty()) {
+    if (Status s = CreateDirWithParents(env, spec.root); !s.ok()) {
+      std::cerr << "stint slurm submit: --root: " << s.ToString() << "\n";
+      return kExitFailed;
+    }
+    script = spec.root + "/" + name;
+  } else if (script.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    script = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/" + name;
+  } else if (env->IsDirectory(script)) {
+    script += "/" + name;
   }
   if (Status s = WriteScript(script, text); !s.ok()) {
     std::cerr << "stint slurm submit: " << s.ToString() << "\n";
     return kExitFailed;
   }
   Result<CommandOutput> out = RunCommand({"sbatch", "--parsable", script}, std::chrono::minutes(2));
+  if (Status s = keep ? Status::OK() : env->RemoveFile(script); !s.ok())
+    std::cerr << "stint slurm submit: warning: " << s.ToString() << "\n";
   if (!out.ok() || out->exit_code != 0) {
     std::cerr << "stint slurm submit: sbatch " << script << ": "
               << (out.ok() ? Trim(out->output) : out.status().ToString()) << "\n";
     return kExitFailed;
   }
-  std::cout << "submitted Slurm job " << Trim(out->output) << " (batch script " << script
+  const std::string job = Trim(out->output);
+  std::cout << "submitted Slurm job " << job << " (batch script "
+            << (keep ? script : "not kept: `scontrol write batch_script " + job + "` prints it")
             << ")\n";
   return kExitOk;
 }
