@@ -15,8 +15,13 @@ namespace stint {
 
 struct CommandOutput {
   int exit_code = 0;   // the exit status; 128 + N when killed by signal N
-  std::string output;  // stdout and stderr together, at most max_output bytes
+  // stdout and stderr apart (a warning on stderr must not reach what the
+  // caller parses), each at most max_output bytes.
+  std::string output;
+  std::string errors;
   bool truncated = false;  // whether the command printed more than was kept
+  // Both, stderr first, trimmed: for a message about the command.
+  std::string Text() const;
 };
 
 // Changes to the command's environment (the caller's otherwise).
@@ -27,7 +32,7 @@ struct CommandEnv {
 
 // Runs argv (argv[0] looked up in PATH) with stdin from /dev/null, the
 // caller's environment changed by `env`, and waits at most `timeout` for it
-// to exit, keeping at most `max_output` bytes of its output (the rest is
+// to exit, keeping at most `max_output` bytes of each output (the rest is
 // read and dropped, so the command never blocks on a full pipe; `truncated`
 // says so). kNotFound when argv[0] is not found;
 // kDeadlineExceeded (the command is then SIGKILLed and reaped) naming the

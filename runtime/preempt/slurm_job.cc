@@ -56,7 +56,7 @@ Result<std::optional<SystemTime>> SlurmJobEndTime(const std::string& job_id,
   const std::string text = Trim(out.output);
   if (out.exit_code != 0 || text.empty()) {
     return Status::NotFound("squeue -j " + job_id + " (exit " + std::to_string(out.exit_code) +
-                            "): " + (text.empty() ? "no such job" : text));
+                            "): " + (out.Text().empty() ? "no such job" : out.Text()));
   }
   Result<std::optional<SystemTime>> end = ParseSlurmTime(text);
   if (!end.ok()) return end.status().WithContext("squeue's end time of Slurm job " + job_id);
@@ -82,7 +82,7 @@ Status SlurmRequeue(const std::string& job_id, std::chrono::milliseconds timeout
   STINT_ASSIGN_OR_RETURN(CommandOutput out, RunCommand({"scontrol", "requeue", job_id}, timeout));
   if (out.exit_code != 0) {
     return Status::FailedPrecondition("scontrol requeue " + job_id + " (exit " +
-                                      std::to_string(out.exit_code) + "): " + Trim(out.output));
+                                      std::to_string(out.exit_code) + "): " + out.Text());
   }
   return Status::OK();
 }

@@ -302,7 +302,7 @@ int RunSlurmSubmit(const std::vector<std::string>& args) {
     std::cerr << "stint slurm submit: warning: " << s.ToString() << "\n";
   if (!out.ok() || out->exit_code != 0) {
     std::cerr << "stint slurm submit: sbatch " << script << ": "
-              << (out.ok() ? Trim(out->output) : out.status().ToString()) << "\n";
+              << (out.ok() ? out->Text() : out.status().ToString()) << "\n";
     return kExitFailed;
   }
   const std::string job = Trim(out->output);
@@ -335,7 +335,7 @@ int RunSlurmStatus(const std::vector<std::string>& args) {
               << Trim(q->output) << "\n";
   } else {
     std::cout << "job " << job << ": not in squeue ("
-              << (q.ok() ? Trim(q->output) : q.status().ToString()) << ")\n";
+              << (q.ok() ? q->Text() : q.status().ToString()) << ")\n";
     rc = kExitFailed;
   }
   if (root.empty()) return rc;
