@@ -28,6 +28,7 @@
 #include <xxhash.h>
 
 #include "bindings.h"
+#include "exit_hook.h"
 #include "future.h"
 #include "status_to_exception.h"
 #include "stint/checkpoint_reader.h"
@@ -395,13 +396,17 @@ class PyCheckpointer {
       : fencing_(std::move(fencing)),
         copier_(std::move(copier)),
         channel_(std::move(channel)),
-        ckpt_(std::move(ckpt)) {}
+        ckpt_(std::move(ckpt)),
+        // Closed at interpreter exit if still open: its threads are joined
+        // while they may still take the GIL (exit_hook.h).
+        exit_close_([this] { Close(); }) {}
   // Finishes queued saves (the Checkpointer's destructor). Without a store
   // the GIL stays held: the persist thread never needs it, and releasing it
   // during interpreter shutdown is not safe. With one, the persist thread
   // takes the GIL to reach the store, so it is released (the channel refuses
   // calls once the interpreter is finalizing).
   ~PyCheckpointer() {
+    exit_close_ = ExitClose();  // before anything goes: the hook may not run it any more
     if (channel_ != nullptr && ckpt_ != nullptr) Close();
   }
 
@@ -413,7 +418,7 @@ class PyCheckpointer {
   void Close() {
     std::unique_ptr<Checkpointer> c = std::move(ckpt_);
     pending_.clear();
-    py::gil_scoped_release nogil;
+    ReleasedGil nogil;
     c.reset();  // waits for pending saves; before channel_, which they use
   }
   bool closed() const { return ckpt_ == nullptr; }
@@ -438,7 +443,7 @@ class PyCheckpointer {
     }
     std::optional<Result<SaveHandle>> handle;
     {
-      py::gil_scoped_release nogil;
+      ReleasedGil nogil;
       // The State it builds holds the tensors until their copies completed.
       TorchStateBuilder builder;
       Status s;
@@ -481,7 +486,7 @@ class PyCheckpointer {
     }
     Status s;
     {
-      py::gil_scoped_release nogil;
+      ReleasedGil nogil;
       // The stream that writes next is the device's current stream at this
       // moment (the hook runs right before the write), not the one saved from.
       s = ckpt.BeforeWrite(when, Millis(timeout_seconds), CurrentCudaStream);
@@ -493,7 +498,7 @@ class PyCheckpointer {
     Checkpointer& ckpt = get();
     Status s;
     {
-      py::gil_scoped_release nogil;
+      ReleasedGil nogil;
       s = ckpt.WaitStaged(Millis(timeout_seconds));
     }
     ThrowIfError(s);
@@ -517,7 +522,7 @@ class PyCheckpointer {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     Status s;
     {
-      py::gil_scoped_release nogil;
+      ReleasedGil nogil;
       s = ckpt.Flush(std::max(left, std::chrono::milliseconds(0)));
     }
     std::optional<Status> unseen;
@@ -588,7 +593,7 @@ class PyCheckpointer {
             "the load planner must return ([(name, tensor) or (name, tensor, global_shape, "
             "offsets), ...], [name, ...])");
       }
-      py::gil_scoped_release nogil;
+      ReleasedGil nogil;
       TorchLoadOptions load_options;
       load_options.device_destinations = copier_ != nullptr;
       plan.loader = std::make_unique<TorchStateLoader>(load_options);
@@ -613,7 +618,7 @@ class PyCheckpointer {
 
     std::optional<Result<LoadResult>> result;
     {
-      py::gil_scoped_release nogil;
+      ReleasedGil nogil;
       result.emplace(ckpt.Load(dest_planner, options));
       if (result->ok() && plan.loader != nullptr) {
         Status finished = plan.loader->Finish();  // staged copies, version bumps
@@ -638,7 +643,7 @@ class PyCheckpointer {
     Checkpointer& ckpt = get();
     std::optional<Result<std::vector<uint64_t>>> r;
     {
-      py::gil_scoped_release nogil;
+      ReleasedGil nogil;
       r.emplace(ckpt.ListCommitted());
     }
     return ValueOrThrow(std::move(*r));
@@ -648,7 +653,7 @@ class PyCheckpointer {
     Checkpointer& ckpt = get();
     Status s;
     {
-      py::gil_scoped_release nogil;
+      ReleasedGil nogil;
       s = ckpt.Quarantine(step);
     }
     ThrowIfError(s);
@@ -658,7 +663,7 @@ class PyCheckpointer {
     Checkpointer& ckpt = get();
     Status s;
     {
-      py::gil_scoped_release nogil;
+      ReleasedGil nogil;
       s = ckpt.MarkComplete(step, info);
     }
     ThrowIfError(s);
@@ -669,7 +674,7 @@ class PyCheckpointer {
     Checkpointer& ckpt = get();
     std::optional<Result<std::optional<CompletionMarker>>> r;
     {
-      py::gil_scoped_release nogil;
+      ReleasedGil nogil;
       r.emplace(ckpt.Completion());
     }
     std::optional<CompletionMarker> m = ValueOrThrow(std::move(*r));
@@ -681,7 +686,7 @@ class PyCheckpointer {
     Checkpointer& ckpt = get();
     Status s;
     {
-      py::gil_scoped_release nogil;
+      ReleasedGil nogil;
       s = ckpt.ClearCompletion();
     }
     ThrowIfError(s);
@@ -706,6 +711,7 @@ class PyCheckpointer {
   std::unique_ptr<Checkpointer> ckpt_;
   // Durable futures of saves not committed yet or failed, since the last flush().
   std::vector<Future> pending_;
+  ExitClose exit_close_;  // last: registered once the rest exists
 };
 
 std::unique_ptr<PyCheckpointer> OpenCheckpointer(
@@ -790,7 +796,7 @@ std::unique_ptr<PyCheckpointer> OpenCheckpointer(
   }
   std::optional<Result<std::unique_ptr<Checkpointer>>> opened;
   {
-    py::gil_scoped_release nogil;
+    ReleasedGil nogil;
     opened.emplace(Checkpointer::Open(o));
   }
   return std::make_unique<PyCheckpointer>(ValueOrThrow(std::move(*opened)), std::move(channel),
@@ -896,7 +902,7 @@ void BindReader(py::module_& m) {
             o.threads = threads;
             std::optional<Result<std::unique_ptr<CheckpointReader>>> r;
             {
-              py::gil_scoped_release nogil;
+              ReleasedGil nogil;
               r.emplace(CheckpointReader::Open(dir, o));
             }
             return std::make_unique<PyReader>(ValueOrThrow(std::move(*r)));
@@ -917,7 +923,7 @@ void BindReader(py::module_& m) {
             const CheckpointReader& reader = r.get();
             std::optional<Result<std::string>> b;
             {
-              py::gil_scoped_release nogil;
+              ReleasedGil nogil;
               b.emplace(reader.ReadBlob(name));
             }
             return py::bytes(ValueOrThrow(std::move(*b)));
@@ -937,7 +943,7 @@ void BindReader(py::module_& m) {
             std::vector<std::pair<std::string, at::Tensor>> out;
             Status s;
             {
-              py::gil_scoped_release nogil;
+              ReleasedGil nogil;
               s = FreshTensors(reader, wanted, &dests, &out);
               if (s.code() == Code::kDataLoss && names) {
                 s = Status::NotFound(s.message());  // the caller's name, not the checkpoint's fault
@@ -955,7 +961,7 @@ void BindReader(py::module_& m) {
             const CheckpointReader& reader = r.get();
             std::optional<Result<VerifyReport>> v;
             {
-              py::gil_scoped_release nogil;
+              ReleasedGil nogil;
               v.emplace(reader.Verify());
             }
             VerifyReport report = ValueOrThrow(std::move(*v));
@@ -998,7 +1004,7 @@ void BindTorchHelpers(py::module_& m) {
           }
         }
         {
-          py::gil_scoped_release nogil;
+          ReleasedGil nogil;
           for (const at::Tensor& t : tensors) {
             XXH128_hash_t h = XXH3_128bits(t.data_ptr(), t.numel() * t.element_size());
             XXH128_canonical_t c;

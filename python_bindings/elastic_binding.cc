@@ -128,7 +128,7 @@ class PySession {
   // Releases the GIL: ending the session joins its threads.
   void Close() {
     std::shared_ptr<CoordinatorSession> s = std::move(session_);
-    py::gil_scoped_release nogil;
+    ReleasedGil nogil;
     s.reset();
   }
   bool closed() const { return session_ == nullptr; }
@@ -141,7 +141,7 @@ class PySession {
     std::shared_ptr<CoordinatorSession> s = shared();
     Status status;
     {
-      py::gil_scoped_release nogil;
+      ReleasedGil nogil;
       status = fn(*s);
     }
     ThrowIfError(status);
@@ -193,7 +193,7 @@ class PyRendezvous {
     std::unique_ptr<CallThread> calls = std::move(calls_);
     std::shared_ptr<CoordinatorSession> session = std::move(session_);
     if (group == nullptr) return;
-    py::gil_scoped_release nogil;
+    ReleasedGil nogil;
     group->Cancel();
     calls.reset();    // the call in progress returns promptly once cancelled
     group.reset();    // joins the watcher; before the session: it uses the session's client
@@ -244,7 +244,7 @@ class PyRendezvous {
       interrupted_ = true;
       Close();
       {
-        py::gil_scoped_release nogil;
+        ReleasedGil nogil;
         answer.wait();  // already returned, unless a close() on another thread still joins it
       }
       throw;
@@ -383,7 +383,7 @@ void BindElastic(py::module_& m) {
                                                retry_deadline, ca_file);
             Result<std::unique_ptr<CoordinatorSession>> s = Status::Internal("not started");
             {
-              py::gil_scoped_release nogil;
+              ReleasedGil nogil;
               s = CoordinatorSession::Start(o, nullptr);
             }
             return std::make_unique<PySession>(

@@ -21,6 +21,7 @@
 #include <string>
 #include <utility>
 
+#include "released_gil.h"
 #include "stint/status.h"
 
 namespace stint {
@@ -46,7 +47,7 @@ bool WaitWithoutGil(WaitFor&& wait_for, std::optional<double> timeout_seconds) {
       slice = std::min(slice, std::max(Clock::duration::zero(), deadline - Clock::now()));
     bool done;
     {
-      pybind11::gil_scoped_release nogil;
+      ReleasedGil nogil;
       done = wait_for(slice);
     }
     if (done) return true;

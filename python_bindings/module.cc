@@ -7,6 +7,7 @@
 #include <string>
 
 #include "bindings.h"
+#include "exit_hook.h"
 #include "future.h"
 #include "status_to_exception.h"
 #include "stint/preemption.h"
@@ -71,6 +72,7 @@ PYBIND11_MODULE(_C, m) {
   stint::python::BindPreemption(m);
   stint::python::BindCheckpointer(m);
   stint::python::BindElastic(m);
+  stint::python::BindExitHook(m);  // last: closes what the others made
   m.attr("EXIT_REQUEUE") = stint::kExitRequeue;
   m.attr("EXIT_DO_NOT_REQUEUE") = stint::kExitDoNotRequeue;
   m.attr("__version__") = stint::kVersion;  // project(stint VERSION ...), via stint/version.h

@@ -50,7 +50,7 @@ class PyWatcher {
   bool installed() const { return watcher_ != nullptr && !closed_; }
 
   void Uninstall() {
-    py::gil_scoped_release nogil;
+    ReleasedGil nogil;
     Destroy();
   }
 
@@ -213,7 +213,7 @@ void BindPreemption(py::module_& m) {
       [](const std::string& job_id, double timeout) -> std::optional<double> {
         std::optional<Result<std::optional<std::chrono::system_clock::time_point>>> r;
         {
-          py::gil_scoped_release nogil;
+          ReleasedGil nogil;
           r.emplace(SlurmJobEndTime(job_id, std::chrono::milliseconds(
                                                 static_cast<int64_t>(timeout * 1000))));
         }
@@ -252,7 +252,7 @@ void BindPreemption(py::module_& m) {
       [](const std::string& job_id, double timeout) {
         Status s;
         {
-          py::gil_scoped_release nogil;
+          ReleasedGil nogil;
           s = SlurmRequeue(job_id,
                            std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000)));
         }

@@ -33,6 +33,7 @@ At most one watcher is installed per process (AlreadyExistsError otherwise).
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import threading
@@ -43,6 +44,17 @@ from . import _C
 
 _DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 _shielded: Tuple[int, ...] = ()  # the installed watcher's signals, if it shields forked children
+_with_callback: "set[PreemptionWatcher]" = set()  # watchers whose callback thread runs
+
+
+@atexit.register
+def _stop_callbacks_at_exit() -> None:
+    """Joins every callback thread while it may still take the GIL: a daemon
+    thread that wakes from wait() once finalization began is ended inside
+    native code, which aborts the process (SIGABRT) after it chose its exit
+    code. The signals stay handled (keep_until_exit() still holds)."""
+    for watcher in list(_with_callback):
+        watcher._stop_callback()
 
 
 def _ignore_in_child(signum: int, frame: Optional[FrameType]) -> None:
@@ -122,6 +134,7 @@ class PreemptionWatcher:
             self._thread = threading.Thread(target=self._watch, args=(callback,),
                                             name="stint-preemption-callback", daemon=True)
             self._thread.start()
+            _with_callback.add(self)
 
     def _watch(self, callback: Callable[[Optional[PreemptionNotice]], Any]) -> None:
         while not self._stop.is_set():
@@ -183,9 +196,14 @@ class PreemptionWatcher:
         if self._c.installed:
             _shielded = ()
         self._c.uninstall()
+        self._stop_callback()
+
+    def _stop_callback(self) -> None:
+        self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
         self._thread = None
+        _with_callback.discard(self)
 
     def __enter__(self) -> PreemptionWatcher:
         return self
