@@ -179,6 +179,7 @@ ClusterState RichState() {
   g.last_step = -1;
   g.last_step_ms = kNever;
   g.checkpoint_seconds = 12.5;
+  g.external_id = "slurm:4003";
   s.segments[g.id] = g;
   Segment g2;  // no allocations at all
   g2.id = 78;
@@ -402,6 +403,7 @@ void ExpectSame(const Segment& a, const Segment& b) {
   EXPECT_EQ(a.last_step, b.last_step);
   EXPECT_EQ(a.last_step_ms, b.last_step_ms);
   ExpectSameDouble(a.checkpoint_seconds, b.checkpoint_seconds, "segment checkpoint_seconds");
+  EXPECT_EQ(a.external_id, b.external_id);
 }
 
 void ExpectSame(const EvalTask& a, const EvalTask& b) {
@@ -775,15 +777,15 @@ TEST(StoreOpen, NewerSchemaVersionIsRefusedAndTheFileLeftAsItWas) {
     ClusterState s = RichState();
     ASSERT_OK(store->Save(s, All(s)));
   }
-  ASSERT_EQ(RawSql(path, "PRAGMA user_version=11; PRAGMA user_version"), "11");
+  ASSERT_EQ(RawSql(path, "PRAGMA user_version=12; PRAGMA user_version"), "12");
   const std::string bytes = ReadWholeFile(path);
   auto store = Store::Open(path);
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), Code::kFailedPrecondition) << store.status().ToString();
   EXPECT_NE(store.status().message().find(path), std::string::npos) << store.status().ToString();
-  EXPECT_NE(store.status().message().find("version 11"), std::string::npos)
+  EXPECT_NE(store.status().message().find("version 12"), std::string::npos)
       << store.status().ToString();
-  EXPECT_NE(store.status().message().find("1 to 10"), std::string::npos)
+  EXPECT_NE(store.status().message().find("1 to 11"), std::string::npos)
       << store.status().ToString();
   EXPECT_TRUE(ReadWholeFile(path) == bytes) << "a refused open changed the file";
   EXPECT_FALSE(Exists(path + "-wal"));
@@ -900,7 +902,7 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
     ASSERT_NE(store, nullptr);
   }
   EXPECT_EQ(RawSql(path, "PRAGMA journal_mode"), "wal");
-  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "10");
+  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "11");
   EXPECT_EQ(RawSql(path, "PRAGMA quick_check"), "ok");
   // Reopened as often as wanted.
   for (int i = 0; i < 3; ++i) {
@@ -917,7 +919,9 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
 // a version-5 file the windows columns node and node_gpus, empty, a
 // version-6 file jobs.launch, segments.placement and windows.node_addr.
 // What a file older than version 6 lacks (the node of a window).
+#define kDropVersion11 " ALTER TABLE segments DROP COLUMN external_id;"
 #define kDropVersion10                                                                           \
+  kDropVersion11                                                                                 \
   " ALTER TABLE pools DROP COLUMN pricing; ALTER TABLE pools DROP COLUMN price_per_gpu_hour;"    \
   " ALTER TABLE pools DROP COLUMN price_history; ALTER TABLE teams DROP COLUMN budget;"          \
   " ALTER TABLE teams DROP COLUMN budget_period_seconds; ALTER TABLE teams DROP COLUMN"          \
@@ -951,7 +955,8 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
                                   bool had_rendezvous, bool had_service = false,
                                   bool had_dropped = false, bool had_secrets = false,
                                   bool had_nodes = false, bool had_launch = false,
-                                  bool had_crashes = false, bool had_shrinks = false) {
+                                  bool had_crashes = false, bool had_shrinks = false,
+                                  bool had_prices = false) {
   TempDir dir;
   const std::string path = dir.Sub("stintd.db");
   ClusterState s = RichState();
@@ -1009,30 +1014,34 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
     for (auto& [id, w] : s.workers) w.node.clear();
   }
   // No file before version 10 held a price, a budget or what a segment achieved.
-  for (auto& [name, p] : s.pools) p = Pool{p.name, p.description};
-  for (auto& [name, t] : s.teams) {
-    t.budget = -1;
-    t.budget_period_seconds = 30 * 24 * 3600.0;
-    t.period_start_ms = 0;
-    t.spent = 0;
+  if (!had_prices) {
+    for (auto& [name, p] : s.pools) p = Pool{p.name, p.description};
+    for (auto& [name, t] : s.teams) {
+      t.budget = -1;
+      t.budget_period_seconds = 30 * 24 * 3600.0;
+      t.period_start_ms = 0;
+      t.spent = 0;
+    }
+    for (auto& [id, j] : s.jobs) {
+      j.revoked_ms.clear();
+      j.cost = 0;
+      j.samples = 0;
+      j.step_time.clear();
+      j.losses.clear();
+      j.eval.clear();
+      j.eval_every = j.eval_gpus = 0;
+      j.checkpoints = 0;
+    }
+    s.evals.clear();
+    for (auto& [id, seg] : s.segments) {
+      seg.price_per_gpu_hour = seg.cost = seg.checkpoint_seconds = 0;
+      seg.start_step = seg.checkpoint_step = seg.first_step = seg.last_step = -1;
+      seg.first_step_ms = seg.last_step_ms = 0;
+    }
+    s.price_rules = {};
   }
-  for (auto& [id, j] : s.jobs) {
-    j.revoked_ms.clear();
-    j.cost = 0;
-    j.samples = 0;
-    j.step_time.clear();
-    j.losses.clear();
-    j.eval.clear();
-    j.eval_every = j.eval_gpus = 0;
-    j.checkpoints = 0;
-  }
-  s.evals.clear();
-  for (auto& [id, seg] : s.segments) {
-    seg.price_per_gpu_hour = seg.cost = seg.checkpoint_seconds = 0;
-    seg.start_step = seg.checkpoint_step = seg.first_step = seg.last_step = -1;
-    seg.first_step_ms = seg.last_step_ms = 0;
-  }
-  s.price_rules = {};
+  // No file before version 11 named a segment's executor id.
+  for (auto& [id, seg] : s.segments) seg.external_id.clear();
   {
     auto store = OpenOrDie(path);
     ASSERT_NE(store, nullptr);
@@ -1042,7 +1051,7 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
     s = RichState();
     ASSERT_OK(store->Save(s, All(s)));
   }
-  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "10");
+  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "11");
   auto store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
   Result<ClusterState> loaded = store->Load();
@@ -1112,6 +1121,14 @@ TEST(StoreOpen, VersionNineFileIsMigratedKeepingItsRows) {
                                /*had_service=*/true, /*had_dropped=*/true,
                                /*had_secrets=*/true, /*had_nodes=*/true, /*had_launch=*/true,
                                /*had_crashes=*/true, /*had_shrinks=*/true);
+}
+
+// Version 10 kept no executor's id of a segment (stintd --slurm's Slurm job).
+TEST(StoreOpen, VersionTenFileIsMigratedKeepingItsRows) {
+  ExpectMigratedKeepingItsRows(kDropVersion11, "10", /*had_rendezvous=*/true,
+                               /*had_service=*/true, /*had_dropped=*/true,
+                               /*had_secrets=*/true, /*had_nodes=*/true, /*had_launch=*/true,
+                               /*had_crashes=*/true, /*had_shrinks=*/true, /*had_prices=*/true);
 }
 
 // Version 6 knew no launch specs, placements or node addresses.

@@ -1,11 +1,15 @@
-// SlurmView's parsers on the output of Slurm 22.05.8 (recorded here from the
-// test cluster) and on 23.02+'s JSON shapes, and its bad-input errors.
+// SlurmView's parsers on the output of Slurm 22.05.8 (recorded from the test
+// cluster: tests/data/slurm/README.md), on 23.02+'s squeue JSON shapes and
+// scontrol's state forms, and its bad-input errors.
 #include "stintd/slurm/slurm_view.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <time.h>
 
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
 
 #include "util/status_matchers.h"
@@ -13,45 +17,80 @@
 namespace stint::stintd {
 namespace {
 
-TEST(SlurmViewTest, SinfoJsonOf2205GivesNodesGpusStatesAndPartitions) {
-  const std::string text = R"({"meta": {}, "errors": [], "nodes": [
-    {"name": "sx1", "address": "127.0.0.1", "state": "idle", "state_flags": [],
-     "gres": "gpu:4", "gres_used": "gpu:0", "partitions": ["low", "high"], "reason": ""},
-    {"name": "sx2", "address": "sx2", "state": "mixed", "state_flags": ["DRAIN"],
-     "gres": "gpu:a100:2(S:0-1),shard:8", "partitions": ["low"], "reason": "fan"},
-    {"name": "sx3", "state": "down", "state_flags": ["NOT_RESPONDING"], "gres": "",
-     "partitions": ["high"], "reason": "gone"}]})";
-  Result<std::vector<SlurmNode>> nodes = ParseSinfoJson(text);
+std::string Recorded(const std::string& name) {
+  std::ifstream in(std::string(STINT_SLURM_DATA) + "/" + name);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST(SlurmViewTest, NodesOf2205AsScontrolPrintsThem) {
+  // Recorded (tests/data/slurm/README.md): h2n1 drained with a reason of
+  // several words, h2n2 running other jobs.
+  Result<std::vector<SlurmNode>> nodes = ParseNodes(Recorded("22.05/scontrol_show_node.txt"));
   ASSERT_OK(nodes);
-  ASSERT_EQ(nodes->size(), 3u);
+  ASSERT_EQ(nodes->size(), 2u);
   const SlurmNode& a = (*nodes)[0];
-  EXPECT_EQ(a.name, "sx1");
+  EXPECT_EQ(a.name, "h2n1");
   EXPECT_EQ(a.address, "127.0.0.1");
-  EXPECT_EQ(a.state, "IDLE");
+  EXPECT_EQ(a.state, "MIXED");
+  EXPECT_EQ(a.flags, std::vector<std::string>{"DRAIN"});
+  EXPECT_FALSE(a.Schedulable());
   EXPECT_EQ(a.gpus, 4);
   EXPECT_TRUE(a.InPartition("high"));
   EXPECT_FALSE(a.InPartition("hi"));
-  EXPECT_TRUE(a.Schedulable());
+  EXPECT_EQ(a.reason, "fan failed, see ticket 12 [root@2026-12-07T03:02:16]");
   const SlurmNode& b = (*nodes)[1];
-  EXPECT_EQ(b.gpus, 2);
   EXPECT_EQ(b.state, "MIXED");
-  EXPECT_FALSE(b.Schedulable());  // draining
-  EXPECT_EQ(b.reason, "fan");
-  const SlurmNode& c = (*nodes)[2];
-  EXPECT_EQ(c.gpus, 0);
-  EXPECT_FALSE(c.Schedulable());
+  EXPECT_TRUE(b.flags.empty());
+  EXPECT_TRUE(b.Schedulable());
+  EXPECT_EQ(b.partitions, (std::vector<std::string>{"low", "high"}));
 }
 
-TEST(SlurmViewTest, SinfoJsonOf2302ListsTheStateAndItsFlagsInOneArray) {
-  Result<std::vector<SlurmNode>> nodes = ParseSinfoJson(
-      R"({"nodes": [{"name": "g1", "state": ["IDLE", "DRAIN"], "gres": "gpu:h100:8"},
-                    {"name": "g2", "state": ["ALLOCATED"], "gres": "gpu:8"}]})");
+TEST(SlurmViewTest, NodeStatesWithFlagsOrSinfosMarksAndTypedGres) {
+  // The State= forms scontrol prints (node_state_string_complete) and the
+  // marks of the short form; fields newer releases add after Reason=.
+  Result<std::vector<SlurmNode>> nodes = ParseNodes(
+      "NodeName=g1 Gres=gpu:h100:8(S:0-1),shard:8 State=IDLE+DRAIN+NOT_RESPONDING "
+      "Partitions=p Reason=gone Comment=x Extra=(null)\n"
+      "NodeName=g2 Gres=(null) State=DOWN* Partitions=p\n"
+      "NodeName=g3 Gres=gpu:2 State=IDLE~ Partitions=p\n"
+      "\n"
+      "NodeName=g4 Gres=gpu:2 State=ALLOCATED+COMPLETING\n");
   ASSERT_OK(nodes);
-  EXPECT_EQ((*nodes)[0].state, "IDLE");
-  EXPECT_EQ((*nodes)[0].flags, std::vector<std::string>{"DRAIN"});
-  EXPECT_FALSE((*nodes)[0].Schedulable());
+  ASSERT_EQ(nodes->size(), 4u);
   EXPECT_EQ((*nodes)[0].gpus, 8);
-  EXPECT_TRUE((*nodes)[1].Schedulable());
+  EXPECT_EQ((*nodes)[0].flags, (std::vector<std::string>{"DRAIN", "NOT_RESPONDING"}));
+  EXPECT_EQ((*nodes)[0].reason, "gone");
+  EXPECT_EQ((*nodes)[1].state, "DOWN");
+  EXPECT_EQ((*nodes)[1].flags, std::vector<std::string>{"NOT_RESPONDING"});
+  EXPECT_EQ((*nodes)[1].gpus, 0);
+  EXPECT_EQ((*nodes)[2].flags, std::vector<std::string>{"POWERED_DOWN"});
+  EXPECT_FALSE((*nodes)[2].Schedulable());
+  EXPECT_TRUE((*nodes)[3].Schedulable());
+  EXPECT_TRUE((*nodes)[3].partitions.empty());
+}
+
+TEST(SlurmViewTest, SqueueOf2205GivesTheGpusEachJobHoldsPerNodeAndHetComponents) {
+  Result<std::vector<SlurmJob>> jobs = ParseSqueueJson(Recorded("22.05/squeue.json"));
+  ASSERT_OK(jobs);
+  std::map<std::string, std::vector<const SlurmJob*>> by_name;
+  for (const SlurmJob& j : *jobs) by_name[j.name].push_back(&j);
+  ASSERT_EQ(by_name["foreign-gpu"].size(), 1u);
+  EXPECT_EQ(by_name["foreign-gpu"][0]->GpusOn("h2n2"), 2);
+  EXPECT_EQ(by_name["foreign-gpu"][0]->GpusOn("h2n1"), 0);
+  ASSERT_EQ(by_name["foreign-cpu"].size(), 1u);
+  EXPECT_EQ(by_name["foreign-cpu"][0]->GpusOn("h2n2"), 0);
+  EXPECT_TRUE(by_name["foreign-cpu"][0]->Live());
+  ASSERT_EQ(by_name["het"].size(), 2u);
+  const SlurmJob& first = *by_name["het"][0];
+  const SlurmJob& second = *by_name["het"][1];
+  EXPECT_EQ(first.het_job_id, first.id);
+  EXPECT_EQ(first.het_job_offset, 0);
+  EXPECT_EQ(second.het_job_id, first.id);
+  EXPECT_EQ(second.het_job_offset, 1);
+  EXPECT_EQ(first.GpusOn("h2n1"), 1);
+  EXPECT_EQ(second.GpusOn("h2n2"), 1);
 }
 
 TEST(SlurmViewTest, SqueueJsonGivesExitCodesOfBothDialects) {
@@ -135,10 +174,12 @@ TEST(SlurmViewTest, ReservationsAreReadInTheControllersLocalTime) {
 }
 
 TEST(SlurmViewTest, BadInputIsRefusedNamingWhatAndWhere) {
-  Result<std::vector<SlurmNode>> nodes = ParseSinfoJson("sinfo: error: Unable to contact");
+  Result<std::vector<SlurmNode>> nodes = ParseNodes("scontrol: error: Unable to contact");
   ASSERT_FALSE(nodes.ok());
-  EXPECT_NE(nodes.status().message().find("sinfo --json"), std::string::npos);
-  EXPECT_FALSE(ParseSinfoJson(R"({"errors": []})").ok());
+  EXPECT_NE(nodes.status().message().find("scontrol show node -o: a line without NodeName="),
+            std::string::npos)
+      << nodes.status().ToString();
+  EXPECT_FALSE(ParseNodes("NodeName=a Gres=gpu:1").ok());  // no State=
   Result<std::vector<SlurmJob>> jobs =
       ParseSqueueJson(R"({"jobs": [{"job_id": 7, "nodes": "sx[3-1]"}]})");
   ASSERT_FALSE(jobs.ok());

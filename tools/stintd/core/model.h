@@ -323,6 +323,10 @@ struct Segment {
   int64_t last_step = -1;
   TimeMs last_step_ms = 0;
   double checkpoint_seconds = 0;  // reported checkpoint times in it, summed
+  // The id an executor other than stint-agent gave it ("slurm:1234"; ""
+  // for none). Persisted (schema version 11): a restarted stintd --slurm
+  // knows which segments it submitted even once Slurm forgot their jobs.
+  std::string external_id;
   int gpus() const {
     int n = 0;
     for (const Allocation& a : allocs) n += a.gpus;

@@ -175,15 +175,15 @@ class Coordinator {
   enum class NodeToken { kNoCredential, kMatch, kMismatch };
   NodeToken CheckNodeToken(const std::string& name, const std::string& random) const;
 
-  // Soft labels from an executor other than stint-agent (stintd --slurm):
-  // the executor of node `node` ("slurm") and the id it gave segment
-  // `segment_id` ("slurm:1234"), for /v1/nodes, /v1/segments and the
-  // dashboard. Not persisted: the executor labels again after a restart.
-  // Thread-safe. An empty id removes the segment's label.
+  // Labels from an executor other than stint-agent (stintd --slurm): the
+  // executor of node `node` ("slurm"; soft, labelled again after a
+  // restart) and the id it gave segment `segment_id` ("slurm:1234"), for
+  // /v1/nodes, /v1/segments and the dashboard. A segment's id is durable
+  // (Segment.external_id): a restarted executor knows what it submitted.
+  // Thread-safe.
   void LabelNode(const std::string& node, const std::string& executor);
-  void LabelSegment(int64_t segment_id, const std::string& external_id);
+  Status LabelSegment(int64_t segment_id, const std::string& external_id);
   std::string NodeLabel(const std::string& node) const;  // "" for none
-  std::string SegmentLabel(int64_t segment_id) const;    // "" for none
 
   // Worker requests.
   // Each registration gets a fresh secret (worker_secret.h): `*secret` is
@@ -328,7 +328,6 @@ class Coordinator {
 
   mutable std::mutex labels_mu_;
   std::map<std::string, std::string> node_labels_;   // guarded by labels_mu_
-  std::map<int64_t, std::string> segment_labels_;  // guarded by labels_mu_
 
   // Long-polls wait for event_seq_ to move.
   mutable std::mutex event_mu_;

@@ -342,25 +342,27 @@ void Coordinator::LabelNode(const std::string& node, const std::string& executor
   node_labels_[node] = executor;
 }
 
-void Coordinator::LabelSegment(int64_t segment_id, const std::string& external_id) {
-  std::lock_guard<std::mutex> lock(labels_mu_);
-  if (external_id.empty()) {
-    segment_labels_.erase(segment_id);
-  } else {
-    segment_labels_[segment_id] = external_id;
+Status Coordinator::LabelSegment(int64_t segment_id, const std::string& external_id) {
+  {
+    std::shared_lock<std::shared_mutex> lock(mu_);
+    auto seg = state_.segments.find(segment_id);
+    if (seg != state_.segments.end() && seg->second.external_id == external_id)
+      return Status::OK();  // the usual case: no write
   }
+  return Mutate([&](ClusterState& s, TimeMs, Changes* c) -> Status {
+    auto seg = s.segments.find(segment_id);
+    if (seg == s.segments.end())
+      return Status::NotFound("segment " + std::to_string(segment_id) + " does not exist");
+    seg->second.external_id = external_id;
+    c->segments.insert(segment_id);
+    return Status::OK();
+  });
 }
 
 std::string Coordinator::NodeLabel(const std::string& node) const {
   std::lock_guard<std::mutex> lock(labels_mu_);
   auto it = node_labels_.find(node);
   return it == node_labels_.end() ? std::string() : it->second;
-}
-
-std::string Coordinator::SegmentLabel(int64_t segment_id) const {
-  std::lock_guard<std::mutex> lock(labels_mu_);
-  auto it = segment_labels_.find(segment_id);
-  return it == segment_labels_.end() ? std::string() : it->second;
 }
 
 TimeMs Coordinator::NodeLastHeartbeat(int64_t window_id) const {

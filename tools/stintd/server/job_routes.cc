@@ -186,7 +186,7 @@ void AddJobViewRoutes(Routes* routes) {
           if (reader.admin) r.body["registration_token"] = tokens->JobToken(id);
           json segments = json::array();
           for (const auto& [sid, seg] : s.segments) {
-            if (seg.job_id == id) segments.push_back(SegmentJson(*c, seg));
+            if (seg.job_id == id) segments.push_back(SegmentJson(seg));
           }
           r.body["segments"] = segments;
           auto rdzv = s.rendezvous.find(id);
@@ -264,7 +264,7 @@ void AddQueueRoute(Routes* routes) {
              {"name", j.name},
              {"team", j.team},
              {"priority", PriorityName(j.priority)},
-             {"segment", seg == s.segments.end() ? json(nullptr) : SegmentJson(*c, seg->second)}});
+             {"segment", seg == s.segments.end() ? json(nullptr) : SegmentJson(seg->second)}});
       }
       r.body = {{"now_ms", now},
                 {"pending", pending},

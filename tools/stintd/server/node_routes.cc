@@ -195,7 +195,7 @@ void AddNodeListRoute(Routes* routes) {
               entry["job_id"] = seg.job_id;
               entry["job_name"] = job != s.jobs.end() ? job->second.name : "";
             }
-            if (std::string ext = c->SegmentLabel(sid); !ext.empty()) entry["external_id"] = ext;
+            if (!seg.external_id.empty()) entry["external_id"] = seg.external_id;
             running.push_back(entry);
           }
         }

@@ -10,9 +10,9 @@
 
 namespace stint::stintd {
 
-nlohmann::json SegmentJson(const Coordinator& c, const Segment& seg) {
+nlohmann::json SegmentJson(const Segment& seg) {
   nlohmann::json j = ToJson(seg);
-  if (std::string ext = c.SegmentLabel(seg.id); !ext.empty()) j["external_id"] = ext;
+  if (!seg.external_id.empty()) j["external_id"] = seg.external_id;
   return j;
 }
 

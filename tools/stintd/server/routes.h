@@ -60,7 +60,7 @@ class Routes {
 // A segment as the routes answer it: ToJson(seg) with, for a segment an
 // executor other than stint-agent runs, its "external_id" (stintd --slurm:
 // "slurm:1234").
-nlohmann::json SegmentJson(const Coordinator& c, const Segment& seg);
+nlohmann::json SegmentJson(const Segment& seg);
 
 void InstallMetricsRoutes(Routes* routes);  // /healthz, /dashboard, /metrics
 void InstallWindowRoutes(Routes* routes);   // pools, windows, teams

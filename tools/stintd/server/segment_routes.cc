@@ -28,7 +28,7 @@ void InstallSegmentRoutes(Routes* routes) {
       const SeenJobs seen(s, reader);  // an agent: only its node's jobs
       for (const auto& [id, seg] : s.segments) {
         if ((job_filter == 0 || seg.job_id == job_filter) && seen.Has(seg.job_id))
-          segments.push_back(SegmentJson(*c, seg));
+          segments.push_back(SegmentJson(seg));
       }
     });
     return Reply{200, {{"segments", segments}}, {}, {}};

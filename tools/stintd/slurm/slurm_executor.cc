@@ -1,6 +1,7 @@
 #include "stintd/slurm/slurm_executor.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <utility>
@@ -45,6 +46,16 @@ std::string Join(const std::vector<std::string>& items, const char* sep) {
 }
 
 void Log(const std::string& line) { std::fprintf(stderr, "stintd: slurm: %s\n", line.c_str()); }
+
+// Text from users (a job's name) as it may go into a batch script's
+// comment: a newline there would start a command, so every control
+// character becomes '?'.
+std::string OneLine(const std::string& text) {
+  std::string out = text;
+  for (char& c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return out;
+}
 
 // Variables of stintd's own environment the jobs must not inherit: its
 // tokens, and the Slurm variables of an allocation stintd may run in.
@@ -110,11 +121,12 @@ Result<std::unique_ptr<SlurmExecutor>> SlurmExecutor::Start(Coordinator* coordin
   for (const std::string& p : e->options_.partitions) {
     const bool known = std::any_of(cluster.nodes.begin(), cluster.nodes.end(),
                                    [&](const SlurmNode& n) { return n.InPartition(p); });
-    if (!known) return Status::NotFound("Slurm partition " + p + " has no nodes (sinfo --json)");
+    if (!known) return Status::NotFound("Slurm partition " + p + " has no nodes (scontrol show node)");
     Result<Pool> pool = coordinator->AddPool(Pool{p, "Slurm partition " + p});
     if (!pool.ok() && pool.status().code() != Code::kAlreadyExists) return pool.status();
   }
   e->thread_ = std::thread([raw = e.get()] { raw->Loop(); });
+  e->heartbeat_thread_ = std::thread([raw = e.get()] { raw->HeartbeatLoop(); });
   return e;
 }
 
@@ -128,6 +140,7 @@ SlurmExecutor::~SlurmExecutor() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
 }
 
 void SlurmExecutor::Loop() {
@@ -144,6 +157,30 @@ void SlurmExecutor::Loop() {
     }
     lock.lock();
     cv_.wait_for(lock, options_.poll_interval, [this] { return stop_; });
+  }
+}
+
+void SlurmExecutor::HeartbeatLoop() {
+  const CoordinatorOptions& o = coordinator_->options();
+  const auto every = std::chrono::milliseconds(static_cast<int64_t>(
+      std::min(o.node_ttl_seconds, o.policy.lease_ttl_seconds) * 1000 / 3));
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    const std::map<std::string, std::vector<int64_t>> live = live_;
+    lock.unlock();
+    for (const auto& [node, running] : live) Beat(node, running, {});
+    lock.lock();
+    cv_.wait_for(lock, every, [this] { return stop_; });
+  }
+}
+
+void SlurmExecutor::Beat(const std::string& node, const std::vector<int64_t>& running,
+                         const std::vector<Coordinator::NodeExit>& exits) {
+  Result<Window> beat = coordinator_->NodeHeartbeat(node, running, exits);
+  // kNotFound: no window yet (not schedulable); kAborted: its window ended.
+  if (!beat.ok() && beat.status().code() != Code::kNotFound &&
+      beat.status().code() != Code::kAborted) {
+    Log("heartbeat of node " + node + ": " + beat.status().ToString());
   }
 }
 
@@ -167,20 +204,20 @@ Result<SlurmExecutor::Cluster> SlurmExecutor::ReadCluster() const {
     }
     if (out.exit_code != 0) {
       return Status::Unavailable(Join(argv, " ") + " exited " + std::to_string(out.exit_code) +
-                                 ": " + out.output.substr(0, 500));
+                                 ": " + out.Text().substr(0, 500));
     }
     return out.output;
   };
   Cluster c;
-  STINT_ASSIGN_OR_RETURN(std::string sinfo, run({"sinfo", "--json"}));
-  STINT_ASSIGN_OR_RETURN(c.nodes, ParseSinfoJson(sinfo));
+  STINT_ASSIGN_OR_RETURN(std::string nodes, run({"scontrol", "show", "node", "--oneliner"}));
+  STINT_ASSIGN_OR_RETURN(c.nodes, ParseNodes(nodes));
   STINT_ASSIGN_OR_RETURN(std::string squeue, run({"squeue", "--json"}));
   STINT_ASSIGN_OR_RETURN(c.jobs, ParseSqueueJson(squeue));
   STINT_ASSIGN_OR_RETURN(std::string res, run({"scontrol", "show", "reservation", "-o"}));
   STINT_ASSIGN_OR_RETURN(c.reservations, ParseReservations(res));
   const std::string prefix = JobPrefix();
   for (const SlurmJob& j : c.jobs) {
-    if (j.name.rfind(prefix, 0) != 0) continue;
+    if (j.name.rfind(prefix, 0) != 0 || j.het_job_offset != 0) continue;
     const std::string sid_text = j.name.substr(prefix.size());
     if (sid_text.empty() || !std::all_of(sid_text.begin(), sid_text.end(), ::isdigit)) continue;
     const int64_t sid = std::stoll(sid_text);
@@ -191,37 +228,63 @@ Result<SlurmExecutor::Cluster> SlurmExecutor::ReadCluster() const {
 }
 
 Status SlurmExecutor::Poll() {
+  // An unreadable cluster skips the poll: the heartbeat thread goes on from
+  // the last view, so a slurmctld restart or a slow command closes nothing.
   STINT_ASSIGN_OR_RETURN(Cluster cluster, ReadCluster());
   const TimeMs now = coordinator_->now();
-  std::set<std::string> managed;
-  ReconcileWindows(cluster, now, &managed);
+  std::set<std::string> managed, live;
+  ReconcileWindows(cluster, now, &managed, &live);
   std::map<std::string, NodeReport> reports;
-  ReconcileSegments(cluster, now, managed, &reports);
+  std::vector<Action> actions;
+  ReconcileSegments(cluster, now, managed, &reports, &actions);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.clear();
+    for (const std::string& node : live) live_[node] = reports[node].running;
+  }
   for (const std::string& node : managed) {
     const NodeReport& r = reports[node];
-    Result<Window> beat = coordinator_->NodeHeartbeat(node, r.running, r.exits);
-    // kNotFound: no window yet (not schedulable); kAborted: its window ended.
-    if (!beat.ok() && beat.status().code() != Code::kNotFound &&
-        beat.status().code() != Code::kAborted) {
-      Log("heartbeat of node " + node + ": " + beat.status().ToString());
-    }
+    if (live.count(node) || !r.exits.empty()) Beat(node, r.running, r.exits);
   }
+  for (const Action& a : actions) Act(a, now);
   return Status::OK();
 }
 
+void SlurmExecutor::Act(const Action& a, TimeMs now) {
+  const std::string subject = "segment " + std::to_string(a.segment_id);
+  if (a.slurm_job != 0) {
+    Status sent = Cancel(a.slurm_job, a.signal);
+    if (!sent.ok()) {  // retried next poll
+      Log(subject + ": " + sent.ToString());
+    } else if (!a.signal.empty()) {
+      signalled_.insert(a.segment_id);
+      Log(subject + ": notice forwarded to Slurm job " + std::to_string(a.slurm_job) + " as SIG" +
+          a.signal);
+    }
+    return;
+  }
+  Status submitted = Submit(a.segment_id, now);
+  if (submitted.ok()) return;
+  Log(subject + ": " + submitted.ToString());
+  for (const std::string& node : a.nodes)
+    Beat(node, {}, {{a.segment_id, 1, "Slurm submit failed: " + submitted.ToString()}});
+}
+
 void SlurmExecutor::ReconcileWindows(const Cluster& cluster, TimeMs now,
-                                     std::set<std::string>* managed) {
-  // Nodes that a job not ours holds: Slurm would not give them to us.
-  std::set<std::string> foreign;
+                                     std::set<std::string>* managed, std::set<std::string>* live) {
+  // The GPUs that jobs not ours hold per node: Slurm would not give them to
+  // us. A job holding none (CPU only) takes nothing a window lends.
+  std::map<std::string, int> foreign;
   for (const SlurmJob& j : cluster.jobs) {
     if (!j.Live() || j.state == "PENDING" || j.name.rfind(JobPrefix(), 0) == 0) continue;
-    foreign.insert(j.nodes.begin(), j.nodes.end());
+    for (const std::string& n : j.nodes) foreign[n] += j.GpusOn(n);
   }
   for (const SlurmNode& node : cluster.nodes) {
     auto part = std::find_if(options_.partitions.begin(), options_.partitions.end(),
                              [&](const std::string& p) { return node.InPartition(p); });
     if (part == options_.partitions.end() || node.gpus <= 0) continue;
     managed->insert(node.name);
+    if (!NodeDown(node)) live->insert(node.name);
     coordinator_->LabelNode(node.name, "slurm");
     // The next reservation over the node ends its window; one in force
     // now makes it unavailable.
@@ -232,11 +295,21 @@ void SlurmExecutor::ReconcileWindows(const Cluster& cluster, TimeMs now,
       if (r.start_ms <= now && now < r.end_ms) reserved = true;
       if (r.start_ms > now) end = std::min(end, r.start_ms);
     }
-    const bool available = node.Schedulable() && !reserved && !foreign.count(node.name);
+    const int free_gpus = std::max(0, node.gpus - foreign[node.name]);
     std::optional<Window> open;
+    bool idle = true;  // no active segment on the open window
     coordinator_->Read([&](const ClusterState& s, const Plan&, TimeMs) {
-      if (const Window* w = OpenNodeWindow(s, node.name, now)) open = *w;
+      const Window* w = OpenNodeWindow(s, node.name, now);
+      if (w == nullptr) return;
+      open = *w;
+      for (const auto& [sid, seg] : s.segments) {
+        if (!SegmentActive(seg.state)) continue;
+        for (const Placement& p : seg.placement) idle = idle && p.window_id != w->id;
+      }
     });
+    // A window lending GPUs another job took closes; a smaller one follows.
+    const bool taken = open && static_cast<int>(open->node_gpus.size()) > free_gpus;
+    const bool available = node.Schedulable() && !reserved && free_gpus > 0 && !taken;
     auto own_lead = options_.partition_notice_lead_seconds.find(*part);
     const TimeMs lead = SecondsToMs(own_lead != options_.partition_notice_lead_seconds.end()
                                         ? own_lead->second
@@ -248,7 +321,7 @@ void SlurmExecutor::ReconcileWindows(const Cluster& cluster, TimeMs now,
       Window spec;
       spec.node = node.name;
       spec.pool = *part;
-      for (int g = 0; g < node.gpus; g++) spec.node_gpus.push_back(g);
+      for (int g = 0; g < free_gpus; g++) spec.node_gpus.push_back(g);
       spec.end_ms = end;
       spec.kind = end == kNever ? WindowKind::kSpot : WindowKind::kHard;
       spec.notice_lead_ms = lead;
@@ -262,7 +335,7 @@ void SlurmExecutor::ReconcileWindows(const Cluster& cluster, TimeMs now,
       }
       logged_.erase(subject);
       if (created) {
-        Log(subject + " lends window " + std::to_string(w->id) + " (" + std::to_string(node.gpus) +
+        Log(subject + " lends window " + std::to_string(w->id) + " (" + std::to_string(free_gpus) +
             " GPUs, pool " + *part +
             (end == kNever ? ", no known end)" : ", until a reservation)"));
       }
@@ -271,11 +344,21 @@ void SlurmExecutor::ReconcileWindows(const Cluster& cluster, TimeMs now,
           " s: window " + std::to_string(open->id) + " closes then");
       Result<Window> closed = coordinator_->CloseWindow(open->id, std::max<TimeMs>(0, end - now));
       if (!closed.ok()) Log(subject + ": " + closed.status().ToString());
+    } else if (available && open && !open->closed_early && idle &&
+               static_cast<int>(open->node_gpus.size()) < free_gpus) {
+      // GPUs another job held are free again: an idle window gives way to
+      // a larger one (a busy one keeps its segments).
+      Log(subject + ": " + std::to_string(free_gpus) + " GPUs free: window " +
+          std::to_string(open->id) + " closes now, a larger one follows");
+      Result<Window> closed = coordinator_->CloseWindow(open->id, TimeMs{0});
+      if (!closed.ok()) Log(subject + ": " + closed.status().ToString());
     } else if (!available && open && !open->closed_early) {
       const bool down = NodeDown(node);
       Log(subject + " is " + node.state + (node.flags.empty() ? "" : "+" + Join(node.flags, "+")) +
           (reserved ? ", reserved" : "") +
-          (foreign.count(node.name) ? ", held by another job" : "") +
+          (foreign[node.name] > 0
+               ? ", another job holds " + std::to_string(foreign[node.name]) + " of its GPUs"
+               : "") +
           (node.reason.empty() ? "" : " (" + node.reason + ")") + ": window " +
           std::to_string(open->id) + (down ? " closes now" : " closes with its notice lead"));
       Result<Window> closed =
@@ -287,7 +370,8 @@ void SlurmExecutor::ReconcileWindows(const Cluster& cluster, TimeMs now,
 
 void SlurmExecutor::ReconcileSegments(const Cluster& cluster, TimeMs now,
                                       const std::set<std::string>& managed,
-                                      std::map<std::string, NodeReport>* reports) {
+                                      std::map<std::string, NodeReport>* reports,
+                                      std::vector<Action>* actions) {
   struct Seg {
     SegmentState state = SegmentState::kRunning;
     // Notified, or shrinking: one srun step cannot signal some of its tasks
@@ -298,6 +382,7 @@ void SlurmExecutor::ReconcileSegments(const Cluster& cluster, TimeMs now,
     std::vector<std::string> nodes;  // one per placement, in order
     bool has_launch = false;
     std::string signal;
+    std::string external_id;  // "slurm:ID" once submitted (durable)
   };
   std::map<int64_t, Seg> segs;
   coordinator_->Read([&](const ClusterState& s, const Plan&, TimeMs) {
@@ -316,6 +401,7 @@ void SlurmExecutor::ReconcileSegments(const Cluster& cluster, TimeMs now,
       info.state = seg.state;
       info.notice = seg.state == SegmentState::kNotified || seg.shrink_deadline_ms != 0;
       info.ended_ms = seg.ended_ms;
+      info.external_id = seg.external_id;
       auto job = s.jobs.find(seg.job_id);
       if (job != s.jobs.end() && !job->second.launch.empty()) {
         Result<tools::LaunchSpec> spec = tools::LaunchSpec::Parse(job->second.launch);
@@ -335,40 +421,37 @@ void SlurmExecutor::ReconcileSegments(const Cluster& cluster, TimeMs now,
     const std::string subject = "segment " + std::to_string(sid);
     if (SegmentActive(seg.state)) {
       if (job == nullptr) {
-        if (submitted_ms_.count(sid)) {
-          // Submitted at an earlier poll and gone from squeue: Slurm lost it.
-          Log(subject + ": its Slurm job is gone; the job is queued again");
+        if (!seg.external_id.empty()) {
+          // Submitted (the id is durable) and gone from squeue: Slurm lost
+          // it, or it ended while stintd was down longer than MinJobAge.
+          // How it ended is unknown (squeue forgot, and stintd does not
+          // assume accounting): queued again, it resumes from its
+          // checkpoint; never submitted again as this segment.
+          Log(subject + ": its Slurm job " + seg.external_id.substr(seg.external_id.find(':') + 1) +
+              " is gone from squeue; the job is queued again");
           report_exit(sid, seg, 75, "its Slurm job vanished");
           submitted_ms_.erase(sid);
         } else if (seg.has_launch) {
-          Status submitted = Submit(sid, now);
-          if (!submitted.ok()) {
-            Log(subject + ": " + submitted.ToString());
-            report_exit(sid, seg, 1, "Slurm submit failed: " + submitted.ToString());
-          }
+          actions->push_back({sid, 0, "", seg.nodes});
         }
         continue;
       }
       submitted_ms_.emplace(sid, now);  // found after a restart: the timeout counts from now
-      coordinator_->LabelSegment(sid, "slurm:" + std::to_string(job->id));
+      if (Status labelled = coordinator_->LabelSegment(sid, "slurm:" + std::to_string(job->id));
+          !labelled.ok()) {
+        Log(subject + ": " + labelled.ToString());
+      }
       if (job->Live()) {
         if (job->state == "PENDING" &&
             now - submitted_ms_[sid] > SecondsToMs(options_.start_timeout_seconds)) {
           Log(subject + ": Slurm job " + std::to_string(job->id) + " did not start (" +
               job->reason + "): cancelled, the job is queued again");
-          Cancel(job->id).IgnoreError();  // a cancel that fails is retried next poll
+          actions->push_back({sid, job->id, "", {}});  // one that fails is retried next poll
           report_exit(sid, seg, 75, "Slurm did not start it (" + job->reason + ")");
           continue;
         }
         for (const std::string& node : seg.nodes) (*reports)[node].running.push_back(sid);
-        if (seg.notice && !signalled_.count(sid)) {
-          Status sent = Cancel(job->id, seg.signal);
-          if (sent.ok()) {
-            signalled_.insert(sid);
-            Log(subject + ": notice forwarded to Slurm job " + std::to_string(job->id) + " as SIG" +
-                seg.signal);
-          }
-        }
+        if (seg.notice && !signalled_.count(sid)) actions->push_back({sid, job->id, seg.signal, {}});
         continue;
       }
       const int code = SegmentExitCode(*job);
@@ -394,7 +477,7 @@ void SlurmExecutor::ReconcileSegments(const Cluster& cluster, TimeMs now,
           Log(subject + " ended: cancelling Slurm job " + std::to_string(job->id));
           logged_[subject] = "cancelled";
         }
-        Cancel(job->id).IgnoreError();  // retried next poll while it lives
+        actions->push_back({sid, job->id, "", {}});  // again next poll while it lives
       }
     } else {
       submitted_ms_.erase(sid);
@@ -467,22 +550,22 @@ Status SlurmExecutor::Submit(int64_t segment_id, TimeMs now) {
   const std::string base = dir + "/segment-" + std::to_string(segment_id);
   std::string command;
   for (const std::string& arg : spec.command) command += " " + ShellQuote(arg);
-  std::string host_lines;
-  for (const std::string& h : task_hosts) host_lines += " " + h;
+  // One job component per node, asking the GPUs and tasks the placement
+  // has there (nodes may differ: [4, 2]); several make a heterogeneous job,
+  // whose srun step numbers the tasks across its components in order.
+  std::vector<size_t> parts;  // the placements with workers
+  for (size_t i = 0; i < hosts.size(); i++)
+    if (gpus[i] / gpw > 0) parts.push_back(i);
+  const std::string het =
+      parts.size() > 1 ? "--het-group=0-" + std::to_string(parts.size() - 1) + " " : "";
   const std::string script =
       "#!/bin/bash\n"
       "# stintd segment " +
-      std::to_string(segment_id) + " of job " + std::to_string(job_id) + " (" + job_name +
-      "): " + std::to_string(world) +
+      std::to_string(segment_id) + " of job " + std::to_string(job_id) + " (" +
+      OneLine(job_name) + "): " + std::to_string(world) +
       " workers, one srun task each, ranks in placement order.\n"
-      "hosts=$(mktemp) || exit 1\n"
-      "trap 'rm -f \"$hosts\"' EXIT\n"
-      "printf '%s\\n'" +
-      host_lines +
-      " > \"$hosts\"\n"
-      "export SLURM_HOSTFILE=$hosts\n"
-      "srun --distribution=arbitrary --ntasks=" +
-      std::to_string(world) + " --kill-on-bad-exit=0 --wait=" +
+      "srun " +
+      het + "--kill-on-bad-exit=0 --wait=" +
       std::to_string(static_cast<int>(options_.exit_grace_seconds)) + " /bin/bash -c " +
       ShellQuote(kTaskPrelude) + " stint-task" + command + "\n";
   STINT_RETURN_IF_ERROR(WriteStringToFileSync(Env::Default(), base + ".sh", script));
@@ -509,36 +592,47 @@ Status SlurmExecutor::Submit(int64_t segment_id, TimeMs now) {
   if (spec.env) {
     for (const auto& [k, v] : *spec.env) env.set.emplace_back(k, v);
   }
-  const int max_gpus = *std::max_element(gpus.begin(), gpus.end());
   std::vector<std::string> argv = {
       "sbatch",
       "--parsable",
       "--job-name=" + JobName(segment_id),
-      "--partition=" + partition,
-      "--nodes=" + std::to_string(hosts.size()),
-      "--nodelist=" + Join(hosts, ","),
-      "--ntasks=" + std::to_string(world),
-      "--gres=gpu:" + std::to_string(max_gpus),
       "--no-requeue",
       "--output=" + base + ".log",
       "--open-mode=append",
       "--export=ALL",
       "--comment=stintd job " + std::to_string(job_id) + " segment " + std::to_string(segment_id)};
-  if (end != kNever) {
-    const int64_t seconds = (end - now) / 1000 - static_cast<int64_t>(options_.margin_seconds);
-    argv.push_back("--time=" + SlurmTimeLimit(std::max<int64_t>(60, seconds)));
-  }
   if (spec.workdir) argv.push_back("--chdir=" + *spec.workdir);
+  for (size_t k = 0; k < parts.size(); k++) {
+    const size_t i = parts[k];
+    if (k > 0) argv.push_back(":");
+    argv.insert(argv.end(), {"--partition=" + partition, "--nodes=1", "--nodelist=" + hosts[i],
+                             "--ntasks=" + std::to_string(gpus[i] / gpw),
+                             "--gres=gpu:" + std::to_string(gpus[i])});
+    if (end != kNever) {
+      const int64_t seconds = (end - now) / 1000 - static_cast<int64_t>(options_.margin_seconds);
+      argv.push_back("--time=" + SlurmTimeLimit(std::max<int64_t>(60, seconds)));
+    }
+  }
   argv.push_back(base + ".sh");
   STINT_ASSIGN_OR_RETURN(CommandOutput out, RunCommand(argv, options_.command_timeout, env));
-  const std::string id_text = out.output.substr(0, out.output.find_first_of(";\n"));
+  // --parsable prints "JOBID[;CLUSTER]" on stdout; stderr may carry warnings
+  // (a site's job_submit.lua), which are logged, never parsed.
+  const std::string first = out.output.substr(0, out.output.find('\n'));
+  std::string id_text = first.substr(0, first.find(';'));
+  while (!id_text.empty() && std::isspace(static_cast<unsigned char>(id_text.back())))
+    id_text.pop_back();
   if (out.exit_code != 0 || id_text.empty() ||
       !std::all_of(id_text.begin(), id_text.end(), ::isdigit)) {
     return Status::FailedPrecondition("sbatch (exit " + std::to_string(out.exit_code) +
-                                      "): " + out.output.substr(0, 500));
+                                      "): " + out.Text().substr(0, 500));
   }
+  if (!out.errors.empty())
+    Log("segment " + std::to_string(segment_id) + ": sbatch says: " + out.Text().substr(0, 500));
   submitted_ms_[segment_id] = now;
-  coordinator_->LabelSegment(segment_id, "slurm:" + id_text);
+  // Durable before the next poll, which takes a segment with an id that
+  // squeue does not list for one whose job ended.
+  if (Status labelled = coordinator_->LabelSegment(segment_id, "slurm:" + id_text); !labelled.ok())
+    Log("segment " + std::to_string(segment_id) + ": " + labelled.ToString());
   Log("segment " + std::to_string(segment_id) + " of job " + std::to_string(job_id) +
       " is Slurm job " + id_text + " on " + Join(hosts, ",") + " (" + std::to_string(world) +
       " workers)");
@@ -552,7 +646,7 @@ Status SlurmExecutor::Cancel(int64_t slurm_job, const std::string& signal) {
   STINT_ASSIGN_OR_RETURN(CommandOutput out, RunCommand(argv, options_.command_timeout));
   if (out.exit_code != 0) {
     return Status::FailedPrecondition(Join(argv, " ") + " (exit " + std::to_string(out.exit_code) +
-                                      "): " + out.output.substr(0, 300));
+                                      "): " + out.Text().substr(0, 300));
   }
   return Status::OK();
 }

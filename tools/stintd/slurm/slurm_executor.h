@@ -5,22 +5,31 @@
 //
 // Every poll it reads the cluster (slurm_view.h) and reconciles:
 //   windows   each node of a partition with GPUs that Slurm would schedule
-//             now (up, not draining, outside an active reservation, no GPU
-//             held by a job that is not ours) lends one node window in the
-//             pool named like the partition: hard, ending where the next
+//             now (up, not draining, outside an active reservation) lends
+//             one node window in the pool named like the partition, of the
+//             GPUs no job but ours holds there: hard, ending where the next
 //             reservation over the node starts, or open-ended (spot) with
 //             the notice lead when none is known. A window closes when its
 //             node stops being schedulable (with the lead; at once for a
-//             node that is DOWN or not responding) and is cut short when a
-//             reservation appears; a node that Slurm stops answering for
-//             keeps no window past stintd's node TTL.
+//             node that is DOWN or not responding) or another job takes
+//             GPUs it lends (a smaller one follows), and is cut short when
+//             a reservation appears.
+//   liveness  the nodes' windows are kept (heartbeaten) by a thread of
+//             their own, from Slurm's node states of the last view read:
+//             a slow or failing Slurm command (a slurmctld restart) keeps
+//             the last view, and closes no window; a node Slurm reports
+//             down or not responding closes at once.
 //   segments  each segment placed on these windows becomes one Slurm job
-//             ("stint.<tag>.<segment>") bound to its nodes (--nodelist,
+//             ("stint.<tag>.<segment>") bound to its nodes, one component
+//             per node (a heterogeneous job when there are several) asking
+//             exactly the GPUs its placement has there (--nodelist,
 //             --gres=gpu:N, --time = the window's remaining time less the
 //             margin, --no-requeue: stintd requeues), one srun task per
 //             worker in placement order, each registered as a worker of
 //             the segment beforehand (its secret reaches the task through
 //             the job's environment, never its command line or script).
+//             Submits and cancels run after the view is reconciled and its
+//             exits reported.
 //   notices   a notified segment's job gets the launch spec's signal
 //             (scancel --signal); so does a shrinking one (a step's tasks
 //             cannot be signalled apart: the whole segment stops and the
@@ -32,7 +41,10 @@
 //             (preempted, timed out, node failure) or did not start within
 //             the start timeout -> queued again.
 // The map segment -> Slurm job is Slurm's own (the job names), so a
-// restarted stintd finds its jobs again.
+// restarted stintd finds its jobs again, and durable in stintd's store
+// (the segment's external_id): a segment whose job Slurm no longer lists
+// (it ended while stintd was down past MinJobAge) is queued again, never
+// submitted twice.
 #ifndef STINT_TOOLS_STINTD_SLURM_SLURM_EXECUTOR_H_
 #define STINT_TOOLS_STINTD_SLURM_SLURM_EXECUTOR_H_
 
@@ -93,6 +105,9 @@ class SlurmExecutor {
  private:
   SlurmExecutor(Coordinator* coordinator, SlurmExecutorOptions options);
   void Loop();
+  // Heartbeats the nodes that the last view found up, with the segments
+  // they run, every third of the node TTL.
+  void HeartbeatLoop();
   // One reconciliation (above). Errors of one node or segment are logged
   // and the rest goes on; an unreadable cluster view skips the poll.
   Status Poll();
@@ -101,7 +116,9 @@ class SlurmExecutor {
     std::vector<SlurmNode> nodes;
     std::vector<SlurmJob> jobs;
     std::vector<SlurmReservation> reservations;
-    std::map<int64_t, const SlurmJob*> ours;  // segment id -> its newest Slurm job
+    // segment id -> its newest Slurm job (a heterogeneous job's first
+    // component, which answers for the whole job)
+    std::map<int64_t, const SlurmJob*> ours;
   };
   Result<Cluster> ReadCluster() const;
   // Per node: its exits and running segments, reported by its heartbeat.
@@ -109,9 +126,21 @@ class SlurmExecutor {
     std::vector<int64_t> running;
     std::vector<Coordinator::NodeExit> exits;
   };
-  void ReconcileWindows(const Cluster& cluster, TimeMs now, std::set<std::string>* managed);
+  // What a poll does to Slurm once its view is reconciled (slow commands).
+  struct Action {
+    int64_t segment_id = 0;
+    int64_t slurm_job = 0;           // 0: submit the segment; else scancel this job
+    std::string signal;              // scancel --signal ("" cancels)
+    std::vector<std::string> nodes;  // a submit's: they report its failure
+  };
+  void Act(const Action& action, TimeMs now);
+  void Beat(const std::string& node, const std::vector<int64_t>& running,
+            const std::vector<Coordinator::NodeExit>& exits);
+  // Fills *live with the managed nodes Slurm reports up.
+  void ReconcileWindows(const Cluster& cluster, TimeMs now, std::set<std::string>* managed,
+                        std::set<std::string>* live);
   void ReconcileSegments(const Cluster& cluster, TimeMs now, const std::set<std::string>& managed,
-                         std::map<std::string, NodeReport>* reports);
+                         std::map<std::string, NodeReport>* reports, std::vector<Action>* actions);
   // Registers the segment's workers and submits its Slurm job. The error
   // ends the segment as a crash (the crash-loop guard stops a job whose
   // launch never works).
@@ -131,8 +160,11 @@ class SlurmExecutor {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;   // guarded by mu_
-  std::thread thread_;  // last: started once the rest exists
+  bool stop_ = false;  // guarded by mu_
+  // The last view's up nodes and what each runs: the heartbeat thread's.
+  std::map<std::string, std::vector<int64_t>> live_;  // guarded by mu_
+  std::thread thread_;            // last: started once the rest exists
+  std::thread heartbeat_thread_;
 };
 
 }  // namespace stint::stintd

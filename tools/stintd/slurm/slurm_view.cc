@@ -39,21 +39,12 @@ std::string StringOr(const json& obj, const char* key) {
   return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
-// A state field: "IDLE" (22.05), or ["IDLE", "DRAIN"] (23.02+), whose first
-// entry is the base state and the rest flags.
-void ReadState(const json& v, std::string* state, std::vector<std::string>* flags) {
-  if (v.is_string()) {
-    *state = Upper(v.get<std::string>());
-  } else if (v.is_array()) {
-    for (const json& e : v) {
-      if (!e.is_string()) continue;
-      if (state->empty()) {
-        *state = Upper(e.get<std::string>());
-      } else if (flags != nullptr) {
-        flags->push_back(Upper(e.get<std::string>()));
-      }
-    }
-  }
+// A job_state field: "RUNNING" (22.05), or ["RUNNING", flags...] (23.02+),
+// whose first entry is the state.
+std::string ReadState(const json& v) {
+  if (v.is_string()) return Upper(v.get<std::string>());
+  if (v.is_array() && !v.empty() && v[0].is_string()) return Upper(v[0].get<std::string>());
+  return "";
 }
 
 // The GPU count of a gres string: "gpu:4", "gpu:a100:4(S:0-1)",
@@ -79,6 +70,30 @@ Result<std::vector<std::string>> Hosts(const std::string& what, const std::strin
   Result<std::vector<std::string>> hosts = ExpandHostlist(list);
   if (!hosts.ok()) return hosts.status().WithContext(what);
   return hosts;
+}
+
+// One line of scontrol's -o output: KEY=VALUE fields separated by spaces,
+// where a word that does not start a KEY= continues the value before it
+// (OS=Linux 6.1 #1 SMP, Reason=fan failed [root@...]).
+std::map<std::string, std::string> KeyValues(const std::string& line) {
+  std::map<std::string, std::string> fields;
+  std::string* value = nullptr;
+  std::stringstream words(line);
+  std::string word;
+  while (words >> word) {
+    const size_t eq = word.find('=');
+    const bool key = eq != std::string::npos && eq > 0 && std::isalpha(static_cast<unsigned char>(word[0])) &&
+                     std::all_of(word.begin(), word.begin() + eq, [](char c) {
+                       return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+                     });
+    if (key) {
+      value = &fields[word.substr(0, eq)];
+      *value = word.substr(eq + 1);
+    } else if (value != nullptr) {
+      *value += " " + word;
+    }
+  }
+  return fields;
 }
 
 // A number field: N (22.05) or {"set": true, "number": N} (23.02+); 0
@@ -132,34 +147,57 @@ bool SlurmJob::Live() const {
   return false;
 }
 
+int SlurmJob::GpusOn(const std::string& node) const {
+  for (size_t i = 0; i < nodes.size() && i < node_gpus.size(); i++)
+    if (nodes[i] == node) return node_gpus[i];
+  return 0;
+}
+
 bool SlurmJob::LaunchFailed() const {
   if (state == "FAILED") return reason == "JobLaunchFailure";
   return state == "CANCELLED" && !nodes.empty() && start_time > 0 && end_time - start_time <= 1;
 }
 
-Result<std::vector<SlurmNode>> ParseSinfoJson(const std::string& text) {
-  STINT_ASSIGN_OR_RETURN(json doc, ParseJson("sinfo --json", text));
-  auto nodes = doc.find("nodes");
-  if (nodes == doc.end() || !nodes->is_array())
-    return Status::InvalidArgument("sinfo --json: no \"nodes\" array");
+Result<std::vector<SlurmNode>> ParseNodes(const std::string& text) {
   std::vector<SlurmNode> out;
-  for (const json& n : *nodes) {
-    if (!n.is_object()) continue;
+  std::stringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    std::map<std::string, std::string> fields = KeyValues(line);
     SlurmNode node;
-    node.name = StringOr(n, "name");
-    if (node.name.empty()) return Status::InvalidArgument("sinfo --json: a node without a name");
-    node.address = StringOr(n, "address");
-    if (n.contains("state")) ReadState(n["state"], &node.state, &node.flags);
-    if (n.contains("state_flags") && n["state_flags"].is_array()) {
-      for (const json& f : n["state_flags"])
-        if (f.is_string()) node.flags.push_back(Upper(f.get<std::string>()));
+    node.name = fields["NodeName"];
+    if (node.name.empty()) {
+      return Status::InvalidArgument("scontrol show node -o: a line without NodeName= (" +
+                                     line.substr(0, 120) + ")");
     }
-    node.gpus = GresGpus(StringOr(n, "gres"));
-    if (n.contains("partitions") && n["partitions"].is_array()) {
-      for (const json& p : n["partitions"])
-        if (p.is_string()) node.partitions.push_back(p.get<std::string>());
+    node.address = fields["NodeAddr"];
+    std::stringstream parts(fields["State"]);
+    std::string part;
+    while (std::getline(parts, part, '+')) {
+      // sinfo's marks on the base state, as scontrol prints some of them.
+      static const std::map<char, const char*> kMarks = {
+          {'*', "NOT_RESPONDING"}, {'~', "POWERED_DOWN"},     {'#', "POWERING_UP"},
+          {'%', "POWERING_DOWN"},  {'!', "POWER_DOWN"},       {'@', "REBOOT_REQUESTED"},
+          {'^', "REBOOT_ISSUED"},  {'$', "MAINTENANCE"},      {'-', "PLANNED"}};
+      while (!part.empty() && kMarks.count(part.back())) {
+        node.flags.push_back(kMarks.at(part.back()));
+        part.pop_back();
+      }
+      if (part.empty()) continue;
+      if (node.state.empty()) {
+        node.state = Upper(part);
+      } else {
+        node.flags.push_back(Upper(part));
+      }
     }
-    node.reason = StringOr(n, "reason");
+    if (node.state.empty())
+      return Status::InvalidArgument("scontrol show node -o: node " + node.name + " has no State=");
+    node.gpus = GresGpus(fields["Gres"]);
+    std::stringstream partitions(fields["Partitions"]);
+    while (std::getline(partitions, part, ','))
+      if (!part.empty() && part != "(null)") node.partitions.push_back(part);
+    node.reason = fields["Reason"];
     out.push_back(std::move(node));
   }
   return out;
@@ -179,13 +217,18 @@ Result<std::vector<SlurmJob>> ParseSqueueJson(const std::string& text) {
     job.id = j["job_id"].get<int64_t>();
     const std::string what = "squeue --json: job " + std::to_string(job.id);
     job.name = StringOr(j, "name");
-    if (j.contains("job_state")) ReadState(j["job_state"], &job.state, nullptr);
+    if (j.contains("job_state")) job.state = ReadState(j["job_state"]);
     STINT_ASSIGN_OR_RETURN(job.nodes, Hosts(what + " nodes", StringOr(j, "nodes")));
     job.partition = StringOr(j, "partition");
     job.reason = StringOr(j, "state_reason");
     if (j.contains("exit_code")) job.exit_code = ExitCode(j["exit_code"]);
     if (j.contains("start_time")) job.start_time = Number(j["start_time"]);
     if (j.contains("end_time")) job.end_time = Number(j["end_time"]);
+    if (j.contains("gres_detail") && j["gres_detail"].is_array()) {
+      for (const json& g : j["gres_detail"]) job.node_gpus.push_back(g.is_string() ? GresGpus(g.get<std::string>()) : 0);
+    }
+    if (j.contains("het_job_id")) job.het_job_id = Number(j["het_job_id"]);
+    if (j.contains("het_job_offset")) job.het_job_offset = Number(j["het_job_offset"]);
     out.push_back(std::move(job));
   }
   return out;
@@ -197,13 +240,7 @@ Result<std::vector<SlurmReservation>> ParseReservations(const std::string& text)
   std::string line;
   while (std::getline(lines, line)) {
     if (line.rfind("ReservationName=", 0) != 0) continue;  // "No reservations in the system"
-    std::map<std::string, std::string> fields;
-    std::stringstream words(line);
-    std::string word;
-    while (words >> word) {
-      const size_t eq = word.find('=');
-      if (eq != std::string::npos) fields[word.substr(0, eq)] = word.substr(eq + 1);
-    }
+    std::map<std::string, std::string> fields = KeyValues(line);
     SlurmReservation r;
     r.name = fields["ReservationName"];
     const std::string what = "reservation " + r.name;

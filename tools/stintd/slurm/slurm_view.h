@@ -1,12 +1,16 @@
 // SlurmView: what stintd --slurm reads of a Slurm cluster in one poll, parsed
 // from the commands every Slurm 22.05+ controller answers without a REST
-// daemon: `sinfo --json` (nodes), `squeue --json` (jobs, finished ones too
-// for MinJobAge) and `scontrol show reservation -o` (reservations; scontrol
-// has no --json in 22.05). Pure parsing, no I/O: the executor runs the
-// commands (slurm_executor.h), tests feed recorded output.
+// daemon: `scontrol show node -o` (nodes), `squeue --json` (jobs, finished
+// ones too for MinJobAge) and `scontrol show reservation -o`
+// (reservations). Pure parsing, no I/O: the executor runs the commands
+// (slurm_executor.h), tests feed recorded output.
 //
-// Both JSON dialects are read: 22.05's (job_state a string, exit_code the
-// raw wait status) and 23.02+'s (arrays of states, exit_code an object).
+// Nodes come from scontrol's one-line KEY=VALUE records, whose keys have
+// not changed from 22.05 to 25.05, not from `sinfo --json`, whose layout
+// did (22.05 lists "nodes"; 23.02+ answer {"sinfo": [...]} of per-partition
+// groups). Both squeue JSON dialects are read: 22.05's (job_state a string,
+// exit_code the raw wait status) and 23.02+'s (arrays of states, exit_code
+// an object); the "jobs" array and the fields read are in both.
 #ifndef STINT_TOOLS_STINTD_SLURM_SLURM_VIEW_H_
 #define STINT_TOOLS_STINTD_SLURM_SLURM_VIEW_H_
 
@@ -21,7 +25,7 @@ namespace stint::stintd {
 
 struct SlurmNode {
   std::string name;
-  std::string address;  // NodeAddr ("" when sinfo gives none)
+  std::string address;  // NodeAddr ("" when scontrol gives none)
   // Base state and flags, upper case: "IDLE", "MIXED", "ALLOCATED", "DOWN",
   // ...; flags "DRAIN", "NOT_RESPONDING", "MAINTENANCE", ...
   std::string state;
@@ -47,6 +51,15 @@ struct SlurmJob {
   int exit_code = 0;
   int64_t start_time = 0;  // seconds since the epoch; 0 when unknown
   int64_t end_time = 0;
+  // The GPUs it holds on each of `nodes` (gres_detail "gpu:2(IDX:0-1)";
+  // empty once it ended). GpusOn() of a node it does not hold is 0.
+  std::vector<int> node_gpus;
+  int GpusOn(const std::string& node) const;
+  // A heterogeneous job's components are listed apart, each with its own id
+  // and nodes: het_job_id is the first component's id (0 for a job of one
+  // component), which runs the batch script and answers for the whole job.
+  int64_t het_job_id = 0;
+  int64_t het_job_offset = 0;
   // Whether the job still holds (or will hold) its nodes: PENDING,
   // CONFIGURING, RUNNING, COMPLETING, SUSPENDED, REQUEUED, RESIZING.
   bool Live() const;
@@ -66,10 +79,11 @@ struct SlurmReservation {
   std::vector<std::string> flags;  // MAINT, IGNORE_JOBS, ...
 };
 
-// `sinfo --json`: one entry per node (sinfo lists a node once per
-// partition in text mode; the JSON lists it once with its partitions).
-// kInvalidArgument naming what did not parse.
-Result<std::vector<SlurmNode>> ParseSinfoJson(const std::string& text);
+// `scontrol show node -o`: one line per node, KEY=VALUE fields (a value with
+// spaces, like OS= or Reason=, runs to the next KEY=). State is
+// BASE[+FLAG...], the base possibly marked as sinfo marks it ("IDLE*": not
+// responding, "~": powered down). kInvalidArgument naming what did not parse.
+Result<std::vector<SlurmNode>> ParseNodes(const std::string& text);
 // `squeue --json`.
 Result<std::vector<SlurmJob>> ParseSqueueJson(const std::string& text);
 // `scontrol show reservation -o`: one line per reservation, KEY=VALUE

@@ -1,7 +1,7 @@
 // Store on SQLite: one file, WAL journal, synchronous=FULL, exclusive
 // locking (one stintd per file), schema version in PRAGMA user_version.
 //
-// Schema version 10 (tables are STRICT, so a value of the wrong type is
+// Schema version 11 (tables are STRICT, so a value of the wrong type is
 // refused when written, not discovered when read):
 //   pools, windows, teams, jobs, segments, workers: one row per object,
 //     one column per field of model.h, named as the field; enums as their
@@ -49,6 +49,7 @@
 // checkpoint_seconds (0); meta.price_rules ('[]': every rule the default);
 // jobs.eval (''), eval_every, eval_gpus and checkpoints (0): no job is
 // evaluated; and the table evals (EvalTask's fields): none queued.
+// Version 10 -> 11 adds segments.external_id ('': no executor named it).
 // jobs.pool holds the job's pools joined by commas (one name before).
 // Each table's layout and row codec: sqlite_tables.h.
 #include <cstdint>
@@ -97,7 +98,7 @@ using internal::StatusFromSqlite;
 using internal::StepDone;
 using internal::Table;
 
-constexpr int64_t kSchemaVersion = 10;
+constexpr int64_t kSchemaVersion = 11;
 // STRICT tables need 3.37. Checked at run time too: the shared library
 // loaded may be older than the header compiled against.
 constexpr int kMinSqliteVersion = 3037000;
@@ -393,6 +394,10 @@ Status SqliteStore::Init() {
                 "ALTER TABLE jobs ADD COLUMN checkpoints INTEGER NOT NULL DEFAULT 0;\n" +
                     kEvals.Create(),
                 10));
+  }
+  if (version >= 1 && version <= 10) {
+    STINT_RETURN_IF_ERROR(
+        Migrate("ALTER TABLE segments ADD COLUMN external_id TEXT NOT NULL DEFAULT ''", 11));
   }
   return PrepareAll();
 }

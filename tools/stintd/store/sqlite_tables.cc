@@ -322,7 +322,8 @@ const Table kSegments = {"segments",
                           {"first_step_ms", Type::kInt},
                           {"last_step", Type::kInt},
                           {"last_step_ms", Type::kInt},
-                          {"checkpoint_seconds", Type::kReal}}};
+                          {"checkpoint_seconds", Type::kReal},
+                          {"external_id", Type::kText}}};
 
 const Table kWorkers = {"workers",
                         {"id"},
@@ -633,6 +634,7 @@ Status BindRow(Binder& b, const Segment& s) {
   b.Int(s.last_step);
   b.Int(s.last_step_ms);
   b.Double(s.checkpoint_seconds);
+  b.Text(s.external_id);
   return Status::OK();
 }
 
@@ -681,6 +683,7 @@ Status ReadRow(RowReader& r, Segment* s) {
   s->last_step = r.Int();
   s->last_step_ms = r.Int();
   s->checkpoint_seconds = r.Double();
+  s->external_id = r.Text();
   return AllocsFromJson(allocs, &s->allocs);
 }
 
