@@ -1,5 +1,6 @@
 #include "base/strings.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace stint {
@@ -25,34 +26,58 @@ std::string Trim(const std::string& s) {
   return s.substr(b, e - b + 1);
 }
 
+namespace {
+
+// The length of the well-formed UTF-8 character at s[i], or 0 when s[i]
+// does not begin one (no overlong forms, surrogates or code points past
+// U+10FFFF).
+size_t Utf8CharLength(std::string_view s, size_t i) {
+  auto c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) return 1;
+  size_t n;
+  uint32_t cp, min;
+  if ((c & 0xE0) == 0xC0) {
+    n = 2, cp = c & 0x1F, min = 0x80;
+  } else if ((c & 0xF0) == 0xE0) {
+    n = 3, cp = c & 0x0F, min = 0x800;
+  } else if ((c & 0xF8) == 0xF0) {
+    n = 4, cp = c & 0x07, min = 0x10000;
+  } else {
+    return 0;
+  }
+  if (i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    auto b = static_cast<unsigned char>(s[i + k]);
+    if ((b & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (b & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return n;
+}
+
+}  // namespace
+
 bool IsValidUtf8(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
-    auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t n;
-    uint32_t cp, min;
-    if ((c & 0xE0) == 0xC0) {
-      n = 2, cp = c & 0x1F, min = 0x80;
-    } else if ((c & 0xF0) == 0xE0) {
-      n = 3, cp = c & 0x0F, min = 0x800;
-    } else if ((c & 0xF8) == 0xF0) {
-      n = 4, cp = c & 0x07, min = 0x10000;
-    } else {
-      return false;
-    }
-    if (i + n > s.size()) return false;
-    for (size_t k = 1; k < n; ++k) {
-      auto b = static_cast<unsigned char>(s[i + k]);
-      if ((b & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (b & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    const size_t n = Utf8CharLength(s, i);
+    if (n == 0) return false;
     i += n;
   }
   return true;
+}
+
+std::string ValidUtf8Prefix(std::string_view s, size_t max_bytes) {
+  static constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+  std::string out;
+  out.reserve(std::min(s.size(), max_bytes));
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = Utf8CharLength(s, i);
+    const std::string_view ch = n == 0 ? kReplacement : s.substr(i, n);
+    if (out.size() + ch.size() > max_bytes) break;
+    out.append(ch);
+    i += n == 0 ? 1 : n;
+  }
+  return out;
 }
 
 }  // namespace stint

@@ -1,5 +1,6 @@
 // Small string helpers shared by the runtime's tools: byte counts for people,
-// and whitespace trimming for hand-written files (token files, traces).
+// whitespace trimming for hand-written files (token files, traces), and
+// UTF-8 checks and repair for text JSON must carry.
 // Pure functions.
 #ifndef STINT_RUNTIME_BASE_STRINGS_H_
 #define STINT_RUNTIME_BASE_STRINGS_H_
@@ -19,6 +20,12 @@ std::string Trim(const std::string& s);
 // Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code
 // points past U+10FFFF): what a JSON string may hold.
 bool IsValidUtf8(std::string_view s);
+
+// `s` as well-formed UTF-8 of at most `max_bytes` bytes: each byte that
+// does not begin a well-formed character becomes U+FFFD, and the cut falls
+// on a character boundary (a character that would cross it is left out).
+// For text from outside (a worker's output) that JSON must carry.
+std::string ValidUtf8Prefix(std::string_view s, size_t max_bytes = std::string_view::npos);
 
 }  // namespace stint
 

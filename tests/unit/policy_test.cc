@@ -1912,6 +1912,7 @@ Migration MigrationCase() {
   m.c.Price("ondemand", 3);
   m.c.Price("onprem", 1, PoolPricing::kOnPrem);
   Segment& seg = m.c.Running({{w, 8}}, Priority::kLow, Hours(1));
+  seg.price_per_gpu_hour = 3;  // charged what on demand cost when it started
   m.c.JobOf(seg).remaining_seconds = 4 * 3600;
   m.seg = seg.id;
   m.config.price_migration = true;

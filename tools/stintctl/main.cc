@@ -6,7 +6,8 @@
 //                        [--nodes N1,N2 | --node NAME[:0,1,...]]...  (one window per node;
 //                        --gpus is then per node, or the GPUs listed after the name)
 //   stintctl windows list                             stintctl windows close ID [--lead D]
-//   stintctl teams set NAME --guaranteed N [--borrow-limit N]    stintctl teams list
+//   stintctl teams set NAME [--guaranteed N] [--borrow-limit N] [--budget X] [--budget-period D]
+//                        (a change keeps what it does not name)    stintctl teams list
 //   stintctl jobs submit --name N --gpus MIN[:MAX] [--team T] [--pool P] [--priority L]
 //                        [--no-gang] [--not-preemptible] [--checkpoint-seconds S]
 //                        [--restart-seconds S] [--interval-seconds S] [--remaining D]
@@ -466,9 +467,11 @@ void AddTeams(CLI::App& app, Leaves& leaves) {
   auto a = std::make_shared<Args>();
   CLI::App* teams_set = teams->add_subcommand("set", "create or change a team");
   teams_set->add_option("name", a->name, "team name")->required();
-  teams_set->add_option("--guaranteed", a->guaranteed, "GPUs guaranteed to the team")
-      ->required()
-      ->check(CLI::NonNegativeNumber);
+  CLI::Option* guaranteed_opt =
+      teams_set
+          ->add_option("--guaranteed", a->guaranteed,
+                       "GPUs guaranteed to the team (a new team: 0; a change keeps it)")
+          ->check(CLI::NonNegativeNumber);
   CLI::Option* borrow_opt = teams_set
                                 ->add_option("--borrow-limit", a->borrow,
                                              "GPUs it may borrow beyond that (-1: unlimited)")
@@ -478,7 +481,9 @@ void AddTeams(CLI::App& app, Leaves& leaves) {
   CLI::Option* period_opt = teams_set->add_option("--budget-period", a->period,
                                                   "the budget's period, e.g. 30d (default) or 7d");
   leaves.emplace_back(teams_set, [=](Ctl& c, int64_t now) {
-    Json body{{"guaranteed_gpus", a->guaranteed}};
+    // Only what is given: stintd keeps the team's other fields.
+    Json body = Json::object();
+    if (*guaranteed_opt) body["guaranteed_gpus"] = a->guaranteed;
     if (*borrow_opt) body["borrow_limit_gpus"] = a->borrow;
     if (*budget_opt) body["budget"] = a->budget;
     if (*period_opt) {

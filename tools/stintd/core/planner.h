@@ -160,7 +160,14 @@ class Planner {
   void ScanBudgets();
   void FilterPools(JobCtx* j);
   double GroupCost(const JobCtx& j, int group) const;
+  // GroupCost at `price` per GPU-hour instead of the pool's price now.
+  double CostAt(const JobCtx& j, int group, double price) const;
   double MinSegmentCost(const JobCtx& j, int group, int gpus) const;
+  // The most GPUs at `price` per GPU-hour whose minimum segment the team's
+  // budget left pays (INT_MAX: unpriced, or no budget): what an elastic
+  // job starts or grows with at most, or it would be told to stop for its
+  // budget on the next pass, and start small and grow again.
+  int BudgetGpus(const JobCtx& j, double price) const;
   void ChargeStart(const JobCtx& j, const Fit& fit);
 
   // planner_backfill.cc

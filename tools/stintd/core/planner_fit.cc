@@ -34,6 +34,11 @@ Planner::Fit Planner::FitAt(const JobCtx& j, TimeMs t, const Profiles& profiles,
   if (want < job.min_gpus) return best;  // max_gpus < min_gpus: never started short
   // The segment also ends where the team's room drops below what it holds.
   auto team_end = [team, t](int g) { return team == nullptr ? kNever : team->FirstBelow(t, g); };
+  // An elastic job takes no more GPUs than its team's budget pays for.
+  auto budget_gpus = [&](int group) {
+    const Pool* pool = group_pool_[group];
+    return BudgetGpus(j, pool != nullptr ? pool->price_per_gpu_hour : 0);
+  };
   int best_free = 0;
   double best_cost = 0;
   auto take = [&](Fit fit, int free) {
@@ -56,8 +61,8 @@ Planner::Fit Planner::FitAt(const JobCtx& j, TimeMs t, const Profiles& profiles,
   if (job.gang) {
     auto consider = [&](int slot) {
       const int free = p[slot].Min(t, t_end);
-      if (free < job.min_gpus) return;
-      const int g = std::min(want, free);
+      const int g = std::min({want, free, budget_gpus(slots_[slot].group)});
+      if (g < job.min_gpus) return;
       const TimeMs end = std::min({p[slot].FirstBelow(t, g), AddMs(t, j.run), team_end(g)});
       take(Fit{t, end, g, {Part{slot, g}}}, free);
     };
@@ -85,7 +90,8 @@ Planner::Fit Planner::FitAt(const JobCtx& j, TimeMs t, const Profiles& profiles,
     std::sort(avail.begin(), avail.end(), [](const auto& a, const auto& b) {
       return a.first != b.first ? a.first > b.first : a.second < b.second;
     });
-    const int g_total = std::min(want, sum);
+    const int g_total = std::min({want, sum, budget_gpus(g)});
+    if (g_total < job.min_gpus) continue;
     Fit fit{t, team_end(g_total), g_total, {}};
     int left = g_total;
     for (const auto& [free, slot] : avail) {

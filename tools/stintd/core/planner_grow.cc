@@ -22,9 +22,13 @@ void Planner::Grow() {
     if (room <= 0 || job.remaining_seconds < c_.grow_min_seconds) continue;
     const TimeMs release = ReleaseMs(s_, seg);
     GrowDecision d{id, {}};
-    // Never above the team's guarantee + borrowing limit.
-    const int team = TeamOf(job.team).profile;
-    int left = team < 0 ? room : std::min(room, profiles_.teams[team].Min(now_, release));
+    // Never above the team's guarantee + borrowing limit, nor past what its
+    // budget pays a minimum segment of at the segment's price.
+    PendingInfo scratch;  // ContextFor does not read a running job's queue info
+    const JobCtx j = ContextFor(job, &scratch, 0);
+    const int team = j.team->profile;
+    int left = std::min(room, BudgetGpus(j, seg.price_per_gpu_hour));
+    if (team >= 0) left = std::min(left, profiles_.teams[team].Min(now_, release));
     for (const Allocation& a : seg.allocs) {
       const int slot = SlotOf(a.window_id);
       if (slot < 0 || left == 0) continue;
@@ -52,7 +56,11 @@ void Planner::Grow() {
       d.add.push_back(Allocation{wid, n});
       left -= n;
     }
-    if (!d.add.empty()) plan_.grows.push_back(std::move(d));
+    if (d.add.empty()) continue;
+    int added = 0;
+    for (const Allocation& a : d.add) added += a.gpus;
+    j.team->budget_left -= added * seg.price_per_gpu_hour * (j.len / 3.6e6);
+    plan_.grows.push_back(std::move(d));
   }
 }
 

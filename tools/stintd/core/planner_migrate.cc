@@ -20,7 +20,8 @@ constexpr int kMaxMigrationsPerPass = 1;
 
 // The segment that saves the most (net of the move) gets a kMigrate notice
 // and its target GPUs are reserved for the rest of the pass. A segment
-// qualifies when its job is preemptible, not CRITICAL, reports at least
+// qualifies when it is charged a price (one that started unpriced pays
+// nothing where it is), its job is preemptible, not CRITICAL, reports at least
 // price_migration_min_left_seconds of work left, the segment runs (no
 // notice, no shrink) and is older than min_run, and another of the job's
 // pools fits it now on the profiles after the backfill reservations
@@ -65,12 +66,10 @@ void Planner::Migrate() {
       // The job as if pending: the context a start of it is planned with.
       JobCtx j = ContextFor(job, &scratch, 0);
       // What staying costs per useful GPU-hour: the segment is charged at
-      // the price in force when it started.
-      double cost_here = GroupCost(j, here);
-      const Pool* pool_here = group_pool_[here];
-      if (seg.price_per_gpu_hour > 0 && pool_here != nullptr && pool_here->price_per_gpu_hour > 0) {
-        cost_here *= seg.price_per_gpu_hour / pool_here->price_per_gpu_hour;
-      }
+      // the price in force when it started, whatever its pool's is now. One
+      // that started unpriced is charged nothing: no move saves anything.
+      if (seg.price_per_gpu_hour <= 0) continue;
+      const double cost_here = CostAt(j, here, seg.price_per_gpu_hour);
       const double cap = c_.price_migration_factor * cost_here;
       j.groups.erase(std::remove_if(j.groups.begin(), j.groups.end(),
                                     [&](int g) { return g == here || GroupCost(j, g) >= cap; }),

@@ -4,6 +4,7 @@
 // costs per useful GPU-hour, what a start commits of the budget, and
 // notices to the running segments of a team that can no longer pay them.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -117,7 +118,10 @@ void Planner::FilterPools(JobCtx* j) {
 // checkpoint and half an interval of work, by the job's own figures).
 double Planner::GroupCost(const JobCtx& j, int group) const {
   const Pool* pool = group_pool_[group];
-  const double price = pool != nullptr ? pool->price_per_gpu_hour : 0;
+  return CostAt(j, group, pool != nullptr ? pool->price_per_gpu_hour : 0);
+}
+
+double Planner::CostAt(const JobCtx& j, int group, double price) const {
   if (price <= 0) return 0;
   const Job& job = *j.job;
   const double per_revocation_s =
@@ -131,6 +135,13 @@ double Planner::MinSegmentCost(const JobCtx& j, int group, int gpus) const {
   const Pool* pool = group_pool_[group];
   const double price = pool != nullptr ? pool->price_per_gpu_hour : 0;
   return gpus * price * (j.len / 3.6e6);
+}
+
+int Planner::BudgetGpus(const JobCtx& j, double price) const {
+  const double left = j.team->budget_left;
+  if (price <= 0 || !std::isfinite(left)) return INT_MAX;
+  const double per_gpu = price * (j.len / 3.6e6);
+  return left < per_gpu ? 0 : static_cast<int>(std::min<double>(INT_MAX, left / per_gpu));
 }
 
 void Planner::ChargeStart(const JobCtx& j, const Fit& fit) {

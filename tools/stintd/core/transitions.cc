@@ -561,6 +561,10 @@ Status ReportCheckpoint(ClusterState& s, int64_t worker_id, int64_t step, double
   if (step < 0) return Status::InvalidArgument("step must be >= 0");
   STINT_ASSIGN_OR_RETURN(WorkerContext ctx, FindActiveWorker(s, worker_id));
   Job& j = *ctx.job;
+  // Every rank reports the checkpoint it took part in, and a report may be
+  // repeated: only a step past the newest durable one is a new checkpoint
+  // (what the job's evaluations count).
+  const bool new_checkpoint = step > j.checkpoint_step;
   if (step >= j.checkpoint_step) {
     j.checkpoint_step = step;
     j.checkpoint_ms = now;
@@ -574,7 +578,7 @@ Status ReportCheckpoint(ClusterState& s, int64_t worker_id, int64_t step, double
   seg.checkpoint_step = std::max(seg.checkpoint_step, step);
   seg.checkpoint_seconds += seconds;
   changes->segments.insert(seg.id);
-  QueueEvaluation(s, j, step, now, changes);
+  if (new_checkpoint) QueueEvaluation(s, j, step, now, changes);
   return Status::OK();
 }
 

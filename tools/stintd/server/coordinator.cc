@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "base/strings.h"
 #include "common/launch_spec.h"
 #include "stintd/core/accounting.h"
 #include "stintd/server/worker_secret.h"
@@ -466,7 +467,7 @@ Result<KvRecord> Coordinator::AddKv(int64_t job_id, const std::string& key, int6
           auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), current);
           if (ec != std::errc() || end != v.data() + v.size() || v.empty()) {
             return Status::FailedPrecondition("kv " + key + " of job " + std::to_string(job_id) +
-                                              " holds \"" + v.substr(0, 32) +
+                                              " holds \"" + ValidUtf8Prefix(v, 32) +
                                               "\", not a counter (a decimal integer)");
           }
         }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "base/strings.h"
 #include "stintd/core/evals.h"
 #include "stintd/server/worker_secret.h"
 
@@ -35,6 +36,11 @@ const Window* NewestNodeWindow(const ClusterState& s, const std::string& node) {
   }
   return found;
 }
+
+// A message a node reports (a worker's last line, a Slurm command's
+// output) as the state keeps it: at most 4 KiB, cut on a character
+// boundary, valid UTF-8, since every reply that shows the job carries it.
+std::string StoredMessage(const std::string& message) { return ValidUtf8Prefix(message, 4096); }
 
 bool ValidNodeName(const std::string& name) {
   if (name.empty() || name.size() > 128) return false;
@@ -242,9 +248,9 @@ Result<Window> Coordinator::NodeHeartbeat(const std::string& node,
         if (seg == s.segments.end() || !SegmentActive(seg->second.state)) continue;
         if (!PlacedOnNode(s, seg->second, node) || !counted.insert(e.segment_id).second) continue;
         bool relaunch = false;
-        STINT_RETURN_IF_ERROR(
-            ReportWorkerCrash(s, e.segment_id, e.exit_code, e.message, options_.policy.crash_limit,
-                              SecondsToMs(options_.policy.crash_window_seconds), t, c, &relaunch));
+        STINT_RETURN_IF_ERROR(ReportWorkerCrash(
+            s, e.segment_id, e.exit_code, StoredMessage(e.message), options_.policy.crash_limit,
+            SecondsToMs(options_.policy.crash_window_seconds), t, c, &relaunch));
       }
       return Status::OK();
     }));
@@ -276,8 +282,8 @@ Result<Window> Coordinator::NodeHeartbeat(const std::string& node,
           all_done = done.size() >= seg->second.placement.size();
         }
         STINT_RETURN_IF_ERROR(ReportSegmentExit(
-            s, e.segment_id, e.exit_code, all_done, e.message, options_.policy.crash_limit,
-            SecondsToMs(options_.policy.crash_window_seconds), t, c));
+            s, e.segment_id, e.exit_code, all_done, StoredMessage(e.message),
+            options_.policy.crash_limit, SecondsToMs(options_.policy.crash_window_seconds), t, c));
         if (!SegmentActive(seg->second.state)) exited_ok_.erase(e.segment_id);
       }
       return Status::OK();
@@ -306,8 +312,8 @@ Result<std::vector<int64_t>> Coordinator::NodeEvaluations(const std::string& nod
   }
   STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs now, Changes* c) -> Status {
     for (const EvalExit& e : exits) {
-      Status reported =
-          ReportEvaluation(s, node, e.eval_id, e.exit_code, e.result, e.message, now, c);
+      Status reported = ReportEvaluation(s, node, e.eval_id, e.exit_code, e.result,
+                                         StoredMessage(e.message), now, c);
       // An evaluation gone from the state (stopped, superseded and deleted
       // while the agent ran it) is not this heartbeat's failure.
       if (!reported.ok() && reported.code() != Code::kNotFound) return reported;

@@ -267,7 +267,7 @@ void HttpApi::InstallConnectionHooks() {
   server_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;  // a handler already answered
     if (res.status == 404) {
-      res.set_content(ErrorBody("NOT_FOUND", "no route " + req.method + " " + req.path).dump(),
+      res.set_content(DumpJson(ErrorBody("NOT_FOUND", "no route " + req.method + " " + req.path)),
                       "application/json");
     } else if (res.status == 413) {
       res.set_content(ErrorBody("INVALID_ARGUMENT", "request body too large (limit 2 MiB)").dump(),

@@ -29,6 +29,10 @@ int HttpStatus(Code code) {
   }
 }
 
+std::string DumpJson(const json& body) {
+  return body.dump(-1, ' ', /*ensure_ascii=*/false, json::error_handler_t::replace);
+}
+
 json ErrorBody(const char* code, const std::string& message) {
   return {{"error", {{"code", code}, {"message", message}}}};
 }

@@ -25,6 +25,12 @@ struct Reply {
 
 int HttpStatus(Code code);
 
+// `body` as the text of a reply, the one way stintd writes a JSON answer:
+// a string in it that is not valid UTF-8 (from a file, a command's output,
+// a request's path) has each bad byte replaced by U+FFFD, so no stored
+// string can make a reply fail.
+std::string DumpJson(const json& body);
+
 json ErrorBody(const char* code, const std::string& message);
 
 Reply ErrorReply(const Status& s);

@@ -230,7 +230,7 @@ Result<std::vector<Coordinator::NodeExit>> ParseNodeExits(const RequestBody& b,
           " must be an array of {\"segment_id\",\"exit_code\",\"message\"?}");
     }
     exits.push_back({x["segment_id"].get<int64_t>(), x["exit_code"].get<int>(),
-                     x.value("message", "").substr(0, 4096)});
+                     x.value("message", "")});
   }
   return exits;
 }
@@ -250,7 +250,7 @@ Result<std::vector<Coordinator::EvalExit>> ParseEvalExits(const RequestBody& b) 
     const json result = x.value("result", json());
     exits.push_back({x["id"].get<int64_t>(), x["exit_code"].get<int>(),
                      result.is_object() ? result.dump().substr(0, 65536) : std::string(),
-                     x.value("message", "").substr(0, 4096)});
+                     x.value("message", "")});
   }
   return exits;
 }

@@ -21,6 +21,13 @@ void Routes::Add(Method method, const char* pattern, Access access, Handler hand
   const Authorization* authorization = authorization_;
   auto wrapped = [authorization, access, handler = std::move(handler), route_pattern](
                      const httplib::Request& req, httplib::Response& res) {
+    // A JSON body becomes its text inside the try too: whatever a reply
+    // holds, it is answered, never thrown past the route.
+    auto as_text = [](Reply* r) {
+      if (!r->text.empty() || !r->content_type.empty()) return;
+      r->text = DumpJson(r->body);
+      r->content_type = "application/json";
+    };
     Reply reply;
     try {
       if (std::optional<Reply> refused = authorization->Route(access, route_pattern, req)) {
@@ -28,15 +35,13 @@ void Routes::Add(Method method, const char* pattern, Access access, Handler hand
       } else {
         reply = handler(req);
       }
+      as_text(&reply);
     } catch (const std::exception& e) {
       reply = ErrorReply(Status::Internal(std::string("unexpected error: ") + e.what()));
+      as_text(&reply);
     }
     res.status = reply.status;
-    if (!reply.text.empty() || !reply.content_type.empty()) {
-      res.set_content(reply.text, reply.content_type.c_str());
-    } else {
-      res.set_content(reply.body.dump(), "application/json");
-    }
+    res.set_content(reply.text, reply.content_type.c_str());
   };
   switch (method) {
     case Method::kGet:
