@@ -2,8 +2,9 @@
 // HTTP: one job's credentials (its registration token, its workers'
 // secrets, a segment's token) reach only that job; the shared worker token
 // only registers and reads; agents read only the jobs placed on their node
-// and nobody but an admin sees launch.env; a node's heartbeat keeps only its
-// own segments alive; under a torchrun launch every rank registers itself.
+// and nobody but an admin sees launch.env or eval.env; a node's heartbeat
+// keeps only its own segments alive; under a torchrun launch every rank
+// registers itself; a job's evaluations go only to nodes of its pools.
 #include <sys/stat.h>
 
 #include <gtest/gtest.h>
@@ -385,6 +386,79 @@ TEST_F(StintdAuthTest, UnderATorchrunLaunchEachRankRegistersItself) {
     if (line.rfind(ok, 0) == 0) workers.insert(line.substr(ok.size()));
   }
   EXPECT_EQ(workers.size(), 2u) << text;
+}
+
+// A job's evaluation (its command and env) goes only to a node of the job's
+// pools, at most one per GPU the node lends whatever eval_slots it claims;
+// eval.env is for admins and for the node that runs it, no other reader.
+TEST_F(StintdAuthTest, EvaluationsGoOnlyToTheJobsPoolsAndOnlyTheirNodeSeesTheirEnv) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "trusted"}}).status, 201);
+  ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "spot"}}).status, 201);
+  auto node = [&](const std::string& name, const std::string& pool, const json& gpus) {
+    auto r = agent_->Post(
+        "/v1/nodes",
+        {{"name", name}, {"pool", pool}, {"gpus", gpus}, {"end_ms", WallNowMs() + 3600 * 1000}});
+    ASSERT_EQ(r.status, 201) << r.text;
+  };
+  ASSERT_NO_FATAL_FAILURE(node("t2", "trusted", {0, 1}));
+  ASSERT_NO_FATAL_FAILURE(node("t1", "trusted", {0}));
+  ASSERT_NO_FATAL_FAILURE(node("spot", "spot", {0, 1, 2, 3}));
+  const json eval = {
+      {"eval",
+       {{"command", {"/bin/true"}}, {"env", {{"EVAL_KEY", "hush"}}}, {"gpus", 0}, {"every", 1}}}};
+  // Two jobs of the trusted pool, each with a checkpoint to evaluate.
+  std::vector<int64_t> jobs;
+  for (int k = 0; k < 2; k++) {
+    const int64_t job = Submit("trusted", nullptr, eval);
+    RunningSegment(job);
+    auto reg = worker_->Post(Workers(job), {{"name", "w"}});
+    ASSERT_EQ(reg.status, 201) << reg.text;
+    HttpJson w(daemon_->port(), reg.body["worker_secret"].get<std::string>());
+    auto cp = w.Post(
+        "/v1/workers/" + std::to_string(reg.body["worker_id"].get<int64_t>()) + "/checkpoint",
+        {{"step", 1}, {"seconds", 0.1}});
+    ASSERT_EQ(cp.status, 200) << cp.text;
+    jobs.push_back(job);
+  }
+  auto pending = [&] {
+    int n = 0;
+    for (int64_t job : jobs) {
+      for (const json& e : Job(job).value("evaluations", json::array()))
+        n += e.value("state", "") == "pending" ? 1 : 0;
+    }
+    return n;
+  };
+  ASSERT_EQ(pending(), 2);
+
+  // Only admins read eval.env.
+  const std::string job0 = "/v1/jobs/" + std::to_string(jobs[0]);
+  for (HttpJson* reader : {worker_.get(), agent_.get()}) {
+    auto one = reader->Get(job0);
+    ASSERT_EQ(one.status, 200) << one.text;
+    EXPECT_EQ(one.body["eval"]["command"], json::array({"/bin/true"})) << one.text;
+    EXPECT_FALSE(one.body["eval"].contains("env")) << one.text;
+    EXPECT_EQ(reader->Get("/v1/jobs").text.find("hush"), std::string::npos);
+  }
+  EXPECT_EQ(admin_->Get(job0).body["eval"]["env"]["EVAL_KEY"], "hush");
+
+  // A node outside the jobs' pools gets none, whatever it claims; an absurd
+  // claim is refused.
+  auto spot = agent_->Post("/v1/nodes/spot/heartbeat", {{"eval_slots", 1024}});
+  ASSERT_EQ(spot.status, 200) << spot.text;
+  EXPECT_EQ(spot.body["evals"], json::array()) << spot.text;
+  EXPECT_EQ(spot.text.find("hush"), std::string::npos) << spot.text;
+  EXPECT_EQ(pending(), 2);
+  auto absurd = agent_->Post("/v1/nodes/spot/heartbeat", {{"eval_slots", 100000}});
+  EXPECT_EQ(absurd.status, 400) << absurd.text;
+  EXPECT_NE(absurd.text.find("eval_slots"), std::string::npos) << absurd.text;
+
+  // A node of the pool with one GPU runs one at a time, with its env.
+  auto t1 = agent_->Post("/v1/nodes/t1/heartbeat", {{"eval_slots", 1024}});
+  ASSERT_EQ(t1.status, 200) << t1.text;
+  ASSERT_EQ(t1.body["evals"].size(), 1u) << t1.text;
+  EXPECT_EQ(t1.body["evals"][0]["eval"]["env"]["EVAL_KEY"], "hush") << t1.text;
+  EXPECT_EQ(pending(), 1);
 }
 
 }  // namespace

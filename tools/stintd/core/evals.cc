@@ -88,6 +88,9 @@ std::vector<int> HeldGpus(const ClusterState& s, const Window& window,
 
 std::vector<int64_t> PlaceEvaluations(ClusterState& s, const Window& window, int slots, TimeMs now,
                                       Changes* changes) {
+  // One evaluation per GPU the node lends at most, whatever it asks for:
+  // a node cannot claim the queue's evaluations wholesale.
+  slots = std::min(slots, window.gpus);
   const std::vector<int> held = HeldGpus(s, window);
   std::set<int> busy(held.begin(), held.end());
   std::vector<int64_t> run;
@@ -116,6 +119,10 @@ std::vector<int64_t> PlaceEvaluations(ClusterState& s, const Window& window, int
     if (e.state != EvalState::kPending) continue;
     auto job = s.jobs.find(e.job_id);
     if (job == s.jobs.end()) continue;
+    // Only in the job's pools: its command and env go to the node that runs it.
+    const std::vector<std::string>& pools = job->second.pools;
+    if (!pools.empty() && std::find(pools.begin(), pools.end(), window.pool) == pools.end())
+      continue;
     int gpu = -1;
     if (job->second.eval_gpus > 0) {
       for (int g : window.node_gpus) {

@@ -25,11 +25,12 @@ constexpr size_t kKeptWithoutResult = 16;
 // an evaluation.
 void QueueEvaluation(ClusterState& s, Job& job, int64_t step, TimeMs now, Changes* changes);
 
-// What node window `window` runs now, at most `slots` evaluations at once:
-// its evaluations still running, less those on a GPU a segment is now
-// placed on (stopped: pending again, so training never waits for one),
-// then pending ones, oldest first: CPU ones, and GPU ones on a GPU of the
-// window that no segment and no other evaluation holds. Evaluations left
+// What node window `window` runs now, at most `slots` evaluations at once
+// and never more than the GPUs it lends: its evaluations still running,
+// less those on a GPU a segment is now placed on (stopped: pending again,
+// so training never waits for one), then pending ones of jobs that may run
+// in the window's pool, oldest first: CPU ones, and GPU ones on a GPU of
+// the window that no segment and no other evaluation holds. Evaluations left
 // running on a node without an open window wait again. The ids to run.
 std::vector<int64_t> PlaceEvaluations(ClusterState& s, const Window& window, int slots, TimeMs now,
                                       Changes* changes);

@@ -278,7 +278,10 @@ SeenJobs::SeenJobs(const ClusterState& s, const JobReader& r) : all_(!r.agent) {
 
 json JobJsonFor(const JobReader& r, const Job& job) {
   json j = ToJson(job);
-  if (!r.admin && j.contains("launch") && j["launch"].is_object()) j["launch"].erase("env");
+  if (r.admin) return j;
+  for (const char* spec : {"launch", "eval"}) {
+    if (j.contains(spec) && j[spec].is_object()) j[spec].erase("env");
+  }
   return j;
 }
 

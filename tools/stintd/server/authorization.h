@@ -58,9 +58,10 @@ enum class Access {
 bool Allows(Right have, Right need);
 
 // A caller of the job read views (GET /v1/jobs, /v1/jobs/{id}, logs): an
-// admin sees everything; every other caller sees no launch.env; an agent
-// sees only jobs with an active segment on its node (a node token's), or for
-// the shared agent token on a node without a token of its own.
+// admin sees everything; every other caller sees no launch.env nor
+// eval.env; an agent sees only jobs with an active segment on its node (a
+// node token's), or for the shared agent token on a node without a token of
+// its own.
 struct JobReader {
   bool admin = false;
   bool agent = false;
@@ -81,8 +82,9 @@ class SeenJobs {
   std::unordered_set<int64_t> jobs_;
 };
 
-// A job's JSON as `r` may see it: launch.env only to admins (it may hold
-// credentials of the job's own).
+// A job's JSON as `r` may see it: launch.env and eval.env only to admins
+// (they may hold credentials of the job's own). The node an evaluation is
+// handed to gets its env in the heartbeat's answer, to run it.
 json JobJsonFor(const JobReader& r, const Job& job);
 
 // The answer to a reader that may not see `job` (SeesJob false).
