@@ -61,9 +61,9 @@ Result<JobIdentity> NamedUser(const std::string& user) {
     id.groups = {id.gid};
   }
   if (id.uid == 0) {
-    return Status::InvalidArgument(
-        "--job-user " + user + " is root: the jobs would act as this node; leave the flag out "
-        "to run them as the agent's user");
+    return Status::InvalidArgument("--job-user " + user +
+                                   " is root: the jobs would act as this node; leave the flag out "
+                                   "to run them as the agent's user");
   }
   return id;
 }
@@ -83,8 +83,8 @@ Status KillEveryProcessOf(uid_t uid) {
     if (errno != EINTR) return StatusFromErrno("waitpid", errno);
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return Status::Internal("could not kill the processes left under uid " +
-                            std::to_string(uid) + " (exit " + std::to_string(status) + ")");
+    return Status::Internal("could not kill the processes left under uid " + std::to_string(uid) +
+                            " (exit " + std::to_string(status) + ")");
   }
   return Status::OK();
 }
@@ -112,8 +112,10 @@ Result<JobUsers> JobUsers::Create(const std::string& user, const std::string& ui
   const std::optional<uid_t> last =
       dash == std::string::npos ? std::nullopt : ParseUid(uids.substr(dash + 1));
   if (!first || !last || *first > *last) {
-    return Status::InvalidArgument("--job-uids must be FIRST-LAST, uids with 0 < FIRST <= LAST "
-                                   "(got \"" + uids + "\")");
+    return Status::InvalidArgument(
+        "--job-uids must be FIRST-LAST, uids with 0 < FIRST <= LAST "
+        "(got \"" +
+        uids + "\")");
   }
   if (*last - *first >= 65536)
     return Status::InvalidArgument("--job-uids: at most 65536 uids (got \"" + uids + "\")");
@@ -141,8 +143,8 @@ Result<std::optional<JobIdentity>> JobUsers::For(int64_t job, const std::set<int
       if (!held.count(uid)) free = uid;
     }
     if (!free) {
-      return Status::ResourceExhausted("every uid of --job-uids " + std::to_string(first_) +
-                                       "-" + std::to_string(last_) +
+      return Status::ResourceExhausted("every uid of --job-uids " + std::to_string(first_) + "-" +
+                                       std::to_string(last_) +
                                        " is held by a job running on this node");
     }
     STINT_RETURN_IF_ERROR(KillEveryProcessOf(*free));

@@ -54,9 +54,9 @@ class JobUsers {
   Result<std::optional<JobIdentity>> For(int64_t job, const std::set<int64_t>& active);
 
  private:
-  std::optional<JobIdentity> fixed_;  // --job-user
-  uid_t first_ = 1, last_ = 0;        // --job-uids; first_ > last_: none
-  uid_t next_ = 0;                    // where the search for a free uid starts
+  std::optional<JobIdentity> fixed_;   // --job-user
+  uid_t first_ = 1, last_ = 0;         // --job-uids; first_ > last_: none
+  uid_t next_ = 0;                     // where the search for a free uid starts
   std::map<int64_t, uid_t> assigned_;  // by job: the uid it had last
 };
 

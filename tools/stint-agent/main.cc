@@ -4,6 +4,7 @@
 //   stint-agent --coord URL --token-file F --pool NAME --gpus 0,1,2,3
 //               [--ca-file PEM] [--node NAME] [--for D | --until T] [--spot --notice-lead S]
 //               [--workdir DIR] [--heartbeat-seconds S] [--no-long-poll]
+//               [--job-user USER | --job-uids FIRST-LAST]
 //
 // Registers the node (a window of its GPUs in the pool: hard with an end,
 // or spot with a notice lead), heartbeats, and closes the window on SIGTERM
@@ -14,14 +15,26 @@
 // --token-file holds the shared agent token or the node's own
 // (stintctl nodes add NAME).
 //
+// A job's code must not act as its node: the agent is not dumpable (a
+// process of its user cannot read its environment or memory), and with
+// --job-user or --job-uids (an agent running as root) the jobs' processes
+// run as another user, which cannot read the token file (it must then be
+// unreadable to all but its owner) nor, under --job-uids, another job's
+// processes. An agent running as root without either warns: its jobs then
+// run as root.
+//
 // Exit codes: 0 stopped by a signal (window closed) or the window ended;
 // 1 stintd refused or could not be told; 2 usage error; 3 stintd could not
 // be reached to register.
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -42,6 +55,12 @@ int Usage(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First: not even the token read below may be read from this process's
+  // memory or /proc/<pid>/environ by another process of its user.
+  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+    std::fprintf(stderr, "stint-agent: prctl(PR_SET_DUMPABLE): %s\n", std::strerror(errno));
+    return 1;
+  }
   using stint::agent::AgentExit;
   using stint::agent::NodeAgentOptions;
   CLI::App app{"stint-agent: lends this machine's GPUs to stintd as a window"};
@@ -74,6 +93,11 @@ int main(int argc, char** argv) {
                  "(0: none)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
+  app.add_option("--job-user", o.job_user,
+                 "run every job's processes as this user (name or uid; the agent runs as root)");
+  app.add_option("--job-uids", o.job_uids,
+                 "run each job's processes as a uid of its own from FIRST-LAST (the agent runs "
+                 "as root), so jobs cannot read each other's credentials");
   app.add_option("--heartbeat-seconds", heartbeat_seconds, "between heartbeats")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -99,9 +123,16 @@ int main(int argc, char** argv) {
     if (gethostname(host, sizeof(host) - 1) != 0) return Usage("no --node and no host name");
     o.node = host;
   }
+  const bool job_users = !o.job_user.empty() || !o.job_uids.empty();
   if (!token_file.empty()) {
     std::ifstream in(token_file);
     if (!in) return Usage("cannot read --token-file " + token_file);
+    struct stat st;
+    if (job_users && stat(token_file.c_str(), &st) == 0 && (st.st_mode & 044) != 0) {
+      return Usage("--token-file " + token_file +
+                   " is readable by others than its owner, so by the jobs' users too: chmod "
+                   "600 it");
+    }
     std::string line;
     while (std::getline(in, line)) {
       line = stint::Trim(line);
@@ -112,6 +143,13 @@ int main(int argc, char** argv) {
     }
   } else if (const char* t = std::getenv("STINT_AGENT_TOKEN")) {
     o.token = stint::Trim(t);
+  }
+  unsetenv("STINT_AGENT_TOKEN");  // no process started from here inherits it
+  if (geteuid() == 0 && !job_users) {
+    std::fprintf(stderr,
+                 "stint-agent: WARNING: running as root without --job-user or --job-uids: "
+                 "jobs' processes run as root and can read this node's token and other jobs' "
+                 "credentials\n");
   }
   if (o.token.empty()) return Usage("no agent token: give --token-file or $STINT_AGENT_TOKEN");
   if (o.ca_file.empty()) {

@@ -125,6 +125,12 @@ Result<std::unique_ptr<NodeAgent>> NodeAgent::Create(NodeAgentOptions options) {
     return Status::InvalidArgument("--notice-lead must be >= 0");
   if (options.heartbeat_interval.count() <= 0)
     return Status::InvalidArgument("--heartbeat-seconds must be > 0");
+  if (options.eval_slots < 0 || options.eval_slots > static_cast<int>(options.gpus.size())) {
+    return Status::InvalidArgument(
+        "--eval-slots must be 0.." + std::to_string(options.gpus.size()) +
+        " (one evaluation per GPU lent at most; got " + std::to_string(options.eval_slots) + ")");
+  }
+  STINT_ASSIGN_OR_RETURN(JobUsers job_users, JobUsers::Create(options.job_user, options.job_uids));
   if (!options.workdir.empty()) STINT_RETURN_IF_ERROR(MakeDirs(options.workdir));
   if (!options.ca_file.empty()) {
     // The workers start in their own working directory.
@@ -141,11 +147,13 @@ Result<std::unique_ptr<NodeAgent>> NodeAgent::Create(NodeAgentOptions options) {
   h.retry.initial_backoff = std::chrono::milliseconds(50);
   h.retry.max_backoff = std::chrono::seconds(1);
   STINT_ASSIGN_OR_RETURN(auto http, internal::HttpJsonClient::Create(h));
-  return std::unique_ptr<NodeAgent>(new NodeAgent(std::move(options), std::move(http)));
+  return std::unique_ptr<NodeAgent>(
+      new NodeAgent(std::move(options), std::move(http), std::move(job_users)));
 }
 
-NodeAgent::NodeAgent(NodeAgentOptions options, std::unique_ptr<internal::HttpJsonClient> http)
-    : options_(std::move(options)), http_(std::move(http)) {}
+NodeAgent::NodeAgent(NodeAgentOptions options, std::unique_ptr<internal::HttpJsonClient> http,
+                     JobUsers job_users)
+    : options_(std::move(options)), http_(std::move(http)), job_users_(std::move(job_users)) {}
 
 NodeAgent::~NodeAgent() = default;
 
@@ -196,6 +204,19 @@ Status NodeAgent::CloseWindow() {
   req.path = "/v1/nodes/" + options_.node + "/close";
   req.body = Json::object();
   return http_->Call(req).status();
+}
+
+std::set<int64_t> NodeAgent::ActiveJobs() const {
+  std::set<int64_t> jobs;
+  for (const auto& [sid, run] : runs_) {
+    bool live = !run.done;
+    for (const WorkerProc& p : run.procs) live = live || !p.exited;
+    if (live) jobs.insert(run.job_id);
+  }
+  for (const auto& [id, e] : evals_) {
+    if (!e.exited) jobs.insert(e.job_id);
+  }
+  return jobs;
 }
 
 bool NodeAgent::AnyRunning() const {
@@ -406,10 +427,13 @@ EnvVars WorkerEnv(const LaunchPlan& plan, int i, int rank, const std::string& vi
 }
 
 // Forks and executes `command` as a process group of its own, output to
-// `log`, in `workdir` ("": the agent's), with `vars` added to the
-// environment. The pid, or -1 when the fork failed.
+// `log` (readable by the agent's user only), in `workdir` ("": the
+// agent's), with `vars` added to the environment, as the job's user `as`
+// (nullopt: the agent's; HOME, USER and LOGNAME then are the user's unless
+// `vars` sets them). The pid, or -1 when the fork failed.
 pid_t ForkWorker(std::vector<std::string> command, const std::string& log,
-                 const std::string& workdir, const EnvVars& vars) {
+                 const std::string& workdir, const EnvVars& vars,
+                 const std::optional<JobIdentity>& as) {
   std::vector<char*> argv;
   for (std::string& arg : command) argv.push_back(arg.data());
   argv.push_back(nullptr);
@@ -417,19 +441,32 @@ pid_t ForkWorker(std::vector<std::string> command, const std::string& log,
   const pid_t pid = fork();
   if (pid == 0) {
     setpgid(0, 0);
-    // Workers never outlive the agent: killed when it dies, however it dies.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != agent) _exit(125);  // it died before the line above
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);  // the agent blocks its stop signals
-    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    // Opened as the agent's user: the job's user gets the descriptor only.
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (fd >= 0) {
       dup2(fd, STDOUT_FILENO);
       dup2(fd, STDERR_FILENO);
     }
     const int null_fd = open("/dev/null", O_RDONLY);
     if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
+    if (as && !BecomeJobUser(*as)) {
+      std::fprintf(stderr, "stint-agent: cannot run as uid %u gid %u: %s\n",
+                   static_cast<unsigned>(as->uid), static_cast<unsigned>(as->gid),
+                   std::strerror(errno));
+      _exit(126);
+    }
+    // Workers never outlive the agent: killed when it dies, however it dies.
+    // After the change of user, which clears it.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != agent) _exit(125);  // it died before the line above
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);  // the agent blocks its stop signals
+    if (as) {
+      if (!as->home.empty()) setenv("HOME", as->home.c_str(), 1);
+      setenv("USER", as->name.c_str(), 1);
+      setenv("LOGNAME", as->name.c_str(), 1);
+    }
     if (!workdir.empty() && chdir(workdir.c_str()) != 0) {
       std::fprintf(stderr, "stint-agent: chdir %s: %s\n", workdir.c_str(), std::strerror(errno));
       _exit(127);
@@ -506,12 +543,20 @@ void NodeAgent::RunEvaluations(const void* list) {
                      gpu.is_number_integer() ? std::to_string(gpu.get<int>()) : std::string()}};
     const Json env = spec.value("env", Json::object());
     for (const auto& [k, v] : env.items()) vars.emplace_back(k, v.get<std::string>());
+    const Result<std::optional<JobIdentity>> as = job_users_.For(job, ActiveJobs());
+    if (!as.ok()) {
+      std::fprintf(stderr, "stint-agent: evaluation %lld of job %lld: %s\n",
+                   static_cast<long long>(id), static_cast<long long>(job),
+                   as.status().ToString().c_str());
+      continue;  // stintd hands it again with the next beat
+    }
     const Json timeout = spec.value("timeout_seconds", Json(kEvalTimeoutSeconds));
     const double seconds = timeout.is_number() ? timeout.get<double>() : kEvalTimeoutSeconds;
     EvalRun run;
+    run.job_id = job;
     run.gpu = gpu.is_number_integer() ? gpu.get<int>() : -1;
     run.log = dir + "/eval-" + std::to_string(id) + ".log";
-    run.pid = ForkWorker(command, run.log, spec.value("workdir", std::string()), vars);
+    run.pid = ForkWorker(command, run.log, spec.value("workdir", std::string()), vars, *as);
     if (run.pid < 0) continue;
     run.tree = std::make_unique<ProcessTree>(run.pid, "STINT_EVAL_ID=" + std::to_string(id));
     run.timeout_seconds = seconds;
@@ -684,6 +729,18 @@ bool NodeAgent::RegisterWorkers(LaunchPlan& plan) {
 
 void NodeAgent::StartWorkers(const LaunchPlan& plan, LaunchKind kind, SegmentRun& run) {
   const std::string workdir = plan.spec.workdir.value_or("");
+  const Result<std::optional<JobIdentity>> as = job_users_.For(plan.job, ActiveJobs());
+  if (!as.ok()) {
+    std::fprintf(stderr, "stint-agent: segment %lld of job %lld: %s\n",
+                 static_cast<long long>(plan.sid), static_cast<long long>(plan.job),
+                 as.status().ToString().c_str());
+    if (kind != LaunchKind::kNew) return;  // the next beat tries again
+    run.done = true;
+    run.exit_code = 127;
+    run.message = as.status().ToString();
+    runs_[plan.sid] = std::move(run);
+    return;
+  }
   for (size_t k = 0; k < plan.starts.size(); k++) {
     const int i = plan.starts[k];
     WorkerProc p;
@@ -692,7 +749,7 @@ void NodeAgent::StartWorkers(const LaunchPlan& plan, LaunchKind kind, SegmentRun
     p.log = plan.dir + "/rank-" + std::to_string(p.rank) + ".log";
     p.gpus = plan.GpusOf(i);
     const EnvVars vars = WorkerEnv(plan, i, p.rank, JoinGpus(p.gpus), plan.regs[k], options_);
-    const pid_t pid = ForkWorker(plan.command, p.log, workdir, vars);
+    const pid_t pid = ForkWorker(plan.command, p.log, workdir, vars, *as);
     if (pid < 0) continue;
     p.pid = pid;
     if (kind == LaunchKind::kRestart) {

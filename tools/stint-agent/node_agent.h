@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "stint-agent/job_users.h"
 #include "stint-agent/process_tree.h"
 #include "stint/status.h"
 
@@ -87,6 +88,12 @@ struct NodeAgentOptions {
   // at once on what its segments leave over (a CPU slot at the lowest CPU
   // priority, or a GPU no segment holds); 0: none. Default: 1.
   int eval_slots = 1;
+  // The user jobs' processes (workers, evaluations) run as (JobUsers): one
+  // user for all (job_user, a name or uid), or a uid of its own per job
+  // from the range "FIRST-LAST" (job_uids). Either needs an agent running
+  // as root. Default: neither, the agent's own user.
+  std::string job_user;
+  std::string job_uids;
 };
 
 // Why Run() returned.
@@ -117,7 +124,8 @@ class NodeAgent {
   AgentExit Run(const std::vector<int>& stop_signals);
 
  private:
-  explicit NodeAgent(NodeAgentOptions options, std::unique_ptr<internal::HttpJsonClient> http);
+  NodeAgent(NodeAgentOptions options, std::unique_ptr<internal::HttpJsonClient> http,
+            JobUsers job_users);
   // Run()'s heartbeats, until it returns.
   AgentExit Serve(const std::vector<int>& stop_signals);
   Status CloseWindow();
@@ -161,6 +169,7 @@ class NodeAgent {
   // dying.
   std::set<int> SettleEvaluations(std::chrono::milliseconds wait);
   struct EvalRun {
+    int64_t job_id = 0;
     pid_t pid = 0;  // also its process group
     std::unique_ptr<ProcessTree> tree;  // every process it started
     int gpu = -1;                       // -1: CPU only
@@ -224,8 +233,12 @@ class NodeAgent {
   // up to its exit.
   static bool LogCaughtUp(const WorkerProc& p, const std::vector<LogPiece>& pieces);
 
+  // The jobs with a process here (running, or a crashed one to start again).
+  std::set<int64_t> ActiveJobs() const;
+
   const NodeAgentOptions options_;
   const std::unique_ptr<internal::HttpJsonClient> http_;
+  JobUsers job_users_;
   int64_t window_id_ = 0;
   int64_t window_end_ms_ = 0;  // 0: none known (open-ended)
   std::map<int64_t, SegmentRun> runs_;  // by segment id
