@@ -1,9 +1,9 @@
 // A job's code cannot act as its node: a real stintd and a real stint-agent
 // run as root with --job-uids, and two jobs' processes on one node try to
 // read the agent's environment, its token file and the other job's
-// worker's environment (its STINT_WORKER_SECRET); an agent of another user
-// is not readable by its jobs either. Needs root (it switches users);
-// skipped otherwise.
+// worker's environment (its STINT_WORKER_SECRET); --job-user runs them as
+// a named user; an agent of another user is not readable by its jobs
+// either. Needs root (it switches users); skipped otherwise.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -160,6 +160,33 @@ TEST_F(AgentIsolationTest, AnAgentIsNotReadableByJobsOfItsOwnUser) {
       << Job(job).dump() << agent.output();
   EXPECT_EQ(Found("uid"), id);
   EXPECT_EQ(Found("self"), "read");
+  EXPECT_EQ(Found("agent-environ"), "denied");
+}
+
+// --job-user: every job as that user from the passwd database, with its
+// HOME, USER and LOGNAME; the agent's environment stays closed to it.
+TEST_F(AgentIsolationTest, JobUserRunsJobsAsThatUserWithItsHome) {
+  const std::string user = "stint-job-test";
+  RunResult added = RunProgram("/usr/sbin/useradd", {"--system", "--no-create-home", "--home-dir",
+                                                     "/nonexistent-stint", user});
+  // 9: it exists already (an earlier run that did not get to remove it).
+  if (added.exit_code != 0 && added.exit_code != 9)
+    GTEST_SKIP() << "cannot add a user: " << added.output;
+  struct Remove {
+    std::string user;
+    ~Remove() { RunProgram("/usr/sbin/userdel", {user}); }
+  } remove{user};
+  const std::string uid = RunProgram("/usr/bin/id", {"-u", user}).output;
+  auto agent = Agent({"--job-user", user});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n1 registered: window ")) << agent->output();
+  const int64_t job =
+      Submit("named", std::string(kProbe) +
+                          "id -u > \"$OUT/uid\"; echo \"$HOME $USER $LOGNAME\" > \"$OUT/who\"; "
+                          "probe agent-environ /proc/$PPID/environ");
+  ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "DONE"; }, 60))
+      << Job(job).dump() << agent->output();
+  EXPECT_EQ(Found("uid") + "\n", uid);
+  EXPECT_EQ(Found("who"), "/nonexistent-stint " + user + " " + user);
   EXPECT_EQ(Found("agent-environ"), "denied");
 }
 
