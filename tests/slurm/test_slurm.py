@@ -81,41 +81,68 @@ def _follow(env, job, out, deadline):
         time.sleep(1)
 
 
-def test_a_job_warned_before_its_time_limit_checkpoints_requeues_and_resumes_bit_exactly(
-        cluster, tmp_path):
+def _preempt(env, job, root, out, tmp_path, deadline):
+    """Once the job trains (a checkpoint is committed), a high-partition job
+    that needs two whole nodes preempts it (the low partition is
+    preemptible: PreemptMode=REQUEUE, GraceTime); returns the high job's id
+    once the job is pending again, its tasks' stops written."""
+    while not lines(os.path.join(out, "starts")) or not any(
+            n.startswith("step-") for n in (os.listdir(root) if os.path.isdir(root) else [])):
+        assert time.monotonic() < deadline, open(os.path.join(out, "log")).read()
+        time.sleep(1)
+    high = run(env, "sbatch", "--parsable", "--partition=high", "--nodes=2", "--exclusive",
+               "--gres=gpu:4", "--time=30", "-o", os.path.join(str(tmp_path), "high.log"),
+               "--wrap", "sleep 1200").strip()
+    while _state(env, job)[0] != "PENDING" or not lines(os.path.join(out, "stops")):
+        if time.monotonic() > deadline:
+            subprocess.run(["scancel", high], env=env, timeout=60)
+            pytest.fail(open(os.path.join(out, "log")).read()[-4000:])
+        time.sleep(1)
+    return high
+
+
+def test_a_preempted_job_checkpoints_requeues_and_resumes_bit_exactly(cluster, tmp_path):
     """2 nodes x 2 GPUs, Gloo, FSDP2 state (each rank checkpoints its shards
-    of the parameters and the momentum), one srun task per GPU: --time=3 with
-    --signal=USR1@120 warns every task about a minute in; all stop at one
-    step with one checkpoint and exit 75 but rank 1, which dies of SIGABRT
-    (a crash in its teardown); the stop the tasks recorded makes the batch
-    script requeue all the same, and the next run resumes there. It ends
-    bit-identical to an uninterrupted run of the same job, and a requeue of
-    the completed job does nothing."""
+    of the parameters and the momentum), one srun task per GPU, submitted
+    with sbatch's short options. Preempted once it trains: all stop at one
+    step with one checkpoint in the grace and exit 75 but rank 1, which dies
+    of SIGABRT (a crash in its teardown); the stop the tasks recorded makes
+    the batch script requeue all the same, and the next run resumes there.
+    Later runs are warned by --signal=USR1@120 before their --time=3 ends,
+    stop and requeue the same way. It ends bit-identical to an uninterrupted
+    run of the same job, and a requeue of the completed job does nothing."""
     total, step_seconds = 700, 0.1
     ref_root, ref_out = str(tmp_path / "ref-root"), str(tmp_path / "ref")
     root, out = str(tmp_path / "root"), str(tmp_path / "run")
     start = time.monotonic()
+    # The reference first: nothing of it to preempt when the job is.
     ref = _submit(cluster, ref_root, ref_out, total, 0.0, "--time=30", parallel="fsdp")
+    assert _follow(cluster, ref, ref_out, start + JOB_DEADLINE / 3)[0] == "COMPLETED"
     job = _submit(cluster, root, out, total, step_seconds, "-t", "3", lead=120, parallel="fsdp",
                   fault="abort-after-stop")
+    high = _preempt(cluster, job, root, out, tmp_path, start + JOB_DEADLINE / 2)
+    run(cluster, "scancel", high)
 
     state, released = _follow(cluster, job, out, start + JOB_DEADLINE)
     log = open(os.path.join(out, "log")).read()
     assert state == "COMPLETED", log[-4000:]
-    assert _follow(cluster, ref, ref_out, start + JOB_DEADLINE)[0] == "COMPLETED"
 
     starts, stops = lines(os.path.join(out, "starts")), lines(os.path.join(out, "stops"))
     restarts = sorted({int(s["restart"]) for s in starts})
     assert len(restarts) >= 2 and released >= 1, (starts, stops)
-    # Every stop: all four ranks at one step, on Slurm's warning, durable there;
+    # Every stop: all four ranks at one step, on Slurm's notice, durable there;
     # the next run resumed every rank at that step.
     for restart in restarts[:-1]:
-        at = {int(s["step"]) for s in stops if int(s["restart"]) == restart}
-        sources = {s["source"] for s in stops if int(s["restart"]) == restart}
-        assert len(at) == 1 and len([s for s in stops if int(s["restart"]) == restart]) == 4, stops
-        # Slurm's warning, the end time, or (a rank whose boundary came first) agreement.
-        assert sources <= {"signal_SIGUSR1", "Slurm_time_limit",
-                           "preemption_notice_on_another_rank"}, stops
+        mine = [s for s in stops if int(s["restart"]) == restart]
+        at = {int(s["step"]) for s in mine}
+        assert len(at) == 1 and len(mine) == 4, stops
+        assert all(int(s["durable"]) == int(s["step"]) for s in mine), stops
+        # The preemption's signal (preempt_send_user_signal: the job's --signal
+        # in place of the grace's first SIGTERM), Slurm's warning, the end
+        # time, or (a rank whose boundary came first) agreement.
+        assert {s["source"] for s in mine} <= {
+            "signal_SIGUSR1", "signal_SIGTERM", "Slurm_time_limit",
+            "preemption_notice_on_another_rank"}, stops
         resumed = {int(s["step"]) for s in starts if int(s["restart"]) == restart + 1}
         assert resumed == at, (starts, stops)
     assert "stint: requeueing Slurm job %s" % job in log
@@ -169,20 +196,10 @@ def test_a_preempted_job_checkpoints_in_its_grace_and_resumes_on_fewer_nodes(clu
     job = _submit(cluster, root, out, total, step_seconds, "--nodes", "1-2", "--time=30",
                   "-plow", "-J", name, fault="abort-after-stop")
     assert run(cluster, "squeue", "-h", "-j", job, "-o", "%j").strip() == name
-    # Wait until it trains (a checkpoint is committed), then preempt it.
-    while not lines(os.path.join(out, "starts")) or not any(
-            n.startswith("step-") for n in (os.listdir(root) if os.path.isdir(root) else [])):
-        assert time.monotonic() < start + JOB_DEADLINE / 3, open(os.path.join(out, "log")).read()
-        time.sleep(1)
-    high = run(cluster, "sbatch", "--parsable", "--partition=high", "--nodes=2", "--exclusive",
-                "--gres=gpu:4", "--time=30", "-o", os.path.join(str(tmp_path), "high.log"),
-                "--wrap", "sleep 1200").strip()
+    high = _preempt(cluster, job, root, out, tmp_path, start + JOB_DEADLINE / 2)
     try:
         # Slurm 22.05 requeues a job with the node, task and CPU counts of its
         # last allocation (--nodes=1-2 became 2): let it start on one node.
-        while _state(cluster, job)[0] != "PENDING" or not lines(os.path.join(out, "stops")):
-            assert time.monotonic() < start + JOB_DEADLINE / 2, open(os.path.join(out, "log")).read()
-            time.sleep(1)
         run(cluster, "scontrol", "update", "JobId=" + job, "NumNodes=1", "NumTasks=2", "NumCPUs=2")
         state, released = _follow(cluster, job, out, start + JOB_DEADLINE)
         log = open(os.path.join(out, "log")).read()
