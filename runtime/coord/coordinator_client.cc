@@ -533,7 +533,11 @@ Result<std::set<uint64_t>> CoordinatorClient::PinnedSteps() {
   req.token = JobToken();
   req.method = "GET";
   req.path = "/v1/jobs/" + std::to_string(options_.job_id) + "/pinned_steps";
-  STINT_ASSIGN_OR_RETURN(HttpReply reply, http_->Call(req));
+  Result<HttpReply> answer = http_->Call(req);
+  // A stintd from before pinned steps, or one that does not know the job,
+  // has no evaluation to keep a step for.
+  if (answer.status().code() == Code::kNotFound) return std::set<uint64_t>();
+  STINT_ASSIGN_OR_RETURN(HttpReply reply, std::move(answer));
   const std::string what = req.method + " " + req.path;
   const Json steps = reply.body.is_object() ? reply.body.value("steps", Json()) : Json();
   if (!steps.is_array()) return Status::DataLoss(what + ": the answer has no \"steps\" array");

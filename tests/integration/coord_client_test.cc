@@ -314,6 +314,14 @@ TEST_F(CoordClientTest, RetentionKeepsTheStepOfAQueuedOrRunningEvaluationUntilIt
   auto pinned = (*client)->PinnedSteps();
   ASSERT_OK(pinned);
   EXPECT_EQ(*pinned, (std::set<uint64_t>{4}));
+  // A job stintd does not know has none: its retention is not held back.
+  CoordinatorOptions unknown = WorkerOptions(job + 1000);
+  unknown.token = StintdProcess::kAdminToken;
+  auto stranger = CoordinatorClient::Create(unknown);
+  ASSERT_OK(stranger);
+  pinned = (*stranger)->PinnedSteps();
+  ASSERT_OK(pinned);
+  EXPECT_TRUE(pinned->empty());
 
   // A node takes it up: running, it stays pinned.
   HttpJson agent(daemon_->port(), StintdProcess::kAgentToken);

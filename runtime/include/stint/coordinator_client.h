@@ -274,7 +274,8 @@ class CoordinatorClient {
 
   // The steps of the job (options().job_id) that an evaluation is queued or
   // running on (tools/stintd/API.md, "Evaluation"): retention of the job's
-  // checkpoints must keep them until the evaluation ends.
+  // checkpoints must keep them until the evaluation ends. None (not an
+  // error) from a stintd that does not know the job or pinned steps.
   Result<std::set<uint64_t>> PinnedSteps();
   // PinnedSteps bound to this client, for CheckpointOptions::retention_pins.
   // REQUIRES: the client outlives every Checkpointer holding the function.
