@@ -6,6 +6,7 @@
 #include <cstring>
 #include <utility>
 
+#include "base/strings.h"
 #include "base/subprocess.h"
 #include "common/launch_spec.h"
 #include "stint/env.h"
@@ -121,7 +122,8 @@ Result<std::unique_ptr<SlurmExecutor>> SlurmExecutor::Start(Coordinator* coordin
   for (const std::string& p : e->options_.partitions) {
     const bool known = std::any_of(cluster.nodes.begin(), cluster.nodes.end(),
                                    [&](const SlurmNode& n) { return n.InPartition(p); });
-    if (!known) return Status::NotFound("Slurm partition " + p + " has no nodes (scontrol show node)");
+    if (!known)
+      return Status::NotFound("Slurm partition " + p + " has no nodes (scontrol show node)");
     Result<Pool> pool = coordinator->AddPool(Pool{p, "Slurm partition " + p});
     if (!pool.ok() && pool.status().code() != Code::kAlreadyExists) return pool.status();
   }
@@ -162,8 +164,8 @@ void SlurmExecutor::Loop() {
 
 void SlurmExecutor::HeartbeatLoop() {
   const CoordinatorOptions& o = coordinator_->options();
-  const auto every = std::chrono::milliseconds(static_cast<int64_t>(
-      std::min(o.node_ttl_seconds, o.policy.lease_ttl_seconds) * 1000 / 3));
+  const auto every = std::chrono::milliseconds(
+      static_cast<int64_t>(std::min(o.node_ttl_seconds, o.policy.lease_ttl_seconds) * 1000 / 3));
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     const std::map<std::string, std::vector<int64_t>> live = live_;
@@ -451,7 +453,8 @@ void SlurmExecutor::ReconcileSegments(const Cluster& cluster, TimeMs now,
           continue;
         }
         for (const std::string& node : seg.nodes) (*reports)[node].running.push_back(sid);
-        if (seg.notice && !signalled_.count(sid)) actions->push_back({sid, job->id, seg.signal, {}});
+        if (seg.notice && !signalled_.count(sid))
+          actions->push_back({sid, job->id, seg.signal, {}});
         continue;
       }
       const int code = SegmentExitCode(*job);
@@ -561,8 +564,8 @@ Status SlurmExecutor::Submit(int64_t segment_id, TimeMs now) {
   const std::string script =
       "#!/bin/bash\n"
       "# stintd segment " +
-      std::to_string(segment_id) + " of job " + std::to_string(job_id) + " (" +
-      OneLine(job_name) + "): " + std::to_string(world) +
+      std::to_string(segment_id) + " of job " + std::to_string(job_id) + " (" + OneLine(job_name) +
+      "): " + std::to_string(world) +
       " workers, one srun task each, ranks in placement order.\n"
       "srun " +
       het + "--kill-on-bad-exit=0 --wait=" +
@@ -626,8 +629,8 @@ Status SlurmExecutor::Submit(int64_t segment_id, TimeMs now) {
     return Status::FailedPrecondition("sbatch (exit " + std::to_string(out.exit_code) +
                                       "): " + out.Text().substr(0, 500));
   }
-  if (!out.errors.empty())
-    Log("segment " + std::to_string(segment_id) + ": sbatch says: " + out.Text().substr(0, 500));
+  if (const std::string said = Trim(out.errors); !said.empty())
+    Log("segment " + std::to_string(segment_id) + ": sbatch says: " + said.substr(0, 500));
   submitted_ms_[segment_id] = now;
   // Durable before the next poll, which takes a segment with an id that
   // squeue does not list for one whose job ended.

@@ -163,7 +163,7 @@ class SlurmExecutor {
   bool stop_ = false;  // guarded by mu_
   // The last view's up nodes and what each runs: the heartbeat thread's.
   std::map<std::string, std::vector<int64_t>> live_;  // guarded by mu_
-  std::thread thread_;            // last: started once the rest exists
+  std::thread thread_;                                // last: started once the rest exists
   std::thread heartbeat_thread_;
 };
 

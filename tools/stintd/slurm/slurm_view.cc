@@ -82,10 +82,10 @@ std::map<std::string, std::string> KeyValues(const std::string& line) {
   std::string word;
   while (words >> word) {
     const size_t eq = word.find('=');
-    const bool key = eq != std::string::npos && eq > 0 && std::isalpha(static_cast<unsigned char>(word[0])) &&
-                     std::all_of(word.begin(), word.begin() + eq, [](char c) {
-                       return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-                     });
+    const bool key =
+        eq != std::string::npos && eq > 0 && std::isalpha(static_cast<unsigned char>(word[0])) &&
+        std::all_of(word.begin(), word.begin() + eq,
+                    [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
     if (key) {
       value = &fields[word.substr(0, eq)];
       *value = word.substr(eq + 1);
@@ -177,9 +177,9 @@ Result<std::vector<SlurmNode>> ParseNodes(const std::string& text) {
     while (std::getline(parts, part, '+')) {
       // sinfo's marks on the base state, as scontrol prints some of them.
       static const std::map<char, const char*> kMarks = {
-          {'*', "NOT_RESPONDING"}, {'~', "POWERED_DOWN"},     {'#', "POWERING_UP"},
-          {'%', "POWERING_DOWN"},  {'!', "POWER_DOWN"},       {'@', "REBOOT_REQUESTED"},
-          {'^', "REBOOT_ISSUED"},  {'$', "MAINTENANCE"},      {'-', "PLANNED"}};
+          {'*', "NOT_RESPONDING"}, {'~', "POWERED_DOWN"}, {'#', "POWERING_UP"},
+          {'%', "POWERING_DOWN"},  {'!', "POWER_DOWN"},   {'@', "REBOOT_REQUESTED"},
+          {'^', "REBOOT_ISSUED"},  {'$', "MAINTENANCE"},  {'-', "PLANNED"}};
       while (!part.empty() && kMarks.count(part.back())) {
         node.flags.push_back(kMarks.at(part.back()));
         part.pop_back();
@@ -225,7 +225,8 @@ Result<std::vector<SlurmJob>> ParseSqueueJson(const std::string& text) {
     if (j.contains("start_time")) job.start_time = Number(j["start_time"]);
     if (j.contains("end_time")) job.end_time = Number(j["end_time"]);
     if (j.contains("gres_detail") && j["gres_detail"].is_array()) {
-      for (const json& g : j["gres_detail"]) job.node_gpus.push_back(g.is_string() ? GresGpus(g.get<std::string>()) : 0);
+      for (const json& g : j["gres_detail"])
+        job.node_gpus.push_back(g.is_string() ? GresGpus(g.get<std::string>()) : 0);
     }
     if (j.contains("het_job_id")) job.het_job_id = Number(j["het_job_id"]);
     if (j.contains("het_job_offset")) job.het_job_offset = Number(j["het_job_offset"]);
