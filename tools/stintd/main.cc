@@ -234,7 +234,7 @@ void AddSchedulingFlags(CLI::App& app, Flags* f) {
 void AddSlurmFlags(CLI::App& app, Flags* f) {
   SlurmExecutorOptions& o = f->slurm_options;
   app.add_flag("--slurm", f->slurm,
-               "run segments as Slurm jobs on the nodes of --slurm-partition (sinfo, squeue, "
+               "run segments as Slurm jobs on the nodes of --slurm-partition (scontrol, squeue, "
                "sbatch and scancel in PATH, SLURM_CONF as for them)");
   app.add_option("--slurm-partition", f->slurm_partitions,
                  "PARTITION[:LEAD]: a Slurm partition whose GPU nodes lend windows, in the pool "
