@@ -1024,44 +1024,23 @@ pid_t PidIn(const std::string& path) {
   return in >> pid ? static_cast<pid_t>(pid) : 0;
 }
 
-// An evaluation has a deadline: past it the agent kills every process it
-// started, a grandchild in a session of its own (setsid) too, waits until
-// they are gone, and only then reports it failed with the reason, so its
-// GPU goes to training after that. A stopping agent leaves no process of an
-// evaluation behind either.
-TEST_F(AgentTest, AnEvaluationPastItsDeadlineIsKilledWithEveryProcessItStarted) {
-  Start();
-  auto agent = Agent("n1", "0,1", {"--spot", "--notice-lead", "0", "--eval-slots", "1"});
-  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n1 registered: window ")) << agent->output();
-  // The command and its grandchild write their pids, then sleep on.
-  const std::string at = dir_.path() + "/$STINT_EVAL_ID";
-  const std::string script =
-      "setsid sh -c 'echo $$ > " + at + ".gc.tmp && mv " + at + ".gc.tmp " + at +
-      ".gc && exec sleep 600' & echo $$ > " + at + ".root.tmp && mv " + at + ".root.tmp " + at +
-      ".root && exec sleep 600";
-  const json command = {"sh", "-c", script};
-  auto submitted = admin_->Post(
-      "/v1/jobs",
-      {{"name", "train"},
-       {"pool", "gpu"},
-       {"min_gpus", 1},
-       {"eval", {{"command", command}, {"gpus", 1}, {"timeout_seconds", 5}}}});
-  ASSERT_EQ(submitted.status, 201) << submitted.text;
-  const int64_t job = submitted.body["id"];
-  EXPECT_EQ(admin_
-                ->Post("/v1/jobs", {{"name", "bad"},
-                                    {"min_gpus", 1},
-                                    {"eval", {{"command", command}, {"timeout_seconds", 0}}}})
-                .status,
-            400);
-  ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "RUNNING"; }))
-      << Job(job).dump();
-  const int free_gpu = Job(job)["segments"][0]["placement"][0]["gpus"][0] == 0 ? 1 : 0;
-  HttpJson workers(daemon_->port(), StintdProcess::kWorkerToken);
-  // Registers a worker of `id` and reports its checkpoint of step 1: an
-  // evaluation is queued; its id once the agent started it.
-  auto evaluate = [&](int64_t id) -> int64_t {
-    auto reg = workers.Post("/v1/jobs/" + std::to_string(id) + "/workers", {{"name", "w"}});
+// Evaluations whose command starts a grandchild in a session of its own
+// (setsid); both write their pids, then sleep on.
+class EvalTreeTest : public AgentTest {
+ protected:
+  json Command() const {
+    const std::string at = dir_.path() + "/$STINT_EVAL_ID";
+    return {"sh", "-c",
+            "setsid sh -c 'echo $$ > " + at + ".gc.tmp && mv " + at + ".gc.tmp " + at +
+                ".gc && exec sleep 600' & echo $$ > " + at + ".root.tmp && mv " + at +
+                ".root.tmp " + at + ".root && exec sleep 600"};
+  }
+  // Registers a worker of `job` and reports its checkpoint of step 1: an
+  // evaluation is queued. Its id once an agent runs it and both of its
+  // processes wrote their pids (0 if that did not happen).
+  int64_t Evaluate(int64_t job) {
+    HttpJson workers(daemon_->port(), StintdProcess::kWorkerToken);
+    auto reg = workers.Post("/v1/jobs/" + std::to_string(job) + "/workers", {{"name", "w"}});
     EXPECT_EQ(reg.status, 201) << reg.text;
     HttpJson worker(daemon_->port(), reg.body.value("worker_secret", ""));
     const std::string wid = std::to_string(reg.body.value("worker_id", int64_t{0}));
@@ -1069,24 +1048,65 @@ TEST_F(AgentTest, AnEvaluationPastItsDeadlineIsKilledWithEveryProcessItStarted) 
         worker.Post("/v1/workers/" + wid + "/checkpoint", {{"step", 1}, {"seconds", 0.1}}).status,
         200);
     json evals;
-    EXPECT_TRUE(Eventually([&] {
-      evals = admin_->Get("/v1/jobs/" + std::to_string(id) + "/losses").body["evals"];
-      return evals.size() == 1 && evals[0]["state"] == "running";
-    })) << evals.dump();
-    return evals.size() == 1 ? evals[0].value("id", int64_t{0}) : 0;
-  };
-  const int64_t first = evaluate(job);
-  const std::string pids = dir_.path() + "/" + std::to_string(first);
-  ASSERT_TRUE(Eventually([&] { return PidIn(pids + ".root") > 0 && PidIn(pids + ".gc") > 0; }))
-      << agent->output();
+    if (!Eventually([&] {
+          evals = Evals(job);
+          return evals.size() == 1 && evals[0]["state"] == "running";
+        })) {
+      ADD_FAILURE() << evals.dump();
+      return 0;
+    }
+    const int64_t id = evals[0].value("id", int64_t{0});
+    if (!Eventually([&] { return Root(id) > 0 && Grandchild(id) > 0; })) {
+      ADD_FAILURE() << "evaluation " << id << " did not start its processes";
+      return 0;
+    }
+    return id;
+  }
+  json Evals(int64_t job) {
+    return admin_->Get("/v1/jobs/" + std::to_string(job) + "/losses").body["evals"];
+  }
+  pid_t Root(int64_t eval) { return PidIn(dir_.path() + "/" + std::to_string(eval) + ".root"); }
+  pid_t Grandchild(int64_t eval) {
+    return PidIn(dir_.path() + "/" + std::to_string(eval) + ".gc");
+  }
+};
+
+// An evaluation has a deadline: past it the agent kills every process it
+// started, a grandchild in a session of its own (setsid) too, waits until
+// they are gone, and only then reports it failed with the reason, so its
+// GPU goes to training after that. A stopping agent leaves no process of an
+// evaluation behind either.
+TEST_F(EvalTreeTest, AnEvaluationPastItsDeadlineIsKilledWithEveryProcessItStarted) {
+  Start();
+  auto agent = Agent("n1", "0,1", {"--spot", "--notice-lead", "0", "--eval-slots", "1"});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n1 registered: window ")) << agent->output();
+  auto submitted = admin_->Post(
+      "/v1/jobs",
+      {{"name", "train"},
+       {"pool", "gpu"},
+       {"min_gpus", 1},
+       {"eval", {{"command", Command()}, {"gpus", 1}, {"timeout_seconds", 5}}}});
+  ASSERT_EQ(submitted.status, 201) << submitted.text;
+  const int64_t job = submitted.body["id"];
+  EXPECT_EQ(admin_
+                ->Post("/v1/jobs", {{"name", "bad"},
+                                    {"min_gpus", 1},
+                                    {"eval", {{"command", Command()}, {"timeout_seconds", 0}}}})
+                .status,
+            400);
+  ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "RUNNING"; }))
+      << Job(job).dump();
+  const int free_gpu = Job(job)["segments"][0]["placement"][0]["gpus"][0] == 0 ? 1 : 0;
+  const int64_t first = Evaluate(job);
+  ASSERT_GT(first, 0) << agent->output();
 
   json evals;
   ASSERT_TRUE(Eventually([&] {
-    evals = admin_->Get("/v1/jobs/" + std::to_string(job) + "/losses").body["evals"];
+    evals = Evals(job);
     return evals[0]["state"] == "failed";
   })) << evals.dump() << agent->output();
-  EXPECT_TRUE(Gone(PidIn(pids + ".root")));
-  EXPECT_TRUE(Gone(PidIn(pids + ".gc"))) << "the grandchild outlived its evaluation";
+  EXPECT_TRUE(Gone(Root(first)));
+  EXPECT_TRUE(Gone(Grandchild(first))) << "the grandchild outlived its evaluation";
   EXPECT_NE(evals[0]["message"].get<std::string>().find("deadline exceeded"), std::string::npos)
       << evals.dump();
   EXPECT_TRUE(agent->WaitForLine("stint-agent: evaluation " + std::to_string(first) +
@@ -1099,21 +1119,58 @@ TEST_F(AgentTest, AnEvaluationPastItsDeadlineIsKilledWithEveryProcessItStarted) 
       "/v1/jobs", {{"name", "other"},
                    {"pool", "gpu"},
                    {"min_gpus", 1},
-                   {"eval", {{"command", command}, {"gpus", 0}, {"timeout_seconds", 3600}}}});
+                   {"eval", {{"command", Command()}, {"gpus", 0}, {"timeout_seconds", 3600}}}});
   ASSERT_EQ(other.status, 201) << other.text;
   const int64_t other_job = other.body["id"];
   ASSERT_TRUE(Eventually([&] { return Job(other_job).value("state", "") == "RUNNING"; }))
       << Job(other_job).dump() << admin_->Get("/v1/queue").text;
   EXPECT_EQ(Job(other_job)["segments"][0]["placement"][0]["gpus"], json::array({free_gpu}));
-  const std::string more = dir_.path() + "/" + std::to_string(evaluate(other_job));
-  ASSERT_TRUE(Eventually([&] { return PidIn(more + ".root") > 0 && PidIn(more + ".gc") > 0; }))
-      << agent->output();
+  const int64_t second = Evaluate(other_job);
+  ASSERT_GT(second, 0) << agent->output();
   ASSERT_EQ(kill(agent->pid(), SIGTERM), 0);
   bool killed = false;
   agent->WaitAtMost(30, &killed);
   ASSERT_FALSE(killed) << "stint-agent did not stop on SIGTERM: " << agent->output();
-  EXPECT_TRUE(Gone(PidIn(more + ".root")));
-  EXPECT_TRUE(Gone(PidIn(more + ".gc"))) << "the grandchild outlived the agent";
+  EXPECT_TRUE(Gone(Root(second)));
+  EXPECT_TRUE(Gone(Grandchild(second))) << "the grandchild outlived the agent";
+}
+
+// Training takes the GPU of a running evaluation, but its worker starts
+// there only once every process of the evaluation, the setsid'd grandchild
+// too, is gone.
+TEST_F(EvalTreeTest, AWorkerStartsOnAStoppedEvaluationsGpuOnlyOnceAllOfItIsGone) {
+  Start();
+  auto agent = Agent("n1", "0,1", {"--spot", "--notice-lead", "0", "--eval-slots", "1"});
+  ASSERT_TRUE(agent->WaitForLine("stint-agent: node n1 registered: window ")) << agent->output();
+  auto submitted = admin_->Post(
+      "/v1/jobs", {{"name", "train"},
+                   {"pool", "gpu"},
+                   {"min_gpus", 1},
+                   {"eval", {{"command", Command()}, {"gpus", 1}, {"timeout_seconds", 3600}}}});
+  ASSERT_EQ(submitted.status, 201) << submitted.text;
+  const int64_t job = submitted.body["id"];
+  ASSERT_TRUE(Eventually([&] { return Job(job).value("state", "") == "RUNNING"; }))
+      << Job(job).dump();
+  const int64_t eval = Evaluate(job);
+  ASSERT_GT(eval, 0) << agent->output();
+
+  // The worker looks for the evaluation's processes as it starts.
+  const std::string verdict = dir_.Sub("verdict");
+  const std::string script = "for p in " + std::to_string(Root(eval)) + " " +
+                             std::to_string(Grandchild(eval)) +
+                             "; do if [ -e /proc/$p ] && ! grep -q ') Z ' /proc/$p/stat; then "
+                             "echo alive > " + verdict + ".tmp; mv " + verdict + ".tmp " + verdict +
+                             "; exec sleep 600; fi; done; echo gone > " + verdict + ".tmp; mv " +
+                             verdict + ".tmp " + verdict + "; exec sleep 600";
+  const int64_t training = SubmitLaunch(*admin_, 1, script);
+  ASSERT_TRUE(Eventually([&] { return Job(training).value("state", "") == "RUNNING"; }))
+      << Job(training).dump() << admin_->Get("/v1/queue").text;
+  std::string seen;
+  ASSERT_TRUE(Eventually([&] { return static_cast<bool>(std::ifstream(verdict) >> seen); }))
+      << agent->output();
+  EXPECT_EQ(seen, "gone") << agent->output();
+  EXPECT_TRUE(Gone(Grandchild(eval)));
+  EXPECT_EQ(Evals(job)[0]["state"], "pending") << Evals(job).dump();
 }
 
 }  // namespace
