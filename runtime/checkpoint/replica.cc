@@ -229,8 +229,8 @@ Status Replicator::Replicate(const Job& job) {
     ++replicated_;
     last_ = ReplicaStats{job.step, bytes, SecondsSince(t0), SecondsSince(job.saved_at)};
   }
-  Status r = ApplyRetention(dst_env_, dst_root_, keep_last_, keep_every_, nullptr, {}, nullptr,
-                            pins_);
+  Status r =
+      ApplyRetention(dst_env_, dst_root_, keep_last_, keep_every_, nullptr, {}, nullptr, pins_);
   if (!r.ok()) {
     RecordError(r.WithContext("tier-2 retention after step " + std::to_string(job.step)));
   }

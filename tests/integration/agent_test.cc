@@ -1066,9 +1066,7 @@ class EvalTreeTest : public AgentTest {
     return admin_->Get("/v1/jobs/" + std::to_string(job) + "/losses").body["evals"];
   }
   pid_t Root(int64_t eval) { return PidIn(dir_.path() + "/" + std::to_string(eval) + ".root"); }
-  pid_t Grandchild(int64_t eval) {
-    return PidIn(dir_.path() + "/" + std::to_string(eval) + ".gc");
-  }
+  pid_t Grandchild(int64_t eval) { return PidIn(dir_.path() + "/" + std::to_string(eval) + ".gc"); }
 };
 
 // An evaluation has a deadline: past it the agent kills every process it
@@ -1081,11 +1079,10 @@ TEST_F(EvalTreeTest, AnEvaluationPastItsDeadlineIsKilledWithEveryProcessItStarte
   auto agent = Agent("n1", "0,1", {"--spot", "--notice-lead", "0", "--eval-slots", "1"});
   ASSERT_TRUE(agent->WaitForLine("stint-agent: node n1 registered: window ")) << agent->output();
   auto submitted = admin_->Post(
-      "/v1/jobs",
-      {{"name", "train"},
-       {"pool", "gpu"},
-       {"min_gpus", 1},
-       {"eval", {{"command", Command()}, {"gpus", 1}, {"timeout_seconds", 5}}}});
+      "/v1/jobs", {{"name", "train"},
+                   {"pool", "gpu"},
+                   {"min_gpus", 1},
+                   {"eval", {{"command", Command()}, {"gpus", 1}, {"timeout_seconds", 5}}}});
   ASSERT_EQ(submitted.status, 201) << submitted.text;
   const int64_t job = submitted.body["id"];
   EXPECT_EQ(admin_
@@ -1104,7 +1101,8 @@ TEST_F(EvalTreeTest, AnEvaluationPastItsDeadlineIsKilledWithEveryProcessItStarte
   ASSERT_TRUE(Eventually([&] {
     evals = Evals(job);
     return evals[0]["state"] == "failed";
-  })) << evals.dump() << agent->output();
+  })) << evals.dump()
+      << agent->output();
   EXPECT_TRUE(Gone(Root(first)));
   EXPECT_TRUE(Gone(Grandchild(first))) << "the grandchild outlived its evaluation";
   EXPECT_NE(evals[0]["message"].get<std::string>().find("deadline exceeded"), std::string::npos)
@@ -1159,7 +1157,8 @@ TEST_F(EvalTreeTest, AWorkerStartsOnAStoppedEvaluationsGpuOnlyOnceAllOfItIsGone)
   const std::string script = "for p in " + std::to_string(Root(eval)) + " " +
                              std::to_string(Grandchild(eval)) +
                              "; do if [ -e /proc/$p ] && ! grep -q ') Z ' /proc/$p/stat; then "
-                             "echo alive > " + verdict + ".tmp; mv " + verdict + ".tmp " + verdict +
+                             "echo alive > " +
+                             verdict + ".tmp; mv " + verdict + ".tmp " + verdict +
                              "; exec sleep 600; fi; done; echo gone > " + verdict + ".tmp; mv " +
                              verdict + ".tmp " + verdict + "; exec sleep 600";
   const int64_t training = SubmitLaunch(*admin_, 1, script);

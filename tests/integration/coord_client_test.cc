@@ -264,10 +264,11 @@ TEST_F(CoordClientTest, FencingGuardsARealCommitAndRefusesOnceTheSegmentEnded) {
 // deletes it.
 TEST_F(CoordClientTest, RetentionKeepsTheStepOfAQueuedOrRunningEvaluationUntilItEnds) {
   ASSERT_EQ(admin_->Post("/v1/pools", {{"name", "p"}}).status, 201);
-  ASSERT_EQ(admin_->Post("/v1/windows",
-                         {{"pool", "p"}, {"gpus", 1}, {"end_ms", WallNowMs() + 3600 * 1000}})
-                .status,
-            201);
+  ASSERT_EQ(
+      admin_
+          ->Post("/v1/windows", {{"pool", "p"}, {"gpus", 1}, {"end_ms", WallNowMs() + 3600 * 1000}})
+          .status,
+      201);
   auto submitted = admin_->Post("/v1/jobs", {{"name", "train"},
                                              {"pool", "p"},
                                              {"min_gpus", 1},

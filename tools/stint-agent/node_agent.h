@@ -170,7 +170,7 @@ class NodeAgent {
   std::set<int> SettleEvaluations(std::chrono::milliseconds wait);
   struct EvalRun {
     int64_t job_id = 0;
-    pid_t pid = 0;  // also its process group
+    pid_t pid = 0;                      // also its process group
     std::unique_ptr<ProcessTree> tree;  // every process it started
     int gpu = -1;                       // -1: CPU only
     std::string log;

@@ -224,22 +224,22 @@ void AddJobScopedRoutes(Routes* routes) {
       });
 
   // The steps the job's checkpoint retention must keep (API.md, "Evaluation").
-  routes->Add(Method::kGet, R"(/v1/jobs/(\d+)/pinned_steps)", Access::kJobCredential,
-              [c, authz](const httplib::Request& req) {
-                const int64_t job = STINT_HTTP_TRY(PathId(req, 1, "job"));
-                if (std::optional<Reply> refused = authz->JobScoped(req, job)) return *refused;
-                bool found = false;
-                std::set<int64_t> steps;
-                c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
-                  found = s.jobs.count(job) != 0;
-                  steps = PinnedSteps(s, job);
-                });
-                if (!found) {
-                  return ErrorReply(
-                      Status::NotFound("job " + std::to_string(job) + " does not exist"));
-                }
-                return Reply{200, {{"job_id", job}, {"steps", steps}}, {}, {}};
-              });
+  routes->Add(
+      Method::kGet, R"(/v1/jobs/(\d+)/pinned_steps)", Access::kJobCredential,
+      [c, authz](const httplib::Request& req) {
+        const int64_t job = STINT_HTTP_TRY(PathId(req, 1, "job"));
+        if (std::optional<Reply> refused = authz->JobScoped(req, job)) return *refused;
+        bool found = false;
+        std::set<int64_t> steps;
+        c->Read([&](const ClusterState& s, const Plan&, TimeMs) {
+          found = s.jobs.count(job) != 0;
+          steps = PinnedSteps(s, job);
+        });
+        if (!found) {
+          return ErrorReply(Status::NotFound("job " + std::to_string(job) + " does not exist"));
+        }
+        return Reply{200, {{"job_id", job}, {"steps", steps}}, {}, {}};
+      });
 
   // --- KV ---
   routes->Add(
