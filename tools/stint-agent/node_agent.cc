@@ -17,6 +17,7 @@
 #include <fstream>
 #include <set>
 
+#include "base/strings.h"
 #include "common/launch_spec.h"
 #include "coord/http_json.h"
 #include "coord/wall_clock.h"
@@ -102,12 +103,6 @@ uint64_t LineStartFrom(const std::string& path, uint64_t offset) {
   return nl == std::string::npos ? offset : offset + nl + 1;
 }
 
-// JSON strings must be UTF-8: a byte that is not becomes U+FFFD.
-std::string ValidUtf8(const std::string& bytes) {
-  return Json::parse(Json(bytes).dump(-1, ' ', false, Json::error_handler_t::replace))
-      .get<std::string>();
-}
-
 }  // namespace
 
 Result<std::unique_ptr<NodeAgent>> NodeAgent::Create(NodeAgentOptions options) {
@@ -121,8 +116,7 @@ Result<std::unique_ptr<NodeAgent>> NodeAgent::Create(NodeAgentOptions options) {
   for (int g : options.gpus) {
     if (g < 0) return Status::InvalidArgument("--gpus: an index is negative");
   }
-  if (options.notice_lead_seconds < 0)
-    return Status::InvalidArgument("--notice-lead must be >= 0");
+  if (options.notice_lead_seconds < 0) return Status::InvalidArgument("--notice-lead must be >= 0");
   if (options.heartbeat_interval.count() <= 0)
     return Status::InvalidArgument("--heartbeat-seconds must be > 0");
   if (options.eval_slots < 0 || options.eval_slots > static_cast<int>(options.gpus.size())) {
@@ -859,7 +853,7 @@ std::vector<NodeAgent::LogPiece> NodeAgent::CollectLogs() {
           bytes = ReadPiece(p.log, p.log_sent, max);
           if (bytes.empty()) break;
           read = true;
-          text = ValidUtf8(bytes);
+          text = ValidUtf8Prefix(bytes);
           const size_t escaped = Json(text).dump().size();
           if (escaped <= budget) {
             budget -= escaped;
@@ -910,17 +904,18 @@ Status NodeAgent::Beat(bool may_wait) {
     draining_ = draining_ || !caught_up;
     for (WorkerProc& p : run.procs) {
       if (!p.relaunch || p.crash_sent || !LogCaughtUp(p, pieces)) continue;
-      crashed.push_back(
-          {{"segment_id", sid},
-           {"exit_code", p.code},
-           {"message", ValidUtf8("rank " + std::to_string(p.rank) + ": " + LastLine(p.log))}});
+      crashed.push_back({{"segment_id", sid},
+                         {"exit_code", p.code},
+                         {"message", ValidUtf8Prefix("rank " + std::to_string(p.rank) + ": " +
+                                                     LastLine(p.log))}});
       crash_reports.push_back(&p);
     }
     if (!run.done || !caught_up) {
       running.push_back(sid);
     } else {
-      exited.push_back(
-          {{"segment_id", sid}, {"exit_code", run.exit_code}, {"message", ValidUtf8(run.message)}});
+      exited.push_back({{"segment_id", sid},
+                        {"exit_code", run.exit_code},
+                        {"message", ValidUtf8Prefix(run.message)}});
     }
   }
   HttpRequest req;
@@ -954,7 +949,7 @@ Status NodeAgent::Beat(bool may_wait) {
     Json x{{"id", id}, {"exit_code", e.code}};
     const Json result = LastJsonObject(e.log);
     if (result.is_object()) x["result"] = result;
-    if (e.code != 0) x["message"] = ValidUtf8(e.why.empty() ? LastLine(e.log) : e.why);
+    if (e.code != 0) x["message"] = ValidUtf8Prefix(e.why.empty() ? LastLine(e.log) : e.why);
     eval_exits.push_back(std::move(x));
     eval_reported.push_back(id);
   }
@@ -970,9 +965,8 @@ Status NodeAgent::Beat(bool may_wait) {
       reply.body.is_object() ? reply.body.value("assignments_tag", std::string()) : std::string();
   // stintd long-polls (it gave a tag): the next beat at once, as a poll.
   polled_ = may_wait && options_.long_poll && !assignments_tag_.empty();
-  const Json assignments = reply.body.is_object()
-                               ? reply.body.value("assignments", Json::array())
-                               : Json::array();
+  const Json assignments =
+      reply.body.is_object() ? reply.body.value("assignments", Json::array()) : Json::array();
   // Evaluations first: one on a GPU a new segment takes is stopped before
   // the segment's workers start there.
   const Json evals = reply.body.is_object() ? reply.body.value("evals", Json()) : Json();
@@ -993,7 +987,8 @@ Status NodeAgent::Beat(bool may_wait) {
       orphan.job_id = a.value("job_id", int64_t{0});
       orphan.done = true;
       orphan.exit_code = 128 + SIGKILL;
-      orphan.message = "the agent of node " + options_.node + " restarted; its workers died with it";
+      orphan.message =
+          "the agent of node " + options_.node + " restarted; its workers died with it";
       std::printf("stint-agent: segment %lld ran under an earlier agent: reporting it lost\n",
                   static_cast<long long>(sid));
       std::fflush(stdout);
