@@ -207,14 +207,19 @@ fi""" % (flag, ttl + 2, calls),
 
 def test_a_restarted_stintd_never_submits_a_segment_whose_job_slurm_forgot(cluster, stintd_factory,
                                                                            tmp_path):
-    """stintd stops while its segment's Slurm job runs; the job ends and
-    Slurm forgets it (past MinJobAge: squeue, wrapped here, no longer lists
-    it) before stintd starts again. The restarted stintd knows
-    from its store that the segment was submitted: the segment is queued
-    again as a new one (resuming), never submitted a second time."""
+    """stintd stops while three segments' Slurm jobs run; they end (one
+    exits 0, one 76, one 0) and Slurm forgets them (past MinJobAge: squeue,
+    wrapped here, no longer lists them) before stintd starts again. The
+    restarted stintd knows from its store that they were submitted, and asks
+    Slurm's job-completion log (sacct --completion: this cluster has no
+    accounting storage) how they ended: the first job is DONE, the second
+    FAILED, each having run once; the third, which sacct (wrapped here) does
+    not know, is queued again as a new segment (resuming). None is submitted
+    a second time."""
     env, nodes = cluster
-    forgot = str(tmp_path / "forgot")
-    # What squeue prints once MinJobAge purged the jobs whose ids `forgot` lists.
+    forgot, unknown = str(tmp_path / "forgot"), str(tmp_path / "unknown")
+    # What squeue prints once MinJobAge purged the jobs whose ids `forgot`
+    # lists, and sacct where its records lack those `unknown` lists.
     wrappers = _wrappers(str(tmp_path / "bin"), {"squeue": """
 if [ -e %s ] && [ "$1" = "--json" ]; then
   "$REAL" "$@" | python3 -c '
@@ -224,33 +229,56 @@ d = json.load(sys.stdin)
 d["jobs"] = [j for j in d["jobs"] if str(j["job_id"]) not in forgot]
 json.dump(d, sys.stdout)' %s
   exit ${PIPESTATUS[0]}
-fi""" % (forgot, forgot)})
+fi""" % (forgot, forgot), "sacct": """
+if [ -e %s ]; then
+  "$REAL" "$@" | grep -v -F -f <(sed 's/.*/&|/' %s)
+  exit ${PIPESTATUS[0]}
+fi""" % (unknown, unknown)})
     s = stintd_factory(path_first=wrappers)
     why = lambda: s.text() + "\n" + run(env, "squeue", "-t", "all")
     _wait("both windows", lambda: set(s.windows()) == set(nodes), 60, why)
     out = str(tmp_path / "out")
     os.makedirs(out)
-    # Each run appends a line, then waits for `go` (made while stintd is down).
-    job = s.ctl("jobs", "submit", "--name", "restart", "--gpus", "1", "--pool", "low", "--",
-                "/bin/sh", "-c",
-                'echo "$STINT_SEGMENT_ID" >> "$0/runs"; while [ ! -e "$0/go" ]; do sleep 0.2; done',
-                out)["id"]
-    runs = os.path.join(out, "runs")
-    _wait("the job running in Slurm", lambda: os.path.exists(runs), DEADLINE, why)
-    first = s.ctl("jobs", "show", str(job))["segments"][-1]
-    slurm_job = first["external_id"].split(":")[1]
+    # Each run appends a line to its file, then waits for `go` (made while
+    # stintd is down) and exits with its code.
+    jobs, runs = {}, {}
+    for name, code in (("done", 0), ("failed", 76), ("unknown", 0)):
+        runs[name] = os.path.join(out, name)
+        jobs[name] = s.ctl(
+            "jobs", "submit", "--name", name, "--gpus", "1", "--pool", "low", "--", "/bin/sh",
+            "-c", 'echo "$STINT_SEGMENT_ID" >> "$0"; while [ ! -e "$1" ]; do sleep 0.2; done; '
+            'exit $2', runs[name], os.path.join(out, "go"), str(code))["id"]
+    _wait("the jobs running in Slurm", lambda: all(map(os.path.exists, runs.values())), DEADLINE,
+          why)
+    first = {n: s.ctl("jobs", "show", str(j))["segments"][-1] for n, j in jobs.items()}
+    slurm_jobs = {n: seg["external_id"].split(":")[1] for n, seg in first.items()}
     s.stop()
     open(os.path.join(out, "go"), "w").close()
-    _wait("its Slurm job COMPLETED",
-          lambda: run(env, "squeue", "-h", "-t", "all", "-j", slurm_job, "-o", "%T").strip() ==
-          "COMPLETED", DEADLINE, why)
+    state = lambda n: run(env, "squeue", "-h", "-t", "all", "-j", slurm_jobs[n], "-o",
+                          "%T").strip()
+    _wait("their Slurm jobs ended",
+          lambda: [state(n) for n in jobs] == ["COMPLETED", "FAILED", "COMPLETED"], DEADLINE, why)
+    with open(unknown, "w") as f:
+        f.write(slurm_jobs["unknown"])
     with open(forgot, "w") as f:
-        f.write(slurm_job)
+        f.write(" ".join(slurm_jobs.values()))
     s.start()
-    _wait_ended(s, job, why)
-    name = "stint.%s.%d" % (s.tag, first["id"])
-    submitted = run(env, "squeue", "-h", "-t", "all", "--name", name, "-o", "%i").split()
-    assert submitted == [slurm_job], why()
-    segments = [l.strip() for l in open(runs)]
-    assert segments[0] == str(first["id"]) and str(first["id"]) not in segments[1:], segments
-    assert "its Slurm job %s is gone from squeue" % slurm_job in s.text(), why()
+    shown = lambda n: s.ctl("jobs", "show", str(jobs[n]))["state"]
+    _wait("the jobs ended", lambda: all(shown(n) in ("DONE", "FAILED", "CANCELLED") for n in jobs),
+          DEADLINE, why)
+    assert [shown(n) for n in jobs] == ["DONE", "FAILED", "DONE"], why()
+    for n in jobs:
+        name = "stint.%s.%d" % (s.tag, first[n]["id"])
+        submitted = run(env, "squeue", "-h", "-t", "all", "--name", name, "-o", "%i").split()
+        assert submitted == [slurm_jobs[n]], why()
+    segments = {n: [l.strip() for l in open(runs[n])] for n in jobs}
+    assert segments["done"] == [str(first["done"]["id"])], segments
+    assert segments["failed"] == [str(first["failed"]["id"])], segments
+    assert segments["unknown"][0] == str(first["unknown"]["id"]), segments
+    assert len(segments["unknown"]) == 2, segments
+    text = s.text()
+    for n, said in (("done", "COMPLETED (exit 0)"), ("failed", "FAILED (exit 76)")):
+        assert "its Slurm job %s is gone from squeue; Slurm job %s %s, says sacct --completion" % (
+            slurm_jobs[n], slurm_jobs[n], said) in text, why()
+    assert "its Slurm job %s is gone from squeue and how it ended is unknown " \
+           "(sacct --completion does not know it)" % slurm_jobs["unknown"] in text, why()

@@ -1,6 +1,7 @@
 // SlurmView's parsers on the output of Slurm 22.05.8 (recorded from the test
-// cluster: tests/data/slurm/README.md), on 23.02+'s squeue JSON shapes and
-// scontrol's state forms, and its bad-input errors.
+// cluster: tests/data/slurm/README.md), on 23.02+'s squeue JSON shapes,
+// scontrol's state forms and sacct's lines with accounting storage, and
+// their bad-input errors.
 #include "stintd/slurm/slurm_view.h"
 
 #include <gtest/gtest.h>
@@ -191,6 +192,63 @@ TEST(SlurmViewTest, BadInputIsRefusedNamingWhatAndWhere) {
   ASSERT_FALSE(res.ok());
   EXPECT_NE(res.status().message().find("reservation r StartTime"), std::string::npos)
       << res.status().ToString();
+}
+
+TEST(SlurmViewTest, SacctCompletionOf2205GivesHowEachJobEnded) {
+  // Recorded (tests/data/slurm/README.md): sacct --completion of jobs that
+  // exited 0, 3 and 76, were killed by SIGKILL, cancelled, preempted (7208
+  // preempted and requeued, then cancelled: its last line counts), a
+  // heterogeneous job's two components and a name with a '|'.
+  Result<std::vector<SlurmJob>> jobs = ParseSacct(Recorded("22.05/sacct_completion.txt"));
+  ASSERT_OK(jobs);
+  std::map<int64_t, SlurmJob> by_id;
+  for (const SlurmJob& j : *jobs) by_id[j.id] = j;
+  ASSERT_EQ(by_id.size(), 12u);
+  auto ended = [&](int64_t id) {
+    return by_id[id].state + " " + std::to_string(by_id[id].exit_code);
+  };
+  EXPECT_EQ(ended(7201), "COMPLETED 0");
+  EXPECT_EQ(ended(7202), "FAILED 3");
+  EXPECT_EQ(ended(7203), "FAILED 76");
+  EXPECT_EQ(ended(7204), "FAILED 137");
+  EXPECT_EQ(ended(7205), "CANCELLED 0");
+  EXPECT_EQ(ended(7208), "CANCELLED 0");
+  EXPECT_EQ(ended(7210), "PREEMPTED 0");
+  EXPECT_EQ(by_id[7201].name, "stint.rec.1");
+  EXPECT_EQ(by_id[7206].name, "stint.rec.6");
+  EXPECT_EQ(by_id[7207].name, "stint.rec.6");
+  EXPECT_EQ(by_id[7209].name, "stint.rec.8|odd");
+  for (const auto& [id, j] : by_id) EXPECT_FALSE(j.Live()) << id;
+}
+
+TEST(SlurmViewTest, SacctOfAccountingStorageSkipsStepsAndReadsStatesOfSeveralWords) {
+  // As sacct prints with slurmdbd (not recorded: the test cluster has no
+  // accounting storage): a step line without --allocations, and a state
+  // with who cancelled it.
+  Result<std::vector<SlurmJob>> jobs = ParseSacct(
+      "9001|CANCELLED by 0|0:15|stint.a.1\n9001.batch|CANCELLED|0:15|batch\n"
+      "9002|TIMEOUT|0:0|stint.a.2\r\n\n9003|NODE_FAIL|1:0|stint.a.3\n");
+  ASSERT_OK(jobs);
+  ASSERT_EQ(jobs->size(), 3u);
+  EXPECT_EQ((*jobs)[0].state, "CANCELLED");
+  EXPECT_EQ((*jobs)[0].exit_code, 128 + 15);
+  EXPECT_EQ((*jobs)[1].state, "TIMEOUT");
+  EXPECT_EQ((*jobs)[1].name, "stint.a.2");
+  EXPECT_EQ((*jobs)[2].state, "NODE_FAIL");
+  EXPECT_EQ((*jobs)[2].exit_code, 1);
+  Result<std::vector<SlurmJob>> none = ParseSacct("");
+  ASSERT_OK(none);
+  EXPECT_TRUE(none->empty());
+}
+
+TEST(SlurmViewTest, SacctLinesThatDoNotParseAreRefusedNamingTheLine) {
+  for (const char* bad :
+       {"9001|COMPLETED|0:0", "x9|COMPLETED|0:0|n", "9001||0:0|n", "9001|FAILED|one:0|n"}) {
+    Result<std::vector<SlurmJob>> jobs = ParseSacct(bad);
+    ASSERT_FALSE(jobs.ok()) << bad;
+    EXPECT_NE(jobs.status().message().find(std::string("line \"") + bad), std::string::npos)
+        << jobs.status().ToString();
+  }
 }
 
 TEST(SlurmViewTest, TimeLimitsAreMinutesAndSeconds) {

@@ -158,6 +158,10 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
+# No slurmdbd; finished jobs go to a job-completion log, which sacct -c
+# reads (stintd --slurm asks it how a job squeue forgot ended).
+JobCompType=jobcomp/filetxt
+JobCompLoc=$DIR/jobcomp.log
 MpiDefault=none
 SlurmdParameters=config_overrides
 # Long RPC timeouts: on a loaded host a launch that times out is retried and

@@ -84,6 +84,15 @@ int SegmentExitCode(const SlurmJob& job) {
   return 75;
 }
 
+// The Slurm job id of a segment's external_id ("slurm:ID"); 0 for none.
+int64_t SlurmJobId(const std::string& external_id) {
+  const std::string prefix = "slurm:";
+  if (external_id.rfind(prefix, 0) != 0) return 0;
+  const std::string id = external_id.substr(prefix.size());
+  if (id.empty() || id.size() > 18 || !std::all_of(id.begin(), id.end(), ::isdigit)) return 0;
+  return std::stoll(id);
+}
+
 // The node's newest window that has not ended (nullptr: none).
 const Window* OpenNodeWindow(const ClusterState& s, const std::string& node, TimeMs now) {
   const Window* found = nullptr;
@@ -413,6 +422,19 @@ void SlurmExecutor::ReconcileSegments(const Cluster& cluster, TimeMs now,
       segs[sid] = std::move(info);
     }
   });
+  // The jobs of submitted segments that squeue no longer lists: Slurm's
+  // accounting is asked how they ended, all at once.
+  std::map<int64_t, int64_t> vanished;  // segment -> its Slurm job
+  std::vector<int64_t> vanished_ids;
+  for (const auto& [sid, seg] : segs) {
+    const int64_t id = SlurmJobId(seg.external_id);
+    if (SegmentActive(seg.state) && !cluster.ours.count(sid) && id != 0) {
+      vanished[sid] = id;
+      vanished_ids.push_back(id);
+    }
+  }
+  const Result<Accounted> accounted =
+      vanished_ids.empty() ? Result<Accounted>(Accounted{}) : Accounting(vanished_ids);
   auto report_exit = [&](int64_t sid, const Seg& seg, int code, const std::string& message) {
     for (const std::string& node : seg.nodes)
       (*reports)[node].exits.push_back({sid, code, message});
@@ -424,14 +446,42 @@ void SlurmExecutor::ReconcileSegments(const Cluster& cluster, TimeMs now,
     if (SegmentActive(seg.state)) {
       if (job == nullptr) {
         if (!seg.external_id.empty()) {
-          // Submitted (the id is durable) and gone from squeue: Slurm lost
-          // it, or it ended while stintd was down longer than MinJobAge.
-          // How it ended is unknown (squeue forgot, and stintd does not
-          // assume accounting): queued again, it resumes from its
-          // checkpoint; never submitted again as this segment.
-          Log(subject + ": its Slurm job " + seg.external_id.substr(seg.external_id.find(':') + 1) +
-              " is gone from squeue; the job is queued again");
-          report_exit(sid, seg, 75, "its Slurm job vanished");
+          // Submitted (the id is durable) and gone from squeue: it ended
+          // while stintd was down longer than MinJobAge, or Slurm lost it.
+          // Never submitted again as this segment: its end as Slurm's
+          // accounting tells it maps like a live job's, and where
+          // accounting cannot tell, it is queued again (it resumes from its
+          // checkpoint).
+          const int64_t id = vanished[sid];
+          const std::string gone = subject + ": its Slurm job " +
+                                   seg.external_id.substr(seg.external_id.find(':') + 1) +
+                                   " is gone from squeue";
+          const SlurmJob* ended = nullptr;
+          std::string unknown;
+          if (id == 0) {
+            unknown = "stintd's record of it, \"" + seg.external_id + "\", names no Slurm job";
+          } else if (!accounted.ok()) {
+            unknown = accounted.status().ToString();
+          } else if (auto a = accounted->jobs.find(id); a == accounted->jobs.end()) {
+            unknown = accounted->source + " does not know it";
+          } else if (a->second.name != JobName(sid)) {
+            unknown = accounted->source + " knows job " + std::to_string(id) + " as \"" +
+                      OneLine(a->second.name) + "\", not this segment's";
+          } else if (a->second.Live()) {
+            unknown = accounted->source + " says it is still " + a->second.state;
+          } else {
+            ended = &a->second;
+          }
+          if (ended != nullptr) {
+            const std::string what = "Slurm job " + std::to_string(id) + " " + ended->state +
+                                     " (exit " + std::to_string(ended->exit_code) + "), says " +
+                                     accounted->source;
+            Log(gone + "; " + what);
+            report_exit(sid, seg, SegmentExitCode(*ended), what);
+          } else {
+            Log(gone + " and how it ended is unknown (" + unknown + "): the job is queued again");
+            report_exit(sid, seg, 75, "its Slurm job vanished (" + unknown + ")");
+          }
           submitted_ms_.erase(sid);
         } else if (seg.has_launch) {
           actions->push_back({sid, 0, "", seg.nodes});
@@ -640,6 +690,43 @@ Status SlurmExecutor::Submit(int64_t segment_id, TimeMs now) {
       " is Slurm job " + id_text + " on " + Join(hosts, ",") + " (" + std::to_string(world) +
       " workers)");
   return Status::OK();
+}
+
+Result<SlurmExecutor::Accounted> SlurmExecutor::Accounting(const std::vector<int64_t>& ids) const {
+  std::string list;
+  for (int64_t id : ids) list += (list.empty() ? "" : ",") + std::to_string(id);
+  std::vector<std::string> failed;  // why each command did not answer
+  for (const bool completion : {false, true}) {
+    std::vector<std::string> argv = {"sacct"};
+    if (completion) argv.push_back("--completion");
+    // --jobs without --starttime reaches back to the epoch; --allocations
+    // leaves the steps out.
+    argv.insert(argv.end(), {"--jobs=" + list, "--allocations", "--noheader", "--parsable2",
+                             "--format=JobIDRaw,State,ExitCode,JobName"});
+    const std::string command = completion ? "sacct --completion" : "sacct";
+    Result<CommandOutput> out = RunCommand(argv, options_.command_timeout);
+    if (!out.ok()) {
+      failed.push_back(out.status().ToString());
+      continue;
+    }
+    if (out->exit_code != 0) {  // "Slurm accounting storage is disabled"
+      failed.push_back(command + " exited " + std::to_string(out->exit_code) + ": " +
+                       out->Text().substr(0, 300));
+      continue;
+    }
+    // stdout only: sacct --completion warns on stderr of fields it does not
+    // know (22.05: "Unknown type HetJobId").
+    Result<std::vector<SlurmJob>> jobs = ParseSacct(out->output);
+    if (!jobs.ok()) {
+      failed.push_back(jobs.status().ToString());
+      continue;
+    }
+    Accounted a;
+    a.source = command;
+    for (SlurmJob& j : *jobs) a.jobs[j.id] = std::move(j);
+    return a;
+  }
+  return Status::Unavailable("Slurm's accounting does not answer: " + Join(failed, "; "));
 }
 
 Status SlurmExecutor::Cancel(int64_t slurm_job, const std::string& signal) {

@@ -42,9 +42,11 @@
 //             the start timeout -> queued again.
 // The map segment -> Slurm job is Slurm's own (the job names), so a
 // restarted stintd finds its jobs again, and durable in stintd's store
-// (the segment's external_id): a segment whose job Slurm no longer lists
-// (it ended while stintd was down past MinJobAge) is queued again, never
-// submitted twice.
+// (the segment's external_id): a segment whose job squeue no longer lists
+// (it ended while stintd was down past MinJobAge) is never submitted
+// twice. How its job ended comes from Slurm's accounting (sacct), or where
+// accounting storage is off, its job-completion log (sacct --completion),
+// and maps as above; where neither knows the job, it is queued again.
 #ifndef STINT_TOOLS_STINTD_SLURM_SLURM_EXECUTOR_H_
 #define STINT_TOOLS_STINTD_SLURM_SLURM_EXECUTOR_H_
 
@@ -146,6 +148,15 @@ class SlurmExecutor {
   // launch never works).
   Status Submit(int64_t segment_id, TimeMs now);
   Status Cancel(int64_t slurm_job, const std::string& signal = "");
+  // How the Slurm jobs `ids`, which squeue forgot, ended, by id, and the
+  // command that said so: sacct, or where it fails (accounting storage
+  // disabled) sacct --completion. Jobs it does not know are left out; the
+  // error says why neither answered.
+  struct Accounted {
+    std::string source;
+    std::map<int64_t, SlurmJob> jobs;
+  };
+  Result<Accounted> Accounting(const std::vector<int64_t>& ids) const;
   std::string JobPrefix() const;  // "stint.<tag>.": the names of this stintd's jobs
   std::string JobName(int64_t segment_id) const;
 

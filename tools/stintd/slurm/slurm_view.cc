@@ -235,6 +235,52 @@ Result<std::vector<SlurmJob>> ParseSqueueJson(const std::string& text) {
   return out;
 }
 
+Result<std::vector<SlurmJob>> ParseSacct(const std::string& text) {
+  std::map<int64_t, SlurmJob> by_id;
+  std::stringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    // JobIDRaw|State|ExitCode|JobName, the name last: it may hold a '|'.
+    std::vector<std::string> f;
+    size_t from = 0;
+    for (int i = 0; i < 3; i++) {
+      const size_t bar = line.find('|', from);
+      if (bar == std::string::npos) break;
+      f.push_back(line.substr(from, bar - from));
+      from = bar + 1;
+    }
+    auto bad = [&](const std::string& why) {
+      return Status::InvalidArgument("sacct: " + why + " in line \"" + line.substr(0, 120) +
+                                     "\" (expected JobIDRaw|State|ExitCode|JobName)");
+    };
+    if (f.size() != 3) return bad("not 4 fields");
+    f.push_back(line.substr(from));
+    if (f[0].empty() || !std::all_of(f[0].begin(), f[0].end(), ::isdigit)) {
+      if (f[0].find('.') != std::string::npos) continue;  // a step of a job
+      return bad("job id \"" + f[0] + "\" is not a number");
+    }
+    SlurmJob job;
+    job.id = std::stoll(f[0]);
+    job.state = Upper(f[1].substr(0, f[1].find(' ')));
+    if (job.state.empty()) return bad("no state");
+    const size_t colon = f[2].find(':');
+    const std::string code = f[2].substr(0, colon);
+    const std::string sig = colon == std::string::npos ? "0" : f[2].substr(colon + 1);
+    auto number = [](const std::string& s) {
+      return !s.empty() && s.size() < 4 && std::all_of(s.begin(), s.end(), ::isdigit);
+    };
+    if (!number(code) || !number(sig)) return bad("exit code \"" + f[2] + "\" is not CODE:SIGNAL");
+    job.exit_code = std::stoi(sig) != 0 ? 128 + std::stoi(sig) : std::stoi(code);
+    job.name = f[3];
+    by_id[job.id] = std::move(job);
+  }
+  std::vector<SlurmJob> out;
+  for (auto& [id, job] : by_id) out.push_back(std::move(job));
+  return out;
+}
+
 Result<std::vector<SlurmReservation>> ParseReservations(const std::string& text) {
   std::vector<SlurmReservation> out;
   std::stringstream lines(text);

@@ -1,9 +1,10 @@
 // SlurmView: what stintd --slurm reads of a Slurm cluster in one poll, parsed
 // from the commands every Slurm 22.05+ controller answers without a REST
 // daemon: `scontrol show node -o` (nodes), `squeue --json` (jobs, finished
-// ones too for MinJobAge) and `scontrol show reservation -o`
-// (reservations). Pure parsing, no I/O: the executor runs the commands
-// (slurm_executor.h), tests feed recorded output.
+// ones too for MinJobAge), `scontrol show reservation -o` (reservations)
+// and, for jobs squeue forgot, `sacct` (how they ended). Pure parsing, no
+// I/O: the executor runs the commands (slurm_executor.h), tests feed
+// recorded output.
 //
 // Nodes come from scontrol's one-line KEY=VALUE records, whose keys have
 // not changed from 22.05 to 25.05, not from `sinfo --json`, whose layout
@@ -86,6 +87,15 @@ struct SlurmReservation {
 Result<std::vector<SlurmNode>> ParseNodes(const std::string& text);
 // `squeue --json`.
 Result<std::vector<SlurmJob>> ParseSqueueJson(const std::string& text);
+// `sacct --noheader --parsable2 --format=JobIDRaw,State,ExitCode,JobName`,
+// with or without --completion (the job-completion log): how jobs ended,
+// one line per job (the last line of an id wins: the completion log keeps
+// every end of a job that was requeued).
+// Each gives id, name, state (the first word: "CANCELLED by 0" is
+// CANCELLED) and exit_code (ExitCode "CODE:SIGNAL": CODE, or 128 + SIGNAL);
+// step lines ("7201.batch") are skipped. kInvalidArgument naming a line
+// that does not parse.
+Result<std::vector<SlurmJob>> ParseSacct(const std::string& text);
 // `scontrol show reservation -o`: one line per reservation, KEY=VALUE
 // fields; "No reservations in the system" is none. Times are the
 // controller's local time, as scontrol prints them.
