@@ -260,6 +260,22 @@ void BindPreemption(py::module_& m) {
       },
       py::arg("job_id"), py::arg("timeout") = 60.0,
       "`scontrol requeue JOB`: ends every task of this run at once; only after a durable save.");
+  m.def(
+      "record_slurm_stop",
+      [](const std::string& root, int rank, const std::string& job_id, int restart_count,
+         uint64_t step, std::optional<uint64_t> durable_step) {
+        Status s;
+        {
+          ReleasedGil nogil;
+          s = RecordSlurmStop(Env::Default(), root, rank, job_id, restart_count, step,
+                              durable_step);
+        }
+        ThrowIfError(s);
+      },
+      py::arg("root"), py::arg("rank"), py::arg("job_id"), py::arg("restart_count"),
+      py::arg("step"), py::arg("durable_step"),
+      "Writes ROOT/REQUEUE, the run's stop for `stint slurm submit`'s batch script "
+      "(stint/slurm.h, RecordSlurmStop).");
 }
 
 }  // namespace python

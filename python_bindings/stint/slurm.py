@@ -70,35 +70,18 @@ def job_end_time(launch: Dict[str, Any], group: Any = None) -> Optional[float]:
     return end if end not in (float("inf"), float("-inf")) else None
 
 
-# The root's record of a run's decision to stop and be requeued (the batch
-# script reads it: tools/stint/slurm_command.h, kRequeueDecisionName).
-DECISION_NAME = "REQUEUE"
-
-
 def record_decision(launch: Dict[str, Any], root: str, rank: int, step: int,
                     durable: Optional[int]) -> None:
-    """Writes root/REQUEUE durably (a file of this rank synced and renamed
-    over it, the root synced): "slurm_job=ID restart=N step=S durable=D".
-    Every rank writes it, so it is there whichever task dies first after
-    the stop. A failure is logged: the exit code still says 75."""
-    line = "slurm_job=%s restart=%d step=%d durable=%s\n" % (
-        launch["job_id"], launch["restart_count"], step, "none" if durable is None else durable)
-    path = os.path.join(root, DECISION_NAME)
-    tmp = "%s.rank%d.tmp" % (path, rank)
+    """Writes root/REQUEUE durably (stint/slurm.h, RecordSlurmStop):
+    "slurm_job=ID restart=N step=S durable=D". Every rank writes it, so it
+    is there whichever task dies first after the stop. A failure is logged:
+    the exit code still says 75."""
     try:
-        with open(tmp, "w") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as e:
-        _log.warning("stint: could not record the stop in %s (%s): a task that dies before "
-                     "exiting %d fails the Slurm job", path, e, _C.EXIT_REQUEUE)
+        _C.record_slurm_stop(root, rank, str(launch["job_id"]), int(launch["restart_count"]),
+                             step, durable)
+    except _C.Error as e:
+        _log.warning("stint: %s: a task that dies before exiting %d fails the Slurm job",
+                     e, _C.EXIT_REQUEUE)
 
 
 def requeue_at_exit(launch: Dict[str, Any], rank: int) -> None:

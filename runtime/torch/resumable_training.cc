@@ -372,6 +372,17 @@ Result<StepAction> ResumableTraining::StepBoundary(uint64_t step, std::optional<
       if (left.count() > 0) checkpointer_->Flush(left).IgnoreError();
       ReapDurable();
     }
+    if (UnderSlurm()) {
+      // For `stint slurm submit`'s script: a task dying after this point still requeues.
+      Status recorded = RecordSlurmStop(
+          Env::Default(), options_.checkpoint.root, options_.checkpoint.rank, launch_.job_id,
+          launch_.restart_count, step,
+          last_durable_step_ != 0 ? std::optional<uint64_t>(last_durable_step_) : std::nullopt);
+      if (!recorded.ok()) {
+        std::fprintf(stderr, "stint: %s: a task that dies before exiting %d fails the Slurm job\n",
+                     recorded.ToString().c_str(), kExitRequeue);
+      }
+    }
     // Under Slurm rank 0 requeues as this object goes, after every save
     // (never earlier: a requeue ends every task at once).
     requeue_at_exit_ = requeue_self_ && options_.checkpoint.rank == 0;

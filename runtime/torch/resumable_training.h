@@ -26,7 +26,9 @@
 // store); group() hands it to the loop for its gradients. Under Slurm it
 // also watches SIGUSR2 (besides SIGTERM and SIGUSR1: --signal's warning,
 // preemption's GraceTime SIGTERM), stops in time for its last checkpoint
-// before the job's end (SlurmEndClock) even without a warning, and once a
+// before the job's end (SlurmEndClock) even without a warning, records
+// every stop in ROOT/REQUEUE (RecordSlurmStop: `stint slurm submit`'s
+// script requeues on it if a task dies after the stop), and once a
 // stop's checkpoint is durable rank 0 requeues the job as this object is
 // destroyed (`scontrol requeue`, which ends every task at once; with
 // STINT_SLURM_REQUEUE=script the tasks only exit kExitRequeue and the

@@ -4,9 +4,11 @@ processes forming a Gloo group on the master the nodelist names), and the
 hostlist syntax."""
 
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -97,6 +99,7 @@ while True:
     step += 1
     if step == 3:
         os.kill(os.getpid(), signal.SIGUSR1)  # Slurm's --signal warning
+        assert run.watcher.wait(120)  # taken by the watcher's thread: this step stops
     if run.step_boundary(step):
         run.close()
         sys.exit(run.exit_code)
@@ -120,3 +123,36 @@ def test_a_stop_under_slurm_is_recorded_in_the_root_for_the_batch_script(tmp_pat
     assert p.returncode == stint.EXIT_REQUEUE, p.stdout + p.stderr
     assert (root / "REQUEUE").read_text() == "slurm_job=4242 restart=2 step=3 durable=3\n"
     assert [n for n in os.listdir(root) if n.startswith("REQUEUE")] == ["REQUEUE"]
+
+
+RESUMABLE_TRAINING = os.environ.get("STINT_RESUMABLE_TRAINING", "")
+
+
+@pytest.mark.skipif(not RESUMABLE_TRAINING, reason="$STINT_RESUMABLE_TRAINING is not set")
+def test_a_libtorch_stop_under_slurm_is_recorded_in_the_root_too(tmp_path, python_env):
+    """The same record from C++ (stint::ResumableTraining, the LibTorch
+    example): a LibTorch task that dies after its stop requeues its job too."""
+    root, log = tmp_path / "ckpt", tmp_path / "steps.log"
+    env = _slurm_env(0, 1, 4243, "localhost", python_env, STINT_SLURM_REQUEUE="script")
+    proc = subprocess.Popen([RESUMABLE_TRAINING, "--ckpt-dir", str(root), "--steps", "1000000",
+                             "--every", "5", "--step-ms", "5", "--log", str(log)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + WORKER_TIMEOUT
+        while not (log.exists() and log.read_text().count("\n") >= 2):  # two committed steps
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.monotonic() < deadline, "no committed step within %d s" % WORKER_TIMEOUT
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGUSR1)
+        out = proc.communicate(timeout=WORKER_TIMEOUT)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == stint.EXIT_REQUEUE, out
+    record = (root / "REQUEUE").read_text()
+    fields = dict(f.split("=") for f in record.split())
+    assert (fields["slurm_job"], fields["restart"]) == ("4243", "2"), record
+    assert fields["durable"] == fields["step"], record  # its emergency checkpoint
+    with stint.Checkpointer(str(root), collective=False, read_only=True) as ckpt:
+        assert int(fields["step"]) == ckpt.list_committed()[-1]

@@ -20,6 +20,7 @@
 #include "checkpoint/save_times.h"
 #include "sbatch_options.h"
 #include "stint/env.h"
+#include "stint/slurm.h"
 #include "stint/version.h"
 
 namespace stint {
@@ -124,7 +125,7 @@ std::string SlurmBatchScript(const SlurmSubmitSpec& spec) {
     // and its checkpoint are settled: the tasks' record of that stop, for this
     // job and this restart only, decides. A crash before the stop has no
     // such record and fails the job.
-    const std::string decision = ShellQuote(spec.root + "/" + kRequeueDecisionName);
+    const std::string decision = ShellQuote(spec.root + "/" + kSlurmStopRecordName);
     s += "if [ \"$rc\" != 0 ] && [ \"$rc\" != 75 ]; then\n";
     s += "  decided=$(head -n 1 " + decision + " 2>/dev/null)\n";
     s += "  case \"$decided\" in\n";

@@ -35,14 +35,6 @@ int RunSlurmSubmit(const std::vector<std::string>& args);
 // root's checkpoints, its recent saves' times and its completion marker.
 int RunSlurmStatus(const std::vector<std::string>& args);
 
-// ROOT/REQUEUE: what each task of a run under `stint slurm submit` writes
-// once the run's stop is decided and its checkpoint settled, before exiting
-// 75 (python_bindings/stint/slurm.py); the first line is
-// "slurm_job=ID restart=N step=S durable=D|none". The batch script requeues
-// a run whose tasks exited otherwise when it finds its own job id and
-// restart count there: a stale record (an earlier run) requeues nothing.
-constexpr char kRequeueDecisionName[] = "REQUEUE";
-
 // The script `submit` writes (exposed for its test).
 struct SlurmSubmitSpec {
   std::string root;                  // "" when not given

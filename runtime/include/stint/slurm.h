@@ -14,9 +14,11 @@
 #define STINT_INCLUDE_STINT_SLURM_H_
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 
+#include "stint/env.h"
 #include "stint/preemption.h"
 #include "stint/status.h"
 
@@ -39,6 +41,22 @@ Result<std::optional<std::chrono::system_clock::time_point>> SlurmJobEndTime(
 // it refuses (a job without --requeue, JobRequeue=0).
 Status SlurmRequeue(const std::string& job_id,
                     std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+// ROOT/REQUEUE: the record each task of a run under Slurm writes once the
+// run's stop is decided and its checkpoint settled, before it exits
+// kExitRequeue. One line: "slurm_job=ID restart=N step=S durable=D|none".
+// `stint slurm submit`'s batch script requeues a run whose tasks then exit
+// otherwise (one died of a signal after the stop) when the record names its
+// own job and restart; a crash before any stop leaves none (or a stale one)
+// and fails the job. Every rank writes it: whichever task dies first, the
+// record is there.
+constexpr char kSlurmStopRecordName[] = "REQUEUE";
+
+// Writes ROOT/REQUEUE durably: a temporary file of this rank, synced,
+// renamed over it, ROOT synced. `durable_step`: the newest durable step,
+// nullopt when none. kInvalidArgument for an empty root or job id.
+Status RecordSlurmStop(Env* env, const std::string& root, int rank, const std::string& job_id,
+                       int restart_count, uint64_t step, std::optional<uint64_t> durable_step);
 
 // SlurmEndClock: the step boundary from which a job with a time limit must
 // stop for its last checkpoint to fit before the end (SlurmJobEndTime),
