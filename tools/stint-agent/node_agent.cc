@@ -21,6 +21,8 @@
 #include "common/launch_spec.h"
 #include "coord/http_json.h"
 #include "coord/wall_clock.h"
+#include "stint-agent/job_process.h"
+#include "stint/env.h"
 
 namespace stint {
 namespace agent {
@@ -30,8 +32,6 @@ using internal::HttpReply;
 using internal::HttpRequest;
 using internal::Json;
 
-// An evaluation's deadline when its spec gives none (eval.timeout_seconds).
-constexpr double kEvalTimeoutSeconds = 3600;
 // How long a heartbeat waits for the processes of an evaluation it killed
 // to be gone (SIGKILL takes milliseconds; one stuck in the kernel is waited
 // for over later beats, its GPU taking no worker meanwhile).
@@ -49,18 +49,6 @@ std::string JoinGpus(const std::vector<int>& gpus) {
   std::string out;
   for (int g : gpus) out += (out.empty() ? "" : ",") + std::to_string(g);
   return out;
-}
-
-// mkdir -p.
-Status MakeDirs(const std::string& path) {
-  for (size_t i = 1; i <= path.size(); i++) {
-    if (i < path.size() && path[i] != '/') continue;
-    const std::string prefix = path.substr(0, i);
-    if (mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
-      return Status::IoError("mkdir " + prefix + ": " + std::strerror(errno));
-    }
-  }
-  return Status::OK();
 }
 
 // The last non-empty line of a log (its last 4 KiB), for a failure message.
@@ -125,7 +113,8 @@ Result<std::unique_ptr<NodeAgent>> NodeAgent::Create(NodeAgentOptions options) {
         " (one evaluation per GPU lent at most; got " + std::to_string(options.eval_slots) + ")");
   }
   STINT_ASSIGN_OR_RETURN(JobUsers job_users, JobUsers::Create(options.job_user, options.job_uids));
-  if (!options.workdir.empty()) STINT_RETURN_IF_ERROR(MakeDirs(options.workdir));
+  if (!options.workdir.empty())
+    STINT_RETURN_IF_ERROR(CreateDirWithParents(Env::Default(), options.workdir));
   if (!options.ca_file.empty()) {
     // The workers start in their own working directory.
     char* absolute = realpath(options.ca_file.c_str(), nullptr);
@@ -382,8 +371,6 @@ LaunchPlan ReadAssignment(const Json& a, const std::string& url, const std::stri
   return plan;
 }
 
-using EnvVars = std::vector<std::pair<std::string, std::string>>;
-
 // Everything the child of process `i` needs in its environment, made before
 // the fork. `reg`: its registration. torchrun sets the ranks and the master
 // itself.
@@ -420,68 +407,6 @@ EnvVars WorkerEnv(const LaunchPlan& plan, int i, int rank, const std::string& vi
   return vars;
 }
 
-// Forks and executes `command` as a process group of its own, output to
-// `log` (readable by the agent's user only), in `workdir` ("": the
-// agent's), with `vars` added to the environment, as the job's user `as`
-// (nullopt: the agent's; HOME, USER and LOGNAME then are the user's unless
-// `vars` sets them). The pid, or -1 when the fork failed.
-pid_t ForkWorker(std::vector<std::string> command, const std::string& log,
-                 const std::string& workdir, const EnvVars& vars,
-                 const std::optional<JobIdentity>& as) {
-  std::vector<char*> argv;
-  for (std::string& arg : command) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  const pid_t agent = getpid();
-  const pid_t pid = fork();
-  if (pid == 0) {
-    setpgid(0, 0);
-    // Opened as the agent's user: the job's user gets the descriptor only.
-    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    if (fd >= 0) {
-      dup2(fd, STDOUT_FILENO);
-      dup2(fd, STDERR_FILENO);
-    }
-    const int null_fd = open("/dev/null", O_RDONLY);
-    if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
-    if (as && !BecomeJobUser(*as)) {
-      std::fprintf(stderr, "stint-agent: cannot run as uid %u gid %u: %s\n",
-                   static_cast<unsigned>(as->uid), static_cast<unsigned>(as->gid),
-                   std::strerror(errno));
-      _exit(126);
-    }
-    // Workers never outlive the agent: killed when it dies, however it dies.
-    // After the change of user, which clears it.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != agent) _exit(125);  // it died before the line above
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);  // the agent blocks its stop signals
-    if (as) {
-      if (!as->home.empty()) setenv("HOME", as->home.c_str(), 1);
-      setenv("USER", as->name.c_str(), 1);
-      setenv("LOGNAME", as->name.c_str(), 1);
-    }
-    if (!workdir.empty() && chdir(workdir.c_str()) != 0) {
-      std::fprintf(stderr, "stint-agent: chdir %s: %s\n", workdir.c_str(), std::strerror(errno));
-      _exit(127);
-    }
-    unsetenv("STINT_AGENT_TOKEN");  // the agent's right is not the worker's
-    // No credential but the one set below for this process.
-    for (const char* k : {"STINT_COORD_TOKEN", "STINT_WORKER_ID", "STINT_WORKER_SECRET"})
-      unsetenv(k);
-    for (const auto& [k, v] : vars) setenv(k.c_str(), v.c_str(), 1);
-    execvp(argv[0], argv.data());
-    std::fprintf(stderr, "stint-agent: exec %s: %s\n", argv[0], std::strerror(errno));
-    _exit(127);
-  }
-  if (pid < 0) {
-    std::fprintf(stderr, "stint-agent: fork: %s\n", std::strerror(errno));
-    return -1;
-  }
-  setpgid(pid, pid);  // also here: no race with a kill of the group
-  return pid;
-}
-
 // The last line of the log's last 64 KiB that is a JSON object (an
 // evaluation's metrics), or null.
 Json LastJsonObject(const std::string& path) {
@@ -506,107 +431,6 @@ Json LastJsonObject(const std::string& path) {
 }
 
 }  // namespace
-
-void NodeAgent::RunEvaluations(const void* list) {
-  const Json& evals = *static_cast<const Json*>(list);
-  std::set<int64_t> listed;
-  for (const Json& e : evals) listed.insert(e.value("id", int64_t{0}));
-  for (auto& [id, e] : evals_) {
-    if (listed.count(id) || e.exited || e.stopped) continue;
-    // Stopped by stintd (its GPU went to a segment): it runs again later.
-    // SettleEvaluations drops it once all of it is gone.
-    e.stopped = e.killed = true;
-    e.tree->Kill();
-    std::printf("stint-agent: evaluation %lld stopped\n", static_cast<long long>(id));
-  }
-  for (const Json& e : evals) {
-    const int64_t id = e.value("id", int64_t{0});
-    if (evals_.count(id)) continue;
-    const Json spec = e.value("eval", Json());
-    const Json gpu = e.value("gpu", Json());
-    if (!spec.is_object() || !spec.value("command", Json()).is_array()) continue;
-    std::vector<std::string> command;
-    for (const Json& arg : spec["command"]) command.push_back(arg.get<std::string>());
-    const int64_t job = e.value("job_id", int64_t{0});
-    const std::string dir = options_.workdir + "/job-" + std::to_string(job);
-    if (!MakeDirs(dir).ok()) continue;
-    EnvVars vars = {{"STINT_EVAL_ID", std::to_string(id)},
-                    {"STINT_EVAL_JOB_ID", std::to_string(job)},
-                    {"STINT_EVAL_STEP", std::to_string(e.value("step", int64_t{0}))},
-                    {"CUDA_VISIBLE_DEVICES",
-                     gpu.is_number_integer() ? std::to_string(gpu.get<int>()) : std::string()}};
-    const Json env = spec.value("env", Json::object());
-    for (const auto& [k, v] : env.items()) vars.emplace_back(k, v.get<std::string>());
-    const Result<std::optional<JobIdentity>> as = job_users_.For(job, ActiveJobs());
-    if (!as.ok()) {
-      std::fprintf(stderr, "stint-agent: evaluation %lld of job %lld: %s\n",
-                   static_cast<long long>(id), static_cast<long long>(job),
-                   as.status().ToString().c_str());
-      continue;  // stintd hands it again with the next beat
-    }
-    const Json timeout = spec.value("timeout_seconds", Json(kEvalTimeoutSeconds));
-    const double seconds = timeout.is_number() ? timeout.get<double>() : kEvalTimeoutSeconds;
-    EvalRun run;
-    run.job_id = job;
-    run.gpu = gpu.is_number_integer() ? gpu.get<int>() : -1;
-    run.log = dir + "/eval-" + std::to_string(id) + ".log";
-    run.pid = ForkWorker(command, run.log, spec.value("workdir", std::string()), vars, *as);
-    if (run.pid < 0) continue;
-    run.tree = std::make_unique<ProcessTree>(run.pid, "STINT_EVAL_ID=" + std::to_string(id));
-    run.timeout_seconds = seconds;
-    run.deadline_ms = internal::WallNowMs() + static_cast<int64_t>(seconds * 1000);
-    // Leftover capacity: the lowest CPU priority, below any training worker.
-    setpriority(PRIO_PROCESS, static_cast<id_t>(run.pid), 19);
-    std::printf(
-        "stint-agent: evaluation %lld of job %lld step %lld started (%s, deadline in %g s)\n",
-        static_cast<long long>(id), static_cast<long long>(job),
-        static_cast<long long>(e.value("step", int64_t{0})),
-        gpu.is_number_integer() ? ("GPU " + std::to_string(gpu.get<int>())).c_str() : "CPU",
-        seconds);
-    evals_[id] = std::move(run);
-  }
-  std::fflush(stdout);
-}
-
-std::set<int> NodeAgent::SettleEvaluations(std::chrono::milliseconds wait) {
-  const auto until = std::chrono::steady_clock::now() + wait;
-  const pid_t agent = getpid();
-  for (;;) {
-    Reap();
-    const ProcessTable table = evals_.empty() ? ProcessTable() : ReadProcessTable();
-    const int64_t now = internal::WallNowMs();
-    std::set<int> dying;
-    for (auto& [id, e] : evals_) {
-      if (e.exited) continue;
-      e.tree->Update(table, agent);
-      if (!e.killed && now >= e.deadline_ms) {
-        e.killed = true;
-        char why[128];
-        std::snprintf(why, sizeof(why),
-                      "deadline exceeded: killed after its timeout_seconds (%g s)",
-                      e.timeout_seconds);
-        e.why = why;
-        std::printf("stint-agent: evaluation %lld: %s\n", static_cast<long long>(id), why);
-      }
-      if (e.killed) e.tree->Kill();
-      if (e.reaped && !e.tree->HasMembers()) {
-        e.exited = true;
-      } else if (e.killed && e.gpu >= 0) {
-        dying.insert(e.gpu);
-      }
-    }
-    for (auto it = evals_.begin(); it != evals_.end();) {
-      it = it->second.exited && it->second.stopped ? evals_.erase(it) : std::next(it);
-    }
-    bool settled = true;
-    for (const auto& [id, e] : evals_) settled = settled && (e.exited || !e.killed);
-    if (settled || std::chrono::steady_clock::now() >= until) {
-      std::fflush(stdout);
-      return dying;
-    }
-    usleep(10000);
-  }
-}
 
 void NodeAgent::Launch(const void* assignment, int only_process) {
   LaunchPlan plan =
@@ -639,7 +463,7 @@ void NodeAgent::Launch(const void* assignment, int only_process) {
   run.restart_crashed = plan.spec.RestartCrashed() && !plan.torchrun();
   plan.dir = options_.workdir + "/job-" + std::to_string(plan.job) + "/segment-" +
              std::to_string(plan.sid);
-  Status made = MakeDirs(plan.dir);
+  Status made = CreateDirWithParents(Env::Default(), plan.dir);
   // Started before: the next beat tries again.
   if (kind != LaunchKind::kNew && (plan.command.empty() || !made.ok())) return;
   if (plan.command.empty() || plan.local < 1 || !made.ok()) {
@@ -743,7 +567,7 @@ void NodeAgent::StartWorkers(const LaunchPlan& plan, LaunchKind kind, SegmentRun
     p.log = plan.dir + "/rank-" + std::to_string(p.rank) + ".log";
     p.gpus = plan.GpusOf(i);
     const EnvVars vars = WorkerEnv(plan, i, p.rank, JoinGpus(p.gpus), plan.regs[k], options_);
-    const pid_t pid = ForkWorker(plan.command, p.log, workdir, vars, *as);
+    const pid_t pid = ForkJobProcess(plan.command, p.log, workdir, vars, *as);
     if (pid < 0) continue;
     p.pid = pid;
     if (kind == LaunchKind::kRestart) {
