@@ -12,6 +12,8 @@
 #include "base/clock.h"
 #include "checkpoint/completion.h"
 #include "checkpoint/local_commit.h"
+#include "checkpoint/node_commit.h"
+#include "checkpoint/peer_replicas.h"
 #include "checkpoint/open_checks.h"
 #include "checkpoint/quarantine.h"
 #include "checkpoint/rank_commit.h"
@@ -55,9 +57,16 @@ CheckpointerImpl::CheckpointerImpl(const CheckpointOptions& options, Env* env,
           options.keep_in_memory ? 3 : 2) {
   options_.env = env;
   options_.replica_env = replica_env_;
+  if (options_.node_id.empty()) options_.node_id = LocalNodeId();
   fence_.GuardCommits(&options_);
+  if (options_.world_size > 1) {
+    peer_env_ = std::make_unique<PeerReadEnv>(env_, options_.root, [this] {
+      return peers_ != nullptr ? peers_->peers() : std::vector<Peer>();
+    });
+    loader_.set_tier1_env(peer_env_.get());
+  }
   if (!options_.replica_root.empty() && options_.rank == 0 && !options_.read_only) {
-    replicator_ = std::make_unique<Replicator>(options_, &tier1_guard_);
+    replicator_ = std::make_unique<Replicator>(options_, &tier1_guard_, peer_env_.get());
   }
   if (options_.incremental && !options_.read_only) {
     // Unreadable root or no checkpoint yet: the first save is a full one.
@@ -76,6 +85,7 @@ CheckpointerImpl::~CheckpointerImpl() {
   persist_thread_.join();  // finishes every queued save first: nothing is dropped
   copies_.Clear();         // what the shards borrowed goes on this thread
   replicator_.reset();     // replicates the newest queued step first
+  peer_replicator_.reset();
   memory_.Clear();         // its buffer goes back to staging_ before staging_ goes
 }
 
@@ -267,9 +277,12 @@ void CheckpointerImpl::PersistLoop() {
     WaitForSnapshot(job.get());
     const uint64_t step = job->stats.step;
     const double durable_seconds = SecondsSince(job->saved_at);
+    const bool leads_node_part = s.ok() && commit->leads_node_part();
+    const Clock::time_point saved_at = job->saved_at;
     ReportOutcome(std::move(job), s);
     commit.reset();
-    if (s.ok() && options_.rank == 0) {
+    if (leads_node_part) ReplicateToPeers(step, saved_at);
+    if (s.ok() && (options_.rank == 0 || node_lock_.held())) {
       ApplyRetentionAfter(step);
       // For launchers sizing their warning (stint slurm submit --root); a
       // save stays committed whether or not its time could be written.
@@ -357,7 +370,8 @@ std::unique_ptr<SaveCommit> CheckpointerImpl::NewCommit(const PersistJob& job) {
   }
   return std::make_unique<RankSaveCommit>(
       options_, env_, job.save_number, step,
-      CommitTimeout(options_, last_persist_seconds_, job.snapshot.layout.image_bytes));
+      CommitTimeout(options_, last_persist_seconds_, job.snapshot.layout.image_bytes),
+      &node_lock_);
 }
 
 // Writes the job's snapshot as this rank's data file in `tmp`, compressed
@@ -433,6 +447,27 @@ void CheckpointerImpl::ReportOutcome(std::unique_ptr<PersistJob> job, const Stat
   if (keep) memory_.Keep(options_, &keep->snapshot, keep->file, &pool_);
 }
 
+// A node leader's copies of the other nodes' parts it holds (peer_replicas.h),
+// in the background like tier 2.
+void CheckpointerImpl::ReplicateToPeers(uint64_t step, Clock::time_point saved_at) {
+  if (peers_ == nullptr || PeerCopies(options_) == 0) return;
+  if (peer_replicator_ == nullptr) {
+    // The ranks published their services at Open; a save is collective, so
+    // every one did before this commit.
+    Status known = peers_->Refresh(Clock::now() + LoadTimeout(options_));
+    if (!known.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (background_error_.ok()) background_error_ = known.WithContext("peer replicas");
+      return;
+    }
+    peer_replicator_ = std::make_unique<Replicator>(
+        options_, &tier1_guard_, peer_env_.get(),
+        PeerReplicaTarget(options_, env_, peers_.get()));
+    peer_replicator_made_.store(true, std::memory_order_release);
+  }
+  peer_replicator_->Enqueue(step, saved_at, std::promise<Status>());
+}
+
 // Retention runs after the commit is reported: it is not part of
 // time-to-durable.
 void CheckpointerImpl::ApplyRetentionAfter(uint64_t step) {
@@ -483,7 +518,7 @@ Status CheckpointerImpl::Flush(std::chrono::milliseconds timeout) {
 }
 
 Status CheckpointerImpl::FlushReplication(std::chrono::milliseconds timeout) {
-  if (replicator_ == nullptr) return Status::OK();
+  if (replicator_ == nullptr && peers_ == nullptr) return Status::OK();
   auto deadline = Clock::now() + timeout;
   {
     // Saves still persisting are replicated after they commit.
@@ -493,16 +528,51 @@ Status CheckpointerImpl::FlushReplication(std::chrono::milliseconds timeout) {
                                       std::to_string(timeout.count()) + " ms");
     }
   }
-  if (!replicator_->WaitUntilIdle(deadline)) {
-    return Status::DeadlineExceeded("flush replication: still replicating after " +
-                                    std::to_string(timeout.count()) + " ms");
+  Status first = Status::OK();
+  if (replicator_ != nullptr) {
+    if (!replicator_->WaitUntilIdle(deadline)) {
+      return Status::DeadlineExceeded("flush replication: still replicating after " +
+                                      std::to_string(timeout.count()) + " ms");
+    }
+    first = replicator_->TakeError();
   }
-  return replicator_->TakeError();
+  if (peers_ != nullptr) {
+    std::optional<uint64_t> last;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stats_.last) last = stats_.last->step;
+    }
+    // This node's part is safe from its loss once its holders have it.
+    if (last && peers_->peers().empty()) {
+      Status known = peers_->Refresh(deadline);
+      if (!known.ok() && first.ok()) first = known;
+    }
+    if (last && first.ok()) first = WaitForPeerReplicas(options_, peer_env_.get(), peers_.get(), *last, deadline);
+    if (peer_replicator_made_.load(std::memory_order_acquire)) {
+      if (!peer_replicator_->WaitUntilIdle(deadline) && first.ok()) {
+        first = Status::DeadlineExceeded("flush replication: still copying other nodes' parts "
+                                         "after " + std::to_string(timeout.count()) + " ms");
+      }
+      Status own = peer_replicator_->TakeError();
+      if (first.ok()) first = own;
+    }
+  }
+  return first;
+}
+
+Status CheckpointerImpl::StartPeers() {
+  STINT_ASSIGN_OR_RETURN(peers_, JobPeers::Start(options_, env_, PeerReplicaDir(options_)));
+  return Status::OK();
 }
 
 // The newest checkpoint that loads, on every rank the same step
 // (load_fallback.h).
 Result<LoadResult> CheckpointerImpl::Load(const DestPlanner& planner, const LoadOptions& options) {
+  if (peers_ != nullptr) {
+    // Every rank's file service, so a node that lacks a file (a replacement
+    // for a lost one) reads it from the node that has it.
+    STINT_RETURN_IF_ERROR(peers_->Refresh(Clock::now() + LoadTimeout(options_)).WithContext("load"));
+  }
   return loader_.Load(planner, options);
 }
 
@@ -556,7 +626,21 @@ CheckpointerStats CheckpointerImpl::stats() const {
     stats = stats_;
   }
   stats.in_memory_step = memory_.step();
-  if (replicator_ != nullptr) replicator_->FillStats(&stats);
+  if (peer_replicator_made_.load(std::memory_order_acquire)) {
+    Replicator::Counts c = peer_replicator_->counts();
+    stats.peer_replicated = c.replicated;
+    stats.peer_replica_failed = c.failed;
+    stats.last_peer_replica = std::move(c.last);
+    stats.last_peer_replica_error = std::move(c.last_error);
+  }
+  if (replicator_ != nullptr) {
+    Replicator::Counts c = replicator_->counts();
+    stats.replicated = c.replicated;
+    stats.replica_failed = c.failed;
+    stats.replica_superseded = c.superseded;
+    stats.last_replica = std::move(c.last);
+    stats.last_replica_error = std::move(c.last_error);
+  }
   return stats;
 }
 
@@ -576,8 +660,10 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Open(const CheckpointOptions
   io.kind = kind;
   io.queue_depth = options.io_queue_depth;
   STINT_ASSIGN_OR_RETURN(auto engine, NewIoEngine(io));
-  return std::unique_ptr<Checkpointer>(
-      new CheckpointerImpl(options, env, std::move(engine), std::move(root_lock)));
+  auto impl = std::make_unique<CheckpointerImpl>(options, env, std::move(engine),
+                                                 std::move(root_lock));
+  if (options.world_size > 1) STINT_RETURN_IF_ERROR(impl->StartPeers());
+  return std::unique_ptr<Checkpointer>(std::move(impl));
 }
 
 }  // namespace stint

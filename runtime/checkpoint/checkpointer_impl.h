@@ -11,6 +11,7 @@
 #ifndef STINT_RUNTIME_CHECKPOINT_CHECKPOINTER_IMPL_H_
 #define STINT_RUNTIME_CHECKPOINT_CHECKPOINTER_IMPL_H_
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -28,9 +29,12 @@
 #include "checkpoint/commit.h"
 #include "checkpoint/compress_policy.h"
 #include "checkpoint/incremental_base.h"
+#include "checkpoint/job_peers.h"
 #include "checkpoint/lazy_barrier.h"
 #include "checkpoint/load_fallback.h"
 #include "checkpoint/memory_tier.h"
+#include "checkpoint/node_commit.h"
+#include "checkpoint/peer_read_env.h"
 #include "checkpoint/persist.h"
 #include "checkpoint/replica.h"
 #include "checkpoint/retention.h"
@@ -81,6 +85,9 @@ class CheckpointerImpl final : public Checkpointer {
   Status Flush(std::chrono::milliseconds timeout) override;
   Status FlushReplication(std::chrono::milliseconds timeout) override;
   Result<LoadResult> Load(const DestPlanner& planner, const LoadOptions& options) override;
+  // Several ranks: starts this rank's file service for the job's other
+  // nodes (job_peers.h). Called once, by Open.
+  Status StartPeers();
   Result<std::vector<uint64_t>> ListCommitted() override {
     return ListCheckpointSteps(env_, options_.root);
   }
@@ -111,6 +118,7 @@ class CheckpointerImpl final : public Checkpointer {
   void ReportOutcome(std::unique_ptr<PersistJob> job, const Status& s);
   void RecordUnchanged(const SnapshotLayout& layout, const PersistedFile& file);
   void ApplyRetentionAfter(uint64_t step);
+  void ReplicateToPeers(uint64_t step, std::chrono::steady_clock::time_point saved_at);
 
   void SetBase(std::shared_ptr<const IncrementalBase> base) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -122,6 +130,9 @@ class CheckpointerImpl final : public Checkpointer {
   // Writers with rank 0: the root's writer lock, released last (see
   // root_lock.h), or when a commit guard fenced this writer.
   WriterFence fence_;
+  // Node keepers (rank > 0 on a node-local root): that root's writer lock,
+  // taken at the first commit there (node_commit.h); the persist thread's.
+  NodeRootLock node_lock_;
   CheckpointOptions options_;
   Env* const env_;
   Env* const replica_env_;
@@ -151,7 +162,15 @@ class CheckpointerImpl final : public Checkpointer {
   CompressPolicy compress_policy_{options_.zstd_level};  // the persist thread's
 
   RetentionGuard tier1_guard_;              // tier-1 retention skips the step being replicated
+  // Several ranks: the job's node-to-node file service (StartPeers) and
+  // tier 1 as loads and replicas read it (this node, then the peers).
+  std::unique_ptr<JobPeers> peers_;
+  std::unique_ptr<PeerReadEnv> peer_env_;
   std::unique_ptr<Replicator> replicator_;  // tier 2; with a replica_root only
+  // Node leaders of node-local steps: other nodes' parts copied here
+  // (peer_replicas.h); made at the first such commit, on the persist thread.
+  std::unique_ptr<Replicator> peer_replicator_;
+  std::atomic<bool> peer_replicator_made_{false};
   std::thread persist_thread_;              // started in the constructor, joined in the destructor
 };
 

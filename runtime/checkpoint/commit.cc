@@ -68,9 +68,10 @@ std::optional<uint64_t> ParseTmpDirStep(const std::string& name) {
   return v;
 }
 
-Status CleanLeftovers(Env* env, const std::string& root) {
+Status CleanLeftovers(Env* env, const std::string& root, const std::string& keep) {
   STINT_ASSIGN_OR_RETURN(auto children, env->GetChildren(root));
   for (const auto& name : children) {
+    if (name == keep) continue;
     if (name.compare(0, sizeof(kTmpPrefix) - 1, kTmpPrefix) == 0 ||
         name == std::string(kLatestName) + ".tmp" || name == std::string(kCompleteName) + ".tmp") {
       STINT_RETURN_IF_ERROR(
@@ -83,10 +84,19 @@ Status CleanLeftovers(Env* env, const std::string& root) {
 Status CommitCheckpoint(Env* env, const std::string& root, const std::string& tmp_dir,
                         uint64_t step, const std::string& manifest_bytes,
                         const std::function<Status(uint64_t step)>& guard) {
+  STINT_RETURN_IF_ERROR(WriteTmpManifest(env, tmp_dir, manifest_bytes));
+  return RenameToStep(env, root, tmp_dir, step, guard);
+}
+
+Status WriteTmpManifest(Env* env, const std::string& tmp_dir, const std::string& manifest_bytes) {
   STINT_RETURN_IF_ERROR(WriteStringToFileSync(env, tmp_dir + "/" + kManifestName, manifest_bytes));
   // The data files' and manifest's entries must be durable before the rename
   // makes the directory visible as committed.
-  STINT_RETURN_IF_ERROR(env->SyncDir(tmp_dir));
+  return env->SyncDir(tmp_dir);
+}
+
+Status RenameToStep(Env* env, const std::string& root, const std::string& tmp_dir, uint64_t step,
+                    const std::function<Status(uint64_t step)>& guard) {
   std::string final_dir = root + "/" + StepDirName(step);
   if (env->FileExists(final_dir)) {
     return Status::AlreadyExists(final_dir + " is already committed; refusing to overwrite it");

@@ -36,10 +36,11 @@ uint64_t RandomNonce();
 // deletion left behind; nullopt for any other name.
 std::optional<uint64_t> ParseTmpDirStep(const std::string& name);
 
-// Removes .tmp-* entries (interrupted saves and deletions) and LATEST.tmp.
-// Only for the holder of the root's writer lock (root_lock.h): anyone else
-// may be removing a save in flight.
-Status CleanLeftovers(Env* env, const std::string& root);
+// Removes .tmp-* entries (interrupted saves and deletions) and LATEST.tmp,
+// except `keep` (a save in flight that this writer takes part in). Only for
+// the holder of the root's writer lock (root_lock.h): anyone else may be
+// removing a save in flight.
+Status CleanLeftovers(Env* env, const std::string& root, const std::string& keep = "");
 
 // Writes the manifest into tmp_dir and makes it step-<step> (see above).
 // kAlreadyExists if that step is already committed: committed data is never
@@ -48,6 +49,12 @@ Status CleanLeftovers(Env* env, const std::string& root);
 Status CommitCheckpoint(Env* env, const std::string& root, const std::string& tmp_dir,
                         uint64_t step, const std::string& manifest_bytes,
                         const std::function<Status(uint64_t step)>& guard = nullptr);
+// CommitCheckpoint's two halves, for a commit whose manifest is written
+// before the decision (node-local roots, node_commit.h): the manifest
+// written and synced in tmp_dir; then (guard,) the rename and LATEST.
+Status WriteTmpManifest(Env* env, const std::string& tmp_dir, const std::string& manifest_bytes);
+Status RenameToStep(Env* env, const std::string& root, const std::string& tmp_dir, uint64_t step,
+                    const std::function<Status(uint64_t step)>& guard = nullptr);
 
 // Atomically points LATEST at `dir_name`.
 Status WriteLatest(Env* env, const std::string& root, const std::string& dir_name);

@@ -33,6 +33,9 @@ class FallbackLoader {
 
   // Checkpointer::Load.
   Result<LoadResult> Load(const DestPlanner& planner, const LoadOptions& options);
+  // Tier 1 is read through `env` instead of options.env (PeerReadEnv: a
+  // node-local root with the job's other nodes behind it). Must outlive this.
+  void set_tier1_env(Env* env) { tier1_env_ = env; }
 
  private:
   // One checkpoint Load may try.
@@ -54,12 +57,14 @@ class FallbackLoader {
   Result<std::vector<Candidate>> Candidates(const LoadOptions& options, LoadResult* result);
   Status LoadOne(const Candidate& c, const DestPlanner& planner, const LoadOptions& options,
                  LoadResult* result);
+  Env* tier1_env() const { return tier1_env_ != nullptr ? tier1_env_ : options_.env; }
   bool tiered() const { return options_.keep_in_memory || !options_.replica_root.empty(); }
 
   const CheckpointOptions& options_;
   DeviceCopier* const copier_;
   const MemoryTier* const memory_;
   uint64_t loads_started_ = 0;
+  Env* tier1_env_ = nullptr;  // null: options_.env
 };
 
 }  // namespace stint

@@ -100,6 +100,8 @@ std::string EncodeRankReport(const RankReport& report) {
          {"fencing_token", report.fencing_token},
          {"tmp", report.tmp},
          {"persist_ms", report.persist_ms}};
+  if (!report.node.empty()) j["node"] = report.node;
+  if (report.node_local) j["node_local"] = true;
   if (report.status.ok()) {
     j["part"] = EncodeManifest(report.part);
   } else {
@@ -117,6 +119,10 @@ Result<RankReport> DecodeRankReport(std::string_view bytes, std::string_view ori
   STINT_ASSIGN_OR_RETURN(r.fencing_token, f.Uint64("fencing_token"));
   STINT_ASSIGN_OR_RETURN(r.tmp, f.String("tmp"));
   STINT_ASSIGN_OR_RETURN(r.persist_ms, f.Uint64("persist_ms"));
+  STINT_ASSIGN_OR_RETURN(auto node, f.OptionalString("node"));
+  if (node) r.node = std::move(*node);
+  STINT_ASSIGN_OR_RETURN(auto node_local, f.OptionalBool("node_local"));
+  r.node_local = node_local.value_or(false);
   STINT_RETURN_IF_ERROR(CarriedError(f, &r.status));
   if (!r.status.ok()) return r;
   STINT_ASSIGN_OR_RETURN(std::string part, f.String("part"));
@@ -248,23 +254,15 @@ SaveKeys::SaveKeys(const std::string& prefix, uint64_t save_number, uint64_t ste
     : base_(prefix + "/save-" + std::to_string(save_number) + "-step-" + std::to_string(step) +
             "/") {}
 
-namespace {
-
-// The sender's half of a gather over `bell`: counts this sender on
-// `counter`; the one that completes the count of `expected`, or one that
-// failed, rings the bell. A count that failed rings it too: the receiver
-// then reads what is there.
+// A count that failed rings the bell too: the receiver then reads what is
+// there.
 void CountAndRing(CommitChannel* channel, const std::string& counter, const std::string& bell,
                   int expected, bool failed) {
   auto counted = channel->Add(counter, 1);
   if (failed || !counted.ok() || *counted >= expected) channel->Set(bell, "").IgnoreError();
 }
 
-// The receiver's half: waits for `bell` (unless `rung`), reads every key of
-// `keys` at once, then polls those still missing (a count lost, a stale
-// value) until `deadline`. `take` gets each value found: true when it counts,
-// false when it is stale (read again), or an error that ends the gather.
-// Returns the indices of `keys` still missing at the deadline.
+// Those still missing after the bell: a count lost, a stale value.
 Result<std::vector<size_t>> GatherKeys(
     CommitChannel* channel, const std::string& bell, bool rung,
     const std::vector<std::string>& keys, Deadline deadline,
@@ -291,8 +289,6 @@ Result<std::vector<size_t>> GatherKeys(
     if (missing.empty() || !PauseBeforeNextPoll(deadline, &pause)) return missing;
   }
 }
-
-}  // namespace
 
 Result<std::vector<RankReport>> GatherRankReports(CommitChannel* channel, const SaveKeys& keys,
                                                   int world_size, RankReport own,
@@ -491,12 +487,14 @@ std::chrono::milliseconds CommitTimeout(const CheckpointOptions& options, double
   return std::max({std::chrono::milliseconds(std::chrono::seconds(60)), derived, by_size});
 }
 
-RankSave::RankSave(const CheckpointOptions& options, Env* env, uint64_t save_number, uint64_t step)
+RankSave::RankSave(const CheckpointOptions& options, Env* env, uint64_t save_number, uint64_t step,
+                   NodeRootLock* node_lock)
     : options_(options),
       env_(env),
       channel_(options.commit_channel),
       keys_(ChannelPrefix(options), save_number, step),
-      step_(step) {}
+      step_(step),
+      node_lock_(node_lock) {}
 
 RankSave::~RankSave() { ReleaseKeys(); }
 
@@ -506,6 +504,7 @@ void RankSave::ReleaseKeys() {
   // with the job. Best effort: keys a failed count leaves behind go with
   // the job's store.
   if (committed_ && !committer()) channel_->Delete(keys_.report(options_.rank)).IgnoreError();
+  if (keeper_) channel_->Delete(keys_.prepared(options_.rank)).IgnoreError();
   auto done = channel_->Add(keys_.done(), 1);
   if (!done.ok() || *done < options_.world_size) return;
   std::string tmp = tmp_name_;
@@ -516,12 +515,16 @@ void RankSave::ReleaseKeys() {
       if (decoded.ok()) tmp = decoded->name;
     }
   }
-  if (!tmp.empty()) channel_->Delete(keys_.decision(tmp)).IgnoreError();
+  if (!tmp.empty()) {
+    channel_->Delete(keys_.decision(tmp)).IgnoreError();
+    channel_->Delete(keys_.prepare(tmp)).IgnoreError();
+  }
   if (!committed_) {
     for (int r = 1; r < options_.world_size; ++r) channel_->Delete(keys_.report(r)).IgnoreError();
   }
   for (const std::string& key :
-       {keys_.tmp(), keys_.abort(), keys_.reported(), keys_.bell(), keys_.abandoned()}) {
+       {keys_.tmp(), keys_.abort(), keys_.reported(), keys_.bell(), keys_.abandoned(),
+        keys_.prepared_count(), keys_.prepared_bell()}) {
     channel_->Delete(key).IgnoreError();
   }
   channel_->Delete(keys_.done()).IgnoreError();
@@ -552,13 +555,18 @@ Result<std::string> RankSave::Start(std::chrono::milliseconds timeout) {
     // Left by an earlier incarnation (counts too, or the last rank would
     // come early; a bell would ring at once).
     Status s = Status::OK();
-    for (const std::string& key : {keys_.abort(), keys_.done(), keys_.reported(), keys_.bell()}) {
+    for (const std::string& key : {keys_.abort(), keys_.done(), keys_.reported(), keys_.bell(),
+                                   keys_.prepared_count(), keys_.prepared_bell()}) {
       if (s.ok()) s = channel_->Delete(key);
     }
     if (s.ok()) s = env_->CreateDir(options_.root + "/" + name);
+    // Before the name goes out: how a rank tells this directory from its
+    // node's own (node_commit.h).
+    if (s.ok()) s = WriteStringToFileSync(env_, options_.root + "/" + name + "/" + kCommitterMarker, "");
     // The save's one deadline goes with the tmp name: every rank measures it
     // from when it starts, none from its own persist time.
     deadline_ = Clock::now() + timeout;
+    timeout_ = timeout;
     if (s.ok()) {
       s = channel_->Set(keys_.tmp(), json{{"tmp", name}, {"timeout_ms", timeout.count()}}.dump());
     }
@@ -587,8 +595,15 @@ Result<std::string> RankSave::Start(std::chrono::milliseconds timeout) {
   }
   // The committer decides by its start + timeout: waiting twice that for
   // its decision covers its commit and the clocks' different starts.
-  deadline_ = started + 2 * std::chrono::milliseconds(published.timeout_ms);
+  timeout_ = std::chrono::milliseconds(published.timeout_ms);
+  deadline_ = started + 2 * timeout_;
   tmp_name_ = name;
+  auto place = EnterTmpDir(env_, options_.root + "/" + name);
+  if (!place.ok()) {
+    Abandon(place.status());
+    return place.status();
+  }
+  node_local_ = *place == TmpPlace::kNodeLocal;
   return options_.root + "/" + name;
 }
 
@@ -599,7 +614,8 @@ void RankSave::Abandon(const Status& why) {
     // The ranks waiting for the tmp directory's name learn it there.
     if (tmp_name_.empty()) Publish(keys_.tmp(), json{{"error", StatusJson(failed)}}.dump());
   } else {
-    Report(RankReport{options_.rank, options_.fencing_token, tmp_name_, why, {}, 0});
+    Report(RankReport{options_.rank, options_.fencing_token, tmp_name_, why, {}, 0,
+                      options_.node_id, node_local_});
   }
 }
 
@@ -607,8 +623,8 @@ Status RankSave::Finish(const Status& persisted, const Manifest& part, double pe
   const auto persist_ms = static_cast<uint64_t>(persist_seconds * 1000);
   slowest_persist_seconds_ = persist_seconds;
   if (!committer()) {
-    Report(
-        RankReport{options_.rank, options_.fencing_token, tmp_name_, persisted, part, persist_ms});
+    Report(RankReport{options_.rank, options_.fencing_token, tmp_name_, persisted, part,
+                      persist_ms, options_.node_id, node_local_});
     // Its own error is this rank's outcome (the committer decides "aborted"
     // for everyone else when it reads the report), unless the save was
     // aborted already: then that is the cause (e.g. the tmp directory this
@@ -621,15 +637,30 @@ Status RankSave::Finish(const Status& persisted, const Manifest& part, double pe
       }
       return persisted;
     }
+    if (node_local_) {
+      auto keeper = TakePrepare();
+      if (!keeper.ok()) {
+        RemoveRecursively(env_, options_.root + "/" + tmp_name_).IgnoreError();
+        return keeper.status();
+      }
+      keeper_ = *keeper;
+    }
     Status decided = AwaitDecision(part);
     committed_ = decided.ok();
+    if (keeper_) {
+      Status settled = SettleNodePart(decided);
+      leads_node_part_ = settled.ok();
+      return settled;
+    }
     return decided;
   }
   Status outcome = persisted.WithContext("rank 0 failed its part");
   if (persisted.ok()) {
     auto reports = GatherRankReports(
         channel_, keys_, options_.world_size,
-        RankReport{0, options_.fencing_token, tmp_name_, persisted, part, persist_ms}, deadline_);
+        RankReport{0, options_.fencing_token, tmp_name_, persisted, part, persist_ms,
+                   options_.node_id, false},
+        deadline_);
     if (reports.ok()) {
       for (const RankReport& r : *reports) {
         slowest_persist_seconds_ = std::max(slowest_persist_seconds_, r.persist_ms / 1000.0);
@@ -643,8 +674,10 @@ Status RankSave::Finish(const Status& persisted, const Manifest& part, double pe
   // fails, not only its own NotFound.
   Publish(keys_.decision(tmp_name_), EncodeDecision(outcome));
   if (!outcome.ok()) {
-    // A rank that has not even started (not read the tmp name) learns it too.
+    // A rank that has not even started (not read the tmp name) learns it too,
+    // and so do ranks on node-local roots waiting for the manifest.
     Publish(keys_.abort(), EncodeDecision(outcome));
+    Publish(keys_.prepare(tmp_name_), EncodePrepareError(outcome));
     // A crash here: the next Open removes it.
     RemoveRecursively(env_, options_.root + "/" + tmp_name_).IgnoreError();
   }
@@ -658,6 +691,12 @@ Status RankSave::Commit(const std::vector<RankReport>& reports, const Manifest& 
   Manifest header = part;
   header.world_size = options_.world_size;
   STINT_ASSIGN_OR_RETURN(Manifest merged, MergeRankReports(header, reports));
+  STINT_ASSIGN_OR_RETURN(NodePlan plan,
+                         PlanNodeCommit(reports, options_.node_id, options_.incremental));
+  if (plan.node_local) RecordFileNodes(reports, options_.node_id, &merged);
+  const std::string manifest_bytes = EncodeManifest(merged);
+  if (plan.node_local) STINT_RETURN_IF_ERROR(PrepareNodes(plan, manifest_bytes));
+  leads_node_part_ = plan.node_local;
   auto guard = [&](uint64_t step) -> Status {
     STINT_RETURN_IF_ERROR(CheckReferencedFiles(env_, options_.root, merged));
     if (options_.token_guard) {
@@ -669,8 +708,77 @@ Status RankSave::Commit(const std::vector<RankReport>& reports, const Manifest& 
     }
     return options_.commit_guard ? options_.commit_guard(step) : Status::OK();
   };
-  return CommitCheckpoint(env_, options_.root, options_.root + "/" + tmp_name_, step_,
-                          EncodeManifest(merged), guard);
+  const std::string tmp_dir = options_.root + "/" + tmp_name_;
+  STINT_RETURN_IF_ERROR(env_->RemoveFile(tmp_dir + "/" + kCommitterMarker));
+  return CommitCheckpoint(env_, options_.root, tmp_dir, step_, manifest_bytes, guard);
+}
+
+Status RankSave::PrepareNodes(const NodePlan& plan, const std::string& manifest_bytes) {
+  Publish(keys_.prepare(tmp_name_), EncodePrepare(manifest_bytes, plan));
+  std::vector<std::string> keys;
+  std::vector<std::string> nodes;
+  for (const auto& [node, rank] : plan.keepers) {
+    keys.push_back(keys_.prepared(rank));
+    nodes.push_back(node);
+  }
+  // Half the save's timeout more than the reports had, still well inside
+  // the others' wait for the decision (twice the timeout).
+  const Deadline deadline = deadline_ + timeout_ / 2;
+  STINT_ASSIGN_OR_RETURN(
+      std::vector<size_t> missing,
+      GatherKeys(channel_, keys_.prepared_bell(), false, keys, deadline,
+                 [&](size_t i, const std::string& value) -> Result<bool> {
+                   Status prepared = DecodeDecision(value, keys[i]);
+                   if (!prepared.ok()) {
+                     return prepared.WithContext("node '" + nodes[i] + "' could not prepare");
+                   }
+                   return true;
+                 }));
+  if (!missing.empty()) {
+    return Status::DeadlineExceeded("node '" + nodes[missing[0]] + "' (its keeper, rank " +
+                                    std::to_string(plan.keepers.at(nodes[missing[0]])) +
+                                    ") did not prepare its part within the commit deadline on " +
+                                    channel_->Describe());
+  }
+  return Status::OK();
+}
+
+Result<bool> RankSave::TakePrepare() {
+  const std::string key = keys_.prepare(tmp_name_);
+  STINT_ASSIGN_OR_RETURN(auto found, channel_->WaitFor(key, deadline_));
+  if (!found) {
+    return Status::DeadlineExceeded("rank 0 (the committer) sent no manifest for step " +
+                                    std::to_string(step_) + " by the save's deadline on " +
+                                    channel_->Describe() + "; not committed");
+  }
+  STINT_ASSIGN_OR_RETURN(Prepare prepare, DecodePrepare(*found, key));
+  if (std::find(prepare.keepers.begin(), prepare.keepers.end(), options_.rank) ==
+      prepare.keepers.end()) {
+    return false;
+  }
+  const std::string tmp_dir = options_.root + "/" + tmp_name_;
+  Status prepared = node_lock_ == nullptr
+                        ? Status::Internal("a keeper without its node's lock holder")
+                        : node_lock_->Acquire(env_, options_.root, options_.lock_wait, tmp_name_);
+  if (prepared.ok()) {
+    auto manifest = DecodeManifest(prepare.manifest_bytes, key);
+    prepared = manifest.ok() ? PrepareNodePart(env_, tmp_dir, options_.node_id, *manifest,
+                                               prepare.manifest_bytes)
+                             : manifest.status();
+  }
+  Publish(keys_.prepared(options_.rank), EncodeDecision(prepared));
+  CountAndRing(channel_, keys_.prepared_count(), keys_.prepared_bell(),
+               static_cast<int>(prepare.keepers.size()), !prepared.ok());
+  return true;
+}
+
+Status RankSave::SettleNodePart(const Status& decided) {
+  const std::string tmp_dir = options_.root + "/" + tmp_name_;
+  if (!decided.ok()) {
+    RemoveRecursively(env_, tmp_dir).IgnoreError();
+    return decided;
+  }
+  return PublishNodePart(env_, options_.root, tmp_dir, step_);
 }
 
 Status RankSave::AwaitDecision(const Manifest& part) {

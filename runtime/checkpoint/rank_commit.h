@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "checkpoint/incremental_base.h"
+#include "checkpoint/node_commit.h"
 #include "checkpoint/save_commit.h"
 #include "format/manifest.h"
 #include "stint/checkpointer.h"
@@ -64,6 +65,8 @@ struct RankReport {
   Status status;    // OK: `part`'s files are durable in the tmp directory
   Manifest part;    // this rank's tensors, blobs and files (blob names as given)
   uint64_t persist_ms = 0;  // how long its part took to write and sync
+  std::string node;         // CheckpointOptions::node_id
+  bool node_local = false;  // wrote into its node's root, not the committer's directory (node_commit.h)
 };
 
 std::string EncodeRankReport(const RankReport& report);
@@ -103,6 +106,12 @@ class SaveKeys {
   // or one that failed, sets the bell the committer waits on.
   std::string reported() const { return base_ + "reported"; }
   std::string bell() const { return base_ + "bell"; }
+  // Node-local roots (node_commit.h): the committer's manifest for the
+  // keepers, their answers, counted and rung like the reports.
+  std::string prepare(const std::string& tmp_name) const { return base_ + "prepare/" + tmp_name; }
+  std::string prepared(int rank) const { return base_ + "prepared/" + std::to_string(rank); }
+  std::string prepared_count() const { return base_ + "prepared-count"; }
+  std::string prepared_bell() const { return base_ + "prepared-bell"; }
   // Set by a rank that gave the save up before it started: the committer
   // clears the bell when it starts, never this mark.
   std::string abandoned() const { return base_ + "abandoned"; }
@@ -115,6 +124,20 @@ class SaveKeys {
 };
 
 using Deadline = std::chrono::steady_clock::time_point;
+
+// Counts one more on `counter`; the one that completes the count of
+// `expected`, or one that failed, rings the bell.
+void CountAndRing(CommitChannel* channel, const std::string& counter, const std::string& bell,
+                  int expected, bool failed);
+// The receiver's half: waits for `bell` (unless `rung`), reads every key of
+// `keys` at once, then polls those still missing until `deadline`. `take`
+// gets each value found: true when it counts, false when it is stale (read
+// again), or an error that ends the gather. Returns the indices of `keys`
+// still missing at the deadline.
+Result<std::vector<size_t>> GatherKeys(
+    CommitChannel* channel, const std::string& bell, bool rung,
+    const std::vector<std::string>& keys, Deadline deadline,
+    const std::function<Result<bool>(size_t index, const std::string& value)>& take);
 
 // The committer's gather: `own` and every other rank's report for the tmp
 // directory own.tmp, by rank, once the bell rang (read at once), or the first failure (a rank's own
@@ -168,7 +191,11 @@ Result<LoadResult> AgreeOnLoad(const CheckpointOptions& options, uint64_t load_n
 // and options.commit_channel set.
 class RankSave {
  public:
-  RankSave(const CheckpointOptions& options, Env* env, uint64_t save_number, uint64_t step);
+  // `node_lock`: this rank's hold on its node-local root's writer lock,
+  // taken when it first commits there as its node's keeper (node_commit.h);
+  // null for a save that is only abandoned.
+  RankSave(const CheckpointOptions& options, Env* env, uint64_t save_number, uint64_t step,
+           NodeRootLock* node_lock = nullptr);
   // This rank is done with the save's keys (ReleaseKeys).
   ~RankSave();
   RankSave(const RankSave&) = delete;
@@ -195,9 +222,21 @@ class RankSave {
   void Abandon(const Status& why);
 
   bool committer() const { return options_.rank == 0; }
+  // After Finish() committed: the step spans node-local roots and this
+  // rank is the committer or its node's keeper.
+  bool leads_node_part() const { return leads_node_part_; }
 
  private:
   Status Commit(const std::vector<RankReport>& reports, const Manifest& part);
+  // The committer: publishes the manifest to the keepers of `plan` and
+  // waits until each prepared its node's part.
+  Status PrepareNodes(const NodePlan& plan, const std::string& manifest_bytes);
+  // A rank on a node-local root, after its report: the committer's prepare;
+  // as its node's keeper, the node's part prepared and answered. Returns
+  // whether this rank is the keeper, or the error that ended the save.
+  Result<bool> TakePrepare();
+  // After the decision, a keeper's node: published (committed) or removed.
+  Status SettleNodePart(const Status& decided);
   Status AwaitDecision(const Manifest& part);
   void Publish(const std::string& key, const std::string& value);
   // A non-committer's report: published, counted, the bell rung when it
@@ -216,8 +255,13 @@ class RankSave {
   CommitChannel* const channel_;
   const SaveKeys keys_;
   const uint64_t step_;
+  NodeRootLock* const node_lock_;
   std::string tmp_name_;  // the tmp directory's name in the root; set by Start()
   Deadline deadline_;     // of the gather (committer) or the decision; set by Start()
+  std::chrono::milliseconds timeout_{0};  // the save's, as the committer published it
+  bool node_local_ = false;  // this rank's tmp directory is its node's, not the committer's
+  bool keeper_ = false;      // this rank commits its node's root (node_commit.h)
+  bool leads_node_part_ = false;
   double slowest_persist_seconds_ = 0;
   bool committed_ = false;  // Finish() returned OK
 };
@@ -228,8 +272,8 @@ class RankSave {
 class RankSaveCommit final : public SaveCommit {
  public:
   RankSaveCommit(const CheckpointOptions& options, Env* env, uint64_t save_number, uint64_t step,
-                 std::chrono::milliseconds timeout)
-      : save_(options, env, save_number, step),
+                 std::chrono::milliseconds timeout, NodeRootLock* node_lock)
+      : save_(options, env, save_number, step, node_lock),
         options_(options),
         env_(env),
         step_(step),
@@ -243,6 +287,7 @@ class RankSaveCommit final : public SaveCommit {
   // manifest, which only the committer holds in memory.
   std::shared_ptr<const IncrementalBase> CommittedBase(const Manifest& part) override;
   double slowest_persist_seconds() const override { return save_.slowest_persist_seconds(); }
+  bool leads_node_part() const override { return save_.leads_node_part(); }
 
  private:
   RankSave save_;

@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <algorithm>
+#include <map>
 #include <vector>
 
 #include "base/clock.h"
@@ -42,6 +44,53 @@ Status CopyFile(Env* src_env, const std::string& from, Env* dst_env, const std::
 
 }  // namespace
 
+Status VerifyStoredChunks(Env* env, const std::string& dir, const Manifest& m,
+                          const std::set<std::string>& files) {
+  std::map<std::string, std::vector<ChunkRecord>> chunks;
+  for (const TensorRecord& t : m.tensors) {
+    for (const ShardRecord& sh : t.shards) {
+      if (files.count(sh.file) == 0) continue;
+      for (const ChunkRecord& c : sh.chunks) {
+        if (c.ref.empty()) chunks[sh.file].push_back(c);
+      }
+    }
+  }
+  for (const BlobRecord& b : m.blobs) {
+    if (files.count(b.file) == 0) continue;
+    for (const ChunkRecord& c : b.chunks) {
+      if (c.ref.empty()) chunks[b.file].push_back(c);
+    }
+  }
+  std::vector<char> buf;
+  for (const std::string& name : files) {
+    const FileRecord* record = m.FindFile(name);
+    if (record == nullptr) return Status::InvalidArgument(dir + ": the manifest has no file " + name);
+    const std::string path = dir + "/" + name;
+    STINT_ASSIGN_OR_RETURN(auto in, env->NewRandomAccessFile(path, FileOptions{}));
+    STINT_ASSIGN_OR_RETURN(uint64_t size, in->Size());
+    if (size != record->size) {
+      return Status::DataLoss(path + ": " + std::to_string(size) + " bytes, the manifest says " +
+                              std::to_string(record->size));
+    }
+    auto& list = chunks[name];
+    std::sort(list.begin(), list.end(), [](const ChunkRecord& a, const ChunkRecord& b) {
+      return a.file_offset < b.file_offset;
+    });
+    if (FileDigest(list, size) != record->digest) {
+      return Status::DataLoss(path + ": file digest does not match the manifest's chunk list");
+    }
+    for (size_t i = 0; i < list.size(); ++i) {
+      buf.resize(list[i].stored_len);
+      STINT_ASSIGN_OR_RETURN(size_t n, in->Read(list[i].file_offset, buf.size(), buf.data()));
+      if (n != buf.size() || Xxh3(buf.data(), buf.size()) != list[i].xxh3) {
+        return Status::DataLoss(path + ": chunk at offset " + std::to_string(list[i].file_offset) +
+                                " does not match its checksum");
+      }
+    }
+  }
+  return Status::OK();
+}
+
 Status ReplicateCheckpoint(Env* src_env, const std::string& src_root, Env* dst_env,
                            const std::string& dst_root, uint64_t step,
                            const ReplicateOptions& options, uint64_t* copied) {
@@ -69,14 +118,15 @@ Status ReplicateCheckpoint(Env* src_env, const std::string& src_root, Env* dst_e
                                               options, copied)
                               .WithContext(src + " references " + dir));
   }
-  STINT_ASSIGN_OR_RETURN(auto children, src_env->GetChildren(src));
+  // The manifest's files, not the directory's listing: on node-local roots
+  // they are on several nodes (src_env is then a PeerReadEnv).
   const std::string tmp = dst_root + "/" + TmpDirName(step, RandomNonce());
   STINT_RETURN_IF_ERROR(dst_env->CreateDir(tmp));
   std::vector<char> buf(options.copy_bytes == 0 ? (1u << 20) : options.copy_bytes);
   Status s;
-  for (const auto& child : children) {
-    if (child == kManifestName) continue;  // written last, by the commit
-    s = CopyFile(src_env, src + "/" + child, dst_env, tmp + "/" + child, &buf, copied);
+  for (const FileRecord& f : decoded.files) {
+    if (options.only_files && options.only_files->count(f.name) == 0) continue;
+    s = CopyFile(src_env, src + "/" + f.name, dst_env, tmp + "/" + f.name, &buf, copied);
     if (!s.ok()) break;
   }
   if (s.ok()) {
@@ -84,6 +134,10 @@ Status ReplicateCheckpoint(Env* src_env, const std::string& src_root, Env* dst_e
     // the copy is checked exactly as a load would check it.
     auto verify = [&](uint64_t) -> Status {
       if (!options.verify) return Status::OK();
+      if (options.only_files) {
+        return VerifyStoredChunks(dst_env, tmp, decoded, *options.only_files)
+            .WithContext("verifying the replica");
+      }
       ReaderOptions ro;
       ro.env = dst_env;
       ro.io_engine = "posix";
@@ -111,20 +165,35 @@ Status CheckReplicaRoot(const std::string& root, const std::string& replica_root
   return Status::OK();
 }
 
-Replicator::Replicator(const CheckpointOptions& options, RetentionGuard* source_guard)
-    : src_env_(options.env),
+namespace {
+
+Replicator::Target Tier2Target(const CheckpointOptions& options) {
+  Replicator::Target t;
+  t.env = options.replica_env;
+  t.root = options.replica_root;
+  t.keep_last = options.replica_keep_last;
+  t.keep_every = options.replica_keep_every;
+  t.verify = options.replica_verify;
+  return t;
+}
+
+}  // namespace
+
+Replicator::Replicator(const CheckpointOptions& options, RetentionGuard* source_guard,
+                       Env* source_env)
+    : Replicator(options, source_guard, source_env, Tier2Target(options)) {}
+
+Replicator::Replicator(const CheckpointOptions& options, RetentionGuard* source_guard,
+                       Env* source_env, Target target)
+    : src_env_(source_env != nullptr ? source_env : options.env),
       src_root_(options.root),
-      dst_env_(options.replica_env),
-      dst_root_(options.replica_root),
-      keep_last_(options.replica_keep_last),
-      keep_every_(options.replica_keep_every),
+      target_(std::move(target)),
       pins_(options.retention_pins),
-      verify_(options.replica_verify),
       source_guard_(source_guard) {
-  // Tier 2 never stops tier 1: a replica path that is down now is reported
+  // A replica never stops tier 1: a replica path that is down now is reported
   // (stats, FlushReplication) and tried again at every replication.
   Status locked = LockReplicaRoot();
-  if (!locked.ok()) RecordError(locked.WithContext("tier 2 at open"));
+  if (!locked.ok()) RecordError(locked.WithContext(target_.what + " at open"));
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -157,13 +226,9 @@ Status Replicator::TakeError() {
   return s;
 }
 
-void Replicator::FillStats(CheckpointerStats* stats) const {
+Replicator::Counts Replicator::counts() const {
   std::lock_guard<std::mutex> lock(mu_);
-  stats->replicated = replicated_;
-  stats->replica_failed = failed_;
-  stats->replica_superseded = superseded_;
-  stats->last_replica = last_;
-  stats->last_replica_error = last_error_;
+  return Counts{replicated_, failed_, superseded_, last_, last_error_};
 }
 
 void Replicator::Loop() {
@@ -196,22 +261,37 @@ void Replicator::Loop() {
 Status Replicator::LockReplicaRoot() {
   if (replica_lock_ != nullptr) return Status::OK();
   STINT_ASSIGN_OR_RETURN(replica_lock_,
-                         OpenRootForWriting(dst_env_, dst_root_, std::chrono::milliseconds(0)));
+                         OpenRootForWriting(target_.env, target_.root, std::chrono::milliseconds(0)));
   return Status::OK();
 }
 
 Status Replicator::Replicate(const Job& job) {
   Status locked = LockReplicaRoot();
   if (!locked.ok()) {
-    RecordError(locked.WithContext("tier 2"));
+    RecordError(locked.WithContext(target_.what));
     return locked;
   }
   source_guard_->Hold(job.step);  // tier-1 retention leaves it alone from here on
   auto t0 = Clock::now();
   uint64_t bytes = 0;
   ReplicateOptions ro;
-  ro.verify = verify_;
-  Status s = ReplicateCheckpoint(src_env_, src_root_, dst_env_, dst_root_, job.step, ro, &bytes);
+  ro.verify = target_.verify;
+  Status s = Status::OK();
+  if (target_.select) {
+    const std::string path = src_root_ + "/" + StepDirName(job.step) + "/" + kManifestName;
+    auto bytes_read = ReadFileToString(src_env_, path);
+    auto manifest = bytes_read.ok() ? DecodeManifest(*bytes_read, path)
+                                    : Result<Manifest>(bytes_read.status());
+    if (manifest.ok()) {
+      ro.only_files = target_.select(*manifest);
+    } else {
+      s = manifest.status();
+    }
+  }
+  const bool nothing = ro.only_files && ro.only_files->empty();
+  if (s.ok() && !nothing) {
+    s = ReplicateCheckpoint(src_env_, src_root_, target_.env, target_.root, job.step, ro, &bytes);
+  }
   source_guard_->Release();
   if (s.code() == Code::kNotFound) {
     // Tier-1 retention removed it before its turn: a newer commit exists.
@@ -221,18 +301,21 @@ Status Replicator::Replicate(const Job& job) {
                              " not replicated: " + s.message());
   }
   if (!s.ok()) {
-    RecordError(s.WithContext("tier 2"));
+    RecordError(s.WithContext(target_.what));
     return s;
   }
+  if (nothing) return s;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++replicated_;
     last_ = ReplicaStats{job.step, bytes, SecondsSince(t0), SecondsSince(job.saved_at)};
   }
-  Status r =
-      ApplyRetention(dst_env_, dst_root_, keep_last_, keep_every_, nullptr, {}, nullptr, pins_);
+  if (target_.committed) target_.committed(job.step);
+  Status r = ApplyRetention(target_.env, target_.root, target_.keep_last, target_.keep_every,
+                            nullptr, {}, nullptr, pins_);
   if (!r.ok()) {
-    RecordError(r.WithContext("tier-2 retention after step " + std::to_string(job.step)));
+    RecordError(r.WithContext(target_.what + " retention after step " +
+                              std::to_string(job.step)));
   }
   return s;
 }

@@ -17,13 +17,16 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 
 #include "checkpoint/retention.h"
+#include "format/manifest.h"
 #include "stint/checkpointer.h"
 #include "stint/env.h"
 
@@ -32,6 +35,10 @@ namespace stint {
 struct ReplicateOptions {
   bool verify = true;            // read the copy back and check every checksum
   size_t copy_bytes = 8u << 20;  // bytes per read/write
+  // Set: copy only these data files of the step (a node's part, for a peer
+  // replica: node_commit.h), with the whole manifest; verify checks every
+  // chunk stored in them. Unset: every file the manifest lists.
+  std::optional<std::set<std::string>> only_files;
 };
 
 // Copies <src_root>/step-<step> to <dst_root>/step-<step> (see above).
@@ -41,6 +48,12 @@ struct ReplicateOptions {
 Status ReplicateCheckpoint(Env* src_env, const std::string& src_root, Env* dst_env,
                            const std::string& dst_root, uint64_t step,
                            const ReplicateOptions& options, uint64_t* copied = nullptr);
+
+// Every chunk stored in `files` of `dir` (not those they reference), read
+// back and checked against `m`'s XXH3, and each file's size and digest:
+// kDataLoss naming the file and offset of the first that is wrong.
+Status VerifyStoredChunks(Env* env, const std::string& dir, const Manifest& m,
+                          const std::set<std::string>& files);
 
 // Checkpointer::Open's checks of a replica root: kInvalidArgument when it is
 // `root` or inside it. Pure.
@@ -66,7 +79,27 @@ class Replicator {
   // keeping replica_keep_last/replica_keep_every there. REQUIRES: env and
   // replica_env set; both outlive this object. `source_guard` keeps tier-1
   // retention off the step being copied; it must outlive this object.
-  Replicator(const CheckpointOptions& options, RetentionGuard* source_guard);
+  // `source_env`: tier 1 as the loads read it (PeerReadEnv on node-local
+  // roots, whose files are on several nodes); null: options.env.
+  Replicator(const CheckpointOptions& options, RetentionGuard* source_guard,
+             Env* source_env = nullptr);
+  // Where else a Replicator copies to: a peer-replica directory
+  // (peer_replicator.h) takes a chosen part of each step.
+  struct Target {
+    Env* env = nullptr;
+    std::string root;
+    int keep_last = 3;
+    uint64_t keep_every = 0;
+    bool verify = true;
+    std::string what = "tier 2";  // names it in errors
+    // The files of a step (its committed manifest) to copy: nullopt for all;
+    // an empty set for none (the step is then done at once).
+    std::function<std::optional<std::set<std::string>>(const Manifest&)> select;
+    // After a step is committed at the target.
+    std::function<void(uint64_t step)> committed;
+  };
+  Replicator(const CheckpointOptions& options, RetentionGuard* source_guard, Env* source_env,
+             Target target);
   ~Replicator();
   Replicator(const Replicator&) = delete;
   Replicator& operator=(const Replicator&) = delete;
@@ -81,9 +114,12 @@ class Replicator {
   bool WaitUntilIdle(Clock::time_point deadline);
   // The first error since the last call (OK if none); clears it.
   Status TakeError();
-  // Sets the tier-2 fields of *stats (replicated, replica_failed,
-  // replica_superseded, last_replica, last_replica_error).
-  void FillStats(CheckpointerStats* stats) const;
+  struct Counts {
+    uint64_t replicated = 0, failed = 0, superseded = 0;
+    std::optional<ReplicaStats> last;
+    std::string last_error;
+  };
+  Counts counts() const;
 
  private:
   struct Job {
@@ -103,12 +139,8 @@ class Replicator {
   // Immutable after construction.
   Env* const src_env_;
   const std::string src_root_;
-  Env* const dst_env_;
-  const std::string dst_root_;
-  const int keep_last_;
-  const uint64_t keep_every_;
+  const Target target_;
   const RetentionPins pins_;  // options.retention_pins: kept in tier 2 too
-  const bool verify_;
   RetentionGuard* const source_guard_;
 
   mutable std::mutex mu_;

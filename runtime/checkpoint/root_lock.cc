@@ -47,13 +47,14 @@ Result<std::unique_ptr<FileLock>> LockRoot(Env* env, const std::string& root,
 }  // namespace
 
 Result<std::unique_ptr<FileLock>> OpenRootForWriting(Env* env, const std::string& root,
-                                                     std::chrono::milliseconds wait) {
+                                                     std::chrono::milliseconds wait,
+                                                     const std::string& keep) {
   STINT_RETURN_IF_ERROR(CreateDirWithParents(env, root));
   if (!env->IsDirectory(root)) {
     return Status::InvalidArgument(root + " exists and is not a directory");
   }
   STINT_ASSIGN_OR_RETURN(auto lock, LockRoot(env, root, wait));
-  STINT_RETURN_IF_ERROR(CleanLeftovers(env, root));
+  STINT_RETURN_IF_ERROR(CleanLeftovers(env, root, keep));
   return lock;
 }
 

@@ -24,8 +24,10 @@ constexpr char kWriterLockName[] = ".writer.lock";
 // not a directory), takes its writer lock and removes the leftovers. While
 // another writer holds the lock, tries again until `wait` has passed, then
 // fails with kFailedPrecondition naming the holder's pid and host.
+// `keep`: a leftover-looking entry not to remove (see CleanLeftovers).
 Result<std::unique_ptr<FileLock>> OpenRootForWriting(Env* env, const std::string& root,
-                                                     std::chrono::milliseconds wait);
+                                                     std::chrono::milliseconds wait,
+                                                     const std::string& keep = "");
 
 }  // namespace stint
 

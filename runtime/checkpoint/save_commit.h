@@ -35,6 +35,9 @@ class SaveCommit {
   // After Finish(): the slowest rank's persist time, for the next save's
   // commit deadline (CommitTimeout).
   virtual double slowest_persist_seconds() const = 0;
+  // After Finish() committed: whether the step's files are on several
+  // nodes' roots (node_commit.h) and this rank leads its node there.
+  virtual bool leads_node_part() const { return false; }
 };
 
 }  // namespace stint

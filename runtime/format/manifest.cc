@@ -132,6 +132,8 @@ Result<Manifest> DecodeBody(const json& body, const std::string& origin) {
     auto h = HexToHash(hex);
     if (!h.ok()) return ff.BadValue("digest", h.status().message());
     fr.digest = *h;
+    STINT_ASSIGN_OR_RETURN(auto node, ff.OptionalString("node"));
+    if (node) fr.node = std::move(*node);
     m.files.push_back(std::move(fr));
   }
   STINT_ASSIGN_OR_RETURN(const json* refs, f.OptionalArray("refs"));
@@ -325,6 +327,7 @@ std::string CanonicalBody(const Manifest& m) {
     w.Open();
     w.Key("digest"), w.Str(HashToHex(f.digest));
     w.Key("name"), w.Str(f.name);
+    if (!f.node.empty()) w.Key("node"), w.Str(f.node);
     w.Key("size"), w.Num(f.size);
     w.Close();
   }

@@ -22,6 +22,9 @@ namespace stint {
 constexpr int kFormatMajor = 1;
 // 1.1: chunk `ref` and `raw_xxh128`, manifest `refs` (incremental saves).
 constexpr int kFormatMinor = 1;
+// 1.2: file `node`, written by saves on node-local roots only (the others
+// stay 1.1, readable by every 1.x reader).
+constexpr int kFormatMinorNodes = 2;
 constexpr char kManifestName[] = "MANIFEST.json";
 
 struct ShardRecord {
@@ -48,6 +51,9 @@ struct FileRecord {
   std::string name;
   uint64_t size = 0;
   uint64_t digest = 0;  // FileDigest()
+  // Node-local roots (format 1.2): the node whose root holds the file (its
+  // STINT_NODE_ID or host name); empty when every rank shared one root.
+  std::string node;
 };
 
 struct Manifest {

@@ -123,6 +123,27 @@ struct CheckpointOptions {
   // rank 0's where it saved none (e.g. a rank that did not exist at save).
   // REQUIRED with world_size > 1; must outlive the Checkpointer.
   CommitChannel* commit_channel = nullptr;
+  // Several ranks: the node this rank runs on. Ranks of one node share one
+  // root; each node's root may be its own disk (the same path string on
+  // every node, or not): the ranks whose root is not the committer's
+  // directory write their node's part there, one rank of the node (its
+  // lowest) commits it, holding that root's writer lock, and the job still
+  // commits once, when every node's part is durable. The committed manifest,
+  // the same on every node, records which node holds each file.
+  // Default: "" ($STINT_NODE_ID when set, else the host name)
+  std::string node_id;
+  // Node-local roots: how many nodes hold each node's part of a committed
+  // step, its own included. After each commit, every node's files are
+  // copied to peer_replicas - 1 other nodes of the job (other failure
+  // domains first: $STINT_FAILURE_DOMAIN), verified against the manifest,
+  // committed there, so a load finds a lost node's files on a peer. In the
+  // background, one step at a time; a copy never delays a save. 1: none.
+  // 0: 2 when the job's files span more than one node. Default: 0
+  int peer_replicas = 0;
+  // Where this node keeps the copies of other nodes' parts: a directory of
+  // step-* like a root. On a tmpfs (/dev/shm/...) they live in host memory.
+  // Default: "" (<root>/.peer-replicas)
+  std::string peer_replica_dir;
   // Multi-rank saves: the one deadline of a save, published by the
   // committer with the save's tmp directory: it gathers the other ranks'
   // reports until this long after it started the save; the others wait for
@@ -291,6 +312,11 @@ struct CheckpointerStats {
   uint64_t replicated = 0, replica_failed = 0, replica_superseded = 0;
   std::optional<ReplicaStats> last_replica;  // last committed on tier 2
   std::string last_replica_error;            // empty if none yet
+  // Peer replicas (node-local roots; this rank leads its node): the other
+  // nodes' parts this node copied and committed, and its failures.
+  uint64_t peer_replicated = 0, peer_replica_failed = 0;
+  std::optional<ReplicaStats> last_peer_replica;  // durable_seconds: from this node's Save()
+  std::string last_peer_replica_error;            // empty if none yet
   // Tier 0: the step held in memory, if any.
   std::optional<uint64_t> in_memory_step;
   // Why the last tier-1 retention deleted nothing though steps were due
