@@ -3,9 +3,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <map>
-#include <chrono>
-#include <cstdio>
-static double TNow2(){return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();}
 #include <utility>
 
 #include "checkpoint/commit.h"
@@ -173,9 +170,7 @@ Status FallbackLoader::LoadOne(const Candidate& c, const DestPlanner& planner,
   const std::string dir = c.tier == 0   ? c.memory->dir()
                           : c.tier == 2 ? options_.replica_root + "/" + c.name
                                         : options_.root + "/" + c.name;
-  double t0 = TNow2();
   auto opened = c.tier == 0 ? c.memory->OpenReader(ro) : CheckpointReader::Open(dir, ro);
-  double t1 = TNow2();
   if (!opened.ok()) {
     // LATEST naming a vanished directory, or a step-* entry that is a
     // file, is damage too.
@@ -186,16 +181,13 @@ Status FallbackLoader::LoadOne(const Candidate& c, const DestPlanner& planner,
   std::unique_ptr<CheckpointReader> reader = std::move(*opened);
   if (options.verify_all) STINT_RETURN_IF_ERROR(reader->Verify().status());
   STINT_ASSIGN_OR_RETURN(auto dests, planner(*reader));
-  double t2 = TNow2();
   STINT_RETURN_IF_ERROR(
       ReadIntoDests(*reader, dests, copier_, options_.device_load_bytes, options_.block_timeout));
-  double t3 = TNow2();
   std::map<std::string, std::string> blobs;
   for (const auto& name : reader->blob_names()) {
     STINT_ASSIGN_OR_RETURN(blobs[name], reader->ReadBlob(name));
   }
   result->blobs = BlobsForRank(std::move(blobs), options_.rank, reader->world_size());
-  if (getenv("STINT_TRACE_LOAD")) fprintf(stderr, "loadone: open %.1fms plan %.1fms read %.1fms blobs %.1fms\n", (t1-t0)*1e3, (t2-t1)*1e3, (t3-t2)*1e3, (TNow2()-t3)*1e3);
   result->step = reader->step();
   result->tier = c.tier;
   result->dir = dir;

@@ -1,7 +1,6 @@
 // CheckpointReader implementation: manifest checks at Open, then chunk reads
 // through an IoEngine into aligned buffers, each verified before use.
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <condition_variable>
@@ -13,9 +12,6 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
-#include <chrono>
-#include <cstdio>
-static double TNow(){return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();}
 
 #include "base/mapped_buffer.h"
 #include "base/thread_pool.h"
@@ -479,8 +475,6 @@ class CheckpointReaderImpl final : public CheckpointReader {
   // Open) in flight; the decode pool verifies and decodes each as it
   // arrives, so checksums and copies overlap the reads.
   Status Execute(const std::vector<ChunkRead>& reads) const {
-    double t_start = TNow(); double t_slotwait = 0; std::atomic<double> t_dec{0}; size_t n_direct = 0;
-    struct Rep { double* a; ~Rep(){} } ;
     std::mutex mu;
     std::condition_variable slot_freed;
     Status first;
@@ -496,7 +490,6 @@ class CheckpointReaderImpl final : public CheckpointReader {
       if (DirectTarget(r) == nullptr) largest = std::max(largest, AlignUp(r.rec->stored_len));
     }
     STINT_RETURN_IF_ERROR(EnsureSlots(depth_ + 2 * decode_pool_.size() + 1, largest));
-    double t_slots = TNow();
     size_t decoding = 0;  // guarded by mu
     auto done_decoding = [&](Slot* slot) {
       std::lock_guard<std::mutex> l(mu);
@@ -523,9 +516,7 @@ class CheckpointReaderImpl final : public CheckpointReader {
           return;
         }
         decode_pool_.Schedule([&, rp, slot, data] {
-          double td0 = TNow();
           Status d = slot != nullptr ? DecodeInto(*rp, data) : CheckInPlace(*rp, data);
-          { double e = TNow() - td0; double o = t_dec.load(); while (!t_dec.compare_exchange_weak(o, o + e)) {} }
           if (!d.ok()) fail(d);
           done_decoding(slot);
         });
@@ -538,7 +529,7 @@ class CheckpointReaderImpl final : public CheckpointReader {
       }
       auto file_it = files_.find(r.rec->ref.empty() ? *r.file : r.rec->ref);
       if (file_it == files_.end()) return Status::Internal(r.where + ": file not open");
-      if (char* direct = DirectTarget(r)) { ++n_direct;
+      if (char* direct = DirectTarget(r)) {
         Status s = engine_->SubmitRead(file_it->second.get(), direct, r.rec->stored_len,
                                        r.rec->file_offset, on_read(&r, nullptr, direct));
         if (!s.ok()) fail(s);
@@ -546,7 +537,6 @@ class CheckpointReaderImpl final : public CheckpointReader {
       }
       Slot* slot = nullptr;
       {
-        double tw0 = TNow();
         std::unique_lock<std::mutex> l(mu);
         for (;;) {
           for (auto& s : slots_) {
@@ -559,7 +549,6 @@ class CheckpointReaderImpl final : public CheckpointReader {
           slot_freed.wait(l);
         }
         slot->busy = true;
-        t_slotwait += TNow() - tw0;
       }
       const uint64_t want = AlignUp(r.rec->stored_len == 0 ? 1 : r.rec->stored_len);
       Status s = engine_->SubmitRead(file_it->second.get(), slot->buf.data(), want,
@@ -570,13 +559,11 @@ class CheckpointReaderImpl final : public CheckpointReader {
         slot->busy = false;
       }
     }
-    double t_sub = TNow();
     Status drained = engine_->Drain();
     {
       std::unique_lock<std::mutex> l(mu);
       slot_freed.wait(l, [&] { return decoding == 0; });
     }
-    if (getenv("STINT_TRACE_LOAD")) fprintf(stderr, "execute: %zu reads (%zu direct) slots %.1fms submit %.1fms drain %.1fms slotwait %.1fms decode-sum %.1fms pool %u\n", reads.size(), n_direct, (t_slots-t_start)*1e3, (t_sub-t_slots)*1e3, (TNow()-t_sub)*1e3, t_slotwait*1e3, t_dec.load()*1e3, decode_pool_.size());
     if (!first.ok()) return first;
     return drained;
   }
