@@ -182,6 +182,19 @@ py::dict StatsDict(const CheckpointerStats& s) {
   } else {
     d["last"] = py::none();
   }
+  auto replica_dict = [](const std::optional<ReplicaStats>& r) -> py::object {
+    if (!r) return py::none();
+    py::dict out;
+    out["step"] = r->step;
+    out["bytes"] = r->bytes;
+    out["replicate_seconds"] = r->replicate_seconds;
+    out["durable_seconds"] = r->durable_seconds;
+    return py::object(std::move(out));
+  };
+  d["peer_replicated"] = s.peer_replicated;
+  d["peer_replica_failed"] = s.peer_replica_failed;
+  d["last_peer_replica"] = replica_dict(s.last_peer_replica);
+  d["last_peer_replica_error"] = s.last_peer_replica_error;
   return d;
 }
 
@@ -325,6 +338,16 @@ class PyCheckpointer {
     {
       ReleasedGil nogil;
       s = ckpt.WaitStaged(Millis(timeout_seconds));
+    }
+    ThrowIfError(s);
+  }
+
+  void FlushReplication(double timeout_seconds) {
+    Checkpointer& ckpt = get();
+    Status s;
+    {
+      ReleasedGil nogil;
+      s = ckpt.FlushReplication(Millis(timeout_seconds));
     }
     ThrowIfError(s);
   }
@@ -546,8 +569,13 @@ std::unique_ptr<PyCheckpointer> OpenCheckpointer(
     bool direct_io, unsigned io_queue_depth, unsigned io_size, unsigned threads, int rank,
     int world_size, const py::object& store, double commit_timeout, bool read_only,
     const std::string& snapshot, bool cuda, bool incremental, bool compress_auto,
-    double lock_wait, const py::object& fencing) {
+    double lock_wait, const py::object& fencing, const std::string& node_id, int peer_replicas,
+    const std::string& peer_replica_dir) {
   CheckpointOptions o;
+  if (peer_replicas < 0) ThrowStatus(Status::InvalidArgument("peer_replicas must be >= 0"));
+  o.node_id = node_id;
+  o.peer_replicas = peer_replicas;
+  o.peer_replica_dir = peer_replica_dir;
   o.incremental = incremental;
   o.compress_auto = compress_auto;
   if (snapshot == "eager") {
@@ -670,7 +698,8 @@ void BindCheckpointerClass(py::module_& m) {
            py::arg("snapshot") = "eager", py::arg("cuda") = false,
            py::arg("incremental") = false, py::arg("compress_auto") = false,
            py::arg("lock_wait") = 0.0,
-           py::arg("fencing") = true,
+           py::arg("fencing") = true, py::arg("node_id") = "", py::arg("peer_replicas") = 0,
+           py::arg("peer_replica_dir") = "",
            "fencing: True (default): under stint-agent (its worker registration in the "
            "environment), every commit first asks stintd whether this worker incarnation (and, "
            "with several ranks, every rank's) is still current, and a stale one fails the save "
@@ -709,6 +738,10 @@ void BindCheckpointerClass(py::module_& m) {
       .def("completion", &PyCheckpointer::Completion)
       .def("clear_completion", &PyCheckpointer::ClearCompletion)
       .def("stats", &PyCheckpointer::Stats)
+      .def("flush_replication", &PyCheckpointer::FlushReplication, py::arg("timeout") = 600.0,
+           "Waits until the committed saves are on their replicas: tier 2, and on node-local "
+           "roots this node's part held by its peer replicas and the parts this node holds "
+           "copied; raises the first replication error.")
       .def("close", &PyCheckpointer::Close, "Waits for pending saves and closes. Idempotent.")
       .def_property_readonly("closed", &PyCheckpointer::closed)
       .def_property_readonly("root", &PyCheckpointer::root);

@@ -181,7 +181,9 @@ class Checkpointer:
                  read_only: bool = False, snapshot: str = "eager", cuda: bool = False,
                  incremental: bool = False, compress_auto: bool = False,
                  lock_wait: float = 0.0,
-                 fencing: Union[bool, CoordinatorSession] = True) -> None: ...
+                 fencing: Union[bool, CoordinatorSession] = True, node_id: str = "",
+                 peer_replicas: int = 0, peer_replica_dir: str = "") -> None: ...
+    def flush_replication(self, timeout: float = 600.0) -> None: ...
     # boxes: per tensor None (the whole tensor) or (global_shape, offsets) of the shard it holds.
     # forward: per tensor True when the forward pass writes it (its copy goes first).
     # frozen: per tensor True when its bytes are those of the previous save (incremental).

@@ -217,6 +217,20 @@ class Checkpointer:
                          uses its c10d store, see stint.distributed.Group
       commit_timeout=0.0 seconds a rank waits for the others' reports and
                          the commit decision (0: derived from persist time)
+      node_id=""         this rank's node ("": $STINT_NODE_ID, else the host
+                         name). Ranks of one node share one root; each node's
+                         root may be its own disk (node-local roots): its
+                         ranks write there, one of them commits there, and
+                         the job still commits once. Loads read what this
+                         node lacks from the job's other nodes
+      peer_replicas=0    node-local roots: nodes holding each node's part of
+                         a step, its own included (0: 2 when the step spans
+                         several nodes; 1: no copies). Copied in the
+                         background, verified, committed on the peer;
+                         flush_replication() waits for them
+      peer_replica_dir="" where this node keeps other nodes' parts ("":
+                         <root>/.peer-replicas; a tmpfs path keeps them in
+                         host memory)
     Making a collective Checkpointer is itself collective (rank 0 draws the
     store key prefix and broadcasts it).
     """
@@ -231,7 +245,8 @@ class Checkpointer:
                  collective: Optional[bool] = None, commit_timeout: float = 0.0,
                  snapshot: str = "auto", cuda: Optional[bool] = None,
                  incremental: bool = False, read_only: bool = False,
-                 lock_wait: float = 0.0, fencing: Any = True) -> None:
+                 lock_wait: float = 0.0, fencing: Any = True, node_id: str = "",
+                 peer_replicas: int = 0, peer_replica_dir: PathLike = "") -> None:
         if snapshot not in ("auto", "eager", "lazy"):
             raise _C.InvalidArgumentError(
                 "snapshot must be 'auto', 'eager' or 'lazy', got %r" % (snapshot,))
@@ -266,7 +281,8 @@ class Checkpointer:
             store=store, commit_timeout=commit_timeout,
             snapshot="eager" if snapshot == "eager" else "lazy", cuda=bool(cuda),
             incremental=incremental, read_only=read_only, lock_wait=lock_wait,
-            fencing=_fencing_session(fencing))
+            fencing=_fencing_session(fencing), node_id=node_id, peer_replicas=peer_replicas,
+            peer_replica_dir=os.fspath(peer_replica_dir))
 
     # -- saving ---------------------------------------------------------------
 
@@ -509,6 +525,13 @@ class Checkpointer:
     def clear_completion(self) -> None:
         """Removes the COMPLETE marker (to train a finished run further)."""
         self._c.clear_completion()
+
+    def flush_replication(self, timeout: float = 600.0) -> None:
+        """Waits until the committed saves are on their replicas: on
+        node-local roots, until this node's part of the newest step is held
+        by its peer replicas (and the parts this node holds are copied).
+        Raises the first replication error, or DeadlineExceededError."""
+        self._c.flush_replication(timeout)
 
     def stats(self) -> Dict[str, Any]:
         """{'saves', 'skipped', 'failed', 'committed', 'last': {...} or None}."""

@@ -161,6 +161,9 @@ class Resumable:
         self.last_plan: Optional[_C.PreemptionPlan] = None
         self.resume_skipped: List[str] = []
         self.last_durable_step: Optional[int] = None
+        # The last emergency checkpoint: from the agreed stop to durable and,
+        # on node-local roots, held by this node's peer replicas.
+        self.notice_to_peer_seconds: Optional[float] = None
         self._last_saved_step: Optional[int] = None
         self._pending: List[Tuple[int, _C.Future]] = []  # (step, durable future)
         self.checkpointer = Checkpointer(root, **checkpoint_options)
@@ -209,12 +212,18 @@ class Resumable:
         when there is none. A root whose run completed (finish() wrote its
         COMPLETE marker) exits 0 here, unless exit_if_complete=False."""
         marker = self.checkpointer.completion()
-        if marker is not None and self.exit_if_complete:
-            _log.warning("stint: %s: this run completed at step %d (%s): nothing to do, exiting 0",
-                         self.checkpointer.root, marker[0], marker[1])
+        # Every rank decides alike, also where roots differ per node (a
+        # replacement node's root has no marker and no step of its own).
+        if not self._all_ranks(marker is None) and self.exit_if_complete:
+            if marker is not None:
+                _log.warning("stint: %s: this run completed at step %d (%s): nothing to do, "
+                             "exiting 0", self.checkpointer.root, marker[0], marker[1])
+            else:
+                _log.warning("stint: another node's root says this run completed: nothing to "
+                             "do, exiting 0")
             self.close()
             raise SystemExit(0)
-        if not self.checkpointer.list_committed():
+        if self._all_ranks(not self.checkpointer.list_committed()):
             return 0
         into = {"model": self.model.state_dict()} if self.model is not None else None
         # Model tensors are read straight into the parameters; the rest is new.
@@ -327,8 +336,14 @@ class Resumable:
             if plan.save and not save:
                 reason += "; not saving: the checkpoint does not fit the grace on another rank"
             if save:
+                started = time.monotonic()
                 try:
                     self.save(step, wait=True)
+                    # On node-local roots this node's disk may go with it:
+                    # the checkpoint counts once a peer holds this node's part.
+                    self.checkpointer.flush_replication(
+                        max(0.0, plan.remaining_seconds - (time.monotonic() - started)))
+                    self.notice_to_peer_seconds = time.monotonic() - started
                 except _C.Error as e:
                     reason += "; emergency checkpoint failed: %s" % e
             else:

@@ -60,7 +60,7 @@ CheckpointerImpl::CheckpointerImpl(const CheckpointOptions& options, Env* env,
   if (options_.node_id.empty()) options_.node_id = LocalNodeId();
   fence_.GuardCommits(&options_);
   if (options_.world_size > 1) {
-    peer_env_ = std::make_unique<PeerReadEnv>(env_, options_.root, [this] {
+    peer_env_ = std::make_unique<PeerReadEnv>(env_, options_.root, PeerReplicaDir(options_), [this] {
       return peers_ != nullptr ? peers_->peers() : std::vector<Peer>();
     });
     loader_.set_tier1_env(peer_env_.get());
@@ -576,6 +576,14 @@ Result<LoadResult> CheckpointerImpl::Load(const DestPlanner& planner, const Load
   return loader_.Load(planner, options);
 }
 
+Result<std::vector<uint64_t>> CheckpointerImpl::ListCommitted() {
+  if (peers_ == nullptr) return ListCheckpointSteps(env_, options_.root);
+  // On node-local roots, what the job holds: a replacement node's empty root
+  // lists the steps its peers have.
+  STINT_RETURN_IF_ERROR(peers_->Refresh(Clock::now() + LoadTimeout(options_)));
+  return ListCheckpointSteps(peer_env_.get(), options_.root);
+}
+
 Result<std::vector<uint64_t>> CheckpointerImpl::ListReplicated() {
   if (options_.replica_root.empty()) return std::vector<uint64_t>();
   return ListCheckpointSteps(replica_env_, options_.replica_root);
@@ -599,7 +607,8 @@ Status CheckpointerImpl::MarkComplete(uint64_t step, const std::string& info) {
     return Status::FailedPrecondition(options_.root + ": opened read_only; not marking step " +
                                       std::to_string(step) + " complete");
   }
-  if (options_.rank != 0) return Status::OK();  // the committer writes it, once
+  // The committer writes it, once, and on node-local roots every node's keeper.
+  if (options_.rank != 0 && !node_lock_.held()) return Status::OK();
   if (!env_->FileExists(options_.root + "/" + StepDirName(step) + "/" + kManifestName)) {
     return Status::FailedPrecondition(options_.root + ": step " + std::to_string(step) +
                                       " is not committed; a run completes at a durable step");
@@ -615,7 +624,7 @@ Status CheckpointerImpl::ClearCompletion() {
   if (options_.read_only) {
     return Status::FailedPrecondition(options_.root + ": opened read_only; not clearing COMPLETE");
   }
-  if (options_.rank != 0) return Status::OK();
+  if (options_.rank != 0 && !node_lock_.held()) return Status::OK();
   return RemoveCompletion(env_, options_.root);
 }
 

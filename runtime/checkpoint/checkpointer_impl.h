@@ -88,9 +88,7 @@ class CheckpointerImpl final : public Checkpointer {
   // Several ranks: starts this rank's file service for the job's other
   // nodes (job_peers.h). Called once, by Open.
   Status StartPeers();
-  Result<std::vector<uint64_t>> ListCommitted() override {
-    return ListCheckpointSteps(env_, options_.root);
-  }
+  Result<std::vector<uint64_t>> ListCommitted() override;
   Result<std::vector<uint64_t>> ListReplicated() override;
   Status Quarantine(uint64_t step) override;
   Status MarkComplete(uint64_t step, const std::string& info) override;

@@ -121,7 +121,7 @@ Status JobPeers::Refresh(std::chrono::steady_clock::time_point deadline) {
     return Status::DeadlineExceeded(named + " did not publish its checkpoint file service on " +
                                     options_.commit_channel->Describe());
   }
-  const auto timeout = std::chrono::milliseconds(30'000);
+  const auto timeout = std::chrono::milliseconds(10'000);
   std::map<std::string, Peer> by_node;
   for (int r = 0; r < options_.world_size; ++r) {
     json j = json::parse(*values[r], nullptr, /*allow_exceptions=*/false);

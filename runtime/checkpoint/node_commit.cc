@@ -25,6 +25,12 @@ std::string LocalNodeId() {
   return host;
 }
 
+Status LeaveCommitterMarker(Env* env, const std::string& tmp_dir) {
+  STINT_ASSIGN_OR_RETURN(auto file,
+                         env->NewWritableFile(tmp_dir + "/" + kCommitterMarker, FileOptions{}));
+  return file->Close();
+}
+
 Result<TmpPlace> EnterTmpDir(Env* env, const std::string& tmp_dir) {
   Status made = env->CreateDir(tmp_dir);
   if (made.ok()) return TmpPlace::kNodeLocal;

@@ -50,6 +50,10 @@ struct RankReport;
 // Left by the committer in its tmp directory; removed before the commit.
 constexpr char kCommitterMarker[] = ".committer";
 
+// The committer's marker in its tmp directory (not synced: it only has to
+// be seen by the other ranks, and goes before the commit).
+Status LeaveCommitterMarker(Env* env, const std::string& tmp_dir);
+
 // This process's node: $STINT_NODE_ID when set and non-empty, else the host name.
 std::string LocalNodeId();
 

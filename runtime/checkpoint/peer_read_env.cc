@@ -39,6 +39,8 @@ Result<std::unique_ptr<RandomAccessFile>> PeerReadEnv::NewRandomAccessFile(
       !SplitStepPath(path, &step_dir, &file) || file.empty()) {
     return local;
   }
+  auto held = EnvWrapper::NewRandomAccessFile(replica_dir_ + "/" + step_dir + "/" + file, options);
+  if (held.ok() || held.status().code() != Code::kNotFound) return held;
   std::string tried;
   for (const Peer& p : peers_()) {
     auto remote = OpenPeerFile(p.client, step_dir, file);
@@ -54,6 +56,11 @@ Result<std::vector<std::string>> PeerReadEnv::GetChildren(const std::string& dir
   if (dir != root_) return local;
   std::set<std::string> names;
   if (local.ok()) names.insert(local->begin(), local->end());
+  if (auto held = EnvWrapper::GetChildren(replica_dir_); held.ok()) {
+    for (const std::string& name : *held) {
+      if (ParseStepDirName(name)) names.insert(name);
+    }
+  }
   for (const Peer& p : peers_()) {
     auto steps = p.client->ListSteps();
     if (steps.ok()) names.insert(steps->begin(), steps->end());
@@ -66,6 +73,9 @@ bool PeerReadEnv::FileExists(const std::string& path) {
   if (EnvWrapper::FileExists(path)) return true;
   std::string step_dir, file;
   if (!SplitStepPath(path, &step_dir, &file)) return false;
+  if (EnvWrapper::FileExists(replica_dir_ + "/" + step_dir + (file.empty() ? "" : "/" + file))) {
+    return true;
+  }
   if (file.empty()) return PeerHasStep(step_dir);
   for (const Peer& p : peers_()) {
     if (p.client->FileSize(step_dir, file).ok()) return true;
@@ -76,7 +86,8 @@ bool PeerReadEnv::FileExists(const std::string& path) {
 bool PeerReadEnv::IsDirectory(const std::string& path) {
   if (EnvWrapper::IsDirectory(path)) return true;
   std::string step_dir, file;
-  return SplitStepPath(path, &step_dir, &file) && file.empty() && PeerHasStep(step_dir);
+  if (!SplitStepPath(path, &step_dir, &file) || !file.empty()) return false;
+  return EnvWrapper::IsDirectory(replica_dir_ + "/" + step_dir) || PeerHasStep(step_dir);
 }
 
 }  // namespace stint

@@ -25,8 +25,12 @@ namespace stint {
 class PeerReadEnv final : public EnvWrapper {
  public:
   // `peers` is asked on every lookup (it may change between loads).
-  PeerReadEnv(Env* base, std::string root, std::function<std::vector<Peer>()> peers)
-      : EnvWrapper(base), root_(std::move(root)), peers_(std::move(peers)) {}
+  PeerReadEnv(Env* base, std::string root, std::string replica_dir,
+              std::function<std::vector<Peer>()> peers)
+      : EnvWrapper(base),
+        root_(std::move(root)),
+        replica_dir_(std::move(replica_dir)),
+        peers_(std::move(peers)) {}
 
   Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
       const std::string& path, const FileOptions& options) override;
@@ -41,6 +45,7 @@ class PeerReadEnv final : public EnvWrapper {
   bool PeerHasStep(const std::string& step_dir);
 
   const std::string root_;
+  const std::string replica_dir_;
   const std::function<std::vector<Peer>()> peers_;
 };
 

@@ -562,7 +562,7 @@ Result<std::string> RankSave::Start(std::chrono::milliseconds timeout) {
     if (s.ok()) s = env_->CreateDir(options_.root + "/" + name);
     // Before the name goes out: how a rank tells this directory from its
     // node's own (node_commit.h).
-    if (s.ok()) s = WriteStringToFileSync(env_, options_.root + "/" + name + "/" + kCommitterMarker, "");
+    if (s.ok()) s = LeaveCommitterMarker(env_, options_.root + "/" + name);
     // The save's one deadline goes with the tmp name: every rank measures it
     // from when it starts, none from its own persist time.
     deadline_ = Clock::now() + timeout;

@@ -65,7 +65,7 @@ struct RankReport {
   Status status;    // OK: `part`'s files are durable in the tmp directory
   Manifest part;    // this rank's tensors, blobs and files (blob names as given)
   uint64_t persist_ms = 0;  // how long its part took to write and sync
-  std::string node;         // CheckpointOptions::node_id
+  std::string node{};       // CheckpointOptions::node_id
   bool node_local = false;  // wrote into its node's root, not the committer's directory (node_commit.h)
 };
 

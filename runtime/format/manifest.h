@@ -53,7 +53,7 @@ struct FileRecord {
   uint64_t digest = 0;  // FileDigest()
   // Node-local roots (format 1.2): the node whose root holds the file (its
   // STINT_NODE_ID or host name); empty when every rank shared one root.
-  std::string node;
+  std::string node{};
 };
 
 struct Manifest {

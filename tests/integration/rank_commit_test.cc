@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "checkpoint/commit.h"
+#include "format/manifest.h"
 #include "stint/checkpoint_reader.h"
 #include "util/status_matchers.h"
 #include "util/subprocess.h"
@@ -50,14 +52,16 @@ class RankCommitTest : public ::testing::Test {
     for (int r = 0; r < world; ++r) {
       auto fault = faults.find(r);
       auto own_timeout = timeouts.find(r);
-      children.push_back(std::make_unique<ChildProcess>(
-          STINT_RANK_SAVER,
-          std::vector<std::string>{mode, dir_.path(), std::to_string(store_->getPort()),
-                                   std::to_string(r), std::to_string(world), std::to_string(step),
-                                   fault == faults.end() ? "none" : fault->second,
-                                   std::to_string(own_timeout == timeouts.end()
-                                                      ? timeout_ms
-                                                      : own_timeout->second)}));
+      std::vector<std::string> args{
+          mode, nodes_.empty() ? dir_.path() : NodeRoot(nodes_.at(r)),
+          std::to_string(store_->getPort()), std::to_string(r), std::to_string(world),
+          std::to_string(step), fault == faults.end() ? "none" : fault->second,
+          std::to_string(own_timeout == timeouts.end() ? timeout_ms : own_timeout->second)};
+      if (!nodes_.empty()) {
+        args.push_back(nodes_.at(r));
+        args.push_back(replicate_ ? "1" : "0");
+      }
+      children.push_back(std::make_unique<ChildProcess>(STINT_RANK_SAVER, args));
     }
     std::vector<RankRun> runs(world);
     for (int r = 0; r < world; ++r) {
@@ -85,6 +89,12 @@ class RankCommitTest : public ::testing::Test {
     ASSERT_OK(reader.status());
     ASSERT_OK((*reader)->Verify().status());
   }
+
+  // Node-local roots: rank r runs on node nodes_[r], whose root is
+  // NodeRoot(node); empty: every rank shares dir_.
+  std::string NodeRoot(const std::string& node) const { return dir_.path() + "/node-" + node; }
+  std::vector<std::string> nodes_;
+  bool replicate_ = false;  // saves wait for their node's peer replicas
 
   TempDir dir_;
   c10::intrusive_ptr<c10d::TCPStore> store_;
@@ -345,6 +355,129 @@ TEST_F(RankCommitTest, SigkillOfOneRankAtManyPointsOfASave) {
   // The points must really have stopped ranks mid-save, in both outcomes' ways.
   EXPECT_GE(killed_cases, 20);
   EXPECT_LT(committed_cases, 24);
+}
+
+// Node-local roots (issue 42): four ranks on three "nodes", each node's
+// root its own directory. The job commits once; every node's root holds the
+// step's manifest (the same bytes) beside its own ranks' files only, and the
+// manifest says which node holds each file. Each node's part is copied to
+// the next node (peer_replicas 2: a ring), verified and committed there.
+// A load at the same world size reads the files a node lacks (rank 0's
+// "bias") from the node that has them.
+TEST_F(RankCommitTest, NodeLocalRootsCommitOnceAndEveryNodeHoldsTheManifest) {
+  nodes_ = {"a", "a", "b", "c"};
+  replicate_ = true;
+  auto runs = Run("save", 4, 10);
+  for (const auto& r : runs) ASSERT_TRUE(r.ok()) << All(runs);
+  std::string manifest_a;
+  const std::map<std::string, std::vector<std::string>> own = {
+      {"a", {"rank-00000.stint", "rank-00001.stint"}},
+      {"b", {"rank-00002.stint"}},
+      {"c", {"rank-00003.stint"}}};
+  // The ring in node order: a's part on b, b's on c, c's on a.
+  const std::map<std::string, std::vector<std::string>> held = {
+      {"a", {"rank-00003.stint"}},
+      {"b", {"rank-00000.stint", "rank-00001.stint"}},
+      {"c", {"rank-00002.stint"}}};
+  for (const auto& [node, files] : own) {
+    const std::string dir = NodeRoot(node) + "/" + StepDirName(10);
+    auto manifest = ReadFileToString(Env::Default(), dir + "/MANIFEST.json");
+    ASSERT_OK(manifest.status()) << node;
+    if (manifest_a.empty()) manifest_a = *manifest;
+    EXPECT_EQ(*manifest, manifest_a) << "node " << node << " holds another manifest";
+    auto children = Env::Default()->GetChildren(dir);
+    ASSERT_OK(children.status());
+    std::vector<std::string> data;
+    for (const auto& c : *children) {
+      if (c != "MANIFEST.json") data.push_back(c);
+    }
+    std::sort(data.begin(), data.end());
+    EXPECT_EQ(data, files) << "node " << node;
+    auto latest = ReadLatest(Env::Default(), NodeRoot(node));
+    ASSERT_OK(latest.status());
+    EXPECT_EQ(latest->value_or(""), StepDirName(10)) << node;
+    const std::string copies = NodeRoot(node) + "/.peer-replicas/" + StepDirName(10);
+    for (const auto& f : held.at(node)) {
+      EXPECT_TRUE(Env::Default()->FileExists(copies + "/" + f)) << node << " lacks " << f;
+    }
+  }
+  auto m = DecodeManifest(manifest_a, "a");
+  ASSERT_OK(m.status());
+  EXPECT_EQ(m->version_minor, 2);
+  for (const auto& f : m->files) {
+    const std::string want = f.name == "rank-00002.stint"   ? "b"
+                             : f.name == "rank-00003.stint" ? "c"
+                                                            : "a";
+    EXPECT_EQ(f.node, want) << f.name;
+  }
+  auto loads = Run("load", 4, 100);
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(loads[r].ok()) << All(loads);
+    EXPECT_NE(loads[r].output.find("loaded 10 who=rank " + std::to_string(r)), std::string::npos)
+        << All(loads);
+  }
+}
+
+// A node lost with its disk: its replacement starts on an empty root and
+// the job resumes from the newest step, reading the lost node's files from
+// the peer that holds its copy. A copy that fails verification is never
+// loaded: the load falls back to an older step and names why.
+TEST_F(RankCommitTest, ALostNodeResumesFromItsPeerReplicaAndADamagedCopyIsNeverLoaded) {
+  nodes_ = {"a", "b", "c"};
+  replicate_ = true;
+  for (uint64_t step : {10, 11}) {
+    auto runs = Run("save", 3, step);
+    for (const auto& r : runs) ASSERT_TRUE(r.ok()) << All(runs);
+  }
+  ASSERT_OK(RemoveRecursively(Env::Default(), NodeRoot("b")));
+  auto loads = Run("load", 3, 100);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(loads[r].ok()) << All(loads);
+    EXPECT_NE(loads[r].output.find("loaded 11 who=rank " + std::to_string(r)), std::string::npos)
+        << All(loads);
+  }
+  // Step 11's only copy of node b's part (on c) is damaged: one byte.
+  const std::string copy = NodeRoot("c") + "/.peer-replicas/" + StepDirName(11) + "/rank-00001.stint";
+  {
+    auto bytes = ReadFileToString(Env::Default(), copy);
+    ASSERT_OK(bytes.status());
+    std::string damaged = *bytes;
+    damaged[0] ^= 0x01;
+    ASSERT_OK(WriteStringToFileSync(Env::Default(), copy, damaged));
+  }
+  ASSERT_OK(RemoveRecursively(Env::Default(), NodeRoot("b")));
+  loads = Run("load", 3, 101);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(loads[r].ok()) << All(loads);
+    EXPECT_NE(loads[r].output.find("loaded 10 who=rank " + std::to_string(r)), std::string::npos)
+        << All(loads);
+  }
+  EXPECT_NE(loads[1].output.find("skipped step-00000011"), std::string::npos) << All(loads);
+}
+
+// Ranks of one node need one root: a rank on the committer's node whose
+// root is not the committer's is refused with why, and nothing commits.
+TEST_F(RankCommitTest, TwoRootsOnTheCommittersNodeAreRefused) {
+  nodes_ = {"a", "a"};
+  // Rank 1's root differs from rank 0's although they share a node.
+  std::vector<std::unique_ptr<ChildProcess>> children;
+  for (int r = 0; r < 2; ++r) {
+    children.push_back(std::make_unique<ChildProcess>(
+        STINT_RANK_SAVER,
+        std::vector<std::string>{"save", NodeRoot(r == 0 ? "a" : "a2"),
+                                 std::to_string(store_->getPort()), std::to_string(r), "2", "10",
+                                 "none", "0", "a", "0"}));
+  }
+  for (int r = 0; r < 2; ++r) {
+    bool killed = false;
+    int status = children[r]->WaitAtMost(180, &killed);
+    ASSERT_FALSE(killed) << children[r]->output();
+    EXPECT_EQ(WEXITSTATUS(status), 3) << children[r]->output();
+    EXPECT_NE(children[r]->output().find("ranks of one node need one root"), std::string::npos)
+        << children[r]->output();
+  }
+  EXPECT_FALSE(Env::Default()->FileExists(NodeRoot("a") + "/" + StepDirName(10)));
+  EXPECT_FALSE(Env::Default()->FileExists(NodeRoot("a2") + "/" + StepDirName(10)));
 }
 
 }  // namespace

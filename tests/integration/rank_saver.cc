@@ -1,8 +1,13 @@
 // rank_saver: one rank of a multi-process job that saves (or loads) one
 // sharded checkpoint through the job's c10d TCPStore, for rank_commit_test.
 //
-//   rank_saver save ROOT PORT RANK WORLD STEP [FAULT] [TIMEOUT_MS]
-//   rank_saver load ROOT PORT RANK WORLD RUN
+//   rank_saver save ROOT PORT RANK WORLD STEP [FAULT] [TIMEOUT_MS] [NODE] [REPLICATE]
+//   rank_saver load ROOT PORT RANK WORLD RUN [FAULT] [TIMEOUT_MS] [NODE]
+//
+// NODE: this rank's node (CheckpointOptions::node_id; "-": the default),
+// for node-local roots: ranks of one node get one ROOT. REPLICATE "1": after
+// the save is durable, FlushReplication() (this node's part held by its
+// peer replicas), printed as "replication <status>", exit 5 when it fails.
 //
 // The state (RankState below): tensor "w" of [kRowsPerRank * WORLD, kCols]
 // int64, of which each rank saves rows [kRowsPerRank * RANK, +kRowsPerRank);
@@ -162,6 +167,8 @@ int Run(int argc, char** argv) {
   const uint64_t step = argc > 6 ? std::strtoull(argv[6], nullptr, 10) : 0;
   const std::string fault = argc > 7 ? argv[7] : "none";
   const int64_t timeout_ms = argc > 8 ? std::atoll(argv[8]) : 0;
+  const std::string node = argc > 9 ? argv[9] : "-";
+  const bool replicate = argc > 10 && std::string(argv[10]) == "1";
 
   c10d::TCPStoreOptions so;
   so.port = static_cast<uint16_t>(std::atoi(argv[3]));
@@ -198,6 +205,7 @@ int Run(int argc, char** argv) {
   o.keep_last = 0;
   o.io_engine = "posix";
   o.threads = 1;
+  if (node != "-") o.node_id = node;
   auto ckpt = Checkpointer::Open(o);
   if (!ckpt.ok()) {
     std::printf("open %s\n", ckpt.status().ToString().c_str());
@@ -246,6 +254,12 @@ int Run(int argc, char** argv) {
     Status s = handle.ok() ? handle->durable.get() : handle.status();
     std::printf("outcome %s\n", s.ToString().c_str());
     std::fflush(stdout);
+    if (s.ok() && replicate) {
+      Status r = (*ckpt)->FlushReplication(std::chrono::seconds(120));
+      std::printf("replication %s\n", r.ToString().c_str());
+      std::fflush(stdout);
+      if (!r.ok()) return 5;
+    }
     return s.ok() ? 0 : 3;
   }
 
@@ -286,6 +300,7 @@ int Run(int argc, char** argv) {
       return 4;
     }
   }
+  for (const std::string& why : loaded->skipped) std::printf("skipped %s\n", why.c_str());
   auto who = loaded->blobs.find("who");
   std::printf("loaded %llu who=%s\n", (unsigned long long)loaded->step,
               who == loaded->blobs.end() ? "-" : who->second.c_str());

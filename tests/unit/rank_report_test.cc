@@ -4,6 +4,8 @@
 // and each rank sees its own blobs.
 #include <gtest/gtest.h>
 
+#include "checkpoint/node_commit.h"
+#include "checkpoint/peer_replicas.h"
 #include "checkpoint/rank_commit.h"
 #include "util/status_matchers.h"
 
@@ -129,6 +131,88 @@ TEST(RankReport, ABlobNamedLikeARanksIsRankZerosOwn) {
   EXPECT_EQ(BlobsForRank(two, 0, 2), (std::map<std::string, std::string>{{"rank-00001/x", "r0"}}));
   EXPECT_EQ(BlobsForRank(two, 1, 2),
             (std::map<std::string, std::string>{{"rank-00001/x", "r0"}, {"x", "r1"}}));
+}
+
+// Node-local roots (node_commit.h, peer_replicas.h).
+TEST(NodeCommit, ReportsCarryTheirNodeAndWhereTheyWrote) {
+  RankReport r = Report(2, 4, 2);
+  r.node = "gpu-7";
+  r.node_local = true;
+  auto decoded = DecodeRankReport(EncodeRankReport(r), "report/2");
+  ASSERT_OK(decoded.status());
+  EXPECT_EQ(decoded->node, "gpu-7");
+  EXPECT_TRUE(decoded->node_local);
+  // Reports of writers before node-local roots: the committer's directory.
+  decoded = DecodeRankReport(EncodeRankReport(Report(1, 0, 4)), "report/1");
+  ASSERT_OK(decoded.status());
+  EXPECT_FALSE(decoded->node_local);
+}
+
+TEST(NodeCommit, EveryOtherNodeGetsItsLowestRankAsKeeper) {
+  std::vector<RankReport> reports = {Report(0, 0, 2), Report(1, 2, 2), Report(2, 4, 2),
+                                     Report(3, 6, 2)};
+  for (auto& r : reports) r.node = "a";
+  auto shared = PlanNodeCommit(reports, "a", false);
+  ASSERT_OK(shared.status());
+  EXPECT_FALSE(shared->node_local) << "one shared root commits as before";
+  reports[3].node = reports[2].node = "b";
+  reports[3].node_local = reports[2].node_local = true;
+  auto plan = PlanNodeCommit(reports, "a", false);
+  ASSERT_OK(plan.status());
+  EXPECT_TRUE(plan->node_local);
+  EXPECT_EQ(plan->keepers, (std::map<std::string, int>{{"b", 2}}));
+  Manifest merged = MergeRankReports(Manifest(), reports).value();
+  RecordFileNodes(reports, "a", &merged);
+  EXPECT_EQ(merged.version_minor, kFormatMinorNodes);
+  for (const FileRecord& f : merged.files) {
+    EXPECT_EQ(f.node, f.name == "rank-00002.stint" || f.name == "rank-00003.stint" ? "b" : "a")
+        << f.name;
+  }
+  auto again = DecodeManifest(EncodeManifest(merged), "m");
+  ASSERT_OK(again.status());
+  EXPECT_EQ(again->files[3].node, "b");
+  // Incremental saves reference files by root; across node roots they are refused.
+  auto incremental = PlanNodeCommit(reports, "a", true);
+  EXPECT_EQ(incremental.status().code(), Code::kInvalidArgument);
+  // A rank of the committer's node that wrote elsewhere: refused with why.
+  reports[1].node_local = true;
+  auto mixed = PlanNodeCommit(reports, "a", false);
+  EXPECT_EQ(mixed.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(mixed.status().message().find("rank 1"), std::string::npos) << mixed.status().ToString();
+  EXPECT_NE(mixed.status().message().find("one root"), std::string::npos) << mixed.status().ToString();
+}
+
+TEST(NodeCommit, PrepareCarriesTheManifestOrTheErrorThatEndedTheSave) {
+  NodePlan plan;
+  plan.node_local = true;
+  plan.keepers = {{"b", 2}, {"c", 5}};
+  auto p = DecodePrepare(EncodePrepare("{\"m\":1}", plan), "prepare/x");
+  ASSERT_OK(p.status());
+  EXPECT_EQ(p->manifest_bytes, "{\"m\":1}");
+  EXPECT_EQ(p->keepers, (std::vector<int>{2, 5}));
+  auto failed = DecodePrepare(EncodePrepareError(Status::DeadlineExceeded("rank 3 late")), "k");
+  EXPECT_EQ(failed.status().code(), Code::kDeadlineExceeded);
+  EXPECT_EQ(DecodePrepare("[]", "k").status().code(), Code::kDataLoss);
+  EXPECT_EQ(DecodePrepare("{\"manifest\":1}", "k").status().code(), Code::kDataLoss);
+}
+
+TEST(PeerReplicas, HoldersFollowTheRingAndLeaveTheSourcesFailureDomainFirst) {
+  const std::vector<std::string> nodes = {"a", "b", "c", "d"};
+  EXPECT_EQ(ReplicaHolders("a", nodes, {}, 1), std::vector<std::string>{"b"});
+  EXPECT_EQ(ReplicaHolders("d", nodes, {}, 1), std::vector<std::string>{"a"}) << "wraps";
+  EXPECT_EQ(ReplicaHolders("b", nodes, {}, 2), (std::vector<std::string>{"c", "d"}));
+  EXPECT_EQ(ReplicaHolders("b", nodes, {}, 9), (std::vector<std::string>{"c", "d", "a"}));
+  // a and b share a rack: a's copy goes to the next node in another rack.
+  const std::map<std::string, std::string> racks = {
+      {"a", "rack1"}, {"b", "rack1"}, {"c", "rack2"}, {"d", "rack2"}};
+  EXPECT_EQ(ReplicaHolders("a", nodes, racks, 1), std::vector<std::string>{"c"});
+  EXPECT_EQ(ReplicaHolders("c", nodes, racks, 2), (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(ReplicaHolders("x", nodes, {}, 1).empty());
+  EXPECT_TRUE(ReplicaHolders("a", nodes, {}, 0).empty());
+  Manifest m;
+  m.files = {FileRecord{"rank-00001.stint", 1, 1, "b"}, FileRecord{"rank-00000.stint", 1, 1, "a"},
+             FileRecord{"rank-00002.stint", 1, 1, "b"}};
+  EXPECT_EQ(ManifestNodes(m), (std::vector<std::string>{"a", "b"}));
 }
 
 }  // namespace
