@@ -34,8 +34,14 @@ Faults (drawn in turn, their timing and targets from --seed):
   partition    the agent running the job stopped (SIGSTOP) past its node's
                lease while stintd requeues the job on a second agent, then
                SIGCONT: the old segment's workers keep saving
+  node_loss    node-local roots (one root and STINT_NODE_ID per rank, peer
+               replicas by default): a node lost at a random point of a save
+               or its replication (its rank SIGKILLed, its root deleted);
+               a replacement node starts on an empty root and the job must
+               resume, bit-exactly, from a step at least as new as the
+               newest one every rank saw replicated (flush_replication)
 
-After each run:
+After each run (node_loss: its resume's own checks, above):
   - the newest committed checkpoint loads bit-exactly (every tensor equals
     the deterministic state of its step) at the run's world size (a verify
     run) and at world size 1 (this process, read-only);
@@ -66,8 +72,8 @@ import urllib.request
 
 HERE = os.path.abspath(__file__)
 # In this order: ctest's short run (a budget of 120 s) reaches the first few.
-KINDS = ["kill_save", "eio", "kill_load", "reader", "kill_commit", "enospc", "stintd_kill",
-         "partition"]
+KINDS = ["kill_save", "node_loss", "eio", "kill_load", "reader", "kill_commit", "enospc",
+         "stintd_kill", "partition"]
 ADMIN, WORKER, AGENT = "campaign-admin-token", "campaign-worker-token", "campaign-agent-token"
 STEPS_PER_RUN = 4
 BLOCK = 40  # faults that share a pair of roots (plain, fsdp) before fresh ones
@@ -111,6 +117,7 @@ def worker_main(argv):
     p.add_argument("--state", choices=["plain", "fsdp"], required=True)
     p.add_argument("--steps", type=int, default=0)  # 0: load and check only
     p.add_argument("--pause", type=float, default=0.0)  # seconds between saves
+    p.add_argument("--replicate", action="store_true")  # each durable save: flush_replication()
     a = p.parse_args(argv)
     events = open(a.events, "a", buffering=1)
 
@@ -182,6 +189,9 @@ def worker_main(argv):
             try:
                 handle.durable.result(120)
                 event("durable", step, "%.3f" % (time.monotonic() - t0))
+                if a.replicate:
+                    ckpt.flush_replication(20)
+                    event("replicated", step)
             except stint.Error as e:
                 event("refused", step, type(e).__name__, str(e).replace("\n", " ")[:300])
                 # Fenced, disk full, or (a stale segment beside the new one)
@@ -219,7 +229,9 @@ def read_events(path):
 class Run:
     """The ranks of one launch, each with the campaign's deadline."""
 
-    def __init__(self, campaign, name, world, root, state, steps, pause=0.0):
+    def __init__(self, campaign, name, world, root, state, steps, pause=0.0, nodes=None):
+        """nodes: node-local roots, rank r on node nodes[r] with its own
+        root under `root` (and flush_replication() after each save)."""
         self.c, self.name, self.world = campaign, name, world
         port = free_port()
         self.events = [os.path.join(campaign.work, "%s-r%d.events" % (name, r)) for r in range(world)]
@@ -227,10 +239,14 @@ class Run:
         for r in range(world):
             env = dict(campaign.env, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r),
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            command = campaign.worker_command(root, self.events[r], state, steps, pause)
+            if nodes is not None:
+                env["STINT_NODE_ID"] = nodes[r]
+                command = campaign.worker_command(os.path.join(root, nodes[r]), self.events[r],
+                                                  state, steps, pause) + ["--replicate"]
             log = open(os.path.join(campaign.work, "%s-r%d.log" % (name, r)), "w")
-            self.procs.append(subprocess.Popen(
-                campaign.worker_command(root, self.events[r], state, steps, pause),
-                env=env, stdout=log, stderr=subprocess.STDOUT))
+            self.procs.append(subprocess.Popen(command, env=env, stdout=log,
+                                               stderr=subprocess.STDOUT))
             log.close()
         self.deadline = time.monotonic() + RUN_DEADLINE
 
@@ -388,6 +404,52 @@ class Campaign:
         self.load_seconds = self.load_seconds[-50:]
         return world
 
+    def node_loss_run(self, base, state, label):
+        """Three nodes, each rank its own root under `base`: a first save
+        replicated everywhere, then a node lost at a random point of a later
+        save or replication, then the job resumed on a replacement node with
+        an empty root."""
+        nodes = ["na", "nb", "nc"]
+        world = len(nodes)
+        shutil.rmtree(base, ignore_errors=True)
+        run = Run(self, label, world, base, state, STEPS_PER_RUN, nodes=nodes)
+        self.runs += 1
+        victim = self.rng.randrange(world)
+        nth = self.rng.randint(2, STEPS_PER_RUN)
+        est = sorted(self.save_seconds)[len(self.save_seconds) // 2]
+        delay = self.rng.uniform(0, 2.5 * est)  # into the save, or on into its replication
+        if all(run.wait_event(r, ["replicated", "1"]) for r in range(world)) and \
+                run.wait_event(victim, ["saving"], nth):
+            time.sleep(delay)
+            run.procs[victim].kill()
+            shutil.rmtree(os.path.join(base, nodes[victim]), ignore_errors=True)
+            self.log("  %s: node %s lost (rank %d SIGKILLed, its root deleted) %.3f s into "
+                     "save #%d" % (label, nodes[victim], victim, delay, nth))
+        else:
+            self.fail("%s: the run ended before its node was lost (see %s)" % (label, self.work))
+        run.wait()  # the survivors fail or time out their next collective: expected
+        replicated = [{int(e[1]) for e in run.rank_events(r) if e[0] == "replicated"}
+                      for r in range(world)]
+        safe = max(set.intersection(*replicated) or {0})
+        resume = Run(self, label + "-resume", world, base, state, 0, nodes=nodes)
+        self.runs += 1
+        codes = resume.wait()
+        loaded = [[e for e in resume.rank_events(r) if e[0] == "loaded"] for r in range(world)]
+        if codes != [0] * world or not all(loaded):
+            self.fail("%s: the resume on a replacement node exited %s (see %s)" %
+                      (label, codes, self.work))
+            return
+        steps = {int(ev[-1][1]) for ev in loaded}
+        if len(steps) != 1:
+            self.fail("%s: the ranks resumed different steps %s" % (label, sorted(steps)))
+        for r, ev in enumerate(loaded):
+            if ev[-1][2] != "ok":
+                self.fail("%s: rank %d resumed step %s with different bits" % (label, r, ev[-1][1]))
+        if min(steps) < safe:
+            self.fail("%s: resumed step %d, but step %d was replicated on every node" %
+                      (label, min(steps), safe))
+        self.log("  %s: resumed step %d (replicated everywhere: %d)" % (label, min(steps), safe))
+
     def enospc_run(self, state, label):
         if os.geteuid() != 0:
             self.skipped["enospc"] += 1
@@ -514,6 +576,8 @@ class Campaign:
             t0 = time.monotonic()
             if kind == "enospc":
                 self.enospc_run(state, label)
+            elif kind == "node_loss":
+                self.node_loss_run(os.path.join(self.work, label + "-nodes"), state, label)
             elif kind == "eio":
                 self.eio_run(label)
             elif kind in ("stintd_kill", "partition"):

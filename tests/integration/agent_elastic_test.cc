@@ -171,6 +171,8 @@ TEST_F(AgentElasticTest, AShrinkSignalsOnlyTheLeavingNodesWorkers) {
     const int rank = std::stoi(Env(worker, "RANK"));
     (rank >= 2 ? leaving : staying).push_back(worker);
     EXPECT_EQ(Env(worker, "STINT_WORKER_NAME"), (rank >= 2 ? "nb:" : "na:") + std::to_string(rank));
+    // Node-local checkpoint roots: each worker knows its agent's node.
+    EXPECT_EQ(Env(worker, "STINT_NODE_ID"), rank >= 2 ? "nb" : "na");
   }
   ASSERT_EQ(leaving.size(), 2u);
 

@@ -416,6 +416,23 @@ TEST_F(RankCommitTest, NodeLocalRootsCommitOnceAndEveryNodeHoldsTheManifest) {
     EXPECT_NE(loads[r].output.find("loaded 10 who=rank " + std::to_string(r)), std::string::npos)
         << All(loads);
   }
+  // `stint verify` on one node's root checks what it holds and names the rest.
+  RunResult verify = RunProgram(STINT_CLI_PATH, {"verify", "--all", NodeRoot("b")});
+  EXPECT_EQ(verify.exit_code, 0) << verify.output;
+  EXPECT_NE(verify.output.find("verified step-00000010 (this node's part): 1 of 4 files; "
+                               "elsewhere: rank-00000.stint on node 'a'"),
+            std::string::npos)
+      << verify.output;
+  // A flipped byte in the node's own file fails it, naming the file.
+  const std::string own_file = NodeRoot("b") + "/" + StepDirName(10) + "/rank-00002.stint";
+  auto bytes = ReadFileToString(Env::Default(), own_file);
+  ASSERT_OK(bytes.status());
+  std::string damaged = *bytes;
+  damaged[0] ^= 0x01;
+  ASSERT_OK(WriteStringToFileSync(Env::Default(), own_file, damaged));
+  verify = RunProgram(STINT_CLI_PATH, {"verify", "--all", NodeRoot("b")});
+  EXPECT_NE(verify.exit_code, 0) << verify.output;
+  EXPECT_NE(verify.output.find("rank-00002.stint"), std::string::npos) << verify.output;
 }
 
 // A node lost with its disk: its replacement starts on an empty root and

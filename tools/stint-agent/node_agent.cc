@@ -388,7 +388,9 @@ EnvVars WorkerEnv(const LaunchPlan& plan, int i, int rank, const std::string& vi
   vars.insert(vars.end(), {{"STINT_COORD_URL", options.url},
                            {"STINT_JOB_ID", std::to_string(plan.job)},
                            {"STINT_SEGMENT_ID", std::to_string(plan.sid)},
-                           {"STINT_WORKER_NAME", options.node + ":" + std::to_string(rank)}});
+                           {"STINT_WORKER_NAME", options.node + ":" + std::to_string(rank)},
+                           // Node-local checkpoint roots tell nodes apart by it.
+                           {"STINT_NODE_ID", options.node}});
   if (!plan.torchrun()) {
     vars.insert(vars.end(),
                 {{"STINT_WORKER_ID", std::to_string(reg.value("worker_id", int64_t{0}))},
