@@ -497,6 +497,16 @@ class PyCheckpointer {
     return ValueOrThrow(std::move(*r));
   }
 
+  std::unique_ptr<PyReader> OpenReader(uint64_t step) const {
+    Checkpointer& ckpt = get();
+    std::optional<Result<std::unique_ptr<CheckpointReader>>> r;
+    {
+      ReleasedGil nogil;
+      r.emplace(ckpt.OpenReader(step));
+    }
+    return std::make_unique<PyReader>(ValueOrThrow(std::move(*r)));
+  }
+
   void Quarantine(uint64_t step) {
     Checkpointer& ckpt = get();
     Status s;
@@ -733,6 +743,10 @@ void BindCheckpointerClass(py::module_& m) {
            "Waits until every save is durable or failed; raises the first failure since the "
            "previous flush() that no durable future raised or returned already.")
       .def("list_committed", &PyCheckpointer::ListCommitted)
+      .def("open_reader", &PyCheckpointer::OpenReader, py::arg("step"), py::keep_alive<0, 1>(),
+           "A CheckpointReader of committed `step` as load() sees it: on node-local roots the "
+           "files this node lacks are read from the job's other nodes. Keeps this Checkpointer "
+           "alive; close() it only after the reader is done.")
       .def("quarantine", &PyCheckpointer::Quarantine, py::arg("step"))
       .def("mark_complete", &PyCheckpointer::MarkComplete, py::arg("step"), py::arg("info") = "{}")
       .def("completion", &PyCheckpointer::Completion)

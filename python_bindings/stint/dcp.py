@@ -414,6 +414,9 @@ class StorageWriter(_StepTarget, _DcpStorageWriter):
         try:
             handle = ckpt.save(step, names, tensors, blobs, boxes)
             handle.durable.result(max(0.0, deadline - time.monotonic()))
+            # Node-local roots: this node's part is on its peers before the
+            # Checkpointer (and its file service) goes away.
+            ckpt.flush_replication(max(0.0, deadline - time.monotonic()))
         finally:
             ckpt.close()
         self.last_step = step
@@ -480,9 +483,36 @@ class StorageReader(_StepTarget, _DcpStorageReader):
         return committed[-1]
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
-        step = self._choose_step()
+        world_size = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        store = self._store if self._store is not None else _default_store()
+        if world_size == 1 or store is None:
+            step = self._choose_step()
+            return self._metadata(step, _C.CheckpointReader.open(
+                os.path.join(self.root, _step_dir_name(step))))
+        # Every rank reads the metadata (DCP's local step): through a
+        # collective read-only Checkpointer, so that on node-local roots a
+        # node that lacks the step (a replacement for a lost one) or some of
+        # its files reads them from the job's other nodes.
+        ckpt = _C.Checkpointer(self.root, read_only=True, rank=dist.get_rank(),
+                               world_size=world_size, store=_channel(store, "metadata"),
+                               **self._options)
+        try:
+            if self._step is not None:
+                step = self._step
+            else:
+                committed = ckpt.list_committed()
+                if not committed:
+                    raise _C.NotFoundError("%s: no committed checkpoint to load" % self.root)
+                step = committed[-1]
+            metadata = self._metadata(step, ckpt.open_reader(step))
+        finally:
+            # The others may still be reading from this rank's file service.
+            dist.barrier()
+            ckpt.close()
+        return metadata
+
+    def _metadata(self, step: int, reader: Any) -> Metadata:
         directory = os.path.join(self.root, _step_dir_name(step))
-        reader = _C.CheckpointReader.open(directory)
         state: Dict[str, Any] = {}
         dtypes: Dict[str, torch.dtype] = {}
         for info in reader.tensors():

@@ -161,9 +161,10 @@ class Resumable:
         self.last_plan: Optional[_C.PreemptionPlan] = None
         self.resume_skipped: List[str] = []
         self.last_durable_step: Optional[int] = None
-        # The last emergency checkpoint: from the agreed stop to durable and,
-        # on node-local roots, held by this node's peer replicas.
-        self.notice_to_peer_seconds: Optional[float] = None
+        # The last emergency checkpoint: seconds from the agreed stop to
+        # durable and on its replicas (tier 2; on node-local roots, this
+        # node's part held by its peers); None when it did not get there.
+        self.notice_to_replicas_seconds: Optional[float] = None
         self._last_saved_step: Optional[int] = None
         self._pending: List[Tuple[int, _C.Future]] = []  # (step, durable future)
         self.checkpointer = Checkpointer(root, **checkpoint_options)
@@ -339,13 +340,18 @@ class Resumable:
                 started = time.monotonic()
                 try:
                     self.save(step, wait=True)
-                    # On node-local roots this node's disk may go with it:
-                    # the checkpoint counts once a peer holds this node's part.
-                    self.checkpointer.flush_replication(
-                        max(0.0, plan.remaining_seconds - (time.monotonic() - started)))
-                    self.notice_to_peer_seconds = time.monotonic() - started
                 except _C.Error as e:
                     reason += "; emergency checkpoint failed: %s" % e
+                else:
+                    # On node-local roots this node's disk may go with it:
+                    # the checkpoint counts once a peer holds this node's part.
+                    try:
+                        self.checkpointer.flush_replication(
+                            max(0.0, plan.remaining_seconds - (time.monotonic() - started)))
+                        self.notice_to_replicas_seconds = time.monotonic() - started
+                    except _C.Error as e:
+                        reason += ("; the emergency checkpoint is durable but not yet on its "
+                                   "replicas: %s" % e)
             else:
                 # No time for a new one; let a save in flight finish if it can.
                 try:

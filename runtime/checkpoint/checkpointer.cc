@@ -543,11 +543,9 @@ Status CheckpointerImpl::FlushReplication(std::chrono::milliseconds timeout) {
       if (stats_.last) last = stats_.last->step;
     }
     // This node's part is safe from its loss once its holders have it.
-    if (last && peers_->peers().empty()) {
-      Status known = peers_->Refresh(deadline);
-      if (!known.ok() && first.ok()) first = known;
+    if (last && first.ok()) {
+      first = WaitForPeerReplicas(options_, peer_env_.get(), peers_.get(), *last, deadline);
     }
-    if (last && first.ok()) first = WaitForPeerReplicas(options_, peer_env_.get(), peers_.get(), *last, deadline);
     if (peer_replicator_made_.load(std::memory_order_acquire)) {
       if (!peer_replicator_->WaitUntilIdle(deadline) && first.ok()) {
         first = Status::DeadlineExceeded("flush replication: still copying other nodes' parts "
@@ -577,11 +575,33 @@ Result<LoadResult> CheckpointerImpl::Load(const DestPlanner& planner, const Load
 }
 
 Result<std::vector<uint64_t>> CheckpointerImpl::ListCommitted() {
-  if (peers_ == nullptr) return ListCheckpointSteps(env_, options_.root);
-  // On node-local roots, what the job holds: a replacement node's empty root
-  // lists the steps its peers have.
-  STINT_RETURN_IF_ERROR(peers_->Refresh(Clock::now() + LoadTimeout(options_)));
+  auto here = ListCheckpointSteps(env_, options_.root);
+  if (peers_ == nullptr) return here;
+  // A read-only rank on a replacement node may have no root at all yet.
+  if (!here.ok() && here.status().code() != Code::kNotFound) return here;
+  if (!here.ok()) here = std::vector<uint64_t>();
+  // A root every rank shares (its newest step's files are all its own)
+  // lists what the job has; asking the job's nodes is for node-local roots
+  // and for a node that starts empty (a replacement for a lost one).
+  if (!here->empty()) {
+    const std::string dir = options_.root + "/" + StepDirName(here->back());
+    auto bytes = ReadFileToString(env_, dir + "/" + kManifestName);
+    auto m = bytes.ok() ? DecodeManifest(*bytes, dir) : Result<Manifest>(bytes.status());
+    if (m.ok() && ManifestNodes(*m).empty()) return here;
+  }
+  // Not every rank is required: one may have closed already.
+  STINT_RETURN_IF_ERROR(peers_->Refresh(Clock::now() + std::chrono::seconds(60), true));
   return ListCheckpointSteps(peer_env_.get(), options_.root);
+}
+
+Result<std::unique_ptr<CheckpointReader>> CheckpointerImpl::OpenReader(uint64_t step) {
+  if (peers_ != nullptr) STINT_RETURN_IF_ERROR(peers_->Refresh(Clock::now() + LoadTimeout(options_)));
+  ReaderOptions ro;
+  ro.env = peer_env_ != nullptr ? peer_env_.get() : env_;
+  ro.io_engine = options_.io_engine;
+  ro.direct_io = options_.direct_io;
+  ro.queue_depth = options_.io_queue_depth;
+  return CheckpointReader::Open(options_.root + "/" + StepDirName(step), ro);
 }
 
 Result<std::vector<uint64_t>> CheckpointerImpl::ListReplicated() {
@@ -658,7 +678,9 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Open(const CheckpointOptions
   Env* env = options.env != nullptr ? options.env : Env::Default();
   std::unique_ptr<FileLock> root_lock;
   if (options.read_only) {
-    if (!env->IsDirectory(options.root)) {
+    // Several ranks: a replacement node's root may not exist yet; the job's
+    // other nodes hold its steps.
+    if (options.world_size == 1 && !env->IsDirectory(options.root)) {
       return Status::NotFound(options.root + ": no such checkpoint directory");
     }
   } else {

@@ -89,6 +89,7 @@ class CheckpointerImpl final : public Checkpointer {
   // nodes (job_peers.h). Called once, by Open.
   Status StartPeers();
   Result<std::vector<uint64_t>> ListCommitted() override;
+  Result<std::unique_ptr<CheckpointReader>> OpenReader(uint64_t step) override;
   Result<std::vector<uint64_t>> ListReplicated() override;
   Status Quarantine(uint64_t step) override;
   Status MarkComplete(uint64_t step, const std::string& info) override;

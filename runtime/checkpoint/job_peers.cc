@@ -106,7 +106,7 @@ Result<std::unique_ptr<JobPeers>> JobPeers::Start(const CheckpointOptions& optio
   return peers;
 }
 
-Status JobPeers::Refresh(std::chrono::steady_clock::time_point deadline) {
+Status JobPeers::Refresh(std::chrono::steady_clock::time_point deadline, bool partial) {
   std::vector<std::string> keys;
   for (int r = 0; r < options_.world_size; ++r) keys.push_back(PeerKey(options_, r));
   std::vector<std::optional<std::string>> values(keys.size());
@@ -115,7 +115,7 @@ Status JobPeers::Refresh(std::chrono::steady_clock::time_point deadline) {
     STINT_ASSIGN_OR_RETURN(values[r], options_.commit_channel->WaitFor(keys[r], deadline));
     if (!values[r]) missing.push_back(r);
   }
-  if (!missing.empty()) {
+  if (!missing.empty() && !partial) {
     std::string named;
     for (int r : missing) named += (named.empty() ? "rank " : ", rank ") + std::to_string(r);
     return Status::DeadlineExceeded(named + " did not publish its checkpoint file service on " +
@@ -124,6 +124,7 @@ Status JobPeers::Refresh(std::chrono::steady_clock::time_point deadline) {
   const auto timeout = std::chrono::milliseconds(10'000);
   std::map<std::string, Peer> by_node;
   for (int r = 0; r < options_.world_size; ++r) {
+    if (!values[r]) continue;
     json j = json::parse(*values[r], nullptr, /*allow_exceptions=*/false);
     if (!j.is_object() || !j.contains("node") || !j["node"].is_string() || !j.contains("url") ||
         !j["url"].is_string() || !j.contains("token") || !j["token"].is_string()) {

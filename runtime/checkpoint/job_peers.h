@@ -49,8 +49,9 @@ class JobPeers {
 
   // Reads every rank's record (waiting for those not yet published until
   // `deadline`) and keeps one client per other node: the lowest rank's.
-  // kDeadlineExceeded naming the ranks that never published.
-  Status Refresh(std::chrono::steady_clock::time_point deadline);
+  // kDeadlineExceeded naming the ranks that never published, unless
+  // `partial`: then the nodes of the records found by the deadline.
+  Status Refresh(std::chrono::steady_clock::time_point deadline, bool partial = false);
   // The other nodes as last refreshed, by node name.
   std::vector<Peer> peers() const;
   // This rank's failure domain ($STINT_FAILURE_DOMAIN).

@@ -8,6 +8,7 @@
 #include "checkpoint/commit.h"
 #include "checkpoint/device_load.h"
 #include "checkpoint/rank_commit.h"
+#include "format/manifest.h"
 
 namespace stint {
 namespace {
@@ -34,6 +35,17 @@ LoadFailure ClassifyLoadFailure(const Status& s) {
 }
 
 }  // namespace
+
+bool FallbackLoader::SpansNodes(const std::string& dir) const {
+  auto bytes = ReadFileToString(tier1_env_, dir + "/" + kManifestName);
+  if (!bytes.ok()) return false;
+  auto m = DecodeManifest(*bytes, dir);
+  if (!m.ok()) return false;
+  for (const FileRecord& f : m->files) {
+    if (!f.node.empty()) return true;
+  }
+  return false;
+}
 
 Result<LoadResult> FallbackLoader::Load(const DestPlanner& planner, const LoadOptions& options) {
   if (options_.world_size == 1) return LoadNewest(planner, options);
@@ -165,6 +177,12 @@ Status FallbackLoader::LoadOne(const Candidate& c, const DestPlanner& planner,
   ReaderOptions ro;
   ro.env = c.tier == 2 ? options_.replica_env : tier1_env();
   ro.io_engine = options_.io_engine;
+  if (c.tier == 1 && tier1_env_ != nullptr && SpansNodes(options_.root + "/" + c.name)) {
+    // Files on other nodes are ranged reads over the network, which the
+    // POSIX engine's threads keep several of in flight (io_uring's path for
+    // a file without a descriptor reads one at a time).
+    ro.io_engine = "posix";
+  }
   ro.direct_io = options_.direct_io;
   ro.queue_depth = options_.io_queue_depth;
   const std::string dir = c.tier == 0   ? c.memory->dir()

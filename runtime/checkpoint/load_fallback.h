@@ -57,6 +57,8 @@ class FallbackLoader {
   Result<std::vector<Candidate>> Candidates(const LoadOptions& options, LoadResult* result);
   Status LoadOne(const Candidate& c, const DestPlanner& planner, const LoadOptions& options,
                  LoadResult* result);
+  // Whether the committed manifest in `dir` places files on nodes.
+  bool SpansNodes(const std::string& dir) const;
   Env* tier1_env() const { return tier1_env_ != nullptr ? tier1_env_ : options_.env; }
   bool tiered() const { return options_.keep_in_memory || !options_.replica_root.empty(); }
 

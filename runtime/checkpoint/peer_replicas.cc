@@ -119,6 +119,8 @@ Status WaitForPeerReplicas(const CheckpointOptions& options, Env* env, JobPeers*
   STINT_ASSIGN_OR_RETURN(Manifest m, DecodeManifest(bytes, dir));
   const std::vector<std::string> nodes = ManifestNodes(m);
   if (nodes.size() < 2) return Status::OK();
+  // The failure domains are in the ranks' records.
+  if (peers->peers().empty()) STINT_RETURN_IF_ERROR(peers->Refresh(deadline));
   std::vector<std::string> waiting =
       ReplicaHolders(options.node_id, nodes, Domains(options, *peers), copies);
   auto pause = std::chrono::milliseconds(2);

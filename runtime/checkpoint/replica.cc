@@ -1,9 +1,12 @@
 #include "checkpoint/replica.h"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <algorithm>
 #include <map>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "base/clock.h"
@@ -16,26 +19,54 @@
 namespace stint {
 namespace {
 
+// A file on another node (a ranged reader over the job's file service,
+// OpenPeerFile, whose path is its URL) is copied by this many threads at
+// once, each with its own buffer, so several reads are in flight; a local
+// file by one.
+constexpr int kRemoteCopyThreads = 4;
+
 Status CopyFile(Env* src_env, const std::string& from, Env* dst_env, const std::string& to,
-                std::vector<char>* buf, uint64_t* copied) {
+                size_t piece, uint64_t* copied) {
   STINT_ASSIGN_OR_RETURN(auto in, src_env->NewRandomAccessFile(from, FileOptions{}));
   STINT_ASSIGN_OR_RETURN(uint64_t size, in->Size());
   STINT_ASSIGN_OR_RETURN(auto out, dst_env->NewWritableFile(to, FileOptions{}));
   Status s = out->Allocate(size);  // a full replica disk fails here, before any data
-  for (uint64_t off = 0; s.ok() && off < size;) {
-    auto n = in->Read(off, std::min<uint64_t>(buf->size(), size - off), buf->data());
-    if (!n.ok()) {
-      s = n.status();
-      break;
+  const int threads = in->path().rfind("http://", 0) == 0 ? kRemoteCopyThreads : 1;
+  std::mutex mu;
+  std::atomic<uint64_t> next{0}, done{0};
+  auto copy = [&] {
+    std::vector<char> buf(piece);
+    for (;;) {
+      const uint64_t off = next.fetch_add(piece);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (off >= size || !s.ok()) return;
+      }
+      const size_t want = static_cast<size_t>(std::min<uint64_t>(piece, size - off));
+      Status one;
+      auto n = in->Read(off, want, buf.data());
+      if (!n.ok()) {
+        one = n.status();
+      } else if (*n != want) {
+        one = Status::DataLoss(from + ": shrank while being replicated");
+      } else {
+        one = out->PositionedWrite(buf.data(), want, off);
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      if (!one.ok()) {
+        if (s.ok()) s = one;
+        return;
+      }
+      done += want;
     }
-    if (*n == 0) {
-      s = Status::DataLoss(from + ": shrank while being replicated");
-      break;
-    }
-    s = out->PositionedWrite(buf->data(), *n, off);
-    off += *n;
-    if (s.ok() && copied) *copied += *n;
+  };
+  if (s.ok()) {
+    std::vector<std::thread> helpers;
+    for (int i = 1; i < threads; ++i) helpers.emplace_back(copy);
+    copy();
+    for (auto& t : helpers) t.join();
   }
+  if (copied) *copied += done;
   if (s.ok()) s = out->Sync();
   Status closed = out->Close();  // closed whatever it returns
   if (s.ok()) s = closed;
@@ -122,11 +153,11 @@ Status ReplicateCheckpoint(Env* src_env, const std::string& src_root, Env* dst_e
   // they are on several nodes (src_env is then a PeerReadEnv).
   const std::string tmp = dst_root + "/" + TmpDirName(step, RandomNonce());
   STINT_RETURN_IF_ERROR(dst_env->CreateDir(tmp));
-  std::vector<char> buf(options.copy_bytes == 0 ? (1u << 20) : options.copy_bytes);
+  const size_t piece = options.copy_bytes == 0 ? (1u << 20) : options.copy_bytes;
   Status s;
   for (const FileRecord& f : decoded.files) {
     if (options.only_files && options.only_files->count(f.name) == 0) continue;
-    s = CopyFile(src_env, src + "/" + f.name, dst_env, tmp + "/" + f.name, &buf, copied);
+    s = CopyFile(src_env, src + "/" + f.name, dst_env, tmp + "/" + f.name, piece, copied);
     if (!s.ok()) break;
   }
   if (s.ok()) {

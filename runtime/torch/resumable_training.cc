@@ -363,7 +363,24 @@ Result<StepAction> ResumableTraining::StepBoundary(uint64_t step, std::optional<
       action.plan.reason += "; not saving: the checkpoint does not fit the grace on another rank";
     }
     if (action.plan.save) {
+      const auto started = std::chrono::steady_clock::now();
       Status s = SaveNow(step, /*wait_durable=*/true);
+      if (s.ok()) {
+        // On node-local roots this node's disk may go with it: the
+        // checkpoint counts once its peer replicas hold this node's part.
+        auto budget = std::chrono::milliseconds(int64_t(action.plan.remaining_seconds * 1000)) -
+                      std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now() - started);
+        Status replicated =
+            checkpointer_->FlushReplication(std::max(budget, std::chrono::milliseconds(0)));
+        if (replicated.ok()) {
+          action.notice_to_replicas_seconds = std::chrono::duration<double>(
+              std::chrono::steady_clock::now() - started).count();
+        } else {
+          action.plan.reason += "; the emergency checkpoint is durable but not yet on its "
+                                "replicas: " + replicated.ToString();
+        }
+      }
       action.saved = s.ok();
       if (!s.ok()) action.plan.reason += "; emergency checkpoint failed: " + s.ToString();
     } else {

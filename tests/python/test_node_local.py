@@ -5,7 +5,12 @@ step 4: the job resumes on a replacement node with an empty root, reads the
 lost node's part from its peer replica, and ends bit-identical to a run that
 was never interrupted.
 
-Workers are this file run as a script (`test_node_local.py worker ROOT OUT UNTIL LAST`).
+stint.dcp too: a DCP save through StorageWriter(root, peer_replicas=2) on two
+nodes, the node holding the data lost, dcp.load through StorageReader on a
+replacement node reads it from the peer's replica.
+
+Workers are this file run as a script (`test_node_local.py worker ROOT OUT
+UNTIL LAST`, `test_node_local.py dcp ROOT OUT save|load`).
 """
 
 import hashlib
@@ -72,6 +77,30 @@ def worker(root, out, until, last):
     os._exit(0)
 
 
+def dcp_worker(root, out, phase):
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    import stint
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    want = {"w": torch.arange(4096, dtype=torch.float32).reshape(64, 64) * 0.5,
+            "b": torch.full((33,), 7, dtype=torch.int64)}
+    if phase == "save":
+        dcp.save(want, storage_writer=stint.dcp.StorageWriter(root, peer_replicas=2,
+                                                              commit_timeout=60))
+    else:
+        got = {k: torch.zeros_like(v) for k, v in want.items()}
+        dcp.load(got, storage_reader=stint.dcp.StorageReader(root))
+        same = all(torch.equal(got[k], want[k]) for k in want)
+        with open(os.path.join(out, "dcp-rank%d" % rank), "w") as f:
+            f.write("same" if same else "DIFFERENT")
+    dist.barrier()
+    os._exit(0)
+
+
 # -- the test -------------------------------------------------------------------------------------
 
 def free_port():
@@ -80,17 +109,18 @@ def free_port():
         return s.getsockname()[1]
 
 
-def launch(python_env, roots, out, until, last=True):
-    """Runs the 3-rank job to `until`; rank r on node NODES[r] with root roots[r]."""
+def launch(python_env, roots, out, until, last=True, args=None):
+    """Runs the 3-rank job to `until`; rank r on node NODES[r] with root roots[r]
+    (or `args(rank)` with len(roots) ranks)."""
     os.makedirs(out, exist_ok=True)
     port = free_port()
     procs = []
-    for rank, node in enumerate(NODES):
+    for rank, root in enumerate(roots):
         env = dict(python_env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                   WORLD_SIZE=str(len(NODES)), LOCAL_RANK="0", STINT_NODE_ID=node)
-        procs.append(subprocess.Popen(
-            [sys.executable, __file__, "worker", roots[rank], out, str(until), str(int(last))], env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+                   WORLD_SIZE=str(len(roots)), LOCAL_RANK="0", STINT_NODE_ID=NODES[rank])
+        argv = args(rank) if args else ["worker", root, out, str(until), str(int(last))]
+        procs.append(subprocess.Popen([sys.executable, __file__] + argv, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outputs = []
     for p in procs:
         try:
@@ -101,10 +131,12 @@ def launch(python_env, roots, out, until, last=True):
             raise
         outputs.append(text)
     codes = [p.returncode for p in procs]
-    assert codes == [0] * len(NODES), "exits %r:\n%s" % (codes, "\n".join(
+    assert codes == [0] * len(roots), "exits %r:\n%s" % (codes, "\n".join(
         "--- rank %d\n%s" % (r, text[-3000:]) for r, text in enumerate(outputs)))
+    if args:
+        return None
     read = lambda name: [open(os.path.join(out, "%s-rank%d" % (name, r))).read()
-                         for r in range(len(NODES))]
+                         for r in range(len(roots))]
     return read("start"), read("digest")
 
 
@@ -124,6 +156,19 @@ def test_a_lost_node_resumes_from_its_peer_replica_bit_exactly(tmp_path, python_
     assert digests == reference
 
 
+def test_dcp_loads_a_lost_nodes_data_from_its_peer_replica(tmp_path, python_env):
+    roots = [str(tmp_path / n) for n in NODES[:2]]
+    out = str(tmp_path / "out")
+    launch(python_env, roots, out, 0, args=lambda r: ["dcp", roots[r], out, "save"])
+    # DCP writes a replicated tensor once (rank 0, node a); its copy is on node b.
+    assert os.path.isdir(os.path.join(roots[1], ".peer-replicas"))
+    shutil.rmtree(roots[0])
+    launch(python_env, roots, out, 0, args=lambda r: ["dcp", roots[r], out, "load"])
+    assert [open(os.path.join(out, "dcp-rank%d" % r)).read() for r in range(2)] == ["same"] * 2
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "worker":
+    if sys.argv[1] == "dcp":
+        dcp_worker(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif sys.argv[1] == "worker":
         worker(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "1")

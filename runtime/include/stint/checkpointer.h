@@ -422,8 +422,13 @@ class Checkpointer {
   }
 
   // Committed steps on tier 1, oldest first. (Tier 2 may hold more: see
-  // ListReplicated; Load considers every tier.)
+  // ListReplicated; Load considers every tier.) With several ranks on
+  // node-local roots: the steps the job's nodes hold.
   virtual Result<std::vector<uint64_t>> ListCommitted() = 0;
+  // A reader of committed tier-1 `step` as Load sees it: on node-local
+  // roots, the files this node lacks are read from the job's other nodes.
+  // It must not outlive this Checkpointer.
+  virtual Result<std::unique_ptr<CheckpointReader>> OpenReader(uint64_t step) = 0;
   // Committed steps on tier 2, oldest first; empty without a replica_root.
   virtual Result<std::vector<uint64_t>> ListReplicated() = 0;
   // Moves a tier-1 checkpoint that failed to load out of the way, to
