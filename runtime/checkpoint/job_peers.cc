@@ -20,6 +20,9 @@ namespace {
 
 using json = nlohmann::json;
 
+// What a rank's record says once its Checkpointer has closed.
+constexpr char kClosedRecord[] = "closed";
+
 std::string Getenv(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr ? v : "";
@@ -80,9 +83,10 @@ JobPeers::JobPeers(const CheckpointOptions& options, std::unique_ptr<PeerFileSer
     : options_(options), server_(std::move(server)), domain_(Getenv("STINT_FAILURE_DOMAIN")) {}
 
 JobPeers::~JobPeers() {
-  // Best effort: a record left behind names a server that is gone, which a
-  // reader passes over.
-  options_.commit_channel->Delete(PeerKey(options_, options_.rank)).IgnoreError();
+  // Not deleted: a rank still listing the job's steps (Refresh, partial)
+  // would wait out its deadline for a record that never comes. Best effort:
+  // a record left naming a server that is gone is passed over by readers.
+  options_.commit_channel->Set(PeerKey(options_, options_.rank), kClosedRecord).IgnoreError();
 }
 
 Result<std::unique_ptr<JobPeers>> JobPeers::Start(const CheckpointOptions& options, Env* env,
@@ -113,7 +117,10 @@ Status JobPeers::Refresh(std::chrono::steady_clock::time_point deadline, bool pa
   std::vector<int> missing;
   for (int r = 0; r < options_.world_size; ++r) {
     STINT_ASSIGN_OR_RETURN(values[r], options_.commit_channel->WaitFor(keys[r], deadline));
-    if (!values[r]) missing.push_back(r);
+    if (!values[r] && !partial) missing.push_back(r);
+    // A closed rank serves nothing, and waiting would only outlast a rank
+    // that failed and left: it is an answer, not a peer.
+    if (values[r] && *values[r] == kClosedRecord) values[r].reset();
   }
   if (!missing.empty() && !partial) {
     std::string named;

@@ -50,7 +50,11 @@ class JobPeers {
   // Reads every rank's record (waiting for those not yet published until
   // `deadline`) and keeps one client per other node: the lowest rank's.
   // kDeadlineExceeded naming the ranks that never published, unless
-  // `partial`: then the nodes of the records found by the deadline.
+  // `partial`: then the nodes of the records found by the deadline. A rank
+  // whose Checkpointer closed leaves a record saying so, kept rather than
+  // deleted: it answers at once (that rank serves nothing), so no refresh
+  // waits out its deadline for a rank that has left. A Checkpointer opened
+  // again under the same prefix replaces it.
   Status Refresh(std::chrono::steady_clock::time_point deadline, bool partial = false);
   // The other nodes as last refreshed, by node name.
   std::vector<Peer> peers() const;

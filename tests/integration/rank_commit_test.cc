@@ -139,16 +139,18 @@ TEST_F(RankCommitTest, EveryRankCommitsOneCheckpointThatLoadsAtOtherWorldSizes) 
 
 // Once every rank has its outcome, the save's keys are gone from the store
 // (the last rank done with them deletes them), whether it committed or not:
-// only the start barriers' counters of rank_saver are left.
+// only the start barriers' counters of rank_saver and each rank's closed
+// file-service record (job_peers.h) are left.
 TEST_F(RankCommitTest, AFinishedSaveLeavesNoKeysInTheStore) {
   auto runs = Run("save", 3, 10);
   for (const auto& r : runs) ASSERT_TRUE(r.ok()) << All(runs);
   EXPECT_FALSE(store_->check({"stint-ckpt/rank-saver/save-0-step-10/tmp"}));
   EXPECT_FALSE(store_->check({"stint-ckpt/rank-saver/save-0-step-10/done"}));
-  EXPECT_EQ(store_->getNumKeys(), 1) << "save-ready-10 and nothing else";
+  EXPECT_EQ(store_->getNumKeys(), 1 + 3) << "save-ready-10, 3 closed records and nothing else";
   runs = Run("save", 3, 11, {{1, "enospc"}});
   for (const auto& r : runs) ASSERT_FALSE(r.ok()) << All(runs);
-  EXPECT_EQ(store_->getNumKeys(), 2) << "save-ready-10, save-ready-11 and nothing else";
+  EXPECT_EQ(store_->getNumKeys(), 2 + 3)
+      << "save-ready-10, save-ready-11, 3 closed records and nothing else";
   EXPECT_EQ(Committed(), std::vector<uint64_t>{10});
 }
 

@@ -18,8 +18,8 @@
 // rank's data file); "kill@N": SIGKILL itself at its N-th operation (file
 // system or channel), so the test can stop a rank at any point of a save;
 // "slowread@MS": the first file this rank opens to read takes MS ms more (a
-// rank whose load is slow); "slowwrite@MS": the same for the first file it
-// opens to write (a rank whose persist is slow); "eio@BYTES": this rank's writes fail with EIO
+// rank whose load is slow); "slowwrite@MS": the same for the first data file
+// (*.stint) it opens to write (a rank whose persist is slow); "eio@BYTES": this rank's writes fail with EIO
 // once BYTES were written (a failing disk mid-save); "eioread@SUFFIX":
 // opening a file whose path ends with SUFFIX to read fails with EIO (an
 // unreadable file of one step, e.g. "step-00000004/rank-00001.stint");
@@ -88,7 +88,8 @@ class KillingEnv final : public EnvWrapper {
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
                                                         const FileOptions& options) override {
     killer_->Tick();
-    if (!write_delayed_.exchange(true)) std::this_thread::sleep_for(write_delay_);  // the fault
+    const bool data = path.size() > 6 && path.compare(path.size() - 6, 6, ".stint") == 0;
+    if (data && !write_delayed_.exchange(true)) std::this_thread::sleep_for(write_delay_);  // the fault
     return EnvWrapper::NewWritableFile(path, options);
   }
   Status CreateDir(const std::string& path) override {

@@ -58,6 +58,7 @@ _OPTIONS = {
     "io_size": 4 << 20, "threads": 0, "process_group": None, "collective": None,
     "commit_timeout": 0.0, "snapshot": "auto", "cuda": None, "incremental": False,
     "read_only": False, "lock_wait": 0.0, "fencing": True,
+    "node_id": "", "peer_replicas": 0, "peer_replica_dir": "",
 }
 
 
