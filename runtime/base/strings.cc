@@ -1,6 +1,8 @@
 #include "base/strings.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cstdint>
 #include <cstdio>
 
 namespace stint {
@@ -56,6 +58,23 @@ size_t Utf8CharLength(std::string_view s, size_t i) {
 }
 
 }  // namespace
+
+bool AllDigits(std::string_view s) {
+  return !s.empty() &&
+         std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
+}
+
+bool ParseDecimalU64(std::string_view s, uint64_t* out) {
+  if (!AllDigits(s) || s.size() > 20) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    const uint64_t d = static_cast<uint64_t>(c - '0');
+    if (v > (UINT64_MAX - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  *out = v;
+  return true;
+}
 
 bool IsValidUtf8(std::string_view s) {
   for (size_t i = 0; i < s.size();) {

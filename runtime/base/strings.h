@@ -1,6 +1,7 @@
 // Small string helpers shared by the runtime's tools: byte counts for people,
-// whitespace trimming for hand-written files (token files, traces), and
-// UTF-8 checks and repair for text JSON must carry.
+// whitespace trimming for hand-written files (token files, traces), strict
+// decimal numbers (URLs, ranges, step names), and UTF-8 checks and repair
+// for text JSON must carry.
 // Pure functions.
 #ifndef STINT_RUNTIME_BASE_STRINGS_H_
 #define STINT_RUNTIME_BASE_STRINGS_H_
@@ -16,6 +17,13 @@ std::string HumanBytes(uint64_t n);
 
 // `s` without leading and trailing spaces, tabs, CRs and LFs.
 std::string Trim(const std::string& s);
+
+// Whether `s` is a non-empty run of ASCII digits.
+bool AllDigits(std::string_view s);
+
+// `s` as a whole decimal number: digits only (no sign, space or "0x"), at
+// most 20 of them, fitting in uint64_t. False, `*out` untouched, otherwise.
+bool ParseDecimalU64(std::string_view s, uint64_t* out);
 
 // Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code
 // points past U+10FFFF): what a JSON string may hold.

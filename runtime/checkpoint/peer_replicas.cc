@@ -73,6 +73,8 @@ Replicator::Target PeerReplicaTarget(const CheckpointOptions& options, Env* env,
   t.keep_every = options.keep_every;
   t.verify = true;
   t.what = "peer replica on node '" + options.node_id + "'";
+  // A node publishes its part once it learns of the commit, well within it.
+  t.source_patience = CommitTimeout(options, 0);
   const std::string me = options.node_id;
   const int copies = PeerCopies(options);
   t.select = [&options, peers, me, copies](const Manifest& m) {

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/channel_poll.h"
 #include "base/clock.h"
 #include "checkpoint/commit.h"
 #include "checkpoint/retention.h"
@@ -320,8 +321,15 @@ Status Replicator::Replicate(const Job& job) {
     }
   }
   const bool nothing = ro.only_files && ro.only_files->empty();
-  if (s.ok() && !nothing) {
+  const Clock::time_point patience_end = Clock::now() + target_.source_patience;
+  auto pause = std::chrono::milliseconds(2);
+  while (s.ok() && !nothing) {
     s = ReplicateCheckpoint(src_env_, src_root_, target_.env, target_.root, job.step, ro, &bytes);
+    if (s.code() != Code::kNotFound || NewerQueuedOrStopping() ||
+        !PauseBeforeNextPoll(patience_end, &pause)) {
+      break;
+    }
+    s = Status::OK();  // not published yet: again
   }
   source_guard_->Release();
   if (s.code() == Code::kNotFound) {
@@ -349,6 +357,11 @@ Status Replicator::Replicate(const Job& job) {
                               std::to_string(job.step)));
   }
   return s;
+}
+
+bool Replicator::NewerQueuedOrStopping() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stopping_ || !queue_.empty();
 }
 
 void Replicator::RecordError(const Status& s) {

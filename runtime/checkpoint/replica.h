@@ -97,6 +97,10 @@ class Replicator {
     std::function<std::optional<std::set<std::string>>(const Manifest&)> select;
     // After a step is committed at the target.
     std::function<void(uint64_t step)> committed;
+    // How long a file missing at the source is waited for before the step
+    // counts as removed by retention: a peer node publishes its part of a
+    // step only after the commit that queued it here.
+    std::chrono::milliseconds source_patience{0};
   };
   Replicator(const CheckpointOptions& options, RetentionGuard* source_guard, Env* source_env,
              Target target);
@@ -132,6 +136,8 @@ class Replicator {
   // Copies one step and applies tier-2 retention; the step's outcome.
   Status Replicate(const Job& job);
   void RecordError(const Status& s);
+  // Whether a newer step waits (this one is superseded) or the loop stops.
+  bool NewerQueuedOrStopping();
   // Takes the replica root's writer lock unless held (creating the root and
   // removing leftovers, as Checkpointer::Open does for `root`).
   Status LockReplicaRoot();

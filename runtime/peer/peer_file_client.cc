@@ -10,6 +10,8 @@
 #include <thread>
 #include <utility>
 
+#include "base/strings.h"
+
 namespace stint {
 namespace {
 
@@ -21,22 +23,7 @@ constexpr size_t kMaxIdle = 8;
 // Of an error answer's body, what goes into the message.
 constexpr size_t kMaxErrorBody = 4096;
 
-bool AllDigits(const std::string& s) {
-  return !s.empty() &&
-         std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
-}
 
-bool ParseU64(const std::string& s, uint64_t* out) {
-  if (!AllDigits(s) || s.size() > 20) return false;
-  uint64_t v = 0;
-  for (char c : s) {
-    const uint64_t d = static_cast<uint64_t>(c - '0');
-    if (v > (UINT64_MAX - d) / 10) return false;
-    v = v * 10 + d;
-  }
-  *out = v;
-  return true;
-}
 
 // "http://host:port[/]" or "http://[v6]:port[/]".
 Status ParsePeerUrl(const std::string& url, std::string* host, int* port) {
@@ -64,7 +51,7 @@ Status ParsePeerUrl(const std::string& url, std::string* host, int* port) {
   }
   if (host->empty() || host->find_first_of("/?#@") != std::string::npos) return bad("bad host");
   uint64_t p = 0;
-  if (!ParseU64(port_text, &p) || p < 1 || p > 65535) return bad("port not in 1..65535");
+  if (!ParseDecimalU64(port_text, &p) || p < 1 || p > 65535) return bad("port not in 1..65535");
   *port = static_cast<int>(p);
   return Status::OK();
 }
@@ -77,9 +64,9 @@ bool ParseContentRange(const std::string& v, uint64_t* first, uint64_t* last, ui
   const size_t dash = spec.find('-');
   const size_t slash = spec.find('/');
   if (dash == std::string::npos || slash == std::string::npos || slash < dash) return false;
-  return ParseU64(spec.substr(0, dash), first) &&
-         ParseU64(spec.substr(dash + 1, slash - dash - 1), last) &&
-         ParseU64(spec.substr(slash + 1), total) && *first <= *last && *last < *total;
+  return ParseDecimalU64(spec.substr(0, dash), first) &&
+         ParseDecimalU64(spec.substr(dash + 1, slash - dash - 1), last) &&
+         ParseDecimalU64(spec.substr(slash + 1), total) && *first <= *last && *last < *total;
 }
 
 // Segments reach the server percent-decoded; encoding keeps a name with '%',
@@ -269,7 +256,7 @@ Result<std::vector<std::string>> PeerFileClient::ListSteps() {
       return Status::DataLoss(what + ": a step without \"dir\": " + Shorten(s.dump()));
     }
     const std::string dir = s["dir"];
-    if (dir.compare(0, 5, "step-") != 0 || !ParseU64(dir.substr(5), &n)) {
+    if (dir.compare(0, 5, "step-") != 0 || !ParseDecimalU64(dir.substr(5), &n)) {
       return Status::DataLoss(what + ": '" + Shorten(dir) + "' is not a step directory");
     }
     steps.emplace_back(n, dir);

@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/strings.h"
+
 namespace stint {
 namespace {
 
@@ -31,10 +33,6 @@ constexpr size_t kTransferBuffer = size_t{1} << 20;
 // readers, with room to spare; beyond it connections wait their turn.
 constexpr size_t kMaxConnectionThreads = 64;
 
-bool AllDigits(const std::string& s) {
-  return !s.empty() &&
-         std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
-}
 
 bool ValidStepDir(const std::string& s) {
   return s.size() > 5 && s.compare(0, 5, "step-") == 0 && AllDigits(s.substr(5));
@@ -58,18 +56,6 @@ bool SameSecret(const std::string& got, const std::string& want) {
   return diff == 0;
 }
 
-// A whole number that fits in uint64_t.
-bool ParseU64(const std::string& s, uint64_t* out) {
-  if (!AllDigits(s) || s.size() > 20) return false;
-  uint64_t v = 0;
-  for (char c : s) {
-    const uint64_t d = static_cast<uint64_t>(c - '0');
-    if (v > (UINT64_MAX - d) / 10) return false;
-    v = v * 10 + d;
-  }
-  *out = v;
-  return true;
-}
 
 // "bytes=a-b" or "bytes=a-": one range with a start. Suffix ranges
 // ("bytes=-n") and lists are refused: a peer always knows what it wants.
@@ -79,14 +65,14 @@ bool ParseRange(const std::string& header, uint64_t* first, std::optional<uint64
   const std::string spec = header.substr(sizeof(kUnit) - 1);
   const size_t dash = spec.find('-');
   if (dash == std::string::npos) return false;
-  if (!ParseU64(spec.substr(0, dash), first)) return false;
+  if (!ParseDecimalU64(spec.substr(0, dash), first)) return false;
   const std::string tail = spec.substr(dash + 1);
   if (tail.empty()) {
     last->reset();
     return true;
   }
   uint64_t l = 0;
-  if (!ParseU64(tail, &l) || l < *first) return false;
+  if (!ParseDecimalU64(tail, &l) || l < *first) return false;
   *last = l;
   return true;
 }
@@ -246,7 +232,7 @@ void PeerFileServer::Impl::HandleSteps(httplib::Response& res) {
     std::vector<std::pair<uint64_t, std::string>> committed;
     for (const std::string& name : *children) {
       uint64_t step = 0;
-      if (!ValidStepDir(name) || !ParseU64(name.substr(5), &step)) continue;
+      if (!ValidStepDir(name) || !ParseDecimalU64(name.substr(5), &step)) continue;
       if (!env->FileExists(*dir + "/" + name + "/" + kManifest)) continue;
       committed.emplace_back(step, name);
     }

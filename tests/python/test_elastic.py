@@ -31,9 +31,10 @@ pytestmark = pytest.mark.skipif(not os.path.exists(STINTD), reason="stintd is no
 
 
 class Stintd:
-    """tls: (cert, key, ca) files to serve https with (the CA verifies it)."""
+    """tls: (cert, key, ca) files to serve https with (the CA verifies it);
+    args: more of stintd's options."""
 
-    def __init__(self, work, tls=None):
+    def __init__(self, work, tls=None, args=()):
         env = dict(os.environ, STINTD_ADMIN_TOKEN=ADMIN, STINTD_WORKER_TOKEN=WORKER)
         self.log = open(os.path.join(work, "stintd.log"), "w")
         tls_args = ["--tls-cert", tls[0], "--tls-key", tls[1]] if tls else []
@@ -41,7 +42,7 @@ class Stintd:
         self.proc = subprocess.Popen(
             [STINTD, "--listen", "127.0.0.1:0", "--db", os.path.join(work, "stintd.db"), "--tick-seconds", "0.05",
              "--lease-ttl-seconds", "3", "--rendezvous-last-call-seconds", "1", "--start-grace-seconds", "120"]
-            + tls_args,
+            + tls_args + list(args),
             stdout=subprocess.PIPE, stderr=self.log, env=env, text=True)
         line = self.proc.stdout.readline()
         m = re.search(r"listening on ([\d.]+):(\d+)", line)
