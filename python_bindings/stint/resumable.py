@@ -161,8 +161,8 @@ class Resumable:
         self.last_plan: Optional[_C.PreemptionPlan] = None
         self.resume_skipped: List[str] = []
         self.last_durable_step: Optional[int] = None
-        # The last emergency checkpoint: seconds from the agreed stop to
-        # durable and on its replicas (tier 2; on node-local roots, this
+        # The last emergency checkpoint: seconds from the notice (as this
+        # rank's watcher received it) to durable and on its replicas (tier 2; on node-local roots, this
         # node's part held by its peers); None when it did not get there.
         self.notice_to_replicas_seconds: Optional[float] = None
         self._last_saved_step: Optional[int] = None
@@ -338,6 +338,8 @@ class Resumable:
                 reason += "; not saving: the checkpoint does not fit the grace on another rank"
             if save:
                 started = time.monotonic()
+                notice = watcher.notice()
+                noticed = started - (notice.seconds_since_received if notice is not None else 0.0)
                 try:
                     self.save(step, wait=True)
                 except _C.Error as e:
@@ -348,7 +350,7 @@ class Resumable:
                     try:
                         self.checkpointer.flush_replication(
                             max(0.0, plan.remaining_seconds - (time.monotonic() - started)))
-                        self.notice_to_replicas_seconds = time.monotonic() - started
+                        self.notice_to_replicas_seconds = time.monotonic() - noticed
                     except _C.Error as e:
                         reason += ("; the emergency checkpoint is durable but not yet on its "
                                    "replicas: %s" % e)

@@ -374,8 +374,9 @@ Result<StepAction> ResumableTraining::StepBoundary(uint64_t step, std::optional<
         Status replicated =
             checkpointer_->FlushReplication(std::max(budget, std::chrono::milliseconds(0)));
         if (replicated.ok()) {
+          // From the notice, not the save: what the grace had to cover.
           action.notice_to_replicas_seconds = std::chrono::duration<double>(
-              std::chrono::steady_clock::now() - started).count();
+              std::chrono::steady_clock::now() - notice.received).count();
         } else {
           action.plan.reason += "; the emergency checkpoint is durable but not yet on its "
                                 "replicas: " + replicated.ToString();

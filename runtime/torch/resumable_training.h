@@ -129,9 +129,10 @@ struct StepAction {
   bool exit = false;   // preempted: stop training and exit with exit_code
   int exit_code = 0;
   PreemptionPlan plan;  // when preempted
-  // The emergency checkpoint: seconds from the stop to durable and on its
-  // replicas (tier 2; on node-local roots, this node's part on its peers);
-  // unset when it did not get there within the grace.
+  // The emergency checkpoint: seconds from the notice (as this rank received
+  // it; a rank that learned it from another, the step boundary that did) to
+  // durable and on its replicas (tier 2; on node-local roots, this node's
+  // part on its peers); unset when it did not get there within the grace.
   std::optional<double> notice_to_replicas_seconds;
 };
 

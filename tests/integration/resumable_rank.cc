@@ -7,8 +7,9 @@
 // The ranks meet on the parent's TCPStore at 127.0.0.1:PORT (the c10d group
 // and the commit channel). Each trains the same small model on the same data
 // to step TOTAL, saving only on a preemption notice and at the end. Prints
-// "resumed S", "ready" three steps after it, then "stopped S saved B exit E"
-// (preempted) or "finished S digest D". Exit: the StepAction's exit code
+// "resumed S", "ready" three steps after it, then "stopped S saved B
+// on_replicas_ms M exit E" (preempted; M: notice to durable and replicated,
+// -1 when not) or "finished S digest D". Exit: the StepAction's exit code
 // (75) when preempted, 0 when finished, 1 on an error (printed).
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -16,6 +17,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -84,8 +86,12 @@ int Run(int argc, char** argv) {
     auto action = (*run)->StepBoundary(step);
     if (!action.ok()) return Fail("step boundary", action.status());
     if (action->exit) {
-      std::printf("stopped %llu saved %d exit %d (%s)\n", static_cast<unsigned long long>(step),
-                  action->saved ? 1 : 0, action->exit_code, action->plan.reason.c_str());
+      const long long on_replicas_ms =
+          action->notice_to_replicas_seconds ? std::llround(*action->notice_to_replicas_seconds * 1000)
+                                             : -1;
+      std::printf("stopped %llu saved %d on_replicas_ms %lld exit %d (%s)\n",
+                  static_cast<unsigned long long>(step), action->saved ? 1 : 0, on_replicas_ms,
+                  action->exit_code, action->plan.reason.c_str());
       std::fflush(stdout);
       return action->exit_code;
     }

@@ -88,6 +88,9 @@ TEST(ResumableRanksTest, ASigtermToOneRankStopsBothAtOneStepWithOneCheckpoint) {
   EXPECT_EQ(Field(out1, "stopped", "stopped"), stopped) << Output(first);
   EXPECT_EQ(Field(out0, "stopped", "saved"), 1) << Output(first);
   EXPECT_EQ(Field(out1, "stopped", "saved"), 1) << Output(first);
+  // Notice to durable and on its replicas (none here: durable is enough), a figure on both.
+  EXPECT_GE(Field(out0, "stopped", "on_replicas_ms"), 0) << Output(first);
+  EXPECT_GE(Field(out1, "stopped", "on_replicas_ms"), 0) << Output(first);
   auto committed = ListCheckpointSteps(Env::Default(), root);
   ASSERT_OK(committed.status());
   EXPECT_EQ(*committed, std::vector<uint64_t>{uint64_t(stopped)});  // the agreed emergency one

@@ -6,6 +6,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -51,11 +52,16 @@ def test_preempt_and_resume_in_process(root):
         step += 1
         run.user_state["tokens"] += 4
         if step == 6:
+            noticed = time.monotonic()
             run.watcher.notify("test", 60)
+            ahead = run.watcher.notice().seconds_since_received
         if run.step_boundary(step):
             break
+    stopped = time.monotonic()
     assert step == 6 and run.exit_code == stint.EXIT_REQUEUE
     assert plans and plans[0].save and run.last_durable_step == 6
+    # Notice -> durable and replicated, counted from the notice itself.
+    assert ahead <= run.notice_to_replicas_seconds <= stopped - noticed
     assert run.checkpointer.list_committed() == [4, 6]
     expected = {k: v.clone() for k, v in parts[0].state_dict().items()}
     for _ in range(3):  # what the uninterrupted run does next
