@@ -20,6 +20,7 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdlib>
 #include <functional>
@@ -351,6 +352,23 @@ void BindProgressReporter(py::module_& m) {
              std::optional<uint64_t> samples) { r.Report(step, loss, samples); },
           py::arg("step"), py::arg("loss") = py::none(), py::arg("samples") = py::none(),
           "The newest finished step, its loss and the samples so far; never blocks.")
+      .def(
+          "report_checkpoint",
+          [](ProgressReporter& r, uint64_t step, double seconds,
+             std::optional<double> notice_to_replicas_seconds) {
+            if (!std::isfinite(seconds) || seconds < 0 ||
+                (notice_to_replicas_seconds && (!std::isfinite(*notice_to_replicas_seconds) ||
+                                                *notice_to_replicas_seconds < 0))) {
+              ThrowStatus(Status::InvalidArgument(
+                  "report_checkpoint: seconds and notice_to_replicas_seconds must be finite "
+                  "numbers >= 0"));
+            }
+            r.ReportCheckpoint(step, seconds, notice_to_replicas_seconds);
+          },
+          py::arg("step"), py::arg("seconds"), py::arg("notice_to_replicas_seconds") = py::none(),
+          "A durable checkpoint of `step` that took `seconds`; for an emergency one the seconds "
+          "from the notice to durable and on its replicas (stintd keeps it as the segment's "
+          "figure). Sent at once from the reporter's thread; never blocks.")
       .def_property_readonly(
           "interval_seconds",
           [](const ProgressReporter& r) {

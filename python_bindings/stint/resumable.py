@@ -345,6 +345,7 @@ class Resumable:
                 except _C.Error as e:
                     reason += "; emergency checkpoint failed: %s" % e
                 else:
+                    durable_seconds = time.monotonic() - started
                     # On node-local roots this node's disk may go with it:
                     # the checkpoint counts once a peer holds this node's part.
                     try:
@@ -354,6 +355,9 @@ class Resumable:
                     except _C.Error as e:
                         reason += ("; the emergency checkpoint is durable but not yet on its "
                                    "replicas: %s" % e)
+                    if self._progress is not None:  # stintd's figure of this segment
+                        self._progress.report_checkpoint(step, durable_seconds,
+                                                         self.notice_to_replicas_seconds)
             else:
                 # No time for a new one; let a save in flight finish if it can.
                 try:

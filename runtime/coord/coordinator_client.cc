@@ -436,12 +436,19 @@ Status CoordinatorClient::ReportProgress(uint64_t step, std::optional<double> re
 }
 
 Status CoordinatorClient::ReportCheckpoint(uint64_t step, double seconds,
-                                           std::optional<uint64_t> bytes) {
+                                           std::optional<uint64_t> bytes,
+                                           std::optional<double> notice_to_replicas_seconds) {
   if (!std::isfinite(seconds) || seconds < 0) {
     return Status::InvalidArgument("ReportCheckpoint: seconds must be a finite number >= 0");
   }
+  if (notice_to_replicas_seconds &&
+      (!std::isfinite(*notice_to_replicas_seconds) || *notice_to_replicas_seconds < 0)) {
+    return Status::InvalidArgument(
+        "ReportCheckpoint: notice_to_replicas_seconds must be a finite number >= 0");
+  }
   Json body{{"step", step}, {"seconds", seconds}};
   if (bytes) body["bytes"] = *bytes;
+  if (notice_to_replicas_seconds) body["notice_to_replicas_seconds"] = *notice_to_replicas_seconds;
   STINT_ASSIGN_OR_RETURN(WorkerRegistration reg, RequireRegistration());
   return PostWorker(http_.get(), reg, "checkpoint", std::move(body));
 }

@@ -2,6 +2,7 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -25,6 +26,19 @@ class ProgressReporter::Impl {
   }
 
   internal::ProgressCell& cell() { return cell_; }
+
+  struct CheckpointReport {
+    uint64_t step;
+    double seconds;
+    std::optional<double> notice_to_replicas_seconds;
+  };
+  void QueueCheckpoint(CheckpointReport report) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      checkpoint_ = report;
+    }
+    cv_.notify_all();
+  }
   std::chrono::milliseconds interval() const { return interval_; }
 
   Status last_error() const {
@@ -36,9 +50,19 @@ class ProgressReporter::Impl {
   void Loop() {
     bool stop = false;
     while (!stop) {
+      std::optional<CheckpointReport> checkpoint;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        stop = cv_.wait_for(lock, interval_, [this] { return stopping_; });
+        cv_.wait_for(lock, interval_, [this] { return stopping_ || checkpoint_.has_value(); });
+        stop = stopping_;
+        checkpoint.swap(checkpoint_);
+      }
+      if (checkpoint) {
+        Status sent = client_->ReportCheckpoint(checkpoint->step, checkpoint->seconds,
+                                                std::nullopt,
+                                                checkpoint->notice_to_replicas_seconds);
+        std::lock_guard<std::mutex> lock(mu_);
+        last_error_ = sent;
       }
       // One more beat on the way out: the last steps' loss is not lost.
       const WorkerProgress p = cell_.Take();
@@ -55,6 +79,7 @@ class ProgressReporter::Impl {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
+  std::optional<CheckpointReport> checkpoint_;  // not sent yet
   Status last_error_;
   std::thread thread_;  // last: started once everything above exists
 };
@@ -85,6 +110,11 @@ void ProgressReporter::Report(uint64_t step, std::optional<double> loss,
   cell.SetStep(step);
   if (loss) cell.SetLoss(*loss, step);
   if (samples) cell.SetSamples(*samples);
+}
+
+void ProgressReporter::ReportCheckpoint(uint64_t step, double seconds,
+                                        std::optional<double> notice_to_replicas_seconds) {
+  impl_->QueueCheckpoint({step, seconds, notice_to_replicas_seconds});
 }
 
 Status ProgressReporter::last_error() const { return impl_->last_error(); }

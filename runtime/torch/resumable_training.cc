@@ -366,6 +366,8 @@ Result<StepAction> ResumableTraining::StepBoundary(uint64_t step, std::optional<
       const auto started = std::chrono::steady_clock::now();
       Status s = SaveNow(step, /*wait_durable=*/true);
       if (s.ok()) {
+        const double durable_seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         // On node-local roots this node's disk may go with it: the
         // checkpoint counts once its peer replicas hold this node's part.
         auto budget = std::chrono::milliseconds(int64_t(action.plan.remaining_seconds * 1000)) -
@@ -380,6 +382,10 @@ Result<StepAction> ResumableTraining::StepBoundary(uint64_t step, std::optional<
         } else {
           action.plan.reason += "; the emergency checkpoint is durable but not yet on its "
                                 "replicas: " + replicated.ToString();
+        }
+        // stintd's figure of this segment (under stint-agent).
+        if (progress_ != nullptr) {
+          progress_->ReportCheckpoint(step, durable_seconds, action.notice_to_replicas_seconds);
         }
       }
       action.saved = s.ok();

@@ -180,6 +180,7 @@ ClusterState RichState() {
   g.last_step_ms = kNever;
   g.checkpoint_seconds = 12.5;
   g.external_id = "slurm:4003";
+  g.notice_to_replicas_seconds = 7.25;
   s.segments[g.id] = g;
   Segment g2;  // no allocations at all
   g2.id = 78;
@@ -404,6 +405,8 @@ void ExpectSame(const Segment& a, const Segment& b) {
   EXPECT_EQ(a.last_step_ms, b.last_step_ms);
   ExpectSameDouble(a.checkpoint_seconds, b.checkpoint_seconds, "segment checkpoint_seconds");
   EXPECT_EQ(a.external_id, b.external_id);
+  ExpectSameDouble(a.notice_to_replicas_seconds, b.notice_to_replicas_seconds,
+                   "segment notice_to_replicas_seconds");
 }
 
 void ExpectSame(const EvalTask& a, const EvalTask& b) {
@@ -777,15 +780,15 @@ TEST(StoreOpen, NewerSchemaVersionIsRefusedAndTheFileLeftAsItWas) {
     ClusterState s = RichState();
     ASSERT_OK(store->Save(s, All(s)));
   }
-  ASSERT_EQ(RawSql(path, "PRAGMA user_version=12; PRAGMA user_version"), "12");
+  ASSERT_EQ(RawSql(path, "PRAGMA user_version=13; PRAGMA user_version"), "13");
   const std::string bytes = ReadWholeFile(path);
   auto store = Store::Open(path);
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), Code::kFailedPrecondition) << store.status().ToString();
   EXPECT_NE(store.status().message().find(path), std::string::npos) << store.status().ToString();
-  EXPECT_NE(store.status().message().find("version 12"), std::string::npos)
+  EXPECT_NE(store.status().message().find("version 13"), std::string::npos)
       << store.status().ToString();
-  EXPECT_NE(store.status().message().find("1 to 11"), std::string::npos)
+  EXPECT_NE(store.status().message().find("1 to 12"), std::string::npos)
       << store.status().ToString();
   EXPECT_TRUE(ReadWholeFile(path) == bytes) << "a refused open changed the file";
   EXPECT_FALSE(Exists(path + "-wal"));
@@ -902,7 +905,7 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
     ASSERT_NE(store, nullptr);
   }
   EXPECT_EQ(RawSql(path, "PRAGMA journal_mode"), "wal");
-  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "11");
+  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "12");
   EXPECT_EQ(RawSql(path, "PRAGMA quick_check"), "ok");
   // Reopened as often as wanted.
   for (int i = 0; i < 3; ++i) {
@@ -919,7 +922,8 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
 // a version-5 file the windows columns node and node_gpus, empty, a
 // version-6 file jobs.launch, segments.placement and windows.node_addr.
 // What a file older than version 6 lacks (the node of a window).
-#define kDropVersion11 " ALTER TABLE segments DROP COLUMN external_id;"
+#define kDropVersion12 " ALTER TABLE segments DROP COLUMN notice_to_replicas_seconds;"
+#define kDropVersion11 kDropVersion12 " ALTER TABLE segments DROP COLUMN external_id;"
 #define kDropVersion10                                                                           \
   kDropVersion11                                                                                 \
   " ALTER TABLE pools DROP COLUMN pricing; ALTER TABLE pools DROP COLUMN price_per_gpu_hour;"    \
@@ -956,7 +960,7 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
                                   bool had_dropped = false, bool had_secrets = false,
                                   bool had_nodes = false, bool had_launch = false,
                                   bool had_crashes = false, bool had_shrinks = false,
-                                  bool had_prices = false) {
+                                  bool had_prices = false, bool had_external = false) {
   TempDir dir;
   const std::string path = dir.Sub("stintd.db");
   ClusterState s = RichState();
@@ -1040,8 +1044,12 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
     }
     s.price_rules = {};
   }
-  // No file before version 11 named a segment's executor id.
-  for (auto& [id, seg] : s.segments) seg.external_id.clear();
+  // No file before version 11 named a segment's executor id, none before
+  // 12 held a notice-to-replicas figure.
+  for (auto& [id, seg] : s.segments) {
+    if (!had_external) seg.external_id.clear();
+    seg.notice_to_replicas_seconds = -1;
+  }
   {
     auto store = OpenOrDie(path);
     ASSERT_NE(store, nullptr);
@@ -1051,7 +1059,7 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
     s = RichState();
     ASSERT_OK(store->Save(s, All(s)));
   }
-  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "11");
+  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "12");
   auto store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
   Result<ClusterState> loaded = store->Load();
@@ -1129,6 +1137,15 @@ TEST(StoreOpen, VersionTenFileIsMigratedKeepingItsRows) {
                                /*had_service=*/true, /*had_dropped=*/true,
                                /*had_secrets=*/true, /*had_nodes=*/true, /*had_launch=*/true,
                                /*had_crashes=*/true, /*had_shrinks=*/true, /*had_prices=*/true);
+}
+
+// Version 11 kept no segment's notice-to-replicas figure.
+TEST(StoreOpen, VersionElevenFileIsMigratedKeepingItsRows) {
+  ExpectMigratedKeepingItsRows(kDropVersion12, "11", /*had_rendezvous=*/true,
+                               /*had_service=*/true, /*had_dropped=*/true,
+                               /*had_secrets=*/true, /*had_nodes=*/true, /*had_launch=*/true,
+                               /*had_crashes=*/true, /*had_shrinks=*/true, /*had_prices=*/true,
+                               /*had_external=*/true);
 }
 
 // Version 6 knew no launch specs, placements or node addresses.

@@ -2,12 +2,14 @@
 step_boundary(step, loss=...) and stint::ResumableTraining::StepBoundary(step,
 loss) in a process with the worker registration stint-agent gives its
 workers, and an ElasticWorker's report_loss. stintd keeps the job's loss curve
-(GET /v1/jobs/{id}/losses) and its pace.
+(GET /v1/jobs/{id}/losses) and its pace. An emergency checkpoint's seconds
+from the notice to durable and on its replicas reach the segment's figure.
 
 Real stintd on loopback, real worker processes; skipped without the binaries.
 """
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -106,6 +108,82 @@ def test_resumable_training_cpp_reports_the_loss_under_stint_agent(tmp_path, pyt
         points = losses_of(stintd, job, 2)
         for step, loss, _, _ in points:
             assert 0 < step <= 30 and 0 < loss < 100, points
+    finally:
+        stintd.stop()
+
+
+# A loop through stint.Resumable that gets a notice at step 5 (its own
+# watcher, as a signal would): the emergency checkpoint, then exit 75.
+NOTICED = r"""
+import sys, torch, stint
+model = torch.nn.Linear(4, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+run = stint.Resumable(sys.argv[1], model=model, optimizer=opt, save_every=0)
+step = run.resume()
+while True:
+    opt.step()
+    step += 1
+    if step == 5:
+        run.watcher.notify("test", 60)
+    if run.step_boundary(step):
+        break
+print("figure", run.notice_to_replicas_seconds, flush=True)
+run.close()
+sys.exit(run.exit_code)
+"""
+
+
+def segment_figure(stintd, job, deadline_s=30):
+    """The job's segment's notice_to_replicas_seconds once reported."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        seg = stintd.call("GET", "/v1/jobs/%d" % job)["segments"][0]
+        if seg["notice_to_replicas_seconds"] is not None:
+            return seg
+        assert time.monotonic() < deadline, seg
+        time.sleep(0.05)
+
+
+def test_an_emergency_checkpoint_reports_notice_to_replicas_to_stintd(tmp_path, python_env):
+    stintd = Stintd(str(tmp_path))
+    try:
+        job = stintd.running_job(gpus=1)
+        env = worker_env(stintd, job, python_env)
+        r = subprocess.run([sys.executable, "-c", NOTICED, str(tmp_path / "ckpt")], env=env,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 75, r.stdout + r.stderr
+        figure = float(r.stdout.split("figure ")[1].split()[0])
+        seg = segment_figure(stintd, job)
+        assert seg["notice_to_replicas_seconds"] == pytest.approx(figure), (seg, r.stdout)
+        assert seg["checkpoint_step"] == 5, seg
+        assert stintd.call("GET", "/v1/jobs/%d" % job)["checkpoint_step"] == 5
+    finally:
+        stintd.stop()
+
+
+@pytest.mark.skipif(not RESUMABLE_TRAINING, reason="$STINT_RESUMABLE_TRAINING is not set")
+def test_resumable_training_cpp_reports_notice_to_replicas_to_stintd(tmp_path, python_env):
+    stintd = Stintd(str(tmp_path))
+    try:
+        job = stintd.running_job(gpus=1)
+        env = worker_env(stintd, job, python_env)
+        p = subprocess.Popen([RESUMABLE_TRAINING, "--ckpt-dir", str(tmp_path / "cpp"),
+                              "--steps", "100000", "--every", "0", "--step-ms", "20"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            # Training, as its heartbeats say: then the notice.
+            deadline = time.monotonic() + 120
+            while stintd.call("GET", "/v1/jobs/%d" % job)["last_step"] < 3:
+                assert p.poll() is None and time.monotonic() < deadline, p.stdout.read()
+                time.sleep(0.05)
+            p.send_signal(signal.SIGTERM)
+            out, _ = p.communicate(timeout=120)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        assert p.returncode == 75, out
+        seg = segment_figure(stintd, job)
+        assert seg["notice_to_replicas_seconds"] >= 0 and seg["checkpoint_step"] >= 3, seg
     finally:
         stintd.stop()
 

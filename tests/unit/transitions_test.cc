@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "util/status_matchers.h"
 
 namespace stint::stintd {
@@ -218,6 +220,31 @@ TEST_F(TransitionsTest, ANoticedSegmentIsFencedAtItsDeadline) {
   ApplyPlan(s_, plan, kT0 + 11'000, &ch);
   EXPECT_EQ(s_.segments.at(seg).deadline_ms, kT0 + 30'000);
   EXPECT_EQ(s_.counters.notices_sent, 1);
+}
+
+// An emergency checkpoint's notice-to-replicas figure: the segment keeps the
+// slowest rank's; a checkpoint without one leaves it; a bad one is refused.
+TEST_F(TransitionsTest, ASegmentKeepsTheSlowestRanksNoticeToReplicasFigure) {
+  const int64_t job = Submit(2);
+  const int64_t seg = Start(job, 2);
+  Worker a = RegisterWorker(s_, job, "host:1", kT0, &c_).value();
+  Worker b = RegisterWorker(s_, job, "host:2", kT0, &c_).value();
+  Changes ch;
+  EXPECT_EQ(s_.segments.at(seg).notice_to_replicas_seconds, -1);
+  ASSERT_OK(ReportCheckpoint(s_, a.id, 10, 1.0, 0, kT0 + 1'000, &ch));
+  EXPECT_EQ(s_.segments.at(seg).notice_to_replicas_seconds, -1);
+  ASSERT_OK(ReportCheckpoint(s_, a.id, 11, 1.0, 0, kT0 + 2'000, &ch, 4.5));
+  ASSERT_OK(ReportCheckpoint(s_, b.id, 11, 1.0, 0, kT0 + 2'000, &ch, 6.25));
+  ASSERT_OK(ReportCheckpoint(s_, a.id, 11, 1.0, 0, kT0 + 2'000, &ch, 5.0));
+  EXPECT_EQ(s_.segments.at(seg).notice_to_replicas_seconds, 6.25);
+  EXPECT_TRUE(ch.segments.count(seg));
+  for (double bad : {-1.0, std::numeric_limits<double>::quiet_NaN(),
+                     std::numeric_limits<double>::infinity()}) {
+    Status s = ReportCheckpoint(s_, a.id, 12, 1.0, 0, kT0 + 3'000, &ch, bad);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("notice_to_replicas_seconds"), std::string::npos) << s.ToString();
+  }
+  EXPECT_EQ(s_.segments.at(seg).notice_to_replicas_seconds, 6.25);
 }
 
 TEST_F(TransitionsTest, LostSegmentsChargeTheWorkSinceTheLastCheckpoint) {

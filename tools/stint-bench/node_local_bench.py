@@ -23,8 +23,10 @@ its part is copied to the other node (peer_replicas=2: the ring a -> b -> a).
                    the same bytes from one file in --dir ("a shared path" on
                    this machine), evicted alike
   stall            the save() call's wall time with peer_replicas=2 against
-                   peer_replicas=1 (no copies), same state: what replication
-                   adds to the training thread
+                   peer_replicas=1 (no copies), same state, saves back to
+                   back (each once the previous one is durable) so the
+                   previous step's copy runs during the next save(): what
+                   replication adds to the training thread
 
 On one machine the "link" is loopback and the "shared path" the same disk,
 so the recovery ratio says what the file service costs against a local read,
@@ -77,26 +79,40 @@ def rank_main(args):
     rank = dist.get_rank()
     rows = args.part_mib * (1 << 20) // (4 * 1024)
     part = torch.randn(rows, 1024, generator=torch.Generator().manual_seed(rank))
-    out = {"stall": [], "durable": [], "replicate": [], "load": []}
-    for replicas in (1, 2):
-        root = os.path.join(args.dir, "r%d" % replicas, NODES[rank])
+    out = {"stall": [], "replicate": [], "load": []}
+    # Replication: each save's copy alone, flushed before the next save.
+    root = os.path.join(args.dir, "r2", NODES[rank])
+    ckpt = stint.Checkpointer(root, peer_replicas=2, keep_last=1)
+    for i in range(args.repeat + 1):  # the first is a warm-up
+        dist.barrier()
+        ckpt.save(i, {"w": part}).durable.result(600)
+        ckpt.flush_replication(600)
+        dist.barrier()  # the holder's copy is committed too
+        last = ckpt.stats()["last_peer_replica"]
+        if i > 0 and last is not None and last["step"] == i:
+            out["replicate"].append((last["bytes"], last["replicate_seconds"]))
+    ckpt.close()
+    # Stall: saves back to back, each as soon as the previous one is
+    # durable, so with peer replicas the previous step's copy runs during
+    # the next save() (what a training loop that saves often meets); without
+    # them, the same cadence. Blocks alternate, so neither has the page
+    # cache or the disk to itself.
+    for block in range(2 * args.repeat):
+        replicas = 1 + block % 2
+        root = os.path.join(args.dir, "stall-r%d" % replicas, NODES[rank])
         ckpt = stint.Checkpointer(root, peer_replicas=replicas, keep_last=1)
-        for i in range(args.repeat + 1):  # the first is a warm-up
+        for i in range(3):  # the first has no copy before it to overlap
             dist.barrier()
             t0 = time.monotonic()
-            handle = ckpt.save(i, {"w": part})
+            handle = ckpt.save(100 * block + i, {"w": part})
             stall = time.monotonic() - t0
             handle.durable.result(600)
-            durable = time.monotonic() - t0
-            ckpt.flush_replication(600)
-            dist.barrier()  # the holder's copy is committed too
-            last = ckpt.stats()["last_peer_replica"]
             if i > 0:
                 out["stall"].append((replicas, stall))
-                out["durable"].append((replicas, durable))
-                if replicas == 2 and last is not None and last["step"] == i:
-                    out["replicate"].append((last["bytes"], last["replicate_seconds"]))
+        ckpt.flush_replication(600)
         ckpt.close()
+        dist.barrier()
+        shutil.rmtree(root, ignore_errors=True)
     # A lost node: b's root goes; both load, b's part from a's replica.
     root = os.path.join(args.dir, "r2", NODES[rank])
     for i in range(args.repeat):

@@ -242,9 +242,12 @@ class CoordinatorClient {
   Result<WorkerView> WaitNotice(std::chrono::seconds wait = std::chrono::seconds(30));
   Status ReportProgress(uint64_t step, std::optional<double> remaining_seconds = std::nullopt);
   // A checkpoint of `step` is durable; it took `seconds` (the server's
-  // checkpoint estimate for preemption notices is learnt from these).
+  // checkpoint estimate for preemption notices is learnt from these). For
+  // an emergency checkpoint, `notice_to_replicas_seconds`: from the notice
+  // to durable and on its replicas (the segment's figure).
   Status ReportCheckpoint(uint64_t step, double seconds,
-                          std::optional<uint64_t> bytes = std::nullopt);
+                          std::optional<uint64_t> bytes = std::nullopt,
+                          std::optional<double> notice_to_replicas_seconds = std::nullopt);
   // After a notice: the checkpoint of `step` is durable and this worker is
   // done with its GPUs; the job goes back to the queue.
   Status Ack(uint64_t step);

@@ -40,6 +40,12 @@ class ProgressReporter {
   // the samples trained on so far. Never blocks on the network.
   void Report(uint64_t step, std::optional<double> loss = std::nullopt,
               std::optional<uint64_t> samples = std::nullopt);
+  // A durable checkpoint of `step` that took `seconds`; for an emergency one
+  // also the seconds from the notice to durable and on its replicas (the
+  // segment's figure in stintd). Sent on the reporter's thread at once (or
+  // on the way out), never blocking; a newer report replaces one not sent.
+  void ReportCheckpoint(uint64_t step, double seconds,
+                        std::optional<double> notice_to_replicas_seconds = std::nullopt);
   // The last heartbeat's error (OK once one succeeded): reporting is best
   // effort and never fails the training loop.
   Status last_error() const;

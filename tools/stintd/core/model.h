@@ -316,6 +316,9 @@ struct Segment {
   double cost = 0;
   int64_t start_step = -1;       // the job's durable checkpoint it resumed from (-1: none)
   int64_t checkpoint_step = -1;  // the newest durable checkpoint reported in it
+  // Its emergency checkpoint: seconds from the notice to durable and on its
+  // replicas, the slowest rank's report (-1: none reported).
+  double notice_to_replicas_seconds = -1;
   // Its pace: the first heartbeat past start_step (its restart is over
   // then; 0: not yet) and the newest step reported, with their times.
   int64_t first_step = -1;

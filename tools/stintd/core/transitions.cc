@@ -556,8 +556,13 @@ Result<WorkerView> Heartbeat(ClusterState& s, int64_t worker_id, const Heartbeat
 }
 
 Status ReportCheckpoint(ClusterState& s, int64_t worker_id, int64_t step, double seconds,
-                        uint64_t bytes, TimeMs now, Changes* changes) {
+                        uint64_t bytes, TimeMs now, Changes* changes,
+                        std::optional<double> notice_to_replicas_seconds) {
   STINT_RETURN_IF_ERROR(CheckFinite("seconds", seconds, 0));
+  if (notice_to_replicas_seconds) {
+    STINT_RETURN_IF_ERROR(
+        CheckFinite("notice_to_replicas_seconds", *notice_to_replicas_seconds, 0));
+  }
   if (step < 0) return Status::InvalidArgument("step must be >= 0");
   STINT_ASSIGN_OR_RETURN(WorkerContext ctx, FindActiveWorker(s, worker_id));
   Job& j = *ctx.job;
@@ -577,6 +582,11 @@ Status ReportCheckpoint(ClusterState& s, int64_t worker_id, int64_t step, double
   Segment& seg = *ctx.segment;
   seg.checkpoint_step = std::max(seg.checkpoint_step, step);
   seg.checkpoint_seconds += seconds;
+  if (notice_to_replicas_seconds) {
+    // Safe from the notice once every rank's part is: the slowest rank.
+    seg.notice_to_replicas_seconds =
+        std::max(seg.notice_to_replicas_seconds, *notice_to_replicas_seconds);
+  }
   changes->segments.insert(seg.id);
   if (new_checkpoint) QueueEvaluation(s, j, step, now, changes);
   return Status::OK();

@@ -109,9 +109,12 @@ Result<WorkerView> Heartbeat(ClusterState& s, int64_t worker_id, const Heartbeat
                              TimeMs now);
 
 // A checkpoint of `step` is durable; it took `seconds` (replaces the job's
-// estimate by a moving average) and holds `bytes`.
+// estimate by a moving average) and holds `bytes`. For an emergency
+// checkpoint, `notice_to_replicas_seconds`: the seconds from the notice to
+// durable and on its replicas (the segment keeps the slowest rank's).
 Status ReportCheckpoint(ClusterState& s, int64_t worker_id, int64_t step, double seconds,
-                        uint64_t bytes, TimeMs now, Changes* changes);
+                        uint64_t bytes, TimeMs now, Changes* changes,
+                        std::optional<double> notice_to_replicas_seconds = std::nullopt);
 
 // Remaining work estimate (seconds at max_gpus) and the step reached.
 Status ReportProgress(ClusterState& s, int64_t worker_id, int64_t step, double remaining_seconds,

@@ -334,9 +334,11 @@ Status Coordinator::ReportProgress(int64_t worker_id, int64_t step, double remai
 }
 
 Status Coordinator::ReportCheckpoint(int64_t worker_id, int64_t step, double seconds,
-                                     uint64_t bytes) {
+                                     uint64_t bytes,
+                                     std::optional<double> notice_to_replicas_seconds) {
   return Mutate([&](ClusterState& s, TimeMs now, Changes* c) {
-    return stintd::ReportCheckpoint(s, worker_id, step, seconds, bytes, now, c);
+    return stintd::ReportCheckpoint(s, worker_id, step, seconds, bytes, now, c,
+                                    notice_to_replicas_seconds);
   });
 }
 

@@ -198,7 +198,8 @@ class Coordinator {
   // `wait` with the current view.
   Result<WorkerView> WaitNotice(int64_t worker_id, std::chrono::milliseconds wait);
   Status ReportProgress(int64_t worker_id, int64_t step, double remaining_seconds);
-  Status ReportCheckpoint(int64_t worker_id, int64_t step, double seconds, uint64_t bytes);
+  Status ReportCheckpoint(int64_t worker_id, int64_t step, double seconds, uint64_t bytes,
+                          std::optional<double> notice_to_replicas_seconds = std::nullopt);
   Status Ack(int64_t worker_id, int64_t step);
   Status Finish(int64_t worker_id);
   Status Leave(int64_t worker_id);

@@ -199,7 +199,10 @@ json ToJson(const Segment& seg) {
           {"cost", seg.cost},
           {"start_step", seg.start_step},
           {"checkpoint_step", seg.checkpoint_step},
-          {"last_step", seg.last_step}};
+          {"last_step", seg.last_step},
+          {"notice_to_replicas_seconds", seg.notice_to_replicas_seconds < 0
+                                             ? json(nullptr)
+                                             : json(seg.notice_to_replicas_seconds)}};
 }
 
 json ToJson(const JobFigures& f) {

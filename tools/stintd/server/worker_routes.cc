@@ -135,14 +135,18 @@ void AddOwnWorkerRoutes(Routes* routes) {
       Method::kPost, R"(/v1/workers/(\d+)/checkpoint)", Access::kOwnWorker,
       [c, worker_status](const httplib::Request& req) {
         const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
-        RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"step", "seconds", "bytes"}));
+        RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(
+            req.body, {"step", "seconds", "bytes", "notice_to_replicas_seconds"}));
         const int64_t step = STINT_HTTP_TRY(b.Int64("step"));
         std::optional<double> seconds = STINT_HTTP_TRY(OptionalSeconds(b, "seconds"));
+        std::optional<double> notice_to_replicas =
+            STINT_HTTP_TRY(OptionalSeconds(b, "notice_to_replicas_seconds"));
         std::optional<int64_t> bytes = STINT_HTTP_TRY(b.OptionalInt64("bytes"));
         if (!seconds) return ErrorReply(Status::InvalidArgument("seconds is required"));
         if (bytes && *bytes < 0) return ErrorReply(Status::InvalidArgument("bytes must be >= 0"));
         return worker_status(
-            c->ReportCheckpoint(id, step, *seconds, static_cast<uint64_t>(bytes.value_or(0))));
+            c->ReportCheckpoint(id, step, *seconds, static_cast<uint64_t>(bytes.value_or(0)),
+                                notice_to_replicas));
       });
   routes->Add(Method::kPost, R"(/v1/workers/(\d+)/ack)", Access::kOwnWorker,
               [c, worker_status](const httplib::Request& req) {

@@ -50,6 +50,8 @@
 // jobs.eval (''), eval_every, eval_gpus and checkpoints (0): no job is
 // evaluated; and the table evals (EvalTask's fields): none queued.
 // Version 10 -> 11 adds segments.external_id ('': no executor named it).
+// Version 11 -> 12 adds segments.notice_to_replicas_seconds (-1: none
+// reported).
 // jobs.pool holds the job's pools joined by commas (one name before).
 // Each table's layout and row codec: sqlite_tables.h.
 #include <cstdint>
@@ -98,7 +100,7 @@ using internal::StatusFromSqlite;
 using internal::StepDone;
 using internal::Table;
 
-constexpr int64_t kSchemaVersion = 11;
+constexpr int64_t kSchemaVersion = 12;
 // STRICT tables need 3.37. Checked at run time too: the shared library
 // loaded may be older than the header compiled against.
 constexpr int kMinSqliteVersion = 3037000;
@@ -398,6 +400,10 @@ Status SqliteStore::Init() {
   if (version >= 1 && version <= 10) {
     STINT_RETURN_IF_ERROR(
         Migrate("ALTER TABLE segments ADD COLUMN external_id TEXT NOT NULL DEFAULT ''", 11));
+  }
+  if (version >= 1 && version <= 11) {
+    STINT_RETURN_IF_ERROR(Migrate(
+        "ALTER TABLE segments ADD COLUMN notice_to_replicas_seconds REAL DEFAULT -1", 12));
   }
   return PrepareAll();
 }

@@ -323,7 +323,8 @@ const Table kSegments = {"segments",
                           {"last_step", Type::kInt},
                           {"last_step_ms", Type::kInt},
                           {"checkpoint_seconds", Type::kReal},
-                          {"external_id", Type::kText}}};
+                          {"external_id", Type::kText},
+                          {"notice_to_replicas_seconds", Type::kReal}}};
 
 const Table kWorkers = {"workers",
                         {"id"},
@@ -635,6 +636,7 @@ Status BindRow(Binder& b, const Segment& s) {
   b.Int(s.last_step_ms);
   b.Double(s.checkpoint_seconds);
   b.Text(s.external_id);
+  b.Double(s.notice_to_replicas_seconds);
   return Status::OK();
 }
 
@@ -684,6 +686,7 @@ Status ReadRow(RowReader& r, Segment* s) {
   s->last_step_ms = r.Int();
   s->checkpoint_seconds = r.Double();
   s->external_id = r.Text();
+  s->notice_to_replicas_seconds = r.Double();
   return AllocsFromJson(allocs, &s->allocs);
 }
 
