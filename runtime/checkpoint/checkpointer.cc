@@ -13,7 +13,7 @@
 #include "checkpoint/completion.h"
 #include "checkpoint/local_commit.h"
 #include "checkpoint/node_commit.h"
-#include "checkpoint/peer_replicas.h"
+#include "checkpoint/peer_tier.h"
 #include "checkpoint/open_checks.h"
 #include "checkpoint/quarantine.h"
 #include "checkpoint/rank_commit.h"
@@ -60,13 +60,12 @@ CheckpointerImpl::CheckpointerImpl(const CheckpointOptions& options, Env* env,
   if (options_.node_id.empty()) options_.node_id = LocalNodeId();
   fence_.GuardCommits(&options_);
   if (options_.world_size > 1) {
-    peer_env_ = std::make_unique<PeerReadEnv>(env_, options_.root, PeerReplicaDir(options_), [this] {
-      return peers_ != nullptr ? peers_->peers() : std::vector<Peer>();
-    });
-    loader_.set_tier1_env(peer_env_.get());
+    peers_ = std::make_unique<PeerTier>(options_, env_, &tier1_guard_);
+    loader_.set_tier1_env(peers_->read_env());
   }
   if (!options_.replica_root.empty() && options_.rank == 0 && !options_.read_only) {
-    replicator_ = std::make_unique<Replicator>(options_, &tier1_guard_, peer_env_.get());
+    replicator_ = std::make_unique<Replicator>(options_, &tier1_guard_,
+                                               peers_ != nullptr ? peers_->read_env() : nullptr);
   }
   if (options_.incremental && !options_.read_only) {
     // Unreadable root or no checkpoint yet: the first save is a full one.
@@ -85,7 +84,7 @@ CheckpointerImpl::~CheckpointerImpl() {
   persist_thread_.join();  // finishes every queued save first: nothing is dropped
   copies_.Clear();         // what the shards borrowed goes on this thread
   replicator_.reset();     // replicates the newest queued step first
-  peer_replicator_.reset();
+  peers_.reset();
   memory_.Clear();         // its buffer goes back to staging_ before staging_ goes
 }
 
@@ -281,7 +280,13 @@ void CheckpointerImpl::PersistLoop() {
     const Clock::time_point saved_at = job->saved_at;
     ReportOutcome(std::move(job), s);
     commit.reset();
-    if (leads_node_part) ReplicateToPeers(step, saved_at);
+    if (leads_node_part) {
+      Status copying = peers_->AfterCommit(step, saved_at);
+      if (!copying.ok()) {
+        std::lock_guard<std::mutex> guard(mu_);
+        if (background_error_.ok()) background_error_ = copying;
+      }
+    }
     if (s.ok() && (options_.rank == 0 || node_lock_.held())) {
       ApplyRetentionAfter(step);
       // For launchers sizing their warning (stint slurm submit --root); a
@@ -447,27 +452,6 @@ void CheckpointerImpl::ReportOutcome(std::unique_ptr<PersistJob> job, const Stat
   if (keep) memory_.Keep(options_, &keep->snapshot, keep->file, &pool_);
 }
 
-// A node leader's copies of the other nodes' parts it holds (peer_replicas.h),
-// in the background like tier 2.
-void CheckpointerImpl::ReplicateToPeers(uint64_t step, Clock::time_point saved_at) {
-  if (peers_ == nullptr || PeerCopies(options_) == 0) return;
-  if (peer_replicator_ == nullptr) {
-    // The ranks published their services at Open; a save is collective, so
-    // every one did before this commit.
-    Status known = peers_->Refresh(Clock::now() + LoadTimeout(options_));
-    if (!known.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (background_error_.ok()) background_error_ = known.WithContext("peer replicas");
-      return;
-    }
-    peer_replicator_ = std::make_unique<Replicator>(
-        options_, &tier1_guard_, peer_env_.get(),
-        PeerReplicaTarget(options_, env_, peers_.get()));
-    peer_replicator_made_.store(true, std::memory_order_release);
-  }
-  peer_replicator_->Enqueue(step, saved_at, std::promise<Status>());
-}
-
 // Retention runs after the commit is reported: it is not part of
 // time-to-durable.
 void CheckpointerImpl::ApplyRetentionAfter(uint64_t step) {
@@ -542,26 +526,14 @@ Status CheckpointerImpl::FlushReplication(std::chrono::milliseconds timeout) {
       std::lock_guard<std::mutex> lock(mu_);
       if (stats_.last) last = stats_.last->step;
     }
-    // This node's part is safe from its loss once its holders have it.
-    if (last && first.ok()) {
-      first = WaitForPeerReplicas(options_, peer_env_.get(), peers_.get(), *last, deadline);
-    }
-    if (peer_replicator_made_.load(std::memory_order_acquire)) {
-      if (!peer_replicator_->WaitUntilIdle(deadline) && first.ok()) {
-        first = Status::DeadlineExceeded("flush replication: still copying other nodes' parts "
-                                         "after " + std::to_string(timeout.count()) + " ms");
-      }
-      Status own = peer_replicator_->TakeError();
-      if (first.ok()) first = own;
-    }
+    // With tier 2 failing, this node's own copies are still waited for.
+    Status peer = peers_->WaitReplicated(first.ok() ? last : std::nullopt, deadline, timeout);
+    if (first.ok()) first = peer;
   }
   return first;
 }
 
-Status CheckpointerImpl::StartPeers() {
-  STINT_ASSIGN_OR_RETURN(peers_, JobPeers::Start(options_, env_, PeerReplicaDir(options_)));
-  return Status::OK();
-}
+Status CheckpointerImpl::StartPeers() { return peers_->Start(); }
 
 // The newest checkpoint that loads, on every rank the same step
 // (load_fallback.h).
@@ -569,7 +541,7 @@ Result<LoadResult> CheckpointerImpl::Load(const DestPlanner& planner, const Load
   if (peers_ != nullptr) {
     // Every rank's file service, so a node that lacks a file (a replacement
     // for a lost one) reads it from the node that has it.
-    STINT_RETURN_IF_ERROR(peers_->Refresh(Clock::now() + LoadTimeout(options_)).WithContext("load"));
+    STINT_RETURN_IF_ERROR(peers_->Refresh().WithContext("load"));
   }
   return loader_.Load(planner, options);
 }
@@ -577,27 +549,13 @@ Result<LoadResult> CheckpointerImpl::Load(const DestPlanner& planner, const Load
 Result<std::vector<uint64_t>> CheckpointerImpl::ListCommitted() {
   auto here = ListCheckpointSteps(env_, options_.root);
   if (peers_ == nullptr) return here;
-  // A read-only rank on a replacement node may have no root at all yet.
-  if (!here.ok() && here.status().code() != Code::kNotFound) return here;
-  if (!here.ok()) here = std::vector<uint64_t>();
-  // A root every rank shares (its newest step's files are all its own)
-  // lists what the job has; asking the job's nodes is for node-local roots
-  // and for a node that starts empty (a replacement for a lost one).
-  if (!here->empty()) {
-    const std::string dir = options_.root + "/" + StepDirName(here->back());
-    auto bytes = ReadFileToString(env_, dir + "/" + kManifestName);
-    auto m = bytes.ok() ? DecodeManifest(*bytes, dir) : Result<Manifest>(bytes.status());
-    if (m.ok() && ManifestNodes(*m).empty()) return here;
-  }
-  // Not every rank is required: one may have closed already.
-  STINT_RETURN_IF_ERROR(peers_->Refresh(Clock::now() + std::chrono::seconds(60), true));
-  return ListCheckpointSteps(peer_env_.get(), options_.root);
+  return peers_->ListCommitted(std::move(here));
 }
 
 Result<std::unique_ptr<CheckpointReader>> CheckpointerImpl::OpenReader(uint64_t step) {
-  if (peers_ != nullptr) STINT_RETURN_IF_ERROR(peers_->Refresh(Clock::now() + LoadTimeout(options_)));
+  if (peers_ != nullptr) STINT_RETURN_IF_ERROR(peers_->Refresh());
   ReaderOptions ro;
-  ro.env = peer_env_ != nullptr ? peer_env_.get() : env_;
+  ro.env = peers_ != nullptr ? peers_->read_env() : env_;
   ro.io_engine = options_.io_engine;
   ro.direct_io = options_.direct_io;
   ro.queue_depth = options_.io_queue_depth;
@@ -655,13 +613,7 @@ CheckpointerStats CheckpointerImpl::stats() const {
     stats = stats_;
   }
   stats.in_memory_step = memory_.step();
-  if (peer_replicator_made_.load(std::memory_order_acquire)) {
-    Replicator::Counts c = peer_replicator_->counts();
-    stats.peer_replicated = c.replicated;
-    stats.peer_replica_failed = c.failed;
-    stats.last_peer_replica = std::move(c.last);
-    stats.last_peer_replica_error = std::move(c.last_error);
-  }
+  if (peers_ != nullptr) peers_->FillStats(&stats);
   if (replicator_ != nullptr) {
     Replicator::Counts c = replicator_->counts();
     stats.replicated = c.replicated;

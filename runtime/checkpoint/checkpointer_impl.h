@@ -3,7 +3,8 @@
 // checkpointer.cc. Its parts each have their own unit: the copies that
 // outlast Save() (lazy_barrier.h), the commit paths (save_commit.h), tier 0
 // (memory_tier.h), the load fallback (load_fallback.h), the fenced-writer
-// contract (writer_fence.h) and tier 2 (replica.h).
+// contract (writer_fence.h), tier 2 (replica.h) and the job's other nodes
+// (peer_tier.h).
 //
 // Threads: the training thread calls Save/Load/Flush (thread-compatible);
 // one persist thread, started in the constructor, persists and commits each
@@ -29,12 +30,11 @@
 #include "checkpoint/commit.h"
 #include "checkpoint/compress_policy.h"
 #include "checkpoint/incremental_base.h"
-#include "checkpoint/job_peers.h"
 #include "checkpoint/lazy_barrier.h"
 #include "checkpoint/load_fallback.h"
 #include "checkpoint/memory_tier.h"
 #include "checkpoint/node_commit.h"
-#include "checkpoint/peer_read_env.h"
+#include "checkpoint/peer_tier.h"
 #include "checkpoint/persist.h"
 #include "checkpoint/replica.h"
 #include "checkpoint/retention.h"
@@ -86,7 +86,7 @@ class CheckpointerImpl final : public Checkpointer {
   Status FlushReplication(std::chrono::milliseconds timeout) override;
   Result<LoadResult> Load(const DestPlanner& planner, const LoadOptions& options) override;
   // Several ranks: starts this rank's file service for the job's other
-  // nodes (job_peers.h). Called once, by Open.
+  // nodes (peer_tier.h). Called once, by Open.
   Status StartPeers();
   Result<std::vector<uint64_t>> ListCommitted() override;
   Result<std::unique_ptr<CheckpointReader>> OpenReader(uint64_t step) override;
@@ -117,7 +117,6 @@ class CheckpointerImpl final : public Checkpointer {
   void ReportOutcome(std::unique_ptr<PersistJob> job, const Status& s);
   void RecordUnchanged(const SnapshotLayout& layout, const PersistedFile& file);
   void ApplyRetentionAfter(uint64_t step);
-  void ReplicateToPeers(uint64_t step, std::chrono::steady_clock::time_point saved_at);
 
   void SetBase(std::shared_ptr<const IncrementalBase> base) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -161,15 +160,9 @@ class CheckpointerImpl final : public Checkpointer {
   CompressPolicy compress_policy_{options_.zstd_level};  // the persist thread's
 
   RetentionGuard tier1_guard_;              // tier-1 retention skips the step being replicated
-  // Several ranks: the job's node-to-node file service (StartPeers) and
-  // tier 1 as loads and replicas read it (this node, then the peers).
-  std::unique_ptr<JobPeers> peers_;
-  std::unique_ptr<PeerReadEnv> peer_env_;
+  // Several ranks: the job's other nodes (peer_tier.h).
+  std::unique_ptr<PeerTier> peers_;
   std::unique_ptr<Replicator> replicator_;  // tier 2; with a replica_root only
-  // Node leaders of node-local steps: other nodes' parts copied here
-  // (peer_replicas.h); made at the first such commit, on the persist thread.
-  std::unique_ptr<Replicator> peer_replicator_;
-  std::atomic<bool> peer_replicator_made_{false};
   std::thread persist_thread_;              // started in the constructor, joined in the destructor
 };
 
