@@ -60,12 +60,12 @@ CheckpointerImpl::CheckpointerImpl(const CheckpointOptions& options, Env* env,
   if (options_.node_id.empty()) options_.node_id = LocalNodeId();
   fence_.GuardCommits(&options_);
   if (options_.world_size > 1) {
-    peers_ = std::make_unique<PeerTier>(options_, env_, &tier1_guard_);
+    peers_ = std::make_unique<PeerTier>(options_, env_, &tier1_guard_, &gate_);
     loader_.set_tier1_env(peers_->read_env());
   }
   if (!options_.replica_root.empty() && options_.rank == 0 && !options_.read_only) {
-    replicator_ = std::make_unique<Replicator>(options_, &tier1_guard_,
-                                               peers_ != nullptr ? peers_->read_env() : nullptr);
+    replicator_ = std::make_unique<Replicator>(
+        options_, &tier1_guard_, peers_ != nullptr ? peers_->read_env() : nullptr, &gate_);
   }
   if (options_.incremental && !options_.read_only) {
     // Unreadable root or no checkpoint yet: the first save is a full one.
@@ -89,6 +89,7 @@ CheckpointerImpl::~CheckpointerImpl() {
 }
 
 Result<SaveHandle> CheckpointerImpl::Save(uint64_t step, const State& state) {
+  ForegroundGate::Hold saving(&gate_);  // background copies wait meanwhile
   const uint64_t number = saves_started_++;
   auto handle = StartSave(step, state, number);
   if (options_.world_size > 1) {
@@ -215,6 +216,7 @@ Result<SaveHandle> CheckpointerImpl::TakeSnapshot(const State& state,
     // buffer; the staged future and BeforeWrite() say when the tensors may
     // be written again.
     handle.staged = job->progress->staged();
+    job->progress->KeepUntilStaged(std::make_shared<ForegroundGate::Hold>(&gate_));
     copies_.Track(job->progress, state.owner);
   }
   auto filled = std::make_shared<StagingWatermark>(job->snapshot.layout.image_bytes);

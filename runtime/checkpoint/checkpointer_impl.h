@@ -29,6 +29,7 @@
 #include "base/thread_pool.h"
 #include "checkpoint/commit.h"
 #include "checkpoint/compress_policy.h"
+#include "checkpoint/foreground_gate.h"
 #include "checkpoint/incremental_base.h"
 #include "checkpoint/lazy_barrier.h"
 #include "checkpoint/load_fallback.h"
@@ -125,6 +126,9 @@ class CheckpointerImpl final : public Checkpointer {
   // Steps whose files the queued saves and the next save may reference.
   std::set<uint64_t> PinnedSteps();
 
+  // Background copies (tier 2, peer replicas, the file service) give way
+  // to a save until it is staged. First: it outlives every holder.
+  ForegroundGate gate_;
   // Writers with rank 0: the root's writer lock, released last (see
   // root_lock.h), or when a commit guard fenced this writer.
   WriterFence fence_;

@@ -90,7 +90,8 @@ JobPeers::~JobPeers() {
 }
 
 Result<std::unique_ptr<JobPeers>> JobPeers::Start(const CheckpointOptions& options, Env* env,
-                                                  const std::string& replica_dir) {
+                                                  const std::string& replica_dir,
+                                                  const ForegroundGate* gate) {
   const std::string address = AdvertisedNodeAddress();
   PeerFileServerOptions so;
   so.env = env;
@@ -98,6 +99,7 @@ Result<std::unique_ptr<JobPeers>> JobPeers::Start(const CheckpointOptions& optio
   so.replica_dir = replica_dir;
   so.bind_host = Getenv("STINT_NODE_ADDR").empty() ? "0.0.0.0" : address;
   so.token = RandomToken();
+  if (gate != nullptr) so.yield = [gate] { gate->Yield(); };
   STINT_ASSIGN_OR_RETURN(auto server, PeerFileServer::Start(so));
   std::unique_ptr<JobPeers> peers(new JobPeers(options, std::move(server)));
   const std::string host = address.find(':') != std::string::npos ? "[" + address + "]" : address;

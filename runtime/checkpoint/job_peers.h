@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/foreground_gate.h"
 #include "stint/checkpointer.h"
 #include "stint/env.h"
 #include "stint/status.h"
@@ -43,8 +44,11 @@ class JobPeers {
  public:
   // REQUIRES: options.world_size > 1, options.commit_channel and
   // options.node_id set. `replica_dir` may be empty.
+  // `gate` (may be null; outlives it): the file service's answers give
+  // way to this process's saves.
   static Result<std::unique_ptr<JobPeers>> Start(const CheckpointOptions& options, Env* env,
-                                                 const std::string& replica_dir);
+                                                 const std::string& replica_dir,
+                                                 const ForegroundGate* gate = nullptr);
   ~JobPeers();
 
   // Reads every rank's record (waiting for those not yet published until

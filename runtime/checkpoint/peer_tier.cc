@@ -10,10 +10,12 @@
 
 namespace stint {
 
-PeerTier::PeerTier(const CheckpointOptions& options, Env* env, RetentionGuard* guard)
+PeerTier::PeerTier(const CheckpointOptions& options, Env* env, RetentionGuard* guard,
+                   const ForegroundGate* gate)
     : options_(options),
       env_(env),
       guard_(guard),
+      gate_(gate),
       read_env_(std::make_unique<PeerReadEnv>(env, options.root, PeerReplicaDir(options), [this] {
         return peers_ != nullptr ? peers_->peers() : std::vector<Peer>();
       })) {}
@@ -21,7 +23,7 @@ PeerTier::PeerTier(const CheckpointOptions& options, Env* env, RetentionGuard* g
 PeerTier::~PeerTier() { copies_.reset(); }
 
 Status PeerTier::Start() {
-  STINT_ASSIGN_OR_RETURN(peers_, JobPeers::Start(options_, env_, PeerReplicaDir(options_)));
+  STINT_ASSIGN_OR_RETURN(peers_, JobPeers::Start(options_, env_, PeerReplicaDir(options_), gate_));
   return Status::OK();
 }
 
@@ -33,8 +35,9 @@ Status PeerTier::AfterCommit(uint64_t step, Clock::time_point saved_at) {
     // The ranks published their services at Open; a save is collective, so
     // every one did before this commit.
     STINT_RETURN_IF_ERROR(Refresh().WithContext("peer replicas"));
-    copies_ = std::make_unique<Replicator>(options_, guard_, read_env_.get(),
-                                           PeerReplicaTarget(options_, env_, peers_.get()));
+    Replicator::Target target = PeerReplicaTarget(options_, env_, peers_.get());
+    target.gate = gate_;
+    copies_ = std::make_unique<Replicator>(options_, guard_, read_env_.get(), std::move(target));
     copies_made_.store(true, std::memory_order_release);
   }
   copies_->Enqueue(step, saved_at, std::promise<Status>());

@@ -17,6 +17,7 @@
 #include <optional>
 #include <vector>
 
+#include "checkpoint/foreground_gate.h"
 #include "checkpoint/job_peers.h"
 #include "checkpoint/peer_read_env.h"
 #include "checkpoint/replica.h"
@@ -29,9 +30,11 @@ class PeerTier {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // `options` (node_id set; world_size > 1), `env` and `guard` (tier-1
-  // retention's) outlive it. No I/O until Start.
-  PeerTier(const CheckpointOptions& options, Env* env, RetentionGuard* guard);
+  // `options` (node_id set; world_size > 1), `env`, `guard` (tier-1
+  // retention's) and `gate` (the copies give way to its saves) outlive it.
+  // No I/O until Start.
+  PeerTier(const CheckpointOptions& options, Env* env, RetentionGuard* guard,
+           const ForegroundGate* gate);
   ~PeerTier();  // stops the copies first: they read through the file service
 
   // Starts this rank's file service for the job's other nodes. Once, by Open.
@@ -67,6 +70,7 @@ class PeerTier {
   const CheckpointOptions& options_;
   Env* const env_;
   RetentionGuard* const guard_;
+  const ForegroundGate* const gate_;
   std::unique_ptr<JobPeers> peers_;      // set by Start
   std::unique_ptr<PeerReadEnv> read_env_;
   // Made at the first commit this node leads, on the persist thread.

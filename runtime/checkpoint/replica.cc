@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/background_thread.h"
 #include "base/channel_poll.h"
 #include "base/clock.h"
 #include "checkpoint/commit.h"
@@ -27,7 +28,7 @@ namespace {
 constexpr int kRemoteCopyThreads = 4;
 
 Status CopyFile(Env* src_env, const std::string& from, Env* dst_env, const std::string& to,
-                size_t piece, uint64_t* copied) {
+                size_t piece, const ForegroundGate* gate, uint64_t* copied) {
   STINT_ASSIGN_OR_RETURN(auto in, src_env->NewRandomAccessFile(from, FileOptions{}));
   STINT_ASSIGN_OR_RETURN(uint64_t size, in->Size());
   STINT_ASSIGN_OR_RETURN(auto out, dst_env->NewWritableFile(to, FileOptions{}));
@@ -44,6 +45,7 @@ Status CopyFile(Env* src_env, const std::string& from, Env* dst_env, const std::
         if (off >= size || !s.ok()) return;
       }
       const size_t want = static_cast<size_t>(std::min<uint64_t>(piece, size - off));
+      if (gate != nullptr) gate->Yield();
       Status one;
       auto n = in->Read(off, want, buf.data());
       if (!n.ok()) {
@@ -77,7 +79,7 @@ Status CopyFile(Env* src_env, const std::string& from, Env* dst_env, const std::
 }  // namespace
 
 Status VerifyStoredChunks(Env* env, const std::string& dir, const Manifest& m,
-                          const std::set<std::string>& files) {
+                          const std::set<std::string>& files, const ForegroundGate* gate) {
   std::map<std::string, std::vector<ChunkRecord>> chunks;
   for (const TensorRecord& t : m.tensors) {
     for (const ShardRecord& sh : t.shards) {
@@ -113,6 +115,7 @@ Status VerifyStoredChunks(Env* env, const std::string& dir, const Manifest& m,
     }
     for (size_t i = 0; i < list.size(); ++i) {
       buf.resize(list[i].stored_len);
+      if (gate != nullptr) gate->Yield();
       STINT_ASSIGN_OR_RETURN(size_t n, in->Read(list[i].file_offset, buf.size(), buf.data()));
       if (n != buf.size() || Xxh3(buf.data(), buf.size()) != list[i].xxh3) {
         return Status::DataLoss(path + ": chunk at offset " + std::to_string(list[i].file_offset) +
@@ -158,7 +161,8 @@ Status ReplicateCheckpoint(Env* src_env, const std::string& src_root, Env* dst_e
   Status s;
   for (const FileRecord& f : decoded.files) {
     if (options.only_files && options.only_files->count(f.name) == 0) continue;
-    s = CopyFile(src_env, src + "/" + f.name, dst_env, tmp + "/" + f.name, piece, copied);
+    s = CopyFile(src_env, src + "/" + f.name, dst_env, tmp + "/" + f.name, piece, options.gate,
+                 copied);
     if (!s.ok()) break;
   }
   if (s.ok()) {
@@ -167,7 +171,7 @@ Status ReplicateCheckpoint(Env* src_env, const std::string& src_root, Env* dst_e
     auto verify = [&](uint64_t) -> Status {
       if (!options.verify) return Status::OK();
       if (options.only_files) {
-        return VerifyStoredChunks(dst_env, tmp, decoded, *options.only_files)
+        return VerifyStoredChunks(dst_env, tmp, decoded, *options.only_files, options.gate)
             .WithContext("verifying the replica");
       }
       ReaderOptions ro;
@@ -199,8 +203,9 @@ Status CheckReplicaRoot(const std::string& root, const std::string& replica_root
 
 namespace {
 
-Replicator::Target Tier2Target(const CheckpointOptions& options) {
+Replicator::Target Tier2Target(const CheckpointOptions& options, const ForegroundGate* gate) {
   Replicator::Target t;
+  t.gate = gate;
   t.env = options.replica_env;
   t.root = options.replica_root;
   t.keep_last = options.replica_keep_last;
@@ -212,8 +217,8 @@ Replicator::Target Tier2Target(const CheckpointOptions& options) {
 }  // namespace
 
 Replicator::Replicator(const CheckpointOptions& options, RetentionGuard* source_guard,
-                       Env* source_env)
-    : Replicator(options, source_guard, source_env, Tier2Target(options)) {}
+                       Env* source_env, const ForegroundGate* gate)
+    : Replicator(options, source_guard, source_env, Tier2Target(options, gate)) {}
 
 Replicator::Replicator(const CheckpointOptions& options, RetentionGuard* source_guard,
                        Env* source_env, Target target)
@@ -264,6 +269,8 @@ Replicator::Counts Replicator::counts() const {
 }
 
 void Replicator::Loop() {
+  // Best effort; its copy threads inherit it.
+  LowerCurrentThreadPriority().IgnoreError();
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     work_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
@@ -308,6 +315,7 @@ Status Replicator::Replicate(const Job& job) {
   uint64_t bytes = 0;
   ReplicateOptions ro;
   ro.verify = target_.verify;
+  ro.gate = target_.gate;
   Status s = Status::OK();
   if (target_.select) {
     const std::string path = src_root_ + "/" + StepDirName(job.step) + "/" + kManifestName;

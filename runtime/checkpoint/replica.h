@@ -25,6 +25,7 @@
 #include <string>
 #include <thread>
 
+#include "checkpoint/foreground_gate.h"
 #include "checkpoint/retention.h"
 #include "format/manifest.h"
 #include "stint/checkpointer.h"
@@ -39,6 +40,8 @@ struct ReplicateOptions {
   // replica: node_commit.h), with the whole manifest; verify checks every
   // chunk stored in them. Unset: every file the manifest lists.
   std::optional<std::set<std::string>> only_files;
+  // Set: waited on before each piece read (copying and verifying).
+  const ForegroundGate* gate = nullptr;
 };
 
 // Copies <src_root>/step-<step> to <dst_root>/step-<step> (see above).
@@ -52,8 +55,10 @@ Status ReplicateCheckpoint(Env* src_env, const std::string& src_root, Env* dst_e
 // Every chunk stored in `files` of `dir` (not those they reference), read
 // back and checked against `m`'s XXH3, and each file's size and digest:
 // kDataLoss naming the file and offset of the first that is wrong.
+// `gate` (may be null) is waited on before each chunk.
 Status VerifyStoredChunks(Env* env, const std::string& dir, const Manifest& m,
-                          const std::set<std::string>& files);
+                          const std::set<std::string>& files,
+                          const ForegroundGate* gate = nullptr);
 
 // Checkpointer::Open's checks of a replica root: kInvalidArgument when it is
 // `root` or inside it. Pure.
@@ -81,8 +86,10 @@ class Replicator {
   // retention off the step being copied; it must outlive this object.
   // `source_env`: tier 1 as the loads read it (PeerReadEnv on node-local
   // roots, whose files are on several nodes); null: options.env.
+  // `gate` (may be null; outlives this object): the copies give way to
+  // the Checkpointer's saves.
   Replicator(const CheckpointOptions& options, RetentionGuard* source_guard,
-             Env* source_env = nullptr);
+             Env* source_env = nullptr, const ForegroundGate* gate = nullptr);
   // Where else a Replicator copies to: a peer-replica directory
   // (peer_replicator.h) takes a chosen part of each step.
   struct Target {
@@ -101,6 +108,8 @@ class Replicator {
     // counts as removed by retention: a peer node publishes its part of a
     // step only after the commit that queued it here.
     std::chrono::milliseconds source_patience{0};
+    // The copies give way to these saves (may be null; outlives the Replicator).
+    const ForegroundGate* gate = nullptr;
   };
   Replicator(const CheckpointOptions& options, RetentionGuard* source_guard, Env* source_env,
              Target target);

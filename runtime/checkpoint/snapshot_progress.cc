@@ -74,6 +74,12 @@ void SnapshotProgress::SetLocked(Status s) {
   set_ = true;
   done_at_ = Clock::now();
   promise_.set_value(std::move(s));
+  until_staged_.reset();
+}
+
+void SnapshotProgress::KeepUntilStaged(std::shared_ptr<const void> held) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!set_) until_staged_ = std::move(held);
 }
 
 }  // namespace stint

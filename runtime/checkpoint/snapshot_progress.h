@@ -79,6 +79,11 @@ class SnapshotProgress {
   // (kForward: that class; kOptimizerStep: both). false at `deadline`.
   bool WaitHost(WriteBarrier barrier, Clock::time_point deadline);
 
+  // Kept until the staged future is set (whatever its outcome), then
+  // released: e.g. a ForegroundGate::Hold, so background copies wait for
+  // the copies into staging, not only for Save().
+  void KeepUntilStaged(std::shared_ptr<const void> held);
+
   // What the shards borrow; released with this object, or by TakeOwner().
   void set_owner(std::shared_ptr<const void> owner) { owner_ = std::move(owner); }
   std::shared_ptr<const void> TakeOwner() { return std::move(owner_); }
@@ -99,6 +104,7 @@ class SnapshotProgress {
   bool set_ = false;
   Clock::time_point done_at_;
   std::promise<Status> promise_;
+  std::shared_ptr<const void> until_staged_;
 
   std::shared_future<Status> staged_;
   // Written by the saving thread before the save is queued (a group's

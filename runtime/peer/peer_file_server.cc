@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/background_thread.h"
 #include "base/strings.h"
 
 namespace stint {
@@ -256,6 +257,9 @@ void PeerFileServer::Impl::HandleStat(const std::string& step, const std::string
 
 void PeerFileServer::Impl::HandleFile(const httplib::Request& req, const std::string& step,
                                       const std::string& file, httplib::Response& res) {
+  // The pool's threads serve only this: background work (best effort).
+  thread_local bool lowered = false;
+  if (!lowered) lowered = LowerCurrentThreadPriority().ok();
   // Exactly one Range header with one range: a reader asks for the piece
   // it places (a plain GET of a multi-GiB file is a caller's mistake, and
   // several ranges would need a multipart answer no reader wants).
@@ -294,8 +298,10 @@ void PeerFileServer::Impl::HandleFile(const httplib::Request& req, const std::st
   // remaining bytes and takes what is written, a buffer at a time.
   res.set_content_provider(
       static_cast<size_t>(end - first + 1), "application/octet-stream",
-      [transfer, first](size_t offset, size_t length, httplib::DataSink& sink) {
+      [transfer, first, yield = options.yield](size_t offset, size_t length,
+                                                httplib::DataSink& sink) {
         if (transfer->stopping->load(std::memory_order_relaxed)) return false;
+        if (yield) yield();
         const size_t want = std::min(length, kTransferBuffer);
         if (transfer->buffer.size() < want) transfer->buffer.resize(want);
         Result<size_t> got =

@@ -26,6 +26,7 @@
 #ifndef STINT_RUNTIME_PEER_PEER_FILE_SERVER_H_
 #define STINT_RUNTIME_PEER_PEER_FILE_SERVER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -48,6 +49,9 @@ struct PeerFileServerOptions {
   // time; one more is added for each connection that would wait, up to 64
   // (idle keep-alive connections of clients' pools hold threads too).
   unsigned threads = 4;
+  // Set: called before each buffer of an answer is read, so the serving
+  // process's own foreground work (its saves) goes first.
+  std::function<void()> yield;
 };
 
 class PeerFileServer {

@@ -4,8 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <chrono>
 #include <fstream>
+#include <memory>
 
+#include "checkpoint/foreground_gate.h"
+#include "checkpoint/replica.h"
 #include "stint/checkpointer.h"
 #include "util/fault_env.h"
 #include "util/status_matchers.h"
@@ -177,6 +181,37 @@ TEST(TierReplica, UnreachableReplicaAtOpenStillCheckpointsToTier1) {
   EXPECT_FALSE(h->replicated.get().ok());
   EXPECT_FALSE((*ckpt)->FlushReplication().ok());
   EXPECT_EQ(*(*ckpt)->ListCommitted(), (std::vector<uint64_t>{1}));
+}
+
+// A copy gives way to a save running in the same Checkpointer: it starts no
+// piece while the save holds the gate, and goes on once it ends.
+TEST(TierReplica, ACopyWaitsWhileASaveRuns) {
+  TempDir dir;
+  CheckpointOptions o = ReplicaOptions(dir);
+  {
+    CheckpointOptions tier1 = o;
+    tier1.replica_root.clear();
+    auto ckpt = Checkpointer::Open(tier1);
+    ASSERT_OK(ckpt);
+    SaveSteps(ckpt->get(), {1});
+  }
+  o.env = Env::Default();
+  o.replica_env = Env::Default();
+  ForegroundGate gate;
+  RetentionGuard guard;
+  auto saving = std::make_unique<ForegroundGate::Hold>(&gate);
+  Replicator replicator(o, &guard, nullptr, &gate);
+  std::promise<Status> done;
+  auto replicated = done.get_future();
+  replicator.Enqueue(1, std::chrono::steady_clock::now(), std::move(done));
+  // The gate's patience (30 s) is far beyond this wait: nothing is copied.
+  EXPECT_FALSE(replicator.WaitUntilIdle(std::chrono::steady_clock::now() +
+                                        std::chrono::milliseconds(300)));
+  EXPECT_FALSE(Env::Default()->FileExists(dir.Sub("shared") + "/step-00000001"));
+  saving.reset();
+  ASSERT_TRUE(replicator.WaitUntilIdle(std::chrono::steady_clock::now() + std::chrono::seconds(60)));
+  EXPECT_OK(replicated.get());
+  EXPECT_TRUE(Env::Default()->FileExists(dir.Sub("shared") + "/step-00000001/MANIFEST.json"));
 }
 
 }  // namespace
