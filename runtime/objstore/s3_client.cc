@@ -258,6 +258,7 @@ S3Client::Attempt S3Client::Once(const Exchange& ex) {
 
   Reply& reply = a.reply;
   bool overflow = false;
+  bool stopped_early = false;
   auto send = [&]() -> httplib::Result {
     if (ex.method == "GET") {
       return client.Get(
@@ -279,7 +280,16 @@ S3Client::Attempt S3Client::Once(const Exchange& ex) {
               return true;
             }
             if (n > ex.dest_size - reply.received) {
-              overflow = true;
+              // A 200 without Content-Range is the whole object (a server
+              // that ignores Range); GetRange takes its head when the range
+              // starts at 0 and stops reading. Any other overrun is a fault.
+              if (reply.status == 200 && HeaderValue(reply.headers, "Content-Range").empty()) {
+                std::memcpy(ex.dest + reply.received, data, ex.dest_size - reply.received);
+                reply.received = ex.dest_size;
+                stopped_early = true;
+              } else {
+                overflow = true;
+              }
               return false;
             }
             std::memcpy(ex.dest + reply.received, data, n);
@@ -309,6 +319,10 @@ S3Client::Attempt S3Client::Once(const Exchange& ex) {
   if (overflow) {
     a.fatal = Status::Internal("the server sent more than the " + std::to_string(ex.dest_size) +
                                " bytes asked for");
+    return a;
+  }
+  if (!r && stopped_early) {
+    a.answered = true;
     return a;
   }
   if (!r) {
@@ -415,14 +429,16 @@ Status S3Client::CreateBucket() {
   ex.what = Where("");
   ex.method = "PUT";
   Result<Reply> r = Perform(ex);
-  if (r.ok() || r.status().code() == Code::kAlreadyExists) {
-    // BucketAlreadyExists is someone else's bucket: that one is an error.
-    if (!r.ok() && r.status().message().find("BucketAlreadyOwnedByYou") == std::string::npos) {
-      return r.status();
-    }
-    return Status::OK();
-  }
-  return r.status();
+  if (r.ok() || r.status().code() != Code::kAlreadyExists) return r.status();
+  // BucketAlreadyOwnedByYou, or BucketAlreadyExists, which AWS means as
+  // someone else's but rclone answers for this caller's own: the bucket is
+  // usable when HEAD on it succeeds.
+  Exchange head;
+  head.op = "HeadBucket";
+  head.what = Where("");
+  head.method = "HEAD";
+  Result<Reply> usable = Perform(head);
+  return usable.ok() ? Status::OK() : r.status();
 }
 
 Status S3Client::PutObject(const std::string& key, const char* data, size_t size) {
@@ -471,16 +487,17 @@ Status S3Client::GetRange(const std::string& key, uint64_t offset, size_t length
     }
     return r.status();
   }
-  if (r->status == 206) {
+  // 206 with Content-Range, as S3 answers; rclone answers 200 with one.
+  const std::string range = HeaderValue(r->headers, "Content-Range");
+  if (!range.empty()) {
     uint64_t first = 0, end = 0;
-    const std::string range = HeaderValue(r->headers, "Content-Range");
     if (!ParseContentRange(range, &first, &end) || first != offset) {
       return Status::Internal(subject + ": the answer's Content-Range '" + range +
                               "' does not start at " + std::to_string(offset));
     }
   } else if (offset != 0) {
     return Status::Internal(subject + ": HTTP " + std::to_string(r->status) +
-                            " instead of 206: the server ignored the Range");
+                            " without Content-Range: the server ignored the Range");
   }
   if (r->received != length) {
     return Status::DataLoss(subject + ": expected " + std::to_string(length) + " bytes, got " +

@@ -45,7 +45,8 @@ class S3Client {
   // scheme://host:port, what messages name.
   const std::string& endpoint() const { return endpoint_text_; }
 
-  // PUT /bucket. OK also when the bucket exists and is this caller's.
+  // PUT /bucket. OK also when the bucket exists and this caller can use it
+  // (HEAD on it succeeds).
   Status CreateBucket();
 
   // Stores `size` bytes at `data` under `key`, replacing any object there.
