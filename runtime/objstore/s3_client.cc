@@ -122,8 +122,8 @@ std::string Shorten(std::string s) {
 
 // One request, before signing.
 struct S3Client::Exchange {
-  std::string op;     // "GetObject": first word of every message
-  std::string what;   // "s3://bucket/key part 3": the rest of the message's subject
+  std::string op;      // "GetObject": first word of every message
+  std::string what;    // "s3://bucket/key part 3": the rest of the message's subject
   std::string method;  // GET HEAD PUT POST DELETE
   std::string key;     // "" for a bucket-level request
   Pairs query;         // not encoded
@@ -219,10 +219,9 @@ S3Client::Attempt S3Client::Once(const Exchange& ex) {
   sign.method = ex.method;
   sign.canonical_uri = path;
   sign.query = ex.query;
-  sign.payload_hash = !ex.hash_body ? internal::kUnsignedPayload
-                      : ex.body_size == 0
-                          ? internal::kEmptyPayloadSha256
-                          : internal::Sha256Hex(ex.body, ex.body_size);
+  sign.payload_hash = !ex.hash_body       ? internal::kUnsignedPayload
+                      : ex.body_size == 0 ? internal::kEmptyPayloadSha256
+                                          : internal::Sha256Hex(ex.body, ex.body_size);
   const std::string amz_date = AmzDate();
   sign.headers = ex.headers;
   sign.headers.emplace_back("host", host_header_);
@@ -234,15 +233,15 @@ S3Client::Attempt S3Client::Once(const Exchange& ex) {
   httplib::Headers headers;
   for (const auto& [name, value] : sign.headers) headers.emplace(name, value);
   if (!config_.credentials.empty()) {
-    headers.emplace("Authorization",
-                    internal::SignV4(sign, config_.credentials, config_.region, amz_date)
-                        .authorization);
+    headers.emplace(
+        "Authorization",
+        internal::SignV4(sign, config_.credentials, config_.region, amz_date).authorization);
   }
   const std::string target = query.empty() ? path : path + "?" + query;
 
   httplib::Client client(scheme_ + "://" +
-                         (host_.find(':') != std::string::npos ? "[" + host_ + "]" : host_) +
-                         ":" + std::to_string(port_));
+                         (host_.find(':') != std::string::npos ? "[" + host_ + "]" : host_) + ":" +
+                         std::to_string(port_));
   // The path is sent as signed: already encoded, so httplib must not again.
   client.set_url_encode(false);
   client.set_decompress(false);
@@ -364,9 +363,9 @@ Result<S3Client::Reply> S3Client::Perform(const Exchange& ex) {
     if (ok) return std::move(a.reply);
     if (a.retryable && attempt <= config_.max_retries) {
       // Full jitter: uniform in [0, min(max, initial * 2^(attempt-1))].
-      const int64_t cap = std::min<int64_t>(
-          config_.max_backoff.count(),
-          config_.initial_backoff.count() << std::min(attempt - 1, 20));
+      const int64_t cap =
+          std::min<int64_t>(config_.max_backoff.count(), config_.initial_backoff.count()
+                                                             << std::min(attempt - 1, 20));
       std::uniform_int_distribution<int64_t> pick(0, cap);
       std::this_thread::sleep_for(std::chrono::milliseconds(pick(jitter)));
       continue;
@@ -379,8 +378,8 @@ Result<S3Client::Reply> S3Client::Perform(const Exchange& ex) {
       tail = spent;
     }
     if (!a.answered) {
-      return Status::Unavailable(Redact(subject + ": cannot reach " + endpoint_text_ + ": " +
-                                        a.transport_error + tail));
+      return Status::Unavailable(
+          Redact(subject + ": cannot reach " + endpoint_text_ + ": " + a.transport_error + tail));
     }
     std::string text = subject + ": HTTP " + std::to_string(reply.status);
     if (!error.code.empty()) text += " " + error.code;
@@ -472,8 +471,7 @@ Status S3Client::GetRange(const std::string& key, uint64_t offset, size_t length
             std::to_string(offset + length) + ")";
   ex.method = "GET";
   ex.key = key;
-  ex.headers.emplace_back("range",
-                          "bytes=" + std::to_string(offset) + "-" + std::to_string(last));
+  ex.headers.emplace_back("range", "bytes=" + std::to_string(offset) + "-" + std::to_string(last));
   ex.dest = dest;
   ex.dest_size = length;
   Result<Reply> r = Perform(ex);
@@ -516,8 +514,7 @@ Result<S3ObjectInfo> S3Client::HeadObject(const std::string& key) {
   STINT_ASSIGN_OR_RETURN(Reply reply, Perform(ex));
   S3ObjectInfo info;
   info.key = key;
-  const std::string length =
-      HeaderValue(reply.headers, "Content-Length");
+  const std::string length = HeaderValue(reply.headers, "Content-Length");
   if (!ParseDecimalU64(length, &info.size)) {
     return Status::Internal("S3 HeadObject " + Where(key) + ": Content-Length '" + length +
                             "' is not a number");

@@ -60,8 +60,7 @@ Result<S3Endpoint> ParseS3Endpoint(const std::string& endpoint) {
   return out;
 }
 
-Result<S3Config> S3Config::FromEnvironment(
-    const std::function<std::string(const char*)>& getenv) {
+Result<S3Config> S3Config::FromEnvironment(const std::function<std::string(const char*)>& getenv) {
   S3Config config;
   std::string region = getenv("AWS_REGION");
   if (region.empty()) region = getenv("AWS_DEFAULT_REGION");
@@ -80,9 +79,10 @@ Result<S3Config> S3Config::FromEnvironment(
   const std::string secret = getenv("AWS_SECRET_ACCESS_KEY");
   if (!key_id.empty() || !secret.empty()) {
     if (key_id.empty() || secret.empty()) {
-      return Status::InvalidArgument(std::string("AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY: ") +
-                                     (key_id.empty() ? "AWS_ACCESS_KEY_ID" : "AWS_SECRET_ACCESS_KEY") +
-                                     " is not set while the other is");
+      return Status::InvalidArgument(
+          std::string("AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY: ") +
+          (key_id.empty() ? "AWS_ACCESS_KEY_ID" : "AWS_SECRET_ACCESS_KEY") +
+          " is not set while the other is");
     }
     config.credentials.access_key_id = key_id;
     config.credentials.secret_access_key = secret;

@@ -89,12 +89,23 @@ std::string XmlEscape(std::string_view s) {
   out.reserve(s.size());
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -109,8 +120,7 @@ std::vector<std::string_view> XmlElements(std::string_view xml, std::string_view
     const size_t after = pos + open.size();
     if (after >= xml.size()) break;
     const char next = xml[after];
-    if (next != '>' && next != '/' && next != ' ' && next != '\t' && next != '\r' &&
-        next != '\n') {
+    if (next != '>' && next != '/' && next != ' ' && next != '\t' && next != '\r' && next != '\n') {
       pos = after;  // a longer name (<KeyMarker> for "Key")
       continue;
     }

@@ -128,8 +128,8 @@ SigV4Signature SignV4(const SigV4Request& request, const S3Credentials& credenti
                           signed_headers + "\n" + request.payload_hash;
   const std::string date = amz_date.substr(0, 8);
   const std::string scope = date + "/" + region + "/s3/aws4_request";
-  out.string_to_sign = "AWS4-HMAC-SHA256\n" + amz_date + "\n" + scope + "\n" +
-                       Sha256Hex(out.canonical_request);
+  out.string_to_sign =
+      "AWS4-HMAC-SHA256\n" + amz_date + "\n" + scope + "\n" + Sha256Hex(out.canonical_request);
   const std::string k_date = HmacSha256("AWS4" + credentials.secret_access_key, date);
   const std::string k_region = HmacSha256(k_date, region);
   const std::string k_service = HmacSha256(k_region, "s3");

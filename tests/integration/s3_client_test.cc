@@ -53,9 +53,9 @@ class S3ClientTest : public ::testing::Test {
     }
     ASSERT_EQ(::mkdir(dir_.Sub(kBucket).c_str(), 0755), 0);
     server_ = std::make_unique<ChildProcess>(
-        rclone, std::vector<std::string>{"serve", "s3", dir_.path(), "--addr", "127.0.0.1:0",
-                                         "--auth-key", std::string(kAccess) + "," + kSecret,
-                                         "--log-format", ""});
+        rclone,
+        std::vector<std::string>{"serve", "s3", dir_.path(), "--addr", "127.0.0.1:0", "--auth-key",
+                                 std::string(kAccess) + "," + kSecret, "--log-format", ""});
     ASSERT_TRUE(server_->started());
     // rclone binds port 0 and names the port it got:
     // "NOTICE: Local file system at /tmp/x: Starting s3 server on [http://127.0.0.1:41234/]".
@@ -74,8 +74,8 @@ class S3ClientTest : public ::testing::Test {
     auto client = Client();
     Status s;
     while (!(s = client->ListObjects("").status()).ok()) {
-      ASSERT_LT(Clock::now(), deadline) << "rclone at " << endpoint_
-                                        << " does not answer: " << s.ToString();
+      ASSERT_LT(Clock::now(), deadline)
+          << "rclone at " << endpoint_ << " does not answer: " << s.ToString();
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
@@ -168,9 +168,9 @@ TEST_F(S3ClientTest, ListingFollowsPagesAndKeepsKeysWithSpacesUnicodePlusAndAmpe
   S3Config config = Config();
   config.list_page_size = 3;  // 11 keys: four pages
   auto s3 = Client(config);
-  std::set<std::string> keys = {"odd/a b.bin",        "odd/caf\xC3\xA9.bin", "odd/x+y",
-                                "odd/a&b",            "odd/q=1;'\"q\"",      "odd/sp ace/in dir",
-                                "odd/\xE6\x97\xA5.txt", "odd/t~i_l-d.e"};
+  std::set<std::string> keys = {
+      "odd/a b.bin",       "odd/caf\xC3\xA9.bin",  "odd/x+y",      "odd/a&b", "odd/q=1;'\"q\"",
+      "odd/sp ace/in dir", "odd/\xE6\x97\xA5.txt", "odd/t~i_l-d.e"};
   for (int i = 0; i < 3; ++i) keys.insert("odd/n" + std::to_string(i));
   for (const std::string& k : keys) ASSERT_OK(s3->PutObject(k, k.data(), k.size())) << k;
   ASSERT_OK(s3->PutObject("other/x", "x", 1));
@@ -261,7 +261,8 @@ TEST_F(S3ClientTest, AnUploadResumesFromListedUploadsAndParts) {
   EXPECT_EQ((*parts)[1].part_number, 2);
   EXPECT_EQ((*parts)[1].size, kPart);
   std::vector<S3Part> all = *parts;
-  auto etag = s3->UploadPart("resume/shard", id, 3, data.data() + 2 * kPart, data.size() - 2 * kPart);
+  auto etag =
+      s3->UploadPart("resume/shard", id, 3, data.data() + 2 * kPart, data.size() - 2 * kPart);
   ASSERT_OK(etag);
   all.push_back({3, *etag, 0});
   ASSERT_OK(s3->CompleteMultipartUpload("resume/shard", id, all));

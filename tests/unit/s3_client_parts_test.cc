@@ -50,9 +50,9 @@ TEST(S3Url, SplitsBucketAndPrefixAndJoinsKeys) {
 }
 
 TEST(S3Url, MalformedUrlsAreInvalidArgumentNamingTheString) {
-  for (const std::string bad : {"http://bkt/a", "s3://", "s3:///a", "s3://Upper/a",
-                                "s3://ab/a", "s3://bkt//a", "s3://bkt/a//b", "bkt/a",
-                                "s3://-bkt/a", "s3://b_kt"}) {
+  for (const std::string bad :
+       {"http://bkt/a", "s3://", "s3:///a", "s3://Upper/a", "s3://ab/a", "s3://bkt//a",
+        "s3://bkt/a//b", "bkt/a", "s3://-bkt/a", "s3://b_kt"}) {
     auto u = S3Url::Parse(bad);
     ASSERT_FALSE(u.ok()) << bad;
     EXPECT_EQ(u.status().code(), Code::kInvalidArgument) << bad;
@@ -133,8 +133,9 @@ TEST(S3Config, CredentialsComeFromTheSharedFileAndProfile) {
   EXPECT_EQ(env->credentials.access_key_id, "E");
   // $HOME/.aws/credentials when no file is named.
   ASSERT_EQ(::mkdir(dir.Sub(".aws").c_str(), 0700), 0);
-  ASSERT_TRUE(WriteWholeFile(dir.Sub(".aws/credentials"), "[default]\naws_access_key_id=H\n"
-                                                          "aws_secret_access_key=hs\n"));
+  ASSERT_TRUE(WriteWholeFile(dir.Sub(".aws/credentials"),
+                             "[default]\naws_access_key_id=H\n"
+                             "aws_secret_access_key=hs\n"));
   auto home = S3Config::FromEnvironment(Env({{"HOME", dir.path()}}));
   ASSERT_OK(home);
   EXPECT_EQ(home->credentials.access_key_id, "H");
@@ -166,15 +167,14 @@ TEST(S3SharedCredentials, MissingKeysAndBadLinesNameTheLineNotTheSecret) {
   EXPECT_EQ(pasted.status().message().find(kSecret), std::string::npos);
   // Keys of other profiles do not leak into the one asked for.
   auto other = ParseSharedCredentials(
-      "[a]\naws_access_key_id = A\naws_secret_access_key = SA\n[b]\naws_access_key_id = B\n",
-      "b", "f");
+      "[a]\naws_access_key_id = A\naws_secret_access_key = SA\n[b]\naws_access_key_id = B\n", "b",
+      "f");
   ASSERT_FALSE(other.ok());
   EXPECT_NE(other.status().message().find("aws_secret_access_key"), std::string::npos);
 }
 
 TEST(S3Xml, UnescapesThePredefinedEntitiesAndNumericReferences) {
-  EXPECT_EQ(XmlUnescape("a &amp; b &lt;c&gt; &quot;d&quot; &apos;e&apos;"),
-            "a & b <c> \"d\" 'e'");
+  EXPECT_EQ(XmlUnescape("a &amp; b &lt;c&gt; &quot;d&quot; &apos;e&apos;"), "a & b <c> \"d\" 'e'");
   EXPECT_EQ(XmlUnescape("&#233;&#x20AC;&#x1F600;"), "\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80");
   EXPECT_EQ(XmlUnescape("&amp;amp;"), "&amp;");  // decoded once
   EXPECT_EQ(XmlUnescape("a & b &bogus; &#xZZ;"), "a & b &bogus; &#xZZ;");
@@ -245,7 +245,8 @@ TEST(S3Xml, MultipartAnswers) {
 
   auto uploads = internal::ParseListMultipartUploads(
       "<ListMultipartUploadsResult><Bucket>b</Bucket><KeyMarker></KeyMarker>"
-      "<NextKeyMarker>my-movie.m2ts</NextKeyMarker><NextUploadIdMarker>YW55IGlk</NextUploadIdMarker>"
+      "<NextKeyMarker>my-movie.m2ts</NextKeyMarker><NextUploadIdMarker>YW55IGlk</"
+      "NextUploadIdMarker>"
       "<IsTruncated>true</IsTruncated>"
       "<Upload><Key>my-divisor</Key><UploadId>XMgbGlrZSBlbHZpbmcncyBub3QgaGF2aW5nIG11Y2ggbHVjaw"
       "</UploadId><Initiated>2010-11-10T20:48:33.000Z</Initiated></Upload>"

@@ -22,9 +22,8 @@ SigV4Request BucketGet(std::vector<std::pair<std::string, std::string>> query) {
   r.method = "GET";
   r.canonical_uri = "/";
   r.query = std::move(query);
-  r.headers = {{"Host", kHost},
-               {"x-amz-date", kDate},
-               {"x-amz-content-sha256", kEmptyPayloadSha256}};
+  r.headers = {
+      {"Host", kHost}, {"x-amz-date", kDate}, {"x-amz-content-sha256", kEmptyPayloadSha256}};
   r.payload_hash = kEmptyPayloadSha256;
   return r;
 }
