@@ -7,8 +7,8 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(build-essential cmake ninja-build pkg-config ccache git
   liburing-dev libzstd-dev libxxhash-dev libsqlite3-dev nlohmann-json3-dev
-  libcpp-httplib-dev libssl-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libgloo-dev fio python3 python3-venv python3-dev clang chromium
+  libcpp-httplib-dev libssl-dev libcurl4-openssl-dev libcli11-dev libgtest-dev libgmock-dev
+  libbenchmark-dev libgloo-dev fio python3 python3-venv python3-dev clang chromium
   slurmctld slurmd slurm-client munge)  # the last four: tools/slurm/cluster.sh
 
 missing=()

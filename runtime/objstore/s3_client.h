@@ -1,11 +1,13 @@
 // S3Client: the object-store operations a checkpoint tier needs (upload a
 // file after each commit, ranged loads straight into destination buffers,
 // retention deletes, resumable multipart uploads) against AWS S3 or any
-// S3-compatible server (rclone serve s3, MinIO), signed with SigV4.
+// S3-compatible server (rclone serve s3, MinIO). libcurl carries the
+// requests and signs them (SigV4, CURLOPT_AWS_SIGV4).
 //
-// Thread-safe: any number of threads may call one client at once. Each
-// attempt of each call uses its own connection (no shared socket state), so
-// calls never wait on one another.
+// Thread-safe: any number of threads may call one client at once. A call
+// takes a libcurl handle from the client's pool of idle ones (their
+// connections are kept alive and reused) or makes a new one, so calls never
+// wait on one another's transfers.
 //
 // Every call returns a Status naming the operation, the s3://bucket/key, the
 // HTTP status and S3's <Code> and <Message>. Codes: kNotFound (no such key,
@@ -27,6 +29,8 @@
 #include "objstore/s3_config.h"
 #include "objstore/s3_types.h"
 #include "stint/status.h"
+
+struct curl_slist;  // <curl/curl.h>, which only s3_client.cc includes
 
 namespace stint {
 
@@ -99,6 +103,8 @@ class S3Client {
   struct Exchange;
   struct Reply;
   struct Attempt;
+  struct Transfer;
+  class HandlePool;
 
   S3Client(const S3Config& config, std::string bucket, std::string host, int port,
            std::string scheme, bool path_style);
@@ -106,6 +112,10 @@ class S3Client {
   // Sends `ex` with the retry policy; the 2xx reply, or the error Status.
   Result<Reply> Perform(const Exchange& ex);
   Attempt Once(const Exchange& ex);
+  // Sets every option of one attempt on `curl` (a CURL*; libcurl's CURL is
+  // void) for `transfer`; the header list it builds goes to *headers, which
+  // the caller frees after the transfer. `errbuf` holds CURL_ERROR_SIZE bytes.
+  Status Configure(void* curl, Transfer* transfer, curl_slist** headers, char* errbuf) const;
   // "s3://bucket/key" (the key only when not empty).
   std::string Where(const std::string& key) const;
   // `message` with the secret and the session token replaced.
@@ -114,12 +124,14 @@ class S3Client {
   // Immutable after construction.
   const S3Config config_;
   const std::string bucket_;
-  const std::string scheme_;
-  const std::string host_;  // the host connected to (bucket.host when virtual-host style)
-  const int port_;
   const bool path_style_;
-  const std::string host_header_;
+  // scheme://host:port of every request's URL (host is bucket.host when
+  // virtual-host style; an IPv6 address in brackets).
+  const std::string url_base_;
   const std::string endpoint_text_;
+
+  // Thread-safe itself.
+  const std::unique_ptr<HandlePool> handles_;
 };
 
 }  // namespace stint

@@ -30,7 +30,9 @@ struct S3Config {
   // Backoff before retry n: uniform in [0, min(max_backoff, initial_backoff * 2^(n-1))].
   std::chrono::milliseconds initial_backoff{100};
   std::chrono::milliseconds max_backoff{std::chrono::seconds(5)};
-  // Connecting, and each read or write on the socket, of one attempt.
+  // Of one attempt: the limit on connecting, and on any stall (under one
+  // byte a second moving for this long). No limit on a transfer's total
+  // time, which a large upload needs.
   std::chrono::milliseconds request_timeout{std::chrono::seconds(30)};
   // https only: PEM CA bundle; empty: the system's.
   std::string ca_file;

@@ -324,6 +324,32 @@ TEST_F(S3ClientTest, AWrongSecretIsAClearAuthErrorWithoutTheSecret) {
   EXPECT_EQ(get.status().message().find("attempts"), std::string::npos);
 }
 
+// A session token goes as x-amz-security-token (signed by libcurl with the
+// other headers). rclone ignores it, so the requests still succeed; a
+// failing request's message never carries it.
+TEST_F(S3ClientTest, ASessionTokenIsSentAndNeverInAMessage) {
+  const std::string token = "FQoGZXIvYXdzEXAMPLE-session-token-7c1d";
+  S3Config config = Config();
+  config.credentials.session_token = token;
+  auto s3 = Client(config);
+  ASSERT_OK(s3->PutObject("tok/a", "abc", 3));
+  EXPECT_EQ(*s3->GetObject("tok/a"), "abc");
+  ASSERT_OK(s3->ListObjects("tok/"));
+  auto missing = s3->GetObject("tok/none");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), Code::kNotFound) << missing.status().ToString();
+  EXPECT_EQ(missing.status().message().find(token), std::string::npos);
+
+  config.credentials.secret_access_key = "WRONG-secret-value-7f3a9c";
+  auto wrong = Client(config);
+  const Status put = wrong->PutObject("tok/" + token, "x", 1);
+  ASSERT_FALSE(put.ok());
+  EXPECT_EQ(put.code(), Code::kUnauthenticated) << put.ToString();
+  EXPECT_EQ(put.message().find(token), std::string::npos) << put.ToString();
+  EXPECT_NE(put.message().find("S3 PutObject s3://ckpt/tok/[redacted]"), std::string::npos)
+      << put.ToString();
+}
+
 TEST_F(S3ClientTest, AKilledServerEndsInBoundedRetriesNamingTheEndpoint) {
   S3Config config = Config();
   config.max_retries = 3;

@@ -1,12 +1,21 @@
 // runtime/objstore: the pure parts of the S3 client. S3Url, S3Config from an
 // environment given as a map, the shared credentials file, the XML scanner
-// on S3's answers (entities included), and secrets kept out of messages.
+// on S3's answers (entities included), and secrets kept out of messages;
+// and what S3Client puts on the wire, against a canned loopback server.
 // The client against a real server is in integration/s3_client_test.cc.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <map>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "objstore/s3_client.h"
 #include "objstore/s3_config.h"
@@ -332,6 +341,144 @@ TEST(S3Client, AnUnreachableEndpointNamesTheRequestButNotTheSecret) {
   EXPECT_NE(s.message().find("3 attempts"), std::string::npos) << s.ToString();
   EXPECT_EQ(s.message().find(kSecret), std::string::npos) << s.ToString();
   EXPECT_EQ(s.message().find("SESSION-TOKEN-VALUE"), std::string::npos) << s.ToString();
+}
+
+// A loopback HTTP server that records each request (head and body) and
+// answers every one with `reply`, closing the connection after it.
+class CannedServer {
+ public:
+  explicit CannedServer(std::string reply) : reply_(std::move(reply)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(fd_, 8) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      ADD_FAILURE() << "cannot listen on loopback";
+      return;
+    }
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~CannedServer() {
+    stop_ = true;
+    ::shutdown(fd_, SHUT_RDWR);
+    if (thread_.joinable()) thread_.join();
+    ::close(fd_);
+  }
+  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::vector<std::string> requests() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return requests_;
+  }
+
+ private:
+  void Serve() {
+    while (!stop_) {
+      const int c = ::accept(fd_, nullptr, nullptr);
+      if (c < 0) return;
+      std::string in;
+      char buf[4096];
+      size_t head_end = std::string::npos;
+      size_t want = 0;
+      while (head_end == std::string::npos || in.size() < want) {
+        const ssize_t n = ::recv(c, buf, sizeof(buf), 0);
+        if (n <= 0) break;
+        in.append(buf, n);
+        if (head_end == std::string::npos &&
+            (head_end = in.find("\r\n\r\n")) != std::string::npos) {
+          want = head_end + 4;
+          const size_t cl = in.find("Content-Length: ");
+          if (cl != std::string::npos && cl < head_end) want += std::stoul(in.substr(cl + 16));
+        }
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        requests_.push_back(in);
+      }
+      ::send(c, reply_.data(), reply_.size(), MSG_NOSIGNAL);
+      ::close(c);
+    }
+  }
+
+  const std::string reply_;
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<std::string> requests_;  // Guarded by mu_
+};
+
+std::string Http200(const std::string& body, const std::string& extra_headers = "") {
+  return "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\nConnection: close\r\n" + extra_headers + "\r\n" + body;
+}
+
+// libcurl signs; the request carries what S3 needs for that to verify: the
+// sorted query with "uploads=", the key encoded once, UNSIGNED-PAYLOAD, the
+// session token among the signed headers, the region in the scope, and
+// never the secret.
+TEST(S3Client, RequestsCarryTheSortedQueryUnsignedPayloadAndASignedSessionToken) {
+  CannedServer server(Http200(
+      "<InitiateMultipartUploadResult><UploadId>u1</UploadId></InitiateMultipartUploadResult>"));
+  S3Config config;
+  config.endpoint = server.endpoint();
+  config.region = "eu-west-1";
+  config.credentials = {"AKIDEXAMPLELONGKEYID", kSecret, "SESSION-TOKEN-VALUE"};
+  auto client = S3Client::Create(config, "bkt");
+  ASSERT_OK(client);
+  auto id = (*client)->CreateMultipartUpload("a b/c+d");
+  ASSERT_OK(id);
+  EXPECT_EQ(*id, "u1");
+  ASSERT_OK((*client)->AbortMultipartUpload("k", "x/y+z"));
+  const std::vector<std::string> got = server.requests();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].rfind("POST /bkt/a%20b/c%2Bd?uploads= HTTP/1.1\r\n", 0), 0u) << got[0];
+  EXPECT_EQ(got[1].rfind("DELETE /bkt/k?uploadId=x%2Fy%2Bz HTTP/1.1\r\n", 0), 0u) << got[1];
+  for (const std::string& r : got) {
+    EXPECT_NE(r.find("\r\nx-amz-content-sha256: UNSIGNED-PAYLOAD\r\n"), std::string::npos) << r;
+    EXPECT_NE(r.find("\r\nx-amz-security-token: SESSION-TOKEN-VALUE\r\n"), std::string::npos) << r;
+    EXPECT_NE(r.find("\r\nAuthorization: AWS4-HMAC-SHA256 Credential=AKIDEXAMPLELONGKEYID/"),
+              std::string::npos)
+        << r;
+    EXPECT_NE(r.find("/eu-west-1/s3/aws4_request"), std::string::npos) << r;
+    const size_t signed_headers = r.find("SignedHeaders=");
+    ASSERT_NE(signed_headers, std::string::npos) << r;
+    const std::string names =
+        r.substr(signed_headers, r.find(',', signed_headers) - signed_headers);
+    EXPECT_NE(names.find("x-amz-content-sha256"), std::string::npos) << names;
+    EXPECT_NE(names.find("x-amz-security-token"), std::string::npos) << names;
+    EXPECT_EQ(names.find("expect"), std::string::npos) << names;
+    EXPECT_EQ(r.find(kSecret), std::string::npos) << r;
+  }
+}
+
+// A server that ignores Range answers 200 with the whole object and no
+// Content-Range: GetRange takes the range's bytes from it and stops.
+TEST(S3Client, GetRangeTakesTheRangeFromAWholeObjectAnswer) {
+  std::string object(100000, '\0');
+  for (size_t i = 0; i < object.size(); ++i) object[i] = static_cast<char>(i * 31 + i / 253);
+  CannedServer server(Http200(object));
+  S3Config config;
+  config.endpoint = server.endpoint();
+  config.credentials = {"AKIDEXAMPLELONGKEYID", kSecret, ""};
+  auto client = S3Client::Create(config, "bkt");
+  ASSERT_OK(client);
+  for (const auto& [offset, length] :
+       std::vector<std::pair<uint64_t, size_t>>{{0, 10}, {12345, 5000}, {99990, 10}, {0, 100000}}) {
+    std::string buf(length + 8, '\x5A');
+    ASSERT_OK((*client)->GetRange("obj", offset, length, buf.data())) << offset << "+" << length;
+    EXPECT_TRUE(buf.compare(0, length, object, offset, length) == 0) << offset << "+" << length;
+    EXPECT_EQ(buf.substr(length), std::string(8, '\x5A'));
+  }
+  std::string buf(20, '\0');
+  const Status short_read = (*client)->GetRange("obj", 99990, 20, buf.data());
+  EXPECT_EQ(short_read.code(), Code::kDataLoss) << short_read.ToString();
+  ASSERT_FALSE(server.requests().empty());
+  EXPECT_NE(server.requests()[1].find("\r\nrange: bytes=12345-17344\r\n"), std::string::npos)
+      << server.requests()[1];
 }
 
 }  // namespace
