@@ -191,6 +191,11 @@ py::dict StatsDict(const CheckpointerStats& s) {
     out["durable_seconds"] = r->durable_seconds;
     return py::object(std::move(out));
   };
+  d["replicated"] = s.replicated;
+  d["replica_failed"] = s.replica_failed;
+  d["replica_superseded"] = s.replica_superseded;
+  d["last_replica"] = replica_dict(s.last_replica);
+  d["last_replica_error"] = s.last_replica_error;
   d["peer_replicated"] = s.peer_replicated;
   d["peer_replica_failed"] = s.peer_replica_failed;
   d["last_peer_replica"] = replica_dict(s.last_peer_replica);
@@ -580,8 +585,13 @@ std::unique_ptr<PyCheckpointer> OpenCheckpointer(
     int world_size, const py::object& store, double commit_timeout, bool read_only,
     const std::string& snapshot, bool cuda, bool incremental, bool compress_auto,
     double lock_wait, const py::object& fencing, const std::string& node_id, int peer_replicas,
-    const std::string& peer_replica_dir) {
+    const std::string& peer_replica_dir, const std::string& replica_root, int replica_keep_last,
+    uint64_t replica_keep_every) {
   CheckpointOptions o;
+  if (replica_keep_last < 0) ThrowStatus(Status::InvalidArgument("replica_keep_last must be >= 0"));
+  o.replica_root = replica_root;
+  o.replica_keep_last = replica_keep_last;
+  o.replica_keep_every = replica_keep_every;
   if (peer_replicas < 0) ThrowStatus(Status::InvalidArgument("peer_replicas must be >= 0"));
   o.node_id = node_id;
   o.peer_replicas = peer_replicas;
@@ -709,7 +719,8 @@ void BindCheckpointerClass(py::module_& m) {
            py::arg("incremental") = false, py::arg("compress_auto") = false,
            py::arg("lock_wait") = 0.0,
            py::arg("fencing") = true, py::arg("node_id") = "", py::arg("peer_replicas") = 0,
-           py::arg("peer_replica_dir") = "",
+           py::arg("peer_replica_dir") = "", py::arg("replica_root") = "",
+           py::arg("replica_keep_last") = 3, py::arg("replica_keep_every") = 0,
            "fencing: True (default): under stint-agent (its worker registration in the "
            "environment), every commit first asks stintd whether this worker incarnation (and, "
            "with several ranks, every rank's) is still current, and a stale one fails the save "

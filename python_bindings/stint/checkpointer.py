@@ -231,6 +231,17 @@ class Checkpointer:
       peer_replica_dir="" where this node keeps other nodes' parts ("":
                          <root>/.peer-replicas; a tmpfs path keeps them in
                          host memory)
+      replica_root=""    tier 2: each committed step copied there in the
+                         background (rank 0), verified, committed there; a
+                         path (a shared file system) or "s3://bucket/prefix"
+                         (an S3-compatible object store, configured the AWS
+                         way: AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID /
+                         AWS_SECRET_ACCESS_KEY or ~/.aws/credentials). Loads
+                         fall back to it; flush_replication() waits for it
+      replica_keep_last=3, replica_keep_every=0
+                         tier-2 retention, as keep_last / keep_every
+    A root may itself be "s3://bucket/prefix" with read_only=True: loads
+    and listings straight from the object store.
     Making a collective Checkpointer is itself collective (rank 0 draws the
     store key prefix and broadcasts it).
     """
@@ -246,7 +257,9 @@ class Checkpointer:
                  snapshot: str = "auto", cuda: Optional[bool] = None,
                  incremental: bool = False, read_only: bool = False,
                  lock_wait: float = 0.0, fencing: Any = True, node_id: str = "",
-                 peer_replicas: int = 0, peer_replica_dir: PathLike = "") -> None:
+                 peer_replicas: int = 0, peer_replica_dir: PathLike = "",
+                 replica_root: PathLike = "", replica_keep_last: int = 3,
+                 replica_keep_every: int = 0) -> None:
         if snapshot not in ("auto", "eager", "lazy"):
             raise _C.InvalidArgumentError(
                 "snapshot must be 'auto', 'eager' or 'lazy', got %r" % (snapshot,))
@@ -282,7 +295,8 @@ class Checkpointer:
             snapshot="eager" if snapshot == "eager" else "lazy", cuda=bool(cuda),
             incremental=incremental, read_only=read_only, lock_wait=lock_wait,
             fencing=_fencing_session(fencing), node_id=node_id, peer_replicas=peer_replicas,
-            peer_replica_dir=os.fspath(peer_replica_dir))
+            peer_replica_dir=os.fspath(peer_replica_dir), replica_root=os.fspath(replica_root),
+            replica_keep_last=replica_keep_last, replica_keep_every=replica_keep_every)
 
     # -- saving ---------------------------------------------------------------
 

@@ -19,6 +19,7 @@
 #include "checkpoint/rank_commit.h"
 #include "checkpoint/save_times.h"
 #include "format/manifest.h"
+#include "objstore/object_store_env.h"
 
 namespace stint {
 namespace {
@@ -34,9 +35,10 @@ std::shared_future<Status> ReadyFuture(Status s) {
 }  // namespace
 
 CheckpointerImpl::CheckpointerImpl(const CheckpointOptions& options, Env* env,
-                                   std::unique_ptr<IoEngine> engine,
+                                   std::unique_ptr<Env> store, std::unique_ptr<IoEngine> engine,
                                    std::unique_ptr<FileLock> root_lock)
-    : fence_(std::move(root_lock)),
+    : store_(std::move(store)),
+      fence_(std::move(root_lock)),
       options_(options),
       env_(env),
       replica_env_(options.replica_env != nullptr ? options.replica_env : env),
@@ -627,8 +629,21 @@ CheckpointerStats CheckpointerImpl::stats() const {
   return stats;
 }
 
-Result<std::unique_ptr<Checkpointer>> Checkpointer::Open(const CheckpointOptions& options) {
-  STINT_RETURN_IF_ERROR(CheckOpenOptions(options));
+Result<std::unique_ptr<Checkpointer>> Checkpointer::Open(const CheckpointOptions& given) {
+  STINT_RETURN_IF_ERROR(CheckOpenOptions(given));
+  CheckpointOptions options = given;
+  // An s3:// root or replica root without an Env of the caller's: the
+  // store, configured the AWS way, over the local file system.
+  std::unique_ptr<Env> store;
+  const bool root_in_store = IsObjectStorePath(options.root) && options.env == nullptr;
+  const bool replica_in_store =
+      IsObjectStorePath(options.replica_root) && options.replica_env == nullptr;
+  if (root_in_store || replica_in_store) {
+    STINT_ASSIGN_OR_RETURN(store, ObjectStoreEnv::FromEnvironment(
+                                      options.env != nullptr ? options.env : Env::Default()));
+    if (root_in_store) options.env = store.get();
+    if (replica_in_store) options.replica_env = store.get();
+  }
   Env* env = options.env != nullptr ? options.env : Env::Default();
   std::unique_ptr<FileLock> root_lock;
   if (options.read_only) {
@@ -645,7 +660,7 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Open(const CheckpointOptions
   io.kind = kind;
   io.queue_depth = options.io_queue_depth;
   STINT_ASSIGN_OR_RETURN(auto engine, NewIoEngine(io));
-  auto impl = std::make_unique<CheckpointerImpl>(options, env, std::move(engine),
+  auto impl = std::make_unique<CheckpointerImpl>(options, env, std::move(store), std::move(engine),
                                                  std::move(root_lock));
   if (options.world_size > 1) STINT_RETURN_IF_ERROR(impl->StartPeers());
   return std::unique_ptr<Checkpointer>(std::move(impl));

@@ -70,9 +70,11 @@ struct PersistJob {
 
 class CheckpointerImpl final : public Checkpointer {
  public:
-  // `env` is options.env or the default; `root_lock` as PrepareRoots.
-  CheckpointerImpl(const CheckpointOptions& options, Env* env, std::unique_ptr<IoEngine> engine,
-                   std::unique_ptr<FileLock> root_lock);
+  // `env` is options.env or the default; `store` (may be null) the object
+  // store's Env that options.env or replica_env point at, owned here;
+  // `root_lock` as PrepareRoots.
+  CheckpointerImpl(const CheckpointOptions& options, Env* env, std::unique_ptr<Env> store,
+                   std::unique_ptr<IoEngine> engine, std::unique_ptr<FileLock> root_lock);
   ~CheckpointerImpl() override;
 
   Result<SaveHandle> Save(uint64_t step, const State& state) override;
@@ -126,6 +128,9 @@ class CheckpointerImpl final : public Checkpointer {
   // Steps whose files the queued saves and the next save may reference.
   std::set<uint64_t> PinnedSteps();
 
+  // An s3:// root or replica root's Env (Open made it). First: it
+  // outlives everything that reads or writes through it.
+  std::unique_ptr<Env> store_;
   // Background copies (tier 2, peer replicas, the file service) give way
   // to a save until it is staged. First: it outlives every holder.
   ForegroundGate gate_;

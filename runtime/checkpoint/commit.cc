@@ -110,6 +110,18 @@ Status RenameToStep(Env* env, const std::string& root, const std::string& tmp_di
   return WriteLatest(env, root, StepDirName(step));
 }
 
+Status CommitInPlace(Env* env, const std::string& root, uint64_t step,
+                     const std::string& manifest_bytes,
+                     const std::function<Status(uint64_t step)>& guard) {
+  const std::string dir = root + "/" + StepDirName(step);
+  if (env->FileExists(dir + "/" + kManifestName)) {
+    return Status::AlreadyExists(dir + " is already committed; refusing to overwrite it");
+  }
+  if (guard) STINT_RETURN_IF_ERROR(guard(step));
+  STINT_RETURN_IF_ERROR(WriteStringToFileSync(env, dir + "/" + kManifestName, manifest_bytes));
+  return WriteLatest(env, root, StepDirName(step));
+}
+
 Status WriteLatest(Env* env, const std::string& root, const std::string& dir_name) {
   std::string tmp = root + "/" + kLatestName + ".tmp";
   STINT_RETURN_IF_ERROR(WriteStringToFileSync(env, tmp, dir_name + "\n"));

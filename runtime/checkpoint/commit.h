@@ -56,6 +56,15 @@ Status WriteTmpManifest(Env* env, const std::string& tmp_dir, const std::string&
 Status RenameToStep(Env* env, const std::string& root, const std::string& tmp_dir, uint64_t step,
                     const std::function<Status(uint64_t step)>& guard = nullptr);
 
+// The commit into an object store, where a directory cannot be renamed:
+// the data files were written straight into <root>/step-<step>, and the
+// manifest, written last (after `guard`), commits it. A listing
+// (ListCheckpointSteps) shows only steps with a manifest, so a partial
+// upload is never seen as committed. kAlreadyExists if it already has one.
+Status CommitInPlace(Env* env, const std::string& root, uint64_t step,
+                     const std::string& manifest_bytes,
+                     const std::function<Status(uint64_t step)>& guard = nullptr);
+
 // Atomically points LATEST at `dir_name`.
 Status WriteLatest(Env* env, const std::string& root, const std::string& dir_name);
 // The name LATEST holds; nullopt when there is no LATEST. kDataLoss when it

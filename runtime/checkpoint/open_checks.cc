@@ -5,6 +5,7 @@
 #include "checkpoint/replica.h"
 #include "checkpoint/root_lock.h"
 #include "format/chunk.h"
+#include "objstore/object_store_env.h"
 
 namespace stint {
 
@@ -26,6 +27,12 @@ Status CheckOpenOptions(const CheckpointOptions& options) {
   if (options.incremental && options.keep_in_memory) {
     // A tier-0 image holds only what was written, not the referenced chunks.
     return Status::InvalidArgument("incremental and keep_in_memory (tier 0) cannot be combined");
+  }
+  if (IsObjectStorePath(options.root) && !options.read_only) {
+    // Saves stage, write and commit on a disk; the store is where they go next.
+    return Status::InvalidArgument(
+        "root " + options.root + " is in an object store: open it read_only, or save to a "
+        "local root with replica_root=\"" + options.root + "\" (uploaded after each commit)");
   }
   if (options.world_size > 1 && options.keep_in_memory) {
     // One rank's image is not a checkpoint of the job; tier 1/2 are.

@@ -16,15 +16,17 @@
 #include "checkpoint/retention.h"
 #include "checkpoint/root_lock.h"
 #include "format/manifest.h"
+#include "objstore/object_store_env.h"
 #include "stint/checkpoint_reader.h"
 
 namespace stint {
 namespace {
 
 // A file on another node (a ranged reader over the job's file service,
-// OpenPeerFile, whose path is its URL) is copied by this many threads at
-// once, each with its own buffer, so several reads are in flight; a local
-// file by one.
+// OpenPeerFile, whose path is its URL) or one going into an object store
+// (whole parts, each uploaded as it is written) is copied by this many
+// threads at once, each with its own buffer, so several requests are in
+// flight; a local file by one.
 constexpr int kRemoteCopyThreads = 4;
 
 Status CopyFile(Env* src_env, const std::string& from, Env* dst_env, const std::string& to,
@@ -33,7 +35,9 @@ Status CopyFile(Env* src_env, const std::string& from, Env* dst_env, const std::
   STINT_ASSIGN_OR_RETURN(uint64_t size, in->Size());
   STINT_ASSIGN_OR_RETURN(auto out, dst_env->NewWritableFile(to, FileOptions{}));
   Status s = out->Allocate(size);  // a full replica disk fails here, before any data
-  const int threads = in->path().rfind("http://", 0) == 0 ? kRemoteCopyThreads : 1;
+  const int threads = in->path().rfind("http://", 0) == 0 || IsObjectStorePath(to)
+                          ? kRemoteCopyThreads
+                          : 1;
   std::mutex mu;
   std::atomic<uint64_t> next{0}, done{0};
   auto copy = [&] {
@@ -153,19 +157,47 @@ Status ReplicateCheckpoint(Env* src_env, const std::string& src_root, Env* dst_e
                                               options, copied)
                               .WithContext(src + " references " + dir));
   }
+  // An object store cannot rename a directory: the files go straight into
+  // step-<step> there, committed by their manifest, written last
+  // (CommitInPlace). Objects a failed upload left there go first.
+  const bool in_place = IsObjectStorePath(dst_root);
+  const std::string tmp =
+      in_place ? dst_root + "/" + name : dst_root + "/" + TmpDirName(step, RandomNonce());
+  if (in_place && dst_env->IsDirectory(tmp)) {
+    STINT_RETURN_IF_ERROR(RemoveRecursively(dst_env, tmp).WithContext("an upload left behind"));
+  }
+  STINT_RETURN_IF_ERROR(dst_env->CreateDir(tmp));
+  const size_t piece = in_place ? kObjectPartBytes
+                                : options.copy_bytes == 0 ? (1u << 20) : options.copy_bytes;
+  Status s;
   // The manifest's files, not the directory's listing: on node-local roots
   // they are on several nodes (src_env is then a PeerReadEnv).
-  const std::string tmp = dst_root + "/" + TmpDirName(step, RandomNonce());
-  STINT_RETURN_IF_ERROR(dst_env->CreateDir(tmp));
-  const size_t piece = options.copy_bytes == 0 ? (1u << 20) : options.copy_bytes;
-  Status s;
   for (const FileRecord& f : decoded.files) {
     if (options.only_files && options.only_files->count(f.name) == 0) continue;
     s = CopyFile(src_env, src + "/" + f.name, dst_env, tmp + "/" + f.name, piece, options.gate,
                  copied);
     if (!s.ok()) break;
   }
-  if (s.ok()) {
+  if (s.ok() && in_place) {
+    // Reading a whole upload back would halve its rate: each object's size
+    // is checked here, and every chunk by every load, as from any tier.
+    for (const FileRecord& f : decoded.files) {
+      if (options.only_files && options.only_files->count(f.name) == 0) continue;
+      auto in = dst_env->NewRandomAccessFile(tmp + "/" + f.name, FileOptions{});
+      auto size = in.ok() ? (*in)->Size() : Result<uint64_t>(in.status());
+      if (!size.ok()) {
+        s = size.status().WithContext("checking the upload");
+      } else if (*size != f.size) {
+        s = Status::DataLoss(tmp + "/" + f.name + ": " + std::to_string(*size) +
+                             " bytes uploaded, the manifest says " + std::to_string(f.size));
+      }
+      if (!s.ok()) break;
+    }
+    if (s.ok()) {
+      s = CommitInPlace(dst_env, dst_root, step, manifest);
+      if (s.ok() && copied) *copied += manifest.size();
+    }
+  } else if (s.ok()) {
     // The guard runs after the manifest is written and synced, before the rename:
     // the copy is checked exactly as a load would check it.
     auto verify = [&](uint64_t) -> Status {
@@ -184,7 +216,11 @@ Status ReplicateCheckpoint(Env* src_env, const std::string& src_root, Env* dst_e
     s = CommitCheckpoint(dst_env, dst_root, tmp, step, manifest, verify);
     if (s.ok() && copied) *copied += manifest.size();
   }
-  if (!s.ok() && dst_env->FileExists(tmp)) RemoveRecursively(dst_env, tmp).IgnoreError();
+  // In place, a committed step is never removed: only an upload its manifest never committed.
+  if (!s.ok() && dst_env->FileExists(tmp) &&
+      !(in_place && dst_env->FileExists(tmp + "/" + kManifestName))) {
+    RemoveRecursively(dst_env, tmp).IgnoreError();
+  }
   return s.WithContext("replicate " + src + " to " + dst_root);
 }
 

@@ -59,6 +59,7 @@ _OPTIONS = {
     "commit_timeout": 0.0, "snapshot": "auto", "cuda": None, "incremental": False,
     "read_only": False, "lock_wait": 0.0, "fencing": True,
     "node_id": "", "peer_replicas": 0, "peer_replica_dir": "",
+    "replica_root": "", "replica_keep_last": 3, "replica_keep_every": 0,
 }
 
 

@@ -34,6 +34,7 @@
 #include "slurm_command.h"
 #include "format/manifest.h"
 #include "format/shard_layout.h"
+#include "objstore/object_store_env.h"
 #include "stint/checkpoint_reader.h"
 #include "stint/env.h"
 #include "stint/status.h"
@@ -57,6 +58,17 @@ int ExitCodeFor(const Status& s) {
 int Fail(const Status& s) {
   std::cerr << "stint: " << s.ToString() << "\n";
   return ExitCodeFor(s);
+}
+
+// The Env of `path`: an s3:// path's is the object store, configured the
+// AWS way (AWS_ENDPOINT_URL, AWS_REGION, credentials) and made once; any
+// other path's the local file system.
+Result<Env*> EnvFor(const std::string& path) {
+  if (!IsObjectStorePath(path)) return Env::Default();
+  static Result<std::unique_ptr<ObjectStoreEnv>> store =
+      ObjectStoreEnv::FromEnvironment(Env::Default());
+  if (!store.ok()) return store.status();
+  return static_cast<Env*>(store->get());
 }
 
 // Names may hold any bytes; replace invalid UTF-8 instead of throwing.
@@ -175,7 +187,9 @@ struct LsEntry {
 };
 
 int RunLs(const std::string& root_arg, bool json) {
-  Env* env = Env::Default();
+  Result<Env*> env_of = EnvFor(root_arg);
+  if (!env_of.ok()) return Fail(env_of.status());
+  Env* env = *env_of;
   std::string root = StripTrailingSlashes(root_arg);
   if (!env->IsDirectory(root)) return Fail(Status::InvalidArgument(root + ": not a directory"));
   auto children = env->GetChildren(root);
@@ -354,7 +368,9 @@ std::string RatioString(double r) {
 }
 
 int RunInspect(const std::string& path, bool json, bool all_shards) {
-  Env* env = Env::Default();
+  Result<Env*> env_of = EnvFor(path);
+  if (!env_of.ok()) return Fail(env_of.status());
+  Env* env = *env_of;
   auto dir = ResolveCheckpointDir(env, path);
   if (!dir.ok()) return Fail(dir.status());
   auto m = LoadManifest(env, *dir);
@@ -499,7 +515,9 @@ Status CheckCoverage(const CheckpointReader& reader) {
 // rest are on the nodes the manifest names. Verifies those here and names
 // where the others live; nullopt for a checkpoint with every file here.
 std::optional<bool> VerifyNodePart(const std::string& dir) {
-  Env* env = Env::Default();
+  Result<Env*> env_of = EnvFor(dir);
+  if (!env_of.ok()) return std::nullopt;  // VerifyOne's reader names it
+  Env* env = *env_of;
   auto bytes = ReadFileToString(env, dir + "/" + kManifestName);
   if (!bytes.ok()) return std::nullopt;
   auto m = DecodeManifest(*bytes, dir + "/" + kManifestName);
@@ -530,7 +548,14 @@ std::optional<bool> VerifyNodePart(const std::string& dir) {
 bool VerifyOne(const std::string& dir) {
   if (std::optional<bool> part = VerifyNodePart(dir)) return *part;
   const std::string name = BaseName(dir);
-  auto reader = CheckpointReader::Open(dir);
+  Result<Env*> env_of = EnvFor(dir);
+  if (!env_of.ok()) {
+    std::cout << "FAILED " << name << ": " << env_of.status().ToString() << "\n";
+    return false;
+  }
+  ReaderOptions options;
+  options.env = *env_of;
+  auto reader = CheckpointReader::Open(dir, options);
   Result<VerifyReport> report =
       reader.ok() ? (*reader)->Verify() : Result<VerifyReport>(reader.status());
   Status coverage = report.ok() ? CheckCoverage(**reader) : Status::OK();
@@ -546,7 +571,9 @@ bool VerifyOne(const std::string& dir) {
 }
 
 int RunVerify(const std::string& path_arg, bool all) {
-  Env* env = Env::Default();
+  Result<Env*> env_of = EnvFor(path_arg);
+  if (!env_of.ok()) return Fail(env_of.status());
+  Env* env = *env_of;
   if (!all) {
     auto dir = ResolveCheckpointDir(env, path_arg);
     if (!dir.ok()) return Fail(dir.status());
