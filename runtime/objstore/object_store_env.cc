@@ -122,52 +122,34 @@ class ObjectWritableFile final : public WritableFile {
   }
 
   Status Sync() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (closed_) return Status::FailedPrecondition(path_ + ": Sync() after Close()");
-    if (synced_) return Status::OK();
-    if (!first_error_.ok()) return first_error_;
-    // Parts 1..k, with the piece (if any) right after them.
-    int k = 0;
-    for (const auto& [number, part] : parts_) {
-      if (number != k + 1) return Gap(uint64_t(k) * kObjectPartBytes, number);
-      ++k;
+    std::vector<S3Part> parts;
+    std::string upload_id;
+    bool has_piece = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      STINT_RETURN_IF_ERROR(CheckComplete());
+      if (synced_) return Status::OK();
+      for (const auto& [number, part] : parts_) parts.push_back(part);
+      upload_id = upload_id_;
+      has_piece = has_piece_;
     }
-    const uint64_t whole_bytes = uint64_t(k) * kObjectPartBytes;
-    if (has_piece_ && piece_offset_ != whole_bytes) {
-      if (piece_offset_ > whole_bytes) {
-        return Status::InvalidArgument(
-            path_ + ": no data at offset " + std::to_string(whole_bytes) + " (a gap of " +
-            std::to_string(piece_offset_ - whole_bytes) +
-            " bytes before the last piece, at offset " + std::to_string(piece_offset_) + ")");
-      }
-      return Status::InvalidArgument(
-          path_ + ": the piece shorter than a part, at offset " + std::to_string(piece_offset_) +
-          ", does not end the object (whole parts follow it, to offset " +
-          std::to_string(whole_bytes) + ")");
-    }
-    const uint64_t total = whole_bytes + piece_.size();
-    if (allocated_ > 0 && total != allocated_) {
-      return Status::DataLoss(path_ + ": " + std::to_string(total) + " bytes written, but " +
-                              std::to_string(allocated_) + " were allocated");
-    }
+    // No lock across requests. piece_ is no longer written: a write now
+    // would be a second piece (refused), and Close does not run alongside.
+    const int k = static_cast<int>(parts.size());
     Status s;
     if (k == 0) {
       s = client_->PutObject(key_, piece_.data(), piece_.size());
     } else {
-      std::vector<S3Part> parts;
-      parts.reserve(parts_.size() + 1);
-      for (const auto& [number, part] : parts_) parts.push_back(part);
-      if (has_piece_) {
-        // Uploads of whole parts have all returned (Sync does not run
-        // alongside writes), so holding mu_ here blocks nobody.
+      if (has_piece) {
         Result<std::string> etag =
-            client_->UploadPart(key_, upload_id_, k + 1, piece_.data(), piece_.size());
+            client_->UploadPart(key_, upload_id, k + 1, piece_.data(), piece_.size());
         if (!etag.ok()) return etag.status();
         parts.push_back({k + 1, *etag, piece_.size()});
       }
-      s = client_->CompleteMultipartUpload(key_, upload_id_, parts);
+      s = client_->CompleteMultipartUpload(key_, upload_id, parts);
     }
     if (!s.ok()) return s;
+    std::lock_guard<std::mutex> lock(mu_);
     synced_ = true;
     std::string().swap(piece_);
     return Status::OK();
@@ -193,6 +175,41 @@ class ObjectWritableFile final : public WritableFile {
   const std::string& path() const override { return path_; }
 
  private:
+  // OK when the object may be completed (or was already): no error so far,
+  // parts 1..k with the piece (if any) right after them, and the allocated
+  // size (if any) written.
+  Status CheckComplete() const {
+    if (closed_) return Status::FailedPrecondition(path_ + ": Sync() after Close()");
+    if (synced_) return Status::OK();
+    if (!first_error_.ok()) return first_error_;
+    // Parts 1..k, with the piece (if any) right after them.
+    const uint64_t whole_end =
+        parts_.empty() ? 0 : uint64_t(parts_.rbegin()->first) * kObjectPartBytes;
+    if (has_piece_ && piece_offset_ < whole_end) {
+      return Status::InvalidArgument(
+          path_ + ": the piece shorter than a part, at offset " + std::to_string(piece_offset_) +
+          ", does not end the object (whole parts reach offset " + std::to_string(whole_end) + ")");
+    }
+    int k = 0;
+    for (const auto& [number, part] : parts_) {
+      if (number != k + 1) return Gap(uint64_t(k) * kObjectPartBytes, number);
+      ++k;
+    }
+    const uint64_t whole_bytes = uint64_t(k) * kObjectPartBytes;
+    if (has_piece_ && piece_offset_ > whole_bytes) {
+      return Status::InvalidArgument(path_ + ": no data at offset " + std::to_string(whole_bytes) +
+                                     " (a gap of " + std::to_string(piece_offset_ - whole_bytes) +
+                                     " bytes before the last piece, at offset " +
+                                     std::to_string(piece_offset_) + ")");
+    }
+    const uint64_t total = whole_bytes + piece_.size();
+    if (allocated_ > 0 && total != allocated_) {
+      return Status::DataLoss(path_ + ": " + std::to_string(total) + " bytes written, but " +
+                              std::to_string(allocated_) + " were allocated");
+    }
+    return Status::OK();
+  }
+
   Status Gap(uint64_t at, int next_part) const {
     return Status::InvalidArgument(path_ + ": no data at offset " + std::to_string(at) + " (part " +
                                    std::to_string(at / kObjectPartBytes + 1) + " missing; part " +
