@@ -33,7 +33,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -43,6 +42,9 @@
 namespace stint {
 
 class S3Client;
+namespace internal {
+struct ObjectLockTable;  // object_store_env.cc
+}  // namespace internal
 
 // The size of each part of a multipart upload (S3's minimum is 5 MiB for
 // every part but the last); also what a copy into the store should write at
@@ -81,9 +83,11 @@ class ObjectStoreEnv final : public EnvWrapper {
 
  private:
   const S3Config config_;
+  // The paths this process holds FileLocks on. Thread-safe itself (its own
+  // mutex), and shared with every FileLock, whose destructor removes its path.
+  const std::shared_ptr<internal::ObjectLockTable> locks_;
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<S3Client>> clients_;  // guarded by mu_
-  std::shared_ptr<std::set<std::string>> locked_;             // paths; guarded by mu_
 };
 
 }  // namespace stint

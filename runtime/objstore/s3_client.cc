@@ -763,7 +763,11 @@ Result<S3ObjectInfo> S3Client::HeadObject(const std::string& key) {
   return info;
 }
 
-Result<std::vector<S3ObjectInfo>> S3Client::ListObjects(const std::string& prefix) {
+Result<std::vector<S3ObjectInfo>> S3Client::ListObjects(const std::string& prefix,
+                                                        size_t max_keys) {
+  const size_t page_size = max_keys > 0
+                               ? std::min(max_keys, static_cast<size_t>(config_.list_page_size))
+                               : static_cast<size_t>(config_.list_page_size);
   std::vector<S3ObjectInfo> out;
   std::string token;
   for (int page = 1;; ++page) {
@@ -771,14 +775,16 @@ Result<std::vector<S3ObjectInfo>> S3Client::ListObjects(const std::string& prefi
     ex.op = "ListObjectsV2";
     ex.what = Where("") + " prefix '" + prefix + "' page " + std::to_string(page);
     ex.method = "GET";
-    ex.query = {{"list-type", "2"},
-                {"prefix", prefix},
-                {"max-keys", std::to_string(config_.list_page_size)}};
+    ex.query = {{"list-type", "2"}, {"prefix", prefix}, {"max-keys", std::to_string(page_size)}};
     if (!token.empty()) ex.query.emplace_back("continuation-token", token);
     STINT_ASSIGN_OR_RETURN(Reply reply, Perform(ex));
     Result<internal::S3ListPage> parsed = internal::ParseListObjectsV2(reply.body);
     if (!parsed.ok()) return parsed.status().WithContext("S3 " + ex.op + " " + ex.what);
     for (S3ObjectInfo& o : parsed->objects) out.push_back(std::move(o));
+    if (max_keys > 0 && out.size() >= max_keys) {
+      out.resize(max_keys);
+      break;
+    }
     if (!parsed->truncated) break;
     if (parsed->next_continuation_token == token) {
       return Status::Internal("S3 " + ex.op + " " + ex.what +

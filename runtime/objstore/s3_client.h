@@ -68,7 +68,9 @@ class S3Client {
   Result<S3ObjectInfo> HeadObject(const std::string& key);
   // Every object whose key starts with `prefix`, in key order, following
   // ListObjectsV2's continuation tokens (S3Config::list_page_size a page).
-  Result<std::vector<S3ObjectInfo>> ListObjects(const std::string& prefix);
+  // With `max_keys` > 0: the first max_keys of them at most, from one page
+  // of that size (or list_page_size, if smaller), for "is anything there?".
+  Result<std::vector<S3ObjectInfo>> ListObjects(const std::string& prefix, size_t max_keys = 0);
 
   // Removes `key`; OK when there was none (S3's semantics).
   Status DeleteObject(const std::string& key);
