@@ -7,6 +7,7 @@
 
 #include "checkpoint/completion.h"
 #include "format/manifest.h"
+#include "objstore/object_store_env.h"
 
 namespace stint {
 
@@ -70,8 +71,17 @@ std::optional<uint64_t> ParseTmpDirStep(const std::string& name) {
 
 Status CleanLeftovers(Env* env, const std::string& root, const std::string& keep) {
   STINT_ASSIGN_OR_RETURN(auto children, env->GetChildren(root));
+  const bool in_store = IsObjectStorePath(root);
   for (const auto& name : children) {
     if (name == keep) continue;
+    // In a store, a step directory without a manifest is an upload that
+    // never committed, or a deletion cut short (CommitInPlace, DeleteCheckpoint).
+    if (in_store && ParseStepDirName(name) &&
+        !env->FileExists(root + "/" + name + "/" + kManifestName)) {
+      STINT_RETURN_IF_ERROR(
+          RemoveRecursively(env, root + "/" + name).WithContext("cleaning an upload left behind"));
+      continue;
+    }
     if (name.compare(0, sizeof(kTmpPrefix) - 1, kTmpPrefix) == 0 ||
         name == std::string(kLatestName) + ".tmp" || name == std::string(kCompleteName) + ".tmp") {
       STINT_RETURN_IF_ERROR(

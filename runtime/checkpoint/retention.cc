@@ -4,6 +4,7 @@
 
 #include "checkpoint/commit.h"
 #include "format/manifest.h"
+#include "objstore/object_store_env.h"
 
 namespace stint {
 
@@ -25,6 +26,13 @@ std::vector<uint64_t> StepsToDelete(std::vector<uint64_t> steps, int keep_last, 
 
 Status DeleteCheckpoint(Env* env, const std::string& root, uint64_t step) {
   std::string dir = root + "/" + StepDirName(step);
+  if (IsObjectStorePath(root)) {
+    // A store renames no directory: removing the manifest first uncommits
+    // the step at once (listings show only steps with one), then the rest
+    // goes (what a crash leaves is CleanLeftovers').
+    STINT_RETURN_IF_ERROR(env->RemoveFile(dir + "/" + kManifestName));
+    return RemoveRecursively(env, dir);
+  }
   std::string doomed = root + "/" + kTmpPrefix + "deleting-" + StepDirName(step);
   STINT_RETURN_IF_ERROR(env->RenameFile(dir, doomed));
   STINT_RETURN_IF_ERROR(env->SyncDir(root));

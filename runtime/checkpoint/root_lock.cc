@@ -50,7 +50,9 @@ Result<std::unique_ptr<FileLock>> OpenRootForWriting(Env* env, const std::string
                                                      std::chrono::milliseconds wait,
                                                      const std::string& keep) {
   STINT_RETURN_IF_ERROR(CreateDirWithParents(env, root));
-  if (!env->IsDirectory(root)) {
+  // In an object store a directory exists only once it holds an object: an
+  // empty prefix is not a file.
+  if (env->FileExists(root) && !env->IsDirectory(root)) {
     return Status::InvalidArgument(root + " exists and is not a directory");
   }
   STINT_ASSIGN_OR_RETURN(auto lock, LockRoot(env, root, wait));

@@ -63,10 +63,17 @@ def state(step):
             "step": step}
 
 
-def equal(a, b):
-    assert a["step"] == b["step"]
+def loaded(ckpt, expected_step, **kw):
+    """Loads into fresh tensors and checks them, bit-exact, against `step`'s
+    state; returns the LoadResult."""
+    into = state(0)
+    result = ckpt.load_result(into=into, **kw)
+    expected = state(expected_step)
+    assert result.step == expected_step and result.state["step"] == expected_step
     for k in ("w", "b"):
-        assert torch.equal(a["model"][k], b["model"][k]), k
+        assert result.state["model"][k] is into["model"][k], k  # filled in place
+        assert torch.equal(into["model"][k], expected["model"][k]), k
+    return result
 
 
 def save_steps(root, steps, **kw):
@@ -74,7 +81,7 @@ def save_steps(root, steps, **kw):
                             **kw) as ckpt:
         for step in steps:
             ckpt.save(step, state(step)).durable.result(60)
-        ckpt.flush_replication(120)
+            ckpt.flush_replication(120)  # each step uploaded (else only the newest queued)
         return ckpt.stats()
 
 
@@ -89,21 +96,15 @@ def test_a_wiped_local_disk_resumes_from_the_object_store(s3, tmp_path):
     shutil.rmtree(tmp_path / "nvme")  # the node and its disk are gone
     with stint.Checkpointer(str(tmp_path / "new-node"),
                             replica_root="s3://%s/job-1" % BUCKET) as ckpt:
-        into = state(0)
-        assert ckpt.load_result(into=into).step == 3
-        equal(into, state(3))
+        loaded(ckpt, 3)
 
 
 def test_a_read_only_checkpointer_loads_and_lists_straight_from_the_store(s3, tmp_path):
     save_steps(str(tmp_path / "nvme"), [4, 5])
     with stint.Checkpointer("s3://%s/job-1" % BUCKET, read_only=True) as ckpt:
         assert ckpt.list_committed() == [4, 5]
-        into = state(0)
-        assert ckpt.load_result(into=into).step == 5
-        equal(into, state(5))
-        older = state(0)
-        assert ckpt.load_result(step=4, into=older).step == 4
-        equal(older, state(4))
+        loaded(ckpt, 5)
+        loaded(ckpt, 4, step=4)
 
 
 def test_saving_to_an_s3_root_is_refused_with_what_to_do_instead(s3):
@@ -119,10 +120,7 @@ def test_a_corrupted_object_is_never_loaded(s3, tmp_path):
     raw[len(raw) // 2] ^= 0x40
     path.write_bytes(bytes(raw))
     with stint.Checkpointer("s3://%s/job-1" % BUCKET, read_only=True) as ckpt:
-        into = state(0)
-        result = ckpt.load_result(into=into)
-        assert result.step == 6  # the damaged step 7 is passed over, named
-        equal(into, state(6))
+        result = loaded(ckpt, 6)  # the damaged step 7 is passed over, named
         assert any("00000007" in str(s) for s in result.skipped), result.skipped
 
 
