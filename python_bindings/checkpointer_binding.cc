@@ -492,15 +492,18 @@ class PyCheckpointer {
     return d;
   }
 
-  std::vector<uint64_t> ListCommitted() const {
+  // The steps a listing of one tier returns, without the GIL while it lists.
+  std::vector<uint64_t> ListSteps(Result<std::vector<uint64_t>> (Checkpointer::*list)()) const {
     Checkpointer& ckpt = get();
     std::optional<Result<std::vector<uint64_t>>> r;
     {
       ReleasedGil nogil;
-      r.emplace(ckpt.ListCommitted());
+      r.emplace((ckpt.*list)());
     }
     return ValueOrThrow(std::move(*r));
   }
+  std::vector<uint64_t> ListCommitted() const { return ListSteps(&Checkpointer::ListCommitted); }
+  std::vector<uint64_t> ListReplicated() const { return ListSteps(&Checkpointer::ListReplicated); }
 
   std::unique_ptr<PyReader> OpenReader(uint64_t step) const {
     Checkpointer& ckpt = get();
@@ -754,6 +757,8 @@ void BindCheckpointerClass(py::module_& m) {
            "Waits until every save is durable or failed; raises the first failure since the "
            "previous flush() that no durable future raised or returned already.")
       .def("list_committed", &PyCheckpointer::ListCommitted)
+      .def("list_replicated", &PyCheckpointer::ListReplicated,
+           "The steps committed on tier 2 (replica_root), oldest first; [] without one.")
       .def("open_reader", &PyCheckpointer::OpenReader, py::arg("step"), py::keep_alive<0, 1>(),
            "A CheckpointReader of committed `step` as load() sees it: on node-local roots the "
            "files this node lacks are read from the job's other nodes. Keeps this Checkpointer "

@@ -507,6 +507,10 @@ class Checkpointer:
         """Committed steps, oldest first."""
         return self._c.list_committed()
 
+    def list_replicated(self) -> List[int]:
+        """The steps committed on tier 2 (replica_root), oldest first; [] without one."""
+        return self._c.list_replicated()
+
     def latest_step(self) -> Optional[int]:
         """The newest committed step, or None."""
         steps = self._c.list_committed()

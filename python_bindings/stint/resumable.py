@@ -224,7 +224,10 @@ class Resumable:
                              "do, exiting 0")
             self.close()
             raise SystemExit(0)
-        if self._all_ranks(not self.checkpointer.list_committed()):
+        # A fresh start only when no tier holds a checkpoint: a node whose
+        # local root is empty resumes from tier 2 (a shared path, a bucket).
+        if self._all_ranks(not self.checkpointer.list_committed()
+                           and not self.checkpointer.list_replicated()):
             return 0
         into = {"model": self.model.state_dict()} if self.model is not None else None
         # Model tensors are read straight into the parameters; the rest is new.

@@ -144,3 +144,43 @@ def test_the_cli_lists_and_verifies_an_s3_root(s3, tmp_path):
                             capture_output=True, text=True, timeout=60)
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert "2 of 2 checkpoints verified" in verify.stdout
+
+
+def test_resumable_resumes_from_the_object_store_when_its_disk_is_gone(s3, tmp_path):
+    """stint.Resumable(..., replica_root="s3://...") : a training loop whose
+    node (and local root) is lost resumes from the store, on another node,
+    with the model and optimizer bit-identical to an uninterrupted run."""
+    def train(root, steps, stop_at=None, prefix="resumable"):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(16, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        run = stint.Resumable(root, model=model, optimizer=opt, save_every=3,
+                              replica_root="s3://%s/%s" % (BUCKET, prefix))
+        step = run.resume()
+        start = step
+        g = torch.Generator().manual_seed(1)
+        for _ in range(step):
+            torch.randn(8, 16, generator=g)  # the batches trained on already
+        while step < steps:
+            loss = model(torch.randn(8, 16, generator=g)).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            step += 1
+            run.step_boundary(step)
+            if step == stop_at:
+                run.checkpointer.flush_replication(120)  # step 6 is in the store
+                run.close()
+                return start, model
+        run.finish(step)
+        run.checkpointer.flush_replication(120)
+        run.close()
+        return start, model
+
+    train(str(tmp_path / "node-a"), 10, stop_at=7)
+    shutil.rmtree(tmp_path / "node-a")  # the node and its disk are lost
+    start, resumed = train(str(tmp_path / "node-b"), 10)
+    assert start == 6  # the newest step in the store (saved every 3 steps)
+    _, reference = train(str(tmp_path / "reference"), 10, prefix="reference")
+    for a, b in zip(resumed.parameters(), reference.parameters()):
+        assert torch.equal(a, b)
