@@ -354,6 +354,27 @@ Result<S3Client*> ObjectStoreEnv::Client(const std::string& bucket) {
   return it->second.get();
 }
 
+Status ObjectStoreEnv::AbortUploadsUnder(const std::string& path) {
+  if (!IsObjectStorePath(path)) {
+    return Status::InvalidArgument(path + ": not in an object store (s3://bucket/prefix)");
+  }
+  STINT_ASSIGN_OR_RETURN(ObjectPath p, ParseObjectPath(path));
+  STINT_ASSIGN_OR_RETURN(S3Client * client, Client(p.bucket));
+  const std::string prefix = p.key.empty() ? "" : p.key + "/";
+  Result<std::vector<S3MultipartUpload>> uploads = client->ListMultipartUploads(prefix);
+  // rclone answers 404 NoSuchUpload where no upload was ever started in the
+  // bucket; a missing bucket holds no upload either.
+  if (!uploads.ok() && uploads.status().code() == Code::kNotFound) return Status::OK();
+  STINT_RETURN_IF_ERROR(uploads.status().WithContext("aborting uploads left under " + path));
+  Status first;
+  for (const S3MultipartUpload& u : *uploads) {
+    Status s = client->AbortMultipartUpload(u.key, u.upload_id);
+    // Completed or aborted since the listing: gone either way.
+    if (!s.ok() && s.code() != Code::kNotFound && first.ok()) first = s;
+  }
+  return first;
+}
+
 Result<std::unique_ptr<WritableFile>> ObjectStoreEnv::NewWritableFile(const std::string& path,
                                                                       const FileOptions& options) {
   if (!IsObjectStorePath(path)) return EnvWrapper::NewWritableFile(path, options);

