@@ -69,8 +69,6 @@ std::optional<uint64_t> ParseTmpDirStep(const std::string& name) {
   return v;
 }
 
-namespace {
-
 // Multipart uploads under a store root that a killed writer never completed
 // nor aborted: invisible, but stored (and billed) until aborted. None of
 // them can be this process's: CleanLeftovers runs when the writer takes the
@@ -92,8 +90,6 @@ Status AbortUploadsLeftBehind(Env* env, const std::string& root) {
   }
   return s.WithContext("cleaning an upload left behind");
 }
-
-}  // namespace
 
 Status CleanLeftovers(Env* env, const std::string& root, const std::string& keep) {
   const bool in_store = IsObjectStorePath(root);

@@ -45,6 +45,11 @@ std::optional<uint64_t> ParseTmpDirStep(const std::string& name);
 // anyone else may be removing a save in flight.
 Status CleanLeftovers(Env* env, const std::string& root, const std::string& keep = "");
 
+// In a store root (`env` an ObjectStoreEnv): aborts the multipart uploads
+// under it that nobody completed; REQUIRES none of this process in flight
+// there. OK at once elsewhere (see commit.cc for the limits).
+Status AbortUploadsLeftBehind(Env* env, const std::string& root);
+
 // Writes the manifest into tmp_dir and makes it step-<step> (see above).
 // kAlreadyExists if that step is already committed: committed data is never
 // overwritten. `guard`, when set, runs right before the rename; its error is

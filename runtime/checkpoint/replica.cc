@@ -346,6 +346,12 @@ Status Replicator::Replicate(const Job& job) {
     RecordError(locked.WithContext(target_.what));
     return locked;
   }
+  if (IsObjectStorePath(target_.root)) {
+    // An upload that failed with the server unreachable could not be
+    // aborted then: nothing of this Replicator is in flight between steps.
+    // Best effort: this step's upload says whether the store answers.
+    AbortUploadsLeftBehind(target_.env, target_.root).IgnoreError();
+  }
   source_guard_->Hold(job.step);  // tier-1 retention leaves it alone from here on
   auto t0 = Clock::now();
   uint64_t bytes = 0;
