@@ -37,18 +37,11 @@ uint64_t RandomNonce();
 std::optional<uint64_t> ParseTmpDirStep(const std::string& name);
 
 // Removes .tmp-* entries (interrupted saves and deletions) and LATEST.tmp,
-// except `keep` (a save in flight that this writer takes part in); in an
-// object store, step-* prefixes without a manifest (uploads that never
-// committed) and, when `env` is an ObjectStoreEnv itself (not a wrapper of
-// one), the multipart uploads left in progress under the root. Only for
+// except `keep` (a save in flight that this writer takes part in). Only for
 // the holder of the root's writer lock (root_lock.h), before it writes:
-// anyone else may be removing a save in flight.
+// anyone else may be removing a save in flight. (In an object store, what
+// uploads leave is store_leftovers.h's.)
 Status CleanLeftovers(Env* env, const std::string& root, const std::string& keep = "");
-
-// In a store root (`env` an ObjectStoreEnv): aborts the multipart uploads
-// under it that nobody completed; REQUIRES none of this process in flight
-// there. OK at once elsewhere (see commit.cc for the limits).
-Status AbortUploadsLeftBehind(Env* env, const std::string& root);
 
 // Writes the manifest into tmp_dir and makes it step-<step> (see above).
 // kAlreadyExists if that step is already committed: committed data is never

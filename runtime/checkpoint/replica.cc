@@ -15,6 +15,7 @@
 #include "checkpoint/commit.h"
 #include "checkpoint/retention.h"
 #include "checkpoint/root_lock.h"
+#include "checkpoint/store_leftovers.h"
 #include "format/manifest.h"
 #include "objstore/object_store_env.h"
 #include "stint/checkpoint_reader.h"

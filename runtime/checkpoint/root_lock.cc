@@ -6,6 +6,8 @@
 #include <thread>
 
 #include "checkpoint/commit.h"
+#include "checkpoint/store_leftovers.h"
+#include "objstore/object_store_env.h"
 
 namespace stint {
 namespace {
@@ -56,6 +58,7 @@ Result<std::unique_ptr<FileLock>> OpenRootForWriting(Env* env, const std::string
     return Status::InvalidArgument(root + " exists and is not a directory");
   }
   STINT_ASSIGN_OR_RETURN(auto lock, LockRoot(env, root, wait));
+  if (IsObjectStorePath(root)) STINT_RETURN_IF_ERROR(CleanStoreLeftovers(env, root));
   STINT_RETURN_IF_ERROR(CleanLeftovers(env, root, keep));
   return lock;
 }
