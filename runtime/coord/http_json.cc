@@ -1,8 +1,6 @@
 #include "coord/http_json.h"
 
 #include <httplib.h>
-#include <pthread.h>
-#include <signal.h>
 
 #include <algorithm>
 #include <cctype>
@@ -15,6 +13,7 @@
 #include <thread>
 
 #include "base/json_fields.h"
+#include "base/sigpipe_block.h"
 
 namespace stint {
 namespace internal {
@@ -51,43 +50,6 @@ bool AllDigits(const std::string& s) {
   return !s.empty() &&
          std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
 }
-
-// Holds SIGPIPE blocked on this thread while it writes to a socket, and
-// swallows one raised meanwhile. OpenSSL writes through write(2), not
-// send(MSG_NOSIGNAL) as httplib does for plain HTTP, so a peer that closed
-// a TLS connection would otherwise kill the whole process (exit 141). A
-// library must not change the process's disposition; a thread's mask is
-// its own, and the signal write(2) raises is directed at the writing thread.
-class ScopedSigpipeBlock {
- public:
-  ScopedSigpipeBlock() {
-    sigemptyset(&pipe_);
-    sigaddset(&pipe_, SIGPIPE);
-    Mask(SIG_BLOCK, &pipe_, &old_);
-  }
-  ~ScopedSigpipeBlock() {
-    if (!sigismember(&old_, SIGPIPE)) {
-      // Only when it was not blocked already: then it is the caller's.
-      const timespec zero{0, 0};
-      while (sigtimedwait(&pipe_, nullptr, &zero) == SIGPIPE) {
-      }
-    }
-    Mask(SIG_SETMASK, &old_, nullptr);
-  }
-  ScopedSigpipeBlock(const ScopedSigpipeBlock&) = delete;
-  ScopedSigpipeBlock& operator=(const ScopedSigpipeBlock&) = delete;
-
- private:
-  // pthread_sigmask fails only for a bad `how`: a bug, not a condition.
-  static void Mask(int how, const sigset_t* set, sigset_t* old) {
-    if (int err = pthread_sigmask(how, set, old); err != 0) {
-      std::fprintf(stderr, "stint: pthread_sigmask: %s\n", std::strerror(err));
-      std::abort();
-    }
-  }
-  sigset_t pipe_;
-  sigset_t old_;
-};
 
 std::string Shorten(std::string s, size_t max) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();

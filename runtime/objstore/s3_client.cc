@@ -1,8 +1,6 @@
 #include "objstore/s3_client.h"
 
 #include <curl/curl.h>
-#include <pthread.h>
-#include <signal.h>
 
 #include <algorithm>
 #include <cctype>
@@ -16,6 +14,7 @@
 #include <thread>
 #include <utility>
 
+#include "base/sigpipe_block.h"
 #include "base/strings.h"
 #include "objstore/s3_request.h"
 #include "objstore/s3_xml.h"
@@ -66,47 +65,6 @@ Status InitCurlOnce() {
   }
   return Status::OK();
 }
-
-// Holds SIGPIPE blocked on this thread during a transfer, and swallows one
-// raised meanwhile. libcurl ignores SIGPIPE itself only when signals are
-// allowed (CURLOPT_NOSIGNAL 0), and it does so with sigaction, which is
-// process-wide and races between threads; with CURLOPT_NOSIGNAL 1, which
-// threads need, its documentation says it tries to avoid SIGPIPE (send
-// with MSG_NOSIGNAL) but "there are some corner cases when they may still
-// happen" (a TLS close_notify to a peer that went away). A thread's signal
-// mask is its own, and the SIGPIPE a write raises goes to the writing
-// thread. The same guard as coord/http_json.cc's.
-// TODO(s3): move it to base/ and share it with coord/ once both change.
-class ScopedSigpipeBlock {
- public:
-  ScopedSigpipeBlock() {
-    sigemptyset(&pipe_);
-    sigaddset(&pipe_, SIGPIPE);
-    Mask(SIG_BLOCK, &pipe_, &old_);
-  }
-  ~ScopedSigpipeBlock() {
-    if (!sigismember(&old_, SIGPIPE)) {
-      // Only when it was not blocked already: then it is the caller's.
-      const timespec zero{0, 0};
-      while (sigtimedwait(&pipe_, nullptr, &zero) == SIGPIPE) {
-      }
-    }
-    Mask(SIG_SETMASK, &old_, nullptr);
-  }
-  ScopedSigpipeBlock(const ScopedSigpipeBlock&) = delete;
-  ScopedSigpipeBlock& operator=(const ScopedSigpipeBlock&) = delete;
-
- private:
-  // pthread_sigmask fails only for a bad `how`: a bug, not a condition.
-  static void Mask(int how, const sigset_t* set, sigset_t* old) {
-    if (int err = pthread_sigmask(how, set, old); err != 0) {
-      std::fprintf(stderr, "stint: pthread_sigmask: %s\n", std::strerror(err));
-      std::abort();
-    }
-  }
-  sigset_t pipe_;
-  sigset_t old_;
-};
 
 // Transport failures worth another attempt: the network or the server's
 // process, not this request or this machine's TLS setup.
@@ -550,6 +508,8 @@ S3Client::Attempt S3Client::Once(const Exchange& ex) {
   }
   CURLcode rc;
   {
+    // NOSIGNAL (threads) stops libcurl ignoring SIGPIPE itself, and a TLS
+    // close to a peer that went away can still raise it (libcurl's docs).
     ScopedSigpipeBlock no_sigpipe;
     rc = curl_easy_perform(handle.get());
   }
