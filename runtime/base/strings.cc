@@ -99,4 +99,40 @@ std::string ValidUtf8Prefix(std::string_view s, size_t max_bytes) {
   return out;
 }
 
+std::string PercentEncode(std::string_view s, bool keep_slash) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(s.size());
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~' ||
+        (keep_slash && c == '/')) {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 0xF];
+    }
+  }
+  return out;
+}
+
+bool ParseContentRange(std::string_view v, uint64_t* first, uint64_t* last, uint64_t* total) {
+  constexpr std::string_view kUnit = "bytes ";
+  if (v.substr(0, kUnit.size()) != kUnit) return false;
+  const std::string_view spec = v.substr(kUnit.size());
+  const size_t dash = spec.find('-');
+  const size_t slash = spec.find('/');
+  if (dash == std::string_view::npos || slash == std::string_view::npos || slash < dash) {
+    return false;
+  }
+  uint64_t size = 0;
+  if (!ParseDecimalU64(spec.substr(0, dash), first) ||
+      !ParseDecimalU64(spec.substr(dash + 1, slash - dash - 1), last) ||
+      !ParseDecimalU64(spec.substr(slash + 1), &size)) {
+    return false;
+  }
+  if (total != nullptr) *total = size;
+  return true;
+}
+
 }  // namespace stint

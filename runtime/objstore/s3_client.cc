@@ -96,18 +96,6 @@ bool RetryableHttp(int status) {
   return status == 500 || status == 502 || status == 503 || status == 504;
 }
 
-// "bytes a-b/total" (a 206's Content-Range).
-bool ParseContentRange(const std::string& v, uint64_t* first, uint64_t* last) {
-  constexpr char kUnit[] = "bytes ";
-  if (v.compare(0, sizeof(kUnit) - 1, kUnit) != 0) return false;
-  const std::string spec = v.substr(sizeof(kUnit) - 1);
-  const size_t dash = spec.find('-');
-  const size_t slash = spec.find('/');
-  if (dash == std::string::npos || slash == std::string::npos || slash < dash) return false;
-  return ParseDecimalU64(spec.substr(0, dash), first) &&
-         ParseDecimalU64(spec.substr(dash + 1, slash - dash - 1), last);
-}
-
 std::string Lower(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -691,7 +679,7 @@ Status S3Client::GetRange(const std::string& key, uint64_t offset, size_t length
   if (!r->whole_object) {
     const std::string range = HeaderValue(r->headers, "content-range");
     uint64_t first = 0, end = 0;
-    if (!ParseContentRange(range, &first, &end) || first != offset) {
+    if (!ParseContentRange(range, &first, &end, nullptr) || first != offset) {
       return Status::Internal(subject + ": HTTP " + std::to_string(r->status) +
                               " with Content-Range '" + range + "', not starting at " +
                               std::to_string(offset));

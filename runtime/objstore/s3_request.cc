@@ -3,26 +3,14 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
-#include <cctype>
-#include <cstdio>
+
+#include "base/strings.h"
 
 namespace stint {
 namespace internal {
 
 std::string S3UriEncode(const std::string& s, bool keep_slash) {
-  std::string out;
-  out.reserve(s.size());
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~' ||
-        (keep_slash && c == '/')) {
-      out += static_cast<char>(c);
-    } else {
-      char buf[4];
-      std::snprintf(buf, sizeof(buf), "%%%02X", c);
-      out += buf;
-    }
-  }
-  return out;
+  return PercentEncode(s, keep_slash);
 }
 
 std::string S3QueryString(const std::vector<std::pair<std::string, std::string>>& query) {

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -54,35 +53,6 @@ Status ParsePeerUrl(const std::string& url, std::string* host, int* port) {
   if (!ParseDecimalU64(port_text, &p) || p < 1 || p > 65535) return bad("port not in 1..65535");
   *port = static_cast<int>(p);
   return Status::OK();
-}
-
-// "bytes a-b/total" (what the server sends with a 206).
-bool ParseContentRange(const std::string& v, uint64_t* first, uint64_t* last, uint64_t* total) {
-  constexpr char kUnit[] = "bytes ";
-  if (v.compare(0, sizeof(kUnit) - 1, kUnit) != 0) return false;
-  const std::string spec = v.substr(sizeof(kUnit) - 1);
-  const size_t dash = spec.find('-');
-  const size_t slash = spec.find('/');
-  if (dash == std::string::npos || slash == std::string::npos || slash < dash) return false;
-  return ParseDecimalU64(spec.substr(0, dash), first) &&
-         ParseDecimalU64(spec.substr(dash + 1, slash - dash - 1), last) &&
-         ParseDecimalU64(spec.substr(slash + 1), total) && *first <= *last && *last < *total;
-}
-
-// Segments reach the server percent-decoded; encoding keeps a name with '%',
-// '?' or '#' one segment (the server refuses '/', ".." and NUL anyway).
-std::string EncodeSegment(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      char buf[4];
-      std::snprintf(buf, sizeof(buf), "%%%02X", c);
-      out += buf;
-    }
-  }
-  return out;
 }
 
 std::string DescribeTransportError(httplib::Error e) {
@@ -274,7 +244,7 @@ Result<uint64_t> PeerFileClient::FileSize(const std::string& step_dir, const std
   const std::string what = "peer " + url_ + " " + step_dir + "/" + file;
   STINT_ASSIGN_OR_RETURN(
       std::string body,
-      GetSmall("/v1/stat/" + EncodeSegment(step_dir) + "/" + EncodeSegment(file), what));
+      GetSmall("/v1/stat/" + PercentEncode(step_dir) + "/" + PercentEncode(file), what));
   const Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("size") || !j["size"].is_number_unsigned()) {
     return Status::DataLoss(what + ": stat answer has no size: " + Shorten(body));
@@ -290,7 +260,7 @@ Result<size_t> PeerFileClient::ReadRange(const std::string& step_dir, const std:
     return Status::InvalidArgument(what + ": range at " + std::to_string(offset) + " of " +
                                    std::to_string(n) + " bytes overflows");
   }
-  const std::string path = "/v1/files/" + EncodeSegment(step_dir) + "/" + EncodeSegment(file);
+  const std::string path = "/v1/files/" + PercentEncode(step_dir) + "/" + PercentEncode(file);
   const httplib::Headers headers = {
       {"Authorization", "Bearer " + token_},
       {"Range", "bytes=" + std::to_string(offset) + "-" + std::to_string(offset + n - 1)}};
@@ -338,7 +308,8 @@ Result<size_t> PeerFileClient::ReadRange(const std::string& step_dir, const std:
     if (status == 416) return size_t{0};  // offset at or past the end
     if (status != 206) return StatusFromAnswer(status, error_body, what);
     uint64_t first = 0, last = 0, total = 0;
-    if (!ParseContentRange(content_range, &first, &last, &total) || first != offset ||
+    if (!ParseContentRange(content_range, &first, &last, &total) || first > last ||
+        last >= total || first != offset ||
         last - first + 1 != got || got != std::min<uint64_t>(n, total - offset)) {
       return Status::DataLoss(what + ": asked for " + std::to_string(n) + " bytes at offset " +
                               std::to_string(offset) + ", got " + std::to_string(got) +

@@ -37,5 +37,27 @@ TEST(AllDigits, OnlyAsciiDigitsAndNotEmpty) {
   EXPECT_FALSE(AllDigits("\xd9\xa3"));  // ARABIC-INDIC DIGIT THREE
 }
 
+TEST(PercentEncode, KeepsUnreservedBytesAndSlashWhenAskedEncodesTheRestOnce) {
+  EXPECT_EQ(PercentEncode("aZ09-._~"), "aZ09-._~");
+  EXPECT_EQ(PercentEncode("a/b c%"), "a%2Fb%20c%25");
+  EXPECT_EQ(PercentEncode("a/b c%", true), "a/b%20c%25");
+  EXPECT_EQ(PercentEncode("\xC3\xA9\x7F"), "%C3%A9%7F");  // each byte, upper-case hex
+  EXPECT_EQ(PercentEncode(std::string("\0", 1)), "%00");
+}
+
+TEST(ParseContentRange, FirstLastAndTotalOrNothing) {
+  uint64_t first = 0, last = 0, total = 0;
+  ASSERT_TRUE(ParseContentRange("bytes 5-9/100", &first, &last, &total));
+  EXPECT_EQ(first, 5u);
+  EXPECT_EQ(last, 9u);
+  EXPECT_EQ(total, 100u);
+  EXPECT_TRUE(ParseContentRange("bytes 0-0/1", &first, &last, nullptr));
+  EXPECT_FALSE(ParseContentRange("bytes 5-9/*", &first, &last, &total));
+  EXPECT_FALSE(ParseContentRange("bytes */100", &first, &last, &total));
+  EXPECT_FALSE(ParseContentRange("items 5-9/100", &first, &last, &total));
+  EXPECT_FALSE(ParseContentRange("bytes 9/5-100", &first, &last, &total));
+  EXPECT_FALSE(ParseContentRange("bytes -5-9/100", &first, &last, &total));
+}
+
 }  // namespace
 }  // namespace stint
