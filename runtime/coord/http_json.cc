@@ -46,11 +46,6 @@ std::string DescribeTransportError(httplib::Error e) {
   }
 }
 
-bool AllDigits(const std::string& s) {
-  return !s.empty() &&
-         std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
-}
-
 std::string Shorten(std::string s, size_t max) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
   if (s.size() > max) s = s.substr(0, max) + "...";
@@ -59,57 +54,8 @@ std::string Shorten(std::string s, size_t max) {
 
 }  // namespace
 
-std::string ParsedUrl::ToString() const {
-  bool v6 = host.find(':') != std::string::npos;
-  return scheme + "://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
-}
-
-Result<ParsedUrl> ParseCoordinatorUrl(const std::string& url) {
-  auto bad = [&](const std::string& why) {
-    return Status::InvalidArgument("coordinator url '" + url + "': " + why +
-                                   " (expected http://host:port or https://host:port)");
-  };
-  ParsedUrl out;
-  std::string rest = url;
-  size_t sep = rest.find("://");
-  if (sep == std::string::npos) {
-    out.scheme = "http";
-  } else {
-    out.scheme = rest.substr(0, sep);
-    rest = rest.substr(sep + 3);
-  }
-  if (out.scheme != "http" && out.scheme != "https") return bad("scheme must be http or https");
-  if (!rest.empty() && rest.back() == '/') rest.pop_back();
-  if (rest.find_first_of("/?#@") != std::string::npos) return bad("has a path, query or user part");
-  std::string port;
-  if (!rest.empty() && rest[0] == '[') {
-    size_t close = rest.find(']');
-    if (close == std::string::npos) return bad("unterminated [IPv6] host");
-    out.host = rest.substr(1, close - 1);
-    std::string after = rest.substr(close + 1);
-    if (!after.empty()) {
-      if (after[0] != ':') return bad("junk after the [IPv6] host");
-      port = after.substr(1);
-      if (port.empty()) return bad("empty port");
-    }
-  } else {
-    size_t colon = rest.find(':');
-    out.host = rest.substr(0, colon);
-    if (colon != std::string::npos) {
-      port = rest.substr(colon + 1);
-      if (port.empty()) return bad("empty port");
-    }
-  }
-  if (out.host.empty()) return bad("no host");
-  if (port.empty()) {
-    out.port = out.scheme == "https" ? 443 : 80;
-  } else {
-    if (!AllDigits(port) || port.size() > 5 || std::stoi(port) < 1 || std::stoi(port) > 65535) {
-      return bad("port '" + port + "' is not in 1..65535");
-    }
-    out.port = std::stoi(port);
-  }
-  return out;
+Result<HttpEndpoint> ParseCoordinatorUrl(const std::string& url) {
+  return ParseHttpEndpoint(url, "coordinator url", "http");
 }
 
 Status StatusFromHttp(int http_status, const std::string& body, const std::string& what) {
@@ -187,7 +133,7 @@ struct HttpJsonClient::Attempt {
 };
 
 Result<std::unique_ptr<HttpJsonClient>> HttpJsonClient::Create(const HttpJsonOptions& options) {
-  STINT_ASSIGN_OR_RETURN(ParsedUrl url, ParseCoordinatorUrl(options.url));
+  STINT_ASSIGN_OR_RETURN(HttpEndpoint url, ParseCoordinatorUrl(options.url));
   if (options.retry.deadline.count() < 0 || options.retry.initial_backoff.count() <= 0 ||
       options.retry.max_backoff < options.retry.initial_backoff) {
     return Status::InvalidArgument(
@@ -208,7 +154,7 @@ Result<std::unique_ptr<HttpJsonClient>> HttpJsonClient::Create(const HttpJsonOpt
   return std::unique_ptr<HttpJsonClient>(new HttpJsonClient(options, std::move(url)));
 }
 
-HttpJsonClient::HttpJsonClient(const HttpJsonOptions& options, ParsedUrl url)
+HttpJsonClient::HttpJsonClient(const HttpJsonOptions& options, HttpEndpoint url)
     : options_(options), parsed_(std::move(url)), url_(parsed_.ToString()) {}
 
 HttpJsonClient::~HttpJsonClient() {

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "base/http_endpoint.h"
 #include "stint/coordinator_client.h"
 #include "stint/status.h"
 
@@ -30,14 +31,9 @@ namespace internal {
 
 using Json = nlohmann::json;
 
-// "http://host:port[/]" split; kInvalidArgument for anything else.
-struct ParsedUrl {
-  std::string scheme;  // "http" or "https"
-  std::string host;    // without brackets for IPv6
-  int port = 0;
-  std::string ToString() const;  // scheme://host:port, what httplib takes
-};
-Result<ParsedUrl> ParseCoordinatorUrl(const std::string& url);
+// "[http(s)://]host:port[/]" split (http when no scheme is given);
+// kInvalidArgument for anything else. ToString() is what httplib takes.
+Result<HttpEndpoint> ParseCoordinatorUrl(const std::string& url);
 
 // The Status for a non-2xx answer (the mapping in coordinator_client.h).
 // `what` names the request ("POST /v1/pools") and ends the message.
@@ -103,13 +99,13 @@ class HttpJsonClient {
 
  private:
   struct Attempt;
-  HttpJsonClient(const HttpJsonOptions& options, ParsedUrl url);
+  HttpJsonClient(const HttpJsonOptions& options, HttpEndpoint url);
   Result<httplib::Client*> Acquire();
   void Release(httplib::Client* client);
   Attempt Once(const HttpRequest& request, const std::string& body);
 
   const HttpJsonOptions options_;
-  const ParsedUrl parsed_;
+  const HttpEndpoint parsed_;
   const std::string url_;
 
   std::mutex mu_;

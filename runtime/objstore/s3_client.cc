@@ -300,7 +300,7 @@ struct S3Client::Transfer {
 
 Result<std::unique_ptr<S3Client>> S3Client::Create(const S3Config& config,
                                                    const std::string& bucket) {
-  STINT_ASSIGN_OR_RETURN(S3Endpoint ep, ParseS3Endpoint(config.endpoint));
+  STINT_ASSIGN_OR_RETURN(HttpEndpoint ep, ParseS3Endpoint(config.endpoint));
   if (bucket.empty() || bucket.find('/') != std::string::npos) {
     return Status::InvalidArgument("S3 bucket '" + bucket + "': empty or has a '/'");
   }
@@ -329,7 +329,7 @@ S3Client::S3Client(const S3Config& config, std::string bucket, std::string host,
       path_style_(path_style),
       url_base_(scheme + "://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) +
                 ":" + std::to_string(port)),
-      endpoint_text_(S3Endpoint{scheme, host, port}.ToString()),
+      endpoint_text_(HttpEndpoint{scheme, host, port}.ToString()),
       handles_(std::make_unique<HandlePool>()) {}
 
 S3Client::~S3Client() = default;

@@ -9,6 +9,7 @@
 #include <functional>
 #include <string>
 
+#include "base/http_endpoint.h"
 #include "objstore/s3_credentials.h"
 #include "stint/status.h"
 
@@ -55,18 +56,9 @@ struct S3Config {
   static Result<S3Config> FromEnvironment();
 };
 
-// An endpoint split: scheme "http" or "https", host (IPv6 without brackets), port.
-struct S3Endpoint {
-  std::string scheme;
-  std::string host;
-  int port = 0;
-  // host[:port] as the Host header carries it (no port when the scheme's default).
-  std::string HostHeader() const;
-  // scheme://host:port
-  std::string ToString() const;
-};
-// kInvalidArgument, naming the string, for anything but http(s)://host[:port][/].
-Result<S3Endpoint> ParseS3Endpoint(const std::string& endpoint);
+// An S3 endpoint split (base/http_endpoint.h); kInvalidArgument, naming the
+// string, for anything but http(s)://host[:port][/].
+Result<HttpEndpoint> ParseS3Endpoint(const std::string& endpoint);
 
 }  // namespace stint
 
