@@ -23,6 +23,7 @@
 #include "stint/checkpointer.h"
 #include "util/status_matchers.h"
 #include "util/subprocess.h"
+#include "util/checkpoint_checks.h"
 #include "util/temp_dir.h"
 
 #ifndef STINT_CLI_PATH
@@ -95,18 +96,6 @@ class CliTest : public ::testing::Test {
     auto m = DecodeManifest(bytes.ok() ? *bytes : "", dir);
     EXPECT_OK(m);
     return m.ok() ? *m : Manifest{};
-  }
-
-  static void FlipByte(const std::string& path, uint64_t offset) {
-    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    ASSERT_TRUE(f.good()) << path;
-    f.seekg(std::streamoff(offset));
-    char c = 0;
-    f.read(&c, 1);
-    c = char(c ^ 0x01);
-    f.seekp(std::streamoff(offset));
-    f.write(&c, 1);
-    ASSERT_TRUE(f.good());
   }
 
   TempDir dir_;

@@ -25,6 +25,7 @@
 #include "objstore/object_store_env.h"
 #include "stint/checkpointer.h"
 #include "util/rclone_s3.h"
+#include "util/checkpoint_checks.h"
 #include "util/status_matchers.h"
 #include "util/step_state.h"
 #include "util/temp_dir.h"
@@ -122,18 +123,6 @@ std::unique_ptr<Checkpointer> OpenOrFail(const CheckpointOptions& o) {
   auto ckpt = Checkpointer::Open(o);
   EXPECT_OK(ckpt);
   return ckpt.ok() ? std::move(ckpt).value() : nullptr;
-}
-
-void FlipByte(const std::string& path, long offset) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  ASSERT_TRUE(f.good()) << path;
-  f.seekg(offset);
-  char c;
-  f.read(&c, 1);
-  c ^= 0x40;
-  f.seekp(offset);
-  f.write(&c, 1);
-  ASSERT_TRUE(f.good()) << path;
 }
 
 TEST_F(ObjectTierTest, EveryCommitIsUploadedWithItsOwnRetention) {
@@ -369,7 +358,7 @@ TEST_F(ObjectTierTest, ACorruptedObjectIsPassedOverAndNamed) {
   // The file rclone serves the object from.
   const std::string path = dir_.Sub(kBucket) + "/" + kJob + "/step-00000007/rank-00000.stint";
   const auto size = std::filesystem::file_size(path);
-  ASSERT_NO_FATAL_FAILURE(FlipByte(path, static_cast<long>(size / 2)));
+  ASSERT_NO_FATAL_FAILURE(FlipByte(path, size / 2));
 
   CheckpointOptions o;
   o.root = ReplicaRoot();

@@ -11,6 +11,7 @@
 #include "checkpoint/foreground_gate.h"
 #include "checkpoint/replica.h"
 #include "stint/checkpointer.h"
+#include "util/checkpoint_checks.h"
 #include "util/fault_env.h"
 #include "util/status_matchers.h"
 #include "util/step_state.h"
@@ -37,17 +38,6 @@ void SaveSteps(Checkpointer* ckpt, std::vector<uint64_t> steps) {
     ASSERT_OK(h);
     ASSERT_OK(h->durable.get());
   }
-}
-
-void FlipByte(const std::string& path, long offset) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  ASSERT_TRUE(f.good()) << path;
-  f.seekg(offset);
-  char c;
-  f.read(&c, 1);
-  c ^= 0x40;
-  f.seekp(offset);
-  f.write(&c, 1);
 }
 
 TEST(TierReplica, ReplicatesEveryCommitWithItsOwnRetention) {

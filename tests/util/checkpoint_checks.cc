@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 
 #include "checkpoint/commit.h"
 #include "stint/checkpoint_reader.h"
@@ -42,6 +43,18 @@ void ExpectNewestLoadsOneOf(const std::string& root, const std::vector<uint64_t>
   auto children = Env::Default()->GetChildren(root);
   ASSERT_OK(children);
   for (const auto& c : *children) EXPECT_NE(c.rfind(".tmp-", 0), 0u) << c;
+}
+
+void FlipByte(const std::string& path, uint64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f.good()) << path;
+  f.seekg(std::streamoff(offset));
+  char c = 0;
+  f.read(&c, 1);
+  c = char(c ^ 0x40);
+  f.seekp(std::streamoff(offset));
+  f.write(&c, 1);
+  ASSERT_TRUE(f.good()) << path;
 }
 
 }  // namespace stint

@@ -1,4 +1,5 @@
-// Checks shared by the crash tests: what must hold after any fault.
+// Checks shared by the crash tests: what must hold after any fault; and
+// the damage the corruption tests do.
 #ifndef STINT_TESTS_UTIL_CHECKPOINT_CHECKS_H_
 #define STINT_TESTS_UTIL_CHECKPOINT_CHECKS_H_
 
@@ -15,6 +16,10 @@ namespace stint {
 // Reports the loaded step through `loaded` when not null.
 void ExpectNewestLoadsOneOf(const std::string& root, const std::vector<uint64_t>& allowed,
                             const char* engine, uint64_t* loaded = nullptr, int64_t rows = 200);
+
+// Flips one bit (0x40) of the byte at `offset` of `path` in place: damage a
+// checksum must catch. A gtest failure when the file cannot be changed.
+void FlipByte(const std::string& path, uint64_t offset);
 
 }  // namespace stint
 
