@@ -19,7 +19,6 @@
 #include "checkpoint/rank_commit.h"
 #include "checkpoint/save_times.h"
 #include "format/manifest.h"
-#include "objstore/object_store_env.h"
 
 namespace stint {
 namespace {
@@ -632,18 +631,7 @@ CheckpointerStats CheckpointerImpl::stats() const {
 Result<std::unique_ptr<Checkpointer>> Checkpointer::Open(const CheckpointOptions& given) {
   STINT_RETURN_IF_ERROR(CheckOpenOptions(given));
   CheckpointOptions options = given;
-  // An s3:// root or replica root without an Env of the caller's: the
-  // store, configured the AWS way, over the local file system.
-  std::unique_ptr<Env> store;
-  const bool root_in_store = IsObjectStorePath(options.root) && options.env == nullptr;
-  const bool replica_in_store =
-      IsObjectStorePath(options.replica_root) && options.replica_env == nullptr;
-  if (root_in_store || replica_in_store) {
-    STINT_ASSIGN_OR_RETURN(store, ObjectStoreEnv::FromEnvironment(
-                                      options.env != nullptr ? options.env : Env::Default()));
-    if (root_in_store) options.env = store.get();
-    if (replica_in_store) options.replica_env = store.get();
-  }
+  STINT_ASSIGN_OR_RETURN(std::unique_ptr<Env> store, OpenObjectStoreEnv(&options));
   Env* env = options.env != nullptr ? options.env : Env::Default();
   std::unique_ptr<FileLock> root_lock;
   if (options.read_only) {

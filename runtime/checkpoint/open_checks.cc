@@ -1,6 +1,7 @@
 #include "checkpoint/open_checks.h"
 
 #include <string>
+#include <utility>
 
 #include "checkpoint/replica.h"
 #include "checkpoint/root_lock.h"
@@ -53,6 +54,19 @@ Result<std::unique_ptr<FileLock>> PrepareRoots(Env* env, const CheckpointOptions
     return Status::InvalidArgument(options.root + " exists and is not a directory");
   }
   return std::unique_ptr<FileLock>();
+}
+
+Result<std::unique_ptr<Env>> OpenObjectStoreEnv(CheckpointOptions* options) {
+  const bool root_in_store = IsObjectStorePath(options->root) && options->env == nullptr;
+  const bool replica_in_store =
+      IsObjectStorePath(options->replica_root) && options->replica_env == nullptr;
+  if (!root_in_store && !replica_in_store) return std::unique_ptr<Env>();
+  STINT_ASSIGN_OR_RETURN(std::unique_ptr<ObjectStoreEnv> store,
+                         ObjectStoreEnv::FromEnvironment(
+                             options->env != nullptr ? options->env : Env::Default()));
+  if (root_in_store) options->env = store.get();
+  if (replica_in_store) options->replica_env = store.get();
+  return std::unique_ptr<Env>(std::move(store));
 }
 
 }  // namespace stint

@@ -23,6 +23,12 @@ Status CheckOpenOptions(const CheckpointOptions& options);
 // prepared by the Replicator.
 Result<std::unique_ptr<FileLock>> PrepareRoots(Env* env, const CheckpointOptions& options);
 
+// An s3:// root or replica root without an Env of the caller's: the store's
+// Env, configured the AWS way over options->env (or the default), set as
+// options->env / replica_env and returned for the Checkpointer to own
+// (they point into it). Null when neither is in a store.
+Result<std::unique_ptr<Env>> OpenObjectStoreEnv(CheckpointOptions* options);
+
 }  // namespace stint
 
 #endif  // STINT_RUNTIME_CHECKPOINT_OPEN_CHECKS_H_

@@ -40,19 +40,10 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from node_local_bench import evict  # noqa: E402  (fsync + POSIX_FADV_DONTNEED of a tree)
 RCLONE = os.path.join(os.path.dirname(sys.executable), "rclone")
 ACCESS, SECRET = "STINTBENCHACCESSKEY", "stint-bench-secret-Hw4"
-
-
-def evict(path):
-    for dirpath, _, files in os.walk(path):
-        for name in files:
-            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
 
 
 def start_server(served, log_path):
