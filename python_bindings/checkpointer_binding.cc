@@ -155,6 +155,7 @@ struct PySaveHandle {
   bool skipped;
   Future staged;
   Future durable;
+  Future replicated;
 };
 
 py::dict StatsDict(const CheckpointerStats& s) {
@@ -313,7 +314,10 @@ class PyCheckpointer {
     Prune();
     Future durable(h.durable, h.step, "durable");
     if (!h.skipped) pending_.push_back(durable);  // skipped: the caller learnt it from the handle
-    return PySaveHandle{h.step, h.skipped, Future(h.staged, h.step, "staged"), durable};
+    // A handle made from an error has no tier-2 future of its own: the error is its outcome.
+    Future replicated(h.replicated.valid() ? h.replicated : h.durable, h.step, "replicated");
+    return PySaveHandle{h.step, h.skipped, Future(h.staged, h.step, "staged"), durable,
+                        replicated};
   }
 
   void BeforeWrite(const std::string& barrier, double timeout_seconds) {
@@ -690,6 +694,9 @@ void BindSaveHandle(py::module_& m) {
                     "busy_policy='skip' found the staging pool full; the futures hold why.")
       .def_readonly("staged", &PySaveHandle::staged)
       .def_readonly("durable", &PySaveHandle::durable)
+      .def_readonly("replicated", &PySaveHandle::replicated,
+                    "Committed on tier 2 (replica_root); done at once without one. Cancelled "
+                    "when a newer step was replicated instead.")
       .def("__iter__",
            [](const PySaveHandle& h) {
              return py::iter(py::make_tuple(py::cast(h.staged), py::cast(h.durable)));

@@ -369,6 +369,17 @@ void BindProgressReporter(py::module_& m) {
           "A durable checkpoint of `step` that took `seconds`; for an emergency one the seconds "
           "from the notice to durable and on its replicas (stintd keeps it as the segment's "
           "figure). Sent at once from the reporter's thread; never blocks.")
+      .def(
+          "report_stored",
+          [](ProgressReporter& r, const std::string& location, int tier, uint64_t step,
+             uint64_t bytes) {
+            if (tier != 1 && tier != 2)
+              ThrowStatus(Status::InvalidArgument("report_stored: tier must be 1 or 2"));
+            r.ReportStored(location, tier, step, bytes);
+          },
+          py::arg("location"), py::arg("tier"), py::arg("step"), py::arg("bytes") = 0,
+          "`step` is committed at `location` (tier 1: the root, 2: the replica root); stintd "
+          "starts and moves the job only where its newest step can be read. Never blocks.")
       .def_property_readonly(
           "interval_seconds",
           [](const ProgressReporter& r) {

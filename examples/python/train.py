@@ -15,6 +15,7 @@ emergency checkpoint: run it again.
 """
 
 import argparse
+import hashlib
 import random
 import sys
 import time
@@ -53,6 +54,10 @@ def main():
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--step-sleep", type=float, default=0.0,
                    help="seconds to sleep per step, to make interrupting it easy to try")
+    p.add_argument("--replica-root", default="",
+                   help="tier 2: a shared path or s3://bucket/prefix each checkpoint is copied to "
+                        "(a run whose --ckpt is empty resumes from there)")
+    p.add_argument("--save-every", type=int, default=100, help="checkpoint every N steps")
     args = p.parse_args()
 
     torch.manual_seed(0)
@@ -66,7 +71,8 @@ def main():
     sampler = stint.ResumableSampler(len(data), args.batch, seed=0)  # stint
     loader = DataLoader(data, batch_sampler=sampler, num_workers=args.workers,  # stint: was batch_size, shuffle
                         generator=torch.Generator().manual_seed(0))
-    run = stint.Resumable(args.ckpt, model=model, optimizer=opt, sampler=sampler, objects={"sched": sched})  # stint
+    run = stint.Resumable(args.ckpt, model=model, optimizer=opt, sampler=sampler, objects={"sched": sched},  # stint
+                          save_every=args.save_every, replica_root=args.replica_root)
     step = run.resume()  # stint: was step = 0
     print("start at step %d" % step, flush=True)
 
@@ -87,7 +93,10 @@ def main():
             if step == args.steps:
                 break
     run.finish(step)  # stint
-    print("done at step %d" % step, flush=True)
+    digest = hashlib.sha256()  # what a resumed run must end with, bit for bit
+    for t in list(model.state_dict().values()):
+        digest.update(t.numpy().tobytes())
+    print("done at step %d params sha256 %s" % (step, digest.hexdigest()), flush=True)
 
 
 if __name__ == "__main__":

@@ -283,6 +283,7 @@ class Checkpointer:
             if world_size > 1:
                 store = self._group.store
         self._rank = rank
+        self._replica_root = os.fspath(replica_root)
         self._c = _C.Checkpointer(
             os.fspath(root), keep_last=keep_last, keep_every=keep_every,
             compress=compress is True, compress_auto=compress == "auto",
@@ -558,6 +559,11 @@ class Checkpointer:
     @property
     def root(self) -> str:
         return self._c.root
+
+    @property
+    def replica_root(self) -> str:
+        """Tier 2 (a path or an s3:// prefix); "" without one."""
+        return self._replica_root
 
     @property
     def collective(self) -> bool:

@@ -80,6 +80,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import signal
 import time
 from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Literal, Mapping,
@@ -167,6 +168,7 @@ class Resumable:
         self.notice_to_replicas_seconds: Optional[float] = None
         self._last_saved_step: Optional[int] = None
         self._pending: List[Tuple[int, _C.Future]] = []  # (step, durable future)
+        self._replicating: List[Tuple[int, _C.Future]] = []  # (step, tier-2 future)
         self.checkpointer = Checkpointer(root, **checkpoint_options)
         # Under stint-agent: the step and the loss passed to step_boundary()
         # go to stintd (the job's loss curve and efficiency figures).
@@ -305,6 +307,8 @@ class Resumable:
             if handle.skipped:
                 handle.durable.result()  # raises why
             self._pending.append((step, handle.durable))
+            if self.checkpointer.replica_root:
+                self._replicating.append((step, handle.replicated))
         if wait:
             for s, durable in self._pending:
                 if s == step:
@@ -355,12 +359,16 @@ class Resumable:
                         self.checkpointer.flush_replication(
                             max(0.0, plan.remaining_seconds - (time.monotonic() - started)))
                         self.notice_to_replicas_seconds = time.monotonic() - noticed
+                        self._reap()  # stintd hears where it is before this process exits
                     except _C.Error as e:
                         reason += ("; the emergency checkpoint is durable but not yet on its "
                                    "replicas: %s" % e)
                     if self._progress is not None:  # stintd's figure of this segment
                         self._progress.report_checkpoint(step, durable_seconds,
                                                          self.notice_to_replicas_seconds)
+                        # Sent now, before this process exits: where the job
+                        # resumes is chosen from what stintd heard.
+                        self._progress = None
             else:
                 # No time for a new one; let a save in flight finish if it can.
                 try:
@@ -394,6 +402,8 @@ class Resumable:
         if self.watcher is not None:
             self.watcher.keep_until_exit()
         self.checkpointer.mark_complete(step, dict(self._launch_info(), unix_time=time.time()))
+        self._reap()
+        self._progress = None  # sends what was reported (where the last step is), stops its thread
 
     def close(self) -> None:
         """Waits for pending saves, closes the checkpointer, uninstalls the watcher."""
@@ -532,9 +542,29 @@ class Resumable:
             if error is not None:
                 _log.warning("stint: checkpoint of step %d failed (training goes on): %s",
                              step, error)
-            elif self.last_durable_step is None or step > self.last_durable_step:
-                self.last_durable_step = step
+            else:
+                if self.last_durable_step is None or step > self.last_durable_step:
+                    self.last_durable_step = step
+                self._report_stored(self.checkpointer.root, 1, step)
         self._pending = left
+        left = []
+        for step, replicated in self._replicating:
+            if not replicated.done():
+                left.append((step, replicated))
+            elif replicated.exception(0) is None:  # failures are in stats(); tier 1 holds it
+                self._report_stored(self.checkpointer.replica_root, 2, step)
+        self._replicating = left
+
+    def _report_stored(self, location: str, tier: int, step: int) -> None:
+        """Tells stintd where `step` is (rank 0 for the job): it starts and
+        moves the job only where its newest step can be read."""
+        if self._progress is None or self.checkpointer.rank != 0:
+            return
+        if "://" not in location:
+            location = os.path.abspath(location)
+        last = self.checkpointer.stats()["last"]
+        size = last["raw_bytes"] * self.checkpointer.world_size if last is not None else 0
+        self._progress.report_stored(location, tier, step, size)
 
     def _cost(self, step: int) -> Dict[str, Any]:
         cost: Dict[str, Any] = {"steps_since_durable": step - (self.last_durable_step or 0)}

@@ -453,6 +453,14 @@ Status CoordinatorClient::ReportCheckpoint(uint64_t step, double seconds,
   return PostWorker(http_.get(), reg, "checkpoint", std::move(body));
 }
 
+Status CoordinatorClient::ReportStored(const std::string& location, int tier, uint64_t step,
+                                       uint64_t bytes) {
+  if (tier != 1 && tier != 2) return Status::InvalidArgument("ReportStored: tier must be 1 or 2");
+  STINT_ASSIGN_OR_RETURN(WorkerRegistration reg, RequireRegistration());
+  return PostWorker(http_.get(), reg, "stored",
+                    Json{{"location", location}, {"tier", tier}, {"step", step}, {"bytes", bytes}});
+}
+
 Status CoordinatorClient::Ack(uint64_t step) {
   STINT_ASSIGN_OR_RETURN(WorkerRegistration reg, RequireRegistration());
   return PostWorker(http_.get(), reg, "ack", Json{{"step", step}});

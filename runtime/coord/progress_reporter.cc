@@ -1,8 +1,10 @@
 #include "stint/progress_reporter.h"
 
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -39,6 +41,18 @@ class ProgressReporter::Impl {
     }
     cv_.notify_all();
   }
+  struct StoredReport {
+    int tier;
+    uint64_t step;
+    uint64_t bytes;
+  };
+  void QueueStored(const std::string& location, StoredReport report) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stored_[location] = report;
+    }
+    cv_.notify_all();
+  }
   std::chrono::milliseconds interval() const { return interval_; }
 
   Status last_error() const {
@@ -51,11 +65,20 @@ class ProgressReporter::Impl {
     bool stop = false;
     while (!stop) {
       std::optional<CheckpointReport> checkpoint;
+      std::map<std::string, StoredReport> stored;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait_for(lock, interval_, [this] { return stopping_ || checkpoint_.has_value(); });
+        cv_.wait_for(lock, interval_, [this] {
+          return stopping_ || checkpoint_.has_value() || !stored_.empty();
+        });
         stop = stopping_;
         checkpoint.swap(checkpoint_);
+        stored.swap(stored_);
+      }
+      for (const auto& [location, r] : stored) {
+        Status sent = client_->ReportStored(location, r.tier, r.step, r.bytes);
+        std::lock_guard<std::mutex> lock(mu_);
+        last_error_ = sent;
       }
       if (checkpoint) {
         Status sent = client_->ReportCheckpoint(checkpoint->step, checkpoint->seconds,
@@ -80,6 +103,7 @@ class ProgressReporter::Impl {
   std::condition_variable cv_;
   bool stopping_ = false;
   std::optional<CheckpointReport> checkpoint_;  // not sent yet
+  std::map<std::string, StoredReport> stored_;  // by location, not sent yet
   Status last_error_;
   std::thread thread_;  // last: started once everything above exists
 };
@@ -115,6 +139,11 @@ void ProgressReporter::Report(uint64_t step, std::optional<double> loss,
 void ProgressReporter::ReportCheckpoint(uint64_t step, double seconds,
                                         std::optional<double> notice_to_replicas_seconds) {
   impl_->QueueCheckpoint({step, seconds, notice_to_replicas_seconds});
+}
+
+void ProgressReporter::ReportStored(const std::string& location, int tier, uint64_t step,
+                                    uint64_t bytes) {
+  impl_->QueueStored(location, {tier, step, bytes});
 }
 
 Status ProgressReporter::last_error() const { return impl_->last_error(); }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <limits>
 #include <vector>
 
@@ -222,9 +223,33 @@ void ResumableTraining::ReapDurable() {
       ++it;
       continue;
     }
-    if (it->durable.get().ok() && it->step > last_durable_step_) last_durable_step_ = it->step;
+    if (it->durable.get().ok()) {
+      if (it->step > last_durable_step_) last_durable_step_ = it->step;
+      ReportStored(options_.checkpoint.root, 1, it->step);
+    }
     it = pending_.erase(it);  // a failure also comes back from the next Flush()
   }
+  for (auto it = replicating_.begin(); it != replicating_.end();) {
+    if (it->durable.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      ++it;
+      continue;
+    }
+    // A failure is in stats(); tier 1 still holds the step.
+    if (it->durable.get().ok()) ReportStored(options_.checkpoint.replica_root, 2, it->step);
+    it = replicating_.erase(it);
+  }
+}
+
+void ResumableTraining::ReportStored(const std::string& location, int tier, uint64_t step) {
+  if (progress_ == nullptr || options_.checkpoint.rank != 0) return;
+  std::error_code ec;
+  const std::string where = location.find("://") != std::string::npos
+                                ? location
+                                : std::filesystem::absolute(location, ec).lexically_normal().string();
+  const auto stats = checkpointer_->stats();
+  const uint64_t bytes =
+      stats.last ? stats.last->raw_bytes * static_cast<uint64_t>(options_.checkpoint.world_size) : 0;
+  progress_->ReportStored(ec ? location : where, tier, step, bytes);
 }
 
 CheckpointCost ResumableTraining::Cost(uint64_t step) const {
@@ -278,6 +303,8 @@ Status ResumableTraining::SaveNow(uint64_t step, bool wait_durable) {
                                                        std::chrono::minutes(10), CurrentCudaStream));
     }
     pending_.push_back(Pending{step, handle.durable});
+    if (!options_.checkpoint.replica_root.empty())
+      replicating_.push_back(Pending{step, handle.replicated});
     last_saved_step_ = step;
     saved_any_ = true;
   }
@@ -375,6 +402,7 @@ Result<StepAction> ResumableTraining::StepBoundary(uint64_t step, std::optional<
                           std::chrono::steady_clock::now() - started);
         Status replicated =
             checkpointer_->FlushReplication(std::max(budget, std::chrono::milliseconds(0)));
+        ReapDurable();  // stintd hears where it is before this process exits
         if (replicated.ok()) {
           // From the notice, not the save: what the grace had to cover.
           action.notice_to_replicas_seconds = std::chrono::duration<double>(
@@ -386,6 +414,9 @@ Result<StepAction> ResumableTraining::StepBoundary(uint64_t step, std::optional<
         // stintd's figure of this segment (under stint-agent).
         if (progress_ != nullptr) {
           progress_->ReportCheckpoint(step, durable_seconds, action.notice_to_replicas_seconds);
+          // Sent now, before this process exits: where the job resumes is
+          // chosen from what stintd heard.
+          progress_.reset();
         }
       }
       action.saved = s.ok();

@@ -197,7 +197,9 @@ class ResumableTraining {
   // Whether this rank writes the module and optimizer (rank 0 of a data-parallel job).
   bool OwnsModelState() const { return options_.checkpoint.rank == 0; }
   // Reaps finished background saves into last_durable_step_.
+  // Also tells stintd where each durable and each replicated step is.
   void ReapDurable();
+  void ReportStored(const std::string& location, int tier, uint64_t step);
 
   ResumableTrainingOptions options_;
   // Under Slurm: what a stop's requeue needs, and the job's end.
@@ -222,6 +224,7 @@ class ResumableTraining {
     std::shared_future<Status> durable;
   };
   std::vector<Pending> pending_;
+  std::vector<Pending> replicating_;  // `durable` holds the tier-2 future
   uint64_t last_durable_step_ = 0;
   uint64_t last_saved_step_ = 0;
   bool saved_any_ = false;

@@ -70,6 +70,7 @@ ClusterState RichState() {
   priced.pricing = PoolPricing::kOnPrem;
   priced.price_per_gpu_hour = 2.75;
   priced.price_history = {{-1, 0}, {1700000000000, 2.75}};
+  priced.storage = {"s3://bucket/runs", "/mnt/ckpt — 東京"};
 
   Window w;
   w.id = 11;
@@ -142,6 +143,9 @@ ClusterState RichState() {
   j.eval_every = 3;
   j.eval_gpus = 1;
   j.checkpoints = std::numeric_limits<int64_t>::max();
+  j.stored["s3://bucket/runs/job"] = {std::numeric_limits<int64_t>::max(), 2,
+                                      std::numeric_limits<uint64_t>::max(), "gpu-a", 7, -3};
+  j.stored["/nvme/x"] = {0, 1, 0, "", 0, 0};
   s.jobs[j.id] = j;
   Job j2;  // defaults but for the id: the other end of every range
   j2.id = -1;
@@ -274,6 +278,7 @@ void ExpectSame(const Pool& a, const Pool& b) {
   EXPECT_EQ(a.description, b.description);
   EXPECT_EQ(a.pricing, b.pricing);
   ExpectSameDouble(a.price_per_gpu_hour, b.price_per_gpu_hour, "price_per_gpu_hour");
+  EXPECT_EQ(a.storage, b.storage);
   ASSERT_EQ(a.price_history.size(), b.price_history.size());
   for (size_t i = 0; i < a.price_history.size(); i++) {
     EXPECT_EQ(a.price_history[i].at_ms, b.price_history[i].at_ms);
@@ -353,6 +358,17 @@ void ExpectSame(const Job& a, const Job& b) {
   EXPECT_EQ(a.eval_every, b.eval_every);
   EXPECT_EQ(a.eval_gpus, b.eval_gpus);
   EXPECT_EQ(a.checkpoints, b.checkpoints);
+  ASSERT_EQ(a.stored.size(), b.stored.size());
+  for (const auto& [location, at] : a.stored) {
+    ASSERT_EQ(b.stored.count(location), 1u) << location;
+    const StoredStep& bt = b.stored.at(location);
+    EXPECT_EQ(at.step, bt.step);
+    EXPECT_EQ(at.tier, bt.tier);
+    EXPECT_EQ(at.bytes, bt.bytes);
+    EXPECT_EQ(at.pool, bt.pool);
+    EXPECT_EQ(at.segment_id, bt.segment_id);
+    EXPECT_EQ(at.at_ms, bt.at_ms);
+  }
   ASSERT_EQ(a.losses.size(), b.losses.size());
   for (size_t i = 0; i < a.losses.size(); i++) {
     EXPECT_EQ(a.losses[i].step, b.losses[i].step);
@@ -780,15 +796,15 @@ TEST(StoreOpen, NewerSchemaVersionIsRefusedAndTheFileLeftAsItWas) {
     ClusterState s = RichState();
     ASSERT_OK(store->Save(s, All(s)));
   }
-  ASSERT_EQ(RawSql(path, "PRAGMA user_version=13; PRAGMA user_version"), "13");
+  ASSERT_EQ(RawSql(path, "PRAGMA user_version=14; PRAGMA user_version"), "14");
   const std::string bytes = ReadWholeFile(path);
   auto store = Store::Open(path);
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), Code::kFailedPrecondition) << store.status().ToString();
   EXPECT_NE(store.status().message().find(path), std::string::npos) << store.status().ToString();
-  EXPECT_NE(store.status().message().find("version 13"), std::string::npos)
+  EXPECT_NE(store.status().message().find("version 14"), std::string::npos)
       << store.status().ToString();
-  EXPECT_NE(store.status().message().find("1 to 12"), std::string::npos)
+  EXPECT_NE(store.status().message().find("1 to 13"), std::string::npos)
       << store.status().ToString();
   EXPECT_TRUE(ReadWholeFile(path) == bytes) << "a refused open changed the file";
   EXPECT_FALSE(Exists(path + "-wal"));
@@ -905,7 +921,7 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
     ASSERT_NE(store, nullptr);
   }
   EXPECT_EQ(RawSql(path, "PRAGMA journal_mode"), "wal");
-  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "12");
+  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "13");
   EXPECT_EQ(RawSql(path, "PRAGMA quick_check"), "ok");
   // Reopened as often as wanted.
   for (int i = 0; i < 3; ++i) {
@@ -922,7 +938,8 @@ TEST(StoreOpen, TheFileIsInWalModeAtTheCurrentVersion) {
 // a version-5 file the windows columns node and node_gpus, empty, a
 // version-6 file jobs.launch, segments.placement and windows.node_addr.
 // What a file older than version 6 lacks (the node of a window).
-#define kDropVersion12 " ALTER TABLE segments DROP COLUMN notice_to_replicas_seconds;"
+#define kDropVersion13 " ALTER TABLE pools DROP COLUMN storage; ALTER TABLE jobs DROP COLUMN stored;"
+#define kDropVersion12 kDropVersion13 " ALTER TABLE segments DROP COLUMN notice_to_replicas_seconds;"
 #define kDropVersion11 kDropVersion12 " ALTER TABLE segments DROP COLUMN external_id;"
 #define kDropVersion10                                                                           \
   kDropVersion11                                                                                 \
@@ -960,7 +977,8 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
                                   bool had_dropped = false, bool had_secrets = false,
                                   bool had_nodes = false, bool had_launch = false,
                                   bool had_crashes = false, bool had_shrinks = false,
-                                  bool had_prices = false, bool had_external = false) {
+                                  bool had_prices = false, bool had_external = false,
+                                  bool had_replicas_figure = false) {
   TempDir dir;
   const std::string path = dir.Sub("stintd.db");
   ClusterState s = RichState();
@@ -1048,8 +1066,11 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
   // 12 held a notice-to-replicas figure.
   for (auto& [id, seg] : s.segments) {
     if (!had_external) seg.external_id.clear();
-    seg.notice_to_replicas_seconds = -1;
+    if (!had_replicas_figure) seg.notice_to_replicas_seconds = -1;
   }
+  // None before 13 knew where a job's steps are or what storage a pool reaches.
+  for (auto& [name, p] : s.pools) p.storage.clear();
+  for (auto& [id, j] : s.jobs) j.stored.clear();
   {
     auto store = OpenOrDie(path);
     ASSERT_NE(store, nullptr);
@@ -1059,7 +1080,7 @@ void ExpectMigratedKeepingItsRows(const std::string& downgrade_sql, const std::s
     s = RichState();
     ASSERT_OK(store->Save(s, All(s)));
   }
-  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "12");
+  EXPECT_EQ(RawSql(path, "PRAGMA user_version"), "13");
   auto store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
   Result<ClusterState> loaded = store->Load();
@@ -1146,6 +1167,15 @@ TEST(StoreOpen, VersionElevenFileIsMigratedKeepingItsRows) {
                                /*had_secrets=*/true, /*had_nodes=*/true, /*had_launch=*/true,
                                /*had_crashes=*/true, /*had_shrinks=*/true, /*had_prices=*/true,
                                /*had_external=*/true);
+}
+
+// Version 12 kept no job's locations and no pool's storage.
+TEST(StoreOpen, VersionTwelveFileIsMigratedKeepingItsRows) {
+  ExpectMigratedKeepingItsRows(kDropVersion13, "12", /*had_rendezvous=*/true,
+                               /*had_service=*/true, /*had_dropped=*/true,
+                               /*had_secrets=*/true, /*had_nodes=*/true, /*had_launch=*/true,
+                               /*had_crashes=*/true, /*had_shrinks=*/true, /*had_prices=*/true,
+                               /*had_external=*/true, /*had_replicas_figure=*/true);
 }
 
 // Version 6 knew no launch specs, placements or node addresses.

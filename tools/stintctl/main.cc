@@ -1,6 +1,7 @@
 // stintctl: the admin command line for stintd (tools/stintd/API.md).
 //
-//   stintctl pools add NAME [--description TEXT]      stintctl pools list
+//   stintctl pools add NAME [--description TEXT] [--storage PREFIX]...
+//   stintctl pools set-storage NAME [PREFIX...]     stintctl pools list
 //   stintctl windows add --pool P --gpus N [--start T] (--end T | --duration D)
 //                        [--kind hard|spot] [--notice-lead D]
 //                        [--nodes N1,N2 | --node NAME[:0,1,...]]...  (one window per node;
@@ -259,11 +260,16 @@ void AddPools(CLI::App& app, Leaves& leaves) {
   CLI::Option* price_opt =
       pools_add->add_option("--price", *price, "price per GPU-hour (0: unpriced)")
           ->check(CLI::NonNegativeNumber);
+  auto storage = std::make_shared<std::vector<std::string>>();
+  pools_add->add_option("--storage", *storage,
+                        "a shared path or s3://bucket/prefix its nodes reach checkpoints at "
+                        "(repeat for several; none: every location)");
   leaves.emplace_back(pools_add, [=](Ctl& c, int64_t) {
     Json body{{"name", *name}};
     if (*desc_opt) body["description"] = *description;
     if (*pricing_opt) body["pricing"] = *pricing;
     if (*price_opt) body["price_per_gpu_hour"] = *price;
+    if (!storage->empty()) body["storage"] = *storage;
     return c.Run("POST", "/v1/pools", body,
                  [&](const Json&) { return Line("pool " + *name + " created"); });
   });
@@ -280,6 +286,21 @@ void AddPools(CLI::App& app, Leaves& leaves) {
                  Json{{"price_per_gpu_hour", *set_price}}, [&](const Json& p) {
                    return Line("pool " + *set_name + ": " + Cell(p, "price_per_gpu_hour") +
                                " per GPU-hour from now on");
+                 });
+  });
+  auto storage_name = std::make_shared<std::string>();
+  auto set_storage = std::make_shared<std::vector<std::string>>();
+  CLI::App* pools_storage = pools->add_subcommand(
+      "set-storage", "set what storage a pool's nodes reach (no prefix: every location)");
+  pools_storage->add_option("name", *storage_name, "pool name")->required();
+  pools_storage->add_option("prefix", *set_storage, "shared paths and s3://bucket/prefix URLs");
+  leaves.emplace_back(pools_storage, [=](Ctl& c, int64_t) {
+    return c.Run("PUT", "/v1/pools/" + UrlEncode(*storage_name) + "/storage",
+                 Json{{"storage", *set_storage}}, [&](const Json&) {
+                   return Line("pool " + *storage_name + ": storage " +
+                               (set_storage->empty() ? std::string("undeclared (any location)")
+                                                     : std::to_string(set_storage->size()) +
+                                                           " prefixes"));
                  });
   });
   CLI::App* pools_list = pools->add_subcommand("list", "list pools");

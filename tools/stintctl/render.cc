@@ -122,10 +122,17 @@ std::string TimeCell(const Json& object, const char* key, int64_t now_ms) {
 std::string RenderPools(const Json& reply) {
   const Json& pools = List(reply, "pools");
   if (pools.empty()) return "no pools\n";
-  Table t({"POOL", "PRICING", "PRICE_PER_GPU_H", "PRICE_CHANGES", "DESCRIPTION"});
+  Table t({"POOL", "PRICING", "PRICE_PER_GPU_H", "PRICE_CHANGES", "STORAGE", "DESCRIPTION"});
   for (const Json& p : pools) {
+    // Undeclared storage: the pool is taken to reach every location.
+    std::string storage;
+    for (const Json& s : List(p, "storage")) {
+      if (!s.is_string()) continue;
+      storage += (storage.empty() ? "" : ",") + s.get<std::string>();
+    }
     t.AddRow({Cell(p, "name"), Cell(p, "pricing"), MoneyCell(p, "price_per_gpu_hour"),
-              std::to_string(List(p, "price_history").size()), Cell(p, "description")});
+              std::to_string(List(p, "price_history").size()), storage.empty() ? "any" : storage,
+              Cell(p, "description")});
   }
   return t.Render();
 }
@@ -352,6 +359,16 @@ std::string RenderJob(const Json& job, int64_t now_ms) {
                 Cell(g, "kept_steps"), RatioCell(g, "efficiency"), MoneyCell(g, "cost")});
     }
     out += "\nGPU time by segment:\n" + t.Render();
+  }
+  // Where its steps are (newest first): where stintd may start or move it.
+  const Json& stored = List(job, "stored");
+  if (!stored.empty()) {
+    Table t({"LOCATION", "TIER", "STEP", "BYTES", "POOL", "SEGMENT", "AT"});
+    for (const Json& l : stored) {
+      t.AddRow({Cell(l, "location"), Cell(l, "tier"), Cell(l, "step"), Cell(l, "bytes"),
+                Cell(l, "pool"), Cell(l, "segment_id"), TimeCell(l, "at_ms", now_ms)});
+    }
+    out += "\ncheckpoints stored at:\n" + t.Render();
   }
   const Json& evaluations = List(job, "evaluations");
   if (!evaluations.empty()) {

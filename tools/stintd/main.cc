@@ -165,6 +165,12 @@ void AddSchedulingFlags(CLI::App& app, Flags* f) {
                  "a job moves only with at least this much work left (remaining_seconds)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--object-store-gbps", p.object_store_gbps,
+                 "GB/s a segment reads a checkpoint from an object store at, when its pool "
+                 "reaches the job's newest step only there: added to its restart "
+                 "(API.md, Storage)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--min-run-seconds", p.min_run_seconds,
                  "a segment younger than this is not preempted for priority")
       ->capture_default_str()

@@ -248,6 +248,11 @@ class CoordinatorClient {
   Status ReportCheckpoint(uint64_t step, double seconds,
                           std::optional<uint64_t> bytes = std::nullopt,
                           std::optional<double> notice_to_replicas_seconds = std::nullopt);
+  // `step` is committed at `location`: the job's root (tier 1) or replica
+  // root (tier 2; a path or an s3:// prefix), as this worker names it,
+  // holding `bytes`. stintd starts and moves the job only where its newest
+  // step can be read (API.md, "Storage").
+  Status ReportStored(const std::string& location, int tier, uint64_t step, uint64_t bytes);
   // After a notice: the checkpoint of `step` is durable and this worker is
   // done with its GPUs; the job goes back to the queue.
   Status Ack(uint64_t step);

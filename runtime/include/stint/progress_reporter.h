@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "stint/coordinator_client.h"
 #include "stint/status.h"
@@ -46,6 +47,10 @@ class ProgressReporter {
   // on the way out), never blocking; a newer report replaces one not sent.
   void ReportCheckpoint(uint64_t step, double seconds,
                         std::optional<double> notice_to_replicas_seconds = std::nullopt);
+  // `step` is committed at `location` (CoordinatorClient::ReportStored).
+  // Sent on the reporter's thread, never blocking; a newer report for the
+  // same location replaces one not sent, and the destructor sends what is left.
+  void ReportStored(const std::string& location, int tier, uint64_t step, uint64_t bytes);
   // The last heartbeat's error (OK once one succeeded): reporting is best
   // effort and never fails the training loop.
   Status last_error() const;

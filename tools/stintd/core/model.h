@@ -64,6 +64,12 @@ struct Pool {
   // it started and is charged at it.
   double price_per_gpu_hour = 0;
   std::vector<PricePoint> price_history;  // oldest first; the last entry is in force
+  // Where its nodes read and write checkpoints that outlive them: shared
+  // paths and object-store prefixes, as the jobs' workers name them
+  // ("/mnt/ckpt", "s3://bucket/runs"). Pools that list the same prefix
+  // share that storage (core/storage.h). Empty: not declared, and the pool
+  // is taken to reach every location, as when every pool saw one directory.
+  std::vector<std::string> storage;
 };
 
 // Capacity lent to us for a time. Hard windows have a known close; spot
@@ -139,6 +145,19 @@ struct LossPoint {
 };
 constexpr size_t kMaxLossPoints = 4096;
 
+// The newest committed step of a job at one location (a root or replica
+// root, as its workers name it), as they report it.
+struct StoredStep {
+  int64_t step = -1;
+  int tier = 1;  // 1: the job's root (a node's disk or a shared path); 2: its replica root
+  uint64_t bytes = 0;
+  std::string pool;        // of the segment that reported it ("" if unknown)
+  int64_t segment_id = 0;  // that reported it
+  TimeMs at_ms = 0;
+};
+// Locations a job keeps (the one with the oldest step is dropped first).
+constexpr size_t kMaxStoredLocations = 16;
+
 enum class JobState : int { kPending = 0, kRunning = 1, kDone = 2, kCancelled = 3, kFailed = 4 };
 const char* JobStateName(JobState s);  // "PENDING", "RUNNING", "DONE", "CANCELLED", "FAILED"
 
@@ -208,6 +227,9 @@ struct Job {
   int eval_every = 0;
   int eval_gpus = 0;
   int64_t checkpoints = 0;  // durable checkpoints reported so far
+  // Where its steps are, by location (the planner starts and moves it only
+  // where its newest one can be read: core/storage.h).
+  std::map<std::string, StoredStep> stored;
 };
 
 // An evaluation of one durable checkpoint of a job: a low-priority task a

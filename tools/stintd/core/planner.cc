@@ -108,6 +108,7 @@ Planner::JobCtx Planner::ContextFor(const Job& job, PendingInfo* info, int posit
            kNever,
            {},
            BlockReason::kNone,
+           {},
            {}};
   if (job.remaining_seconds > 0) {
     j.run = SecondsToMs(job.restart_seconds + job.remaining_seconds + job.checkpoint_seconds +
@@ -124,6 +125,7 @@ Planner::JobCtx Planner::ContextFor(const Job& job, PendingInfo* info, int posit
       if (g != group_by_pool_.end()) j.groups.push_back(g->second);
     }
   }
+  FilterReachable(&j);
   FilterPools(&j);
   return j;
 }

@@ -17,6 +17,8 @@
 //   planner_preempt.cc   priority / service-class preemption: the victims
 //   planner_grow.cc      elastic segments grow into GPUs nothing is planned on
 //   planner_migrate.cc   running segments move to a cheaper pool with room now
+//   planner_storage.cc   the pools that reach a job's newest checkpoint, and
+//                        what reading it from an object store costs there
 //   planner_blocked.cc   why a job that does not start waits (BlockReason)
 //   planner_prices.cc    the pools a job may use at its price rule and
 //                        budget, what a pool costs per useful GPU-hour, and
@@ -113,6 +115,13 @@ class Planner {
     // Set when its price rule or budget leaves it no pool with a window.
     BlockReason excluded = BlockReason::kNone;
     std::string excluded_detail;
+    // Seconds its restart in a group spends reading its newest checkpoint
+    // from an object store (groups absent: none).
+    std::map<int, double> transfer_s;
+    double TransferSeconds(int group) const {
+      auto it = transfer_s.find(group);
+      return it == transfer_s.end() ? 0 : it->second;
+    }
   };
 
   // planner.cc
@@ -155,6 +164,9 @@ class Planner {
 
   // planner_migrate.cc
   void Migrate();
+
+  // planner_storage.cc
+  void FilterReachable(JobCtx* j);
 
   // planner_prices.cc
   void ScanBudgets();

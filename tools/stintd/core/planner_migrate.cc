@@ -30,7 +30,10 @@ constexpr int kMaxMigrationsPerPass = 1;
 // price_migration_min_left_seconds of work, with the saving over the work
 // left (as much as fits there before the fit ends) above the move's cost:
 // the new GPUs x (C + R + safety) at the new price plus the old GPUs x C
-// at the old one (and a move back where the fit ends first). Ties go to
+// at the old one (and a move back where the fit ends first). A target that
+// reaches where the segment writes only in an object store adds the
+// upload and the download to the move, and the upload to the notice;
+// one that does not reach it at all is no target (planner_storage.cc). Ties go to
 // the lowest segment id: the same inputs give the same move.
 void Planner::Migrate() {
   const TimeMs min_run = SecondsToMs(c_.min_run_seconds);
@@ -89,8 +92,12 @@ void Planner::Migrate() {
         continue;
 
       const double c_s = job.checkpoint_seconds;
-      const double move_s = c_s + job.restart_seconds + c_.safety_seconds;
-      const double cost_there = GroupCost(j, slots_[fit.parts.front().slot].group);
+      const int there = slots_[fit.parts.front().slot].group;
+      // Where the pools share no disk the checkpoint goes up to an object
+      // store before the ack and comes down before the restart.
+      const double transfer_s = j.TransferSeconds(there);
+      const double move_s = c_s + 2 * transfer_s + job.restart_seconds + c_.safety_seconds;
+      const double cost_there = GroupCost(j, there);
       // The work it can do there: its GPU-seconds left, as many as fit
       // between its restart and a last checkpoint before the fit ends (a
       // pending job's reservation or the window's end). At least
@@ -116,7 +123,9 @@ void Planner::Migrate() {
     }
     if (best_seg == nullptr) return;
     const Job& job = *best_ctx.job;
-    const double grace = std::min(job.checkpoint_seconds + c_.safety_seconds, c_.max_grace_seconds);
+    const double upload_s = best_ctx.TransferSeconds(slots_[best_fit.parts.front().slot].group);
+    const double grace =
+        std::min(job.checkpoint_seconds + upload_s + c_.safety_seconds, c_.max_grace_seconds);
     const TimeMs deadline = std::min(ReleaseMs(s_, *best_seg), now_ + SecondsToMs(grace));
     plan_.notices.push_back(NoticeDecision{best_seg->id, deadline, NoticeReason::kMigrate, 0});
     migrating_.push_back(best_seg->id);

@@ -115,7 +115,9 @@ void Planner::FilterPools(JobCtx* j) {
 
 // Price per useful GPU-hour: a spot pool's price is raised by the share of
 // its time the job would lose to revocations (each costs a restart, a
-// checkpoint and half an interval of work, by the job's own figures).
+// checkpoint and half an interval of work, by the job's own figures), and
+// any pool's by reading the checkpoint from an object store first (that
+// time is paid and not useful, once per minimum segment).
 double Planner::GroupCost(const JobCtx& j, int group) const {
   const Pool* pool = group_pool_[group];
   return CostAt(j, group, pool != nullptr ? pool->price_per_gpu_hour : 0);
@@ -128,7 +130,8 @@ double Planner::CostAt(const JobCtx& j, int group, double price) const {
       job.restart_seconds + job.checkpoint_seconds + job.checkpoint_interval_seconds / 2;
   const double lost =
       std::min(0.95, group_revocations_per_hour_[group] * per_revocation_s / 3600.0);
-  return price / (1.0 - lost);
+  const double len_s = j.len / 1000.0;
+  return price / (1.0 - lost) * (len_s + j.TransferSeconds(group)) / len_s;
 }
 
 double Planner::MinSegmentCost(const JobCtx& j, int group, int gpus) const {

@@ -24,6 +24,8 @@ const char* BlockReasonName(BlockReason r) {
       return "budget";
     case BlockReason::kPrice:
       return "price";
+    case BlockReason::kStorage:
+      return "storage";
     case BlockReason::kDepth:
       return "depth";
   }

@@ -153,6 +153,11 @@ struct PolicyConfig {
   bool price_migration = false;
   double price_migration_factor = 0.7;
   double price_migration_min_left_seconds = 3600;
+  // What a segment reads from an object store before it resumes, when its
+  // pool reaches the job's newest checkpoint only there (core/storage.h),
+  // at this rate: added to its restart, so to what a pool costs per useful
+  // GPU-hour, and to a move's cost and notice (the checkpoint goes up first).
+  double object_store_gbps = 0.5;
   int plan_depth = 256;  // pending jobs planned (and given a planned start) per pass
   // A rendezvous round with at least min workers closes this long after it
   // reached min, or at once when it reaches the segment's size.
@@ -170,8 +175,10 @@ enum class BlockReason : int {
   kDepth = 6,       // beyond plan_depth: not planned this pass
   kBudget = 7,      // its team's budget cannot pay a minimum segment in any pool it may use
   kPrice = 8,       // every pool it may use is priced above its priority's cap
+  kStorage = 9,     // no pool it may use with a window reaches its newest checkpoint
 };
-// "none", "quota", "window", "gang", "priority", "preempting", "depth", "budget", "price"
+// "none", "quota", "window", "gang", "priority", "preempting", "depth", "budget", "price",
+// "storage"
 const char* BlockReasonName(BlockReason r);
 
 struct PendingInfo {

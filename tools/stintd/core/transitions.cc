@@ -6,6 +6,7 @@
 #include "stintd/core/accounting.h"
 #include "stintd/core/evals.h"
 #include "stintd/core/rendezvous.h"
+#include "stintd/core/storage.h"
 
 namespace stint::stintd {
 namespace {
@@ -216,11 +217,21 @@ Status AddPool(ClusterState& s, Pool pool, TimeMs now, Changes* changes) {
   if (s.pools.count(pool.name))
     return Status::AlreadyExists("pool " + pool.name + " already exists");
   STINT_RETURN_IF_ERROR(CheckFinite("price_per_gpu_hour", pool.price_per_gpu_hour, 0));
+  STINT_ASSIGN_OR_RETURN(pool.storage, NormalizeStorage(pool.storage));
   pool.price_history.clear();
   if (pool.price_per_gpu_hour > 0)
     pool.price_history.push_back(PricePoint{now, pool.price_per_gpu_hour});
   s.pools[pool.name] = pool;
   changes->pools.insert(pool.name);
+  return Status::OK();
+}
+
+Status SetPoolStorage(ClusterState& s, const std::string& pool,
+                      const std::vector<std::string>& storage, Changes* changes) {
+  auto it = s.pools.find(pool);
+  if (it == s.pools.end()) return Status::NotFound("pool \"" + pool + "\" does not exist");
+  STINT_ASSIGN_OR_RETURN(it->second.storage, NormalizeStorage(storage));
+  changes->pools.insert(pool);
   return Status::OK();
 }
 
@@ -589,6 +600,31 @@ Status ReportCheckpoint(ClusterState& s, int64_t worker_id, int64_t step, double
   }
   changes->segments.insert(seg.id);
   if (new_checkpoint) QueueEvaluation(s, j, step, now, changes);
+  return Status::OK();
+}
+
+Status ReportStored(ClusterState& s, int64_t worker_id, const std::string& location, int tier,
+                    int64_t step, uint64_t bytes, TimeMs now, Changes* changes) {
+  STINT_ASSIGN_OR_RETURN(std::string where, NormalizeLocation("location", location));
+  if (tier != 1 && tier != 2) return Status::InvalidArgument("tier must be 1 or 2");
+  if (step < 0) return Status::InvalidArgument("step must be >= 0");
+  STINT_ASSIGN_OR_RETURN(WorkerContext ctx, FindActiveWorker(s, worker_id));
+  Job& j = *ctx.job;
+  auto old = j.stored.find(where);
+  if (old != j.stored.end() && old->second.step > step) return Status::OK();
+  std::string pool;
+  if (!ctx.segment->allocs.empty()) {
+    auto w = s.windows.find(ctx.segment->allocs.front().window_id);
+    if (w != s.windows.end()) pool = w->second.pool;
+  }
+  j.stored[where] = StoredStep{step, tier, bytes, pool, ctx.segment->id, now};
+  while (j.stored.size() > kMaxStoredLocations) {
+    auto oldest = std::min_element(j.stored.begin(), j.stored.end(), [](const auto& a, const auto& b) {
+      return a.second.step < b.second.step;
+    });
+    j.stored.erase(oldest);
+  }
+  changes->jobs.insert(j.id);
   return Status::OK();
 }
 

@@ -40,8 +40,14 @@ struct Changes {
 // The team a job without one belongs to; created on first use.
 constexpr const char* kDefaultTeam = "default";
 
-// Validates the name, pricing and price; a price > 0 starts its history at `now`.
+// Validates the name, pricing, price and storage prefixes (normalized,
+// core/storage.h); a price > 0 starts its history at `now`.
 Status AddPool(ClusterState& s, Pool pool, TimeMs now, Changes* changes);
+
+// Replaces what storage the pool's nodes reach (empty: undeclared, every
+// location). kNotFound for an unknown pool.
+Status SetPoolStorage(ClusterState& s, const std::string& pool,
+                      const std::vector<std::string>& storage, Changes* changes);
 
 // Returns the new window's id. Validates pool, gpus > 0, start < end, a
 // hard window's finite end, notice lead >= 0.
@@ -115,6 +121,13 @@ Result<WorkerView> Heartbeat(ClusterState& s, int64_t worker_id, const Heartbeat
 Status ReportCheckpoint(ClusterState& s, int64_t worker_id, int64_t step, double seconds,
                         uint64_t bytes, TimeMs now, Changes* changes,
                         std::optional<double> notice_to_replicas_seconds = std::nullopt);
+
+// `step` of the worker's job is committed at `location` (tier 1: its root,
+// 2: its replica root), holding `bytes`. Kept as the newest step there
+// (an older report changes nothing); a job keeps kMaxStoredLocations
+// locations, dropping the one with the oldest step.
+Status ReportStored(ClusterState& s, int64_t worker_id, const std::string& location, int tier,
+                    int64_t step, uint64_t bytes, TimeMs now, Changes* changes);
 
 // Remaining work estimate (seconds at max_gpus) and the step reached.
 Status ReportProgress(ClusterState& s, int64_t worker_id, int64_t step, double remaining_seconds,

@@ -195,6 +195,16 @@ Result<Pool> Coordinator::SetPoolPrice(const std::string& pool, double price_per
   return state_.pools.at(pool);
 }
 
+Result<Pool> Coordinator::SetPoolStorage(const std::string& pool,
+                                         const std::vector<std::string>& storage) {
+  STINT_RETURN_IF_ERROR(Mutate([&](ClusterState& s, TimeMs, Changes* c) {
+    return stintd::SetPoolStorage(s, pool, storage, c);
+  }));
+  WakeTick();  // a job waiting for storage may start now
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  return state_.pools.at(pool);
+}
+
 Status Coordinator::SetPriceRule(Priority priority, const PriceRule& rule) {
   const Status s = Mutate([&](ClusterState& st, TimeMs, Changes* c) {
     return stintd::SetPriceRule(st, priority, rule, c);
@@ -339,6 +349,13 @@ Status Coordinator::ReportCheckpoint(int64_t worker_id, int64_t step, double sec
   return Mutate([&](ClusterState& s, TimeMs now, Changes* c) {
     return stintd::ReportCheckpoint(s, worker_id, step, seconds, bytes, now, c,
                                     notice_to_replicas_seconds);
+  });
+}
+
+Status Coordinator::ReportStored(int64_t worker_id, const std::string& location, int tier,
+                                 int64_t step, uint64_t bytes) {
+  return Mutate([&](ClusterState& s, TimeMs now, Changes* c) {
+    return stintd::ReportStored(s, worker_id, location, tier, step, bytes, now, c);
   });
 }
 

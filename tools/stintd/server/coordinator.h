@@ -95,6 +95,8 @@ class Coordinator {
   Result<Pool> AddPool(const Pool& pool);
   // SetPoolPrice / SetPriceRule (accounting.h).
   Result<Pool> SetPoolPrice(const std::string& pool, double price_per_gpu_hour);
+  // SetPoolStorage (transitions.h).
+  Result<Pool> SetPoolStorage(const std::string& pool, const std::vector<std::string>& storage);
   Status SetPriceRule(Priority priority, const PriceRule& rule);
   Result<Window> AddWindow(const Window& window);
   // An admin window on named nodes: one window per node, each a copy of
@@ -200,6 +202,9 @@ class Coordinator {
   Status ReportProgress(int64_t worker_id, int64_t step, double remaining_seconds);
   Status ReportCheckpoint(int64_t worker_id, int64_t step, double seconds, uint64_t bytes,
                           std::optional<double> notice_to_replicas_seconds = std::nullopt);
+  // ReportStored (transitions.h).
+  Status ReportStored(int64_t worker_id, const std::string& location, int tier, int64_t step,
+                      uint64_t bytes);
   Status Ack(int64_t worker_id, int64_t step);
   Status Finish(int64_t worker_id);
   Status Leave(int64_t worker_id);

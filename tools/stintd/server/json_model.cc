@@ -1,5 +1,8 @@
 #include "stintd/server/json_model.h"
 
+#include <algorithm>
+#include <utility>
+
 namespace stint::stintd {
 
 json TimeJson(TimeMs t) { return t == kNever ? json(nullptr) : json(t); }
@@ -12,7 +15,8 @@ json ToJson(const Pool& p) {
           {"description", p.description},
           {"pricing", PoolPricingName(p.pricing)},
           {"price_per_gpu_hour", p.price_per_gpu_hour},
-          {"price_history", history}};
+          {"price_history", history},
+          {"storage", p.storage}};
 }
 
 json ToJson(const ClusterState& s, const Window& w, TimeMs now) {
@@ -74,6 +78,24 @@ json ToJson(const ClusterState& s, const Team& t, TimeMs now) {
 }
 
 namespace {
+// Where the job's steps are, newest step first.
+json StoredJson(const std::map<std::string, StoredStep>& stored) {
+  std::vector<std::pair<std::string, StoredStep>> v(stored.begin(), stored.end());
+  std::stable_sort(v.begin(), v.end(),
+                   [](const auto& a, const auto& b) { return a.second.step > b.second.step; });
+  json a = json::array();
+  for (const auto& [location, at] : v) {
+    a.push_back({{"location", location},
+                 {"step", at.step},
+                 {"tier", at.tier},
+                 {"bytes", at.bytes},
+                 {"pool", at.pool},
+                 {"segment_id", at.segment_id},
+                 {"at_ms", at.at_ms}});
+  }
+  return a;
+}
+
 json StepSecondsJson(const std::map<int, StepTime>& step_time) {
   json o = json::object();
   for (const auto& [gpus, t] : step_time) o[std::to_string(gpus)] = t.pace();
@@ -120,6 +142,7 @@ json ToJson(const Job& j) {
           {"preemptions", j.preemptions},
           {"lost_gpu_seconds", j.lost_gpu_seconds},
           {"service_gpu_seconds", j.service_gpu_seconds},
+          {"stored", StoredJson(j.stored)},
           {"message", j.message}};
 }
 

@@ -63,7 +63,8 @@ std::string RenderMetrics(const ClusterState& s, const Plan& plan, TimeMs now,
   std::map<BlockReason, int> by_reason;
   for (BlockReason r :
        {BlockReason::kQuota, BlockReason::kWindow, BlockReason::kGang, BlockReason::kPriority,
-        BlockReason::kPreempting, BlockReason::kDepth, BlockReason::kBudget, BlockReason::kPrice}) {
+        BlockReason::kPreempting, BlockReason::kDepth, BlockReason::kBudget, BlockReason::kPrice,
+        BlockReason::kStorage}) {
     by_reason[r] = 0;
   }
   for (const PendingInfo& p : plan.pending) {

@@ -43,12 +43,24 @@ Result<Window> ParseWindowSpec(const RequestBody& b, TimeMs now, bool gpus_requi
   return w;
 }
 
+// A pool's "storage": an array of path or s3:// prefixes (absent: none).
+Result<std::vector<std::string>> StorageField(const RequestBody& b) {
+  STINT_ASSIGN_OR_RETURN(const json* a, b.OptionalArray("storage"));
+  std::vector<std::string> storage;
+  if (a == nullptr) return storage;
+  for (const json& x : *a) {
+    if (!x.is_string()) return Status::InvalidArgument("storage must be an array of strings");
+    storage.push_back(x.get<std::string>());
+  }
+  return storage;
+}
+
 // POST and GET /v1/pools.
 void AddPoolRoutes(Routes* routes) {
   Coordinator* c = routes->coordinator();
   routes->Add(Method::kPost, "/v1/pools", Access::kAdmin, [c](const httplib::Request& req) {
-    RequestBody b = STINT_HTTP_TRY(
-        RequestBody::Parse(req.body, {"name", "description", "pricing", "price_per_gpu_hour"}));
+    RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(
+        req.body, {"name", "description", "pricing", "price_per_gpu_hour", "storage"}));
     Pool p;
     p.name = STINT_HTTP_TRY(b.String("name"));
     p.description = STINT_HTTP_TRY(b.OptionalString("description")).value_or("");
@@ -56,9 +68,20 @@ void AddPoolRoutes(Routes* routes) {
     if (pricing) p.pricing = STINT_HTTP_TRY(ParsePoolPricing(*pricing));
     p.price_per_gpu_hour =
         STINT_HTTP_TRY(b.OptionalNonNegativeNumber("price_per_gpu_hour")).value_or(0);
+    p.storage = STINT_HTTP_TRY(StorageField(b));
     Pool out = STINT_HTTP_TRY(c->AddPool(p));
     return Reply{201, ToJson(out), {}, {}};
   });
+  // What storage the pool's nodes reach, from now on ([]: undeclared).
+  routes->Add(Method::kPut, R"(/v1/pools/([A-Za-z0-9._-]{1,64})/storage)", Access::kAdmin,
+              [c](const httplib::Request& req) {
+                RequestBody b = STINT_HTTP_TRY(RequestBody::Parse(req.body, {"storage"}));
+                if (b.Find("storage") == nullptr)
+                  return ErrorReply(Status::InvalidArgument("storage is required"));
+                const std::vector<std::string> storage = STINT_HTTP_TRY(StorageField(b));
+                Pool out = STINT_HTTP_TRY(c->SetPoolStorage(req.matches[1], storage));
+                return Reply{200, ToJson(out), {}, {}};
+              });
   // A new price from now on (an admin, or a spot price feed).
   routes->Add(Method::kPost, R"(/v1/pools/([A-Za-z0-9._-]{1,64})/price)", Access::kAdmin,
               [c](const httplib::Request& req) {

@@ -148,6 +148,22 @@ void AddOwnWorkerRoutes(Routes* routes) {
             c->ReportCheckpoint(id, step, *seconds, static_cast<uint64_t>(bytes.value_or(0)),
                                 notice_to_replicas));
       });
+  routes->Add(Method::kPost, R"(/v1/workers/(\d+)/stored)", Access::kOwnWorker,
+              [c, worker_status](const httplib::Request& req) {
+                const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));
+                RequestBody b = STINT_HTTP_TRY(
+                    RequestBody::Parse(req.body, {"location", "tier", "step", "bytes"}));
+                const std::string location = STINT_HTTP_TRY(b.String("location"));
+                const int64_t tier = STINT_HTTP_TRY(b.OptionalInt64("tier")).value_or(1);
+                const int64_t step = STINT_HTTP_TRY(b.Int64("step"));
+                const std::optional<int64_t> bytes = STINT_HTTP_TRY(b.OptionalInt64("bytes"));
+                if (bytes && *bytes < 0)
+                  return ErrorReply(Status::InvalidArgument("bytes must be >= 0"));
+                if (tier != 1 && tier != 2)
+                  return ErrorReply(Status::InvalidArgument("tier must be 1 or 2"));
+                return worker_status(c->ReportStored(id, location, static_cast<int>(tier), step,
+                                                     static_cast<uint64_t>(bytes.value_or(0))));
+              });
   routes->Add(Method::kPost, R"(/v1/workers/(\d+)/ack)", Access::kOwnWorker,
               [c, worker_status](const httplib::Request& req) {
                 const int64_t id = STINT_HTTP_TRY(PathId(req, 1, "worker"));

@@ -100,7 +100,7 @@ using internal::StatusFromSqlite;
 using internal::StepDone;
 using internal::Table;
 
-constexpr int64_t kSchemaVersion = 12;
+constexpr int64_t kSchemaVersion = 13;
 // STRICT tables need 3.37. Checked at run time too: the shared library
 // loaded may be older than the header compiled against.
 constexpr int kMinSqliteVersion = 3037000;
@@ -404,6 +404,13 @@ Status SqliteStore::Init() {
   if (version >= 1 && version <= 11) {
     STINT_RETURN_IF_ERROR(Migrate(
         "ALTER TABLE segments ADD COLUMN notice_to_replicas_seconds REAL DEFAULT -1", 12));
+  }
+  if (version >= 1 && version <= 12) {
+    // Where each job's steps are, and what storage each pool reaches.
+    STINT_RETURN_IF_ERROR(
+        Migrate("ALTER TABLE pools ADD COLUMN storage TEXT NOT NULL DEFAULT '[]';\n"
+                "ALTER TABLE jobs ADD COLUMN stored TEXT NOT NULL DEFAULT '{}'",
+                13));
   }
   return PrepareAll();
 }

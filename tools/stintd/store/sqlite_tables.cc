@@ -212,6 +212,41 @@ Status PriceRulesFromJson(const std::string& text, std::array<PriceRule, 4>* rul
   return Status::OK();
 }
 
+// A pool's storage prefixes: ["/mnt/ckpt", "s3://bucket/runs"].
+Status StorageFromJson(const std::string& text, std::vector<std::string>* storage) {
+  const nlohmann::json a = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!a.is_array()) return Status::DataLoss("storage is not a JSON array: " + text);
+  for (const nlohmann::json& x : a) {
+    if (!x.is_string()) return Status::DataLoss("storage entry is not a string: " + x.dump());
+    storage->push_back(x.get<std::string>());
+  }
+  return Status::OK();
+}
+
+// Where a job's steps are: {"location": [step, tier, bytes, pool, segment_id, at_ms]}.
+std::string StoredToJson(const std::map<std::string, StoredStep>& stored) {
+  nlohmann::json o = nlohmann::json::object();
+  for (const auto& [location, at] : stored)
+    o[location] = {at.step, at.tier, at.bytes, at.pool, at.segment_id, at.at_ms};
+  return o.dump();
+}
+
+Status StoredFromJson(const std::string& text, std::map<std::string, StoredStep>* stored) {
+  const nlohmann::json o = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!o.is_object()) return Status::DataLoss("stored is not a JSON object: " + text);
+  for (const auto& [location, x] : o.items()) {
+    if (!x.is_array() || x.size() != 6 || !x[0].is_number_integer() ||
+        !x[1].is_number_integer() || !x[2].is_number_unsigned() || !x[3].is_string() ||
+        !x[4].is_number_integer() || !x[5].is_number_integer())
+      return Status::DataLoss(
+          "stored entry is not [step, tier, bytes, pool, segment_id, at_ms]: " + x.dump());
+    (*stored)[location] = StoredStep{x[0].get<int64_t>(), x[1].get<int>(), x[2].get<uint64_t>(),
+                                     x[3].get<std::string>(), x[4].get<int64_t>(),
+                                     x[5].get<int64_t>()};
+  }
+  return Status::OK();
+}
+
 constexpr int64_t kMetaRowId = 0;
 
 }  // namespace
@@ -222,7 +257,8 @@ const Table kPools = {"pools",
                        {"description", Type::kText},
                        {"pricing", Type::kInt},
                        {"price_per_gpu_hour", Type::kReal},
-                       {"price_history", Type::kText}}};
+                       {"price_history", Type::kText},
+                       {"storage", Type::kText}}};
 
 const Table kWindows = {"windows",
                         {"id"},
@@ -290,7 +326,8 @@ const Table kJobs = {"jobs",
                       {"eval", Type::kText},
                       {"eval_every", Type::kInt},
                       {"eval_gpus", Type::kInt},
-                      {"checkpoints", Type::kInt}}};
+                      {"checkpoints", Type::kInt},
+                      {"stored", Type::kText}}};
 
 const Table kSegments = {"segments",
                          {"id"},
@@ -422,6 +459,7 @@ Status BindRow(Binder& b, const Pool& p) {
   b.Int(static_cast<int64_t>(p.pricing));
   b.Double(p.price_per_gpu_hour);
   b.Text(PricesToJson(p.price_history));
+  b.Text(nlohmann::json(p.storage).dump());
   return Status::OK();
 }
 
@@ -430,7 +468,8 @@ Status ReadRow(RowReader& r, Pool* p) {
   p->description = r.Text();
   p->pricing = static_cast<PoolPricing>(r.Ranged(0, kMaxPoolPricing));
   p->price_per_gpu_hour = r.Double();
-  return PricesFromJson(r.Text(), &p->price_history);
+  STINT_RETURN_IF_ERROR(PricesFromJson(r.Text(), &p->price_history));
+  return StorageFromJson(r.Text(), &p->storage);
 }
 
 Status BindRow(Binder& b, const Window& w) {
@@ -555,6 +594,7 @@ Status BindRow(Binder& b, const Job& j) {
   b.Int(j.eval_every);
   b.Int(j.eval_gpus);
   b.Int(j.checkpoints);
+  b.Text(StoredToJson(j.stored));
   return Status::OK();
 }
 
@@ -596,7 +636,7 @@ Status ReadRow(RowReader& r, Job* j) {
   j->eval_every = r.Int32();
   j->eval_gpus = r.Int32();
   j->checkpoints = r.Int();
-  return Status::OK();
+  return StoredFromJson(r.Text(), &j->stored);
 }
 
 Status BindRow(Binder& b, const Segment& s) {
