@@ -1,9 +1,10 @@
-// Prices, budgets and evaluation cadence through a real stintd on loopback
-// (issue 41, items 13 and 14): a segment that started unpriced never
-// migrates (it pays nothing where it is); an elastic job grows only as far
-// as its team's budget pays; a job's checkpoints are counted once per step,
-// whichever ranks report them how often; and `stintctl teams set` changes
-// only what it names.
+// Prices, budgets, storage and evaluation cadence through a real stintd on
+// loopback (issue 41, items 13 and 14; issue 43): a segment that started
+// unpriced never migrates (it pays nothing where it is); an elastic job
+// grows only as far as its team's budget pays; a job's checkpoints are
+// counted once per step, whichever ranks report them how often; `stintctl
+// teams set` changes only what it names; pools declare their storage and a
+// job waits for a pool that reaches its newest step.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -242,6 +243,80 @@ TEST_F(StintdCostsTest, StintctlTeamsSetChangesOnlyWhatItNames) {
   EXPECT_EQ(t.value("guaranteed_gpus", -1), 2) << t.dump();
   EXPECT_EQ(t.value("borrow_limit_gpus", -2), 4) << t.dump();
   EXPECT_EQ(t.value("budget", -1.0), 5000.0) << t.dump();
+}
+
+// Storage through the routes and stintctl: pools declare it (normalized,
+// bad prefixes refused naming them), a worker reports where its steps are,
+// `stintctl jobs show` lists them. The job's newest step is on onprem's
+// node disk: once onprem's window closes it waits with reason "storage"
+// although the cloud has room, and starts there once the admin declares
+// that the cloud reaches that disk.
+TEST_F(StintdCostsTest, AJobWaitsForAPoolThatReachesItsNewestStep) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  RunResult r = Ctl({"pools", "add", "onprem", "--storage", "s3://ckpts/runs/", "--storage",
+                     "/shared"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = Ctl({"pools", "add", "cloud", "--storage", "s3://ckpts/runs"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = Ctl({"pools", "list"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("s3://ckpts/runs,/shared"), std::string::npos) << r.output;
+  auto bad = admin_->Put("/v1/pools/cloud/storage", {{"storage", {"relative/dir"}}});
+  EXPECT_EQ(bad.status, 400) << bad.text;
+  EXPECT_NE(bad.text.find("relative/dir"), std::string::npos) << bad.text;
+  EXPECT_EQ(admin_->Put("/v1/pools/cloud/storage", {{"storage", "s3://x"}}).status, 400);
+  EXPECT_EQ(admin_->Put("/v1/pools/cloud/storage", json::object()).status, 400);
+  EXPECT_EQ(admin_->Put("/v1/pools/nowhere/storage", {{"storage", json::array()}}).status, 404);
+  EXPECT_EQ(worker_->Put("/v1/pools/cloud/storage", {{"storage", json::array()}}).status, 403);
+
+  const json window =
+      Post("/v1/windows", {{"pool", "onprem"}, {"gpus", 1}, {"end_ms", WallNowMs() + 3600000}}, 201);
+  const int64_t job = Submit({{"name", "train"}, {"pool", "onprem,cloud"}, {"min_gpus", 1}});
+  ASSERT_TRUE(Eventually([&] { return Running(job); })) << Job(job).dump();
+  auto reg = worker_->Post("/v1/jobs/" + std::to_string(job) + "/workers", {{"name", "rank0"}});
+  ASSERT_EQ(reg.status, 201) << reg.text;
+  HttpJson rank0(daemon_->port(), reg.body.value("worker_secret", ""));
+  const std::string worker = "/v1/workers/" + std::to_string(reg.body.value("worker_id", 0));
+  auto stored = [&](const json& body) { return rank0.Post(worker + "/stored", body); };
+  EXPECT_EQ(stored({{"location", "s3://ckpts/runs/train"}, {"tier", 2}, {"step", 5}}).status, 200);
+  EXPECT_EQ(
+      stored({{"location", "/nvme/train/"}, {"tier", 1}, {"step", 7}, {"bytes", 4096}}).status,
+      200);
+  auto refused = stored({{"location", "nvme/train"}, {"step", 8}});
+  EXPECT_EQ(refused.status, 400) << refused.text;
+  EXPECT_NE(refused.text.find("nvme/train"), std::string::npos) << refused.text;
+  EXPECT_EQ(stored({{"location", "/x"}, {"tier", 3}, {"step", 8}}).status, 400);
+  EXPECT_EQ(stored({{"location", "s3://key:secret@ckpts/x"}, {"step", 8}}).status, 400);
+  const json listed = Job(job).value("stored", json::array());
+  ASSERT_EQ(listed.size(), 2u) << listed.dump();
+  EXPECT_EQ(listed[0].value("location", ""), "/nvme/train");  // newest step first
+  EXPECT_EQ(listed[0].value("step", 0), 7);
+  EXPECT_EQ(listed[0].value("bytes", 0), 4096);
+  EXPECT_EQ(listed[0].value("pool", ""), "onprem");
+  r = Ctl({"jobs", "show", std::to_string(job)});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("checkpoints stored at:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("/nvme/train"), std::string::npos) << r.output;
+
+  // onprem closes: the job acks its notice and waits, although the cloud has room.
+  Post("/v1/windows", {{"pool", "cloud"}, {"gpus", 1}, {"end_ms", WallNowMs() + 3600000}}, 201);
+  Post("/v1/windows/" + std::to_string(window.value("id", 0)) + "/close", json::object(), 200);
+  EXPECT_EQ(rank0.Post(worker + "/ack", {{"step", 7}}).status, 200);
+  auto queued = [&] {
+    for (const json& p : admin_->Get("/v1/queue").body.value("pending", json::array())) {
+      if (p.value("job_id", 0) == job) return p;
+    }
+    return json::object();
+  };
+  ASSERT_TRUE(Eventually([&] { return queued().value("reason", "") == "storage"; }))
+      << queued().dump();
+  EXPECT_NE(queued().value("detail", "").find("step 7 at /nvme/train"), std::string::npos)
+      << queued().dump();
+  EXPECT_FALSE(Running(job));
+
+  r = Ctl({"pools", "set-storage", "cloud", "s3://ckpts/runs", "/nvme"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(Eventually([&] { return Running(job); })) << Job(job).dump();
 }
 
 }  // namespace
