@@ -51,17 +51,20 @@
 // evaluated; and the table evals (EvalTask's fields): none queued.
 // Version 10 -> 11 adds segments.external_id ('': no executor named it).
 // Version 11 -> 12 adds segments.notice_to_replicas_seconds (-1: none
-// reported).
+// reported). Version 12 -> 13 adds pools.storage ('[]': undeclared, every
+// location) and jobs.stored ('{}': no location reported).
 // jobs.pool holds the job's pools joined by commas (one name before).
-// Each table's layout and row codec: sqlite_tables.h.
+// Each table's layout and row codec: tables.h.
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "stintd/store/sqlite_tables.h"
+#include "stintd/store/state_rows.h"
+#include "stintd/store/tables.h"
 #include "stintd/store/sqlite_util.h"
 #include "stintd/store/store.h"
 
@@ -70,13 +73,15 @@ namespace {
 
 using internal::AllTables;
 using internal::Binder;
-using internal::BindKey;
-using internal::BindMeta;
-using internal::BindRow;
-using internal::Describe;
+using internal::EraseKv;
+using internal::ReadKv;
+using internal::ReadState;
+using internal::WriteChanges;
+using internal::WriteKv;
+using internal::SqliteBinder;
+using internal::Dialect;
 using internal::Exec;
 using internal::kEvals;
-using internal::KeyOf;
 using internal::kJobs;
 using internal::kKv;
 using internal::kMeta;
@@ -90,9 +95,8 @@ using internal::kWorkers;
 using internal::Prepare;
 using internal::QueryInt;
 using internal::QueryText;
-using internal::ReadMeta;
-using internal::ReadRow;
 using internal::RowReader;
+using internal::SqliteRowReader;
 using internal::ScopedReset;
 using internal::SqliteDb;
 using internal::SqliteStmt;
@@ -118,9 +122,9 @@ struct TableStmts {
 
 // Runs a cached statement with the parameters `bind` sets.
 template <typename Bind>
-Status Run(sqlite3_stmt* stmt, const std::string& context, Bind bind) {
+Status RunStmt(sqlite3_stmt* stmt, const std::string& context, Bind bind) {
   ScopedReset reset(stmt);
-  Binder b(stmt);
+  SqliteBinder b(stmt);
   STINT_RETURN_IF_ERROR(bind(b).WithContext(context));
   STINT_RETURN_IF_ERROR(b.Finish(context));
   return StepDone(stmt, context);
@@ -128,57 +132,20 @@ Status Run(sqlite3_stmt* stmt, const std::string& context, Bind bind) {
 
 // Calls `row(reader)` for each row of a cached SELECT.
 template <typename Row>
-Status ForEachRow(sqlite3_stmt* stmt, const std::string& context, Row row) {
+Status EachRow(sqlite3_stmt* stmt, const std::string& context, Row row) {
   ScopedReset reset(stmt);
   for (;;) {
     int rc = sqlite3_step(stmt);
     if (rc == SQLITE_DONE) return Status::OK();
     if (rc != SQLITE_ROW) return StatusFromSqlite(sqlite3_db_handle(stmt), rc, context);
-    RowReader r(stmt);
+    SqliteRowReader r(stmt);
     Status s = row(r);
     STINT_RETURN_IF_ERROR(r.Finish(context));
     STINT_RETURN_IF_ERROR(s.WithContext(context));
   }
 }
 
-// Reads every row of `t` into `out`, keyed as ClusterState keys them.
-template <typename Key, typename Obj>
-Status LoadTable(const char* what, TableStmts& t, std::map<Key, Obj>* out) {
-  return ForEachRow(t.select.get(), std::string("load ") + what, [&](RowReader& r) {
-    Obj obj;
-    Status s = ReadRow(r, &obj);
-    Key key = KeyOf(obj);
-    out->emplace(std::move(key), std::move(obj));
-    return s;
-  });
-}
-
-// Upserts or deletes the rows named in `keys` as `objs` has them.
-template <typename Key, typename Obj>
-Status SaveTable(const char* what, TableStmts& t, const std::set<Key>& keys,
-                 const std::map<Key, Obj>& objs) {
-  for (const Key& key : keys) {
-    auto it = objs.find(key);
-    if (it == objs.end()) {
-      STINT_RETURN_IF_ERROR(Run(t.erase.get(), "delete " + Describe(what, key), [&](Binder& b) {
-        BindKey(b, key);
-        return Status::OK();
-      }));
-      continue;
-    }
-    // The row's key is the object's own; a map entry filed under another
-    // key would write (or overwrite) the wrong row.
-    if (KeyOf(it->second) != key) {
-      return Status::Internal("save " + Describe(what, key) + ": the object's own key is " +
-                              Describe(what, KeyOf(it->second)));
-    }
-    STINT_RETURN_IF_ERROR(Run(t.upsert.get(), "save " + Describe(what, key),
-                              [&](Binder& b) { return BindRow(b, it->second); }));
-  }
-  return Status::OK();
-}
-
-class SqliteStore final : public Store {
+class SqliteStore final : public Store, private internal::TableStatements {
  public:
   static Result<std::unique_ptr<Store>> Open(const std::string& path);
 
@@ -201,8 +168,11 @@ class SqliteStore final : public Store {
   Status PrepareTable(const Table& t, TableStmts* stmts);
   Status PrepareAll();
 
-  Status WriteChanges(const ClusterState& s, const Changes& changes);
-  Status ReadAll(ClusterState* s);
+  // TableStatements, over the cached statements.
+  Status Run(const Table& t, Op op, const std::string& context, const Bind& bind) override;
+  Status EraseJobKv(int64_t job_id, const std::string& context) override;
+  Status ForEachRow(const Table& t, const std::string& context, const Row& row) override;
+  TableStmts& StmtsOf(const Table& t);
   // Runs `body` in a transaction: committed if it returns OK, else rolled back.
   template <typename Body>
   Status InTransaction(sqlite3_stmt* begin, Body body);
@@ -313,7 +283,7 @@ Status SqliteStore::Init() {
   }
 
   if (version == 0) STINT_RETURN_IF_ERROR(CreateSchema());
-  if (version == 1) STINT_RETURN_IF_ERROR(Migrate(kRendezvous.Create(), 2));
+  if (version == 1) STINT_RETURN_IF_ERROR(Migrate(kRendezvous.Create(Dialect::kSqlite), 2));
   if (version == 1 || version == 2) {
     // Appended, as the column is last in kJobs. A version-1 file is done
     // after this step: the rendezvous table it just got already has the
@@ -363,7 +333,7 @@ Status SqliteStore::Init() {
                 "ALTER TABLE workers ADD COLUMN node TEXT NOT NULL DEFAULT '';\n"
                 "ALTER TABLE windows ADD COLUMN declared INTEGER NOT NULL DEFAULT 0;\n"
                 "ALTER TABLE windows ADD COLUMN joined INTEGER NOT NULL DEFAULT 0;\n" +
-                    kNodeCredentials.Create(),
+                    kNodeCredentials.Create(Dialect::kSqlite),
                 9));
   }
   if (version >= 1 && version <= 9) {
@@ -394,7 +364,7 @@ Status SqliteStore::Init() {
                 "ALTER TABLE jobs ADD COLUMN eval_every INTEGER NOT NULL DEFAULT 0;\n"
                 "ALTER TABLE jobs ADD COLUMN eval_gpus INTEGER NOT NULL DEFAULT 0;\n"
                 "ALTER TABLE jobs ADD COLUMN checkpoints INTEGER NOT NULL DEFAULT 0;\n" +
-                    kEvals.Create(),
+                    kEvals.Create(Dialect::kSqlite),
                 10));
   }
   if (version >= 1 && version <= 10) {
@@ -418,7 +388,7 @@ Status SqliteStore::Init() {
 Status SqliteStore::CreateSchema() {
   sqlite3* db = db_.get();
   std::string sql = "BEGIN;\n";
-  for (const Table* t : AllTables()) sql += t->Create() + ";\n";
+  for (const Table* t : AllTables()) sql += t->Create(Dialect::kSqlite) + ";\n";
   // In the same transaction: a crash leaves either no schema (and version
   // 0, so the next Open creates it) or all of it at kSchemaVersion.
   sql += "PRAGMA user_version=" + std::to_string(kSchemaVersion) + ";\nCOMMIT;";
@@ -445,8 +415,8 @@ Status SqliteStore::Migrate(const std::string& ddl, int64_t to_version) {
 Status SqliteStore::PrepareTable(const Table& t, TableStmts* stmts) {
   sqlite3* db = db_.get();
   const std::string what = std::string("prepare ") + t.name;
-  STINT_ASSIGN_OR_RETURN(stmts->upsert, Prepare(db, t.Upsert(), /*persistent=*/true, what));
-  STINT_ASSIGN_OR_RETURN(stmts->erase, Prepare(db, t.Erase(), /*persistent=*/true, what));
+  STINT_ASSIGN_OR_RETURN(stmts->upsert, Prepare(db, t.Upsert(Dialect::kSqlite), /*persistent=*/true, what));
+  STINT_ASSIGN_OR_RETURN(stmts->erase, Prepare(db, t.Erase(Dialect::kSqlite), /*persistent=*/true, what));
   STINT_ASSIGN_OR_RETURN(stmts->select, Prepare(db, t.Select(), /*persistent=*/true, what));
   return Status::OK();
 }
@@ -499,96 +469,71 @@ Status SqliteStore::InTransaction(sqlite3_stmt* begin, Body body) {
   return s;
 }
 
+TableStmts& SqliteStore::StmtsOf(const Table& t) {
+  const std::pair<const Table*, TableStmts*> all[] = {
+      {&kPools, &pools_},     {&kWindows, &windows_},       {&kTeams, &teams_},
+      {&kJobs, &jobs_},       {&kSegments, &segments_},     {&kWorkers, &workers_},
+      {&kKv, &kv_},           {&kMeta, &meta_},             {&kRendezvous, &rendezvous_},
+      {&kEvals, &evals_},     {&kNodeCredentials, &node_credentials_}};
+  for (const auto& [table, stmts] : all) {
+    if (table == &t) return *stmts;
+  }
+  std::abort();  // every table of AllTables() is listed above
+}
+
+Status SqliteStore::Run(const Table& t, Op op, const std::string& context, const Bind& bind) {
+  TableStmts& stmts = StmtsOf(t);
+  return RunStmt(op == Op::kUpsert ? stmts.upsert.get() : stmts.erase.get(), context, bind);
+}
+
+Status SqliteStore::EraseJobKv(int64_t job_id, const std::string& context) {
+  return RunStmt(kv_erase_job_.get(), context, [&](Binder& b) {
+    b.Int(job_id);
+    return Status::OK();
+  });
+}
+
+Status SqliteStore::ForEachRow(const Table& t, const std::string& context, const Row& row) {
+  return EachRow(StmtsOf(t).select.get(), context, row);
+}
+
 Result<ClusterState> SqliteStore::Load() {
   ClusterState s;
-  Status st = InTransaction(begin_read_.get(), [&] { return ReadAll(&s); });
+  Status st = InTransaction(begin_read_.get(), [&] { return ReadState(*this, &s); });
   if (!st.ok()) return st.WithContext(path_);
   return s;
 }
 
-Status SqliteStore::ReadAll(ClusterState* s) {
-  STINT_RETURN_IF_ERROR(LoadTable("pool", pools_, &s->pools));
-  STINT_RETURN_IF_ERROR(LoadTable("window", windows_, &s->windows));
-  STINT_RETURN_IF_ERROR(LoadTable("team", teams_, &s->teams));
-  STINT_RETURN_IF_ERROR(LoadTable("job", jobs_, &s->jobs));
-  STINT_RETURN_IF_ERROR(LoadTable("segment", segments_, &s->segments));
-  STINT_RETURN_IF_ERROR(LoadTable("worker", workers_, &s->workers));
-  STINT_RETURN_IF_ERROR(LoadTable("rendezvous", rendezvous_, &s->rendezvous));
-  STINT_RETURN_IF_ERROR(LoadTable("node credential", node_credentials_, &s->node_credentials));
-  STINT_RETURN_IF_ERROR(LoadTable("evaluation", evals_, &s->evals));
-  // No meta row yet (nothing saved with counters): the defaults stand.
-  return ForEachRow(meta_.select.get(), "load meta", [&](RowReader& r) { return ReadMeta(r, s); });
-}
-
 Status SqliteStore::Save(const ClusterState& s, const Changes& changes) {
   if (changes.empty()) return broken_;
-  Status st = InTransaction(begin_write_.get(), [&] { return WriteChanges(s, changes); });
+  Status st = InTransaction(begin_write_.get(), [&] { return WriteChanges(*this, s, changes); });
   return st.WithContext(path_);
-}
-
-Status SqliteStore::WriteChanges(const ClusterState& s, const Changes& c) {
-  STINT_RETURN_IF_ERROR(SaveTable("pool", pools_, c.pools, s.pools));
-  STINT_RETURN_IF_ERROR(SaveTable("window", windows_, c.windows, s.windows));
-  STINT_RETURN_IF_ERROR(SaveTable("team", teams_, c.teams, s.teams));
-  STINT_RETURN_IF_ERROR(SaveTable("job", jobs_, c.jobs, s.jobs));
-  STINT_RETURN_IF_ERROR(SaveTable("segment", segments_, c.segments, s.segments));
-  STINT_RETURN_IF_ERROR(SaveTable("worker", workers_, c.workers, s.workers));
-  STINT_RETURN_IF_ERROR(SaveTable("rendezvous", rendezvous_, c.rendezvous, s.rendezvous));
-  STINT_RETURN_IF_ERROR(
-      SaveTable("node credential", node_credentials_, c.node_credentials, s.node_credentials));
-  STINT_RETURN_IF_ERROR(SaveTable("evaluation", evals_, c.evals, s.evals));
-  if (c.counters) {
-    STINT_RETURN_IF_ERROR(
-        Run(meta_.upsert.get(), "save counters", [&](Binder& b) { return BindMeta(b, s); }));
-  }
-  return Status::OK();
 }
 
 Result<std::vector<KvRecord>> SqliteStore::LoadKv() {
   std::vector<KvRecord> out;
-  Status st = InTransaction(begin_read_.get(), [&] {
-    return ForEachRow(kv_.select.get(), "load kv", [&](RowReader& r) {
-      out.emplace_back();
-      return ReadRow(r, &out.back());
-    });
-  });
+  Status st = InTransaction(begin_read_.get(), [&] { return ReadKv(*this, &out); });
   if (!st.ok()) return st.WithContext(path_);
   return out;
 }
 
 // Each KV write is a transaction of its own, durable at return like a Save.
 Status SqliteStore::PutKv(const KvRecord& entry) {
-  const std::string what =
-      "put kv job " + std::to_string(entry.job_id) + " key \"" + entry.key + "\"";
-  Status st = InTransaction(begin_write_.get(), [&] {
-    return Run(kv_.upsert.get(), what, [&](Binder& b) { return BindRow(b, entry); });
-  });
-  return st.WithContext(path_);
+  return InTransaction(begin_write_.get(), [&] { return WriteKv(*this, entry); })
+      .WithContext(path_);
 }
 
 // Deleting an absent key is not an error: the caller's view decides what
 // exists, the file only follows it.
 Status SqliteStore::DeleteKv(int64_t job_id, const std::string& key) {
-  const std::string what = "delete kv job " + std::to_string(job_id) + " key \"" + key + "\"";
-  Status st = InTransaction(begin_write_.get(), [&] {
-    return Run(kv_.erase.get(), what, [&](Binder& b) {
-      b.Int(job_id);
-      b.Text(key);
-      return Status::OK();
-    });
-  });
-  return st.WithContext(path_);
+  return InTransaction(begin_write_.get(), [&] { return EraseKv(*this, job_id, key); })
+      .WithContext(path_);
 }
 
 Status SqliteStore::DeleteJobKv(int64_t job_id) {
   const std::string what = "delete the kv of job " + std::to_string(job_id);
-  Status st = InTransaction(begin_write_.get(), [&] {
-    return Run(kv_erase_job_.get(), what, [&](Binder& b) {
-      b.Int(job_id);
-      return Status::OK();
-    });
-  });
-  return st.WithContext(path_);
+  return InTransaction(begin_write_.get(), [&] { return EraseJobKv(job_id, what); })
+      .WithContext(path_);
 }
 
 }  // namespace

@@ -83,7 +83,7 @@ Result<T> QueryOne(sqlite3* db, const char* sql, std::string_view context, Read 
   int rc = sqlite3_step(stmt.get());
   if (rc == SQLITE_DONE) return Status::Internal(std::string(context) + ": no row");
   if (rc != SQLITE_ROW) return StatusFromSqlite(db, rc, context);
-  RowReader r(stmt.get());
+  SqliteRowReader r(stmt.get());
   T value = read(r);
   STINT_RETURN_IF_ERROR(r.Finish(context));
   return value;
@@ -105,7 +105,7 @@ ScopedReset::~ScopedReset() {
   sqlite3_reset(stmt_);
 }
 
-void Binder::Check(int rc) {
+void SqliteBinder::Check(int rc) {
   if (rc != SQLITE_OK && rc_ == SQLITE_OK) {
     rc_ = rc;
     failed_at_ = next_;
@@ -113,22 +113,22 @@ void Binder::Check(int rc) {
   ++next_;
 }
 
-void Binder::Int(int64_t v) { Check(sqlite3_bind_int64(stmt_, next_, v)); }
+void SqliteBinder::Int(int64_t v) { Check(sqlite3_bind_int64(stmt_, next_, v)); }
 
-void Binder::Double(double v) { Check(sqlite3_bind_double(stmt_, next_, v)); }
+void SqliteBinder::Double(double v) { Check(sqlite3_bind_double(stmt_, next_, v)); }
 
 // A null pointer would bind SQL NULL, so an empty string_view (whose data()
 // may be null) binds "" instead.
-void Binder::Text(std::string_view v) {
+void SqliteBinder::Text(std::string_view v) {
   Check(sqlite3_bind_text64(stmt_, next_, v.empty() ? "" : v.data(), v.size(), SQLITE_TRANSIENT,
                             SQLITE_UTF8));
 }
 
-void Binder::Blob(std::string_view v) {
+void SqliteBinder::Blob(std::string_view v) {
   Check(sqlite3_bind_blob64(stmt_, next_, v.empty() ? "" : v.data(), v.size(), SQLITE_TRANSIENT));
 }
 
-Status Binder::Finish(std::string_view context) {
+Status SqliteBinder::Finish(std::string_view context) {
   if (rc_ != SQLITE_OK) {
     return StatusFromSqlite(
         sqlite3_db_handle(stmt_), rc_,
@@ -150,107 +150,77 @@ Status StepDone(sqlite3_stmt* stmt, std::string_view context) {
   return StatusFromSqlite(sqlite3_db_handle(stmt), rc, context);
 }
 
-void RowReader::Fail(int col, std::string what) {
-  if (code_ != Code::kOk) return;
-  code_ = Code::kDataLoss;
-  const char* name = col >= 0 && col < columns_ ? sqlite3_column_name(stmt_, col) : nullptr;
-  error_ = "column " + std::string(name != nullptr ? name : std::to_string(col)) + ": " + what;
+namespace {
+
+const char* TypeName(int type) {
+  switch (type) {
+    case SQLITE_INTEGER:
+      return "INTEGER";
+    case SQLITE_FLOAT:
+      return "REAL";
+    case SQLITE_TEXT:
+      return "TEXT";
+    case SQLITE_BLOB:
+      return "BLOB";
+    case SQLITE_NULL:
+      return "NULL";
+  }
+  return "unknown";
 }
 
-int RowReader::Next(int type, bool null_ok) {
-  const int col = next_++;
-  if (col >= columns_) {
-    if (code_ == Code::kOk) {
-      code_ = Code::kInternal;
-      error_ = "reads column " + std::to_string(col) + " of " + std::to_string(columns_);
-    }
-    return -1;
-  }
+}  // namespace
+
+std::string SqliteRowReader::ColumnName(int col) const {
+  const char* name = sqlite3_column_name(stmt_, col);
+  return name != nullptr ? name : std::to_string(col);
+}
+
+bool SqliteRowReader::ReadInt(int col, int64_t* v, std::string* why) {
   const int got = sqlite3_column_type(stmt_, col);
-  if (got == type || (null_ok && got == SQLITE_NULL)) return col;
+  if (got != SQLITE_INTEGER) {
+    *why = std::string("type ") + TypeName(got) + ", expected INTEGER";
+    return false;
+  }
+  *v = sqlite3_column_int64(stmt_, col);
+  return true;
+}
+
+bool SqliteRowReader::ReadReal(int col, double* v, std::string* why) {
+  const int got = sqlite3_column_type(stmt_, col);
+  if (got == SQLITE_NULL) {
+    *v = std::numeric_limits<double>::quiet_NaN();  // see Binder::Double
+    return true;
+  }
   // A REAL column may hold an integral value stored as an integer.
-  if (type == SQLITE_FLOAT && got == SQLITE_INTEGER) return col;
-  Fail(col, "type " + std::to_string(got) + ", expected " + std::to_string(type));
-  return -1;
-}
-
-int64_t RowReader::Int() {
-  const int col = Next(SQLITE_INTEGER);
-  return col < 0 ? 0 : sqlite3_column_int64(stmt_, col);
-}
-
-int RowReader::Int32() {
-  const int col = Next(SQLITE_INTEGER);
-  if (col < 0) return 0;
-  const int64_t v = sqlite3_column_int64(stmt_, col);
-  if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) {
-    Fail(col, std::to_string(v) + " does not fit an int");
-    return 0;
+  if (got != SQLITE_FLOAT && got != SQLITE_INTEGER) {
+    *why = std::string("type ") + TypeName(got) + ", expected REAL";
+    return false;
   }
-  return static_cast<int>(v);
+  *v = sqlite3_column_double(stmt_, col);
+  return true;
 }
 
-int64_t RowReader::Ranged(int64_t lo, int64_t hi) {
-  const int col = Next(SQLITE_INTEGER);
-  if (col < 0) return lo;
-  const int64_t v = sqlite3_column_int64(stmt_, col);
-  if (v < lo || v > hi) {
-    Fail(col, std::to_string(v) + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                  "]");
-    return lo;
+bool SqliteRowReader::ReadBytes(int col, Kind kind, std::string* v, std::string* why) {
+  const int want = kind == Kind::kText ? SQLITE_TEXT : SQLITE_BLOB;
+  const int got = sqlite3_column_type(stmt_, col);
+  if (got != want) {
+    *why = std::string("type ") + TypeName(got) + ", expected " + TypeName(want);
+    return false;
   }
-  return v;
-}
-
-bool RowReader::Bool() { return Ranged(0, 1) != 0; }
-
-double RowReader::Double() {
-  const int col = Next(SQLITE_FLOAT, /*null_ok=*/true);
-  if (col < 0) return 0;
-  if (sqlite3_column_type(stmt_, col) == SQLITE_NULL) {
-    return std::numeric_limits<double>::quiet_NaN();  // see Binder::Double
-  }
-  return sqlite3_column_double(stmt_, col);
-}
-
-std::string RowReader::Text() {
-  const int col = Next(SQLITE_TEXT);
-  if (col < 0) return {};
-  const unsigned char* p = sqlite3_column_text(stmt_, col);
+  const void* p = kind == Kind::kText ? static_cast<const void*>(sqlite3_column_text(stmt_, col))
+                                      : sqlite3_column_blob(stmt_, col);
   const int n = sqlite3_column_bytes(stmt_, col);
+  if (n == 0) {  // a zero-length blob reads as a null pointer
+    v->clear();
+    return true;
+  }
   if (p == nullptr) {
-    if (code_ == Code::kOk) {
-      code_ = Code::kResourceExhausted;
-      error_ = "out of memory reading column " + std::to_string(col);
-    }
-    return {};
+    *why = "out of memory reading it";
+    Fail(col, *why, Code::kResourceExhausted);
+    return false;
   }
-  return std::string(reinterpret_cast<const char*>(p), static_cast<size_t>(n));
-}
-
-std::string RowReader::Blob() {
-  const int col = Next(SQLITE_BLOB);
-  if (col < 0) return {};
-  const void* p = sqlite3_column_blob(stmt_, col);
-  const int n = sqlite3_column_bytes(stmt_, col);
-  if (n == 0) return {};  // a zero-length blob reads as a null pointer
-  if (p == nullptr) {
-    if (code_ == Code::kOk) {
-      code_ = Code::kResourceExhausted;
-      error_ = "out of memory reading column " + std::to_string(col);
-    }
-    return {};
-  }
-  return std::string(static_cast<const char*>(p), static_cast<size_t>(n));
-}
-
-Status RowReader::Finish(std::string_view context) {
-  if (code_ != Code::kOk) return Status(code_, std::string(context) + ": " + error_);
-  if (next_ != columns_) {
-    return Status::Internal(std::string(context) + ": read " + std::to_string(next_) + " of " +
-                            std::to_string(columns_) + " columns");
-  }
-  return Status::OK();
+  v->assign(static_cast<const char*>(p), static_cast<size_t>(n));
+  return true;
 }
 
 }  // namespace stint::stintd::internal

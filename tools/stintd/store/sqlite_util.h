@@ -1,7 +1,7 @@
 // RAII and error helpers over the sqlite3 C API, internal to store/: an
-// owned connection and owned prepared statements, a parameter binder and a
-// row reader that keep the first error, and the one place an SQLite result
-// code becomes a Status.
+// owned connection and owned prepared statements, the row codec's binder
+// and row reader (row_codec.h) for a statement, and the one place an
+// SQLite result code becomes a Status.
 //
 // Thread-compatible, like the connection they wrap (opened NOMUTEX): one
 // thread at a time per connection.
@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "stint/status.h"
+#include "stintd/store/row_codec.h"
 
 namespace stint::stintd::internal {
 
@@ -62,24 +63,16 @@ class ScopedReset {
   sqlite3_stmt* stmt_;
 };
 
-// Binds a statement's parameters left to right. Each bind is checked; the
-// first failure is kept and reported by Finish(), so a row's binds read as
-// a plain list. Strings are copied (SQLITE_TRANSIENT): the caller's buffers
-// need not outlive the bind.
-class Binder {
+// Binder (row_codec.h) of an SQLite statement: strings are copied
+// (SQLITE_TRANSIENT); text is bound as TEXT, blobs as BLOB.
+class SqliteBinder final : public Binder {
  public:
-  explicit Binder(sqlite3_stmt* stmt) : stmt_(stmt) {}
-  void Int(int64_t v);
-  // Stored as the int64 with the same bits: exact for every value, and
-  // SQLite has no unsigned type.
-  void Uint(uint64_t v) { Int(static_cast<int64_t>(v)); }
-  void Bool(bool v) { Int(v ? 1 : 0); }
-  // SQLite stores a NaN as NULL; RowReader::Double reads NULL back as NaN.
-  void Double(double v);
-  void Text(std::string_view v);
-  void Blob(std::string_view v);
-  // OK when every bind succeeded and every parameter got exactly one.
-  Status Finish(std::string_view context);
+  explicit SqliteBinder(sqlite3_stmt* stmt) : stmt_(stmt) {}
+  void Int(int64_t v) override;
+  void Double(double v) override;
+  void Text(std::string_view v) override;
+  void Blob(std::string_view v) override;
+  Status Finish(std::string_view context) override;
 
  private:
   void Check(int rc);
@@ -93,34 +86,19 @@ class Binder {
 // Runs a statement that returns no rows; `stmt` is reset on return.
 Status StepDone(sqlite3_stmt* stmt, std::string_view context);
 
-// Reads the current row's columns left to right, checking each column's
-// type and range: a mismatch is kDataLoss (the file holds something this
-// code never wrote). The first error is kept and reported by Finish().
-class RowReader {
+// RowReader (row_codec.h) of the current row of an SQLite statement.
+class SqliteRowReader final : public RowReader {
  public:
-  explicit RowReader(sqlite3_stmt* stmt) : stmt_(stmt), columns_(sqlite3_column_count(stmt)) {}
-  int64_t Int();
-  uint64_t Uint() { return static_cast<uint64_t>(Int()); }
-  int Int32();
-  bool Bool();
-  // Integer in [lo, hi], for enums.
-  int64_t Ranged(int64_t lo, int64_t hi);
-  double Double();
-  std::string Text();
-  std::string Blob();
-  // OK when every read succeeded and every column was read.
-  Status Finish(std::string_view context);
+  explicit SqliteRowReader(sqlite3_stmt* stmt)
+      : RowReader(sqlite3_column_count(stmt)), stmt_(stmt) {}
 
  private:
-  // The next column's index, or -1 (error kept) when it is not of `type`.
-  int Next(int type, bool null_ok = false);
-  void Fail(int col, std::string what);
+  bool ReadInt(int col, int64_t* v, std::string* why) override;
+  bool ReadReal(int col, double* v, std::string* why) override;
+  bool ReadBytes(int col, Kind kind, std::string* v, std::string* why) override;
+  std::string ColumnName(int col) const override;
 
   sqlite3_stmt* stmt_;
-  int columns_;
-  int next_ = 0;
-  std::string error_;
-  Code code_ = Code::kOk;
 };
 
 }  // namespace stint::stintd::internal

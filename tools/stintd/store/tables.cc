@@ -1,5 +1,5 @@
-// The stintd store's table layouts and row codecs (sqlite_tables.h).
-#include "stintd/store/sqlite_tables.h"
+// The stintd store's table layouts and row codecs (tables.h).
+#include "stintd/store/tables.h"
 
 #include <array>
 #include <cstdint>

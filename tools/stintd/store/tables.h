@@ -1,25 +1,33 @@
-// The stintd store's tables, internal to store/: each table's layout (its
-// columns, primary key and the SQL made from them) and each object's row:
-// BindRow writes an object as its table's columns, ReadRow reads it back,
+// The stintd store's tables, internal to store/, whatever the engine: each
+// table's layout (its columns, primary key and the SQL made from them in
+// SQLite's or PostgreSQL's dialect) and each object's row: BindRow writes
+// an object as its table's columns, ReadRow reads it back (row_codec.h),
 // KeyOf, BindKey and Describe name the row. The column order of a layout is
-// the order of the binds and reads in BindRow/ReadRow (sqlite_tables.cc);
+// the order of the binds and reads in BindRow/ReadRow (tables.cc);
 // Binder::Finish and RowReader::Finish check the counts. sqlite_store.cc
-// holds the file, the schema version and its migrations, and runs the
-// statements.
-#ifndef STINT_TOOLS_STINTD_STORE_SQLITE_TABLES_H_
-#define STINT_TOOLS_STINTD_STORE_SQLITE_TABLES_H_
+// and postgres_store.cc hold the database, the schema version and its
+// migrations, and run the statements.
+#ifndef STINT_TOOLS_STINTD_STORE_TABLES_H_
+#define STINT_TOOLS_STINTD_STORE_TABLES_H_
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "stintd/core/model.h"
-#include "stintd/store/sqlite_util.h"
+#include "stintd/store/row_codec.h"
 #include "stintd/store/store.h"
 
 namespace stint::stintd::internal {
 
 enum class Type { kInt, kReal, kText, kBlob };
+
+// SQLite: STRICT tables, INTEGER/REAL/TEXT/BLOB, "?" parameters.
+// PostgreSQL: BIGINT/DOUBLE PRECISION, text and blobs both BYTEA (a text
+// field may hold any bytes, a NUL too, which PostgreSQL's TEXT refuses),
+// "$n" parameters.
+enum class Dialect { kSqlite, kPostgres };
 
 struct Column {
   const char* name;
@@ -31,41 +39,45 @@ struct Table {
   std::vector<const char*> key;  // primary key columns
   std::vector<Column> columns;
 
-  std::string Create() const {
+  std::string Create(Dialect d) const {
     std::string sql = std::string("CREATE TABLE ") + name + " (";
     for (const Column& c : columns) {
       sql += c.name;
+      // REAL is nullable: NULL is how a NaN is stored (row_codec.h).
       switch (c.type) {
         case Type::kInt:
-          sql += " INTEGER NOT NULL, ";
+          sql += d == Dialect::kSqlite ? " INTEGER NOT NULL, " : " BIGINT NOT NULL, ";
           break;
         case Type::kReal:
-          sql += " REAL, ";
-          break;  // NULL is how SQLite stores NaN
+          sql += d == Dialect::kSqlite ? " REAL, " : " DOUBLE PRECISION, ";
+          break;
         case Type::kText:
-          sql += " TEXT NOT NULL, ";
+          sql += d == Dialect::kSqlite ? " TEXT NOT NULL, " : " BYTEA NOT NULL, ";
           break;
         case Type::kBlob:
-          sql += " BLOB NOT NULL, ";
+          sql += d == Dialect::kSqlite ? " BLOB NOT NULL, " : " BYTEA NOT NULL, ";
           break;
       }
     }
-    sql += "PRIMARY KEY (" + Join(key, ", ") + ")) STRICT";
-    return sql;
+    sql += "PRIMARY KEY (" + Join(key, ", ") + "))";
+    return d == Dialect::kSqlite ? sql + " STRICT" : sql;
   }
-  std::string Upsert() const {
-    std::vector<const char*> names;
-    std::vector<const char*> marks;
-    for (const Column& c : columns) {
-      names.push_back(c.name);
-      marks.push_back("?");
+  std::string Upsert(Dialect d) const {
+    std::vector<std::string> names, marks, sets;
+    for (size_t i = 0; i < columns.size(); ++i) {
+      names.push_back(columns[i].name);
+      marks.push_back(Mark(d, i + 1));
+      if (!IsKey(columns[i].name))
+        sets.push_back(std::string(columns[i].name) + " = EXCLUDED." + columns[i].name);
     }
-    return std::string("INSERT OR REPLACE INTO ") + name + " (" + Join(names, ", ") + ") VALUES (" +
-           Join(marks, ", ") + ")";
+    const std::string values = " (" + Join(names, ", ") + ") VALUES (" + Join(marks, ", ") + ")";
+    if (d == Dialect::kSqlite) return std::string("INSERT OR REPLACE INTO ") + name + values;
+    return std::string("INSERT INTO ") + name + values + " ON CONFLICT (" + Join(key, ", ") +
+           ") DO " + (sets.empty() ? "NOTHING" : "UPDATE SET " + Join(sets, ", "));
   }
-  std::string Erase() const {
+  std::string Erase(Dialect d) const {
     std::vector<std::string> conds;
-    for (const char* k : key) conds.push_back(std::string(k) + " = ?");
+    for (size_t i = 0; i < key.size(); ++i) conds.push_back(std::string(key[i]) + " = " + Mark(d, i + 1));
     return std::string("DELETE FROM ") + name + " WHERE " + Join(conds, " AND ");
   }
   std::string Select() const {
@@ -74,6 +86,16 @@ struct Table {
     return "SELECT " + Join(names, ", ") + " FROM " + name + " ORDER BY " + Join(key, ", ");
   }
 
+  bool IsKey(std::string_view column) const {
+    for (const char* k : key) {
+      if (column == k) return true;
+    }
+    return false;
+  }
+  // The n-th parameter (from 1).
+  static std::string Mark(Dialect d, size_t n) {
+    return d == Dialect::kSqlite ? "?" : "$" + std::to_string(n);
+  }
   template <typename S>
   static std::string Join(const std::vector<S>& parts, const char* sep) {
     std::string out;
@@ -142,4 +164,4 @@ Status ReadMeta(RowReader& r, ClusterState* s);
 
 }  // namespace stint::stintd::internal
 
-#endif  // STINT_TOOLS_STINTD_STORE_SQLITE_TABLES_H_
+#endif  // STINT_TOOLS_STINTD_STORE_TABLES_H_
