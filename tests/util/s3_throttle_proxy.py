@@ -6,18 +6,22 @@ so SigV4 signatures made for the proxy's address still hold upstream).
 
     proxy = ThrottleProxy("http://127.0.0.1:9000", every=3)   # each 3rd request
     proxy = ThrottleProxy(upstream, burst=(5, 4))    # requests 5..8 (counting from 1)
+    proxy = ThrottleProxy(upstream, chance=0.1, seed=7)  # each request with probability 0.1
     proxy = ThrottleProxy(upstream, match=lambda method, path, headers: "/step-" in path)
     url = proxy.start(); ...; proxy.stop()
     proxy.requests, proxy.throttled                  # counts so far
 
 Conditions combine: a request is throttled when it matches `match` (default:
-any) and is the every-th one or in the burst (when neither is given: every
-matching request). Used by tests/python/test_object_store.py and
+any) and is the every-th one, or in the burst, or drawn by `chance` (when
+none is given: every matching request). With several clients at once,
+`every` can single one out (two alternating clients and every=2: one of
+them gets every 503); `chance` cannot. Used by tests/python/test_object_store.py and
 tools/fault_campaign.py's s3 kind (fault `throttle`).
 """
 
 import http.client
 import http.server
+import random
 import threading
 import urllib.parse
 import uuid
@@ -27,10 +31,11 @@ _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encodin
 
 
 class ThrottleProxy:
-    def __init__(self, upstream, every=0, burst=None, match=None):
+    def __init__(self, upstream, every=0, burst=None, match=None, chance=0.0, seed=0):
         u = urllib.parse.urlsplit(upstream)
         self.upstream = (u.hostname, u.port or 80)
-        self.every, self.burst, self.match = every, burst, match
+        self.every, self.burst, self.match, self.chance = every, burst, match, chance
+        self._random = random.Random(seed)
         self.requests = 0   # every request seen
         self.throttled = 0  # those answered 503 SlowDown
         self._lock = threading.Lock()
@@ -96,7 +101,11 @@ class ThrottleProxy:
                 finally:
                     conn.close()
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(http.server.ThreadingHTTPServer):
+            def handle_error(self, request, client_address):
+                pass  # a client killed mid-request (a fault campaign's victim): not news
+
+        self._server = Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
@@ -119,6 +128,8 @@ class ThrottleProxy:
                 hit = n % self.every == 0
             elif self.burst is not None:
                 hit = self.burst[0] <= n < self.burst[0] + self.burst[1]
+            elif self.chance:
+                hit = self._random.random() < self.chance
             else:
                 hit = True
             if hit:
