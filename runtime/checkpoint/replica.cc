@@ -16,6 +16,7 @@
 #include "checkpoint/retention.h"
 #include "checkpoint/root_lock.h"
 #include "checkpoint/store_leftovers.h"
+#include "checkpoint/upload_resume.h"
 #include "format/manifest.h"
 #include "objstore/object_store_env.h"
 #include "stint/checkpoint_reader.h"
@@ -30,11 +31,14 @@ namespace {
 // flight; a local file by one.
 constexpr int kRemoteCopyThreads = 4;
 
+// Copies the file `f` of a step (its digest goes with an upload, see
+// upload_resume.h).
 Status CopyFile(Env* src_env, const std::string& from, Env* dst_env, const std::string& to,
-                size_t piece, const ForegroundGate* gate, uint64_t* copied) {
+                const FileRecord& f, size_t piece, const ForegroundGate* gate,
+                uint64_t* copied) {
   STINT_ASSIGN_OR_RETURN(auto in, src_env->NewRandomAccessFile(from, FileOptions{}));
   STINT_ASSIGN_OR_RETURN(uint64_t size, in->Size());
-  STINT_ASSIGN_OR_RETURN(auto out, dst_env->NewWritableFile(to, FileOptions{}));
+  STINT_ASSIGN_OR_RETURN(auto out, NewUploadFile(dst_env, to, f));
   Status s = out->Allocate(size);  // a full replica disk fails here, before any data
   const int threads = in->path().rfind("http://", 0) == 0 || IsObjectStorePath(to)
                           ? kRemoteCopyThreads
@@ -79,6 +83,29 @@ Status CopyFile(Env* src_env, const std::string& from, Env* dst_env, const std::
   Status closed = out->Close();  // closed whatever it returns
   if (s.ok()) s = closed;
   return s;
+}
+
+// Of what an earlier upload left in `dir` (a step prefix in a store without
+// its manifest), the files of `m` it holds whole; every other object there
+// is removed, so that what is committed holds only the manifest's files.
+Result<std::set<std::string>> ReusableUploads(Env* env, const std::string& dir,
+                                              const Manifest& m) {
+  STINT_ASSIGN_OR_RETURN(auto children, env->GetChildren(dir));
+  std::set<std::string> reusable;
+  for (const std::string& child : children) {
+    const FileRecord* f = m.FindFile(child);
+    bool keep = false;
+    if (f != nullptr) {
+      STINT_ASSIGN_OR_RETURN(keep, AlreadyUploaded(env, dir, m, *f));
+    }
+    if (keep) {
+      reusable.insert(child);
+    } else {
+      STINT_RETURN_IF_ERROR(
+          RemoveRecursively(env, dir + "/" + child).WithContext("an upload left behind"));
+    }
+  }
+  return reusable;
 }
 
 }  // namespace
@@ -160,12 +187,15 @@ Status ReplicateCheckpoint(Env* src_env, const std::string& src_root, Env* dst_e
   }
   // An object store cannot rename a directory: the files go straight into
   // step-<step> there, committed by their manifest, written last
-  // (CommitInPlace). Objects a failed upload left there go first.
+  // (CommitInPlace). What an earlier upload of this step left there (a
+  // process killed mid-upload) is reused where it holds a file whole, and
+  // removed otherwise (upload_resume.h).
   const bool in_place = IsObjectStorePath(dst_root);
   const std::string tmp =
       in_place ? dst_root + "/" + name : dst_root + "/" + TmpDirName(step, RandomNonce());
+  std::set<std::string> uploaded;
   if (in_place && dst_env->IsDirectory(tmp)) {
-    STINT_RETURN_IF_ERROR(RemoveRecursively(dst_env, tmp).WithContext("an upload left behind"));
+    STINT_ASSIGN_OR_RETURN(uploaded, ReusableUploads(dst_env, tmp, decoded));
   }
   STINT_RETURN_IF_ERROR(dst_env->CreateDir(tmp));
   const size_t piece = in_place ? kObjectPartBytes
@@ -175,7 +205,8 @@ Status ReplicateCheckpoint(Env* src_env, const std::string& src_root, Env* dst_e
   // they are on several nodes (src_env is then a PeerReadEnv).
   for (const FileRecord& f : decoded.files) {
     if (options.only_files && options.only_files->count(f.name) == 0) continue;
-    s = CopyFile(src_env, src + "/" + f.name, dst_env, tmp + "/" + f.name, piece, options.gate,
+    if (uploaded.count(f.name) > 0) continue;  // there whole from an earlier upload
+    s = CopyFile(src_env, src + "/" + f.name, dst_env, tmp + "/" + f.name, f, piece, options.gate,
                  copied);
     if (!s.ok()) break;
   }
@@ -248,6 +279,7 @@ Replicator::Target Tier2Target(const CheckpointOptions& options, const Foregroun
   t.keep_last = options.replica_keep_last;
   t.keep_every = options.replica_keep_every;
   t.verify = options.replica_verify;
+  t.catch_up = true;
   return t;
 }
 
@@ -264,10 +296,15 @@ Replicator::Replicator(const CheckpointOptions& options, RetentionGuard* source_
       target_(std::move(target)),
       pins_(options.retention_pins),
       source_guard_(source_guard) {
+  const std::optional<uint64_t> missing =
+      target_.catch_up ? NewestMissingAtTarget() : std::nullopt;
+  if (missing) resume_dir_ = StepDirName(*missing);
   // A replica never stops tier 1: a replica path that is down now is reported
   // (stats, FlushReplication) and tried again at every replication.
   Status locked = LockReplicaRoot();
   if (!locked.ok()) RecordError(locked.WithContext(target_.what + " at open"));
+  // Nobody waits on a catch-up's promise; FlushReplication waits for it.
+  if (missing) queue_.push_back(Job{*missing, Clock::now(), std::promise<Status>()});
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -336,9 +373,19 @@ void Replicator::Loop() {
 
 Status Replicator::LockReplicaRoot() {
   if (replica_lock_ != nullptr) return Status::OK();
-  STINT_ASSIGN_OR_RETURN(replica_lock_,
-                         OpenRootForWriting(target_.env, target_.root, std::chrono::milliseconds(0)));
+  STINT_ASSIGN_OR_RETURN(replica_lock_, OpenRootForWriting(target_.env, target_.root,
+                                                          std::chrono::milliseconds(0),
+                                                          resume_dir_));
   return Status::OK();
+}
+
+std::optional<uint64_t> Replicator::NewestMissingAtTarget() {
+  Result<std::vector<uint64_t>> steps = ListCheckpointSteps(src_env_, src_root_);
+  if (!steps.ok() || steps->empty()) return std::nullopt;
+  const uint64_t newest = steps->back();
+  const std::string manifest = target_.root + "/" + StepDirName(newest) + "/" + kManifestName;
+  if (target_.env->FileExists(manifest)) return std::nullopt;
+  return newest;
 }
 
 Status Replicator::Replicate(const Job& job) {

@@ -110,6 +110,11 @@ class Replicator {
     std::chrono::milliseconds source_patience{0};
     // The copies give way to these saves (may be null; outlives the Replicator).
     const ForegroundGate* gate = nullptr;
+    // At construction, queue the newest step committed at the source that
+    // the target lacks (a restart after the last replication failed or was
+    // cut off: upload_resume.h reuses what an upload into a store left),
+    // keeping its leftovers at the target from the open's cleanup.
+    bool catch_up = false;
   };
   Replicator(const CheckpointOptions& options, RetentionGuard* source_guard, Env* source_env,
              Target target);
@@ -148,8 +153,11 @@ class Replicator {
   // Whether a newer step waits (this one is superseded) or the loop stops.
   bool NewerQueuedOrStopping();
   // Takes the replica root's writer lock unless held (creating the root and
-  // removing leftovers, as Checkpointer::Open does for `root`).
+  // removing leftovers but resume_dir_, as Checkpointer::Open does for `root`).
   Status LockReplicaRoot();
+  // The newest step committed at the source that the target lacks; nullopt
+  // when there is none (or the source cannot be listed).
+  std::optional<uint64_t> NewestMissingAtTarget();
 
   // Immutable after construction.
   Env* const src_env_;
@@ -157,6 +165,8 @@ class Replicator {
   const Target target_;
   const RetentionPins pins_;  // options.retention_pins: kept in tier 2 too
   RetentionGuard* const source_guard_;
+  // The step directory a catch-up replication resumes ("" for none).
+  std::string resume_dir_;
 
   mutable std::mutex mu_;
   std::condition_variable work_cv_, idle_cv_;

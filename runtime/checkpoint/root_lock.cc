@@ -58,7 +58,7 @@ Result<std::unique_ptr<FileLock>> OpenRootForWriting(Env* env, const std::string
     return Status::InvalidArgument(root + " exists and is not a directory");
   }
   STINT_ASSIGN_OR_RETURN(auto lock, LockRoot(env, root, wait));
-  if (IsObjectStorePath(root)) STINT_RETURN_IF_ERROR(CleanStoreLeftovers(env, root));
+  if (IsObjectStorePath(root)) STINT_RETURN_IF_ERROR(CleanStoreLeftovers(env, root, keep));
   STINT_RETURN_IF_ERROR(CleanLeftovers(env, root, keep));
   return lock;
 }

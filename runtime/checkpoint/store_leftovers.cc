@@ -28,10 +28,11 @@ Status AbortUploadsLeftBehind(Env* env, const std::string& root) {
   return s.WithContext("cleaning an upload left behind");
 }
 
-Status CleanStoreLeftovers(Env* env, const std::string& root) {
+Status CleanStoreLeftovers(Env* env, const std::string& root, const std::string& keep) {
   STINT_RETURN_IF_ERROR(AbortUploadsLeftBehind(env, root));
   STINT_ASSIGN_OR_RETURN(auto children, env->GetChildren(root));
   for (const auto& name : children) {
+    if (name == keep) continue;
     if (ParseStepDirName(name) && !env->FileExists(root + "/" + name + "/" + kManifestName)) {
       STINT_RETURN_IF_ERROR(
           RemoveRecursively(env, root + "/" + name).WithContext("cleaning an upload left behind"));

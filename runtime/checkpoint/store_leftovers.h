@@ -17,8 +17,9 @@ namespace stint {
 // For the holder of a store root's writer lock, before it writes: removes
 // the step-* prefixes without a manifest (uploads that never committed,
 // deletions cut short) and aborts the multipart uploads under the root
-// (AbortUploadsLeftBehind).
-Status CleanStoreLeftovers(Env* env, const std::string& root);
+// (AbortUploadsLeftBehind). `keep` (a step-* name, or ""): a prefix left as
+// it is, the upload this writer is about to resume (upload_resume.h).
+Status CleanStoreLeftovers(Env* env, const std::string& root, const std::string& keep = "");
 
 // In a store root (`env` an ObjectStoreEnv): aborts the multipart uploads
 // under it that nobody completed; REQUIRES none of this process in flight

@@ -44,8 +44,11 @@ Result<ObjectPath> ParseObjectPath(const std::string& path) {
 // alongside them (the Env contract).
 class ObjectWritableFile final : public WritableFile {
  public:
-  ObjectWritableFile(S3Client* client, std::string key, std::string path)
-      : client_(client), key_(std::move(key)), path_(std::move(path)) {}
+  ObjectWritableFile(S3Client* client, std::string key, std::string path, S3Metadata metadata)
+      : client_(client),
+        key_(std::move(key)),
+        path_(std::move(path)),
+        metadata_(std::move(metadata)) {}
 
   ~ObjectWritableFile() override {
     if (!closed_) Close().IgnoreError();  // aborts an unsynced upload
@@ -138,7 +141,7 @@ class ObjectWritableFile final : public WritableFile {
     const int k = static_cast<int>(parts.size());
     Status s;
     if (k == 0) {
-      s = client_->PutObject(key_, piece_.data(), piece_.size());
+      s = client_->PutObject(key_, piece_.data(), piece_.size(), metadata_);
     } else {
       if (has_piece) {
         Result<std::string> etag =
@@ -226,7 +229,7 @@ class ObjectWritableFile final : public WritableFile {
       std::lock_guard<std::mutex> lock(mu_);
       if (!upload_id_.empty()) return upload_id_;
     }
-    STINT_ASSIGN_OR_RETURN(std::string id, client_->CreateMultipartUpload(key_));
+    STINT_ASSIGN_OR_RETURN(std::string id, client_->CreateMultipartUpload(key_, metadata_));
     std::lock_guard<std::mutex> lock(mu_);
     upload_id_ = id;
     return id;
@@ -245,6 +248,7 @@ class ObjectWritableFile final : public WritableFile {
   S3Client* const client_;  // the env's; outlives this
   const std::string key_;
   const std::string path_;
+  const S3Metadata metadata_;  // the object's, sent when the upload starts
 
   // Held while the multipart upload is created, never during a part's upload.
   std::mutex create_mu_;
@@ -378,10 +382,23 @@ Status ObjectStoreEnv::AbortUploadsUnder(const std::string& path) {
 Result<std::unique_ptr<WritableFile>> ObjectStoreEnv::NewWritableFile(const std::string& path,
                                                                       const FileOptions& options) {
   if (!IsObjectStorePath(path)) return EnvWrapper::NewWritableFile(path, options);
+  return NewObjectWritableFile(path, {});
+}
+
+Result<std::unique_ptr<WritableFile>> ObjectStoreEnv::NewObjectWritableFile(
+    const std::string& path, const S3Metadata& metadata) {
   // Nothing is sent: the object replaces any old one at Sync().
   STINT_ASSIGN_OR_RETURN(Object o, ResolveObject(this, path));
   return std::unique_ptr<WritableFile>(
-      std::make_unique<ObjectWritableFile>(o.client, std::move(o.key), path));
+      std::make_unique<ObjectWritableFile>(o.client, std::move(o.key), path, metadata));
+}
+
+Result<S3ObjectInfo> ObjectStoreEnv::StatObject(const std::string& path) {
+  if (!IsObjectStorePath(path)) {
+    return Status::InvalidArgument(path + ": not in an object store (s3://bucket/key)");
+  }
+  STINT_ASSIGN_OR_RETURN(Object o, ResolveObject(this, path));
+  return o.client->HeadObject(o.key);
 }
 
 Result<std::unique_ptr<RandomAccessFile>> ObjectStoreEnv::NewRandomAccessFile(

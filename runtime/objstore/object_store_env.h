@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "objstore/s3_config.h"
+#include "objstore/s3_types.h"
 #include "stint/env.h"
 
 namespace stint {
@@ -76,6 +77,15 @@ class ObjectStoreEnv final : public EnvWrapper {
   bool IsDirectory(const std::string& path) override;
   Result<std::unique_ptr<FileLock>> LockFile(const std::string& path,
                                              const std::string& owner) override;
+
+  // NewWritableFile of an object, stored with `metadata` (S3 user
+  // metadata, sent when its upload starts). kInvalidArgument for a path
+  // that is not s3://bucket/key.
+  Result<std::unique_ptr<WritableFile>> NewObjectWritableFile(const std::string& path,
+                                                              const S3Metadata& metadata);
+  // The object's size, ETag and user metadata (HEAD); kNotFound when there
+  // is none, kInvalidArgument for a path that is not s3://bucket/key.
+  Result<S3ObjectInfo> StatObject(const std::string& path);
 
   // The client for `bucket` (made on first use); for what the Env does not
   // cover (listing uploads left behind, batch deletes).

@@ -122,6 +122,11 @@ std::string Shorten(std::string s) {
   return s;
 }
 
+// "x-amz-meta-<name>: <value>" headers for `metadata` (signed, as every header is).
+void AddMetadataHeaders(const S3Metadata& metadata, Pairs* headers) {
+  for (const auto& [name, value] : metadata) headers->emplace_back("x-amz-meta-" + name, value);
+}
+
 }  // namespace
 
 // One request, before libcurl signs it.
@@ -629,12 +634,14 @@ Status S3Client::CreateBucket() {
   return usable.ok() ? Status::OK() : r.status();
 }
 
-Status S3Client::PutObject(const std::string& key, const char* data, size_t size) {
+Status S3Client::PutObject(const std::string& key, const char* data, size_t size,
+                           const S3Metadata& metadata) {
   Exchange ex;
   ex.op = "PutObject";
   ex.what = Where(key);
   ex.method = "PUT";
   ex.key = key;
+  AddMetadataHeaders(metadata, &ex.headers);
   ex.body = data;
   ex.body_size = size;
   return Perform(ex).status();
@@ -708,6 +715,12 @@ Result<S3ObjectInfo> S3Client::HeadObject(const std::string& key) {
                             "' is not a number");
   }
   info.etag = HeaderValue(reply.headers, "etag");
+  constexpr std::string_view kMeta = "x-amz-meta-";
+  for (const auto& [name, value] : reply.headers) {
+    if (name.size() > kMeta.size() && name.compare(0, kMeta.size(), kMeta) == 0) {
+      info.metadata.emplace_back(name.substr(kMeta.size()), value);
+    }
+  }
   return info;
 }
 
@@ -801,12 +814,14 @@ Status S3Client::CopyObject(const std::string& src_key, const std::string& dst_k
   return Perform(ex).status();
 }
 
-Result<std::string> S3Client::CreateMultipartUpload(const std::string& key) {
+Result<std::string> S3Client::CreateMultipartUpload(const std::string& key,
+                                                   const S3Metadata& metadata) {
   Exchange ex;
   ex.op = "CreateMultipartUpload";
   ex.what = Where(key);
   ex.method = "POST";
   ex.key = key;
+  AddMetadataHeaders(metadata, &ex.headers);
   ex.query = {{"uploads", ""}};
   STINT_ASSIGN_OR_RETURN(Reply reply, Perform(ex));
   Result<std::string> id = internal::ParseInitiateMultipartUpload(reply.body);

@@ -55,8 +55,9 @@ class S3Client {
 
   // Stores `size` bytes at `data` under `key`, replacing any object there.
   // `data` is read (possibly more than once, on retries) until the call
-  // returns; it is not copied.
-  Status PutObject(const std::string& key, const char* data, size_t size);
+  // returns; it is not copied. `metadata` is stored with it.
+  Status PutObject(const std::string& key, const char* data, size_t size,
+                   const S3Metadata& metadata = {});
   // The whole object.
   Result<std::string> GetObject(const std::string& key);
   // Bytes [offset, offset + length) of the object, written straight into
@@ -64,7 +65,7 @@ class S3Client {
   // `length` bytes; on error its contents are unspecified. kDataLoss naming
   // the bytes expected and got when the object ends before offset + length.
   Status GetRange(const std::string& key, uint64_t offset, size_t length, char* dest);
-  // The object's size and ETag; kNotFound when there is no such key.
+  // The object's size, ETag and user metadata; kNotFound when there is no such key.
   Result<S3ObjectInfo> HeadObject(const std::string& key);
   // Every object whose key starts with `prefix`, in key order, following
   // ListObjectsV2's continuation tokens (S3Config::list_page_size a page).
@@ -87,8 +88,9 @@ class S3Client {
   // the last at least 5 MiB on AWS), then Complete with their ETags, or
   // Abort. An uploader that restarts finds its upload with
   // ListMultipartUploads and what it already sent with ListParts.
-  // Returns the upload id.
-  Result<std::string> CreateMultipartUpload(const std::string& key);
+  // Returns the upload id. `metadata` is the completed object's.
+  Result<std::string> CreateMultipartUpload(const std::string& key,
+                                            const S3Metadata& metadata = {});
   // Returns the part's ETag (quotes included). `data` as in PutObject.
   Result<std::string> UploadPart(const std::string& key, const std::string& upload_id,
                                  int part_number, const char* data, size_t size);

@@ -5,14 +5,22 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace stint {
+
+// User metadata of an object: (name, value) pairs sent as "x-amz-meta-<name>"
+// headers when it is written and returned by HeadObject. Names in lower
+// case, values printable ASCII (S3 keeps them as sent; 2 KiB in all at most).
+using S3Metadata = std::vector<std::pair<std::string, std::string>>;
 
 // One object: from HeadObject or one entry of ListObjects.
 struct S3ObjectInfo {
   std::string key;
   uint64_t size = 0;
   std::string etag;  // as the server sent it, quotes included ("\"9b2c...\"")
+  S3Metadata metadata;  // HeadObject only: the x-amz-meta-* headers, prefix removed
 };
 
 // An upload started and neither completed nor aborted (ListMultipartUploads).

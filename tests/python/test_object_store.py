@@ -184,3 +184,69 @@ def test_resumable_resumes_from_the_object_store_when_its_disk_is_gone(s3, tmp_p
     _, reference = train(str(tmp_path / "reference"), 10, prefix="reference")
     for a, b in zip(resumed.parameters(), reference.parameters()):
         assert torch.equal(a, b)
+
+
+# ---- throttling: a proxy in front of rclone answers 503 SlowDown --------------------------
+
+@pytest.fixture
+def throttle(s3, monkeypatch):
+    """Makes ThrottleProxy(**kw) in front of the fixture's rclone and points
+    AWS_ENDPOINT_URL at it; stops them all at the end."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                    "util"))
+    from s3_throttle_proxy import ThrottleProxy
+    upstream = os.environ["AWS_ENDPOINT_URL"]
+    proxies = []
+
+    def start(**kw):
+        proxy = ThrottleProxy(upstream, **kw)
+        proxies.append(proxy)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.start())
+        return proxy
+
+    yield start
+    for proxy in proxies:
+        proxy.stop()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", upstream)
+
+
+def test_uploads_and_loads_go_through_503_slowdown(s3, tmp_path, throttle):
+    upload = throttle(every=3)  # every third request, whatever it is
+    stats = save_steps(str(tmp_path / "nvme"), [1, 2], replica_keep_last=2)
+    assert stats["replica_failed"] == 0, stats["last_replica_error"]
+    assert upload.throttled > 0
+    load = throttle(burst=(2, 3))  # three in a row, early in the load
+    with stint.Checkpointer("s3://%s/job-1" % BUCKET, read_only=True) as ckpt:
+        assert ckpt.list_committed() == [1, 2]
+        loaded(ckpt, 2)
+        loaded(ckpt, 1, step=1)
+    assert load.throttled == 3
+
+
+def test_a_store_that_always_answers_slowdown_fails_clearly_and_commits_nothing(
+        s3, tmp_path, throttle, monkeypatch):
+    upstream = os.environ["AWS_ENDPOINT_URL"]
+    # The root's lock goes through; every request for a step is refused.
+    throttle(match=lambda method, path, headers: "/step-" in path)
+    with stint.Checkpointer(str(tmp_path / "nvme"), replica_root="s3://%s/job-1" % BUCKET) as ckpt:
+        ckpt.save(1, state(1)).durable.result(60)  # tier 1 never waits on the store
+        with pytest.raises(stint.UnavailableError) as err:
+            ckpt.flush_replication(300)
+        assert ckpt.list_committed() == [1]
+    message = str(err.value)
+    assert "SlowDown" in message and "s3://%s/job-1/step-00000001/" % BUCKET in message, message
+    assert "gave up after" in message, message
+    monkeypatch.setenv("AWS_ENDPOINT_URL", upstream)
+    with stint.Checkpointer("s3://%s/job-1" % BUCKET, read_only=True) as ckpt:
+        assert ckpt.list_committed() == []  # nothing partial is committed
+
+    # A load whose reads of data are refused fails naming the object; nothing loads.
+    save_steps(str(tmp_path / "nvme2"), [2])
+    throttle(match=lambda method, path, headers: "Range" in headers and path.endswith(".stint"))
+    into = state(0)
+    with stint.Checkpointer("s3://%s/job-1" % BUCKET, read_only=True) as ckpt:
+        with pytest.raises(stint.Error) as err:
+            ckpt.load_result(into=into)
+    message = str(err.value)
+    assert "SlowDown" in message and \
+        "s3://%s/job-1/step-00000002/rank-00000.stint" % BUCKET in message, message
