@@ -9,7 +9,8 @@ APT_PACKAGES=(build-essential cmake ninja-build pkg-config ccache git
   liburing-dev libzstd-dev libxxhash-dev libsqlite3-dev nlohmann-json3-dev
   libcpp-httplib-dev libssl-dev libcurl4-openssl-dev libcli11-dev libgtest-dev libgmock-dev
   libbenchmark-dev libgloo-dev fio python3 python3-venv python3-dev clang chromium
-  slurmctld slurmd slurm-client munge)  # the last four: tools/slurm/cluster.sh
+  slurmctld slurmd slurm-client munge  # tools/slurm/cluster.sh
+  libpq-dev postgresql)  # stintd --store postgresql://, and the server its tests start
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -5,6 +5,7 @@
 #include "stintd/store/store.h"
 
 #include <gtest/gtest.h>
+#include <libpq-fe.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
@@ -21,7 +22,11 @@
 #include <string>
 #include <thread>
 
+#include "stintd/store/postgres_util.h"
+#include "stintd/store/state_rows.h"
+#include "stintd/store/store_copy.h"
 #include "store_child_job.h"
+#include "util/postgres_server.h"
 #include "util/status_matchers.h"
 #include "util/subprocess.h"
 #include "util/temp_dir.h"
@@ -44,20 +49,7 @@ ClusterState LoadOrDie(Store* store) {
 }
 
 // Every name in `s`, so a Save writes all of it.
-Changes All(const ClusterState& s) {
-  Changes c;
-  for (const auto& [k, v] : s.pools) c.pools.insert(k);
-  for (const auto& [k, v] : s.windows) c.windows.insert(k);
-  for (const auto& [k, v] : s.teams) c.teams.insert(k);
-  for (const auto& [k, v] : s.jobs) c.jobs.insert(k);
-  for (const auto& [k, v] : s.segments) c.segments.insert(k);
-  for (const auto& [k, v] : s.workers) c.workers.insert(k);
-  for (const auto& [k, v] : s.rendezvous) c.rendezvous.insert(k);
-  for (const auto& [k, v] : s.node_credentials) c.node_credentials.insert(k);
-  for (const auto& [k, v] : s.evals) c.evals.insert(k);
-  c.counters = true;
-  return c;
-}
+Changes All(const ClusterState& s) { return internal::AllOf(s); }
 
 // Every field away from its default, and the awkward values: kNever,
 // INT64_MIN, uint64 max, negative numbers, infinities, subnormals, empty
@@ -553,12 +545,43 @@ std::string RawSql(const std::string& path, const std::string& sql) {
 }
 
 // ---------------------------------------------------------------------------
+// What every engine must do: SQLite in a temp file, PostgreSQL in a fresh
+// database of one server per test process (skipped without PostgreSQL).
 
-TEST(StoreRoundTrip, NewFileLoadsAnEmptyState) {
-  TempDir dir;
-  auto store = OpenOrDie(dir.Sub("stintd.db"));
+class StoreEngineTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  static void TearDownTestSuite() { postgres_.reset(); }
+  void SetUp() override {
+    if (GetParam() == "sqlite") {
+      where_ = dir_.Sub("stintd.db");
+      return;
+    }
+    if (postgres_ == nullptr && postgres_why_.empty())
+      postgres_ = PostgresServer::Start(&postgres_why_);
+    if (postgres_ == nullptr) GTEST_SKIP() << postgres_why_;
+    std::string why;
+    where_ = postgres_->CreateDatabase("stintd_" + std::to_string(++databases_), &why);
+    ASSERT_FALSE(where_.empty()) << why;
+  }
+  std::unique_ptr<Store> Open() { return OpenOrDie(where_); }
+
+  TempDir dir_;
+  std::string where_;  // the file or the URL
+  static std::unique_ptr<PostgresServer> postgres_;
+  static std::string postgres_why_;  // why there is none
+  static int databases_;
+};
+std::unique_ptr<PostgresServer> StoreEngineTest::postgres_;
+std::string StoreEngineTest::postgres_why_;
+int StoreEngineTest::databases_ = 0;
+
+INSTANTIATE_TEST_SUITE_P(Engines, StoreEngineTest, ::testing::Values("sqlite", "postgres"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
+TEST_P(StoreEngineTest, ANewStoreLoadsAnEmptyState) {
+  auto store = Open();
   ASSERT_NE(store, nullptr);
-  EXPECT_EQ(store->path(), dir.Sub("stintd.db"));
+  EXPECT_EQ(store->path(), where_);
   ClusterState s = LoadOrDie(store.get());
   ExpectSameState(s, ClusterState{});
   auto kv = store->LoadKv();
@@ -566,12 +589,10 @@ TEST(StoreRoundTrip, NewFileLoadsAnEmptyState) {
   EXPECT_TRUE(kv->empty());
 }
 
-TEST(StoreRoundTrip, EveryFieldOfARichStateSurvivesReopen) {
-  TempDir dir;
-  const std::string path = dir.Sub("stintd.db");
+TEST_P(StoreEngineTest, EveryFieldOfARichStateSurvivesReopen) {
   const ClusterState rich = RichState();
   {
-    auto store = OpenOrDie(path);
+    auto store = Open();
     ASSERT_NE(store, nullptr);
     Status s = store->Save(rich, All(rich));
     ASSERT_OK(s);
@@ -579,33 +600,29 @@ TEST(StoreRoundTrip, EveryFieldOfARichStateSurvivesReopen) {
     ExpectSameState(rich, LoadOrDie(store.get()));
   }
   // ...and so does a fresh one after a clean close.
-  auto store = OpenOrDie(path);
+  auto store = Open();
   ASSERT_NE(store, nullptr);
   ExpectSameState(rich, LoadOrDie(store.get()));
 }
 
-TEST(StoreRoundTrip, NanSurvivesAsNan) {
-  TempDir dir;
-  const std::string path = dir.Sub("stintd.db");
+TEST_P(StoreEngineTest, NanSurvivesAsNan) {
   ClusterState s;
   s.teams["t"] = Team{"t", 1, 2, std::numeric_limits<double>::quiet_NaN(), 3};
   s.counters.wait_seconds_sum = std::numeric_limits<double>::quiet_NaN();
   {
-    auto store = OpenOrDie(path);
+    auto store = Open();
     ASSERT_NE(store, nullptr);
     Status st = store->Save(s, All(s));
     ASSERT_OK(st);
   }
-  auto store = OpenOrDie(path);
+  auto store = Open();
   ASSERT_NE(store, nullptr);
   ExpectSameState(s, LoadOrDie(store.get()));
 }
 
-TEST(StoreSave, WritesExactlyTheNamedRowsAndDeletesTheAbsentOnes) {
-  TempDir dir;
-  const std::string path = dir.Sub("stintd.db");
+TEST_P(StoreEngineTest, SaveWritesExactlyTheNamedRowsAndDeletesTheAbsentOnes) {
   ClusterState s = RichState();
-  auto store = OpenOrDie(path);
+  auto store = Open();
   ASSERT_NE(store, nullptr);
   Status st = store->Save(s, All(s));
   ASSERT_OK(st);
@@ -641,7 +658,7 @@ TEST(StoreSave, WritesExactlyTheNamedRowsAndDeletesTheAbsentOnes) {
   want.teams["new-team"] = next.teams["new-team"];
   ExpectSameState(want, LoadOrDie(store.get()));
   store.reset();
-  store = OpenOrDie(path);
+  store = Open();
   ASSERT_NE(store, nullptr);
   ExpectSameState(want, LoadOrDie(store.get()));
 
@@ -653,9 +670,8 @@ TEST(StoreSave, WritesExactlyTheNamedRowsAndDeletesTheAbsentOnes) {
   ExpectSameState(empty, LoadOrDie(store.get()));
 }
 
-TEST(StoreSave, CountersAreWrittenOnlyWhenNamed) {
-  TempDir dir;
-  auto store = OpenOrDie(dir.Sub("stintd.db"));
+TEST_P(StoreEngineTest, CountersAreWrittenOnlyWhenNamed) {
+  auto store = Open();
   ASSERT_NE(store, nullptr);
   ClusterState s;
   s.next_id = 50;
@@ -693,10 +709,8 @@ TEST(StoreSave, CountersAreWrittenOnlyWhenNamed) {
   EXPECT_TRUE(LoadOrDie(store.get()).jobs.empty());
 }
 
-TEST(StoreSave, AFailedSaveLeavesNothingOfItAndTheStoreUsable) {
-  TempDir dir;
-  const std::string path = dir.Sub("stintd.db");
-  auto store = OpenOrDie(path);
+TEST_P(StoreEngineTest, AFailedSaveLeavesNothingOfItAndTheStoreUsable) {
+  auto store = Open();
   ASSERT_NE(store, nullptr);
   ClusterState before;
   before.pools["kept"] = Pool{"kept", "from before"};
@@ -711,7 +725,7 @@ TEST(StoreSave, AFailedSaveLeavesNothingOfItAndTheStoreUsable) {
   st = store->Save(bad, All(bad));
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("job 42"), std::string::npos) << st.ToString();
-  EXPECT_NE(st.message().find(path), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find(where_), std::string::npos) << st.ToString();
 
   // A job filed under another id is refused the same way.
   ClusterState misfiled;
@@ -726,21 +740,19 @@ TEST(StoreSave, AFailedSaveLeavesNothingOfItAndTheStoreUsable) {
   st = store->Save(good, All(good));
   ASSERT_OK(st);
   store.reset();
-  store = OpenOrDie(path);
+  store = Open();
   ASSERT_NE(store, nullptr);
   ClusterState want = good;
   want.pools["kept"] = before.pools["kept"];  // not in `good`, so not named: untouched
   ExpectSameState(want, LoadOrDie(store.get()));
 }
 
-TEST(StoreKv, PutOverwriteDeleteAndReload) {
-  TempDir dir;
-  const std::string path = dir.Sub("stintd.db");
+TEST_P(StoreEngineTest, KvPutOverwriteDeleteAndReload) {
   std::string binary;
   for (int i = 0; i < 256; ++i) binary.push_back(static_cast<char>(i));
   const std::string big(1 << 20, 'x');  // the largest value the API allows
   {
-    auto store = OpenOrDie(path);
+    auto store = Open();
     ASSERT_NE(store, nullptr);
     for (const KvRecord& e :
          {KvRecord{1, "rank/0", binary, 1, 100}, KvRecord{1, "empty", "", 1, 101},
@@ -758,7 +770,7 @@ TEST(StoreKv, PutOverwriteDeleteAndReload) {
     st = store->DeleteKv(2, "empty");  // same key, other job: deletes nothing
     ASSERT_OK(st);
   }
-  auto store = OpenOrDie(path);
+  auto store = Open();
   ASSERT_NE(store, nullptr);
   auto kv = store->LoadKv();
   ASSERT_OK(kv);
@@ -782,6 +794,100 @@ TEST(StoreKv, PutOverwriteDeleteAndReload) {
   EXPECT_EQ(kv->back().value, binary);
   // The KV and the cluster state are separate tables.
   EXPECT_TRUE(LoadOrDie(store.get()).jobs.empty());
+}
+
+// What is PostgreSQL's own: one stintd per database, a database that is
+// not (or not yet) ours refused, no password in a message, and a copy of a
+// whole SQLite store into an empty database (stintd migrate).
+class StorePostgresTest : public StoreEngineTest {
+ protected:
+  // Runs `sql` on the test's database with a plain libpq connection.
+  std::string Sql(const std::string& sql) {
+    PGconn* c = PQconnectdb(where_.c_str());
+    PGresult* r = PQexec(c, sql.c_str());
+    std::string out = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0
+                          ? PQgetvalue(r, 0, 0)
+                          : PQresultStatus(r) == PGRES_COMMAND_OK ? "" : "error";
+    PQclear(r);
+    PQfinish(c);
+    return out;
+  }
+};
+INSTANTIATE_TEST_SUITE_P(Engines, StorePostgresTest, ::testing::Values("postgres"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
+TEST_P(StorePostgresTest, ASecondStintdOnTheDatabaseIsRefusedWhileTheFirstHoldsIt) {
+  auto first = Open();
+  ASSERT_NE(first, nullptr);
+  auto second = Store::Open(where_);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), Code::kFailedPrecondition) << second.status().ToString();
+  EXPECT_NE(second.status().message().find("another stintd"), std::string::npos);
+  first.reset();
+  auto again = Open();
+  EXPECT_NE(again, nullptr);
+}
+
+TEST_P(StorePostgresTest, ADatabaseThatIsNotOursOrNewerIsRefusedAndLeftAsItWas) {
+  ASSERT_EQ(Sql("CREATE TABLE jobs (id BIGINT)"), "");
+  auto store = Store::Open(where_);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), Code::kFailedPrecondition) << store.status().ToString();
+  EXPECT_NE(store.status().message().find("jobs"), std::string::npos) << store.status().ToString();
+  EXPECT_EQ(Sql("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"), "1");
+
+  ASSERT_EQ(Sql("DROP TABLE jobs"), "");
+  ASSERT_NE(Open(), nullptr);  // creates the schema
+  ASSERT_EQ(Sql("UPDATE stintd_schema SET version = 14"), "");
+  store = Store::Open(where_);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), Code::kFailedPrecondition) << store.status().ToString();
+  EXPECT_NE(store.status().message().find("version 14"), std::string::npos)
+      << store.status().ToString();
+}
+
+TEST_P(StorePostgresTest, NoPasswordInAMessageOrThePath) {
+  EXPECT_EQ(internal::RedactPostgresUrl("postgresql://stintd:s3cr3t@db.example:5432/stintd"),
+            "postgresql://stintd:***@db.example:5432/stintd");
+  EXPECT_EQ(internal::RedactPostgresUrl("postgresql:///stintd?host=/tmp&password=s3cr3t&user=a"),
+            "postgresql:///stintd?host=/tmp&password=***&user=a");
+  // Nobody listens on port 1: refused at once.
+  auto store = Store::Open("postgresql://stintd:s3cr3t@127.0.0.1:1/stintd?connect_timeout=5");
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), Code::kUnavailable) << store.status().ToString();
+  EXPECT_EQ(store.status().message().find("s3cr3t"), std::string::npos)
+      << store.status().ToString();
+  auto opened = Open();
+  ASSERT_NE(opened, nullptr);
+  EXPECT_EQ(opened->path(), where_);
+}
+
+TEST_P(StorePostgresTest, CopyStoreMovesAWholeSqliteStoreIntoAnEmptyDatabase) {
+  const ClusterState rich = RichState();
+  const std::string file = dir_.Sub("from.db");
+  {
+    auto from = OpenOrDie(file);
+    ASSERT_NE(from, nullptr);
+    ASSERT_OK(from->Save(rich, All(rich)));
+    ASSERT_OK(from->PutKv(KvRecord{42, "rank/0", std::string("a\0b", 3), 2, 7}));
+  }
+  auto from = OpenOrDie("sqlite:" + file);
+  auto to = Open();
+  ASSERT_NE(from, nullptr);
+  ASSERT_NE(to, nullptr);
+  Result<StoreCopyStats> copied = CopyStore(*from, *to);
+  ASSERT_OK(copied);
+  EXPECT_EQ(copied->jobs, static_cast<int64_t>(rich.jobs.size()));
+  EXPECT_EQ(copied->kv, 1);
+  ExpectSameState(rich, LoadOrDie(to.get()));
+  auto kv = to->LoadKv();
+  ASSERT_OK(kv);
+  ASSERT_EQ(kv->size(), 1u);
+  EXPECT_EQ((*kv)[0].value, std::string("a\0b", 3));
+  // Never over a store that holds anything.
+  Result<StoreCopyStats> again = CopyStore(*from, *to);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), Code::kFailedPrecondition) << again.status().ToString();
 }
 
 // ---------------------------------------------------------------------------

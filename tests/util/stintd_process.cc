@@ -73,8 +73,8 @@ StintdProcess::~StintdProcess() {
 
 bool StintdProcess::Start() {
   if (child_) return false;
-  std::vector<std::string> args = {"--db",
-                                   db_path(),
+  std::vector<std::string> args = {"--store",
+                                   store_.empty() ? db_path() : store_,
                                    "--listen",
                                    "127.0.0.1:" + std::to_string(port_),
                                    "--admin-token-file",
@@ -83,6 +83,7 @@ bool StintdProcess::Start() {
                                    dir_ + "/worker.tokens",
                                    "--agent-token-file",
                                    agent_token_file()};
+  if (!store_.empty()) args.insert(args.end(), {"--logs-dir", dir_ + "/stintd.logs"});
   args.insert(args.end(), extra_args_.begin(), extra_args_.end());
   child_ = std::make_unique<ChildProcess>(binary_, args);
   if (!child_->started() || !child_->WaitForLine("stintd: listening on ")) {

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -66,11 +67,15 @@ class StintdProcess {
   // https when the extra arguments give --tls-cert.
   std::string url() const;
   std::string db_path() const { return dir_ + "/stintd.db"; }
+  // Where the next Start() keeps the state (--store): a postgresql:// URL
+  // or an SQLite path; default db_path().
+  void set_store(std::string where) { store_ = std::move(where); }
   const std::string& output() const;  // of the current or last process
 
  private:
   std::string binary_, dir_;
   std::vector<std::string> extra_args_;
+  std::string store_;  // empty: db_path()
   std::unique_ptr<ChildProcess> child_;
   std::string last_output_;
   int port_ = 0;

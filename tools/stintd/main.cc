@@ -1,6 +1,8 @@
 // stintd: the queue coordinator daemon. See API.md for the HTTP API.
 //
-//   STINTD_ADMIN_TOKEN=... STINTD_WORKER_TOKEN=... stintd --db /var/lib/stintd/stintd.db
+//   STINTD_ADMIN_TOKEN=... STINTD_WORKER_TOKEN=... stintd --store /var/lib/stintd/stintd.db
+//   ... stintd --store postgresql://stintd@db.example/stintd
+//   stintd migrate --from sqlite:/var/lib/stintd/stintd.db --to postgresql://...
 //
 // Prints "stintd: listening on HOST:PORT" (with " (https)" given --tls-cert
 // and --tls-key) once it serves. SIGTERM or SIGINT
@@ -23,6 +25,7 @@
 #include "stintd/server/coordinator.h"
 #include "stintd/server/http_api.h"
 #include "stintd/slurm/slurm_executor.h"
+#include "stintd/store/store_copy.h"
 
 using namespace stint;
 using namespace stint::stintd;
@@ -63,7 +66,14 @@ struct Flags {
 void AddServerFlags(CLI::App& app, Flags* f) {
   app.add_option("--listen", f->listen, "host:port to serve on (port 0: any free port)")
       ->capture_default_str();
-  app.add_option("--db", f->db, "SQLite state file (created if missing)")->capture_default_str();
+  CLI::Option* db =
+      app.add_option("--db", f->db, "SQLite state file (created if missing); as --store")
+          ->capture_default_str();
+  app.add_option("--store", f->db,
+                 "where the state is kept: an SQLite file (PATH or sqlite:PATH, created if "
+                 "missing) or a PostgreSQL database (postgresql://user@host/db?...; the tables "
+                 "are created in an empty one)")
+      ->excludes(db);
   app.add_option("--admin-token-file", f->admin_file,
                  "admin bearer tokens, one per line (or $STINTD_ADMIN_TOKEN)");
   app.add_option("--worker-token-file", f->worker_file,
@@ -81,8 +91,8 @@ void AddServerFlags(CLI::App& app, Flags* f) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--logs-dir", f->logs_dir,
-                 "where the workers' output is kept across restarts (default: the --db file's "
-                 "path with .logs added)");
+                 "where the workers' output is kept across restarts (default: the SQLite "
+                 "file's path with .logs added; required with a database server)");
   app.add_option("--log-retention-hours", f->http.log_retention_hours,
                  "the output of a job that ended is deleted once it is this old")
       ->capture_default_str()
@@ -332,8 +342,16 @@ bool ResolveFlags(Flags* f) {
     f->options.master_port_last = last;
   }
   f->options.db_path = f->db;
+  // Beside an SQLite file by default; a database server has no directory of ours.
+  const bool server_store = f->db.find("://") != std::string::npos;
+  if (server_store && f->logs_dir.empty()) {
+    std::fprintf(stderr, "stintd: with a database server as --store, give --logs-dir (where "
+                         "the workers' output is kept across restarts)\n");
+    return false;
+  }
   f->http.logs_dir = f->logs_dir.empty() ? f->db + ".logs" : f->logs_dir;
-  if (f->slurm_options.workdir.empty()) f->slurm_options.workdir = f->db + ".slurm";
+  if (f->slurm_options.workdir.empty())
+    f->slurm_options.workdir = (server_store ? f->logs_dir : f->db) + ".slurm";
   f->slurm_options.poll_interval =
       std::chrono::milliseconds(static_cast<int64_t>(f->slurm_poll_seconds * 1000));
   if (!f->slurm && !f->slurm_partitions.empty()) {
@@ -441,6 +459,28 @@ int Serve(Flags* f) {
   return 0;
 }
 
+// `stintd migrate --from A --to B`: copies a store into an empty one.
+int Migrate(const std::string& from, const std::string& to) {
+  auto fail = [](const Status& s) {
+    std::fprintf(stderr, "stintd migrate: %s\n", s.ToString().c_str());
+    return 1;
+  };
+  Result<std::unique_ptr<Store>> source = Store::Open(from);
+  if (!source.ok()) return fail(source.status().WithContext("--from"));
+  Result<std::unique_ptr<Store>> target = Store::Open(to);
+  if (!target.ok()) return fail(target.status().WithContext("--to"));
+  Result<StoreCopyStats> copied = CopyStore(**source, **target);
+  if (!copied.ok()) return fail(copied.status());
+  std::printf("stintd migrate: copied %lld pools, %lld windows, %lld teams, %lld jobs, "
+              "%lld segments, %lld workers, %lld evaluations, %lld kv entries from %s to %s\n",
+              static_cast<long long>(copied->pools), static_cast<long long>(copied->windows),
+              static_cast<long long>(copied->teams), static_cast<long long>(copied->jobs),
+              static_cast<long long>(copied->segments), static_cast<long long>(copied->workers),
+              static_cast<long long>(copied->evals), static_cast<long long>(copied->kv),
+              (*source)->path().c_str(), (*target)->path().c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -451,7 +491,15 @@ int main(int argc, char** argv) {
   AddServerFlags(app, &flags);
   AddSchedulingFlags(app, &flags);
   AddSlurmFlags(app, &flags);
+  std::string from, to;
+  CLI::App* migrate = app.add_subcommand(
+      "migrate", "copy the state of one store into an empty one (no stintd may hold either)");
+  migrate->add_option("--from", from, "the store to copy: PATH, sqlite:PATH or postgresql://...")
+      ->required();
+  migrate->add_option("--to", to, "the empty store to fill: PATH, sqlite:PATH or postgresql://...")
+      ->required();
   CLI11_PARSE(app, argc, argv);
+  if (migrate->parsed()) return Migrate(from, to);
   if (!ResolveFlags(&flags)) return 2;
   return Serve(&flags);
 }

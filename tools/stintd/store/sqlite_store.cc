@@ -538,7 +538,7 @@ Status SqliteStore::DeleteJobKv(int64_t job_id) {
 
 }  // namespace
 
-Result<std::unique_ptr<Store>> Store::Open(const std::string& path) {
+Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path) {
   return SqliteStore::Open(path);
 }
 

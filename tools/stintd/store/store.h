@@ -1,9 +1,11 @@
-// Durable state of stintd in one SQLite file.
+// Durable state of stintd: one SQLite file (the embedded default), or a
+// PostgreSQL database (postgres_store.cc), with the same tables.
 //
-// WAL journal with synchronous=FULL: Save() returns only after the
-// transaction is on disk, so every change stintd acknowledges survives a
-// kill -9 or a power cut. Soft state (heartbeat times) is not written per
-// heartbeat; after a restart every lease starts a fresh TTL.
+// Save() returns only after the transaction is durable (SQLite: WAL with
+// synchronous=FULL; PostgreSQL: committed on the server's WAL), so every
+// change stintd acknowledges survives a kill -9 or a power cut. Soft state
+// (heartbeat times) is not written per heartbeat; after a restart every
+// lease starts a fresh TTL.
 #ifndef STINT_TOOLS_STINTD_STORE_STORE_H_
 #define STINT_TOOLS_STINTD_STORE_STORE_H_
 
@@ -30,11 +32,13 @@ struct KvRecord {
 
 class Store {
  public:
-  // Opens or creates the database at `path`. kFailedPrecondition for a file
-  // written by a newer schema; kDataLoss for a file that is not an SQLite
-  // database or fails its integrity check (the message names the path);
-  // kIoError for anything else SQLite refuses.
-  static Result<std::unique_ptr<Store>> Open(const std::string& path);
+  // Opens or creates the store `where` names: a postgresql:// (or
+  // postgres://) URL, "sqlite:PATH", or a plain path (SQLite).
+  // kFailedPrecondition for a store written by a newer schema or held by
+  // another stintd; kDataLoss for a file that is not an SQLite database or
+  // fails its integrity check; kUnavailable for a server that cannot be
+  // reached; the message names the file or the URL (without a password).
+  static Result<std::unique_ptr<Store>> Open(const std::string& where);
   virtual ~Store() = default;
 
   // Everything saved so far (an empty state for a new file).
@@ -50,8 +54,13 @@ class Store {
   // durable transaction.
   virtual Status DeleteJobKv(int64_t job_id) = 0;
 
+  // The file, or the URL without its password.
   virtual const std::string& path() const = 0;
 };
+
+// The two engines (Store::Open picks by the name's form).
+Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path);
+Result<std::unique_ptr<Store>> OpenPostgresStore(const std::string& url);
 
 }  // namespace stint::stintd
 
