@@ -44,23 +44,7 @@ class ObjectTierTest : public RcloneS3Test {
   void SetUp() override {
     RcloneS3Test::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
-    for (const char* name :
-         {"AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL",
-          "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}) {
-      if (const char* v = ::getenv(name)) saved_env_[name] = v;
-      ::unsetenv(name);
-    }
-    ::setenv("AWS_ENDPOINT_URL", endpoint_.c_str(), 1);
-    ::setenv("AWS_REGION", "us-east-1", 1);
-    ::setenv("AWS_ACCESS_KEY_ID", kAccess, 1);
-    ::setenv("AWS_SECRET_ACCESS_KEY", kSecret, 1);
-  }
-  void TearDown() override {
-    for (const char* name :
-         {"AWS_ENDPOINT_URL", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}) {
-      ::unsetenv(name);
-    }
-    for (const auto& [name, value] : saved_env_) ::setenv(name.c_str(), value.c_str(), 1);
+    ExportServerEnvironment();
   }
 
   std::string ReplicaRoot() const { return std::string("s3://") + kBucket + "/" + kJob; }
@@ -116,7 +100,6 @@ class ObjectTierTest : public RcloneS3Test {
   }
 
   TempDir local_;  // tier-1 roots (not served)
-  std::map<std::string, std::string> saved_env_;
 };
 
 std::unique_ptr<Checkpointer> OpenOrFail(const CheckpointOptions& o) {

@@ -33,13 +33,7 @@ class ResumableObjectStoreTest : public RcloneS3Test {
   void SetUp() override {
     RcloneS3Test::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
-    for (const char* name : {"AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"}) {
-      ::unsetenv(name);
-    }
-    ::setenv("AWS_ENDPOINT_URL", endpoint_.c_str(), 1);
-    ::setenv("AWS_REGION", "us-east-1", 1);
-    ::setenv("AWS_ACCESS_KEY_ID", kAccess, 1);
-    ::setenv("AWS_SECRET_ACCESS_KEY", kSecret, 1);
+    ExportServerEnvironment();
   }
 
   ResumableTrainingOptions Options(const std::string& root) const {

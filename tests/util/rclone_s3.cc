@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -98,6 +99,31 @@ bool RcloneS3Test::StartServer(const std::string& addr, std::string* why) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return true;
+}
+
+namespace {
+const char* const kAwsVariables[] = {"AWS_PROFILE",        "AWS_SESSION_TOKEN",
+                                     "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL",
+                                     "AWS_REGION",         "AWS_ACCESS_KEY_ID",
+                                     "AWS_SECRET_ACCESS_KEY"};
+}  // namespace
+
+void RcloneS3Test::ExportServerEnvironment() {
+  for (const char* name : kAwsVariables) {
+    if (const char* v = ::getenv(name)) saved_env_[name] = v;
+    ::unsetenv(name);
+  }
+  exported_ = true;
+  ::setenv("AWS_ENDPOINT_URL", endpoint_.c_str(), 1);
+  ::setenv("AWS_REGION", "us-east-1", 1);
+  ::setenv("AWS_ACCESS_KEY_ID", kAccess, 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", kSecret, 1);
+}
+
+void RcloneS3Test::TearDown() {
+  if (!exported_) return;
+  for (const char* name : kAwsVariables) ::unsetenv(name);
+  for (const auto& [name, value] : saved_env_) ::setenv(name.c_str(), value.c_str(), 1);
 }
 
 S3Config RcloneS3Test::Config(const std::string& secret) const {

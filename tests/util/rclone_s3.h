@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -37,6 +38,12 @@ class RcloneS3Test : public ::testing::Test {
   // Fatal failures are gtest's: call through ASSERT_NO_FATAL_FAILURE.
   void RestartServer();
 
+  // Points this process's AWS_* variables at the server (what a
+  // Checkpointer on s3:// reads), AWS_PROFILE, AWS_SESSION_TOKEN and
+  // AWS_ENDPOINT_URL_S3 unset; TearDown puts back what was there.
+  void ExportServerEnvironment();
+  void TearDown() override;
+
   // The server's endpoint and credentials (short timeouts and backoffs).
   S3Config Config(const std::string& secret = kSecret) const;
   // A client for kBucket; null (and a failed expectation) if it cannot be made.
@@ -46,6 +53,8 @@ class RcloneS3Test : public ::testing::Test {
   TempDir dir_;  // what rclone serves: one subdirectory per bucket
   std::unique_ptr<ChildProcess> server_;
   std::string endpoint_;  // http://127.0.0.1:port
+  std::map<std::string, std::string> saved_env_;  // by ExportServerEnvironment
+  bool exported_ = false;
 
  private:
   // Starts rclone on `addr` ("127.0.0.1:0": a port the kernel picks) and
