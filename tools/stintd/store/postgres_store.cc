@@ -8,17 +8,20 @@
 // on disk). Loads read one snapshot (REPEATABLE READ).
 //
 // One stintd per database: Open takes a session advisory lock and a second
-// stintd is refused while the first holds it. (A connection lost with the
-// lock held frees it: the server ends the session.) Statements are
+// stintd is refused while the first holds it (after waiting 10 s for a
+// stintd that just died: the server frees its lock when it notices the
+// connection gone). A closed store gives it back at once. Statements are
 // prepared once per connection, parameters and results travel in binary.
 //
 // A lost connection, or a commit whose outcome is unknown (the connection
 // dropped while it ran), leaves the store refusing every call: the caller's
 // state may differ from the database's, and only a reopen (Load) tells.
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -46,10 +49,21 @@ using internal::Table;
 constexpr int64_t kSchemaVersion = 13;
 // The advisory lock one stintd holds on its database ("stintd" in ASCII).
 constexpr const char* kLockKey = "7310176884282468";
+constexpr std::chrono::seconds kLockWait(10);
 
 class PostgresStore final : public Store, private internal::TableStatements {
  public:
   static Result<std::unique_ptr<Store>> Open(const std::string& url);
+  // Gives the lock back at once (the server would only when it notices
+  // the connection gone), so a stintd restarted right away gets it.
+  ~PostgresStore() override {
+    if (locked_) {
+      ExecPg(conn_.get(), std::string("SELECT pg_advisory_unlock(") + kLockKey + ")",
+             PGRES_TUPLES_OK, "give the stintd lock back")
+          .status()
+          .IgnoreError();
+    }
+  }
 
   Result<ClusterState> Load() override;
   Status Save(const ClusterState& s, const Changes& changes) override;
@@ -78,6 +92,7 @@ class PostgresStore final : public Store, private internal::TableStatements {
 
   const std::string shown_;  // the URL without its password
   PgConn conn_;
+  bool locked_ = false;  // holds the advisory lock
   Status broken_;
 };
 
@@ -98,14 +113,22 @@ Result<std::unique_ptr<Store>> PostgresStore::Open(const std::string& url) {
 
 Status PostgresStore::Init() {
   PGconn* c = conn_.get();
-  STINT_ASSIGN_OR_RETURN(
-      PgResult locked,
-      ExecPg(c, std::string("SELECT pg_try_advisory_lock(") + kLockKey + ")", PGRES_TUPLES_OK,
-             "take the stintd lock"));
-  if (std::string(PQgetvalue(locked.get(), 0, 0)) != "t") {
-    return Status::FailedPrecondition(
-        "another stintd holds this database (its advisory lock " + std::string(kLockKey) + ")");
+  // A stintd that just stopped or died frees the lock when its server
+  // process notices the connection gone, a moment later: wait that long.
+  const auto deadline = std::chrono::steady_clock::now() + kLockWait;
+  for (;;) {
+    STINT_ASSIGN_OR_RETURN(
+        PgResult locked,
+        ExecPg(c, std::string("SELECT pg_try_advisory_lock(") + kLockKey + ")", PGRES_TUPLES_OK,
+               "take the stintd lock"));
+    if (std::string(PQgetvalue(locked.get(), 0, 0)) == "t") break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      return Status::FailedPrecondition("another stintd holds this database (its advisory lock " +
+                                        std::string(kLockKey) + ")");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+  locked_ = true;
   STINT_RETURN_IF_ERROR(
       ExecPg(c, "BEGIN", PGRES_COMMAND_OK, "begin the schema check").status());
   Status s = [&]() -> Status {
