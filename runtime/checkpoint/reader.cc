@@ -448,15 +448,19 @@ class CheckpointReaderImpl final : public CheckpointReader {
     bool busy = false;  // guarded by Execute's mutex
   };
 
-  // A raw chunk that exactly fills a page-aligned, whole-page stretch of its
-  // destination: read straight into it (O_DIRECT needs both), and verified
-  // there. Null otherwise (the chunk goes through a bounce slot). The read is
-  // stored_len bytes; the manifest decoder refused stored != raw already,
-  // checked again here because it decides what is written to.
-  static char* DirectTarget(const ChunkRead& r) {
+  // A raw chunk that lies whole in one contiguous stretch of its
+  // destination: read straight into it, and verified there. From a file
+  // opened with O_DIRECT the stretch must also be page-aligned and whole
+  // pages; a buffered file (direct_io = false, or a file system that refused
+  // O_DIRECT) reads into any stretch. Null otherwise (the chunk goes through
+  // a bounce slot). The read is stored_len bytes; the manifest decoder
+  // refused stored != raw already, checked again here because it decides
+  // what is written to.
+  static char* DirectTarget(const ChunkRead& r, const RandomAccessFile& file) {
     const ChunkRecord& c = *r.rec;
+    const bool any = !file.direct_io();
     if (r.verify || c.codec != Codec::kNone || c.stored_len != c.raw_len || c.stored_len == 0 ||
-        c.stored_len % kChunkAlignment != 0 || r.pieces.size() != 1 ||
+        (!any && c.stored_len % kChunkAlignment != 0) || r.pieces.size() != 1 ||
         r.pieces[0].end - r.pieces[0].first != 1) {
       return nullptr;
     }
@@ -465,7 +469,7 @@ class CheckpointReaderImpl final : public CheckpointReader {
     p.copy->Offsets(p.first, &src, &dst);
     if (src > r.begin || r.begin + c.raw_len > src + p.copy->run_bytes) return nullptr;
     char* at = p.copy->dst_base + dst + (r.begin - src);
-    return reinterpret_cast<uintptr_t>(at) % kChunkAlignment == 0 ? at : nullptr;
+    return any || reinterpret_cast<uintptr_t>(at) % kChunkAlignment == 0 ? at : nullptr;
   }
 
   // One read request: a chunk straight into its destination, or chunks that
@@ -502,7 +506,7 @@ class CheckpointReaderImpl final : public CheckpointReader {
         name = &file_of(r);
         file = it->second.get();
       }
-      if (char* direct = DirectTarget(*r)) {
+      if (char* direct = DirectTarget(*r, *file)) {
         out.push_back(Request{file, r->rec->file_offset, r->rec->stored_len, direct, {r}});
         continue;
       }
