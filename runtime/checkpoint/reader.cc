@@ -1,5 +1,9 @@
 // CheckpointReader implementation: manifest checks at Open, then chunk reads
-// through an IoEngine into aligned buffers, each verified before use.
+// through an IoEngine, each chunk verified before the read returns. A whole
+// raw chunk goes straight into its destination where the file allows
+// (O_DIRECT: a page-aligned stretch of whole pages; buffered: any), and is
+// hashed there; the others are read into bounce slots, adjacent ones merged
+// into one request of up to 8 MiB, and hashed while they are copied out.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
