@@ -192,6 +192,13 @@ def worker_main(argv):
             event("loaded", r.step, "ok" if ok else "MISMATCH", "skipped", r.skipped_steps)
             if not ok:
                 sys.exit(3)
+            # As stint.Resumable does: a step passed over (its lost node's part
+            # gone with no replica) is quarantined, so this run can save it again.
+            for damaged in r.skipped_steps:
+                try:
+                    ckpt.quarantine(damaged)
+                except stint._C.FailedPreconditionError:
+                    pass  # a newer checkpoint still needs it
             start = r.step
         segment = os.environ.get("STINT_SEGMENT_ID", "-")
         for step in range(start + 1, start + 1 + a.steps):
