@@ -226,6 +226,10 @@ class Demo:
         expect(start is not None and int(start.group(1)) == seg1["checkpoint_step"],
                "the cloud node resumed at the emergency checkpoint's step %d (%s)" %
                (seg1["checkpoint_step"], start.group(0) if start else "no start line"))
+        onprem_root = next((l for l in final["stored"]
+                            if l["location"].endswith("/roots/onprem-1")), None)
+        expect(onprem_root is not None and onprem_root["step"] == seg1["checkpoint_step"],
+               "stintd heard the emergency checkpoint is on onprem-1's disk (%s)" % onprem_root)
         done = re.search(r"^done at step \d+ params sha256 (\w+)", cloud, re.M)
         expect(done is not None and done.group(1) == reference,
                "final parameters bit-identical to the uninterrupted run")

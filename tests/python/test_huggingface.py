@@ -14,6 +14,7 @@ import pytest
 
 pytest.importorskip("transformers")
 import torch  # noqa: E402
+from util import finish_run, run_output  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "examples", "huggingface", "train.py")
@@ -28,17 +29,6 @@ def _run(tmp, env, *args):
                             env=env, cwd=str(tmp), stdout=out, stderr=subprocess.STDOUT)
 
 
-def _out(tmp):
-    return (tmp / "out.txt").read_bytes().decode(errors="replace")[-6000:]
-
-
-def _finish(p, tmp):
-    try:
-        return p.wait(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
-        pytest.fail("run did not end in %d s:\n%s" % (TIMEOUT, _out(tmp)))
 
 
 def _records(tmp):
@@ -68,7 +58,7 @@ def reference(tmp_path_factory):
         if not got:
             tmp = tmp_path_factory.mktemp("hf-reference")
             p = _run(tmp, env)
-            assert _finish(p, tmp) == 0, _out(tmp)
+            assert finish_run(p, tmp, TIMEOUT) == 0, run_output(tmp)
             got["r"] = (_records(tmp), _model(tmp))
         return got["r"]
     return get
@@ -83,11 +73,11 @@ def test_kill_and_resume_matches(tmp_path, env, reference, how):
     while not (tmp_path / "rec.paused").exists():
         if p.poll() is not None or time.monotonic() > deadline:
             p.kill()
-            pytest.fail("run did not reach step %d:\n%s" % (pause, _out(tmp_path)))
+            pytest.fail("run did not reach step %d:\n%s" % (pause, run_output(tmp_path)))
         time.sleep(0.02)
     if how == "notice":
         p.send_signal(signal.SIGTERM)
-        assert _finish(p, tmp_path) == 75, _out(tmp_path)
+        assert finish_run(p, tmp_path, TIMEOUT) == 75, run_output(tmp_path)
         assert os.path.isfile(tmp_path / "run" / "hf" / "checkpoint-6" / "stint.json")
     else:
         p.kill()
@@ -96,7 +86,7 @@ def test_kill_and_resume_matches(tmp_path, env, reference, how):
     durable = max([int(n.split("-")[1]) for n in os.listdir(hf) if n.startswith("checkpoint-")
                    and not n.endswith(".stint-tmp")] or [0])  # 4, or 0 if its commit had not ended
     p = _run(tmp_path, env)
-    assert _finish(p, tmp_path) == 0, _out(tmp_path)
+    assert finish_run(p, tmp_path, TIMEOUT) == 0, run_output(tmp_path)
     got = _records(tmp_path)
     assert sorted(got) == list(range(1, STEPS + 1))
     if how == "sigkill":  # the steps after the newest durable one, trained twice (alike)

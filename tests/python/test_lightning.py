@@ -13,6 +13,7 @@ import time
 
 import pytest
 import torch
+from util import finish_run, run_output
 
 L = pytest.importorskip("lightning")
 
@@ -39,17 +40,6 @@ def _run(tmp, env, *args):
     return subprocess.Popen(cmd, env=env, cwd=str(tmp), stdout=out, stderr=subprocess.STDOUT)
 
 
-def _finish(p, tmp):
-    try:
-        return p.wait(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
-        pytest.fail("run did not end in %d s:\n%s" % (TIMEOUT, _out(tmp)))
-
-
-def _out(tmp):
-    return (tmp / "out.txt").read_bytes().decode(errors="replace")[-6000:]
 
 
 def _wait_paused(p, tmp):
@@ -58,7 +48,7 @@ def _wait_paused(p, tmp):
     while not (tmp / "log.paused").exists():
         if p.poll() is not None or time.monotonic() > deadline:
             p.kill()
-            pytest.fail("run did not reach its pause (rc %s):\n%s" % (p.poll(), _out(tmp)))
+            pytest.fail("run did not reach its pause (rc %s):\n%s" % (p.poll(), run_output(tmp)))
         time.sleep(0.02)
 
 
@@ -79,7 +69,7 @@ def reference(tmp_path_factory, request):
         if devices not in runs:
             tmp = tmp_path_factory.mktemp("reference-%d" % devices)
             p = _run(tmp, _env(python_env), "--devices", str(devices), *_strategy(devices))
-            assert _finish(p, tmp) == 0, _out(tmp)
+            assert finish_run(p, tmp, TIMEOUT) == 0, run_output(tmp)
             runs[devices] = (_losses(tmp), torch.load(tmp / "final.pt"))
         return runs[devices]
     return get
@@ -109,7 +99,7 @@ def test_notice_stops_with_75_and_resume_matches(tmp_path, python_env, reference
     p = _run(tmp_path, env, "--devices", str(devices), "--pause-at", str(PAUSE), *_strategy(devices))
     _wait_paused(p, tmp_path)
     p.send_signal(signal.SIGTERM)
-    assert _finish(p, tmp_path) == 75, _out(tmp_path)
+    assert finish_run(p, tmp_path, TIMEOUT) == 75, run_output(tmp_path)
     steps = sorted(_losses(tmp_path))
     assert steps[-1] == PAUSE + 1, steps  # stopped at the next step boundary
     import stint
@@ -117,7 +107,7 @@ def test_notice_stops_with_75_and_resume_matches(tmp_path, python_env, reference
         assert c.latest_step() == PAUSE + 1
     assert "stint.lightning.pointer" in (tmp_path / "run" / "links" / "last.ckpt").read_text()
     p = _run(tmp_path, env, "--devices", str(devices), *_strategy(devices))
-    assert _finish(p, tmp_path) == 0, _out(tmp_path)
+    assert finish_run(p, tmp_path, TIMEOUT) == 0, run_output(tmp_path)
     _assert_same(tmp_path, ref)
 
 
@@ -132,7 +122,7 @@ def test_sigkill_resumes_from_last_durable_step(tmp_path, python_env, reference)
     with stint.Checkpointer(str(tmp_path / "run" / "stint"), read_only=True) as c:
         durable = c.latest_step() or 0  # 12, or 8 when 12's commit had not ended yet
     p = _run(tmp_path, env)
-    assert _finish(p, tmp_path) == 0, _out(tmp_path)
+    assert finish_run(p, tmp_path, TIMEOUT) == 0, run_output(tmp_path)
     got = _losses(tmp_path)
     # The steps after the newest durable one are trained twice (alike: _assert_same).
     assert [s for s, v in got.items() if len(v) == 2] == list(range(durable + 1, PAUSE))
@@ -158,13 +148,13 @@ def test_slurm_stint_wins_over_lightning_requeue(tmp_path, python_env, reference
     p = _run(tmp_path, env, "--pause-at", str(PAUSE))
     _wait_paused(p, tmp_path)
     p.send_signal(signal.SIGUSR1)  # SLURMEnvironment's requeue signal
-    assert _finish(p, tmp_path) == 75, _out(tmp_path)
+    assert finish_run(p, tmp_path, TIMEOUT) == 75, run_output(tmp_path)
     run = tmp_path / "run"
     assert not [n for n in os.listdir(run) if n.startswith("hpc_ckpt")]  # Lightning's did not run
     assert not (tmp_path / "scontrol.txt").exists()  # the batch script requeues on 75
     assert "step=%d" % (PAUSE + 1) in (run / "stint" / "REQUEUE").read_text()
     p = _run(tmp_path, env)
-    assert _finish(p, tmp_path) == 0, _out(tmp_path)
+    assert finish_run(p, tmp_path, TIMEOUT) == 0, run_output(tmp_path)
     _assert_same(tmp_path, ref)
 
 
@@ -173,7 +163,7 @@ def test_slurm_lightning_requeue_saves_through_stint(tmp_path, python_env):
     p = _run(tmp_path, env, "--pause-at", str(PAUSE), "--no-preemption")
     _wait_paused(p, tmp_path)
     p.send_signal(signal.SIGUSR1)
-    assert _finish(p, tmp_path) == 0, _out(tmp_path)  # Lightning trains on after its requeue
+    assert finish_run(p, tmp_path, TIMEOUT) == 0, run_output(tmp_path)  # Lightning trains on after its requeue
     assert (tmp_path / "scontrol.txt").read_text().split() == ["requeue", "4242"]
     import stint.lightning as sl
     hpc = tmp_path / "run" / "hpc_ckpt_1.ckpt"

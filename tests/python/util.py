@@ -1,7 +1,9 @@
 """Helpers shared by the stint pytest files."""
 
 import os
+import subprocess
 
+import pytest
 import torch
 
 
@@ -80,3 +82,20 @@ def run_ranks(script, args, world, env, log_dir, name, timeout):
             failed.append("rank %d of %s exited %s:\n%s" % (rank, name, p.returncode,
                                                             text[-6000:]))
     assert not failed, "\n".join(failed)
+
+
+def run_output(tmp):
+    """The end of what a framework test's run wrote to tmp/out.txt."""
+    return (tmp / "out.txt").read_bytes().decode(errors="replace")[-6000:]
+
+
+def finish_run(p, tmp, timeout):
+    """Waits for a framework test's run; one still going after `timeout` is
+    killed and fails the test with its output."""
+    import pytest
+    try:
+        return p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        pytest.fail("run did not end in %d s:\n%s" % (timeout, run_output(tmp)))
