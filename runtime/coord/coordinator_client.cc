@@ -191,7 +191,7 @@ Result<CoordinatorOptions> CoordinatorOptionsFromLookup(
   CoordinatorOptions o;
   std::string url = lookup("STINT_COORD_URL");
   if (!url.empty()) {
-    auto parsed = internal::ParseCoordinatorUrl(url);
+    auto parsed = internal::ParseCoordinatorUrls(url);
     if (!parsed.ok())
       return Status::InvalidArgument("STINT_COORD_URL: " + parsed.status().message());
     o.url = url;

@@ -58,6 +58,19 @@ Result<HttpEndpoint> ParseCoordinatorUrl(const std::string& url) {
   return ParseHttpEndpoint(url, "coordinator url", "http");
 }
 
+Result<std::vector<HttpEndpoint>> ParseCoordinatorUrls(const std::string& urls) {
+  std::vector<HttpEndpoint> out;
+  size_t from = 0;
+  for (;;) {
+    const size_t comma = urls.find(',', from);
+    const std::string one = urls.substr(from, comma == std::string::npos ? comma : comma - from);
+    STINT_ASSIGN_OR_RETURN(HttpEndpoint e, ParseCoordinatorUrl(one));
+    out.push_back(std::move(e));
+    if (comma == std::string::npos) return out;
+    from = comma + 1;
+  }
+}
+
 Status StatusFromHttp(int http_status, const std::string& body, const std::string& what) {
   // {"error": {"code": ..., "message": ...}} (API.md); whatever else came
   // back is quoted instead.
@@ -130,10 +143,11 @@ struct HttpJsonClient::Attempt {
   bool untrusted = false;          // TLS: the server or the CA file refused; never retried
   std::string transport_error;
   std::string body;
+  size_t endpoint = 0;  // of endpoints_
 };
 
 Result<std::unique_ptr<HttpJsonClient>> HttpJsonClient::Create(const HttpJsonOptions& options) {
-  STINT_ASSIGN_OR_RETURN(HttpEndpoint url, ParseCoordinatorUrl(options.url));
+  STINT_ASSIGN_OR_RETURN(std::vector<HttpEndpoint> endpoints, ParseCoordinatorUrls(options.url));
   if (options.retry.deadline.count() < 0 || options.retry.initial_backoff.count() <= 0 ||
       options.retry.max_backoff < options.retry.initial_backoff) {
     return Status::InvalidArgument(
@@ -142,7 +156,9 @@ Result<std::unique_ptr<HttpJsonClient>> HttpJsonClient::Create(const HttpJsonOpt
   if (options.connect_timeout.count() <= 0 || options.request_timeout.count() <= 0) {
     return Status::InvalidArgument("connect_timeout and request_timeout must be positive");
   }
-  if (url.scheme == "https" && !options.ca_file.empty()) {
+  const bool https = std::any_of(endpoints.begin(), endpoints.end(),
+                                 [](const HttpEndpoint& e) { return e.scheme == "https"; });
+  if (https && !options.ca_file.empty()) {
     // httplib would only say "SSLLoadingCerts" at the first call.
     std::ifstream in(options.ca_file);
     if (!in) return Status::InvalidArgument("CA file " + options.ca_file + ": cannot be opened");
@@ -151,60 +167,77 @@ Result<std::unique_ptr<HttpJsonClient>> HttpJsonClient::Create(const HttpJsonOpt
       return Status::InvalidArgument("CA file " + options.ca_file + ": holds no PEM certificate");
     }
   }
-  return std::unique_ptr<HttpJsonClient>(new HttpJsonClient(options, std::move(url)));
+  return std::unique_ptr<HttpJsonClient>(new HttpJsonClient(options, std::move(endpoints)));
 }
 
-HttpJsonClient::HttpJsonClient(const HttpJsonOptions& options, HttpEndpoint url)
-    : options_(options), parsed_(std::move(url)), url_(parsed_.ToString()) {}
+HttpJsonClient::HttpJsonClient(const HttpJsonOptions& options, std::vector<HttpEndpoint> endpoints)
+    : options_(options), endpoints_(std::move(endpoints)) {}
+
+std::string HttpJsonClient::url() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return endpoints_[current_].ToString();
+}
+
+bool HttpJsonClient::MoveOn(size_t endpoint) {
+  if (endpoints_.size() < 2) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (current_ == endpoint) {
+    current_ = (endpoint + 1) % endpoints_.size();
+    idle_.clear();  // connections to the one left behind
+  }
+  return true;
+}
 
 HttpJsonClient::~HttpJsonClient() {
   ScopedSigpipeBlock no_sigpipe;  // closing a TLS connection writes its close_notify
   idle_.clear();
 }
 
-Result<httplib::Client*> HttpJsonClient::Acquire() {
-  std::unique_ptr<httplib::Client> client;
+Result<std::pair<httplib::Client*, size_t>> HttpJsonClient::Acquire() {
+  Pooled pooled;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (shutdown_) return Status::Cancelled("coordinator client shut down");
+    pooled.endpoint = current_;
     if (!idle_.empty()) {
-      client = std::move(idle_.back());
+      pooled = std::move(idle_.back());
       idle_.pop_back();
     }
   }
-  if (!client) {
-    client = parsed_.scheme == "http"
-                 ? std::make_unique<httplib::Client>(parsed_.host, parsed_.port)
-                 : std::make_unique<httplib::Client>(url_);
+  if (!pooled.client) {
+    const HttpEndpoint& e = endpoints_[pooled.endpoint];
+    pooled.client = e.scheme == "http" ? std::make_unique<httplib::Client>(e.host, e.port)
+                                       : std::make_unique<httplib::Client>(e.ToString());
+    httplib::Client* client = pooled.client.get();
     client->set_keep_alive(true);
     // Requests are written in two pieces (head, body): without TCP_NODELAY
     // the second waits for the server's delayed ACK, 40 ms per call.
     client->set_tcp_nodelay(true);
     client->set_connection_timeout(options_.connect_timeout);
     client->set_write_timeout(options_.request_timeout);
-    if (parsed_.scheme == "https") {
+    if (e.scheme == "https") {
       client->enable_server_certificate_verification(true);
       if (!options_.ca_file.empty()) client->set_ca_cert_path(options_.ca_file);
     }
   }
-  httplib::Client* raw = client.get();
   std::lock_guard<std::mutex> lock(mu_);
   if (shutdown_) return Status::Cancelled("coordinator client shut down");
-  busy_.push_back(std::move(client));
-  return raw;
+  const std::pair<httplib::Client*, size_t> got(pooled.client.get(), pooled.endpoint);
+  busy_.push_back(std::move(pooled));
+  return got;
 }
 
 void HttpJsonClient::Release(httplib::Client* client) {
-  std::unique_ptr<httplib::Client> done;
+  Pooled done;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it =
-        std::find_if(busy_.begin(), busy_.end(), [&](const auto& c) { return c.get() == client; });
+    auto it = std::find_if(busy_.begin(), busy_.end(),
+                           [&](const Pooled& p) { return p.client.get() == client; });
     done = std::move(*it);
     busy_.erase(it);
     // A few idle connections cover a session's concurrent calls; more would
     // only hold sockets open on the server.
-    if (!shutdown_ && idle_.size() < 4) idle_.push_back(std::move(done));
+    if (!shutdown_ && idle_.size() < 4 && done.endpoint == current_) idle_.push_back(std::move(done));
   }
   cv_.notify_all();
 }
@@ -216,7 +249,8 @@ HttpJsonClient::Attempt HttpJsonClient::Once(const HttpRequest& request, const s
     a.cancelled = true;
     return a;
   }
-  httplib::Client* client = *acquired;
+  httplib::Client* client = acquired->first;
+  a.endpoint = acquired->second;
   client->set_read_timeout(options_.request_timeout + request.server_wait);
   // Per request, not per connection: a worker's calls carry its own secret
   // and the rest the configured token, over the same pool.
@@ -258,6 +292,7 @@ Result<HttpReply> HttpJsonClient::Call(const HttpRequest& request) {
   const auto deadline = start + options_.retry.deadline;
   auto pause = options_.retry.initial_backoff;
   thread_local std::minstd_rand jitter(std::random_device{}());
+  size_t moved = 0;  // endpoints moved on from
   for (int attempt = 1;; ++attempt) {
     Attempt a = Once(request, body);
     if (a.cancelled) return Status::Cancelled("coordinator client shut down during " + what);
@@ -275,10 +310,18 @@ Result<HttpReply> HttpJsonClient::Call(const HttpRequest& request) {
       return reply;
     }
     Status error = a.status != 0 ? StatusFromHttp(a.status, a.body, what)
-                                 : Status::Unavailable("cannot reach stintd at " + url_ + " (" +
+                                 : Status::Unavailable("cannot reach stintd at " +
+                                                       endpoints_[a.endpoint].ToString() + " (" +
                                                        what + "): " + a.transport_error);
     if (a.untrusted || !ShouldRetry(a.status, a.connection_failed, request.idempotent))
       return error;
+    // No answer, or a stintd that does not lead (503): the next of the list
+    // at once, each once per round; the backoff below once all were asked.
+    if ((a.status == 0 || a.status == 503) && MoveOn(a.endpoint) &&
+        ++moved % endpoints_.size() != 0) {
+      if (options_.retry.on_retry) options_.retry.on_retry(attempt, error);
+      continue;
+    }
     // Uniform in [pause/2, pause].
     std::uniform_int_distribution<int64_t> pick(pause.count() / 2, pause.count());
     const std::chrono::milliseconds wait(pick(jitter));
@@ -309,7 +352,7 @@ void HttpJsonClient::Shutdown() {
   // A request that had not connected yet when stop() ran is caught on the
   // next round; so repeat until every borrowed connection came back.
   while (!busy_.empty()) {
-    for (auto& c : busy_) c->stop();
+    for (auto& p : busy_) p.client->stop();
     cv_.wait_for(lock, std::chrono::milliseconds(10));
   }
   idle_.clear();

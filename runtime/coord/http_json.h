@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/http_endpoint.h"
@@ -34,6 +35,8 @@ using Json = nlohmann::json;
 // "[http(s)://]host:port[/]" split (http when no scheme is given);
 // kInvalidArgument for anything else. ToString() is what httplib takes.
 Result<HttpEndpoint> ParseCoordinatorUrl(const std::string& url);
+// A comma-separated list of them (the stintds sharing one database).
+Result<std::vector<HttpEndpoint>> ParseCoordinatorUrls(const std::string& urls);
 
 // The Status for a non-2xx answer (the mapping in coordinator_client.h).
 // `what` names the request ("POST /v1/pools") and ends the message.
@@ -54,6 +57,9 @@ Result<CoordinatorOptions> CoordinatorOptionsFromLookup(
 std::string UrlEncode(const std::string& s);
 
 struct HttpJsonOptions {
+  // One URL, or several separated by commas: stintds sharing a database, of
+  // which one leads. A call that finds no answer, or a 503, at one tries
+  // the next at once, and stays with the one that answers.
   std::string url;
   std::string token;  // empty: no Authorization header
   // https only: PEM file of the CA certificates the server's certificate must
@@ -95,25 +101,35 @@ class HttpJsonClient {
   Result<HttpReply> Call(const HttpRequest& request);
   // See CoordinatorClient::Shutdown.
   void Shutdown();
-  const std::string& url() const { return url_; }
+  // The URL calls go to now (of the list, the last one that answered).
+  std::string url() const;
 
  private:
   struct Attempt;
-  HttpJsonClient(const HttpJsonOptions& options, HttpEndpoint url);
-  Result<httplib::Client*> Acquire();
+  // A keep-alive connection to endpoints_[endpoint].
+  struct Pooled {
+    std::unique_ptr<httplib::Client> client;
+    size_t endpoint = 0;
+  };
+  HttpJsonClient(const HttpJsonOptions& options, std::vector<HttpEndpoint> endpoints);
+  // A connection to the current endpoint, and which endpoint that is.
+  Result<std::pair<httplib::Client*, size_t>> Acquire();
   void Release(httplib::Client* client);
   Attempt Once(const HttpRequest& request, const std::string& body);
+  // After an attempt at `endpoint` failed: moves on to the next one of the
+  // list, unless another call already has. Whether it moved.
+  bool MoveOn(size_t endpoint);
 
   const HttpJsonOptions options_;
-  const HttpEndpoint parsed_;
-  const std::string url_;
+  const std::vector<HttpEndpoint> endpoints_;
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;  // shutdown_ set, or a connection released
   // Guarded by mu_.
   bool shutdown_ = false;
-  std::vector<std::unique_ptr<httplib::Client>> idle_;  // keep-alive connections
-  std::vector<std::unique_ptr<httplib::Client>> busy_;  // in a call; Shutdown() stops them
+  size_t current_ = 0;        // the endpoint calls go to
+  std::vector<Pooled> idle_;  // keep-alive connections
+  std::vector<Pooled> busy_;  // in a call; Shutdown() stops them
 };
 
 }  // namespace internal

@@ -22,6 +22,8 @@
 #include <string>
 #include <thread>
 
+#include "stint/coordinator_client.h"
+#include "stintd/store/leader_lease.h"
 #include "stintd/store/postgres_util.h"
 #include "stintd/store/state_rows.h"
 #include "stintd/store/store_copy.h"
@@ -796,7 +798,7 @@ TEST_P(StoreEngineTest, KvPutOverwriteDeleteAndReload) {
   EXPECT_TRUE(LoadOrDie(store.get()).jobs.empty());
 }
 
-// What is PostgreSQL's own: one stintd per database, a database that is
+// What is PostgreSQL's own: the leader lease and its fence, a database that is
 // not (or not yet) ours refused, no password in a message, and a copy of a
 // whole SQLite store into an empty database (stintd migrate).
 class StorePostgresTest : public StoreEngineTest {
@@ -816,16 +818,83 @@ class StorePostgresTest : public StoreEngineTest {
 INSTANTIATE_TEST_SUITE_P(Engines, StorePostgresTest, ::testing::Values("postgres"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
-TEST_P(StorePostgresTest, ASecondStintdOnTheDatabaseIsRefusedWhileTheFirstHoldsIt) {
-  auto first = Open();
-  ASSERT_NE(first, nullptr);
-  auto second = Store::Open(where_);
-  ASSERT_FALSE(second.ok());
-  EXPECT_EQ(second.status().code(), Code::kFailedPrecondition) << second.status().ToString();
-  EXPECT_NE(second.status().message().find("another stintd"), std::string::npos);
-  first.reset();
-  auto again = Open();
-  EXPECT_NE(again, nullptr);
+// Issue 45, item 2: two stintds on one database. The lease goes to one at
+// a time, by the database's clock, and a takeover raises the epoch; the
+// old leader's store then refuses every write (and says so once through
+// on_fenced), and none of them reaches the database.
+TEST_P(StorePostgresTest, AfterATakeoverTheOldLeadersWritesAreRefused) {
+  const std::chrono::milliseconds lease(300);
+  auto a_lease = LeaderLease::Open(where_, "a", "http://a:1", lease);
+  auto b_lease = LeaderLease::Open(where_, "b", "http://b:1", lease);
+  ASSERT_OK(a_lease.status());
+  ASSERT_OK(b_lease.status());
+  Result<int64_t> a_epoch = (*a_lease)->TryAcquire();
+  ASSERT_OK(a_epoch.status());
+  ASSERT_EQ(*a_epoch, 1);
+  Result<int64_t> b_first = (*b_lease)->TryAcquire();
+  ASSERT_OK(b_first.status());
+  EXPECT_EQ(*b_first, 0);  // a holds it
+
+  auto a_store = Open();
+  int fenced = 0;
+  StoreFence fence;
+  fence.holder = "a";
+  fence.epoch = *a_epoch;
+  fence.on_fenced = [&](const Status&) { fenced++; };
+  ASSERT_OK(a_store->SetFence(fence));
+  ClusterState s;
+  s.pools["before"] = Pool{"before", "written by the leader"};
+  Changes c;
+  c.pools = {"before"};
+  ASSERT_OK(a_store->Save(s, c));
+
+  Result<LeaderView> view = (*b_lease)->Read();
+  ASSERT_OK(view.status());
+  EXPECT_EQ(view->holder, "a");
+  EXPECT_EQ(view->url, "http://a:1");
+  ASSERT_EQ(view->standbys.size(), 1u);
+  EXPECT_EQ(view->standbys[0].url, "http://b:1");
+
+  // a stops renewing (paused): b takes the lease once it ran out by the
+  // database's clock, at the next epoch.
+  const auto deadline = std::chrono::steady_clock::now() + 100 * lease;
+  int64_t b_epoch = 0;
+  while (b_epoch == 0 && std::chrono::steady_clock::now() < deadline) {
+    Result<int64_t> got = (*b_lease)->TryAcquire();
+    ASSERT_OK(got.status());
+    b_epoch = *got;
+    if (b_epoch == 0) std::this_thread::sleep_for(lease / 10);
+  }
+  ASSERT_EQ(b_epoch, 2);
+
+  // a wakes: its renewal and its writes are refused, and nothing lands.
+  Status renewed = (*a_lease)->Renew(*a_epoch);
+  EXPECT_EQ(renewed.code(), Code::kAborted) << renewed.ToString();
+  EXPECT_TRUE(IsFenced(renewed)) << renewed.ToString();
+  s.pools["late"] = Pool{"late", "written after the takeover"};
+  c.pools = {"late"};
+  Status late = a_store->Save(s, c);
+  EXPECT_TRUE(IsFenced(late)) << late.ToString();
+  EXPECT_NE(late.message().find("epoch 2"), std::string::npos) << late.ToString();
+  EXPECT_TRUE(IsFenced(a_store->PutKv(KvRecord{7, "k", "v", 1, 0})));
+  EXPECT_TRUE(IsFenced(a_store->DeleteJobKv(7)));
+  EXPECT_EQ(fenced, 3);
+  ClusterState now = LoadOrDie(a_store.get());
+  EXPECT_EQ(now.pools.count("before"), 1u);
+  EXPECT_EQ(now.pools.count("late"), 0u);
+
+  // b's store, fenced at the new epoch, writes.
+  auto b_store = Store::Open(where_);
+  ASSERT_OK(b_store.status());
+  ASSERT_OK((*b_store)->SetFence(StoreFence{"b", b_epoch, nullptr}));
+  ASSERT_OK((*b_store)->Save(s, c));
+  EXPECT_EQ(LoadOrDie(b_store->get()).pools.count("late"), 1u);
+  // A lease given up ends at once.
+  ASSERT_OK((*b_lease)->Renew(b_epoch));
+  ASSERT_OK((*b_lease)->Release(b_epoch));
+  Result<int64_t> again = (*a_lease)->TryAcquire();
+  ASSERT_OK(again.status());
+  EXPECT_EQ(*again, 3);
 }
 
 TEST_P(StorePostgresTest, ADatabaseThatIsNotOursOrNewerIsRefusedAndLeftAsItWas) {

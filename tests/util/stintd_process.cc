@@ -71,7 +71,25 @@ StintdProcess::~StintdProcess() {
   if (child_) Kill(SIGKILL);
 }
 
-bool StintdProcess::Start() {
+bool StintdProcess::Start() { return Launch("stintd: listening on ") && ReadPort(); }
+
+bool StintdProcess::StartStandby() { return Launch("stintd: standby: "); }
+
+bool StintdProcess::WaitUntilLeading(double seconds) {
+  if (!child_) return false;
+  if (!child_->WaitForLine("stintd: listening on ", seconds)) return false;
+  return ReadPort();
+}
+
+bool StintdProcess::ReadPort() {
+  const std::string& out = child_->output();
+  const size_t at = out.rfind("stintd: listening on ");
+  const size_t colon = out.find(':', at + 21);
+  port_ = std::stoi(out.substr(colon + 1));
+  return true;
+}
+
+bool StintdProcess::Launch(const std::string& ready_line) {
   if (child_) return false;
   std::vector<std::string> args = {"--store",
                                    store_.empty() ? db_path() : store_,
@@ -86,16 +104,12 @@ bool StintdProcess::Start() {
   if (!store_.empty()) args.insert(args.end(), {"--logs-dir", dir_ + "/stintd.logs"});
   args.insert(args.end(), extra_args_.begin(), extra_args_.end());
   child_ = std::make_unique<ChildProcess>(binary_, args);
-  if (!child_->started() || !child_->WaitForLine("stintd: listening on ")) {
+  if (!child_->started() || !child_->WaitForLine(ready_line)) {
     last_output_ = child_->output();
     child_->Wait();
     child_.reset();
     return false;
   }
-  const std::string& out = child_->output();
-  const size_t at = out.rfind("stintd: listening on ");
-  const size_t colon = out.find(':', at + 21);
-  port_ = std::stoi(out.substr(colon + 1));
   return true;
 }
 

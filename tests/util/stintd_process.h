@@ -58,12 +58,19 @@ class StintdProcess {
   // means a fresh free port; a restart asks for the previous port so that
   // clients reconnect to the same address.
   bool Start();
+  // With a store another stintd leads: starts stintd and waits for it to
+  // say it stands by. WaitUntilLeading() then waits for it to take over
+  // and serve (false: it did not within `seconds`, or exited).
+  bool StartStandby();
+  bool WaitUntilLeading(double seconds);
   // Sends `sig` and reaps; a stintd still running after `limit_seconds`
   // (a shutdown hang) is SIGKILLed. Returns the wait status.
   int Kill(int sig, double limit_seconds = 60);
   bool running() const { return child_ != nullptr; }
   pid_t pid() const { return child_ ? child_->pid() : -1; }
   int port() const { return port_; }
+  // The port the next Start() asks for (0: any free one).
+  void set_port(int port) { port_ = port; }
   // https when the extra arguments give --tls-cert.
   std::string url() const;
   std::string db_path() const { return dir_ + "/stintd.db"; }
@@ -73,6 +80,9 @@ class StintdProcess {
   const std::string& output() const;  // of the current or last process
 
  private:
+  bool Launch(const std::string& ready_line);
+  bool ReadPort();  // from the last "listening on" line
+
   std::string binary_, dir_;
   std::vector<std::string> extra_args_;
   std::string store_;  // empty: db_path()

@@ -781,10 +781,12 @@ void AddNodes(CLI::App& app, Leaves& leaves) {
 // --- status ---
 void AddStatus(CLI::App& app, Leaves& leaves) {
   CLI::App* status = app.add_subcommand(
-      "status", "counts: jobs by state, GPUs, windows, the queue by priority and reason");
+      "status",
+      "counts: jobs by state, GPUs, windows, the queue by priority and reason; the leader, its "
+      "epoch and the standbys of stintds sharing a database");
   leaves.emplace_back(status, [](Ctl& c, int64_t) {
-    return c.RunGets({"/v1/queue", "/v1/jobs", "/v1/windows"},
-                     [](const std::vector<Json>& r) { return RenderStatus(r[0], r[1], r[2]); });
+    return c.RunGets({"/v1/queue", "/v1/jobs", "/v1/windows", "/v1/leader"},
+                     [](const std::vector<Json>& r) { return RenderStatus(r[0], r[1], r[2], r[3]); });
   });
 }
 
@@ -822,7 +824,9 @@ int Main(int argc, char** argv) {
   app.fallthrough();  // global flags also after the subcommand: `stintctl queue --json`
   app.require_subcommand(1);
   Globals g;
-  app.add_option("--url", g.url, "stintd address (default $STINTD_URL or http://127.0.0.1:7077)");
+  app.add_option("--url", g.url,
+                 "stintd address (default $STINTD_URL or http://127.0.0.1:7077); several, "
+                 "comma-separated: the stintds sharing a database, asked until the leader answers");
   app.add_option("--token", g.token, "bearer token (default $STINTD_TOKEN)");
   app.add_option("--token-file", g.token_file,
                  "file holding the bearer token (default $STINTD_TOKEN_FILE)");

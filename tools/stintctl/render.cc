@@ -448,7 +448,8 @@ std::string RenderQueue(const Json& reply) {
   return out;
 }
 
-std::string RenderStatus(const Json& queue, const Json& jobs, const Json& windows) {
+std::string RenderStatus(const Json& queue, const Json& jobs, const Json& windows,
+                         const Json& leader) {
   // Counted by name, in the order stintd lists them; a state or priority this
   // stintctl does not know is still counted, after the known ones.
   auto count = [](const Json& list, const char* key, std::vector<std::string> order) {
@@ -508,6 +509,13 @@ std::string RenderStatus(const Json& queue, const Json& jobs, const Json& window
                            " closed early)"});
   t.AddRow({"pending", count(pending_jobs, "priority", {"LOW", "MEDIUM", "HIGH", "CRITICAL"}) +
                            "; blocked: " + (blocked_text.empty() ? "-" : blocked_text)});
+  if (Field(leader, "leader").is_object()) {
+    std::string standbys;
+    for (const Json& m : List(leader, "standbys"))
+      standbys += (standbys.empty() ? "" : ", ") + Cell(m, "url");
+    t.AddRow({"leader", Cell(Field(leader, "leader"), "url") + " (epoch " + Cell(leader, "epoch") +
+                            "); standbys: " + (standbys.empty() ? "none" : standbys)});
+  }
   std::string out = t.Render();
   return out.substr(out.find('\n') + 1);  // a key-value list: no header
 }

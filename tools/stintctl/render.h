@@ -32,7 +32,8 @@ std::string RenderQueue(const Json& reply);
 //   pending   0 LOW, 1 MEDIUM, 0 HIGH, 0 CRITICAL; blocked: 1 priority
 //             [stintd_queue_length{priority}; stintd_queue_blocked{reason}]
 // Windows are open/upcoming/closed at the queue answer's now_ms.
-std::string RenderStatus(const Json& queue, const Json& jobs, const Json& windows);
+std::string RenderStatus(const Json& queue, const Json& jobs, const Json& windows,
+                         const Json& leader);
 
 // One cell: a string as is ("-" when empty), a number (integers without ".0"), true/false as
 // yes/no, null or missing as "-".

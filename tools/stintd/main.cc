@@ -4,16 +4,26 @@
 //   ... stintd --store postgresql://stintd@db.example/stintd
 //   stintd migrate --from sqlite:/var/lib/stintd/stintd.db --to postgresql://...
 //
+// Several stintds on one PostgreSQL database: one leads (it prints
+// "stintd: leading at epoch N" and then "listening on"), the others print
+// "stintd: standby: the leader is URL (epoch N)" and wait without serving
+// until its lease runs out (--leader-lease-seconds), then take over. A
+// stintd that loses the lease exits 75 at once (restart it: it stands by).
+//
 // Prints "stintd: listening on HOST:PORT" (with " (https)" given --tls-cert
 // and --tls-key) once it serves. SIGTERM or SIGINT
 // stop it cleanly; kill -9 loses nothing that was acknowledged.
 #include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <charconv>
+#include <random>
+#include <cerrno>
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
@@ -24,6 +34,7 @@
 #include "stintd/server/auth.h"
 #include "stintd/server/coordinator.h"
 #include "stintd/server/http_api.h"
+#include "stintd/server/leadership.h"
 #include "stintd/slurm/slurm_executor.h"
 #include "stintd/store/store_copy.h"
 
@@ -58,6 +69,8 @@ struct Flags {
   bool slurm = false;
   SlurmExecutorOptions slurm_options;
   double slurm_poll_seconds = 2;
+  double leader_lease_seconds = 5;
+  std::string advertise_url;
   std::vector<std::string> slurm_partitions;  // --slurm-partition PARTITION[:LEAD]
 };
 
@@ -74,6 +87,14 @@ void AddServerFlags(CLI::App& app, Flags* f) {
                  "missing) or a PostgreSQL database (postgresql://user@host/db?...; the tables "
                  "are created in an empty one)")
       ->excludes(db);
+  app.add_option("--leader-lease-seconds", f->leader_lease_seconds,
+                 "with a database server as --store: the leader's lease; a standby takes over "
+                 "within about this long of the leader's death")
+      ->capture_default_str()
+      ->check(CLI::Range(0.5, 600.0));
+  app.add_option("--advertise-url", f->advertise_url,
+                 "where clients reach this stintd, shown by GET /v1/leader and stintctl status "
+                 "(default: --listen's address)");
   app.add_option("--admin-token-file", f->admin_file,
                  "admin bearer tokens, one per line (or $STINTD_ADMIN_TOKEN)");
   app.add_option("--worker-token-file", f->worker_file,
@@ -288,6 +309,45 @@ void AddSlurmFlags(CLI::App& app, Flags* f) {
       ->check(CLI::PositiveNumber);
 }
 
+// A port of `host` no socket is bound to now.
+Result<int> FreePort(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  if (int err = getaddrinfo(host.c_str(), "0", &hints, &found); err != 0)
+    return Status::InvalidArgument(std::string("cannot resolve: ") + gai_strerror(err));
+  const int fd = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  Status s;
+  sockaddr_storage bound{};
+  socklen_t len = sizeof(bound);
+  if (fd < 0) {
+    s = StatusFromErrno("socket", errno);
+  } else if (bind(fd, found->ai_addr, found->ai_addrlen) != 0) {
+    s = StatusFromErrno("bind", errno);
+  } else if (getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
+    s = StatusFromErrno("getsockname", errno);
+  }
+  freeaddrinfo(found);
+  if (fd >= 0) close(fd);
+  if (!s.ok()) return s;
+  return static_cast<int>(ntohs(bound.ss_family == AF_INET6
+                                    ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                    : reinterpret_cast<sockaddr_in*>(&bound)->sin_port));
+}
+
+// http(s)://HOST:PORT of --listen; a wildcard address by this host's name.
+std::string ReachableUrl(const Flags& f, int port) {
+  std::string host = f.http.host;
+  if (host == "0.0.0.0" || host == "::" || host.empty()) {
+    char name[256] = {};
+    gethostname(name, sizeof(name) - 1);
+    host = name;
+  }
+  return std::string(f.http.tls_cert.empty() ? "http://" : "https://") + host + ":" +
+         std::to_string(port);
+}
+
 // Checks the parsed flags and fills in what they imply (--listen's host and
 // port, the MASTER_PORT range, the logs dir). False, with a message on
 // stderr, on a bad flag.
@@ -344,6 +404,17 @@ bool ResolveFlags(Flags* f) {
   f->options.db_path = f->db;
   // Beside an SQLite file by default; a database server has no directory of ours.
   const bool server_store = f->db.find("://") != std::string::npos;
+  if (server_store && f->http.port == 0) {
+    // A standby names its address before it serves: fix the port now.
+    Result<int> port = FreePort(f->http.host);
+    if (!port.ok()) {
+      std::fprintf(stderr, "stintd: --listen %s: %s\n", f->listen.c_str(),
+                   port.status().ToString().c_str());
+      return false;
+    }
+    f->http.port = *port;
+  }
+  if (f->advertise_url.empty()) f->advertise_url = ReachableUrl(*f, f->http.port);
   if (server_store && f->logs_dir.empty()) {
     std::fprintf(stderr, "stintd: with a database server as --store, give --logs-dir (where "
                          "the workers' output is kept across restarts)\n");
@@ -377,6 +448,42 @@ bool ResolveFlags(Flags* f) {
   return true;
 }
 
+// Waits as a standby until this stintd holds the leader lease of the
+// database --store names; kCancelled when SIGTERM or SIGINT came first.
+Result<std::unique_ptr<Leadership>> Lead(const Flags& f, const sigset_t& stop_signals) {
+  LeadershipOptions o;
+  o.store_url = f.db;
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  o.holder = std::string(host) + ":" + std::to_string(getpid()) + ":" +
+             std::to_string(std::random_device{}() % 1000000);
+  o.advertise_url = f.advertise_url;
+  o.lease = std::chrono::milliseconds(static_cast<int64_t>(f.leader_lease_seconds * 1000));
+  o.on_lost = [](const Status& why) {
+    // Crash-only: every acknowledged change is in the database; the
+    // process must not act once another stintd may.
+    std::fprintf(stderr, "stintd: %s; exiting\n", why.ToString().c_str());
+    std::fflush(stderr);
+    std::_Exit(75);
+  };
+  o.on_standby = [](const LeaderView& v) {
+    std::printf("stintd: standby: the leader is %s (epoch %lld)\n",
+                v.url.empty() ? "none yet" : v.url.c_str(), static_cast<long long>(v.epoch));
+    std::fflush(stdout);
+  };
+  Result<std::unique_ptr<Leadership>> led =
+      Leadership::Acquire(std::move(o), [&](std::chrono::milliseconds pause) {
+        const timespec ts{static_cast<time_t>(pause.count() / 1000),
+                          static_cast<long>(pause.count() % 1000) * 1000000};
+        return sigtimedwait(&stop_signals, nullptr, &ts) > 0;
+      });
+  if (led.ok()) {
+    std::printf("stintd: leading at epoch %lld\n", static_cast<long long>((*led)->epoch()));
+    std::fflush(stdout);
+  }
+  return led;
+}
+
 // Loads the tokens, opens the coordinator, serves until SIGTERM or SIGINT.
 int Serve(Flags* f) {
   auto fail = [](const Status& s) {
@@ -405,6 +512,23 @@ int Serve(Flags* f) {
   // A client that disconnects mid-answer must not kill the server.
   signal(SIGPIPE, SIG_IGN);
 
+  // With a database server: stand by until this stintd leads.
+  std::unique_ptr<Leadership> leadership;
+  if (f->db.find("://") != std::string::npos) {
+    Result<std::unique_ptr<Leadership>> led = Lead(*f, stop_signals);
+    if (!led.ok()) {
+      if (led.status().code() == Code::kCancelled) return 0;
+      return fail(led.status());
+    }
+    leadership = std::move(*led);
+    Leadership* l = leadership.get();
+    f->options.fence = l->Fence();
+    f->http.leading = [l] { return l->Valid(); };
+    f->http.leader_view = [l] { return l->View(); };
+    f->slurm_options.epoch = l->epoch();
+    f->slurm_options.may_act = [l] { return l->Valid(); };
+  }
+
   Result<std::unique_ptr<Coordinator>> coordinator = Coordinator::Open(f->options);
   if (!coordinator.ok()) return fail(coordinator.status());
   Result<std::unique_ptr<HttpApi>> api =
@@ -419,17 +543,7 @@ int Serve(Flags* f) {
   std::unique_ptr<SlurmExecutor> slurm;
   if (f->slurm) {
     SlurmExecutorOptions o = f->slurm_options;
-    if (o.coord_url.empty()) {
-      // A wildcard address is reachable at this host's name.
-      std::string host = f->http.host;
-      if (host == "0.0.0.0" || host == "::" || host.empty()) {
-        char name[256] = {};
-        gethostname(name, sizeof(name) - 1);
-        host = name;
-      }
-      o.coord_url = std::string(f->http.tls_cert.empty() ? "http://" : "https://") + host + ":" +
-                    std::to_string((*api)->port());
-    }
+    if (o.coord_url.empty()) o.coord_url = ReachableUrl(*f, (*api)->port());
     Result<std::unique_ptr<SlurmExecutor>> started =
         SlurmExecutor::Start(coordinator->get(), std::move(o));
     if (!started.ok()) {
@@ -455,6 +569,7 @@ int Serve(Flags* f) {
   server.join();
   api->reset();
   coordinator->reset();
+  leadership.reset();  // gives the lease up: a standby takes over at once
   if (!served.ok()) return fail(served);
   return 0;
 }

@@ -95,6 +95,9 @@ struct WorkerProgress {
 struct CoordinatorOptions {
   // "http://host:port" or "https://host:port" (a trailing "/" is allowed,
   // no other path). Default: http://127.0.0.1:7077, stintd's default.
+  // Several, separated by commas: the stintds sharing one database, of
+  // which one leads; calls go to the one that answers (the others do not
+  // serve, or answer 503), so a takeover costs retries, not failures.
   std::string url = "http://127.0.0.1:7077";
   // https: PEM file of the CA certificates stintd's certificate must chain
   // to (a self-signed stintd certificate given here pins it), and the URL's
@@ -132,7 +135,8 @@ struct CoordinatorOptions {
 };
 
 // Options from the environment a launcher sets for a worker:
-//   STINT_COORD_URL    (optional; default http://127.0.0.1:7077)
+//   STINT_COORD_URL    (optional; default http://127.0.0.1:7077; several:
+//                      comma-separated, see CoordinatorOptions::url)
 //   STINT_CA_FILE      (optional; CoordinatorOptions::ca_file)
 //   STINT_COORD_TOKEN  (required unless STINT_WORKER_SECRET is set; under a
 //                      torchrun launch stint-agent sets the segment's

@@ -64,6 +64,7 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions option
   if (!options.clock) options.clock = SystemNowMs;
   if (!(options.tick_seconds > 0)) return Status::InvalidArgument("tick_seconds must be > 0");
   STINT_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(options.db_path));
+  if (options.fence) STINT_RETURN_IF_ERROR(store->SetFence(*options.fence));
   STINT_ASSIGN_OR_RETURN(ClusterState state, store->Load());
   STINT_ASSIGN_OR_RETURN(std::vector<KvRecord> entries, store->LoadKv());
   std::map<std::pair<int64_t, std::string>, KvRecord> kv;

@@ -42,6 +42,9 @@ constexpr size_t kKvMaxValueBytes = size_t{1} << 20;
 
 struct CoordinatorOptions {
   std::string db_path;
+  // A store several stintds share: the lease this stintd leads at, checked
+  // by every write (Store::SetFence). Unset: the store is this stintd's alone.
+  std::optional<StoreFence> fence;
   PolicyConfig policy;
   double tick_seconds = 0.5;
   double heartbeat_interval_seconds = 5;  // suggested to workers

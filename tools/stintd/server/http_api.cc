@@ -228,6 +228,7 @@ void HttpApi::InstallRoutes() {
   InstallNodeRoutes(&routes, &logs_, [this] { PruneLogsIfDue(); });
   InstallWorkerRoutes(&routes);
   InstallLogRoutes(&routes, &logs_);
+  InstallLeaderRoutes(&routes, options_.leader_view);
   InstallConnectionHooks();
 }
 
@@ -244,6 +245,18 @@ void HttpApi::InstallConnectionHooks() {
                                 "stintd serves at most " + std::to_string(threads) +
                                     " connections at once (--http-threads) and has that many: "
                                     "retry later")
+                          .dump(),
+                      "application/json");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (options_.leading && !options_.leading()) {
+      // An old leader (paused past its lease, or cut from the database)
+      // answers nothing from a state another stintd may have moved on from.
+      res.status = 503;
+      res.set_header("Connection", "close");
+      res.set_content(ErrorBody("UNAVAILABLE",
+                                "this stintd no longer holds the leader lease: ask the next "
+                                "stintd of the list")
                           .dump(),
                       "application/json");
       return httplib::Server::HandlerResponse::Handled;

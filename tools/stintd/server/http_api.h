@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -16,6 +17,7 @@
 #include "stintd/server/authorization.h"
 #include "stintd/server/coordinator.h"
 #include "stintd/server/log_tails.h"
+#include "stintd/store/leader_lease.h"
 
 namespace httplib {
 class Server;
@@ -46,6 +48,11 @@ struct HttpOptions {
   // Nice value of the HTTP threads that answer requests (0..19), so that
   // the tick thread's policy pass is not starved by a flood of requests.
   int thread_nice = 5;
+  // With a store several stintds share (leadership.h): whether this stintd
+  // may still act (false: every request is answered 503), and the lease's
+  // view for GET /v1/leader. Empty: this stintd is the only one.
+  std::function<bool()> leading;
+  std::function<Result<LeaderView>()> leader_view;
 };
 
 class HttpApi {

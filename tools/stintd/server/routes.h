@@ -12,6 +12,7 @@
 #include "stintd/server/authorization.h"
 #include "stintd/server/coordinator.h"
 #include "stintd/server/http_reply.h"
+#include "stintd/store/leader_lease.h"
 #include "stintd/server/log_tails.h"
 
 namespace httplib {
@@ -74,6 +75,8 @@ void InstallNodeRoutes(Routes* routes, LogTails* logs, std::function<void()> pru
 // the jobs' KV.
 void InstallWorkerRoutes(Routes* routes);
 void InstallLogRoutes(Routes* routes, LogTails* logs);  // GET /v1/jobs/{id}/logs
+// GET /v1/leader, from `view` (empty: this stintd is alone on its store).
+void InstallLeaderRoutes(Routes* routes, std::function<Result<LeaderView>()> view);
 
 }  // namespace stint::stintd
 

@@ -653,7 +653,8 @@ Status SlurmExecutor::Submit(int64_t segment_id, TimeMs now) {
       "--output=" + base + ".log",
       "--open-mode=append",
       "--export=ALL",
-      "--comment=stintd job " + std::to_string(job_id) + " segment " + std::to_string(segment_id)};
+      "--comment=stintd job " + std::to_string(job_id) + " segment " + std::to_string(segment_id) +
+          (options_.epoch > 0 ? " epoch " + std::to_string(options_.epoch) : "")};
   if (spec.workdir) argv.push_back("--chdir=" + *spec.workdir);
   for (size_t k = 0; k < parts.size(); k++) {
     const size_t i = parts[k];
@@ -667,6 +668,7 @@ Status SlurmExecutor::Submit(int64_t segment_id, TimeMs now) {
     }
   }
   argv.push_back(base + ".sh");
+  STINT_RETURN_IF_ERROR(MayAct("sbatch segment " + std::to_string(segment_id)));
   STINT_ASSIGN_OR_RETURN(CommandOutput out, RunCommand(argv, options_.command_timeout, env));
   // --parsable prints "JOBID[;CLUSTER]" on stdout; stderr may carry warnings
   // (a site's job_submit.lua), which are logged, never parsed.
@@ -729,10 +731,17 @@ Result<SlurmExecutor::Accounted> SlurmExecutor::Accounting(const std::vector<int
   return Status::Unavailable("Slurm's accounting does not answer: " + Join(failed, "; "));
 }
 
+Status SlurmExecutor::MayAct(const std::string& what) const {
+  if (!options_.may_act || options_.may_act()) return Status::OK();
+  return Status::Aborted("fenced: " + what + " not run, this stintd no longer holds the leader "
+                         "lease of epoch " + std::to_string(options_.epoch));
+}
+
 Status SlurmExecutor::Cancel(int64_t slurm_job, const std::string& signal) {
   std::vector<std::string> argv = {"scancel"};
   if (!signal.empty()) argv.push_back("--signal=" + signal);
   argv.push_back(std::to_string(slurm_job));
+  STINT_RETURN_IF_ERROR(MayAct(Join(argv, " ")));
   STINT_ASSIGN_OR_RETURN(CommandOutput out, RunCommand(argv, options_.command_timeout));
   if (out.exit_code != 0) {
     return Status::FailedPrecondition(Join(argv, " ") + " (exit " + std::to_string(out.exit_code) +

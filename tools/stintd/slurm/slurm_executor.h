@@ -53,6 +53,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -91,6 +92,11 @@ struct SlurmExecutorOptions {
   double start_timeout_seconds = 120;  // a job not started by then is cancelled and requeued
   double exit_grace_seconds = 60;      // srun --wait: how long the other tasks get after one exits
   std::chrono::milliseconds command_timeout{std::chrono::seconds(30)};
+  // With a store several stintds share: the leader epoch this stintd acts
+  // at (in each sbatch --comment), and whether it still holds the lease,
+  // asked before every sbatch and scancel. Empty: always.
+  int64_t epoch = 0;
+  std::function<bool()> may_act;
 };
 
 class SlurmExecutor {
@@ -148,6 +154,8 @@ class SlurmExecutor {
   // launch never works).
   Status Submit(int64_t segment_id, TimeMs now);
   Status Cancel(int64_t slurm_job, const std::string& signal = "");
+  // kAborted ("fenced") once this stintd no longer holds the lease.
+  Status MayAct(const std::string& what) const;
   // How the Slurm jobs `ids`, which squeue forgot, ended, by id, and the
   // command that said so: sacct, or where it fails (accounting storage
   // disabled) sacct --completion. Jobs it does not know are left out; the

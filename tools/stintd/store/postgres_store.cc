@@ -7,11 +7,11 @@
 // it returns (PostgreSQL's default synchronous_commit: on the server's WAL
 // on disk). Loads read one snapshot (REPEATABLE READ).
 //
-// One stintd per database: Open takes a session advisory lock and a second
-// stintd is refused while the first holds it (after waiting 10 s for a
-// stintd that just died: the server frees its lock when it notices the
-// connection gone). A closed store gives it back at once. Statements are
-// prepared once per connection, parameters and results travel in binary.
+// Several stintds may open one database; the leader lease
+// (leader_lease.h) says which one acts, and SetFence makes every write
+// transaction check it first, so an old leader's late writes are refused.
+// Statements are prepared once per connection, parameters and results
+// travel in binary.
 //
 // A lost connection, or a commit whose outcome is unknown (the connection
 // dropped while it ran), leaves the store refusing every call: the caller's
@@ -20,8 +20,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -47,23 +47,14 @@ using internal::Table;
 
 // What SqliteStore calls kSchemaVersion: the layout of tables.h.
 constexpr int64_t kSchemaVersion = 13;
-// The advisory lock one stintd holds on its database ("stintd" in ASCII).
-constexpr const char* kLockKey = "7310176884282468";
-constexpr std::chrono::seconds kLockWait(10);
+// Serializes the schema's creation by stintds that start together: a
+// transaction-scoped lock ("stintd" in ASCII), given back at COMMIT.
+constexpr const char* kSchemaLock = "SELECT pg_advisory_xact_lock(7310176884282468)";
+constexpr const char* kReadLease = "SELECT holder, epoch FROM stintd_leader WHERE id = 1 FOR SHARE";
 
 class PostgresStore final : public Store, private internal::TableStatements {
  public:
   static Result<std::unique_ptr<Store>> Open(const std::string& url);
-  // Gives the lock back at once (the server would only when it notices
-  // the connection gone), so a stintd restarted right away gets it.
-  ~PostgresStore() override {
-    if (locked_) {
-      ExecPg(conn_.get(), std::string("SELECT pg_advisory_unlock(") + kLockKey + ")",
-             PGRES_TUPLES_OK, "give the stintd lock back")
-          .status()
-          .IgnoreError();
-    }
-  }
 
   Result<ClusterState> Load() override;
   Status Save(const ClusterState& s, const Changes& changes) override;
@@ -71,6 +62,7 @@ class PostgresStore final : public Store, private internal::TableStatements {
   Status PutKv(const KvRecord& entry) override;
   Status DeleteKv(int64_t job_id, const std::string& key) override;
   Status DeleteJobKv(int64_t job_id) override;
+  Status SetFence(StoreFence fence) override;
   const std::string& path() const override { return shown_; }
 
  private:
@@ -82,6 +74,10 @@ class PostgresStore final : public Store, private internal::TableStatements {
   // returns OK, else rolled back.
   template <typename Body>
   Status InTransaction(const char* begin, Body body);
+  // A write transaction: InTransaction that first checks the fence.
+  template <typename Body>
+  Status InWriteTransaction(Body body);
+  Status CheckFence();
   Result<PgResult> ExecPrepared(const std::string& name, const PgBinder& b, ExecStatusType want,
                                 const std::string& context);
 
@@ -92,7 +88,7 @@ class PostgresStore final : public Store, private internal::TableStatements {
 
   const std::string shown_;  // the URL without its password
   PgConn conn_;
-  bool locked_ = false;  // holds the advisory lock
+  std::optional<StoreFence> fence_;
   Status broken_;
 };
 
@@ -113,25 +109,11 @@ Result<std::unique_ptr<Store>> PostgresStore::Open(const std::string& url) {
 
 Status PostgresStore::Init() {
   PGconn* c = conn_.get();
-  // A stintd that just stopped or died frees the lock when its server
-  // process notices the connection gone, a moment later: wait that long.
-  const auto deadline = std::chrono::steady_clock::now() + kLockWait;
-  for (;;) {
-    STINT_ASSIGN_OR_RETURN(
-        PgResult locked,
-        ExecPg(c, std::string("SELECT pg_try_advisory_lock(") + kLockKey + ")", PGRES_TUPLES_OK,
-               "take the stintd lock"));
-    if (std::string(PQgetvalue(locked.get(), 0, 0)) == "t") break;
-    if (std::chrono::steady_clock::now() > deadline) {
-      return Status::FailedPrecondition("another stintd holds this database (its advisory lock " +
-                                        std::string(kLockKey) + ")");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  locked_ = true;
   STINT_RETURN_IF_ERROR(
       ExecPg(c, "BEGIN", PGRES_COMMAND_OK, "begin the schema check").status());
   Status s = [&]() -> Status {
+    STINT_RETURN_IF_ERROR(
+        ExecPg(c, kSchemaLock, PGRES_TUPLES_OK, "lock the schema's creation").status());
     STINT_ASSIGN_OR_RETURN(PgResult has,
                            ExecPg(c, "SELECT to_regclass('stintd_schema') IS NOT NULL",
                                   PGRES_TUPLES_OK, "read the schema"));
@@ -246,8 +228,42 @@ Status PostgresStore::ForEachRow(const Table& t, const std::string& context, con
   return Status::OK();
 }
 
+template <typename Body>
+Status PostgresStore::InWriteTransaction(Body body) {
+  return InTransaction("BEGIN", [&] {
+    STINT_RETURN_IF_ERROR(CheckFence());
+    return body();
+  });
+}
+
+Status PostgresStore::CheckFence() {
+  if (!fence_) return Status::OK();
+  STINT_ASSIGN_OR_RETURN(PgResult lease,
+                         ExecPg(conn_.get(), kReadLease, PGRES_TUPLES_OK, "check the lease"));
+  const std::string holder = PQntuples(lease.get()) == 1 ? PQgetvalue(lease.get(), 0, 0) : "";
+  const int64_t epoch = PQntuples(lease.get()) == 1 ? std::atoll(PQgetvalue(lease.get(), 0, 1)) : 0;
+  if (holder == fence_->holder && epoch == fence_->epoch) return Status::OK();
+  Status fenced = Status::Aborted(
+      "fenced: this stintd led at epoch " + std::to_string(fence_->epoch) +
+      " and the lease is now at epoch " + std::to_string(epoch) + ", held by " + holder +
+      "; write refused");
+  if (fence_->on_fenced) fence_->on_fenced(fenced);
+  return fenced;
+}
+
+Status PostgresStore::SetFence(StoreFence fence) {
+  if (!broken_.ok()) return broken_;
+  STINT_RETURN_IF_ERROR(ExecPg(conn_.get(),
+                               "SET idle_in_transaction_session_timeout = " +
+                                   std::to_string(fence.idle_limit.count()),
+                               PGRES_COMMAND_OK, "limit idle transactions")
+                            .status()
+                            .WithContext(shown_));
+  fence_ = std::move(fence);
+  return Status::OK();
+}
+
 constexpr const char* kBeginRead = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
-constexpr const char* kBeginWrite = "BEGIN";
 
 Result<ClusterState> PostgresStore::Load() {
   ClusterState s;
@@ -258,7 +274,7 @@ Result<ClusterState> PostgresStore::Load() {
 
 Status PostgresStore::Save(const ClusterState& s, const Changes& changes) {
   if (changes.empty()) return broken_;
-  return InTransaction(kBeginWrite, [&] { return WriteChanges(*this, s, changes); })
+  return InWriteTransaction([&] { return WriteChanges(*this, s, changes); })
       .WithContext(shown_);
 }
 
@@ -270,17 +286,17 @@ Result<std::vector<KvRecord>> PostgresStore::LoadKv() {
 }
 
 Status PostgresStore::PutKv(const KvRecord& entry) {
-  return InTransaction(kBeginWrite, [&] { return WriteKv(*this, entry); }).WithContext(shown_);
+  return InWriteTransaction([&] { return WriteKv(*this, entry); }).WithContext(shown_);
 }
 
 Status PostgresStore::DeleteKv(int64_t job_id, const std::string& key) {
-  return InTransaction(kBeginWrite, [&] { return EraseKv(*this, job_id, key); })
+  return InWriteTransaction([&] { return EraseKv(*this, job_id, key); })
       .WithContext(shown_);
 }
 
 Status PostgresStore::DeleteJobKv(int64_t job_id) {
   const std::string what = "delete the kv of job " + std::to_string(job_id);
-  return InTransaction(kBeginWrite, [&] { return EraseJobKv(job_id, what); }).WithContext(shown_);
+  return InWriteTransaction([&] { return EraseJobKv(job_id, what); }).WithContext(shown_);
 }
 
 }  // namespace

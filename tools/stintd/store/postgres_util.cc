@@ -77,6 +77,19 @@ Result<PgResult> ExecPg(PGconn* conn, const std::string& sql, ExecStatusType wan
   return res;
 }
 
+Result<PgResult> ExecPgText(PGconn* conn, const std::string& sql,
+                            const std::vector<std::string>& params, ExecStatusType want,
+                            std::string_view context) {
+  std::vector<const char*> values;
+  values.reserve(params.size());
+  for (const std::string& p : params) values.push_back(p.c_str());
+  PgResult res(PQexecParams(conn, sql.c_str(), static_cast<int>(values.size()), nullptr,
+                            values.data(), nullptr, nullptr, /*resultFormat=*/0));
+  if (res == nullptr || PQresultStatus(res.get()) != want)
+    return StatusFromPg(conn, res.get(), context);
+  return res;
+}
+
 void PgBinder::Push(std::string bytes, bool null) {
   values_.push_back(std::move(bytes));
   null_.push_back(null);

@@ -50,6 +50,11 @@ Status StatusFromPg(PGconn* conn, const PGresult* res, std::string_view context)
 Result<PgResult> ExecPg(PGconn* conn, const std::string& sql, ExecStatusType want,
                         std::string_view context);
 
+// ExecPg with text parameters ($1, $2, ...) and text results.
+Result<PgResult> ExecPgText(PGconn* conn, const std::string& sql,
+                            const std::vector<std::string>& params, ExecStatusType want,
+                            std::string_view context);
+
 // Binder (row_codec.h) collecting one prepared statement's parameters.
 class PgBinder final : public Binder {
  public:

@@ -155,6 +155,9 @@ class SqliteStore final : public Store, private internal::TableStatements {
   Status PutKv(const KvRecord& entry) override;
   Status DeleteKv(int64_t job_id, const std::string& key) override;
   Status DeleteJobKv(int64_t job_id) override;
+  Status SetFence(StoreFence) override {
+    return Status::Unimplemented(path_ + ": an SQLite store has one stintd, nothing to fence");
+  }
   const std::string& path() const override { return path_; }
 
  private:

@@ -9,7 +9,9 @@
 #ifndef STINT_TOOLS_STINTD_STORE_STORE_H_
 #define STINT_TOOLS_STINTD_STORE_STORE_H_
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +30,19 @@ struct KvRecord {
   std::string value;
   int64_t version = 0;  // 1 for the first write, +1 per write
   TimeMs updated_ms = 0;
+};
+
+// What a store shared by several stintds checks before every write: that
+// the lease (leader_lease.h) is still at this stintd's epoch.
+struct StoreFence {
+  std::string holder;
+  int64_t epoch = 0;
+  // Runs on the first write refused for a newer epoch (stintd exits: an
+  // old leader must not act).
+  std::function<void(const Status&)> on_fenced;
+  // A write transaction idle this long is ended by the server, so a paused
+  // stintd cannot hold back a takeover with its share lock.
+  std::chrono::milliseconds idle_limit{2500};
 };
 
 class Store {
@@ -53,6 +68,12 @@ class Store {
   // Every entry of job `job_id` (a job that ended keeps none), in one
   // durable transaction.
   virtual Status DeleteJobKv(int64_t job_id) = 0;
+
+  // From now on every write transaction first checks, under a share lock
+  // on the lease row, that the lease is at `fence.epoch` held by
+  // `fence.holder`, and else is refused with kAborted ("fenced: ...").
+  // kUnimplemented for a store that only one stintd can open (SQLite).
+  virtual Status SetFence(StoreFence fence) = 0;
 
   // The file, or the URL without its password.
   virtual const std::string& path() const = 0;
