@@ -13,10 +13,12 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "stint/coordinator_client.h"
 #include "util/postgres_server.h"
 #include "util/stintd_process.h"
 #include "util/subprocess.h"
@@ -103,7 +105,8 @@ std::string Stintctl(const std::string& urls, const std::vector<std::string>& ar
 
 // Issue 45, items 2-4: a standby takes over once the leader's lease runs
 // out, whether the leader was killed or paused; clients given the list of
-// both reach whichever leads; a paused leader that wakes after the
+// both reach whichever leads, and a worker's heartbeat sent while none
+// leads is retried until one does; a paused leader that wakes after the
 // takeover exits (75) without acting, and nothing acknowledged is lost.
 TEST(StintdPostgres, AStandbyTakesOverAndTheOldLeaderIsFenced) {
   std::string why;
@@ -126,8 +129,15 @@ TEST(StintdPostgres, AStandbyTakesOverAndTheOldLeaderIsFenced) {
   ASSERT_TRUE(b.StartStandby()) << b.output();
   HttpJson admin_a(a.port(), StintdProcess::kAdminToken);
   ASSERT_EQ(admin_a.Post("/v1/pools", {{"name", "p"}}).status, 201);
-  ASSERT_EQ(admin_a.Post("/v1/jobs", {{"name", "first"}, {"pool", "p"}, {"min_gpus", 1}}).status,
+  ASSERT_EQ(admin_a.Post("/v1/windows", {{"pool", "p"}, {"gpus", 1}, {"end_ms", WallNowMs() + 3600000}})
+                .status,
             201);
+  auto first = admin_a.Post("/v1/jobs", {{"name", "first"}, {"pool", "p"}, {"min_gpus", 1}});
+  ASSERT_EQ(first.status, 201) << first.text;
+  const int64_t job = first.body.value("id", int64_t{0});
+  ASSERT_TRUE(Eventually([&] {
+    return admin_a.Get("/v1/jobs/" + std::to_string(job)).body.value("state", "") == "RUNNING";
+  }));
   const json leader = admin_a.Get("/v1/leader").body;
   EXPECT_EQ(leader.value("epoch", 0), 1) << leader.dump();
   EXPECT_EQ(leader["leader"].value("url", ""), a.url()) << leader.dump();
@@ -138,10 +148,32 @@ TEST(StintdPostgres, AStandbyTakesOverAndTheOldLeaderIsFenced) {
   std::string status = Stintctl(b_url + "," + a.url(), {"status"});
   EXPECT_NE(status.find(a.url() + " (epoch 1); standbys: " + b_url), std::string::npos) << status;
 
-  // kill -9 of the leader: the standby serves within about a lease.
+  // A worker of the running segment, given both URLs.
+  CoordinatorOptions o;
+  o.url = a.url() + "," + b_url;
+  o.token = StintdProcess::kWorkerToken;
+  o.job_id = uint64_t(job);
+  o.worker_name = "through-takeover";
+  o.retry.initial_backoff = std::chrono::milliseconds(50);
+  o.retry.max_backoff = std::chrono::milliseconds(500);
+  o.retry.deadline = std::chrono::milliseconds(static_cast<int64_t>(takeover_limit * 1000));
+  auto worker = CoordinatorClient::Create(o);
+  ASSERT_TRUE(worker.ok()) << worker.status().ToString();
+  Result<WorkerRegistration> reg = (*worker)->Register();
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  ASSERT_TRUE((*worker)->Heartbeat(1).ok());
+
+  // kill -9 of the leader: the standby serves within about a lease, and
+  // the worker's heartbeat, sent meanwhile, is retried until it answers.
   const auto killed = std::chrono::steady_clock::now();
   a.Kill(SIGKILL);
+  Result<WorkerView> beat = Status::Internal("not run");
+  std::thread heartbeat([&] { beat = (*worker)->Heartbeat(2); });
   ASSERT_TRUE(b.WaitUntilLeading(takeover_limit)) << b.output();
+  heartbeat.join();
+  ASSERT_TRUE(beat.ok()) << beat.status().ToString();
+  EXPECT_TRUE(beat->active);
+  EXPECT_EQ(beat->fencing_token, reg->fencing_token);
   std::printf("takeover after kill -9: %.2f s (lease %.0f s)\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count(),
               lease_seconds);
@@ -150,6 +182,9 @@ TEST(StintdPostgres, AStandbyTakesOverAndTheOldLeaderIsFenced) {
   EXPECT_NE(status.find(b_url + " (epoch 2)"), std::string::npos) << status;
   HttpJson admin_b(b.port(), StintdProcess::kAdminToken);
   ASSERT_EQ(admin_b.Get("/v1/jobs").body.value("jobs", json::array()).size(), 1u);
+  Result<FencingCheck> fencing = (*worker)->CheckFencing();
+  ASSERT_TRUE(fencing.ok()) << fencing.status().ToString();
+  EXPECT_TRUE(fencing->valid);
 
   // The old leader comes back as a standby; the leader is paused past its
   // lease: the standby takes over again.
