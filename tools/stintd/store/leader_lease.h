@@ -11,7 +11,10 @@
 // writes in flight and refuses every later one of the old leader.
 //
 // Every stintd also keeps a row in stintd_members (holder, URL, last seen),
-// which is how the leader lists its standbys.
+// which is how the leader lists its standbys. stintd_journal gets a row
+// (epoch, "takeover") at each takeover and one (epoch, "write") in each
+// fenced write transaction: ordered by id its epochs never go down, which
+// is what a fault test checks to show that no old leader wrote late.
 //
 // Transaction-scoped statements only (no session advisory lock): correct
 // behind PgBouncer's transaction pooling and across a database failover.

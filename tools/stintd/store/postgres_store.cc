@@ -69,6 +69,12 @@ class PostgresStore final : public Store, private internal::TableStatements {
   PostgresStore(std::string shown, PgConn conn) : shown_(std::move(shown)), conn_(std::move(conn)) {}
 
   Status Init();
+  // The statements every call uses, once per connection.
+  Status PrepareAll();
+  // After the connection was lost (a database restart or failover): a new
+  // one, as this store had it. Only Load() calls it: what it reads then is
+  // the truth the caller's memory is replaced with.
+  Status Reconnect();
   Status Prepare(const std::string& name, const std::string& sql, int params);
   // Runs `body` in a transaction begun with `begin`: committed if it
   // returns OK, else rolled back.
@@ -78,6 +84,8 @@ class PostgresStore final : public Store, private internal::TableStatements {
   template <typename Body>
   Status InWriteTransaction(Body body);
   Status CheckFence();
+  // With a fence: the server ends a transaction idle past its idle_limit.
+  Status LimitIdleTransactions();
   Result<PgResult> ExecPrepared(const std::string& name, const PgBinder& b, ExecStatusType want,
                                 const std::string& context);
 
@@ -150,7 +158,10 @@ Status PostgresStore::Init() {
     return s;
   }
   STINT_RETURN_IF_ERROR(ExecPg(c, "COMMIT", PGRES_COMMAND_OK, "commit the schema").status());
+  return PrepareAll();
+}
 
+Status PostgresStore::PrepareAll() {
   for (const Table* t : AllTables()) {
     const int columns = static_cast<int>(t->columns.size());
     STINT_RETURN_IF_ERROR(Prepare(std::string(t->name) + ".upsert", t->Upsert(Dialect::kPostgres),
@@ -242,7 +253,14 @@ Status PostgresStore::CheckFence() {
                          ExecPg(conn_.get(), kReadLease, PGRES_TUPLES_OK, "check the lease"));
   const std::string holder = PQntuples(lease.get()) == 1 ? PQgetvalue(lease.get(), 0, 0) : "";
   const int64_t epoch = PQntuples(lease.get()) == 1 ? std::atoll(PQgetvalue(lease.get(), 0, 1)) : 0;
-  if (holder == fence_->holder && epoch == fence_->epoch) return Status::OK();
+  if (holder == fence_->holder && epoch == fence_->epoch) {
+    // Under the share lock: before any later takeover's row (leader_lease.h).
+    return ExecPg(conn_.get(),
+                  "INSERT INTO stintd_journal (epoch, what) VALUES (" + std::to_string(epoch) +
+                      ", 'write')",
+                  PGRES_COMMAND_OK, "journal the write")
+        .status();
+  }
   Status fenced = Status::Aborted(
       "fenced: this stintd led at epoch " + std::to_string(fence_->epoch) +
       " and the lease is now at epoch " + std::to_string(epoch) + ", held by " + holder +
@@ -253,19 +271,39 @@ Status PostgresStore::CheckFence() {
 
 Status PostgresStore::SetFence(StoreFence fence) {
   if (!broken_.ok()) return broken_;
-  STINT_RETURN_IF_ERROR(ExecPg(conn_.get(),
-                               "SET idle_in_transaction_session_timeout = " +
-                                   std::to_string(fence.idle_limit.count()),
-                               PGRES_COMMAND_OK, "limit idle transactions")
-                            .status()
-                            .WithContext(shown_));
   fence_ = std::move(fence);
-  return Status::OK();
+  return LimitIdleTransactions().WithContext(shown_);
+}
+
+Status PostgresStore::LimitIdleTransactions() {
+  if (!fence_) return Status::OK();
+  return ExecPg(conn_.get(),
+                "SET idle_in_transaction_session_timeout = " +
+                    std::to_string(fence_->idle_limit.count()),
+                PGRES_COMMAND_OK, "limit idle transactions")
+      .status();
 }
 
 constexpr const char* kBeginRead = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
 
+Status PostgresStore::Reconnect() {
+  PGconn* c = conn_.get();
+  if (PQstatus(c) == CONNECTION_OK) return Status::OK();
+  PQreset(c);
+  if (PQstatus(c) != CONNECTION_OK) {
+    std::string why = PQerrorMessage(c);
+    while (!why.empty() && why.back() == '\n') why.pop_back();
+    return Status::Unavailable("cannot connect again: " + why);
+  }
+  STINT_RETURN_IF_ERROR(PrepareAll());
+  return LimitIdleTransactions();
+}
+
 Result<ClusterState> PostgresStore::Load() {
+  if (!broken_.ok()) {
+    STINT_RETURN_IF_ERROR(Reconnect().WithContext(shown_));
+    broken_ = Status::OK();
+  }
   ClusterState s;
   Status st = InTransaction(kBeginRead, [&] { return ReadState(*this, &s); });
   if (!st.ok()) return st.WithContext(shown_);
