@@ -28,7 +28,9 @@ STEPS=${STINT_DEMO_STEPS:-600}
 ARGS=(--steps "$STEPS" --every 50 --seed 3 --step-ms 4)
 
 echo "== 1. spot_demo: one elastic job across spot and fragment windows"
-.venv/bin/python examples/spot_demo/spot_demo.py --build "$BUILD_DIR" --work-root "$WORK" --keep-work
+# STINT_DEMO_STORE=postgresql://... keeps stintd's state in that (empty) database.
+.venv/bin/python examples/spot_demo/spot_demo.py --build "$BUILD_DIR" --work-root "$WORK" --keep-work \
+  ${STINT_DEMO_STORE:+--store "$STINT_DEMO_STORE"}
 SPOT_CKPT=$(ls -d "$WORK"/stint-spot-demo-*/ckpt-train)
 
 echo "== 2. slurm_demo: one job in the holes of a real Slurm, run by stintd --slurm"

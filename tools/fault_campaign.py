@@ -1095,6 +1095,8 @@ def main():
     p.add_argument("--kinds", default=",".join(KINDS))
     p.add_argument("--workdir", default=None)
     p.add_argument("--keep", action="store_true", help="keep the work directory")
+    p.add_argument("--leader-lease-seconds", type=float, default=2.0,
+                   help="the stintds' --leader-lease-seconds in the leader faults")
     p.add_argument("--budget", type=float, default=0,
                    help="seconds after which no new fault starts (0: none); the counts say how many ran")
     args = p.parse_args()

@@ -39,10 +39,9 @@ import urllib.request
 
 KINDS = ["leader_kill", "leader_stop", "pg_restart"]
 ADMIN = "leader-campaign-admin-token"
-LEASE_SECONDS = 2.0
 # A takeover needs a lease, a poll and a load; a loaded 2-core machine gets
 # a wide margin.
-TAKEOVER_DEADLINE = 60.0
+TAKEOVER_LEASES = 30
 
 
 def pg_bindir():
@@ -111,8 +110,8 @@ class Postgres:
 
 
 class Stintd:
-    def __init__(self, binary, store, workdir, name, env):
-        self.binary, self.store, self.name, self.env = binary, store, name, env
+    def __init__(self, binary, store, workdir, name, env, lease):
+        self.binary, self.store, self.name, self.env, self.lease = binary, store, name, env, lease
         self.dir = os.path.join(workdir, name)
         os.makedirs(self.dir, exist_ok=True)
         self.port = _free_port()
@@ -125,7 +124,7 @@ class Stintd:
         self.proc = subprocess.Popen(
             [self.binary, "--store", self.store, "--listen", "127.0.0.1:%d" % self.port,
              "--logs-dir", os.path.join(self.dir, "logs"), "--leader-lease-seconds",
-             str(LEASE_SECONDS), "--tick-seconds", "0.1", "--start-grace-seconds", "1",
+             str(self.lease), "--tick-seconds", "0.1", "--start-grace-seconds", "1",
              "--lease-ttl-seconds", "4", "--min-run-seconds", "0"],
             env=self.env, stdout=log, stderr=subprocess.STDOUT)
         log.close()
@@ -169,6 +168,8 @@ class LeaderFaults:
         self.pg = None
         self.databases = 0
         self.takeovers = {k: [] for k in KINDS}
+        self.lease = campaign.args.leader_lease_seconds
+        self.deadline = TAKEOVER_LEASES * self.lease
 
     def available(self):
         return pg_bindir() is not None and shutil.which("psql") is not None
@@ -182,7 +183,7 @@ class LeaderFaults:
         for kind, times in self.takeovers.items():
             if times:
                 print("takeover after %s: median %.2f s, worst %.2f s over %d (lease %.0f s)" % (
-                    kind, statistics.median(times), max(times), len(times), LEASE_SECONDS))
+                    kind, statistics.median(times), max(times), len(times), self.lease))
 
     def run(self, kind, label):
         if self.pg is None:
@@ -196,7 +197,8 @@ class LeaderFaults:
                         "-c", "CREATE DATABASE " + db], check=True, capture_output=True, timeout=60)
         env = dict(self.c.env, STINTD_ADMIN_TOKEN=ADMIN, STINTD_WORKER_TOKEN="leader-worker-token")
         work = os.path.join(self.c.work, label)
-        daemons = [Stintd(self.c.stintd_bin, self.pg.url(db), work, n, env) for n in ("a", "b")]
+        daemons = [Stintd(self.c.stintd_bin, self.pg.url(db), work, n, env, self.lease)
+                   for n in ("a", "b")]
         try:
             self._fault(kind, db, daemons, label)
         finally:
@@ -220,7 +222,7 @@ class LeaderFaults:
     def _fault(self, kind, db, daemons, label):
         a, b = daemons
         a.start()
-        leader = self._leader([a], time.monotonic() + TAKEOVER_DEADLINE)
+        leader = self._leader([a], time.monotonic() + self.deadline)
         if leader is None:
             return self.c.fail("%s: the first stintd did not lead:\n%s" % (label, a.output()[-2000:]))
         b.start()
@@ -263,7 +265,7 @@ class LeaderFaults:
             # A stintd whose database went away exits (crash-only); the
             # operator's supervisor restarts it: so does the campaign.
             t0 = time.monotonic()
-        deadline = time.monotonic() + TAKEOVER_DEADLINE
+        deadline = time.monotonic() + self.deadline
         new = None
         while new is None and time.monotonic() < deadline:
             if kind == "pg_restart":
@@ -275,12 +277,12 @@ class LeaderFaults:
         if new is None:
             stop.set()
             return self.c.fail("%s: no stintd leads %.0f s after %s:\n%s\n%s" % (
-                label, TAKEOVER_DEADLINE, kind, a.output()[-1500:], b.output()[-1500:]))
+                label, self.deadline, kind, a.output()[-1500:], b.output()[-1500:]))
         self.takeovers[kind].append(time.monotonic() - t0)
         if kind == "leader_stop":
             old.proc.send_signal(signal.SIGCONT)
             try:
-                code = old.proc.wait(timeout=TAKEOVER_DEADLINE)
+                code = old.proc.wait(timeout=self.deadline)
             except subprocess.TimeoutExpired:
                 code = None
             if code != 75 or "fenced: " not in old.output():

@@ -133,17 +133,24 @@ def plot_loss_png(path, curve, width=800, height=360):
 class Stintd:
     """A stintd process and a small JSON client for it."""
 
-    def __init__(self, binary, work, extra_args):
+    def __init__(self, binary, work, extra_args, store=None):
         os.makedirs(work, exist_ok=True)
         self.log_path = os.path.join(work, "stintd.log")
         env = dict(os.environ, STINTD_ADMIN_TOKEN=ADMIN_TOKEN, STINTD_WORKER_TOKEN=WORKER_TOKEN,
                    STINTD_AGENT_TOKEN=AGENT_TOKEN)
         self._log = open(self.log_path, "w")
+        # A PostgreSQL database (--store) keeps the state beside the
+        # workers' logs dir; stintd says it leads before it listens.
+        where = ["--store", store, "--logs-dir", os.path.join(work, "stintd.logs")] if store \
+            else ["--db", os.path.join(work, "stintd.db")]
         self.proc = subprocess.Popen(
-            [binary, "--listen", "127.0.0.1:0", "--db", os.path.join(work, "stintd.db")] + extra_args,
+            [binary, "--listen", "127.0.0.1:0"] + where + extra_args,
             stdout=subprocess.PIPE, stderr=self._log, env=env, text=True)
-        line = self.proc.stdout.readline()
-        m = re.search(r"listening on ([\d.]+):(\d+)", line)
+        m, line = None, ""
+        for line in self.proc.stdout:
+            m = re.search(r"listening on ([\d.]+):(\d+)", line)
+            if m or not line.startswith("stintd: "):
+                break
         if not m:
             raise RuntimeError("stintd did not start: %r (log: %s)" % (line, self.log_path))
         self.url = "http://%s:%s" % (m.group(1), m.group(2))
@@ -446,8 +453,9 @@ class Demo:
         extra = ["--tick-seconds", "0.1", "--lease-ttl-seconds", "3", "--rendezvous-last-call-seconds", "1.5",
                  "--safety-seconds", "2", "--min-run-seconds", "5", "--start-grace-seconds", "60"]
         binary = os.path.join(self.build, "tools", "stintd", "stintd")
-        self.stintd = Stintd(binary, self.work, extra)
-        self.say("stintd listening on %s (SQLite %s/stintd.db)" % (self.stintd.url, self.work))
+        self.stintd = Stintd(binary, self.work, extra, store=o.store)
+        self.say("stintd listening on %s (%s)" % (
+            self.stintd.url, "PostgreSQL" if o.store else "SQLite %s/stintd.db" % self.work))
         self.say("dashboard: %s/dashboard#token=%s" % (self.stintd.url, WORKER_TOKEN))
         for pool, desc in (("onprem", "hard fragments between other teams' reservations"),
                            ("spot", "cloud spot capacity")):
@@ -685,6 +693,9 @@ def main():
     p.add_argument("--keep", type=int, default=0, help="seconds stintd stays up after the end (dashboard)")
     p.add_argument("--work-root", default=None, help="where the temporary work directory goes")
     p.add_argument("--keep-work", action="store_true", help="keep logs and checkpoints")
+    p.add_argument("--store", default=None,
+                   help="the cluster stintd's state in this PostgreSQL database "
+                        "(postgresql://...; an empty one) instead of an SQLite file")
     opts = p.parse_args()
     demo = Demo(opts)
     ok = False

@@ -900,6 +900,44 @@ TEST_P(StorePostgresTest, AfterATakeoverTheOldLeadersWritesAreRefused) {
             "1 takeover, 1 write, 2 takeover, 2 write, 3 takeover");
 }
 
+// The row locks of leader_lease.h: a write transaction in flight (the lease
+// row FOR KEY SHARE) never holds the leader's renewal up, and a takeover
+// waits for it; once it ends, the takeover goes through.
+TEST_P(StorePostgresTest, RenewalsPassTheLeadersWritesAndATakeoverWaitsForThem) {
+  const std::chrono::milliseconds lease(400);
+  auto a = LeaderLease::Open(where_, "a", "http://a:1", lease);
+  auto b = LeaderLease::Open(where_, "b", "http://b:1", lease);
+  ASSERT_OK(a.status());
+  ASSERT_OK(b.status());
+  Result<int64_t> epoch = (*a)->TryAcquire();
+  ASSERT_OK(epoch.status());
+  ASSERT_EQ(*epoch, 1);
+
+  PGconn* writer = PQconnectdb(where_.c_str());
+  ASSERT_EQ(PQstatus(writer), CONNECTION_OK);
+  auto exec = [&](const char* sql) {
+    PGresult* r = PQexec(writer, sql);
+    const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
+    PQclear(r);
+    return ok;
+  };
+  ASSERT_TRUE(exec("BEGIN"));
+  ASSERT_TRUE(exec("SELECT epoch FROM stintd_leader WHERE id = 1 FOR KEY SHARE"));
+  // Renewed while the write is open (a renewal that waited would time out
+  // at lock_timeout, one lease).
+  for (int i = 0; i < 3; i++) ASSERT_OK((*a)->Renew(*epoch));
+  // The lease runs out, but the write in flight holds the takeover back.
+  std::this_thread::sleep_for(lease + lease / 2);
+  Result<int64_t> held = (*b)->TryAcquire();
+  ASSERT_OK(held.status());
+  EXPECT_EQ(*held, 0);
+  ASSERT_TRUE(exec("COMMIT"));
+  PQfinish(writer);
+  Result<int64_t> taken = (*b)->TryAcquire();
+  ASSERT_OK(taken.status());
+  EXPECT_EQ(*taken, 2);
+}
+
 TEST_P(StorePostgresTest, ADatabaseThatIsNotOursOrNewerIsRefusedAndLeftAsItWas) {
   ASSERT_EQ(Sql("CREATE TABLE jobs (id BIGINT)"), "");
   auto store = Store::Open(where_);

@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -28,6 +29,7 @@
 
 #include "base/clock.h"
 #include "base/stats.h"
+#include "util/postgres_server.h"
 #include "util/stintd_process.h"
 
 namespace {
@@ -251,7 +253,24 @@ int main(int argc, char** argv) {
   app.add_option("--runs", runs, "runs; medians are reported")->capture_default_str();
   std::string http_nice = "5";
   app.add_option("--http-nice", http_nice, "stintd's --http-nice")->capture_default_str();
+  std::string store = "sqlite";
+  app.add_option("--store", store,
+                 "sqlite (a file), or postgres (a PostgreSQL server the bench starts, as the "
+                 "tests do; stintd leads it alone)")
+      ->check(CLI::IsMember({"sqlite", "postgres"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  std::unique_ptr<stint::PostgresServer> pg;
+  std::string pg_url;
+  if (store == "postgres") {
+    std::string why;
+    pg = stint::PostgresServer::Start(&why);
+    if (pg != nullptr) pg_url = pg->CreateDatabase("stintd_bench", &why);
+    if (pg_url.empty()) {
+      std::fprintf(stderr, "stintd-heartbeat-bench: PostgreSQL: %s\n", why.c_str());
+      return 1;
+    }
+  }
 
   char tmpl[] = "/tmp/stintd-bench-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) {
@@ -267,6 +286,7 @@ int main(int argc, char** argv) {
         stintd, dir,
         {"--http-threads", "256", "--start-grace-seconds", "3600", "--lease-ttl-seconds", "3600",
          "--node-ttl-seconds", "300", "--http-nice", http_nice});
+    if (!pg_url.empty()) daemon.set_store(pg_url);
     if (!daemon.Start()) {
       std::fprintf(stderr, "stintd-heartbeat-bench: could not start %s\n", stintd.c_str());
       return 1;
@@ -288,8 +308,9 @@ int main(int argc, char** argv) {
     } else {
       std::printf("stintd-heartbeat-bench: %d workers", workers);
     }
-    std::printf(", %d connections, %d runs of %.1f s (client and server on the same %u cores)\n",
-                connections, runs, seconds, std::thread::hardware_concurrency());
+    std::printf(
+        ", %d connections, %d runs of %.1f s, store %s (client and server on the same %u cores)\n",
+        connections, runs, seconds, store.c_str(), std::thread::hardware_concurrency());
     std::vector<double> rates, p50s, p99s, plans;
     for (int i = 0; i < runs; i++) {
       RunResult r = RunOnce(daemon.port(), beats, connections, seconds);

@@ -31,18 +31,29 @@ constexpr const char* kCreateTables =
     "CREATE TABLE IF NOT EXISTS stintd_journal ("
     " id BIGSERIAL PRIMARY KEY, epoch BIGINT NOT NULL, what TEXT NOT NULL,"
     " at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp())";
-// After the takeover's UPDATE committed: every write of the old epoch
-// that got in has a smaller id. The journal keeps its last million rows.
+// In the takeover's transaction, after FOR UPDATE waited for the writes in
+// flight: every write of the old epoch has a smaller id. The journal keeps
+// its last million rows.
 constexpr const char* kJournalTakeover =
-    "INSERT INTO stintd_journal (epoch, what) VALUES ($1, 'takeover');"
+    "INSERT INTO stintd_journal (epoch, what) VALUES ($1, 'takeover')";
+constexpr const char* kJournalPrune =
     "DELETE FROM stintd_journal WHERE id < currval('stintd_journal_id_seq') - 1000000";
 
-// clock_timestamp(), not now(): a takeover that waited for a writer's
-// share lock judges the lease by the time it got the row.
-constexpr const char* kAcquire =
+// Row locks, so that the leader's renewals never wait for its own writes
+// and a takeover waits for every write in flight: a write transaction
+// holds the row FOR KEY SHARE (many at once); a renewal's UPDATE of
+// expires_at takes FOR NO KEY UPDATE, which does not conflict with it; a
+// takeover takes FOR UPDATE, which does, before it changes the row.
+// clock_timestamp(), not now(): a takeover judges the lease by the time it
+// got the row, not by when its transaction began.
+constexpr const char* kEnded =
+    "SELECT expires_at <= clock_timestamp() FROM stintd_leader WHERE id = 1";
+constexpr const char* kEndedLocked =
+    "SELECT expires_at <= clock_timestamp() FROM stintd_leader WHERE id = 1 FOR UPDATE";
+constexpr const char* kTakeOver =
     "UPDATE stintd_leader SET holder = $1, url = $2, epoch = epoch + 1,"
     " expires_at = clock_timestamp() + $3 * interval '1 millisecond'"
-    " WHERE id = 1 AND expires_at <= clock_timestamp() RETURNING epoch";
+    " WHERE id = 1 RETURNING epoch";
 constexpr const char* kRenew =
     "UPDATE stintd_leader SET expires_at = clock_timestamp() + $3 * interval '1 millisecond'"
     " WHERE id = 1 AND holder = $1 AND epoch = $2 RETURNING epoch";
@@ -71,13 +82,14 @@ Result<PgConn> Connect(const std::string& url, const std::string& shown,
     while (!why.empty() && why.back() == '\n') why.pop_back();
     return Status::Unavailable(shown + ": cannot connect: " + why);
   }
-  // A statement of the lease never waits longer than a lease: a takeover
-  // that waits on a stalled writer tries again, and a renewal that cannot
-  // finish in time is as good as lost.
+  // A lock of the lease is never waited for longer than a lease (a
+  // takeover held back by a stalled writer tries again), nor a statement
+  // for two: a renewal that cannot finish in time is as good as lost.
   const std::string ms = std::to_string(lease.count());
+  const std::string twice = std::to_string(2 * lease.count());
   STINT_RETURN_IF_ERROR(ExecPg(conn.get(),
                                "SET client_min_messages = warning; SET lock_timeout = " + ms +
-                                   "; SET statement_timeout = " + ms,
+                                   "; SET statement_timeout = " + twice,
                                PGRES_COMMAND_OK, "set the lease's timeouts")
                             .status()
                             .WithContext(shown));
@@ -140,22 +152,35 @@ Result<int64_t> LeaderLease::TryAcquire() {
                                    "record this stintd as seen")
                             .status()
                             .WithContext(shown_));
-  Result<PgResult> taken =
-      ExecPgText(c, kAcquire, {holder_, advertise_url_, std::to_string(lease_.count())},
-                 PGRES_TUPLES_OK, "take the leader lease");
-  if (!taken.ok()) {
-    // A writer of the old leader holds the row past lock_timeout: not yet.
-    if (taken.status().message().find("55P03") != std::string::npos) return int64_t{0};
-    return taken.status().WithContext(shown_);
+  // Unlocked first: a standby's polls never hold the leader's writes up.
+  STINT_ASSIGN_OR_RETURN(PgResult ended,
+                         ExecPg(c, kEnded, PGRES_TUPLES_OK, "read the leader lease"));
+  if (PQntuples(ended.get()) != 1 || std::string(PQgetvalue(ended.get(), 0, 0)) != "t")
+    return int64_t{0};
+  STINT_RETURN_IF_ERROR(ExecPg(c, "BEGIN", PGRES_COMMAND_OK, "begin").status().WithContext(shown_));
+  int64_t epoch = 0;
+  Status s = [&]() -> Status {
+    STINT_ASSIGN_OR_RETURN(PgResult locked,
+                           ExecPg(c, kEndedLocked, PGRES_TUPLES_OK, "lock the leader lease"));
+    // Renewed meanwhile: the leader lives.
+    if (std::string(PQgetvalue(locked.get(), 0, 0)) != "t") return Status::OK();
+    STINT_ASSIGN_OR_RETURN(
+        PgResult taken,
+        ExecPgText(c, kTakeOver, {holder_, advertise_url_, std::to_string(lease_.count())},
+                   PGRES_TUPLES_OK, "take the leader lease"));
+    epoch = std::atoll(PQgetvalue(taken.get(), 0, 0));
+    STINT_RETURN_IF_ERROR(ExecPgText(c, kJournalTakeover, {std::to_string(epoch)},
+                                     PGRES_COMMAND_OK, "journal the takeover")
+                              .status());
+    return ExecPg(c, kJournalPrune, PGRES_COMMAND_OK, "prune the journal").status();
+  }();
+  if (s.ok()) s = ExecPg(c, "COMMIT", PGRES_COMMAND_OK, "commit the takeover").status();
+  if (!s.ok()) {
+    ExecPg(c, "ROLLBACK", PGRES_COMMAND_OK, "roll back").status().IgnoreError();
+    // A writer of the old leader held the row past lock_timeout: not yet.
+    if (s.message().find("55P03") != std::string::npos) return int64_t{0};
+    return s.WithContext(shown_);
   }
-  if (PQntuples(taken->get()) == 0) return int64_t{0};
-  const int64_t epoch = std::atoll(PQgetvalue(taken->get(), 0, 0));
-  // Two statements: ExecPg's simple protocol, the epoch a number we made.
-  const std::string journal = std::string(kJournalTakeover).replace(
-      std::string(kJournalTakeover).find("$1"), 2, std::to_string(epoch));
-  STINT_RETURN_IF_ERROR(ExecPg(c, journal, PGRES_COMMAND_OK, "journal the takeover")
-                            .status()
-                            .WithContext(shown_));
   return epoch;
 }
 

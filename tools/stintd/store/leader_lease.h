@@ -6,9 +6,11 @@
 // reach it at, the epoch and when the lease ends (now() + lease at the last
 // renewal). A stintd takes the lease only when it has ended by now() on the
 // server, never by its own clock, and the epoch goes up by one when it does.
-// Stores fenced with that epoch (Store::SetFence) check it under a share
-// lock on the row in every write transaction, so a takeover waits for the
-// writes in flight and refuses every later one of the old leader.
+// Stores fenced with that epoch (Store::SetFence) check it with the row
+// locked FOR KEY SHARE in every write transaction; a takeover locks it FOR
+// UPDATE, so it waits for the writes in flight and every later write of
+// the old leader is refused. A renewal's UPDATE of the lease's end takes a
+// lock that write transactions do not conflict with.
 //
 // Every stintd also keeps a row in stintd_members (holder, URL, last seen),
 // which is how the leader lists its standbys. stintd_journal gets a row

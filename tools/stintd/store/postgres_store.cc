@@ -9,7 +9,9 @@
 //
 // Several stintds may open one database; the leader lease
 // (leader_lease.h) says which one acts, and SetFence makes every write
-// transaction check it first, so an old leader's late writes are refused.
+// transaction check it first (the lease row FOR KEY SHARE, which a
+// takeover's FOR UPDATE waits for), so an old leader's late writes are
+// refused.
 // Statements are prepared once per connection, parameters and results
 // travel in binary.
 //
@@ -50,7 +52,7 @@ constexpr int64_t kSchemaVersion = 13;
 // Serializes the schema's creation by stintds that start together: a
 // transaction-scoped lock ("stintd" in ASCII), given back at COMMIT.
 constexpr const char* kSchemaLock = "SELECT pg_advisory_xact_lock(7310176884282468)";
-constexpr const char* kReadLease = "SELECT holder, epoch FROM stintd_leader WHERE id = 1 FOR SHARE";
+constexpr const char* kReadLease = "SELECT holder, epoch FROM stintd_leader WHERE id = 1 FOR KEY SHARE";
 
 class PostgresStore final : public Store, private internal::TableStatements {
  public:
