@@ -101,6 +101,10 @@ void Leadership::RenewLoop() {
       std::lock_guard<std::mutex> l(lease_mu_);
       renewed = lease_->Renew(epoch_);
     }
+    const double took = std::chrono::duration<double>(Clock::now() - sent).count();
+    if (took > std::chrono::duration<double>(every).count()) {
+      std::fprintf(stderr, "stintd: renewing the leader lease took %.2f s\n", took);
+    }
     if (renewed.ok()) {
       valid_until_ns_ = Ns(sent + std::chrono::duration_cast<Clock::duration>(options_.lease * kTrusted));
     } else if (renewed.code() == Code::kAborted) {
