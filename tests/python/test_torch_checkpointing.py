@@ -192,3 +192,70 @@ def test_sigkill_and_resume_matches(tmp_path, python_env):
     assert sorted(mine) == sorted(final)
     for k in final:  # the files of the final checkpoint, byte for byte
         assert torch.equal(mine[k], final[k]), k
+
+
+_KILLED_IN_SAVE = r'''
+import os, sys, time
+import torch
+from torch_checkpointing import CheckpointManager
+from stint.torch_checkpointing import StorageConfig
+
+def hold(args):  # in the saver process: step 2's files are written, its commit not begun
+    if args.path.endswith("step-2"):
+        with open(os.environ["MARK"], "w") as f:
+            f.write(str(os.getpid()))
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # the test kills it
+            time.sleep(0.05)
+
+if __name__ == "__main__":
+    root = sys.argv[1]
+    cfg = CheckpointManager.Config(storage_config=StorageConfig(root=root),
+                                   pre_finalize_callback=hold)
+    manager = CheckpointManager(cfg)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 4)
+    manager.save(os.path.join(root, "step-1"), {"model": model.state_dict()}).result()
+    with torch.no_grad():
+        model.weight.add_(1)
+    manager.save(os.path.join(root, "step-2"), {"model": model.state_dict()}).result()
+'''
+
+
+def test_killed_before_the_commit_leaves_no_trace(tmp_path, python_env):
+    """SIGKILL of the training process and its saver process after step 2's
+    files were written but before its rename: step 2 never appears (the
+    files lived in memory), step 1 still loads."""
+    script = tmp_path / "save.py"
+    script.write_text(_KILLED_IN_SAVE)
+    root = tmp_path / "ckpt"
+    mark = tmp_path / "mark"
+    out = open(tmp_path / "out.txt", "ab")
+    p = subprocess.Popen([sys.executable, str(script), str(root)], env=dict(python_env, MARK=str(mark)),
+                         stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + TIMEOUT
+    while not mark.exists() or not mark.read_text():
+        if p.poll() is not None or time.monotonic() > deadline:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            pytest.fail("the save did not reach step 2's commit:\n%s" % run_output(tmp_path))
+        time.sleep(0.02)
+    os.kill(int(mark.read_text()), signal.SIGKILL)  # the saver (spawned: its own group too)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    assert latest_checkpoint(root) == str(root / "step-1")
+    assert not [n for n in os.listdir(root) if n.startswith("tmp_")]
+    manager = CheckpointManager(CheckpointManager.Config(storage_config=StorageConfig(root=str(root))))
+    torch.manual_seed(0)
+    want = torch.nn.Linear(8, 4)  # step 1's model, as the script made it
+    fresh = torch.nn.Linear(8, 4)
+    manager.load(str(root / "step-1"), into={"model": fresh.state_dict()})
+    manager.close()
+    assert_same_tree(dict(fresh.state_dict()), dict(want.state_dict()))
+    # The next writer takes the root over from the dead one.
+    s = StorageConfig(root=str(root)).create_storage()
+    s.mkdir(root / "tmp_step-2")
+    s.write(root / "tmp_step-2" / "x", b"x")
+    s.rename(root / "tmp_step-2", root / "step-2", is_directory=True)
+    s.close()
+    assert latest_checkpoint(root) == str(root / "step-2")
