@@ -5,10 +5,12 @@ dataloader's position, and SIGTERM makes stint_step_end() save, wait and
 exit 75.
 
     python examples/accelerate/train.py --out /tmp/stint-accelerate
+    torchrun --nproc-per-node 2 examples/accelerate/train.py --out ...   # DDP over Gloo
     # kill -TERM <pid>: exits 75; run it again to resume
 
 --record writes one line per step ("step <loss>.hex() <sum of the
-parameters>.hex()"); --pause-at N (tests) waits at step N for the signal.
+parameters>.hex()", the main process); --pause-at N (tests) waits at step N
+for the signal.
 """
 
 import argparse
@@ -55,15 +57,19 @@ def main():
             sched.step()
             opt.zero_grad()
             step += 1
-            if a.record:
+            if a.record and acc.is_main_process:
                 total = sum(p.detach().double().sum().item() for p in model.parameters())
                 with open(a.record, "a") as f:
                     f.write("%d %s %s\n" % (step, loss.item().hex(), float(total).hex()))
             if step % a.save_every == 0:
                 acc.save_state(step=step)
             if a.pause_at == step:
-                with open(a.record + ".paused", "w") as f:
+                with open("%s.pid%d" % (a.record, acc.process_index), "w") as f:
                     f.write(str(os.getpid()))
+                acc.wait_for_everyone()
+                if acc.is_main_process:
+                    with open(a.record + ".paused", "w") as f:
+                        f.write(str(os.getpid()))
                 acc.stint_watcher.wait(120)  # the test's signal
             acc.stint_step_end(step)  # a notice: save this step, wait, SystemExit(75)
             if step >= a.steps:

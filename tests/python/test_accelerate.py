@@ -1,5 +1,6 @@
 """stint.accelerate against the real accelerate.Accelerator (a small MLP with
-dropout, AdamW, StepLR, a shuffled StatefulDataLoader; CPU, one process):
+dropout, AdamW, StepLR, a shuffled StatefulDataLoader; CPU, one process and
+two DDP ranks over Gloo under torchrun):
 SIGTERM mid-epoch exits 75 after an emergency checkpoint, SIGKILL loses only
 the steps after the last durable save; load_state() then resumes from the
 newest durable step and matches an uninterrupted run bit for bit (per-step
@@ -24,11 +25,16 @@ STEPS = 16       # 10 steps per epoch, saves every 4
 TIMEOUT = 120    # one run: imports, 16 tiny steps, its exit
 
 
-def _run(tmp, env, *args):
+def _run(tmp, env, world, *args):
     out = open(tmp / "out.txt", "ab")
-    return subprocess.Popen([sys.executable, SCRIPT, "--out", str(tmp / "run"), "--steps", str(STEPS),
-                             "--record", str(tmp / "rec")] + list(args),
-                            env=env, cwd=str(tmp), stdout=out, stderr=subprocess.STDOUT)
+    cmd = [sys.executable, SCRIPT]
+    if world > 1:  # DDP over Gloo: MULTI_CPU
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc-per-node", str(world), SCRIPT]
+    return subprocess.Popen(cmd + ["--out", str(tmp / "run"), "--steps", str(STEPS),
+                                   "--record", str(tmp / "rec")] + list(args),
+                            env=env, cwd=str(tmp), stdout=out, stderr=subprocess.STDOUT,
+                            start_new_session=True)
 
 
 def _records(tmp):
@@ -49,26 +55,36 @@ def _final(tmp):
 def reference(tmp_path_factory):
     got = {}
 
-    def get(env):
-        if not got:
+    def get(env, world):
+        if world not in got:
             tmp = tmp_path_factory.mktemp("accelerate-reference")
-            p = _run(tmp, env)
+            p = _run(tmp, env, world)
             assert finish_run(p, tmp, TIMEOUT) == 0, run_output(tmp)
-            got["r"] = (_records(tmp), _final(tmp))
-        return got["r"]
+            got[world] = (_records(tmp), _final(tmp))
+        return got[world]
     return get
 
 
-# notice at 6: mid-epoch, between saves; at 13: in the second epoch (the
-# loader's epoch and position both restored); sigkill at 7: back to step 4.
-@pytest.mark.parametrize("how,pause", [("notice", 6), ("notice", 13), ("sigkill", 7)])
-def test_kill_and_resume_matches(tmp_path, python_env, reference, how, pause):
-    records, final = reference(python_env)
-    p = _run(tmp_path, python_env, "--pause-at", str(pause))
+@pytest.fixture
+def env(python_env):
+    env = dict(python_env, OMP_NUM_THREADS="1")
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    return env
+
+
+# notice at 13: between saves, in the second epoch (the loader's epoch and
+# position both restored); sigkill at 7: back to step 4; two ranks (DDP over
+# Gloo, 5 steps per epoch each): every rank SIGKILLed at 7.
+@pytest.mark.parametrize("how,pause,world", [("notice", 13, 1), ("sigkill", 7, 1),
+                                             ("sigkill", 7, 2)])
+def test_kill_and_resume_matches(tmp_path, env, reference, how, pause, world):
+    records, final = reference(env, world)
+    p = _run(tmp_path, env, world, "--pause-at", str(pause))
     deadline = time.monotonic() + TIMEOUT
     while not (tmp_path / "rec.paused").exists():
         if p.poll() is not None or time.monotonic() > deadline:
-            p.kill()
+            os.killpg(p.pid, signal.SIGKILL)  # torchrun's workers end at their own deadline
             p.wait()
             pytest.fail("run did not reach step %d:\n%s" % (pause, run_output(tmp_path)))
         time.sleep(0.02)
@@ -80,14 +96,16 @@ def test_kill_and_resume_matches(tmp_path, python_env, reference, how, pause):
         with stint.Checkpointer(str(root), read_only=True, collective=False) as c:
             assert c.latest_step() == pause
     else:
-        p.kill()
+        for rank in range(world):  # every rank (torchrun's are not in its group), then torchrun
+            os.kill(int((tmp_path / ("rec.pid%d" % rank)).read_text()), signal.SIGKILL)
+        os.killpg(p.pid, signal.SIGKILL)
         p.wait()
     durable = 0
     if root.is_dir():
         import stint
         with stint.Checkpointer(str(root), read_only=True, collective=False) as c:
             durable = c.latest_step() or 0  # 4, or 0 if its commit had not ended
-    p = _run(tmp_path, python_env)
+    p = _run(tmp_path, env, world)
     assert finish_run(p, tmp_path, TIMEOUT) == 0, run_output(tmp_path)
     got = _records(tmp_path)
     assert sorted(got) == list(range(1, STEPS + 1))
