@@ -70,7 +70,8 @@ def main():
                 if acc.is_main_process:
                     with open(a.record + ".paused", "w") as f:
                         f.write(str(os.getpid()))
-                acc.stint_watcher.wait(120)  # the test's signal
+                    acc.stint_watcher.wait(120)  # the test's signal, to the main process
+                acc.wait_for_everyone()
             acc.stint_step_end(step)  # a notice: save this step, wait, SystemExit(75)
             if step >= a.steps:
                 break

@@ -41,8 +41,8 @@ the step is durable; load_state(folder) loads the step such a folder
 points to, and a folder without one as Accelerate does. Steps: save_state
 (step=N), or Accelerate's save iteration (0, 1, ...) when step is not given;
 the iteration is saved and restored. One process, or every rank with its
-own state in a collective Checkpointer (torch.distributed initialised); the
-preemption decision is not all-reduced (every rank receives the signal).
+own state in a collective Checkpointer (torch.distributed initialised); a
+notice on any rank stops every rank at the same step.
 """
 
 from __future__ import annotations
@@ -83,7 +83,8 @@ class Accelerator(accelerate.Accelerator):
         self._stint: Optional[Checkpointer] = None
         self._stint_attached: List[int] = []  # id() of the models and optimizers attached
         self._stint_pending: List[Tuple[int, str, Any]] = []  # step, pointer folder, durable
-        self.stint_watcher: Optional[PreemptionWatcher] = PreemptionWatcher() if preemption else None
+        self.stint_watcher: Optional[PreemptionWatcher] = (
+            PreemptionWatcher() if preemption else None)
         self.stint_preempted_at: Optional[int] = None
 
     @property
@@ -256,12 +257,14 @@ class Accelerator(accelerate.Accelerator):
 
     def stint_step_end(self, step: int) -> None:
         """The step boundary, after the optimizer and scheduler steps: writes
-        the pointers of durable saves and, on a pending preemption notice,
-        saves step `step`, waits until it is durable and raises
-        SystemExit(75) (stint.EXIT_REQUEUE). One atomic load otherwise."""
+        the pointers of durable saves and, on a pending preemption notice
+        (on any rank: with several, every rank calls this at every step and
+        they agree through one all-reduce), saves step `step`, waits until it
+        is durable and raises SystemExit(75) (stint.EXIT_REQUEUE). One atomic
+        load otherwise, with one process."""
         if self._stint_pending:
             self.stint_poll()
-        if self.stint_watcher is None or not self.stint_watcher.requested:
+        if self.stint_watcher is None or not self._stint_agree(self.stint_watcher.requested):
             return
         self.stint_watcher.keep_until_exit()
         self.stint_preempted_at = step
@@ -270,6 +273,18 @@ class Accelerator(accelerate.Accelerator):
                      step, _C.EXIT_REQUEUE)
         self.close_stint()
         raise SystemExit(_C.EXIT_REQUEUE)
+
+    def _stint_agree(self, flag: bool) -> bool:
+        """True on every rank when any rank has a notice (one all-reduce per
+        step with several ranks): the emergency save is collective."""
+        if not (self._stint_collective() and self.num_processes > 1):
+            return flag
+        import torch.distributed as dist
+        t = torch.tensor([1.0 if flag else 0.0], dtype=torch.float64)
+        if dist.get_backend() == "nccl":
+            t = t.to(self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t.item())
 
     def close_stint(self) -> None:
         """Waits until every save is durable (pointers written), then closes

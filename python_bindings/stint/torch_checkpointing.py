@@ -120,7 +120,7 @@ class Storage(_Storage):
         self._prefix = config.temp_dir_prefix
         self._local = LocalFileSystemStorageConfig(use_direct_io=False).create_storage()
         self._mu = threading.Lock()
-        self._pending: Dict[str, Dict[str, bytearray]] = {}  # temporary dir name -> {relpath: bytes}
+        self._pending: Dict[str, Dict[str, bytearray]] = {}  # temporary dir -> {relpath: bytes}
         self._writer: Optional[Checkpointer] = None
         self._readers: Dict[int, Tuple[CheckpointReader, Dict[str, List[int]]]] = {}
 
@@ -178,7 +178,8 @@ class Storage(_Storage):
             raise _C.FailedPreconditionError(
                 "%s: stint.torch_checkpointing writes only into a temporary checkpoint directory "
                 "(<root>/%s<name>/...), committed by the rename onto <root>/<name> "
-                "(CheckpointWriterConfig(write_to_temp_dir=True), the default)" % (path, self._prefix))
+                "(CheckpointWriterConfig(write_to_temp_dir=True), the default)"
+                % (path, self._prefix))
         with self._mu:
             self._pending.setdefault(name, {})[rel] = (
                 data if isinstance(data, bytearray) else bytearray(memoryview(data).cast("B")))

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -41,7 +40,8 @@ def _state():
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_manager_saves_a_stint_step_and_loads_it(tmp_path, mode):
     root = str(tmp_path / "ckpt")
-    cfg = CheckpointManager.Config.with_sync_save() if mode == "sync" else CheckpointManager.Config()
+    cfg = (CheckpointManager.Config.with_sync_save() if mode == "sync"
+           else CheckpointManager.Config())
     cfg.storage_config = StorageConfig(root=root)
     manager = CheckpointManager(cfg)
     model, opt = _state()
@@ -81,7 +81,8 @@ def test_damaged_file_raises_data_loss(tmp_path):
     reader = CheckpointManager(CheckpointManager.Config(
         storage_config=StorageConfig(root=root)))
     with pytest.raises(Exception) as e:
-        reader.load(os.path.join(root, "step-1"), into={"model": torch.nn.Linear(8, 4).state_dict()})
+        reader.load(os.path.join(root, "step-1"),
+                    into={"model": torch.nn.Linear(8, 4).state_dict()})
     chain, err = [], e.value
     while err is not None:
         chain.append(err)
@@ -139,8 +140,8 @@ def test_several_ranks_are_refused(tmp_path, monkeypatch):
 
 def _run(tmp, env, *args):
     out = open(tmp / "out.txt", "ab")
-    return subprocess.Popen([sys.executable, SCRIPT, "--out", str(tmp / "run"), "--steps", str(STEPS),
-                             "--record", str(tmp / "rec")] + list(args),
+    return subprocess.Popen([sys.executable, SCRIPT, "--out", str(tmp / "run"),
+                             "--steps", str(STEPS), "--record", str(tmp / "rec")] + list(args),
                             env=env, cwd=str(tmp), stdout=out, stderr=subprocess.STDOUT,
                             start_new_session=True)
 
@@ -231,8 +232,9 @@ def test_killed_before_the_commit_leaves_no_trace(tmp_path, python_env):
     root = tmp_path / "ckpt"
     mark = tmp_path / "mark"
     out = open(tmp_path / "out.txt", "ab")
-    p = subprocess.Popen([sys.executable, str(script), str(root)], env=dict(python_env, MARK=str(mark)),
-                         stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    p = subprocess.Popen([sys.executable, str(script), str(root)],
+                         env=dict(python_env, MARK=str(mark)), stdout=out,
+                         stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + TIMEOUT
     while not mark.exists() or not mark.read_text():
         if p.poll() is not None or time.monotonic() > deadline:
@@ -245,7 +247,8 @@ def test_killed_before_the_commit_leaves_no_trace(tmp_path, python_env):
     p.wait()
     assert latest_checkpoint(root) == str(root / "step-1")
     assert not [n for n in os.listdir(root) if n.startswith("tmp_")]
-    manager = CheckpointManager(CheckpointManager.Config(storage_config=StorageConfig(root=str(root))))
+    manager = CheckpointManager(CheckpointManager.Config(
+        storage_config=StorageConfig(root=str(root))))
     torch.manual_seed(0)
     want = torch.nn.Linear(8, 4)  # step 1's model, as the script made it
     fresh = torch.nn.Linear(8, 4)
