@@ -9,8 +9,6 @@ loss and parameter sums, the final parameters)."""
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -18,7 +16,7 @@ import pytest
 pytest.importorskip("accelerate")
 pytest.importorskip("torchdata")
 import torch  # noqa: E402
-from util import assert_same_tree, finish_run, run_output  # noqa: E402
+from util import assert_same_tree, finish_run, read_records, run_output, start_example  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "examples", "accelerate", "train.py")
@@ -27,23 +25,7 @@ TIMEOUT = 120    # one run: imports, 16 tiny steps, its exit
 
 
 def _run(tmp, env, world, *args):
-    out = open(tmp / "out.txt", "ab")
-    cmd = [sys.executable, SCRIPT]
-    if world > 1:  # DDP over Gloo: MULTI_CPU
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc-per-node", str(world), SCRIPT]
-    return subprocess.Popen(cmd + ["--out", str(tmp / "run"), "--steps", str(STEPS),
-                                   "--record", str(tmp / "rec")] + list(args),
-                            env=env, cwd=str(tmp), stdout=out, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-
-
-def _records(tmp):
-    out = {}
-    for line in (tmp / "rec").read_text().splitlines():
-        step, loss, total = line.split()
-        out.setdefault(int(step), []).append((loss, total))
-    return out
+    return start_example(SCRIPT, tmp, env, STEPS, world, *args)
 
 
 def _final(tmp):
@@ -61,7 +43,7 @@ def reference(tmp_path_factory):
             tmp = tmp_path_factory.mktemp("accelerate-reference")
             p = _run(tmp, env, world)
             assert finish_run(p, tmp, TIMEOUT) == 0, run_output(tmp)
-            got[world] = (_records(tmp), _final(tmp))
+            got[world] = (read_records(tmp), _final(tmp))
         return got[world]
     return get
 
@@ -115,7 +97,7 @@ def test_kill_and_resume_matches(tmp_path, env, reference, how, pause, world):
             durable = c.latest_step() or 0  # 4, or 0 if its commit had not ended
     p = _run(tmp_path, env, world)
     assert finish_run(p, tmp_path, TIMEOUT) == 0, run_output(tmp_path)
-    got = _records(tmp_path)
+    got = read_records(tmp_path)
     assert sorted(got) == list(range(1, STEPS + 1))
     twice = [s for s, v in got.items() if len(v) == 2]
     assert twice == (list(range(durable + 1, pause + 1)) if how == "sigkill" else [])

@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("torch_checkpointing")
 import torch  # noqa: E402
 from torch_checkpointing import CheckpointManager  # noqa: E402
-from util import assert_same_tree, finish_run, run_output  # noqa: E402
+from util import assert_same_tree, finish_run, read_records, run_output, start_example  # noqa: E402
 
 import stint  # noqa: E402
 from stint.torch_checkpointing import StorageConfig, latest_checkpoint  # noqa: E402
@@ -139,19 +139,7 @@ def test_several_ranks_are_refused(tmp_path, monkeypatch):
 
 
 def _run(tmp, env, *args):
-    out = open(tmp / "out.txt", "ab")
-    return subprocess.Popen([sys.executable, SCRIPT, "--out", str(tmp / "run"),
-                             "--steps", str(STEPS), "--record", str(tmp / "rec")] + list(args),
-                            env=env, cwd=str(tmp), stdout=out, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-
-
-def _records(tmp):
-    out = {}
-    for line in (tmp / "rec").read_text().splitlines():
-        step, loss, total = line.split()
-        out.setdefault(int(step), []).append((loss, total))
-    return out
+    return start_example(SCRIPT, tmp, env, STEPS, 1, *args)
 
 
 def _final(tmp):
@@ -165,7 +153,7 @@ def test_sigkill_and_resume_matches(tmp_path, python_env):
     ref.mkdir()
     p = _run(ref, python_env)
     assert finish_run(p, ref, TIMEOUT) == 0, run_output(ref)
-    records, final = _records(ref), _final(ref)
+    records, final = read_records(ref), _final(ref)
 
     tmp = tmp_path / "killed"
     tmp.mkdir()
@@ -184,7 +172,7 @@ def test_sigkill_and_resume_matches(tmp_path, python_env):
     durable = int(path.rsplit("-", 1)[1]) if path else 0  # 4, or 0 if its commit had not ended
     p = _run(tmp, python_env)
     assert finish_run(p, tmp, TIMEOUT) == 0, run_output(tmp)
-    got = _records(tmp)
+    got = read_records(tmp)
     assert sorted(got) == list(range(1, STEPS + 1))
     assert [s for s, v in got.items() if len(v) == 2] == list(range(durable + 1, pause + 1))
     for step, values in got.items():

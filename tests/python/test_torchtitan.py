@@ -7,14 +7,12 @@ the newest durable step and matches an uninterrupted run bit for bit
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
 import torch
-from util import finish_run, run_output
+from util import finish_run, read_records, run_output, start_example
 
 import stint
 
@@ -32,23 +30,7 @@ TIMEOUT = 120    # one run: imports, the process group, 24 tiny steps
 
 
 def _run(tmp, env, world, *args):
-    out = open(tmp / "out.txt", "ab")
-    cmd = [sys.executable, SCRIPT]
-    if world > 1:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc-per-node", str(world), SCRIPT]
-    return subprocess.Popen(cmd + ["--out", str(tmp / "run"), "--steps", str(STEPS),
-                                   "--record", str(tmp / "rec")] + list(args),
-                            env=env, cwd=str(tmp), stdout=out, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-
-
-def _records(tmp):
-    out = {}
-    for line in (tmp / "rec").read_text().splitlines():
-        step, loss, total = line.split()
-        out.setdefault(int(step), []).append((loss, total))
-    return out
+    return start_example(SCRIPT, tmp, env, STEPS, world, *args)
 
 
 def _final(tmp):
@@ -73,7 +55,7 @@ def test_sigkill_and_resume_matches(tmp_path, python_env, world):
     ref.mkdir()
     p = _run(ref, env, world)
     assert finish_run(p, ref, TIMEOUT) == 0, run_output(ref)
-    records, final = _records(ref), _final(ref)
+    records, final = read_records(ref), _final(ref)
 
     tmp = tmp_path / "killed"
     tmp.mkdir()
@@ -93,7 +75,7 @@ def test_sigkill_and_resume_matches(tmp_path, python_env, world):
     durable = _latest(tmp)  # 4, or 0 if its commit had not ended
     p = _run(tmp, env, world)
     assert finish_run(p, tmp, TIMEOUT) == 0, run_output(tmp)
-    got = _records(tmp)
+    got = read_records(tmp)
     assert sorted(got) == list(range(1, STEPS + 1))
     assert [s for s, v in got.items() if len(v) == 2] == list(range(durable + 1, pause + 1))
     for step, values in got.items():

@@ -99,3 +99,30 @@ def finish_run(p, tmp, timeout):
         p.kill()
         p.wait()
         pytest.fail("run did not end in %d s:\n%s" % (timeout, run_output(tmp)))
+
+
+def start_example(script, tmp, env, steps, world=1, *args):
+    """An example's training run in the background: `script --out tmp/run
+    --steps N --record tmp/rec ARGS`, under torchrun (--standalone) when
+    world > 1, its output appended to tmp/out.txt, in its own session."""
+    import sys
+    cmd = [sys.executable, script]
+    if world > 1:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc-per-node", str(world), script]
+    out = open(tmp / "out.txt", "ab")
+    return subprocess.Popen(cmd + ["--out", str(tmp / "run"), "--steps", str(steps),
+                                   "--record", str(tmp / "rec")] + list(args),
+                            env=env, cwd=str(tmp), stdout=out, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def read_records(tmp):
+    """tmp/rec's "step loss total" lines: {step: [(loss, total), ...]}, one
+    entry per time the step was trained (a resumed run trains some again)."""
+    out = {}
+    for line in (tmp / "rec").read_text().splitlines():
+        step, loss, total = line.split()
+        out.setdefault(int(step), []).append((loss, total))
+    return out
+

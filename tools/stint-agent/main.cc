@@ -67,7 +67,10 @@ int main(int argc, char** argv) {
   NodeAgentOptions o;
   std::string token_file, gpus, for_duration, until;
   double heartbeat_seconds = 5;
-  app.add_option("--coord", o.url, "stintd's URL")->capture_default_str();
+  app.add_option("--coord", o.url,
+                 "stintd's URL (several, comma-separated: the stintds sharing a database; "
+                 "passed to the workers as STINT_COORD_URL)")
+      ->capture_default_str();
   app.add_option("--token-file", token_file, "file holding an agent token (or $STINT_AGENT_TOKEN)");
   app.add_option("--ca-file", o.ca_file,
                  "https: PEM CA certificates stintd's certificate must chain to (or $STINT_CA_FILE)");

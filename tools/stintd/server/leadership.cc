@@ -91,7 +91,7 @@ Result<LeaderView> Leadership::View() {
 }
 
 void Leadership::RenewLoop() {
-  const auto every = options_.lease / 4;
+  const auto every = options_.lease / 5;
   std::unique_lock<std::mutex> lock(mu_);
   while (!cv_.wait_for(lock, every, [this] { return stopping_; })) {
     lock.unlock();
@@ -102,7 +102,7 @@ void Leadership::RenewLoop() {
       renewed = lease_->Renew(epoch_);
     }
     const double took = std::chrono::duration<double>(Clock::now() - sent).count();
-    if (took > std::chrono::duration<double>(every).count()) {
+    if (took > std::chrono::duration<double>(every).count()) {  // a slow database, or a busy host
       std::fprintf(stderr, "stintd: renewing the leader lease took %.2f s\n", took);
     }
     if (renewed.ok()) {

@@ -2,7 +2,7 @@
 // of a database several stintds share.
 //
 // Acquire() waits as a standby until the lease is free and takes it. From
-// then on a thread renews it every quarter lease, and a watchdog calls
+// then on a thread renews it every fifth of a lease, and a watchdog calls
 // on_lost when the lease can no longer be trusted: another stintd took it
 // (fenced), or no renewal got through for 0.8 lease by this process's
 // clock. The lease ends at the database's now() + lease after a renewal

@@ -75,13 +75,7 @@ constexpr const char* kReadMembers =
 
 Result<PgConn> Connect(const std::string& url, const std::string& shown,
                        std::chrono::milliseconds lease) {
-  PgConn conn(PQconnectdb(url.c_str()));
-  if (conn == nullptr) return Status::ResourceExhausted(shown + ": libpq could not allocate");
-  if (PQstatus(conn.get()) != CONNECTION_OK) {
-    std::string why = PQerrorMessage(conn.get());
-    while (!why.empty() && why.back() == '\n') why.pop_back();
-    return Status::Unavailable(shown + ": cannot connect: " + why);
-  }
+  STINT_ASSIGN_OR_RETURN(PgConn conn, internal::ConnectPg(url, shown));
   // A lock of the lease is never waited for longer than a lease (a
   // takeover held back by a stalled writer tries again), nor a statement
   // for two: a renewal that cannot finish in time is as good as lost.

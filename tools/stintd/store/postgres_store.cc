@@ -104,13 +104,7 @@ class PostgresStore final : public Store, private internal::TableStatements {
 
 Result<std::unique_ptr<Store>> PostgresStore::Open(const std::string& url) {
   const std::string shown = internal::RedactPostgresUrl(url);
-  PgConn conn(PQconnectdb(url.c_str()));
-  if (conn == nullptr) return Status::ResourceExhausted(shown + ": libpq could not allocate");
-  if (PQstatus(conn.get()) != CONNECTION_OK) {
-    std::string why = PQerrorMessage(conn.get());
-    while (!why.empty() && why.back() == '\n') why.pop_back();
-    return Status::Unavailable(shown + ": cannot connect: " + why);
-  }
+  STINT_ASSIGN_OR_RETURN(PgConn conn, internal::ConnectPg(url, shown));
   std::unique_ptr<PostgresStore> store(new PostgresStore(shown, std::move(conn)));
   Status s = store->Init();
   if (!s.ok()) return s.WithContext(shown);
@@ -292,11 +286,8 @@ Status PostgresStore::Reconnect() {
   PGconn* c = conn_.get();
   if (PQstatus(c) == CONNECTION_OK) return Status::OK();
   PQreset(c);
-  if (PQstatus(c) != CONNECTION_OK) {
-    std::string why = PQerrorMessage(c);
-    while (!why.empty() && why.back() == '\n') why.pop_back();
-    return Status::Unavailable("cannot connect again: " + why);
-  }
+  if (PQstatus(c) != CONNECTION_OK)
+    return Status::Unavailable("cannot connect again: " + internal::PgErrorMessage(c));
   STINT_RETURN_IF_ERROR(PrepareAll());
   return LimitIdleTransactions();
 }

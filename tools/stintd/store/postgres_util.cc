@@ -69,6 +69,20 @@ Status StatusFromPg(PGconn* conn, const PGresult* res, std::string_view context)
   return Status::IoError(text);
 }
 
+std::string PgErrorMessage(PGconn* conn) {
+  std::string why = PQerrorMessage(conn);
+  while (!why.empty() && why.back() == '\n') why.pop_back();
+  return why;
+}
+
+Result<PgConn> ConnectPg(const std::string& url, const std::string& shown) {
+  PgConn conn(PQconnectdb(url.c_str()));
+  if (conn == nullptr) return Status::ResourceExhausted(shown + ": libpq could not allocate");
+  if (PQstatus(conn.get()) != CONNECTION_OK)
+    return Status::Unavailable(shown + ": cannot connect: " + PgErrorMessage(conn.get()));
+  return conn;
+}
+
 Result<PgResult> ExecPg(PGconn* conn, const std::string& sql, ExecStatusType want,
                         std::string_view context) {
   PgResult res(PQexec(conn, sql.c_str()));

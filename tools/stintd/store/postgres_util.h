@@ -36,6 +36,13 @@ using PgResult = std::unique_ptr<PGresult, PgResultCloser>;
 // The URL with any password replaced by "***": what messages and path() show.
 std::string RedactPostgresUrl(const std::string& url);
 
+// A connection to `url`; kUnavailable naming `shown` (the redacted URL)
+// with libpq's reason when the server cannot be reached.
+Result<PgConn> ConnectPg(const std::string& url, const std::string& shown);
+
+// libpq's last error on `conn`, without its trailing newlines.
+std::string PgErrorMessage(PGconn* conn);
+
 // A failed command's result (null: the connection's error) as a Status
 // whose message is "context: <server message> (SQLSTATE xxxxx)":
 // kUnavailable for a lost connection (class 08, or no result), a server
