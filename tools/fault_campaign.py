@@ -41,9 +41,10 @@ Faults (drawn in turn, their timing and targets from --seed):
                resume, bit-exactly, from a step at least as new as the
                newest one every rank saw replicated (flush_replication)
 
-  leader_kill, leader_stop, pg_restart
+  leader_kill, leader_stop, pg_restart, db_cut
                two stintds on one PostgreSQL under load: the leader killed,
-               paused past its lease, or the database restarted; see
+               paused past its lease, the database restarted, or the
+               leader's network link to it cut; see
                tools/fault_leader.py for what is checked after each
 
   s3           tier 2 in an S3-compatible store (a real `rclone serve s3`,
@@ -766,7 +767,7 @@ class Campaign:
                 with Coordinator(self) as coord:
                     coord.fault(kind, roots[state], state, label)
             elif kind in fault_leader.KINDS:
-                if not self.leader.available():
+                if not self.leader.available(kind):
                     self.skipped[kind] += 1
                     continue
                 self.leader.run(kind, label)
@@ -1104,7 +1105,11 @@ def main():
         p.error("--first %d is not a multiple of %d (a block of faults shares its roots)" % (args.first, BLOCK))
     args.build = os.path.abspath(args.build)
     sys.path.insert(0, os.path.join(args.build, "python_bindings"))
-    return Campaign(args).run()
+    campaign = Campaign(args)
+    try:
+        return campaign.run()
+    finally:
+        campaign.leader.close()  # also when a fault raised
 
 
 if __name__ == "__main__":

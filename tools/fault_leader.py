@@ -6,6 +6,10 @@ postgresql), under load, one fault each:
   leader_stop  SIGSTOP of the leading stintd past its lease, SIGCONT once the
                standby leads: it must exit 75 without acting
   pg_restart   PostgreSQL stopped (fast shutdown) and started again
+  db_cut       the leader runs in a network namespace of its own, reaching
+               the database over a veth pair (TCP); the link is cut: the
+               leader must stop acting and exit 75 before the standby
+               takes over (needs root and ip netns; skipped otherwise)
 
 Load: writer threads submit jobs through the list of both URLs (the way
 clients follow the leader) and count each one stintd acknowledged; the
@@ -37,7 +41,7 @@ import time
 import urllib.error
 import urllib.request
 
-KINDS = ["leader_kill", "leader_stop", "pg_restart"]
+KINDS = ["leader_kill", "leader_stop", "pg_restart", "db_cut"]
 ADMIN = "leader-campaign-admin-token"
 # A takeover needs a lease, a poll and a load; a loaded 2-core machine gets
 # a wide margin.
@@ -53,9 +57,10 @@ class Postgres:
     """initdb + postgres on a private unix socket (no TCP), as user postgres
     when run as root."""
 
-    def __init__(self, base):
+    def __init__(self, base, listen=""):
         self.bindir = pg_bindir()
         self.base = base
+        self.listen = listen  # a TCP address besides the socket ("": none)
         self.data = os.path.join(base, "data")
         self.proc = None
         self.log = os.path.join(base, "postgres.log")
@@ -71,13 +76,16 @@ class Postgres:
         subprocess.run(self.command("initdb", "-D", self.data, "-U", "stintd", "--auth=trust",
                                     "--no-sync", "-E", "UTF8", "--locale=C"),
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, timeout=120)
+        if self.listen:
+            with open(os.path.join(self.data, "pg_hba.conf"), "a") as f:
+                f.write("host all all %s/32 trust\n" % Net.NS_IP)
         self.start()
 
     def start(self):
         log = open(self.log, "a")
         self.proc = subprocess.Popen(
             self.command("postgres", "-D", self.data, "-k", self.base, "-p", "5432", "-c",
-                         "listen_addresses=", "-c", "max_connections=60", "-c",
+                         "listen_addresses=" + self.listen, "-c", "max_connections=60", "-c",
                          "shared_buffers=16MB"), stdout=log, stderr=subprocess.STDOUT)
         log.close()
         deadline = time.monotonic() + 60
@@ -99,6 +107,10 @@ class Postgres:
     def url(self, db):
         return "postgresql:///%s?host=%s&port=5432&user=stintd" % (db, self.base)
 
+    def tcp_url(self, db):
+        return "postgresql://stintd@%s:5432/%s?connect_timeout=2" % (self.listen, db)
+
+
     def sql(self, db, query, quiet=False):
         r = subprocess.run(["psql", "-At", "-h", self.base, "-p", "5432", "-U", "stintd", "-d", db,
                             "-c", query], capture_output=True, text=True, timeout=30)
@@ -109,20 +121,60 @@ class Postgres:
         return r.stdout.strip()
 
 
+class Net:
+    """A network namespace joined to this one by a veth pair: the leader
+    of a db_cut fault runs there and reaches PostgreSQL over TCP."""
+    # A /30 of its own per campaign process: campaigns may run side by side.
+    SUBNET = "10.231.%d." % (os.getpid() % 250)
+    HOST_IP, NS_IP = SUBNET + "1", SUBNET + "2"
+
+    def __init__(self):
+        tag = "%d" % (os.getpid() % 100000)
+        self.ns, self.host_if = "stint-cut-" + tag, "stcut" + tag
+
+    @staticmethod
+    def possible():
+        return os.geteuid() == 0 and shutil.which("ip") is not None
+
+    def up(self):
+        ip = lambda *a: subprocess.run(["ip"] + list(a), check=True, capture_output=True, timeout=30)
+        ip("netns", "add", self.ns)
+        ip("link", "add", self.host_if, "type", "veth", "peer", "name", "eth0", "netns", self.ns)
+        ip("addr", "add", self.HOST_IP + "/30", "dev", self.host_if)
+        ip("link", "set", self.host_if, "up")
+        ip("-n", self.ns, "addr", "add", self.NS_IP + "/30", "dev", "eth0")
+        ip("-n", self.ns, "link", "set", "eth0", "up")
+        ip("-n", self.ns, "link", "set", "lo", "up")
+
+    def link(self, up):
+        subprocess.run(["ip", "link", "set", self.host_if, "up" if up else "down"], check=True,
+                       capture_output=True, timeout=30)
+
+    def down(self):
+        subprocess.run(["ip", "link", "del", self.host_if], capture_output=True, timeout=30)
+        subprocess.run(["ip", "netns", "del", self.ns], capture_output=True, timeout=30)
+
+
 class Stintd:
-    def __init__(self, binary, store, workdir, name, env, lease):
+    def __init__(self, binary, store, workdir, name, env, lease, netns=None):
         self.binary, self.store, self.name, self.env, self.lease = binary, store, name, env, lease
+        self.netns = netns  # run in this namespace, listening on Net.NS_IP
         self.dir = os.path.join(workdir, name)
         os.makedirs(self.dir, exist_ok=True)
         self.port = _free_port()
-        self.url = "http://127.0.0.1:%d" % self.port
+        self.host = Net.NS_IP if netns else "127.0.0.1"
+        self.url = "http://%s:%d" % (self.host, self.port)
         self.proc = None
         self.log = os.path.join(self.dir, "stintd.log")
 
     def start(self):
         log = open(self.log, "a")
+        prefix = ["ip", "netns", "exec", self.netns] if self.netns else []
+        # Beyond loopback over plain HTTP: the veth stays on this host.
+        insecure = ["--insecure"] if self.netns else []
         self.proc = subprocess.Popen(
-            [self.binary, "--store", self.store, "--listen", "127.0.0.1:%d" % self.port,
+            prefix + [self.binary, "--store", self.store, "--listen", "%s:%d" % (self.host, self.port)]
+            + insecure + [
              "--logs-dir", os.path.join(self.dir, "logs"), "--leader-lease-seconds",
              str(self.lease), "--tick-seconds", "0.1", "--start-grace-seconds", "1",
              "--lease-ttl-seconds", "4", "--min-run-seconds", "0"],
@@ -166,18 +218,26 @@ class LeaderFaults:
     def __init__(self, campaign):
         self.c = campaign
         self.pg = None
+        self.net = None  # for db_cut, once made
         self.databases = 0
         self.takeovers = {k: [] for k in KINDS}
         self.lease = campaign.args.leader_lease_seconds
         self.deadline = TAKEOVER_LEASES * self.lease
 
-    def available(self):
-        return pg_bindir() is not None and shutil.which("psql") is not None
+    def available(self, kind):
+        if pg_bindir() is None or shutil.which("psql") is None:
+            return False
+        return kind != "db_cut" or Net.possible()
 
     def close(self):
+        """The server, its directory and the namespace; once is enough."""
         if self.pg is not None:
             self.pg.stop()
             shutil.rmtree(self.pg.base, ignore_errors=True)
+            self.pg = None
+        if self.net is not None:
+            self.net.down()
+            self.net = None
 
     def summary(self):
         for kind, times in self.takeovers.items():
@@ -187,9 +247,13 @@ class LeaderFaults:
 
     def run(self, kind, label):
         if self.pg is None:
+            if Net.possible() and "db_cut" in self.c.args.kinds.split(","):
+                self.net = Net()
+                self.net.up()
             # Its own directory under /tmp: the server's user must reach it
             # (the campaign's is private), and a socket path is short.
-            self.pg = Postgres(tempfile.mkdtemp(prefix="stint-pg-"))
+            self.pg = Postgres(tempfile.mkdtemp(prefix="stint-pg-"),
+                               listen=Net.HOST_IP if self.net else "")
             self.pg.init()
         self.databases += 1
         db = "leader_%d" % self.databases
@@ -199,11 +263,16 @@ class LeaderFaults:
         work = os.path.join(self.c.work, label)
         daemons = [Stintd(self.c.stintd_bin, self.pg.url(db), work, n, env, self.lease)
                    for n in ("a", "b")]
+        if kind == "db_cut":  # the first leader beyond the link that is cut
+            daemons[0] = Stintd(self.c.stintd_bin, self.pg.tcp_url(db), work, "a", env, self.lease,
+                                netns=self.net.ns)
         try:
             self._fault(kind, db, daemons, label)
         finally:
             for d in daemons:
                 d.end()
+            if kind == "db_cut":
+                self.net.link(True)
 
     def _leader(self, daemons, deadline):
         """The daemon that serves GET /v1/leader (and says it leads), or None."""
@@ -258,6 +327,8 @@ class LeaderFaults:
             old.proc.wait()
         elif kind == "leader_stop":
             old.proc.send_signal(signal.SIGSTOP)
+        elif kind == "db_cut":
+            self.net.link(False)
         else:
             self.pg.stop()
             time.sleep(self.c.rng.uniform(0.2, 1.5))
@@ -279,14 +350,15 @@ class LeaderFaults:
             return self.c.fail("%s: no stintd leads %.0f s after %s:\n%s\n%s" % (
                 label, self.deadline, kind, a.output()[-1500:], b.output()[-1500:]))
         self.takeovers[kind].append(time.monotonic() - t0)
-        if kind == "leader_stop":
+        if kind in ("leader_stop", "db_cut"):
+            # Paused: it wakes now. Cut off: it stopped on its own.
             old.proc.send_signal(signal.SIGCONT)
             try:
                 code = old.proc.wait(timeout=self.deadline)
             except subprocess.TimeoutExpired:
                 code = None
             if code != 75 or "fenced: " not in old.output():
-                self.c.fail("%s: the paused leader woke and did not exit 75 fenced (exit %s):\n%s" % (
+                self.c.fail("%s: the old leader did not exit 75 fenced (exit %s):\n%s" % (
                     label, code, old.output()[-1500:]))
         time.sleep(self.c.rng.uniform(0.5, 1.5))  # load after the takeover
         stop.set()
