@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/peer_read_env.h"
+#include "peer/peer_file_client.h"
+#include "peer/peer_file_server.h"
 #include "stint/checkpoint_reader.h"
 #include "stint/checkpointer.h"
 #include "stint/env.h"
@@ -181,6 +185,47 @@ TEST_P(ReaderRequestsTest, DamageNamesItsTensorFileAndOffsetOnEveryPath) {
               std::string::npos)
         << s.ToString();
     EXPECT_NE(s.message().find("checksum mismatch"), std::string::npos) << s.ToString();
+  }
+}
+
+// A lost node's part as a node-local load reads it: the data file is on a
+// peer only, behind PeerReadEnv (ranged HTTP reads, a file without a
+// descriptor, direct_io() false), with a big tensor beside the small ones.
+// Merged requests and reads in place both go over the network; every byte
+// lands bit-exact.
+TEST_P(ReaderRequestsTest, PartOnAPeerOnlyLoadsThroughPeerReadEnv) {
+  TempDir dir;
+  const std::string peer_root = dir.Sub("peer");
+  const auto values = SaveSmallTensors(peer_root);
+  // Here: the committed manifest only (what a replacement node sees of a
+  // step through its peers), no data file.
+  const std::string root = dir.Sub("here");
+  ASSERT_OK(CreateDirWithParents(Env::Default(), root + kStep));
+  ASSERT_TRUE(WriteWholeFile(root + kStep + "/MANIFEST.json",
+                             ReadWholeFile(peer_root + kStep + "/MANIFEST.json")));
+  PeerFileServerOptions so;
+  so.root = peer_root;
+  so.bind_host = "127.0.0.1";
+  so.token = "reader-requests-token";
+  auto server = PeerFileServer::Start(so);
+  ASSERT_OK(server.status());
+  auto client =
+      std::make_shared<PeerFileClient>("http://127.0.0.1:" + std::to_string((*server)->port()),
+                                       so.token, std::chrono::milliseconds(10000));
+  PeerReadEnv env(Env::Default(), root, dir.Sub("replicas"), [client] {
+    return std::vector<Peer>{Peer{"peer", "", client}};
+  });
+  for (bool direct_io : {true, false}) {
+    SCOPED_TRACE(direct_io ? "O_DIRECT asked for" : "buffered");
+    ReaderOptions ro;
+    ro.env = &env;
+    ro.io_engine = GetParam();
+    ro.direct_io = direct_io;
+    auto reader = CheckpointReader::Open(root + kStep, ro);
+    ASSERT_OK(reader);
+    Destinations d(values);
+    ASSERT_OK((*reader)->Read(d.dests));
+    for (int i = 0; i < kTensors; ++i) ASSERT_EQ(d.into[i], values[i]) << Name(i);
   }
 }
 
