@@ -441,6 +441,11 @@ class Checkpointer:
     def load_result(self, into: Any = None, *, step: Optional[int] = None, verify: bool = False,
                     map_location: Optional[MapLocation] = None, strict: bool = True) -> LoadResult:
         """load(), returning a LoadResult (step, state, dir, skipped, skipped_steps)."""
+        with pytree.collector_paused():
+            return self._load_result(into, step, verify, map_location, strict)
+
+    def _load_result(self, into: Any, step: Optional[int], verify: bool,
+                     map_location: Optional[MapLocation], strict: bool) -> LoadResult:
         if step is not None:
             _check_step(step)
         # Collective: the C++ side makes every rank load the same step (the

@@ -85,6 +85,7 @@ from torch.futures import Future
 
 from . import _C
 from . import _object_root
+from . import pytree
 from .checkpointer import _check_step
 
 __all__ = ["StorageWriter", "StorageReader", "stint_errors"]
@@ -650,6 +651,12 @@ class StorageReader(_StepTarget, _DcpStorageReader):
         return [dataclasses.replace(p, storage_data=dict(agreed)) for p in plans]
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future:
+        # Thousands of ReadItems and boxes: no full collection of the heap
+        # inside the read (see pytree.collector_paused).
+        with pytree.collector_paused():
+            return self._read_data(plan, planner)
+
+    def _read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future:
         data = plan.storage_data
         step, world_size = data["stint_step"], data["stint_world_size"]
         directory = os.path.join(self.root, _step_dir_name(step))

@@ -17,6 +17,7 @@
 #include "checkpoint/open_checks.h"
 #include "checkpoint/quarantine.h"
 #include "checkpoint/rank_commit.h"
+#include "checkpoint/root_lock.h"
 #include "checkpoint/save_times.h"
 #include "format/manifest.h"
 
@@ -571,7 +572,23 @@ Result<std::vector<uint64_t>> CheckpointerImpl::ListReplicated() {
 }
 
 Status CheckpointerImpl::Quarantine(uint64_t step) {
-  if (options_.rank != 0) return Status::OK();  // the committer moves it, once
+  // A shared root: the committer (rank 0) moves it, once. Node-local roots:
+  // each node's root holds the step too, and a skipped step left in one of
+  // them refuses the next save of that step there ("already committed"), so
+  // the rank whose root it is moves it as well. Its keeper's lock is taken
+  // only by its first save, after the load: here the root's writer lock is
+  // tried without waiting and held for the move alone. Another holder
+  // (rank 0 of a shared root, this node's keeper, another rank of this
+  // node quarantining it) moves it itself.
+  std::unique_ptr<FileLock> this_node;
+  if (options_.rank != 0 && !node_lock_.held()) {
+    if (!env_->FileExists(options_.root + "/" + StepDirName(step))) return Status::OK();
+    auto lock = OpenRootForWriting(env_, options_.root, std::chrono::milliseconds(0));
+    if (!lock.ok()) {
+      return lock.status().code() == Code::kFailedPrecondition ? Status::OK() : lock.status();
+    }
+    this_node = std::move(*lock);
+  }
   if (env_->FileExists(options_.root + "/" + StepDirName(step))) {
     STINT_RETURN_IF_ERROR(MoveToQuarantine(env_, options_.root, step));
     if (options_.incremental) {

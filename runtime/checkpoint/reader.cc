@@ -1,11 +1,16 @@
 // CheckpointReader implementation: manifest checks at Open, then chunk reads
-// through an IoEngine into aligned buffers, each verified before use.
+// through an IoEngine, each chunk verified before the read returns. A whole
+// raw chunk goes straight into its destination where the file allows
+// (O_DIRECT: a page-aligned stretch of whole pages; buffered: any), and is
+// hashed there; the others are read into bounce slots, adjacent ones merged
+// into one request of up to 8 MiB, and hashed while they are copied out.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <condition_variable>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <optional>
@@ -27,6 +32,11 @@ namespace {
 
 // Bytes of reads in flight at most (see Open).
 constexpr uint64_t kReadAheadBytes = 64u << 20;
+
+// A bounce request merges chunks that lie one after another in a file up to
+// this many bytes (a larger chunk is read alone): a default chunk's size, so
+// merging needs no larger slots than reading such chunks one by one.
+constexpr uint64_t kMergeBytes = 8u << 20;
 
 // A strided copy of one box of elements out of a stored entry's row-major
 // bytes into a row-major destination: `runs` contiguous runs of run_bytes,
@@ -249,7 +259,8 @@ class CheckpointReaderImpl final : public CheckpointReader {
   std::string Where(const std::string& file, const ChunkRecord& rec, size_t chunk,
                     const std::string& what) const {
     std::string path = rec.ref.empty() ? dir_ + "/" + file : RootOf(dir_) + "/" + rec.ref;
-    return path + " chunk " + std::to_string(chunk) + " (" + what + ")";
+    return path + " chunk " + std::to_string(chunk) + " (" + what + ") at offset " +
+           std::to_string(rec.file_offset);
   }
 
   // The checkpoint root a step directory lies in ("." for a bare name).
@@ -435,15 +446,25 @@ class CheckpointReaderImpl final : public CheckpointReader {
     return Status::OK();
   }
 
-  // A raw chunk that exactly fills a page-aligned, whole-page stretch of its
-  // destination: read straight into it (O_DIRECT needs both), and verified
-  // there. Null otherwise (the chunk goes through a bounce slot). The read is
-  // stored_len bytes; the manifest decoder refused stored != raw already,
-  // checked again here because it decides what is written to.
-  static char* DirectTarget(const ChunkRead& r) {
+  // A bounce slot (see Execute).
+  struct Slot {
+    MappedBuffer buf;
+    bool busy = false;  // guarded by Execute's mutex
+  };
+
+  // A raw chunk that lies whole in one contiguous stretch of its
+  // destination: read straight into it, and verified there. From a file
+  // opened with O_DIRECT the stretch must also be page-aligned and whole
+  // pages; a buffered file (direct_io = false, or a file system that refused
+  // O_DIRECT) reads into any stretch. Null otherwise (the chunk goes through
+  // a bounce slot). The read is stored_len bytes; the manifest decoder
+  // refused stored != raw already, checked again here because it decides
+  // what is written to.
+  static char* DirectTarget(const ChunkRead& r, const RandomAccessFile& file) {
     const ChunkRecord& c = *r.rec;
+    const bool any = !file.direct_io();
     if (r.verify || c.codec != Codec::kNone || c.stored_len != c.raw_len || c.stored_len == 0 ||
-        c.stored_len % kChunkAlignment != 0 || r.pieces.size() != 1 ||
+        (!any && c.stored_len % kChunkAlignment != 0) || r.pieces.size() != 1 ||
         r.pieces[0].end - r.pieces[0].first != 1) {
       return nullptr;
     }
@@ -452,29 +473,69 @@ class CheckpointReaderImpl final : public CheckpointReader {
     p.copy->Offsets(p.first, &src, &dst);
     if (src > r.begin || r.begin + c.raw_len > src + p.copy->run_bytes) return nullptr;
     char* at = p.copy->dst_base + dst + (r.begin - src);
-    return reinterpret_cast<uintptr_t>(at) % kChunkAlignment == 0 ? at : nullptr;
+    return any || reinterpret_cast<uintptr_t>(at) % kChunkAlignment == 0 ? at : nullptr;
   }
 
-  // Bounce slots for `count` chunks of up to `bytes` stored bytes: kept for
-  // the reader's life, faulted in at once and registered with the engine,
-  // so a load pays no page fault per chunk.
-  Status EnsureSlots(size_t count, uint64_t bytes) const {
-    if (slots_.size() >= count && slot_bytes_ >= bytes) return Status::OK();
-    for (auto& slot : slots_) engine_->UnregisterBuffer(slot.buf.data());
-    slots_.clear();
-    for (size_t i = 0; i < count; ++i) {
-      STINT_ASSIGN_OR_RETURN(MappedBuffer buf, MappedBuffer::Map(bytes, /*populate=*/true));
-      engine_->RegisterBuffer(buf.data(), buf.size());
-      slots_.push_back(Slot{std::move(buf), false});
+  // One read request: a chunk straight into its destination, or chunks that
+  // lie one after another in a file, read together into one bounce slot. A
+  // state of thousands of small tensors (a LoRA adapter's) is then read in a
+  // few large requests instead of one small request per tensor.
+  struct Request {
+    const RandomAccessFile* file = nullptr;
+    uint64_t offset = 0;      // in the file (aligned)
+    uint64_t len = 0;         // bytes to read (aligned, except a direct read's)
+    char* direct = nullptr;   // the destination of the one chunk read in place
+    std::vector<const ChunkRead*> chunks;  // in file order, the first at `offset`
+  };
+
+  // The requests for `reads`, in file order: each file is read front to back.
+  Result<std::vector<Request>> PlanRequests(const std::vector<ChunkRead>& reads) const {
+    std::vector<const ChunkRead*> order;
+    order.reserve(reads.size());
+    for (const ChunkRead& r : reads) order.push_back(&r);
+    auto file_of = [](const ChunkRead* r) -> const std::string& {
+      return r->rec->ref.empty() ? *r->file : r->rec->ref;
+    };
+    std::stable_sort(order.begin(), order.end(), [&](const ChunkRead* a, const ChunkRead* b) {
+      int c = file_of(a).compare(file_of(b));
+      return c != 0 ? c < 0 : a->rec->file_offset < b->rec->file_offset;
+    });
+    std::vector<Request> out;
+    const std::string* name = nullptr;
+    const RandomAccessFile* file = nullptr;
+    for (const ChunkRead* r : order) {
+      if (name == nullptr || *name != file_of(r)) {
+        auto it = files_.find(file_of(r));
+        if (it == files_.end()) return Status::Internal(r->where + ": file not open");
+        name = &file_of(r);
+        file = it->second.get();
+      }
+      if (char* direct = DirectTarget(*r, *file)) {
+        out.push_back(Request{file, r->rec->file_offset, r->rec->stored_len, direct, {r}});
+        continue;
+      }
+      const uint64_t len = AlignUp(r->rec->stored_len == 0 ? 1 : r->rec->stored_len);
+      if (!out.empty()) {
+        Request& prev = out.back();
+        if (prev.direct == nullptr && prev.file == file &&
+            prev.offset + prev.len == r->rec->file_offset && prev.len + len <= kMergeBytes) {
+          prev.len += len;
+          prev.chunks.push_back(r);
+          continue;
+        }
+      }
+      out.push_back(Request{file, r->rec->file_offset, len, nullptr, {r}});
     }
-    slot_bytes_ = bytes;
-    return Status::OK();
+    return out;
   }
 
-  // Reads every chunk, at most the engine's queue depth (bounded in bytes at
-  // Open) in flight; the decode pool verifies and decodes each as it
-  // arrives, so checksums and copies overlap the reads.
+  // Reads every request, at most the engine's queue depth (bounded in bytes
+  // at Open) in flight; the decode pool verifies and decodes each request's
+  // chunks as it arrives, so checksums and copies overlap the reads. Bounce
+  // slots are made as the reads need them (a load whose chunks all go
+  // straight into place makes none) and kept for the reader's life.
   Status Execute(const std::vector<ChunkRead>& reads) const {
+    STINT_ASSIGN_OR_RETURN(std::vector<Request> requests, PlanRequests(reads));
     std::mutex mu;
     std::condition_variable slot_freed;
     Status first;
@@ -482,14 +543,19 @@ class CheckpointReaderImpl final : public CheckpointReader {
       std::lock_guard<std::mutex> l(mu);
       if (first.ok()) first = s;
     };
+    uint64_t largest = kChunkAlignment;
+    for (const Request& q : requests) {
+      if (q.direct == nullptr) largest = std::max(largest, q.len);
+    }
+    if (largest > slot_bytes_) {
+      for (auto& slot : slots_) engine_->UnregisterBuffer(slot->buf.data());
+      slots_.clear();
+      slot_bytes_ = largest;
+    }
     // More slots than requests in flight: a full set of busy slots then
     // always includes some being decoded, which free themselves, so waiting
     // for one cannot deadlock on completions only Submit/Drain would reap.
-    uint64_t largest = kChunkAlignment;
-    for (const ChunkRead& r : reads) {
-      if (DirectTarget(r) == nullptr) largest = std::max(largest, AlignUp(r.rec->stored_len));
-    }
-    STINT_RETURN_IF_ERROR(EnsureSlots(depth_ + 2 * decode_pool_.size() + 1, largest));
+    const size_t max_slots = depth_ + 2 * decode_pool_.size() + 1;
     size_t decoding = 0;  // guarded by mu
     auto done_decoding = [&](Slot* slot) {
       std::lock_guard<std::mutex> l(mu);
@@ -498,40 +564,31 @@ class CheckpointReaderImpl final : public CheckpointReader {
       slot_freed.notify_all();
     };
     // On completion: verify (and decode) on the pool, then free the slot.
-    auto on_read = [&](const ChunkRead* rp, Slot* slot, char* data) {
-      return [&, rp, slot, data](const Status& io, size_t bytes) {
-        Status st = io;
-        if (st.ok() && bytes < rp->rec->stored_len) {
-          st = Status::DataLoss(rp->where + ": file ends after " + std::to_string(bytes) +
-                                " of the chunk's " + std::to_string(rp->rec->stored_len) +
-                                " bytes");
-        }
+    auto on_read = [&](const Request* q, Slot* slot) {
+      return [&, q, slot](const Status& io, size_t bytes) {
         {
           std::lock_guard<std::mutex> l(mu);
           ++decoding;
         }
-        if (!st.ok()) {
-          fail(st);
+        if (!io.ok()) {
+          fail(io);
           done_decoding(slot);
           return;
         }
-        decode_pool_.Schedule([&, rp, slot, data] {
-          Status d = slot != nullptr ? DecodeInto(*rp, data) : CheckInPlace(*rp, data);
+        decode_pool_.Schedule([&, q, slot, bytes] {
+          Status d = DecodeRequest(*q, slot != nullptr ? slot->buf.data() : q->direct, bytes);
           if (!d.ok()) fail(d);
           done_decoding(slot);
         });
       };
     };
-    for (const ChunkRead& r : reads) {
+    for (const Request& q : requests) {
       {
         std::lock_guard<std::mutex> l(mu);
         if (!first.ok()) break;
       }
-      auto file_it = files_.find(r.rec->ref.empty() ? *r.file : r.rec->ref);
-      if (file_it == files_.end()) return Status::Internal(r.where + ": file not open");
-      if (char* direct = DirectTarget(r)) {
-        Status s = engine_->SubmitRead(file_it->second.get(), direct, r.rec->stored_len,
-                                       r.rec->file_offset, on_read(&r, nullptr, direct));
+      if (q.direct != nullptr) {
+        Status s = engine_->SubmitRead(q.file, q.direct, q.len, q.offset, on_read(&q, nullptr));
         if (!s.ok()) fail(s);
         continue;
       }
@@ -540,19 +597,33 @@ class CheckpointReaderImpl final : public CheckpointReader {
         std::unique_lock<std::mutex> l(mu);
         for (;;) {
           for (auto& s : slots_) {
-            if (!s.busy) {
-              slot = &s;
+            if (!s->busy) {
+              slot = s.get();
               break;
             }
           }
-          if (slot != nullptr) break;
+          if (slot != nullptr || slots_.size() < max_slots) break;
           slot_freed.wait(l);
         }
-        slot->busy = true;
+        if (slot != nullptr) slot->busy = true;
       }
-      const uint64_t want = AlignUp(r.rec->stored_len == 0 ? 1 : r.rec->stored_len);
-      Status s = engine_->SubmitRead(file_it->second.get(), slot->buf.data(), want,
-                                     r.rec->file_offset, on_read(&r, slot, slot->buf.data()));
+      if (slot == nullptr) {
+        // One more slot, faulted in at once and registered with the engine
+        // (no page fault per read), made while the reads submitted already
+        // are in flight. Only this thread changes slots_; the pool reaches
+        // a slot through its request's pointer.
+        Result<MappedBuffer> buf = MappedBuffer::Map(slot_bytes_, /*populate=*/true);
+        if (!buf.ok()) {
+          fail(buf.status());
+          break;
+        }
+        engine_->RegisterBuffer(buf->data(), buf->size());
+        auto made = std::make_unique<Slot>(Slot{std::move(*buf), true});
+        slot = made.get();
+        std::lock_guard<std::mutex> l(mu);
+        slots_.push_back(std::move(made));
+      }
+      Status s = engine_->SubmitRead(q.file, slot->buf.data(), q.len, q.offset, on_read(&q, slot));
       if (!s.ok()) {
         fail(s);
         std::lock_guard<std::mutex> l(mu);
@@ -568,9 +639,38 @@ class CheckpointReaderImpl final : public CheckpointReader {
     return drained;
   }
 
+  // The chunks of a request that read `bytes` into `data` (its slot, or the
+  // one chunk's destination): each verified, and decoded where it goes. A
+  // chunk the file ends inside of is data loss, named by its own `where`.
+  static Status DecodeRequest(const Request& q, const char* data, size_t bytes) {
+    for (const ChunkRead* r : q.chunks) {
+      const uint64_t at = r->rec->file_offset - q.offset;
+      if (bytes < at + r->rec->stored_len) {
+        return Status::DataLoss(r->where + ": file ends after " +
+                                std::to_string(bytes > at ? bytes - at : 0) + " of the chunk's " +
+                                std::to_string(r->rec->stored_len) + " bytes");
+      }
+      STINT_RETURN_IF_ERROR(q.direct != nullptr ? CheckInPlace(*r, data + at)
+                                                : DecodeInto(*r, data + at));
+    }
+    return Status::OK();
+  }
+
   // A chunk read straight into its destination: its checksum, there.
   static Status CheckInPlace(const ChunkRead& r, const char* data) {
     uint64_t h = Xxh3(data, r.rec->stored_len);
+    if (h != r.rec->xxh3) {
+      return Status::DataLoss(r.where + ": checksum mismatch (stored " + HashToHex(r.rec->xxh3) +
+                              ", computed " + HashToHex(h) + ")");
+    }
+    return Status::OK();
+  }
+
+  // A raw chunk copied from its slot into its destination, hashed as it is
+  // copied (one pass over the slot). The destination holds the bytes before
+  // they are verified, as after a read in place; a mismatch fails the load.
+  static Status CopyInto(const ChunkRead& r, const char* stored, char* into) {
+    uint64_t h = Xxh3Copy(into, stored, r.rec->raw_len);
     if (h != r.rec->xxh3) {
       return Status::DataLoss(r.where + ": checksum mismatch (stored " + HashToHex(r.rec->xxh3) +
                               ", computed " + HashToHex(h) + ")");
@@ -587,7 +687,9 @@ class CheckpointReaderImpl final : public CheckpointReader {
       uint64_t src = 0, dst = 0;
       p.copy->Offsets(p.first, &src, &dst);
       if (src <= r.begin && r.begin + c.raw_len <= src + p.copy->run_bytes) {
-        return DecodeChunk(c, stored, p.copy->dst_base + dst + (r.begin - src), r.where);
+        char* into = p.copy->dst_base + dst + (r.begin - src);
+        if (c.codec == Codec::kNone && c.stored_len == c.raw_len) return CopyInto(r, stored, into);
+        return DecodeChunk(c, stored, into, r.where);
       }
     }
     // Pieces of the chunk: raw bytes scatter from the slot once verified;
@@ -613,18 +715,13 @@ class CheckpointReaderImpl final : public CheckpointReader {
     return Status::OK();
   }
 
-  struct Slot {
-    MappedBuffer buf;
-    bool busy = false;  // guarded by Execute's mutex
-  };
-
   const std::string dir_;
   const Manifest m_;
   std::unordered_map<std::string_view, const TensorRecord*> tensors_;  // m_'s, by name
   Env* const env_;
   // Declared before engine_: unmapped only after the engine that may hold
   // them registered is gone.
-  mutable std::vector<Slot> slots_;
+  mutable std::vector<std::unique_ptr<Slot>> slots_;  // only Execute's thread changes it
   mutable uint64_t slot_bytes_ = 0;
   std::unique_ptr<IoEngine> engine_;
   const size_t depth_;  // requests in flight (the engine's queue depth)

@@ -4,6 +4,7 @@
 #include <zstd.h>
 
 #include <cstring>
+#include <memory>
 
 namespace stint {
 
@@ -16,6 +17,30 @@ Result<Codec> ParseCodec(std::string_view name) {
 }
 
 uint64_t Xxh3(const void* data, size_t n) { return XXH3_64bits(data, n); }
+
+uint64_t Xxh3Copy(void* dst, const void* src, size_t n) {
+  constexpr size_t kBlock = 64u << 10;  // in L2 between the hash and the copy
+  if (n <= kBlock) {
+    std::memcpy(dst, src, n);
+    return XXH3_64bits(src, n);
+  }
+  // Streaming XXH3 over consecutive blocks equals XXH3_64bits of the whole.
+  std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> state(XXH3_createState(),
+                                                                         &XXH3_freeState);
+  if (state == nullptr) {  // no memory for the state: hash, then copy
+    std::memcpy(dst, src, n);
+    return XXH3_64bits(src, n);
+  }
+  XXH3_64bits_reset(state.get());
+  const char* s = static_cast<const char*>(src);
+  char* d = static_cast<char*>(dst);
+  for (size_t off = 0; off < n; off += kBlock) {
+    const size_t len = n - off < kBlock ? n - off : kBlock;
+    XXH3_64bits_update(state.get(), s + off, len);
+    std::memcpy(d + off, s + off, len);
+  }
+  return XXH3_64bits_digest(state.get());
+}
 
 RawHash Xxh128(const void* data, size_t n) {
   XXH128_hash_t h = XXH3_128bits(data, n);

@@ -49,6 +49,10 @@ constexpr uint64_t kChunkAlignment = 4096;
 inline uint64_t AlignUp(uint64_t n, uint64_t a = kChunkAlignment) { return (n + a - 1) / a * a; }
 
 uint64_t Xxh3(const void* data, size_t n);
+// Copies n bytes from src to dst and returns Xxh3 of them, block by block,
+// so each block is hashed and copied while it is in cache: one pass over
+// src in memory instead of two.
+uint64_t Xxh3Copy(void* dst, const void* src, size_t n);
 RawHash Xxh128(const void* data, size_t n);
 std::string HashToHex(uint64_t h);  // 16 lowercase hex digits
 Result<uint64_t> HexToHash(std::string_view hex);

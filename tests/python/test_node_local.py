@@ -156,6 +156,29 @@ def test_a_lost_node_resumes_from_its_peer_replica_bit_exactly(tmp_path, python_
     assert digests == reference
 
 
+def test_a_step_lost_with_its_node_is_quarantined_on_every_root_and_saved_again(tmp_path,
+                                                                                python_env):
+    """Node b is lost before its part of step 4 reached its peer: step 4 stays
+    committed in the roots of nodes a and c but cannot load anywhere. The job
+    resumes from step 2 and saves step 4 again, which needs step 4 moved
+    aside in every root that holds it, not only in rank 0's (node c's keeper
+    refused the save: 'step-00000004 is already committed')."""
+    whole = [str(tmp_path / "whole" / n) for n in NODES]
+    _, reference = launch(python_env, whole, str(tmp_path / "out-whole"), 8)
+    roots = [str(tmp_path / "cut" / n) for n in NODES]
+    launch(python_env, roots, str(tmp_path / "out-first"), 4, last=False)
+    shutil.rmtree(roots[1])
+    # Node b's part of step 4 never reached node c, its holder.
+    shutil.rmtree(os.path.join(roots[2], ".peer-replicas", "step-00000004"))
+    for root in (roots[0], roots[2]):
+        assert os.path.isdir(os.path.join(root, "step-00000004"))
+    starts, digests = launch(python_env, roots, str(tmp_path / "out-second"), 8)
+    assert starts == ["2"] * 3
+    assert digests == reference
+    for root in (roots[0], roots[2]):
+        assert any(n.startswith("quarantine-step-00000004-") for n in os.listdir(root)), root
+
+
 def test_dcp_loads_a_lost_nodes_data_from_its_peer_replica(tmp_path, python_env):
     roots = [str(tmp_path / n) for n in NODES[:2]]
     out = str(tmp_path / "out")

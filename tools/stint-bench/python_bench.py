@@ -23,7 +23,10 @@ measured ones, alternating the methods run by run; each figure is a median.
 The stint Checkpointer is opened once and reused, as a training job does
 (its staging pool is allocated by the first save, the warm-up). Prints a
 table and the ratios the Python API is held to; --json writes every sample.
-This is a benchmark, not a test: it asserts nothing.
+This is a benchmark, not a test: it asserts nothing. The load alone, into
+existing state dicts at several sizes and tensor counts against torch.load
+and dcp.load (and resume() and dcp.load through stint's reader), is
+python_load_bench.py's.
 """
 
 import argparse

@@ -436,7 +436,10 @@ class Checkpointer {
   // deleted by retention), so a resumed run can save that step again, and
   // points LATEST at the newest one left if it named this step. OK when tier
   // 1 holds no such step (e.g. it failed on tier 2, or was moved already).
-  // With several ranks only rank 0 acts; the others return OK.
+  // With several ranks on a shared root only rank 0 acts; the others return
+  // OK. On node-local roots every node's root is tier 1: each rank calls it
+  // (collectively, as Load), and the step is moved from every root that
+  // holds it, once (by whichever rank of that node takes the root's lock).
   // Refused with kFailedPrecondition, nothing moved, for a step that a newer
   // committed step references (incremental: moving it would break that one
   // too; quarantine the newer one first, as LoadResult::skipped_steps, newest
