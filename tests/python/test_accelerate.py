@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("accelerate")
 pytest.importorskip("torchdata")
 import torch  # noqa: E402
-from util import assert_same_tree, finish_run, read_records, run_output, start_example  # noqa: E402
+from util import assert_replayed, assert_same_tree, finish_run, read_records, run_output, start_example  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "examples", "accelerate", "train.py")
@@ -97,12 +97,8 @@ def test_kill_and_resume_matches(tmp_path, env, reference, how, pause, world):
             durable = c.latest_step() or 0  # 4, or 0 if its commit had not ended
     p = _run(tmp_path, env, world)
     assert finish_run(p, tmp_path, TIMEOUT) == 0, run_output(tmp_path)
-    got = read_records(tmp_path)
-    assert sorted(got) == list(range(1, STEPS + 1))
-    twice = [s for s, v in got.items() if len(v) == 2]
-    assert twice == (list(range(durable + 1, pause + 1)) if how == "sigkill" else [])
-    for step, values in got.items():
-        assert all(v == records[step][0] for v in values), (step, values, records[step])
+    assert_replayed(read_records(tmp_path), records, STEPS,
+                    range(durable + 1, pause + 1) if how == "sigkill" else [])
     mine = _final(tmp_path)
     assert_same_tree(mine["models"], final["models"], "models")
     assert_same_tree(mine["optimizers"], final["optimizers"], "optimizers")

@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("torch_checkpointing")
 import torch  # noqa: E402
 from torch_checkpointing import CheckpointManager  # noqa: E402
-from util import assert_same_tree, finish_run, read_records, run_output, start_example  # noqa: E402
+from util import assert_replayed, assert_same_tree, finish_run, read_records, run_output, start_example  # noqa: E402
 
 import stint  # noqa: E402
 from stint.torch_checkpointing import StorageConfig, latest_checkpoint  # noqa: E402
@@ -172,11 +172,7 @@ def test_sigkill_and_resume_matches(tmp_path, python_env):
     durable = int(path.rsplit("-", 1)[1]) if path else 0  # 4, or 0 if its commit had not ended
     p = _run(tmp, python_env)
     assert finish_run(p, tmp, TIMEOUT) == 0, run_output(tmp)
-    got = read_records(tmp)
-    assert sorted(got) == list(range(1, STEPS + 1))
-    assert [s for s, v in got.items() if len(v) == 2] == list(range(durable + 1, pause + 1))
-    for step, values in got.items():
-        assert all(v == records[step][0] for v in values), (step, values, records[step])
+    assert_replayed(read_records(tmp), records, STEPS, range(durable + 1, pause + 1))
     mine = _final(tmp)
     assert sorted(mine) == sorted(final)
     for k in final:  # the files of the final checkpoint, byte for byte

@@ -12,7 +12,7 @@ import time
 import pytest
 
 import torch
-from util import finish_run, read_records, run_output, start_example
+from util import assert_replayed, finish_run, read_records, run_output, start_example
 
 import stint
 
@@ -75,11 +75,7 @@ def test_sigkill_and_resume_matches(tmp_path, python_env, world):
     durable = _latest(tmp)  # 4, or 0 if its commit had not ended
     p = _run(tmp, env, world)
     assert finish_run(p, tmp, TIMEOUT) == 0, run_output(tmp)
-    got = read_records(tmp)
-    assert sorted(got) == list(range(1, STEPS + 1))
-    assert [s for s, v in got.items() if len(v) == 2] == list(range(durable + 1, pause + 1))
-    for step, values in got.items():
-        assert all(v == records[step][0] for v in values), (step, values, records[step])
+    assert_replayed(read_records(tmp), records, STEPS, range(durable + 1, pause + 1))
     mine = _final(tmp)
     assert sorted(mine) == sorted(final)
     for k in final:

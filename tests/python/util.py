@@ -126,3 +126,14 @@ def read_records(tmp):
         out.setdefault(int(step), []).append((loss, total))
     return out
 
+
+def assert_replayed(got, reference, steps, retrained=None):
+    """A resumed run's records (read_records) against an uninterrupted run's:
+    every step 1..steps trained, each time with the reference's values;
+    with `retrained`, exactly those steps trained twice."""
+    assert sorted(got) == list(range(1, steps + 1))
+    if retrained is not None:
+        assert [s for s, v in got.items() if len(v) == 2] == list(retrained)
+    for step, values in got.items():
+        assert all(v == reference[step][0] for v in values), (step, values, reference[step])
+

@@ -50,6 +50,9 @@ import warnings
 
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from python_bench import _tensors as tensors_of  # noqa: E402  (beside this file)
+
 TARGET_TORCH = 0.9  # a stint load <= 0.9 x torch.load
 TARGET_DCP = 0.67   # a stint load <= 0.67 x dcp.load
 DEFAULT_METHODS = ("stint", "resume", "stint.dcp", "torch.load", "dcp.load")
@@ -89,17 +92,6 @@ def build(name):
     for p in model.parameters():
         p.grad = None
     return model, opt
-
-
-def tensors_of(x):
-    if isinstance(x, torch.Tensor):
-        yield x
-    elif isinstance(x, dict):
-        for v in x.values():
-            yield from tensors_of(v)
-    elif isinstance(x, (list, tuple)):
-        for v in x:
-            yield from tensors_of(v)
 
 
 class Evictor:
