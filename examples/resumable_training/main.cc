@@ -249,5 +249,6 @@ int main(int argc, char** argv) {
   if (!done.ok()) return Fail("final checkpoint", done);
   std::printf("final step %llu rank %d loss %.4f checksum %016llx\n", (unsigned long long)step,
               rank, ema_loss, (unsigned long long)StateChecksum(*model, optimizer));
+  std::fflush(stdout);  // before the teardown: a supervisor's kill then loses nothing said
   return 0;
 }

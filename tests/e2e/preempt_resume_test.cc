@@ -128,7 +128,10 @@ TEST_F(PreemptResume, SigkillResumesFromLastCommitAndLosesAtMostAnInterval) {
       EXPECT_LE(last_logged - resumed, 2 * 25u) << "lost more than the checkpoint interval allows";
     }
     while (!segments_log.empty() && StepOf(segments_log.back()) > resumed) segments_log.pop_back();
-    bool kill_it = kills < 6;
+    // Never near the end: a segment trains at most ~110 steps (3 ms each)
+    // before the longest pause below, so one resumed 120 steps short of
+    // the end is killed before it completes, never in its teardown.
+    bool kill_it = kills < 6 && resumed + 120 <= uint64_t(kSteps);
     if (kill_it) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100 + rng() % 300));
       kill(c.pid(), SIGKILL);
@@ -137,11 +140,15 @@ TEST_F(PreemptResume, SigkillResumesFromLastCommitAndLosesAtMostAnInterval) {
     out = c.output();
     lines = ReadLines(log_path);
     segments_log.insert(segments_log.end(), lines.begin() + long(before), lines.end());
-    if (WIFSIGNALED(status)) {
+    // A kill that landed after the final step (a segment that resumed near
+    // the end trains to it within the pause) only cut the teardown short:
+    // the run is complete, and its next start would train nothing.
+    const bool finished = out.find("final step") != std::string::npos;
+    if (WIFSIGNALED(status) && !finished) {
       ++kills;
       continue;
     }
-    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+    ASSERT_TRUE(finished || (WIFEXITED(status) && WEXITSTATUS(status) == 0)) << out;
     got = Checksum(out);
     break;
   }
