@@ -51,7 +51,7 @@ import warnings
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from python_bench import _tensors as tensors_of  # noqa: E402  (beside this file)
+from python_bench import _tensors as tensors_of, evict  # noqa: E402  (beside this file)
 
 TARGET_TORCH = 0.9  # a stint load <= 0.9 x torch.load
 TARGET_DCP = 0.67   # a stint load <= 0.67 x dcp.load
@@ -124,18 +124,7 @@ class Evictor:
             if not self._drop():
                 raise SystemExit("cannot write %s any more" % self.DROP)
             return
-        files = [path] if os.path.isfile(path) else [
-            os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs]
-        for f in files:
-            try:
-                fd = os.open(f, os.O_RDONLY)
-            except OSError:
-                continue  # removed meanwhile (a lock file)
-            try:
-                os.fsync(fd)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
+        evict(path)
 
 
 class StintLoad:
