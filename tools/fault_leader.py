@@ -41,6 +41,8 @@ import time
 import urllib.error
 import urllib.request
 
+from fault_util import end, free_port
+
 KINDS = ["leader_kill", "leader_stop", "pg_restart", "db_cut"]
 ADMIN = "leader-campaign-admin-token"
 # A takeover needs a lease, a poll and a load; a loaded 2-core machine gets
@@ -161,7 +163,7 @@ class Stintd:
         self.netns = netns  # run in this namespace, listening on Net.NS_IP
         self.dir = os.path.join(workdir, name)
         os.makedirs(self.dir, exist_ok=True)
-        self.port = _free_port()
+        self.port = free_port()
         self.host = Net.NS_IP if netns else "127.0.0.1"
         self.url = "http://%s:%d" % (self.host, self.port)
         self.proc = None
@@ -186,21 +188,8 @@ class Stintd:
             return f.read()
 
     def end(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-def _free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        if self.proc is not None:
+            end(self.proc, signal.SIGCONT)
 
 
 def call(url, method, path, body=None, timeout=5):
