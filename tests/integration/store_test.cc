@@ -938,6 +938,30 @@ TEST_P(StorePostgresTest, RenewalsPassTheLeadersWritesAndATakeoverWaitsForThem) 
   EXPECT_EQ(*taken, 2);
 }
 
+// A connection the server ended (a restart, a failover, an idle limit):
+// the write on it fails and leaves the store refusing; the reload that
+// follows connects again and reads what is durable, and writes go on.
+TEST_P(StorePostgresTest, AReloadConnectsAgainAfterTheServerEndedTheConnection) {
+  auto store = Open();
+  ClusterState s;
+  s.pools["kept"] = Pool{"kept", "before the connection ended"};
+  Changes c;
+  c.pools = {"kept"};
+  ASSERT_OK(store->Save(s, c));
+  EXPECT_EQ(Sql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = "
+                "current_database() AND pid <> pg_backend_pid()"),
+            "1");
+  s.pools["lost"] = Pool{"lost", "sent on the ended connection"};
+  c.pools = {"lost"};
+  EXPECT_FALSE(store->Save(s, c).ok());
+  EXPECT_FALSE(store->Save(s, c).ok());  // refusing until reloaded
+  ClusterState now = LoadOrDie(store.get());
+  EXPECT_EQ(now.pools.count("kept"), 1u);
+  EXPECT_EQ(now.pools.count("lost"), 0u);
+  ASSERT_OK(store->Save(s, c));
+  EXPECT_EQ(LoadOrDie(store.get()).pools.count("lost"), 1u);
+}
+
 TEST_P(StorePostgresTest, ADatabaseThatIsNotOursOrNewerIsRefusedAndLeftAsItWas) {
   ASSERT_EQ(Sql("CREATE TABLE jobs (id BIGINT)"), "");
   auto store = Store::Open(where_);
