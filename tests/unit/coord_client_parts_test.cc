@@ -14,6 +14,7 @@ namespace stint {
 namespace {
 
 using internal::ParseCoordinatorUrl;
+using internal::ParseCoordinatorUrls;
 using internal::ShouldRetry;
 using internal::StatusFromHttp;
 
@@ -41,6 +42,22 @@ TEST(CoordinatorUrl, RefusesPathsBadPortsAndOtherSchemes) {
         "http://h:7077/v1", "http://h:7077?x=1", "http://user@h:1", "http://[::1"}) {
     auto r = ParseCoordinatorUrl(bad);
     EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << bad;
+  }
+}
+
+// The stintds sharing a database (CoordinatorOptions::url): comma-separated,
+// each checked as one URL; an empty or bad entry refuses the whole list.
+TEST(CoordinatorUrl, AListOfSeveralIsCommaSeparatedAndEveryEntryChecked) {
+  auto two = ParseCoordinatorUrls("http://a:7077,https://b:7078/");
+  ASSERT_TRUE(two.ok()) << two.status().ToString();
+  ASSERT_EQ(two->size(), 2u);
+  EXPECT_EQ((*two)[0].ToString(), "http://a:7077");
+  EXPECT_EQ((*two)[1].ToString(), "https://b:7078");
+  auto one = ParseCoordinatorUrls("c:1");
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->size(), 1u);
+  for (const char* bad : {"http://a:1,", ",http://a:1", "http://a:1,,http://b:2", "http://a:1,ftp://b:2"}) {
+    EXPECT_EQ(ParseCoordinatorUrls(bad).status().code(), Code::kInvalidArgument) << bad;
   }
 }
 
