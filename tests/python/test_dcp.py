@@ -354,4 +354,5 @@ def test_damaged_chunk_raises_data_loss_not_garbage(root):
 if __name__ == "__main__":
     import faulthandler
     faulthandler.dump_traceback_later(float(os.environ["DCP_STACKS_AFTER"]), exit=True)
-    _worker(sys.argv[1])
+    from util import run_and_exit
+    run_and_exit(_worker, sys.argv[1])

@@ -299,4 +299,5 @@ def test_export_to_torch_save_and_to_dcp(root, tmp_path, python_env):
 if __name__ == "__main__":
     import faulthandler
     faulthandler.dump_traceback_later(float(os.environ["DCP_STACKS_AFTER"]), exit=True)
-    _worker(sys.argv[1])
+    from util import run_and_exit
+    run_and_exit(_worker, sys.argv[1])

@@ -216,4 +216,5 @@ def test_export_reads_a_checkpoint_in_the_store(s3, tmp_path, python_env):
 if __name__ == "__main__":
     import faulthandler
     faulthandler.dump_traceback_later(float(os.environ["DCP_STACKS_AFTER"]), exit=True)
-    _worker(sys.argv[1])
+    from util import run_and_exit
+    run_and_exit(_worker, sys.argv[1])

@@ -487,4 +487,5 @@ def main(job, rank, world, work, jobs=JOBS, parts_in=None):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+    from util import run_and_exit
+    run_and_exit(main, sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])

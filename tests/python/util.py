@@ -45,6 +45,40 @@ def assert_same_tree(a, b, path="state"):
         assert a == b, "%s: %.80r vs %.80r" % (path, a, b)
 
 
+def run_and_exit(fn, *args):
+    """Runs a worker script's fn(*args), then exits the process without
+    interpreter finalization (the atexit handlers run first, as on a normal
+    exit; the exit code is the one SystemExit or an exception would give).
+
+    Why: PyTorch's Gloo process groups outlive destroy_process_group() (their
+    pt_gloo_runloop threads are still there at exit). A runloop thread that
+    drops the last reference to a tensor of Python's after finalization began
+    takes the GIL, is ended by CPython (pthread_exit), and the unwind through
+    its noexcept frames is std::terminate: the rank dies of SIGABRT ("terminate
+    called without an active exception") after it finished. It needs no stint
+    at all: an FSDP2 step, a barrier and destroy_process_group() abort 2 of 36
+    processes when those threads run at SCHED_IDLE on a busy machine. CI saw it
+    once on a loaded machine (test_dcp, a 3-rank load).
+    """
+    import atexit
+    import sys
+    import traceback
+    code = 0
+    try:
+        fn(*args)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if not isinstance(e.code, (int, type(None))):
+            print(e.code, file=sys.stderr)
+    except BaseException:  # noqa: B902  (what Python would print and exit 1 with)
+        traceback.print_exc()
+        code = 1
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def run_ranks(script, args, world, env, log_dir, name, timeout):
     """Runs `python script *args` as ranks 0..world-1 (RANK, WORLD_SIZE, LOCAL_RANK set).
 
