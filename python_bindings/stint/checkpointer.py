@@ -325,7 +325,14 @@ class Checkpointer:
         tensor is hashed and only changed chunks are written.
         """
         _check_step(step)
+        # Thousands of nodes per save: no collection of the heap meanwhile
+        # (see pytree.collector_paused).
+        with pytree.collector_paused():
+            return self._save(step, state, frozen)
 
+    def _save(self, step: int, state: Any,
+              frozen: Union[None, Iterable[str], Callable[[str, torch.Tensor], bool]]
+              ) -> _C.SaveHandle:
         def build() -> Tuple[pytree.Flat, Optional[List[bool]]]:
             flat = pytree.flatten(state)
             return flat, _frozen_flags(frozen, flat.names, flat.tensors)

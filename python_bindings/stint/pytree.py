@@ -103,6 +103,20 @@ def _path_str(path: Path) -> str:
     return out
 
 
+# While flattening, a value's path is kept as a chain (parent chain, key),
+# () at the root: each value costs one tuple, and the list is made only for
+# an error message.
+_Chain = Tuple[Any, ...]
+
+
+def _chain_str(chain: _Chain) -> str:
+    keys = []
+    while chain:
+        chain, key = chain
+        keys.append(key)
+    return _path_str(keys[::-1])
+
+
 def _component(key: Any) -> str:
     if isinstance(key, str):
         return key
@@ -113,7 +127,17 @@ def _component(key: Any) -> str:
     return repr(key)
 
 
+def _child(name: str, key: Any) -> str:
+    """The dotted name of `key` under `name` (the components joined by ".")."""
+    c = key if type(key) is str else _component(key)
+    return name + "." + c if name else c
+
+
 class _Flattener:
+    """One flatten(): every value is visited once with its path (a chain) and
+    its dotted name, built as the walk descends (thousands of tensors per
+    save: nothing per value is recomputed from the root)."""
+
     def __init__(self) -> None:
         self.flat = Flat()
         self.tensor_names: Set[str] = set()
@@ -134,9 +158,6 @@ class _Flattener:
         used.add(name)
         return name
 
-    def _name(self, path: Path) -> str:
-        return ".".join(_component(p) for p in path)
-
     def _view_key(self, t: torch.Tensor) -> Optional[Tuple[Any, ...]]:
         # The first element's address with shape, stride, dtype and device
         # names one view of one storage. Called for every tensor of every
@@ -151,11 +172,11 @@ class _Flattener:
             return None
         return (ptr, t.shape, t.stride(), t.dtype, t.device)
 
-    def tensor(self, t: torch.Tensor, path: Path) -> str:
+    def tensor(self, t: torch.Tensor, name: str) -> str:
         key = self._view_key(t)
         if key is not None and key in self.by_view:
             return self.by_view[key]
-        name = self._unique(self._name(path), self.tensor_names)
+        name = self._unique(name, self.tensor_names)
         self.flat.names.append(name)
         self.flat.tensors.append(t)
         self.flat.boxes.append(None)
@@ -163,11 +184,11 @@ class _Flattener:
             self.by_view[key] = name
         return name
 
-    def dtensor(self, dt: Any, path: Path) -> str:
+    def dtensor(self, dt: Any, chain: _Chain, name: str) -> str:
         if id(dt) in self.by_id:
             return self.by_id[id(dt)]
-        name = self._unique(self._name(path), self.tensor_names)
-        box = distributed.dtensor_box(dt, "%s (%s)" % (_path_str(path), name))
+        name = self._unique(name, self.tensor_names)
+        box = distributed.dtensor_box(dt, "%s (%s)" % (_chain_str(chain), name))
         if box is not None and distributed.writes(dt):
             self.flat.names.append(name)
             self.flat.tensors.append(distributed.local_tensor(dt))
@@ -179,31 +200,52 @@ class _Flattener:
         self.flat.plain_nodes.setdefault(node[1], []).append(node)
         return node
 
-    def key(self, k: Any, path: Path) -> Node:
+    def key(self, k: Any, chain: _Chain) -> Node:
         if k is None or isinstance(k, (bool, str, int, float)):
-            return self.node(k, path)
+            return self.node(k, chain, "")
         if type(k) is tuple:
-            return ["tuple", [self.key(x, path) for x in k]]
+            return ["tuple", [self.key(x, chain) for x in k]]
         raise TypeError("%s: cannot checkpoint a dict key of type %s (supported: str, int, float, "
-                        "bool, None and tuples of them)" % (_path_str(path), type(k).__name__))
+                        "bool, None and tuples of them)" % (_chain_str(chain), type(k).__name__))
 
-    def items(self, d: Dict[Any, Any], path: Path) -> List[List[Node]]:
-        return [[self.key(k, path), self.node(v, path + [k])] for k, v in d.items()]
+    def items(self, d: Dict[Any, Any], chain: _Chain, name: str) -> List[List[Node]]:
+        out = []
+        for k, v in d.items():
+            kt = type(k)
+            out.append([k if kt is str or kt is int else self.key(k, chain),
+                        self.node(v, (chain, k), _child(name, k))])
+        return out
 
-    def node(self, x: Any, path: Path) -> Node:
-        if x is None or type(x) in (bool, str, int):
+    def _tensor_node(self, x: torch.Tensor, name: str) -> Node:
+        name = self.tensor(x, name)
+        meta = {}
+        if x.device.type != "cpu":
+            meta["device"] = str(x.device)
+        if x.requires_grad:
+            meta["grad"] = True
+        return self._plain(["tensor", name, meta] if meta else ["tensor", name])
+
+    def node(self, x: Any, chain: _Chain, name: str) -> Node:
+        t = type(x)
+        if x is None or t is bool or t is str or t is int:
             return x
-        if type(x) is float:
+        # The common containers and plain tensors first (exact types: their
+        # subclasses take the checks below).
+        if t is torch.Tensor:
+            return self._tensor_node(x, name)
+        if t is dict:
+            return ["dict", self.items(x, chain, name)]
+        if t is float:
             return ["float", x.hex()]
         if _np is not None and isinstance(x, _np.generic):
-            return ["np", x.dtype.str, self.node(x.item(), path)]
+            return ["np", x.dtype.str, self.node(x.item(), chain, name)]
         for base in (bool, str, int, float):
             if isinstance(x, base):
                 raise TypeError("%s: cannot checkpoint an object of type %s, a subclass of %s: it "
-                                "would load as a plain %s" % (_path_str(path), type(x).__qualname__,
+                                "would load as a plain %s" % (_chain_str(chain), t.__qualname__,
                                                               base.__name__, base.__name__))
         if distributed.is_dtensor(x):
-            name = self.dtensor(x, path)
+            name = self.dtensor(x, chain, name)
             meta: Any = {"dtensor": distributed.dtensor_meta(x)}
             local = distributed.local_tensor(x)
             if local.device.type != "cpu":
@@ -212,25 +254,19 @@ class _Flattener:
                 meta["grad"] = True
             return ["tensor", name, meta]
         if isinstance(x, torch.Tensor):
-            name = self.tensor(x, path)
-            meta = {}
-            if x.device.type != "cpu":
-                meta["device"] = str(x.device)
-            if x.requires_grad:
-                meta["grad"] = True
-            return self._plain(["tensor", name, meta] if meta else ["tensor", name])
+            return self._tensor_node(x, name)
         if isinstance(x, collections.OrderedDict):
             meta = getattr(x, "_metadata", None)
-            return ["odict", self.items(x, path),
-                    self.node(meta, path + ["_metadata"]) if meta is not None else None]
+            return ["odict", self.items(x, chain, name),
+                    self.node(meta, (chain, "_metadata"), _child(name, "_metadata"))
+                    if meta is not None else None]
         if isinstance(x, dict):
-            return ["dict", self.items(x, path)]
-        if type(x) is list:
-            return ["list", [self.node(v, path + [i]) for i, v in enumerate(x)]]
-        if type(x) is tuple:
-            return ["tuple", [self.node(v, path + [i]) for i, v in enumerate(x)]]
+            return ["dict", self.items(x, chain, name)]
+        if t is list or t is tuple:
+            return [t.__name__, [self.node(v, (chain, i), _child(name, i))
+                                 for i, v in enumerate(x)]]
         if isinstance(x, (bytes, bytearray, memoryview)):
-            name = self._unique(self._name(path), self.blob_names)
+            name = self._unique(name, self.blob_names)
             self.flat.blobs[name] = bytes(x)
             return ["bytes", name]
         if isinstance(x, torch.dtype):
@@ -239,14 +275,14 @@ class _Flattener:
             return ["device", str(x)]
         if _np is not None and isinstance(x, _np.ndarray):
             try:
-                t = torch.from_numpy(_np.ascontiguousarray(x))
+                tensor = torch.from_numpy(_np.ascontiguousarray(x))
             except TypeError as e:
                 raise TypeError("%s: cannot checkpoint a numpy array of dtype %s (%s)"
-                                % (_path_str(path), x.dtype, e)) from None
-            return self._plain(["ndarray", self.tensor(t, path)])
+                                % (_chain_str(chain), x.dtype, e)) from None
+            return self._plain(["ndarray", self.tensor(tensor, name)])
         raise TypeError("%s: cannot checkpoint an object of type %s (supported: tensors, numpy "
                         "arrays, dict, OrderedDict, list, tuple, int, float, bool, str, bytes, None; "
-                        "use its state_dict())" % (_path_str(path), type(x).__qualname__))
+                        "use its state_dict())" % (_chain_str(chain), t.__qualname__))
 
 
 def flatten(state: Any) -> Flat:
@@ -256,17 +292,18 @@ def flatten(state: Any) -> Flat:
     it); DTensors are listed as local shards by the ranks
     stint.distributed.writes() picks."""
     f = _Flattener()
-    f.flat.root = f.node(state, [])
+    f.flat.root = f.node(state, (), "")
     return f.flat
 
 
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector paused for the duration (a load).
+    """Python's cyclic garbage collector paused for the duration (a load or
+    a save).
 
-    A load of a large state makes tens of thousands of short-lived lists and
-    dicts (the structure's JSON, the plan, the rebuilt state) that reference
-    counting frees. While they live they count towards the collector's
+    A load or save of a large state makes tens of thousands of short-lived
+    lists and dicts (the structure and its JSON, the plan, the rebuilt state)
+    that reference counting frees. While they live they count towards the collector's
     thresholds and get promoted, so in a process holding torch a load of
     2,300 tensors could set off a full collection of the whole heap (about
     as long as reading 300 MiB). Paused, they die young; what the load

@@ -33,9 +33,8 @@ import time
 import torch
 
 
-def build(base_mib, trainable_pct, seed=0):
+def build(base_mib, trainable_pct, d=1024, seed=0):
     torch.manual_seed(seed)
-    d = 1024
     layers = max(1, int(base_mib * 2**20 / 4 / (d * d)))
     base = torch.nn.ModuleList(torch.nn.Linear(d, d, bias=False) for _ in range(layers))
     base.requires_grad_(False)
@@ -64,6 +63,17 @@ def state_of(base, lora, opt):
             "optim": opt.state_dict()}
 
 
+def stint_tensors(state):
+    """The tensors a save of `state` holds (AdamW's step counts included)."""
+    out = []
+    for v in state.values() if isinstance(state, dict) else state:
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, (dict, list, tuple)):
+            out.extend(stint_tensors(v))
+    return out
+
+
 def run(stint, root, base, lora, opt, d, saves, incremental, frozen):
     samples = []
     with stint.Checkpointer(root, incremental=incremental, keep_last=2) as ck:
@@ -87,17 +97,23 @@ def main():
     p.add_argument("--base-mib", type=int, default=1024)
     p.add_argument("--trainable-pct", type=float, default=1.0)
     p.add_argument("--saves", type=int, default=10)
+    p.add_argument("--dim", type=int, default=1024,
+                   help="d of the base's d x d layers: --dim 640 --base-mib 400 is a state of "
+                        "2,304 tensors (256 layers, their adapters, AdamW's state)")
     args = p.parse_args()
     import stint
 
     work = os.path.join(os.path.abspath(args.dir), "stint-incremental-bench-%d" % os.getpid())
     os.makedirs(work)
-    base, lora, opt, d = build(args.base_mib, args.trainable_pct)
+    base, lora, opt, d = build(args.base_mib, args.trainable_pct, args.dim)
     base_bytes = sum(t.nbytes for t in base.state_dict().values())
     lora_bytes = sum(p.nbytes for p in lora)
-    print("state: base %.0f MiB frozen, adapters %.1f MiB (%.2f%%) + AdamW state, %d saves each,"
-          " torch %s, in %s" % (base_bytes / 2**20, lora_bytes / 2**20,
-                                100 * lora_bytes / base_bytes, args.saves, torch.__version__, work))
+    train_step(base, lora, opt, d, -1)  # AdamW's state exists from here on
+    tensors = len(stint_tensors(state_of(base, lora, opt)))
+    print("state: base %.0f MiB frozen, adapters %.1f MiB (%.2f%%) + AdamW state, %d tensors, "
+          "%d saves each, torch %s, in %s" % (base_bytes / 2**20, lora_bytes / 2**20,
+                                              100 * lora_bytes / base_bytes, tensors, args.saves,
+                                              torch.__version__, work))
     ways = [("full", False, False), ("incremental, frozen", True, True),
             ("incremental, hashed", True, False)]
     results = {}
