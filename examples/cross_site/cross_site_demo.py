@@ -41,6 +41,8 @@ from spot_demo import ADMIN_TOKEN, Agent, Stintd  # noqa: E402  (its stintd and 
 TRAIN = os.path.join(REPO, "examples", "python", "train.py")
 ACCESS, SECRET = "STINTDEMOACCESSKEY", "stint-demo-secret-9f2"
 BUCKET = "ckpts"
+# What stintd charges a pool that reads a step from the bucket (--object-store-gbps).
+OBJECT_STORE_GBPS = 0.5
 
 
 class ObjectStore:
@@ -169,7 +171,8 @@ class Demo:
         self.stintd = Stintd(os.path.join(self.build, "tools", "stintd", "stintd"),
                              os.path.join(self.work, "stintd"),
                              ["--price-migration", "true", "--price-migration-min-left-seconds",
-                              "0", "--min-run-seconds", "0", "--node-ttl-seconds", "5"])
+                              "0", "--min-run-seconds", "0", "--node-ttl-seconds", "5",
+                              "--object-store-gbps", str(OBJECT_STORE_GBPS)])
         bucket = "s3://%s/runs" % BUCKET
         self.stintctl("pools", "add", "onprem", "--pricing", "on_prem", "--price", "3",
                       "--storage", bucket)
@@ -209,7 +212,31 @@ class Demo:
         final = self.wait_until("the job's end", lambda: self.job()["state"] in
                                 ("DONE", "FAILED", "CANCELLED") and self.job())
         print(self.stintctl("jobs", "show", str(self.job_id)), end="")
+        self.summary(final, seg1)
         self.check(final, seg1, reference)
+
+    def summary(self, final, seg1):
+        """The move's transfer beside the job's efficiency: what the cloud
+        node read from the bucket, what stintd's planner charged for it, and
+        what the cloud segment's restart held."""
+        bucket = next((l for l in final["stored"] if l["location"].startswith("s3://")), None)
+        figures = final.get("figures") or {}
+        segments = figures.get("segments") or []
+        if bucket is None or not segments:
+            self.failures.append("no step in the bucket or no figures to summarise (%s)" %
+                                 final.get("stored"))
+            return
+        step_bytes = int(bucket["bytes"])
+        transfer_s = step_bytes / (OBJECT_STORE_GBPS * 1e9)
+        last = segments[-1]
+        print("summary: moved onprem -> cloud through %s at step %d: the cloud node fetched "
+              "%.1f MiB from the bucket (the planner charged %.3f s of restart for it at "
+              "%.1f GB/s, %.4f at the cloud's 1.00 per GPU-hour); the cloud segment's restart "
+              "held %.1f GPU-s; the job's efficiency %.3f, cost %.4f" % (
+                  bucket["location"], seg1["checkpoint_step"], step_bytes / 2**20, transfer_s,
+                  OBJECT_STORE_GBPS, transfer_s * last["gpus"] / 3600.0,
+                  last["restart_gpu_seconds"], figures["efficiency"], figures["cost"]),
+              flush=True)
 
     def check(self, final, seg1, reference):
         def expect(ok, what):
