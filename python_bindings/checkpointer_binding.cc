@@ -52,8 +52,12 @@ using Clock = std::chrono::steady_clock;
 
 // A reader that Python owns (CheckpointReader.open) or one borrowed from a
 // running load for the duration of the planner callback, after which every
-// method raises FailedPreconditionError.
-// Thread-compatible.
+// method raises FailedPreconditionError. Thread-safe: the C++ reader is only
+// thread-compatible (one I/O ring, one set of bounce buffers), while Python
+// code may call one reader from several threads (torch_checkpointing reads
+// files on a pool; two threads draining one ring each waited forever for the
+// completion the other had taken), so the calls that release the GIL take
+// io_mu() once they released it.
 class PyReader {
  public:
   explicit PyReader(std::unique_ptr<CheckpointReader> owned)
@@ -68,10 +72,13 @@ class PyReader {
     return *reader_;
   }
   void Invalidate() { reader_ = nullptr; }
+  // Held (without the GIL) around each read of the reader's files.
+  std::mutex& io_mu() const { return io_mu_; }
 
  private:
   std::unique_ptr<CheckpointReader> owned_;
   const CheckpointReader* reader_;
+  mutable std::mutex io_mu_;
 };
 
 py::list TensorInfos(const CheckpointReader& reader) {
@@ -819,6 +826,7 @@ void BindReader(py::module_& m) {
             std::optional<Result<std::string>> b;
             {
               ReleasedGil nogil;
+              std::lock_guard<std::mutex> io(r.io_mu());
               b.emplace(reader.ReadBlob(name));
             }
             return py::bytes(ValueOrThrow(std::move(*b)));
@@ -839,6 +847,7 @@ void BindReader(py::module_& m) {
             Status s;
             {
               ReleasedGil nogil;
+              std::lock_guard<std::mutex> io(r.io_mu());
               s = FreshTensors(reader, wanted, &dests, &out);
               if (s.code() == Code::kDataLoss && names) {
                 s = Status::NotFound(s.message());  // the caller's name, not the checkpoint's fault
@@ -857,6 +866,7 @@ void BindReader(py::module_& m) {
             std::optional<Result<VerifyReport>> v;
             {
               ReleasedGil nogil;
+              std::lock_guard<std::mutex> io(r.io_mu());
               v.emplace(reader.Verify());
             }
             VerifyReport report = ValueOrThrow(std::move(*v));

@@ -321,6 +321,41 @@ def test_reader_reads_a_checkpoint(root):
         r.read(["zzz"])
 
 
+def test_one_reader_read_from_several_threads(root):
+    """One CheckpointReader called from four threads at once (as torch_checkpointing's storage
+    reads files on a pool): every read completes with the saved bytes. Two threads draining the
+    reader's one I/O ring used to wait forever, each for a completion the other had taken."""
+    import threading
+    import time
+    g = torch.Generator().manual_seed(3)
+    state = {"t%d" % i: torch.randn(256, 1024, generator=g) for i in range(12)}
+    with stint.Checkpointer(root) as ckpt:
+        ckpt.save(1, state).durable.result()
+    r = stint.CheckpointReader(root + "/step-00000001")
+    wrong, errors = [], []
+
+    def reads(k):
+        try:
+            for j in range(25):
+                names = ["t%d" % ((k * 5 + j + m) % 12) for m in range(3)]
+                got = r.read(names)
+                wrong.extend(n for n in names if not torch.equal(got[n], state[n]))
+                if j % 5 == 0:
+                    r.read_blob("stint.pytree")
+        except BaseException as e:  # noqa: B902  (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=reads, args=(k,), daemon=True) for k in range(4)]
+    for t in threads:
+        t.start()
+    # 300 reads of 3 MiB each: seconds; a reader that hangs never ends.
+    deadline = time.monotonic() + 120
+    for t in threads:
+        t.join(timeout=max(0.0, deadline - time.monotonic()))
+    assert not any(t.is_alive() for t in threads), "a read from one of the threads hangs"
+    assert not errors and not wrong, (errors, wrong)
+
+
 def test_load_a_flat_checkpoint_without_structure(root):
     """Checkpoints written without the Python structure blob (the C++ API) load as {name: value}."""
     c = stint._C.Checkpointer(root)
