@@ -66,6 +66,32 @@ def latest_checkpoint(root: Any) -> Optional[str]:
     return None if step is None else os.path.join(root, "step-%d" % step)
 
 
+class _FileStream(io.RawIOBase):
+    """A committed file read in order, whole at the first read.
+
+    Not seekable: a stint file is read (and verified) whole, so a stream that
+    seeks to a range would read the whole file for it. torch_checkpointing
+    reads with one stream (Storage.mmap_fill_workers), and falls back to one
+    for a stream that cannot seek."""
+
+    def __init__(self, load: Any) -> None:
+        super().__init__()
+        self._load = load
+        self._data: Optional[memoryview] = None
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        if self._data is None:
+            self._data = self._load()
+        n = min(len(b), len(self._data) - self._pos)
+        memoryview(b).cast("B")[:n] = self._data[self._pos:self._pos + n]
+        self._pos += n
+        return n
+
+
 @dataclasses.dataclass
 class StorageConfig(_StorageConfig):
     """root: the stint checkpoint root; options: stint.Checkpointer's keyword
@@ -162,9 +188,14 @@ class Storage(_Storage):
 
     def _committed_step(self, name: str) -> Optional[int]:
         step = self._step(name)
-        if step is None or name.startswith(self._prefix) or step not in self._committed():
+        if step is None or name.startswith(self._prefix):
             return None
-        return step
+        with self._mu:
+            if step in self._readers:
+                # Opened, so committed: a load reads one file after another,
+                # and a listing opens a Checkpointer each time.
+                return step
+        return step if step in self._committed() else None
 
     # -- writing ------------------------------------------------------------------
 
@@ -249,18 +280,29 @@ class Storage(_Storage):
                     return reader, "files.%d" % entry[0], entry[1]
         raise FileNotFoundError(2, "No such checkpoint file", str(path))
 
+    @property
+    def mmap_fill_workers(self) -> int:
+        # A stint file is read (and verified) whole: ranged reads of it in
+        # parallel would each read all of it. One stream, read in order.
+        return 1
+
+    def _file_bytes(self, path: Path) -> memoryview:
+        """A committed file's bytes, every chunk verified (no copy of the tensor read)."""
+        reader, name, size = self._file(path)
+        if size == 0:
+            return memoryview(b"")
+        return memoryview(reader.read([name])[name].numpy()).cast("B")
+
     def read(self, path: Path, read_args: Optional[ReadArgs] = None) -> bytes:
         if self._split(path) is None:
             return self._local.read(path, read_args)
-        reader, name, size = self._file(path)
-        if size == 0:
-            return b""
-        return bytes(reader.read([name])[name].numpy().tobytes())
+        return bytes(self._file_bytes(path))
 
     def stream_read(self, path: Path, read_args: Optional[ReadArgs] = None) -> io.RawIOBase:
         if self._split(path) is None:
             return self._local.stream_read(path, read_args)
-        return io.BytesIO(self.read(path, read_args))  # type: ignore[return-value]
+        self._file(path)  # FileNotFoundError now, not at the first read
+        return _FileStream(lambda: self._file_bytes(path))
 
     def getsize(self, path: Path) -> int:
         if self._split(path) is None:
