@@ -114,6 +114,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 LR = 1e-4
 
+sys.path.insert(0, HERE)
+from node_local_bench import evict  # noqa: E402  (fsync + POSIX_FADV_DONTNEED of a tree)
+
 
 # -- small helpers ------------------------------------------------------------------
 
@@ -178,20 +181,6 @@ def fsync_tree(path):
             continue
         try:
             os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def evict(path):
-    """Writes back and drops the files under `path` from the page cache."""
-    for f in files_under(path):
-        try:
-            fd = os.open(f, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
 
