@@ -286,9 +286,10 @@ class Storage(_Storage):
         # parallel would each read all of it. One stream, read in order.
         return 1
 
-    def _file_bytes(self, path: Path) -> memoryview:
-        """A committed file's bytes, every chunk verified (no copy of the tensor read)."""
-        reader, name, size = self._file(path)
+    @staticmethod
+    def _file_bytes(found: Tuple[CheckpointReader, str, int]) -> memoryview:
+        """The bytes of a file _file() found, every chunk verified (no copy of the tensor read)."""
+        reader, name, size = found
         if size == 0:
             return memoryview(b"")
         return memoryview(reader.read([name])[name].numpy()).cast("B")
@@ -296,13 +297,13 @@ class Storage(_Storage):
     def read(self, path: Path, read_args: Optional[ReadArgs] = None) -> bytes:
         if self._split(path) is None:
             return self._local.read(path, read_args)
-        return bytes(self._file_bytes(path))
+        return bytes(self._file_bytes(self._file(path)))
 
     def stream_read(self, path: Path, read_args: Optional[ReadArgs] = None) -> io.RawIOBase:
         if self._split(path) is None:
             return self._local.stream_read(path, read_args)
-        self._file(path)  # FileNotFoundError now, not at the first read
-        return _FileStream(lambda: self._file_bytes(path))
+        found = self._file(path)  # FileNotFoundError now, not at the first read
+        return _FileStream(lambda: self._file_bytes(found))
 
     def getsize(self, path: Path) -> int:
         if self._split(path) is None:

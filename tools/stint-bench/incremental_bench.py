@@ -63,17 +63,6 @@ def state_of(base, lora, opt):
             "optim": opt.state_dict()}
 
 
-def stint_tensors(state):
-    """The tensors a save of `state` holds (AdamW's step counts included)."""
-    out = []
-    for v in state.values() if isinstance(state, dict) else state:
-        if isinstance(v, torch.Tensor):
-            out.append(v)
-        elif isinstance(v, (dict, list, tuple)):
-            out.extend(stint_tensors(v))
-    return out
-
-
 def run(stint, root, base, lora, opt, d, saves, incremental, frozen):
     samples = []
     with stint.Checkpointer(root, incremental=incremental, keep_last=2) as ck:
@@ -109,7 +98,7 @@ def main():
     base_bytes = sum(t.nbytes for t in base.state_dict().values())
     lora_bytes = sum(p.nbytes for p in lora)
     train_step(base, lora, opt, d, -1)  # AdamW's state exists from here on
-    tensors = len(stint_tensors(state_of(base, lora, opt)))
+    tensors = len(stint.pytree.flatten(state_of(base, lora, opt)).tensors)  # as a save lists them
     print("state: base %.0f MiB frozen, adapters %.1f MiB (%.2f%%) + AdamW state, %d tensors, "
           "%d saves each, torch %s, in %s" % (base_bytes / 2**20, lora_bytes / 2**20,
                                               100 * lora_bytes / base_bytes, tensors, args.saves,
